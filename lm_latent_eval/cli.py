@@ -1,0 +1,45 @@
+"""``lm-latent-eval`` console script: each subcommand lives in its own module with ``add_arguments`` and ``run``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> (module, one-line help)
+COMMANDS = {
+    "sweep": ("lm_latent_eval.sweep", "IS / beam table over temperatures x peeking x aggregation, K-convergence plot"),
+    "train": ("lm_latent_eval.train", "train one of our latent LMs and save it in the Hub layout"),
+    "distortion": ("lm_latent_eval.distortion_pipeline", "distortion-error curves of a model against a reference LM"),
+    "tasks-path": ("lm_latent_eval.cli", "print the folder of the bundled lm-eval tasks (for --include_path)"),
+    "metrics-path": ("lm_latent_eval.cli", "print the folder of the bundled evaluate metrics"),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The path subcommands take no arguments."""
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print a bundled resource folder."""
+    import lm_latent_eval
+
+    print(lm_latent_eval.tasks_path() if args.command == "tasks-path" else lm_latent_eval.metrics_path())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="lm-latent-eval", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    argv = sys.argv[1:] if argv is None else argv
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        # only the chosen subcommand's module is imported (keeps --help and path lookups fast)
+        if argv and argv[0] == name:
+            importlib.import_module(module).add_arguments(p)
+    args = parser.parse_args(argv)
+    return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

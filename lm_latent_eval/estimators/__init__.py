@@ -1,0 +1,98 @@
+"""Estimators of log p(x) = log Σ_z p(x, z): importance sampling (``is``), beam lower bound (``beam``), ``exact``."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..protocol import LatentLM
+from .aggregate import corpus_ppl, instance_ppl, log_mean_exp
+from .diagnostics import summarize
+from .importance import SAMPLE_BLOCK, check_sampling_args, importance_log_weights
+from .marginal import beam_log_marginal, exact_log_marginal
+
+ESTIMATORS = ("is", "beam", "exact")
+
+
+@dataclass(frozen=True)
+class EstimatorSettings:
+    """Every choice that changes an estimate; recorded with each result."""
+
+    estimator: str = "is"
+    num_samples: int = 100
+    temperature: float = 1.0
+    peek: bool = True
+    beam_size: int = 10
+    seed: int = 1234
+    batch_size: int = SAMPLE_BLOCK  # particles per log_joint call (memory only; never changes a number)
+
+    def __post_init__(self):
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(f"estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
+        if self.estimator == "is":
+            check_sampling_args(self.num_samples, self.temperature, "settings")
+        if self.estimator == "beam" and (not isinstance(self.beam_size, int) or self.beam_size <= 0):
+            raise ValueError(f"beam_size must be a positive integer, got {self.beam_size!r}")
+        if not isinstance(self.batch_size, int) or self.batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
+
+    def as_dict(self) -> dict:
+        """The settings that matter for this estimator (batch_size excluded: it never changes a number)."""
+        d = dataclasses.asdict(self)
+        d.pop("batch_size")
+        if self.estimator != "is":
+            for key in ("num_samples", "temperature", "peek", "seed"):
+                d.pop(key)
+        if self.estimator != "beam":
+            d.pop("beam_size")
+        d["sample_block"] = SAMPLE_BLOCK if self.estimator == "is" else None
+        return {k: v for k, v in d.items() if v is not None}
+
+
+@dataclass
+class DocumentEstimate:
+    """log p̂(x) of one document with its token count and, for IS, the K log weights."""
+
+    document: str
+    num_tokens: int
+    log_likelihood: float
+    log_weights: np.ndarray | None = None
+    diagnostics: dict = field(default_factory=dict)
+
+
+def estimate_document(
+    model: LatentLM, text: str, settings: EstimatorSettings, device="cpu", diagnostics: bool = False, progress=None
+) -> DocumentEstimate:
+    """Tokenize ``text`` and estimate its log probability; an empty text has log p = 0 over 0 tokens."""
+    x = model.tokenize(text)
+    if x.numel() == 0:
+        lw = np.zeros(settings.num_samples) if settings.estimator == "is" else None
+        return DocumentEstimate(text, 0, 0.0, lw, {})
+    x = x.to(device)
+    if settings.estimator == "exact":
+        return DocumentEstimate(text, int(x.numel()), exact_log_marginal(model, x, text))
+    if settings.estimator == "beam":
+        return DocumentEstimate(text, int(x.numel()), beam_log_marginal(model, x, settings.beam_size, text))
+    lw = importance_log_weights(
+        model, x, settings.num_samples, settings.temperature, settings.peek, settings.seed, text,
+        settings.batch_size, device, progress,
+    )
+    diag = summarize(lw, seed=settings.seed) if diagnostics else {}
+    return DocumentEstimate(text, int(x.numel()), float(log_mean_exp(lw)), lw, diag)
+
+
+__all__ = [
+    "ESTIMATORS",
+    "DocumentEstimate",
+    "EstimatorSettings",
+    "beam_log_marginal",
+    "corpus_ppl",
+    "estimate_document",
+    "exact_log_marginal",
+    "importance_log_weights",
+    "instance_ppl",
+    "log_mean_exp",
+    "summarize",
+]

@@ -1,0 +1,76 @@
+"""Aggregating log importance weights into log p̂ and perplexities (Logan, Gardner & Singh 2020, Eq. 5–6)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy.special import logsumexp
+
+
+def as_log_weights(log_weights, doc: str = "document") -> np.ndarray:
+    """Validate one document's log weights log w_k = log p(x, z_k) − log q(z_k | x) as float64 [K]."""
+    lw = np.asarray(log_weights, dtype=np.float64)
+    if lw.ndim != 1 or lw.size == 0:
+        raise ValueError(f"{doc}: expected a non-empty 1-d list of log weights, got shape {lw.shape}")
+    if np.isnan(lw).any():
+        raise ValueError(f"{doc}: {int(np.isnan(lw).sum())} of {lw.size} log weights are NaN")
+    if np.isposinf(lw).any():
+        raise ValueError(f"{doc}: {int(np.isposinf(lw).sum())} log weights are +inf (log q = -inf for a drawn sample?)")
+    if np.isneginf(lw).all():
+        raise ValueError(
+            f"{doc}: every one of the {lw.size} samples has weight 0 (p(x, z) = 0): "
+            "the proposal misses the support of the model"
+        )
+    return lw
+
+
+def log_mean_exp(log_weights: np.ndarray, axis: int = -1) -> np.ndarray | float:
+    """log p̂ = logsumexp_k(log w_k) − log K, in float64."""
+    lw = np.asarray(log_weights, dtype=np.float64)
+    return logsumexp(lw, axis=axis) - math.log(lw.shape[axis])
+
+
+def instance_log_likelihoods(log_weights: Sequence) -> np.ndarray:
+    """Per-document log p̂(x_n) = logsumexp_k log w_nk − log K_n: float64 [N]."""
+    return np.array([log_mean_exp(as_log_weights(lw, f"document {n}")) for n, lw in enumerate(log_weights)])
+
+
+def stack_equal_k(log_weights: Sequence) -> np.ndarray:
+    """Stack per-document log weights into [N, K]; corpus-level IS needs the same K for every document."""
+    sizes = {len(lw) for lw in log_weights}
+    if len(sizes) != 1:
+        raise ValueError(
+            f"corpus-level IS pairs sample k of every document, so every document needs the same number of "
+            f"samples; got sample counts {sorted(sizes)}"
+        )
+    return np.stack([as_log_weights(lw, f"document {n}") for n, lw in enumerate(log_weights)])
+
+
+def _total_tokens(num_tokens: Sequence[int], n_docs: int) -> int:
+    if len(num_tokens) != n_docs:
+        raise ValueError(f"got {n_docs} documents but {len(num_tokens)} token counts")
+    if any(int(t) < 0 for t in num_tokens):
+        raise ValueError("token counts must be non-negative")
+    total = int(sum(int(t) for t in num_tokens))
+    if total == 0:
+        raise ValueError("perplexity is undefined for a corpus with zero tokens")
+    return total
+
+
+def instance_ppl(log_weights: Sequence, num_tokens: Sequence[int]) -> float:
+    """Instance-level PPL = exp(−Σ_n log p̂(x_n) / Σ_n T_n)."""
+    total = _total_tokens(num_tokens, len(log_weights))
+    return math.exp(-float(instance_log_likelihoods(log_weights).sum()) / total)
+
+
+def corpus_log_likelihood(log_weights: Sequence) -> float:
+    """Corpus-level log p̂ = logsumexp_k Σ_n log w_nk − log K (sample k of every document is one corpus sample)."""
+    return float(log_mean_exp(stack_equal_k(log_weights).sum(axis=0)))
+
+
+def corpus_ppl(log_weights: Sequence, num_tokens: Sequence[int]) -> float:
+    """Corpus-level PPL = exp(−(logsumexp_k Σ_n log w_nk − log K) / Σ_n T_n)."""
+    total = _total_tokens(num_tokens, len(log_weights))
+    return math.exp(-corpus_log_likelihood(log_weights) / total)

@@ -1,0 +1,46 @@
+"""Registry of our latent LMs and loading of any contract-conforming model by name or ``module:Class``."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+from pathlib import Path
+
+from ..paths import DATA_DIR
+
+# name -> "module:Class"; each class has ``from_pretrained(path_or_hub_id, **kwargs)`` (huggingface_hub mixin).
+MODELS = {
+    "hmm": "lm_latent_eval.models.hmm:HMMLanguageModel",
+    "kglm": "lm_latent_eval.models.kglm:KGLM",
+}
+
+
+def resolve_class(model: str):
+    """The class for a registered name (``hmm``) or an import path (``pkg.mod:Cls``)."""
+    target = MODELS.get(model, model)
+    if ":" not in target:
+        raise ValueError(f"unknown model {model!r}: use one of {sorted(MODELS)} or 'package.module:ClassName'")
+    module, _, attr = target.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"cannot import model class {target!r}: {err}") from err
+
+
+def default_checkpoint(model: str) -> Path | None:
+    """The bundled checkpoint folder for one of our models (``lm_latent_eval/data/<name>``), if shipped."""
+    path = DATA_DIR / model
+    return path if (path / "config.json").is_file() else None
+
+
+def checkpoint_hash(path: str | Path) -> str:
+    """sha256 over the checkpoint's files (names and bytes, sorted): the model's identity in results and caches."""
+    path = Path(path)
+    files = sorted(p for p in (path.rglob("*") if path.is_dir() else [path]) if p.is_file())
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
