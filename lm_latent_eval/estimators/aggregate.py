@@ -74,3 +74,15 @@ def corpus_ppl(log_weights: Sequence, num_tokens: Sequence[int]) -> float:
     """Corpus-level PPL = exp(−(logsumexp_k Σ_n log w_nk − log K) / Σ_n T_n)."""
     total = _total_tokens(num_tokens, len(log_weights))
     return math.exp(-corpus_log_likelihood(log_weights) / total)
+
+
+def perplexity(log_likelihoods: Sequence[float], num_tokens: Sequence[int]) -> float:
+    """PPL = exp(−Σ_n ℓ_n / Σ_n T_n) from per-document log likelihoods ℓ_n (estimates or bounds) [N]."""
+    ll = np.asarray(log_likelihoods, dtype=np.float64)
+    if ll.ndim != 1:
+        raise ValueError(f"expected one log likelihood per document (1-d), got shape {ll.shape}")
+    bad = np.flatnonzero(np.isnan(ll) | np.isposinf(ll))
+    if bad.size:
+        raise ValueError(f"document {int(bad[0])}: log likelihood {ll[bad[0]]} is not a valid log probability")
+    total = _total_tokens(num_tokens, ll.size)
+    return math.exp(-float(ll.sum()) / total)

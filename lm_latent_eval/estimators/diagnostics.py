@@ -51,14 +51,17 @@ def bootstrap_ci(
     return float(lo), float(hi)
 
 
+def convergence_sizes(num_samples: int) -> list[int]:
+    """K' = 1, 2, 4, …, with K itself always last."""
+    sizes = [2**i for i in range(int(math.log2(num_samples)) + 1)]
+    return sizes if sizes[-1] == num_samples else sizes + [num_samples]
+
+
 def convergence_curve(log_weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """log p̂ using the first K' samples of one run, for K' = 1, 2, 4, …, K (K always included)."""
+    """log p̂ using the first K' samples of one run, for K' in ``convergence_sizes(K)``."""
     lw = np.asarray(log_weights, dtype=np.float64)
-    sizes = [2**i for i in range(int(math.log2(lw.size)) + 1)]
-    if sizes[-1] != lw.size:
-        sizes.append(lw.size)
     running = np.logaddexp.accumulate(lw)
-    ks = np.array(sizes)
+    ks = np.array(convergence_sizes(lw.size))
     return ks, running[ks - 1] - np.log(ks)
 
 
@@ -76,3 +79,108 @@ def summarize(log_weights: np.ndarray, seed: int = 0) -> dict:
         "convergence_k": ks.tolist(),
         "convergence_log_likelihood": curve.tolist(),
     }
+
+
+def share_above(values, threshold: float = PARETO_K_THRESHOLD) -> float:
+    """Share of the finite values (e.g. per-document Pareto k̂) strictly above ``threshold``; NaN when none is finite."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    return float((v > threshold).mean()) if v.size else float("nan")
+
+
+def bootstrap_log_likelihoods(log_weights: np.ndarray, num_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """log p̂ of ``num_resamples`` resamples (with replacement) of one document's K log weights: float64 [B]."""
+    lw = np.asarray(log_weights, dtype=np.float64)
+    rows = max(1, 2**22 // lw.size)
+    out = [
+        log_mean_exp(lw[rng.integers(0, lw.size, size=(min(rows, num_resamples - s), lw.size))], axis=1)
+        for s in range(0, num_resamples, rows)
+    ]
+    return np.concatenate(out)
+
+
+def corpus_convergence_curve(log_weights, num_tokens) -> dict:
+    """Instance- and corpus-level PPL from the first K' samples of every document, K' in ``convergence_sizes(min K)``.
+
+    The corpus-level curve is None when documents have different sample counts.
+    """
+    from .aggregate import corpus_ppl, instance_ppl
+
+    sizes = convergence_sizes(min(len(lw) for lw in log_weights))
+    equal_k = len({len(lw) for lw in log_weights}) == 1
+    return {
+        "num_samples": sizes,
+        "instance_perplexity": [instance_ppl([np.asarray(lw)[:k] for lw in log_weights], num_tokens) for k in sizes],
+        "corpus_perplexity": (
+            [corpus_ppl([np.asarray(lw)[:k] for lw in log_weights], num_tokens) for k in sizes] if equal_k else None
+        ),
+    }
+
+
+def corpus_report(
+    log_weights,
+    num_tokens,
+    beam_log_likelihoods=None,
+    corpus_level: bool = True,
+    level: float = 0.95,
+    num_resamples: int = 1000,
+    seed: int = 0,
+) -> dict:
+    """Everything ``is_perplexity`` reports for N documents' log weights ([N][K_n]) and token counts [N].
+
+    Instance-level PPL (Logan et al. 2020, Eq. 5), corpus-level PPL (Eq. 6; equal K required unless
+    ``corpus_level=False``), per-document log p̂, ESS, Pareto k̂ and percentile bootstrap intervals (each document's
+    weights resampled independently for Eq. 5; the sample index k resampled jointly across documents for Eq. 6), the
+    convergence curve over K, and with beam bounds the strict perplexity bound exp(−Σ beam / Σ T) ≥ true PPL.
+    """
+    from .aggregate import (
+        _total_tokens,
+        as_log_weights,
+        corpus_ppl,
+        instance_ppl,
+        perplexity,
+        stack_equal_k,
+    )
+
+    lws = [as_log_weights(lw, f"document {n}") for n, lw in enumerate(log_weights)]
+    if not lws:
+        raise ValueError("no documents")
+    total = _total_tokens(num_tokens, len(lws))
+    if corpus_level:
+        stacked = stack_equal_k(lws)  # clear error on unequal K
+    rng = np.random.default_rng(seed)
+    alpha = (1.0 - level) / 2.0
+    boot = np.stack([bootstrap_log_likelihoods(lw, num_resamples, rng) for lw in lws])  # [N, B]
+    doc_ci = np.quantile(boot, [alpha, 1.0 - alpha], axis=1).T  # [N, 2]
+    inst_ci = np.exp(-np.quantile(boot.sum(axis=0), [1.0 - alpha, alpha]) / total)
+    khat = np.array([pareto_khat(lw) for lw in lws])
+    lls = np.array([float(log_mean_exp(lw)) for lw in lws])
+    report = {
+        "instance_perplexity": instance_ppl(lws, num_tokens),
+        "instance_perplexity_ci": inst_ci.tolist(),
+        "corpus_perplexity": None,
+        "corpus_perplexity_ci": None,
+        "num_tokens": total,
+        "log_likelihoods": lls.tolist(),
+        "log_likelihood_ci": doc_ci.tolist(),
+        "num_samples": [int(lw.size) for lw in lws],
+        "ess": [effective_sample_size(lw) for lw in lws],
+        "pareto_k": khat.tolist(),
+        "pareto_k_threshold": PARETO_K_THRESHOLD,
+        "share_pareto_k_above_threshold": share_above(khat),
+        "convergence": corpus_convergence_curve(lws, num_tokens),
+    }
+    if corpus_level:
+        joint = stacked.sum(axis=0)  # [K]: log weight of corpus sample k
+        idx = rng.integers(0, joint.size, size=(num_resamples, joint.size))
+        corpus_boot = log_mean_exp(joint[idx], axis=1)
+        report["corpus_perplexity"] = corpus_ppl(lws, num_tokens)
+        report["corpus_perplexity_ci"] = np.exp(-np.quantile(corpus_boot, [1.0 - alpha, alpha]) / total).tolist()
+    if beam_log_likelihoods is not None:
+        beam = np.asarray(beam_log_likelihoods, dtype=np.float64)
+        if beam.shape != lls.shape:
+            raise ValueError(f"got {beam.size} beam bounds for {lls.size} documents")
+        report["beam_perplexity"] = perplexity(beam, num_tokens)
+        report["beam_log_likelihoods"] = beam.tolist()
+        report["share_below_beam_bound"] = float((lls < beam).mean())
+    return report

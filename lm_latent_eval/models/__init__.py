@@ -12,6 +12,7 @@ from ..paths import DATA_DIR
 MODELS = {
     "hmm": "lm_latent_eval.models.hmm:HMMLanguageModel",
     "kglm": "lm_latent_eval.models.kglm:KGLM",
+    "causal": "lm_latent_eval.models.causal_lm:CausalLMAsLatent",  # any transformers causal LM, trivial z
 }
 
 
@@ -44,3 +45,28 @@ def checkpoint_hash(path: str | Path) -> str:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
     return h.hexdigest()
+
+
+def load_model(model: str = "hmm", pretrained: str | Path | None = None, device: str = "cpu", dtype=None, **kwargs):
+    """Instantiate ``model`` from ``pretrained`` (local dir or Hub id; default: the bundled checkpoint), eval mode.
+
+    Returns (model, checkpoint_dir) so callers can record ``checkpoint_hash(checkpoint_dir)``.
+    """
+    cls = resolve_class(model)
+    if pretrained is None:
+        pretrained = default_checkpoint(model)
+        if pretrained is None:
+            raise ValueError(f"model {model!r} has no bundled checkpoint: pass pretrained=<dir or hub id>")
+    path = Path(pretrained)
+    if not path.exists():
+        from huggingface_hub import snapshot_download
+
+        path = Path(snapshot_download(str(pretrained)))
+    lm = cls.from_pretrained(str(path), **kwargs)
+    if dtype is not None and hasattr(lm, "to"):
+        lm = lm.to(dtype=dtype)
+    if hasattr(lm, "to"):
+        lm = lm.to(device)
+    if hasattr(lm, "eval"):
+        lm.eval()
+    return lm, path

@@ -1,0 +1,82 @@
+"""Start-up hook (run by ``lm_latent_eval_hook.pth``): add our backends to lm-eval's model registry when it loads.
+
+lm-eval 0.4.13 has no plugin discovery, so ``lm_eval --model latent_hmm`` can only find us if our names are in
+``lm_eval.api.registry.model_registry`` before the CLI looks them up. At interpreter start this module only puts
+one finder on ``sys.meta_path`` (no torch, no lm-eval, no lm_latent_eval import). When ``lm_eval.api.registry`` is
+first imported, the finder lets it load normally, then imports ``lm_eval.models`` (so the built-in models are
+registered first: ``get_model`` only imports them while the registry is empty) and registers our names as lazy
+``"module:Class"`` placeholders; lm-eval imports the class when the name is first asked for.
+"""
+
+import sys
+
+# lm-eval model name -> "module:Class"; one line per backend (kept in step with pyproject's "lm_eval.models" group).
+BACKENDS = {
+    "latent": "lm_latent_eval.lm_eval_plugin:LatentLMEval",
+    "latent_hmm": "lm_latent_eval.lm_eval_plugin:LatentHMMEval",
+}
+
+REGISTRY_MODULE = "lm_eval.api.registry"
+
+
+def register_backends(registry) -> None:
+    """Register BACKENDS in ``registry.model_registry`` after lm-eval's built-ins; never replace an existing name."""
+    import lm_eval.models  # noqa: F401  (registers the built-in placeholders)
+
+    for name, target in BACKENDS.items():
+        if name not in registry.model_registry:
+            registry.model_registry.register(name, target=target)
+
+
+def _register_or_warn(registry) -> None:
+    try:
+        register_backends(registry)
+    except Exception as err:  # a broken hook must never break lm-eval itself
+        import warnings
+
+        warnings.warn(f"lm-latent-eval could not register its lm-eval backends {sorted(BACKENDS)}: {err!r}", stacklevel=2)
+
+
+class _RegisterAfterExec:
+    """Loader wrapper: run the real loader, then register our backends in the freshly executed registry module."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        _register_or_warn(module)
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
+
+class RegistryImportFinder:
+    """Meta-path finder that answers only for ``lm_eval.api.registry``, by wrapping the spec the other finders find."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != REGISTRY_MODULE:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _RegisterAfterExec(spec.loader)
+                return spec
+        return None
+
+
+def install() -> None:
+    """Put the finder first on sys.meta_path (once); register at once if lm-eval's registry is already loaded."""
+    if REGISTRY_MODULE in sys.modules:
+        _register_or_warn(sys.modules[REGISTRY_MODULE])
+    elif not any(isinstance(f, RegistryImportFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, RegistryImportFinder())
+
+
+install()

@@ -1,0 +1,269 @@
+"""lm-eval backends: ``--model latent`` (any contract-conforming latent LM) and ``--model latent_hmm``.
+
+Each request is answered from document-level estimates log p̂(x) (``estimators.estimate_document``): IS, beam or
+exact, as chosen by ``estimator=``. Every IS estimate of a ``loglikelihood_rolling`` document is also kept, with its
+K log weights, in a process-local table (``document_estimate``) so that task code can aggregate the same samples
+at instance and corpus level (see tasks/latent_ppl_tiny).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+
+import torch
+from tqdm import tqdm
+
+import lm_eval.models  # noqa: F401  (built-in models first: get_model imports them only while the registry is empty)
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+
+from . import __version__
+from .estimators import DocumentEstimate, EstimatorSettings, estimate_document
+from .estimators.importance import SAMPLE_BLOCK
+from .estimators.seeding import document_generator
+from .models import MODELS, checkpoint_hash, load_model
+from .protocol import has_text_sampler
+
+logger = logging.getLogger(__name__)
+
+GENERATION_STREAM = -1  # block index of the random stream used by generate_until (IS uses blocks 0, 1, ...)
+DEFAULT_MAX_GEN_TOKS = 256
+_CACHE_FINGERPRINT_KEY = "lm_latent_eval:model_fingerprint"
+
+# document text -> its latest DocumentEstimate from loglikelihood_rolling in this process (read by task code)
+_ROLLING_ESTIMATES: dict[str, DocumentEstimate] = {}
+
+
+def document_estimate(text: str) -> DocumentEstimate | None:
+    """The estimate (with its K log weights under IS) that this process's latent backend returned for ``text``."""
+    return _ROLLING_ESTIMATES.get(text)
+
+
+def _parse_int(name: str, value) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not str(value).strip().lstrip("-").isdigit():
+        raise ValueError(f"model_args {name} must be an integer, got {value!r}")
+    return int(value)
+
+
+def _parse_float(name: str, value) -> float | None:
+    if value is None:
+        return None
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        return float(value)
+    except ValueError:
+        raise ValueError(f"model_args {name} must be a number, got {value!r}") from None
+
+
+def _parse_bool(name: str, value) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ValueError(f"model_args {name} must be true or false, got {value!r}")
+
+
+def _parse_batch_size(value) -> int | None:
+    """lm-eval's ``--batch_size`` (a string from the CLI): particles per log_joint call; ``auto`` = one IS block."""
+    if value is None:
+        return None
+    if str(value).startswith("auto"):
+        return SAMPLE_BLOCK
+    return _parse_int("batch_size", value)
+
+
+def _resolve_device(device) -> torch.device:
+    """The requested device; CUDA falls back to CPU (with a warning) on a machine without it (lm-eval defaults to cuda:0)."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        warnings.warn(f"device={device} requested but CUDA is not available: running on cpu", stacklevel=3)
+        return torch.device("cpu")
+    return device
+
+
+def _parse_dtype(dtype) -> torch.dtype | None:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    value = getattr(torch, str(dtype).removeprefix("torch."), None)
+    if not isinstance(value, torch.dtype):
+        raise ValueError(f"model_args dtype must name a torch dtype (float32, float64, bfloat16, ...), got {dtype!r}")
+    return value
+
+
+@register_model("latent")
+class LatentLMEval(LM):
+    """lm-eval backend over a latent LM: log p̂ by importance sampling (``is``), beam lower bound or exact marginal.
+
+    model_args: ``model`` (a name in lm_latent_eval.models.MODELS or ``pkg.mod:Cls``), ``pretrained`` (local
+    folder or Hub id; default: the bundled checkpoint), ``estimator``, ``num_samples``, ``temperature``, ``peek``,
+    ``beam_size``, ``seed``, ``dtype``, ``device``. lm-eval's ``--batch_size`` sets the particles per log_joint
+    call (memory only; never changes a number).
+    """
+
+    MODEL: str | None = None  # fixed by the per-model subclasses below
+
+    def __init__(
+        self,
+        model: str | None = None,
+        pretrained: str | None = None,
+        estimator: str | None = None,
+        num_samples=None,
+        temperature=None,
+        peek=None,
+        beam_size=None,
+        seed=None,
+        batch_size=None,
+        max_batch_size=None,  # passed by lm-eval; unused (batch_size is a particle count, not a request count)
+        device=None,
+        dtype=None,
+        **unknown,
+    ) -> None:
+        super().__init__()
+        if unknown:
+            raise ValueError(
+                f"unknown model_args {sorted(unknown)} for {type(self).__name__}; accepted: model, pretrained, "
+                "estimator, num_samples, temperature, peek, beam_size, seed, batch_size, device, dtype"
+            )
+        if self.MODEL is not None and model not in (None, self.MODEL):
+            raise ValueError(f"{type(self).__name__} always loads model={self.MODEL!r}; use --model latent for {model!r}")
+        if (self.MODEL or model) is None:
+            raise ValueError(f"--model latent needs model_args model=<one of {sorted(MODELS)} or package.module:Class>")
+        self.model_name = self.MODEL or model
+        given = {
+            "estimator": estimator,
+            "num_samples": _parse_int("num_samples", num_samples),
+            "temperature": _parse_float("temperature", temperature),
+            "peek": _parse_bool("peek", peek),
+            "beam_size": _parse_int("beam_size", beam_size),
+            "seed": _parse_int("seed", seed),
+            "batch_size": _parse_batch_size(batch_size),
+        }
+        try:
+            self.settings = EstimatorSettings(**{k: v for k, v in given.items() if v is not None})
+        except ValueError as err:
+            raise ValueError(f"bad model_args for {type(self).__name__}: {err}") from None
+        if self.settings.estimator == "is" and self.settings.batch_size == 1 and self.settings.num_samples > 1:
+            logger.warning(
+                "scoring 1 particle per log_joint call (lm-eval's default --batch_size 1); pass --batch_size auto "
+                "or a number for speed (the results do not change)"
+            )
+        self._device = _resolve_device(device)
+        self.model, self.checkpoint = load_model(
+            self.model_name, pretrained, device=self._device, dtype=_parse_dtype(dtype)
+        )
+        self.checkpoint_sha256 = checkpoint_hash(self.checkpoint)
+        self._warned_greedy = False
+
+    # ---- provenance -------------------------------------------------------------------------------------------
+
+    def get_model_info(self) -> dict:
+        """Model class, checkpoint and estimator settings; lm-eval merges this into results["config"]."""
+        cls = type(self.model)
+        return {
+            "latent_model": MODELS.get(self.model_name, self.model_name),
+            "latent_model_class": f"{cls.__module__}:{cls.__qualname__}",
+            "checkpoint": str(self.checkpoint),
+            "checkpoint_sha256": self.checkpoint_sha256,
+            "estimator_settings": self.settings.as_dict(),
+            "lm_latent_eval_version": __version__,
+        }
+
+    def set_cache_hook(self, cache_hook) -> None:
+        """Refuse an lm-eval ``--use_cache`` database filled by a different model, checkpoint or estimator."""
+        dbdict = getattr(cache_hook, "dbdict", None)
+        if dbdict is not None:
+            mine = json.dumps(self.get_model_info(), sort_keys=True)
+            theirs = dbdict.get(_CACHE_FINGERPRINT_KEY)
+            if theirs is not None and theirs != mine:
+                raise ValueError(
+                    "--use_cache database was written by a different latent model or estimator (lm-eval keys its "
+                    f"cache by request text only): cached {theirs}, now {mine}. Use a separate cache file."
+                )
+            dbdict[_CACHE_FINGERPRINT_KEY] = mine
+            dbdict.commit()
+        super().set_cache_hook(cache_hook)
+
+    # ---- requests ---------------------------------------------------------------------------------------------
+
+    def _estimate_all(self, texts: list[str], desc: str, disable_tqdm: bool) -> dict[str, DocumentEstimate]:
+        """One estimate per distinct text (each seeded from (seed, text), so order and batching never matter)."""
+        unique = list(dict.fromkeys(texts))
+        return {
+            text: estimate_document(self.model, text, self.settings, device=self._device)
+            for text in tqdm(unique, desc=desc, disable=disable_tqdm)
+        }
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        """log p̂(x) of each document (0.0 for a document without tokens, with a warning naming it)."""
+        texts = [req.args[0] for req in requests]
+        estimates = self._estimate_all(texts, f"{self.settings.estimator} log p(x)", disable_tqdm)
+        _ROLLING_ESTIMATES.clear()
+        _ROLLING_ESTIMATES.update(estimates)
+        for text, est in estimates.items():
+            if est.num_tokens == 0:
+                warnings.warn(f"document {text[:60]!r} has no tokens: log p = 0.0 over 0 tokens", stacklevel=2)
+        return [estimates[text].log_likelihood for text in texts]
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        """log p̂(context ⊕ continuation) − log p̂(context), one context estimate per distinct context."""
+        pairs = [req.args for req in requests]
+        self._check_prefix_tokenization(pairs)
+        texts = [ctx for ctx, _ in pairs] + [ctx + cont for ctx, cont in pairs]
+        estimates = self._estimate_all(texts, f"{self.settings.estimator} log p(context, continuation)", disable_tqdm)
+        if not self._warned_greedy:
+            warnings.warn(
+                f"{type(self).__name__}: is_greedy is not computed for latent LMs (always False), so metrics built "
+                "on it (e.g. 'acc' of loglikelihood tasks such as lambada) are meaningless; multiple-choice accuracy "
+                "is unaffected",
+                stacklevel=2,
+            )
+            self._warned_greedy = True
+        return [
+            (estimates[ctx + cont].log_likelihood - estimates[ctx].log_likelihood, False) for ctx, cont in pairs
+        ]
+
+    def _check_prefix_tokenization(self, pairs) -> None:
+        """Warn when tokens(context) is not a prefix of tokens(context ⊕ continuation): no longer a conditional."""
+        for ctx, cont in dict.fromkeys(pairs):
+            x_ctx, x_full = self.model.tokenize(ctx), self.model.tokenize(ctx + cont)
+            if x_full.numel() < x_ctx.numel() or not torch.equal(x_full[: x_ctx.numel()], x_ctx):
+                warnings.warn(
+                    f"tokens of context {ctx[-40:]!r} are not a prefix of those of context+continuation "
+                    f"{(ctx + cont)[-60:]!r}: the loglikelihood is log p(context+continuation) - log p(context), "
+                    "not a conditional of the continuation's tokens",
+                    stacklevel=3,
+                )
+                return
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        """Ancestral samples from p(· | context), seeded from (seed, context), cut at the first ``until`` string."""
+        if not has_text_sampler(self.model):
+            raise NotImplementedError(f"{type(self.model).__name__} has no sample_text(): generate_until is unavailable")
+        outputs = []
+        for req in tqdm(requests, desc="sampling continuations", disable=disable_tqdm):
+            context, gen_kwargs = req.args
+            until = gen_kwargs.get("until") or []
+            until = [until] if isinstance(until, str) else list(until)
+            max_tokens = int(gen_kwargs.get("max_gen_toks", DEFAULT_MAX_GEN_TOKS))
+            gen = document_generator(self.settings.seed, context, GENERATION_STREAM, device=self._device)
+            text = self.model.sample_text(context, max_tokens, generator=gen, stop=until)
+            cut = min((text.find(s) for s in until if s and s in text), default=len(text))
+            outputs.append(text[:cut])
+        return outputs
+
+
+@register_model("latent_hmm")
+class LatentHMMEval(LatentLMEval):
+    """``--model latent_hmm``: the word-level HMM reference model (bundled checkpoint, exact marginal available)."""
+
+    MODEL = "hmm"

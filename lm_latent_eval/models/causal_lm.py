@@ -1,0 +1,78 @@
+"""A plain Hugging Face causal LM seen through the latent-LM contract: z is a single trivial configuration.
+
+With one latent value, p(x, z) = p(x), q(z | x) = 1, and every estimator (IS, beam, exact) returns the exact
+log p(x). It lets the plain-LM case run through our backend and be compared with lm-eval's ``hf`` backend.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class _TrivialProposal:
+    """q(z | x) = 1 on the single configuration z = 0."""
+
+    def sample(self, x, num_samples, temperature=1.0, peek=True, generator=None):
+        """z [K, 1] of zeros, log q = 0 [K] (tempering a point mass leaves it a point mass)."""
+        return torch.zeros(num_samples, 1, dtype=torch.long), torch.zeros(num_samples, dtype=torch.float64)
+
+    def beam(self, x, beam_size):
+        """The one configuration."""
+        return torch.zeros(1, 1, dtype=torch.long)
+
+
+class CausalLMAsLatent(torch.nn.Module):
+    """log p(x) = Σ_t log p(x_t | bos, x_<t) of a transformers causal LM, scored after a prefix token."""
+
+    def __init__(self, model, tokenizer, max_length: int | None = None):
+        super().__init__()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.proposal = _TrivialProposal()
+        self.prefix_token = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+        if self.prefix_token is None:
+            raise ValueError("the tokenizer has neither a BOS nor an EOS token to condition the first token on")
+        self.max_length = max_length or getattr(model.config, "n_positions", None) or model.config.max_position_embeddings
+
+    @classmethod
+    def from_pretrained(cls, path: str, **kwargs):
+        """Load model and tokenizer with transformers' Auto classes (local dir or Hub id)."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        return cls(AutoModelForCausalLM.from_pretrained(path, **kwargs), AutoTokenizer.from_pretrained(path))
+
+    def tokenize(self, text: str) -> torch.Tensor:
+        """Token ids [T] of the model's own tokenizer, without special tokens."""
+        return torch.tensor(self.tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
+
+    @torch.no_grad()
+    def log_marginal(self, x: torch.Tensor) -> float:
+        """Exact log p(x); longer texts go in disjoint windows of the context length, as lm-eval's hf backend does."""
+        device = next(self.model.parameters()).device
+        ids = torch.cat([torch.tensor([self.prefix_token]), x.cpu()]).to(device)
+        total, start = 0.0, 0
+        while start < x.numel():
+            end = min(x.numel(), start + self.max_length - 1)
+            ctx_start = max(0, end - self.max_length + 1)  # ids index: window ids[ctx_start : end + 1]
+            window = ids[ctx_start : end + 1].unsqueeze(0)
+            logp = torch.log_softmax(self.model(window).logits[0, :-1].float(), -1)
+            targets = window[0, 1:]
+            scored = logp.gather(-1, targets[:, None])[:, 0][start - ctx_start :]
+            total += float(scored.double().sum())
+            start = end
+        return total
+
+    def log_joint(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """log p(x, z) = log p(x) for the single configuration: float64 [K]."""
+        return torch.full((z.shape[0],), self.log_marginal(x), dtype=torch.float64)
+
+    @torch.no_grad()
+    def sample_text(self, prefix_text: str, max_tokens: int, generator: torch.Generator | None = None, stop=None) -> str:
+        """Ancestral sampling from p(· | prefix) at temperature 1 (generate with do_sample)."""
+        device = next(self.model.parameters()).device
+        ids = torch.cat([torch.tensor([self.prefix_token]), self.tokenize(prefix_text)]).to(device)
+        if generator is not None:
+            torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
+        out = self.model.generate(ids[None], do_sample=True, max_new_tokens=max_tokens, top_k=0,
+                                  pad_token_id=self.tokenizer.eos_token_id)
+        return self.tokenizer.decode(out[0, ids.numel():], skip_special_tokens=True)

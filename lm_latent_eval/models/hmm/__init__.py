@@ -1,0 +1,7 @@
+"""Reference latent LM: a word-level hidden Markov model with exact forward marginal and a mismatched proposal."""
+
+from .model import HMMLanguageModel
+from .proposal import HMMProposal
+from .tokenizer import UNK, WordTokenizer, build_vocab, split_words
+
+__all__ = ["UNK", "HMMLanguageModel", "HMMProposal", "WordTokenizer", "build_vocab", "split_words"]

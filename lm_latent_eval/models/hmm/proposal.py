@@ -1,0 +1,100 @@
+"""The HMM's proposal q(z | x): a second, mismatched HMM (π', A', B'), sampled with or without peeking."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .parameters import HMMParameters, forward_log_alpha
+
+
+def _check_args(x: torch.Tensor, num_samples: int, temperature: float) -> None:
+    if x.dim() != 1:
+        raise ValueError(f"x must be a 1-d LongTensor [T], got shape {tuple(x.shape)}")
+    if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
+        raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
+    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+
+
+def _draw(logits: torch.Tensor, temperature: float, generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one index per row of softmax(logits / τ) [K, S]; return (index [K], its log probability [K])."""
+    log_p = torch.log_softmax(logits / temperature, -1)
+    idx = torch.multinomial(log_p.exp(), 1, generator=generator).squeeze(-1)
+    return idx, log_p.gather(-1, idx[:, None]).squeeze(-1)
+
+
+class HMMProposal(HMMParameters):
+    """q(z | x) from the mismatched HMM (π', A', B'); every z has q > 0, so it covers the model's support.
+
+    peek=True:  forward-filter backward-sample, q(z | x) = q'(z_T | x) Π_t q'(z_t | z_{t+1}, x_≤t), all of x seen.
+    peek=False: q(z | x) = Π_t q'(z_t | z_{t-1}, x_t) with q'(z_t = j | i, x_t) ∝ A'(i, j) B'(j, x_t), x_≤t seen.
+    Temperature τ divides the log-probability logits of every conditional sampled from; log q is under that
+    tempered distribution.
+    """
+
+    def sample(
+        self,
+        x: torch.Tensor,
+        num_samples: int,
+        temperature: float = 1.0,
+        peek: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Draw z [K, T] ~ q_τ(z | x) and return it with log q_τ(z | x) float64 [K]."""
+        _check_args(x, num_samples, temperature)
+        device = self.initial_logits.device
+        K, T = num_samples, x.shape[0]
+        z = torch.zeros(K, T, dtype=torch.long, device=device)
+        log_q = torch.zeros(K, dtype=torch.float64, device=device)
+        if T == 0:
+            return z, log_q
+        log_pi, log_A, _ = self.log_probs()
+        emissions = self.emission_scores(x)  # [T, S]
+        with torch.no_grad():
+            if peek:
+                log_alpha = forward_log_alpha(log_pi, log_A, emissions)  # [T, S]
+                z[:, -1], log_q = _draw(log_alpha[-1].expand(K, -1), temperature, generator)
+                for t in range(T - 2, -1, -1):
+                    z[:, t], lq = _draw(log_alpha[t] + log_A[:, z[:, t + 1]].t(), temperature, generator)
+                    log_q = log_q + lq
+            else:
+                z[:, 0], log_q = _draw((log_pi + emissions[0]).expand(K, -1), temperature, generator)
+                for t in range(1, T):
+                    z[:, t], lq = _draw(log_A[z[:, t - 1]] + emissions[t], temperature, generator)
+                    log_q = log_q + lq
+        return z, log_q
+
+    @torch.no_grad()
+    def beam(self, x: torch.Tensor, beam_size: int) -> torch.Tensor:
+        """The min(k, S^T) distinct z [k', T] with the highest q(z | x) (k-best Viterbi on the mismatched HMM)."""
+        if x.dim() != 1:
+            raise ValueError(f"x must be a 1-d LongTensor [T], got shape {tuple(x.shape)}")
+        if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size <= 0:
+            raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
+        device = self.initial_logits.device
+        S, T, k = self.num_states, x.shape[0], beam_size
+        if T == 0:
+            return torch.zeros(1, 0, dtype=torch.long, device=device)
+        log_pi, log_A, _ = self.log_probs()
+        emissions = self.emission_scores(x)
+        # score[j, r]: log q(x_≤t, z_≤t) of the r-th best prefix ending in state j (−inf: no such prefix)
+        score = torch.full((S, k), -math.inf, dtype=torch.float64, device=device)
+        score[:, 0] = log_pi + emissions[0]
+        back = []  # back[t-1][j, r] = flat index (i * k + r') of the prefix extended into slot (j, r) at step t
+        for t in range(1, T):
+            cand = (score[:, :, None] + log_A[:, None, :]).reshape(S * k, S)  # [(i, r'), j]
+            top, arg = cand.topk(k, dim=0)  # [k, S]
+            score = top.t() + emissions[t][:, None]
+            back.append(arg.t())
+        top, flat = score.reshape(-1).topk(k)
+        flat = flat[torch.isfinite(top)]
+        state, rank = flat // k, flat % k
+        z = torch.empty(flat.shape[0], T, dtype=torch.long, device=device)
+        z[:, -1] = state
+        for t in range(T - 1, 0, -1):
+            prev = back[t - 1][state, rank]
+            state, rank = prev // k, prev % k
+            z[:, t - 1] = state
+        return z

@@ -1,0 +1,282 @@
+"""The KGLM latent process z_t = (mention type, parent, entity) and its log probability, shared by p and q.
+
+Encoding of z (a dict of LongTensor [K, T]; position t labels token x_t):
+
+- ``mention_type``: 0 = no mention, 1 = new entity, 2 = related entity (reached from a parent through a KG edge),
+  3 = continuation of the mention at t-1 (same entity, parent and relation);
+- ``entity``: knowledge-graph id of the mentioned entity, -1 when none;
+- ``parent``: knowledge-graph id of the parent of a related mention, -1 otherwise;
+- ``relation``: knowledge-graph id of *a* relation parent -> entity (the first such edge), -1 otherwise. It is a
+  label: p and q sum over every edge parent -> entity (as the original KGLM does), so it never changes a number.
+
+Per-step distributions, given the encoder outputs h_type [T, D], h_head [T, De], h_rel [T, De] and temperature τ
+(every logit divided by τ; τ = 1 for the generative model):
+
+- p(type_t) = softmax(W_type h_type_t / τ) over the *allowed* types: new needs an entity that can be new,
+  related needs a parent candidate, continuing needs a mention at t-1;
+- p(entity | new) = softmax((E_r · (h_head + h_rel)_t + b_r) / τ) over embedding rows r that own an entity
+  (the new-entity head is tied to the entity embeddings E);
+- p(parent | related) = softmax(E_parent · h_head_t / τ) over the distinct entities mentioned in the last
+  ``cutoff`` tokens that have at least one KG edge;
+- p(entity | parent) = Σ_{edges (parent, r, entity)} softmax_over_edges_of_parent(R_r · h_rel_t / τ).
+
+Entities map to embedding rows through ``entity_row`` (row 0 = no entity). Several KG entities may share a row
+(the original's ``@@UNKNOWN@@`` entity row); only the row's owner (``row_entity``) can be a new entity or a
+parent, and mentions of a non-owner enter the recent-entity window as their row's owner.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .graph import KnowledgeGraph
+
+NONE, NEW, RELATED, CONTINUING = 0, 1, 2, 3
+NUM_TYPES = 4
+LATENT_KEYS = ("mention_type", "entity", "parent", "relation")
+_BLOCK = 128  # positions scored at once (bounds the [K, block, cutoff, cutoff] window comparison)
+
+
+class GraphTables(nn.Module):
+    """Tensor form of a KnowledgeGraph: embedding-row maps and edges in CSR order (buffers, so they follow .to())."""
+
+    def __init__(self, graph: KnowledgeGraph, entity_rows: list[int] | None = None, relation_rows: list[int] | None = None):
+        super().__init__()
+        n, r = graph.num_entities, graph.num_relations
+        ent_row = torch.arange(1, n + 1) if entity_rows is None else torch.tensor(entity_rows, dtype=torch.long)
+        rel_row = torch.arange(1, r + 1) if relation_rows is None else torch.tensor(relation_rows, dtype=torch.long)
+        if ent_row.shape != (n,) or (n and int(ent_row.min()) < 1):
+            raise ValueError(f"entity_rows must give a row >= 1 for each of the {n} entities")
+        if rel_row.shape != (r,) or (r and int(rel_row.min()) < 0):
+            raise ValueError(f"relation_rows must give a row >= 0 for each of the {r} relations")
+        num_rows = int(ent_row.max()) + 1 if n else 1
+        row_entity = torch.full((num_rows,), -1, dtype=torch.long)
+        # the owner of a row is the first entity mapped to it
+        for e in range(n - 1, -1, -1):
+            row_entity[ent_row[e]] = e
+        offsets = [0]
+        rels, tails = [], []
+        for e in range(n):
+            for rel, tail in graph.out_edges(e):
+                rels.append(rel)
+                tails.append(tail)
+            offsets.append(len(rels))
+        self.register_buffer("entity_row", ent_row, persistent=False)
+        self.register_buffer("relation_row", rel_row, persistent=False)
+        self.register_buffer("row_entity", row_entity, persistent=False)
+        self.register_buffer("edge_offsets", torch.tensor(offsets, dtype=torch.long), persistent=False)
+        self.register_buffer("edge_relation", torch.tensor(rels, dtype=torch.long), persistent=False)
+        self.register_buffer("edge_tail", torch.tensor(tails, dtype=torch.long), persistent=False)
+        degree = self.edge_offsets[1:] - self.edge_offsets[:-1]
+        row_has_edges = torch.zeros(num_rows, dtype=torch.bool)
+        owned = row_entity >= 0
+        row_has_edges[owned] = degree[row_entity[owned]] > 0
+        self.register_buffer("degree", degree, persistent=False)
+        self.register_buffer("row_has_edges", row_has_edges, persistent=False)
+        self.register_buffer("row_owned", owned, persistent=False)
+        self.num_entities = n
+        self.num_relations = r
+        self.num_rows = num_rows
+
+    def owns_row(self, entity: torch.Tensor) -> torch.Tensor:
+        """True where entity >= 0 is the owner of its embedding row (may be new / a parent): same shape."""
+        safe = entity.clamp(min=0)
+        return (entity >= 0) & (self.row_entity[self.entity_row[safe]] == safe)
+
+    def mention_rows(self, types: torch.Tensor, entity: torch.Tensor) -> torch.Tensor:
+        """Embedding row of the entity mentioned at each position, 0 where there is no mention: [K, T]."""
+        return torch.where((types > 0) & (entity >= 0), self.entity_row[entity.clamp(min=0)], 0)
+
+
+@dataclass
+class LatentHeads:
+    """What the latent process reads: encoder outputs for T positions and the parameters of the heads."""
+
+    h_type: torch.Tensor  # [T, D]
+    h_head: torch.Tensor  # [T, De]
+    h_rel: torch.Tensor  # [T, De]
+    mention_type: nn.Linear  # D -> 4
+    entity_embedding: torch.Tensor  # [num_rows, De]
+    relation_embedding: torch.Tensor  # [num_relation_rows, De]
+    new_entity_bias: torch.Tensor | None  # [num_rows] or None
+    tables: GraphTables
+    cutoff: int
+
+    def type_logits(self) -> torch.Tensor:
+        """[T, 4] float64."""
+        return self.mention_type(self.h_type).double()
+
+    def new_entity_logits(self, t: torch.Tensor) -> torch.Tensor:
+        """Logits over embedding rows at positions t [B]: [B, num_rows] float64, -inf on rows without an owner."""
+        logits = (self.h_head[t] + self.h_rel[t]) @ self.entity_embedding.t()
+        if self.new_entity_bias is not None:
+            logits = logits + self.new_entity_bias
+        return logits.double().masked_fill(~self.tables.row_owned, -math.inf)
+
+    def parent_logits(self, t: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """E_row · h_head_t for positions t [...] and candidate rows [..., C]: [..., C] float64."""
+        return torch.einsum("...d,...cd->...c", self.h_head[t], self.entity_embedding[rows]).double()
+
+    def edge_logits(self, t: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
+        """R_relation(edge) · h_rel_t for flat edges [M] at positions t [M]: [M] float64."""
+        rel = self.relation_embedding[self.tables.relation_row[self.tables.edge_relation[edges]]]
+        return (rel * self.h_rel[t]).sum(-1).double()
+
+
+def candidate_slots(window: torch.Tensor, tables: GraphTables) -> torch.Tensor:
+    """Parent candidates in recent-entity windows [..., C] of rows: distinct owned rows with edges (last occurrence)."""
+    ok = (window > 0) & tables.row_has_edges[window]
+    c = window.shape[-1]
+    later = torch.ones(c, c, dtype=torch.bool, device=window.device).triu(1)
+    dup = ((window.unsqueeze(-1) == window.unsqueeze(-2)) & later).any(-1)
+    return ok & ~dup
+
+
+def allowed_types(any_new: bool, any_parent: torch.Tensor, prev_type: torch.Tensor | None) -> torch.Tensor:
+    """Mask of allowed mention types [..., 4] given parent availability [...] and the previous type [...] (None at t=0)."""
+    shape = any_parent.shape
+    allowed = torch.ones(*shape, NUM_TYPES, dtype=torch.bool, device=any_parent.device)
+    allowed[..., NEW] = bool(any_new)
+    allowed[..., RELATED] = any_parent
+    allowed[..., CONTINUING] = False if prev_type is None else prev_type != NONE
+    return allowed
+
+
+def segment_logsumexp(values: torch.Tensor, segment: torch.Tensor, num_segments: int) -> torch.Tensor:
+    """log Σ exp(values) within each segment: values [M], segment ids [M] -> [num_segments] (-inf when empty)."""
+    out = torch.full((num_segments,), -math.inf, dtype=values.dtype, device=values.device)
+    if values.numel() == 0:
+        return out
+    peak = out.scatter_reduce(0, segment, values, reduce="amax", include_self=True)
+    safe_peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
+    total = torch.zeros_like(out).index_add_(0, segment, torch.exp(values - safe_peak[segment]))
+    return torch.log(total) + safe_peak
+
+
+def expand_edges(parents: torch.Tensor, tables: GraphTables) -> tuple[torch.Tensor, torch.Tensor]:
+    """All KG edges of each parent entity [P]: (flat edge ids [M], owning pair index [M])."""
+    deg = tables.degree[parents]
+    pair = torch.repeat_interleave(torch.arange(parents.numel(), device=parents.device), deg)
+    start = tables.edge_offsets[parents]
+    first = torch.cumsum(deg, 0) - deg
+    edges = start[pair] + (torch.arange(pair.numel(), device=parents.device) - first[pair])
+    return edges, pair
+
+
+def latent_log_prob(heads: LatentHeads, z: dict, temperature: float = 1.0) -> torch.Tensor:
+    """Σ_t log π(z_t | z_<t, h) for K configurations: float64 [K]; -inf for configurations outside the support."""
+    types, entity, parent = z["mention_type"], z["entity"], z["parent"]
+    tables = heads.tables
+    K, T = types.shape
+    device = types.device
+    check_latents(z, tables.num_entities, T)
+    cutoff = heads.cutoff
+    tau = float(temperature)
+    valid = torch.ones(K, T, dtype=torch.bool, device=device)
+    total = torch.zeros(K, T, dtype=torch.float64, device=device)
+
+    # structural consistency of each position with its predecessor
+    prev_type = torch.cat([torch.zeros(K, 1, dtype=torch.long, device=device), types[:, :-1]], 1)
+    prev_ent = torch.cat([torch.full((K, 1), -1, dtype=torch.long, device=device), entity[:, :-1]], 1)
+    prev_par = torch.cat([torch.full((K, 1), -1, dtype=torch.long, device=device), parent[:, :-1]], 1)
+    is_none, is_new, is_rel, is_cont = (types == NONE), (types == NEW), (types == RELATED), (types == CONTINUING)
+    valid &= ~is_none | ((entity == -1) & (parent == -1))
+    valid &= ~is_new | (tables.owns_row(entity) & (parent == -1))
+    valid &= ~is_rel | (entity >= 0)
+    valid &= ~is_cont | ((prev_type != NONE) & (entity == prev_ent) & (parent == prev_par))
+
+    rows = tables.mention_rows(types, entity)
+    padded = torch.cat([torch.zeros(K, cutoff, dtype=torch.long, device=device), rows], 1)
+    type_logits = heads.type_logits() / tau
+    any_new = bool(tables.row_owned.any())
+
+    for s in range(0, T, _BLOCK):
+        e = min(T, s + _BLOCK)
+        t_idx = torch.arange(s, e, device=device)
+        window = padded[:, s : e + cutoff].unfold(1, cutoff, 1)[:, : e - s] if cutoff > 0 else padded.new_zeros(K, e - s, 0)
+        cand = candidate_slots(window, tables)  # [K, B, C]
+        any_parent = cand.any(-1)
+        allowed = allowed_types(any_new, any_parent, prev_type[:, s:e])
+        logits = type_logits[s:e].unsqueeze(0).expand(K, -1, -1).masked_fill(~allowed, -math.inf)
+        logp = torch.log_softmax(logits, -1).gather(-1, types[:, s:e].unsqueeze(-1)).squeeze(-1)
+        total[:, s:e] += logp
+        valid[:, s:e] &= allowed.gather(-1, types[:, s:e].unsqueeze(-1)).squeeze(-1)
+
+        # new entities
+        k_new, b_new = torch.nonzero(is_new[:, s:e] & valid[:, s:e], as_tuple=True)
+        if k_new.numel():
+            uniq_t, inv = torch.unique(b_new + s, return_inverse=True)
+            ne_logp = torch.log_softmax(heads.new_entity_logits(uniq_t) / tau, -1)
+            row = tables.entity_row[entity[k_new, b_new + s]]
+            total[k_new, b_new + s] += ne_logp[inv, row]
+
+        # related entities: parent among window candidates, then edges parent -> entity
+        k_rel, b_rel = torch.nonzero(is_rel[:, s:e] & valid[:, s:e], as_tuple=True)
+        if k_rel.numel():
+            t_rel = b_rel + s
+            par = parent[k_rel, t_rel]
+            ent = entity[k_rel, t_rel]
+            prow = torch.where(par >= 0, tables.entity_row[par.clamp(min=0)], -1)
+            win = window[k_rel, b_rel]  # [P, C]
+            cmask = cand[k_rel, b_rel]
+            hit = (win == prow.unsqueeze(-1)) & cmask
+            ok = hit.any(-1) & tables.owns_row(par)
+            plog = heads.parent_logits(t_rel, win).masked_fill(~cmask, -math.inf) / tau
+            plog = torch.log_softmax(plog, -1)
+            parent_lp = torch.where(ok, plog.masked_fill(~hit, -math.inf).logsumexp(-1), -math.inf)
+            safe_par = torch.where(ok, par, 0)
+            edges, pair = expand_edges(torch.where(ok, safe_par, torch.zeros_like(safe_par)), tables)
+            keep = ok[pair]
+            edges, pair = edges[keep], pair[keep]
+            elog = heads.edge_logits(t_rel[pair], edges) / tau
+            norm = segment_logsumexp(elog, pair, par.numel())
+            to_ent = tables.edge_tail[edges] == ent[pair]
+            reach = segment_logsumexp(elog.masked_fill(~to_ent, -math.inf), pair, par.numel())
+            rel_lp = reach - norm
+            ok = ok & torch.isfinite(rel_lp)
+            total[k_rel, t_rel] += torch.where(ok, parent_lp + rel_lp, 0.0)
+            valid[k_rel, t_rel] &= ok
+
+    out = total.sum(-1)
+    return out.masked_fill(~valid.all(-1), -math.inf)
+
+
+def check_latents(z: dict, num_entities: int, T: int) -> None:
+    """Raise ValueError for malformed latent configurations (wrong keys, shapes or out-of-range ids)."""
+    if not isinstance(z, dict) or any(k not in z for k in ("mention_type", "entity", "parent")):
+        raise ValueError(f"KGLM latents must be a dict with keys {LATENT_KEYS}; got {type(z).__name__}")
+    shape = z["mention_type"].shape
+    for key in ("mention_type", "entity", "parent"):
+        v = z[key]
+        if v.dim() != 2 or v.shape != shape or v.shape[1] != T:
+            raise ValueError(f"latent {key!r} must have shape [K, {T}], got {tuple(v.shape)}")
+        if v.dtype != torch.long:
+            raise ValueError(f"latent {key!r} must be a LongTensor, got {v.dtype}")
+    if shape[1] and (int(z["mention_type"].min()) < 0 or int(z["mention_type"].max()) >= NUM_TYPES):
+        raise ValueError("mention_type values must be 0 (none), 1 (new), 2 (related) or 3 (continuing)")
+    for key in ("entity", "parent"):
+        v = z[key]
+        if v.numel() and (int(v.min()) < -1 or int(v.max()) >= num_entities):
+            raise ValueError(f"latent {key!r} holds ids outside [-1, {num_entities - 1}]")
+
+
+def canonical_relation(tables: GraphTables, parent: torch.Tensor, entity: torch.Tensor) -> torch.Tensor:
+    """Relation id of the first KG edge parent -> entity (the label stored in z), -1 where there is none: same shape."""
+    out = torch.full_like(parent, -1)
+    flat_p, flat_e = parent.reshape(-1), entity.reshape(-1)
+    idx = torch.nonzero((flat_p >= 0) & (flat_e >= 0), as_tuple=True)[0]
+    if idx.numel():
+        edges, pair = expand_edges(flat_p[idx], tables)
+        match = tables.edge_tail[edges] == flat_e[idx][pair]
+        big = torch.iinfo(torch.long).max
+        first = torch.full((idx.numel(),), big, dtype=torch.long, device=parent.device)
+        first = first.scatter_reduce(0, pair, torch.where(match, edges, big), reduce="amin")
+        found = first < big
+        res = torch.full((idx.numel(),), -1, dtype=torch.long, device=parent.device)
+        res[found] = tables.edge_relation[first[found]]
+        out.view(-1)[idx] = res
+    return out

@@ -1,0 +1,342 @@
+"""KGLM generative model p(x, z) (Logan et al., 2019) and its Hub checkpoint layout.
+
+p(x, z) = Π_t p(type_t | ·) p(entity_t | type_t, ·) p(x_t | h_t, entity_t), where h_t is the AWD-LSTM state after
+reading ``@@START@@ x_1 .. x_{t-1}`` (the token LSTM reads x only, so it is computed once per document and shared
+by every particle), split into h_type [D_tok] | h_head [D_ent] | h_rel [D_ent]. The latent factors are in
+``latents.py``. The word distribution is one softmax over generating a vocabulary word,
+``W_gen · condense([h_type; E_entity]) + b``, and copying a token position of one of the entity's aliases,
+``h_type · tanh(W_copy · LSTM_alias(alias tokens))``; p(x_t) sums every way of producing x_t's string:
+generating it (in-vocabulary words) or copying it. A word outside the vocabulary that cannot be copied is
+generated as ``@@UNKNOWN@@`` with the unknown-word penalty (``unk_penalty`` nats, the original's log |unk types|);
+an out-of-vocabulary alias word that *can* be copied is only copied (as in the original).
+
+Deviations from the original training loss, chosen so that Σ_x Σ_z p(x, z) is a proper distribution:
+the entity of a mention is scored once (at its first token; continuation tokens score only their type);
+impossible types are masked before the softmax (continuing after no mention; related with no candidate parent);
+the parent softmax runs over recent entities that have at least one edge; new entities never include row 0.
+
+Checkpoint layout (``save_pretrained`` / ``from_pretrained``): ``config.json`` (constructor arguments, including
+the word ``vocab``), ``model.safetensors`` (p's and q's weights; q's under ``proposal.``), and
+``knowledge_graph.json`` (``KnowledgeGraph.to_json``: entities, relations, edges, aliases). ``from_pretrained``
+reads the graph from the checkpoint folder unless ``knowledge_graph=`` (a KnowledgeGraph, a dict or a JSON path)
+is given.
+
+Mapping of an original AllenNLP ``kglm`` archive (``weights.th``) onto this module (``.`` = this model):
+
+    _token_embedder.weight                      -> token_embedding.weight   (row i = tokens vocab index i,
+                                                   0 = padding; build ``vocab`` as ["@@PADDING@@"] + tokens.txt)
+    _entity_embedder.weight                     -> entity_embedding.weight  (rows = entity_ids namespace;
+                                                   pass entity_rows / num_entity_rows, see GraphTables)
+    _relation_embedder.weight                   -> relation_embedding.weight (relation_rows / num_relation_rows)
+    _rnn._rnns.{i}.module.weight_ih_l0          -> encoder.layers.{i}.weight_ih_l0
+    _rnn._rnns.{i}.weight_hh_l0_raw             -> encoder.layers.{i}.weight_hh_l0   (the raw, undropped W_hh)
+    _rnn._rnns.{i}.module.weight_hh_l0          -> (not used: a dropped copy of the raw weight)
+    _rnn._rnns.{i}.module.bias_{ih,hh}_l0       -> encoder.layers.{i}.bias_{ih,hh}_l0
+    _fc_mention_type.{weight,bias}              -> mention_type.{weight,bias}
+    _fc_new_entity.bias                         -> new_entity_bias   (weight is tied to entity_embedding; an
+                                                   archive with use_shortlist=true has none: new_entity_bias=False)
+    _fc_condense.{weight,bias}                  -> condense.{weight,bias}
+    _fc_generate.{weight,bias}                  -> generate.{weight,bias}   (weight tied to token_embedding)
+    _fc_copy.{weight,bias}                      -> copy.{weight,bias}
+    _alias_encoder._module.{w,b}_{ih,hh}_l0     -> alias_encoder.{w,b}_{ih,hh}_l0
+    a ``kglm-disc`` archive: the same names     -> proposal.<same target names> (no word head, no alias encoder)
+
+Sizes: token_dim = D_tok (original 400), entity_dim = D_ent (256), hidden_size (1150), num_layers (3); the last
+LSTM layer has D_tok + 2·D_ent units.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Iterable
+
+import torch
+import torch.nn.functional as F
+from huggingface_hub import PyTorchModelHubMixin, hf_hub_download
+from torch import nn
+
+from .awd_lstm import AWDLSTM, embedding_dropout
+from .graph import KnowledgeGraph
+from .latents import LATENT_KEYS, GraphTables, LatentHeads, latent_log_prob
+from .proposal import KGLMProposal
+
+GRAPH_FILE = "knowledge_graph.json"
+UNK, BOS, PAD = "@@UNKNOWN@@", "@@START@@", "@@PADDING@@"
+_WORD_CHUNK = 1024  # (position, entity) pairs scored per generate-softmax call
+
+
+def build_vocabulary(documents: Iterable[Iterable[str]], min_count: int = 1, max_size: int | None = None) -> list[str]:
+    """Word list [@@PADDING@@, @@UNKNOWN@@, @@START@@, most frequent words...] from tokenized documents."""
+    counts = Counter(tok for doc in documents for tok in doc)
+    words = [w for w, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if c >= min_count and w not in (PAD, UNK, BOS)]
+    if max_size is not None:
+        words = words[: max(0, max_size - 3)]
+    return [PAD, UNK, BOS] + words
+
+
+def load_graph(source) -> KnowledgeGraph:
+    """A KnowledgeGraph from a KnowledgeGraph, a ``to_dict`` dict, a JSON path or None (empty graph)."""
+    if source is None:
+        return KnowledgeGraph()
+    if isinstance(source, KnowledgeGraph):
+        return source
+    if isinstance(source, dict):
+        return KnowledgeGraph.from_dict(source)
+    if isinstance(source, (str, Path)):
+        return KnowledgeGraph.from_json(source)
+    raise TypeError(f"knowledge_graph must be a KnowledgeGraph, dict or JSON path, got {type(source).__name__}")
+
+
+class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=["latent-lm", "kglm"]):
+    """Knowledge-graph language model: ``log_joint(x, z)`` [K], ``proposal`` (q(z | x)), ``tokenize``.
+
+    x: LongTensor [T] of ids from ``tokenize`` (whitespace tokens; ids >= len(vocab) are out-of-vocabulary words
+    that occur in some alias, so they can be copied; other unknown words map to @@UNKNOWN@@).
+    z: dict of LongTensor [K, T] with keys mention_type / entity / parent / relation (see ``latents.py``).
+    """
+
+    def __init__(
+        self,
+        vocab: list[str],
+        knowledge_graph: KnowledgeGraph | dict | str | None = None,
+        token_dim: int = 400,
+        entity_dim: int = 256,
+        hidden_size: int = 1150,
+        num_layers: int = 3,
+        cutoff: int = 30,
+        tie_weights: bool = True,
+        new_entity_bias: bool = True,
+        unk_penalty: float = 0.0,
+        entity_rows: list[int] | None = None,
+        relation_rows: list[int] | None = None,
+        num_entity_rows: int | None = None,
+        num_relation_rows: int | None = None,
+        dropout: float = 0.4,
+        dropouti: float = 0.65,
+        dropoute: float = 0.1,
+        wdrop: float = 0.5,
+        chunk_size: int = 70,
+    ):
+        super().__init__()
+        if not isinstance(vocab, (list, tuple)) or UNK not in vocab or BOS not in vocab:
+            raise ValueError(f"vocab must be a list of words containing {UNK!r} and {BOS!r}")
+        if len(set(vocab)) != len(vocab):
+            raise ValueError("vocab has duplicate words")
+        if cutoff < 0 or not math.isfinite(unk_penalty) or unk_penalty < 0:
+            raise ValueError(f"need cutoff >= 0 and a finite unk_penalty >= 0, got {cutoff}, {unk_penalty}")
+        self.vocab = list(vocab)
+        self.word_to_id = {w: i for i, w in enumerate(self.vocab)}
+        self.unk_id, self.bos_id = self.word_to_id[UNK], self.word_to_id[BOS]
+        self.graph = load_graph(knowledge_graph)
+        self.tables = GraphTables(self.graph, entity_rows, relation_rows)
+        # out-of-vocabulary alias words get ids V, V+1, ... so that copying can match them by string
+        extra = sorted({tok for forms in self.graph.aliases.values() for f in forms for tok in f} - set(self.word_to_id))
+        self.extended_words = extra
+        self.extended_to_id = {w: len(self.vocab) + i for i, w in enumerate(extra)}
+        self.cutoff, self.unk_penalty, self.chunk_size = int(cutoff), float(unk_penalty), int(chunk_size)
+        self.token_dim, self.entity_dim = token_dim, entity_dim
+        self.dropout, self.dropoute = dropout, dropoute
+        n_ent_rows = max(num_entity_rows or 0, self.tables.num_rows)
+        n_rel_rows = max(num_relation_rows or 0, int(self.tables.relation_row.max()) + 1 if self.graph.num_relations else 1)
+        V = len(self.vocab)
+
+        self.token_embedding = nn.Embedding(V, token_dim)
+        self.entity_embedding = nn.Embedding(n_ent_rows, entity_dim)
+        self.relation_embedding = nn.Embedding(n_rel_rows, entity_dim)
+        self.encoder = AWDLSTM(token_dim, hidden_size, token_dim + 2 * entity_dim, num_layers, wdrop, dropouti, dropout)
+        self.mention_type = nn.Linear(token_dim, 4)
+        self.new_entity_bias = nn.Parameter(torch.zeros(n_ent_rows)) if new_entity_bias else None
+        self.condense = nn.Linear(token_dim + entity_dim, token_dim)
+        self.generate = nn.Linear(token_dim, V)
+        if tie_weights:
+            self.generate.weight = self.token_embedding.weight
+        self.alias_encoder = nn.LSTM(token_dim, token_dim, batch_first=True)
+        self.copy = nn.Linear(token_dim, token_dim)
+        nn.init.uniform_(self.token_embedding.weight, -0.1, 0.1)
+        nn.init.zeros_(self.generate.bias)
+
+        self.proposal = KGLMProposal(
+            vocab_size=V, unk_id=self.unk_id, bos_id=self.bos_id, tables=self.tables, token_dim=token_dim,
+            entity_dim=entity_dim, hidden_size=hidden_size, num_layers=num_layers, cutoff=cutoff,
+            new_entity_bias=new_entity_bias, num_entity_rows=n_ent_rows, num_relation_rows=n_rel_rows,
+            dropout=dropout, dropouti=dropouti, dropoute=dropoute, wdrop=wdrop, chunk_size=chunk_size,
+        )
+        self._doc_cache: tuple | None = None
+        self._alias_cache: dict = {}
+        if isinstance(getattr(self, "_hub_mixin_config", None), dict):
+            self._hub_mixin_config.pop("knowledge_graph", None)  # saved beside the weights as knowledge_graph.json
+
+    # --- text -------------------------------------------------------------------------------------------------
+    def tokenize(self, text: str) -> torch.Tensor:
+        """Whitespace tokens -> LongTensor [T]: vocabulary ids, alias-word ids (>= V), else the @@UNKNOWN@@ id."""
+        if not isinstance(text, str):
+            raise TypeError(f"tokenize expects a string, got {type(text).__name__}")
+        ids = [self.word_to_id.get(w, self.extended_to_id.get(w, self.unk_id)) for w in text.split()]
+        return torch.tensor(ids, dtype=torch.long, device=self.token_embedding.weight.device)
+
+    def detokenize(self, x: torch.Tensor) -> str:
+        """Inverse of tokenize up to unknown words and whitespace."""
+        words = self.vocab + self.extended_words
+        return " ".join(words[i] for i in x.tolist())
+
+    def input_ids(self, x: torch.Tensor) -> torch.Tensor:
+        """Ids the LSTMs read: alias-only words (>= V) become @@UNKNOWN@@: [T]."""
+        return torch.where(x >= len(self.vocab), self.unk_id, x)
+
+    def _check_x(self, x: torch.Tensor) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.dtype != torch.long:
+            raise ValueError(f"x must be a LongTensor [T], got {getattr(x, 'shape', type(x))}")
+        if x.numel() and (int(x.min()) < 0 or int(x.max()) >= len(self.vocab) + len(self.extended_words)):
+            raise ValueError("x holds ids outside this model's vocabulary; use model.tokenize(text)")
+        return x.to(self.token_embedding.weight.device)
+
+    # --- shared encoder ------------------------------------------------------------------------------------------
+    def _weights_version(self) -> tuple:
+        return tuple(p._version for p in self.parameters())
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """Encoder outputs h_t after reading @@START@@ x_<t, for t = 1..T: [T, D_tok + 2 D_ent]; cached per document."""
+        x = self._check_x(x)
+        cacheable = not self.training and not torch.is_grad_enabled()
+        key = (tuple(x.tolist()), self._weights_version(), x.device)
+        if cacheable and self._doc_cache is not None and self._doc_cache[0] == key:
+            return self._doc_cache[1]
+        inputs = torch.cat([x.new_tensor([self.bos_id]), self.input_ids(x)[:-1]])
+        emb = embedding_dropout(self.token_embedding.weight, inputs, self.dropoute, self.training)
+        out = self.encoder.encode_chunked(emb.unsqueeze(0), self.chunk_size)[0]
+        if cacheable:
+            self._doc_cache = (key, out)
+        return out
+
+    def latent_heads(self, encoded: torch.Tensor) -> LatentHeads:
+        """The latent factors of p read from encoder outputs [T, D]."""
+        h_type, h_head, h_rel = encoded.split([self.token_dim, self.entity_dim, self.entity_dim], -1)
+        return LatentHeads(
+            h_type, h_head, h_rel, self.mention_type, self.entity_embedding.weight, self.relation_embedding.weight,
+            self.new_entity_bias, self.tables, self.cutoff,
+        )
+
+    # --- p(x, z) ------------------------------------------------------------------------------------------------
+    def log_joint(self, x: torch.Tensor, z: dict) -> torch.Tensor:
+        """log p(x, z_k) for K configurations: float64 [K]; -inf where p(x, z_k) = 0."""
+        x = self._check_x(x)
+        z = {k: v.to(x.device) for k, v in z.items()}
+        T = x.numel()
+        if "mention_type" not in z:
+            raise ValueError(f"KGLM latents must be a dict with keys {LATENT_KEYS}")
+        K = z["mention_type"].shape[0]
+        if T == 0:
+            return torch.zeros(K, dtype=torch.float64, device=x.device)
+        encoded = self.encode(x)
+        heads = self.latent_heads(encoded)
+        lp = latent_log_prob(heads, z)
+        words = self.word_log_prob(heads.h_type, x, z["entity"])
+        return (lp + words.sum(-1)).masked_fill(torch.isneginf(lp), -math.inf)
+
+    def _alias_table(self, entity: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(projected alias token vectors [L, D_tok], their x ids [L]) for one entity, None without aliases."""
+        forms = [f for f in self.graph.entity_aliases(entity) if f]
+        if not forms:
+            return None
+        cacheable = not self.training and not torch.is_grad_enabled()
+        version = self._weights_version()
+        hit = self._alias_cache.get(entity)
+        if cacheable and hit is not None and hit[0] == version:
+            return hit[1]
+        device = self.token_embedding.weight.device
+        ids = [[self.word_to_id.get(w, self.extended_to_id.get(w, self.unk_id)) for w in f] for f in forms]
+        L = max(len(f) for f in ids)
+        padded = torch.full((len(ids), L), -1, dtype=torch.long, device=device)
+        for i, f in enumerate(ids):
+            padded[i, : len(f)] = torch.tensor(f, dtype=torch.long)
+        mask = padded >= 0
+        inputs = self.input_ids(padded.clamp(min=0))
+        emb = embedding_dropout(self.token_embedding.weight, inputs, self.dropoute, self.training)
+        lengths = mask.sum(1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(emb, lengths, batch_first=True, enforce_sorted=False)
+        out, _ = self.alias_encoder(packed)
+        out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=L)
+        proj = torch.tanh(self.copy(out))
+        if self.training and self.dropout > 0:
+            proj = F.dropout(proj, self.dropout, True)
+        table = (proj[mask], padded[mask])
+        if cacheable:
+            self._alias_cache[entity] = (version, table)
+        return table
+
+    def word_log_prob(self, h_type: torch.Tensor, x: torch.Tensor, entity: torch.Tensor) -> torch.Tensor:
+        """log p(x_t | h_t, entity_t) [K, T], computed once per distinct (t, entity) pair among the K particles."""
+        K, T = entity.shape
+        N = self.graph.num_entities
+        key = torch.arange(T, device=x.device) * (N + 1) + (entity.clamp(min=-1) + 1)
+        uniq, inv = torch.unique(key.reshape(-1), return_inverse=True)
+        ut, ue = uniq // (N + 1), uniq % (N + 1) - 1
+        x_in = self.input_ids(x)
+        rows = torch.where(ue >= 0, self.tables.entity_row[ue.clamp(min=0)], 0)
+        U = uniq.numel()
+        gen_lse = torch.empty(U, dtype=torch.float64, device=x.device)
+        gen_x = torch.empty_like(gen_lse)
+        gen_unk = torch.empty_like(gen_lse)
+        for s in range(0, U, _WORD_CHUNK):
+            sl = slice(s, s + _WORD_CHUNK)
+            cond = self.condense(torch.cat([h_type[ut[sl]], self.entity_embedding.weight[rows[sl]]], -1))
+            scores = self.generate(cond).double()
+            gen_lse[sl] = scores.logsumexp(-1)
+            gen_x[sl] = scores.gather(1, x_in[ut[sl]].unsqueeze(1)).squeeze(1)
+            gen_unk[sl] = scores[:, self.unk_id]
+        copy_lse = torch.full_like(gen_lse, -math.inf)
+        copy_x = torch.full_like(gen_lse, -math.inf)
+        for e in torch.unique(ue[ue >= 0]).tolist():
+            table = self._alias_table(e)
+            if table is None:
+                continue
+            proj, match = table
+            sel = torch.nonzero(ue == e, as_tuple=True)[0]
+            scores = (h_type[ut[sel]] @ proj.t()).double()  # [n, L]
+            copy_lse[sel] = scores.logsumexp(-1)
+            hit = match.unsqueeze(0) == x[ut[sel]].unsqueeze(1)
+            copy_x[sel] = scores.masked_fill(~hit, -math.inf).logsumexp(-1)
+        in_vocab = (x[ut] < len(self.vocab)) & (x[ut] != self.unk_id)
+        copyable = torch.isfinite(copy_x)
+        gen_term = torch.where(in_vocab, gen_x, torch.where(copyable, -math.inf, gen_unk - self.unk_penalty))
+        lp = torch.logaddexp(gen_term, copy_x) - torch.logaddexp(gen_lse, copy_lse)
+        return lp[inv].view(K, T)
+
+    def train(self, mode: bool = True):
+        self._doc_cache, self._alias_cache = None, {}
+        return super().train(mode)
+
+    # --- checkpoints --------------------------------------------------------------------------------------------
+    def _save_pretrained(self, save_directory: Path) -> None:
+        """model.safetensors (p and q) + knowledge_graph.json; config.json is written by the mixin."""
+        super()._save_pretrained(save_directory)
+        self.graph.to_json(Path(save_directory) / GRAPH_FILE)
+
+    @classmethod
+    def _from_pretrained(cls, *, model_id: str, revision=None, cache_dir=None, force_download=False,
+                         local_files_only=False, token=None, map_location: str = "cpu", strict: bool = True,
+                         **model_kwargs):
+        """Build from config.json + knowledge_graph.json (unless ``knowledge_graph=`` is given) and load every weight."""
+        import safetensors.torch
+
+        if os.path.isdir(model_id):
+            weights = os.path.join(model_id, "model.safetensors")
+            graph_file = os.path.join(model_id, GRAPH_FILE)
+            if not os.path.isfile(weights):
+                raise FileNotFoundError(f"{model_id}: no model.safetensors (not a KGLM checkpoint folder)")
+        else:
+            dl = dict(revision=revision, cache_dir=cache_dir, force_download=force_download, token=token,
+                      local_files_only=local_files_only)
+            weights = hf_hub_download(model_id, "model.safetensors", **dl)
+            graph_file = hf_hub_download(model_id, GRAPH_FILE, **dl) if "knowledge_graph" not in model_kwargs else None
+        if model_kwargs.get("knowledge_graph") is None:
+            if graph_file is None or not os.path.isfile(graph_file):
+                raise FileNotFoundError(f"{model_id}: no {GRAPH_FILE}; pass knowledge_graph=<KnowledgeGraph or JSON path>")
+            model_kwargs["knowledge_graph"] = graph_file
+        model = cls(**model_kwargs)
+        safetensors.torch.load_model(model, weights, strict=strict, device=map_location)
+        model.eval()
+        return model

@@ -1,0 +1,246 @@
+"""q(z | x): the discriminative KGLM twin (same encoder and latent heads as p, no word head), for IS and beam search.
+
+The encoder reads ``@@START@@ x_1 .. x_T``. With ``peek=True`` z_t is labelled from the state after reading x_t
+(the original kglm-disc); with ``peek=False`` from the state after x_<t (q then sees only the past, like p's
+prior). Every logit is divided by the temperature τ, and ``sample`` returns log q_τ(z | x) of exactly what it drew.
+q uses the same factorization and masks as p (``latents.py``), so its support equals p's support: every drawn z
+has p(x, z) > 0, and every z with p(x, z) > 0 can be drawn (so IS is unbiased).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .awd_lstm import AWDLSTM, embedding_dropout
+from .latents import (
+    CONTINUING, NEW, NONE, NUM_TYPES, RELATED, GraphTables, LatentHeads, allowed_types, canonical_relation,
+    candidate_slots, expand_edges, latent_log_prob, segment_logsumexp,
+)
+
+
+def _gumbel(shape, generator, device) -> torch.Tensor:
+    u = torch.rand(shape, generator=generator, device=device, dtype=torch.float64).clamp_(min=1e-300)
+    return -torch.log(-torch.log(u))
+
+
+class KGLMProposal(nn.Module):
+    """q_τ(z | x) = Π_t q(type_t | ·) q(entity_t | type_t, ·) from its own AWD-LSTM over x (peeking or not)."""
+
+    def __init__(
+        self, vocab_size: int, unk_id: int, bos_id: int, tables: GraphTables, token_dim: int, entity_dim: int,
+        hidden_size: int, num_layers: int, cutoff: int, new_entity_bias: bool, num_entity_rows: int,
+        num_relation_rows: int, dropout: float = 0.4, dropouti: float = 0.65, dropoute: float = 0.1,
+        wdrop: float = 0.5, chunk_size: int = 70,
+    ):
+        super().__init__()
+        object.__setattr__(self, "_tables", tables)  # owned (and moved across devices) by the KGLM
+        self.vocab_size, self.unk_id, self.bos_id = vocab_size, unk_id, bos_id
+        self.token_dim, self.entity_dim, self.cutoff, self.chunk_size = token_dim, entity_dim, cutoff, chunk_size
+        self.dropoute = dropoute
+        self.token_embedding = nn.Embedding(vocab_size, token_dim)
+        self.entity_embedding = nn.Embedding(num_entity_rows, entity_dim)
+        self.relation_embedding = nn.Embedding(num_relation_rows, entity_dim)
+        self.encoder = AWDLSTM(token_dim, hidden_size, token_dim + 2 * entity_dim, num_layers, wdrop, dropouti, dropout)
+        self.mention_type = nn.Linear(token_dim, NUM_TYPES)
+        self.new_entity_bias = nn.Parameter(torch.zeros(num_entity_rows)) if new_entity_bias else None
+        nn.init.uniform_(self.token_embedding.weight, -0.1, 0.1)
+        self._doc_cache: tuple | None = None
+
+    @property
+    def tables(self) -> GraphTables:
+        return self._tables
+
+    @torch.no_grad()
+    def copy_from_generative(self, model: nn.Module) -> "KGLMProposal":
+        """Initialize q with p's embeddings, encoder and latent heads (then q with peek=False is p's prior over z)."""
+        for name in ("token_embedding", "entity_embedding", "relation_embedding", "encoder", "mention_type"):
+            getattr(self, name).load_state_dict(getattr(model, name).state_dict())
+        if self.new_entity_bias is not None and model.new_entity_bias is not None:
+            self.new_entity_bias.copy_(model.new_entity_bias)
+        return self
+
+    # --- encoding -----------------------------------------------------------------------------------------------
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """States after reading @@START@@, x_1, ..., x_T: [T + 1, D_tok + 2 D_ent]; cached per document in eval."""
+        x = x.to(self.token_embedding.weight.device)
+        cacheable = not self.training and not torch.is_grad_enabled()
+        key = (tuple(x.tolist()), tuple(p._version for p in self.parameters()), x.device)
+        if cacheable and self._doc_cache is not None and self._doc_cache[0] == key:
+            return self._doc_cache[1]
+        ids = torch.where(x >= self.vocab_size, self.unk_id, x)
+        inputs = torch.cat([x.new_tensor([self.bos_id]), ids])
+        emb = embedding_dropout(self.token_embedding.weight, inputs, self.dropoute, self.training)
+        out = self.encoder.encode_chunked(emb.unsqueeze(0), self.chunk_size)[0]
+        if cacheable:
+            self._doc_cache = (key, out)
+        return out
+
+    def heads(self, x: torch.Tensor, peek: bool = True) -> LatentHeads:
+        """q's latent factors for labelling x_1..x_T: states after x_≤t (peek) or x_<t (no peek)."""
+        out = self.encode(x)
+        enc = out[1:] if peek else out[:-1]
+        h_type, h_head, h_rel = enc.split([self.token_dim, self.entity_dim, self.entity_dim], -1)
+        return LatentHeads(
+            h_type, h_head, h_rel, self.mention_type, self.entity_embedding.weight, self.relation_embedding.weight,
+            self.new_entity_bias, self.tables, self.cutoff,
+        )
+
+    def train(self, mode: bool = True):
+        self._doc_cache = None
+        return super().train(mode)
+
+    # --- scoring ------------------------------------------------------------------------------------------------
+    def log_prob(self, x: torch.Tensor, z: dict, temperature: float = 1.0, peek: bool = True) -> torch.Tensor:
+        """log q_τ(z_k | x) for K configurations: float64 [K] (-inf outside the support); differentiable."""
+        K = z["mention_type"].shape[0]
+        if x.numel() == 0:
+            return torch.zeros(K, dtype=torch.float64, device=x.device)
+        z = {k: v.to(self.token_embedding.weight.device) for k, v in z.items()}
+        return latent_log_prob(self.heads(x, peek), z, temperature)
+
+    # --- sampling -----------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def sample(self, x: torch.Tensor, num_samples: int, temperature: float = 1.0, peek: bool = True,
+               generator: torch.Generator | None = None) -> tuple[dict, torch.Tensor]:
+        """Draw K configurations z_k ~ q_τ(z | x): (dict of LongTensor [K, T], log q_τ(z_k | x) float64 [K])."""
+        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
+            raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+        K, T = int(num_samples), x.numel()
+        device = self.token_embedding.weight.device
+        z = {k: torch.full((K, T), v, dtype=torch.long, device=device)
+             for k, v in (("mention_type", NONE), ("entity", -1), ("parent", -1), ("relation", -1))}
+        log_q = torch.zeros(K, dtype=torch.float64, device=device)
+        if T == 0:
+            return z, log_q
+        tau = float(temperature)
+        heads = self.heads(x, peek)
+        tables = self.tables
+        type_logits = heads.type_logits() / tau
+        any_new = bool(tables.row_owned.any())
+        C = self.cutoff
+        window = torch.zeros(K, C, dtype=torch.long, device=device)
+        prev_type = torch.zeros(K, dtype=torch.long, device=device)
+        prev_ent = torch.full((K,), -1, dtype=torch.long, device=device)
+        prev_par = torch.full((K,), -1, dtype=torch.long, device=device)
+        for t in range(T):
+            cand = candidate_slots(window, tables)
+            allowed = allowed_types(any_new, cand.any(-1), prev_type)
+            lp = torch.log_softmax(type_logits[t].expand(K, -1).masked_fill(~allowed, -math.inf), -1)
+            typ = (lp + _gumbel(lp.shape, generator, device)).argmax(-1)
+            log_q += lp.gather(1, typ.unsqueeze(1)).squeeze(1)
+            ent = torch.full((K,), -1, dtype=torch.long, device=device)
+            par = torch.full((K,), -1, dtype=torch.long, device=device)
+
+            new = torch.nonzero(typ == NEW, as_tuple=True)[0]
+            if new.numel():
+                nl = torch.log_softmax(heads.new_entity_logits(torch.tensor([t], device=device))[0] / tau, -1)
+                rows = torch.multinomial(nl.exp(), new.numel(), replacement=True, generator=generator)
+                log_q[new] += nl[rows]
+                ent[new] = tables.row_entity[rows]
+
+            rel = torch.nonzero(typ == RELATED, as_tuple=True)[0]
+            if rel.numel():
+                win, cmask = window[rel], cand[rel]
+                t_rel = torch.full((rel.numel(),), t, dtype=torch.long, device=device)
+                plog = torch.log_softmax(heads.parent_logits(t_rel, win).masked_fill(~cmask, -math.inf) / tau, -1)
+                slot = (plog + _gumbel(plog.shape, generator, device)).argmax(-1)
+                log_q[rel] += plog.gather(1, slot.unsqueeze(1)).squeeze(1)
+                parents = tables.row_entity[win.gather(1, slot.unsqueeze(1)).squeeze(1)]
+                edges, pair = expand_edges(parents, tables)
+                elog = heads.edge_logits(t_rel[pair], edges) / tau
+                norm = segment_logsumexp(elog, pair, rel.numel())
+                noisy = elog + _gumbel(elog.shape, generator, device)
+                best = torch.full_like(norm, -math.inf).scatter_reduce(0, pair, noisy, reduce="amax", include_self=True)
+                big = torch.iinfo(torch.long).max
+                chosen = torch.full((rel.numel(),), big, dtype=torch.long, device=device).scatter_reduce(
+                    0, pair, torch.where(noisy == best[pair], edges, big), reduce="amin")
+                tails = tables.edge_tail[chosen]
+                reach = segment_logsumexp(elog.masked_fill(tables.edge_tail[edges] != tails[pair], -math.inf), pair, rel.numel())
+                log_q[rel] += reach - norm
+                ent[rel], par[rel] = tails, parents
+
+            cont = typ == CONTINUING
+            ent = torch.where(cont, prev_ent, ent)
+            par = torch.where(cont, prev_par, par)
+            z["mention_type"][:, t], z["entity"][:, t], z["parent"][:, t] = typ, ent, par
+            row = torch.where(typ > 0, tables.entity_row[ent.clamp(min=0)], 0)
+            if C > 0:
+                window = torch.cat([window[:, 1:], row.unsqueeze(1)], 1)
+            prev_type, prev_ent, prev_par = typ, ent, par
+        z["relation"] = canonical_relation(tables, z["parent"], z["entity"])
+        return z, log_q
+
+    # --- beam search --------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def beam(self, x: torch.Tensor, beam_size: int) -> dict:
+        """Up to ``beam_size`` distinct configurations with the highest q(z | x) (peeking, τ = 1): dict of [k, T]."""
+        if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size <= 0:
+            raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
+        device = self.token_embedding.weight.device
+        T = x.numel()
+        tables = self.tables
+        C = self.cutoff
+        types = torch.zeros(1, 0, dtype=torch.long, device=device)
+        ents, pars = types.clone(), types.clone()
+        window = torch.zeros(1, C, dtype=torch.long, device=device)
+        score = torch.zeros(1, dtype=torch.float64, device=device)
+        if T == 0:
+            return {k: torch.zeros(1, 0, dtype=torch.long, device=device) for k in ("mention_type", "entity", "parent", "relation")}
+        heads = self.heads(x, peek=True)
+        type_logits = heads.type_logits()
+        any_new = bool(tables.row_owned.any())
+        for t in range(T):
+            B = score.numel()
+            prev_type = types[:, -1] if t else torch.zeros(B, dtype=torch.long, device=device)
+            prev_ent = ents[:, -1] if t else torch.full((B,), -1, dtype=torch.long, device=device)
+            prev_par = pars[:, -1] if t else torch.full((B,), -1, dtype=torch.long, device=device)
+            cand = candidate_slots(window, tables)
+            allowed = allowed_types(any_new, cand.any(-1), prev_type)
+            lp = torch.log_softmax(type_logits[t].expand(B, -1).masked_fill(~allowed, -math.inf), -1)
+            # candidate extensions: (hypothesis, score, type, entity, parent)
+            hb, hs, ht, he, hp = [], [], [], [], []
+
+            def add(b, s, typ, e, p):
+                hb.append(b), hs.append(s), ht.append(typ), he.append(e), hp.append(p)
+
+            ar = torch.arange(B, device=device)
+            add(ar, score + lp[:, NONE], torch.full_like(ar, NONE), torch.full_like(ar, -1), torch.full_like(ar, -1))
+            add(ar, score + lp[:, CONTINUING], torch.full_like(ar, CONTINUING), prev_ent, prev_par)
+            if any_new:
+                nl = torch.log_softmax(heads.new_entity_logits(torch.tensor([t], device=device))[0], -1)
+                top = torch.topk(nl, min(beam_size, int(torch.isfinite(nl).sum())))
+                s = (score + lp[:, NEW]).unsqueeze(1) + top.values.unsqueeze(0)  # [B, k]
+                bb = ar.unsqueeze(1).expand_as(s)
+                ee = tables.row_entity[top.indices].unsqueeze(0).expand_as(s)
+                add(bb.reshape(-1), s.reshape(-1), torch.full_like(bb.reshape(-1), NEW), ee.reshape(-1), torch.full_like(bb.reshape(-1), -1))
+            b_idx, c_idx = torch.nonzero(cand, as_tuple=True)
+            if b_idx.numel():
+                t_b = torch.full((B,), t, dtype=torch.long, device=device)
+                plog = torch.log_softmax(heads.parent_logits(t_b, window).masked_fill(~cand, -math.inf), -1)  # [B, C]
+                parents = tables.row_entity[window[b_idx, c_idx]]
+                p_lp = plog[b_idx, c_idx]
+                edges, pair = expand_edges(parents, tables)
+                elog = heads.edge_logits(torch.full_like(pair, t), edges)
+                norm = segment_logsumexp(elog, pair, parents.numel())
+                tails = tables.edge_tail[edges]
+                key = pair * tables.num_entities + tails
+                uk, inv = torch.unique(key, return_inverse=True)
+                reach = segment_logsumexp(elog, inv, uk.numel())
+                u_pair, u_tail = uk // tables.num_entities, uk % tables.num_entities
+                s = score[b_idx[u_pair]] + lp[b_idx[u_pair], RELATED] + p_lp[u_pair] + reach - norm[u_pair]
+                add(b_idx[u_pair], s, torch.full_like(u_pair, RELATED), u_tail, parents[u_pair])
+            hb, hs, ht, he, hp = (torch.cat(v) for v in (hb, hs, ht, he, hp))
+            finite = torch.isfinite(hs)
+            hb, hs, ht, he, hp = hb[finite], hs[finite], ht[finite], he[finite], hp[finite]
+            keep = torch.topk(hs, min(beam_size, hs.numel())).indices
+            hb, hs, ht, he, hp = hb[keep], hs[keep], ht[keep], he[keep], hp[keep]
+            types = torch.cat([types[hb], ht.unsqueeze(1)], 1)
+            ents = torch.cat([ents[hb], he.unsqueeze(1)], 1)
+            pars = torch.cat([pars[hb], hp.unsqueeze(1)], 1)
+            row = torch.where(ht > 0, tables.entity_row[he.clamp(min=0)], 0)
+            window = torch.cat([window[hb], row.unsqueeze(1)], 1)[:, 1:] if C > 0 else window[hb]
+            score = hs
+        return {"mention_type": types, "entity": ents, "parent": pars, "relation": canonical_relation(tables, pars, ents)}

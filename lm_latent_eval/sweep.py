@@ -1,0 +1,203 @@
+"""``lm-latent-eval sweep``: IS perplexity over τ × {peek, no peek} × {corpus, instance} (Logan et al. 2020, Table 1),
+beam bounds for several k (Table 2), and the K-convergence plot, all from one run per proposal setting."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .estimators import EstimatorSettings, estimate_document
+from .estimators.aggregate import corpus_log_likelihood, instance_log_likelihoods
+from .estimators.diagnostics import convergence_sizes
+
+DEFAULT_TEMPERATURES = (0.5, 0.9, 1.0, 1.1, 2.0, 5.0)
+DEFAULT_BEAM_SIZES = (1, 10, 100)
+
+
+def read_documents(path: str | Path) -> list[str]:
+    """Documents of a ``.jsonl`` file (field ``text``) or a ``.txt`` file (one document per line)."""
+    path = Path(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if path.suffix == ".jsonl":
+        docs = []
+        for i, line in enumerate(lines):
+            if line.strip():
+                record = json.loads(line)
+                if "text" not in record:
+                    raise ValueError(f"{path}:{i + 1}: JSONL record has no 'text' field")
+                docs.append(record["text"])
+    else:
+        docs = [line for line in lines if line.strip()]
+    if not docs:
+        raise ValueError(f"{path}: no documents")
+    return docs
+
+
+def prefix_ppls(log_weights: list[np.ndarray], num_tokens: int, ks: list[int]) -> tuple[list[float], list[float]]:
+    """Instance- and corpus-level PPL using the first K' samples of every document, for each K' in ``ks``."""
+    inst, corp = [], []
+    for k in ks:
+        prefix = [lw[:k] for lw in log_weights]
+        inst.append(math.exp(-float(instance_log_likelihoods(prefix).sum()) / num_tokens))
+        corp.append(math.exp(-corpus_log_likelihood(prefix) / num_tokens))
+    return inst, corp
+
+
+def run_sweep(
+    model,
+    documents: list[str],
+    temperatures=DEFAULT_TEMPERATURES,
+    peek_modes=(True, False),
+    beam_sizes=DEFAULT_BEAM_SIZES,
+    num_samples: int = 100,
+    seed: int = 1234,
+    batch_size: int = 256,
+    device: str = "cpu",
+    progress: bool = True,
+) -> dict:
+    """Every row of Table 1 and Table 2 plus convergence curves, as a JSON-ready dict."""
+    from tqdm.auto import tqdm
+
+    settings = [(peek, t) for peek in peek_modes for t in temperatures]
+    total = len(documents) * (len(settings) + len(beam_sizes) + 1)
+    bar = tqdm(total=total, desc="sweep", unit="doc", disable=not progress)
+    exact = None
+    if callable(getattr(model, "log_marginal", None)):
+        exact_settings = EstimatorSettings(estimator="exact")
+        exact = [estimate_document(model, d, exact_settings, device) for d in documents]
+    bar.update(len(documents))
+    num_tokens = None
+    rows, log_weights_by_setting = [], {}
+    for peek, temperature in settings:
+        s = EstimatorSettings("is", num_samples, temperature, peek, seed=seed, batch_size=batch_size)
+        estimates = []
+        for doc in documents:
+            estimates.append(estimate_document(model, doc, s, device, diagnostics=True))
+            bar.update(1)
+        num_tokens = sum(e.num_tokens for e in estimates)
+        if num_tokens == 0:
+            raise ValueError("every document is empty: perplexity is undefined")
+        lws = [e.log_weights for e in estimates]
+        ks = convergence_sizes(num_samples)
+        inst_curve, corp_curve = prefix_ppls(lws, num_tokens, ks)
+        rows.append({
+            "peek": peek, "temperature": temperature, "num_samples": num_samples,
+            "corpus_ppl": corp_curve[-1], "instance_ppl": inst_curve[-1],
+            "mean_ess": float(np.mean([e.diagnostics["ess"] for e in estimates if e.diagnostics])),
+            "share_pareto_k_above_0.7": float(np.mean([e.diagnostics["pareto_k"] > 0.7 for e in estimates if e.diagnostics])),
+            "convergence_k": ks, "convergence_instance_ppl": inst_curve, "convergence_corpus_ppl": corp_curve,
+        })
+        log_weights_by_setting[f"{'peek' if peek else 'nopeek'}_t{temperature}"] = lws
+    beam_rows = []
+    for k in beam_sizes:
+        s = EstimatorSettings("beam", beam_size=k)
+        total_ll = 0.0
+        for doc in documents:
+            total_ll += estimate_document(model, doc, s, device).log_likelihood
+            bar.update(1)
+        beam_rows.append({"beam_size": k, "log_likelihood": total_ll, "ppl_upper_bound": math.exp(-total_ll / num_tokens)})
+    bar.close()
+    result = {"num_documents": len(documents), "num_tokens": num_tokens, "is": rows, "beam": beam_rows}
+    if exact is not None:
+        result["exact_ppl"] = math.exp(-sum(e.log_likelihood for e in exact) / num_tokens)
+    return result
+
+
+def table1_markdown(result: dict) -> str:
+    """Table 1 layout: one row per proposal (τ with peeking, then no peeking); corpus- and instance-level PPL."""
+    lines = [f"| Proposal | Corpus PPL | Instance PPL | mean ESS (K={result['is'][0]['num_samples']}) | k̂ > 0.7 |",
+             "|---|---|---|---|---|"]
+    for r in sorted(result["is"], key=lambda r: (not r["peek"], r["temperature"])):
+        name = f"τ = {r['temperature']:g}" if r["peek"] else f"No peeking, τ = {r['temperature']:g}"
+        lines.append(f"| {name} | {r['corpus_ppl']:.3f} | {r['instance_ppl']:.3f} | {r['mean_ess']:.1f} "
+                     f"| {100 * r['share_pareto_k_above_0.7']:.0f}% |")
+    if "exact_ppl" in result:
+        lines.append(f"| Exact (forward algorithm) | {result['exact_ppl']:.3f} | {result['exact_ppl']:.3f} | | |")
+    return "\n".join(lines)
+
+
+def table2_markdown(result: dict) -> str:
+    """Table 2 layout: beam marginalization, a perplexity upper bound for each beam size k."""
+    lines = ["| Beam size k | PPL upper bound |", "|---|---|"]
+    lines += [f"| {r['beam_size']} | {r['ppl_upper_bound']:.3f} |" for r in result["beam"]]
+    return "\n".join(lines)
+
+
+def plot_convergence(result: dict, path: str | Path) -> None:
+    """PPL against K (log-log), one panel per peeking mode, colour = τ, solid = instance, dashed = corpus level."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    modes = sorted({r["peek"] for r in result["is"]}, reverse=True)
+    temps = sorted({r["temperature"] for r in result["is"]})
+    colors = dict(zip(temps, plt.cm.viridis(np.linspace(0, 0.9, len(temps)))))
+    fig, axes = plt.subplots(1, len(modes), figsize=(5.5 * len(modes), 4.2), sharey=True, squeeze=False)
+    for ax, peek in zip(axes[0], modes):
+        for r in (r for r in result["is"] if r["peek"] == peek):
+            c = colors[r["temperature"]]
+            ax.plot(r["convergence_k"], r["convergence_instance_ppl"], color=c, marker="o", ms=3)
+            ax.plot(r["convergence_k"], r["convergence_corpus_ppl"], color=c, ls="--")
+        if "exact_ppl" in result:
+            ax.axhline(result["exact_ppl"], color="black", lw=1)
+        ax.set(xscale="log", yscale="log", xlabel="number of samples K", title="peeking" if peek else "no peeking")
+        ax.set_xscale("log", base=2)
+    axes[0][0].set_ylabel("IS perplexity (upper bound in expectation)")
+    handles = [Line2D([], [], color=colors[t], label=f"τ = {t:g}") for t in temps]
+    handles += [Line2D([], [], color="gray", marker="o", ms=3, label="instance level"),
+                Line2D([], [], color="gray", ls="--", label="corpus level")]
+    if "exact_ppl" in result:
+        handles.append(Line2D([], [], color="black", label="exact"))
+    axes[0][-1].legend(handles=handles, fontsize=7, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def _floats(text: str) -> list[float]:
+    return [float(t) for t in text.split(",") if t]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(t) for t in text.split(",") if t]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="hmm", help="registered name (hmm, kglm) or package.module:Class")
+    parser.add_argument("--pretrained", default=None, help="checkpoint dir or Hub id (default: the bundled one)")
+    parser.add_argument("--data", default=None, help=".jsonl (field 'text') or .txt; default: bundled tiny test set")
+    parser.add_argument("--num-samples", type=int, default=100)
+    parser.add_argument("--temperatures", type=_floats, default=list(DEFAULT_TEMPERATURES))
+    parser.add_argument("--peek", choices=("both", "peek", "no-peek"), default="both")
+    parser.add_argument("--beam-sizes", type=_ints, default=list(DEFAULT_BEAM_SIZES))
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--batch-size", type=int, default=256, help="particles per log_joint call (memory only)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--output-dir", default="sweep_out")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .models import load_model
+    from .paths import DATA_DIR
+
+    model, _ = load_model(args.model, args.pretrained, device=args.device)
+    data = args.data or DATA_DIR / "corpus" / "tiny_test.jsonl"
+    peek_modes = {"both": (True, False), "peek": (True,), "no-peek": (False,)}[args.peek]
+    result = run_sweep(model, read_documents(data), args.temperatures, peek_modes, args.beam_sizes,
+                       args.num_samples, args.seed, args.batch_size, args.device)
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    result["config"] = {k: v for k, v in vars(args).items() if k != "func"} | {"data": str(data)}
+    (out / "sweep.json").write_text(json.dumps(result, indent=1))
+    tables = f"Table 1 (IS perplexity)\n\n{table1_markdown(result)}\n\nTable 2 (beam marginalization)\n\n{table2_markdown(result)}\n"
+    (out / "tables.md").write_text(tables)
+    plot_convergence(result, out / "convergence.png")
+    print(tables)
+    print(f"wrote {out / 'sweep.json'}, {out / 'tables.md'}, {out / 'convergence.png'}")
+    return 0

@@ -1,0 +1,118 @@
+"""Importance-sampled perplexity of a latent-variable language model (Logan, Gardner & Singh 2020)."""
+
+import datasets
+import evaluate
+
+from lm_latent_eval.estimators.diagnostics import corpus_report
+
+_CITATION = """\
+@inproceedings{logan-etal-2020-importance,
+    title = "On Importance Sampling-Based Evaluation of Latent Language Models",
+    author = "Logan IV, Robert L. and Gardner, Matt and Singh, Sameer",
+    booktitle = "Proceedings of the 58th Annual Meeting of the Association for Computational Linguistics",
+    year = "2020",
+    publisher = "Association for Computational Linguistics",
+    pages = "2171--2176",
+    url = "https://aclanthology.org/2020.acl-main.196",
+}
+"""
+
+_DESCRIPTION = """\
+Perplexity of a latent-variable language model p(x) = Σ_z p(x, z) estimated by importance sampling. For document n
+with T_n tokens and K samples z_nk ~ q(z | x_n), the log importance weights are log w_nk = log p(x_n, z_nk) −
+log q(z_nk | x_n) and log p̂(x_n) = logsumexp_k log w_nk − log K.
+
+Instance-level perplexity (Eq. 5): exp(−Σ_n log p̂(x_n) / Σ_n T_n).
+Corpus-level perplexity (Eq. 6): exp(−(logsumexp_k Σ_n log w_nk − log K) / Σ_n T_n); sample k of every document forms
+one corpus sample, so every document needs the same K.
+
+Both are stochastic upper bounds on the true perplexity (E[log p̂] ≤ log p). Diagnostics come with them: effective
+sample size and Pareto k̂ per document (k̂ > 0.7: unreliable estimate), percentile bootstrap intervals, the
+convergence curve over K and, given beam bounds log Σ_{z ∈ beam} p(x, z) ≤ log p(x), the strict perplexity bound.
+"""
+
+_KWARGS_DESCRIPTION = """
+Args:
+    log_weights (`list` of `list` of `float`): per document, the K log importance weights
+        log p(x, z_k) − log q(z_k | x).
+    num_tokens (`list` of `int`): per document, the number of tokens T_n.
+    beam_log_likelihoods (`list` of `float`, optional): per document, a beam lower bound on log p(x).
+    corpus_level (`bool`, default True): also compute corpus-level perplexity (requires equal K; an error otherwise).
+        Set False to get instance-level results for documents with different K.
+    confidence_level (`float`, default 0.95): level of the percentile bootstrap intervals.
+    num_resamples (`int`, default 1000): bootstrap resamples.
+    seed (`int`, default 0): seed of the bootstrap.
+Returns:
+    instance_perplexity (`float`), instance_perplexity_ci (`[lo, hi]`),
+    corpus_perplexity (`float` or None), corpus_perplexity_ci (`[lo, hi]` or None),
+    num_tokens (`int`), log_likelihoods (`list`: log p̂ per document), log_likelihood_ci (`list` of `[lo, hi]`),
+    num_samples (`list`: K per document), ess (`list`), pareto_k (`list`), pareto_k_threshold (0.7),
+    share_pareto_k_above_threshold (`float`), convergence (`dict`: num_samples, instance_perplexity and
+    corpus_perplexity over K' = 1, 2, 4, ..., K), and with beam bounds: beam_perplexity (`float`, ≥ true PPL),
+    beam_log_likelihoods, share_below_beam_bound (`float`: share of documents whose log p̂ is under the bound).
+Examples:
+    Two documents, two samples each (weights 1/2, 1/4 and 1/8, 1/16), with 1 and 2 tokens:
+
+    >>> import math, evaluate, lm_latent_eval
+    >>> is_perplexity = evaluate.load(lm_latent_eval.metrics_path("is_perplexity"))
+    >>> lw = [[math.log(1 / 2), math.log(1 / 4)], [math.log(1 / 8), math.log(1 / 16)]]
+    >>> results = is_perplexity.compute(log_weights=lw, num_tokens=[1, 2])
+    >>> round(results["instance_perplexity"], 6)  # (3/8 * 3/32) ** (-1/3)
+    3.052571
+    >>> round(results["corpus_perplexity"], 6)  # ((1/2 * 1/8 + 1/4 * 1/16) / 2) ** (-1/3)
+    2.947225
+    >>> [round(x, 4) for x in results["log_likelihoods"]]  # log 3/8, log 3/32
+    [-0.9808, -2.3671]
+    >>> [round(x, 4) for x in results["ess"]]  # (Σw)² / Σw²
+    [1.8, 1.8]
+
+    Beam lower bounds on log p(x) give a strict upper bound on perplexity, exp((1.5 + 2.5) / 3):
+
+    >>> results = is_perplexity.compute(log_weights=lw, num_tokens=[1, 2], beam_log_likelihoods=[-1.5, -2.5])
+    >>> round(results["beam_perplexity"], 4), results["share_below_beam_bound"]
+    (3.7937, 0.0)
+
+    Documents with different K: corpus-level perplexity is undefined, instance-level still works:
+
+    >>> is_perplexity.compute(log_weights=[[-1.0, -2.0], [-1.0]], num_tokens=[1, 1])
+    Traceback (most recent call last):
+    ...
+    ValueError: corpus-level IS pairs sample k of every document, so every document needs the same number of samples; got sample counts [1, 2]
+    >>> results = is_perplexity.compute(log_weights=[[-1.0, -2.0], [-1.0]], num_tokens=[1, 1], corpus_level=False)
+    >>> results["corpus_perplexity"] is None
+    True
+"""
+
+
+@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
+class IsPerplexity(evaluate.Metric):
+    def _info(self):
+        return evaluate.MetricInfo(
+            description=_DESCRIPTION,
+            citation=_CITATION,
+            inputs_description=_KWARGS_DESCRIPTION,
+            features=datasets.Features(
+                {"log_weights": datasets.Sequence(datasets.Value("float64")), "num_tokens": datasets.Value("int64")}
+            ),
+            reference_urls=["https://aclanthology.org/2020.acl-main.196"],
+        )
+
+    def _compute(
+        self,
+        log_weights,
+        num_tokens,
+        beam_log_likelihoods=None,
+        corpus_level=True,
+        confidence_level=0.95,
+        num_resamples=1000,
+        seed=0,
+    ):
+        return corpus_report(
+            log_weights,
+            num_tokens,
+            beam_log_likelihoods=beam_log_likelihoods,
+            corpus_level=corpus_level,
+            level=confidence_level,
+            num_resamples=num_resamples,
+            seed=seed,
+        )

@@ -1,0 +1,122 @@
+"""latent_ppl_tiny: dataset loading, per-document items and aggregations (instance / corpus IS perplexity, diagnostics).
+
+Every metric is computed from the SAME K importance samples per document: ``process_results`` fetches the
+document's ``DocumentEstimate`` (with its log weights) from the lm-latent-eval backend that produced the
+log-likelihood lm-eval hands it; the aggregations call lm_latent_eval.estimators.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+TEXT_FIELD = "text"
+
+
+def load(data_file: str | None = None, **_metadata):
+    """DatasetDict with a ``test`` split from the bundled tiny corpus (or ``dataset_kwargs: {data_file: ...}``).
+
+    lm-eval passes the task metadata and model_args as keyword arguments; they do not affect the data.
+    """
+    import datasets
+
+    from lm_latent_eval.paths import DATA_DIR
+
+    path = Path(data_file) if data_file else DATA_DIR / "corpus" / "tiny_test.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"latent_ppl_tiny: corpus file {path} not found")
+    return datasets.load_dataset("json", data_files={"test": str(path)})
+
+
+def doc_to_target(doc: dict) -> str:
+    """The document text scored by loglikelihood_rolling."""
+    return doc[TEXT_FIELD]
+
+
+def process_results(doc: dict, results: list) -> dict:
+    """Per-document items of every metric, all from the backend's estimate of this very document."""
+    from lm_eval.api.task import ConfigurableTask
+
+    from lm_latent_eval.estimators.diagnostics import effective_sample_size, pareto_khat
+    from lm_latent_eval.lm_eval_plugin import document_estimate
+
+    text = doc_to_target(doc)
+    (log_likelihood,) = results
+    est = document_estimate(text)
+    if est is None:
+        raise RuntimeError(
+            f"latent_ppl_tiny: no importance-sampling estimate for document {text[:60]!r} in this process. "
+            "This task needs an lm-latent-eval backend (--model latent_hmm, or --model latent model=...) and "
+            "cannot use results from --use_cache or from another model."
+        )
+    if not math.isclose(est.log_likelihood, log_likelihood, rel_tol=1e-12, abs_tol=1e-12):
+        raise RuntimeError(
+            f"latent_ppl_tiny: document {text[:60]!r}: lm-eval received log p = {log_likelihood!r} but the "
+            f"lm-latent-eval backend of this process estimated {est.log_likelihood!r}; the result comes from "
+            "another model or from a cache, so its samples are not available"
+        )
+    log_weights = None if est.log_weights is None else [float(w) for w in est.log_weights]
+    informative = log_weights is not None and est.num_tokens > 0  # diagnostics of 0-token documents are trivial
+    ess = effective_sample_size(est.log_weights) if informative else None
+    khat = pareto_khat(est.log_weights) if informative else None
+    return {
+        "word_perplexity": (log_likelihood, ConfigurableTask.count_words(text)),
+        "is_instance_perplexity": {"log_likelihood": log_likelihood, "num_tokens": est.num_tokens},
+        "is_corpus_perplexity": {
+            "log_likelihood": log_likelihood,
+            "num_tokens": est.num_tokens,
+            "log_weights": log_weights,
+        },
+        "is_ess_mean": ess,
+        "is_ess_min": ess,
+        "is_pareto_k_share": khat,
+    }
+
+
+def _total_tokens(items) -> int:
+    total = sum(int(item["num_tokens"]) for item in items)
+    if total == 0:
+        raise ValueError("latent_ppl_tiny: perplexity is undefined, the documents have zero tokens in all")
+    return total
+
+
+def instance_perplexity(items) -> float:
+    """Instance-level PPL = exp(−Σ_n log p̂(x_n) / Σ_n T_n)."""
+    return math.exp(-sum(float(item["log_likelihood"]) for item in items) / _total_tokens(items))
+
+
+def corpus_perplexity(items) -> float:
+    """Corpus-level PPL = exp(−(logsumexp_k Σ_n log w_nk − log K) / Σ_n T_n); Σ_n log p(x_n) for exact / beam."""
+    from lm_latent_eval.estimators import corpus_ppl
+
+    weights = [item["log_weights"] for item in items]
+    if all(w is None for w in weights):  # deterministic estimates: the corpus estimate is the product
+        return instance_perplexity(items)
+    if any(w is None for w in weights):
+        raise ValueError("latent_ppl_tiny: some documents have importance weights and some do not")
+    return corpus_ppl(weights, [int(item["num_tokens"]) for item in items])
+
+
+def _informative(items) -> list[float]:
+    return [float(v) for v in items if v is not None and not math.isnan(v)]
+
+
+def mean_ess(items) -> float:
+    """Mean over documents of ESS = (Σ_k w_k)² / Σ_k w_k² (NaN when the estimator is not IS)."""
+    values = _informative(items)
+    return sum(values) / len(values) if values else math.nan
+
+
+def min_ess(items) -> float:
+    """Smallest per-document ESS (NaN when the estimator is not IS)."""
+    values = _informative(items)
+    return min(values) if values else math.nan
+
+
+def pareto_k_share(items) -> float:
+    """Share of documents with Pareto k̂ > 0.7, where PSIS deems the IS estimate unreliable."""
+    from lm_latent_eval.estimators.diagnostics import PARETO_K_THRESHOLD
+
+    values = _informative(items)
+    return sum(v > PARETO_K_THRESHOLD for v in values) / len(values) if values else math.nan
+

@@ -1,0 +1,57 @@
+"""`lm-latent-eval sweep` on the bundled HMM: the tables respect the bounds the math guarantees."""
+
+import json
+
+import pytest
+
+from lm_latent_eval.cli import main
+from lm_latent_eval.models import load_model
+from lm_latent_eval.paths import DATA_DIR
+from lm_latent_eval.sweep import read_documents, run_sweep, table1_markdown, table2_markdown
+
+
+@pytest.fixture(scope="module")
+def sweep_result():
+    model, _ = load_model("hmm")
+    docs = read_documents(DATA_DIR / "corpus" / "tiny_test.jsonl")[:4]
+    return run_sweep(model, docs, temperatures=(1.0, 2.0), beam_sizes=(1, 4, 16), num_samples=32, progress=False)
+
+
+def test_beam_bounds_are_below_the_exact_likelihood_and_grow_with_k(sweep_result):
+    beams = sweep_result["beam"]
+    for row in beams:
+        assert row["ppl_upper_bound"] >= sweep_result["exact_ppl"] * (1 - 1e-9)
+    lls = [row["log_likelihood"] for row in beams]
+    assert lls == sorted(lls)  # top-k sets are nested, so the bound only tightens
+
+
+def test_table1_rows_and_convergence_curves(sweep_result):
+    rows = sweep_result["is"]
+    assert {(r["peek"], r["temperature"]) for r in rows} == {(True, 1.0), (True, 2.0), (False, 1.0), (False, 2.0)}
+    for r in rows:
+        assert r["convergence_k"] == [1, 2, 4, 8, 16, 32]
+        assert r["instance_ppl"] == pytest.approx(r["convergence_instance_ppl"][-1])
+        assert r["corpus_ppl"] == pytest.approx(r["convergence_corpus_ppl"][-1])
+        assert 1.0 <= r["mean_ess"] <= 32.0
+    table = table1_markdown(sweep_result)
+    assert "No peeking, τ = 2" in table and "Exact" in table
+    assert table2_markdown(sweep_result).count("\n") == 4
+
+
+def test_read_documents_rejects_records_without_text(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"txt": "a"}\n')
+    with pytest.raises(ValueError, match="no 'text' field"):
+        read_documents(bad)
+
+
+def test_cli_writes_tables_json_and_plot(tmp_path, capsys):
+    data = tmp_path / "docs.txt"
+    data.write_text("\n".join(read_documents(DATA_DIR / "corpus" / "tiny_test.jsonl")[:2]))
+    out = tmp_path / "out"
+    assert main(["sweep", "--data", str(data), "--num-samples", "8", "--temperatures", "1.0",
+                 "--beam-sizes", "1,2", "--output-dir", str(out)]) == 0
+    result = json.loads((out / "sweep.json").read_text())
+    assert result["num_documents"] == 2 and len(result["is"]) == 2
+    assert (out / "convergence.png").stat().st_size > 10_000
+    assert "Table 2" in capsys.readouterr().out
