@@ -31,10 +31,13 @@ def register_backends(registry) -> None:
 def _register_or_warn(registry) -> None:
     try:
         register_backends(registry)
-    except Exception as err:  # a broken hook must never break lm-eval itself
+    except Exception as err:  # noqa: BLE001  (a broken hook must never break lm-eval itself)
         import warnings
 
-        warnings.warn(f"lm-latent-eval could not register its lm-eval backends {sorted(BACKENDS)}: {err!r}", stacklevel=2)
+        warnings.warn(
+            f"lm-latent-eval could not register its lm-eval backends {sorted(BACKENDS)}: {err!r}",
+            stacklevel=2,
+        )
 
 
 class _RegisterAfterExec:

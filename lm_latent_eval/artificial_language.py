@@ -1,8 +1,8 @@
 """An artificial language p_L^T from a causal LM: ancestral sampling and scoring under the tempered softmax.
 
 p_L^T(x) = Π_{t=1}^{n+1} softmax(logits(BOS x_<t) / T)[x_t] with x_{n+1} = EOS: a distribution over Σ* whose
-sequence probabilities are exact. The sampling loop is ours (not ``generate``) so that the distribution sampled
-from is exactly the tempered softmax (no top-k / top-p defaults from a generation config).
+sequence probabilities are exact. The sampling loop is ours (not ``generate``) so that the distribution
+sampled from is exactly the tempered softmax (no top-k / top-p defaults from a generation config).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 @dataclass
 class LanguageSample:
-    """N ancestral samples: tokens without BOS/EOS, per-token log p_L^T ([n + 1] with EOS; [max_length] if cut)."""
+    """N ancestral samples: tokens without BOS/EOS; per-token log p_L^T, [n + 1] (EOS last) or [max_len]."""
 
     tokens: list[list[int]]
     token_log_probs: list[np.ndarray]
@@ -64,12 +64,14 @@ def sample_language(
     generator: torch.Generator | None = None,
     progress: bool = True,
 ) -> LanguageSample:
-    """Draw x_t ~ softmax(logits / T) from BOS until EOS (≤ max_length tokens incl. EOS), batched with a KV cache."""
+    """Draw x_t ~ softmax(logits / T) from BOS until EOS, ≤ max_length tokens incl. EOS (KV-cached)."""
     temperature = check_temperature(temperature)
     _check_length(model, max_length)
     device = next(model.parameters()).device
     tokens, token_log_probs, finished = [], [], []
-    bar = tqdm(total=num_sequences, desc=f"sampling p_L (T={temperature:g})", unit="seq", disable=not progress)
+    bar = tqdm(
+        total=num_sequences, desc=f"sampling p_L (T={temperature:g})", unit="seq", disable=not progress
+    )
     for start in range(0, num_sequences, batch_size):
         b = min(batch_size, num_sequences - start)
         inputs = torch.full((b, 1), bos_token_id, dtype=torch.long, device=device)
@@ -114,7 +116,7 @@ def score_sequences(
     progress: bool = True,
     desc: str = "scoring",
 ) -> list[np.ndarray]:
-    """Per-token log p^T(x_t | BOS x_<t) for t = 1..n+1 (x_{n+1} = EOS) of each sequence: float64 [n_i + 1]."""
+    """Per-token log p^T(x_t | BOS x_<t), t = 1..n+1 (x_{n+1} = EOS), of each sequence: float64 [n_i + 1]."""
     temperature = check_temperature(temperature)
     if not sequences:
         return []

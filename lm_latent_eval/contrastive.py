@@ -4,8 +4,9 @@ T is a test set of S sentences, T_d its image through the noisy channel of ``lm_
 log p̃ a (possibly unnormalized) sentence score summed over the test set, and N the number of words (``unit="word"``)
 or of sentences (``unit="sentence"``, for sentence-level models). Because the channel preserves word count, adding
 c per word (or per sentence) to every score leaves H_C unchanged: normalization constants cancel. Each level is
-averaged over R independent distortions; the spread is the sample standard deviation (ddof = 1) over the R passes,
-and the ratio of pass r pairs the r-th distortion at d with the r-th at d_base.
+averaged over R independent distortions; the spread is the sample standard deviation (ddof = 1) over the R passes.
+R(d) is reported as mean H_C(d) / mean H_C(d_base), its spread as the std of the per-pass ratios (pass r at d over
+pass r at d_base).
 
 Scores can come from anywhere (``contrastive_entropy_report``), from a causal LM (``causal_lm_scorer``) or from any
 latent LM of ours through the estimators (``latent_lm_scorer``).

@@ -1,7 +1,8 @@
-"""Distributional distortion of a model p_M against a reference language p_L (LeBrun, Sordoni & O'Donnell 2022).
+"""Distributional distortion of a model p_M against a reference language p_L (LeBrun et al., ICLR 2022).
 
-error(x) = log p_M(x) − log p_L(x) per sequence x; negative = the model underestimates x. Everything here works on
-numbers (float64 numpy arrays) and returns JSON-ready dicts of lists; ``distortion_report`` assembles them all.
+error(x) = log p_M(x) − log p_L(x) per sequence x; negative: the model underestimates x. Everything here
+works on numbers (float64 numpy arrays) and returns JSON-ready dicts of lists; ``distortion_report`` gives
+them all.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def _as_finite(values, name: str, n: int | None = None) -> np.ndarray:
         i = int(bad[0])
         raise ValueError(
             f"{name}: sequence {i} has value {arr[i]} ({bad.size} non-finite in all); a NaN or infinite log "
-            "probability makes the distortion error undefined (a model giving a sequence probability 0 has error -inf)"
+            "probability makes the error undefined (a sequence of model probability 0 has error -inf)"
         )
     return arr
 
@@ -45,7 +46,7 @@ def _as_counts(values, name: str, n: int) -> np.ndarray:
     bad = np.flatnonzero(~np.isfinite(as_float) | (as_float < 0) | (as_float != np.round(as_float)))
     if bad.size:
         i = int(bad[0])
-        raise ValueError(f"{name}: sequence {i} has {arr[i]!r}; expected a non-negative integer")
+        raise ValueError(f"{name}: sequence {i} has {arr[i].item()!r}; expected a non-negative integer")
     return as_float.astype(np.int64)
 
 
@@ -54,14 +55,16 @@ def sequence_errors(model_log_probs, reference_log_probs) -> np.ndarray:
     model = _as_finite(model_log_probs, "model log probabilities (predictions)")
     reference = _as_finite(reference_log_probs, "reference log probabilities (references)")
     if model.size != reference.size:
-        raise ValueError(f"got {model.size} model log probabilities but {reference.size} reference log probabilities")
+        raise ValueError(
+            f"got {model.size} model log probabilities but {reference.size} reference log probabilities"
+        )
     if model.size == 0:
         raise ValueError("the distortion error needs at least one sequence")
     return model - reference
 
 
 def summary(errors, tolerance: float = 0.0) -> dict:
-    """Mean error (1/N) Σ_n error_n, share underestimated #{error_n < −tol} / N and overestimated #{error_n > tol} / N."""
+    """Mean error (1/N) Σ_n e_n; share underestimated #{e_n < −tol} / N, overestimated #{e_n > tol} / N."""
     e = np.asarray(errors, dtype=np.float64)
     if not (np.isfinite(tolerance) and tolerance >= 0):
         raise ValueError(f"tolerance must be a non-negative number of nats, got {tolerance!r}")
@@ -81,7 +84,7 @@ def bootstrap_mean_ci(
     rng: np.random.Generator | None = None,
     chunk: int = 2**22,
 ) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean of ``values`` [m]: resamples drawn as one [B, m] index array (in chunks)."""
+    """Percentile bootstrap CI of the mean of ``values`` [m]; resamples: one [B, m] index array (chunked)."""
     v = np.asarray(values, dtype=np.float64)
     if v.ndim != 1 or v.size == 0:
         raise ValueError(f"bootstrap needs a non-empty 1-d array, got shape {v.shape}")
@@ -111,7 +114,7 @@ def _curve_from_groups(
     level: float,
     rng: np.random.Generator,
 ) -> dict:
-    """Mean error with bootstrap CI per group of sequence indices, keeping groups with > min_count sequences."""
+    """Mean error with bootstrap CI per group of sequence indices; keeps groups with > min_count sequences."""
     curve = {key: [] for key in extra}
     curve.update(count=[], mean_log_p_ref=[], mean_error=[], ci_low=[], ci_high=[])
     dropped_bins = dropped_sequences = 0
@@ -138,7 +141,7 @@ def _curve_from_groups(
 
 
 def equal_width_edges(reference_log_probs, num_bins: int) -> np.ndarray:
-    """num_bins + 1 equally spaced edges from min to max log p_L: float64 [B + 1] (one bin if all values are equal)."""
+    """num_bins + 1 equal-width edges from min to max log p_L: float64 [B + 1] (one bin if all are equal)."""
     ref = np.asarray(reference_log_probs, dtype=np.float64)
     if not isinstance(num_bins, (int, np.integer)) or num_bins < 1:
         raise ValueError(f"num_bins must be a positive integer, got {num_bins!r}")
@@ -163,7 +166,7 @@ def equal_width_curve(
     level: float = CONFIDENCE_LEVEL,
     rng: np.random.Generator | None = None,
 ) -> dict:
-    """Mean error per equal-width bin of log p_L with bootstrap CIs; bins with ≤ min_count sequences dropped."""
+    """Mean error per equal-width bin of log p_L with bootstrap CIs; bins of ≤ min_count sequences dropped."""
     ref = np.asarray(reference_log_probs, dtype=np.float64)
     e = np.asarray(errors, dtype=np.float64)
     edges = equal_width_edges(ref, num_bins)
@@ -191,7 +194,10 @@ def equal_size_curve(
     if ref.size < num_bins:
         raise ValueError(f"{num_bins} equal-size bins need at least {num_bins} sequences, got {ref.size}")
     groups = np.array_split(np.argsort(ref, kind="stable"), num_bins)
-    extra = {"bin_left": [float(ref[g].min()) for g in groups], "bin_right": [float(ref[g].max()) for g in groups]}
+    extra = {
+        "bin_left": [float(ref[g].min()) for g in groups],
+        "bin_right": [float(ref[g].max()) for g in groups],
+    }
     rng = np.random.default_rng(0) if rng is None else rng
     return _curve_from_groups(groups, e, ref, extra, min_count, num_resamples, level, rng)
 
@@ -204,7 +210,7 @@ def perturbation_grid(
     min_count: int = MIN_COUNT,
     tolerance: float = 0.0,
 ) -> dict:
-    """Mean error per (equal-width log p_L bin, perturbation steps) cell: [R, S] lists, NaN where ≤ min_count."""
+    """Mean error per (equal-width log p_L bin, perturbation steps) cell: [R, S], None where ≤ min_count."""
     ref = np.asarray(reference_log_probs, dtype=np.float64)
     e = np.asarray(errors, dtype=np.float64)
     steps = _as_counts(num_perturbations, "num_perturbations", e.size)
@@ -234,7 +240,7 @@ def perturbation_grid(
 
 
 def _lengths_from_token_errors(token_errors, errors: np.ndarray, lengths) -> np.ndarray:
-    """Token counts n_i from per-token errors [n_i], checking Σ_t e_it == error_i (and n_i == lengths_i if given)."""
+    """n_i from per-token errors [n_i]; checks Σ_t e_it = error_i (and n_i = lengths_i if given)."""
     if len(token_errors) != errors.size:
         raise ValueError(f"token_errors: got {len(token_errors)} sequences for {errors.size} sequence errors")
     n = np.empty(errors.size, dtype=np.int64)
@@ -266,7 +272,7 @@ def length_curve(
     level: float = CONFIDENCE_LEVEL,
     rng: np.random.Generator | None = None,
 ) -> dict:
-    """Observed mean error by length n against the expected n · ē, ē = Σ_i error_i / Σ_i n_i (mean per-token error)."""
+    """Observed mean error by length n against the expected n · ē, ē = Σ_i error_i / Σ_i n_i per token."""
     e = np.asarray(errors, dtype=np.float64)
     if token_errors is not None:
         n = _lengths_from_token_errors(token_errors, e, lengths)
@@ -302,18 +308,19 @@ def distortion_report(
     tolerance: float = 0.0,
     seed: int = 0,
 ) -> dict:
-    """Every distortion-error result for N sequences: summary, curves, and the perturbation / length analyses."""
+    """Every distortion-error result for N sequences: summary, curves, perturbation grid and length curve."""
     errors = sequence_errors(model_log_probs, reference_log_probs)
     reference = np.asarray(reference_log_probs, dtype=np.float64)
     rng = np.random.default_rng(seed)
-    boot = dict(min_count=min_count, num_resamples=num_resamples, level=confidence_level, rng=rng)
+    boot = {"min_count": min_count, "num_resamples": num_resamples, "level": confidence_level, "rng": rng}
     report = summary(errors, tolerance)
     report["equal_width_curve"] = equal_width_curve(reference, errors, num_bins, **boot)
     if errors.size >= num_equal_size_bins:
         report["equal_size_curve"] = equal_size_curve(reference, errors, num_equal_size_bins, **boot)
     else:
         warnings.warn(
-            f"equal-size curve skipped: {errors.size} sequences are fewer than its {num_equal_size_bins} bins",
+            f"equal-size curve skipped: {errors.size} sequences are fewer than its "
+            f"{num_equal_size_bins} bins",
             stacklevel=2,
         )
         report["equal_size_curve"] = None
@@ -323,6 +330,8 @@ def distortion_report(
         else perturbation_grid(reference, errors, num_perturbations, num_rarity_bins, min_count, tolerance)
     )
     report["length_curve"] = (
-        None if lengths is None and token_errors is None else length_curve(errors, lengths, token_errors, **boot)
+        None
+        if lengths is None and token_errors is None
+        else length_curve(errors, lengths, token_errors, **boot)
     )
     return report

@@ -1,4 +1,4 @@
-"""``lm-latent-eval distortion``: sample an artificial language from p_L at temperature T, score it with p_M, write curves.
+"""``lm-latent-eval distortion``: sample a language from p_L at temperature T, score with p_M, write curves.
 
 Writes to --output-dir: sequences.csv (one row per scored sequence), summary.json (settings and every result),
 <curve>.csv for each curve, and <curve>.png plots.
@@ -30,23 +30,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-sequences", type=int, default=1000, help="samples drawn from p_L")
     parser.add_argument("--temperature", type=float, default=1.0, help="softmax temperature T of p_L")
     parser.add_argument("--max-length", type=int, default=128, help="most tokens per sample, EOS included")
-    parser.add_argument("--perturbation-steps", type=int, default=0, help="recursive edits per sample (0 = none)")
-    parser.add_argument("--num-random-sequences", type=int, default=0, help="uniform Σ* sequences to score too")
-    parser.add_argument("--random-mean-length", type=float, default=MEAN_RANDOM_LENGTH, help="Poisson mean length")
-    parser.add_argument("--num-bins", type=int, default=de.NUM_EQUAL_WIDTH_BINS, help="equal-width log p_L bins")
+    parser.add_argument(
+        "--perturbation-steps", type=int, default=0, help="recursive edits per sample (0 = none)"
+    )
+    parser.add_argument(
+        "--num-random-sequences", type=int, default=0, help="uniform Σ* sequences to score too"
+    )
+    parser.add_argument(
+        "--random-mean-length", type=float, default=MEAN_RANDOM_LENGTH, help="Poisson mean length"
+    )
+    parser.add_argument(
+        "--num-bins", type=int, default=de.NUM_EQUAL_WIDTH_BINS, help="equal-width log p_L bins"
+    )
     parser.add_argument("--num-equal-size-bins", type=int, default=de.NUM_EQUAL_SIZE_BINS)
-    parser.add_argument("--num-rarity-bins", type=int, default=de.NUM_RARITY_BINS, help="rows of the steps grid")
-    parser.add_argument("--min-count", type=int, default=de.MIN_COUNT, help="keep bins with more sequences than this")
+    parser.add_argument(
+        "--num-rarity-bins", type=int, default=de.NUM_RARITY_BINS, help="rows of the steps grid"
+    )
+    parser.add_argument(
+        "--min-count", type=int, default=de.MIN_COUNT, help="keep bins with more sequences than this"
+    )
     parser.add_argument("--num-resamples", type=int, default=de.NUM_RESAMPLES, help="bootstrap resamples")
     parser.add_argument(
-        "--tolerance", type=float, default=1e-4,
+        "--tolerance",
+        type=float,
+        default=1e-4,
         help="|error| ≤ this (nats) counts as neither under- nor overestimated (float32 scoring noise)",
     )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--bos-token-id", type=int, default=None, help="default: the reference tokenizer's BOS")
-    parser.add_argument("--eos-token-id", type=int, default=None, help="default: the reference tokenizer's EOS")
+    parser.add_argument(
+        "--bos-token-id", type=int, default=None, help="default: the reference tokenizer's BOS"
+    )
+    parser.add_argument(
+        "--eos-token-id", type=int, default=None, help="default: the reference tokenizer's EOS"
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
@@ -64,14 +82,18 @@ def special_ids(tokenizer, bos: int | None, eos: int | None) -> tuple[int, int]:
     bos = tokenizer.bos_token_id if bos is None else bos
     eos = tokenizer.eos_token_id if eos is None else eos
     if bos is None or eos is None:
-        raise ValueError(f"the reference tokenizer defines no {'BOS' if bos is None else 'EOS'} token: pass its id")
+        raise ValueError(
+            f"the reference tokenizer defines no {'BOS' if bos is None else 'EOS'} token: pass its id"
+        )
     return int(bos), int(eos)
 
 
 def alphabet(tokenizer, model_vocab_size: int, bos: int, eos: int) -> np.ndarray:
     """Σ: token ids that both models can emit, special tokens excluded: int64 [V']."""
     special = set(tokenizer.all_special_ids) | {bos, eos}
-    return np.array([i for i in range(min(len(tokenizer), model_vocab_size)) if i not in special], dtype=np.int64)
+    return np.array(
+        [i for i in range(min(len(tokenizer), model_vocab_size)) if i not in special], dtype=np.int64
+    )
 
 
 def check_same_vocabulary(reference_tokenizer, model_tokenizer) -> None:
@@ -122,13 +144,22 @@ def run(args: argparse.Namespace) -> int:
 
     generator = torch.Generator(device=args.device).manual_seed(args.seed)
     language = sample_language(
-        ref_model, args.num_sequences, bos, eos, args.temperature, args.max_length, args.batch_size, generator, progress
+        ref_model,
+        args.num_sequences,
+        bos,
+        eos,
+        args.temperature,
+        args.max_length,
+        args.batch_size,
+        generator,
+        progress,
     )
     num_truncated = int((~language.finished).sum())
     if num_truncated:
         warnings.warn(
-            f"{num_truncated} of {args.num_sequences} samples drew no EOS within --max-length {args.max_length}: "
-            "they are not complete sequences of p_L and are left out of every result (counted in summary.json)",
+            f"{num_truncated} of {args.num_sequences} samples drew no EOS within --max-length "
+            f"{args.max_length}: they are not complete sequences of p_L and are left out of every result "
+            "(counted in summary.json)",
             stacklevel=2,
         )
     keep = np.flatnonzero(language.finished)
@@ -138,7 +169,12 @@ def run(args: argparse.Namespace) -> int:
 
     # rows to score: the samples (steps 0), their recursive perturbations (steps 1..S), random Σ* sequences
     rng = np.random.default_rng(args.seed)
-    seqs, source, steps, parent = list(samples), ["sample"] * len(samples), [0] * len(samples), list(range(len(samples)))
+    seqs, source, steps, parent = (
+        list(samples),
+        ["sample"] * len(samples),
+        [0] * len(samples),
+        list(range(len(samples))),
+    )
     for i, x in enumerate(samples):
         chain = perturbation_chain(x, args.perturbation_steps, sigma, rng)
         seqs += chain
@@ -164,9 +200,13 @@ def run(args: argparse.Namespace) -> int:
     _write_csv(
         out / "sequences.csv",
         {
-            "source": source, "perturbation_steps": steps, "parent": parent,
-            "length": [len(x) + 1 for x in seqs], "log_p_reference": log_p_ref.tolist(),
-            "log_p_model": log_p_model.tolist(), "error": errors.tolist(),
+            "source": source,
+            "perturbation_steps": steps,
+            "parent": parent,
+            "length": [len(x) + 1 for x in seqs],
+            "log_p_reference": log_p_ref.tolist(),
+            "log_p_model": log_p_model.tolist(),
+            "error": errors.tolist(),
             "tokens": [" ".join(map(str, x)) for x in seqs],
         },
     )
@@ -178,10 +218,15 @@ def run(args: argparse.Namespace) -> int:
         "num_truncated": num_truncated,
         "potential_productivity": potential_productivity(samples),
         "language": de.distortion_report(
-            log_p_model[is_sample], log_p_ref[is_sample],
+            log_p_model[is_sample],
+            log_p_ref[is_sample],
             token_errors=[token_errors[i] for i in np.flatnonzero(is_sample)],
-            num_bins=args.num_bins, num_equal_size_bins=args.num_equal_size_bins, min_count=args.min_count,
-            num_resamples=args.num_resamples, tolerance=args.tolerance, seed=args.seed,
+            num_bins=args.num_bins,
+            num_equal_size_bins=args.num_equal_size_bins,
+            min_count=args.min_count,
+            num_resamples=args.num_resamples,
+            tolerance=args.tolerance,
+            seed=args.seed,
         ),
         "perturbation_grid": None,
         "random": None,
@@ -189,14 +234,22 @@ def run(args: argparse.Namespace) -> int:
     if args.perturbation_steps > 0:
         grid_rows = steps_arr >= 0
         results["perturbation_grid"] = de.perturbation_grid(
-            log_p_ref[grid_rows], errors[grid_rows], steps_arr[grid_rows], args.num_rarity_bins, args.min_count,
+            log_p_ref[grid_rows],
+            errors[grid_rows],
+            steps_arr[grid_rows],
+            args.num_rarity_bins,
+            args.min_count,
             args.tolerance,
         )
     if args.num_random_sequences > 0:
         is_random = source_arr == "random"
         results["random"] = de.summary(errors[is_random], args.tolerance)
         results["random"]["equal_width_curve"] = de.equal_width_curve(
-            log_p_ref[is_random], errors[is_random], args.num_bins, args.min_count, args.num_resamples,
+            log_p_ref[is_random],
+            errors[is_random],
+            args.num_bins,
+            args.min_count,
+            args.num_resamples,
             rng=np.random.default_rng(args.seed),
         )
 
@@ -215,12 +268,17 @@ def run(args: argparse.Namespace) -> int:
     for name, (result, plot) in figures.items():
         if result is None:
             continue
-        _write_csv(out / f"{name}.csv", _grid_columns(result) if name == "perturbation_grid" else _curve_columns(result))
+        _write_csv(
+            out / f"{name}.csv",
+            _grid_columns(result) if name == "perturbation_grid" else _curve_columns(result),
+        )
         plots.save_figure(plot(result, title=name.replace("_", " ")), out / f"{name}.png")
 
     print(
-        f"{len(samples)} sequences from p_L (T={args.temperature:g}): mean error {language_report['mean_error']:.4f} "
-        f"nats, {language_report['share_underestimated']:.1%} underestimated; P_N = {results['potential_productivity']:.3f}"
+        f"{len(samples)} sequences from p_L (T={args.temperature:g}): "
+        f"mean error {language_report['mean_error']:.4f} nats, "
+        f"{language_report['share_underestimated']:.1%} underestimated; "
+        f"P_N = {results['potential_productivity']:.3f}"
     )
     print(f"results written to {out}")
     return 0

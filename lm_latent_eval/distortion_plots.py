@@ -12,7 +12,9 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
 
-def plot_error_curve(curve: dict, title: str = "distortion error by rarity", ax=None, label: str | None = None):
+def plot_error_curve(
+    curve: dict, title: str = "distortion error by rarity", ax=None, label: str | None = None
+):
     """Mean error log p_M − log p_L (with its bootstrap CI band) against the bin's mean log p_L."""
     fig = Figure(figsize=(6, 4)) if ax is None else ax.figure
     ax = fig.add_subplot() if ax is None else ax
@@ -23,7 +25,10 @@ def plot_error_curve(curve: dict, title: str = "distortion error by rarity", ax=
     ax.set_xlabel("log p_L(x)  (bin mean)")
     ax.set_ylabel("log p_M(x) − log p_L(x)")
     level = curve.get("confidence_level", 0.95)
-    ax.set_title(f"{title}\n(band: {level:.0%} bootstrap CI; bins with ≤ {curve.get('min_count', 10)} sequences dropped)")
+    ax.set_title(
+        f"{title}\n(band: {level:.0%} bootstrap CI; "
+        f"bins with ≤ {curve.get('min_count', 10)} sequences dropped)"
+    )
     if label:
         ax.legend()
     fig.tight_layout()
@@ -31,14 +36,17 @@ def plot_error_curve(curve: dict, title: str = "distortion error by rarity", ax=
 
 
 def plot_perturbation_grid(grid: dict, title: str = "mean error by rarity × perturbation steps"):
-    """Heat map of mean error per (log p_L bin, number of perturbation steps); blank cells had too few sequences."""
+    """Heat map of mean error per (log p_L bin, perturbation steps); blank cells had too few sequences."""
     fig = Figure(figsize=(6, 4.5))
     ax = fig.add_subplot()
     mean = np.array([[np.nan if v is None else v for v in row] for row in grid["mean_error"]], dtype=float)
     finite = mean[np.isfinite(mean)]
     bound = float(np.abs(finite).max()) if finite.size and np.abs(finite).max() > 0 else 1.0
     image = ax.imshow(
-        np.ma.masked_invalid(mean), aspect="auto", origin="lower", cmap="RdBu",
+        np.ma.masked_invalid(mean),
+        aspect="auto",
+        origin="lower",
+        cmap="RdBu",
         norm=TwoSlopeNorm(vcenter=0.0, vmin=-bound, vmax=bound),
     )
     ax.set_xticks(range(len(grid["steps"])), [str(s) for s in grid["steps"]])
@@ -53,13 +61,15 @@ def plot_perturbation_grid(grid: dict, title: str = "mean error by rarity × per
 
 
 def plot_length_curve(curve: dict, title: str = "observed vs expected error by length"):
-    """Observed mean error per length n (with CI) against the expected n · ē of a constant per-token error ē."""
+    """Observed mean error per length n (with CI) against the n · ē of a constant per-token error ē."""
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
     n = np.asarray(curve["length"], dtype=float)
     ax.plot(n, curve["mean_error"], marker="o", ms=3, label="observed")
     ax.fill_between(n, curve["ci_low"], curve["ci_high"], alpha=0.3, lw=0)
-    ax.plot(n, curve["expected_error"], ls="--", label=f"expected n · ē (ē = {curve['mean_per_token_error']:.3g})")
+    ax.plot(
+        n, curve["expected_error"], ls="--", label=f"expected n · ē (ē = {curve['mean_per_token_error']:.3g})"
+    )
     ax.axhline(0.0, color="k", lw=0.8)
     ax.set_xlabel("length n (tokens incl. EOS)")
     ax.set_ylabel("log p_M(x) − log p_L(x)")

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import warnings
 
-import torch
-from tqdm import tqdm
-
 import lm_eval.models  # noqa: F401  (built-in models first: get_model imports them only while the registry is empty)
+import torch
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
+from tqdm import tqdm
 
 from . import __version__
 from .estimators import DocumentEstimate, EstimatorSettings, estimate_document
@@ -53,11 +53,12 @@ def _parse_float(name: str, value) -> float | None:
     if value is None:
         return None
     try:
-        if isinstance(value, bool):
-            raise ValueError
-        return float(value)
+        number = float(value)
     except ValueError:
-        raise ValueError(f"model_args {name} must be a number, got {value!r}") from None
+        number = None
+    if number is None or isinstance(value, bool):
+        raise ValueError(f"model_args {name} must be a number, got {value!r}")
+    return number
 
 
 def _parse_bool(name: str, value) -> bool | None:
@@ -96,8 +97,19 @@ def _parse_dtype(dtype) -> torch.dtype | None:
         return dtype
     value = getattr(torch, str(dtype).removeprefix("torch."), None)
     if not isinstance(value, torch.dtype):
-        raise ValueError(f"model_args dtype must name a torch dtype (float32, float64, bfloat16, ...), got {dtype!r}")
+        raise ValueError(  # noqa: TRY004  (a bad model_args value, not a bad Python type)
+            f"model_args dtype must name a torch dtype (float32, float64, bfloat16, ...), got {dtype!r}"
+        )
     return value
+
+
+def _distributed_state(device: torch.device):
+    """accelerate's process state under ``accelerate launch`` / torchrun (WORLD_SIZE > 1), else None."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    from accelerate import PartialState
+
+    return PartialState(cpu=device.type == "cpu")  # gloo process group on CPU, one GPU per process otherwise
 
 
 @register_model("latent")
@@ -135,9 +147,13 @@ class LatentLMEval(LM):
                 "estimator, num_samples, temperature, peek, beam_size, seed, batch_size, device, dtype"
             )
         if self.MODEL is not None and model not in (None, self.MODEL):
-            raise ValueError(f"{type(self).__name__} always loads model={self.MODEL!r}; use --model latent for {model!r}")
+            raise ValueError(
+                f"{type(self).__name__} always loads model={self.MODEL!r}; use --model latent for {model!r}"
+            )
         if (self.MODEL or model) is None:
-            raise ValueError(f"--model latent needs model_args model=<one of {sorted(MODELS)} or package.module:Class>")
+            raise ValueError(
+                f"--model latent needs model_args model=<one of {sorted(MODELS)} or package.module:Class>"
+            )
         self.model_name = self.MODEL or model
         given = {
             "estimator": estimator,
@@ -152,12 +168,21 @@ class LatentLMEval(LM):
             self.settings = EstimatorSettings(**{k: v for k, v in given.items() if v is not None})
         except ValueError as err:
             raise ValueError(f"bad model_args for {type(self).__name__}: {err}") from None
-        if self.settings.estimator == "is" and self.settings.batch_size == 1 and self.settings.num_samples > 1:
+        if (
+            self.settings.estimator == "is"
+            and self.settings.batch_size == 1
+            and self.settings.num_samples > 1
+        ):
             logger.warning(
                 "scoring 1 particle per log_joint call (lm-eval's default --batch_size 1); pass --batch_size auto "
                 "or a number for speed (the results do not change)"
             )
         self._device = _resolve_device(device)
+        self._state = _distributed_state(self._device)
+        if self._state is not None:  # lm-eval shards documents by rank; seeds depend on documents only
+            self._rank, self._world_size = self._state.process_index, self._state.num_processes
+            if self._device.type == "cuda":
+                self._device = self._state.device
         self.model, self.checkpoint = load_model(
             self.model_name, pretrained, device=self._device, dtype=_parse_dtype(dtype)
         )
@@ -193,6 +218,24 @@ class LatentLMEval(LM):
             dbdict.commit()
         super().set_cache_hook(cache_hook)
 
+    # ---- multi-process runs (lm-eval calls these only when world_size > 1) ----------------------------------------
+
+    def all_gather(self, tensor):
+        from accelerate.utils import gather
+
+        return gather(tensor) if self.world_size > 1 else tensor
+
+    def gather_object(self, obj, dst=0):
+        if self.world_size <= 1:
+            return [obj]
+        result = [None] * self.world_size if self.rank == dst else None
+        torch.distributed.gather_object(obj=obj, object_gather_list=result, dst=dst)
+        return result
+
+    def barrier(self) -> None:
+        if self._state is not None:
+            self._state.wait_for_everyone()
+
     # ---- requests ---------------------------------------------------------------------------------------------
 
     def _estimate_all(self, texts: list[str], desc: str, disable_tqdm: bool) -> dict[str, DocumentEstimate]:
@@ -211,7 +254,9 @@ class LatentLMEval(LM):
         _ROLLING_ESTIMATES.update(estimates)
         for text, est in estimates.items():
             if est.num_tokens == 0:
-                warnings.warn(f"document {text[:60]!r} has no tokens: log p = 0.0 over 0 tokens", stacklevel=2)
+                warnings.warn(
+                    f"document {text[:60]!r} has no tokens: log p = 0.0 over 0 tokens", stacklevel=2
+                )
         return [estimates[text].log_likelihood for text in texts]
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
@@ -219,7 +264,9 @@ class LatentLMEval(LM):
         pairs = [req.args for req in requests]
         self._check_prefix_tokenization(pairs)
         texts = [ctx for ctx, _ in pairs] + [ctx + cont for ctx, cont in pairs]
-        estimates = self._estimate_all(texts, f"{self.settings.estimator} log p(context, continuation)", disable_tqdm)
+        estimates = self._estimate_all(
+            texts, f"{self.settings.estimator} log p(context, continuation)", disable_tqdm
+        )
         if not self._warned_greedy:
             warnings.warn(
                 f"{type(self).__name__}: is_greedy is not computed for latent LMs (always False), so metrics built "
@@ -229,7 +276,8 @@ class LatentLMEval(LM):
             )
             self._warned_greedy = True
         return [
-            (estimates[ctx + cont].log_likelihood - estimates[ctx].log_likelihood, False) for ctx, cont in pairs
+            (estimates[ctx + cont].log_likelihood - estimates[ctx].log_likelihood, False)
+            for ctx, cont in pairs
         ]
 
     def _check_prefix_tokenization(self, pairs) -> None:
@@ -248,7 +296,9 @@ class LatentLMEval(LM):
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         """Ancestral samples from p(· | context), seeded from (seed, context), cut at the first ``until`` string."""
         if not has_text_sampler(self.model):
-            raise NotImplementedError(f"{type(self.model).__name__} has no sample_text(): generate_until is unavailable")
+            raise NotImplementedError(
+                f"{type(self.model).__name__} has no sample_text(): generate_until is unavailable"
+            )
         outputs = []
         for req in tqdm(requests, desc="sampling continuations", disable=disable_tqdm):
             context, gen_kwargs = req.args

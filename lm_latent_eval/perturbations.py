@@ -1,8 +1,8 @@
-"""Ill-formed sequences for the distortion analysis (LeBrun, Sordoni & O'Donnell 2022, Table 3) and Σ* samples.
+"""Ill-formed sequences for the distortion analysis (LeBrun, Sordoni, O'Donnell 2022, Table 3), Σ* samples.
 
-A sequence is a list of token ids from the alphabet Σ (``vocabulary``, special tokens such as BOS/EOS excluded).
-The four edit operations are applied recursively: step k edits the output of step k − 1. Every function takes a
-``numpy.random.Generator`` (or an int seed), so results are reproducible.
+A sequence is a list of token ids from the alphabet Σ (``vocabulary``, special tokens such as BOS/EOS
+excluded). The four edit operations are applied recursively: step k edits the output of step k − 1. Every
+function takes a ``numpy.random.Generator`` (or an int seed), so results are reproducible.
 """
 
 from __future__ import annotations
@@ -73,7 +73,9 @@ def substitute(tokens: Sequence[int], vocabulary, rng) -> list[int]:
     alphabet = _alphabet(vocabulary)
     positions = _substitutable(tokens, alphabet)
     if positions.size == 0:
-        raise ValueError(f"substitute needs a token that Σ = {alphabet.tolist()} can replace, got {list(tokens)}")
+        raise ValueError(
+            f"substitute needs a token that Σ = {alphabet.tolist()} can replace, got {list(tokens)}"
+        )
     i = int(rng.choice(positions))
     out = list(tokens)
     out[i] = int(rng.choice(alphabet[alphabet != out[i]]))
@@ -81,7 +83,7 @@ def substitute(tokens: Sequence[int], vocabulary, rng) -> list[int]:
 
 
 def applicable(operation: str, tokens: Sequence[int], vocabulary) -> bool:
-    """Whether ``operation`` can change ``tokens`` (e.g. delete needs a token, swap two different neighbours)."""
+    """Whether ``operation`` can change ``tokens`` (delete needs a token, swap two different neighbours)."""
     if operation == "swap":
         return _swappable(tokens).size > 0
     if operation == "delete":
@@ -93,7 +95,9 @@ def applicable(operation: str, tokens: Sequence[int], vocabulary) -> bool:
     raise ValueError(f"unknown perturbation {operation!r}; expected one of {PERTURBATIONS}")
 
 
-def perturb_once(tokens: Sequence[int], vocabulary, rng, operations: Sequence[str] = PERTURBATIONS) -> tuple[list[int], str]:
+def perturb_once(
+    tokens: Sequence[int], vocabulary, rng, operations: Sequence[str] = PERTURBATIONS
+) -> tuple[list[int], str]:
     """One edit: an operation drawn uniformly among those of ``operations`` applicable to ``tokens``."""
     rng = _generator(rng)
     unknown = [op for op in operations if op not in PERTURBATIONS]
@@ -126,7 +130,9 @@ def perturbation_chain(
     return chain
 
 
-def perturb(tokens: Sequence[int], num_steps: int, vocabulary, rng, operations: Sequence[str] = PERTURBATIONS) -> list[int]:
+def perturb(
+    tokens: Sequence[int], num_steps: int, vocabulary, rng, operations: Sequence[str] = PERTURBATIONS
+) -> list[int]:
     """x^(num_steps): ``num_steps`` edits applied recursively (x itself for 0 steps)."""
     chain = perturbation_chain(tokens, num_steps, vocabulary, rng, operations)
     return chain[-1] if chain else list(tokens)
@@ -147,7 +153,7 @@ def random_sequences(
 
 
 def potential_productivity(sequences: Iterable[Hashable | Sequence[int]]) -> float:
-    """Good–Turing P_N = N1 / N: share of the N sampled sequences whose type occurs exactly once (unseen mass)."""
+    """Good–Turing P_N = N1 / N: share of the N samples whose type occurs exactly once (the unseen mass)."""
     counts = Counter(tuple(s) if isinstance(s, (list, np.ndarray)) else s for s in sequences)
     total = sum(counts.values())
     if total == 0:

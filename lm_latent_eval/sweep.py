@@ -13,6 +13,7 @@ import numpy as np
 from .estimators import EstimatorSettings, estimate_document
 from .estimators.aggregate import corpus_log_likelihood, instance_log_likelihoods
 from .estimators.diagnostics import convergence_sizes
+from .estimators.importance import SAMPLE_BLOCK
 
 DEFAULT_TEMPERATURES = (0.5, 0.9, 1.0, 1.1, 2.0, 5.0)
 DEFAULT_BEAM_SIZES = (1, 10, 100)
@@ -55,7 +56,7 @@ def run_sweep(
     beam_sizes=DEFAULT_BEAM_SIZES,
     num_samples: int = 100,
     seed: int = 1234,
-    batch_size: int = 256,
+    batch_size: int = SAMPLE_BLOCK,
     device: str = "cpu",
     progress: bool = True,
 ) -> dict:
@@ -177,7 +178,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--peek", choices=("both", "peek", "no-peek"), default="both")
     parser.add_argument("--beam-sizes", type=_ints, default=list(DEFAULT_BEAM_SIZES))
     parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--batch-size", type=int, default=256, help="particles per log_joint call (memory only)")
+    parser.add_argument("--batch-size", type=int, default=SAMPLE_BLOCK, help="particles per log_joint call (memory only)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--output-dir", default="sweep_out")
 

@@ -1,4 +1,4 @@
-"""Shared fixtures: a tiny HMM (exact enumeration feasible) and the bundled HMM checkpoint with its test corpus."""
+"""Shared fixtures: a tiny HMM (exact enumeration feasible), the bundled HMM and its test corpus."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from lm_latent_eval.paths import DATA_DIR
 
 
 def make_tiny_hmm(num_states: int = 3, words=("a", "b", "c"), seed: int = 0) -> HMMLanguageModel:
-    """S = 3 states over {<unk>, a, b, c}: random model parameters and an independently random (mismatched) proposal."""
+    """S = 3 states over {<unk>, a, b, c}: random parameters; the proposal is a noisy (mismatched) copy."""
     model = HMMLanguageModel(vocab=["<unk>", *words], num_states=num_states, seed=seed)
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
-        for param in model.proposal.parameters():
-            param.copy_(torch.randn(param.shape, generator=gen))
+        for param, own in zip(model.proposal.parameters(), model.hmm.parameters()):
+            param.copy_(own + 0.4 * torch.randn(param.shape, generator=gen))
     return model.eval()
 
 

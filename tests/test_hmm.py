@@ -1,4 +1,4 @@
-"""The HMM reference model against independent computations: enumeration, probability-space recursions, sampling."""
+"""The HMM reference model against independent computations: enumeration, probability-space recursions."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import make_tiny_hmm
 from scipy.stats import chisquare
 
-from conftest import make_tiny_hmm
 from lm_latent_eval.models.hmm import HMMLanguageModel, split_words
-from lm_latent_eval.models.hmm.train import em_step, pad, read_texts, train_hmm
+from lm_latent_eval.models.hmm.train import batches, em_step, perplexity, read_texts, train_hmm
 from lm_latent_eval.paths import DATA_DIR
 
 
@@ -51,7 +51,16 @@ def tempered_log_q(proposal, x: list[int], z: list[int], tau: float, peek: bool)
 
 def test_tokenizer_handles_lm_eval_text_unknown_words_and_empty(bundled_hmm):
     assert split_words("Question: Who saw the dog?\nAnswer: don't") == [
-        "question", ":", "who", "saw", "the", "dog", "?", "answer", ":", "don't",
+        "question",
+        ":",
+        "who",
+        "saw",
+        "the",
+        "dog",
+        "?",
+        "answer",
+        ":",
+        "don't",
     ]
     x = bundled_hmm.tokenize("The dog saw Zyxwvut <unk> .")
     unk = bundled_hmm.vocab.index("<unk>")
@@ -78,9 +87,16 @@ def test_log_joint_is_the_product_of_probabilities(tiny_hmm):
     assert lj.dtype == torch.float64 and lj.shape == (2,)
     for k in range(2):
         zk, xs = z[k].tolist(), x.tolist()
-        p = pi[zk[0]] * B[zk[0], xs[0]] * np.prod([A[zk[t - 1], zk[t]] * B[zk[t], xs[t]] for t in range(1, 5)])
+        p = (
+            pi[zk[0]]
+            * B[zk[0], xs[0]]
+            * np.prod([A[zk[t - 1], zk[t]] * B[zk[t], xs[t]] for t in range(1, 5)])
+        )
         assert lj[k].item() == pytest.approx(math.log(p), abs=1e-5)
-    assert tiny_hmm.log_joint(torch.zeros(0, dtype=torch.long), torch.zeros(3, 0, dtype=torch.long)).tolist() == [0.0] * 3
+    assert (
+        tiny_hmm.log_joint(torch.zeros(0, dtype=torch.long), torch.zeros(3, 0, dtype=torch.long)).tolist()
+        == [0.0] * 3
+    )
 
 
 def test_log_marginal_equals_enumeration_over_all_paths(tiny_hmm):
@@ -95,7 +111,9 @@ def test_log_marginal_is_a_prefix_probability(tiny_hmm):
     """No end event: Σ_w p(x ⊕ w) = p(x), and Σ_w p(w) = 1."""
     x = tiny_hmm.tokenize("a b b")
     extended = [tiny_hmm.log_marginal(torch.cat([x, torch.tensor([w])])) for w in range(4)]
-    assert math.exp(torch.logsumexp(torch.tensor(extended), 0).item()) == pytest.approx(math.exp(tiny_hmm.log_marginal(x)))
+    assert math.exp(torch.logsumexp(torch.tensor(extended), 0).item()) == pytest.approx(
+        math.exp(tiny_hmm.log_marginal(x))
+    )
     assert sum(math.exp(tiny_hmm.log_marginal(torch.tensor([w]))) for w in range(4)) == pytest.approx(1.0)
 
 
@@ -118,7 +136,9 @@ def test_proposal_log_q_is_the_tempered_probability_and_normalized(tiny_hmm, pee
     x = tiny_hmm.tokenize("b a c a")
     xs = x.tolist()
     # independent recomputation sums to one over all S^T configurations
-    total = sum(math.exp(tempered_log_q(tiny_hmm.proposal, xs, z, tau, peek)) for z in all_paths(3, 4).tolist())
+    total = sum(
+        math.exp(tempered_log_q(tiny_hmm.proposal, xs, z, tau, peek)) for z in all_paths(3, 4).tolist()
+    )
     assert total == pytest.approx(1.0, abs=1e-9)
     # and agrees with the log q the sampler reports for what it drew
     z, log_q = tiny_hmm.proposal.sample(x, 50, tau, peek, torch.Generator().manual_seed(3))
@@ -156,7 +176,10 @@ def test_beam_is_the_top_k_of_q_by_enumeration(tiny_hmm):
     pi, A, B = (t.detach() for t in tiny_hmm.proposal.log_probs())
     xs = x.tolist()
     log_qxz = torch.tensor(
-        [pi[z[0]] + B[z[0], xs[0]] + sum(A[z[t - 1], z[t]] + B[z[t], xs[t]] for t in range(1, 4)) for z in paths.tolist()]
+        [
+            pi[z[0]] + B[z[0], xs[0]] + sum(A[z[t - 1], z[t]] + B[z[t], xs[t]] for t in range(1, 4))
+            for z in paths.tolist()
+        ]
     )
     order = log_qxz.argsort(descending=True)
     for k in (1, 5, 17, 80, 81, 200):
@@ -181,7 +204,9 @@ def test_sample_text_next_word_follows_the_conditional(tiny_hmm):
     assert all(w.startswith(" ") for w in words)
     counts = np.bincount([int(tiny_hmm.tokenize(w)[0]) for w in words], minlength=4)
     log_p = tiny_hmm.log_marginal(x)
-    cond = np.array([math.exp(tiny_hmm.log_marginal(torch.cat([x, torch.tensor([w])])) - log_p) for w in range(4)])
+    cond = np.array(
+        [math.exp(tiny_hmm.log_marginal(torch.cat([x, torch.tensor([w])])) - log_p) for w in range(4)]
+    )
     assert cond.sum() == pytest.approx(1.0)
     assert chisquare(counts, n * cond).pvalue > 1e-4
 
@@ -194,6 +219,10 @@ def test_sample_text_stops_and_is_seeded(bundled_hmm):
     cut = bundled_hmm.sample_text("The old dog", 200, torch.Generator().manual_seed(1), stop=[".", "?"])
     end = min(full.find(s) for s in ".?" if s in full)
     assert cut == full[:end]  # the same draws, cut before the first stop string
+    # stop strings match case-insensitively (lm-eval's "Question:" against the model's lower-case words)
+    cased = bundled_hmm.sample_text("The old dog", 200, torch.Generator().manual_seed(1), stop=[".", "?", "Did "])
+    lower = bundled_hmm.sample_text("The old dog", 200, torch.Generator().manual_seed(1), stop=[".", "?", "did "])
+    assert cased == lower
     assert isinstance(bundled_hmm.sample_text("", 5, torch.Generator().manual_seed(2)), str)
     assert bundled_hmm.sample_text("The dog", 0) == ""
 
@@ -216,17 +245,23 @@ def test_from_pretrained_refuses_a_checkpoint_missing_the_proposal(tmp_path, tin
     from safetensors.torch import save_file
 
     tiny_hmm.save_pretrained(tmp_path)
-    save_file({k: v for k, v in tiny_hmm.state_dict().items() if k.startswith("hmm.")}, str(tmp_path / "model.safetensors"))
+    save_file(
+        {k: v for k, v in tiny_hmm.state_dict().items() if k.startswith("hmm.")},
+        str(tmp_path / "model.safetensors"),
+    )
     with pytest.raises(RuntimeError, match="proposal"):
         HMMLanguageModel.from_pretrained(str(tmp_path))
 
 
-def test_em_increases_the_likelihood():
+def test_em_increases_the_likelihood_and_batching_does_not_change_it():
     texts = read_texts(DATA_DIR / "corpus" / "tiny_train.jsonl")[:60]
     model = train_hmm(texts, iterations=0, proposal_iterations=0, num_states=6, progress=False)
-    ids, lengths = pad([model.tokenize(t) for t in texts])
-    lls = [em_step(model, ids, lengths, pseudo_count=1e-3) for _ in range(8)]
-    assert all(b >= a - 1e-6 * abs(a) for a, b in zip(lls, lls[1:]))
+    data = batches([model.tokenize(t) for t in texts], batch_size=16)
+    whole = batches([model.tokenize(t) for t in texts], batch_size=1000)
+    assert len(data) == 4 and len(whole) == 1
+    assert perplexity(model, data) == pytest.approx(perplexity(model, whole), rel=1e-12)
+    lls = [em_step(model, data, pseudo_count=1e-3) for _ in range(8)]
+    assert all(b >= a - 1e-6 * abs(a) for a, b in itertools.pairwise(lls))
     assert lls[-1] > lls[0] + 0.1 * abs(lls[0])
 
 
@@ -234,10 +269,28 @@ def test_train_cli_writes_a_loadable_checkpoint(tmp_path, capsys):
     from lm_latent_eval.cli import main
 
     train = tmp_path / "train.jsonl"
-    train.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["the dog ran.", "a cat sat.", "the cat ran."] * 5))
+    train.write_text(
+        "".join(json.dumps({"text": t}) + "\n" for t in ["the dog ran.", "a cat sat.", "the cat ran."] * 5)
+    )
     out = tmp_path / "ckpt"
-    rc = main(["train", "hmm", "--train-file", str(train), "--validation-file", str(train), "--output", str(out),
-               "--num-states", "3", "--iterations", "4", "--proposal-iterations", "2"])
+    rc = main(
+        [
+            "train",
+            "hmm",
+            "--train-file",
+            str(train),
+            "--validation-file",
+            str(train),
+            "--output",
+            str(out),
+            "--num-states",
+            "3",
+            "--iterations",
+            "4",
+            "--proposal-iterations",
+            "2",
+        ]
+    )
     assert rc == 0 and "validation perplexity" in capsys.readouterr().out
     model = HMMLanguageModel.from_pretrained(str(out))
     assert model.num_states == 3 and "dog" in model.vocab
@@ -259,3 +312,16 @@ def test_bundled_checkpoint_and_corpus(bundled_hmm, bundled_test_texts):
     # proposal is mismatched but covers the support: finite, different from the model
     assert not torch.allclose(bundled_hmm.proposal.log_probs()[2], bundled_hmm.hmm.log_probs()[2])
     assert all(torch.isfinite(t).all() for t in bundled_hmm.proposal.log_probs())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_same_numbers_on_cuda(tiny_hmm):
+    from lm_latent_eval.estimators import EstimatorSettings, estimate_document
+
+    cuda = make_tiny_hmm().to("cuda")
+    for settings in (EstimatorSettings(estimator="exact"), EstimatorSettings(estimator="beam", beam_size=81)):
+        a = estimate_document(tiny_hmm, "a b c a", settings).log_likelihood
+        assert estimate_document(cuda, "a b c a", settings, device="cuda").log_likelihood == pytest.approx(a)
+    est = estimate_document(cuda, "a b c a", EstimatorSettings(num_samples=5000), device="cuda")
+    assert est.log_likelihood == pytest.approx(tiny_hmm.log_marginal(tiny_hmm.tokenize("a b c a")), abs=0.05)
+    assert isinstance(cuda.sample_text("a b", 5, torch.Generator("cuda").manual_seed(0)), str)

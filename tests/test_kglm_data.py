@@ -265,3 +265,22 @@ def test_synthetic_corpus_files_round_trip(tmp_path):
     assert first["tokens"][0] == "@@START@@" and set(first["annotations"][0]) == {
         "source", "id", "relation", "parent_id", "span"}
     assert document_to_json(docs[0])["tokens"][1:] == docs[0].tokens
+
+
+# --- task datasets ------------------------------------------------------------------------------------------------
+def test_linked_wikitext2_task_data(tmp_path, monkeypatch):
+    from lm_latent_eval.models.kglm.linked_wikitext import load_linked_wikitext2
+
+    monkeypatch.delenv("LINKED_WIKITEXT2_DIR", raising=False)
+    with pytest.raises(ValueError, match="data_dir.*LINKED_WIKITEXT2_DIR"):
+        load_linked_wikitext2(version=1.0)
+    graph, docs = generate_corpus(SyntheticConfig(num_documents=6), seed=0)
+    write_linked_jsonl(docs[:3], tmp_path / "valid.jsonl")
+    with pytest.raises(FileNotFoundError, match="test"):
+        load_linked_wikitext2(data_dir=str(tmp_path))
+    write_linked_jsonl(docs[3:], tmp_path / "test.jsonl")
+    monkeypatch.setenv("LINKED_WIKITEXT2_DIR", str(tmp_path))
+    data = load_linked_wikitext2(version=1.0)  # lm-eval passes the task metadata as keywords
+    assert data["test"]["text"] == [" ".join(d.tokens) for d in docs[3:]]
+    assert data["validation"]["title"] == [d.title for d in docs[:3]]
+    assert "@@START@@" not in data["test"]["text"][0]

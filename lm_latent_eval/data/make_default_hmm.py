@@ -2,9 +2,9 @@
 
     python -m lm_latent_eval.data.make_default_hmm          # writes data/corpus/tiny_*.jsonl and data/hmm/
 
-The corpus comes from a small probabilistic grammar (determiners, adjectives, nouns, verbs, prepositions, names,
-numbers) with Zipf-distributed word choices, so it has the part-of-speech structure an HMM can find and a long
-tail of rare names and numbers that become ``<unk>``. Everything is seeded: the same files every run.
+The corpus comes from a small probabilistic grammar (determiners, adjectives, nouns, verbs, prepositions,
+names, numbers) with Zipf-distributed word choices, so it has the part-of-speech structure an HMM can find
+and a long tail of rare names and numbers that become ``<unk>``. Everything is seeded: same files every run.
 """
 
 from __future__ import annotations
@@ -99,8 +99,7 @@ def make_corpus(seed: int = 0, num_train: int = 400, num_test: int = 30) -> tupl
 def write_jsonl(path: Path, texts: list[str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
-        for text in texts:
-            fh.write(json.dumps({"text": text}) + "\n")
+        fh.writelines(json.dumps({"text": text}) + "\n" for text in texts)
 
 
 def main() -> int:
@@ -112,18 +111,38 @@ def main() -> int:
     print(f"wrote {len(train)} training and {len(test)} test documents to {CORPUS_DIR}")
     # paths relative to the working directory when possible, so the recipe in the model card is portable
     train_file, test_file, out = (
-        os.path.relpath(p) if Path.cwd() in p.parents else str(p) for p in (TRAIN_FILE, TEST_FILE, CHECKPOINT_DIR)
+        os.path.relpath(p) if Path.cwd() in p.parents else str(p)
+        for p in (TRAIN_FILE, TEST_FILE, CHECKPOINT_DIR)
     )
     return cli_main(
-        ["train", "hmm", "--train-file", train_file, "--validation-file", test_file, "--output", out,
-         *DEFAULT_TRAIN_ARGS]
+        [
+            "train",
+            "hmm",
+            "--train-file",
+            train_file,
+            "--validation-file",
+            test_file,
+            "--output",
+            out,
+            *DEFAULT_TRAIN_ARGS,
+        ]
     )
 
 
 # the exact training recipe of the bundled checkpoint
 DEFAULT_TRAIN_ARGS = [
-    "--num-states", "12", "--iterations", "100", "--proposal-iterations", "30", "--proposal-flatten", "0.5",
-    "--min-count", "2", "--seed", "0",
+    "--num-states",
+    "12",
+    "--iterations",
+    "100",
+    "--proposal-iterations",
+    "30",
+    "--proposal-flatten",
+    "0.5",
+    "--min-count",
+    "2",
+    "--seed",
+    "0",
 ]
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import torch
 from ..protocol import LatentLM, num_particles, select_particles
 from .seeding import document_generator
 
-SAMPLE_BLOCK = 256  # particles drawn per random stream; part of the seeding scheme, so results never depend on batch_size
+SAMPLE_BLOCK = 1024  # particles drawn per random stream; part of the seeding scheme, so results never depend on batch_size
 
 
 def check_sampling_args(num_samples: int, temperature: float, doc: str = "document") -> None:

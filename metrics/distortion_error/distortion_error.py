@@ -1,4 +1,4 @@
-"""Distortion error: log p_M(x) − log p_L(x) per sequence, by rarity of x (LeBrun, Sordoni & O'Donnell 2022)."""
+"""Distortion error: log p_M(x) − log p_L(x) per sequence, by rarity of x (LeBrun et al., ICLR 2022)."""
 
 import datasets
 import evaluate
@@ -24,40 +24,40 @@ _CITATION = """\
 """
 
 _DESCRIPTION = """\
-Compares a language model p_M with a reference language p_L whose sequence probabilities are known (for example an
-artificial language sampled from a causal LM), one sequence at a time:
+Compares a language model p_M with a reference language p_L whose sequence probabilities are known (for
+example an artificial language sampled from a causal LM), one sequence at a time:
 
     error(x) = log p_M(x) − log p_L(x)       (nats; < 0: the model underestimates x)
 
 It returns the mean error and the share of underestimated sequences, the error curve over equal-width bins of
-log p_L(x) (bins with more than `min_count` sequences, with percentile bootstrap confidence intervals), the same
-curve over `num_equal_size_bins` bins holding equally many sequences, and optionally the grid of mean error by
-rarity × number of perturbation steps and the observed error by length n against the expected n · ē, where
-ē = Σ error / Σ n is the mean per-token error.
+log p_L(x) (bins with more than `min_count` sequences, with percentile bootstrap confidence intervals), the
+same curve over `num_equal_size_bins` bins holding equally many sequences, and optionally the grid of mean
+error by rarity × number of perturbation steps and the observed error by length n against the expected n · ē,
+where ē = Σ error / Σ n is the mean per-token error.
 """
 
 _KWARGS_DESCRIPTION = """
 Args:
     predictions (list of float): log p_M(x) of each sequence under the evaluated model (EOS included).
     references (list of float): log p_L(x) of the same sequences under the reference language.
-    num_perturbations (list of int, optional): perturbation steps that produced each sequence (0 = unperturbed);
+    num_perturbations (list of int, optional): perturbation steps behind each sequence (0 = unperturbed);
         adds the rarity × steps grid.
     lengths (list of int, optional): tokens scored per sequence (EOS included); adds the length curve.
-    token_errors (list of list of float, optional): per-token errors log p_M(x_t | x_<t) − log p_L(x_t | x_<t);
+    token_errors (list of list of float, optional): per-token log p_M(x_t | x_<t) − log p_L(x_t | x_<t);
         must sum to each sequence's error; gives the lengths of the length curve.
     num_bins (int): equal-width bins of log p_L. Defaults to 20.
     num_equal_size_bins (int): bins of the equal-size curve (skipped, with a warning, for fewer sequences).
         Defaults to 50.
     num_rarity_bins (int): log p_L bins (rows) of the perturbation grid. Defaults to 10.
-    min_count (int): a bin (or length, or grid cell) is kept only with more sequences than this. Defaults to 10.
+    min_count (int): a bin (length, grid cell) is kept only with more sequences than this. Defaults to 10.
     num_resamples (int): bootstrap resamples per bin. Defaults to 10000.
     confidence_level (float): of the bootstrap intervals. Defaults to 0.95.
     tolerance (float): |error| ≤ tolerance counts as neither under- nor overestimated. Defaults to 0.
     seed (int): seed of the bootstrap. Defaults to 0.
 Returns:
     num_sequences, mean_error, share_underestimated, share_overestimated, tolerance: overall numbers.
-    equal_width_curve, equal_size_curve: dicts of lists (bin_left, bin_right, count, mean_log_p_ref, mean_error,
-        ci_low, ci_high) plus dropped_bins and dropped_sequences.
+    equal_width_curve, equal_size_curve: dicts of lists (bin_left, bin_right, count, mean_log_p_ref,
+        mean_error, ci_low, ci_high) plus dropped_bins and dropped_sequences.
     perturbation_grid: None, or steps, bin_left, bin_right, mean_error [bins][steps] (None where too few),
         count [bins][steps], mean_error_by_steps, share_underestimated_by_steps, count_by_steps.
     length_curve: None, or length, expected_error, count, mean_error, ci_low, ci_high, mean_per_token_error.

@@ -56,7 +56,9 @@ def process_results(doc: dict, results: list) -> dict:
             "another model or from a cache, so its samples are not available"
         )
     log_weights = None if est.log_weights is None else [float(w) for w in est.log_weights]
-    informative = log_weights is not None and est.num_tokens > 0  # diagnostics of 0-token documents are trivial
+    informative = (
+        log_weights is not None and est.num_tokens > 0
+    )  # diagnostics of 0-token documents are trivial
     ess = effective_sample_size(est.log_weights) if informative else None
     khat = pareto_khat(est.log_weights) if informative else None
     return {
@@ -119,4 +121,3 @@ def pareto_k_share(items) -> float:
 
     values = _informative(items)
     return sum(v > PARETO_K_THRESHOLD for v in values) / len(values) if values else math.nan
-

@@ -1,4 +1,4 @@
-"""Reference latent LM: a word-level hidden Markov model with exact forward marginal and a mismatched proposal."""
+"""Reference latent LM: a word-level HMM with an exact forward marginal and a mismatched proposal."""
 
 from .model import HMMLanguageModel
 from .proposal import HMMProposal

@@ -19,8 +19,8 @@ class HMMLanguageModel(
 ):
     """Word-level HMM LM with S hidden states; the exact reference model for the IS / beam estimators.
 
-    ``hmm`` holds the model's (π, A, B); ``proposal`` holds a second, deliberately mismatched HMM (π', A', B')
-    used only as q(z | x), so importance sampling has real variance while log p(x) stays exactly computable.
+    ``hmm`` holds the model's (π, A, B); ``proposal`` holds a second, deliberately mismatched HMM
+    (π', A', B') used only as q(z | x), so importance sampling has real variance while log p(x) stays exact.
     The vocabulary (``<unk>`` included) is part of config.json.
     """
 
@@ -28,16 +28,15 @@ class HMMLanguageModel(
         super().__init__()
         self.tokenizer = WordTokenizer(vocab)
         self.num_states = num_states
-        gen_state = torch.random.get_rng_state()
-        torch.manual_seed(seed)  # initial parameters depend only on the config
-        self.hmm = HMMParameters(num_states, len(vocab))
+        # random initial parameters (the starting point of training) depend only on the config;
+        # the proposal starts as a copy and is made to differ by training (see train.py)
+        self.hmm = HMMParameters(num_states, len(vocab), torch.Generator().manual_seed(seed))
         self.proposal = HMMProposal(num_states, len(vocab))
-        torch.random.set_rng_state(gen_state)
         self.proposal.load_state_dict(self.hmm.state_dict())
 
     @classmethod
     def _from_pretrained(cls, *, strict: bool = True, **kwargs):
-        """Load with strict=True: a checkpoint missing a parameter is an error, never a random initialization."""
+        """Load with strict=True: a checkpoint missing a parameter is an error, never a random init."""
         return super()._from_pretrained(strict=strict, **kwargs)
 
     @property
@@ -60,26 +59,30 @@ class HMMLanguageModel(
         if x.dim() != 1:
             raise ValueError(f"x must be a 1-d LongTensor [T], got shape {tuple(x.shape)}")
         if x.numel() and (int(x.min()) < 0 or int(x.max()) >= len(self.vocab)):
-            raise ValueError(f"token ids must lie in [0, {len(self.vocab)}), got range [{int(x.min())}, {int(x.max())}]")
+            raise ValueError(
+                f"token ids must lie in [0, {len(self.vocab)}), got range [{int(x.min())}, {int(x.max())}]"
+            )
         return x.to(self.device)
 
     @torch.no_grad()
     def log_joint(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """log p(x_1..x_T, z_1..z_T) for z [K, T]: float64 [K] (prefix probability, no end event)."""
+        """log p(x_1..x_T, z_1..z_T) for z [K, T]: float64 [K] (prefix probability: no end event)."""
         x = self._check_x(x)
         z = z.to(self.device)
         if z.dim() != 2 or z.shape[1] != x.shape[0]:
             raise ValueError(f"z must have shape [K, T={x.shape[0]}], got {tuple(z.shape)}")
         if z.numel() and (int(z.min()) < 0 or int(z.max()) >= self.num_states):
-            raise ValueError(f"states must lie in [0, {self.num_states}), got range [{int(z.min())}, {int(z.max())}]")
+            raise ValueError(
+                f"states must lie in [0, {self.num_states}), got range [{int(z.min())}, {int(z.max())}]"
+            )
         K, T = z.shape
         if T == 0:
             return torch.zeros(K, dtype=torch.float64, device=self.device)
-        log_pi, log_A, log_B = self.hmm.log_probs(torch.float32)
+        log_pi, log_A, log_B = self.hmm.log_probs()
         score = log_pi[z[:, 0]] + log_B[z, x].sum(1)
         if T > 1:
             score = score + log_A[z[:, :-1], z[:, 1:]].sum(1)
-        return score.to(torch.float64)
+        return score
 
     @torch.no_grad()
     def log_marginal(self, x: torch.Tensor) -> float:
@@ -98,9 +101,10 @@ class HMMLanguageModel(
         generator: torch.Generator | None = None,
         stop: list[str] | None = None,
     ) -> str:
-        """Ancestral sample of a continuation from p(· | prefix): filter z_T on the prefix, then run the chain on.
+        """Ancestral sample of a continuation from p(· | prefix): filter z_T on the prefix, run the chain on.
 
-        Returns the continuation text (led by a space when the prefix is non-empty), cut before the first stop string.
+        Returns the continuation text (led by a space when the prefix is non-empty), cut before the first
+        stop string; stop strings match case-insensitively, since the model writes lower-case words.
         """
         x = self._check_x(self.tokenize(prefix_text))
         log_pi, log_A, log_B = self.hmm.log_probs()
@@ -109,19 +113,18 @@ class HMMLanguageModel(
             next_state = torch.logsumexp(log_alpha[:, None] + log_A, 0)  # ∝ p(z_{T+1} | x)
         else:
             next_state = log_pi
+        stops = [s.lower() for s in (stop or []) if s]
         words: list[int] = []
-        text = ""
+        out = ""
         for _ in range(max(0, int(max_tokens))):
             state = torch.multinomial(torch.softmax(next_state, 0), 1, generator=generator).item()
             words.append(torch.multinomial(log_B[state].exp(), 1, generator=generator).item())
             next_state = log_A[state]
             text = self.detokenize(words)
-            if stop and any(s and s in text for s in stop):
+            out = " " + text if x.numel() and text[0] not in ".,;:!?)" else text
+            if any(s in out for s in stops):
                 break
-        if stop:
-            cut = min((text.find(s) for s in stop if s and s in text), default=len(text))
-            text = text[:cut]
-        return (" " + text) if (x.numel() and text and not text[0] in ".,;:!?)") else text
+        return out[: min((out.find(s) for s in stops if s in out), default=len(out))]
 
     def extra_repr(self) -> str:
         return f"num_states={self.num_states}, vocab_size={len(self.vocab)}, unk={UNK!r}"

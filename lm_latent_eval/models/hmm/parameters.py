@@ -7,15 +7,15 @@ from torch import nn
 
 
 class HMMParameters(nn.Module):
-    """π = softmax(initial_logits) [S], A = softmax(transition_logits) [S, S], B = softmax(emission_logits) [S, V]."""
+    """Logits of π = softmax(initial) [S], A = softmax(transition) [S, S], B = softmax(emission) [S, V]."""
 
-    def __init__(self, num_states: int, vocab_size: int, init_scale: float = 1.0):
+    def __init__(self, num_states: int, vocab_size: int, generator: torch.Generator | None = None):
         super().__init__()
         if num_states <= 0 or vocab_size <= 0:
             raise ValueError(f"need num_states > 0 and vocab_size > 0, got {num_states} and {vocab_size}")
-        self.initial_logits = nn.Parameter(init_scale * torch.randn(num_states))
-        self.transition_logits = nn.Parameter(init_scale * torch.randn(num_states, num_states))
-        self.emission_logits = nn.Parameter(init_scale * torch.randn(num_states, vocab_size))
+        self.initial_logits = nn.Parameter(torch.randn(num_states, generator=generator))
+        self.transition_logits = nn.Parameter(torch.randn(num_states, num_states, generator=generator))
+        self.emission_logits = nn.Parameter(torch.randn(num_states, vocab_size, generator=generator))
 
     @property
     def num_states(self) -> int:
@@ -32,7 +32,11 @@ class HMMParameters(nn.Module):
     @torch.no_grad()
     def set_probs(self, pi: torch.Tensor, A: torch.Tensor, B: torch.Tensor) -> None:
         """Store probability tables (rows summing to 1, all > 0) as logits = log probabilities."""
-        for param, probs in ((self.initial_logits, pi), (self.transition_logits, A), (self.emission_logits, B)):
+        for param, probs in (
+            (self.initial_logits, pi),
+            (self.transition_logits, A),
+            (self.emission_logits, B),
+        ):
             if probs.shape != param.shape:
                 raise ValueError(f"expected shape {tuple(param.shape)}, got {tuple(probs.shape)}")
             param.copy_(probs.log().to(param.dtype))
@@ -45,13 +49,10 @@ class HMMParameters(nn.Module):
 
 def forward_log_alpha(log_pi: torch.Tensor, log_A: torch.Tensor, emissions: torch.Tensor) -> torch.Tensor:
     """log α_t(j) = log p(x_1..x_t, z_t = j) for every t: [T, S], from emissions log B(j, x_t) [T, S]."""
-    T = emissions.shape[0]
     alphas = []
-    alpha = log_pi + emissions[0] if T else None
-    for t in range(T):
-        if t:
-            alpha = torch.logsumexp(alpha[:, None] + log_A, 0) + emissions[t]
-        alphas.append(alpha)
+    for t in range(emissions.shape[0]):
+        prev = log_pi if t == 0 else torch.logsumexp(alphas[-1][:, None] + log_A, 0)
+        alphas.append(prev + emissions[t])
     return torch.stack(alphas) if alphas else emissions.new_zeros(0, log_pi.shape[0])
 
 
@@ -59,7 +60,7 @@ def batch_log_likelihood(
     log_pi: torch.Tensor, log_A: torch.Tensor, emissions: torch.Tensor, lengths: torch.Tensor
 ) -> torch.Tensor:
     """log p(x_n) of N padded sequences (prefix probability): emissions [N, T_max, S], lengths [N] -> [N]."""
-    N, T_max, _ = emissions.shape
+    T_max = emissions.shape[1]
     alpha = log_pi + emissions[:, 0]
     for t in range(1, T_max):
         step = torch.logsumexp(alpha[:, :, None] + log_A, 1) + emissions[:, t]

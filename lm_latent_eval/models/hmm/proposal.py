@@ -19,7 +19,7 @@ def _check_args(x: torch.Tensor, num_samples: int, temperature: float) -> None:
 
 
 def _draw(logits: torch.Tensor, temperature: float, generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample one index per row of softmax(logits / τ) [K, S]; return (index [K], its log probability [K])."""
+    """Sample one index per row of softmax(logits / τ) [K, S]; return (index [K], its log prob [K])."""
     log_p = torch.log_softmax(logits / temperature, -1)
     idx = torch.multinomial(log_p.exp(), 1, generator=generator).squeeze(-1)
     return idx, log_p.gather(-1, idx[:, None]).squeeze(-1)
@@ -28,12 +28,15 @@ def _draw(logits: torch.Tensor, temperature: float, generator) -> tuple[torch.Te
 class HMMProposal(HMMParameters):
     """q(z | x) from the mismatched HMM (π', A', B'); every z has q > 0, so it covers the model's support.
 
-    peek=True:  forward-filter backward-sample, q(z | x) = q'(z_T | x) Π_t q'(z_t | z_{t+1}, x_≤t), all of x seen.
-    peek=False: q(z | x) = Π_t q'(z_t | z_{t-1}, x_t) with q'(z_t = j | i, x_t) ∝ A'(i, j) B'(j, x_t), x_≤t seen.
+    peek=True:  forward-filter backward-sample, q(z | x) = q'(z_T | x) Π_t q'(z_t | z_{t+1}, x_≤t)
+                (sees all of x).
+    peek=False: q(z | x) = Π_t q'(z_t | z_{t-1}, x_t) with q'(z_t = j | i, x_t) ∝ A'(i, j) B'(j, x_t)
+                (sees x_≤t).
     Temperature τ divides the log-probability logits of every conditional sampled from; log q is under that
     tempered distribution.
     """
 
+    @torch.no_grad()
     def sample(
         self,
         x: torch.Tensor,
@@ -52,23 +55,22 @@ class HMMProposal(HMMParameters):
             return z, log_q
         log_pi, log_A, _ = self.log_probs()
         emissions = self.emission_scores(x)  # [T, S]
-        with torch.no_grad():
-            if peek:
-                log_alpha = forward_log_alpha(log_pi, log_A, emissions)  # [T, S]
-                z[:, -1], log_q = _draw(log_alpha[-1].expand(K, -1), temperature, generator)
-                for t in range(T - 2, -1, -1):
-                    z[:, t], lq = _draw(log_alpha[t] + log_A[:, z[:, t + 1]].t(), temperature, generator)
-                    log_q = log_q + lq
-            else:
-                z[:, 0], log_q = _draw((log_pi + emissions[0]).expand(K, -1), temperature, generator)
-                for t in range(1, T):
-                    z[:, t], lq = _draw(log_A[z[:, t - 1]] + emissions[t], temperature, generator)
-                    log_q = log_q + lq
+        if peek:  # z_T ~ q'(z_T | x) ∝ α_T, then z_t ~ q'(z_t | z_{t+1}, x_≤t) ∝ α_t(z_t) A'(z_t, z_{t+1})
+            log_alpha = forward_log_alpha(log_pi, log_A, emissions)  # [T, S]
+            z[:, -1], log_q = _draw(log_alpha[-1].expand(K, -1), temperature, generator)
+            for t in range(T - 2, -1, -1):
+                z[:, t], lq = _draw(log_alpha[t] + log_A[:, z[:, t + 1]].t(), temperature, generator)
+                log_q = log_q + lq
+        else:  # z_1 ∝ π'(z_1) B'(z_1, x_1), then z_t ∝ A'(z_{t-1}, z_t) B'(z_t, x_t)
+            z[:, 0], log_q = _draw((log_pi + emissions[0]).expand(K, -1), temperature, generator)
+            for t in range(1, T):
+                z[:, t], lq = _draw(log_A[z[:, t - 1]] + emissions[t], temperature, generator)
+                log_q = log_q + lq
         return z, log_q
 
     @torch.no_grad()
     def beam(self, x: torch.Tensor, beam_size: int) -> torch.Tensor:
-        """The min(k, S^T) distinct z [k', T] with the highest q(z | x) (k-best Viterbi on the mismatched HMM)."""
+        """The min(k, S^T) distinct z [k', T] with the highest q(z | x): k-best Viterbi on (π', A', B')."""
         if x.dim() != 1:
             raise ValueError(f"x must be a 1-d LongTensor [T], got shape {tuple(x.shape)}")
         if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size <= 0:
@@ -79,10 +81,10 @@ class HMMProposal(HMMParameters):
             return torch.zeros(1, 0, dtype=torch.long, device=device)
         log_pi, log_A, _ = self.log_probs()
         emissions = self.emission_scores(x)
-        # score[j, r]: log q(x_≤t, z_≤t) of the r-th best prefix ending in state j (−inf: no such prefix)
+        # score[j, r]: log q(x_≤t, z_≤t) of the r-th best prefix ending in state j (−inf: none)
         score = torch.full((S, k), -math.inf, dtype=torch.float64, device=device)
         score[:, 0] = log_pi + emissions[0]
-        back = []  # back[t-1][j, r] = flat index (i * k + r') of the prefix extended into slot (j, r) at step t
+        back = []  # back[t-1][j, r] = flat index i * k + r' of the prefix extended into slot (j, r) at t
         for t in range(1, T):
             cand = (score[:, :, None] + log_A[:, None, :]).reshape(S * k, S)  # [(i, r'), j]
             top, arg = cand.topk(k, dim=0)  # [k, S]

@@ -1,4 +1,4 @@
-"""Word-level tokenizer of the HMM: lower-cased words and single punctuation marks, unknown words -> ``<unk>``."""
+"""Word-level tokenizer of the HMM: lower-cased words and punctuation marks; unknown words -> ``<unk>``."""
 
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ _NO_SPACE_AFTER = set("([{$")
 
 
 def split_words(text: str) -> list[str]:
-    """'Question: Who?' -> ['question', ':', 'who', '?'] (lower-cased; whitespace, newlines included, separates)."""
+    """'Question: Who?' -> ['question', ':', 'who', '?'] (lower-cased; any whitespace separates)."""
     return WORD_RE.findall(text.lower())
 
 
 def build_vocab(texts: Iterable[str], min_count: int = 2) -> list[str]:
-    """``<unk>`` first, then every word seen at least ``min_count`` times, most frequent first (ties alphabetical)."""
+    """``<unk>``, then every word seen ≥ ``min_count`` times, most frequent first (ties alphabetical)."""
     counts = Counter(w for text in texts for w in split_words(text))
     counts.pop(UNK, None)
     kept = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))

@@ -66,6 +66,7 @@ class GraphTables(nn.Module):
                 tails.append(tail)
             offsets.append(len(rels))
         self.register_buffer("entity_row", ent_row, persistent=False)
+        self.register_buffer("_row_of", torch.cat([ent_row, torch.zeros(1, dtype=torch.long)]), persistent=False)
         self.register_buffer("relation_row", rel_row, persistent=False)
         self.register_buffer("row_entity", row_entity, persistent=False)
         self.register_buffer("edge_offsets", torch.tensor(offsets, dtype=torch.long), persistent=False)
@@ -82,14 +83,17 @@ class GraphTables(nn.Module):
         self.num_relations = r
         self.num_rows = num_rows
 
+    def row_of(self, entity: torch.Tensor) -> torch.Tensor:
+        """Embedding row of each entity id, row 0 for -1 (no entity): same shape."""
+        return self._row_of[torch.where(entity >= 0, entity, self.num_entities)]
+
     def owns_row(self, entity: torch.Tensor) -> torch.Tensor:
         """True where entity >= 0 is the owner of its embedding row (may be new / a parent): same shape."""
-        safe = entity.clamp(min=0)
-        return (entity >= 0) & (self.row_entity[self.entity_row[safe]] == safe)
+        return (entity >= 0) & (self.row_entity[self.row_of(entity)] == entity)
 
     def mention_rows(self, types: torch.Tensor, entity: torch.Tensor) -> torch.Tensor:
         """Embedding row of the entity mentioned at each position, 0 where there is no mention: [K, T]."""
-        return torch.where((types > 0) & (entity >= 0), self.entity_row[entity.clamp(min=0)], 0)
+        return torch.where(types > 0, self.row_of(entity), 0)
 
 
 @dataclass
@@ -171,9 +175,10 @@ def latent_log_prob(heads: LatentHeads, z: dict, temperature: float = 1.0) -> to
     """Σ_t log π(z_t | z_<t, h) for K configurations: float64 [K]; -inf for configurations outside the support."""
     types, entity, parent = z["mention_type"], z["entity"], z["parent"]
     tables = heads.tables
-    K, T = types.shape
-    device = types.device
+    T = heads.h_type.shape[0]
     check_latents(z, tables.num_entities, T)
+    K = types.shape[0]
+    device = types.device
     cutoff = heads.cutoff
     tau = float(temperature)
     valid = torch.ones(K, T, dtype=torch.bool, device=device)
@@ -220,7 +225,7 @@ def latent_log_prob(heads: LatentHeads, z: dict, temperature: float = 1.0) -> to
             t_rel = b_rel + s
             par = parent[k_rel, t_rel]
             ent = entity[k_rel, t_rel]
-            prow = torch.where(par >= 0, tables.entity_row[par.clamp(min=0)], -1)
+            prow = torch.where(par >= 0, tables.row_of(par), -1)
             win = window[k_rel, b_rel]  # [P, C]
             cmask = cand[k_rel, b_rel]
             hit = (win == prow.unsqueeze(-1)) & cmask

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -252,3 +253,143 @@ def tokenize_alias(text: str) -> list[str]:
 def _split_infix(chunk: str) -> list[str]:
     parts = [p for p in _INFIX.split(chunk) if p]
     return parts or ([chunk] if chunk else [])
+
+
+# --- gold annotations -> the model's latent encoding -------------------------------------------------------------
+UNKNOWN_ENTITY = "@@UNKNOWN@@"
+
+
+def gold_latents(doc: LinkedDocument, model, where: str | None = None) -> tuple[dict, Counter]:
+    """The gold z of ``doc`` in the encoding of ``model`` (a KGLM): dict of LongTensor [1, T], plus a Counter of
+    the annotations that had to be changed to lie in the model's support (each change is also warned about).
+
+    Entities are matched by name; a name missing from the graph becomes ``@@UNKNOWN@@`` when the graph has it (the
+    original archives' unknown entity). A new mention of an entity that shares its embedding row must name the
+    row's owner (only owners can be drawn new). A related mention takes the first annotated parent that is a
+    parent candidate (mentioned within the model's ``cutoff`` tokens, with an edge to the entity); failing that,
+    any candidate with such an edge; failing that, it becomes a new mention. The relation is the model's
+    canonical label for (parent, entity).
+    """
+    import torch
+
+    from .latents import canonical_relation
+
+    where = where or repr(doc.title)
+    graph, tables, cutoff = model.graph, model.tables, model.cutoff
+    entity_row = tables.entity_row.tolist()
+    row_entity = tables.row_entity.tolist()
+    row_has_edges = tables.row_has_edges.tolist()
+    edges_to = {}  # parent id -> set of tails
+
+    def tails(p: int) -> set[int]:
+        if p not in edges_to:
+            edges_to[p] = {tail for _, tail in graph.out_edges(p)}
+        return edges_to[p]
+
+    def resolve(name: str | None) -> int | None:
+        if name is None:
+            return None
+        e = graph.entity_to_id.get(name)
+        if e is None:
+            e = graph.entity_to_id.get(normalize_entity_id(name) or name)
+        if e is None:
+            e = graph.entity_to_id.get(UNKNOWN_ENTITY)
+        return e
+
+    def owner(e: int) -> int:
+        return row_entity[entity_row[e]]
+
+    T = len(doc.tokens)
+    types, ents, pars = [NONE] * T, [-1] * T, [-1] * T
+    changes: Counter = Counter()
+    for t in range(T):
+        kind = doc.mention_type[t]
+        if kind == NONE:
+            continue
+        e = resolve(doc.entity[t])
+        if e is None:
+            changes["entity not in graph (dropped)"] += 1
+            continue
+        if kind == CONTINUING:
+            if t > 0 and types[t - 1] != NONE and doc.entity[t - 1] == doc.entity[t]:
+                types[t], ents[t], pars[t] = CONTINUING, ents[t - 1], pars[t - 1]
+                continue
+            kind = RELATED if doc.parents[t] else NEW  # its mention start was dropped
+        if kind == RELATED:
+            window = [entity_row[ents[s]] for s in range(max(0, t - cutoff), t) if types[s] != NONE]
+            candidates = [row_entity[r] for r in dict.fromkeys(window) if r > 0 and row_has_edges[r]]
+            listed = [resolve(p) for p in doc.parents[t]]
+            listed = [owner(p) for p in listed if p is not None]
+            parent = next((p for p in listed if p in candidates and e in tails(p)), None)
+            if parent is None:
+                parent = next((p for p in candidates if e in tails(p)), None)
+                if parent is not None:
+                    changes["related: annotated parent unusable, another candidate used"] += 1
+            if parent is not None:
+                types[t], ents[t], pars[t] = RELATED, e, parent
+                continue
+            changes["related: no candidate parent reaches the entity (made new)"] += 1
+        if owner(e) != e:
+            changes["new: entity shares an embedding row (row owner used)"] += 1
+            e = owner(e)
+        types[t], ents[t] = NEW, e
+    if changes:
+        warnings.warn(f"{where}: gold annotations adjusted to the model's support: {dict(changes)}", stacklevel=2)
+    device = tables.entity_row.device
+    z = {
+        "mention_type": torch.tensor([types], dtype=torch.long, device=device),
+        "entity": torch.tensor([ents], dtype=torch.long, device=device),
+        "parent": torch.tensor([pars], dtype=torch.long, device=device),
+    }
+    z["relation"] = canonical_relation(tables, z["parent"], z["entity"])
+    return z, changes
+
+
+def document_tensors(doc: LinkedDocument, model, where: str | None = None) -> tuple:
+    """(x LongTensor [T], gold z dict of [1, T], changes) for ``doc`` under ``model``; x = model.tokenize(doc.text)."""
+    x = model.tokenize(doc.text)
+    if x.numel() != len(doc.tokens):
+        raise ValueError(f"{where or repr(doc.title)}: the model tokenizes the article into {x.numel()} tokens, "
+                         f"the corpus has {len(doc.tokens)} (tokens must not contain whitespace)")
+    z, changes = gold_latents(doc, model, where)
+    return x, z, changes
+
+
+# --- datasets for the lm-eval tasks ------------------------------------------------------------------------------
+DATA_DIR_VARIABLE = "LINKED_WIKITEXT2_DIR"
+SPLIT_FILES = {"train": "train.jsonl", "validation": "valid.jsonl", "test": "test.jsonl"}
+
+
+def linked_dataset(data_dir: str | Path, splits: Iterable[str] = ("validation", "test")):
+    """datasets.DatasetDict {split: rows {title, text}} from ``<data_dir>/{train,valid,test}.jsonl``; text is the
+    article's tokens after ``@@START@@`` joined by spaces (what a KGLM tokenizes back into the same tokens)."""
+    import datasets
+
+    data_dir = Path(data_dir)
+    out = {}
+    for split in splits:
+        path = data_dir / SPLIT_FILES[split]
+        if not path.is_file():
+            raise FileNotFoundError(f"Linked WikiText-2 split {split!r} not found: {path}")
+        rows = [{"title": doc.title, "text": doc.text} for doc in read_linked_jsonl(path)]
+        out[split] = datasets.Dataset.from_list(rows)
+    return datasets.DatasetDict(out)
+
+
+def load_linked_wikitext2(data_dir: str | None = None, **_metadata):
+    """lm-eval ``custom_dataset`` of task ``linked_wikitext2``: the user's Linked WikiText-2 folder, given as
+    ``--metadata '{"data_dir": "..."}'`` or the ``LINKED_WIKITEXT2_DIR`` environment variable."""
+    import os
+
+    data_dir = data_dir or os.environ.get(DATA_DIR_VARIABLE)
+    if not data_dir:
+        raise ValueError("linked_wikitext2: say where Linked WikiText-2 is: --metadata '{\"data_dir\": "
+                         f"\"/path/to/linked-wikitext-2\"}}' or export {DATA_DIR_VARIABLE}=/path/to/linked-wikitext-2")
+    return linked_dataset(data_dir)
+
+
+def load_linked_tiny(**_metadata):
+    """lm-eval ``custom_dataset`` of task ``linked_wikitext2_tiny``: the bundled synthetic test articles."""
+    from ...paths import DATA_DIR
+
+    return linked_dataset(DATA_DIR / "linked_tiny", splits=("test",))

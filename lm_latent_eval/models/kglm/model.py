@@ -275,7 +275,7 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         uniq, inv = torch.unique(key.reshape(-1), return_inverse=True)
         ut, ue = uniq // (N + 1), uniq % (N + 1) - 1
         x_in = self.input_ids(x)
-        rows = torch.where(ue >= 0, self.tables.entity_row[ue.clamp(min=0)], 0)
+        rows = self.tables.row_of(ue)
         U = uniq.numel()
         gen_lse = torch.empty(U, dtype=torch.float64, device=x.device)
         gen_x = torch.empty_like(gen_lse)

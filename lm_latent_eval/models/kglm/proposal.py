@@ -166,7 +166,7 @@ class KGLMProposal(nn.Module):
             ent = torch.where(cont, prev_ent, ent)
             par = torch.where(cont, prev_par, par)
             z["mention_type"][:, t], z["entity"][:, t], z["parent"][:, t] = typ, ent, par
-            row = torch.where(typ > 0, tables.entity_row[ent.clamp(min=0)], 0)
+            row = torch.where(typ > 0, tables.row_of(ent), 0)
             if C > 0:
                 window = torch.cat([window[:, 1:], row.unsqueeze(1)], 1)
             prev_type, prev_ent, prev_par = typ, ent, par
@@ -240,7 +240,7 @@ class KGLMProposal(nn.Module):
             types = torch.cat([types[hb], ht.unsqueeze(1)], 1)
             ents = torch.cat([ents[hb], he.unsqueeze(1)], 1)
             pars = torch.cat([pars[hb], hp.unsqueeze(1)], 1)
-            row = torch.where(ht > 0, tables.entity_row[he.clamp(min=0)], 0)
+            row = torch.where(ht > 0, tables.row_of(he), 0)
             window = torch.cat([window[hb], row.unsqueeze(1)], 1)[:, 1:] if C > 0 else window[hb]
             score = hs
         return {"mention_type": types, "entity": ents, "parent": pars, "relation": canonical_relation(tables, pars, ents)}

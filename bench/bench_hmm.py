@@ -1,0 +1,11 @@
+"""Benchmark of the HMM reference model: `python bench/bench_hmm.py [--device cuda]` (see particles.py)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from particles import main  # noqa: E402
+
+if __name__ == "__main__":
+    main(default_model="hmm")

@@ -1,0 +1,109 @@
+"""Particle-throughput benchmark for any contract model: batched IS vs a one-particle-per-forward loop.
+
+Prints, measured side by side in one run: particles·tokens/s at each K, the speed-up of our batched estimator over
+a loop that draws and scores one particle per forward pass (what the original KGLM evaluation does), the cost ratio
+cost(K=1000)/cost(K=1), and the peak memory of one K = 100,000 document (run in a child process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from datetime import date
+
+import torch
+
+from lm_latent_eval.estimators import importance_log_weights
+from lm_latent_eval.estimators.seeding import document_generator
+from lm_latent_eval.models import load_model
+from lm_latent_eval.paths import DATA_DIR
+from lm_latent_eval.sweep import read_documents
+
+
+def batched_seconds(model, xs, docs, k, device, batch_size=1024):
+    """Wall-clock of importance_log_weights over the documents (particles in blocks, shared work reused)."""
+    start = time.perf_counter()
+    for x, doc in zip(xs, docs):
+        importance_log_weights(model, x, k, seed=0, document=doc, batch_size=batch_size, device=device)
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+@torch.no_grad()
+def one_particle_seconds(model, xs, docs, k, device):
+    """Wall-clock of K separate (sample one z, score it) forward passes per document."""
+    start = time.perf_counter()
+    for x, doc in zip(xs, docs):
+        gen = document_generator(0, doc, device=device)
+        for _ in range(k):
+            z, log_q = model.proposal.sample(x, 1, generator=gen)
+            float(model.log_joint(x, z)[0] - log_q[0])
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def peak_memory_child(model_name, pretrained, doc, k, device):
+    """Peak resident memory (MiB) and seconds of one K-particle document, measured in a fresh process."""
+    code = (
+        "import json,resource,time,torch,sys\n"
+        "from lm_latent_eval.models import load_model\n"
+        "from lm_latent_eval.estimators import importance_log_weights\n"
+        f"m,_=load_model({model_name!r},{pretrained!r},device={device!r})\n"
+        "base=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        f"x=m.tokenize({doc!r}).to({device!r}); t=time.perf_counter()\n"
+        f"lw=importance_log_weights(m,x,{k},seed=0,document={doc!r},device={device!r})\n"
+        "cuda=torch.cuda.max_memory_allocated()/2**20 if torch.cuda.is_available() else None\n"
+        "print(json.dumps({'seconds':time.perf_counter()-t,'rss_mib':resource.getrusage(resource.RUSAGE_SELF).ru_maxrss/1024,"
+        "'rss_before_mib':base/1024,'cuda_peak_mib':cuda,'finite':bool(abs(lw.max())<1e300)}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None, default_model="hmm"):
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--model", default=default_model)
+    p.add_argument("--pretrained", default=None)
+    p.add_argument("--data", default=str(DATA_DIR / "corpus" / "tiny_test.jsonl"))
+    p.add_argument("--num-docs", type=int, default=10)
+    p.add_argument("--ks", default="1,10,100,1000")
+    p.add_argument("--loop-ks", default="10,100", help="K values at which the one-particle loop is also timed")
+    p.add_argument("--big-k", type=int, default=100_000)
+    p.add_argument("--device", default="cpu")
+    args = p.parse_args(argv)
+    model, _ = load_model(args.model, args.pretrained, device=args.device)
+    docs = read_documents(args.data)[: args.num_docs]
+    xs = [model.tokenize(d).to(args.device) for d in docs]
+    tokens = sum(int(x.numel()) for x in xs)
+    ks = [int(k) for k in args.ks.split(",")]
+    loop_ks = {int(k) for k in args.loop_ks.split(",") if k}
+    batched_seconds(model, xs[:1], docs[:1], 2, args.device)  # warm-up
+    print(f"# {args.model} on {args.device} ({platform.processor() or platform.machine()}, torch {torch.__version__},"
+          f" {torch.get_num_threads()} threads), {len(docs)} documents, {tokens} tokens, {date.today()}")
+    print("| K | batched s | particles·tokens/s | one-particle loop s | speed-up |")
+    print("|---|---|---|---|---|")
+    cost = {}
+    for k in ks:
+        t = batched_seconds(model, xs, docs, k, args.device)
+        cost[k] = t
+        loop = one_particle_seconds(model, xs, docs, k, args.device) if k in loop_ks else None
+        speed = f"{loop / t:.1f}x" if loop else "-"
+        print(f"| {k} | {t:.3f} | {k * tokens / t:,.0f} | {f'{loop:.3f}' if loop else '-'} | {speed} |", flush=True)
+    if 1 in cost and 1000 in cost:
+        print(f"\ncost(K=1000) / cost(K=1) = {cost[1000] / cost[1]:.1f}")
+    if args.big_k:
+        longest = max(docs, key=lambda d: len(d))
+        mem = peak_memory_child(args.model, args.pretrained, longest, args.big_k, args.device)
+        print(f"K = {args.big_k:,} on one {len(model.tokenize(longest))}-token document: {mem['seconds']:.1f} s, "
+              f"peak RSS {mem['rss_mib']:.0f} MiB (after loading: {mem['rss_before_mib']:.0f} MiB)"
+              + (f", CUDA peak {mem['cuda_peak_mib']:.0f} MiB" if mem["cuda_peak_mib"] is not None else ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""A tiny randomly initialised KGLM with a small knowledge graph, shared by the KGLM tests."""
+
+from __future__ import annotations
+
+import torch
+
+from lm_latent_eval.models.kglm import KGLM, KnowledgeGraph, build_vocabulary
+
+
+def tiny_graph() -> KnowledgeGraph:
+    """3 entities; Q1 reaches Q2 by two relations (their probabilities add up), Q1 <-> Q3; multi-token aliases."""
+    return KnowledgeGraph.from_dicts(
+        edges={"Q1": [("born_in", "Q2"), ("lives_in", "Q2"), ("spouse", "Q3")], "Q3": [("spouse", "Q1")]},
+        aliases={"Q1": [["Ada", "Lovelace"], ["Ada"]], "Q2": [["London"]], "Q3": [["William", "King"]]},
+    )
+
+
+def tiny_kglm(seed: int = 0, cutoff: int = 2) -> KGLM:
+    """Random weights (std 0.5) so that every factor matters; q = p's heads plus noise (a different distribution)."""
+    torch.manual_seed(seed)
+    vocab = build_vocabulary([["Ada", "was", "born", "in", "the", "city", "King"]])
+    model = KGLM(vocab, tiny_graph(), token_dim=8, entity_dim=6, hidden_size=10, num_layers=2, cutoff=cutoff,
+                 unk_penalty=1.0, chunk_size=2)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+        model.proposal.copy_from_generative(model)
+        for p in model.proposal.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    return model.eval()
