@@ -25,6 +25,7 @@ from .estimators.importance import SAMPLE_BLOCK
 from .estimators.seeding import document_generator
 from .models import MODELS, checkpoint_hash, load_model
 from .protocol import has_text_sampler
+from .results_store import ResultsStore
 
 logger = logging.getLogger(__name__)
 
@@ -112,14 +113,22 @@ def _distributed_state(device: torch.device):
     return PartialState(cpu=device.type == "cpu")  # gloo process group on CPU, one GPU per process otherwise
 
 
+def _parameter_dtype(model) -> torch.dtype | None:
+    """dtype of the model's first floating-point parameter (None for a model without parameters)."""
+    params = getattr(model, "parameters", None)
+    return next((p.dtype for p in params() if p.is_floating_point()), None) if callable(params) else None
+
+
 @register_model("latent")
 class LatentLMEval(LM):
     """lm-eval backend over a latent LM: log p̂ by importance sampling (``is``), beam lower bound or exact marginal.
 
     model_args: ``model`` (a name in lm_latent_eval.models.MODELS or ``pkg.mod:Cls``), ``pretrained`` (local
     folder or Hub id; default: the bundled checkpoint), ``estimator``, ``num_samples``, ``temperature``, ``peek``,
-    ``beam_size``, ``seed``, ``dtype``, ``device``. lm-eval's ``--batch_size`` sets the particles per log_joint
-    call (memory only; never changes a number).
+    ``beam_size``, ``seed``, ``dtype``, ``device``, ``results_dir`` (off unless given: keep every document's
+    estimate under this folder, keyed by model, checkpoint and settings, so a rerun skips finished documents; see
+    results_store.py). lm-eval's ``--batch_size`` sets the particles per log_joint call (memory only; never
+    changes a number).
     """
 
     MODEL: str | None = None  # fixed by the per-model subclasses below
@@ -138,13 +147,14 @@ class LatentLMEval(LM):
         max_batch_size=None,  # passed by lm-eval; unused (batch_size is a particle count, not a request count)
         device=None,
         dtype=None,
+        results_dir=None,
         **unknown,
     ) -> None:
         super().__init__()
         if unknown:
             raise ValueError(
                 f"unknown model_args {sorted(unknown)} for {type(self).__name__}; accepted: model, pretrained, "
-                "estimator, num_samples, temperature, peek, beam_size, seed, batch_size, device, dtype"
+                "estimator, num_samples, temperature, peek, beam_size, seed, batch_size, device, dtype, results_dir"
             )
         if self.MODEL is not None and model not in (None, self.MODEL):
             raise ValueError(
@@ -183,10 +193,14 @@ class LatentLMEval(LM):
             self._rank, self._world_size = self._state.process_index, self._state.num_processes
             if self._device.type == "cuda":
                 self._device = self._state.device
-        self.model, self.checkpoint = load_model(
-            self.model_name, pretrained, device=self._device, dtype=_parse_dtype(dtype)
-        )
+        self._dtype = _parse_dtype(dtype)
+        self.model, self.checkpoint = load_model(self.model_name, pretrained, device=self._device, dtype=self._dtype)
         self.checkpoint_sha256 = checkpoint_hash(self.checkpoint)
+        self.results_store = None
+        if results_dir is not None:  # per-document results on disk: a rerun skips documents already done
+            identity = {k: v for k, v in self.get_model_info().items() if k != "checkpoint"}
+            self.results_store = ResultsStore(results_dir, identity)
+            logger.info("per-document results in %s (%d stored)", self.results_store.folder, len(self.results_store))
         self._warned_greedy = False
 
     # ---- provenance -------------------------------------------------------------------------------------------
@@ -200,6 +214,8 @@ class LatentLMEval(LM):
             "checkpoint": str(self.checkpoint),
             "checkpoint_sha256": self.checkpoint_sha256,
             "estimator_settings": self.settings.as_dict(),
+            "device_type": self._device.type,  # random streams and float rounding differ between cpu and cuda
+            "dtype": str(self._dtype or _parameter_dtype(self.model)).removeprefix("torch."),
             "lm_latent_eval_version": __version__,
         }
 
@@ -241,10 +257,18 @@ class LatentLMEval(LM):
     def _estimate_all(self, texts: list[str], desc: str, disable_tqdm: bool) -> dict[str, DocumentEstimate]:
         """One estimate per distinct text (each seeded from (seed, text), so order and batching never matter)."""
         unique = list(dict.fromkeys(texts))
-        return {
-            text: estimate_document(self.model, text, self.settings, device=self._device)
-            for text in tqdm(unique, desc=desc, disable=disable_tqdm)
-        }
+        estimates = {}
+        if self.results_store is not None:
+            stored = {text: self.results_store.get(text) for text in unique}
+            estimates = {text: est for text, est in stored.items() if est is not None}
+            if estimates:
+                logger.info("%s: %d of %d documents read from %s", desc, len(estimates), len(unique),
+                            self.results_store.folder)
+        for text in tqdm([t for t in unique if t not in estimates], desc=desc, disable=disable_tqdm):
+            estimates[text] = estimate_document(self.model, text, self.settings, device=self._device)
+            if self.results_store is not None:  # saved as soon as it is done: an interrupted run loses one document
+                self.results_store.put(estimates[text])
+        return estimates
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         """log p̂(x) of each document (0.0 for a document without tokens, with a warning naming it)."""

@@ -12,7 +12,7 @@ import numpy as np
 
 from .estimators import EstimatorSettings, estimate_document
 from .estimators.aggregate import corpus_log_likelihood, instance_log_likelihoods
-from .estimators.diagnostics import convergence_sizes
+from .estimators.diagnostics import convergence_sizes, share_above
 from .estimators.importance import SAMPLE_BLOCK
 
 DEFAULT_TEMPERATURES = (0.5, 0.9, 1.0, 1.1, 2.0, 5.0)
@@ -89,7 +89,7 @@ def run_sweep(
             "peek": peek, "temperature": temperature, "num_samples": num_samples,
             "corpus_ppl": corp_curve[-1], "instance_ppl": inst_curve[-1],
             "mean_ess": float(np.mean([e.diagnostics["ess"] for e in estimates if e.diagnostics])),
-            "share_pareto_k_above_0.7": float(np.mean([e.diagnostics["pareto_k"] > 0.7 for e in estimates if e.diagnostics])),
+            "share_pareto_k_above_0.7": share_above([e.diagnostics["pareto_k"] for e in estimates if e.diagnostics]),
             "convergence_k": ks, "convergence_instance_ppl": inst_curve, "convergence_corpus_ppl": corp_curve,
         })
         log_weights_by_setting[f"{'peek' if peek else 'nopeek'}_t{temperature}"] = lws

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
-# model name -> trainer module with ``add_arguments(parser)`` and ``run(args)``; register a new trainer here
+# model name -> trainer module with ``add_arguments(parser)`` and ``run(args)``; register a new trainer here.
+# Every registered module is imported to build --help, so keep heavy imports inside its ``run``.
 TRAINERS = {
     "hmm": "lm_latent_eval.models.hmm.train",
 }
@@ -16,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="model", required=True, metavar="MODEL")
     for name, module in TRAINERS.items():
         trainer = importlib.import_module(module)
-        p = sub.add_parser(name, help=(trainer.__doc__ or "").strip().splitlines()[0])
+        p = sub.add_parser(name, help=(trainer.__doc__ or name).strip().splitlines()[0])
         trainer.add_arguments(p)
 
 

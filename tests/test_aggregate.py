@@ -113,3 +113,12 @@ def test_summarize_reports_every_diagnostic():
     out = diagnostics.summarize(rng.normal(size=64))
     assert set(out) >= {"num_samples", "log_likelihood", "ess", "pareto_k", "ci95", "convergence_k"}
     assert out["num_samples"] == 64 and 1.0 <= out["ess"] <= 64.0
+
+
+def test_pareto_khat_is_undefined_not_infinite_for_a_few_tied_weights():
+    """A proposal with mass on a few configurations gives tied weights; a GPD tail fit to ties is meaningless."""
+    rng = np.random.default_rng(5)
+    tied = rng.choice(rng.normal(size=4), size=100)
+    assert math.isnan(diagnostics.pareto_khat(tied))
+    assert diagnostics.pareto_khat(np.full(100, -3.0)) == 0.0  # q ∝ p: exact, no tail at all
+    assert diagnostics.share_above([float("nan"), 0.9, 0.1]) == 0.5  # undefined k̂ is left out, not counted

@@ -15,6 +15,7 @@ from scipy.stats import chisquare
 from lm_latent_eval.models.hmm import HMMLanguageModel, split_words
 from lm_latent_eval.models.hmm.train import batches, em_step, perplexity, read_texts, train_hmm
 from lm_latent_eval.paths import DATA_DIR
+from lm_latent_eval.protocol import LatentLM, has_exact_marginal, has_text_sampler
 
 
 def all_paths(S: int, T: int) -> torch.Tensor:
@@ -220,8 +221,10 @@ def test_sample_text_stops_and_is_seeded(bundled_hmm):
     end = min(full.find(s) for s in ".?" if s in full)
     assert cut == full[:end]  # the same draws, cut before the first stop string
     # stop strings match case-insensitively (lm-eval's "Question:" against the model's lower-case words)
-    cased = bundled_hmm.sample_text("The old dog", 200, torch.Generator().manual_seed(1), stop=[".", "?", "Did "])
-    lower = bundled_hmm.sample_text("The old dog", 200, torch.Generator().manual_seed(1), stop=[".", "?", "did "])
+    cased, lower = (
+        bundled_hmm.sample_text("The old dog", 200, torch.Generator().manual_seed(1), stop=[".", "?", did])
+        for did in ("Did ", "did ")
+    )
     assert cased == lower
     assert isinstance(bundled_hmm.sample_text("", 5, torch.Generator().manual_seed(2)), str)
     assert bundled_hmm.sample_text("The dog", 0) == ""
@@ -309,6 +312,8 @@ def test_bundled_checkpoint_and_corpus(bundled_hmm, bundled_test_texts):
     assert test == bundled_test_texts
     assert train == read_texts(DATA_DIR / "corpus" / "tiny_train.jsonl")
     assert 20 <= len(bundled_test_texts) <= 40
+    assert isinstance(bundled_hmm, LatentLM)
+    assert has_exact_marginal(bundled_hmm) and has_text_sampler(bundled_hmm)
     # proposal is mismatched but covers the support: finite, different from the model
     assert not torch.allclose(bundled_hmm.proposal.log_probs()[2], bundled_hmm.hmm.log_probs()[2])
     assert all(torch.isfinite(t).all() for t in bundled_hmm.proposal.log_probs())

@@ -30,6 +30,7 @@ from lm_eval.api.model import CachingLM
 from lm_eval.tasks import TaskManager
 
 from lm_latent_eval import lm_eval_plugin
+from lm_latent_eval.estimators.diagnostics import pareto_khat
 from lm_latent_eval.estimators import EstimatorSettings, corpus_ppl, estimate_document, instance_ppl
 from lm_latent_eval.lm_eval_plugin import LatentHMMEval, LatentLMEval
 from lm_latent_eval.models import checkpoint_hash, default_checkpoint
@@ -353,11 +354,14 @@ def test_cli_results_record_model_checkpoint_and_estimator(cli_run):
         "is_corpus_perplexity",
         "is_ess_mean",
         "is_ess_min",
-        "is_pareto_k_share",
+        "is_pareto_k_undefined",
     ):
         assert math.isfinite(metrics[f"{name},none"]), name
     assert 1.0 <= metrics["is_ess_min,none"] <= metrics["is_ess_mean,none"] <= 32.0
-    assert 0.0 <= metrics["is_pareto_k_share,none"] <= 1.0
+    undefined = metrics["is_pareto_k_undefined,none"]
+    assert 0.0 <= undefined <= 1.0
+    share = metrics["is_pareto_k_share,none"]
+    assert math.isnan(share) if undefined == 1.0 else 0.0 <= share <= 1.0
 
 
 def test_cli_metrics_are_recomputable_from_the_saved_log_weights(cli_run):
@@ -373,6 +377,8 @@ def test_cli_metrics_are_recomputable_from_the_saved_log_weights(cli_run):
         assert float(s["resps"][0][0]) == pytest.approx(logsumexp(w) - math.log(32), abs=1e-12)
     assert metrics["is_instance_perplexity,none"] == pytest.approx(instance_ppl(weights, tokens), rel=1e-12)
     assert metrics["is_corpus_perplexity,none"] == pytest.approx(corpus_ppl(weights, tokens), rel=1e-12)
+    khats = [pareto_khat(w) for w in weights]
+    assert metrics["is_pareto_k_undefined,none"] == pytest.approx(np.mean(np.isnan(khats)))
     # guaranteed on every run: log-mean-exp >= mean (Jensen on the sample), so both IS perplexities are at most
     # exp(-Σ_n mean_k log w_nk / Σ_n T_n)
     elbo_ppl = math.exp(-sum(w.mean() for w in weights) / sum(tokens))

@@ -20,17 +20,28 @@ def effective_sample_size(log_weights: np.ndarray) -> float:
 
 
 def pareto_khat(log_weights: np.ndarray) -> float:
-    """Shape k̂ of the generalized Pareto fitted to the largest weights (arviz.psislw); NaN when K is too small."""
+    """Shape k̂ of the generalized Pareto fitted to the largest weights (PSIS, arviz.psislw).
+
+    0 when all weights are equal (q ∝ p: the estimate is exact); NaN when undefined: fewer than 5 finite weights,
+    or the M + 1 largest (M = ⌈min(K/5, 3√K)⌉, the PSIS tail) take fewer than 5 distinct values, as happens when
+    the proposal puts its mass on a few configurations; a tail fit to ties would report a meaningless ±inf.
+    """
     lw = np.asarray(log_weights, dtype=np.float64)
     finite = lw[np.isfinite(lw)]
-    if finite.size < 5 or np.ptp(finite) == 0.0:
-        return 0.0 if finite.size >= 5 else float("nan")
+    if finite.size < 5:
+        return float("nan")
+    if np.ptp(finite) == 0.0:
+        return 0.0
+    tail = math.ceil(min(0.2 * finite.size, 3.0 * math.sqrt(finite.size)))
+    if np.unique(np.sort(finite)[-(tail + 1) :]).size < 5:
+        return float("nan")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import arviz
 
         _, khat = arviz.psislw(finite.copy())
-    return float(khat)
+    khat = float(khat)
+    return khat if math.isfinite(khat) else float("nan")
 
 
 def bootstrap_ci(
@@ -168,6 +179,7 @@ def corpus_report(
         "pareto_k": khat.tolist(),
         "pareto_k_threshold": PARETO_K_THRESHOLD,
         "share_pareto_k_above_threshold": share_above(khat),
+        "num_pareto_k_undefined": int(np.isnan(khat).sum()),
         "convergence": corpus_convergence_curve(lws, num_tokens),
     }
     if corpus_level:

@@ -72,6 +72,7 @@ def process_results(doc: dict, results: list) -> dict:
         "is_ess_mean": ess,
         "is_ess_min": ess,
         "is_pareto_k_share": khat,
+        "is_pareto_k_undefined": khat,
     }
 
 
@@ -121,3 +122,9 @@ def pareto_k_share(items) -> float:
 
     values = _informative(items)
     return sum(v > PARETO_K_THRESHOLD for v in values) / len(values) if values else math.nan
+
+
+def pareto_k_undefined_share(items) -> float:
+    """Share of IS documents whose k̂ is undefined: their largest weights take too few distinct values (see diagnostics)."""
+    values = [float(v) for v in items if v is not None]
+    return sum(math.isnan(v) for v in values) / len(values) if values else math.nan

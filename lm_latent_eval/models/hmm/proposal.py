@@ -55,7 +55,7 @@ class HMMProposal(HMMParameters):
             return z, log_q
         log_pi, log_A, _ = self.log_probs()
         emissions = self.emission_scores(x)  # [T, S]
-        if peek:  # z_T ~ q'(z_T | x) ∝ α_T, then z_t ~ q'(z_t | z_{t+1}, x_≤t) ∝ α_t(z_t) A'(z_t, z_{t+1})
+        if peek:  # z_T ∝ α_T(z_T), then z_t ∝ α_t(z_t) A'(z_t, z_{t+1}) (α: forward filter of q')
             log_alpha = forward_log_alpha(log_pi, log_A, emissions)  # [T, S]
             z[:, -1], log_q = _draw(log_alpha[-1].expand(K, -1), temperature, generator)
             for t in range(T - 2, -1, -1):

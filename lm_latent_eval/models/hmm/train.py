@@ -73,7 +73,9 @@ def num_tokens(data: list[Batch]) -> int:
 def corpus_log_likelihood(model: HMMLanguageModel, data: list[Batch]) -> float:
     """Σ_n log p(x_n) under the model (exact, float64)."""
     log_pi, log_A, log_B = model.hmm.log_probs()
-    return sum(float(batch_log_likelihood(log_pi, log_A, log_B.t()[ids], lengths).sum()) for ids, lengths in data)
+    return sum(
+        float(batch_log_likelihood(log_pi, log_A, log_B.t()[ids], lengths).sum()) for ids, lengths in data
+    )
 
 
 def perplexity(model: HMMLanguageModel, data: list[Batch]) -> float:
@@ -172,7 +174,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--pseudo-count", type=float, default=0.01, help="Dirichlet pseudo-count of the M-step"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random initial parameters")
-    parser.add_argument("--batch-size", type=int, default=256, help="documents per E-step batch (memory only)")
+    parser.add_argument(
+        "--batch-size", type=int, default=256, help="documents per E-step batch (memory only)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

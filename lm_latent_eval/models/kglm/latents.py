@@ -171,8 +171,8 @@ def expand_edges(parents: torch.Tensor, tables: GraphTables) -> tuple[torch.Tens
     return edges, pair
 
 
-def latent_log_prob(heads: LatentHeads, z: dict, temperature: float = 1.0) -> torch.Tensor:
-    """Σ_t log π(z_t | z_<t, h) for K configurations: float64 [K]; -inf for configurations outside the support."""
+def latent_log_prob(heads: LatentHeads, z: dict, temperature: float = 1.0, per_position: bool = False) -> torch.Tensor:
+    """Σ_t log π(z_t | z_<t, h) for K configurations: float64 [K] ([K, T] terms if ``per_position``); -inf outside the support."""
     types, entity, parent = z["mention_type"], z["entity"], z["parent"]
     tables = heads.tables
     T = heads.h_type.shape[0]
@@ -246,8 +246,9 @@ def latent_log_prob(heads: LatentHeads, z: dict, temperature: float = 1.0) -> to
             total[k_rel, t_rel] += torch.where(ok, parent_lp + rel_lp, 0.0)
             valid[k_rel, t_rel] &= ok
 
-    out = total.sum(-1)
-    return out.masked_fill(~valid.all(-1), -math.inf)
+    if per_position:
+        return total.masked_fill(~valid, -math.inf)
+    return total.sum(-1).masked_fill(~valid.all(-1), -math.inf)
 
 
 def check_latents(z: dict, num_entities: int, T: int) -> None:

@@ -1,0 +1,100 @@
+"""Per-document estimates on disk, so an interrupted evaluation resumes without redoing finished documents.
+
+Layout: ``<results_dir>/<run key>/identity.json`` plus one ``<sha256(text)>.npz`` per document, where the run key is
+sha256 of the run identity (model class, checkpoint sha256, every estimator setting, device type, dtype, package
+version: everything that can change a number). A changed model or setting therefore lands in a different folder and
+never sees stale results. Each file holds the document text, its token count, log p̂ and (IS) the K log weights; it is
+written to a temporary file and renamed into place, so a killed process never leaves a half-written result and
+concurrent ranks (one file per document) never corrupt each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from .estimators import DocumentEstimate
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1  # bump when the file layout changes
+
+
+def run_key(identity: dict) -> str:
+    """sha256 of the identity as canonical JSON (sorted keys): the folder name of one run configuration."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def text_key(text: str) -> str:
+    """sha256 of the document text (UTF-8): the file name of one document."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _atomic_write(path: Path, write) -> None:
+    """Call ``write(file_object)`` on a temporary file beside ``path``, fsync it, then rename it onto ``path``."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class ResultsStore:
+    """Document estimates of one run configuration: ``get(text)`` → DocumentEstimate or None, ``put(estimate)``."""
+
+    def __init__(self, root: str | Path, identity: dict):
+        self.identity = {**identity, "results_format": FORMAT_VERSION}
+        self.folder = Path(root).expanduser() / run_key(self.identity)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        identity_file = self.folder / "identity.json"
+        if not identity_file.is_file():  # every rank writes the same bytes; the rename makes that safe
+            text = json.dumps(self.identity, sort_keys=True, indent=1).encode()
+            _atomic_write(identity_file, lambda fh: fh.write(text))
+
+    def path(self, text: str) -> Path:
+        """The file that holds (or will hold) the estimate of ``text``."""
+        return self.folder / f"{text_key(text)}.npz"
+
+    def get(self, text: str) -> DocumentEstimate | None:
+        """The stored estimate of ``text``; None when absent or unreadable (unreadable: warning, recomputed)."""
+        path = self.path(text)
+        if not path.is_file():
+            return None
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                if str(f["document"]) != text:
+                    raise ValueError("the stored document text differs (hash collision or a foreign file)")
+                weights = f["log_weights"] if bool(f["has_log_weights"]) else None
+                return DocumentEstimate(
+                    text, int(f["num_tokens"]), float(f["log_likelihood"]), None if weights is None else weights.copy()
+                )
+        except Exception as err:  # noqa: BLE001  (any damage: say so and compute the document again)
+            warnings.warn(f"ignoring unreadable stored result {path} for document {text[:60]!r}: {err}", stacklevel=2)
+            return None
+
+    def put(self, estimate: DocumentEstimate) -> None:
+        """Persist one estimate atomically (text, token count, log p̂, log weights [K] when IS)."""
+        weights = estimate.log_weights
+        arrays = {
+            "document": np.array(estimate.document),
+            "num_tokens": np.array(estimate.num_tokens, dtype=np.int64),
+            "log_likelihood": np.array(estimate.log_likelihood, dtype=np.float64),
+            "has_log_weights": np.array(weights is not None),
+            "log_weights": np.asarray(weights if weights is not None else [], dtype=np.float64),
+        }
+        _atomic_write(self.path(estimate.document), lambda fh: np.savez(fh, **arrays))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.folder.glob("*.npz"))
