@@ -14,6 +14,7 @@ import sys
 BACKENDS = {
     "latent": "lm_latent_eval.lm_eval_plugin:LatentLMEval",
     "latent_hmm": "lm_latent_eval.lm_eval_plugin:LatentHMMEval",
+    "latent_kglm": "lm_latent_eval.lm_eval_plugin:LatentKGLMEval",
 }
 
 REGISTRY_MODULE = "lm_eval.api.registry"

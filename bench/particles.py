@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -73,8 +74,8 @@ def main(argv=None, default_model="hmm"):
     p.add_argument("--data", default=str(DATA_DIR / "corpus" / "tiny_test.jsonl"))
     p.add_argument("--num-docs", type=int, default=10)
     p.add_argument("--ks", default="1,10,100,1000")
-    p.add_argument("--loop-ks", default="10,100", help="K values at which the one-particle loop is also timed")
-    p.add_argument("--big-k", type=int, default=100_000)
+    p.add_argument("--loop-ks", default="10,100,1000", help="K values at which the one-particle loop is also timed")
+    p.add_argument("--memory-ks", default="1000,10000,100000", help="K values of the one-document peak-memory runs")
     p.add_argument("--device", default="cpu")
     args = p.parse_args(argv)
     model, _ = load_model(args.model, args.pretrained, device=args.device)
@@ -85,7 +86,8 @@ def main(argv=None, default_model="hmm"):
     loop_ks = {int(k) for k in args.loop_ks.split(",") if k}
     batched_seconds(model, xs[:1], docs[:1], 2, args.device)  # warm-up
     print(f"# {args.model} on {args.device} ({platform.processor() or platform.machine()}, torch {torch.__version__},"
-          f" {torch.get_num_threads()} threads), {len(docs)} documents, {tokens} tokens, {date.today()}")
+          f" {torch.get_num_threads()} threads), {len(docs)} documents, {tokens} tokens, {date.today()},"
+          f" load average {os.getloadavg()[0]:.2f}")
     print("| K | batched s | particles·tokens/s | one-particle loop s | speed-up |")
     print("|---|---|---|---|---|")
     cost = {}
@@ -97,12 +99,14 @@ def main(argv=None, default_model="hmm"):
         print(f"| {k} | {t:.3f} | {k * tokens / t:,.0f} | {f'{loop:.3f}' if loop else '-'} | {speed} |", flush=True)
     if 1 in cost and 1000 in cost:
         print(f"\ncost(K=1000) / cost(K=1) = {cost[1000] / cost[1]:.1f}")
-    if args.big_k:
-        longest = max(docs, key=lambda d: len(d))
-        mem = peak_memory_child(args.model, args.pretrained, longest, args.big_k, args.device)
-        print(f"K = {args.big_k:,} on one {len(model.tokenize(longest))}-token document: {mem['seconds']:.1f} s, "
+    longest = max(docs, key=lambda d: len(d))
+    for k in (int(k) for k in args.memory_ks.split(",") if k):  # bounded memory: flat in K (fresh process each)
+        mem = peak_memory_child(args.model, args.pretrained, longest, k, args.device)
+        print(f"K = {k:,} on one {len(model.tokenize(longest))}-token document: {mem['seconds']:.1f} s, "
               f"peak RSS {mem['rss_mib']:.0f} MiB (after loading: {mem['rss_before_mib']:.0f} MiB)"
-              + (f", CUDA peak {mem['cuda_peak_mib']:.0f} MiB" if mem["cuda_peak_mib"] is not None else ""))
+              + (f", CUDA peak {mem['cuda_peak_mib']:.0f} MiB" if mem["cuda_peak_mib"] is not None else ""),
+              flush=True)
+    print(f"(load average at the end: {os.getloadavg()[0]:.2f})")
 
 
 if __name__ == "__main__":

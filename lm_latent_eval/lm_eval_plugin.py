@@ -194,12 +194,14 @@ class LatentLMEval(LM):
             if self._device.type == "cuda":
                 self._device = self._state.device
         self._dtype = _parse_dtype(dtype)
-        self.model, self.checkpoint = load_model(self.model_name, pretrained, device=self._device, dtype=self._dtype)
+        self.model, self.checkpoint = load_model(
+            self.model_name, pretrained, device=self._device, dtype=self._dtype, **getattr(self, "model_files", {})
+        )
         self.checkpoint_sha256 = checkpoint_hash(self.checkpoint)
         self.results_store = None
         if results_dir is not None:  # per-document results on disk: a rerun skips documents already done
             identity = {k: v for k, v in self.get_model_info().items() if k != "checkpoint"}
-            self.results_store = ResultsStore(results_dir, identity)
+            self.results_store = ResultsStore(str(results_dir), identity)  # str: lm-eval parses `2024` as int
             logger.info("per-document results in %s (%d stored)", self.results_store.folder, len(self.results_store))
         self._warned_greedy = False
 
@@ -341,3 +343,28 @@ class LatentHMMEval(LatentLMEval):
     """``--model latent_hmm``: the word-level HMM reference model (bundled checkpoint, exact marginal available)."""
 
     MODEL = "hmm"
+
+
+@register_model("latent_kglm")
+class LatentKGLMEval(LatentLMEval):
+    """``--model latent_kglm``: KGLM (bundled checkpoint, our checkpoint, or an original AllenNLP ``model.tar.gz``
+    with model_args ``knowledge_graph``, ``alias_database`` and ``proposal_archive``; their sha256 join the model's
+    identity)."""
+
+    MODEL = "kglm"
+
+    def __init__(self, knowledge_graph=None, alias_database=None, proposal_archive=None, **kwargs) -> None:
+        files = {"knowledge_graph": knowledge_graph, "alias_database": alias_database,
+                 "proposal_archive": proposal_archive}
+        self.model_files = {k: str(v) for k, v in files.items() if v is not None}
+        for name, path in self.model_files.items():
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"model_args {name}={path}: no such file")
+        self.model_files_sha256 = {k: checkpoint_hash(v) for k, v in self.model_files.items()}
+        super().__init__(**kwargs)
+
+    def get_model_info(self) -> dict:
+        """The base provenance plus the sha256 of every extra model file."""
+        info = super().get_model_info()
+        info["model_files_sha256"] = self.model_files_sha256
+        return info

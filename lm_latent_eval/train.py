@@ -9,6 +9,7 @@ import importlib
 # Every registered module is imported to build --help, so keep heavy imports inside its ``run``.
 TRAINERS = {
     "hmm": "lm_latent_eval.models.hmm.train",
+    "kglm": "lm_latent_eval.models.kglm.train",
 }
 
 

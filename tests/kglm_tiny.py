@@ -15,12 +15,15 @@ def tiny_graph() -> KnowledgeGraph:
     )
 
 
-def tiny_kglm(seed: int = 0, cutoff: int = 2) -> KGLM:
-    """Random weights (std 0.5) so that every factor matters; q = p's heads plus noise (a different distribution)."""
+def tiny_kglm(seed: int = 0, cutoff: int = 2, proposal_features: bool = False) -> KGLM:
+    """Random weights (std 0.5) so that every factor matters; q = p's heads plus noise (a different distribution).
+
+    ``proposal_features``: q also has its own no-peeking heads and the peeking alias-match features."""
     torch.manual_seed(seed)
     vocab = build_vocabulary([["Ada", "was", "born", "in", "the", "city", "King"]])
     model = KGLM(vocab, tiny_graph(), token_dim=8, entity_dim=6, hidden_size=10, num_layers=2, cutoff=cutoff,
-                 unk_penalty=1.0, chunk_size=2)
+                 unk_penalty=1.0, chunk_size=2, proposal_nopeek_heads=proposal_features,
+                 proposal_alias_features=proposal_features)
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.5)

@@ -35,19 +35,20 @@ def test_every_estimator_is_exact_for_a_plain_lm(causal, estimator):
 
 
 @torch.no_grad()
-def test_long_text_is_scored_in_disjoint_windows(causal):
-    """With context 8, a 20-token text is scored window by window; each window conditions on its first token."""
+@pytest.mark.parametrize("num_words", [7, 8, 9, 20])
+def test_long_text_is_scored_in_lm_evals_rolling_windows(causal, num_words):
+    """With context 8, a long text is scored in the windows of lm-eval's hf backend (get_rolling_token_windows)."""
+    from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+
     words = ("the cat sat on the mat and the dog ran under the log quickly . the a cat dog sat ran").split()
-    x = causal.tokenize(" ".join(words))
-    ids = [causal.prefix_token, *x.tolist()]
-    expected, start = 0.0, 0
-    while start < len(words):
-        end = min(len(words), start + 7)
-        ctx = max(0, end - 7)
-        window = torch.tensor([ids[ctx : end + 1]])
-        logp = torch.log_softmax(causal.model(window).logits[0, :-1].double(), -1)
-        expected += float(logp.gather(-1, window[0, 1:, None])[start - ctx :].sum())
-        start = end
+    x = causal.tokenize(" ".join(words[:num_words]))
+    expected = 0.0
+    for window in get_rolling_token_windows(x.tolist(), causal.prefix_token, max_seq_len=8, context_len=1):
+        context, targets = make_disjoint_window(window)
+        ids = torch.tensor([context + targets])[:, :-1]  # what HFLM feeds the network
+        logp = torch.log_softmax(causal.model(ids).logits[0].double(), -1)[-len(targets) :]
+        expected += float(logp.gather(-1, torch.tensor(targets)[:, None]).sum())
+    assert len(causal.windows(num_words)) == -(-num_words // 8)
     assert causal.log_marginal(x) == pytest.approx(expected, abs=1e-4)
     assert math.isfinite(expected)
 

@@ -140,3 +140,20 @@ def test_parameter_map_covers_the_model_names(model):
     names = set(dict(model.named_parameters(remove_duplicate=False)))
     for dst in PARAMETER_MAP.values():
         assert dst.format(i=0) in names or dst == "new_entity_bias", dst
+
+
+def test_from_pretrained_and_load_model_accept_the_original_archive(model):
+    """``KGLM.from_pretrained`` / ``load_model`` route a ``.tar.gz`` to the archive importer (same weights)."""
+    from lm_latent_eval.models import load_model
+    from lm_latent_eval.models.kglm import KGLM
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loaded, path = load_model("kglm", ARCHIVE, knowledge_graph=WIKI / "knowledge_graph.pkl",
+                                  alias_database=WIKI / "alias.pkl")
+    assert isinstance(loaded, KGLM) and path == ARCHIVE and not loaded.training
+    reference = model.state_dict()
+    for name, value in loaded.state_dict().items():
+        assert torch.equal(value, reference[name]), name
+    with pytest.raises(ValueError, match="knowledge_graph"):
+        KGLM.from_pretrained(str(ARCHIVE))

@@ -22,9 +22,13 @@ class _TrivialProposal:
 
 
 class CausalLMAsLatent(torch.nn.Module):
-    """log p(x) = Σ_t log p(x_t | bos, x_<t) of a transformers causal LM, scored after a prefix token."""
+    """log p(x) = Σ_t log p(x_t | bos, x_<t) of a transformers causal LM, scored after a prefix token.
 
-    def __init__(self, model, tokenizer, max_length: int | None = None):
+    Texts longer than the context length L go in lm-eval's disjoint windows (``windows``), ``window_batch`` windows
+    per forward pass.
+    """
+
+    def __init__(self, model, tokenizer, max_length: int | None = None, window_batch: int = 8):
         super().__init__()
         self.model = model
         self.tokenizer = tokenizer
@@ -33,6 +37,8 @@ class CausalLMAsLatent(torch.nn.Module):
         if self.prefix_token is None:
             raise ValueError("the tokenizer has neither a BOS nor an EOS token to condition the first token on")
         self.max_length = max_length or getattr(model.config, "n_positions", None) or model.config.max_position_embeddings
+        self.window_batch = int(window_batch)
+        self._memo = None  # (token ids, log p(x)) of the last document
 
     @classmethod
     def from_pretrained(cls, path: str, **kwargs):
@@ -45,22 +51,38 @@ class CausalLMAsLatent(torch.nn.Module):
         """Token ids [T] of the model's own tokenizer, without special tokens."""
         return torch.tensor(self.tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
 
+    def windows(self, num_tokens: int) -> list[tuple[int, int]]:
+        """Disjoint blocks [s, e) of at most L = max_length targets; block [s, e) is scored from ids[max(0, e − L) : e].
+
+        With ids = prefix ⊕ x, target x_t (s ≤ t < e) then conditions on ids[max(0, e − L) : t + 1]: the first block
+        on the prefix, a later block's first target on only the token before it. These are the windows of lm-eval's
+        hf backend (``get_rolling_token_windows(..., context_len=1)``), so both report the same log p(x).
+        """
+        return [(s, min(num_tokens, s + self.max_length)) for s in range(0, num_tokens, self.max_length)]
+
     @torch.no_grad()
     def log_marginal(self, x: torch.Tensor) -> float:
-        """Exact log p(x); longer texts go in disjoint windows of the context length, as lm-eval's hf backend does."""
+        """Exact log p(x) = Σ_t log p(x_t | window before t), float64; windows of full length L go through the
+        network ``window_batch`` at a time (a fixed grouping, so the number never depends on lm-eval's batch_size)."""
+        key = tuple(x.tolist())
+        if self._memo is not None and self._memo[0] == key:  # log_joint asks once per particle chunk
+            return self._memo[1]
         device = next(self.model.parameters()).device
         ids = torch.cat([torch.tensor([self.prefix_token]), x.cpu()]).to(device)
-        total, start = 0.0, 0
-        while start < x.numel():
-            end = min(x.numel(), start + self.max_length - 1)
-            ctx_start = max(0, end - self.max_length + 1)  # ids index: window ids[ctx_start : end + 1]
-            window = ids[ctx_start : end + 1].unsqueeze(0)
-            logp = torch.log_softmax(self.model(window).logits[0, :-1].float(), -1)
-            targets = window[0, 1:]
-            scored = logp.gather(-1, targets[:, None])[:, 0][start - ctx_start :]
-            total += float(scored.double().sum())
-            start = end
-        return total
+        blocks = self.windows(x.numel())
+        total = torch.zeros((), dtype=torch.float64, device=device)
+        for b in range(0, len(blocks), self.window_batch):
+            group = blocks[b : b + self.window_batch]
+            # equal lengths: with T ≥ L every window is L long; with T < L there is one window
+            inputs = torch.stack([ids[max(0, e - self.max_length) : e] for _, e in group])
+            logp = torch.log_softmax(self.model(inputs).logits.float(), -1)  # [W, L, V]
+            for row, (s, e) in enumerate(group):
+                targets = ids[s + 1 : e + 1]
+                scored = logp[row, -(e - s) :].gather(-1, targets[:, None])[:, 0]
+                total += scored.double().sum()
+        value = float(total)
+        self._memo = (key, value)
+        return value
 
     def log_joint(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """log p(x, z) = log p(x) for the single configuration: float64 [K]."""

@@ -11,6 +11,8 @@ import math
 from pathlib import Path
 
 TEXT_FIELD = "text"
+# errors below are raised for every task that includes latent_ppl_tiny.yaml (latent_ppl_tiny, linked_wikitext2, ...)
+WHERE = "lm-latent-eval perplexity task"
 
 
 def load(data_file: str | None = None, **_metadata):
@@ -45,13 +47,13 @@ def process_results(doc: dict, results: list) -> dict:
     est = document_estimate(text)
     if est is None:
         raise RuntimeError(
-            f"latent_ppl_tiny: no importance-sampling estimate for document {text[:60]!r} in this process. "
-            "This task needs an lm-latent-eval backend (--model latent_hmm, or --model latent model=...) and "
+            f"{WHERE}: no importance-sampling estimate for document {text[:60]!r} in this process. "
+            "This task needs an lm-latent-eval backend (--model latent_hmm, latent_kglm, or --model latent model=...) and "
             "cannot use results from --use_cache or from another model."
         )
     if not math.isclose(est.log_likelihood, log_likelihood, rel_tol=1e-12, abs_tol=1e-12):
         raise RuntimeError(
-            f"latent_ppl_tiny: document {text[:60]!r}: lm-eval received log p = {log_likelihood!r} but the "
+            f"{WHERE}: document {text[:60]!r}: lm-eval received log p = {log_likelihood!r} but the "
             f"lm-latent-eval backend of this process estimated {est.log_likelihood!r}; the result comes from "
             "another model or from a cache, so its samples are not available"
         )
@@ -79,7 +81,7 @@ def process_results(doc: dict, results: list) -> dict:
 def _total_tokens(items) -> int:
     total = sum(int(item["num_tokens"]) for item in items)
     if total == 0:
-        raise ValueError("latent_ppl_tiny: perplexity is undefined, the documents have zero tokens in all")
+        raise ValueError(f"{WHERE}: perplexity is undefined, the documents have zero tokens in all")
     return total
 
 
@@ -96,7 +98,7 @@ def corpus_perplexity(items) -> float:
     if all(w is None for w in weights):  # deterministic estimates: the corpus estimate is the product
         return instance_perplexity(items)
     if any(w is None for w in weights):
-        raise ValueError("latent_ppl_tiny: some documents have importance weights and some do not")
+        raise ValueError(f"{WHERE}: some documents have importance weights and some do not")
     return corpus_ppl(weights, [int(item["num_tokens"]) for item in items])
 
 

@@ -72,6 +72,8 @@ class GraphTables(nn.Module):
         self.register_buffer("edge_offsets", torch.tensor(offsets, dtype=torch.long), persistent=False)
         self.register_buffer("edge_relation", torch.tensor(rels, dtype=torch.long), persistent=False)
         self.register_buffer("edge_tail", torch.tensor(tails, dtype=torch.long), persistent=False)
+        counts = torch.tensor(offsets[1:], dtype=torch.long) - torch.tensor(offsets[:-1], dtype=torch.long)
+        self.register_buffer("edge_source", torch.repeat_interleave(torch.arange(n), counts), persistent=False)
         degree = self.edge_offsets[1:] - self.edge_offsets[:-1]
         row_has_edges = torch.zeros(num_rows, dtype=torch.bool)
         owned = row_entity >= 0
@@ -109,6 +111,10 @@ class LatentHeads:
     new_entity_bias: torch.Tensor | None  # [num_rows] or None
     tables: GraphTables
     cutoff: int
+    # optional per-position evidence added to logits (q's alias-match features; None for p): [T, num_entities]
+    new_entity_scores: torch.Tensor | None = None  # + to the logit of entity e as a new entity at t
+    parent_scores: torch.Tensor | None = None  # + to the logit of entity e as the parent at t
+    tail_scores: torch.Tensor | None = None  # + to the logit of every edge reaching entity e at t
 
     def type_logits(self) -> torch.Tensor:
         """[T, 4] float64."""
@@ -119,16 +125,24 @@ class LatentHeads:
         logits = (self.h_head[t] + self.h_rel[t]) @ self.entity_embedding.t()
         if self.new_entity_bias is not None:
             logits = logits + self.new_entity_bias
+        if self.new_entity_scores is not None:
+            logits = logits + self.new_entity_scores[t][:, self.tables.row_entity.clamp(min=0)]
         return logits.double().masked_fill(~self.tables.row_owned, -math.inf)
 
     def parent_logits(self, t: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """E_row · h_head_t for positions t [...] and candidate rows [..., C]: [..., C] float64."""
-        return torch.einsum("...d,...cd->...c", self.h_head[t], self.entity_embedding[rows]).double()
+        logits = torch.einsum("...d,...cd->...c", self.h_head[t], self.entity_embedding[rows])
+        if self.parent_scores is not None:
+            logits = logits + self.parent_scores[t].gather(-1, self.tables.row_entity[rows].clamp(min=0))
+        return logits.double()
 
     def edge_logits(self, t: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
         """R_relation(edge) · h_rel_t for flat edges [M] at positions t [M]: [M] float64."""
         rel = self.relation_embedding[self.tables.relation_row[self.tables.edge_relation[edges]]]
-        return (rel * self.h_rel[t]).sum(-1).double()
+        logits = (rel * self.h_rel[t]).sum(-1)
+        if self.tail_scores is not None:
+            logits = logits + self.tail_scores[t, self.tables.edge_tail[edges]]
+        return logits.double()
 
 
 def candidate_slots(window: torch.Tensor, tables: GraphTables) -> torch.Tensor:

@@ -17,7 +17,7 @@ from .linked_wikitext import write_linked_jsonl
 from .synthetic import SyntheticConfig, generate_corpus
 from .train import TrainConfig, train_kglm
 
-CORPUS = SyntheticConfig(num_documents=200)
+CORPUS = SyntheticConfig(num_documents=400)
 TRAINING = TrainConfig(epochs=15)
 NUM_TEST = 20
 NUM_VALID = 20

@@ -119,6 +119,10 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         dropoute: float = 0.1,
         wdrop: float = 0.5,
         chunk_size: int = 70,
+        proposal_hidden_size: int | None = None,
+        proposal_num_layers: int | None = None,
+        proposal_nopeek_heads: bool = False,
+        proposal_alias_features: bool = False,
     ):
         super().__init__()
         if not isinstance(vocab, (list, tuple)) or UNK not in vocab or BOS not in vocab:
@@ -160,14 +164,26 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
 
         self.proposal = KGLMProposal(
             vocab_size=V, unk_id=self.unk_id, bos_id=self.bos_id, tables=self.tables, token_dim=token_dim,
-            entity_dim=entity_dim, hidden_size=hidden_size, num_layers=num_layers, cutoff=cutoff,
+            entity_dim=entity_dim, hidden_size=proposal_hidden_size or hidden_size,
+            num_layers=proposal_num_layers or num_layers, cutoff=cutoff,
             new_entity_bias=new_entity_bias, num_entity_rows=n_ent_rows, num_relation_rows=n_rel_rows,
             dropout=dropout, dropouti=dropouti, dropoute=dropoute, wdrop=wdrop, chunk_size=chunk_size,
+            nopeek_heads=proposal_nopeek_heads, alias_index=self.alias_start_index() if proposal_alias_features else None,
         )
         self._doc_cache: tuple | None = None
         self._alias_cache: dict = {}
         if isinstance(getattr(self, "_hub_mixin_config", None), dict):
             self._hub_mixin_config.pop("knowledge_graph", None)  # saved beside the weights as knowledge_graph.json
+
+    def alias_start_index(self) -> dict[int, list[int]]:
+        """Token id -> the entities having an alias that starts with that token (q's alias features)."""
+        index: dict[int, set[int]] = {}
+        for e in range(self.graph.num_entities):
+            for form in self.graph.entity_aliases(e):
+                if form:
+                    tok = self.word_to_id.get(form[0], self.extended_to_id.get(form[0], self.unk_id))
+                    index.setdefault(tok, set()).add(e)
+        return {tok: sorted(es) for tok, es in index.items()}
 
     # --- text -------------------------------------------------------------------------------------------------
     def tokenize(self, text: str) -> torch.Tensor:
@@ -305,6 +321,13 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         lp = torch.logaddexp(gen_term, copy_x) - torch.logaddexp(gen_lse, copy_lse)
         return lp[inv].view(K, T)
 
+    def sample_text(self, prefix_text: str, max_tokens: int, generator: torch.Generator | None = None,
+                    stop: list[str] | None = None) -> str:
+        """Ancestral sample of a continuation from p(· | prefix) (see ``sampling.py``), cut before a stop string."""
+        from .sampling import sample_text
+
+        return sample_text(self, prefix_text, max_tokens, generator, stop)
+
     def train(self, mode: bool = True):
         self._doc_cache, self._alias_cache = None, {}
         return super().train(mode)
@@ -314,6 +337,27 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         """model.safetensors (p and q) + knowledge_graph.json; config.json is written by the mixin."""
         super()._save_pretrained(save_directory)
         self.graph.to_json(Path(save_directory) / GRAPH_FILE)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *, knowledge_graph=None, alias_database=None,
+                        proposal_archive=None, **kwargs) -> "KGLM":
+        """Our checkpoint (folder or Hub id), or an original AllenNLP ``kglm`` archive (``.tar.gz`` / ``.tgz``) read
+        with ``archive.load_original_kglm`` (then ``knowledge_graph`` — the original ``knowledge_graph.pkl`` or our
+        JSON —, ``alias_database`` (``alias.pkl``) and ``proposal_archive`` (a ``kglm-disc`` archive) apply)."""
+        name = str(pretrained_model_name_or_path)
+        if name.endswith((".tar.gz", ".tgz")):
+            from .archive import load_original_kglm
+
+            if kwargs:
+                raise ValueError(f"{name}: options {sorted(kwargs)} do not apply to an original KGLM archive")
+            return load_original_kglm(name, knowledge_graph=knowledge_graph, alias_database=alias_database,
+                                      proposal_archive=proposal_archive)
+        if alias_database is not None or proposal_archive is not None:
+            raise ValueError(f"{name}: alias_database / proposal_archive only apply to an original AllenNLP archive "
+                             "(model.tar.gz); a lm-latent-eval checkpoint already holds the aliases and q")
+        if knowledge_graph is not None:
+            kwargs["knowledge_graph"] = knowledge_graph
+        return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
 
     @classmethod
     def _from_pretrained(cls, *, model_id: str, revision=None, cache_dir=None, force_download=False,

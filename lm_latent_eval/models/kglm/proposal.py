@@ -2,7 +2,18 @@
 
 The encoder reads ``@@START@@ x_1 .. x_T``. With ``peek=True`` z_t is labelled from the state after reading x_t
 (the original kglm-disc); with ``peek=False`` from the state after x_<t (q then sees only the past, like p's
-prior). Every logit is divided by the temperature τ, and ``sample`` returns log q_τ(z | x) of exactly what it drew.
+prior). The original code draws its no-peeking samples by feeding the peeking network the shifted input
+(``offset=True``); that network was trained to label the token it has just read, so it is misapplied there.
+With ``nopeek_heads=True`` q has its own no-peeking heads (a projection of the state after x_<t, a mention-type
+layer and a new-entity bias) trained on the no-peeking objective log q(z_t | x_<t, z_<t); without them (archives
+of the original code) no-peeking uses the peeking heads on the shifted states, as the original does.
+
+With ``alias_index`` (token id -> entities that have an alias starting with that token) the peeking q also adds
+learned multiples of three indicator features of the token it has just read: "x_t starts an alias of e" to e's
+new-entity logit and to the logit of every edge reaching e, and "the candidate parent has an edge to such an e"
+to the parent logit. They only sharpen logits, so q's support (and exact log q) is unchanged.
+
+Every logit is divided by the temperature τ, and ``sample`` returns log q_τ(z | x) of exactly what it drew.
 q uses the same factorization and masks as p (``latents.py``), so its support equals p's support: every drawn z
 has p(x, z) > 0, and every z with p(x, z) > 0 can be drawn (so IS is unbiased).
 """
@@ -33,7 +44,8 @@ class KGLMProposal(nn.Module):
         self, vocab_size: int, unk_id: int, bos_id: int, tables: GraphTables, token_dim: int, entity_dim: int,
         hidden_size: int, num_layers: int, cutoff: int, new_entity_bias: bool, num_entity_rows: int,
         num_relation_rows: int, dropout: float = 0.4, dropouti: float = 0.65, dropoute: float = 0.1,
-        wdrop: float = 0.5, chunk_size: int = 70,
+        wdrop: float = 0.5, chunk_size: int = 70, nopeek_heads: bool = False,
+        alias_index: dict[int, list[int]] | None = None,
     ):
         super().__init__()
         object.__setattr__(self, "_tables", tables)  # owned (and moved across devices) by the KGLM
@@ -47,6 +59,18 @@ class KGLMProposal(nn.Module):
         self.mention_type = nn.Linear(token_dim, NUM_TYPES)
         self.new_entity_bias = nn.Parameter(torch.zeros(num_entity_rows)) if new_entity_bias else None
         nn.init.uniform_(self.token_embedding.weight, -0.1, 0.1)
+        width = token_dim + 2 * entity_dim
+        self.nopeek_projection = self.nopeek_mention_type = self.nopeek_new_entity_bias = None
+        if nopeek_heads:
+            self.nopeek_projection = nn.Linear(width, width)
+            nn.init.eye_(self.nopeek_projection.weight)
+            nn.init.zeros_(self.nopeek_projection.bias)
+            self.nopeek_mention_type = nn.Linear(token_dim, NUM_TYPES)
+            if new_entity_bias:
+                self.nopeek_new_entity_bias = nn.Parameter(torch.zeros(num_entity_rows))
+        self.alias_index = alias_index
+        # weights of the alias-match features: (new entity, parent, edge tail)
+        self.alias_weight = nn.Parameter(torch.full((3,), 2.0)) if alias_index is not None else None
         self._doc_cache: tuple | None = None
 
     @property
@@ -60,6 +84,12 @@ class KGLMProposal(nn.Module):
             getattr(self, name).load_state_dict(getattr(model, name).state_dict())
         if self.new_entity_bias is not None and model.new_entity_bias is not None:
             self.new_entity_bias.copy_(model.new_entity_bias)
+        if self.nopeek_projection is not None:
+            nn.init.eye_(self.nopeek_projection.weight)
+            nn.init.zeros_(self.nopeek_projection.bias)
+            self.nopeek_mention_type.load_state_dict(model.mention_type.state_dict())
+            if self.nopeek_new_entity_bias is not None and model.new_entity_bias is not None:
+                self.nopeek_new_entity_bias.copy_(model.new_entity_bias)
         return self
 
     # --- encoding -----------------------------------------------------------------------------------------------
@@ -78,14 +108,44 @@ class KGLMProposal(nn.Module):
             self._doc_cache = (key, out)
         return out
 
+    def alias_match(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x_t starts an alias of e, some edge p -> e' has x_t starting an alias of e'): float [T, N] each.
+
+        Dense in the graph: memory O(T · (N + edges)), meant for graphs of thousands of entities (train with
+        ``--no-proposal-alias-features`` for a Wikidata-sized graph)."""
+        tables = self.tables
+        T, N = x.numel(), tables.num_entities
+        device = self.token_embedding.weight.device
+        pos, ent = [], []
+        for t, tok in enumerate(x.tolist()):
+            hits = self.alias_index.get(tok, ())
+            pos.extend([t] * len(hits))
+            ent.extend(hits)
+        match = torch.zeros(T, N, device=device)
+        match[torch.tensor(pos, dtype=torch.long, device=device), torch.tensor(ent, dtype=torch.long, device=device)] = 1.0
+        reach = torch.zeros(T, N, device=device).index_add_(1, tables.edge_source, match[:, tables.edge_tail])
+        return match, (reach > 0).float()
+
     def heads(self, x: torch.Tensor, peek: bool = True) -> LatentHeads:
         """q's latent factors for labelling x_1..x_T: states after x_≤t (peek) or x_<t (no peek)."""
         out = self.encode(x)
-        enc = out[1:] if peek else out[:-1]
+        type_layer, bias = self.mention_type, self.new_entity_bias
+        new_scores = parent_scores = tail_scores = None
+        if peek:
+            enc = out[1:]
+            if self.alias_weight is not None:
+                match, reach = self.alias_match(x)
+                new_scores, tail_scores = self.alias_weight[0] * match, self.alias_weight[2] * match
+                parent_scores = self.alias_weight[1] * reach
+        else:
+            enc = out[:-1]
+            if self.nopeek_projection is not None:
+                enc = self.nopeek_projection(enc)
+                type_layer, bias = self.nopeek_mention_type, self.nopeek_new_entity_bias
         h_type, h_head, h_rel = enc.split([self.token_dim, self.entity_dim, self.entity_dim], -1)
         return LatentHeads(
-            h_type, h_head, h_rel, self.mention_type, self.entity_embedding.weight, self.relation_embedding.weight,
-            self.new_entity_bias, self.tables, self.cutoff,
+            h_type, h_head, h_rel, type_layer, self.entity_embedding.weight, self.relation_embedding.weight,
+            bias, self.tables, self.cutoff, new_scores, parent_scores, tail_scores,
         )
 
     def train(self, mode: bool = True):

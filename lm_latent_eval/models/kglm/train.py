@@ -1,12 +1,13 @@
 """Train a KGLM p(x, z) and its proposal q(z | x) on annotated Linked-WikiText-2-format JSONL.
 
 Both are fit by maximum likelihood on the gold annotations: p maximizes log p(x, z_gold); q maximizes the
-peeking log q(z_gold | x) (z_t read from the state after x_t, as the original kglm-disc). q is not also fit
-without peeking: its heads would then have to label z_t from the state after x_t and z_{t+1} from the same state,
-and the compromise shifts sampled mentions by one token (measured: IS perplexity 103 vs 14.5 with gold z). Validation reports the per-token
-perplexity exp(−Σ log p(x, z_gold) / Σ T) (an upper bound on the true perplexity, which also needs the z ≠ z_gold
-terms) and q's per-token negative log-likelihood of z_gold; the checkpoint with the lowest validation perplexity is
-saved in the Hub layout (``KGLM.save_pretrained``) with ``training.json`` (settings and the per-epoch record).
+peeking log q(z_gold | x) (z_t read from the state after x_t, as the original kglm-disc) and, when it has its own
+no-peeking heads, also the no-peeking log q(z_gold | x) (z_t read from the state after x_<t). After ``epochs``
+joint epochs (keeping the parameters with the lowest validation joint perplexity), ``proposal_epochs`` more
+epochs fit q alone (keeping the lowest validation NLL of q). Validation reports the per-token perplexity
+exp(−Σ log p(x, z_gold) / Σ T) (an upper bound on the true perplexity, which also needs the z ≠ z_gold terms) and
+q's per-token negative log-likelihood of z_gold; the result is saved in the Hub layout (``KGLM.save_pretrained``)
+with ``training.json`` (settings and the per-epoch record).
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ class TrainConfig:
     max_vocab: int | None = None
     seed: int = 0
     chunk_size: int = 70
+    proposal_hidden_size: int | None = None  # q's own LSTM width (default: p's)
+    proposal_nopeek_heads: bool = True  # q's own no-peeking heads, trained on log q(z_t | x_<t, z_<t)
+    proposal_alias_features: bool = True  # peeking q reads "x_t starts an alias of e" features
+    proposal_epochs: int = 0  # extra epochs fitting q alone after p is fixed
 
 
 def _prepare(docs: list[LinkedDocument], model: KGLM, name: str) -> list[tuple]:
@@ -104,27 +109,51 @@ def train_kglm(
         vocab, graph, token_dim=config.token_dim, entity_dim=config.entity_dim, hidden_size=config.hidden_size,
         num_layers=config.num_layers, cutoff=config.cutoff, dropout=config.dropout, dropouti=config.dropouti,
         dropoute=config.dropoute, wdrop=config.wdrop, chunk_size=config.chunk_size,
+        proposal_hidden_size=config.proposal_hidden_size, proposal_nopeek_heads=config.proposal_nopeek_heads,
+        proposal_alias_features=config.proposal_alias_features,
     )
     train_data = _prepare(train_docs, model, "train")
     valid_data = _prepare(valid_docs, model, "valid") if valid_docs else []
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     history: list[dict] = []
     if valid_data:  # the untrained model, for reference
         history.append({"epoch": 0, **{f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items()
                                        if k != "tokens"}})
+    _fit(model, model.parameters(), train_data, valid_data, config, config.epochs, history, rng, progress, joint=True)
+    if config.proposal_epochs > 0:
+        _fit(model, model.proposal.parameters(), train_data, valid_data, config, config.proposal_epochs, history, rng,
+             progress, joint=False)
+    model.eval()
+    if output_dir is not None:
+        save_checkpoint(model, output_dir, config, history)
+    return model, history
+
+
+def proposal_log_prob(model: KGLM, x: torch.Tensor, z: dict) -> torch.Tensor:
+    """q's training objective on gold z: log q_peek(z | x) (+ log q_nopeek(z | x) when q has no-peeking heads)."""
+    total = model.proposal.log_prob(x, z, peek=True)[0]
+    if model.proposal.nopeek_projection is not None:
+        total = total + model.proposal.log_prob(x, z, peek=False)[0]
+    return total
+
+
+def _fit(model: KGLM, params, train_data, valid_data, config: TrainConfig, epochs: int, history: list[dict],
+         rng: random.Random, progress: bool, joint: bool) -> None:
+    """``epochs`` of Adam on −(log p + log q) (joint) or −log q (proposal only); restore the best validation state."""
+    optimizer = torch.optim.Adam(list(params), lr=config.lr, weight_decay=config.weight_decay)
+    stage = "joint" if joint else "proposal"
     best = (math.inf, None)
-    for epoch in range(1, config.epochs + 1):
+    for epoch in range(1, epochs + 1):
         model.train()
         order = list(range(len(train_data)))
         rng.shuffle(order)
-        total_loss = total_tokens = 0.0
+        total_p = total_q = total_tokens = 0.0
         start = time.time()
-        bar = tqdm(order, desc=f"epoch {epoch}/{config.epochs}", disable=not progress, leave=False)
+        bar = tqdm(order, desc=f"{stage} epoch {epoch}/{epochs}", disable=not progress, leave=False)
         for i in bar:
             title, x, z = train_data[i]
             T = x.numel()
-            log_p = model.log_joint(x, z)[0]
-            log_q = model.proposal.log_prob(x, z, peek=True)[0]
+            log_p = model.log_joint(x, z)[0] if joint else torch.zeros((), dtype=torch.float64)
+            log_q = proposal_log_prob(model, x, z)
             if not (torch.isfinite(log_p) and torch.isfinite(log_q)):
                 raise RuntimeError(f"train article {title!r}: gold annotations outside the model's support "
                                    f"(log p = {float(log_p)}, log q = {float(log_q)})")
@@ -133,24 +162,27 @@ def train_kglm(
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
             optimizer.step()
-            total_loss += -float(log_p.detach())
+            total_p += -float(log_p.detach())
+            total_q += -float(log_q.detach())
             total_tokens += T
-            bar.set_postfix(train_ppl=f"{math.exp(total_loss / total_tokens):.2f}")
-        record = {"epoch": epoch, "train_joint_ppl": math.exp(total_loss / total_tokens),
+            bar.set_postfix(train_ppl=f"{math.exp(total_p / total_tokens):.2f}", q_nll=f"{total_q / total_tokens:.3f}")
+        record = {"stage": stage, "epoch": epoch, "train_q_nll": total_q / total_tokens,
                   "seconds": round(time.time() - start, 2)}
+        if joint:
+            record["train_joint_ppl"] = math.exp(total_p / total_tokens)
         if valid_data:
             record.update({f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items() if k != "tokens"})
         history.append(record)
         if progress:
             tqdm.write(json.dumps(record))
-        score = record.get("valid_joint_ppl", record["train_joint_ppl"])
+        if joint:
+            score = record.get("valid_joint_ppl", record["train_joint_ppl"])
+        else:
+            score = (record["valid_q_nll_peek"] + record["valid_q_nll_nopeek"]) if valid_data else record["train_q_nll"]
         if score < best[0]:
             best = (score, {k: v.detach().clone() for k, v in model.state_dict().items()})
-    model.load_state_dict(best[1])
-    model.eval()
-    if output_dir is not None:
-        save_checkpoint(model, output_dir, config, history)
-    return model, history
+    if best[1] is not None:
+        model.load_state_dict(best[1])
 
 
 def save_checkpoint(model: KGLM, output_dir: str | Path, config: TrainConfig, history: list[dict]) -> Path:
@@ -186,8 +218,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", required=True, help="checkpoint folder (Hub layout)")
     defaults = TrainConfig()
     for name, value in asdict(defaults).items():
-        kind = type(value) if value is not None else int
-        parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=value)
+        flag = f"--{name.replace('_', '-')}"
+        if isinstance(value, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=value)
+        else:
+            parser.add_argument(flag, type=type(value) if value is not None else int, default=value)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

@@ -1,0 +1,13 @@
+"""Benchmark of the bundled KGLM on its tiny linked test set: `python bench/bench_kglm.py [--device cuda]` (see particles.py)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from particles import main  # noqa: E402
+
+from lm_latent_eval.paths import DATA_DIR  # noqa: E402
+
+if __name__ == "__main__":
+    main(["--data", str(DATA_DIR / "linked_tiny" / "test.jsonl"), *sys.argv[1:]], default_model="kglm")
