@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import itertools
 import math
 import tarfile
 from pathlib import Path
@@ -243,3 +244,19 @@ def test_original_archive_parameters_fit_the_module(tmp_path):
     x = torch.tensor([3, 4, 1, 5])
     none = {k: torch.full((1, 4), v) for k, v in (("mention_type", 0), ("entity", -1), ("parent", -1), ("relation", -1))}
     assert torch.isfinite(ours.log_joint(x, none)).all()
+
+
+def test_candidate_slots_keep_the_last_occurrence_of_each_row_with_edges(model):
+    """candidate_slots equals its definition (distinct rows with KG edges, last occurrence) on random windows."""
+    from lm_latent_eval.models.kglm.latents import candidate_slots
+
+    tables = model.tables
+    gen = torch.Generator().manual_seed(0)
+    for shape in [(50, 6), (3, 4, 5), (20, 1), (2, 0)]:
+        window = torch.randint(0, tables.num_rows, shape, generator=gen)
+        expected = torch.zeros(shape, dtype=torch.bool)
+        for idx in itertools.product(*(range(n) for n in shape[:-1])):
+            row = window[idx].tolist()
+            for c, r in enumerate(row):
+                expected[idx + (c,)] = r > 0 and bool(tables.row_has_edges[r]) and r not in row[c + 1:]
+        assert torch.equal(candidate_slots(window, tables), expected)

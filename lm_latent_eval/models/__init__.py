@@ -12,6 +12,7 @@ from ..paths import DATA_DIR
 MODELS = {
     "hmm": "lm_latent_eval.models.hmm:HMMLanguageModel",
     "kglm": "lm_latent_eval.models.kglm:KGLM",
+    "entitynlm": "lm_latent_eval.models.entitynlm:EntityNLM",
     "causal": "lm_latent_eval.models.causal_lm:CausalLMAsLatent",  # any transformers causal LM, trivial z
 }
 

@@ -148,9 +148,12 @@ class LatentHeads:
 def candidate_slots(window: torch.Tensor, tables: GraphTables) -> torch.Tensor:
     """Parent candidates in recent-entity windows [..., C] of rows: distinct owned rows with edges (last occurrence)."""
     ok = (window > 0) & tables.row_has_edges[window]
-    c = window.shape[-1]
-    later = torch.ones(c, c, dtype=torch.bool, device=window.device).triu(1)
-    dup = ((window.unsqueeze(-1) == window.unsqueeze(-2)) & later).any(-1)
+    if window.shape[-1] < 2:
+        return ok
+    # a slot is a duplicate when a later slot holds the same row: in a stable sort it is not the last of its run
+    ordered, order = window.sort(dim=-1, stable=True)
+    not_last = torch.cat([ordered[..., :-1] == ordered[..., 1:], torch.zeros_like(ordered[..., :1], dtype=torch.bool)], -1)
+    dup = torch.zeros_like(not_last).scatter_(-1, order, not_last)
     return ok & ~dup
 
 

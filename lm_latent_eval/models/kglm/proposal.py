@@ -32,6 +32,9 @@ from .latents import (
 )
 
 
+_PRECOMPUTE_LIMIT = 1 << 22  # entries of the [T, num_rows] new-entity table computed up front by ``sample``
+
+
 def _gumbel(shape, generator, device) -> torch.Tensor:
     u = torch.rand(shape, generator=generator, device=device, dtype=torch.float64).clamp_(min=1e-300)
     return -torch.log(-torch.log(u))
@@ -180,6 +183,9 @@ class KGLMProposal(nn.Module):
         tables = self.tables
         type_logits = heads.type_logits() / tau
         any_new = bool(tables.row_owned.any())
+        # log q_τ(new entity row | t) for every position at once [T, num_rows] when small (else one position per step)
+        precompute = any_new and T * tables.num_rows <= _PRECOMPUTE_LIMIT
+        new_entity_lp = torch.log_softmax(heads.new_entity_logits(torch.arange(T, device=device)) / tau, -1) if precompute else None
         C = self.cutoff
         window = torch.zeros(K, C, dtype=torch.long, device=device)
         prev_type = torch.zeros(K, dtype=torch.long, device=device)
@@ -196,7 +202,8 @@ class KGLMProposal(nn.Module):
 
             new = torch.nonzero(typ == NEW, as_tuple=True)[0]
             if new.numel():
-                nl = torch.log_softmax(heads.new_entity_logits(torch.tensor([t], device=device))[0] / tau, -1)
+                nl = new_entity_lp[t] if precompute else torch.log_softmax(
+                    heads.new_entity_logits(torch.tensor([t], device=device))[0] / tau, -1)
                 rows = torch.multinomial(nl.exp(), new.numel(), replacement=True, generator=generator)
                 log_q[new] += nl[rows]
                 ent[new] = tables.row_entity[rows]

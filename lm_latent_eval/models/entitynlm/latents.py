@@ -1,0 +1,277 @@
+"""The latent factors of EntityNLM (Ji et al., 2017), shared by p(x, z) and its proposal q(z | x).
+
+Latents, one triple per token (dict of LongTensor [K, T], keys ``LATENT_KEYS``):
+
+    mention  R_t ∈ {0, 1}    x_t belongs to an entity mention
+    entity   E_t             −1 when R_t = 0; otherwise the entity's index in order of first mention, so that
+                             E_t = n_{t−1} (the number of entities introduced before t) starts a new entity
+    length   L_t ∈ 1..ℓ_max  tokens left in the mention, x_t included (1 when R_t = 0)
+
+Generative story of z (Ji et al., Algorithm 1). When the previous mention is over (L_{t−1} = 1, or t = 1):
+
+    p(R_t = r | h)            ∝ exp(h · r_r)                                  (eq. 3; r_0, r_1: ``type_embedding``)
+    p(E_t = e | R_t = 1, h)   ∝ exp(h · W_ent e_e + λ (t − last_e))   e < n    (eq. 4; an existing entity)
+                              ∝ exp(h · W_ent u_new)                  e = n    (a new entity; only while n < M)
+    p(L_t = ℓ | R_t = 1, h)   ∝ exp(W_len [h; e_{E_t}] + b_len)_ℓ              (eq. 5)
+
+otherwise the mention goes on: R_t = 1, E_t = E_{t−1}, L_t = L_{t−1} − 1 with probability 1. After x_t is read,
+the entity mentioned at t (R_t = 1, every token of a mention) is updated with the state h_t (eqs. 7-8):
+
+    δ = σ(h_t · W_δ e),   e ← (δ e + (1 − δ) h_t) / ‖δ e + (1 − δ) h_t‖,
+
+a new entity starting from u_new = r_1 / ‖r_1‖ (the original adds 1e-4 Gaussian noise to it; we do not, so that
+p is a deterministic function of its weights). ``h`` is the *labelling* state: h_{t−1} for p and for q without
+peeking, h_t (after reading x_t) for the peeking q. M = ``max_entities`` bounds the entity memory; a text is a
+prefix, so a mention may be cut off by the end of x (L_T > 1).
+
+Memory per particle: embeddings [K, M, D] (every unused slot holds u_new, so the new-entity score is the score of
+slot n), position of each entity's latest mention [K, M], entity count [K]; all updates are out of place, so the
+same code scores (with gradients), samples and searches.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+LATENT_KEYS = ("mention", "entity", "length")
+
+
+@dataclass
+class EntityMemory:
+    """Dynamic entity state of K particles after some prefix of the document."""
+
+    embeddings: torch.Tensor  # [K, M, D]
+    last_seen: torch.Tensor  # [K, M] position of each entity's latest mention token (unused slots: 0)
+    count: torch.Tensor  # [K] entities introduced so far (n)
+    prev_entity: torch.Tensor  # [K] E_{t−1}
+    prev_length: torch.Tensor  # [K] L_{t−1} (1: the next token starts a decision)
+
+    def select(self, index: torch.Tensor) -> EntityMemory:
+        """The memory of particles ``index`` [K'] (for beam search)."""
+        return EntityMemory(*(getattr(self, f)[index] for f in self.__dataclass_fields__))
+
+
+def gumbel_argmax(log_probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One draw per row from softmax(log_probs) [K, C] (−inf entries never drawn): LongTensor [K]."""
+    u = torch.rand(log_probs.shape, generator=generator, device=log_probs.device, dtype=torch.float64)
+    noise = -torch.log(-torch.log(u.clamp_(min=1e-300)))
+    return (log_probs.double() + noise).argmax(-1)
+
+
+class EntityHeads(nn.Module):
+    """Parameters of eqs. 3-5 and 7-8 over states of size D, with M entity slots and mentions of ≤ ℓ_max tokens."""
+
+    def __init__(self, dim: int, max_entities: int, max_mention_length: int):
+        super().__init__()
+        if max_entities < 1 or max_mention_length < 1:
+            raise ValueError(f"need max_entities >= 1 and max_mention_length >= 1, got {max_entities}, {max_mention_length}")
+        self.dim, self.max_entities, self.max_mention_length = dim, max_entities, max_mention_length
+        self.type_embedding = nn.Linear(dim, 2, bias=False)  # rows r_0, r_1 (r_1 also seeds new entities)
+        self.entity_bilinear = nn.Linear(dim, dim, bias=False)  # W_ent
+        self.distance_weight = nn.Parameter(torch.tensor(-1e-2))  # λ
+        self.length = nn.Linear(2 * dim, max_mention_length)  # W_len, b_len
+        self.delta = nn.Linear(dim, dim, bias=False)  # W_δ
+
+    def new_entity_embedding(self) -> torch.Tensor:
+        """u_new = r_1 / ‖r_1‖: [D]."""
+        return F.normalize(self.type_embedding.weight[1], dim=0)
+
+    def initial_memory(self, num_particles: int, device=None) -> EntityMemory:
+        """Empty memory of K particles: every slot holds u_new."""
+        K, M = num_particles, self.max_entities
+        device = device or self.type_embedding.weight.device
+        zeros = torch.zeros(K, dtype=torch.long, device=device)
+        return EntityMemory(
+            self.new_entity_embedding().expand(K, M, self.dim), torch.zeros(K, M, dtype=torch.long, device=device),
+            zeros, zeros - 1, zeros + 1,
+        )
+
+    # --- the three factors (log-probabilities under temperature τ, float32) ---------------------------------------
+    def type_log_probs(self, h: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+        """log p(R = r | h) for h [..., D]: [..., 2]."""
+        return torch.log_softmax(self.type_embedding(h).float() / temperature, -1)
+
+    def entity_log_probs(self, h: torch.Tensor, memory: EntityMemory, t: int, temperature: float = 1.0) -> torch.Tensor:
+        """log p(E = e | R = 1, h) over the M slots for h [K|1, D]: [K, M] (−inf for slots beyond the new one)."""
+        query = self.entity_bilinear(h)  # [K|1, D]
+        scores = (memory.embeddings * query.unsqueeze(-2)).sum(-1).float()  # [K, M]
+        slots = torch.arange(self.max_entities, device=scores.device)
+        count = memory.count.unsqueeze(-1)
+        distance = (t - memory.last_seen).float()
+        scores = scores + torch.where(slots < count, self.distance_weight.float() * distance, 0.0)
+        scores = (scores / temperature).masked_fill(slots > count, -math.inf)
+        return torch.log_softmax(scores, -1)
+
+    def length_log_probs(self, h: torch.Tensor, entity_embedding: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+        """log p(L = ℓ | R = 1, h, e) for e [..., D] (h broadcast to it): [..., ℓ_max] (index ℓ − 1)."""
+        h = h.expand_as(entity_embedding)
+        return torch.log_softmax(self.length(torch.cat([h, entity_embedding], -1)).float() / temperature, -1)
+
+    # --- the dynamic update ------------------------------------------------------------------------------------------
+    def update(self, memory: EntityMemory, entity: torch.Tensor, active: torch.Tensor, h: torch.Tensor,
+               t: int) -> EntityMemory:
+        """Memory after x_t: entity [K] (where ``active`` [K]) is moved toward h_t [K|1, D] (eqs. 7-8)."""
+        K, M, D = memory.embeddings.shape
+        slot = entity.clamp(0, M - 1)
+        e = memory.embeddings.gather(1, slot.view(K, 1, 1).expand(K, 1, D)).squeeze(1)  # [K, D]
+        h = h.expand(K, D)
+        gate = torch.sigmoid((self.delta(e) * h).sum(-1, keepdim=True))
+        moved = F.normalize(gate * e + (1 - gate) * h, dim=-1)
+        hit = (torch.arange(M, device=slot.device) == slot.unsqueeze(1)) & active.unsqueeze(1)  # [K, M]
+        return replace(
+            memory,
+            embeddings=torch.where(hit.unsqueeze(-1), moved.unsqueeze(1).to(memory.embeddings.dtype), memory.embeddings),
+            last_seen=torch.where(hit, t, memory.last_seen),
+            count=torch.where(active & (entity == memory.count), memory.count + 1, memory.count),
+        )
+
+
+def check_latents(z, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(mention, entity, length), each LongTensor [K, T]; a clear error for anything else."""
+    if not isinstance(z, dict) or set(z) != set(LATENT_KEYS):
+        got = sorted(z) if isinstance(z, dict) else type(z).__name__
+        raise ValueError(f"EntityNLM latents must be a dict with keys {LATENT_KEYS}, got {got}")
+    parts = [z[k] for k in LATENT_KEYS]
+    shapes = {tuple(p.shape) for p in parts}
+    if len(shapes) != 1 or len(parts[0].shape) != 2 or parts[0].shape[1] != num_tokens:
+        raise ValueError(f"EntityNLM latents must each have shape [K, T={num_tokens}], got {sorted(shapes)}")
+    if any(p.dtype != torch.long for p in parts):
+        raise ValueError("EntityNLM latents must be LongTensors")
+    return tuple(parts)
+
+
+def score_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Tensor, z: dict,
+                  temperature: float = 1.0, mask: torch.Tensor | None = None,
+                  track_context: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log Π_t (factors of z_t at decision steps) for K configurations: (float64 [K], −inf off the support;
+    and, with ``track_context``, the entity embedding each token is generated with, [K, T, D]).
+
+    h_label, h_update: [K|1, T, D] (labelling state for z_t; state h_t that updates the entity of x_t).
+    mask: [K, T] real tokens (training batches of padded documents); padding adds nothing and changes nothing.
+    The context embedding of token t is e_{E_t} before its update when R_t = 1, and otherwise the previous token's
+    context (the most recently mentioned entity as it was then; zeros before any mention), as in the original code.
+    """
+    R, E, L = check_latents(z, h_label.shape[1])
+    K, T = R.shape
+    M, Lmax = heads.max_entities, heads.max_mention_length
+    device = h_label.device
+    memory = heads.initial_memory(K, device)
+    total = torch.zeros(K, dtype=torch.float64, device=device)
+    valid = torch.ones(K, dtype=torch.bool, device=device)
+    type_lp = heads.type_log_probs(h_label, temperature).expand(K, T, 2)  # [K, T, 2]
+    context = h_label.new_zeros(K, h_label.shape[-1]) if track_context else None
+    used = []
+    for t in range(T):
+        r, e, ell = R[:, t], E[:, t], L[:, t]
+        real = mask[:, t] if mask is not None else torch.ones_like(r, dtype=torch.bool)
+        decide = memory.prev_length == 1
+        goes_on = (r == 1) & (e == memory.prev_entity) & (ell == memory.prev_length - 1)
+        no_mention = (r == 0) & (e == -1) & (ell == 1)
+        starts = (r == 1) & (e >= 0) & (e <= memory.count) & (e < M) & (ell >= 1) & (ell <= Lmax)
+        valid &= torch.where(decide, no_mention | starts, goes_on) | ~real
+        h = h_label[:, t]
+        slot = e.clamp(0, M - 1)
+        entity_emb = memory.embeddings.gather(1, slot.view(K, 1, 1).expand(K, 1, memory.embeddings.shape[-1])).squeeze(1)
+        step = type_lp[:, t].gather(1, r.clamp(0, 1).unsqueeze(1)).squeeze(1)
+        mentioned = decide & (r == 1) & real
+        if bool(mentioned.any()):
+            ent = heads.entity_log_probs(h, memory, t, temperature).gather(1, slot.unsqueeze(1)).squeeze(1)
+            length = heads.length_log_probs(h, entity_emb, temperature).gather(1, (ell - 1).clamp(0, Lmax - 1).unsqueeze(1)).squeeze(1)
+            step = step + torch.where(mentioned, ent + length, 0.0)
+        total = total + torch.where(decide & real, step, 0.0).double()
+        if track_context:
+            context = torch.where(((r == 1) & real).unsqueeze(1), entity_emb, context)
+            used.append(context)
+        memory = heads.update(memory, e, (r == 1) & real, h_update[:, t], t)
+        memory = replace(memory, prev_entity=torch.where(real, e, memory.prev_entity),
+                         prev_length=torch.where(real, ell, memory.prev_length))
+    total = total.masked_fill(~valid, -math.inf)
+    if not track_context:
+        return total, None
+    return total, (torch.stack(used, 1) if used else h_label.new_zeros(K, 0, h_label.shape[-1]))
+
+
+@torch.no_grad()
+def sample_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Tensor, num_samples: int,
+                   temperature: float, generator: torch.Generator | None) -> tuple[dict, torch.Tensor]:
+    """z_k ~ Π_t q_τ(z_t | ·) (each factor's logits divided by τ): (dict of LongTensor [K, T], log q_τ float64 [K]).
+
+    h_label, h_update: [1, T, D] (shared by all particles)."""
+    K, T = int(num_samples), h_label.shape[1]
+    M = heads.max_entities
+    device = h_label.device
+    memory = heads.initial_memory(K, device)
+    log_q = torch.zeros(K, dtype=torch.float64, device=device)
+    out = {k: torch.empty(K, T, dtype=torch.long, device=device) for k in LATENT_KEYS}
+    type_lp = heads.type_log_probs(h_label[0], temperature)  # [T, 2]
+    for t in range(T):
+        decide = memory.prev_length == 1
+        h = h_label[:, t]
+        lp_type = type_lp[t].expand(K, 2)
+        r = torch.where(decide, gumbel_argmax(lp_type, generator), 1)
+        starting = decide & (r == 1)
+        step = torch.where(decide, lp_type.gather(1, r.unsqueeze(1)).squeeze(1), 0.0).double()
+        e = torch.where(decide, -1, memory.prev_entity)
+        ell = torch.where(decide, 1, memory.prev_length - 1)
+        if bool(starting.any()):
+            lp_ent = heads.entity_log_probs(h, memory, t, temperature)
+            e_new = gumbel_argmax(lp_ent, generator)
+            emb = memory.embeddings.gather(1, e_new.view(K, 1, 1).expand(K, 1, memory.embeddings.shape[-1])).squeeze(1)
+            lp_len = heads.length_log_probs(h, emb, temperature)
+            l_new = gumbel_argmax(lp_len, generator)
+            picked = lp_ent.gather(1, e_new.unsqueeze(1)).squeeze(1) + lp_len.gather(1, l_new.unsqueeze(1)).squeeze(1)
+            step = step + torch.where(starting, picked, 0.0).double()
+            e = torch.where(starting, e_new, e)
+            ell = torch.where(starting, l_new + 1, ell)
+        log_q += step
+        out["mention"][:, t], out["entity"][:, t], out["length"][:, t] = r, e, ell
+        memory = heads.update(memory, e, r == 1, h_update[:, t], t)
+        memory = replace(memory, prev_entity=e, prev_length=ell)
+    assert bool((memory.count <= M).all())
+    return out, log_q
+
+
+@torch.no_grad()
+def beam_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Tensor, beam_size: int) -> dict:
+    """Up to ``beam_size`` distinct z with the highest Π_t q(z_t | ·) (τ = 1), kept per step: dict of [k', T].
+
+    Each step extends every kept prefix by all its continuations (none; entity e ≤ n, length ℓ; or the ongoing
+    mention) and keeps the best ``beam_size``; extensions of distinct prefixes are distinct."""
+    T = h_label.shape[1]
+    M, Lmax = heads.max_entities, heads.max_mention_length
+    device = h_label.device
+    memory = heads.initial_memory(1, device)
+    score = torch.zeros(1, dtype=torch.float64, device=device)
+    hist = torch.zeros(1, 0, 3, dtype=torch.long, device=device)
+    type_lp = heads.type_log_probs(h_label[0])  # [T, 2]
+    # the continuation choices of a decision step: (R, E, L) for column c of the candidate table
+    choice = torch.tensor([[0, -1, 1]] + [[1, e, ell] for e in range(M) for ell in range(1, Lmax + 1)], device=device)
+    for t in range(T):
+        B = score.shape[0]
+        h = h_label[:, t]
+        decide = memory.prev_length == 1
+        lp_ent = heads.entity_log_probs(h, memory, t).double()  # [B, M]
+        lp_len = heads.length_log_probs(h.unsqueeze(1), memory.embeddings).double()  # [B, M, Lmax]
+        mention = type_lp[t, 1].double() + lp_ent.unsqueeze(-1) + lp_len
+        table = torch.cat([type_lp[t, 0].double().expand(B, 1), mention.reshape(B, M * Lmax)], 1)
+        table = torch.where(decide.unsqueeze(1), table, -math.inf)
+        goes_on = torch.where(decide, -math.inf, 0.0).double().unsqueeze(1)  # column C: the ongoing mention
+        cand = (score.unsqueeze(1) + torch.cat([table, goes_on], 1)).reshape(-1)
+        finite = int(torch.isfinite(cand).sum())
+        top, flat = cand.topk(min(beam_size, finite))
+        parent, col = flat // (table.shape[1] + 1), flat % (table.shape[1] + 1)
+        memory, score = memory.select(parent), top
+        on = col == table.shape[1]
+        rel = choice[col.clamp(max=choice.shape[0] - 1)]
+        r = torch.where(on, 1, rel[:, 0])
+        e = torch.where(on, memory.prev_entity, rel[:, 1])
+        ell = torch.where(on, memory.prev_length - 1, rel[:, 2])
+        hist = torch.cat([hist[parent], torch.stack([r, e, ell], 1).unsqueeze(1)], 1)
+        memory = heads.update(memory, e, r == 1, h_update[:, t], t)
+        memory = replace(memory, prev_entity=e, prev_length=ell)
+    return {k: hist[..., i] for i, k in enumerate(LATENT_KEYS)}

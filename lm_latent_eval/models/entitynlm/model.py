@@ -1,0 +1,184 @@
+"""EntityNLM generative model p(x, z) (Ji et al., 2017) and its Hub checkpoint layout.
+
+p(x, z) = Π_t p(z_t | h_{t−1}, memory) p(x_t | h_{t−1}, e_t), where h_t is the state of a token LSTM (AWD-LSTM,
+output size D) after reading ``@@START@@ x_1 .. x_t``: it reads x only, so it is computed once per document and
+shared by every particle. The latent factors and the dynamic entity memory are in ``latents.py``. The word
+distribution is eq. 6: p(x_t = w) ∝ exp(W_vocab (h_{t−1} + W_e e_t) + b)_w, with e_t the embedding of the entity
+mentioned at t before its update (or, outside mentions, the previous token's e; zeros before the first mention),
+W_vocab tied to the input embedding. Words outside the vocabulary are ``@@UNKNOWN@@`` (scored as that token).
+
+``log_joint`` is the probability of the prefix x_1..x_T with z (no end event): batched over K particles with an
+entity memory [K, M, D] each. Checkpoint: ``config.json`` (constructor arguments, the vocabulary included) and
+``model.safetensors`` (p's and q's weights, q's under ``proposal.``), written by ``save_pretrained``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+import torch
+from huggingface_hub import PyTorchModelHubMixin
+from torch import nn
+
+from ..kglm.awd_lstm import AWDLSTM, embedding_dropout
+from .latents import LATENT_KEYS, EntityHeads, check_latents, score_latents
+from .proposal import EntityNLMProposal
+
+UNK, BOS = "@@UNKNOWN@@", "@@START@@"
+WORD_BLOCK = 1 << 22  # logits computed per block of the word softmax (rows × vocabulary), bounding memory
+
+
+def build_vocabulary(documents: Iterable[Iterable[str]], min_count: int = 1, max_size: int | None = None) -> list[str]:
+    """[@@UNKNOWN@@, @@START@@, words seen ≥ min_count times, most frequent first (ties alphabetical)]."""
+    counts = Counter(tok for doc in documents for tok in doc)
+    words = [w for w, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if c >= min_count and w not in (UNK, BOS)]
+    if max_size is not None:
+        words = words[: max(0, max_size - 2)]
+    return [UNK, BOS, *words]
+
+
+class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=["latent-lm", "entitynlm"]):
+    """Entity neural language model: ``tokenize``, ``log_joint(x, z)`` [K], ``proposal`` (q(z | x)).
+
+    x: LongTensor [T] of word ids. z: dict of LongTensor [K, T] with keys mention (R_t), entity (E_t), length (L_t);
+    see ``latents.py``. Sizes: D = ``dim`` (embeddings, LSTM output and entity embeddings), M = ``max_entities``,
+    ℓ_max = ``max_mention_length``.
+    """
+
+    def __init__(
+        self,
+        vocab: list[str],
+        dim: int = 256,
+        hidden_size: int = 256,
+        num_layers: int = 2,
+        max_entities: int = 64,
+        max_mention_length: int = 25,
+        lowercase: bool = True,
+        tie_weights: bool = True,
+        dropout: float = 0.0,
+        dropouti: float = 0.0,
+        dropoute: float = 0.0,
+        wdrop: float = 0.0,
+        chunk_size: int = 70,
+        proposal_hidden_size: int | None = None,
+        proposal_num_layers: int | None = None,
+    ):
+        super().__init__()
+        if not isinstance(vocab, (list, tuple)) or UNK not in vocab or BOS not in vocab:
+            raise ValueError(f"vocab must be a list of words containing {UNK!r} and {BOS!r}")
+        if len(set(vocab)) != len(vocab):
+            raise ValueError("vocab has duplicate words")
+        self.vocab = list(vocab)
+        self.word_to_id = {w: i for i, w in enumerate(self.vocab)}
+        self.unk_id, self.bos_id = self.word_to_id[UNK], self.word_to_id[BOS]
+        self.lowercase = bool(lowercase)
+        self.dim, self.chunk_size, self.dropoute = dim, int(chunk_size), dropoute
+        self.max_entities, self.max_mention_length = int(max_entities), int(max_mention_length)
+        V = len(self.vocab)
+        self.token_embedding = nn.Embedding(V, dim)
+        self.encoder = AWDLSTM(dim, hidden_size, dim, num_layers, wdrop, dropouti, dropout)
+        self.heads = EntityHeads(dim, self.max_entities, self.max_mention_length)
+        self.entity_output = nn.Linear(dim, dim, bias=False)  # W_e
+        self.vocab_output = nn.Linear(dim, V)  # W_vocab, b
+        if tie_weights:
+            self.vocab_output.weight = self.token_embedding.weight
+        nn.init.uniform_(self.token_embedding.weight, -0.1, 0.1)
+        nn.init.zeros_(self.vocab_output.bias)
+        self.proposal = EntityNLMProposal(
+            vocab_size=V, bos_id=self.bos_id, dim=dim, hidden_size=proposal_hidden_size or hidden_size,
+            num_layers=proposal_num_layers or num_layers, max_entities=self.max_entities,
+            max_mention_length=self.max_mention_length, dropout=dropout, dropouti=dropouti, dropoute=dropoute,
+            wdrop=wdrop, chunk_size=chunk_size,
+        )
+        self._doc_cache: tuple | None = None
+
+    @classmethod
+    def _from_pretrained(cls, *, strict: bool = True, **kwargs):
+        """Load with strict=True: a checkpoint missing a parameter is an error, never a random init."""
+        return super()._from_pretrained(strict=strict, **kwargs)
+
+    @property
+    def device(self) -> torch.device:
+        return self.token_embedding.weight.device
+
+    # --- text ---------------------------------------------------------------------------------------------------
+    def token_ids(self, tokens: Iterable[str]) -> torch.Tensor:
+        """Ids of already-split tokens (lower-cased when the model is); unknown words -> @@UNKNOWN@@: [T]."""
+        norm = (lambda w: w.lower()) if self.lowercase else (lambda w: w)
+        ids = [self.word_to_id.get(norm(w), self.unk_id) for w in tokens]
+        return torch.tensor(ids, dtype=torch.long, device=self.device)
+
+    def tokenize(self, text: str) -> torch.Tensor:
+        """Whitespace-separated words -> LongTensor [T] (unknown words -> @@UNKNOWN@@; "" -> T = 0)."""
+        if not isinstance(text, str):
+            raise TypeError(f"tokenize expects a string, got {type(text).__name__}")
+        return self.token_ids(text.split())
+
+    def detokenize(self, x: torch.Tensor) -> str:
+        """Words of the ids joined by single spaces."""
+        return " ".join(self.vocab[i] for i in x.tolist())
+
+    def _check_x(self, x: torch.Tensor) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.dtype != torch.long:
+            raise ValueError(f"x must be a LongTensor [T], got {getattr(x, 'shape', type(x))}")
+        if x.numel() and (int(x.min()) < 0 or int(x.max()) >= len(self.vocab)):
+            raise ValueError(f"x holds ids outside [0, {len(self.vocab)}); use model.tokenize(text)")
+        return x.to(self.device)
+
+    # --- shared encoder -----------------------------------------------------------------------------------------
+    def encode_batch(self, x: torch.Tensor) -> torch.Tensor:
+        """States h_0..h_T after reading @@START@@ x_1 .. x_t, for rows of x [B, T]: [B, T + 1, D]."""
+        inputs = torch.cat([x.new_full((x.shape[0], 1), self.bos_id), x], 1)
+        emb = embedding_dropout(self.token_embedding.weight, inputs, self.dropoute, self.training)
+        return self.encoder.encode_chunked(emb, self.chunk_size)
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """h_0..h_T for one document x [T]: [T + 1, D]; cached per document in evaluation (no grad)."""
+        cacheable = not self.training and not torch.is_grad_enabled()
+        key = (tuple(x.tolist()), tuple(p._version for p in self.parameters()), x.device)
+        if cacheable and self._doc_cache is not None and self._doc_cache[0] == key:
+            return self._doc_cache[1]
+        out = self.encode_batch(x.unsqueeze(0))[0]
+        if cacheable:
+            self._doc_cache = (key, out)
+        return out
+
+    def train(self, mode: bool = True):
+        self._doc_cache = None
+        return super().train(mode)
+
+    # --- p(x, z) ------------------------------------------------------------------------------------------------
+    def log_joint(self, x: torch.Tensor, z: dict) -> torch.Tensor:
+        """log p(x, z_k) for K configurations: float64 [K]; −inf where p(x, z_k) = 0."""
+        x = self._check_x(x)
+        z = {k: v.to(x.device) for k, v in z.items()} if isinstance(z, dict) else z
+        R, _, _ = check_latents(z, x.numel())
+        if x.numel() == 0:
+            return torch.zeros(R.shape[0], dtype=torch.float64, device=x.device)
+        states = self.encode(x).unsqueeze(0)  # [1, T + 1, D], shared by the K particles
+        return self.log_joint_batch(states, x.unsqueeze(0), z)
+
+    def log_joint_batch(self, states: torch.Tensor, x: torch.Tensor, z: dict, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """log p(x_k, z_k) from encoder states [K|1, T + 1, D] and x [K|1, T] (``mask`` [K, T]: real tokens): [K]."""
+        latent, context = score_latents(self.heads, states[:, :-1], states[:, 1:], z, mask=mask, track_context=True)
+        words = self.word_log_probs(states[:, :-1], context, x)  # [K, T]
+        if mask is not None:
+            words = words.masked_fill(~mask, 0.0)
+        return latent + words.sum(-1)
+
+    def word_log_probs(self, h: torch.Tensor, context: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """log p(x_t | h_{t−1}, e_t) for h [K|1, T, D], e_t [K, T, D], x [K|1, T]: float64 [K, T] (eq. 6)."""
+        K, T, D = context.shape
+        feats = (h + self.entity_output(context)).reshape(K * T, D)
+        target = x.expand(K, T).reshape(-1)
+        rows = max(1, WORD_BLOCK // len(self.vocab))
+        parts = []
+        for s in range(0, K * T, rows):
+            logits = self.vocab_output(feats[s : s + rows]).double()
+            parts.append(logits.gather(1, target[s : s + rows].unsqueeze(1)).squeeze(1) - logits.logsumexp(-1))
+        return torch.cat(parts).view(K, T)
+
+    def extra_repr(self) -> str:
+        return (f"vocab_size={len(self.vocab)}, dim={self.dim}, max_entities={self.max_entities}, "
+                f"max_mention_length={self.max_mention_length}, latents={LATENT_KEYS}")

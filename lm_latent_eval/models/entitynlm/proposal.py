@@ -1,0 +1,128 @@
+"""q(z | x): the discriminative EntityNLM twin (as the original ``entitydisc``), for importance sampling and beam search.
+
+Its own token embedding and AWD-LSTM read ``@@START@@ x_1 .. x_T`` (x only: computed once per document, shared by
+every particle), giving states g_0..g_T. It has the latent factors of p (``latents.py``: type, entity with its own
+dynamic memory, length; no word head):
+
+    peek=True   z_t is labelled from g_t, the state after reading x_t (the original discriminator), by ``heads``;
+    peek=False  z_t is labelled from g_{t−1} (x_<t only) by its own ``nopeek_heads``.
+
+In both, the entity mentioned at t is updated with g_t after the label is chosen. Every logit is divided by the
+temperature τ, and ``sample`` returns log q_τ(z | x) of exactly what it drew. q applies the same masks as p, and
+all its logits are finite, so its support is p's support: every drawn z has p(x, z) > 0 and every z with
+p(x, z) > 0 can be drawn.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..kglm.awd_lstm import AWDLSTM, embedding_dropout
+from .latents import LATENT_KEYS, EntityHeads, beam_latents, check_latents, sample_latents, score_latents
+
+
+class EntityNLMProposal(nn.Module):
+    """q_τ(z | x) = Π_t q(z_t | ·) from its own LSTM over x, peeking (labels x_t after reading it) or not."""
+
+    def __init__(self, vocab_size: int, bos_id: int, dim: int, hidden_size: int, num_layers: int, max_entities: int,
+                 max_mention_length: int, dropout: float = 0.0, dropouti: float = 0.0, dropoute: float = 0.0,
+                 wdrop: float = 0.0, chunk_size: int = 70):
+        super().__init__()
+        self.vocab_size, self.bos_id, self.chunk_size, self.dropoute = vocab_size, bos_id, int(chunk_size), dropoute
+        self.token_embedding = nn.Embedding(vocab_size, dim)
+        self.encoder = AWDLSTM(dim, hidden_size, dim, num_layers, wdrop, dropouti, dropout)
+        self.heads = EntityHeads(dim, max_entities, max_mention_length)
+        self.nopeek_heads = EntityHeads(dim, max_entities, max_mention_length)
+        nn.init.uniform_(self.token_embedding.weight, -0.1, 0.1)
+        self._doc_cache: tuple | None = None
+
+    @torch.no_grad()
+    def copy_from_generative(self, model: nn.Module) -> EntityNLMProposal:
+        """Start q from p's embedding, encoder and latent heads (both heads): q without peeking is then p's prior."""
+        self.token_embedding.load_state_dict(model.token_embedding.state_dict())
+        self.encoder.load_state_dict(model.encoder.state_dict())
+        self.heads.load_state_dict(model.heads.state_dict())
+        self.nopeek_heads.load_state_dict(model.heads.state_dict())
+        return self
+
+    # --- encoding -----------------------------------------------------------------------------------------------
+    def encode_batch(self, x: torch.Tensor) -> torch.Tensor:
+        """States g_0..g_T after reading @@START@@ x_1 .. x_t for rows of x [B, T]: [B, T + 1, D]."""
+        inputs = torch.cat([x.new_full((x.shape[0], 1), self.bos_id), x], 1)
+        emb = embedding_dropout(self.token_embedding.weight, inputs, self.dropoute, self.training)
+        return self.encoder.encode_chunked(emb, self.chunk_size)
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """g_0..g_T for one document x [T]: [T + 1, D]; cached per document in evaluation (no grad)."""
+        x = self._check_x(x)
+        cacheable = not self.training and not torch.is_grad_enabled()
+        key = (tuple(x.tolist()), tuple(p._version for p in self.parameters()), x.device)
+        if cacheable and self._doc_cache is not None and self._doc_cache[0] == key:
+            return self._doc_cache[1]
+        out = self.encode_batch(x.unsqueeze(0))[0]
+        if cacheable:
+            self._doc_cache = (key, out)
+        return out
+
+    def train(self, mode: bool = True):
+        self._doc_cache = None
+        return super().train(mode)
+
+    def _check_x(self, x: torch.Tensor) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.dtype != torch.long:
+            raise ValueError(f"x must be a LongTensor [T], got {getattr(x, 'shape', type(x))}")
+        if x.numel() and (int(x.min()) < 0 or int(x.max()) >= self.vocab_size):
+            raise ValueError(f"x holds ids outside [0, {self.vocab_size}); use model.tokenize(text)")
+        return x.to(self.token_embedding.weight.device)
+
+    def views(self, states: torch.Tensor, peek: bool) -> tuple[EntityHeads, torch.Tensor, torch.Tensor]:
+        """(heads, labelling states, update states) from g_0..g_T [B, T + 1, D]: ([B, T, D], [B, T, D])."""
+        if peek:
+            return self.heads, states[:, 1:], states[:, 1:]
+        return self.nopeek_heads, states[:, :-1], states[:, 1:]
+
+    # --- scoring ------------------------------------------------------------------------------------------------
+    def log_prob(self, x: torch.Tensor, z: dict, temperature: float = 1.0, peek: bool = True) -> torch.Tensor:
+        """log q_τ(z_k | x) for K configurations: float64 [K] (−inf outside the support); differentiable."""
+        x = self._check_x(x)
+        z = {k: v.to(x.device) for k, v in z.items()} if isinstance(z, dict) else z
+        R, _, _ = check_latents(z, x.numel())
+        if x.numel() == 0:
+            return torch.zeros(R.shape[0], dtype=torch.float64, device=x.device)
+        return self.log_prob_batch(self.encode(x).unsqueeze(0), z, temperature, peek)
+
+    def log_prob_batch(self, states: torch.Tensor, z: dict, temperature: float = 1.0, peek: bool = True,
+                       mask: torch.Tensor | None = None) -> torch.Tensor:
+        """log q_τ(z_k | x_k) from states [K|1, T + 1, D] (``mask`` [K, T]: real tokens): float64 [K]."""
+        heads, h_label, h_update = self.views(states, peek)
+        return score_latents(heads, h_label, h_update, z, temperature, mask)[0]
+
+    # --- sampling and beam search -------------------------------------------------------------------------------
+    @torch.no_grad()
+    def sample(self, x: torch.Tensor, num_samples: int, temperature: float = 1.0, peek: bool = True,
+               generator: torch.Generator | None = None) -> tuple[dict, torch.Tensor]:
+        """Draw K configurations z_k ~ q_τ(z | x): (dict of LongTensor [K, T], log q_τ(z_k | x) float64 [K])."""
+        if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
+            raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
+        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
+            raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+        x = self._check_x(x)
+        if x.numel() == 0:
+            empty = {k: torch.zeros(num_samples, 0, dtype=torch.long, device=x.device) for k in LATENT_KEYS}
+            return empty, torch.zeros(num_samples, dtype=torch.float64, device=x.device)
+        heads, h_label, h_update = self.views(self.encode(x).unsqueeze(0), peek)
+        return sample_latents(heads, h_label, h_update, num_samples, float(temperature), generator)
+
+    @torch.no_grad()
+    def beam(self, x: torch.Tensor, beam_size: int) -> dict:
+        """Up to ``beam_size`` distinct configurations with the highest q(z | x) (peeking, τ = 1): dict of [k', T]."""
+        if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size <= 0:
+            raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
+        x = self._check_x(x)
+        if x.numel() == 0:
+            return {k: torch.zeros(1, 0, dtype=torch.long, device=x.device) for k in LATENT_KEYS}
+        heads, h_label, h_update = self.views(self.encode(x).unsqueeze(0), True)
+        return beam_latents(heads, h_label, h_update, beam_size)

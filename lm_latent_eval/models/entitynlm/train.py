@@ -1,0 +1,235 @@
+"""Train an EntityNLM p(x, z) and its proposal q(z | x) on coreference-annotated JSONL (CoNLL-2012 form).
+
+Both are fit by maximum likelihood on the gold annotations, in padded batches of documents: p maximizes
+log p(x, z_gold); q maximizes log q_peek(z_gold | x) + log q_nopeek(z_gold | x). Each epoch reports the validation
+per-token perplexity on gold z, exp(−Σ log p(x, z_gold) / Σ T) (an upper bound on the true perplexity), and q's
+per-token NLL of z_gold; the parameters with the lowest validation gold perplexity are kept. At the end, the
+validation perplexity is also estimated by importance sampling with q (``valid_samples`` particles per document,
+instance level). The model is saved in the Hub layout (``save_pretrained``) with ``training.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from .conll import CorefDocument, gold_latents, read_coref_jsonl
+from .latents import LATENT_KEYS
+from .model import EntityNLM, build_vocabulary
+
+
+@dataclass
+class TrainConfig:
+    """Model sizes and optimization settings (defaults suit the small synthetic corpus on a CPU)."""
+
+    dim: int = 32
+    hidden_size: int = 64
+    num_layers: int = 2
+    max_entities: int = 6
+    max_mention_length: int = 4
+    epochs: int = 15
+    batch_size: int = 16
+    lr: float = 5e-3
+    weight_decay: float = 1e-6
+    grad_clip: float = 1.0
+    dropout: float = 0.1
+    dropouti: float = 0.1
+    dropoute: float = 0.0
+    wdrop: float = 0.1
+    min_count: int = 1
+    max_vocab: int | None = None
+    lowercase: bool = True
+    seed: int = 0
+    valid_samples: int = 32  # IS particles per validation document for the final perplexity estimate (0: skip)
+
+
+def _batch_tensors(model: EntityNLM, docs: list[tuple[str, torch.Tensor, dict]]) -> tuple:
+    """Pad documents to [B, T_max]: (x, z dict, mask [B, T] of real tokens)."""
+    B, T = len(docs), max(x.numel() for _, x, _ in docs)
+    x = torch.full((B, T), model.unk_id, dtype=torch.long)
+    z = {"mention": torch.zeros(B, T, dtype=torch.long), "entity": torch.full((B, T), -1, dtype=torch.long),
+         "length": torch.ones(B, T, dtype=torch.long)}
+    mask = torch.zeros(B, T, dtype=torch.bool)
+    for i, (_, xi, zi) in enumerate(docs):
+        n = xi.numel()
+        x[i, :n], mask[i, :n] = xi, True
+        for k in LATENT_KEYS:
+            z[k][i, :n] = zi[k][0]
+    device = model.device
+    return x.to(device), {k: v.to(device) for k, v in z.items()}, mask.to(device)
+
+
+def prepare(docs: list[CorefDocument], model: EntityNLM, split: str) -> list[tuple[str, torch.Tensor, dict]]:
+    """(name, x [T], gold z [1, T]) per non-empty document; an error naming a document that exceeds the model."""
+    out = []
+    for i, doc in enumerate(docs):
+        name = f"{split} document {i} ({doc.name or 'unnamed'})"
+        if not doc.tokens:
+            continue
+        if doc.num_entities > model.max_entities:
+            raise ValueError(f"{name}: {doc.num_entities} entities > max_entities={model.max_entities} (--max-entities)")
+        if doc.longest_mention > model.max_mention_length:
+            raise ValueError(f"{name}: a mention of {doc.longest_mention} tokens > max_mention_length="
+                             f"{model.max_mention_length} (--max-mention-length)")
+        out.append((name, model.token_ids(doc.tokens).cpu(), gold_latents(doc)))
+    return out
+
+
+def batch_log_probs(model: EntityNLM, batch: list) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """(log p(x, z_gold) [B], log q_peek [B], log q_nopeek [B], tokens) for a list of prepared documents."""
+    x, z, mask = _batch_tensors(model, batch)
+    log_p = model.log_joint_batch(model.encode_batch(x), x, z, mask)
+    states_q = model.proposal.encode_batch(x)
+    q_peek = model.proposal.log_prob_batch(states_q, z, peek=True, mask=mask)
+    q_nopeek = model.proposal.log_prob_batch(states_q, z, peek=False, mask=mask)
+    return log_p, q_peek, q_nopeek, int(mask.sum())
+
+
+def _batches(data: list, batch_size: int) -> list[list]:
+    """Documents grouped by length (less padding), in batches of ``batch_size``."""
+    ordered = sorted(data, key=lambda d: d[1].numel())
+    return [ordered[s : s + batch_size] for s in range(0, len(ordered), batch_size)]
+
+
+@torch.no_grad()
+def evaluate_gold(model: EntityNLM, data: list, batch_size: int = 32) -> dict:
+    """Validation numbers on gold z: per-token joint perplexity of p and NLL of q (peek / no peek)."""
+    was_training = model.training
+    model.eval()
+    joint = peek = nopeek = 0.0
+    tokens = 0
+    for batch in _batches(data, batch_size):
+        lp, qp, qn, n = batch_log_probs(model, batch)
+        joint, peek, nopeek, tokens = joint + float(lp.sum()), peek + float(qp.sum()), nopeek + float(qn.sum()), tokens + n
+    model.train(was_training)
+    tokens = max(tokens, 1)
+    return {"joint_ppl": math.exp(-joint / tokens), "q_nll_peek": -peek / tokens, "q_nll_nopeek": -nopeek / tokens}
+
+
+@torch.no_grad()
+def importance_sampled_ppl(model: EntityNLM, data: list, num_samples: int, seed: int = 0) -> float:
+    """Instance-level IS perplexity exp(−Σ_n log p̂(x_n) / Σ_n T_n) with K = ``num_samples`` peeking samples."""
+    from ...estimators import importance_log_weights, log_mean_exp
+
+    model.eval()
+    total, tokens = 0.0, 0
+    for name, x, _ in data:
+        lw = importance_log_weights(model, x.to(model.device), num_samples, seed=seed, document=name,
+                                    device=model.device)
+        total += log_mean_exp(lw)
+        tokens += x.numel()
+    return math.exp(-total / max(tokens, 1))
+
+
+def train_entitynlm(train_docs: list[CorefDocument], valid_docs: list[CorefDocument], config: TrainConfig,
+                    output_dir: str | Path | None = None, progress: bool = True) -> tuple[EntityNLM, list[dict]]:
+    """Fit p and q on ``train_docs``, keep the best validation state; returns (model in eval mode, epoch records)."""
+    if not train_docs:
+        raise ValueError("train_entitynlm: no training documents")
+    torch.manual_seed(config.seed)
+    rng = random.Random(config.seed)
+    vocab = build_vocabulary([[t.lower() if config.lowercase else t for t in d.tokens] for d in train_docs],
+                             config.min_count, config.max_vocab)
+    model = EntityNLM(
+        vocab, dim=config.dim, hidden_size=config.hidden_size, num_layers=config.num_layers,
+        max_entities=config.max_entities, max_mention_length=config.max_mention_length, lowercase=config.lowercase,
+        dropout=config.dropout, dropouti=config.dropouti, dropoute=config.dropoute, wdrop=config.wdrop,
+    )
+    train_data = prepare(train_docs, model, "train")
+    valid_data = prepare(valid_docs, model, "valid") if valid_docs else []
+    history: list[dict] = []
+    if valid_data:
+        history.append({"epoch": 0, **{f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items()}})
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    best = (math.inf, None)
+    for epoch in range(1, config.epochs + 1):
+        model.train()
+        batches = _batches(train_data, config.batch_size)
+        rng.shuffle(batches)
+        sums, tokens, start = [0.0, 0.0, 0.0], 0, time.time()
+        bar = tqdm(batches, desc=f"epoch {epoch}/{config.epochs}", disable=not progress, leave=False)
+        for batch in bar:
+            lp, qp, qn, n = batch_log_probs(model, batch)
+            bad = ~(torch.isfinite(lp) & torch.isfinite(qp) & torch.isfinite(qn))
+            if bad.any():
+                raise RuntimeError(f"{batch[int(bad.nonzero()[0])][0]}: gold annotation outside the model's support")
+            loss = -(lp.sum() + qp.sum() + qn.sum()) / n
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+            optimizer.step()
+            sums = [s + float(v.detach().sum()) for s, v in zip(sums, (lp, qp, qn))]
+            tokens += n
+            bar.set_postfix(train_ppl=f"{math.exp(-sums[0] / tokens):.2f}")
+        record = {"epoch": epoch, "train_joint_ppl": math.exp(-sums[0] / tokens), "train_q_nll_peek": -sums[1] / tokens,
+                  "train_q_nll_nopeek": -sums[2] / tokens, "seconds": round(time.time() - start, 2)}
+        if valid_data:
+            record.update({f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items()})
+        history.append(record)
+        if progress:
+            tqdm.write(json.dumps(record))
+        score = record.get("valid_joint_ppl", record["train_joint_ppl"])
+        if score < best[0]:
+            best = (score, {k: v.detach().clone() for k, v in model.state_dict().items()})
+    if best[1] is not None:
+        model.load_state_dict(best[1])
+    model.eval()
+    if valid_data and config.valid_samples > 0:
+        history.append({"final": True, "valid_is_ppl": importance_sampled_ppl(model, valid_data, config.valid_samples),
+                        "valid_samples": config.valid_samples,
+                        **{f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items()}})
+        if progress:
+            tqdm.write(json.dumps(history[-1]))
+    if output_dir is not None:
+        save_checkpoint(model, output_dir, config, history)
+    return model, history
+
+
+def save_checkpoint(model: EntityNLM, output_dir: str | Path, config: TrainConfig, history: list[dict]) -> Path:
+    """``save_pretrained`` (config.json, model.safetensors) + training.json (settings and per-epoch record)."""
+    output_dir = Path(output_dir)
+    model.save_pretrained(output_dir)
+    (output_dir / "training.json").write_text(json.dumps({"config": asdict(config), "history": history}, indent=1))
+    return output_dir
+
+
+# --- `lm-latent-eval train entitynlm` ----------------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``lm-latent-eval train entitynlm``."""
+    parser.add_argument("--train", help="CoNLL-2012 JSONL (tokens + clusters) for training")
+    parser.add_argument("--valid", help="validation JSONL (same format)")
+    parser.add_argument("--synthetic", action="store_true", help="train on the synthetic corpus (synthetic.py)")
+    parser.add_argument("--output", required=True, help="checkpoint folder (Hub layout)")
+    for name, value in asdict(TrainConfig()).items():
+        flag = f"--{name.replace('_', '-')}"
+        if isinstance(value, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=value)
+        else:
+            parser.add_argument(flag, type=type(value) if value is not None else int, default=value)
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read (or generate) the data, train, save; print the final validation numbers."""
+    config = TrainConfig(**{k: getattr(args, k) for k in asdict(TrainConfig())})
+    if args.synthetic:
+        from .synthetic import generate_corpus
+
+        docs = generate_corpus(seed=config.seed)
+        valid_docs, train_docs = docs[:30], docs[30:]
+    elif args.train:
+        train_docs = list(read_coref_jsonl(args.train))
+        valid_docs = list(read_coref_jsonl(args.valid)) if args.valid else []
+    else:
+        raise SystemExit("lm-latent-eval train entitynlm: --train JSONL (or --synthetic) is required")
+    _, history = train_entitynlm(train_docs, valid_docs, config, args.output, progress=not args.no_progress)
+    print(json.dumps({"output": str(args.output), "final": history[-1] if history else None}))
+    return 0
