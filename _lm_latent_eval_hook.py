@@ -15,6 +15,7 @@ BACKENDS = {
     "latent": "lm_latent_eval.lm_eval_plugin:LatentLMEval",
     "latent_hmm": "lm_latent_eval.lm_eval_plugin:LatentHMMEval",
     "latent_kglm": "lm_latent_eval.lm_eval_plugin:LatentKGLMEval",
+    "latent_entitynlm": "lm_latent_eval.lm_eval_plugin:LatentEntityNLMEval",
 }
 
 REGISTRY_MODULE = "lm_eval.api.registry"

@@ -368,3 +368,10 @@ class LatentKGLMEval(LatentLMEval):
         info = super().get_model_info()
         info["model_files_sha256"] = self.model_files_sha256
         return info
+
+
+@register_model("latent_entitynlm")
+class LatentEntityNLMEval(LatentLMEval):
+    """``--model latent_entitynlm``: EntityNLM (Ji et al. 2017) with its discriminative proposal (bundled checkpoint)."""
+
+    MODEL = "entitynlm"

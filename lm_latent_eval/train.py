@@ -10,6 +10,7 @@ import importlib
 TRAINERS = {
     "hmm": "lm_latent_eval.models.hmm.train",
     "kglm": "lm_latent_eval.models.kglm.train",
+    "entitynlm": "lm_latent_eval.models.entitynlm.train",
 }
 
 

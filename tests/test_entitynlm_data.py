@@ -138,11 +138,12 @@ def test_bundled_checkpoint_loads_and_estimates():
 
 @pytest.mark.skipif(not (DATA_DIR / "entitynlm" / "config.json").is_file(), reason="bundled checkpoint not built")
 def test_generic_lm_eval_backend_runs_the_bundled_model():
-    """``--model latent --model_args model=lm_latent_eval.models.entitynlm:EntityNLM``: rolling and conditional
+    """``--model latent --model_args model=lm_latent_eval.models.entitynlm:EntityNLM`` (and ``--model
+    latent_entitynlm``, which must give the same numbers): rolling and conditional
     log-likelihoods are finite, and the beam estimator is a lower bound on what IS reports for a whole text."""
     from lm_eval.api.instance import Instance
 
-    from lm_latent_eval.lm_eval_plugin import LatentLMEval
+    from lm_latent_eval.lm_eval_plugin import LatentEntityNLMEval, LatentLMEval
 
     docs = [d.text() for d in read_coref_jsonl(DATA_DIR / "coref_tiny" / "test.jsonl")][:2]
     spec = dict(model="lm_latent_eval.models.entitynlm:EntityNLM", pretrained=str(DATA_DIR / "entitynlm"), device="cpu")
@@ -153,6 +154,9 @@ def test_generic_lm_eval_backend_runs_the_bundled_model():
     beam = LatentLMEval(**spec, estimator="beam", beam_size=4)
     low = beam.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (docs[0],), 0)], disable_tqdm=True)
     assert low[0] <= rolling[0] + 0.5  # beam ≤ log p; IS is within noise of log p for this well-fit q
+    named = LatentEntityNLMEval(num_samples=32, batch_size="64", device="cpu")  # --model latent_entitynlm
+    assert named.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (t,), 0) for t in docs],
+                                       disable_tqdm=True) == rolling
 
 
 def test_padded_training_batches_score_like_single_documents():

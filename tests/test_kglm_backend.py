@@ -142,3 +142,45 @@ def test_lm_eval_cli_runs_latent_kglm_on_linked_wikitext2_tiny(tmp_path):
     metrics = results["results"]["linked_wikitext2_tiny"]
     assert 1 < metrics["is_instance_perplexity,none"] < math.inf and 1 < metrics["is_corpus_perplexity,none"] < math.inf
     assert results["config"]["model"] == "latent_kglm"
+
+
+@bundled
+def test_sweep_reads_linked_jsonl_articles():
+    from lm_latent_eval.models.kglm.linked_wikitext import read_linked_jsonl
+    from lm_latent_eval.sweep import read_documents
+
+    path = default_checkpoint("kglm").parent / "linked_tiny" / "test.jsonl"
+    assert read_documents(path) == [d.text for d in read_linked_jsonl(path)]
+
+
+def test_train_cli_lists_kglm_with_boolean_switches():
+    import argparse
+
+    from lm_latent_eval import train
+
+    parser = argparse.ArgumentParser()
+    train.add_arguments(parser)
+    args = parser.parse_args(["kglm", "--synthetic", "d", "--output", "o", "--no-proposal-alias-features"])
+    assert args.model == "kglm" and args.proposal_alias_features is False and args.proposal_nopeek_heads is True
+
+
+@bundled
+def test_latent_kglm_backend_model_files(tmp_path):
+    """Extra model files must exist, apply only to original archives, and enter the provenance by sha256."""
+    from lm_latent_eval.lm_eval_plugin import LatentKGLMEval
+
+    with pytest.raises(FileNotFoundError, match="alias_database"):
+        LatentKGLMEval(alias_database=str(tmp_path / "missing.pkl"))
+    alias = tmp_path / "alias.pkl"
+    alias.write_bytes(b"not used")
+    with pytest.raises(ValueError, match="only apply to an original"):
+        LatentKGLMEval(alias_database=str(alias))
+    lm = LatentKGLMEval(num_samples=4, device="cpu")
+    info = lm.get_model_info()
+    assert info["latent_model"].endswith(":KGLM") and info["model_files_sha256"] == {}
+    from lm_eval.api.instance import Instance
+
+    req = Instance(request_type="generate_until", doc={}, arguments=("the", {"until": ["."], "max_gen_toks": 30}), idx=0)
+    (out,) = lm.generate_until([req])
+    assert isinstance(out, str) and "." not in out and len(out.split()) <= 30
+    assert lm.generate_until([req]) == [out]  # seeded from (seed, context)
