@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from .estimators import EstimatorSettings, estimate_document
-from .estimators.aggregate import corpus_log_likelihood, instance_log_likelihoods
-from .estimators.diagnostics import PARETO_K_THRESHOLD, convergence_sizes
+from .estimators.diagnostics import PARETO_K_THRESHOLD, corpus_convergence_curve
 from .estimators.importance import SAMPLE_BLOCK
 
 DEFAULT_TEMPERATURES = (0.5, 0.9, 1.0, 1.1, 2.0, 5.0)
@@ -38,16 +37,6 @@ def read_documents(path: str | Path) -> list[str]:
     if not docs:
         raise ValueError(f"{path}: no documents")
     return docs
-
-
-def prefix_ppls(log_weights: list[np.ndarray], num_tokens: int, ks: list[int]) -> tuple[list[float], list[float]]:
-    """Instance- and corpus-level PPL using the first K' samples of every document, for each K' in ``ks``."""
-    inst, corp = [], []
-    for k in ks:
-        prefix = [lw[:k] for lw in log_weights]
-        inst.append(math.exp(-float(instance_log_likelihoods(prefix).sum()) / num_tokens))
-        corp.append(math.exp(-corpus_log_likelihood(prefix) / num_tokens))
-    return inst, corp
 
 
 def run_sweep(
@@ -85,8 +74,8 @@ def run_sweep(
         if num_tokens == 0:
             raise ValueError("every document is empty: perplexity is undefined")
         lws = [e.log_weights for e in estimates]
-        ks = convergence_sizes(num_samples)
-        inst_curve, corp_curve = prefix_ppls(lws, num_tokens, ks)
+        curve = corpus_convergence_curve(lws, [e.num_tokens for e in estimates])
+        ks, inst_curve, corp_curve = curve["num_samples"], curve["instance_perplexity"], curve["corpus_perplexity"]
         rows.append({
             "peek": peek, "temperature": temperature, "num_samples": num_samples,
             "corpus_ppl": corp_curve[-1], "instance_ppl": inst_curve[-1],
