@@ -102,7 +102,10 @@ def test_without_hook_latent_names_are_unknown(tmp_path):
     """Control for the test above: the names come from the hook, not from anything else on the path."""
     empty = tmp_path / "empty"
     empty.mkdir()
-    proc = python_with_hook(empty, "from lm_eval.api.registry import get_model\nget_model('latent_hmm')")
+    uninstall = (  # an installed copy of the package put the hook on sys.meta_path at start-up: take it off
+        "import sys\nsys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != 'RegistryImportFinder']\n"
+    )
+    proc = python_with_hook(empty, uninstall + "from lm_eval.api.registry import get_model\nget_model('latent_hmm')")
     assert proc.returncode != 0 and "latent_hmm" in proc.stderr
 
 
