@@ -218,7 +218,6 @@ def latent_log_prob(heads: LatentHeads, z: dict, temperature: float = 1.0, per_p
 
     for s in range(0, T, _BLOCK):
         e = min(T, s + _BLOCK)
-        t_idx = torch.arange(s, e, device=device)
         window = padded[:, s : e + cutoff].unfold(1, cutoff, 1)[:, : e - s] if cutoff > 0 else padded.new_zeros(K, e - s, 0)
         cand = candidate_slots(window, tables)  # [K, B, C]
         any_parent = cand.any(-1)
