@@ -130,3 +130,29 @@ def write_coref_jsonl(docs: list[CorefDocument], path: str | Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
         fh.writelines(json.dumps(doc.to_json()) + "\n" for doc in docs)
+
+
+# --- datasets for the lm-eval tasks ------------------------------------------------------------------------------
+def coref_dataset(path: str | Path, split: str = "test"):
+    """datasets.DatasetDict {split: rows {title, text}} of a CoNLL-2012 JSONL file; text = tokens joined by spaces."""
+    import datasets
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"CoNLL-2012 JSONL file not found: {path}")
+    rows = [{"title": doc.name, "text": doc.text()} for doc in read_coref_jsonl(path)]
+    return datasets.DatasetDict({split: datasets.Dataset.from_list(rows)})
+
+
+def load_conll2012(data_file: str | None = None, **_metadata):
+    """lm-eval ``custom_dataset`` of task ``conll2012_ppl``: the user's file, ``--metadata '{"data_file": ...}'``."""
+    if not data_file:
+        raise ValueError("conll2012_ppl: say which file to evaluate: --metadata '{\"data_file\": \"/path/test.jsonl\"}'")
+    return coref_dataset(data_file)
+
+
+def load_coref_tiny(**_metadata):
+    """lm-eval ``custom_dataset`` of task ``coref_tiny``: the bundled synthetic test stories of the bundled EntityNLM."""
+    from ...paths import DATA_DIR
+
+    return coref_dataset(DATA_DIR / "coref_tiny" / "test.jsonl")
