@@ -78,16 +78,11 @@ def process_results(doc: dict, results: list) -> dict:
     }
 
 
-def _total_tokens(items) -> int:
-    total = sum(int(item["num_tokens"]) for item in items)
-    if total == 0:
-        raise ValueError(f"{WHERE}: perplexity is undefined, the documents have zero tokens in all")
-    return total
-
-
 def instance_perplexity(items) -> float:
     """Instance-level PPL = exp(−Σ_n log p̂(x_n) / Σ_n T_n)."""
-    return math.exp(-sum(float(item["log_likelihood"]) for item in items) / _total_tokens(items))
+    from lm_latent_eval.estimators.aggregate import perplexity
+
+    return perplexity([float(item["log_likelihood"]) for item in items], [int(item["num_tokens"]) for item in items])
 
 
 def corpus_perplexity(items) -> float:
