@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import importlib
 from pathlib import Path
 
@@ -63,7 +65,8 @@ def load_model(model: str = "hmm", pretrained: str | Path | None = None, device:
         from huggingface_hub import snapshot_download
 
         path = Path(snapshot_download(str(pretrained)))
-    lm = cls.from_pretrained(str(path), **kwargs)
+    with contextlib.redirect_stdout(io.StringIO()):  # huggingface_hub prints "Loading weights from local directory"
+        lm = cls.from_pretrained(str(path), **kwargs)
     if dtype is not None and hasattr(lm, "to"):
         lm = lm.to(dtype=dtype)
     if hasattr(lm, "to"):
