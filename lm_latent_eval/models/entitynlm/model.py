@@ -21,6 +21,7 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
+from ..encoder_cache import DocumentCache
 from ..kglm.awd_lstm import AWDLSTM, embedding_dropout
 from .latents import LATENT_KEYS, EntityHeads, check_latents, score_latents
 from .proposal import EntityNLMProposal
@@ -91,7 +92,7 @@ class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", 
             max_mention_length=self.max_mention_length, dropout=dropout, dropouti=dropouti, dropoute=dropoute,
             wdrop=wdrop, chunk_size=chunk_size,
         )
-        self._doc_cache: tuple | None = None
+        self._doc_cache = DocumentCache()
 
     @classmethod
     def _from_pretrained(cls, *, strict: bool = True, **kwargs):
@@ -135,17 +136,10 @@ class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", 
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """h_0..h_T for one document x [T]: [T + 1, D]; cached per document in evaluation (no grad)."""
-        cacheable = not self.training and not torch.is_grad_enabled()
-        key = (tuple(x.tolist()), tuple(p._version for p in self.parameters()), x.device)
-        if cacheable and self._doc_cache is not None and self._doc_cache[0] == key:
-            return self._doc_cache[1]
-        out = self.encode_batch(x.unsqueeze(0))[0]
-        if cacheable:
-            self._doc_cache = (key, out)
-        return out
+        return self._doc_cache.get(self, x, lambda: self.encode_batch(x.unsqueeze(0))[0])
 
     def train(self, mode: bool = True):
-        self._doc_cache = None
+        self._doc_cache.clear()
         return super().train(mode)
 
     # --- p(x, z) ------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import math
 import torch
 from torch import nn
 
+from ..encoder_cache import DocumentCache
 from ..kglm.awd_lstm import AWDLSTM, embedding_dropout
 from .latents import LATENT_KEYS, EntityHeads, beam_latents, check_latents, sample_latents, score_latents
 
@@ -37,7 +38,7 @@ class EntityNLMProposal(nn.Module):
         self.heads = EntityHeads(dim, max_entities, max_mention_length)
         self.nopeek_heads = EntityHeads(dim, max_entities, max_mention_length)
         nn.init.uniform_(self.token_embedding.weight, -0.1, 0.1)
-        self._doc_cache: tuple | None = None
+        self._doc_cache = DocumentCache()
 
     @torch.no_grad()
     def copy_from_generative(self, model: nn.Module) -> EntityNLMProposal:
@@ -58,17 +59,10 @@ class EntityNLMProposal(nn.Module):
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """g_0..g_T for one document x [T]: [T + 1, D]; cached per document in evaluation (no grad)."""
         x = self._check_x(x)
-        cacheable = not self.training and not torch.is_grad_enabled()
-        key = (tuple(x.tolist()), tuple(p._version for p in self.parameters()), x.device)
-        if cacheable and self._doc_cache is not None and self._doc_cache[0] == key:
-            return self._doc_cache[1]
-        out = self.encode_batch(x.unsqueeze(0))[0]
-        if cacheable:
-            self._doc_cache = (key, out)
-        return out
+        return self._doc_cache.get(self, x, lambda: self.encode_batch(x.unsqueeze(0))[0])
 
     def train(self, mode: bool = True):
-        self._doc_cache = None
+        self._doc_cache.clear()
         return super().train(mode)
 
     def _check_x(self, x: torch.Tensor) -> torch.Tensor:

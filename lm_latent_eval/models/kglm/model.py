@@ -58,6 +58,7 @@ import torch.nn.functional as F
 from huggingface_hub import PyTorchModelHubMixin, hf_hub_download
 from torch import nn
 
+from ..encoder_cache import DocumentCache, parameter_versions
 from .awd_lstm import AWDLSTM, embedding_dropout
 from .graph import KnowledgeGraph
 from .latents import LATENT_KEYS, GraphTables, LatentHeads, latent_log_prob
@@ -170,7 +171,7 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
             dropout=dropout, dropouti=dropouti, dropoute=dropoute, wdrop=wdrop, chunk_size=chunk_size,
             nopeek_heads=proposal_nopeek_heads, alias_index=self.alias_start_index() if proposal_alias_features else None,
         )
-        self._doc_cache: tuple | None = None
+        self._doc_cache = DocumentCache()
         self._alias_cache: dict = {}
         if isinstance(getattr(self, "_hub_mixin_config", None), dict):
             self._hub_mixin_config.pop("knowledge_graph", None)  # saved beside the weights as knowledge_graph.json
@@ -210,22 +211,16 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         return x.to(self.token_embedding.weight.device)
 
     # --- shared encoder ------------------------------------------------------------------------------------------
-    def _weights_version(self) -> tuple:
-        return tuple(p._version for p in self.parameters())
-
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """Encoder outputs h_t after reading @@START@@ x_<t, for t = 1..T: [T, D_tok + 2 D_ent]; cached per document."""
         x = self._check_x(x)
-        cacheable = not self.training and not torch.is_grad_enabled()
-        key = (tuple(x.tolist()), self._weights_version(), x.device)
-        if cacheable and self._doc_cache is not None and self._doc_cache[0] == key:
-            return self._doc_cache[1]
-        inputs = torch.cat([x.new_tensor([self.bos_id]), self.input_ids(x)[:-1]])
-        emb = embedding_dropout(self.token_embedding.weight, inputs, self.dropoute, self.training)
-        out = self.encoder.encode_chunked(emb.unsqueeze(0), self.chunk_size)[0]
-        if cacheable:
-            self._doc_cache = (key, out)
-        return out
+
+        def compute() -> torch.Tensor:
+            inputs = torch.cat([x.new_tensor([self.bos_id]), self.input_ids(x)[:-1]])
+            emb = embedding_dropout(self.token_embedding.weight, inputs, self.dropoute, self.training)
+            return self.encoder.encode_chunked(emb.unsqueeze(0), self.chunk_size)[0]
+
+        return self._doc_cache.get(self, x, compute)
 
     def latent_heads(self, encoded: torch.Tensor) -> LatentHeads:
         """The latent factors of p read from encoder outputs [T, D]."""
@@ -258,7 +253,7 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         if not forms:
             return None
         cacheable = not self.training and not torch.is_grad_enabled()
-        version = self._weights_version()
+        version = parameter_versions(self)
         hit = self._alias_cache.get(entity)
         if cacheable and hit is not None and hit[0] == version:
             return hit[1]
@@ -329,7 +324,8 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         return sample_text(self, prefix_text, max_tokens, generator, stop)
 
     def train(self, mode: bool = True):
-        self._doc_cache, self._alias_cache = None, {}
+        self._doc_cache.clear()
+        self._alias_cache = {}
         return super().train(mode)
 
     # --- checkpoints --------------------------------------------------------------------------------------------

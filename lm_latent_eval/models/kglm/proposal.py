@@ -25,6 +25,7 @@ import math
 import torch
 from torch import nn
 
+from ..encoder_cache import DocumentCache
 from .awd_lstm import AWDLSTM, embedding_dropout
 from .latents import (
     CONTINUING, NEW, NONE, NUM_TYPES, RELATED, GraphTables, LatentHeads, allowed_types, canonical_relation,
@@ -74,7 +75,7 @@ class KGLMProposal(nn.Module):
         self.alias_index = alias_index
         # weights of the alias-match features: (new entity, parent, edge tail)
         self.alias_weight = nn.Parameter(torch.full((3,), 2.0)) if alias_index is not None else None
-        self._doc_cache: tuple | None = None
+        self._doc_cache = DocumentCache()
 
     @property
     def tables(self) -> GraphTables:
@@ -99,17 +100,14 @@ class KGLMProposal(nn.Module):
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """States after reading @@START@@, x_1, ..., x_T: [T + 1, D_tok + 2 D_ent]; cached per document in eval."""
         x = x.to(self.token_embedding.weight.device)
-        cacheable = not self.training and not torch.is_grad_enabled()
-        key = (tuple(x.tolist()), tuple(p._version for p in self.parameters()), x.device)
-        if cacheable and self._doc_cache is not None and self._doc_cache[0] == key:
-            return self._doc_cache[1]
-        ids = torch.where(x >= self.vocab_size, self.unk_id, x)
-        inputs = torch.cat([x.new_tensor([self.bos_id]), ids])
-        emb = embedding_dropout(self.token_embedding.weight, inputs, self.dropoute, self.training)
-        out = self.encoder.encode_chunked(emb.unsqueeze(0), self.chunk_size)[0]
-        if cacheable:
-            self._doc_cache = (key, out)
-        return out
+
+        def compute() -> torch.Tensor:
+            ids = torch.where(x >= self.vocab_size, self.unk_id, x)
+            inputs = torch.cat([x.new_tensor([self.bos_id]), ids])
+            emb = embedding_dropout(self.token_embedding.weight, inputs, self.dropoute, self.training)
+            return self.encoder.encode_chunked(emb.unsqueeze(0), self.chunk_size)[0]
+
+        return self._doc_cache.get(self, x, compute)
 
     def alias_match(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(x_t starts an alias of e, some edge p -> e' has x_t starting an alias of e'): float [T, N] each.
@@ -152,7 +150,7 @@ class KGLMProposal(nn.Module):
         )
 
     def train(self, mode: bool = True):
-        self._doc_cache = None
+        self._doc_cache.clear()
         return super().train(mode)
 
     # --- scoring ------------------------------------------------------------------------------------------------

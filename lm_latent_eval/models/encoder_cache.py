@@ -1,0 +1,32 @@
+"""The encoder output of the last document, reused while K particles (in chunks) are drawn and scored for it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+
+def parameter_versions(module: torch.nn.Module) -> tuple:
+    """In-place update counters of every parameter: changes whenever an optimizer step or load touches a weight."""
+    return tuple(p._version for p in module.parameters())
+
+
+class DocumentCache:
+    """One-entry cache keyed by (token ids, parameter versions, device); active only in eval mode without grad."""
+
+    def __init__(self) -> None:
+        self._entry: tuple | None = None
+
+    def get(self, module: torch.nn.Module, x: torch.Tensor, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """``compute()`` once per document: recomputed when x, any parameter (in-place update) or the device changes."""
+        if module.training or torch.is_grad_enabled():
+            return compute()
+        key = (tuple(x.tolist()), parameter_versions(module), x.device)
+        if self._entry is None or self._entry[0] != key:
+            self._entry = (key, compute())
+        return self._entry[1]
+
+    def clear(self) -> None:
+        """Forget the cached document (called when a module switches between train and eval)."""
+        self._entry = None
