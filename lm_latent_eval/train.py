@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
+import json
+from pathlib import Path
 
 # model name -> trainer module with ``add_arguments(parser)`` and ``run(args)``; register a new trainer here.
 # Every registered module is imported to build --help, so keep heavy imports inside its ``run``.
@@ -26,3 +29,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the chosen model's trainer."""
     return int(importlib.import_module(TRAINERS[args.model]).run(args) or 0)
+
+
+# --- shared by the trainers ----------------------------------------------------------------------------------------
+def add_config_arguments(parser: argparse.ArgumentParser, config_cls) -> None:
+    """One ``--field-name`` flag per field of a dataclass of training settings (booleans as --x / --no-x)."""
+    for name, value in dataclasses.asdict(config_cls()).items():
+        flag = f"--{name.replace('_', '-')}"
+        if isinstance(value, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=value)
+        else:
+            parser.add_argument(flag, type=type(value) if value is not None else int, default=value)
+
+
+def config_from_args(config_cls, args: argparse.Namespace):
+    """The dataclass of training settings filled from the flags of ``add_config_arguments``."""
+    return config_cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)})
+
+
+def save_checkpoint(model, output_dir: str | Path, config, history: list[dict]) -> Path:
+    """``model.save_pretrained`` (Hub layout) + training.json (the settings and the per-epoch record)."""
+    output_dir = Path(output_dir)
+    model.save_pretrained(output_dir)
+    record = {"config": dataclasses.asdict(config), "history": history}
+    (output_dir / "training.json").write_text(json.dumps(record, indent=1))
+    return output_dir

@@ -15,12 +15,13 @@ import json
 import math
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
+from ...train import add_config_arguments, config_from_args, save_checkpoint
 from .conll import CorefDocument, gold_latents, read_coref_jsonl
 from .latents import LATENT_KEYS
 from .model import EntityNLM, build_vocabulary
@@ -117,16 +118,12 @@ def evaluate_gold(model: EntityNLM, data: list, batch_size: int = 32) -> dict:
 @torch.no_grad()
 def importance_sampled_ppl(model: EntityNLM, data: list, num_samples: int, seed: int = 0) -> float:
     """Instance-level IS perplexity exp(−Σ_n log p̂(x_n) / Σ_n T_n) with K = ``num_samples`` peeking samples."""
-    from ...estimators import importance_log_weights, log_mean_exp
+    from ...estimators import importance_log_weights, instance_ppl
 
     model.eval()
-    total, tokens = 0.0, 0
-    for name, x, _ in data:
-        lw = importance_log_weights(model, x.to(model.device), num_samples, seed=seed, document=name,
-                                    device=model.device)
-        total += log_mean_exp(lw)
-        tokens += x.numel()
-    return math.exp(-total / max(tokens, 1))
+    weights = [importance_log_weights(model, x.to(model.device), num_samples, seed=seed, document=name,
+                                      device=model.device) for name, x, _ in data]
+    return instance_ppl(weights, [x.numel() for _, x, _ in data])
 
 
 def train_entitynlm(train_docs: list[CorefDocument], valid_docs: list[CorefDocument], config: TrainConfig,
@@ -193,14 +190,6 @@ def train_entitynlm(train_docs: list[CorefDocument], valid_docs: list[CorefDocum
     return model, history
 
 
-def save_checkpoint(model: EntityNLM, output_dir: str | Path, config: TrainConfig, history: list[dict]) -> Path:
-    """``save_pretrained`` (config.json, model.safetensors) + training.json (settings and per-epoch record)."""
-    output_dir = Path(output_dir)
-    model.save_pretrained(output_dir)
-    (output_dir / "training.json").write_text(json.dumps({"config": asdict(config), "history": history}, indent=1))
-    return output_dir
-
-
 # --- `lm-latent-eval train entitynlm` ----------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``lm-latent-eval train entitynlm``."""
@@ -208,18 +197,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--valid", help="validation JSONL (same format)")
     parser.add_argument("--synthetic", action="store_true", help="train on the synthetic corpus (synthetic.py)")
     parser.add_argument("--output", required=True, help="checkpoint folder (Hub layout)")
-    for name, value in asdict(TrainConfig()).items():
-        flag = f"--{name.replace('_', '-')}"
-        if isinstance(value, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=value)
-        else:
-            parser.add_argument(flag, type=type(value) if value is not None else int, default=value)
+    add_config_arguments(parser, TrainConfig)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
     """Read (or generate) the data, train, save; print the final validation numbers."""
-    config = TrainConfig(**{k: getattr(args, k) for k in asdict(TrainConfig())})
+    config = config_from_args(TrainConfig, args)
     if args.synthetic:
         from .synthetic import generate_corpus
 

@@ -17,12 +17,13 @@ import json
 import math
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
+from ...train import add_config_arguments, config_from_args, save_checkpoint
 from .graph import KnowledgeGraph
 from .linked_wikitext import LinkedDocument, document_tensors, read_linked_jsonl
 from .model import KGLM, build_vocabulary
@@ -185,14 +186,6 @@ def _fit(model: KGLM, params, train_data, valid_data, config: TrainConfig, epoch
         model.load_state_dict(best[1])
 
 
-def save_checkpoint(model: KGLM, output_dir: str | Path, config: TrainConfig, history: list[dict]) -> Path:
-    """``save_pretrained`` (config.json, model.safetensors, knowledge_graph.json) + training.json."""
-    output_dir = Path(output_dir)
-    model.save_pretrained(output_dir)
-    (output_dir / "training.json").write_text(json.dumps({"config": asdict(config), "history": history}, indent=1))
-    return output_dir
-
-
 def load_graph_files(knowledge_graph: str | None, kg_pickle: str | None, alias_pickle: str | None) -> KnowledgeGraph:
     """Our JSON graph, or the original ``knowledge_graph.pkl`` (+ ``alias.pkl``) read with the restricted unpickler."""
     if knowledge_graph and kg_pickle:
@@ -216,19 +209,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alias-pickle", help="the original alias.pkl")
     parser.add_argument("--synthetic", metavar="DIR", help="generate the synthetic corpus into DIR and train on it")
     parser.add_argument("--output", required=True, help="checkpoint folder (Hub layout)")
-    defaults = TrainConfig()
-    for name, value in asdict(defaults).items():
-        flag = f"--{name.replace('_', '-')}"
-        if isinstance(value, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=value)
-        else:
-            parser.add_argument(flag, type=type(value) if value is not None else int, default=value)
+    add_config_arguments(parser, TrainConfig)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
     """Read the data (or generate it), train, save; print the final validation numbers."""
-    config = TrainConfig(**{k: getattr(args, k) for k in asdict(TrainConfig())})
+    config = config_from_args(TrainConfig, args)
     if args.synthetic:
         from .synthetic import write_corpus
 
