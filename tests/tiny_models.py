@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-WORDS = "the a cat dog sat ran on under mat log and quickly slowly . ,".split()
+WORDS = ["the", "a", "cat", "dog", "sat", "ran", "on", "under", "mat", "log", "and", "quickly", "slowly", ".", ","]
 
 
 def make_tiny_gpt2(path: str | Path, words=WORDS, n_positions: int = 64, seed: int = 0) -> Path:
