@@ -97,7 +97,7 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=2)
     args = p.parse_args(argv)
 
-    import lm_latent_eval.lm_eval_plugin  # noqa: F401  (registers --model latent in this process)
+    import lm_latent_eval.harness.backends  # noqa: F401  (registers --model latent in this process)
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

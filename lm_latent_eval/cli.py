@@ -8,9 +8,9 @@ import sys
 
 # subcommand -> (module, one-line help)
 COMMANDS = {
-    "sweep": ("lm_latent_eval.sweep", "IS / beam table over temperatures x peeking x aggregation, K-convergence plot"),
-    "train": ("lm_latent_eval.train", "train one of our latent LMs and save it in the Hub layout"),
-    "distortion": ("lm_latent_eval.distortion_pipeline", "distortion-error curves of a model against a reference LM"),
+    "sweep": ("lm_latent_eval.reports.sweep", "IS / beam table over temperatures x peeking x aggregation, K-convergence plot"),
+    "train": ("lm_latent_eval.models.training", "train one of our latent LMs and save it in the Hub layout"),
+    "distortion": ("lm_latent_eval.distortion.pipeline", "distortion-error curves of a model against a reference LM"),
     "tasks-path": ("lm_latent_eval.cli", "print the folder of the bundled lm-eval tasks (for --include_path)"),
     "metrics-path": ("lm_latent_eval.cli", "print the folder of the bundled evaluate metrics"),
 }

@@ -17,7 +17,7 @@ import pytest
 lm_eval = pytest.importorskip("lm_eval")
 from lm_eval.tasks import TaskManager
 
-from lm_latent_eval.lm_eval_plugin import LatentHMMEval
+from lm_latent_eval.harness.backends import LatentHMMEval
 
 DATA = Path(__file__).parent / "data"
 BUILTIN_TASKS = Path(lm_eval.__file__).parent / "tasks"

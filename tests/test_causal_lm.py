@@ -4,10 +4,10 @@ import math
 
 import pytest
 import torch
+from tiny_models import make_tiny_gpt2
 
 from lm_latent_eval.estimators import EstimatorSettings, estimate_document
 from lm_latent_eval.models import load_model
-from tiny_models import make_tiny_gpt2
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ from metric_helpers import (
     task_utils,
 )
 
-from lm_latent_eval.contrastive import (
+from lm_latent_eval.contrastive.channel import corpus_vocabulary, split_sentences
+from lm_latent_eval.contrastive.entropy import (
     causal_lm_scorer,
     contrastive_entropy,
     contrastive_entropy_from_scorer,
@@ -24,7 +25,6 @@ from lm_latent_eval.contrastive import (
     make_scorer,
     report_from_sentence_scores,
 )
-from lm_latent_eval.distortion import corpus_vocabulary, split_sentences
 from lm_latent_eval.estimators import EstimatorSettings
 
 
@@ -225,7 +225,7 @@ def test_lm_eval_task_with_hf_backend_equals_direct_scoring(tiny_gpt2, bundled_t
 
 
 def test_lm_eval_task_with_latent_hmm_backend_equals_exact_scoring(bundled_hmm, bundled_test_texts):
-    from lm_latent_eval.lm_eval_plugin import LatentHMMEval
+    from lm_latent_eval.harness.backends import LatentHMMEval
 
     results = _lm_eval_metrics(LatentHMMEval(estimator="exact", device="cpu"), None)
     report = _direct_report(bundled_test_texts, latent_lm_scorer(bundled_hmm, EstimatorSettings(estimator="exact")))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lm_latent_eval.distortion import (
+from lm_latent_eval.contrastive.channel import (
     KEEP,
     REPLACE,
     SWAP,

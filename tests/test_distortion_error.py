@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lm_latent_eval import distortion_error as de
+from lm_latent_eval.distortion import error_curves as de
 from lm_latent_eval import metrics_path
 
 REPO = Path(__file__).resolve().parents[1]

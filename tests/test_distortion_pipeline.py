@@ -10,8 +10,8 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from lm_latent_eval.artificial_language import sample_language, score_sequences
 from lm_latent_eval.cli import main
+from lm_latent_eval.distortion.artificial_language import sample_language, score_sequences
 
 WORDS = ("the", "cat", "dog", "sat")
 BOS, EOS = 1, 2

@@ -143,7 +143,7 @@ def test_generic_lm_eval_backend_runs_the_bundled_model():
     log-likelihoods are finite, and the beam estimator is a lower bound on what IS reports for a whole text."""
     from lm_eval.api.instance import Instance
 
-    from lm_latent_eval.lm_eval_plugin import LatentEntityNLMEval, LatentLMEval
+    from lm_latent_eval.harness.backends import LatentEntityNLMEval, LatentLMEval
 
     docs = [d.text() for d in read_coref_jsonl(DATA_DIR / "coref_tiny" / "test.jsonl")][:2]
     spec = dict(model="lm_latent_eval.models.entitynlm:EntityNLM", pretrained=str(DATA_DIR / "entitynlm"), device="cpu")

@@ -17,7 +17,7 @@ def test_both_tasks_report_the_backends_own_estimates():
     from lm_eval.tasks import TaskManager
 
     import lm_latent_eval
-    from lm_latent_eval.lm_eval_plugin import LatentEntityNLMEval
+    from lm_latent_eval.harness.backends import LatentEntityNLMEval
 
     lm = LatentEntityNLMEval(num_samples=8, seed=3, device="cpu", batch_size="auto")
     results = lm_eval.simple_evaluate(

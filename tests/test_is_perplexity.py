@@ -137,8 +137,9 @@ def test_plot_helpers_write_figures(tmp_path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from lm_latent_eval.contrastive.plots import plot_contrastive_entropy
     from lm_latent_eval.estimators.diagnostics import corpus_report
-    from lm_latent_eval.plots import plot_contrastive_entropy, plot_convergence, plot_estimate_density
+    from lm_latent_eval.reports.plots import plot_convergence, plot_estimate_density
 
     rng = np.random.default_rng(0)
     report = corpus_report(heavy_tailed_weights(rng, 4, 32), [10] * 4, beam_log_likelihoods=[-40.0] * 4)

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from lm_latent_eval.estimators import EstimatorSettings, estimate_document
-from lm_latent_eval.models.kglm.archive import PARAMETER_MAP, load_original_kglm, map_state_dict, read_archive
+from lm_latent_eval.models.kglm import KGLM
+from lm_latent_eval.models.kglm.archive import PARAMETER_MAP, map_state_dict, read_archive
 from lm_latent_eval.models.kglm.linked_wikitext import document_tensors, read_linked_jsonl
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kglm-model"
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.skipif(not ARCHIVE.is_file(), reason="../shared/fixture
 def _load():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # shortlist + no-proposal warnings are tested below
-        return load_original_kglm(ARCHIVE, WIKI / "knowledge_graph.pkl", WIKI / "alias.pkl")
+        return KGLM.from_pretrained(ARCHIVE, knowledge_graph=WIKI / "knowledge_graph.pkl", alias_database=WIKI / "alias.pkl")
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +52,7 @@ def test_every_original_weight_is_consumed_and_every_parameter_set():
 
 def test_loading_warns_about_shortlist_and_missing_proposal():
     with pytest.warns(UserWarning) as record:
-        load_original_kglm(ARCHIVE, WIKI / "knowledge_graph.pkl", WIKI / "alias.pkl")
+        KGLM.from_pretrained(ARCHIVE, knowledge_graph=WIKI / "knowledge_graph.pkl", alias_database=WIKI / "alias.pkl")
     text = " ".join(str(w.message) for w in record)
     assert "use_shortlist" in text and "no proposal archive" in text
 
@@ -124,12 +125,12 @@ def _retyped_archive(tmp_path: Path, model_type: str) -> Path:
 def test_archive_of_another_model_type_is_refused(tmp_path):
     other = _retyped_archive(tmp_path, "entitynlm")
     with pytest.raises(ValueError, match="'entitynlm'.*expected a 'kglm' archive"):
-        load_original_kglm(other, WIKI / "knowledge_graph.pkl", WIKI / "alias.pkl")
+        KGLM.from_pretrained(other, knowledge_graph=WIKI / "knowledge_graph.pkl", alias_database=WIKI / "alias.pkl")
 
 
 def test_missing_knowledge_graph_and_bad_files(tmp_path):
     with pytest.raises(ValueError, match="knowledge_graph="):
-        load_original_kglm(ARCHIVE)
+        KGLM.from_pretrained(ARCHIVE)
     bogus = tmp_path / "model.tar.gz"
     bogus.write_bytes(b"not a tar file")
     with pytest.raises(ValueError, match="not a"):
@@ -145,7 +146,6 @@ def test_parameter_map_covers_the_model_names(model):
 def test_from_pretrained_and_load_model_accept_the_original_archive(model):
     """``KGLM.from_pretrained`` / ``load_model`` route a ``.tar.gz`` to the archive importer (same weights)."""
     from lm_latent_eval.models import load_model
-    from lm_latent_eval.models.kglm import KGLM
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
+from hook_site import hook_site_dir
 from kglm_tiny import tiny_kglm
+
 from lm_latent_eval.models import default_checkpoint
 from lm_latent_eval.models.kglm.enumerate import exact_log_marginal
 from lm_latent_eval.models.kglm.latents import latent_log_prob
@@ -124,12 +124,8 @@ def test_bundled_proposals_peek_beats_own_nopeek_beats_misapplied_nopeek():
 def test_lm_eval_cli_runs_latent_kglm_on_linked_wikitext2_tiny(tmp_path):
     """`lm_eval --model latent_kglm --tasks linked_wikitext2_tiny --include_path tasks` in a fresh interpreter that
     sees the package only through the start-up hook (as after pip install)."""
-    site = tmp_path / "site"
-    site.mkdir()
-    for name in ("lm_latent_eval_hook.pth", "_lm_latent_eval_hook.py"):
-        shutil.copy(REPO / name, site / name)
     out = tmp_path / "out"
-    code = (f"import site, sys; site.addsitedir({str(site)!r})\n"
+    code = (f"import site, sys; site.addsitedir({str(hook_site_dir(tmp_path))!r})\n"
             "from lm_eval.__main__ import cli_evaluate\n"
             f"sys.argv = ['lm_eval', '--model', 'latent_kglm', '--model_args', 'num_samples=8,seed=3',"
             f" '--tasks', 'linked_wikitext2_tiny', '--include_path', 'tasks', '--limit', '3', '--device', 'cpu',"
@@ -147,7 +143,7 @@ def test_lm_eval_cli_runs_latent_kglm_on_linked_wikitext2_tiny(tmp_path):
 @bundled
 def test_sweep_reads_linked_jsonl_articles():
     from lm_latent_eval.models.kglm.linked_wikitext import read_linked_jsonl
-    from lm_latent_eval.sweep import read_documents
+    from lm_latent_eval.reports.sweep import read_documents
 
     path = default_checkpoint("kglm").parent / "linked_tiny" / "test.jsonl"
     assert read_documents(path) == [d.text for d in read_linked_jsonl(path)]
@@ -156,7 +152,7 @@ def test_sweep_reads_linked_jsonl_articles():
 def test_train_cli_lists_kglm_with_boolean_switches():
     import argparse
 
-    from lm_latent_eval import train
+    from lm_latent_eval.models import training as train
 
     parser = argparse.ArgumentParser()
     train.add_arguments(parser)
@@ -167,7 +163,7 @@ def test_train_cli_lists_kglm_with_boolean_switches():
 @bundled
 def test_latent_kglm_backend_model_files(tmp_path):
     """Extra model files must exist, apply only to original archives, and enter the provenance by sha256."""
-    from lm_latent_eval.lm_eval_plugin import LatentKGLMEval
+    from lm_latent_eval.harness.backends import LatentKGLMEval
 
     with pytest.raises(FileNotFoundError, match="alias_database"):
         LatentKGLMEval(alias_database=str(tmp_path / "missing.pkl"))

@@ -12,11 +12,23 @@ from pathlib import Path
 import pytest
 
 from lm_latent_eval.models.kglm.graph import KnowledgeGraph
-from lm_latent_eval.models.kglm.linked_wikitext import (CONTINUING, NEW, NONE, RELATED, document_to_json,
-                                                        parse_document, read_linked_jsonl, tokenize_alias,
-                                                        write_linked_jsonl)
-from lm_latent_eval.models.kglm.pickles import (knowledge_graph_from_pickles, load_alias_pickle,
-                                                load_knowledge_graph_pickle, load_plain_pickle)
+from lm_latent_eval.models.kglm.linked_wikitext import (
+    CONTINUING,
+    NEW,
+    NONE,
+    RELATED,
+    document_to_json,
+    parse_document,
+    read_linked_jsonl,
+    tokenize_alias,
+    write_linked_jsonl,
+)
+from lm_latent_eval.models.kglm.pickles import (
+    knowledge_graph_from_pickles,
+    load_alias_pickle,
+    load_knowledge_graph_pickle,
+    load_plain_pickle,
+)
 from lm_latent_eval.models.kglm.synthetic import SyntheticConfig, generate_corpus, write_corpus
 from lm_latent_eval.models.kglm.vocabulary import Vocabulary
 

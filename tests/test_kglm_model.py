@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import itertools
+import json
 import math
 import tarfile
 from pathlib import Path
 
 import pytest
 import torch
-
 from kglm_tiny import tiny_graph, tiny_kglm
+
 from lm_latent_eval.estimators import EstimatorSettings, estimate_document
 from lm_latent_eval.models.kglm import KGLM, KnowledgeGraph
 from lm_latent_eval.models.kglm.latents import CONTINUING, NEW, NONE, RELATED

@@ -104,7 +104,7 @@ def test_linked_wikitext2_tiny_task_runs():
     from lm_eval.tasks import TaskManager
 
     import lm_latent_eval
-    from lm_latent_eval.lm_eval_plugin import LatentLMEval
+    from lm_latent_eval.harness.backends import LatentLMEval
 
     lm = LatentLMEval(model="kglm", num_samples=8, seed=1, device="cpu")
     results = lm_eval.simple_evaluate(

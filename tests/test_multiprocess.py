@@ -13,7 +13,6 @@ import glob
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -23,10 +22,11 @@ import pytest
 
 lm_eval = pytest.importorskip("lm_eval")
 pytest.importorskip("accelerate")
+from hook_site import hook_site_dir
 from lm_eval.api.instance import Instance
 
-from lm_latent_eval import lm_eval_plugin
-from lm_latent_eval.lm_eval_plugin import LatentHMMEval
+from lm_latent_eval.harness import backends
+from lm_latent_eval.harness.backends import LatentHMMEval
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = [json.loads(line)["text"] for line in (REPO / "lm_latent_eval/data/corpus/tiny_test.jsonl").open()]
@@ -39,13 +39,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def environment(tmp_path: Path) -> dict:
-    """PYTHONPATH with the checkout and a sitecustomize that adds a site dir holding the .pth start-up hook."""
-    site_dir, boot = tmp_path / "site", tmp_path / "boot"
-    site_dir.mkdir()
+def environment(tmp_path: Path, site_dir: Path) -> dict:
+    """PYTHONPATH with the checkout and a sitecustomize that adds ``site_dir`` (holding the .pth start-up hook)."""
+    boot = tmp_path / "boot"
     boot.mkdir()
-    for name in ("lm_latent_eval_hook.pth", "_lm_latent_eval_hook.py"):
-        shutil.copy(REPO / name, site_dir / name)
     (boot / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(site_dir)!r})\n")
     return {**os.environ, "PYTHONPATH": f"{boot}{os.pathsep}{REPO}", "OMP_NUM_THREADS": "1"}
 
@@ -70,7 +67,7 @@ def run(cmd: list[str], env: dict, cwd: Path) -> tuple[dict, list[dict], str]:
 
 @pytest.mark.slow
 def test_accelerate_launch_two_cpu_processes_equals_one_process(tmp_path, monkeypatch):
-    env = environment(tmp_path)
+    env = environment(tmp_path, hook_site_dir(tmp_path))
     one, one_samples, _ = run([sys.executable, *lm_eval_args(tmp_path / "one", MODEL_ARGS)], env, tmp_path)
     store = tmp_path / "store"
     launch = [
@@ -96,8 +93,8 @@ def test_accelerate_launch_two_cpu_processes_equals_one_process(tmp_path, monkey
     (folder,) = [p for p in store.iterdir() if p.is_dir()]
     assert len(list(folder.glob("*.npz"))) == len(CORPUS)
     calls = []
-    real = lm_eval_plugin.estimate_document
-    monkeypatch.setattr(lm_eval_plugin, "estimate_document", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    real = backends.estimate_document
+    monkeypatch.setattr(backends, "estimate_document", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
     lm = LatentHMMEval(num_samples=16, seed=4, device="cpu", results_dir=store)
     values = lm.loglikelihood_rolling(
         [Instance("loglikelihood_rolling", {}, (s["doc"]["text"],), 0) for s in one_samples], disable_tqdm=True

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from lm_latent_eval import perturbations as P
+from lm_latent_eval.distortion import perturbations as P
 
 SIGMA = list(range(10, 16))  # alphabet Σ of 6 token ids
 

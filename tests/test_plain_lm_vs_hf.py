@@ -9,9 +9,9 @@ import pytest
 
 lm_eval = pytest.importorskip("lm_eval")
 from lm_eval.tasks import TaskManager
-
-import lm_latent_eval.lm_eval_plugin  # noqa: F401  (registers --model latent)
 from tiny_models import make_tiny_gpt2
+
+import lm_latent_eval.harness.backends  # noqa: F401  (registers --model latent)
 
 WIKITEXT = Path(__file__).parent / "data" / "wikitext_document_level"
 

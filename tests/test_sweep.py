@@ -7,7 +7,7 @@ import pytest
 from lm_latent_eval.cli import main
 from lm_latent_eval.models import load_model
 from lm_latent_eval.paths import DATA_DIR
-from lm_latent_eval.sweep import read_documents, run_sweep, table1_markdown, table2_markdown
+from lm_latent_eval.reports.sweep import read_documents, run_sweep, table1_markdown, table2_markdown
 
 
 @pytest.fixture(scope="module")

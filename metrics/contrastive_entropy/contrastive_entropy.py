@@ -3,7 +3,7 @@
 import datasets
 import evaluate
 
-from lm_latent_eval.contrastive import report_from_sentence_scores
+from lm_latent_eval.contrastive.entropy import report_from_sentence_scores
 
 _CITATION = """\
 @inproceedings{arora-rangarajan-2016-contrastive,
@@ -24,7 +24,7 @@ through a noisy channel at distortion level d:
     H_C(T; d) = (1/N) (log p̃(T) − log p̃(T_d)),   R(d) = H_C(d) / H_C(d_base)  (d_base = 0.1 by default)
 
 with log p̃(T) the sum of the sentence scores and N the number of words (or of sentences, unit="sentence"). The
-channel (``lm_latent_eval.distortion``) keeps each word with probability 1 − d, replaces it by a random vocabulary
+channel (``lm_latent_eval.contrastive.channel``) keeps each word with probability 1 − d, replaces it by a random vocabulary
 word with probability d/2 or swaps it with a random word of the same sentence with probability d/2, so the word count
 is preserved and per-word (or per-sentence) normalization constants cancel: the scores may be unnormalized. Each level
 is averaged over R independent distortions; the spread is their standard deviation.

@@ -3,7 +3,7 @@
 import datasets
 import evaluate
 
-from lm_latent_eval.distortion_error import (
+from lm_latent_eval.distortion.error_curves import (
     CONFIDENCE_LEVEL,
     MIN_COUNT,
     NUM_EQUAL_SIZE_BINS,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import datasets
 
-from lm_latent_eval.contrastive import report_from_sentence_scores
-from lm_latent_eval.distortion import corpus_vocabulary, distortion_set, split_sentences
+from lm_latent_eval.contrastive.channel import corpus_vocabulary, distortion_set, split_sentences
+from lm_latent_eval.contrastive.entropy import report_from_sentence_scores
 
 LEVELS = (0.1, 0.3, 0.5)
 BASE_LEVEL = 0.1

@@ -40,7 +40,7 @@ def process_results(doc: dict, results: list) -> dict:
     from lm_eval.api.task import ConfigurableTask
 
     from lm_latent_eval.estimators.diagnostics import effective_sample_size, pareto_khat
-    from lm_latent_eval.lm_eval_plugin import document_estimate
+    from lm_latent_eval.harness.backends import document_estimate
 
     text = doc_to_target(doc)
     (log_likelihood,) = results

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ...train import add_config_arguments, config_from_args, save_checkpoint
+from ..training import add_config_arguments, config_from_args, save_checkpoint
 from .conll import CorefDocument, gold_latents, read_coref_jsonl
 from .latents import LATENT_KEYS
 from .model import EntityNLM, build_vocabulary

@@ -189,15 +189,18 @@ def load_original_kglm(
     knowledge_graph: str | Path | None = None,
     alias_database: str | Path | None = None,
     proposal_archive: str | Path | None = None,
+    *,
+    model_class: type,
     **_ignored,
 ):
-    """A ``KGLM`` with every weight of an original ``kglm`` archive (and, if given, q from a ``kglm-disc`` one).
+    """A ``model_class`` (``KGLM``) with every weight of an original ``kglm`` archive (and q from a ``kglm-disc`` one).
+
+    Called by ``KGLM.from_pretrained`` for ``.tar.gz`` paths (this module never imports the model: no import cycle).
 
     ``knowledge_graph``: the original ``knowledge_graph.pkl`` or our JSON graph (whose aliases are then used unless
     ``alias_database`` — the original ``alias.pkl`` — is given). Without a proposal archive, q starts as a copy of
     p's encoder and latent heads (with ``peek=False`` it is then exactly p's prior over z).
     """
-    from .model import KGLM
     from .pickles import MAX_ALIAS_TOKENS, MAX_ALIASES, load_alias_pickle, load_knowledge_graph_pickle
     from .linked_wikitext import tokenize_alias
 
@@ -239,7 +242,7 @@ def load_original_kglm(
     tokens = vocab.tokens["tokens"]
     if tokens[0] != PADDING_TOKEN:
         raise ValueError(f"{arch.path}: the tokens namespace is not padded")
-    model = KGLM(
+    model = model_class(
         tokens, graph, token_dim=token_dim, entity_dim=entity_dim, hidden_size=hidden_size, num_layers=num_layers,
         cutoff=int(cfg.get("cutoff", 30)), tie_weights=bool(cfg.get("tie_weights", False)),
         new_entity_bias="_fc_new_entity.bias" in state, unk_penalty=unk_penalty, entity_rows=entity_rows,

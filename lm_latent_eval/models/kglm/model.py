@@ -347,7 +347,7 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
             if kwargs:
                 raise ValueError(f"{name}: options {sorted(kwargs)} do not apply to an original KGLM archive")
             return load_original_kglm(name, knowledge_graph=knowledge_graph, alias_database=alias_database,
-                                      proposal_archive=proposal_archive)
+                                      proposal_archive=proposal_archive, model_class=cls)
         if alias_database is not None or proposal_archive is not None:
             raise ValueError(f"{name}: alias_database / proposal_archive only apply to an original AllenNLP archive "
                              "(model.tar.gz); a lm-latent-eval checkpoint already holds the aliases and q")

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ...train import add_config_arguments, config_from_args, save_checkpoint
+from ..training import add_config_arguments, config_from_args, save_checkpoint
 from .graph import KnowledgeGraph
 from .linked_wikitext import LinkedDocument, document_tensors, read_linked_jsonl
 from .model import KGLM, build_vocabulary

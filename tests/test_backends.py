@@ -1,7 +1,7 @@
 """lm-eval integration: the start-up hook, the latent backends and the latent_ppl_tiny task.
 
 Start-up cost of the hook (measured on this shared 2-core machine, Python 3.11, no timing assertion here):
-``python -X importtime`` shows ``_lm_latent_eval_hook`` at 0.7-1.0 ms; interleaving 150 runs each of
+``python -X importtime`` shows ``lm_latent_eval.harness.hook`` at 0.7-1.0 ms; interleaving 150 runs each of
 ``python -S -c "import site; site.addsitedir(D)"`` with D holding the .pth + hook vs. D empty gives medians of
 12.7 ms vs. 10.2 ms, i.e. +2.5 ms for reading the .pth, importing the hook and installing its finder. Budget: < 10 ms.
 """
@@ -14,7 +14,6 @@ import json
 import math
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,29 +24,21 @@ import tomllib
 from scipy.special import logsumexp
 
 lm_eval = pytest.importorskip("lm_eval")
+from hook_site import hook_site_dir
 from is_checks import assert_unbiased
 from lm_eval.api.instance import Instance
 from lm_eval.api.model import CachingLM
 from lm_eval.tasks import TaskManager
 
-from lm_latent_eval import lm_eval_plugin
 from lm_latent_eval.estimators import EstimatorSettings, corpus_ppl, estimate_document, instance_ppl
 from lm_latent_eval.estimators.diagnostics import pareto_khat
-from lm_latent_eval.lm_eval_plugin import LatentHMMEval, LatentLMEval
+from lm_latent_eval.harness import backends
+from lm_latent_eval.harness.backends import LatentHMMEval, LatentLMEval
 from lm_latent_eval.models import checkpoint_hash, default_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = REPO / "tasks"
 CORPUS = [json.loads(line)["text"] for line in (REPO / "lm_latent_eval/data/corpus/tiny_test.jsonl").open()]
-
-
-def hook_site_dir(tmp_path: Path) -> Path:
-    """A site dir holding exactly what the wheel puts at site-packages root: the .pth and the hook module."""
-    site_dir = tmp_path / "site"
-    site_dir.mkdir()
-    for name in ("lm_latent_eval_hook.pth", "_lm_latent_eval_hook.py"):
-        shutil.copy(REPO / name, site_dir / name)
-    return site_dir
 
 
 def python_with_hook(site_dir: Path, code: str, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -90,7 +81,8 @@ def log_forward(model, text: str) -> float:
 def test_hook_registers_latent_backends_and_keeps_builtin_models(tmp_path):
     code = """
 import sys
-assert "torch" not in sys.modules and "lm_eval" not in sys.modules and "lm_latent_eval" not in sys.modules
+assert "torch" not in sys.modules and "lm_eval" not in sys.modules
+assert "lm_latent_eval.harness.backends" not in sys.modules
 from lm_eval.api.registry import get_model
 print(get_model("latent_hmm").__name__, get_model("latent").__name__, get_model("dummy").__name__, get_model("hf").__name__)
 """
@@ -111,11 +103,8 @@ def test_without_hook_latent_names_are_unknown(tmp_path):
 
 
 def test_hook_backends_match_entry_points_and_plugin_registrations():
-    sys.path.insert(0, str(REPO))
-    try:
-        import _lm_latent_eval_hook as hook
-    finally:
-        sys.path.remove(str(REPO))
+    from lm_latent_eval.harness import hook
+
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert hook.BACKENDS == pyproject["project"]["entry-points"]["lm_eval.models"]
     from lm_eval.api.registry import get_model
@@ -123,7 +112,7 @@ def test_hook_backends_match_entry_points_and_plugin_registrations():
     for name, target in hook.BACKENDS.items():
         module, _, attr = target.partition(":")
         assert get_model(name) is getattr(__import__(module, fromlist=[attr]), attr)
-    assert (REPO / "lm_latent_eval_hook.pth").read_text().strip() == "import _lm_latent_eval_hook"
+    assert (REPO / "lm_latent_eval_hook.pth").read_text().strip() == "import lm_latent_eval.harness.hook"
 
 
 # ---- backend ----------------------------------------------------------------------------------------------------
@@ -151,13 +140,13 @@ def test_loglikelihood_is_difference_with_one_shared_context_estimate(hmm_is, mo
     context = "The busy teacher"
     continuations = [" waited.", " slept.", " saw the dog."]
     calls = []
-    real = lm_eval_plugin.estimate_document
+    real = backends.estimate_document
 
     def counting(model, text, settings, **kw):
         calls.append(text)
         return real(model, text, settings, **kw)
 
-    monkeypatch.setattr(lm_eval_plugin, "estimate_document", counting)
+    monkeypatch.setattr(backends, "estimate_document", counting)
     got = hmm_is.loglikelihood([pair(context, c) for c in continuations] * 2, disable_tqdm=True)
     assert calls.count(context) == 1 and len(calls) == 1 + len(continuations)
     ctx = real(hmm_is.model, context, hmm_is.settings).log_likelihood
@@ -193,7 +182,7 @@ def test_results_do_not_depend_on_batch_size_or_request_order(hmm_is):
 
 def test_is_estimate_is_kept_with_its_weights_and_differs_by_seed(hmm_is):
     (value,) = hmm_is.loglikelihood_rolling([rolling(CORPUS[1])], disable_tqdm=True)
-    est = lm_eval_plugin.document_estimate(CORPUS[1])
+    est = backends.document_estimate(CORPUS[1])
     assert est.log_weights.shape == (48,) and est.log_likelihood == value
     assert value == pytest.approx(logsumexp(est.log_weights) - math.log(48), abs=1e-12)
     (other,) = LatentHMMEval(num_samples=48, seed=12, device="cpu").loglikelihood_rolling(
@@ -297,7 +286,7 @@ def test_task_with_exact_estimator_reports_forward_algorithm_perplexity(hmm_exac
 @pytest.mark.parametrize("stale_table", [False, True])
 def test_task_refuses_results_that_are_not_from_the_latent_backend(hmm_exact, stale_table):
     """Another model's numbers are refused, also when this process still holds latent estimates of the same texts."""
-    lm_eval_plugin._ROLLING_ESTIMATES.clear()
+    backends._ROLLING_ESTIMATES.clear()
     if stale_table:
         hmm_exact.loglikelihood_rolling([rolling(t) for t in CORPUS], disable_tqdm=True)
     match = "comes from another model or from a cache" if stale_table else "no importance-sampling estimate"

@@ -1,4 +1,4 @@
-"""Plots of IS evaluations and contrastive entropy (matplotlib): each helper draws on ``ax`` (new figure if None), returns it."""
+"""Plots of IS evaluations (matplotlib): each helper draws on ``ax`` (new figure if None) and returns it."""
 
 from __future__ import annotations
 
@@ -15,21 +15,32 @@ def _axes(ax):
     return ax
 
 
-def plot_convergence(convergence: Mapping, ax=None, true_perplexity: float | None = None, beam_perplexity: float | None = None):
-    """Perplexity against the number of samples K' (log x axis): the ``convergence`` dict of ``is_perplexity``."""
+def plot_convergence(
+    convergence: Mapping,
+    ax=None,
+    true_perplexity: float | None = None,
+    beam_perplexity: float | None = None,
+    color=None,
+    legend: bool = True,
+):
+    """Perplexity against the number of samples K' (log₂ x axis): instance level solid, corpus level dashed.
+
+    ``convergence`` is the dict of ``is_perplexity`` (``num_samples``, ``instance_perplexity``, ``corpus_perplexity``).
+    """
     ax = _axes(ax)
     ks = np.asarray(convergence["num_samples"])
-    ax.plot(ks, convergence["instance_perplexity"], marker="o", label="instance-level (Eq. 5)")
+    ax.plot(ks, convergence["instance_perplexity"], color=color, marker="o", ms=3, label="instance-level (Eq. 5)")
     if convergence.get("corpus_perplexity") is not None:
-        ax.plot(ks, convergence["corpus_perplexity"], marker="s", label="corpus-level (Eq. 6)")
+        ax.plot(ks, convergence["corpus_perplexity"], color=color, ls="--", label="corpus-level (Eq. 6)")
     if beam_perplexity is not None:
         ax.axhline(beam_perplexity, color="gray", linestyle="--", label="beam bound (≥ true)")
     if true_perplexity is not None:
-        ax.axhline(true_perplexity, color="black", linestyle=":", label="exact")
+        ax.axhline(true_perplexity, color="black", lw=1, label="exact")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("number of samples K")
     ax.set_ylabel("perplexity")
-    ax.legend()
+    if legend:
+        ax.legend()
     return ax
 
 
@@ -53,18 +64,4 @@ def plot_estimate_density(
     ax.set_xlabel(xlabel)
     ax.set_ylabel("density")
     ax.legend()
-    return ax
-
-
-def plot_contrastive_entropy(report: Mapping, ax=None, label: str | None = None):
-    """H_C(d) against the distortion level d with ±1 std bars over the distortions (a ``contrastive_entropy`` report)."""
-    ax = _axes(ax)
-    levels = list(report["levels"])
-    mean = [report["contrastive_entropy"][d] for d in levels]
-    std = [report["contrastive_entropy_std"][d] for d in levels]
-    ax.errorbar(levels, mean, yerr=std, marker="o", capsize=3, label=label)
-    ax.set_xlabel("distortion level d")
-    ax.set_ylabel(f"contrastive entropy H_C (nats per {report.get('unit', 'word')})")
-    if label is not None:
-        ax.legend()
     return ax

@@ -2,7 +2,7 @@
 
 lm-eval 0.4.13 has no plugin discovery, so ``lm_eval --model latent_hmm`` can only find us if our names are in
 ``lm_eval.api.registry.model_registry`` before the CLI looks them up. At interpreter start this module only puts
-one finder on ``sys.meta_path`` (no torch, no lm-eval, no lm_latent_eval import). When ``lm_eval.api.registry`` is
+one finder on ``sys.meta_path`` (no torch, no lm-eval; only this package's import-free ``__init__`` modules). When ``lm_eval.api.registry`` is
 first imported, the finder lets it load normally, then imports ``lm_eval.models`` (so the built-in models are
 registered first: ``get_model`` only imports them while the registry is empty) and registers our names as lazy
 ``"module:Class"`` placeholders; lm-eval imports the class when the name is first asked for.
@@ -12,10 +12,10 @@ import sys
 
 # lm-eval model name -> "module:Class"; one line per backend (kept in step with pyproject's "lm_eval.models" group).
 BACKENDS = {
-    "latent": "lm_latent_eval.lm_eval_plugin:LatentLMEval",
-    "latent_hmm": "lm_latent_eval.lm_eval_plugin:LatentHMMEval",
-    "latent_kglm": "lm_latent_eval.lm_eval_plugin:LatentKGLMEval",
-    "latent_entitynlm": "lm_latent_eval.lm_eval_plugin:LatentEntityNLMEval",
+    "latent": "lm_latent_eval.harness.backends:LatentLMEval",
+    "latent_hmm": "lm_latent_eval.harness.backends:LatentHMMEval",
+    "latent_kglm": "lm_latent_eval.harness.backends:LatentKGLMEval",
+    "latent_entitynlm": "lm_latent_eval.harness.backends:LatentEntityNLMEval",
 }
 
 REGISTRY_MODULE = "lm_eval.api.registry"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .estimators.seeding import document_seed
+from ..estimators.seeding import document_seed
 
 KEEP, REPLACE, SWAP = 0, 1, 2
 OPERATION_NAMES = ("keep", "replace", "swap")

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import distortion_error as de
-from . import distortion_plots as plots
+from . import error_curves as de
+from . import plots
 from .artificial_language import sample_language, score_sequences
 from .perturbations import MEAN_RANDOM_LENGTH, perturbation_chain, potential_productivity, random_sequences
 

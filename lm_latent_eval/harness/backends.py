@@ -19,12 +19,12 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
-from . import __version__
-from .estimators import DocumentEstimate, EstimatorSettings, estimate_document
-from .estimators.importance import SAMPLE_BLOCK
-from .estimators.seeding import document_generator
-from .models import MODELS, checkpoint_hash, load_model
-from .protocol import has_text_sampler
+from .. import __version__
+from ..estimators import DocumentEstimate, EstimatorSettings, estimate_document
+from ..estimators.importance import SAMPLE_BLOCK
+from ..estimators.seeding import document_generator
+from ..models import MODELS, checkpoint_hash, load_model
+from ..protocol import has_text_sampler
 from .results_store import ResultsStore
 
 logger = logging.getLogger(__name__)

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .estimators import EstimatorSettings, estimate_document
-from .estimators.diagnostics import PARETO_K_THRESHOLD, corpus_convergence_curve
-from .estimators.importance import SAMPLE_BLOCK
+from ..estimators import EstimatorSettings, estimate_document
+from ..estimators.diagnostics import PARETO_K_THRESHOLD, corpus_convergence_curve
+from ..estimators.importance import SAMPLE_BLOCK
+from .plots import plot_convergence
 
 DEFAULT_TEMPERATURES = (0.5, 0.9, 1.0, 1.1, 2.0, 5.0)
 DEFAULT_BEAM_SIZES = (1, 10, 100)
@@ -121,7 +122,7 @@ def table2_markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_convergence(result: dict, path: str | Path) -> None:
+def save_convergence_plot(result: dict, path: str | Path) -> None:
     """PPL against K (log-log), one panel per peeking mode, colour = τ, solid = instance, dashed = corpus level."""
     import matplotlib
 
@@ -135,13 +136,12 @@ def plot_convergence(result: dict, path: str | Path) -> None:
     fig, axes = plt.subplots(1, len(modes), figsize=(5.5 * len(modes), 4.2), sharey=True, squeeze=False)
     for ax, peek in zip(axes[0], modes):
         for r in (r for r in result["is"] if r["peek"] == peek):
-            c = colors[r["temperature"]]
-            ax.plot(r["convergence_k"], r["convergence_instance_ppl"], color=c, marker="o", ms=3)
-            ax.plot(r["convergence_k"], r["convergence_corpus_ppl"], color=c, ls="--")
+            curve = {"num_samples": r["convergence_k"], "instance_perplexity": r["convergence_instance_ppl"],
+                     "corpus_perplexity": r["convergence_corpus_ppl"]}
+            plot_convergence(curve, ax=ax, color=colors[r["temperature"]], legend=False)
         if "exact_ppl" in result:
             ax.axhline(result["exact_ppl"], color="black", lw=1)
-        ax.set(xscale="log", yscale="log", xlabel="number of samples K", title="peeking" if peek else "no peeking")
-        ax.set_xscale("log", base=2)
+        ax.set(yscale="log", title="peeking" if peek else "no peeking")
     axes[0][0].set_ylabel("IS perplexity (upper bound in expectation)")
     handles = [Line2D([], [], color=colors[t], label=f"τ = {t:g}") for t in temps]
     handles += [Line2D([], [], color="gray", marker="o", ms=3, label="instance level"),
@@ -177,8 +177,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .models import load_model
-    from .paths import DATA_DIR
+    from ..models import load_model
+    from ..paths import DATA_DIR
 
     model, _ = load_model(args.model, args.pretrained, device=args.device)
     data = args.data or DATA_DIR / "corpus" / "tiny_test.jsonl"
@@ -191,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     (out / "sweep.json").write_text(json.dumps(result, indent=1))
     tables = f"Table 1 (IS perplexity)\n\n{table1_markdown(result)}\n\nTable 2 (beam marginalization)\n\n{table2_markdown(result)}\n"
     (out / "tables.md").write_text(tables)
-    plot_convergence(result, out / "convergence.png")
+    save_convergence_plot(result, out / "convergence.png")
     print(tables)
     print(f"wrote {out / 'sweep.json'}, {out / 'tables.md'}, {out / 'convergence.png'}")
     return 0

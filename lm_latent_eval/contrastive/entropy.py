@@ -1,6 +1,6 @@
 """Contrastive entropy (Arora & Rangarajan 2016): H_C(T; d) = (1/N)(log p̃(T) − log p̃(T_d)) and R(d) = H_C(d) / H_C(d_base).
 
-T is a test set of S sentences, T_d its image through the noisy channel of ``lm_latent_eval.distortion`` at level d,
+T is a test set of S sentences, T_d its image through the noisy channel of ``lm_latent_eval.contrastive.channel`` at level d,
 log p̃ a (possibly unnormalized) sentence score summed over the test set, and N the number of words (``unit="word"``)
 or of sentences (``unit="sentence"``, for sentence-level models). Because the channel preserves word count, adding
 c per word (or per sentence) to every score leaves H_C unchanged: normalization constants cancel. Each level is
@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .distortion import DEFAULT_LEVELS, check_level, distortion_set, normalize_whitespace
+from .channel import DEFAULT_LEVELS, check_level, distortion_set, normalize_whitespace
 
 DEFAULT_BASE_LEVEL = 0.1
 DEFAULT_NUM_DISTORTIONS = 10
@@ -229,11 +229,11 @@ def latent_lm_scorer(model, settings=None, device: str = "cpu", pretrained: str 
     """
     from tqdm.auto import tqdm
 
-    from .estimators import EstimatorSettings, estimate_document
+    from ..estimators import EstimatorSettings, estimate_document
 
     settings = settings or EstimatorSettings()
     if isinstance(model, str):
-        from .models import load_model
+        from ..models import load_model
 
         model, _ = load_model(model, pretrained, device=device)
 
@@ -248,8 +248,8 @@ def latent_lm_scorer(model, settings=None, device: str = "cpu", pretrained: str 
 
 def make_scorer(model, settings=None, device: str = "cpu", pretrained: str | None = None, batch_size: int = 16) -> Scorer:
     """A scorer from a callable, a latent LM instance, one of our model names / ``pkg.mod:Cls``, or a causal LM path/Hub id."""
-    from .models import MODELS
-    from .protocol import LatentLM
+    from ..models import MODELS
+    from ..protocol import LatentLM
 
     if isinstance(model, LatentLM):
         return latent_lm_scorer(model, settings, device)

@@ -1,4 +1,4 @@
-"""Matplotlib figures of the distortion-error results (the dicts of ``lm_latent_eval.distortion_error``).
+"""Matplotlib figures of the distortion-error results (the dicts of ``lm_latent_eval.distortion.error_curves``).
 
 Figures are built with ``matplotlib.figure.Figure`` (no pyplot state, any backend) and returned to the caller.
 """

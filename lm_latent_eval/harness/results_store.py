@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .estimators import DocumentEstimate
+from ..estimators import DocumentEstimate
 
 logger = logging.getLogger(__name__)
 
