@@ -247,6 +247,19 @@ def test_generic_backend_needs_a_model_and_rejects_unknown_ones():
     assert lm.checkpoint_sha256 == checkpoint_hash(ckpt) and type(lm.model).__name__ == "HMMLanguageModel"
 
 
+def test_device_in_model_args_wins_over_the_cli_device():
+    """``--model_args device=cpu`` with lm-eval's default ``--device cuda:0`` (always passed) is not a clash."""
+    from lm_eval.api.registry import get_model
+
+    for build in (lambda cls: cls.create_from_arg_string("estimator=exact,device=cpu", {"device": "cuda:0"}),
+                  lambda cls: cls.create_from_arg_obj({"estimator": "exact", "device": "cpu"},
+                                                      {"device": "cuda:0", "batch_size": "4"})):
+        lm = build(get_model("latent_hmm"))
+        assert lm.device.type == "cpu" and lm.get_model_info()["device_type"] == "cpu"
+    lm = LatentHMMEval.create_from_arg_string("estimator=is,batch_size=7", {"device": "cpu", "batch_size": "1"})
+    assert lm.settings.batch_size == 7  # model_args win for every key lm-eval also passes
+
+
 def test_cuda_request_falls_back_to_cpu_with_warning():
     import torch
 
@@ -415,3 +428,34 @@ def test_two_process_accelerate_run_equals_single_process_run(tmp_path):
     for key, value in metrics[0].items():
         if "," in key and "stderr" not in key:
             assert metrics[1][key] == pytest.approx(value, rel=1e-12), key
+
+
+def test_unreliable_estimates_log_one_warning_with_advice(caplog):
+    """A hot no-peeking proposal makes most IS estimates unreliable: one plain-words warning says so and what to try."""
+    hot = LatentHMMEval(num_samples=64, temperature=5.0, peek=False, seed=3, device="cpu")
+    with caplog.at_level("WARNING", logger=backends.__name__):
+        hot.loglikelihood_rolling([rolling(t) for t in CORPUS[:6]], disable_tqdm=True)
+    (record,) = [r for r in caplog.records if "unreliable importance-sampling" in r.getMessage()]
+    assert re.search(r"\d+ of 6 documents \(\d+%\)", record.getMessage())
+    assert "num_samples=640" in record.getMessage() and "peek=true" in record.getMessage()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger=backends.__name__):
+        LatentHMMEval(estimator="exact", device="cpu").loglikelihood_rolling([rolling(CORPUS[0])], disable_tqdm=True)
+    assert not [r for r in caplog.records if "unreliable" in r.getMessage()]
+
+
+def test_cli_table_shows_monte_carlo_stderr_of_is_perplexity(cli_run):
+    """lm-eval's Stderr column carries the bootstrap (over samples) standard error of both IS perplexities."""
+    from lm_eval.utils import make_table
+
+    from lm_latent_eval.estimators.diagnostics import perplexity_stderr
+
+    results, samples = cli_run
+    metrics = results["results"]["latent_ppl_tiny"]
+    weights = [np.array(s["is_corpus_perplexity"]["log_weights"]) for s in samples]
+    tokens = [s["is_corpus_perplexity"]["num_tokens"] for s in samples]
+    for level in ("instance", "corpus"):
+        got = metrics[f"is_{level}_perplexity_stderr,none"]
+        assert got == pytest.approx(perplexity_stderr(weights, tokens, level=level), rel=1e-12) and got > 0
+    rows = [line for line in make_table(results).splitlines() if "is_instance_perplexity" in line]
+    assert len(rows) == 1 and f"{metrics['is_instance_perplexity_stderr,none']:.4f}" in rows[0]

@@ -248,3 +248,34 @@ def test_is_on_the_bundled_corpus_converges(bundled_hmm, bundled_test_texts):
     rmse = {k: math.sqrt((e**2).mean()) for k, e in errors.items()}
     assert rmse[10000] < rmse[100] / 3
     assert abs(errors[10000].sum(1)).max() < 0.5  # corpus log-likelihood within half a nat
+
+
+# ---------------------------------------------------------------- Monte Carlo standard error and the reliability warning
+
+
+def test_perplexity_stderr_matches_the_spread_over_independent_runs(bundled_hmm, bundled_test_texts):
+    """The bootstrap stderr of one run estimates the std of PPL over independent seeds (instance and corpus level)."""
+    from lm_latent_eval.estimators.diagnostics import perplexity_stderr
+
+    texts, k = bundled_test_texts[:4], 32
+    tokens = [bundled_hmm.tokenize(t).numel() for t in texts]
+    runs = [[importance_log_weights(bundled_hmm, bundled_hmm.tokenize(t), k, peek=False, seed=s, document=t)
+             for t in texts] for s in range(120)]
+    for level, ppl in (("instance", instance_ppl), ("corpus", corpus_ppl)):
+        spread = np.std([ppl(w, tokens) for w in runs], ddof=1)
+        stderr = np.median([perplexity_stderr(w, tokens, level=level, num_resamples=300) for w in runs[:30]])
+        assert spread > 0 and 0.5 < stderr / spread < 1.5, (level, stderr, spread)
+    with pytest.raises(ValueError, match="level"):
+        perplexity_stderr(runs[0], tokens, level="document")
+
+
+def test_reliability_warning_names_the_share_and_what_to_try():
+    from lm_latent_eval.estimators.diagnostics import reliability_warning
+
+    rng = np.random.default_rng(0)
+    heavy = [rng.exponential(2.0, 200) for _ in range(3)]  # w = U^(-2): Pareto tail with k = 2 > 0.7
+    light = [rng.normal(0, 0.1, 200) for _ in range(1)]
+    message = reliability_warning(heavy + light, "Try more samples.")
+    assert message.startswith("3 of 4 documents (75%) have unreliable") and "K = 200" in message
+    assert message.endswith("Try more samples.")
+    assert reliability_warning(light, "x") is None and reliability_warning([], "x") is None

@@ -99,6 +99,25 @@ def share_above(values, threshold: float = PARETO_K_THRESHOLD) -> float:
     return float((v > threshold).mean()) if v.size else float("nan")
 
 
+def reliability_warning(log_weights, advice: str) -> str | None:
+    """A plain-words warning when documents' IS estimates have Pareto k̂ > 0.7 (unreliable), else None."""
+    lws = [np.asarray(lw, dtype=np.float64) for lw in log_weights]
+    if not lws:
+        return None
+    khat = np.array([pareto_khat(lw) for lw in lws])
+    unreliable = int(np.sum(khat > PARETO_K_THRESHOLD))
+    if unreliable == 0:
+        return None
+    ess = np.mean([effective_sample_size(lw) for lw in lws])
+    sizes = sorted({lw.size for lw in lws})
+    k = str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
+    return (
+        f"{unreliable} of {len(lws)} documents ({unreliable / len(lws):.0%}) have unreliable importance-sampling "
+        f"estimates (Pareto k̂ > {PARETO_K_THRESHOLD}; mean effective sample size {ess:.1f} of K = {k}): their log p̂ "
+        f"are likely too low, so the reported perplexity is likely too high. {advice}"
+    )
+
+
 def bootstrap_log_likelihoods(log_weights: np.ndarray, num_resamples: int, rng: np.random.Generator) -> np.ndarray:
     """log p̂ of ``num_resamples`` resamples (with replacement) of one document's K log weights: float64 [B]."""
     lw = np.asarray(log_weights, dtype=np.float64)
@@ -108,6 +127,33 @@ def bootstrap_log_likelihoods(log_weights: np.ndarray, num_resamples: int, rng: 
         for s in range(0, num_resamples, rows)
     ]
     return np.concatenate(out)
+
+
+def corpus_bootstrap_log_likelihoods(stacked: np.ndarray, num_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """Corpus log p̂ of resamples of the sample index k, drawn jointly for every document of [N, K]: float64 [B]."""
+    joint = stacked.sum(axis=0)  # [K]: log weight of corpus sample k
+    idx = rng.integers(0, joint.size, size=(num_resamples, joint.size))
+    return log_mean_exp(joint[idx], axis=1)
+
+
+def perplexity_stderr(log_weights, num_tokens, level: str = "instance", num_resamples: int = 1000, seed: int = 0) -> float:
+    """Monte Carlo standard error of IS perplexity (documents fixed): std of PPL over bootstrap resamples of the K samples.
+
+    ``level="instance"`` resamples each document's weights independently (Eq. 5); ``"corpus"`` resamples the sample
+    index k jointly across documents (Eq. 6). It measures the estimator's randomness, not document-sampling error.
+    """
+    from .aggregate import _total_tokens, as_log_weights, stack_equal_k
+
+    lws = [as_log_weights(lw, f"document {n}") for n, lw in enumerate(log_weights)]
+    total = _total_tokens(num_tokens, len(lws))
+    rng = np.random.default_rng(seed)
+    if level == "instance":
+        log_liks = np.sum([bootstrap_log_likelihoods(lw, num_resamples, rng) for lw in lws], axis=0)
+    elif level == "corpus":
+        log_liks = corpus_bootstrap_log_likelihoods(stack_equal_k(lws), num_resamples, rng)
+    else:
+        raise ValueError(f"level must be 'instance' or 'corpus', got {level!r}")
+    return float(np.std(np.exp(-log_liks / total), ddof=1))
 
 
 def corpus_convergence_curve(log_weights, num_tokens) -> dict:
@@ -183,9 +229,7 @@ def corpus_report(
         "convergence": corpus_convergence_curve(lws, num_tokens),
     }
     if corpus_level:
-        joint = stacked.sum(axis=0)  # [K]: log weight of corpus sample k
-        idx = rng.integers(0, joint.size, size=(num_resamples, joint.size))
-        corpus_boot = log_mean_exp(joint[idx], axis=1)
+        corpus_boot = corpus_bootstrap_log_likelihoods(stacked, num_resamples, rng)
         report["corpus_perplexity"] = corpus_ppl(lws, num_tokens)
         report["corpus_perplexity_ci"] = np.exp(-np.quantile(corpus_boot, [1.0 - alpha, alpha]) / total).tolist()
     if beam_log_likelihoods is not None:

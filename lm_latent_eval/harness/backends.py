@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from .. import __version__
 from ..estimators import DocumentEstimate, EstimatorSettings, estimate_document
+from ..estimators.diagnostics import reliability_warning
 from ..estimators.importance import SAMPLE_BLOCK
 from ..estimators.seeding import document_generator
 from ..models import MODELS, checkpoint_hash, load_model
@@ -132,6 +133,22 @@ class LatentLMEval(LM):
     """
 
     MODEL: str | None = None  # fixed by the per-model subclasses below
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> LatentLMEval:
+        """lm-eval's constructor: model_args win over the CLI's ``--device`` / ``--batch_size`` (always passed)."""
+        cli = {k: v for k, v in (additional_config or {}).items() if v is not None}
+        for key in sorted(set(cli) & set(arg_dict)):
+            if str(cli[key]) != str(arg_dict[key]):
+                logger.info("model_args %s=%s overrides --%s %s", key, arg_dict[key], key, cli[key])
+        return cls(**{**cli, **arg_dict})
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> LatentLMEval:
+        """``--model_args key=value,...`` parsed as lm-eval does, then ``create_from_arg_obj``."""
+        from lm_eval.utils import simple_parse_args_string
+
+        return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
 
     def __init__(
         self,
@@ -272,10 +289,24 @@ class LatentLMEval(LM):
                 self.results_store.put(estimates[text])
         return estimates
 
+    def _warn_if_unreliable(self, estimates: dict[str, DocumentEstimate]) -> None:
+        """Log one plain-words warning for the request batch when IS estimates are unreliable (Pareto k̂ > 0.7)."""
+        weights = [e.log_weights for e in estimates.values() if e.log_weights is not None and e.num_tokens > 0]
+        s = self.settings
+        tries = [f"more samples (num_samples={10 * s.num_samples})"]
+        if s.temperature <= 1.0:
+            tries.append("a proposal temperature slightly above 1 (temperature=1.1)")
+        if not s.peek:
+            tries.append("a peeking proposal (peek=true)")
+        message = reliability_warning(weights, "Try " + ", ".join(tries) + ".")
+        if message is not None:
+            logger.warning("%s: %s", type(self).__name__, message)
+
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         """log p̂(x) of each document (0.0 for a document without tokens, with a warning naming it)."""
         texts = [req.args[0] for req in requests]
         estimates = self._estimate_all(texts, f"{self.settings.estimator} log p(x)", disable_tqdm)
+        self._warn_if_unreliable(estimates)
         _ROLLING_ESTIMATES.clear()
         _ROLLING_ESTIMATES.update(estimates)
         for text, est in estimates.items():
@@ -293,6 +324,7 @@ class LatentLMEval(LM):
         estimates = self._estimate_all(
             texts, f"{self.settings.estimator} log p(context, continuation)", disable_tqdm
         )
+        self._warn_if_unreliable(estimates)
         if not self._warned_greedy:
             warnings.warn(
                 f"{type(self).__name__}: is_greedy is not computed for latent LMs (always False), so metrics built "

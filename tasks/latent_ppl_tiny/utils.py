@@ -63,14 +63,13 @@ def process_results(doc: dict, results: list) -> dict:
     )  # diagnostics of 0-token documents are trivial
     ess = effective_sample_size(est.log_weights) if informative else None
     khat = pareto_khat(est.log_weights) if informative else None
-    return {
+    item = {"log_likelihood": log_likelihood, "num_tokens": est.num_tokens, "log_weights": log_weights}
+    return {  # each *_stderr key after its metric: lm-eval shows "<metric>_stderr" in the Stderr column
         "word_perplexity": (log_likelihood, ConfigurableTask.count_words(text)),
-        "is_instance_perplexity": {"log_likelihood": log_likelihood, "num_tokens": est.num_tokens},
-        "is_corpus_perplexity": {
-            "log_likelihood": log_likelihood,
-            "num_tokens": est.num_tokens,
-            "log_weights": log_weights,
-        },
+        "is_instance_perplexity": item,
+        "is_instance_perplexity_stderr": item,
+        "is_corpus_perplexity": item,
+        "is_corpus_perplexity_stderr": item,
         "is_ess_mean": ess,
         "is_ess_min": ess,
         "is_pareto_k_share": khat,
@@ -95,6 +94,27 @@ def corpus_perplexity(items) -> float:
     if any(w is None for w in weights):
         raise ValueError(f"{WHERE}: some documents have importance weights and some do not")
     return corpus_ppl(weights, [int(item["num_tokens"]) for item in items])
+
+
+def _stderr(items, level: str) -> float:
+    from lm_latent_eval.estimators.diagnostics import perplexity_stderr
+
+    weights = [item["log_weights"] for item in items]
+    if all(w is None for w in weights):  # exact or beam: deterministic, no Monte Carlo error
+        return 0.0
+    if any(w is None for w in weights):
+        raise ValueError(f"{WHERE}: some documents have importance weights and some do not")
+    return perplexity_stderr(weights, [int(item["num_tokens"]) for item in items], level=level)
+
+
+def instance_perplexity_stderr(items) -> float:
+    """Monte Carlo standard error of the instance-level PPL: bootstrap over each document's K samples."""
+    return _stderr(items, "instance")
+
+
+def corpus_perplexity_stderr(items) -> float:
+    """Monte Carlo standard error of the corpus-level PPL: bootstrap over the joint corpus samples k."""
+    return _stderr(items, "corpus")
 
 
 def _informative(items) -> list[float]:
