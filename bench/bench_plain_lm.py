@@ -16,6 +16,7 @@ import json
 import math
 import os
 import platform
+import sys
 import tempfile
 import time
 from datetime import datetime
@@ -23,26 +24,10 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from tiny_models import make_tiny_gpt2  # noqa: E402  (the tests' builder: one tiny GPT-2 recipe)
+
 BUILTIN_WIKITEXT = "wikitext/wikitext.yaml"
-
-
-def make_gpt2(path: Path, vocab_words: list[str], n_positions: int, n_embd: int, n_layer: int) -> Path:
-    """A random GPT-2 with a word-level tokenizer (punctuation split off), saved with save_pretrained."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
-
-    vocab = {w: i for i, w in enumerate(dict.fromkeys(["<unk>", "<|endoftext|>", *vocab_words]))}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="<unk>", bos_token="<|endoftext|>", eos_token="<|endoftext|>"
-    )
-    torch.manual_seed(0)
-    config = GPT2Config(vocab_size=len(vocab), n_positions=n_positions, n_embd=n_embd, n_layer=n_layer,
-                        n_head=max(1, n_embd // 64), bos_token_id=1, eos_token_id=1)  # fmt: skip
-    GPT2LMHeadModel(config).save_pretrained(path)
-    fast.save_pretrained(path)
-    return path
 
 
 def make_pages(path: Path, num_pages: int, words_per_page: int) -> list[str]:
@@ -103,7 +88,8 @@ def main(argv=None):
         tmp = Path(tmp)
         pages = tmp / "pages.jsonl"
         vocab = make_pages(pages, args.pages, args.words_per_page)
-        model_dir = make_gpt2(tmp / "gpt2", vocab, args.n_positions, args.n_embd, args.n_layer)
+        model_dir = make_tiny_gpt2(tmp / "gpt2", vocab, args.n_positions, n_embd=args.n_embd, n_layer=args.n_layer,
+                                   n_head=max(1, args.n_embd // 64), split_punctuation=True)
         manager = task_manager(tmp, pages)
         backends = {
             "hf": ("hf", f"pretrained={model_dir},dtype=float32"),

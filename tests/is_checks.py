@@ -22,3 +22,23 @@ def exact_is_standard_error(model, x, support, temperature: float, peek: bool, l
     log_joint = model.log_joint(x, support)
     log_q = model.proposal.log_prob(x, support, temperature, peek)
     return math.sqrt(math.expm1(float(torch.logsumexp(2 * log_joint - log_q, 0)) - 2 * log_p) / k)
+
+
+def assert_is_unbiased_on(model, text: str, log_p: float, k: int = 4, runs: int = 300, peek: bool = False) -> None:
+    """``runs`` independent IS estimates with K = ``k`` of ``text`` (seeds 0..runs-1) pass ``assert_unbiased``."""
+    from lm_latent_eval.estimators import importance_log_weights, log_mean_exp
+
+    x = model.tokenize(text)
+    assert_unbiased([log_mean_exp(importance_log_weights(model, x, k, 1.0, peek, seed=s, document=text))
+                     for s in range(runs)], log_p)
+
+
+@torch.no_grad()
+def randomize_weights(model, std: float, proposal_noise: float = 0.3):
+    """Weights ~ N(0, std²) so that every factor matters; q = p's shared parts plus N(0, noise²): a different q."""
+    for p in model.parameters():
+        p.normal_(0, std)
+    model.proposal.copy_from_generative(model)
+    for p in model.proposal.parameters():
+        p.add_(proposal_noise * torch.randn_like(p))
+    return model.eval()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from is_checks import randomize_weights
 
 from lm_latent_eval.models.kglm import KGLM, KnowledgeGraph, build_vocabulary
 
@@ -24,10 +25,4 @@ def tiny_kglm(seed: int = 0, cutoff: int = 2, proposal_features: bool = False) -
     model = KGLM(vocab, tiny_graph(), token_dim=8, entity_dim=6, hidden_size=10, num_layers=2, cutoff=cutoff,
                  unk_penalty=1.0, chunk_size=2, proposal_nopeek_heads=proposal_features,
                  proposal_alias_features=proposal_features)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.5)
-        model.proposal.copy_from_generative(model)
-        for p in model.proposal.parameters():
-            p.add_(0.3 * torch.randn_like(p))
-    return model.eval()
+    return randomize_weights(model, std=0.5)

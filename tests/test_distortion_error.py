@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lm_latent_eval.distortion import error_curves as de
 from lm_latent_eval import metrics_path
+from lm_latent_eval.distortion import error_curves as de
 
 REPO = Path(__file__).resolve().parents[1]
 METRIC_DIR = REPO / "metrics" / "distortion_error"

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from scipy.stats import chisquare
+from tiny_models import make_tiny_gpt2
 
 from lm_latent_eval.cli import main
 from lm_latent_eval.distortion.artificial_language import sample_language, score_sequences
@@ -19,31 +20,8 @@ BOS, EOS = 1, 2
 
 def build_tiny_lm(path: Path, seed: int, words=WORDS, sharpness: float = 6.0, n_positions: int = 64) -> Path:
     """A random GPT-2 (1 layer, 16 dims) over <unk> <bos> <eos> <pad> + words; ``sharpness`` scales logits."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
-
-    vocab = {w: i for i, w in enumerate(["<unk>", "<bos>", "<eos>", "<pad>", *words])}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, unk_token="<unk>", bos_token="<bos>", eos_token="<eos>", pad_token="<pad>"
-    )
-    torch.manual_seed(seed)
-    config = GPT2Config(
-        vocab_size=len(vocab),
-        n_positions=n_positions,
-        n_embd=16,
-        n_layer=1,
-        n_head=2,
-        bos_token_id=BOS,
-        eos_token_id=EOS,
-    )
-    model = GPT2LMHeadModel(config)
-    with torch.no_grad():
-        model.transformer.ln_f.weight.mul_(sharpness)  # peaked next-token distributions: temperature matters
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return make_tiny_gpt2(path, words, n_positions, seed, n_embd=16, n_layer=1, n_head=2, bos="<bos>", eos="<eos>",
+                          pad="<pad>", sharpness=sharpness)
 
 
 @pytest.fixture(scope="module")

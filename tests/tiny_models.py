@@ -7,21 +7,38 @@ from pathlib import Path
 WORDS = ["the", "a", "cat", "dog", "sat", "ran", "on", "under", "mat", "log", "and", "quickly", "slowly", ".", ","]
 
 
-def make_tiny_gpt2(path: str | Path, words=WORDS, n_positions: int = 64, seed: int = 0) -> Path:
-    """A randomly initialised 2-layer GPT-2 with a word-level tokenizer, saved with save_pretrained to ``path``."""
+def make_tiny_gpt2(
+    path: str | Path,
+    words=WORDS,
+    n_positions: int = 64,
+    seed: int = 0,
+    n_embd: int = 32,
+    n_layer: int = 2,
+    n_head: int = 2,
+    bos: str = "<|endoftext|>",
+    eos: str = "<|endoftext|>",
+    pad: str | None = None,
+    split_punctuation: bool = False,
+    sharpness: float = 1.0,
+) -> Path:
+    """A random GPT-2 with a word-level tokenizer over <unk>, bos, eos[, pad] + words (ids in that order, duplicates
+    merged), saved with save_pretrained to ``path``; ``sharpness`` scales the final layer norm (peakier logits)."""
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
     path = Path(path)
-    vocab = {w: i for i, w in enumerate(["<unk>", "<|endoftext|>", *words])}
+    vocab = {w: i for i, w in enumerate(dict.fromkeys(["<unk>", bos, eos, *([pad] if pad else []), *words]))}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<|endoftext|>",
-                                   eos_token="<|endoftext|>")
+    tok.pre_tokenizer = pre_tokenizers.Whitespace() if split_punctuation else pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token=bos, eos_token=eos,
+                                   **({"pad_token": pad} if pad else {}))
     torch.manual_seed(seed)
-    config = GPT2Config(vocab_size=len(vocab), n_positions=n_positions, n_embd=32, n_layer=2, n_head=2,
-                        bos_token_id=1, eos_token_id=1)
-    GPT2LMHeadModel(config).save_pretrained(path)
+    config = GPT2Config(vocab_size=len(vocab), n_positions=n_positions, n_embd=n_embd, n_layer=n_layer,
+                        n_head=n_head, bos_token_id=vocab[bos], eos_token_id=vocab[eos])
+    model = GPT2LMHeadModel(config)
+    with torch.no_grad():
+        model.transformer.ln_f.weight.mul_(sharpness)
+    model.save_pretrained(path)
     fast.save_pretrained(path)
     return path

@@ -54,3 +54,17 @@ def save_checkpoint(model, output_dir: str | Path, config, history: list[dict]) 
     record = {"config": dataclasses.asdict(config), "history": history}
     (output_dir / "training.json").write_text(json.dumps(record, indent=1))
     return output_dir
+
+
+def make_default_arguments(description: str, epochs: int, data_dir: Path, argv: list[str] | None = None):
+    """``--seed``, ``--epochs``, ``--data-dir``: the options of every ``make_default`` script (bundled checkpoints)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--epochs", type=int, default=epochs)
+    parser.add_argument("--data-dir", type=Path, default=data_dir)
+    return parser.parse_args(argv)
+
+
+def split_documents(docs: list, num_test: int, num_valid: int) -> tuple[list, list, list]:
+    """(test, valid, train): the first ``num_test`` documents, the next ``num_valid``, the rest."""
+    return docs[:num_test], docs[num_test : num_test + num_valid], docs[num_test + num_valid :]

@@ -7,11 +7,10 @@ nothing downloaded. Deterministic given the seed (up to floating-point differenc
 
 from __future__ import annotations
 
-import argparse
 import shutil
-from pathlib import Path
 
 from ...paths import DATA_DIR
+from ..training import make_default_arguments, split_documents
 from .conll import write_coref_jsonl
 from .synthetic import SyntheticConfig, generate_corpus
 from .train import TrainConfig, train_entitynlm
@@ -32,13 +31,9 @@ A test fixture for the estimators, not a model of English.
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--epochs", type=int, default=TRAINING.epochs)
-    parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
-    args = parser.parse_args(argv)
+    args = make_default_arguments(__doc__, TRAINING.epochs, DATA_DIR, argv)
     docs = generate_corpus(CORPUS, seed=args.seed)
-    test, valid, train = docs[:NUM_TEST], docs[NUM_TEST : NUM_TEST + NUM_VALID], docs[NUM_TEST + NUM_VALID :]
+    test, valid, train = split_documents(docs, NUM_TEST, NUM_VALID)
     config = TrainConfig(**{**TRAINING.__dict__, "epochs": args.epochs, "seed": args.seed})
     out = args.data_dir / "entitynlm"
     if out.exists():

@@ -8,11 +8,10 @@ seed (up to floating-point differences across torch builds).
 
 from __future__ import annotations
 
-import argparse
 import shutil
-from pathlib import Path
 
 from ...paths import DATA_DIR
+from ..training import make_default_arguments, split_documents
 from .linked_wikitext import write_linked_jsonl
 from .synthetic import SyntheticConfig, generate_corpus
 from .train import TrainConfig, train_kglm
@@ -24,13 +23,9 @@ NUM_VALID = 20
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--epochs", type=int, default=TRAINING.epochs)
-    parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
-    args = parser.parse_args(argv)
+    args = make_default_arguments(__doc__, TRAINING.epochs, DATA_DIR, argv)
     graph, docs = generate_corpus(CORPUS, seed=args.seed)
-    test, valid, train = docs[:NUM_TEST], docs[NUM_TEST:NUM_TEST + NUM_VALID], docs[NUM_TEST + NUM_VALID:]
+    test, valid, train = split_documents(docs, NUM_TEST, NUM_VALID)
     config = TrainConfig(**{**TRAINING.__dict__, "epochs": args.epochs, "seed": args.seed})
     out = args.data_dir / "kglm"
     if out.exists():
