@@ -1,7 +1,7 @@
 """lm-eval integration: the start-up hook, the latent backends and the latent_ppl_tiny task.
 
 Start-up cost of the hook (measured on this shared 2-core machine, Python 3.11, no timing assertion here):
-``python -X importtime`` shows ``lm_latent_eval.harness.hook`` at 0.7-1.0 ms; interleaving 150 runs each of
+``python -X importtime`` shows ``_lm_latent_eval_hook`` at 0.7-1.0 ms; interleaving 150 runs each of
 ``python -S -c "import site; site.addsitedir(D)"`` with D holding the .pth + hook vs. D empty gives medians of
 12.7 ms vs. 10.2 ms, i.e. +2.5 ms for reading the .pth, importing the hook and installing its finder. Budget: < 10 ms.
 """
@@ -81,8 +81,7 @@ def log_forward(model, text: str) -> float:
 def test_hook_registers_latent_backends_and_keeps_builtin_models(tmp_path):
     code = """
 import sys
-assert "torch" not in sys.modules and "lm_eval" not in sys.modules
-assert "lm_latent_eval.harness.backends" not in sys.modules
+assert "torch" not in sys.modules and "lm_eval" not in sys.modules and "lm_latent_eval" not in sys.modules
 from lm_eval.api.registry import get_model
 print(get_model("latent_hmm").__name__, get_model("latent").__name__, get_model("dummy").__name__, get_model("hf").__name__)
 """
@@ -107,12 +106,14 @@ def test_hook_backends_match_entry_points_and_plugin_registrations():
 
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert hook.BACKENDS == pyproject["project"]["entry-points"]["lm_eval.models"]
+    wheel_root = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
+    assert wheel_root["lm_latent_eval/harness/hook.py"] == "_lm_latent_eval_hook.py"  # what hook_site_dir copies
     from lm_eval.api.registry import get_model
 
     for name, target in hook.BACKENDS.items():
         module, _, attr = target.partition(":")
         assert get_model(name) is getattr(__import__(module, fromlist=[attr]), attr)
-    assert (REPO / "lm_latent_eval_hook.pth").read_text().strip() == "import lm_latent_eval.harness.hook"
+    assert (REPO / "lm_latent_eval_hook.pth").read_text().strip() == "import _lm_latent_eval_hook"
 
 
 # ---- backend ----------------------------------------------------------------------------------------------------

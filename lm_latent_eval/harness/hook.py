@@ -1,8 +1,12 @@
 """Start-up hook (run by ``lm_latent_eval_hook.pth``): add our backends to lm-eval's model registry when it loads.
 
+The wheel installs this file at site-packages root as ``_lm_latent_eval_hook`` (pyproject's force-include moves
+it there), so that interpreter start-up imports that one module and not the ``lm_latent_eval`` package: a checkout
+on ``sys.path`` is never shadowed by the installed copy. It therefore imports nothing relative.
+
 lm-eval 0.4.13 has no plugin discovery, so ``lm_eval --model latent_hmm`` can only find us if our names are in
 ``lm_eval.api.registry.model_registry`` before the CLI looks them up. At interpreter start this module only puts
-one finder on ``sys.meta_path`` (no torch, no lm-eval; only this package's import-free ``__init__`` modules). When ``lm_eval.api.registry`` is
+one finder on ``sys.meta_path`` (no torch, no lm-eval, no lm_latent_eval import). When ``lm_eval.api.registry`` is
 first imported, the finder lets it load normally, then imports ``lm_eval.models`` (so the built-in models are
 registered first: ``get_model`` only imports them while the registry is empty) and registers our names as lazy
 ``"module:Class"`` placeholders; lm-eval imports the class when the name is first asked for.
