@@ -1,0 +1,8 @@
+"""RNNG (Dyer et al. 2016), unlabeled and binarized as in URNNG (Kim et al. 2019): p(x, z) over sentences x and
+binary trees z (SHIFT/REDUCE actions), with a tree-CRF proposal q(z | x)."""
+
+from .latents import REDUCE, SHIFT
+from .model import RNNG, build_vocabulary
+from .proposal import TreeCRFProposal
+
+__all__ = ["REDUCE", "RNNG", "SHIFT", "TreeCRFProposal", "build_vocabulary"]

@@ -1,0 +1,240 @@
+"""RNNG generative model p(x, z) (Dyer et al. 2016) in the unlabeled binarized form of URNNG (Kim et al. 2019).
+
+z is a binary tree over the words w_1..w_T as SHIFT/REDUCE actions a_1..a_{2T−1} (``latents.py``). A stack LSTM
+summarizes the stack: its state after ``<s>`` and the stack elements e_1..e_n gives the context h of the next
+action. SHIFT generates the next word and pushes its embedding (tree-LSTM cell c = 0); REDUCE pops e_{n−1}, e_n
+and pushes their tree-LSTM composition. Then
+
+    p(x, z) = Π_t p(a_t | h_t) · Π_{a_t = SHIFT} p(w | h_t) · [p(</s> | h_end) when the sentence end is counted]
+
+with p(a | h) = softmax(W_a h) over {SHIFT, REDUCE} and p(w | h) = softmax(W_w h) over the vocabulary. Invalid
+events have probability exactly zero (masked logits): REDUCE with fewer than two stack elements (so SHIFT is then
+certain), ``<s>`` ever, and ``</s>`` unless the stack holds one finished constituent of ≥ 1 word. Generating
+``</s>`` ends the sentence, so with the end counted p is a distribution over sentences with their trees. The model
+does not know T: where all words are shifted but the stack holds ≥ 2 elements, REDUCE is charged its probability.
+
+Sentence end: ``count_eos=True`` (default) makes ``tokenize`` append ``</s>``, so T includes it and log p(x, z)
+includes p(</s> | h_end), as URNNG trains it; ``count_eos=False`` leaves it out (perplexity over words only, as on
+the PTB version of Dyer et al.). ``log_joint`` decides from x itself: it counts the end iff x ends with ``</s>``.
+K trees of one sentence are scored in one batched pass (a loop over the 2T − 1 actions, never over particles).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+import torch
+from huggingface_hub import PyTorchModelHubMixin
+from torch import nn
+
+from .latents import REDUCE, SHIFT, check_actions, is_tree, right_branching, stack_sizes
+from .proposal import TreeCRFProposal
+
+UNK, BOS, EOS = "<unk>", "<s>", "</s>"
+SPECIAL = (UNK, BOS, EOS)
+WORD_BLOCK = 1 << 22  # word logits computed per block of (rows × vocabulary) entries, bounding memory
+
+
+def build_vocabulary(sentences: Iterable[Iterable[str]], min_count: int = 1, max_size: int | None = None) -> list[str]:
+    """[<unk>, <s>, </s>, words seen ≥ min_count times, most frequent first (ties alphabetical)]."""
+    counts = Counter(w for sent in sentences for w in sent)
+    words = [w for w, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if c >= min_count and w not in SPECIAL]
+    if max_size is not None:
+        words = words[: max(0, max_size - len(SPECIAL))]
+    return [*SPECIAL, *words]
+
+
+class TreeLSTM(nn.Module):
+    """Binary tree-LSTM composition: c = σ(f_l) c_l + σ(f_r) c_r + σ(i) tanh(g), h = σ(o) tanh(c)."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = dim
+        self.linear = nn.Linear(2 * dim, 5 * dim)
+
+    def forward(self, left_h, left_c, right_h, right_c):
+        i, f_l, f_r, o, g = self.linear(torch.cat([left_h, right_h], -1)).split(self.dim, -1)
+        c = torch.sigmoid(f_l) * left_c + torch.sigmoid(f_r) * right_c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+
+class StackLSTM(nn.Module):
+    """A stack of LSTM cells; states are [B, L, H] (h and c of every layer)."""
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int, dropout: float = 0.0):
+        super().__init__()
+        self.cells = nn.ModuleList(nn.LSTMCell(input_size if l == 0 else hidden_size, hidden_size)
+                                   for l in range(num_layers))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, inputs, h, c):
+        """One step from states h, c [B, L, H] on inputs [B, D]: new (h, c) [B, L, H]."""
+        hs, cs = [], []
+        for l, cell in enumerate(self.cells):
+            h_l, c_l = cell(inputs if l == 0 else self.dropout(hs[-1]), (h[:, l], c[:, l]))
+            hs.append(h_l)
+            cs.append(c_l)
+        return torch.stack(hs, 1), torch.stack(cs, 1)
+
+
+class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=["latent-lm", "rnng"]):
+    """Unlabeled binarized RNNG: ``tokenize``, ``log_joint(x, z)`` [K], ``proposal`` (tree CRF q(z | x)).
+
+    x: LongTensor [T] of word ids (with a final </s> when the sentence end is counted). z: LongTensor [K, 2T_w − 1]
+    of SHIFT (0) / REDUCE (1) actions over the T_w words. Sizes: D = ``dim`` (word and constituent vectors),
+    H = ``hidden_size`` (stack LSTM), L = ``num_layers``.
+    """
+
+    def __init__(
+        self,
+        vocab: list[str],
+        dim: int = 32,
+        hidden_size: int = 32,
+        num_layers: int = 1,
+        count_eos: bool = True,
+        lowercase: bool = False,
+        tie_weights: bool = True,
+        dropout: float = 0.0,
+        proposal_dim: int | None = None,
+        proposal_hidden_size: int | None = None,
+    ):
+        super().__init__()
+        if not isinstance(vocab, (list, tuple)) or any(s not in vocab for s in SPECIAL):
+            raise ValueError(f"vocab must be a list of words containing {SPECIAL}")
+        if len(set(vocab)) != len(vocab):
+            raise ValueError("vocab has duplicate words")
+        self.vocab = list(vocab)
+        self.word_to_id = {w: i for i, w in enumerate(self.vocab)}
+        self.unk_id, self.bos_id, self.eos_id = (self.word_to_id[s] for s in SPECIAL)
+        self.count_eos, self.lowercase = bool(count_eos), bool(lowercase)
+        self.dim, self.hidden_size, self.num_layers = dim, hidden_size, num_layers
+        V = len(self.vocab)
+        self.embedding = nn.Embedding(V, dim)
+        self.stack_lstm = StackLSTM(dim, hidden_size, num_layers, dropout)
+        self.compose = TreeLSTM(dim)
+        self.dropout = nn.Dropout(dropout)
+        self.action_head = nn.Linear(hidden_size, 2)  # logits of SHIFT (0) and REDUCE (1)
+        self.word_head = nn.Linear(hidden_size, V)
+        if tie_weights:
+            if dim != hidden_size:
+                raise ValueError(f"tie_weights needs dim == hidden_size, got {dim} and {hidden_size}")
+            self.word_head.weight = self.embedding.weight
+        nn.init.uniform_(self.embedding.weight, -0.1, 0.1)
+        self.proposal = TreeCRFProposal(V, self.bos_id, self.eos_id, proposal_dim or dim,
+                                        proposal_hidden_size or hidden_size, dropout)
+
+    @classmethod
+    def _from_pretrained(cls, *, strict: bool = True, **kwargs):
+        """Load with strict=True: a checkpoint missing a parameter is an error, never a random init."""
+        return super()._from_pretrained(strict=strict, **kwargs)
+
+    @property
+    def device(self) -> torch.device:
+        return self.embedding.weight.device
+
+    # --- text ---------------------------------------------------------------------------------------------------
+    def token_ids(self, words: Iterable[str], eos: bool | None = None) -> torch.Tensor:
+        """Ids of already-split words (unknown words and the special symbols as text -> <unk>), then </s> if the
+        sentence end is counted (``eos``, default ``count_eos``) and there is at least one word: [T]."""
+        norm = (lambda w: w.lower()) if self.lowercase else (lambda w: w)
+        ids = [self.unk_id if w in SPECIAL else self.word_to_id.get(norm(w), self.unk_id) for w in words]
+        if ids and (self.count_eos if eos is None else eos):
+            ids.append(self.eos_id)
+        return torch.tensor(ids, dtype=torch.long, device=self.device)
+
+    def tokenize(self, text: str) -> torch.Tensor:
+        """Whitespace-separated words -> LongTensor [T] (+ </s> when counted; "" -> T = 0)."""
+        if not isinstance(text, str):
+            raise TypeError(f"tokenize expects a string, got {type(text).__name__}")
+        return self.token_ids(text.split())
+
+    def detokenize(self, x: torch.Tensor) -> str:
+        """Words of the ids joined by single spaces (without </s>)."""
+        return " ".join(self.vocab[i] for i in x.tolist() if i != self.eos_id)
+
+    # --- p(x, z) ------------------------------------------------------------------------------------------------
+    def log_joint(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """log p(x, z_k) for K trees: float64 [K]; −inf for an action sequence that is not a tree over x's words."""
+        words = self.proposal.words(x)  # checks x; drops a final </s>
+        with_eos = words.numel() < x.numel()
+        T = words.numel()
+        z = check_actions(z.to(self.device), T)
+        K = z.shape[0]
+        if T == 0:
+            return torch.zeros(K, dtype=torch.float64, device=self.device)
+        valid = is_tree(z, T)
+        actions = torch.where(valid[:, None], z, right_branching(T, 1, self.device))
+        log_p = self.score_batch(words.unsqueeze(0), actions, with_eos)
+        return log_p.masked_fill(~valid, float("-inf"))
+
+    def score_batch(self, words: torch.Tensor, actions: torch.Tensor, with_eos: bool) -> torch.Tensor:
+        """log p(x_b, z_b) for words [B|1, T] and valid trees actions [B, 2T − 1] (float32 math): float64 [B]."""
+        B, A = actions.shape
+        T = words.shape[1]
+        D, H, L = self.dim, self.hidden_size, self.num_layers
+        dev = actions.device
+        rows = torch.arange(B, device=dev)
+        emb = self.dropout(self.embedding(words)).expand(B, T, D)
+        # stack-LSTM states at positions 0..T (position n: after <s> and n elements), element vectors 0..T−1
+        zeros = emb.new_zeros(1, L, H)
+        h0, c0 = self.stack_lstm(self.dropout(self.embedding.weight[self.bos_id]).unsqueeze(0), zeros, zeros)
+        state_h = torch.cat([h0, zeros.expand(T, L, H)]).unsqueeze(0).expand(B, T + 1, L, H)
+        state_c = torch.cat([c0, zeros.expand(T, L, H)]).unsqueeze(0).expand(B, T + 1, L, H)
+        elem_h = emb.new_zeros(B, T, D)
+        elem_c = emb.new_zeros(B, T, D)
+        size = torch.zeros(B, dtype=torch.long, device=dev)
+        ptr = torch.zeros(B, dtype=torch.long, device=dev)
+        positions, state_positions = torch.arange(T, device=dev), torch.arange(T + 1, device=dev)
+        contexts = []
+        for t in range(A):
+            contexts.append(state_h[rows, size, L - 1])
+            shift = actions[:, t] == SHIFT
+            left, right = (size - 2).clamp(min=0), (size - 1).clamp(min=0)
+            comp_h, comp_c = self.compose(elem_h[rows, left], elem_c[rows, left], elem_h[rows, right], elem_c[rows, right])
+            word = emb[rows, ptr.clamp(max=T - 1)]
+            new_h = torch.where(shift[:, None], word, comp_h)
+            new_c = torch.where(shift[:, None], torch.zeros_like(comp_c), comp_c)
+            pos = torch.where(shift, size, left)  # index of the new element
+            h, c = self.stack_lstm(new_h, state_h[rows, pos], state_c[rows, pos])
+            at = (positions == pos[:, None])[..., None]
+            elem_h, elem_c = torch.where(at, new_h[:, None], elem_h), torch.where(at, new_c[:, None], elem_c)
+            at = (state_positions == (pos + 1)[:, None])[..., None, None]
+            state_h, state_c = torch.where(at, h[:, None], state_h), torch.where(at, c[:, None], state_c)
+            size, ptr = pos + 1, ptr + shift.long()
+        ctx = self.dropout(torch.stack(contexts, 1))  # [B, A, H]
+        sizes = stack_sizes(actions)
+        # actions: REDUCE impossible below two elements (SHIFT is then certain)
+        impossible = torch.stack([torch.zeros_like(sizes, dtype=torch.bool), sizes < 2], -1)
+        action_logits = self.action_head(ctx).float().masked_fill(impossible, float("-inf"))
+        action_lp = action_logits.log_softmax(-1).gather(2, actions.unsqueeze(2)).squeeze(2)
+        log_p = action_lp.double().sum(1)
+        # words at the SHIFT steps; </s> is possible only on one finished constituent of ≥ 1 word
+        is_shift = actions == SHIFT
+        shift_ctx = ctx[is_shift].view(B * T, -1)
+        eos_ok = ((sizes[is_shift].view(B, T) == 1) & (torch.arange(T, device=dev) >= 1)).reshape(-1)
+        log_p = log_p + self.word_log_probs(shift_ctx, eos_ok, words.expand(B, T).reshape(-1)).view(B, T).sum(1)
+        if with_eos:
+            end = self.dropout(state_h[:, 1, L - 1])  # the stack holds one element
+            eos = torch.full((B,), self.eos_id, dtype=torch.long, device=dev)
+            log_p = log_p + self.word_log_probs(end, torch.ones(B, dtype=torch.bool, device=dev), eos)
+        return log_p
+
+    def word_log_probs(self, ctx: torch.Tensor, eos_allowed: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """log p(target_n | h_n) for contexts [N, H], </s> masked where not allowed [N], <s> always: float64 [N]."""
+        N, V = ctx.shape[0], len(self.vocab)
+        rows = max(1, WORD_BLOCK // V)
+        parts = []
+        for s in range(0, N, rows):
+            logits = self.word_head(ctx[s : s + rows]).float()
+            masked = torch.zeros_like(logits, dtype=torch.bool)
+            masked[:, self.bos_id] = True
+            masked[:, self.eos_id] = ~eos_allowed[s : s + rows]
+            logits = logits.masked_fill(masked, float("-inf"))
+            lp = logits.gather(1, target[s : s + rows, None]).squeeze(1) - logits.logsumexp(-1)
+            parts.append(lp.double())
+        return torch.cat(parts) if parts else ctx.new_zeros(0, dtype=torch.float64)
+
+    def extra_repr(self) -> str:
+        return (f"vocab_size={len(self.vocab)}, dim={self.dim}, hidden_size={self.hidden_size}, "
+                f"num_layers={self.num_layers}, count_eos={self.count_eos}")
