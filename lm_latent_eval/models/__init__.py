@@ -15,6 +15,7 @@ MODELS = {
     "hmm": "lm_latent_eval.models.hmm:HMMLanguageModel",
     "kglm": "lm_latent_eval.models.kglm:KGLM",
     "entitynlm": "lm_latent_eval.models.entitynlm:EntityNLM",
+    "rnng": "lm_latent_eval.models.rnng:RNNG",
     "causal": "lm_latent_eval.models.causal_lm:CausalLMAsLatent",  # any transformers causal LM, trivial z
 }
 

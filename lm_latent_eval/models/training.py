@@ -14,6 +14,7 @@ TRAINERS = {
     "hmm": "lm_latent_eval.models.hmm.train",
     "kglm": "lm_latent_eval.models.kglm.train",
     "entitynlm": "lm_latent_eval.models.entitynlm.train",
+    "rnng": "lm_latent_eval.models.rnng.train",
 }
 
 

@@ -53,7 +53,7 @@ def right_branching(num_words: int, k: int = 1, device=None) -> torch.Tensor:
 
 
 def spans_from_actions(actions: torch.Tensor, num_words: int) -> torch.Tensor:
-    """Constituent indicator [K, T, T] (True at (i, j) when words i..j form a constituent) of valid trees."""
+    """Constituent indicator [K, T, T] (True at (i, j) when words i..j form a constituent); meaningless for non-trees."""
     K, A = actions.shape
     T = num_words
     spans = torch.zeros(K, T, T, dtype=torch.bool, device=actions.device)
@@ -68,7 +68,7 @@ def spans_from_actions(actions: torch.Tensor, num_words: int) -> torch.Tensor:
         p = ptr.clamp(max=T - 1)
         below = (size - 2).clamp(min=0)
         start = torch.where(shift, p, left[rows, below])
-        end = torch.where(shift, p, (ptr - 1).clamp(min=0))
+        end = torch.where(shift, p, (ptr - 1).clamp(0, T - 1))
         spans[rows, start, end] = True
         pos = torch.where(shift, size, below).clamp(max=T - 1)
         left[rows, pos] = start

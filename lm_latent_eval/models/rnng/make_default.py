@@ -1,0 +1,59 @@
+"""Build the bundled default: the synthetic treebank, a small RNNG + tree-CRF proposal trained on it, test trees.
+
+``python -m lm_latent_eval.models.rnng.make_default`` writes ``lm_latent_eval/data/rnng/`` (checkpoint in the Hub
+layout) and ``lm_latent_eval/data/ptb_tiny/test.txt`` (PTB-style bracketed trees with POS tags), with nothing
+downloaded. Deterministic given the seed (up to floating-point differences across torch builds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+from ...paths import DATA_DIR
+from .synthetic import SyntheticConfig, generate_treebank
+from .train import TrainConfig, train_rnng
+from .treebank import sentence_from_bracketed
+
+CORPUS = SyntheticConfig(num_sentences=1500)
+TRAINING = TrainConfig(epochs=30)
+NUM_TEST = 50
+NUM_VALID = 100
+CARD = """# Bundled RNNG (lm-latent-eval)
+
+A small unlabeled binarized RNNG p(x, z) (Dyer et al. 2016; Kim et al. 2019) and its tree-CRF proposal q(z | x),
+trained by `python -m lm_latent_eval.models.rnng.make_default` on {train} trees of the synthetic treebank
+(`lm_latent_eval/models/rnng/synthetic.py`, seed {seed}); {valid} trees for validation; the first {test} are
+`lm_latent_eval/data/ptb_tiny/test.txt`. Settings and the per-epoch record: `training.json`.
+Final validation (sentence end counted): per-token perplexity on gold trees {gold:.3f}, IS perplexity ({k} trees per
+sentence) {is_ppl:.3f}. A test fixture for the estimators, not a model of English.
+"""
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--epochs", type=int, default=TRAINING.epochs)
+    parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
+    args = parser.parse_args(argv)
+    trees = generate_treebank(CORPUS, seed=args.seed)
+    sents = [sentence_from_bracketed(t, f"synthetic tree {i}") for i, t in enumerate(trees)]
+    test, valid, train = sents[:NUM_TEST], sents[NUM_TEST : NUM_TEST + NUM_VALID], sents[NUM_TEST + NUM_VALID :]
+    config = TrainConfig(**{**TRAINING.__dict__, "epochs": args.epochs, "seed": args.seed})
+    out = args.data_dir / "rnng"
+    if out.exists():
+        shutil.rmtree(out)
+    _, history = train_rnng(train, valid, config, out, progress=False)
+    final = history[-1]
+    (out / "README.md").write_text(CARD.format(train=len(train), valid=len(valid), test=len(test), seed=args.seed,
+                                               gold=final["valid_joint_ppl"], k=final["valid_samples"],
+                                               is_ppl=final["valid_is_ppl"]))
+    test_file = args.data_dir / "ptb_tiny" / "test.txt"
+    test_file.parent.mkdir(parents=True, exist_ok=True)
+    test_file.write_text("".join(t + "\n" for t in trees[:NUM_TEST]), encoding="utf-8")
+    print(f"wrote {out} and {test_file}; final: {final}")
+
+
+if __name__ == "__main__":
+    main()

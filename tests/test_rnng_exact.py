@@ -1,0 +1,262 @@
+"""RNNG exactness on short sentences: enumerating every binary tree gives log p(x); the inside algorithm's partition
+function is the sum over those trees; q sums to one over them, samples follow q (chi-square) and report their exact
+log q; IS converges to the exact value and p̂ is unbiased; beam marginalization is a lower bound that is exact once
+the beam holds every tree; invalid actions have probability zero; K trees scored at once equal K single passes."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+from is_checks import assert_unbiased, exact_is_standard_error
+from scipy.stats import chisquare
+
+from lm_latent_eval.estimators import beam_log_marginal, importance_log_weights, log_mean_exp
+from lm_latent_eval.models.rnng import RNNG, build_vocabulary
+from lm_latent_eval.models.rnng.enumerate import catalan, enumerate_trees, exact_log_marginal
+from lm_latent_eval.models.rnng.latents import actions_from_spans, is_tree, spans_from_actions
+from lm_latent_eval.models.rnng.tree_crf import inside, kbest_trees, log_partition, tree_scores
+
+WORDS = ["the", "dog", "saw", "a", "cat", "with"]
+TEXT = "the dog saw a cat with a cat"  # 8 words
+ATOL = 1e-5  # float32 network math, float64 accumulation
+
+
+def tiny_rnng(seed: int = 0, count_eos: bool = True, num_layers: int = 2) -> RNNG:
+    """Random weights (std 0.4 for p, 0.2 for q) so that every factor matters; p and q are unrelated."""
+    torch.manual_seed(seed)
+    model = RNNG(build_vocabulary([WORDS]), dim=6, hidden_size=6, num_layers=num_layers, count_eos=count_eos,
+                 proposal_hidden_size=5)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.normal_(0, 0.2 if name.startswith("proposal.") else 0.4)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_rnng()
+
+
+def _keys(z: torch.Tensor) -> list[tuple]:
+    return [tuple(r) for r in z.tolist()]
+
+
+@pytest.mark.parametrize("T", [1, 2, 3, 5, 8])
+def test_enumeration_lists_every_tree_once(T):
+    z = enumerate_trees(T)
+    assert z.shape == (catalan(T - 1), 2 * T - 1) and len(set(_keys(z))) == z.shape[0]
+    assert is_tree(z, T).all()
+    spans = spans_from_actions(z, T)
+    assert (spans.sum((1, 2)) == 2 * T - 1).all() and torch.equal(actions_from_spans(spans), z)
+
+
+def test_support_is_exactly_the_trees(model):
+    """Over all 2^(2T−1) action sequences for T = 5: log p > −inf and log q > −inf exactly on the 14 trees."""
+    x = model.tokenize("the dog saw a cat")
+    every = torch.tensor(list(itertools.product([0, 1], repeat=9)))
+    with torch.no_grad():
+        finite_p = torch.isfinite(model.log_joint(x, every))
+        finite_q = torch.isfinite(model.proposal.log_prob(x, every, 0.7))
+    assert set(_keys(every[finite_p])) == set(_keys(enumerate_trees(5)))
+    assert torch.equal(finite_p, finite_q) and torch.equal(finite_p, is_tree(every, 5))
+
+
+@pytest.mark.parametrize("T", [1, 2, 4, 7])
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 3.0])
+def test_inside_partition_function_equals_the_enumerated_sum(T, temperature):
+    scores = torch.randn(2, T, T, generator=torch.Generator().manual_seed(T)) / temperature
+    spans = spans_from_actions(enumerate_trees(T), T)
+    for b in range(2):
+        enumerated = torch.logsumexp(tree_scores(scores[b], spans), 0)
+        assert float(log_partition(scores)[b]) == pytest.approx(float(enumerated), abs=1e-10)
+        assert float(inside(scores)[b, 0, T - 1]) == pytest.approx(float(enumerated), abs=1e-10)
+
+
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0])
+def test_proposal_sums_to_one_over_the_trees(model, temperature):
+    x = model.tokenize(TEXT)
+    with torch.no_grad():
+        log_q = model.proposal.log_prob(x, enumerate_trees(8), temperature)
+    assert torch.isfinite(log_q).all() and float(torch.logsumexp(log_q, 0)) == pytest.approx(0.0, abs=1e-9)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 2.0, 0.6])
+def test_samples_follow_q_and_report_exact_log_q(model, temperature):
+    """20,000 draws over the 14 trees of 5 words: every draw is a tree, its log q is q.log_prob, frequencies match q."""
+    x = model.tokenize("the dog saw a cat")
+    support = enumerate_trees(5)
+    index = {k: i for i, k in enumerate(_keys(support))}
+    with torch.no_grad():
+        probs = model.proposal.log_prob(x, support, temperature).exp().numpy()
+        z, log_q = model.proposal.sample(x, 20_000, temperature, True, torch.Generator().manual_seed(11))
+        assert torch.allclose(log_q, model.proposal.log_prob(x, z, temperature), atol=1e-9)
+        assert torch.isfinite(model.log_joint(x, z)).all()
+    counts = np.bincount([index[k] for k in _keys(z)], minlength=len(index))
+    expected = probs * 20_000
+    big = expected >= 5
+    observed, expected = np.append(counts[big], counts[~big].sum()), np.append(expected[big], expected[~big].sum())
+    if observed[-1] == 0 and expected[-1] < 1e-9:
+        observed, expected = observed[:-1], expected[:-1]
+    assert chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 1e-4
+
+
+def test_temperature_divides_the_span_scores(model):
+    x = model.tokenize("the dog saw a cat")
+    z = enumerate_trees(5)
+    with torch.no_grad():
+        s = model.proposal.span_scores(x)
+        expected = tree_scores(s / 2.5, spans_from_actions(z, 5)) - log_partition((s / 2.5)[None])[0]
+        assert torch.allclose(model.proposal.log_prob(x, z, 2.5), expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("count_eos", [True, False])
+def test_importance_sampling_converges_to_exact(count_eos):
+    model = tiny_rnng(seed=1, count_eos=count_eos)
+    x = model.tokenize(TEXT)
+    assert x.numel() == 8 + count_eos
+    exact = exact_log_marginal(model, x)
+    support = enumerate_trees(8)
+    for temperature in (1.0, 2.0):
+        lw = importance_log_weights(model, x, 8192, temperature, True, seed=3, document=TEXT)
+        se = exact_is_standard_error(model, x, support, temperature, True, exact, lw.size)
+        assert np.isfinite(lw).all() and se < 0.1
+        assert log_mean_exp(lw) == pytest.approx(exact, abs=4 * se)
+
+
+@pytest.mark.parametrize("count_eos", [True, False])
+def test_importance_estimate_is_unbiased(count_eos):
+    """Mean of p̂/p over 300 independent runs of K = 3 is 1 within 3 standard errors; E[log p̂] ≤ log p."""
+    model = tiny_rnng(seed=2, count_eos=count_eos)
+    text = "a cat saw the dog"
+    x = model.tokenize(text)
+    exact = exact_log_marginal(model, x)
+    runs = [log_mean_exp(importance_log_weights(model, x, 3, 1.3, True, seed=s, document=text)) for s in range(300)]
+    assert_unbiased(runs, exact)
+
+
+def test_beam_is_a_lower_bound_and_exact_once_it_holds_every_tree(model):
+    x = model.tokenize(TEXT)
+    exact = exact_log_marginal(model, x)
+    values = [beam_log_marginal(model, x, k, TEXT) for k in (1, 10, 100, 428)]
+    assert all(v <= exact + 1e-9 for v in values) and values[0] < exact - 1e-3
+    assert values == sorted(values)
+    z = model.proposal.beam(x, 1000)
+    assert z.shape == (429, 15) and len(set(_keys(z))) == 429  # every tree, once
+    assert beam_log_marginal(model, x, 429, TEXT) == pytest.approx(exact, abs=1e-9)
+
+
+def test_beam_returns_the_k_most_probable_trees_under_q(model):
+    x = model.tokenize(TEXT)
+    support = enumerate_trees(8)
+    with torch.no_grad():
+        log_q = model.proposal.log_prob(x, support)
+        for k in (1, 7, 60):
+            beam = model.proposal.beam(x, k)
+            assert torch.allclose(model.proposal.log_prob(x, beam), log_q.sort(descending=True).values[:k], atol=1e-9)
+
+
+def test_kbest_on_ties_and_short_spans():
+    """Equal scores: every tree ties, k-best still returns distinct trees, capped by Catalan(T − 1)."""
+    spans, scores = kbest_trees(torch.zeros(6, 6), 100)
+    assert spans.shape[0] == catalan(5) == 42 and torch.allclose(scores, torch.zeros(42, dtype=torch.float64))
+    assert len(set(_keys(actions_from_spans(spans)))) == 42
+    spans, _ = kbest_trees(torch.zeros(1, 1), 5)
+    assert spans.shape == (1, 1, 1)
+
+
+def test_batched_trees_equal_single_tree_passes(model):
+    """log p and log q of K trees at once equal K one-tree calls (the batch loops over actions, never particles)."""
+    x = model.tokenize(TEXT)
+    z, _ = model.proposal.sample(x, 40, 1.0, True, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        batched_p, batched_q = model.log_joint(x, z), model.proposal.log_prob(x, z, 0.8)
+        single_p = torch.cat([model.log_joint(x, z[i : i + 1]) for i in range(40)])
+        single_q = torch.cat([model.proposal.log_prob(x, z[i : i + 1], 0.8) for i in range(40)])
+    assert torch.allclose(batched_p, single_p, atol=ATOL) and torch.allclose(batched_q, single_q, atol=1e-9)
+
+
+def test_generative_story_masks_and_sentence_end():
+    """Σ_w p(w) over one-word sentences is 1 (<s> and </s> impossible there); counting </s> adds log p(</s> | ·) < 0."""
+    model = tiny_rnng(seed=3, count_eos=False)
+    shift = torch.zeros(1, 1, dtype=torch.long)
+    with torch.no_grad():
+        total = torch.logsumexp(torch.cat([model.log_joint(torch.tensor([w]), shift)
+                                           for w in range(len(model.vocab)) if w not in (model.bos_id, model.eos_id)]), 0)
+        assert float(total) == pytest.approx(0.0, abs=1e-6)
+        words = model.tokenize("the dog saw")
+        with_end = torch.cat([words, torch.tensor([model.eos_id])])
+        z = enumerate_trees(3)
+        end = model.log_joint(with_end, z) - model.log_joint(words, z)
+    assert (end < 0).all() and torch.isfinite(end).all()
+    assert model.tokenize("the dog").tolist() == [model.word_to_id["the"], model.word_to_id["dog"]]
+    counted = tiny_rnng(seed=3, count_eos=True)
+    assert counted.tokenize("the dog").tolist()[-1] == counted.eos_id
+
+
+def test_peek_false_and_bad_inputs_are_clear_errors(model):
+    x = model.tokenize("the dog saw")
+    with pytest.raises(ValueError, match="always reads all of x"):
+        model.proposal.sample(x, 3, peek=False)
+    with pytest.raises(ValueError, match="always reads all of x"):
+        importance_log_weights(model, x, 3, 1.0, False, seed=0, document="d")
+    with pytest.raises(ValueError, match=r"2T-1=5"):
+        model.log_joint(x, torch.zeros(2, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="SHIFT"):
+        model.log_joint(x, torch.full((1, 5), 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="ids outside"):
+        model.log_joint(torch.tensor([99]), torch.zeros(1, 1, dtype=torch.long))
+    with pytest.raises(ValueError, match="inside the sentence"):
+        model.log_joint(torch.tensor([3, model.eos_id, 4]), torch.zeros(1, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match="temperature"):
+        model.proposal.sample(x, 3, temperature=0.0)
+    with pytest.raises(ValueError, match="beam_size"):
+        model.proposal.beam(x, 0)
+
+
+def test_tokenize_and_empty_sentences(model):
+    assert model.tokenize("").numel() == 0 and model.tokenize("   ").numel() == 0
+    assert model.tokenize("the zebra </s>").tolist() == [model.word_to_id["the"], model.unk_id, model.unk_id, model.eos_id]
+    empty = model.tokenize("")
+    z, log_q = model.proposal.sample(empty, 3)
+    assert z.shape == (3, 0) and torch.equal(log_q, torch.zeros(3, dtype=torch.float64))
+    assert torch.equal(model.log_joint(empty, z), torch.zeros(3, dtype=torch.float64))
+    one = model.tokenize("dog")
+    z, log_q = model.proposal.sample(one, 4)
+    assert z.tolist() == [[0]] * 4 and torch.equal(log_q, torch.zeros(4, dtype=torch.float64))
+    with torch.no_grad():
+        assert exact_log_marginal(model, one) == pytest.approx(float(model.log_joint(one, z[:1])[0]))
+
+
+def test_save_load_round_trip(model, tmp_path):
+    model.save_pretrained(tmp_path / "ckpt")
+    loaded = RNNG.from_pretrained(str(tmp_path / "ckpt")).eval()
+    x = model.tokenize(TEXT)
+    z, log_q = model.proposal.sample(x, 16, 1.3, True, torch.Generator().manual_seed(5))
+    z2, log_q2 = loaded.proposal.sample(x, 16, 1.3, True, torch.Generator().manual_seed(5))
+    assert torch.equal(z, z2) and torch.equal(log_q, log_q2)
+    with torch.no_grad():
+        assert torch.equal(model.log_joint(x, z), loaded.log_joint(x, z))
+    assert loaded.vocab == model.vocab and loaded.count_eos and loaded.num_layers == 2
+    assert RNNG.from_pretrained(str(tmp_path / "ckpt"), count_eos=False).tokenize("dog").numel() == 1
+
+
+def test_gradients_reach_p_and_q(model):
+    """The supervised losses are differentiable through the stack, the composition and the inside algorithm."""
+    x = model.tokenize("the dog saw a")
+    z = enumerate_trees(4)[:3]
+    model.train()
+    try:
+        loss = -(model.log_joint(x, z).sum() + model.proposal.log_prob(x, z).sum())
+        loss.backward()
+    finally:
+        model.eval()
+    for name in ("compose.linear.weight", "stack_lstm.cells.0.weight_hh", "action_head.weight", "proposal.span_mlp.0.weight",
+                 "proposal.encoder.weight_ih_l0"):
+        grad = dict(model.named_parameters())[name].grad
+        assert grad is not None and grad.abs().sum() > 0, name
+    model.zero_grad()
+    assert math.isfinite(float(loss))
