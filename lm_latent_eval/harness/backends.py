@@ -227,7 +227,7 @@ class LatentLMEval(LM):
     def get_model_info(self) -> dict:
         """Model class, checkpoint and estimator settings; lm-eval merges this into results["config"]."""
         cls = type(self.model)
-        return {
+        info = {
             "latent_model": MODELS.get(self.model_name, self.model_name),
             "latent_model_class": f"{cls.__module__}:{cls.__qualname__}",
             "checkpoint": str(self.checkpoint),
@@ -237,6 +237,9 @@ class LatentLMEval(LM):
             "dtype": str(self._dtype or _parameter_dtype(self.model)).removeprefix("torch."),
             "lm_latent_eval_version": __version__,
         }
+        if hasattr(self.model, "count_eos"):  # sentence-level models: is the end-of-sentence token scored and counted?
+            info["count_eos"] = bool(self.model.count_eos)
+        return info
 
     def set_cache_hook(self, cache_hook) -> None:
         """Refuse an lm-eval ``--use_cache`` database filled by a different model, checkpoint or estimator."""
@@ -407,3 +410,16 @@ class LatentEntityNLMEval(LatentLMEval):
     """``--model latent_entitynlm``: EntityNLM (Ji et al. 2017) with its discriminative proposal (bundled checkpoint)."""
 
     MODEL = "entitynlm"
+
+
+@register_model("latent_rnng")
+class LatentRNNGEval(LatentLMEval):
+    """``--model latent_rnng``: unlabeled binarized RNNG (Dyer et al. 2016; Kim et al. 2019) with its tree-CRF proposal
+    (bundled checkpoint); model_arg ``count_eos`` (default: the checkpoint's) scores and counts ``</s>`` or not."""
+
+    MODEL = "rnng"
+
+    def __init__(self, count_eos=None, **kwargs) -> None:
+        count_eos = _parse_bool("count_eos", count_eos)
+        self.model_files = {} if count_eos is None else {"count_eos": count_eos}
+        super().__init__(**kwargs)

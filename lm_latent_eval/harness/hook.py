@@ -20,6 +20,7 @@ BACKENDS = {
     "latent_hmm": "lm_latent_eval.harness.backends:LatentHMMEval",
     "latent_kglm": "lm_latent_eval.harness.backends:LatentKGLMEval",
     "latent_entitynlm": "lm_latent_eval.harness.backends:LatentEntityNLMEval",
+    "latent_rnng": "lm_latent_eval.harness.backends:LatentRNNGEval",
 }
 
 REGISTRY_MODULE = "lm_eval.api.registry"
