@@ -42,3 +42,19 @@ def test_peek_false_is_a_clear_error():
     lm = LatentRNNGEval(num_samples=4, peek=False, device="cpu")
     with pytest.raises(ValueError, match="always reads all of x"):
         lm.loglikelihood_rolling([type("R", (), {"args": ("the dog slept .",)})()], disable_tqdm=True)
+
+
+def test_sweep_on_the_rnng_reads_trees_and_reports_peeking_rows_only(tmp_path, capsys):
+    from lm_latent_eval.cli import main
+    from lm_latent_eval.reports.sweep import read_documents
+
+    trees = tmp_path / "trees.mrg"
+    trees.write_text("(S (NP (NNP anna)) (VP (VBD slept)) (. .))\n(S (NP (DT the) (NN dog))\n   (VP (VBD saw) (NP (NNP bob))))\n")
+    assert read_documents(trees) == ["anna slept .", "the dog saw bob"]
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--model", "rnng", "--data", str(trees), "--num-samples", "8", "--temperatures", "1,2",
+                 "--beam-sizes", "1,100", "--output-dir", str(out)]) == 0
+    tables = (out / "tables.md").read_text()
+    assert "| τ = 2 |" in tables and "No peeking" not in tables and "peeking rows only" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no no-peeking proposal"):
+        main(["sweep", "--model", "rnng", "--data", str(trees), "--peek", "no-peek", "--output-dir", str(out)])

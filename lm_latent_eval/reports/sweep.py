@@ -17,13 +17,21 @@ from .plots import plot_convergence
 
 DEFAULT_TEMPERATURES = (0.5, 0.9, 1.0, 1.1, 2.0, 5.0)
 DEFAULT_BEAM_SIZES = (1, 10, 100)
+# bundled evaluation data of a model whose corpus is not the default tiny test set (paths under lm_latent_eval/data)
+DEFAULT_DATA = {"rnng": "ptb_tiny/test.txt"}
 
 
 def read_documents(path: str | Path) -> list[str]:
-    """Documents of a ``.jsonl`` file (field ``text``, or Linked WikiText-2 ``tokens``) or a ``.txt`` file (one per line)."""
+    """Documents of a ``.jsonl`` file (field ``text``, or Linked WikiText-2 ``tokens``), a ``.txt`` file (one per line),
+    or a file of PTB-style bracketed trees (one sentence per tree)."""
     path = Path(path)
-    lines = path.read_text(encoding="utf-8").splitlines()
-    if path.suffix == ".jsonl":
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    if path.suffix != ".jsonl" and text.lstrip().startswith("("):  # PTB-style bracketed trees: their words
+        from ..models.rnng.treebank import read_sentences
+
+        docs = read_sentences(path)
+    elif path.suffix == ".jsonl":
         docs = []
         for i, line in enumerate(lines):
             if line.strip():
@@ -163,9 +171,9 @@ def _ints(text: str) -> list[int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="hmm", help="registered name (hmm, kglm) or package.module:Class")
+    parser.add_argument("--model", default="hmm", help="registered name (hmm, kglm, entitynlm, rnng) or package.module:Class")
     parser.add_argument("--pretrained", default=None, help="checkpoint dir or Hub id (default: the bundled one)")
-    parser.add_argument("--data", default=None, help=".jsonl (field 'text') or .txt; default: bundled tiny test set")
+    parser.add_argument("--data", default=None, help=".jsonl (field 'text'), .txt (one per line) or PTB trees; default: the model's bundled test set")
     parser.add_argument("--num-samples", type=int, default=100)
     parser.add_argument("--temperatures", type=_floats, default=list(DEFAULT_TEMPERATURES))
     parser.add_argument("--peek", choices=("both", "peek", "no-peek"), default="both")
@@ -181,8 +189,14 @@ def run(args: argparse.Namespace) -> int:
     from ..paths import DATA_DIR
 
     model, _ = load_model(args.model, args.pretrained, device=args.device)
-    data = args.data or DATA_DIR / "corpus" / "tiny_test.jsonl"
+    data = args.data or DATA_DIR / DEFAULT_DATA.get(args.model, "corpus/tiny_test.jsonl")
     peek_modes = {"both": (True, False), "peek": (True,), "no-peek": (False,)}[args.peek]
+    if getattr(model.proposal, "always_peeks", False):  # e.g. the RNNG's tree CRF: no-peeking rows do not apply
+        if args.peek == "no-peek":
+            raise SystemExit(f"{type(model.proposal).__name__} always reads the whole text: no no-peeking proposal")
+        if args.peek == "both":
+            print(f"{type(model.proposal).__name__} always reads the whole text: peeking rows only")
+        peek_modes = (True,)
     result = run_sweep(model, read_documents(data), args.temperatures, peek_modes, args.beam_sizes,
                        args.num_samples, args.seed, args.batch_size, args.device)
     out = Path(args.output_dir)

@@ -28,6 +28,8 @@ NO_PEEKING = ("the RNNG proposal (a tree CRF over the whole sentence) always rea
 class TreeCRFProposal(nn.Module):
     """q_τ(z | x) = exp(Σ_{(i,j) ∈ z} s_ij / τ − log Z_τ) with s from a BiLSTM span encoder."""
 
+    always_peeks = True  # no no-peeking variant: sweeps report peeking rows only
+
     def __init__(self, vocab_size: int, bos_id: int, eos_id: int, dim: int, hidden_size: int, dropout: float = 0.0):
         super().__init__()
         self.vocab_size, self.bos_id, self.eos_id = vocab_size, bos_id, eos_id
