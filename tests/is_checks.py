@@ -42,3 +42,18 @@ def randomize_weights(model, std: float, proposal_noise: float = 0.3):
     for p in model.proposal.parameters():
         p.add_(proposal_noise * torch.randn_like(p))
     return model.eval()
+
+
+def assert_frequencies_match(counts, probs, min_expected: float = 5.0, min_pvalue: float = 1e-4) -> None:
+    """Chi-square goodness of fit of sample counts [N] to probabilities [N]; cells expecting < ``min_expected``
+    draws are pooled into one, and the expected counts are rescaled to the observed total (float rounding of q)."""
+    from scipy.stats import chisquare
+
+    counts, probs = np.asarray(counts, dtype=np.float64), np.asarray(probs, dtype=np.float64)
+    expected = probs * counts.sum()
+    big = expected >= min_expected
+    observed, expected = counts[big], expected[big]
+    if (~big).any():
+        observed, expected = np.append(observed, counts[~big].sum()), np.append(expected, probs[~big].sum() * counts.sum())
+    expected *= observed.sum() / expected.sum()
+    assert chisquare(observed, expected).pvalue > min_pvalue

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import importlib
 import json
+import math
 from pathlib import Path
 
 # model name -> trainer module with ``add_arguments(parser)`` and ``run(args)``; register a new trainer here.
@@ -69,3 +70,32 @@ def make_default_arguments(description: str, epochs: int, data_dir: Path, argv: 
 def split_documents(docs: list, num_test: int, num_valid: int) -> tuple[list, list, list]:
     """(test, valid, train): the first ``num_test`` documents, the next ``num_valid``, the rest."""
     return docs[:num_test], docs[num_test : num_test + num_valid], docs[num_test + num_valid :]
+
+
+class BestParameters:
+    """Per-epoch bookkeeping of the trainers: append and print each epoch's record, keep a copy of the parameters
+    with the lowest score (e.g. validation gold perplexity), and restore them at the end."""
+
+    def __init__(self, model, history: list[dict], progress: bool = True) -> None:
+        self.model, self.history, self.progress = model, history, progress
+        self.score, self.state = math.inf, None
+
+    def log(self, record: dict) -> None:
+        """Append ``record`` to the history (and print it as JSON when showing progress)."""
+        self.history.append(record)
+        if self.progress:
+            from tqdm.auto import tqdm
+
+            tqdm.write(json.dumps(record))
+
+    def epoch_done(self, record: dict, score: float) -> None:
+        """Log the epoch's record; copy the parameters when ``score`` is the lowest so far."""
+        self.log(record)
+        if score < self.score:
+            self.score = score
+            self.state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def restore(self) -> None:
+        """Load the kept parameters (if any epoch ran)."""
+        if self.state is not None:
+            self.model.load_state_dict(self.state)

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..training import add_config_arguments, config_from_args, save_checkpoint
+from ..training import BestParameters, add_config_arguments, config_from_args, save_checkpoint
 from .conll import CorefDocument, gold_latents, read_coref_jsonl
 from .latents import LATENT_KEYS
 from .model import EntityNLM, build_vocabulary
@@ -146,7 +146,7 @@ def train_entitynlm(train_docs: list[CorefDocument], valid_docs: list[CorefDocum
     if valid_data:
         history.append({"epoch": 0, **{f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items()}})
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    best = (math.inf, None)
+    best = BestParameters(model, history, progress)
     for epoch in range(1, config.epochs + 1):
         model.train()
         batches = _batches(train_data, config.batch_size)
@@ -170,21 +170,13 @@ def train_entitynlm(train_docs: list[CorefDocument], valid_docs: list[CorefDocum
                   "train_q_nll_nopeek": -sums[2] / tokens, "seconds": round(time.time() - start, 2)}
         if valid_data:
             record.update({f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items()})
-        history.append(record)
-        if progress:
-            tqdm.write(json.dumps(record))
-        score = record.get("valid_joint_ppl", record["train_joint_ppl"])
-        if score < best[0]:
-            best = (score, {k: v.detach().clone() for k, v in model.state_dict().items()})
-    if best[1] is not None:
-        model.load_state_dict(best[1])
+        best.epoch_done(record, record.get("valid_joint_ppl", record["train_joint_ppl"]))
+    best.restore()
     model.eval()
     if valid_data and config.valid_samples > 0:
-        history.append({"final": True, "valid_is_ppl": importance_sampled_ppl(model, valid_data, config.valid_samples),
-                        "valid_samples": config.valid_samples,
-                        **{f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items()}})
-        if progress:
-            tqdm.write(json.dumps(history[-1]))
+        best.log({"final": True, "valid_is_ppl": importance_sampled_ppl(model, valid_data, config.valid_samples),
+                  "valid_samples": config.valid_samples,
+                  **{f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items()}})
     if output_dir is not None:
         save_checkpoint(model, output_dir, config, history)
     return model, history

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..training import add_config_arguments, config_from_args, save_checkpoint
+from ..training import BestParameters, add_config_arguments, config_from_args, save_checkpoint
 from .graph import KnowledgeGraph
 from .linked_wikitext import LinkedDocument, document_tensors, read_linked_jsonl
 from .model import KGLM, build_vocabulary
@@ -142,7 +142,7 @@ def _fit(model: KGLM, params, train_data, valid_data, config: TrainConfig, epoch
     """``epochs`` of Adam on −(log p + log q) (joint) or −log q (proposal only); restore the best validation state."""
     optimizer = torch.optim.Adam(list(params), lr=config.lr, weight_decay=config.weight_decay)
     stage = "joint" if joint else "proposal"
-    best = (math.inf, None)
+    best = BestParameters(model, history, progress)
     for epoch in range(1, epochs + 1):
         model.train()
         order = list(range(len(train_data)))
@@ -173,17 +173,12 @@ def _fit(model: KGLM, params, train_data, valid_data, config: TrainConfig, epoch
             record["train_joint_ppl"] = math.exp(total_p / total_tokens)
         if valid_data:
             record.update({f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items() if k != "tokens"})
-        history.append(record)
-        if progress:
-            tqdm.write(json.dumps(record))
         if joint:
             score = record.get("valid_joint_ppl", record["train_joint_ppl"])
         else:
             score = (record["valid_q_nll_peek"] + record["valid_q_nll_nopeek"]) if valid_data else record["train_q_nll"]
-        if score < best[0]:
-            best = (score, {k: v.detach().clone() for k, v in model.state_dict().items()})
-    if best[1] is not None:
-        model.load_state_dict(best[1])
+        best.epoch_done(record, score)
+    best.restore()
 
 
 def load_graph_files(knowledge_graph: str | None, kg_pickle: str | None, alias_pickle: str | None) -> KnowledgeGraph:

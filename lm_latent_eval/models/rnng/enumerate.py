@@ -7,7 +7,7 @@ of the tensor code that scores them; there are Catalan(T − 1) of them (429 for
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cache
 
 import torch
 
@@ -16,7 +16,7 @@ from .latents import REDUCE, SHIFT
 MAX_WORDS = 12  # Catalan(11) = 58,786 trees
 
 
-@lru_cache(maxsize=None)
+@cache
 def _trees(n: int) -> tuple[tuple[int, ...], ...]:
     """Action sequences of every binary tree over n ≥ 1 leaves."""
     if n == 1:

@@ -28,7 +28,7 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from .latents import REDUCE, SHIFT, check_actions, is_tree, right_branching, stack_sizes
+from .latents import SHIFT, check_actions, is_tree, right_branching, stack_sizes
 from .proposal import TreeCRFProposal
 
 UNK, BOS, EOS = "<unk>", "<s>", "</s>"
