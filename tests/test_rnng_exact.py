@@ -253,4 +253,4 @@ def test_gradients_reach_p_and_q(model):
         grad = dict(model.named_parameters())[name].grad
         assert grad is not None and grad.abs().sum() > 0, name
     model.zero_grad()
-    assert math.isfinite(float(loss))
+    assert math.isfinite(float(loss.detach()))

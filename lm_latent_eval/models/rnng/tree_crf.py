@@ -71,7 +71,7 @@ def sample_trees(beta: torch.Tensor, num_samples: int, generator: torch.Generato
         allowed = (split_idx >= i[:, None]) & (split_idx < j[:, None])
         logits = logits.masked_fill(~allowed, float("-inf"))
         logp = logits - torch.logsumexp(logits, 1, keepdim=True)
-        k = torch.multinomial(logp.exp().float(), 1, generator=generator).squeeze(1)
+        k = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)  # float64 probabilities
         log_q += logp[rows, k]
         for lo, hi in ((k + 1, j), (i, k)):  # push the children that still need a split
             push = hi > lo
