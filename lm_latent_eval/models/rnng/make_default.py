@@ -7,11 +7,10 @@ downloaded. Deterministic given the seed (up to floating-point differences acros
 
 from __future__ import annotations
 
-import argparse
 import shutil
-from pathlib import Path
 
 from ...paths import DATA_DIR
+from ..training import make_default_arguments, split_documents
 from .synthetic import SyntheticConfig, generate_treebank
 from .train import TrainConfig, train_rnng
 from .treebank import sentence_from_bracketed
@@ -32,14 +31,10 @@ sentence) {is_ppl:.3f}. A test fixture for the estimators, not a model of Englis
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--epochs", type=int, default=TRAINING.epochs)
-    parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
-    args = parser.parse_args(argv)
+    args = make_default_arguments(__doc__, TRAINING.epochs, DATA_DIR, argv)
     trees = generate_treebank(CORPUS, seed=args.seed)
     sents = [sentence_from_bracketed(t, f"synthetic tree {i}") for i, t in enumerate(trees)]
-    test, valid, train = sents[:NUM_TEST], sents[NUM_TEST : NUM_TEST + NUM_VALID], sents[NUM_TEST + NUM_VALID :]
+    test, valid, train = split_documents(sents, NUM_TEST, NUM_VALID)
     config = TrainConfig(**{**TRAINING.__dict__, "epochs": args.epochs, "seed": args.seed})
     out = args.data_dir / "rnng"
     if out.exists():
