@@ -44,6 +44,23 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls) -> None:
             parser.add_argument(flag, type=type(value) if value is not None else int, default=value)
 
 
+def add_trainer_arguments(parser: argparse.ArgumentParser, config_cls, train_help: str, synthetic: dict) -> None:
+    """The options every trainer has: --train, --valid (same format), --synthetic (``synthetic``: add_argument
+    keywords), --output, one flag per training setting of ``config_cls``, --no-progress."""
+    parser.add_argument("--train", help=train_help)
+    parser.add_argument("--valid", help="validation data (same format)")
+    parser.add_argument("--synthetic", **synthetic)
+    parser.add_argument("--output", required=True, help="checkpoint folder (Hub layout)")
+    add_config_arguments(parser, config_cls)
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def report_training(output, history: list[dict]) -> int:
+    """Print the checkpoint folder and the last training record as one JSON line (the trainers' CLI output)."""
+    print(json.dumps({"output": str(output), "final": history[-1] if history else None}))
+    return 0
+
+
 def config_from_args(config_cls, args: argparse.Namespace):
     """The dataclass of training settings filled from the flags of ``add_config_arguments``."""
     return config_cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)})

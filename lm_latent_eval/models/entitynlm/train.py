@@ -11,7 +11,6 @@ instance level). The model is saved in the Hub layout (``save_pretrained``) with
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
 import time
@@ -21,7 +20,13 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..training import BestParameters, add_config_arguments, config_from_args, save_checkpoint
+from ..training import (
+    BestParameters,
+    add_trainer_arguments,
+    config_from_args,
+    report_training,
+    save_checkpoint,
+)
 from .conll import CorefDocument, gold_latents, read_coref_jsonl
 from .latents import LATENT_KEYS
 from .model import EntityNLM, build_vocabulary
@@ -185,12 +190,8 @@ def train_entitynlm(train_docs: list[CorefDocument], valid_docs: list[CorefDocum
 # --- `lm-latent-eval train entitynlm` ----------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``lm-latent-eval train entitynlm``."""
-    parser.add_argument("--train", help="CoNLL-2012 JSONL (tokens + clusters) for training")
-    parser.add_argument("--valid", help="validation JSONL (same format)")
-    parser.add_argument("--synthetic", action="store_true", help="train on the synthetic corpus (synthetic.py)")
-    parser.add_argument("--output", required=True, help="checkpoint folder (Hub layout)")
-    add_config_arguments(parser, TrainConfig)
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_trainer_arguments(parser, TrainConfig, "CoNLL-2012 JSONL (tokens + clusters) for training",
+                          {"action": "store_true", "help": "train on the synthetic corpus (synthetic.py)"})
 
 
 def run(args: argparse.Namespace) -> int:
@@ -207,5 +208,4 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise SystemExit("lm-latent-eval train entitynlm: --train JSONL (or --synthetic) is required")
     _, history = train_entitynlm(train_docs, valid_docs, config, args.output, progress=not args.no_progress)
-    print(json.dumps({"output": str(args.output), "final": history[-1] if history else None}))
-    return 0
+    return report_training(args.output, history)

@@ -13,7 +13,6 @@ with ``training.json`` (settings and the per-epoch record).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
 import time
@@ -23,7 +22,13 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..training import BestParameters, add_config_arguments, config_from_args, save_checkpoint
+from ..training import (
+    BestParameters,
+    add_trainer_arguments,
+    config_from_args,
+    report_training,
+    save_checkpoint,
+)
 from .graph import KnowledgeGraph
 from .linked_wikitext import LinkedDocument, document_tensors, read_linked_jsonl
 from .model import KGLM, build_vocabulary
@@ -197,15 +202,11 @@ def load_graph_files(knowledge_graph: str | None, kg_pickle: str | None, alias_p
 # --- `lm-latent-eval train kglm` ---------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``lm-latent-eval train kglm``."""
-    parser.add_argument("--train", help="annotated JSONL (Linked WikiText-2 format)")
-    parser.add_argument("--valid", help="validation JSONL (same format)")
+    add_trainer_arguments(parser, TrainConfig, "annotated JSONL (Linked WikiText-2 format)",
+                          {"metavar": "DIR", "help": "generate the synthetic corpus into DIR and train on it"})
     parser.add_argument("--knowledge-graph", help="knowledge graph + aliases in our JSON form (KnowledgeGraph.to_json)")
     parser.add_argument("--knowledge-graph-pickle", help="the original knowledge_graph.pkl")
     parser.add_argument("--alias-pickle", help="the original alias.pkl")
-    parser.add_argument("--synthetic", metavar="DIR", help="generate the synthetic corpus into DIR and train on it")
-    parser.add_argument("--output", required=True, help="checkpoint folder (Hub layout)")
-    add_config_arguments(parser, TrainConfig)
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -222,5 +223,4 @@ def run(args: argparse.Namespace) -> int:
     train_docs = list(read_linked_jsonl(args.train))
     valid_docs = list(read_linked_jsonl(args.valid)) if args.valid else []
     model, history = train_kglm(train_docs, valid_docs, graph, config, args.output, progress=not args.no_progress)
-    print(json.dumps({"output": str(args.output), "final": history[-1] if history else None}))
-    return 0
+    return report_training(args.output, history)

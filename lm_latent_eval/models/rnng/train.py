@@ -12,7 +12,6 @@ in the Hub layout (``save_pretrained``) with ``training.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
 import time
@@ -22,7 +21,13 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..training import BestParameters, add_config_arguments, config_from_args, save_checkpoint
+from ..training import (
+    BestParameters,
+    add_trainer_arguments,
+    config_from_args,
+    report_training,
+    save_checkpoint,
+)
 from .latents import spans_from_actions
 from .model import RNNG, build_vocabulary
 from .tree_crf import log_partition, tree_scores
@@ -161,12 +166,8 @@ def read_split(path: str | Path, config: TrainConfig) -> list[Sentence]:
 # --- `lm-latent-eval train rnng` ---------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``lm-latent-eval train rnng``."""
-    parser.add_argument("--train", help="PTB-style bracketed trees for training")
-    parser.add_argument("--valid", help="validation trees (same format)")
-    parser.add_argument("--synthetic", action="store_true", help="train on the synthetic treebank (synthetic.py)")
-    parser.add_argument("--output", required=True, help="checkpoint folder (Hub layout)")
-    add_config_arguments(parser, TrainConfig)
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_trainer_arguments(parser, TrainConfig, "PTB-style bracketed trees for training",
+                          {"action": "store_true", "help": "train on the synthetic treebank (synthetic.py)"})
 
 
 def run(args: argparse.Namespace) -> int:
@@ -186,5 +187,4 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise SystemExit("lm-latent-eval train rnng: --train TREES (or --synthetic) is required")
     _, history = train_rnng(train, valid, config, args.output, progress=not args.no_progress)
-    print(json.dumps({"output": str(args.output), "final": history[-1] if history else None}))
-    return 0
+    return report_training(args.output, history)
