@@ -58,3 +58,29 @@ def test_sweep_on_the_rnng_reads_trees_and_reports_peeking_rows_only(tmp_path, c
     assert "| τ = 2 |" in tables and "No peeking" not in tables and "peeking rows only" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no no-peeking proposal"):
         main(["sweep", "--model", "rnng", "--data", str(trees), "--peek", "no-peek", "--output-dir", str(out)])
+
+
+@pytest.mark.slow
+def test_lm_eval_cli_runs_latent_rnng_on_ptb_rnng_tiny(tmp_path):
+    """`lm_eval --model latent_rnng --tasks ptb_rnng_tiny --include_path tasks` in a fresh interpreter that sees the
+    package only through the start-up hook (as after pip install); count_eos=false is recorded in the results."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from hook_site import REPO, hook_site_dir
+
+    out = tmp_path / "out"
+    code = (f"import site, sys; site.addsitedir({str(hook_site_dir(tmp_path))!r})\n"
+            "from lm_eval.__main__ import cli_evaluate\n"
+            "sys.argv = ['lm_eval', '--model', 'latent_rnng', '--model_args', 'num_samples=8,seed=3,count_eos=false',"
+            " '--tasks', 'ptb_rnng_tiny', '--include_path', 'tasks', '--limit', '4', '--device', 'cpu',"
+            f" '--batch_size', 'auto', '--output_path', {str(out)!r}]\n"
+            "cli_evaluate()\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(next(out.rglob("results_*.json")).read_text())
+    assert 1 < results["results"]["ptb_rnng_tiny"]["is_instance_perplexity,none"] < math.inf
+    assert results["config"]["model"] == "latent_rnng" and results["config"]["count_eos"] is False
