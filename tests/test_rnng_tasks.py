@@ -79,7 +79,8 @@ def test_lm_eval_cli_runs_latent_rnng_on_ptb_rnng_tiny(tmp_path):
             f" '--batch_size', 'auto', '--output_path', {str(out)!r}]\n"
             "cli_evaluate()\n")
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(next(out.rglob("results_*.json")).read_text())
     assert 1 < results["results"]["ptb_rnng_tiny"]["is_instance_perplexity,none"] < math.inf
