@@ -59,6 +59,12 @@ def has_exact_marginal(model: Any) -> bool:
     return callable(getattr(model, "log_marginal", None))
 
 
+def has_unknown_word_penalty(model: Any) -> bool:
+    """True when ``log_joint`` subtracts a penalty for unknown words and the model reports it per configuration,
+    ``unknown_word_penalty(x, z) -> float64 [K]`` (nats), so perplexity with (UPP) and without it (PPL) come from one run."""
+    return callable(getattr(model, "unknown_word_penalty", None))
+
+
 def has_text_sampler(model: Any) -> bool:
     """True when the model offers ancestral sampling ``sample_text(prefix_text, max_tokens, generator) -> str``."""
     return callable(getattr(model, "sample_text", None))

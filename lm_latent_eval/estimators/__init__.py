@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..protocol import LatentLM
+from ..protocol import LatentLM, has_unknown_word_penalty
 from .aggregate import corpus_ppl, instance_ppl, log_mean_exp
 from .diagnostics import summarize
 from .importance import SAMPLE_BLOCK, check_sampling_args, importance_log_weights
@@ -53,13 +53,24 @@ class EstimatorSettings:
 
 @dataclass
 class DocumentEstimate:
-    """log p̂(x) of one document with its token count and, for IS, the K log weights."""
+    """log p̂(x) of one document with its token count and, for IS, the K log weights.
+
+    ``unk_penalty`` [K]: for a model with an unknown-word penalty (``has_unknown_word_penalty``), the nats that
+    log_joint subtracted from each sample; the log weights include it (UPP), ``log_weights + unk_penalty`` do not (PPL).
+    """
 
     document: str
     num_tokens: int
     log_likelihood: float
     log_weights: np.ndarray | None = None
     diagnostics: dict = field(default_factory=dict)
+    unk_penalty: np.ndarray | None = None
+
+    def log_weights_without_unk_penalty(self) -> np.ndarray | None:
+        """log p(x, z_k) − log q(z_k | x) without the unknown-word penalty [K]; None when it was not recorded."""
+        if self.log_weights is None or self.unk_penalty is None:
+            return None
+        return self.log_weights + self.unk_penalty
 
 
 def estimate_document(
@@ -67,20 +78,22 @@ def estimate_document(
 ) -> DocumentEstimate:
     """Tokenize ``text`` and estimate its log probability; an empty text has log p = 0 over 0 tokens."""
     x = model.tokenize(text)
+    penalized = settings.estimator == "is" and has_unknown_word_penalty(model)
     if x.numel() == 0:
         lw = np.zeros(settings.num_samples) if settings.estimator == "is" else None
-        return DocumentEstimate(text, 0, 0.0, lw, {})
+        return DocumentEstimate(text, 0, 0.0, lw, {}, np.zeros(settings.num_samples) if penalized else None)
     x = x.to(device)
     if settings.estimator == "exact":
         return DocumentEstimate(text, int(x.numel()), exact_log_marginal(model, x, text))
     if settings.estimator == "beam":
         return DocumentEstimate(text, int(x.numel()), beam_log_marginal(model, x, settings.beam_size, text))
+    penalty = np.zeros(settings.num_samples) if penalized else None
     lw = importance_log_weights(
         model, x, settings.num_samples, settings.temperature, settings.peek, settings.seed, text,
-        settings.batch_size, device, progress,
+        settings.batch_size, device, progress, unknown_penalty=penalty,
     )
     diag = summarize(lw, seed=settings.seed) if diagnostics else {}
-    return DocumentEstimate(text, int(x.numel()), float(log_mean_exp(lw)), lw, diag)
+    return DocumentEstimate(text, int(x.numel()), float(log_mean_exp(lw)), lw, diag, penalty)
 
 
 __all__ = [

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import torch
 
-from ..protocol import LatentLM, num_particles, select_particles
+from ..protocol import LatentLM, has_unknown_word_penalty, num_particles, select_particles
 from .seeding import document_generator
 
 SAMPLE_BLOCK = 1024  # particles drawn per random stream; part of the seeding scheme, so results never depend on batch_size
@@ -55,8 +55,12 @@ def importance_log_weights(
     batch_size: int | None = None,
     device: torch.device | str = "cpu",
     progress=None,
+    unknown_penalty: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The K log importance weights of one document, float64 [K], in O(block + batch_size) model memory."""
+    """The K log importance weights of one document, float64 [K], in O(block + batch_size) model memory.
+
+    ``unknown_penalty`` (float64 [K], optional): filled with each sample's ``model.unknown_word_penalty`` (nats).
+    """
     doc = f"document {document[:60]!r}"
     check_sampling_args(num_samples, temperature, doc)
     chunk = int(batch_size or SAMPLE_BLOCK)
@@ -74,6 +78,9 @@ def importance_log_weights(
             e = min(k, s + chunk)
             log_p = _check_log_joint(model.log_joint(x, select_particles(z, slice(s, e))), e - s, doc)
             out[start + s : start + e] = (log_p - log_q[s:e]).numpy()
+            if unknown_penalty is not None and has_unknown_word_penalty(model):
+                penalty = model.unknown_word_penalty(x, select_particles(z, slice(s, e)))
+                unknown_penalty[start + s : start + e] = penalty.detach().to("cpu", torch.float64).numpy()
         if progress is not None:
             progress.update(k)
     if np.isneginf(out).all():

@@ -120,6 +120,32 @@ def _parameter_dtype(model) -> torch.dtype | None:
     return next((p.dtype for p in params() if p.is_floating_point()), None) if callable(params) else None
 
 
+# get_model_info keys that name the model but never change a number (kept out of the results_dir run key)
+_NAMING_KEYS = ("checkpoint", "model_name", "model_revision")
+
+
+def _num_parameters(model) -> int:
+    """Number of distinct parameters of the model (its proposal included); 0 for a model without parameters."""
+    params = getattr(model, "parameters", None)
+    return sum(p.numel() for p in params()) if callable(params) else 0
+
+
+def _package_path(checkpoint) -> str:
+    """``lm_latent_eval/data/<name>`` for a bundled checkpoint (machine-independent), else the path itself."""
+    from ..paths import DATA_DIR
+
+    path = os.path.abspath(checkpoint)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(DATA_DIR)))
+    return os.path.relpath(path, root) if path.startswith(os.path.abspath(DATA_DIR)) else str(checkpoint)
+
+
+def _hub_revision(checkpoint) -> str | None:
+    """The Hub commit of a checkpoint in the huggingface_hub cache (``.../snapshots/<commit>``), else None."""
+    parent, name = os.path.split(os.path.normpath(str(checkpoint)))
+    is_commit = len(name) == 40 and all(c in "0123456789abcdef" for c in name)
+    return name if os.path.basename(parent) == "snapshots" and is_commit else None
+
+
 @register_model("latent")
 class LatentLMEval(LM):
     """lm-eval backend over a latent LM: log p̂ by importance sampling (``is``), beam lower bound or exact marginal.
@@ -215,9 +241,10 @@ class LatentLMEval(LM):
             self.model_name, pretrained, device=self._device, dtype=self._dtype, **getattr(self, "model_files", {})
         )
         self.checkpoint_sha256 = checkpoint_hash(self.checkpoint)
+        self.pretrained = str(pretrained) if pretrained is not None else None
         self.results_store = None
         if results_dir is not None:  # per-document results on disk: a rerun skips documents already done
-            identity = {k: v for k, v in self.get_model_info().items() if k != "checkpoint"}
+            identity = {k: v for k, v in self.get_model_info().items() if k not in _NAMING_KEYS}
             self.results_store = ResultsStore(str(results_dir), identity)  # str: lm-eval parses `2024` as int
             logger.info("per-document results in %s (%d stored)", self.results_store.folder, len(self.results_store))
         self._warned_greedy = False
@@ -225,16 +252,28 @@ class LatentLMEval(LM):
     # ---- provenance -------------------------------------------------------------------------------------------
 
     def get_model_info(self) -> dict:
-        """Model class, checkpoint and estimator settings; lm-eval merges this into results["config"]."""
+        """Model identity and estimator settings; lm-eval merges this into results["config"].
+
+        Besides our keys, the ones lm-eval's ``hf`` backend fills for leaderboards: ``model_name`` (``pretrained`` as
+        given, else the bundled checkpoint's package path), ``model_sha`` (sha256 of the checkpoint's files: we
+        hash content, the Hub commit is ``model_revision`` when the checkpoint came from the Hub cache),
+        ``model_dtype`` (as ``hf`` writes it, e.g. ``torch.float32``) and ``model_num_parameters`` (p and q).
+        """
         cls = type(self.model)
+        dtype = self._dtype or _parameter_dtype(self.model)
         info = {
+            "model_name": self.pretrained or _package_path(self.checkpoint),
+            "model_sha": self.checkpoint_sha256,
+            "model_revision": _hub_revision(self.checkpoint),
+            "model_dtype": str(dtype),
+            "model_num_parameters": _num_parameters(self.model),
             "latent_model": MODELS.get(self.model_name, self.model_name),
             "latent_model_class": f"{cls.__module__}:{cls.__qualname__}",
             "checkpoint": str(self.checkpoint),
             "checkpoint_sha256": self.checkpoint_sha256,
             "estimator_settings": self.settings.as_dict(),
             "device_type": self._device.type,  # random streams and float rounding differ between cpu and cuda
-            "dtype": str(self._dtype or _parameter_dtype(self.model)).removeprefix("torch."),
+            "dtype": str(dtype).removeprefix("torch."),
             "lm_latent_eval_version": __version__,
         }
         if hasattr(self.model, "count_eos"):  # sentence-level models: is the end-of-sentence token scored and counted?

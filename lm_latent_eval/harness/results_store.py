@@ -3,9 +3,10 @@
 Layout: ``<results_dir>/<run key>/identity.json`` plus one ``<sha256(text)>.npz`` per document, where the run key is
 sha256 of the run identity (model class, checkpoint sha256, every estimator setting, device type, dtype, package
 version: everything that can change a number). A changed model or setting therefore lands in a different folder and
-never sees stale results. Each file holds the document text, its token count, log p̂ and (IS) the K log weights; it is
-written to a temporary file and renamed into place, so a killed process never leaves a half-written result and
-concurrent ranks (one file per document) never corrupt each other.
+never sees stale results. Each file holds the document text, its token count, log p̂ and (IS) the K log weights
+(and, for a model with an unknown-word penalty, each sample's penalty); it is written to a temporary file and
+renamed into place, so a killed process never leaves a half-written result and concurrent ranks (one file per
+document) never corrupt each other.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ..estimators import DocumentEstimate
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1  # bump when the file layout changes
+FORMAT_VERSION = 2  # bump when the file layout changes (2: per-sample unknown-word penalty)
 
 
 def run_key(identity: dict) -> str:
@@ -77,22 +78,26 @@ class ResultsStore:
                 if str(f["document"]) != text:
                     raise ValueError("the stored document text differs (hash collision or a foreign file)")
                 weights = f["log_weights"] if bool(f["has_log_weights"]) else None
+                penalty = f["unk_penalty"] if bool(f["has_unk_penalty"]) else None
                 return DocumentEstimate(
-                    text, int(f["num_tokens"]), float(f["log_likelihood"]), None if weights is None else weights.copy()
+                    text, int(f["num_tokens"]), float(f["log_likelihood"]), None if weights is None else weights.copy(),
+                    unk_penalty=None if penalty is None else penalty.copy(),
                 )
         except Exception as err:  # noqa: BLE001  (any damage: say so and compute the document again)
             warnings.warn(f"ignoring unreadable stored result {path} for document {text[:60]!r}: {err}", stacklevel=2)
             return None
 
     def put(self, estimate: DocumentEstimate) -> None:
-        """Persist one estimate atomically (text, token count, log p̂, log weights [K] when IS)."""
-        weights = estimate.log_weights
+        """Persist one estimate atomically (text, token count, log p̂, log weights [K] when IS, unknown-word penalties)."""
+        weights, penalty = estimate.log_weights, estimate.unk_penalty
         arrays = {
             "document": np.array(estimate.document),
             "num_tokens": np.array(estimate.num_tokens, dtype=np.int64),
             "log_likelihood": np.array(estimate.log_likelihood, dtype=np.float64),
             "has_log_weights": np.array(weights is not None),
             "log_weights": np.asarray(weights if weights is not None else [], dtype=np.float64),
+            "has_unk_penalty": np.array(penalty is not None),
+            "unk_penalty": np.asarray(penalty if penalty is not None else [], dtype=np.float64),
         }
         _atomic_write(self.path(estimate.document), lambda fh: np.savez(fh, **arrays))
 

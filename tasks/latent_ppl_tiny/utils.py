@@ -64,7 +64,7 @@ def process_results(doc: dict, results: list) -> dict:
     ess = effective_sample_size(est.log_weights) if informative else None
     khat = pareto_khat(est.log_weights) if informative else None
     item = {"log_likelihood": log_likelihood, "num_tokens": est.num_tokens, "log_weights": log_weights}
-    return {  # each *_stderr key after its metric: lm-eval shows "<metric>_stderr" in the Stderr column
+    items = {  # each *_stderr key after its metric: lm-eval shows "<metric>_stderr" in the Stderr column
         "word_perplexity": (log_likelihood, ConfigurableTask.count_words(text)),
         "is_instance_perplexity": item,
         "is_instance_perplexity_stderr": item,
@@ -75,6 +75,19 @@ def process_results(doc: dict, results: list) -> dict:
         "is_pareto_k_share": khat,
         "is_pareto_k_undefined": khat,
     }
+    return items | _ppl_and_upp(est, item)
+
+
+def _ppl_and_upp(est, item: dict) -> dict:
+    """A model with an unknown-word penalty (KGLM): PPL without it and UPP with it, from the same samples."""
+    no_penalty = est.log_weights_without_unk_penalty()
+    if no_penalty is None:
+        return {}
+    from lm_latent_eval.estimators import log_mean_exp
+
+    plain = {"log_likelihood": float(log_mean_exp(no_penalty)), "num_tokens": est.num_tokens,
+             "log_weights": no_penalty.tolist()}
+    return {"ppl_instance": plain, "ppl_corpus": plain, "upp_instance": item, "upp_corpus": item}
 
 
 def instance_perplexity(items) -> float:

@@ -316,6 +316,28 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         lp = torch.logaddexp(gen_term, copy_x) - torch.logaddexp(gen_lse, copy_lse)
         return lp[inv].view(K, T)
 
+    def unknown_word_penalty(self, x: torch.Tensor, z: dict) -> torch.Tensor:
+        """Nats ``log_joint`` subtracts for unknown words: unk_penalty · #{t: x_t out of vocabulary and not an alias
+        word of entity_t} per configuration, float64 [K]; log_joint + this = log p(x, z) without the penalty (PPL)."""
+        x = self._check_x(x)
+        entity = z["entity"].to(x.device)
+        out = torch.zeros(entity.shape[0], dtype=torch.float64, device=x.device)
+        if self.unk_penalty == 0.0 or x.numel() == 0:
+            return out
+        unknown = (x >= len(self.vocab)) | (x == self.unk_id)
+        for t in torch.nonzero(unknown, as_tuple=True)[0].tolist():
+            word = int(x[t])
+            copyable = torch.tensor([self._copies(int(e), word) for e in entity[:, t].tolist()], device=x.device)
+            out += (~copyable).double() * self.unk_penalty
+        return out
+
+    def _copies(self, entity: int, word: int) -> bool:
+        """True when ``word`` (an x id) is a token of one of ``entity``'s aliases (so it is copied, never penalized)."""
+        if entity < 0:
+            return False
+        return any(self.word_to_id.get(w, self.extended_to_id.get(w, self.unk_id)) == word
+                   for form in self.graph.entity_aliases(entity) for w in form)
+
     def sample_text(self, prefix_text: str, max_tokens: int, generator: torch.Generator | None = None,
                     stop: list[str] | None = None) -> str:
         """Ancestral sample of a continuation from p(· | prefix) (see ``sampling.py``), cut before a stop string."""
