@@ -1,0 +1,157 @@
+"""Confidence intervals for log p(x) from one document's K importance weights, and for Σ_n log p(x_n) over documents.
+
+p̂ = mean_k w_k is unbiased for p and, by the central limit theorem, close to normal for large K; log p̂ is biased low
+(E[log p̂] ≤ log p). Methods (measured against exact values in bench/interval_coverage.py, table in the README):
+
+- ``percentile``: percentile bootstrap of log p̂ over resamples of the K weights (centred on the biased log p̂);
+- ``student``: Student-t interval for the mean weight, p̂ · (1 ± t_{K−1} · s/(√K · p̂)), then logged
+  (lower end −inf when it reaches 0); over documents, log p̂ + s²/(2K p̂²) ± z √Σ_n s_n²/(K_n p̂_n²) (delta method,
+  bias-corrected);
+- ``bootstrap_t``: the studentized bootstrap of the mean weight, t* = (p̂* − p̂) / se*, then logged; over documents
+  the studentized bootstrap of Σ_n log p̂_n with the delta-method standard error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats
+
+from .aggregate import log_mean_exp
+
+INTERVAL_METHODS = ("percentile", "student", "bootstrap_t")
+_CHUNK = 2**22  # bootstrap indices drawn at a time
+
+
+def relative_standard_error(log_weights: np.ndarray) -> float:
+    """se(p̂)/p̂ = s_w / (√K · w̄), from log weights; NaN for K = 1."""
+    lw = np.asarray(log_weights, dtype=np.float64)
+    if lw.size < 2:
+        return float("nan")
+    u = np.exp(lw - log_mean_exp(lw))  # w_k / w̄
+    return float(math.sqrt(np.sum((u - 1.0) ** 2) / (lw.size - 1) / lw.size))
+
+
+def _log_bounds(rel_lo: float, rel_hi: float, log_p_hat: float) -> tuple[float, float]:
+    """log of p̂·(1 + rel) for the two relative offsets; −inf where p̂·(1 + rel) ≤ 0."""
+    lo = log_p_hat + math.log1p(rel_lo) if rel_lo > -1.0 else -math.inf
+    hi = log_p_hat + math.log1p(rel_hi) if rel_hi > -1.0 else -math.inf
+    return lo, hi
+
+
+def _resample_stats(lw: np.ndarray, num_resamples: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(log p̂*, relative se*) of ``num_resamples`` resamples of the K log weights: float64 [B] each."""
+    k = lw.size
+    rows = max(1, _CHUNK // k)
+    log_means, rel_se = [], []
+    shift = lw.max()
+    w = np.exp(lw - shift)
+    for start in range(0, num_resamples, rows):
+        idx = rng.integers(0, k, size=(min(rows, num_resamples - start), k))
+        sample = w[idx]
+        mean = sample.mean(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_means.append(np.log(mean) + shift)
+            rel_se.append(sample.std(axis=1, ddof=1) / math.sqrt(k) / mean)
+    return np.concatenate(log_means), np.concatenate(rel_se)
+
+
+def log_likelihood_interval(
+    log_weights: np.ndarray,
+    level: float = 0.95,
+    method: str = "student",
+    num_resamples: int = 1000,
+    rng: np.random.Generator | None = None,
+) -> tuple[float, float]:
+    """A ``level`` interval for log p(x) from one document's K log weights (``method`` in INTERVAL_METHODS)."""
+    lw = np.asarray(log_weights, dtype=np.float64)
+    if method not in INTERVAL_METHODS:
+        raise ValueError(f"method must be one of {INTERVAL_METHODS}, got {method!r}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    log_p_hat = float(log_mean_exp(lw))
+    alpha = (1.0 - level) / 2.0
+    rng = rng if rng is not None else np.random.default_rng(0)
+    if method == "student":
+        rel = relative_standard_error(lw)
+        if not math.isfinite(rel):
+            return -math.inf, math.inf
+        t = stats.t.ppf(1.0 - alpha, lw.size - 1)
+        return _log_bounds(-t * rel, t * rel, log_p_hat)
+    log_means, rel_se = _resample_stats(lw, num_resamples, rng)
+    if method == "percentile":
+        lo, hi = np.quantile(log_means, [alpha, 1.0 - alpha])
+        return float(lo), float(hi)
+    rel = relative_standard_error(lw)
+    if not math.isfinite(rel) or rel == 0.0:
+        return (log_p_hat, log_p_hat) if rel == 0.0 else (-math.inf, math.inf)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_star = np.expm1(log_means - log_p_hat) / rel_se  # (p̂* − p̂) / se*, in units of p̂
+    t_star = t_star[np.isfinite(t_star)]  # a resample of one repeated weight has se* = 0
+    if t_star.size == 0:
+        return -math.inf, math.inf
+    t_lo, t_hi = np.quantile(t_star, [alpha, 1.0 - alpha])
+    return _log_bounds(-t_hi * rel, -t_lo * rel, log_p_hat)
+
+
+def corpus_log_likelihood_interval(
+    log_weights: Sequence[np.ndarray],
+    level: float = 0.95,
+    method: str = "student",
+    num_resamples: int = 1000,
+    rng: np.random.Generator | None = None,
+) -> tuple[float, float]:
+    """A ``level`` interval for Σ_n log p(x_n) from independent documents' log weights ([N][K_n]).
+
+    ``percentile``: quantiles of Σ_n log p̂*_n (each document resampled independently); ``student``: delta method,
+    Σ_n (log p̂_n + r_n²/2) ± z √Σ_n r_n², r_n = se(p̂_n)/p̂_n; ``bootstrap_t``: studentized bootstrap of the sum.
+    """
+    if method not in INTERVAL_METHODS:
+        raise ValueError(f"method must be one of {INTERVAL_METHODS}, got {method!r}")
+    lws = [np.asarray(lw, dtype=np.float64) for lw in log_weights]
+    alpha = (1.0 - level) / 2.0
+    rng = rng if rng is not None else np.random.default_rng(0)
+    total = float(sum(log_mean_exp(lw) for lw in lws))
+    rel = np.array([relative_standard_error(lw) for lw in lws])
+    rel = np.where(np.isnan(rel), 0.0, rel)  # a 1-sample document contributes no spread it can measure
+    if method == "student":
+        z = stats.norm.ppf(1.0 - alpha)
+        centre, se = total + 0.5 * float(np.sum(rel**2)), float(math.sqrt(np.sum(rel**2)))
+        return centre - z * se, centre + z * se
+    draws = [_resample_stats(lw, num_resamples, rng) for lw in lws]
+    sums = np.sum([d[0] for d in draws], axis=0)  # [B]
+    if method == "percentile":
+        lo, hi = np.quantile(sums, [alpha, 1.0 - alpha])
+        return float(lo), float(hi)
+    se = float(math.sqrt(np.sum(rel**2)))
+    if se == 0.0:
+        return total, total
+    se_star = np.sqrt(np.sum([np.nan_to_num(d[1]) ** 2 for d in draws], axis=0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_star = (sums - total) / se_star
+    t_star = t_star[np.isfinite(t_star)]
+    if t_star.size == 0:
+        return -math.inf, math.inf
+    t_lo, t_hi = np.quantile(t_star, [alpha, 1.0 - alpha])
+    return total - t_hi * se, total - t_lo * se
+
+
+DEFAULT_INTERVAL = "student"
+
+# Share of 95% intervals that covered the exact log p(x) per document, lowest and highest over the reference cases
+# (HMM with and without peeking on 10 documents, enumerated KGLM and EntityNLM; bench/interval_coverage.py, 300
+# runs per document; table in the README). Filled from bench/interval_coverage/coverage.json.
+MEASURED_COVERAGE: dict[str, dict[int, tuple[float, float]]] = {}
+
+
+def measured_coverage(method: str, num_samples: int) -> str:
+    """A sentence with the measured coverage of ``method``'s 95% interval at the K nearest ``num_samples`` (log scale)."""
+    table = MEASURED_COVERAGE.get(method)
+    if not table:
+        return "coverage of this interval not measured"
+    k = min(table, key=lambda size: abs(math.log(size) - math.log(max(num_samples, 1))))
+    lo, hi = table[k]
+    return (f"measured coverage of 95% intervals at K = {k} on the reference models (bench/interval_coverage.py): "
+            f"{100 * lo:.0f}–{100 * hi:.0f}% per document")

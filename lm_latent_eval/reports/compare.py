@@ -1,0 +1,200 @@
+"""``lm-latent-eval compare A B``: two runs over the same documents side by side, with a paired bootstrap test.
+
+The statistic is the one the runs report: Δ = log PPL_A − log PPL_B = Σ_n ℓ^B_n / Σ_n T_n − Σ_n ℓ^A_n / Σ_n T_n
+(ℓ = per-document log p̂, T = tokens; instance level). Its 95% interval and two-sided p-value come from a *paired
+bootstrap over documents*: documents are the independent units, each resample draws N documents with replacement
+and keeps both runs' estimates of each drawn document together, so document difficulty cancels, no normality is
+assumed (per-document IS estimates are skewed), and the token weighting of perplexity is respected, which a paired
+t-test on per-document means would not do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from ..estimators.diagnostics import PARETO_K_THRESHOLD, effective_sample_size, pareto_khat
+from .lm_eval_output import TaskRun, read_runs
+
+
+class DocumentMismatch(ValueError):
+    """The two runs did not score the same documents; a paired comparison is meaningless."""
+
+
+def select_run(path: str | Path, task: str | None = None) -> TaskRun:
+    """The one (results file, task) under ``path``; ``task`` picks among several."""
+    runs = [r for r in read_runs(path) if task is None or r.task == task]
+    if len(runs) != 1:
+        found = ", ".join(f"{r.task} ({r.results_file})" for r in runs) or "none"
+        raise ValueError(f"{path}: need exactly one run{f' of task {task!r}' if task else ''}, found {found}; "
+                         "pass one results_*.json file or --task")
+    return runs[0]
+
+
+def align(a: TaskRun, b: TaskRun) -> list[tuple]:
+    """Pairs (document of A, document of B) by text; DocumentMismatch when the document sets differ."""
+    by_text_b = {}
+    for d in b.documents:
+        by_text_b.setdefault(d.text, d)
+    texts_a = {d.text for d in a.documents}
+    only_a, only_b = texts_a - by_text_b.keys(), by_text_b.keys() - texts_a
+    if only_a or only_b or len(a.documents) != len(b.documents):
+        example = next(iter(only_a or only_b), "")
+        raise DocumentMismatch(
+            f"the runs scored different documents: A has {len(a.documents)} ({a.task}, {a.samples_file}), B has "
+            f"{len(b.documents)} ({b.task}, {b.samples_file}); {len(only_a)} only in A, {len(only_b)} only in B"
+            + (f", e.g. {example[:60]!r}" if example else "")
+            + ". Rerun both on the same task, split and --limit."
+        )
+    return [(d, by_text_b[d.text]) for d in a.documents]
+
+
+def _summary(run: TaskRun, docs) -> dict:
+    """Model, settings, instance-level PPL and IS diagnostics of one side."""
+    total = sum(d.num_tokens for d in docs)
+    out = {"label": run.label, "model": run.model_name, "checkpoint_sha256": run.config.get("checkpoint_sha256"),
+           "task": run.task, "settings": run.settings,
+           "instance_perplexity": math.exp(-sum(d.log_likelihood for d in docs) / total)}
+    informative = [d.log_weights for d in docs if d.log_weights is not None and d.num_tokens > 0]
+    if informative:
+        khat = np.array([pareto_khat(lw) for lw in informative])
+        defined = khat[~np.isnan(khat)]
+        out["ess_mean"] = float(np.mean([effective_sample_size(lw) for lw in informative]))
+        out["num_pareto_k_above_threshold"] = int((defined > PARETO_K_THRESHOLD).sum())
+    return out
+
+
+def paired_comparison(a: TaskRun, b: TaskRun, level: float = 0.95, num_resamples: int = 10000, seed: int = 0) -> dict:
+    """Side-by-side summaries, per-document log p̂ per unit and the paired bootstrap of Δ = log PPL_A − log PPL_B."""
+    pairs = align(a, b)
+    ll = np.array([[da.log_likelihood, db.log_likelihood] for da, db in pairs])  # [N, 2]
+    tokens = np.array([[da.num_tokens, db.num_tokens] for da, db in pairs], dtype=np.float64)
+    if np.array_equal(tokens[:, 0], tokens[:, 1]):
+        unit = "model token"
+    else:  # different tokenizers: per-token figures are not comparable, per-word ones are
+        warnings.warn("the two runs tokenize the documents differently: comparing log p̂ per whitespace word",
+                      stacklevel=2)
+        unit = "word"
+        words = np.array([len(da.text.split()) for da, _ in pairs], dtype=np.float64)
+        tokens = np.stack([words, words], axis=1)
+    keep = tokens[:, 0] > 0
+    ll, tokens = ll[keep], tokens[keep]
+    n = ll.shape[0]
+    if n < 2:
+        raise ValueError("a paired test needs at least two non-empty documents")
+
+    def delta(idx):
+        per_unit = ll[idx].sum(axis=-2) / tokens[idx].sum(axis=-2)  # [..., 2]: Σℓ / ΣT of A and B
+        return per_unit[..., 1] - per_unit[..., 0]  # log PPL_A − log PPL_B
+
+    rng = np.random.default_rng(seed)
+    boot = np.concatenate([delta(rng.integers(0, n, size=(min(1000, num_resamples - s), n)))
+                           for s in range(0, num_resamples, 1000)])
+    alpha = (1.0 - level) / 2.0
+    observed = float(delta(np.arange(n)))
+    p_value = min(1.0, 2.0 * min((boot <= 0).mean(), (boot >= 0).mean()))
+    per_doc = ll / tokens  # [N, 2] log p̂ per unit
+    return {
+        "a": _summary(a, [p[0] for p in pairs]),
+        "b": _summary(b, [p[1] for p in pairs]),
+        "num_documents": int(n),
+        "unit": unit,
+        "test": "paired bootstrap over documents of Δ = log PPL_A − log PPL_B (instance level)",
+        "delta_log_ppl": observed,
+        "ppl_ratio_a_over_b": math.exp(observed),
+        "ci": [float(np.quantile(boot, alpha)), float(np.quantile(boot, 1.0 - alpha))],
+        "level": level,
+        "p_value": max(p_value, 1.0 / num_resamples),
+        "num_resamples": num_resamples,
+        "a_better_documents": int((per_doc[:, 0] > per_doc[:, 1]).sum()),
+        "b_better_documents": int((per_doc[:, 1] > per_doc[:, 0]).sum()),
+        "per_document_log_p_per_unit": per_doc.tolist(),
+        "bootstrap_delta": boot,
+    }
+
+
+def comparison_markdown(c: dict) -> str:
+    """The comparison as Markdown."""
+    a, b = c["a"], c["b"]
+    rows = [("model", a["model"], b["model"]), ("checkpoint sha256", str(a["checkpoint_sha256"])[:16],
+                                                str(b["checkpoint_sha256"])[:16])]
+    for key in sorted(set(a["settings"]) | set(b["settings"])):
+        rows.append((key, a["settings"].get(key, "–"), b["settings"].get(key, "–")))
+    rows.append(("instance-level perplexity", f"{a['instance_perplexity']:.4f}", f"{b['instance_perplexity']:.4f}"))
+    for key in ("ess_mean", "num_pareto_k_above_threshold"):
+        if key in a or key in b:
+            rows.append((key, a.get(key, "–"), b.get(key, "–")))
+    lo, hi = c["ci"]
+    better = "A" if c["delta_log_ppl"] < 0 else "B"
+    lines = [f"# {a['label']} (A) vs {b['label']} (B) on {a['task']}", "",
+             "| | A | B |", "|---|---|---|"] + [f"| {k} | {va} | {vb} |" for k, va, vb in rows]
+    lines += ["", (f"**Paired test** ({c['num_documents']} documents, log p̂ per {c['unit']}): {c['test']}, "
+              f"{c['num_resamples']} resamples."), "",
+              (f"- Δ = log PPL_A − log PPL_B = {c['delta_log_ppl']:.4f} (PPL ratio A/B {c['ppl_ratio_a_over_b']:.4f}), "
+              f"{100 * c['level']:.0f}% interval [{lo:.4f}, {hi:.4f}], two-sided p = {c['p_value']:.4g}"),
+              (f"- {better} has the lower perplexity; A is better on {c['a_better_documents']} documents, B on "
+              f"{c['b_better_documents']}"),
+              ("- Why this test: documents are the independent units; resampling them in pairs cancels document "
+              "difficulty, needs no normality (per-document IS estimates are skewed) and keeps perplexity's token "
+              "weighting, which a paired t-test on per-document means would not."),
+              ("- Caveat: IS perplexities are upper bounds in expectation. The test compares the two *estimates* "
+              "(each document's IS noise is in the resampled spread); a difference between two biased estimates, "
+              "e.g. of one model with and without peeking, is a difference of estimators, not of models."), ""]
+    return "\n".join(lines)
+
+
+def save_plot(c: dict, path: Path) -> None:
+    """Left: per-document log p̂ per unit, B against A, with the diagonal; right: bootstrap distribution of Δ."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    per_doc = np.asarray(c["per_document_log_p_per_unit"])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    left.scatter(per_doc[:, 0], per_doc[:, 1], s=10)
+    lim = [per_doc.min(), per_doc.max()]
+    left.plot(lim, lim, color="black", lw=1)
+    left.set(xlabel=f"A: log p̂ per {c['unit']}", ylabel=f"B: log p̂ per {c['unit']}", title="per document")
+    right.hist(c["bootstrap_delta"], bins=50, density=True, alpha=0.7)
+    for x in c["ci"]:
+        right.axvline(x, color="gray", ls="--")
+    right.axvline(0.0, color="black", lw=1)
+    right.axvline(c["delta_log_ppl"], color="C3", label="observed Δ")
+    right.set(xlabel="Δ = log PPL_A − log PPL_B", ylabel="density", title="paired bootstrap")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("a", help="lm-eval output folder or results_*.json of run A (made with --log_samples)")
+    parser.add_argument("b", help="the same for run B")
+    parser.add_argument("--task", default=None, help="the task to compare when a folder holds several")
+    parser.add_argument("--output", default="compare_out")
+    parser.add_argument("--resamples", type=int, default=10000)
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def run(args: argparse.Namespace) -> int:
+    a, b = select_run(args.a, args.task), select_run(args.b, args.task)
+    try:
+        c = paired_comparison(a, b, num_resamples=args.resamples, seed=args.seed)
+    except DocumentMismatch as err:
+        print(f"lm-latent-eval compare: refusing to compare: {err}")
+        return 2
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    text = comparison_markdown(c) + "\n![comparison](comparison.png)\n"
+    (out / "comparison.md").write_text(text)
+    save_plot(c, out / "comparison.png")
+    (out / "comparison.json").write_text(json.dumps({k: v for k, v in c.items() if k != "bootstrap_delta"}, indent=1))
+    print(text)
+    print(f"wrote {out / 'comparison.md'}, comparison.json, comparison.png")
+    return 0

@@ -1,0 +1,130 @@
+"""Reading an lm-eval output folder: ``<model>/results_<date>.json`` and ``samples_<task>_<date>.jsonl`` (``--log_samples``).
+
+lm-eval 0.4.13 writes, per run, one results file (``results``, ``config`` with our ``get_model_info()``, top-level
+``model_name``) and one samples file per task with one JSON line per document; our perplexity tasks put the
+document's token count, log p̂ and K log weights in its ``is_corpus_perplexity`` field (and, for a model with an
+unknown-word penalty, the unpenalized log weights in ``ppl_corpus``).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+SAMPLES_FIELD = "is_corpus_perplexity"
+NO_PENALTY_FIELD = "ppl_corpus"
+
+
+@dataclass
+class Document:
+    """One document of a run: its text, model tokens, log p̂ (or bound / exact value) and IS log weights [K]."""
+
+    text: str
+    num_tokens: int
+    log_likelihood: float
+    log_weights: np.ndarray | None = None
+    log_weights_no_penalty: np.ndarray | None = None
+
+
+@dataclass
+class TaskRun:
+    """One task of one lm-eval run: the results file's config and metrics plus every document from the samples."""
+
+    results_file: Path
+    samples_file: Path
+    task: str
+    results: dict
+    documents: list[Document] = field(default_factory=list)
+
+    @property
+    def config(self) -> dict:
+        return self.results.get("config", {})
+
+    @property
+    def metrics(self) -> dict:
+        return self.results.get("results", {}).get(self.task, {})
+
+    @property
+    def settings(self) -> dict:
+        return self.config.get("estimator_settings", {})
+
+    @property
+    def estimator(self) -> str:
+        return self.settings.get("estimator", "is")
+
+    @property
+    def model_name(self) -> str:
+        return str(self.config.get("model_name") or self.results.get("model_name") or self.config.get("model"))
+
+    @property
+    def label(self) -> str:
+        """A short name: model name and the settings that tell runs of one model apart."""
+        s = self.settings
+        if self.estimator == "is":
+            detail = f"IS K={s.get('num_samples')} τ={s.get('temperature')} {'peek' if s.get('peek') else 'no peek'}"
+        elif self.estimator == "beam":
+            detail = f"beam k={s.get('beam_size')}"
+        else:
+            detail = self.estimator
+        return f"{Path(self.model_name).name} ({detail})"
+
+
+class NotAPerplexityTask(ValueError):
+    """The samples file has no per-document log weights (a task other than our perplexity tasks)."""
+
+
+def _read_documents(samples_file: Path) -> list[Document]:
+    docs = []
+    with open(samples_file, encoding="utf-8") as fh:
+        for n, line in enumerate(fh):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            item = row.get(SAMPLES_FIELD)
+            if not isinstance(item, dict):
+                raise NotAPerplexityTask(
+                    f"{samples_file}: line {n + 1} has no {SAMPLES_FIELD!r} field: not the samples of an lm-latent-eval "
+                    "perplexity task (latent_ppl_tiny, linked_wikitext2*, coref_tiny, conll2012_ppl)"
+                )
+            weights = item.get("log_weights")
+            plain = (row.get(NO_PENALTY_FIELD) or {}).get("log_weights")
+            docs.append(Document(
+                text=str(row.get("target", row.get("doc", {}).get("text", ""))),
+                num_tokens=int(item["num_tokens"]),
+                log_likelihood=float(item["log_likelihood"]),
+                log_weights=None if weights is None else np.asarray(weights, dtype=np.float64),
+                log_weights_no_penalty=None if plain is None else np.asarray(plain, dtype=np.float64),
+            ))
+    return docs
+
+
+def read_runs(path: str | Path) -> list[TaskRun]:
+    """Every (results file, task) under ``path`` (a folder searched recursively, or one results_*.json file).
+
+    A task without its samples file is an error that says to rerun with ``--log_samples``; a task whose samples
+    carry no log weights (not one of our perplexity tasks) is skipped with a warning naming it.
+    """
+    path = Path(path)
+    files = [path] if path.is_file() else sorted(path.rglob("results_*.json"))
+    if not files:
+        raise FileNotFoundError(f"{path}: no lm-eval results_*.json (run lm_eval with --output_path {path})")
+    runs = []
+    for results_file in files:
+        results = json.loads(results_file.read_text(encoding="utf-8"))
+        date = results_file.stem.removeprefix("results_")
+        for task in results.get("results", {}):
+            samples = results_file.parent / f"samples_{task}_{date}.jsonl"
+            if not samples.is_file():
+                raise FileNotFoundError(
+                    f"{results_file}: task {task!r} has no samples file {samples.name}; rerun lm_eval with --log_samples "
+                    "(the per-document log weights are in it)"
+                )
+            try:
+                runs.append(TaskRun(results_file, samples, task, results, _read_documents(samples)))
+            except NotAPerplexityTask as err:
+                warnings.warn(f"skipping task {task!r}: {err}", stacklevel=2)
+    return runs

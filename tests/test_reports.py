@@ -1,0 +1,158 @@
+"""Reports from real lm_eval runs: leaderboard fields, estimate cards (and their reproduce command), compare."""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import lm_latent_eval
+from lm_latent_eval.models import checkpoint_hash, default_checkpoint, load_model
+from lm_latent_eval.reports import card as card_mod
+from lm_latent_eval.reports import compare as compare_mod
+from lm_latent_eval.reports.lm_eval_output import Document, TaskRun, read_runs
+
+HMM = default_checkpoint("hmm")
+LIMIT = "6"
+
+
+def run_lm_eval(argv: list[str]) -> None:
+    """The real ``lm_eval`` command line, in this process (our backends are registered by importing them)."""
+    from lm_eval.__main__ import cli_evaluate
+
+    import lm_latent_eval.harness.backends  # noqa: F401
+
+    saved = sys.argv
+    sys.argv = ["lm_eval", *argv]
+    try:
+        cli_evaluate()
+    finally:
+        sys.argv = saved
+
+
+def hmm_run(out: Path, model_args: str) -> Path:
+    run_lm_eval(["--model", "latent_hmm", "--model_args", f"pretrained={HMM},{model_args}", "--tasks", "latent_ppl_tiny",
+                 "--include_path", str(lm_latent_eval.tasks_path()), "--limit", LIMIT, "--device", "cpu",
+                 "--batch_size", "auto", "--output_path", str(out), "--log_samples"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two runs of the bundled HMM on the same 6 documents: IS without peeking and the exact marginal."""
+    root = tmp_path_factory.mktemp("lm_eval_runs")
+    return {
+        "is": hmm_run(root / "is", "num_samples=64,seed=7,peek=false"),
+        "exact": hmm_run(root / "exact", "estimator=exact"),
+    }
+
+
+def _results(folder: Path) -> dict:
+    return json.loads(next(folder.rglob("results_*.json")).read_text())
+
+
+def test_results_json_has_leaderboard_fields(runs):
+    """model_name from pretrained; model_sha, model_dtype, model_num_parameters as lm-eval's hf backend fills them."""
+    results = _results(runs["is"])
+    cfg = results["config"]
+    model, _ = load_model("hmm", HMM)
+    assert results["model_name"] == str(HMM) and cfg["model_name"] == str(HMM)
+    assert cfg["model_sha"] == checkpoint_hash(HMM) == cfg["checkpoint_sha256"]
+    assert cfg["model_dtype"] == "torch.float32" and cfg["model_revision"] is None
+    assert cfg["model_num_parameters"] == sum(p.numel() for p in model.parameters()) > 0
+    assert cfg["estimator_settings"] == {"estimator": "is", "num_samples": 64, "temperature": 1.0, "peek": False,
+                                         "seed": 7, "sample_block": 1024}
+
+
+def test_card_figures_match_lm_eval_and_bounds(runs, tmp_path):
+    """Card values equal lm-eval's metrics; the exact run joins the card; kinds, settings and identity are stated."""
+    all_runs = read_runs(runs["is"].parent)  # the three runs side by side
+    (peek,) = [r for r in all_runs if r.estimator == "is"]
+    card = card_mod.build_card(peek, all_runs, beam_size=4, progress=False)
+    figures = {f["name"]: f for f in card["figures"]}
+    metrics = peek.metrics
+    inst, corp = figures["instance-level perplexity"], figures["corpus-level perplexity"]
+    assert inst["value"] == pytest.approx(metrics["is_instance_perplexity,none"], rel=1e-12)
+    assert corp["value"] == pytest.approx(metrics["is_corpus_perplexity,none"], rel=1e-12)
+    assert inst["kind"].startswith("stochastic upper bound") and inst["ci95"][0] <= inst["value"] <= inst["ci95"][1]
+    exact = figures["exact perplexity"]["value"]
+    (exact_run,) = [r for r in all_runs if r.estimator == "exact"]
+    assert exact == pytest.approx(exact_run.metrics["is_instance_perplexity,none"], rel=1e-12)
+    assert figures["exact perplexity"]["kind"] == "exact" and card["exact_perplexity"] == exact
+    beam = figures["beam bound (k=4)"]
+    assert beam["kind"].startswith("strict upper bound") and beam["value"] >= exact * (1 - 1e-12)
+    assert card["model"]["checkpoint_sha256"] == checkpoint_hash(HMM) and card["model"]["dtype"] == "float32"
+    assert card["settings"]["num_samples"] == 64 and card["settings"]["peek"] is False
+    d = card["diagnostics"]
+    assert d["num_documents"] == int(LIMIT) and 1 <= d["ess_min"] <= d["ess_mean"] <= 64
+    assert d["verdict"].startswith(("Reliable", "UNRELIABLE"))
+    assert (d["what_to_try"] == []) == d["verdict"].startswith("Reliable")
+
+
+def test_report_cli_writes_cards_and_reproduce_command_reproduces(runs, tmp_path):
+    """`lm-latent-eval report` writes .md/.json/.png; running the card's command gives the same numbers."""
+    from lm_latent_eval.cli import main
+
+    assert main(["report", str(runs["is"]), "--output", str(tmp_path / "cards")]) == 0
+    (md,) = (tmp_path / "cards").glob("*.md")
+    card = json.loads(md.with_suffix(".json").read_text())
+    assert md.with_suffix(".png").stat().st_size > 1000 and "## Reproduce" in md.read_text()
+    command = card["reproduce"].replace('"$(lm-latent-eval tasks-path)"', shlex.quote(str(lm_latent_eval.tasks_path())))
+    argv = shlex.split(command)
+    assert argv[0] == "lm_eval"
+    argv[argv.index("OUT")] = str(tmp_path / "again")
+    run_lm_eval(argv[1:])
+    again, first = _results(tmp_path / "again")["results"]["latent_ppl_tiny"], _results(runs["is"])["results"]["latent_ppl_tiny"]
+    for key in ("is_instance_perplexity,none", "is_corpus_perplexity,none", "is_ess_mean,none"):
+        assert again[key] == first[key]
+
+
+def test_compare_is_vs_exact(runs, tmp_path):
+    """Same documents: Δ equals the difference of lm-eval's log perplexities; outputs written."""
+    from lm_latent_eval.cli import main
+
+    a, b = compare_mod.select_run(runs["is"]), compare_mod.select_run(runs["exact"])
+    c = compare_mod.paired_comparison(a, b, num_resamples=2000)
+    expected = math.log(a.metrics["is_instance_perplexity,none"]) - math.log(b.metrics["is_instance_perplexity,none"])
+    assert c["delta_log_ppl"] == pytest.approx(expected, rel=1e-9) and c["unit"] == "model token"
+    assert c["ci"][0] <= c["delta_log_ppl"] <= c["ci"][1] and 0 < c["p_value"] <= 1
+    assert main(["compare", str(runs["is"]), str(runs["exact"]), "--output", str(tmp_path / "cmp"),
+                 "--resamples", "500"]) == 0
+    assert (tmp_path / "cmp" / "comparison.png").stat().st_size > 1000
+    assert "paired bootstrap" in (tmp_path / "cmp" / "comparison.md").read_text()
+
+
+def test_compare_refuses_different_documents(runs):
+    a = compare_mod.select_run(runs["is"])
+    b = compare_mod.select_run(runs["exact"])
+    b.documents = b.documents[:-1]
+    with pytest.raises(compare_mod.DocumentMismatch, match="different documents: A has 6 .* B has 5"):
+        compare_mod.paired_comparison(a, b)
+
+
+def _synthetic_run(log_likelihoods, num_tokens) -> TaskRun:
+    docs = [Document(f"doc {n}", int(t), float(ll)) for n, (ll, t) in enumerate(zip(log_likelihoods, num_tokens))]
+    return TaskRun(Path("results_x.json"), Path("samples_x.jsonl"), "t", {"config": {}}, docs)
+
+
+def test_paired_test_holds_its_level_and_detects_a_shift():
+    """Under H0 (exchangeable noise on shared documents) p < 0.05 about 5% of the time; a real shift is detected."""
+    rng = np.random.default_rng(0)
+    rejections = []
+    for _ in range(300):
+        tokens = rng.integers(5, 40, size=40)
+        base = -3.0 * tokens + rng.normal(0, 5, size=40)  # document difficulty, shared by both runs
+        a = _synthetic_run(base + rng.normal(0, 1, size=40), tokens)
+        b = _synthetic_run(base + rng.normal(0, 1, size=40), tokens)
+        rejections.append(compare_mod.paired_comparison(a, b, num_resamples=1000, seed=int(rng.integers(1 << 30)))["p_value"] < 0.05)
+    rate = float(np.mean(rejections))
+    assert abs(rate - 0.05) < 3 * math.sqrt(0.05 * 0.95 / 300) + 0.01  # bootstrap p-values are slightly liberal
+    tokens = rng.integers(5, 40, size=40)
+    base = -3.0 * tokens + rng.normal(0, 5, size=40)
+    shifted = compare_mod.paired_comparison(_synthetic_run(base, tokens), _synthetic_run(base - 0.1 * tokens, tokens))
+    assert shifted["delta_log_ppl"] == pytest.approx(-0.1) and shifted["p_value"] < 0.001
