@@ -71,7 +71,7 @@ def test_results_json_has_leaderboard_fields(runs):
 
 def test_card_figures_match_lm_eval_and_bounds(runs, tmp_path):
     """Card values equal lm-eval's metrics; the exact run joins the card; kinds, settings and identity are stated."""
-    all_runs = read_runs(runs["is"].parent)  # the three runs side by side
+    all_runs = read_runs(runs["is"].parent)  # both runs side by side
     (peek,) = [r for r in all_runs if r.estimator == "is"]
     card = card_mod.build_card(peek, all_runs, beam_size=4, progress=False)
     figures = {f["name"]: f for f in card["figures"]}
@@ -90,7 +90,7 @@ def test_card_figures_match_lm_eval_and_bounds(runs, tmp_path):
     assert card["settings"]["num_samples"] == 64 and card["settings"]["peek"] is False
     d = card["diagnostics"]
     assert d["num_documents"] == int(LIMIT) and 1 <= d["ess_min"] <= d["ess_mean"] <= 64
-    assert d["verdict"].startswith(("Reliable", "UNRELIABLE"))
+    assert d["verdict"].startswith(("Reliable", "UNRELIABLE", "Instance-level figure reliable"))
     assert (d["what_to_try"] == []) == d["verdict"].startswith("Reliable")
 
 

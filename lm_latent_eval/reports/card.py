@@ -85,8 +85,10 @@ def diagnostics(lws: list[np.ndarray], num_tokens: list[int], settings: dict, pr
     curve = corpus_convergence_curve(lws, num_tokens)
     inst = curve["instance_perplexity"]
     change = abs(inst[-1] - inst[-2]) / inst[-1] if len(inst) > 1 else math.nan
+    equal_k = len({lw.size for lw in lws}) == 1
     summary = {
         "num_samples": k,
+        "corpus_ess": effective_sample_size(np.sum(lws, axis=0)) if equal_k else math.nan,
         "ess_min": float(ess.min()) if ess.size else math.nan,
         "ess_median": float(np.median(ess)) if ess.size else math.nan,
         "ess_mean": float(ess.mean()) if ess.size else math.nan,
@@ -117,15 +119,27 @@ def verdict(d: dict, settings: dict) -> tuple[str, list[str]]:
             f"the smallest effective sample size is {d['ess_min']:.1f} of K = {d['num_samples']} (median "
             f"{d['ess_median']:.1f}): some documents' estimates rest on a handful of samples"
         )
+    corpus_problem = None
+    if d["corpus_ess"] < ESS_FLOOR:
+        corpus_problem = (
+            f"the corpus-level figure rests on {d['corpus_ess']:.1f} effective joint samples of {d['num_samples']} "
+            "(sample k of every document forms one corpus sample, so its weights are products over documents)"
+        )
     if math.isfinite(d["relative_change_last_doubling"]) and d["relative_change_last_doubling"] > CONVERGENCE_TOLERANCE:
         problems.append(
             f"instance-level perplexity still moved by {100 * d['relative_change_last_doubling']:.1f}% over the last "
             "doubling of K: not converged"
         )
+    reliable = ("every defined Pareto k̂ ≤ 0.7, every document has at least "
+                f"{ESS_FLOOR:g} effective samples, and the estimate moved by less than 1% over the last doubling of K")
+    if not problems and corpus_problem is None:
+        return f"Reliable by the PSIS criterion: {reliable}.", []
     if not problems:
-        return ("Reliable by the PSIS criterion: every defined Pareto k̂ ≤ 0.7, every document has at least "
-                f"{ESS_FLOOR:g} effective samples, and the estimate moved by less than 1% over the last doubling of K."), []
+        return (f"Instance-level figure reliable by the PSIS criterion ({reliable}); corpus-level figure UNRELIABLE: "
+                f"{corpus_problem}."), ["quote the instance-level perplexity; the corpus level needs far more samples"]
     tries = [f"more samples: num_samples={10 * d['num_samples']} (the bias of log p̂ shrinks roughly as 1/K)"]
+    if corpus_problem is not None:
+        problems.append(corpus_problem)
     if float(settings.get("temperature", 1.0)) <= 1.0:
         tries.append("a slightly flatter proposal, temperature=1.1 or 1.2 (a proposal with heavier tails than p(z | x) gives lighter-tailed weights)")
     if settings.get("peek") is False:
@@ -252,7 +266,7 @@ def build_card(run: TaskRun, siblings: list[TaskRun] = (), beam_size: int | None
     return {
         "task": run.task,
         "model": _model_identity(run),
-        "settings": {**run.settings, "interval": method, "level": level},
+        "settings": {**run.settings, **({"interval": method, "level": level} if run.estimator == "is" else {})},
         "corpus": {"num_documents": len(docs), "num_tokens": total},
         "figures": figures,
         "diagnostics": None if diag is None else {k: v for k, v in diag.items() if k != "convergence"},
@@ -290,7 +304,8 @@ def card_markdown(card: dict, plot_file: str | None = None) -> str:
     if d is not None:
         lines += ["", "## Reliability", "",
                   (f"- effective sample size over documents: min {_fmt(d['ess_min'])}, median {_fmt(d['ess_median'])}, "
-                  f"mean {_fmt(d['ess_mean'])} (of K = {d['num_samples']})"),
+                  f"mean {_fmt(d['ess_mean'])} (of K = {d['num_samples']}); of the K joint corpus samples: "
+                  f"{_fmt(d['corpus_ess'])}"),
                   (f"- Pareto k̂: median {_fmt(d['pareto_k_median'])}, max {_fmt(d['pareto_k_max'])}; "
                   f"{d['num_pareto_k_above_threshold']} of {d['num_documents']} documents above {d['pareto_k_threshold']}, "
                   f"{d['num_pareto_k_undefined']} undefined (too few distinct weights in the tail)"),
