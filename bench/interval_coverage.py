@@ -84,28 +84,33 @@ def enumerated_case(name: str, peek: bool, repeats: int, seed: int = 0):
     return np.array([exact]), log_w[idx]
 
 
-def coverage(exact: np.ndarray, lw: np.ndarray, num_resamples: int, seed: int = 0) -> dict:
-    """{K: {method: (document coverage, corpus coverage or None, mean document width)}}."""
+def coverage(exact: np.ndarray, lw: np.ndarray, num_resamples: int, seed: int = 0, methods=INTERVAL_METHODS) -> dict:
+    """{K: {method: coverage per document and of the corpus sum, and of the lower end alone (log p ≥ lo, i.e.
+    true PPL ≤ the upper end of the PPL interval), median width}}."""
     rng = np.random.default_rng(seed)
     repeats, docs, _ = lw.shape
     out = {}
     for k in SIZES:
         out[k] = {}
-        for method in INTERVAL_METHODS:
-            hits, widths, corpus_hits = 0, [], 0
+        for method in methods:
+            hits, above_lo, widths, corpus_hits, corpus_above_lo = 0, 0, [], 0, 0
             for r in range(repeats):
                 for n in range(docs):
                     lo, hi = log_likelihood_interval(lw[r, n, :k], method=method, num_resamples=num_resamples, rng=rng)
                     hits += lo <= exact[n] <= hi
+                    above_lo += lo <= exact[n]
                     widths.append(hi - lo)
                 if docs > 1:
                     lo, hi = corpus_log_likelihood_interval(list(lw[r, :, :k]), method=method,
                                                             num_resamples=num_resamples, rng=rng)
                     corpus_hits += lo <= exact.sum() <= hi
+                    corpus_above_lo += lo <= exact.sum()
             finite = [w for w in widths if math.isfinite(w)]
             out[k][method] = {
                 "document_coverage": hits / (repeats * docs),
                 "corpus_coverage": corpus_hits / repeats if docs > 1 else None,
+                "document_lower_end_coverage": above_lo / (repeats * docs),
+                "corpus_lower_end_coverage": corpus_above_lo / repeats if docs > 1 else None,
                 "median_width": float(np.median(finite)) if finite else math.inf,
                 "infinite_share": 1.0 - len(finite) / len(widths),
                 "intervals": repeats * docs,
@@ -113,14 +118,14 @@ def coverage(exact: np.ndarray, lw: np.ndarray, num_resamples: int, seed: int = 
     return out
 
 
-def markdown(results: dict) -> str:
+def markdown(results: dict, methods=INTERVAL_METHODS) -> str:
     """One row per (case, K): document-level coverage of each method, corpus-level coverage in parentheses."""
-    head = "| case | K | " + " | ".join(INTERVAL_METHODS) + " |"
-    lines = [head, "|---|---|" + "---|" * len(INTERVAL_METHODS)]
+    head = "| case | K | " + " | ".join(methods) + " |"
+    lines = [head, "|---|---|" + "---|" * len(methods)]
     for case, by_k in results.items():
         for k, row in by_k.items():
             cells = []
-            for method in INTERVAL_METHODS:
+            for method in methods:
                 c = row[method]
                 cell = f"{100 * c['document_coverage']:.1f}%"
                 if c["corpus_coverage"] is not None:
@@ -136,8 +141,10 @@ def main() -> None:
     parser.add_argument("--documents", type=int, default=10)
     parser.add_argument("--resamples", type=int, default=500, help="bootstrap resamples per interval")
     parser.add_argument("--output", default="bench/interval_coverage")
+    parser.add_argument("--methods", default=",".join(INTERVAL_METHODS), help="comma-separated interval methods")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    methods = tuple(args.methods.split(","))
     start = time.perf_counter()
     cases = {
         "HMM, peeking (FFBS)": lambda: hmm_case(True, args.repeats, args.documents),
@@ -150,14 +157,14 @@ def main() -> None:
     results = {}
     for case, make in tqdm(cases.items(), desc="cases"):
         exact, lw = make()
-        results[case] = coverage(exact, lw, args.resamples)
+        results[case] = coverage(exact, lw, args.resamples, methods=methods)
         print(f"{case}: done ({time.perf_counter() - start:.0f} s)", flush=True)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"repeats": args.repeats, "documents": args.documents, "resamples": args.resamples, "level": 0.95,
             "seconds": time.perf_counter() - start}
     (out / "coverage.json").write_text(json.dumps({"settings": meta, "results": results}, indent=1))
-    table = markdown(results)
+    table = markdown(results, methods)
     (out / "coverage.md").write_text(table + "\n")
     print(table)
 

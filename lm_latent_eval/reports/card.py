@@ -60,16 +60,16 @@ def is_figures(label: str, lws: list[np.ndarray], num_tokens: list[int], method:
     total = int(sum(num_tokens))
     rng = np.random.default_rng(seed)
     k = min(lw.size for lw in lws)
-    note = f"{method} interval; {measured_coverage(method, k)}"
     inst_ll = float(sum(log_mean_exp(lw) for lw in lws))
     inst_ci = corpus_log_likelihood_interval(lws, level, method, rng=rng)
     figures = [_figure(f"{label}instance-level perplexity", math.exp(-inst_ll / total), KINDS["is"],
-                       _ppl_interval(inst_ci, total), note)]
+                       _ppl_interval(inst_ci, total), f"instance level: {measured_coverage(method, k, 'corpus')}")]
     if len({lw.size for lw in lws}) == 1:
         joint = np.sum(lws, axis=0)  # [K]: log weight of corpus sample k
         corp_ci = log_likelihood_interval(joint, level, method, rng=rng)
         figures.append(_figure(f"{label}corpus-level perplexity", math.exp(-corpus_log_likelihood(lws) / total),
-                               KINDS["is"], _ppl_interval(corp_ci, total), note))
+                               KINDS["is"], _ppl_interval(corp_ci, total),
+                               f"corpus level: {measured_coverage(method, k, 'document')} (here of the joint weights)"))
     return figures
 
 
