@@ -156,3 +156,25 @@ def test_paired_test_holds_its_level_and_detects_a_shift():
     base = -3.0 * tokens + rng.normal(0, 5, size=40)
     shifted = compare_mod.paired_comparison(_synthetic_run(base, tokens), _synthetic_run(base - 0.1 * tokens, tokens))
     assert shifted["delta_log_ppl"] == pytest.approx(-0.1) and shifted["p_value"] < 0.001
+
+
+def test_card_names_ppl_and_upp_for_a_penalized_model():
+    """KGLM-style samples (log weights with and without the unknown-word penalty) give four named figures."""
+    rng = np.random.default_rng(0)
+    docs = []
+    for n in range(5):
+        penalty = rng.integers(0, 3, size=32).astype(float)
+        plain = rng.normal(-30.0, 1.0, size=32)
+        docs.append(Document(f"doc {n}", 10, float(np.logaddexp.reduce(plain - penalty) - np.log(32)), plain - penalty,
+                             plain))
+    results = {"config": {"estimator_settings": {"estimator": "is", "num_samples": 32, "temperature": 1.0,
+                                                 "peek": True, "seed": 1}, "model": "latent_kglm"}}
+    card = card_mod.build_card(TaskRun(Path("results_x.json"), Path("samples_x.jsonl"), "linked_wikitext2_tiny",
+                                       results, docs), progress=False)
+    values = {f["name"]: f["value"] for f in card["figures"]}
+    upp, ppl = (values["UPP (unknown-penalized): instance-level perplexity"],
+                values["PPL (no unknown-word penalty): instance-level perplexity"])
+    expected_ppl = math.exp(-sum(float(np.logaddexp.reduce(d.log_weights_no_penalty) - np.log(32)) for d in docs) / 50)
+    assert ppl == pytest.approx(expected_ppl) and upp > ppl
+    assert "UPP (unknown-penalized): corpus-level perplexity" in values
+    assert "PPL (no unknown-word penalty)" in card_mod.card_markdown(card)
