@@ -51,16 +51,30 @@ class EntityMemory:
     prev_entity: torch.Tensor  # [K] E_{t−1}
     prev_length: torch.Tensor  # [K] L_{t−1} (1: the next token starts a decision)
 
+    def row(self, entity: torch.Tensor) -> torch.Tensor:
+        """Embedding of entity slot ``entity`` [K] of each particle (values in 0..M−1): [K, D]."""
+        K, M, D = self.embeddings.shape
+        return self.embeddings.view(K * M, D).index_select(0, torch.arange(K, device=entity.device) * M + entity)
+
     def select(self, index: torch.Tensor) -> EntityMemory:
         """The memory of particles ``index`` [K'] (for beam search)."""
         return EntityMemory(*(getattr(self, f)[index] for f in self.__dataclass_fields__))
 
 
-def gumbel_argmax(log_probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One draw per row from softmax(log_probs) [K, C] (−inf entries never drawn): LongTensor [K]."""
-    u = torch.rand(log_probs.shape, generator=generator, device=log_probs.device, dtype=torch.float64)
-    noise = -torch.log(-torch.log(u.clamp_(min=1e-300)))
-    return (log_probs.double() + noise).argmax(-1)
+def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """logits / τ (the same tensor when τ = 1, which divides exactly)."""
+    return logits if temperature == 1 else logits / temperature
+
+
+def inverse_cdf(log_probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One draw per row from softmax(log_probs) [K|1, C] (−inf entries never drawn) given u ~ U[0, 1) [K]: [K].
+
+    The smallest c with P_c > u · P_C, where P_c = Σ_{c' ≤ c} exp(log_probs_c') in float64; capped at the last entry
+    with P_c < P_C's successor, i.e. the last one of positive probability."""
+    cdf = log_probs.double().exp().cumsum(-1)
+    total = cdf[..., -1:]
+    drawn = (cdf <= u.unsqueeze(1) * total).sum(-1)
+    return torch.minimum(drawn, (cdf < total).sum(-1))
 
 
 class EntityHeads(nn.Module):
@@ -87,14 +101,14 @@ class EntityHeads(nn.Module):
         device = device or self.type_embedding.weight.device
         zeros = torch.zeros(K, dtype=torch.long, device=device)
         return EntityMemory(
-            self.new_entity_embedding().expand(K, M, self.dim), torch.zeros(K, M, dtype=torch.long, device=device),
-            zeros, zeros - 1, zeros + 1,
+            self.new_entity_embedding().expand(K, M, self.dim).clone(),
+            torch.zeros(K, M, dtype=torch.long, device=device), zeros, zeros - 1, zeros + 1,
         )
 
     # --- the three factors (log-probabilities under temperature τ, float32) ---------------------------------------
     def type_log_probs(self, h: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
         """log p(R = r | h) for h [..., D]: [..., 2]."""
-        return torch.log_softmax(self.type_embedding(h).float() / temperature, -1)
+        return torch.log_softmax(tempered(self.type_embedding(h).float(), temperature), -1)
 
     def entity_log_probs(self, h: torch.Tensor, memory: EntityMemory, t: int, temperature: float = 1.0) -> torch.Tensor:
         """log p(E = e | R = 1, h) over the M slots for h [K|1, D]: [K, M] (−inf for slots beyond the new one)."""
@@ -104,30 +118,40 @@ class EntityHeads(nn.Module):
         count = memory.count.unsqueeze(-1)
         distance = (t - memory.last_seen).float()
         scores = scores + torch.where(slots < count, self.distance_weight.float() * distance, 0.0)
-        scores = (scores / temperature).masked_fill(slots > count, -math.inf)
+        scores = tempered(scores, temperature).masked_fill(slots > count, -math.inf)
         return torch.log_softmax(scores, -1)
 
     def length_log_probs(self, h: torch.Tensor, entity_embedding: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
         """log p(L = ℓ | R = 1, h, e) for e [..., D] (h broadcast to it): [..., ℓ_max] (index ℓ − 1)."""
         h = h.expand_as(entity_embedding)
-        return torch.log_softmax(self.length(torch.cat([h, entity_embedding], -1)).float() / temperature, -1)
+        return torch.log_softmax(tempered(self.length(torch.cat([h, entity_embedding], -1)).float(), temperature), -1)
 
     # --- the dynamic update ------------------------------------------------------------------------------------------
     def update(self, memory: EntityMemory, entity: torch.Tensor, active: torch.Tensor, h: torch.Tensor,
-               t: int) -> EntityMemory:
-        """Memory after x_t: entity [K] (where ``active`` [K]) is moved toward h_t [K|1, D] (eqs. 7-8)."""
+               t: int, inplace: bool = False) -> EntityMemory:
+        """Memory after x_t: entity [K] (where ``active`` [K]) is moved toward h_t [K|1, D] (eqs. 7-8).
+
+        ``inplace`` writes the K moved rows into ``memory``'s own tensors (O(K·D), no grad; the caller owns them)
+        instead of building a new [K, M, D] table; both give the same numbers."""
         K, M, D = memory.embeddings.shape
         slot = entity.clamp(0, M - 1)
-        e = memory.embeddings.gather(1, slot.view(K, 1, 1).expand(K, 1, D)).squeeze(1)  # [K, D]
+        e = memory.row(slot)  # [K, D]
         h = h.expand(K, D)
         gate = torch.sigmoid((self.delta(e) * h).sum(-1, keepdim=True))
-        moved = F.normalize(gate * e + (1 - gate) * h, dim=-1)
+        moved = F.normalize(gate * e + (1 - gate) * h, dim=-1).to(memory.embeddings.dtype)
+        count = torch.where(active & (entity == memory.count), memory.count + 1, memory.count)
+        if inplace:
+            flat = torch.arange(K, device=slot.device) * M + slot
+            memory.embeddings.view(K * M, D).index_copy_(0, flat, torch.where(active.unsqueeze(1), moved, e))
+            seen = memory.last_seen.view(-1)
+            seen.index_copy_(0, flat, torch.where(active, t, seen.index_select(0, flat)))
+            return replace(memory, count=count)
         hit = (torch.arange(M, device=slot.device) == slot.unsqueeze(1)) & active.unsqueeze(1)  # [K, M]
         return replace(
             memory,
-            embeddings=torch.where(hit.unsqueeze(-1), moved.unsqueeze(1).to(memory.embeddings.dtype), memory.embeddings),
+            embeddings=torch.where(hit.unsqueeze(-1), moved.unsqueeze(1), memory.embeddings),
             last_seen=torch.where(hit, t, memory.last_seen),
-            count=torch.where(active & (entity == memory.count), memory.count + 1, memory.count),
+            count=count,
         )
 
 
@@ -145,6 +169,44 @@ def check_latents(z, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch
     return tuple(parts)
 
 
+def score_step(heads: EntityHeads, memory: EntityMemory, type_lp: torch.Tensor, h: torch.Tensor, h_next: torch.Tensor,
+               t: int, r: torch.Tensor, e: torch.Tensor, ell: torch.Tensor, temperature: float = 1.0,
+               real: torch.Tensor | None = None) -> tuple[EntityMemory, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One token of ``score_latents``: (memory after x_t, log factor of z_t float64 [K] (0 inside a mention),
+    z_t valid [K], entity embedding of z_t before its update [K, D]).
+
+    type_lp: log q_τ(R_t | h) [K|1, 2]; h, h_next: labelling state and h_t [K|1, D]; r, e, ell: z_t [K];
+    real: [K] real tokens (padding adds nothing and changes nothing). No host synchronisation; without grad the
+    memory is updated in place."""
+    K = r.shape[0]
+    M, Lmax = heads.max_entities, heads.max_mention_length
+    real = torch.ones_like(r, dtype=torch.bool) if real is None else real
+    decide = memory.prev_length == 1
+    goes_on = (r == 1) & (e == memory.prev_entity) & (ell == memory.prev_length - 1)
+    no_mention = (r == 0) & (e == -1) & (ell == 1)
+    starts = (r == 1) & (e >= 0) & (e <= memory.count) & (e < M) & (ell >= 1) & (ell <= Lmax)
+    valid = torch.where(decide, no_mention | starts, goes_on) | ~real
+    slot = e.clamp(0, M - 1)
+    entity_emb = memory.row(slot)
+    step = type_lp.expand(K, 2).gather(1, r.clamp(0, 1).unsqueeze(1)).squeeze(1)
+    mentioned = decide & (r == 1) & real
+    ent = heads.entity_log_probs(h, memory, t, temperature).gather(1, slot.unsqueeze(1)).squeeze(1)
+    length = heads.length_log_probs(h, entity_emb, temperature).gather(1, (ell - 1).clamp(0, Lmax - 1).unsqueeze(1))
+    step = step + torch.where(mentioned, ent + length.squeeze(1), 0.0)
+    step = torch.where(decide & real, step, 0.0).double()
+    memory = heads.update(memory, e, (r == 1) & real, h_next, t, inplace=not torch.is_grad_enabled())
+    memory = replace(memory, prev_entity=torch.where(real, e, memory.prev_entity),
+                     prev_length=torch.where(real, ell, memory.prev_length))
+    return memory, step, valid, entity_emb
+
+
+def mention_context(context: torch.Tensor, entity_emb: torch.Tensor, r: torch.Tensor,
+                    real: torch.Tensor | None = None) -> torch.Tensor:
+    """The entity embedding x_t is generated with [K, D]: e_{E_t} when R_t = 1 (a real token), else the previous one."""
+    take = r == 1 if real is None else (r == 1) & real
+    return torch.where(take.unsqueeze(1), entity_emb, context)
+
+
 def score_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Tensor, z: dict,
                   temperature: float = 1.0, mask: torch.Tensor | None = None,
                   track_context: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -158,42 +220,52 @@ def score_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Ten
     """
     R, E, L = check_latents(z, h_label.shape[1])
     K, T = R.shape
-    M, Lmax = heads.max_entities, heads.max_mention_length
     device = h_label.device
     memory = heads.initial_memory(K, device)
     total = torch.zeros(K, dtype=torch.float64, device=device)
     valid = torch.ones(K, dtype=torch.bool, device=device)
-    type_lp = heads.type_log_probs(h_label, temperature).expand(K, T, 2)  # [K, T, 2]
+    type_lp = heads.type_log_probs(h_label, temperature)  # [K|1, T, 2]
     context = h_label.new_zeros(K, h_label.shape[-1]) if track_context else None
     used = []
     for t in range(T):
-        r, e, ell = R[:, t], E[:, t], L[:, t]
-        real = mask[:, t] if mask is not None else torch.ones_like(r, dtype=torch.bool)
-        decide = memory.prev_length == 1
-        goes_on = (r == 1) & (e == memory.prev_entity) & (ell == memory.prev_length - 1)
-        no_mention = (r == 0) & (e == -1) & (ell == 1)
-        starts = (r == 1) & (e >= 0) & (e <= memory.count) & (e < M) & (ell >= 1) & (ell <= Lmax)
-        valid &= torch.where(decide, no_mention | starts, goes_on) | ~real
-        h = h_label[:, t]
-        slot = e.clamp(0, M - 1)
-        entity_emb = memory.embeddings.gather(1, slot.view(K, 1, 1).expand(K, 1, memory.embeddings.shape[-1])).squeeze(1)
-        step = type_lp[:, t].gather(1, r.clamp(0, 1).unsqueeze(1)).squeeze(1)
-        mentioned = decide & (r == 1) & real
-        if bool(mentioned.any()):
-            ent = heads.entity_log_probs(h, memory, t, temperature).gather(1, slot.unsqueeze(1)).squeeze(1)
-            length = heads.length_log_probs(h, entity_emb, temperature).gather(1, (ell - 1).clamp(0, Lmax - 1).unsqueeze(1)).squeeze(1)
-            step = step + torch.where(mentioned, ent + length, 0.0)
-        total = total + torch.where(decide & real, step, 0.0).double()
+        real = mask[:, t] if mask is not None else None
+        memory, step, ok, entity_emb = score_step(heads, memory, type_lp[:, t], h_label[:, t], h_update[:, t], t,
+                                                  R[:, t], E[:, t], L[:, t], temperature, real)
+        total = total + step
+        valid &= ok
         if track_context:
-            context = torch.where(((r == 1) & real).unsqueeze(1), entity_emb, context)
+            context = mention_context(context, entity_emb, R[:, t], real)
             used.append(context)
-        memory = heads.update(memory, e, (r == 1) & real, h_update[:, t], t)
-        memory = replace(memory, prev_entity=torch.where(real, e, memory.prev_entity),
-                         prev_length=torch.where(real, ell, memory.prev_length))
     total = total.masked_fill(~valid, -math.inf)
     if not track_context:
         return total, None
     return total, (torch.stack(used, 1) if used else h_label.new_zeros(K, 0, h_label.shape[-1]))
+
+
+def sample_step(heads: EntityHeads, memory: EntityMemory, type_lp: torch.Tensor, h: torch.Tensor,
+                h_next: torch.Tensor, t: int, temperature: float, generator: torch.Generator | None
+                ) -> tuple[EntityMemory, tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+    """z_t ~ q_τ(z_t | ·) for K particles: (memory after x_t, (R_t, E_t, L_t) each [K], log q_τ(z_t | ·) float64 [K]).
+
+    One uniform draw [K, 3] per token (inverse CDF for type, entity and length; the entity and length draws count
+    only where a mention starts). type_lp: [1, 2]; h, h_next: [1, D]. No host synchronisation; the
+    memory is updated in place."""
+    K = memory.count.shape[0]
+    u = torch.rand((K, 3), generator=generator, device=memory.embeddings.device, dtype=torch.float64)
+    decide = memory.prev_length == 1
+    r = torch.where(decide, inverse_cdf(type_lp, u[:, 0]), 1)
+    starting = decide & (r == 1)
+    step = torch.where(decide, type_lp.expand(K, 2).gather(1, r.unsqueeze(1)).squeeze(1), 0.0).double()
+    lp_ent = heads.entity_log_probs(h, memory, t, temperature)
+    e_new = inverse_cdf(lp_ent, u[:, 1])
+    lp_len = heads.length_log_probs(h, memory.row(e_new), temperature)
+    l_new = inverse_cdf(lp_len, u[:, 2])
+    picked = lp_ent.gather(1, e_new.unsqueeze(1)).squeeze(1) + lp_len.gather(1, l_new.unsqueeze(1)).squeeze(1)
+    step = step + torch.where(starting, picked, 0.0).double()
+    e = torch.where(starting, e_new, torch.where(decide, -1, memory.prev_entity))
+    ell = torch.where(starting, l_new + 1, torch.where(decide, 1, memory.prev_length - 1))
+    memory = heads.update(memory, e, r == 1, h_next, t, inplace=True)
+    return replace(memory, prev_entity=e, prev_length=ell), (r, e, ell), step
 
 
 @torch.no_grad()
@@ -201,39 +273,19 @@ def sample_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Te
                    temperature: float, generator: torch.Generator | None) -> tuple[dict, torch.Tensor]:
     """z_k ~ Π_t q_τ(z_t | ·) (each factor's logits divided by τ): (dict of LongTensor [K, T], log q_τ float64 [K]).
 
-    h_label, h_update: [1, T, D] (shared by all particles)."""
+    h_label, h_update: [1, T, D] (shared by all particles). Token t consumes the stream as ``sample_step``."""
     K, T = int(num_samples), h_label.shape[1]
-    M = heads.max_entities
     device = h_label.device
     memory = heads.initial_memory(K, device)
     log_q = torch.zeros(K, dtype=torch.float64, device=device)
-    out = {k: torch.empty(K, T, dtype=torch.long, device=device) for k in LATENT_KEYS}
+    out = torch.empty(len(LATENT_KEYS), K, T, dtype=torch.long, device=device)
     type_lp = heads.type_log_probs(h_label[0], temperature)  # [T, 2]
     for t in range(T):
-        decide = memory.prev_length == 1
-        h = h_label[:, t]
-        lp_type = type_lp[t].expand(K, 2)
-        r = torch.where(decide, gumbel_argmax(lp_type, generator), 1)
-        starting = decide & (r == 1)
-        step = torch.where(decide, lp_type.gather(1, r.unsqueeze(1)).squeeze(1), 0.0).double()
-        e = torch.where(decide, -1, memory.prev_entity)
-        ell = torch.where(decide, 1, memory.prev_length - 1)
-        if bool(starting.any()):
-            lp_ent = heads.entity_log_probs(h, memory, t, temperature)
-            e_new = gumbel_argmax(lp_ent, generator)
-            emb = memory.embeddings.gather(1, e_new.view(K, 1, 1).expand(K, 1, memory.embeddings.shape[-1])).squeeze(1)
-            lp_len = heads.length_log_probs(h, emb, temperature)
-            l_new = gumbel_argmax(lp_len, generator)
-            picked = lp_ent.gather(1, e_new.unsqueeze(1)).squeeze(1) + lp_len.gather(1, l_new.unsqueeze(1)).squeeze(1)
-            step = step + torch.where(starting, picked, 0.0).double()
-            e = torch.where(starting, e_new, e)
-            ell = torch.where(starting, l_new + 1, ell)
+        memory, zt, step = sample_step(heads, memory, type_lp[t : t + 1], h_label[:, t], h_update[:, t], t,
+                                       temperature, generator)
         log_q += step
-        out["mention"][:, t], out["entity"][:, t], out["length"][:, t] = r, e, ell
-        memory = heads.update(memory, e, r == 1, h_update[:, t], t)
-        memory = replace(memory, prev_entity=e, prev_length=ell)
-    assert bool((memory.count <= M).all())
-    return out, log_q
+        out[:, :, t] = torch.stack(zt)
+    return dict(zip(LATENT_KEYS, out.unbind(0))), log_q
 
 
 @torch.no_grad()
@@ -272,6 +324,6 @@ def beam_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Tens
         e = torch.where(on, memory.prev_entity, rel[:, 1])
         ell = torch.where(on, memory.prev_length - 1, rel[:, 2])
         hist = torch.cat([hist[parent], torch.stack([r, e, ell], 1).unsqueeze(1)], 1)
-        memory = heads.update(memory, e, r == 1, h_update[:, t], t)
+        memory = heads.update(memory, e, r == 1, h_update[:, t], t, inplace=True)
         memory = replace(memory, prev_entity=e, prev_length=ell)
     return {k: hist[..., i] for i, k in enumerate(LATENT_KEYS)}

@@ -162,16 +162,23 @@ class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", 
         return latent + words.sum(-1)
 
     def word_log_probs(self, h: torch.Tensor, context: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """log p(x_t | h_{t−1}, e_t) for h [K|1, T, D], e_t [K, T, D], x [K|1, T]: float64 [K, T] (eq. 6)."""
-        K, T, D = context.shape
-        feats = (h + self.entity_output(context)).reshape(K * T, D)
-        target = x.expand(K, T).reshape(-1)
+        """log p(x_t | h_{t−1}, e_t) for h [K|1, T, D], e_t [K, T, D], x [K|1, T]: float64 [K, T] (eq. 6), token by
+        token exactly as ``word_step``."""
+        K, T, _ = context.shape
+        if T == 0:
+            return torch.zeros(K, 0, dtype=torch.float64, device=context.device)
+        return torch.stack([self.word_step(h[:, t], context[:, t].contiguous(), x[:, t]) for t in range(T)], 1)
+
+    def word_step(self, h: torch.Tensor, context: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """log p(x_t | h_{t−1}, e_t) for one token: h [K|1, D], e_t [K, D], x_t [K|1]: float64 [K] (eq. 6)."""
+        feats = h + self.entity_output(context)  # [K, D]
+        target = x.expand(feats.shape[0]).unsqueeze(1)
         rows = max(1, WORD_BLOCK // len(self.vocab))
         parts = []
-        for s in range(0, K * T, rows):
+        for s in range(0, feats.shape[0], rows):
             logits = self.vocab_output(feats[s : s + rows]).double()
-            parts.append(logits.gather(1, target[s : s + rows].unsqueeze(1)).squeeze(1) - logits.logsumexp(-1))
-        return torch.cat(parts).view(K, T)
+            parts.append(logits.gather(1, target[s : s + rows]).squeeze(1) - logits.logsumexp(-1))
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def extra_repr(self) -> str:
         return (f"vocab_size={len(self.vocab)}, dim={self.dim}, max_entities={self.max_entities}, "

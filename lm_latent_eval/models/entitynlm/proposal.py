@@ -25,6 +25,14 @@ from ..kglm.awd_lstm import AWDLSTM, embedding_dropout
 from .latents import LATENT_KEYS, EntityHeads, beam_latents, check_latents, sample_latents, score_latents
 
 
+def check_sample_args(num_samples, temperature) -> None:
+    """A clear error unless K is a positive integer and τ a finite number > 0."""
+    if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
+        raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
+    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+
+
 class EntityNLMProposal(nn.Module):
     """q_τ(z | x) = Π_t q(z_t | ·) from its own LSTM over x, peeking (labels x_t after reading it) or not."""
 
@@ -99,10 +107,7 @@ class EntityNLMProposal(nn.Module):
     def sample(self, x: torch.Tensor, num_samples: int, temperature: float = 1.0, peek: bool = True,
                generator: torch.Generator | None = None) -> tuple[dict, torch.Tensor]:
         """Draw K configurations z_k ~ q_τ(z | x): (dict of LongTensor [K, T], log q_τ(z_k | x) float64 [K])."""
-        if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
-            raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
-        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
-            raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+        check_sample_args(num_samples, temperature)
         x = self._check_x(x)
         if x.numel() == 0:
             empty = {k: torch.zeros(num_samples, 0, dtype=torch.long, device=x.device) for k in LATENT_KEYS}
