@@ -24,7 +24,8 @@ from torch import nn
 from ..encoder_cache import DocumentCache
 from ..kglm.awd_lstm import AWDLSTM, embedding_dropout
 from .latents import LATENT_KEYS, EntityHeads, check_latents, score_latents
-from .proposal import EntityNLMProposal
+from .proposal import EntityNLMProposal, check_sample_args
+from .stepwise import EntityNLMParticles, init_particles, particle_latents, reorder_particles, step_particles
 
 UNK, BOS = "@@UNKNOWN@@", "@@START@@"
 WORD_BLOCK = 1 << 22  # logits computed per block of the word softmax (rows × vocabulary), bounding memory
@@ -179,6 +180,26 @@ class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", 
             logits = self.vocab_output(feats[s : s + rows]).double()
             parts.append(logits.gather(1, target[s : s + rows]).squeeze(1) - logits.logsumexp(-1))
         return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    # --- stepwise p and q, for sequential Monte Carlo (stepwise.py) ---------------------------------------------
+    def smc_init(self, x: torch.Tensor, num_particles: int, temperature: float = 1.0,
+                 peek: bool = True) -> EntityNLMParticles:
+        """K particles before token 0 of x [T], drawing from q_τ (peeking or not) and scoring under p."""
+        check_sample_args(num_particles, temperature)
+        return init_particles(self, self._check_x(x), num_particles, temperature, peek)
+
+    def smc_step(self, state: EntityNLMParticles, t: int,
+                 generator: torch.Generator | None = None) -> tuple[EntityNLMParticles, torch.Tensor]:
+        """z_t ~ q_τ(z_t | x, z_<t) for every particle: (state, log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | ·) float64 [K])."""
+        return step_particles(self, state, t, generator)
+
+    def smc_reorder(self, state: EntityNLMParticles, ancestors: torch.Tensor) -> EntityNLMParticles:
+        """Particle k takes the full history of particle ancestors[k] (LongTensor [K])."""
+        return reorder_particles(state, ancestors)
+
+    def smc_latents(self, state: EntityNLMParticles) -> dict:
+        """The configurations drawn so far: dict of LongTensor [K, t], as ``log_joint`` and ``proposal.sample`` use."""
+        return particle_latents(state)
 
     def extra_repr(self) -> str:
         return (f"vocab_size={len(self.vocab)}, dim={self.dim}, max_entities={self.max_entities}, "

@@ -1,0 +1,93 @@
+"""EntityNLM one token at a time, for sequential Monte Carlo: K particles advance together and are reordered.
+
+Token t of particle k draws z_t ~ q_τ(z_t | x, z_<t) (the proposal's ``sample_step``: a mention's type, entity and
+length are drawn at its first token; its later tokens are forced, q = 1) and scores it under p with the same
+kernel as ``log_joint`` (``score_step`` and ``word_step``), so that the increment
+
+    log w_t = log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t)
+
+is a proper conditional and Σ_t log w_t = log p(x, z) − log q_τ(z | x) for the drawn z. The same generator gives
+the same z as ``proposal.sample`` (which runs the same ``sample_step`` token by token); encoders run once per
+document (cached), and nothing in a step synchronises with the host.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .latents import LATENT_KEYS, EntityMemory, mention_context, sample_step, score_step
+
+
+@dataclass
+class EntityNLMParticles:
+    """K particles after tokens 0..t−1 of one document x [T] (per-particle tensors lead with K)."""
+
+    x: torch.Tensor  # [T]
+    temperature: float
+    peek: bool
+    p_label: torch.Tensor  # [1, T, D] h_{t−1}: p labels z_t and generates x_t from it
+    p_update: torch.Tensor  # [1, T, D] h_t
+    p_type: torch.Tensor  # [1, T, 2] log p(R_t | h_{t−1})
+    q_label: torch.Tensor  # [1, T, D] the proposal's labelling state (g_t peeking, g_{t−1} not)
+    q_update: torch.Tensor  # [1, T, D] g_t
+    q_type: torch.Tensor  # [T, 2] log q_τ(R_t | ·)
+    p_memory: EntityMemory  # [K, ...]
+    q_memory: EntityMemory  # [K, ...]
+    context: torch.Tensor  # [K, D] entity embedding the previous token was generated with
+    latents: torch.Tensor  # [3, K, T] (R, E, L); columns ≥ t not drawn yet
+    t: int = 0  # next token
+
+
+@torch.no_grad()
+def init_particles(model, x: torch.Tensor, num_particles: int, temperature: float, peek: bool) -> EntityNLMParticles:
+    """K empty particles for document x [T] (encoders run here, once, without grad as in ``proposal.sample``)."""
+    K = int(num_particles)
+    states_p = model.encode(x).unsqueeze(0)  # [1, T + 1, D]
+    heads_q, q_label, q_update = model.proposal.views(model.proposal.encode(x).unsqueeze(0), peek)
+    T, device = x.numel(), x.device
+    return EntityNLMParticles(
+        x=x, temperature=float(temperature), peek=bool(peek),
+        p_label=states_p[:, :-1], p_update=states_p[:, 1:], p_type=model.heads.type_log_probs(states_p[:, :-1]),
+        q_label=q_label, q_update=q_update, q_type=heads_q.type_log_probs(q_label[0], float(temperature)),
+        p_memory=model.heads.initial_memory(K, device), q_memory=heads_q.initial_memory(K, device),
+        context=states_p.new_zeros(K, states_p.shape[-1]),
+        latents=torch.zeros(len(LATENT_KEYS), K, T, dtype=torch.long, device=device),
+    )
+
+
+@torch.no_grad()
+def step_particles(model, state: EntityNLMParticles, t: int,
+                   generator: torch.Generator | None) -> tuple[EntityNLMParticles, torch.Tensor]:
+    """Draw z_t for every particle and score it: (state after token t, log w_t float64 [K]).
+
+    The state passed in is consumed (its memories and latents are updated in place)."""
+    if t != state.t or not 0 <= t < state.x.numel():
+        raise ValueError(f"smc_step: expected token t = {state.t} of a {state.x.numel()}-token document, got t = {t}")
+    heads_q = model.proposal.heads if state.peek else model.proposal.nopeek_heads
+    q_memory, (r, e, ell), log_q = sample_step(heads_q, state.q_memory, state.q_type[t : t + 1],
+                                               state.q_label[:, t], state.q_update[:, t], t, state.temperature,
+                                               generator)
+    p_memory, log_p, valid, entity_emb = score_step(model.heads, state.p_memory, state.p_type[:, t],
+                                                    state.p_label[:, t], state.p_update[:, t], t, r, e, ell)
+    context = mention_context(state.context, entity_emb, r)
+    log_p = (log_p + model.word_step(state.p_label[:, t], context, state.x[t : t + 1])).masked_fill(~valid, -math.inf)
+    state.latents[:, :, t] = torch.stack([r, e, ell])
+    state = EntityNLMParticles(**{**state.__dict__, "p_memory": p_memory, "q_memory": q_memory, "context": context,
+                                  "t": t + 1})
+    return state, log_p - log_q
+
+
+def reorder_particles(state: EntityNLMParticles, ancestors: torch.Tensor) -> EntityNLMParticles:
+    """Particle k takes the whole history of particle ancestors[k] (after resampling)."""
+    a = ancestors.to(state.context.device)
+    return EntityNLMParticles(**{**state.__dict__, "p_memory": state.p_memory.select(a),
+                                 "q_memory": state.q_memory.select(a), "context": state.context[a],
+                                 "latents": state.latents[:, a]})
+
+
+def particle_latents(state: EntityNLMParticles) -> dict:
+    """The configurations drawn so far, as ``log_joint`` and ``proposal.sample`` take them: dict of [K, t]."""
+    return {k: state.latents[i, :, : state.t].clone() for i, k in enumerate(LATENT_KEYS)}
