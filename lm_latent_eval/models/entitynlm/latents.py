@@ -31,6 +31,7 @@ same code scores (with gradients), samples and searches.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 
@@ -50,15 +51,42 @@ class EntityMemory:
     count: torch.Tensor  # [K] entities introduced so far (n)
     prev_entity: torch.Tensor  # [K] E_{t−1}
     prev_length: torch.Tensor  # [K] L_{t−1} (1: the next token starts a decision)
+    offsets: torch.Tensor  # [K] k·M: row of particle k's slot 0 in embeddings viewed as [K·M, D]
 
     def row(self, entity: torch.Tensor) -> torch.Tensor:
         """Embedding of entity slot ``entity`` [K] of each particle (values in 0..M−1): [K, D]."""
         K, M, D = self.embeddings.shape
-        return self.embeddings.view(K * M, D).index_select(0, torch.arange(K, device=entity.device) * M + entity)
+        return self.embeddings.view(K * M, D).index_select(0, self.offsets + entity)
 
     def select(self, index: torch.Tensor) -> EntityMemory:
-        """The memory of particles ``index`` [K'] (for beam search)."""
-        return EntityMemory(*(getattr(self, f)[index] for f in self.__dataclass_fields__))
+        """The memory of particles ``index`` [K'] (resampling, beam search): new tensors, owned by the result."""
+        fields = {f: getattr(self, f)[index] for f in self.__dataclass_fields__ if f != "offsets"}
+        M = self.embeddings.shape[1]
+        return EntityMemory(**fields, offsets=torch.arange(index.shape[0], device=index.device) * M)
+
+
+def without_autograd(fn):
+    """Run ``fn`` under ``torch.inference_mode`` when grad is off (less bookkeeping per op than ``no_grad``) and hand
+    back its tensors cloned, as ordinary tensors usable anywhere; with grad on, run it as is."""
+
+    def clone(out):
+        if isinstance(out, torch.Tensor):
+            return out.clone()
+        if isinstance(out, dict):
+            return {k: clone(v) for k, v in out.items()}
+        if isinstance(out, tuple):
+            return tuple(clone(v) for v in out)
+        return out
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        if torch.is_grad_enabled():
+            return fn(*args, **kwargs)
+        with torch.inference_mode():
+            out = fn(*args, **kwargs)
+        return clone(out)
+
+    return wrapped
 
 
 def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -67,14 +95,14 @@ def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
 
 def inverse_cdf(log_probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """One draw per row from softmax(log_probs) [K|1, C] (−inf entries never drawn) given u ~ U[0, 1) [K]: [K].
+    """One draw per row from softmax(log_probs) [K, C] (−inf entries never drawn) given u ~ U[0, 1) [K, 1]: [K].
 
-    The smallest c with P_c > u · P_C, where P_c = Σ_{c' ≤ c} exp(log_probs_c') in float64; capped at the last entry
-    with P_c < P_C's successor, i.e. the last one of positive probability."""
+    The smallest c with P_c > u · P_C, where P_c = Σ_{c' ≤ c} exp(log_probs_c') in float64, capped at the first c
+    with P_c = P_C (the last entry of positive probability) in case u · P_C rounds up to P_C."""
     cdf = log_probs.double().exp().cumsum(-1)
-    total = cdf[..., -1:]
-    drawn = (cdf <= u.unsqueeze(1) * total).sum(-1)
-    return torch.minimum(drawn, (cdf < total).sum(-1))
+    total = cdf[:, -1:]
+    drawn = torch.searchsorted(cdf, u * total, right=True)
+    return torch.minimum(drawn, torch.searchsorted(cdf, total.contiguous())).squeeze(1)
 
 
 class EntityHeads(nn.Module):
@@ -103,6 +131,7 @@ class EntityHeads(nn.Module):
         return EntityMemory(
             self.new_entity_embedding().expand(K, M, self.dim).clone(),
             torch.zeros(K, M, dtype=torch.long, device=device), zeros, zeros - 1, zeros + 1,
+            torch.arange(K, device=device) * M,
         )
 
     # --- the three factors (log-probabilities under temperature τ, float32) ---------------------------------------
@@ -141,7 +170,7 @@ class EntityHeads(nn.Module):
         moved = F.normalize(gate * e + (1 - gate) * h, dim=-1).to(memory.embeddings.dtype)
         count = torch.where(active & (entity == memory.count), memory.count + 1, memory.count)
         if inplace:
-            flat = torch.arange(K, device=slot.device) * M + slot
+            flat = memory.offsets + slot
             memory.embeddings.view(K * M, D).index_copy_(0, flat, torch.where(active.unsqueeze(1), moved, e))
             seen = memory.last_seen.view(-1)
             seen.index_copy_(0, flat, torch.where(active, t, seen.index_select(0, flat)))
@@ -171,33 +200,54 @@ def check_latents(z, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch
 
 def score_step(heads: EntityHeads, memory: EntityMemory, type_lp: torch.Tensor, h: torch.Tensor, h_next: torch.Tensor,
                t: int, r: torch.Tensor, e: torch.Tensor, ell: torch.Tensor, temperature: float = 1.0,
-               real: torch.Tensor | None = None) -> tuple[EntityMemory, torch.Tensor, torch.Tensor, torch.Tensor]:
+               real: torch.Tensor | None = None) -> tuple[EntityMemory, torch.Tensor, torch.Tensor]:
     """One token of ``score_latents``: (memory after x_t, log factor of z_t float64 [K] (0 inside a mention),
-    z_t valid [K], entity embedding of z_t before its update [K, D]).
+    entity embedding of z_t before its update [K, D]); whether z_t is allowed at all is ``on_support``'s job.
 
     type_lp: log q_τ(R_t | h) [K|1, 2]; h, h_next: labelling state and h_t [K|1, D]; r, e, ell: z_t [K];
     real: [K] real tokens (padding adds nothing and changes nothing). No host synchronisation; without grad the
     memory is updated in place."""
     K = r.shape[0]
     M, Lmax = heads.max_entities, heads.max_mention_length
-    real = torch.ones_like(r, dtype=torch.bool) if real is None else real
     decide = memory.prev_length == 1
-    goes_on = (r == 1) & (e == memory.prev_entity) & (ell == memory.prev_length - 1)
-    no_mention = (r == 0) & (e == -1) & (ell == 1)
-    starts = (r == 1) & (e >= 0) & (e <= memory.count) & (e < M) & (ell >= 1) & (ell <= Lmax)
-    valid = torch.where(decide, no_mention | starts, goes_on) | ~real
+    mention = r == 1
+    if real is not None:
+        decide, mention = decide & real, mention & real
     slot = e.clamp(0, M - 1)
     entity_emb = memory.row(slot)
     step = type_lp.expand(K, 2).gather(1, r.clamp(0, 1).unsqueeze(1)).squeeze(1)
-    mentioned = decide & (r == 1) & real
     ent = heads.entity_log_probs(h, memory, t, temperature).gather(1, slot.unsqueeze(1)).squeeze(1)
     length = heads.length_log_probs(h, entity_emb, temperature).gather(1, (ell - 1).clamp(0, Lmax - 1).unsqueeze(1))
-    step = step + torch.where(mentioned, ent + length.squeeze(1), 0.0)
-    step = torch.where(decide & real, step, 0.0).double()
-    memory = heads.update(memory, e, (r == 1) & real, h_next, t, inplace=not torch.is_grad_enabled())
+    step = step + torch.where(decide & mention, ent + length.squeeze(1), 0.0)
+    step = torch.where(decide, step, 0.0).double()
+    memory = heads.update(memory, e, mention, h_next, t, inplace=not torch.is_grad_enabled())
+    if real is None:
+        return replace(memory, prev_entity=e, prev_length=ell), step, entity_emb
     memory = replace(memory, prev_entity=torch.where(real, e, memory.prev_entity),
                      prev_length=torch.where(real, ell, memory.prev_length))
-    return memory, step, valid, entity_emb
+    return memory, step, entity_emb
+
+
+def on_support(z: dict, max_entities: int, max_mention_length: int, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """p(x, z_k) > 0: every z_t follows the generative story (see the module docstring): BoolTensor [K].
+
+    Checked for all tokens at once: after a finished mention (or at t = 0) z_t is (0, −1, 1) or (1, e, ℓ) with
+    0 ≤ e ≤ n_t (n_t = 1 + the largest entity before t), e < M, 1 ≤ ℓ ≤ ℓ_max; inside a mention it is
+    (1, E_{t−1}, L_{t−1} − 1). mask [K, T]: real tokens, a prefix of each row; padding is not checked."""
+    R, E, L = (z[k] for k in LATENT_KEYS)
+    K, T = R.shape
+    if T == 0:
+        return torch.ones(K, dtype=torch.bool, device=R.device)
+    prev_e = torch.cat([E.new_full((K, 1), -1), E[:, :-1]], 1)
+    prev_l = torch.cat([L.new_ones(K, 1), L[:, :-1]], 1)
+    count = torch.cat([E.new_zeros(K, 1), E[:, :-1].cummax(1).values.clamp(min=-1) + 1], 1)
+    goes_on = (R == 1) & (E == prev_e) & (L == prev_l - 1)
+    no_mention = (R == 0) & (E == -1) & (L == 1)
+    starts = (R == 1) & (E >= 0) & (E <= count) & (E < max_entities) & (L >= 1) & (L <= max_mention_length)
+    ok = torch.where(prev_l == 1, no_mention | starts, goes_on)
+    if mask is not None:
+        ok = ok | ~mask
+    return ok.all(1)
 
 
 def mention_context(context: torch.Tensor, entity_emb: torch.Tensor, r: torch.Tensor,
@@ -214,8 +264,8 @@ def score_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Ten
     and, with ``track_context``, the entity embedding each token is generated with, [K, T, D]).
 
     h_label, h_update: [K|1, T, D] (labelling state for z_t; state h_t that updates the entity of x_t).
-    mask: [K, T] real tokens (training batches of padded documents); padding adds nothing and changes nothing.
-    The context embedding of token t is e_{E_t} before its update when R_t = 1, and otherwise the previous token's
+    mask: [K, T] real tokens (training batches of documents padded at the end); padding adds nothing and changes
+    nothing. The context embedding of token t is e_{E_t} before its update when R_t = 1, and otherwise the previous token's
     context (the most recently mentioned entity as it was then; zeros before any mention), as in the original code.
     """
     R, E, L = check_latents(z, h_label.shape[1])
@@ -223,20 +273,18 @@ def score_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Ten
     device = h_label.device
     memory = heads.initial_memory(K, device)
     total = torch.zeros(K, dtype=torch.float64, device=device)
-    valid = torch.ones(K, dtype=torch.bool, device=device)
     type_lp = heads.type_log_probs(h_label, temperature)  # [K|1, T, 2]
     context = h_label.new_zeros(K, h_label.shape[-1]) if track_context else None
     used = []
     for t in range(T):
         real = mask[:, t] if mask is not None else None
-        memory, step, ok, entity_emb = score_step(heads, memory, type_lp[:, t], h_label[:, t], h_update[:, t], t,
-                                                  R[:, t], E[:, t], L[:, t], temperature, real)
+        memory, step, entity_emb = score_step(heads, memory, type_lp[:, t], h_label[:, t], h_update[:, t], t,
+                                              R[:, t], E[:, t], L[:, t], temperature, real)
         total = total + step
-        valid &= ok
         if track_context:
             context = mention_context(context, entity_emb, R[:, t], real)
             used.append(context)
-    total = total.masked_fill(~valid, -math.inf)
+    total = total.masked_fill(~on_support(z, heads.max_entities, heads.max_mention_length, mask), -math.inf)
     if not track_context:
         return total, None
     return total, (torch.stack(used, 1) if used else h_label.new_zeros(K, 0, h_label.shape[-1]))
@@ -253,13 +301,13 @@ def sample_step(heads: EntityHeads, memory: EntityMemory, type_lp: torch.Tensor,
     K = memory.count.shape[0]
     u = torch.rand((K, 3), generator=generator, device=memory.embeddings.device, dtype=torch.float64)
     decide = memory.prev_length == 1
-    r = torch.where(decide, inverse_cdf(type_lp, u[:, 0]), 1)
+    r = torch.where(decide, inverse_cdf(type_lp.expand(K, 2), u[:, 0:1]), 1)
     starting = decide & (r == 1)
     step = torch.where(decide, type_lp.expand(K, 2).gather(1, r.unsqueeze(1)).squeeze(1), 0.0).double()
     lp_ent = heads.entity_log_probs(h, memory, t, temperature)
-    e_new = inverse_cdf(lp_ent, u[:, 1])
+    e_new = inverse_cdf(lp_ent, u[:, 1:2])
     lp_len = heads.length_log_probs(h, memory.row(e_new), temperature)
-    l_new = inverse_cdf(lp_len, u[:, 2])
+    l_new = inverse_cdf(lp_len, u[:, 2:3])
     picked = lp_ent.gather(1, e_new.unsqueeze(1)).squeeze(1) + lp_len.gather(1, l_new.unsqueeze(1)).squeeze(1)
     step = step + torch.where(starting, picked, 0.0).double()
     e = torch.where(starting, e_new, torch.where(decide, -1, memory.prev_entity))
@@ -269,6 +317,7 @@ def sample_step(heads: EntityHeads, memory: EntityMemory, type_lp: torch.Tensor,
 
 
 @torch.no_grad()
+@without_autograd
 def sample_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Tensor, num_samples: int,
                    temperature: float, generator: torch.Generator | None) -> tuple[dict, torch.Tensor]:
     """z_k ~ Π_t q_τ(z_t | ·) (each factor's logits divided by τ): (dict of LongTensor [K, T], log q_τ float64 [K]).

@@ -23,7 +23,7 @@ from torch import nn
 
 from ..encoder_cache import DocumentCache
 from ..kglm.awd_lstm import AWDLSTM, embedding_dropout
-from .latents import LATENT_KEYS, EntityHeads, check_latents, score_latents
+from .latents import LATENT_KEYS, EntityHeads, check_latents, score_latents, without_autograd
 from .proposal import EntityNLMProposal, check_sample_args
 from .stepwise import EntityNLMParticles, init_particles, particle_latents, reorder_particles, step_particles
 
@@ -144,6 +144,7 @@ class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", 
         return super().train(mode)
 
     # --- p(x, z) ------------------------------------------------------------------------------------------------
+    @without_autograd
     def log_joint(self, x: torch.Tensor, z: dict) -> torch.Tensor:
         """log p(x, z_k) for K configurations: float64 [K]; −inf where p(x, z_k) = 0."""
         x = self._check_x(x)

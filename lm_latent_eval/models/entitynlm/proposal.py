@@ -22,7 +22,8 @@ from torch import nn
 
 from ..encoder_cache import DocumentCache
 from ..kglm.awd_lstm import AWDLSTM, embedding_dropout
-from .latents import LATENT_KEYS, EntityHeads, beam_latents, check_latents, sample_latents, score_latents
+from .latents import (LATENT_KEYS, EntityHeads, beam_latents, check_latents, sample_latents, score_latents,
+                      without_autograd)
 
 
 def check_sample_args(num_samples, temperature) -> None:
@@ -87,6 +88,7 @@ class EntityNLMProposal(nn.Module):
         return self.nopeek_heads, states[:, :-1], states[:, 1:]
 
     # --- scoring ------------------------------------------------------------------------------------------------
+    @without_autograd
     def log_prob(self, x: torch.Tensor, z: dict, temperature: float = 1.0, peek: bool = True) -> torch.Tensor:
         """log q_τ(z_k | x) for K configurations: float64 [K] (−inf outside the support); differentiable."""
         x = self._check_x(x)

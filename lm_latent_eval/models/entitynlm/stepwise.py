@@ -13,7 +13,6 @@ document (cached), and nothing in a step synchronises with the host.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -41,7 +40,7 @@ class EntityNLMParticles:
     t: int = 0  # next token
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def init_particles(model, x: torch.Tensor, num_particles: int, temperature: float, peek: bool) -> EntityNLMParticles:
     """K empty particles for document x [T] (encoders run here, once, without grad as in ``proposal.sample``)."""
     K = int(num_particles)
@@ -58,22 +57,27 @@ def init_particles(model, x: torch.Tensor, num_particles: int, temperature: floa
     )
 
 
-@torch.no_grad()
 def step_particles(model, state: EntityNLMParticles, t: int,
                    generator: torch.Generator | None) -> tuple[EntityNLMParticles, torch.Tensor]:
     """Draw z_t for every particle and score it: (state after token t, log w_t float64 [K]).
 
-    The state passed in is consumed (its memories and latents are updated in place)."""
+    The state passed in is consumed (its memories and latents are updated in place, under inference mode)."""
+    with torch.inference_mode():
+        state, log_w = _step(model, state, t, generator)
+    return state, log_w.clone()
+
+
+def _step(model, state: EntityNLMParticles, t: int, generator) -> tuple[EntityNLMParticles, torch.Tensor]:
     if t != state.t or not 0 <= t < state.x.numel():
         raise ValueError(f"smc_step: expected token t = {state.t} of a {state.x.numel()}-token document, got t = {t}")
     heads_q = model.proposal.heads if state.peek else model.proposal.nopeek_heads
     q_memory, (r, e, ell), log_q = sample_step(heads_q, state.q_memory, state.q_type[t : t + 1],
                                                state.q_label[:, t], state.q_update[:, t], t, state.temperature,
                                                generator)
-    p_memory, log_p, valid, entity_emb = score_step(model.heads, state.p_memory, state.p_type[:, t],
-                                                    state.p_label[:, t], state.p_update[:, t], t, r, e, ell)
+    p_memory, log_p, entity_emb = score_step(model.heads, state.p_memory, state.p_type[:, t], state.p_label[:, t],
+                                             state.p_update[:, t], t, r, e, ell)  # z_t from q is on p's support
     context = mention_context(state.context, entity_emb, r)
-    log_p = (log_p + model.word_step(state.p_label[:, t], context, state.x[t : t + 1])).masked_fill(~valid, -math.inf)
+    log_p = log_p + model.word_step(state.p_label[:, t], context, state.x[t : t + 1])
     state.latents[:, :, t] = torch.stack([r, e, ell])
     state = EntityNLMParticles(**{**state.__dict__, "p_memory": p_memory, "q_memory": q_memory, "context": context,
                                   "t": t + 1})
