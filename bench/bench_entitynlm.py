@@ -5,12 +5,35 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from particles import main
+from limit import _lstm_products  # noqa: E402
+from particles import main  # noqa: E402
 
-from lm_latent_eval.models import MODELS
-from lm_latent_eval.paths import DATA_DIR
+from lm_latent_eval.models import MODELS  # noqa: E402
+from lm_latent_eval.paths import DATA_DIR  # noqa: E402
+
+
+def entitynlm_arithmetic(model, T: int, K: int):
+    """The products an IS estimate of a T-token document with K particles needs from an EntityNLM (see limit.py).
+
+    Once: p's and q's encoders, and in p and q the type logits and entity queries W_ent h_t of every position. Per
+    token, for all K particles, in q and in p: entity scores over the M slots ([D] · [K, M, D]), the length head
+    ([K, 2D] · [ℓ_max, 2D]) and the update gate W_δ e ([K, D] · [D, D]); in p the word head W_e e_t and the
+    vocabulary logits ([K, D] · [V, D])."""
+    D, M, L, V = model.dim, model.max_entities, model.max_mention_length, len(model.vocab)
+    once, step = [], []
+    for encoder in (model.encoder, model.proposal.encoder):
+        o, s = _lstm_products(encoder, T)
+        once += o
+        step += s
+    for _ in range(2):  # q and p
+        once += [("td,cd->tc", (T, D), (2, D)), ("td,ed->te", (T, D), (D, D))]
+        step += [("d,kmd->km", (D,), (K, M, D)), ("kc,lc->kl", (K, 2 * D), (L, 2 * D)),
+                 ("kd,ed->ke", (K, D), (D, D))]
+    step += [("kd,ed->ke", (K, D), (D, D)), ("kd,vd->kv", (K, D), (V, D))]
+    return once, step
+
 
 if __name__ == "__main__":
     model = "entitynlm" if "entitynlm" in MODELS else "lm_latent_eval.models.entitynlm:EntityNLM"
     main(["--data", str(DATA_DIR / "coref_tiny" / "test.jsonl"), "--pretrained", str(DATA_DIR / "entitynlm"),
-          *sys.argv[1:]], default_model=model)
+          *sys.argv[1:]], default_model=model, arithmetic=entitynlm_arithmetic)

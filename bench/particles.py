@@ -2,7 +2,9 @@
 
 Prints, measured side by side in one run: particles·tokens/s at each K, the speed-up of our batched estimator over
 a loop that draws and scores one particle per forward pass (what the original KGLM evaluation does), the cost ratio
-cost(K=1000)/cost(K=1), and the peak memory of one K = 100,000 document (run in a child process).
+cost(K=1000)/cost(K=1), the distance to the limit (our particles·tokens/s at K = 1,000 against plain einsums of the
+same arithmetic, ``limit.reference_throughput``, when the model's benchmark passes its ``arithmetic``), and the
+peak memory of one K = 100,000 document (run in a child process).
 """
 
 from __future__ import annotations
@@ -67,7 +69,20 @@ def peak_memory_child(model_name, pretrained, doc, k, device):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main(argv=None, default_model="hmm"):
+def limit_row(model, xs, docs, k, device, arithmetic, ours_seconds):
+    """Our particles·tokens/s at K next to the reference arithmetic's (same documents, same device): one table row."""
+    from limit import reference_seconds
+
+    ref = 0.0
+    for x in xs:
+        once, per_token = arithmetic(model, int(x.numel()), k)
+        ref += reference_seconds(once, per_token, int(x.numel()), device)
+    tokens = sum(int(x.numel()) for x in xs)
+    return (f"| {k} | {k * tokens / ours_seconds:,.0f} | {k * tokens / ref:,.0f} | {ours_seconds:.3f} | {ref:.3f} |"
+            f" {ours_seconds / ref:.1f}x |")
+
+
+def main(argv=None, default_model="hmm", arithmetic=None):
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--model", default=default_model)
     p.add_argument("--pretrained", default=None)
@@ -77,6 +92,7 @@ def main(argv=None, default_model="hmm"):
     p.add_argument("--loop-ks", default="10,100,1000", help="K values at which the one-particle loop is also timed")
     p.add_argument("--memory-ks", default="1000,10000,100000", help="K values of the one-document peak-memory runs")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--limit-k", type=int, default=1000, help="K of the distance-to-the-limit row (needs a model arithmetic)")
     args = p.parse_args(argv)
     model, _ = load_model(args.model, args.pretrained, device=args.device)
     docs = read_documents(args.data)[: args.num_docs]
@@ -99,6 +115,13 @@ def main(argv=None, default_model="hmm"):
         print(f"| {k} | {t:.3f} | {k * tokens / t:,.0f} | {f'{loop:.3f}' if loop else '-'} | {speed} |", flush=True)
     if 1 in cost and 1000 in cost:
         print(f"\ncost(K=1000) / cost(K=1) = {cost[1000] / cost[1]:.1f}")
+    if arithmetic is not None and args.limit_k:
+        k = args.limit_k
+        ours = cost[k] if k in cost else batched_seconds(model, xs, docs, k, args.device)
+        print("\nDistance to the limit (reference = the same arithmetic as plain einsums, bench/limit.py, same run):\n")
+        print("| K | ours particles·tokens/s | reference particles·tokens/s | ours s | reference s | ours / reference |")
+        print("|---|---|---|---|---|---|")
+        print(limit_row(model, xs, docs, k, args.device, arithmetic, ours), flush=True)
     longest = max(docs, key=lambda d: len(d))
     for k in (int(k) for k in args.memory_ks.split(",") if k):  # bounded memory: flat in K (fresh process each)
         mem = peak_memory_child(args.model, args.pretrained, longest, k, args.device)

@@ -21,7 +21,8 @@ TOL = 1e-9
 def cases():
     bundled = EntityNLM.from_pretrained(str(DATA_DIR / "entitynlm")).eval()
     doc = " ".join(json.loads((DATA_DIR / "coref_tiny" / "test.jsonl").read_text().splitlines()[1])["tokens"])
-    return {"bundled": (bundled, doc), "tiny": (tiny_entitynlm(max_entities=2, max_mention_length=3), "anna saw her there anna")}
+    tiny = tiny_entitynlm(max_entities=2, max_mention_length=3)
+    return {"bundled": (bundled, doc), "tiny": (tiny, "anna saw her there anna")}
 
 
 def run_steps(model, x, K, temperature, peek, seed):

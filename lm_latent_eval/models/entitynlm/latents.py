@@ -25,8 +25,11 @@ peeking, h_t (after reading x_t) for the peeking q. M = ``max_entities`` bounds 
 prefix, so a mention may be cut off by the end of x (L_T > 1).
 
 Memory per particle: embeddings [K, M, D] (every unused slot holds u_new, so the new-entity score is the score of
-slot n), position of each entity's latest mention [K, M], entity count [K]; all updates are out of place, so the
-same code scores (with gradients), samples and searches.
+slot n), position of each entity's latest mention [K, M], entity count [K]. One per-token kernel serves every
+path: ``score_step`` (log p or log q of given z_t), ``sample_step`` (draw z_t ~ q_τ) and the model's ``word_step``;
+``score_latents``, ``sample_latents`` and the stepwise SMC particles (``stepwise.py``) loop over tokens calling them,
+with no Python loop over particles or entities and no host synchronisation inside the token loop. With gradients
+the memory is updated out of place (training); without, the K touched rows are written in place.
 """
 
 from __future__ import annotations
@@ -265,8 +268,9 @@ def score_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Ten
 
     h_label, h_update: [K|1, T, D] (labelling state for z_t; state h_t that updates the entity of x_t).
     mask: [K, T] real tokens (training batches of documents padded at the end); padding adds nothing and changes
-    nothing. The context embedding of token t is e_{E_t} before its update when R_t = 1, and otherwise the previous token's
-    context (the most recently mentioned entity as it was then; zeros before any mention), as in the original code.
+    nothing. The context embedding of token t is e_{E_t} before its update when R_t = 1, and otherwise the previous
+    token's context (the most recently mentioned entity as it was then; zeros before any mention), as in the
+    original code.
     """
     R, E, L = check_latents(z, h_label.shape[1])
     K, T = R.shape
@@ -293,7 +297,8 @@ def score_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Ten
 def sample_step(heads: EntityHeads, memory: EntityMemory, type_lp: torch.Tensor, h: torch.Tensor,
                 h_next: torch.Tensor, t: int, temperature: float, generator: torch.Generator | None
                 ) -> tuple[EntityMemory, tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
-    """z_t ~ q_τ(z_t | ·) for K particles: (memory after x_t, (R_t, E_t, L_t) each [K], log q_τ(z_t | ·) float64 [K]).
+    """z_t ~ q_τ(z_t | ·) for K particles: (memory after x_t, (R_t, E_t, L_t) each [K], log q_τ(z_t | ·)
+    float64 [K]).
 
     One uniform draw [K, 3] per token (inverse CDF for type, entity and length; the entity and length draws count
     only where a mention starts). type_lp: [1, 2]; h, h_next: [1, D]. No host synchronisation; the

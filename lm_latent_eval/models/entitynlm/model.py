@@ -191,7 +191,8 @@ class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", 
 
     def smc_step(self, state: EntityNLMParticles, t: int,
                  generator: torch.Generator | None = None) -> tuple[EntityNLMParticles, torch.Tensor]:
-        """z_t ~ q_τ(z_t | x, z_<t) for every particle: (state, log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | ·) float64 [K])."""
+        """z_t ~ q_τ(z_t | x, z_<t) for every particle (t = 0..T−1 in order; consumes ``state``):
+        (state, log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t), float64 [K])."""
         return step_particles(self, state, t, generator)
 
     def smc_reorder(self, state: EntityNLMParticles, ancestors: torch.Tensor) -> EntityNLMParticles:

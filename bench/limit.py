@@ -1,0 +1,88 @@
+"""Distance to the limit: the throughput of the arithmetic an estimate needs, as plain einsums, on the same device.
+
+``reference_throughput(once, per_token, num_particles, num_tokens)`` times a list of einsums run once per document
+(encoders, per-position tables) plus a list run at every token for all K particles (the heads), with random float32
+operands of the given shapes, and returns particles·tokens per second. A model's benchmark lists the products of
+its own arithmetic (``kglm_arithmetic`` below) and prints ours / reference measured in the same run. The reference
+has no indexing, masking, softmax or sampling, so it is a lower bound on the time of any implementation.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+Product = tuple[str, tuple[int, ...], tuple[int, ...]]  # (einsum equation, shape of operand 1, shape of operand 2)
+
+
+def _operands(products: list[Product], device) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    return [(eq, torch.randn(a, generator=gen).to(device), torch.randn(b, generator=gen).to(device))
+            for eq, a, b in products]
+
+
+def reference_seconds(once: list[Product], per_token: list[Product], num_tokens: int, device="cpu",
+                      repeats: int = 3) -> float:
+    """Best-of-``repeats`` seconds of ``once`` + ``num_tokens`` × ``per_token`` einsums (one document)."""
+    ops_once, ops_step = _operands(once, device), _operands(per_token, device)
+    best = float("inf")
+    for _ in range(repeats + 1):  # the first pass warms up
+        if str(device).startswith("cuda"):
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for eq, a, b in ops_once:
+            torch.einsum(eq, a, b)
+        for _ in range(num_tokens):
+            for eq, a, b in ops_step:
+                torch.einsum(eq, a, b)
+        if str(device).startswith("cuda"):
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def reference_throughput(once: list[Product], per_token: list[Product], num_particles: int, num_tokens: int,
+                         device="cpu", repeats: int = 3) -> float:
+    """particles·tokens per second of the reference arithmetic of one document (see the module docstring)."""
+    return num_particles * num_tokens / reference_seconds(once, per_token, num_tokens, device, repeats)
+
+
+def _lstm_products(encoder, T: int) -> tuple[list[Product], list[Product]]:
+    """An LSTM stack over T tokens: input projections once ([T, in] × [4H, in]), recurrences per token ([H] × [4H, H])."""
+    once, step = [], []
+    for layer in encoder.layers:
+        four_h, inp = layer.weight_ih_l0.shape
+        once.append(("ti,gi->tg", (T, inp), (four_h, inp)))
+        step.append(("i,gi->g", (four_h // 4,), (four_h, four_h // 4)))
+    return once, step
+
+
+def kglm_arithmetic(model, T: int, K: int) -> tuple[list[Product], list[Product]]:
+    """The products an IS estimate of a T-token document with K particles needs from a KGLM.
+
+    Once: p's and q's encoders (recurrences counted per token), q's and p's per-position tables (type, new-entity,
+    parent and relation logits), p's generate head for every (position, entity row) pair and the alias-copy scores
+    of every alias token. Per token, for all K particles, in q and in p: parent logits over the ``cutoff`` window
+    slots ([K, De] · [K, C, De]) and edge logits over the largest out-degree ([K, De] · [K, D_max, De]); in p the
+    copy scores over the particle's entity's alias tokens ([K, D] · [K, L_max, D])."""
+    tables = model.tables
+    D, De, C = model.token_dim, model.entity_dim, max(model.cutoff, 1)
+    R, Rr = tables.num_rows, int(model.relation_embedding.weight.shape[0])
+    V = len(model.vocab)
+    d_max = max(int(tables.degree.max()) if tables.degree.numel() else 1, 1)
+    alias = model.alias_tables()
+    L_total, L_max = int(alias[0].shape[0]), max(int(alias[3].max()), 1)
+    once, step = [], []
+    for encoder in (model.encoder, model.proposal.encoder):
+        o, s = _lstm_products(encoder, T)
+        once += o
+        step += s
+    for _ in range(2):  # q and p
+        once += [("td,cd->tc", (T, D), (4, D)), ("td,rd->tr", (T, De), (R, De)),
+                 ("td,rd->tr", (T, De), (R, De)), ("td,rd->tr", (T, De), (Rr, De))]
+        step += [("kd,kcd->kc", (K, De), (K, C, De)), ("kd,kmd->km", (K, De), (K, d_max, De))]
+    once += [("ni,oi->no", (T * R, D + De), (D, D + De)), ("ni,oi->no", (T * R, D), (V, D)),
+             ("td,ld->tl", (T, D), (L_total, D))]
+    step += [("kd,kld->kl", (K, D), (K, L_max, D))]
+    return once, step
