@@ -20,10 +20,12 @@ import pytest
 import torch
 
 from lm_latent_eval.estimators import importance_log_weights
+from lm_latent_eval.models.entitynlm.enumerate import exact_log_marginal
 from lm_latent_eval.models.entitynlm import LATENT_KEYS, EntityNLM
 from lm_latent_eval.paths import DATA_DIR
 
-from test_entitynlm_exact import tiny_entitynlm
+from is_checks import assert_is_unbiased_on
+from test_entitynlm_exact import TEXT, tiny_entitynlm
 
 TOL = 1e-9
 TINY_WORDS_TOL = 2e-7  # tiny model's log p only: float32 BLAS rounding of the per-token word softmax (see above)
@@ -66,6 +68,12 @@ def test_sampler_stream_and_log_weights_for_fixed_seeds(models, name):
         assert log_q.tolist() == pytest.approx(want["log_q"], abs=TOL, rel=0), (peek, tau)
         lw = importance_log_weights(model, x, 5, tau, peek, seed=0, document=rec["text"]).tolist()
         assert lw == pytest.approx(rec[f"lw_{peek}_{tau}"], abs=TOL, rel=0), (peek, tau)
+
+
+def test_new_sampler_is_unbiased_with_peeking(models):
+    """The inverse-CDF sampler, peeking (test_entitynlm_exact checks no-peeking): 300 runs of K = 4, p̂/p = 1."""
+    model = models["tiny"]
+    assert_is_unbiased_on(model, TEXT, exact_log_marginal(model, model.tokenize(TEXT)), peek=True)
 
 
 # fmt: off
