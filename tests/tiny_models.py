@@ -42,3 +42,27 @@ def make_tiny_gpt2(
     model.save_pretrained(path)
     fast.save_pretrained(path)
     return path
+
+
+BPE_CORPUS = [
+    "the cat sat on the mat.", "the dog ran under the log.", "a cat and a dog sat quickly.",
+    "the mat and the log.", "slowly the dog sat on a mat, and the cat ran.", "théo ran to the café.",
+]
+
+
+def make_tiny_bpe_gpt2(path: str | Path, corpus=BPE_CORPUS, vocab_size: int = 300, n_positions: int = 64,
+                       n_embd: int = 32, n_layer: int = 2, seed: int = 0) -> Path:  # fmt: skip
+    """A random GPT-2 with a byte-level BPE tokenizer trained here on ``corpus`` (all 256 bytes + merges)."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from lm_latent_eval.models.tokenization.make_default import train_tokenizer
+
+    path = Path(path)
+    fast = train_tokenizer(corpus, vocab_size)
+    torch.manual_seed(seed)
+    config = GPT2Config(vocab_size=len(fast), n_positions=n_positions, n_embd=n_embd, n_layer=n_layer, n_head=2,
+                        bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id)  # fmt: skip
+    GPT2LMHeadModel(config).save_pretrained(path)
+    fast.save_pretrained(path)
+    return path

@@ -462,3 +462,72 @@ class LatentRNNGEval(LatentLMEval):
         count_eos = _parse_bool("count_eos", count_eos)
         self.model_files = {} if count_eos is None else {"count_eos": count_eos}
         super().__init__(**kwargs)
+
+
+@register_model("latent_tokenization")
+class LatentTokenizationEval(LatentLMEval):
+    """``--model latent_tokenization``: any Hugging Face causal LM (byte-level BPE) as a latent LM over its
+    tokenizations (lm_latent_eval/models/tokenization; default: the bundled tiny GPT-2).
+
+    ``estimator=canonical`` reproduces lm-eval's ``hf`` backend (one tokenization, same windows, same numbers);
+    ``is``, ``beam`` and ``exact`` (enumeration, short texts only) marginalize over segmentations. ``loglikelihood``
+    = log p̂(context ⊕ continuation spelled, ending at a token boundary) − log p̂(the text starts with context), the
+    context's trailing whitespace moved to the continuation as hf does. Extra model_args: ``canonical_mix`` (ε of
+    the proposal's defensive mixture with the canonical token, default 0.9), ``particle_batch`` (particles decoded
+    together: memory only) and ``max_length`` (context length L of the rolling windows).
+    """
+
+    MODEL = "tokenization"
+
+    def __init__(self, estimator=None, particle_batch=None, max_length=None, canonical_mix=None, **kwargs) -> None:
+        self.canonical = estimator == "canonical"
+        self.model_files = {k: v for k, v in {"particle_batch": _parse_int("particle_batch", particle_batch),
+                                              "max_length": _parse_int("max_length", max_length),
+                                              "canonical_mix": _parse_float("canonical_mix", canonical_mix)}.items()
+                            if v is not None}  # fmt: skip
+        super().__init__(estimator="exact" if self.canonical else estimator, **kwargs)
+        self._context_model = self.model.with_cover_end()
+        if self.canonical and self.results_store is not None:
+            warnings.warn("results_dir is not used by estimator=canonical (one forward pass per window, nothing to "
+                          "resume)", stacklevel=2)  # fmt: skip
+
+    def get_model_info(self) -> dict:
+        """The base provenance, with estimator ``canonical`` and the model settings that can change a number."""
+        info = super().get_model_info()
+        if self.canonical:
+            info["estimator_settings"] = {"estimator": "canonical"}
+        info["max_length"] = self.model.max_length
+        if not self.canonical and self.settings.estimator == "is":
+            info["estimator_settings"]["canonical_mix"] = self.model.canonical_mix
+        return info
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        """log p̂(x) of each document; canonical: hf's rolling windows over the tokenizer's segmentation."""
+        if not self.canonical:
+            return super().loglikelihood_rolling(requests, disable_tqdm)
+        from ..models.tokenization import canonical
+
+        return canonical.loglikelihood_rolling(self.model, [req.args[0] for req in requests])
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        """canonical: hf's (log p(continuation tokens | context tokens), greedy); else the marginal conditional."""
+        pairs = [req.args for req in requests]
+        if self.canonical:
+            from ..models.tokenization import canonical
+
+            return canonical.loglikelihood(self.model, pairs)
+        moved = []
+        for context, continuation in pairs:  # hf's convention: trailing whitespace belongs to the continuation
+            spaces = len(context) - len(context.rstrip())
+            moved.append((context[: len(context) - spaces], context[len(context) - spaces :] + continuation))
+        desc = f"{self.settings.estimator} log p(context, continuation)"
+        joint = self._estimate_all([c + k for c, k in moved], desc, disable_tqdm)
+        contexts = {}
+        for context in tqdm(list(dict.fromkeys(c for c, _ in moved)), desc=f"{self.settings.estimator} log P(starts "
+                            "with context)", disable=disable_tqdm):  # fmt: skip
+            contexts[context] = estimate_document(self._context_model, context, self.settings, device=self._device)
+        if not self._warned_greedy:
+            warnings.warn("latent_tokenization: is_greedy is only computed by estimator=canonical (False here)",
+                          stacklevel=2)
+            self._warned_greedy = True
+        return [(joint[c + k].log_likelihood - contexts[c].log_likelihood, False) for c, k in moved]

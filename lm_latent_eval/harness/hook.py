@@ -21,6 +21,7 @@ BACKENDS = {
     "latent_kglm": "lm_latent_eval.harness.backends:LatentKGLMEval",
     "latent_entitynlm": "lm_latent_eval.harness.backends:LatentEntityNLMEval",
     "latent_rnng": "lm_latent_eval.harness.backends:LatentRNNGEval",
+    "latent_tokenization": "lm_latent_eval.harness.backends:LatentTokenizationEval",
 }
 
 REGISTRY_MODULE = "lm_eval.api.registry"

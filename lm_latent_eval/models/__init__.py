@@ -17,6 +17,7 @@ MODELS = {
     "entitynlm": "lm_latent_eval.models.entitynlm:EntityNLM",
     "rnng": "lm_latent_eval.models.rnng:RNNG",
     "causal": "lm_latent_eval.models.causal_lm:CausalLMAsLatent",  # any transformers causal LM, trivial z
+    "tokenization": "lm_latent_eval.models.tokenization:TokenizationLM",  # any HF causal LM, z = its tokenizations
 }
 
 

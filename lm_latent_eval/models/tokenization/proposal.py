@@ -1,0 +1,239 @@
+"""q(z | x): the LM's own next-token distribution restricted to tokens that keep spelling x, tempered, token by token.
+
+q_τ(z | x) = Π_t softmax_{a ∈ A(z_<t)}(log p(a | z_<t) / τ)[z_t], where A(z_<t) are the tokens whose bytes continue
+the text at the byte position z_<t has reached and from which its end can still be reached (the lattice's edges).
+With ``canonical_mix`` = ε > 0 (a defensive mixture), at a byte position where the canonical segmentation has a
+token boundary, q becomes (1 − ε) q + ε · 1[z_t = the canonical token starting there]: the canonical segmentation
+gets probability ≥ ε^T and every deviation can return to it. Every segmentation with p(x, z) > 0 has q > 0, so IS
+is unbiased; at τ = 1 the weight p(x, z) / q(z | x) =
+Π_t p(A(z_<t) | z_<t) is the probability mass the model keeps on the text at each step. Context: ids[s : t + 1] with
+s = L·⌊t / L⌋ (the full blocks of the rolling windows), so q reads exactly p's conditionals in every full block.
+
+Particles advance in lockstep (one token per step, all at token index t): particles with the same history share
+one node of a prefix tree, whose key/value cache and next-token logits are computed once per step.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+
+class SegmentationProposal:
+    """Sequential proposal over the segmentation lattice of one text (see the module docstring)."""
+
+    def __init__(self, lm):
+        self.lm = lm
+
+    # ---- helpers ---------------------------------------------------------------------------------------------
+
+    def _edges(self, lattice, positions: list[int], device):
+        """Padded (ids [N, M], ends [N, M], valid [N, M]) of the lattice edges at each node's byte position."""
+        ids, ends = zip(*(lattice.allowed(p) for p in positions))
+        valid = pad_sequence([torch.ones(len(i), dtype=torch.bool) for i in ids], batch_first=True)
+        ids = pad_sequence(list(ids), batch_first=True)
+        ends = pad_sequence(list(ends), batch_first=True)
+        return ids.to(device), ends.to(device), valid.to(device)
+
+    def _forward(self, tokens: torch.Tensor, cache):
+        """Next-token logits [N, V] (float32) after feeding one token per node, and the updated cache."""
+        from transformers import DynamicCache
+
+        if cache is None:
+            cache = DynamicCache()
+        out = self.lm.model(input_ids=tokens[:, None], past_key_values=cache, use_cache=True)
+        return out.logits[:, -1].float(), out.past_key_values
+
+    def _boundaries(self, x) -> dict[int, int]:
+        """Byte position → the canonical token starting there (cached on the lattice)."""
+        lattice = self.lm.lattice(x)
+        if getattr(lattice, "canonical_boundaries", None) is None:
+            boundary, pos = {}, 0
+            for t in x.tolist():
+                boundary[pos] = t
+                pos += len(self.lm.vocab[t])
+            lattice.canonical_boundaries = boundary
+        return lattice.canonical_boundaries
+
+    def _mix_canonical(self, node_log_q, ids, positions: list[int], x):
+        """(1 − ε) q + ε · 1[canonical token] at nodes on a canonical token boundary; log q [N, M] (float64)."""
+        eps = self.lm.canonical_mix
+        if eps <= 0:
+            return node_log_q
+        boundary = self._boundaries(x)
+        rows = [row for row, p in enumerate(positions) if p in boundary]
+        if not rows:
+            return node_log_q
+        q = node_log_q.exp()
+        for row in rows:
+            q[row] *= 1 - eps
+            q[row, (ids[row] == boundary[positions[row]]).nonzero()[0, 0]] += eps
+        return q.log()
+
+    # ---- sampling -----------------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def sample(self, x, num_samples, temperature=1.0, peek=True, generator=None):
+        """z [K, T_max] (token ids, padded with −1) ~ q_τ(z | x) and log q_τ(z | x) [K] (float64)."""
+        if not peek:
+            raise ValueError("the segmentation proposal must read the text it spells: peek=false is not available")
+        lattice = self.lm.lattice(x)
+        if not lattice.spellable:
+            raise ValueError(f"text {lattice.data[:60]!r} cannot be spelled with the vocabulary")
+        device = self.lm.device
+        gen_device = generator.device if generator is not None else torch.device("cpu")
+        # one uniform per (particle, step): the draws never depend on how particles are grouped into forward passes
+        uniforms = torch.rand((num_samples, max(lattice.n, 1)), generator=generator, device=gen_device,
+                              dtype=torch.float64).to(device)  # fmt: skip
+        self.lm.memo = {}
+        rows, log_q = [], []
+        for start in range(0, num_samples, self.lm.particle_batch):
+            r, q, p = self._sample_chunk(lattice, uniforms[start : start + self.lm.particle_batch], temperature, x)
+            rows.extend(r)
+            log_q.append(q)
+            for row, value in zip(r, p):
+                self.lm.memo[tuple(row)] = value
+        from .model import pad_rows
+
+        return pad_rows(rows), torch.cat(log_q)
+
+    def _sample_chunk(self, lattice, uniforms, temperature, x):
+        """Token lists, log q [K] and, per particle, (Σ_t log p(z_t | block context), complete): the sum over all
+        tokens when z fits in one window, else over its full blocks only (see TokenizationLM.memo)."""
+        device, L, n = self.lm.device, self.lm.max_length, lattice.n
+        K = uniforms.shape[0]
+        logits, cache = self._forward(torch.tensor([self.lm.prefix_token], device=device), None)
+        node_pos = [0]
+        particle_node = torch.zeros(K, dtype=torch.long, device=device)
+        tokens = torch.full((K, max(n, 1)), -1, dtype=torch.long, device=device)
+        log_q = torch.zeros(K, dtype=torch.float64, device=device)
+        token_log_p = torch.zeros((K, max(n, 1)), dtype=torch.float64, device=device)
+        active = torch.arange(K, device=device)
+        for t in range(n):
+            ids, ends, valid = self._edges(lattice, node_pos, device)  # [N, M]
+            scores = logits.gather(1, ids).double() / temperature
+            node_log_q = torch.log_softmax(scores.masked_fill(~valid, float("-inf")), -1)
+            node_log_q = self._mix_canonical(node_log_q, ids, node_pos, x)
+            node_log_p = torch.log_softmax(logits, -1).gather(1, ids).double()
+            cdf = node_log_q.exp().cumsum(-1)
+            a = particle_node[active]
+            u = uniforms[active, t] * cdf[a, -1]
+            choice = torch.searchsorted(cdf[a], u[:, None], right=True)[:, 0]
+            choice = torch.minimum(choice, valid[a].sum(-1) - 1)
+            tokens[active, t] = ids[a, choice]
+            log_q[active] += node_log_q[a, choice]
+            token_log_p[active, t] = node_log_p[a, choice]
+            reached = ends[a, choice]
+            going = reached < n
+            if not going.any():
+                break
+            active, a, choice, reached = active[going], a[going], choice[going], reached[going]
+            width = ids.shape[1]
+            children, particle_node[active] = torch.unique(a * width + choice, return_inverse=True)
+            parent, edge = children // width, children % width
+            if (t + 1) % L == 0:  # a new block of the rolling windows: its first target sees only z_t
+                cache = None
+            else:
+                cache.batch_select_indices(parent)
+            logits, cache = self._forward(ids[parent, edge], cache)
+            node_pos = ends[parent, edge].tolist()
+        rows = [[v for v in row if v >= 0] for row in tokens.tolist()]
+        cumulative = token_log_p.cumsum(-1).cpu()
+        log_p = []
+        for k, row in enumerate(rows):
+            if len(row) <= L:
+                log_p.append((float(cumulative[k, len(row) - 1]), True))
+            else:
+                full = L * ((len(row) - 1) // L)
+                log_p.append((float(cumulative[k, full - 1]), False))
+        return rows, log_q.cpu(), log_p
+
+    # ---- scoring given z (teacher forcing) ------------------------------------------------------------------
+
+    @torch.no_grad()
+    def log_prob(self, x, z, temperature=1.0, peek=True):
+        """log q_τ(z_k | x) [K] (float64) of given segmentations z [K, T_max] (−inf for a z outside the lattice)."""
+        lattice = self.lm.lattice(x)
+        device, L = self.lm.device, self.lm.max_length
+        out = torch.full((z.shape[0],), float("-inf"), dtype=torch.float64)
+        for k, row in enumerate(z.tolist()):
+            row = [t for t in row if t >= 0]
+            if not lattice.contains(row):
+                continue
+            ids = [self.lm.prefix_token, *row]
+            total, pos = 0.0, 0
+            for s in range(0, len(row), L):
+                e = min(len(row), s + L)
+                logits = self.lm.model(torch.tensor([ids[s:e]], device=device)).logits[0].float()
+                for t in range(s, e):
+                    allowed, ends = lattice.allowed(pos)
+                    scores = logits[t - s, allowed.to(device)].double() / temperature
+                    j = int((allowed == row[t]).nonzero()[0, 0])
+                    node_log_q = self._mix_canonical(torch.log_softmax(scores, 0)[None], allowed[None].to(device),
+                                                     [pos], x)  # fmt: skip
+                    total += float(node_log_q[0, j])
+                    pos = int(ends[j])
+            out[k] = total
+        return out
+
+    # ---- beam ---------------------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def beam(self, x, beam_size):
+        """Up to ``beam_size`` distinct segmentations [k, T_max] of highest p(z) found by a byte-synchronous beam
+        search (the best ``beam_size`` partial segmentations ending at each byte position are extended, each
+        reading its parent's key/value cache plus one token); the canonical segmentation x is always among them,
+        so the beam bound is never below the canonical one."""
+        from .model import pad_rows
+
+        lattice = self.lm.lattice(x)
+        canonical = x.tolist()
+        n = lattice.n
+        reach = max(len(b) for b in self.lm.vocab if b)  # a hypothesis's cache is needed this many bytes ahead
+        pools: list[dict[tuple, float]] = [{} for _ in range(n + 1)]
+        pools[0][()] = 0.0
+        caches: dict[tuple, tuple[int, list]] = {}  # hypothesis -> (its byte position, per-layer (keys, values))
+        for i in range(n):
+            if not pools[i]:
+                continue
+            hyps = sorted(pools[i].items(), key=lambda kv: -kv[1])[:beam_size]
+            logp = torch.log_softmax(self._extend_caches([h for h, _ in hyps], i, caches), -1).double().cpu()
+            allowed, ends = lattice.allowed(i)
+            for (h, score), row in zip(hyps, logp):
+                for t, j in zip(allowed.tolist(), ends.tolist()):
+                    pools[j][(*h, t)] = score + float(row[t])
+            pools[i] = {}
+            for h in [h for h, (pos, _) in caches.items() if pos < i - reach]:
+                del caches[h]
+        final = sorted(pools[n].items(), key=lambda kv: -kv[1])[:beam_size]
+        rows = [list(h) for h, _ in final]
+        if lattice.contains(canonical) and canonical not in rows:
+            rows = [*rows[: beam_size - 1], canonical]
+        return pad_rows(rows)
+
+    def _extend_caches(self, hyps: list[tuple], position: int, caches: dict) -> torch.Tensor:
+        """Next-token logits [B, V] after each hypothesis, in the proposal's block context: its parent's cache plus
+        its last token (a fresh cache at a block start); hypotheses whose parents' caches have equal length share
+        one forward pass. Stores each hypothesis's cache in ``caches``."""
+        from transformers import DynamicCache
+
+        device, L = self.lm.device, self.lm.max_length
+        groups: dict[int, list[int]] = {}
+        for b, h in enumerate(hyps):
+            fresh = len(h) == 0 or len(h) % L == 0
+            groups.setdefault(-1 if fresh else caches[h[:-1]][1][0][0].shape[2], []).append(b)
+        logits = [None] * len(hyps)
+        for length, members in groups.items():
+            tokens = torch.tensor([hyps[b][-1] if hyps[b] else self.lm.prefix_token for b in members], device=device)
+            if length < 0:
+                cache = DynamicCache()
+            else:
+                layers = zip(*(caches[hyps[b][:-1]][1] for b in members))
+                cache = DynamicCache(ddp_cache_data=[(torch.cat([k for k, _ in layer]), torch.cat([v for _, v in layer]))
+                                                     for layer in layers])  # fmt: skip
+            out = self.lm.model(input_ids=tokens[:, None], past_key_values=cache, use_cache=True)
+            kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+            for row, b in enumerate(members):
+                logits[b] = out.logits[row, -1].float()
+                caches[hyps[b]] = (position, [(k[row : row + 1], v[row : row + 1]) for k, v in kv])
+        return torch.stack(logits)
