@@ -5,6 +5,13 @@ the recorded values: the tiny KGLM of ``kglm_tiny.py`` (both proposal variants; 
 of a 4-token document) and the bundled KGLM (6 configurations of the first 63-token document of
 ``linked_tiny/test.jsonl``, stored sparsely as {position: (type, entity, parent)}). The log weights of fixed seeds
 are pinned in ``test_log_weights_of_fixed_seeds``.
+
+Tolerances: log q and the latent factors of log p are reproduced bit for bit by the vectorized code (1e-9). The
+word term of log p copies alias tokens with one batched product over entities instead of one product per entity;
+float32 rounding of those dot products moves log p by up to 2.5e-6 on the bundled document (the old code itself
+moved log p by 3e-9 when scoring one configuration instead of nine), so log p is pinned at 1e-5. The proposal's
+random stream changed in issue 13 (inverse-CDF draws from torch.rand(K, 4) per token instead of data-dependent
+Gumbel and multinomial draws): the fixed-seed log weights are those of the new stream.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from lm_latent_eval.models.kglm.latents import canonical_relation
 from lm_latent_eval.paths import DATA_DIR
 
 TOL = 1e-9
+TOL_LOG_P = 1e-5  # float32 rounding of the batched alias-copy products (see the module docstring)
 SETTINGS = [(True, 1.0), (False, 1.0), (True, 0.7), (False, 0.7)]
 
 TINY_PLAIN = {
@@ -30,7 +38,7 @@ TINY_PLAIN = {
     (False, 1.0): [-1.22269621405837, -7.1362966225486435, -14.285154599651587, -13.724787341681346, -12.413609832552186, -12.22735997060241, -9.734595338510692, -12.496058719412531, -9.655038679429506],
     (True, 0.7): [-0.7150883402636975, -8.631677025949966, -17.01770879947745, -16.4695511192016, -15.262205872382435, -14.78625105728564, -11.807509847584276, -14.728018369200996, -11.900164673434642],
     (False, 0.7): [-0.8318284886212044, -8.222786496253184, -17.11693999960532, -15.990012530473074, -14.550169316646306, -14.303197281787384, -11.169970402657995, -14.522443971624673, -11.408097804692297],
-    'logw': [-9.20774103899218, -11.82966090922065, -10.473041641266954, -10.069565913024618, -9.083746238546691, -10.711482427453674],
+    'logw': [-9.083746244790294, -8.291641471249335, -10.922885499679433, -8.84119040467263, -10.195065921636452, -9.083746244790294],
 }
 TINY_FEATURES = {
     'idx': [0, 97, 194, 291, 388, 485, 582, 679, 776],
@@ -39,7 +47,7 @@ TINY_FEATURES = {
     (False, 1.0): [-6.765048171504745, -5.908131638672343, -12.749768686841465, -11.27154161308458, -7.89707370026386, -15.46058899216203, -11.723185440416179, -9.75125338408727, -9.156248794900428],
     (True, 0.7): [-2.8859366448393615, -7.623054422856406, -15.566556368577729, -12.87571277782888, -9.208792956006132, -18.26305021722428, -13.091546687083248, -11.903375057770727, -9.958884917631337],
     (False, 0.7): [-8.939254197068271, -6.738828022955426, -16.288243521715593, -13.743036982542531, -9.222720300590261, -19.98507473279512, -14.934927160749629, -11.858449145310455, -11.872129984199994],
-    'logw': [-15.204581903291295, -17.02035489224945, -14.892747971118917, -13.125181089521831, -16.688488292682436, -13.581547114256376],
+    'logw': [-17.020354905413345, -13.947759604766889, -16.07679134785356, -16.260902313678, -17.020354905413345, -10.026616912396353],
 }
 BUNDLED = {
     'T': 63,
@@ -56,8 +64,8 @@ BUNDLED = {
     (False, 1.0): [-49.96383910284069, -57.75197085078328, -45.408507922225695, -52.1863300730545, -48.23409898325423, -52.74662256374608],
     (True, 0.7): [-6.9878736427706, -9.268190441059275, -9.309797773752305, -6.16100972733588, -5.346594028634046, -9.224759739090509],
     (False, 0.7): [-58.42416277957877, -68.20268956356959, -50.42755940675715, -60.1795053564445, -55.58320930654224, -61.33999801234811],
-    'logw_peek': [-167.8002593251337, -195.35687544149422, -162.19208498691617, -169.95070012404358, -231.77777479182424, -246.83413032659433],
-    'logw_nopeek': [-398.5984725682033, -344.1799092208716, -358.0752595722709, -357.8613403254444, -380.27335474298684, -327.88370532779163],
+    'logw_peek': [-233.30198160464002, -213.41668390425275, -233.2040058070799, -178.9106863873453, -209.06223577915978, -166.42834951864282],
+    'logw_nopeek': [-354.77723191209714, -385.6943380618395, -412.0387319599327, -368.79059670910993, -330.83648368617804, -365.82457347656197],
 }
 
 
@@ -85,7 +93,7 @@ def bundled():
 
 def _check(model, x, z, pins):
     with torch.no_grad():
-        assert model.log_joint(x, z).tolist() == pytest.approx(pins["log_joint"], abs=TOL, rel=0)
+        assert model.log_joint(x, z).tolist() == pytest.approx(pins["log_joint"], abs=TOL_LOG_P, rel=0)
         for peek, tau in SETTINGS:
             got = model.proposal.log_prob(x, z, tau, peek).tolist()
             assert got == pytest.approx(pins[(peek, tau)], abs=TOL, rel=0), (peek, tau)
@@ -113,10 +121,10 @@ def test_log_weights_of_fixed_seeds(bundled):
     for features, pins in ((False, TINY_PLAIN), (True, TINY_FEATURES)):
         model = tiny_kglm(proposal_features=features)
         lw = importance_log_weights(model, model.tokenize("Ada Lovelace born London"), 6, 1.0, False, seed=5, document="pin")
-        assert lw.tolist() == pytest.approx(pins["logw"], abs=TOL, rel=0)
+        assert lw.tolist() == pytest.approx(pins["logw"], abs=TOL_LOG_P, rel=0)
     text = _bundled_document()
     x = bundled.tokenize(text)
     assert importance_log_weights(bundled, x, 6, 1.0, True, seed=0, document=text).tolist() == pytest.approx(
-        BUNDLED["logw_peek"], abs=TOL, rel=0)
+        BUNDLED["logw_peek"], abs=TOL_LOG_P, rel=0)
     assert importance_log_weights(bundled, x, 6, 0.7, False, seed=0, document=text).tolist() == pytest.approx(
-        BUNDLED["logw_nopeek"], abs=TOL, rel=0)
+        BUNDLED["logw_nopeek"], abs=TOL_LOG_P, rel=0)

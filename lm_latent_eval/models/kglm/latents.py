@@ -145,6 +145,98 @@ class LatentHeads:
         return logits.double()
 
 
+_LANE_TABLE_LIMIT = 1 << 22  # entries of the [T, cutoff, num_rows] parent-logit table built per call
+_NEW_TABLE_LIMIT = 1 << 22  # entries of the [T, num_rows] new-entity table built per call
+
+
+def parent_lane_logits(heads: LatentHeads, rows: int, cutoff: int) -> torch.Tensor:
+    """E_r · h_head_t for every position t, window slot c and row r: [T, C, rows] float32.
+
+    Computed with the same batched product (``...d,...cd->...c`` over C-slot windows) as ``LatentHeads.parent_logits``
+    on the particles' windows, with row r placed in slot c of the window (j + c) mod rows, so that a gather from
+    the table equals the per-particle product bit for bit (the kernel's result depends on the slot, not on the
+    other slots' rows)."""
+    h, E = heads.h_head, heads.entity_embedding[:rows]
+    T, De = h.shape
+    dev = h.device
+    j, c = torch.arange(rows, device=dev), torch.arange(cutoff, device=dev)
+    windows = (j[:, None] + c[None, :]) % rows  # [rows, C]
+    hh = h.unsqueeze(1).expand(T, rows, De).reshape(T * rows, De)
+    ww = E[windows].unsqueeze(0).expand(T, rows, cutoff, De).reshape(T * rows, cutoff, De)
+    res = torch.einsum("...d,...cd->...c", hh, ww).view(T, rows, cutoff)
+    r = torch.arange(rows, device=dev)
+    return res[:, (r[None, :] - c[:, None]) % rows, c[:, None].expand(cutoff, rows)]
+
+
+@dataclass
+class HeadTables:
+    """Parameter-derived tables of one document's latent heads at temperature τ (built once per call)."""
+
+    heads: LatentHeads
+    tables: GraphTables
+    tau: float
+    type_logits: torch.Tensor  # [T, 4] float64, divided by τ
+    any_new: bool
+    new_entity_lp: torch.Tensor | None  # [T, rows] float64 log q_τ(new row | t), None when too large (computed per t)
+    parent_lane: torch.Tensor | None  # [T, C, rows] float64 logits (before τ), None when too large
+    relation_logits: torch.Tensor  # [T, relation rows] float32: R_r · h_rel_t
+    max_degree: int
+
+    @classmethod
+    def build(cls, heads: LatentHeads, temperature: float = 1.0) -> "HeadTables":
+        tables, C = heads.tables, heads.cutoff
+        T = heads.h_type.shape[0]
+        tau = float(temperature)
+        rows = tables.num_rows
+        any_new = bool(tables.row_owned.any())
+        new_lp = None
+        if any_new and T * rows <= _NEW_TABLE_LIMIT:
+            new_lp = torch.log_softmax(heads.new_entity_logits(torch.arange(T, device=heads.h_type.device)) / tau, -1)
+        lane = None
+        if C > 0 and T * C * rows <= _LANE_TABLE_LIMIT:
+            lane = parent_lane_logits(heads, rows, C)
+            if heads.parent_scores is not None:
+                lane = lane + heads.parent_scores[:, tables.row_entity.clamp(min=0)].unsqueeze(1)
+            lane = lane.double()
+        rel = (heads.relation_embedding.unsqueeze(0) * heads.h_rel.unsqueeze(1)).sum(-1)
+        max_degree = int(tables.degree.max()) if tables.degree.numel() else 0
+        return cls(heads, tables, tau, heads.type_logits() / tau, any_new, new_lp, lane, rel, max_degree)
+
+    def new_entity_log_probs(self, t: torch.Tensor) -> torch.Tensor:
+        """log q_τ(new entity row | position t) for positions t [B]: [B, rows] float64."""
+        if self.new_entity_lp is not None:
+            return self.new_entity_lp[t]
+        return torch.log_softmax(self.heads.new_entity_logits(t) / self.tau, -1)
+
+    def parent_logits(self, t: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
+        """E_row · h_head_t (+ q's parent evidence) for positions t [P] and windows [P, C]: [P, C] float64 (before τ)."""
+        if self.parent_lane is None:
+            return self.heads.parent_logits(t, window)
+        C = window.shape[-1]
+        slot = torch.arange(C, device=window.device)
+        return self.parent_lane[t.unsqueeze(-1), slot, window]
+
+    def edge_logits(self, t: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
+        """R_relation(edge) · h_rel_t (+ q's tail evidence) / τ for edges [P, M] at positions t [P]: float64."""
+        tables = self.tables
+        rel_row = tables.relation_row[tables.edge_relation[edges]]
+        logits = self.relation_logits[t.unsqueeze(-1), rel_row]
+        if self.heads.tail_scores is not None:
+            logits = logits + self.heads.tail_scores[t.unsqueeze(-1), tables.edge_tail[edges]]
+        return logits.double() / self.tau
+
+    def parent_edges(self, t: torch.Tensor, parent: torch.Tensor, ok: torch.Tensor):
+        """Edges of each parent padded to the largest degree: (edge ids [P, D], valid [P, D], logits / τ [P, D], -inf off)."""
+        tables = self.tables
+        safe = torch.where(ok, parent, 0)
+        j = torch.arange(self.max_degree, device=parent.device)
+        valid = (j < tables.degree[safe].unsqueeze(-1)) & ok.unsqueeze(-1)
+        edges = torch.where(valid, tables.edge_offsets[safe].unsqueeze(-1) + j, 0)
+        elog = self.edge_logits(t, edges).masked_fill(~valid, -math.inf)
+        return edges, valid, elog
+
+
+
 def candidate_slots(window: torch.Tensor, tables: GraphTables) -> torch.Tensor:
     """Parent candidates in recent-entity windows [..., C] of rows: distinct owned rows with edges (last occurrence)."""
     ok = (window > 0) & tables.row_has_edges[window]
@@ -188,7 +280,17 @@ def expand_edges(parents: torch.Tensor, tables: GraphTables) -> tuple[torch.Tens
     return edges, pair
 
 
-def latent_log_prob(heads: LatentHeads, z: dict, temperature: float = 1.0, per_position: bool = False) -> torch.Tensor:
+def later_repeat_gap(rows: torch.Tensor, cutoff: int) -> torch.Tensor:
+    """Distance to the next position holding the same row, capped at ``cutoff``: [K, L] for rows [K, L]."""
+    L = rows.shape[1]
+    gap = torch.full_like(rows, cutoff)
+    for j in range(min(cutoff, L) - 1, 0, -1):  # smaller distances overwrite larger ones
+        gap[:, : L - j] = torch.where(rows[:, : L - j] == rows[:, j:], j, gap[:, : L - j])
+    return gap
+
+
+def latent_log_prob(heads: LatentHeads, z: dict, temperature: float = 1.0, per_position: bool = False,
+                    head_tables: HeadTables | None = None) -> torch.Tensor:
     """Σ_t log π(z_t | z_<t, h) for K configurations: float64 [K] ([K, T] terms if ``per_position``); -inf outside the support."""
     types, entity, parent = z["mention_type"], z["entity"], z["parent"]
     tables = heads.tables
@@ -197,7 +299,8 @@ def latent_log_prob(heads: LatentHeads, z: dict, temperature: float = 1.0, per_p
     K = types.shape[0]
     device = types.device
     cutoff = heads.cutoff
-    tau = float(temperature)
+    tabs = head_tables if head_tables is not None else HeadTables.build(heads, temperature)
+    tau = tabs.tau
     valid = torch.ones(K, T, dtype=torch.bool, device=device)
     total = torch.zeros(K, T, dtype=torch.float64, device=device)
 
@@ -213,15 +316,22 @@ def latent_log_prob(heads: LatentHeads, z: dict, temperature: float = 1.0, per_p
 
     rows = tables.mention_rows(types, entity)
     padded = torch.cat([torch.zeros(K, cutoff, dtype=torch.long, device=device), rows], 1)
-    type_logits = heads.type_logits() / tau
-    any_new = bool(tables.row_owned.any())
+    # slot c of the window at t holds padded[t + c]; it is a candidate when its row is owned with edges and it is
+    # not repeated in a later slot, i.e. the next repeat is at least cutoff - c positions away
+    ok = (padded > 0) & tables.row_has_edges[padded]
+    gap = later_repeat_gap(padded, cutoff)
+    need = cutoff - torch.arange(cutoff, device=device)
+    type_logits = tabs.type_logits
 
     for s in range(0, T, _BLOCK):
         e = min(T, s + _BLOCK)
-        window = padded[:, s : e + cutoff].unfold(1, cutoff, 1)[:, : e - s] if cutoff > 0 else padded.new_zeros(K, e - s, 0)
-        cand = candidate_slots(window, tables)  # [K, B, C]
-        any_parent = cand.any(-1)
-        allowed = allowed_types(any_new, any_parent, prev_type[:, s:e])
+        if cutoff > 0:
+            window = padded[:, s : e + cutoff - 1].unfold(1, cutoff, 1)
+            cand = ok[:, s : e + cutoff - 1].unfold(1, cutoff, 1) & (gap[:, s : e + cutoff - 1].unfold(1, cutoff, 1) >= need)
+        else:
+            window = padded.new_zeros(K, e - s, 0)
+            cand = window.bool()
+        allowed = allowed_types(tabs.any_new, cand.any(-1), prev_type[:, s:e])
         logits = type_logits[s:e].unsqueeze(0).expand(K, -1, -1).masked_fill(~allowed, -math.inf)
         logp = torch.log_softmax(logits, -1).gather(-1, types[:, s:e].unsqueeze(-1)).squeeze(-1)
         total[:, s:e] += logp
@@ -231,7 +341,7 @@ def latent_log_prob(heads: LatentHeads, z: dict, temperature: float = 1.0, per_p
         k_new, b_new = torch.nonzero(is_new[:, s:e] & valid[:, s:e], as_tuple=True)
         if k_new.numel():
             uniq_t, inv = torch.unique(b_new + s, return_inverse=True)
-            ne_logp = torch.log_softmax(heads.new_entity_logits(uniq_t) / tau, -1)
+            ne_logp = tabs.new_entity_log_probs(uniq_t)
             row = tables.entity_row[entity[k_new, b_new + s]]
             total[k_new, b_new + s] += ne_logp[inv, row]
 
@@ -245,22 +355,17 @@ def latent_log_prob(heads: LatentHeads, z: dict, temperature: float = 1.0, per_p
             win = window[k_rel, b_rel]  # [P, C]
             cmask = cand[k_rel, b_rel]
             hit = (win == prow.unsqueeze(-1)) & cmask
-            ok = hit.any(-1) & tables.owns_row(par)
-            plog = heads.parent_logits(t_rel, win).masked_fill(~cmask, -math.inf) / tau
+            okp = hit.any(-1) & tables.owns_row(par)
+            plog = tabs.parent_logits(t_rel, win).masked_fill(~cmask, -math.inf) / tau
             plog = torch.log_softmax(plog, -1)
-            parent_lp = torch.where(ok, plog.masked_fill(~hit, -math.inf).logsumexp(-1), -math.inf)
-            safe_par = torch.where(ok, par, 0)
-            edges, pair = expand_edges(torch.where(ok, safe_par, torch.zeros_like(safe_par)), tables)
-            keep = ok[pair]
-            edges, pair = edges[keep], pair[keep]
-            elog = heads.edge_logits(t_rel[pair], edges) / tau
-            norm = segment_logsumexp(elog, pair, par.numel())
-            to_ent = tables.edge_tail[edges] == ent[pair]
-            reach = segment_logsumexp(elog.masked_fill(~to_ent, -math.inf), pair, par.numel())
+            parent_lp = torch.where(okp, plog.masked_fill(~hit, -math.inf).logsumexp(-1), -math.inf)
+            edges, _, elog = tabs.parent_edges(t_rel, par, okp)
+            norm = elog.logsumexp(-1)
+            reach = elog.masked_fill(tables.edge_tail[edges] != ent.unsqueeze(-1), -math.inf).logsumexp(-1)
             rel_lp = reach - norm
-            ok = ok & torch.isfinite(rel_lp)
-            total[k_rel, t_rel] += torch.where(ok, parent_lp + rel_lp, 0.0)
-            valid[k_rel, t_rel] &= ok
+            okp = okp & torch.isfinite(rel_lp)
+            total[k_rel, t_rel] += torch.where(okp, parent_lp + rel_lp, 0.0)
+            valid[k_rel, t_rel] &= okp
 
     if per_position:
         return total.masked_fill(~valid, -math.inf)

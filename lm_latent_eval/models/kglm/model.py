@@ -50,6 +50,7 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
@@ -61,12 +62,35 @@ from torch import nn
 from ..encoder_cache import DocumentCache, parameter_versions
 from .awd_lstm import AWDLSTM, embedding_dropout
 from .graph import KnowledgeGraph
-from .latents import LATENT_KEYS, GraphTables, LatentHeads, latent_log_prob
+from .latents import (
+    LATENT_KEYS,
+    NONE,
+    GraphTables,
+    HeadTables,
+    LatentHeads,
+    canonical_relation,
+    latent_log_prob,
+)
 from .proposal import KGLMProposal
+from .stepwise import WindowState, sample_step, score_step
 
 GRAPH_FILE = "knowledge_graph.json"
 UNK, BOS, PAD = "@@UNKNOWN@@", "@@START@@", "@@PADDING@@"
 _WORD_CHUNK = 1024  # (position, entity) pairs scored per generate-softmax call
+_GEN_TABLE_LIMIT = 1 << 16  # (position, row) pairs: up to this many, the generate terms of all of them are computed
+
+
+@dataclass
+class KGLMParticles:
+    """State of K particles of one document for ``KGLM.smc_step``: head tables of q_τ and p, window state, z so far."""
+
+    x: torch.Tensor  # [T]
+    q: HeadTables | None
+    p: HeadTables | None
+    alias: tuple | None  # KGLM.alias_tables()
+    gen: tuple | None  # KGLM.generate_table() of p's states
+    window: WindowState
+    z: dict  # mention_type / entity / parent: LongTensor [K, T]
 
 
 def build_vocabulary(documents: Iterable[Iterable[str]], min_count: int = 1, max_size: int | None = None) -> list[str]:
@@ -247,13 +271,13 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         words = self.word_log_prob(heads.h_type, x, z["entity"])
         return (lp + words.sum(-1)).masked_fill(torch.isneginf(lp), -math.inf)
 
-    def _alias_table(self, entity: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def _alias_table(self, entity: int, version: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(projected alias token vectors [L, D_tok], their x ids [L]) for one entity, None without aliases."""
         forms = [f for f in self.graph.entity_aliases(entity) if f]
         if not forms:
             return None
         cacheable = not self.training and not torch.is_grad_enabled()
-        version = parameter_versions(self)
+        version = parameter_versions(self) if version is None else version
         hit = self._alias_cache.get(entity)
         if cacheable and hit is not None and hit[0] == version:
             return hit[1]
@@ -278,6 +302,96 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
             self._alias_cache[entity] = (version, table)
         return table
 
+    def alias_tables(self, entities: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Every entity's projected alias tokens, flat: (vectors [L + 1, D_tok] (last row zero), x ids [L + 1] (last
+        -1), offset [N + 1], length [N + 1]); entity N stands for "no entity" (length 0). Built once per parameter
+        version in eval without grad (all entities); otherwise for ``entities`` only (the others get length 0)."""
+        cacheable = not self.training and not torch.is_grad_enabled()
+        version = parameter_versions(self)
+        hit = self._alias_cache.get("flat")
+        if cacheable and hit is not None and hit[0] == version:
+            return hit[1]
+        N = self.graph.num_entities
+        device = self.token_embedding.weight.device
+        wanted = range(N) if cacheable or entities is None else entities
+        vecs, ids = [], []
+        offset = torch.zeros(N + 1, dtype=torch.long)
+        length = torch.zeros(N + 1, dtype=torch.long)
+        total = 0
+        for e in wanted:
+            table = self._alias_table(e, version)
+            if table is not None:
+                vecs.append(table[0])
+                ids.append(table[1])
+                offset[e], length[e] = total, table[1].numel()
+                total += table[1].numel()
+        vecs.append(torch.zeros(1, self.token_dim, device=device))
+        ids.append(torch.full((1,), -1, dtype=torch.long, device=device))
+        offset[length == 0] = total
+        flat = (torch.cat(vecs), torch.cat(ids), offset.to(device), length.to(device))
+        if cacheable:
+            self._alias_cache["flat"] = (version, flat)
+        return flat
+
+    def _generate_terms(self, h_type: torch.Tensor, rows: torch.Tensor, x_in: torch.Tensor):
+        """(log Σ_w exp s_w, s_{x}, s_unk) of the generate softmax for (state [M, D], entity row [M], word [M]) pairs.
+
+        At least 4 rows enter each product (short batches are padded) so that a pair's float32 scores do not depend
+        on how many pairs are scored with it."""
+        M = rows.numel()
+        out = torch.empty(3, M, dtype=torch.float64, device=h_type.device)
+        for s in range(0, M, _WORD_CHUNK):
+            sl = slice(s, s + _WORD_CHUNK)
+            h, r = h_type[sl], rows[sl]
+            n = h.shape[0]
+            if n < 4:
+                h, r = torch.cat([h, h[:1].expand(4 - n, -1)]), torch.cat([r, r[:1].expand(4 - n)])
+            scores = self.generate(self.condense(torch.cat([h, self.entity_embedding.weight[r]], -1)))[:n].double()
+            out[0, sl] = scores.logsumexp(-1)
+            out[1, sl] = scores.gather(1, x_in[sl].unsqueeze(1)).squeeze(1)
+            out[2, sl] = scores[:, self.unk_id]
+        return out[0], out[1], out[2]
+
+    def generate_table(self, h_type: torch.Tensor, x: torch.Tensor):
+        """The generate terms of every (position, entity row) pair, [T, rows] each, in one fixed arrangement (so that
+        the whole-document and stepwise paths read identical float32 products); None above _GEN_TABLE_LIMIT pairs."""
+        T, R = x.numel(), self.tables.num_rows
+        if T * R > _GEN_TABLE_LIMIT:
+            return None
+        t = torch.arange(T, device=x.device).repeat_interleave(R)
+        r = torch.arange(R, device=x.device).repeat(T)
+        return tuple(v.view(T, R) for v in self._generate_terms(h_type[t], r, self.input_ids(x)[t]))
+
+    def _copy_terms(self, h_type: torch.Tensor, entity: torch.Tensor, x: torch.Tensor, alias) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log Σ_l exp c_l, log Σ_{l copies x} exp c_l) over the alias tokens of each entity: [M] each (-inf without)."""
+        vecs, ids, offset, length = alias
+        N = offset.numel() - 1
+        e = torch.where(entity >= 0, entity, N)
+        L = int(length.max()) if length.numel() else 0
+        copy_lse = torch.full(entity.shape, -math.inf, dtype=torch.float64, device=h_type.device)
+        copy_x = copy_lse.clone()
+        if L == 0:
+            return copy_lse, copy_x
+        j = torch.arange(L, device=h_type.device)
+        for s in range(0, entity.numel(), _WORD_CHUNK):
+            sl = slice(s, s + _WORD_CHUNK)
+            valid = j < length[e[sl]].unsqueeze(1)
+            idx = torch.where(valid, offset[e[sl]].unsqueeze(1) + j, vecs.shape[0] - 1)
+            scores = torch.einsum("ud,uld->ul", h_type[sl].contiguous(), vecs[idx]).double().masked_fill(~valid, -math.inf)
+            copy_lse[sl] = scores.logsumexp(-1)
+            copy_x[sl] = scores.masked_fill(ids[idx] != x[sl].unsqueeze(1), -math.inf).logsumexp(-1)
+        return copy_lse, copy_x
+
+    def _combine_word_terms(self, x: torch.Tensor, gen, copy) -> torch.Tensor:
+        """log p(x_t | h_t, entity) from the generate and copy terms: generate in-vocabulary words, copy alias tokens,
+        else generate @@UNKNOWN@@ with the penalty."""
+        gen_lse, gen_x, gen_unk = gen
+        copy_lse, copy_x = copy
+        in_vocab = (x < len(self.vocab)) & (x != self.unk_id)
+        copyable = torch.isfinite(copy_x)
+        gen_term = torch.where(in_vocab, gen_x, torch.where(copyable, -math.inf, gen_unk - self.unk_penalty))
+        return torch.logaddexp(gen_term, copy_x) - torch.logaddexp(gen_lse, copy_lse)
+
     def word_log_prob(self, h_type: torch.Tensor, x: torch.Tensor, entity: torch.Tensor) -> torch.Tensor:
         """log p(x_t | h_t, entity_t) [K, T], computed once per distinct (t, entity) pair among the K particles."""
         K, T = entity.shape
@@ -285,36 +399,78 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         key = torch.arange(T, device=x.device) * (N + 1) + (entity.clamp(min=-1) + 1)
         uniq, inv = torch.unique(key.reshape(-1), return_inverse=True)
         ut, ue = uniq // (N + 1), uniq % (N + 1) - 1
-        x_in = self.input_ids(x)
-        rows = self.tables.row_of(ue)
-        U = uniq.numel()
-        gen_lse = torch.empty(U, dtype=torch.float64, device=x.device)
-        gen_x = torch.empty_like(gen_lse)
-        gen_unk = torch.empty_like(gen_lse)
-        for s in range(0, U, _WORD_CHUNK):
-            sl = slice(s, s + _WORD_CHUNK)
-            cond = self.condense(torch.cat([h_type[ut[sl]], self.entity_embedding.weight[rows[sl]]], -1))
-            scores = self.generate(cond).double()
-            gen_lse[sl] = scores.logsumexp(-1)
-            gen_x[sl] = scores.gather(1, x_in[ut[sl]].unsqueeze(1)).squeeze(1)
-            gen_unk[sl] = scores[:, self.unk_id]
-        copy_lse = torch.full_like(gen_lse, -math.inf)
-        copy_x = torch.full_like(gen_lse, -math.inf)
-        for e in torch.unique(ue[ue >= 0]).tolist():
-            table = self._alias_table(e)
-            if table is None:
-                continue
-            proj, match = table
-            sel = torch.nonzero(ue == e, as_tuple=True)[0]
-            scores = (h_type[ut[sel]] @ proj.t()).double()  # [n, L]
-            copy_lse[sel] = scores.logsumexp(-1)
-            hit = match.unsqueeze(0) == x[ut[sel]].unsqueeze(1)
-            copy_x[sel] = scores.masked_fill(~hit, -math.inf).logsumexp(-1)
-        in_vocab = (x[ut] < len(self.vocab)) & (x[ut] != self.unk_id)
-        copyable = torch.isfinite(copy_x)
-        gen_term = torch.where(in_vocab, gen_x, torch.where(copyable, -math.inf, gen_unk - self.unk_penalty))
-        lp = torch.logaddexp(gen_term, copy_x) - torch.logaddexp(gen_lse, copy_lse)
-        return lp[inv].view(K, T)
+        alias = self.alias_tables(None if not (self.training or torch.is_grad_enabled())
+                                  else torch.unique(ue[ue >= 0]).tolist())
+        table = self.generate_table(h_type, x)
+        if table is not None:
+            gen = tuple(v[ut, self.tables.row_of(ue)] for v in table)
+        else:
+            gen = self._generate_terms(h_type[ut], self.tables.row_of(ue), self.input_ids(x)[ut])
+        copy = self._copy_terms(h_type[ut], ue, x[ut], alias)
+        return self._combine_word_terms(x[ut], gen, copy)[inv].view(K, T)
+
+    def word_log_prob_step(self, h_type_t: torch.Tensor, x_t: torch.Tensor, entity: torch.Tensor, alias,
+                           gen_table_t: tuple | None = None) -> torch.Tensor:
+        """log p(x_t | h_t, entity_k) for one position and K particles' entities [K]: float64 [K] (no host sync);
+        ``gen_table_t``: row t of ``generate_table`` (then the numbers equal ``word_log_prob``'s)."""
+        K = entity.numel()
+        R = self.tables.num_rows
+        rows = self.tables.row_of(entity)
+        x_in = self.input_ids(x_t.view(1))
+        if gen_table_t is not None:
+            gen = tuple(v[rows] for v in gen_table_t)
+        elif R <= K:  # the generate terms of every row at t, gathered
+            g = self._generate_terms(h_type_t.expand(R, -1), torch.arange(R, device=entity.device), x_in.expand(R))
+            gen = tuple(v[rows] for v in g)
+        else:
+            gen = self._generate_terms(h_type_t.expand(K, -1), rows, x_in.expand(K))
+        copy = self._copy_terms(h_type_t.expand(K, -1).contiguous(), entity, x_t.view(1).expand(K), alias)
+        return self._combine_word_terms(x_t.view(1).expand(K), gen, copy)
+
+    # --- stepwise interface (SMC) ---------------------------------------------------------------------------------
+    @torch.no_grad()
+    def smc_init(self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True) -> "KGLMParticles":
+        """K empty particles for document x [T]: q_τ's and p's head tables, the window state and the z drawn so far."""
+        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
+            raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+        x = self._check_x(x)
+        K, T = int(num_particles), x.numel()
+        device = x.device
+        q_tabs = p_tabs = alias = gen = None
+        if T:
+            q_tabs = HeadTables.build(self.proposal.heads(x, peek), temperature)
+            p_tabs = HeadTables.build(self.latent_heads(self.encode(x)), 1.0)
+            alias = self.alias_tables()
+            gen = self.generate_table(p_tabs.heads.h_type, x)
+        z = {k: torch.full((K, T), v, dtype=torch.long, device=device)
+             for k, v in (("mention_type", NONE), ("entity", -1), ("parent", -1))}
+        return KGLMParticles(x, q_tabs, p_tabs, alias, gen, WindowState.empty(K, self.cutoff, device), z)
+
+    @torch.no_grad()
+    def smc_step(self, state: "KGLMParticles", t: int, generator: torch.Generator | None = None):
+        """Draw z_t ~ q_τ(z_t | x, z_<t) for every particle: (state, log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t)
+        float64 [K]). Consumes ``torch.rand(K, 4)`` of ``generator``, as ``proposal.sample`` does at token t."""
+        K = state.window.prev_type.shape[0]
+        u = torch.rand(K, 4, generator=generator, device=state.x.device, dtype=torch.float64)
+        typ, ent, par, log_q = sample_step(state.q, state.window, t, u)
+        log_prior = score_step(state.p, state.window, t, typ, ent, par)
+        gen_t = None if state.gen is None else tuple(v[t] for v in state.gen)
+        log_word = self.word_log_prob_step(state.p.heads.h_type[t], state.x[t], ent, state.alias, gen_t)
+        state.window = state.window.advance(self.tables, typ, ent, par)
+        state.z["mention_type"][:, t], state.z["entity"][:, t], state.z["parent"][:, t] = typ, ent, par
+        return state, log_prior + log_word - log_q
+
+    def smc_reorder(self, state: "KGLMParticles", ancestors: torch.Tensor) -> "KGLMParticles":
+        """Particle k takes the history (window state and z so far) of particle ancestors[k]."""
+        index = ancestors.to(state.x.device)
+        return KGLMParticles(state.x, state.q, state.p, state.alias, state.gen, state.window.select(index),
+                             {k: v[index] for k, v in state.z.items()})
+
+    def smc_latents(self, state: "KGLMParticles") -> dict:
+        """The configurations drawn so far, as ``log_joint`` takes them: dict of LongTensor [K, T] (undrawn: none)."""
+        z = {k: v.clone() for k, v in state.z.items()}
+        z["relation"] = canonical_relation(self.tables, z["parent"], z["entity"])
+        return z
 
     def unknown_word_penalty(self, x: torch.Tensor, z: dict) -> torch.Tensor:
         """Nats ``log_joint`` subtracts for unknown words: unk_penalty · #{t: x_t out of vocabulary and not an alias

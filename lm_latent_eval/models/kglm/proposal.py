@@ -28,17 +28,22 @@ from torch import nn
 from ..encoder_cache import DocumentCache
 from .awd_lstm import AWDLSTM, embedding_dropout
 from .latents import (
-    CONTINUING, NEW, NONE, NUM_TYPES, RELATED, GraphTables, LatentHeads, allowed_types, canonical_relation,
-    candidate_slots, expand_edges, latent_log_prob, segment_logsumexp,
+    CONTINUING,
+    NEW,
+    NONE,
+    NUM_TYPES,
+    RELATED,
+    GraphTables,
+    HeadTables,
+    LatentHeads,
+    allowed_types,
+    candidate_slots,
+    canonical_relation,
+    expand_edges,
+    latent_log_prob,
+    segment_logsumexp,
 )
-
-
-_PRECOMPUTE_LIMIT = 1 << 22  # entries of the [T, num_rows] new-entity table computed up front by ``sample``
-
-
-def _gumbel(shape, generator, device) -> torch.Tensor:
-    u = torch.rand(shape, generator=generator, device=device, dtype=torch.float64).clamp_(min=1e-300)
-    return -torch.log(-torch.log(u))
+from .stepwise import WindowState, sample_step
 
 
 class KGLMProposal(nn.Module):
@@ -166,7 +171,10 @@ class KGLMProposal(nn.Module):
     @torch.no_grad()
     def sample(self, x: torch.Tensor, num_samples: int, temperature: float = 1.0, peek: bool = True,
                generator: torch.Generator | None = None) -> tuple[dict, torch.Tensor]:
-        """Draw K configurations z_k ~ q_τ(z | x): (dict of LongTensor [K, T], log q_τ(z_k | x) float64 [K])."""
+        """Draw K configurations z_k ~ q_τ(z | x): (dict of LongTensor [K, T], log q_τ(z_k | x) float64 [K]).
+
+        One ``stepwise.sample_step`` per token, each consuming ``torch.rand(K, 4)`` of ``generator`` (the stream of
+        ``KGLM.smc_step``)."""
         if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
             raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
         K, T = int(num_samples), x.numel()
@@ -176,66 +184,15 @@ class KGLMProposal(nn.Module):
         log_q = torch.zeros(K, dtype=torch.float64, device=device)
         if T == 0:
             return z, log_q
-        tau = float(temperature)
-        heads = self.heads(x, peek)
-        tables = self.tables
-        type_logits = heads.type_logits() / tau
-        any_new = bool(tables.row_owned.any())
-        # log q_τ(new entity row | t) for every position at once [T, num_rows] when small (else one position per step)
-        precompute = any_new and T * tables.num_rows <= _PRECOMPUTE_LIMIT
-        new_entity_lp = torch.log_softmax(heads.new_entity_logits(torch.arange(T, device=device)) / tau, -1) if precompute else None
-        C = self.cutoff
-        window = torch.zeros(K, C, dtype=torch.long, device=device)
-        prev_type = torch.zeros(K, dtype=torch.long, device=device)
-        prev_ent = torch.full((K,), -1, dtype=torch.long, device=device)
-        prev_par = torch.full((K,), -1, dtype=torch.long, device=device)
+        tabs = HeadTables.build(self.heads(x, peek), temperature)
+        state = WindowState.empty(K, self.cutoff, device)
         for t in range(T):
-            cand = candidate_slots(window, tables)
-            allowed = allowed_types(any_new, cand.any(-1), prev_type)
-            lp = torch.log_softmax(type_logits[t].expand(K, -1).masked_fill(~allowed, -math.inf), -1)
-            typ = (lp + _gumbel(lp.shape, generator, device)).argmax(-1)
-            log_q += lp.gather(1, typ.unsqueeze(1)).squeeze(1)
-            ent = torch.full((K,), -1, dtype=torch.long, device=device)
-            par = torch.full((K,), -1, dtype=torch.long, device=device)
-
-            new = torch.nonzero(typ == NEW, as_tuple=True)[0]
-            if new.numel():
-                nl = new_entity_lp[t] if precompute else torch.log_softmax(
-                    heads.new_entity_logits(torch.tensor([t], device=device))[0] / tau, -1)
-                rows = torch.multinomial(nl.exp(), new.numel(), replacement=True, generator=generator)
-                log_q[new] += nl[rows]
-                ent[new] = tables.row_entity[rows]
-
-            rel = torch.nonzero(typ == RELATED, as_tuple=True)[0]
-            if rel.numel():
-                win, cmask = window[rel], cand[rel]
-                t_rel = torch.full((rel.numel(),), t, dtype=torch.long, device=device)
-                plog = torch.log_softmax(heads.parent_logits(t_rel, win).masked_fill(~cmask, -math.inf) / tau, -1)
-                slot = (plog + _gumbel(plog.shape, generator, device)).argmax(-1)
-                log_q[rel] += plog.gather(1, slot.unsqueeze(1)).squeeze(1)
-                parents = tables.row_entity[win.gather(1, slot.unsqueeze(1)).squeeze(1)]
-                edges, pair = expand_edges(parents, tables)
-                elog = heads.edge_logits(t_rel[pair], edges) / tau
-                norm = segment_logsumexp(elog, pair, rel.numel())
-                noisy = elog + _gumbel(elog.shape, generator, device)
-                best = torch.full_like(norm, -math.inf).scatter_reduce(0, pair, noisy, reduce="amax", include_self=True)
-                big = torch.iinfo(torch.long).max
-                chosen = torch.full((rel.numel(),), big, dtype=torch.long, device=device).scatter_reduce(
-                    0, pair, torch.where(noisy == best[pair], edges, big), reduce="amin")
-                tails = tables.edge_tail[chosen]
-                reach = segment_logsumexp(elog.masked_fill(tables.edge_tail[edges] != tails[pair], -math.inf), pair, rel.numel())
-                log_q[rel] += reach - norm
-                ent[rel], par[rel] = tails, parents
-
-            cont = typ == CONTINUING
-            ent = torch.where(cont, prev_ent, ent)
-            par = torch.where(cont, prev_par, par)
+            u = torch.rand(K, 4, generator=generator, device=device, dtype=torch.float64)
+            typ, ent, par, lq = sample_step(tabs, state, t, u)
+            log_q += lq
             z["mention_type"][:, t], z["entity"][:, t], z["parent"][:, t] = typ, ent, par
-            row = torch.where(typ > 0, tables.row_of(ent), 0)
-            if C > 0:
-                window = torch.cat([window[:, 1:], row.unsqueeze(1)], 1)
-            prev_type, prev_ent, prev_par = typ, ent, par
-        z["relation"] = canonical_relation(tables, z["parent"], z["entity"])
+            state = state.advance(self.tables, typ, ent, par)
+        z["relation"] = canonical_relation(self.tables, z["parent"], z["entity"])
         return z, log_q
 
     # --- beam search --------------------------------------------------------------------------------------------

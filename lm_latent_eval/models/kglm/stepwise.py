@@ -1,0 +1,164 @@
+"""The per-token kernel of the KGLM latent process: K particles advance one token at a time, without host syncs.
+
+``HeadTables`` (latents.py) holds everything the latent heads compute from the parameters for one document and temperature
+(type logits, new-entity log probabilities, parent logits per window slot, relation logits), once per call; each
+token then only gathers from them. ``WindowState`` is what z_<t contributes to step t: the last ``cutoff`` mention
+rows, which of them are parent candidates (owned rows with KG edges whose later slots do not repeat them: a
+per-particle last-occurrence mask updated in O(cutoff) per token instead of a sort) and the previous mention.
+
+``sample_step`` draws z_t ~ q_τ(z_t | x, z_<t) by inverse CDF from four uniforms per particle (type, new entity,
+parent slot, edge), so a document consumes ``torch.rand(K, 4)`` per token in token order whether it is sampled
+whole (``KGLMProposal.sample``) or step by step (``KGLM.smc_step``). ``score_step`` is log π(z_t | z_<t) of given
+z_t under any heads (p's prior factors or q's). The float32 dot products are computed exactly as the
+whole-document scorer computes them (same kernels and shapes), so both paths give the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .latents import CONTINUING, NEW, NONE, NUM_TYPES, RELATED, GraphTables, HeadTables
+
+
+@dataclass
+class WindowState:
+    """What z_<t contributes to step t, for K particles: recent mention rows, parent candidates, previous mention."""
+
+    rows: torch.Tensor  # [K, C] embedding rows of the last C positions (0 = no mention), oldest first
+    cand: torch.Tensor  # [K, C] slot is a parent candidate (owned row with edges, last occurrence in the window)
+    prev_type: torch.Tensor  # [K]
+    prev_ent: torch.Tensor  # [K]
+    prev_par: torch.Tensor  # [K]
+
+    @classmethod
+    def empty(cls, K: int, cutoff: int, device) -> "WindowState":
+        zeros = torch.zeros(K, dtype=torch.long, device=device)
+        return cls(torch.zeros(K, cutoff, dtype=torch.long, device=device),
+                   torch.zeros(K, cutoff, dtype=torch.bool, device=device), zeros, zeros - 1, zeros - 1)
+
+    def advance(self, tables: GraphTables, typ: torch.Tensor, ent: torch.Tensor, par: torch.Tensor) -> "WindowState":
+        """The state after z_t = (typ, ent, par) [K]: shift in the new row, drop earlier slots holding it."""
+        row = torch.where(typ > 0, tables.row_of(ent), 0)
+        if self.rows.shape[1] == 0:
+            return WindowState(self.rows, self.cand, typ, ent, par)
+        new_ok = (row > 0) & tables.row_has_edges[row]
+        cand = torch.cat([self.cand[:, 1:] & (self.rows[:, 1:] != row.unsqueeze(1)), new_ok.unsqueeze(1)], 1)
+        rows = torch.cat([self.rows[:, 1:], row.unsqueeze(1)], 1)
+        return WindowState(rows, cand, typ, ent, par)
+
+    def select(self, index: torch.Tensor) -> "WindowState":
+        """Particle k takes the state of particle index[k]."""
+        return WindowState(self.rows[index], self.cand[index], self.prev_type[index], self.prev_ent[index],
+                           self.prev_par[index])
+
+
+def _allowed(tabs: HeadTables, state: WindowState) -> torch.Tensor:
+    """Allowed mention types [K, 4]: new needs an ownable row, related a candidate parent, continuing a mention at t-1."""
+    K = state.prev_type.shape[0]
+    allowed = torch.ones(K, NUM_TYPES, dtype=torch.bool, device=state.prev_type.device)
+    allowed[:, NEW] = tabs.any_new
+    allowed[:, RELATED] = state.cand.any(-1)
+    allowed[:, CONTINUING] = state.prev_type != NONE
+    return allowed
+
+
+def _type_log_probs(tabs: HeadTables, state: WindowState, t: int) -> torch.Tensor:
+    K = state.prev_type.shape[0]
+    logits = tabs.type_logits[t].expand(K, -1).masked_fill(~_allowed(tabs, state), -math.inf)
+    return torch.log_softmax(logits, -1)
+
+
+def _parent_log_probs(tabs: HeadTables, state: WindowState, t_vec: torch.Tensor) -> torch.Tensor:
+    """log q_τ(parent slot) [K, C] over candidate slots (-inf elsewhere; all -inf without candidates)."""
+    plog = tabs.parent_logits(t_vec, state.rows).masked_fill(~state.cand, -math.inf) / tabs.tau
+    plog = torch.log_softmax(plog, -1)
+    return torch.where(state.cand, plog, -math.inf)
+
+
+def _inverse_cdf(log_probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Index i with cdf_{i-1} <= u · total < cdf_i for each row of log_probs [K, n] and u [K] in [0, 1): [K]."""
+    probs = log_probs.exp()
+    cdf = probs.cumsum(-1)
+    idx = (cdf <= (u * cdf[:, -1]).unsqueeze(-1)).sum(-1)
+    n = probs.shape[-1]
+    last = torch.where(probs > 0, torch.arange(n, device=probs.device), 0).amax(-1)  # rounding guard
+    return torch.minimum(idx, last)
+
+
+def sample_step(tabs: HeadTables, state: WindowState, t: int, u: torch.Tensor):
+    """z_t ~ q_τ(z_t | x, z_<t) for K particles from uniforms u [K, 4]: (type, entity, parent [K], log q_τ(z_t) [K])."""
+    tables = tabs.tables
+    K = u.shape[0]
+    device = u.device
+    t_vec = torch.full((K,), t, dtype=torch.long, device=device)
+    lp = _type_log_probs(tabs, state, t)
+    typ = _inverse_cdf(lp, u[:, 0])
+    log_q = lp.gather(1, typ.unsqueeze(1)).squeeze(1)
+    none = torch.full((K,), -1, dtype=torch.long, device=device)
+    ent, par = none, none
+    if tabs.any_new:
+        nl = tabs.new_entity_log_probs(t_vec[:1])[0]  # [rows]
+        cdf = nl.exp().cumsum(0)
+        row = torch.searchsorted(cdf, u[:, 1] * cdf[-1], right=True)
+        row = torch.minimum(row, torch.where(nl > -math.inf, torch.arange(nl.numel(), device=device), 0).amax())
+        is_new = typ == NEW
+        ent = torch.where(is_new, tables.row_entity[row], ent)
+        log_q = log_q + torch.where(is_new, nl[row], 0.0)
+    if tabs.max_degree > 0 and state.rows.shape[1] > 0:
+        is_rel = typ == RELATED
+        plog = _parent_log_probs(tabs, state, t_vec)
+        slot = _inverse_cdf(torch.where(is_rel.unsqueeze(1), plog, 0.0), u[:, 2])
+        parent = tables.row_entity[state.rows.gather(1, slot.unsqueeze(1)).squeeze(1)]
+        edges, valid, elog = tabs.parent_edges(t_vec, parent, is_rel)
+        norm = elog.logsumexp(-1)
+        pick = _inverse_cdf(torch.where(is_rel.unsqueeze(1), elog, 0.0), u[:, 3])
+        tail = tables.edge_tail[edges.gather(1, pick.unsqueeze(1)).squeeze(1)]
+        reach = elog.masked_fill(tables.edge_tail[edges] != tail.unsqueeze(1), -math.inf).logsumexp(-1)
+        rel_lq = plog.gather(1, slot.unsqueeze(1)).squeeze(1) + reach - norm
+        ent = torch.where(is_rel, tail, ent)
+        par = torch.where(is_rel, parent, par)
+        log_q = log_q + torch.where(is_rel, rel_lq, 0.0)
+    cont = typ == CONTINUING
+    ent = torch.where(cont, state.prev_ent, ent)
+    par = torch.where(cont, state.prev_par, par)
+    return typ, ent, par, log_q
+
+
+def score_step(tabs: HeadTables, state: WindowState, t: int, typ: torch.Tensor, ent: torch.Tensor,
+               par: torch.Tensor) -> torch.Tensor:
+    """log π(z_t | z_<t) of given z_t (type, entity, parent [K]) under these heads: float64 [K], -inf off the support."""
+    tables = tabs.tables
+    K = typ.shape[0]
+    device = typ.device
+    t_vec = torch.full((K,), t, dtype=torch.long, device=device)
+    lp = _type_log_probs(tabs, state, t)
+    total = lp.gather(1, typ.unsqueeze(1)).squeeze(1)
+    is_new, is_rel, is_cont = typ == NEW, typ == RELATED, typ == CONTINUING
+    valid = torch.where(typ == NONE, (ent == -1) & (par == -1), True)
+    valid &= ~is_new | (tables.owns_row(ent) & (par == -1))
+    valid &= ~is_cont | ((ent == state.prev_ent) & (par == state.prev_par))
+    if tabs.any_new:
+        nl = tabs.new_entity_log_probs(t_vec[:1])[0]
+        total = total + torch.where(is_new, nl[tables.entity_row[ent.clamp(min=0)]], 0.0)
+    if state.rows.shape[1] > 0:
+        plog = _parent_log_probs(tabs, state, t_vec)
+        prow = tables.row_of(par)
+        hit = (state.rows == prow.unsqueeze(1)) & state.cand
+        ok = is_rel & hit.any(-1) & tables.owns_row(par) & (ent >= 0)
+        parent_lp = plog.masked_fill(~hit, -math.inf).logsumexp(-1)
+        if tabs.max_degree > 0:
+            edges, valid_e, elog = tabs.parent_edges(t_vec, par, ok)
+            norm = elog.logsumexp(-1)
+            reach = elog.masked_fill(tables.edge_tail[edges] != ent.unsqueeze(1), -math.inf).logsumexp(-1)
+            rel_lp = reach - norm
+        else:
+            rel_lp = torch.full_like(parent_lp, -math.inf)
+        ok = ok & torch.isfinite(rel_lp) & torch.isfinite(parent_lp)
+        total = total + torch.where(ok, parent_lp + rel_lp, 0.0)
+        valid &= ~is_rel | ok
+    else:
+        valid &= ~is_rel
+    return total.masked_fill(~valid, -math.inf)
