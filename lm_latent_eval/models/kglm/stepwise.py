@@ -109,18 +109,30 @@ def sample_step(tabs: HeadTables, state: WindowState, t: int, u: torch.Tensor):
         log_q = log_q + torch.where(is_new, nl[row], 0.0)
     if tabs.max_degree > 0 and state.rows.shape[1] > 0:
         is_rel = typ == RELATED
-        plog = _parent_log_probs(tabs, state, t_vec)
-        slot = _inverse_cdf(torch.where(is_rel.unsqueeze(1), plog, 0.0), u[:, 2])
-        parent = tables.row_entity[state.rows.gather(1, slot.unsqueeze(1)).squeeze(1)]
-        edges, valid, elog = tabs.parent_edges(t_vec, parent, is_rel)
-        norm = elog.logsumexp(-1)
-        pick = _inverse_cdf(torch.where(is_rel.unsqueeze(1), elog, 0.0), u[:, 3])
-        tail = tables.edge_tail[edges.gather(1, pick.unsqueeze(1)).squeeze(1)]
-        reach = elog.masked_fill(tables.edge_tail[edges] != tail.unsqueeze(1), -math.inf).logsumexp(-1)
-        rel_lq = plog.gather(1, slot.unsqueeze(1)).squeeze(1) + reach - norm
-        ent = torch.where(is_rel, tail, ent)
-        par = torch.where(is_rel, parent, par)
-        log_q = log_q + torch.where(is_rel, rel_lq, 0.0)
+        # on the CPU a host sync costs nothing: only the particles that drew "related" go through the parent and
+        # edge heads (row-wise the same numbers); elsewhere every particle does, masked, to keep the loop sync-free
+        sub = torch.nonzero(is_rel, as_tuple=True)[0] if u.device.type == "cpu" else None
+        if sub is None or sub.numel():
+            pick_rows = (lambda v: v) if sub is None else (lambda v: v[sub])
+            sub_state = state if sub is None else state.select(sub)
+            rel_mask = pick_rows(is_rel)
+            plog = _parent_log_probs(tabs, sub_state, pick_rows(t_vec))
+            slot = _inverse_cdf(torch.where(rel_mask.unsqueeze(1), plog, 0.0), pick_rows(u[:, 2]))
+            parent = tables.row_entity[sub_state.rows.gather(1, slot.unsqueeze(1)).squeeze(1)]
+            edges, valid, elog = tabs.parent_edges(pick_rows(t_vec), parent, rel_mask)
+            norm = elog.logsumexp(-1)
+            pick = _inverse_cdf(torch.where(rel_mask.unsqueeze(1), elog, 0.0), pick_rows(u[:, 3]))
+            tail = tables.edge_tail[edges.gather(1, pick.unsqueeze(1)).squeeze(1)]
+            reach = elog.masked_fill(tables.edge_tail[edges] != tail.unsqueeze(1), -math.inf).logsumexp(-1)
+            rel_lq = torch.where(rel_mask, plog.gather(1, slot.unsqueeze(1)).squeeze(1) + reach - norm, 0.0)
+            if sub is None:
+                ent = torch.where(is_rel, tail, ent)
+                par = torch.where(is_rel, parent, par)
+                log_q = log_q + rel_lq
+            else:
+                ent, par = ent.clone(), par.clone()
+                ent[sub], par[sub] = tail, parent
+                log_q = log_q.index_add(0, sub, rel_lq)
     cont = typ == CONTINUING
     ent = torch.where(cont, state.prev_ent, ent)
     par = torch.where(cont, state.prev_par, par)
