@@ -38,7 +38,6 @@ from .graph import KnowledgeGraph
 NONE, NEW, RELATED, CONTINUING = 0, 1, 2, 3
 NUM_TYPES = 4
 LATENT_KEYS = ("mention_type", "entity", "parent", "relation")
-_BLOCK = 128  # positions scored at once (bounds the [K, block, cutoff, cutoff] window comparison)
 
 
 class GraphTables(nn.Module):
@@ -176,6 +175,7 @@ class HeadTables:
     tables: GraphTables
     tau: float
     type_logits: torch.Tensor  # [T, 4] float64, divided by τ
+    type_lp: torch.Tensor  # [T, 4 patterns, 4] float64 log q_τ(type | t) for pattern = any parent + 2 · (mention at t-1)
     any_new: bool
     new_entity_lp: torch.Tensor | None  # [T, rows] float64 log q_τ(new row | t), None when too large (computed per t)
     parent_lane: torch.Tensor | None  # [T, C, rows] float64 logits (before τ), None when too large
@@ -200,7 +200,23 @@ class HeadTables:
             lane = lane.double()
         rel = (heads.relation_embedding.unsqueeze(0) * heads.h_rel.unsqueeze(1)).sum(-1)
         max_degree = int(tables.degree.max()) if tables.degree.numel() else 0
-        return cls(heads, tables, tau, heads.type_logits() / tau, any_new, new_lp, lane, rel, max_degree)
+        type_logits = heads.type_logits() / tau
+        patterns = torch.arange(4, device=type_logits.device)
+        allowed = allowed_types(any_new, patterns % 2 == 1, torch.where(patterns >= 2, CONTINUING, NONE))  # [4, 4]
+        type_lp = torch.log_softmax(type_logits.unsqueeze(1).masked_fill(~allowed, -math.inf), -1)
+        return cls(heads, tables, tau, type_logits, type_lp, any_new, new_lp, lane, rel, max_degree)
+
+    @property
+    def type_cdf(self) -> torch.Tensor:
+        """Cumulative q_τ(type | t, pattern) [T, 4 patterns, 4] (for inverse-CDF draws)."""
+        if not hasattr(self, "_type_cdf"):
+            self._type_cdf = self.type_lp.exp().cumsum(-1)
+        return self._type_cdf
+
+    @staticmethod
+    def type_pattern(any_parent: torch.Tensor, after_mention: torch.Tensor) -> torch.Tensor:
+        """Index of the allowed-type pattern: 1 · (some parent candidate) + 2 · (a mention at t-1)."""
+        return any_parent.long() + 2 * after_mention.long()
 
     def new_entity_log_probs(self, t: torch.Tensor) -> torch.Tensor:
         """log q_τ(new entity row | position t) for positions t [B]: [B, rows] float64."""
@@ -280,15 +296,6 @@ def expand_edges(parents: torch.Tensor, tables: GraphTables) -> tuple[torch.Tens
     return edges, pair
 
 
-def later_repeat_gap(rows: torch.Tensor, cutoff: int) -> torch.Tensor:
-    """Distance to the next position holding the same row, capped at ``cutoff``: [K, L] for rows [K, L]."""
-    L = rows.shape[1]
-    gap = torch.full_like(rows, cutoff)
-    for j in range(min(cutoff, L) - 1, 0, -1):  # smaller distances overwrite larger ones
-        gap[:, : L - j] = torch.where(rows[:, : L - j] == rows[:, j:], j, gap[:, : L - j])
-    return gap
-
-
 def latent_log_prob(heads: LatentHeads, z: dict, temperature: float = 1.0, per_position: bool = False,
                     head_tables: HeadTables | None = None) -> torch.Tensor:
     """Σ_t log π(z_t | z_<t, h) for K configurations: float64 [K] ([K, T] terms if ``per_position``); -inf outside the support."""
@@ -316,56 +323,46 @@ def latent_log_prob(heads: LatentHeads, z: dict, temperature: float = 1.0, per_p
 
     rows = tables.mention_rows(types, entity)
     padded = torch.cat([torch.zeros(K, cutoff, dtype=torch.long, device=device), rows], 1)
-    # slot c of the window at t holds padded[t + c]; it is a candidate when its row is owned with edges and it is
-    # not repeated in a later slot, i.e. the next repeat is at least cutoff - c positions away
-    ok = (padded > 0) & tables.row_has_edges[padded]
-    gap = later_repeat_gap(padded, cutoff)
-    need = cutoff - torch.arange(cutoff, device=device)
-    type_logits = tabs.type_logits
+    ok = (padded > 0) & tables.row_has_edges[padded]  # [K, cutoff + T]
+    # some window slot is a candidate iff some slot holds an owned row with edges (its last occurrence is one)
+    seen = torch.cat([ok.new_zeros(K, 1, dtype=torch.long), ok.long().cumsum(1)], 1)
+    any_parent = (seen[:, cutoff : cutoff + T] - seen[:, :T]) > 0  # window of t = padded[t : t + cutoff]
+    pattern = tabs.type_pattern(any_parent, prev_type != NONE)
+    flat = (torch.arange(T, device=device) * 4 + pattern) * NUM_TYPES + types  # into type_lp [T, 4, 4]
+    total += tabs.type_lp.reshape(-1)[flat]
+    valid &= torch.isfinite(total)
 
-    for s in range(0, T, _BLOCK):
-        e = min(T, s + _BLOCK)
-        if cutoff > 0:
-            window = padded[:, s : e + cutoff - 1].unfold(1, cutoff, 1)
-            cand = ok[:, s : e + cutoff - 1].unfold(1, cutoff, 1) & (gap[:, s : e + cutoff - 1].unfold(1, cutoff, 1) >= need)
-        else:
-            window = padded.new_zeros(K, e - s, 0)
-            cand = window.bool()
-        allowed = allowed_types(tabs.any_new, cand.any(-1), prev_type[:, s:e])
-        logits = type_logits[s:e].unsqueeze(0).expand(K, -1, -1).masked_fill(~allowed, -math.inf)
-        logp = torch.log_softmax(logits, -1).gather(-1, types[:, s:e].unsqueeze(-1)).squeeze(-1)
-        total[:, s:e] += logp
-        valid[:, s:e] &= allowed.gather(-1, types[:, s:e].unsqueeze(-1)).squeeze(-1)
+    # new entities
+    k_new, t_new = torch.nonzero(is_new & valid, as_tuple=True)
+    if k_new.numel():
+        uniq_t, inv = torch.unique(t_new, return_inverse=True)
+        ne_logp = tabs.new_entity_log_probs(uniq_t)
+        total[k_new, t_new] += ne_logp[inv, tables.entity_row[entity[k_new, t_new]]]
 
-        # new entities
-        k_new, b_new = torch.nonzero(is_new[:, s:e] & valid[:, s:e], as_tuple=True)
-        if k_new.numel():
-            uniq_t, inv = torch.unique(b_new + s, return_inverse=True)
-            ne_logp = tabs.new_entity_log_probs(uniq_t)
-            row = tables.entity_row[entity[k_new, b_new + s]]
-            total[k_new, b_new + s] += ne_logp[inv, row]
-
-        # related entities: parent among window candidates, then edges parent -> entity
-        k_rel, b_rel = torch.nonzero(is_rel[:, s:e] & valid[:, s:e], as_tuple=True)
-        if k_rel.numel():
-            t_rel = b_rel + s
-            par = parent[k_rel, t_rel]
-            ent = entity[k_rel, t_rel]
-            prow = torch.where(par >= 0, tables.row_of(par), -1)
-            win = window[k_rel, b_rel]  # [P, C]
-            cmask = cand[k_rel, b_rel]
-            hit = (win == prow.unsqueeze(-1)) & cmask
-            okp = hit.any(-1) & tables.owns_row(par)
-            plog = tabs.parent_logits(t_rel, win).masked_fill(~cmask, -math.inf) / tau
-            plog = torch.log_softmax(plog, -1)
-            parent_lp = torch.where(okp, plog.masked_fill(~hit, -math.inf).logsumexp(-1), -math.inf)
-            edges, _, elog = tabs.parent_edges(t_rel, par, okp)
-            norm = elog.logsumexp(-1)
-            reach = elog.masked_fill(tables.edge_tail[edges] != ent.unsqueeze(-1), -math.inf).logsumexp(-1)
-            rel_lp = reach - norm
-            okp = okp & torch.isfinite(rel_lp)
-            total[k_rel, t_rel] += torch.where(okp, parent_lp + rel_lp, 0.0)
-            valid[k_rel, t_rel] &= okp
+    # related entities: parent among window candidates, then edges parent -> entity
+    k_rel, t_rel = torch.nonzero(is_rel & valid, as_tuple=True)
+    if k_rel.numel():
+        par = parent[k_rel, t_rel]
+        ent = entity[k_rel, t_rel]
+        prow = torch.where(par >= 0, tables.row_of(par), -1)
+        slots = torch.arange(cutoff, device=device)
+        win = padded[k_rel.unsqueeze(1), t_rel.unsqueeze(1) + slots]  # [P, C]
+        later = torch.zeros_like(win, dtype=torch.bool)  # a later slot repeats the row
+        for j in range(1, cutoff):
+            later[:, : cutoff - j] |= win[:, : cutoff - j] == win[:, j:]
+        cmask = ok[k_rel.unsqueeze(1), t_rel.unsqueeze(1) + slots] & ~later
+        hit = (win == prow.unsqueeze(-1)) & cmask
+        okp = hit.any(-1) & tables.owns_row(par)
+        plog = tabs.parent_logits(t_rel, win).masked_fill(~cmask, -math.inf) / tau
+        plog = torch.log_softmax(plog, -1)
+        parent_lp = torch.where(okp, plog.masked_fill(~hit, -math.inf).logsumexp(-1), -math.inf)
+        edges, _, elog = tabs.parent_edges(t_rel, par, okp)
+        norm = elog.logsumexp(-1)
+        reach = elog.masked_fill(tables.edge_tail[edges] != ent.unsqueeze(-1), -math.inf).logsumexp(-1)
+        rel_lp = reach - norm
+        okp = okp & torch.isfinite(rel_lp)
+        total[k_rel, t_rel] += torch.where(okp, parent_lp + rel_lp, 0.0)
+        valid[k_rel, t_rel] &= okp
 
     if per_position:
         return total.masked_fill(~valid, -math.inf)

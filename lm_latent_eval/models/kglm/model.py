@@ -401,7 +401,9 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         ut, ue = uniq // (N + 1), uniq % (N + 1) - 1
         alias = self.alias_tables(None if not (self.training or torch.is_grad_enabled())
                                   else torch.unique(ue[ue >= 0]).tolist())
-        table = self.generate_table(h_type, x)
+        # all (position, row) pairs when the particles cover a good part of them (the stepwise path reads the same
+        # table); else only the distinct pairs (the same float32 products wherever the kernel is shape-invariant)
+        table = self.generate_table(h_type, x) if 2 * uniq.numel() >= T * self.tables.num_rows else None
         if table is not None:
             gen = tuple(v[ut, self.tables.row_of(ue)] for v in table)
         else:

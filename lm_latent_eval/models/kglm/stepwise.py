@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .latents import CONTINUING, NEW, NONE, NUM_TYPES, RELATED, GraphTables, HeadTables
+from .latents import CONTINUING, NEW, NONE, RELATED, GraphTables, HeadTables
 
 
 @dataclass
@@ -29,6 +29,7 @@ class WindowState:
 
     rows: torch.Tensor  # [K, C] embedding rows of the last C positions (0 = no mention), oldest first
     cand: torch.Tensor  # [K, C] slot is a parent candidate (owned row with edges, last occurrence in the window)
+    num_ok: torch.Tensor  # [K] slots holding an owned row with edges (> 0 iff some slot is a candidate)
     prev_type: torch.Tensor  # [K]
     prev_ent: torch.Tensor  # [K]
     prev_par: torch.Tensor  # [K]
@@ -37,38 +38,28 @@ class WindowState:
     def empty(cls, K: int, cutoff: int, device) -> "WindowState":
         zeros = torch.zeros(K, dtype=torch.long, device=device)
         return cls(torch.zeros(K, cutoff, dtype=torch.long, device=device),
-                   torch.zeros(K, cutoff, dtype=torch.bool, device=device), zeros, zeros - 1, zeros - 1)
+                   torch.zeros(K, cutoff, dtype=torch.bool, device=device), zeros, zeros, zeros - 1, zeros - 1)
 
     def advance(self, tables: GraphTables, typ: torch.Tensor, ent: torch.Tensor, par: torch.Tensor) -> "WindowState":
         """The state after z_t = (typ, ent, par) [K]: shift in the new row, drop earlier slots holding it."""
         row = torch.where(typ > 0, tables.row_of(ent), 0)
         if self.rows.shape[1] == 0:
-            return WindowState(self.rows, self.cand, typ, ent, par)
-        new_ok = (row > 0) & tables.row_has_edges[row]
+            return WindowState(self.rows, self.cand, self.num_ok, typ, ent, par)
+        new_ok = tables.row_has_edges[row]  # row 0 has no edges
         cand = torch.cat([self.cand[:, 1:] & (self.rows[:, 1:] != row.unsqueeze(1)), new_ok.unsqueeze(1)], 1)
         rows = torch.cat([self.rows[:, 1:], row.unsqueeze(1)], 1)
-        return WindowState(rows, cand, typ, ent, par)
+        num_ok = self.num_ok + new_ok.long() - tables.row_has_edges[self.rows[:, 0]].long()
+        return WindowState(rows, cand, num_ok, typ, ent, par)
 
     def select(self, index: torch.Tensor) -> "WindowState":
         """Particle k takes the state of particle index[k]."""
-        return WindowState(self.rows[index], self.cand[index], self.prev_type[index], self.prev_ent[index],
-                           self.prev_par[index])
+        return WindowState(self.rows[index], self.cand[index], self.num_ok[index], self.prev_type[index],
+                           self.prev_ent[index], self.prev_par[index])
 
 
-def _allowed(tabs: HeadTables, state: WindowState) -> torch.Tensor:
-    """Allowed mention types [K, 4]: new needs an ownable row, related a candidate parent, continuing a mention at t-1."""
-    K = state.prev_type.shape[0]
-    allowed = torch.ones(K, NUM_TYPES, dtype=torch.bool, device=state.prev_type.device)
-    allowed[:, NEW] = tabs.any_new
-    allowed[:, RELATED] = state.cand.any(-1)
-    allowed[:, CONTINUING] = state.prev_type != NONE
-    return allowed
-
-
-def _type_log_probs(tabs: HeadTables, state: WindowState, t: int) -> torch.Tensor:
-    K = state.prev_type.shape[0]
-    logits = tabs.type_logits[t].expand(K, -1).masked_fill(~_allowed(tabs, state), -math.inf)
-    return torch.log_softmax(logits, -1)
+def _type_pattern(state: WindowState) -> torch.Tensor:
+    """Allowed-type pattern of each particle [K] (index into HeadTables.type_lp's second axis)."""
+    return HeadTables.type_pattern(state.num_ok > 0, state.prev_type != NONE)
 
 
 def _parent_log_probs(tabs: HeadTables, state: WindowState, t_vec: torch.Tensor) -> torch.Tensor:
@@ -94,8 +85,11 @@ def sample_step(tabs: HeadTables, state: WindowState, t: int, u: torch.Tensor):
     K = u.shape[0]
     device = u.device
     t_vec = torch.full((K,), t, dtype=torch.long, device=device)
-    lp = _type_log_probs(tabs, state, t)
-    typ = _inverse_cdf(lp, u[:, 0])
+    pattern = _type_pattern(state)
+    cdf = tabs.type_cdf[t][pattern]  # [K, 4]
+    typ = (cdf[:, :-1] <= (u[:, 0] * cdf[:, -1]).unsqueeze(1)).sum(-1)
+    lp = tabs.type_lp[t][pattern]
+    typ = torch.where(torch.isneginf(lp.gather(1, typ.unsqueeze(1)).squeeze(1)), NONE, typ)  # rounding guard
     log_q = lp.gather(1, typ.unsqueeze(1)).squeeze(1)
     none = torch.full((K,), -1, dtype=torch.long, device=device)
     ent, par = none, none
@@ -146,8 +140,7 @@ def score_step(tabs: HeadTables, state: WindowState, t: int, typ: torch.Tensor, 
     K = typ.shape[0]
     device = typ.device
     t_vec = torch.full((K,), t, dtype=torch.long, device=device)
-    lp = _type_log_probs(tabs, state, t)
-    total = lp.gather(1, typ.unsqueeze(1)).squeeze(1)
+    total = tabs.type_lp[t][_type_pattern(state), typ]
     is_new, is_rel, is_cont = typ == NEW, typ == RELATED, typ == CONTINUING
     valid = torch.where(typ == NONE, (ent == -1) & (par == -1), True)
     valid &= ~is_new | (tables.owns_row(ent) & (par == -1))
