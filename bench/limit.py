@@ -72,7 +72,7 @@ def kglm_arithmetic(model, T: int, K: int) -> tuple[list[Product], list[Product]
     V = len(model.vocab)
     d_max = max(int(tables.degree.max()) if tables.degree.numel() else 1, 1)
     alias = model.alias_tables()
-    L_total, L_max = int(alias[0].shape[0]), max(int(alias[3].max()), 1)
+    L_total, L_max = int(alias[0].shape[0]), max(alias[4], 1)
     once, step = [], []
     for encoder in (model.encoder, model.proposal.encoder):
         o, s = _lstm_products(encoder, T)

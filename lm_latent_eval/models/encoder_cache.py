@@ -18,11 +18,12 @@ class DocumentCache:
     def __init__(self) -> None:
         self._entry: tuple | None = None
 
-    def get(self, module: torch.nn.Module, x: torch.Tensor, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
-        """``compute()`` once per document: recomputed when x, any parameter (in-place update) or the device changes."""
+    def get(self, module: torch.nn.Module, x: torch.Tensor, compute: Callable[[], object], extra: tuple = ()):
+        """``compute()`` once per document: recomputed when x, any parameter (in-place update), the device or the
+        ``extra`` key (e.g. temperature) changes."""
         if module.training or torch.is_grad_enabled():
             return compute()
-        key = (tuple(x.tolist()), parameter_versions(module), x.device)
+        key = (tuple(x.tolist()), parameter_versions(module), x.device, extra)
         if self._entry is None or self._entry[0] != key:
             self._entry = (key, compute())
         return self._entry[1]

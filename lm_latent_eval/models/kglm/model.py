@@ -196,6 +196,7 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
             nopeek_heads=proposal_nopeek_heads, alias_index=self.alias_start_index() if proposal_alias_features else None,
         )
         self._doc_cache = DocumentCache()
+        self._tables_cache = DocumentCache()
         self._alias_cache: dict = {}
         if isinstance(getattr(self, "_hub_mixin_config", None), dict):
             self._hub_mixin_config.pop("knowledge_graph", None)  # saved beside the weights as knowledge_graph.json
@@ -265,11 +266,14 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         K = z["mention_type"].shape[0]
         if T == 0:
             return torch.zeros(K, dtype=torch.float64, device=x.device)
-        encoded = self.encode(x)
-        heads = self.latent_heads(encoded)
-        lp = latent_log_prob(heads, z)
-        words = self.word_log_prob(heads.h_type, x, z["entity"])
+        tabs = self.head_tables(x)
+        lp = latent_log_prob(tabs.heads, z, head_tables=tabs)
+        words = self.word_log_prob(tabs.heads.h_type, x, z["entity"])
         return (lp + words.sum(-1)).masked_fill(torch.isneginf(lp), -math.inf)
+
+    def head_tables(self, x: torch.Tensor) -> HeadTables:
+        """p's latent head tables for document x (cached per document in eval without grad)."""
+        return self._tables_cache.get(self, x, lambda: HeadTables.build(self.latent_heads(self.encode(x)), 1.0))
 
     def _alias_table(self, entity: int, version: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(projected alias token vectors [L, D_tok], their x ids [L]) for one entity, None without aliases."""
@@ -302,10 +306,11 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
             self._alias_cache[entity] = (version, table)
         return table
 
-    def alias_tables(self, entities: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def alias_tables(self, entities: list[int] | None = None) -> tuple:
         """Every entity's projected alias tokens, flat: (vectors [L + 1, D_tok] (last row zero), x ids [L + 1] (last
-        -1), offset [N + 1], length [N + 1]); entity N stands for "no entity" (length 0). Built once per parameter
-        version in eval without grad (all entities); otherwise for ``entities`` only (the others get length 0)."""
+        -1), offset [N + 1], length [N + 1], the largest length (int)); entity N stands for "no entity" (length 0).
+        Built once per parameter version in eval without grad (all entities); otherwise for ``entities`` only (the
+        others get length 0)."""
         cacheable = not self.training and not torch.is_grad_enabled()
         version = parameter_versions(self)
         hit = self._alias_cache.get("flat")
@@ -328,7 +333,7 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         vecs.append(torch.zeros(1, self.token_dim, device=device))
         ids.append(torch.full((1,), -1, dtype=torch.long, device=device))
         offset[length == 0] = total
-        flat = (torch.cat(vecs), torch.cat(ids), offset.to(device), length.to(device))
+        flat = (torch.cat(vecs), torch.cat(ids), offset.to(device), length.to(device), int(length.max()))
         if cacheable:
             self._alias_cache["flat"] = (version, flat)
         return flat
@@ -364,10 +369,9 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
 
     def _copy_terms(self, h_type: torch.Tensor, entity: torch.Tensor, x: torch.Tensor, alias) -> tuple[torch.Tensor, torch.Tensor]:
         """(log Σ_l exp c_l, log Σ_{l copies x} exp c_l) over the alias tokens of each entity: [M] each (-inf without)."""
-        vecs, ids, offset, length = alias
+        vecs, ids, offset, length, L = alias
         N = offset.numel() - 1
         e = torch.where(entity >= 0, entity, N)
-        L = int(length.max()) if length.numel() else 0
         copy_lse = torch.full(entity.shape, -math.inf, dtype=torch.float64, device=h_type.device)
         copy_x = copy_lse.clone()
         if L == 0:
@@ -440,8 +444,8 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         device = x.device
         q_tabs = p_tabs = alias = gen = None
         if T:
-            q_tabs = HeadTables.build(self.proposal.heads(x, peek), temperature)
-            p_tabs = HeadTables.build(self.latent_heads(self.encode(x)), 1.0)
+            q_tabs = self.proposal.head_tables(x, temperature, peek)
+            p_tabs = self.head_tables(x)
             alias = self.alias_tables()
             gen = self.generate_table(p_tabs.heads.h_type, x)
         z = {k: torch.full((K, T), v, dtype=torch.long, device=device)
@@ -505,6 +509,7 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
 
     def train(self, mode: bool = True):
         self._doc_cache.clear()
+        self._tables_cache.clear()
         self._alias_cache = {}
         return super().train(mode)
 

@@ -81,6 +81,7 @@ class KGLMProposal(nn.Module):
         # weights of the alias-match features: (new entity, parent, edge tail)
         self.alias_weight = nn.Parameter(torch.full((3,), 2.0)) if alias_index is not None else None
         self._doc_cache = DocumentCache()
+        self._tables_cache = DocumentCache()
 
     @property
     def tables(self) -> GraphTables:
@@ -154,8 +155,14 @@ class KGLMProposal(nn.Module):
             bias, self.tables, self.cutoff, new_scores, parent_scores, tail_scores,
         )
 
+    def head_tables(self, x: torch.Tensor, temperature: float = 1.0, peek: bool = True) -> HeadTables:
+        """q_τ's head tables for document x (cached per document, temperature and peeking in eval without grad)."""
+        return self._tables_cache.get(self, x, lambda: HeadTables.build(self.heads(x, peek), temperature),
+                                      (float(temperature), bool(peek)))
+
     def train(self, mode: bool = True):
         self._doc_cache.clear()
+        self._tables_cache.clear()
         return super().train(mode)
 
     # --- scoring ------------------------------------------------------------------------------------------------
@@ -165,7 +172,8 @@ class KGLMProposal(nn.Module):
         if x.numel() == 0:
             return torch.zeros(K, dtype=torch.float64, device=x.device)
         z = {k: v.to(self.token_embedding.weight.device) for k, v in z.items()}
-        return latent_log_prob(self.heads(x, peek), z, temperature)
+        tabs = self.head_tables(x, temperature, peek)
+        return latent_log_prob(tabs.heads, z, temperature, head_tables=tabs)
 
     # --- sampling -----------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -184,7 +192,7 @@ class KGLMProposal(nn.Module):
         log_q = torch.zeros(K, dtype=torch.float64, device=device)
         if T == 0:
             return z, log_q
-        tabs = HeadTables.build(self.heads(x, peek), temperature)
+        tabs = self.head_tables(x, temperature, peek)
         state = WindowState.empty(K, self.cutoff, device)
         for t in range(T):
             u = torch.rand(K, 4, generator=generator, device=device, dtype=torch.float64)

@@ -11,6 +11,10 @@ parent slot, edge), so a document consumes ``torch.rand(K, 4)`` per token in tok
 whole (``KGLMProposal.sample``) or step by step (``KGLM.smc_step``). ``score_step`` is log π(z_t | z_<t) of given
 z_t under any heads (p's prior factors or q's). The float32 dot products are computed exactly as the
 whole-document scorer computes them (same kernels and shapes), so both paths give the same numbers.
+
+On the CPU, where a host sync costs nothing, ``sample_step`` sends only the particles that drew "related" through
+the parent and edge heads (``torch.nonzero``; the same numbers row by row); on other devices every particle goes
+through them, masked, so the token loop never waits for the device.
 """
 
 from __future__ import annotations
@@ -79,7 +83,7 @@ def _inverse_cdf(log_probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.minimum(idx, last)
 
 
-def sample_step(tabs: HeadTables, state: WindowState, t: int, u: torch.Tensor):
+def sample_step(tabs: HeadTables, state: WindowState, t: int, u: torch.Tensor, subset_on_cpu: bool = True):
     """z_t ~ q_τ(z_t | x, z_<t) for K particles from uniforms u [K, 4]: (type, entity, parent [K], log q_τ(z_t) [K])."""
     tables = tabs.tables
     K = u.shape[0]
@@ -105,7 +109,7 @@ def sample_step(tabs: HeadTables, state: WindowState, t: int, u: torch.Tensor):
         is_rel = typ == RELATED
         # on the CPU a host sync costs nothing: only the particles that drew "related" go through the parent and
         # edge heads (row-wise the same numbers); elsewhere every particle does, masked, to keep the loop sync-free
-        sub = torch.nonzero(is_rel, as_tuple=True)[0] if u.device.type == "cpu" else None
+        sub = torch.nonzero(is_rel, as_tuple=True)[0] if subset_on_cpu and u.device.type == "cpu" else None
         if sub is None or sub.numel():
             pick_rows = (lambda v: v) if sub is None else (lambda v: v[sub])
             sub_state = state if sub is None else state.select(sub)
