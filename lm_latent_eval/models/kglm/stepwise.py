@@ -88,7 +88,7 @@ def sample_step(tabs: HeadTables, state: WindowState, t: int, u: torch.Tensor, s
     tables = tabs.tables
     K = u.shape[0]
     device = u.device
-    t_vec = torch.full((K,), t, dtype=torch.long, device=device)
+    t_vec = torch.full((K,), t, dtype=torch.long, device=device) if isinstance(t, int) else t.expand(K)
     pattern = _type_pattern(state)
     cdf = tabs.type_cdf[t][pattern]  # [K, 4]
     typ = (cdf[:, :-1] <= (u[:, 0] * cdf[:, -1]).unsqueeze(1)).sum(-1)
@@ -143,7 +143,7 @@ def score_step(tabs: HeadTables, state: WindowState, t: int, typ: torch.Tensor, 
     tables = tabs.tables
     K = typ.shape[0]
     device = typ.device
-    t_vec = torch.full((K,), t, dtype=torch.long, device=device)
+    t_vec = torch.full((K,), t, dtype=torch.long, device=device) if isinstance(t, int) else t.expand(K)
     total = tabs.type_lp[t][_type_pattern(state), typ]
     is_new, is_rel, is_cont = typ == NEW, typ == RELATED, typ == CONTINUING
     valid = torch.where(typ == NONE, (ent == -1) & (par == -1), True)
