@@ -146,6 +146,7 @@ class LatentHeads:
 
 _LANE_TABLE_LIMIT = 1 << 22  # entries of the [T, cutoff, num_rows] parent-logit table built per call
 _NEW_TABLE_LIMIT = 1 << 22  # entries of the [T, num_rows] new-entity table built per call
+_LANE_CHUNK = 1 << 22  # floats of the window operand of one parent-lane product
 
 
 def parent_lane_logits(heads: LatentHeads, rows: int, cutoff: int) -> torch.Tensor:
@@ -159,12 +160,18 @@ def parent_lane_logits(heads: LatentHeads, rows: int, cutoff: int) -> torch.Tens
     T, De = h.shape
     dev = h.device
     j, c = torch.arange(rows, device=dev), torch.arange(cutoff, device=dev)
-    windows = (j[:, None] + c[None, :]) % rows  # [rows, C]
-    hh = h.unsqueeze(1).expand(T, rows, De).reshape(T * rows, De)
-    ww = E[windows].unsqueeze(0).expand(T, rows, cutoff, De).reshape(T * rows, cutoff, De)
-    res = torch.einsum("...d,...cd->...c", hh, ww).view(T, rows, cutoff)
+    windows = E[(j[:, None] + c[None, :]) % rows]  # [rows, C, De]: slot c of window j holds row (j + c) mod rows
     r = torch.arange(rows, device=dev)
-    return res[:, (r[None, :] - c[:, None]) % rows, c[:, None].expand(cutoff, rows)]
+    unroll = ((r[None, :] - c[:, None]) % rows, c[:, None].expand(cutoff, rows))  # (window, slot) of (c, r)
+    step = max(1, _LANE_CHUNK // max(1, rows * cutoff * De))  # positions per product (bounded operand size)
+    out = []
+    for s in range(0, T, step):
+        n = min(step, T - s)
+        hh = h[s : s + n].unsqueeze(1).expand(n, rows, De).reshape(n * rows, De)
+        ww = windows.unsqueeze(0).expand(n, rows, cutoff, De).reshape(n * rows, cutoff, De)
+        res = torch.einsum("...d,...cd->...c", hh, ww).view(n, rows, cutoff)
+        out.append(res[:, unroll[0], unroll[1]])
+    return torch.cat(out)
 
 
 @dataclass
