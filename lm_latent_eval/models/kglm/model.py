@@ -15,6 +15,13 @@ the entity of a mention is scored once (at its first token; continuation tokens 
 impossible types are masked before the softmax (continuing after no mention; related with no candidate parent);
 the parent softmax runs over recent entities that have at least one edge; new entities never include row 0.
 
+Stepwise interface (for SMC): ``smc_init(x, K, temperature, peek)`` sets up K particles, ``smc_step(state, t,
+generator)`` draws z_t ~ q_τ(z_t | x, z_<t) for each and returns log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t)
+(float64 [K]), ``smc_reorder(state, ancestors)`` resamples histories and ``smc_latents(state)`` returns the z drawn
+so far. Each increment is a proper conditional (an entity is scored once, at its first token; a continuation scores
+its type and its word), so the T increments sum to log p(x, z) − log q_τ(z | x); with the same generator seed the
+steps draw exactly the z of ``proposal.sample`` (both consume ``torch.rand(K, 4)`` per token, ``stepwise.py``).
+
 Checkpoint layout (``save_pretrained`` / ``from_pretrained``): ``config.json`` (constructor arguments, including
 the word ``vocab``), ``model.safetensors`` (p's and q's weights; q's under ``proposal.``), and
 ``knowledge_graph.json`` (``KnowledgeGraph.to_json``: entities, relations, edges, aliases). ``from_pretrained``
