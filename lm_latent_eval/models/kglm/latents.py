@@ -86,7 +86,7 @@ class GraphTables(nn.Module):
 
     def row_of(self, entity: torch.Tensor) -> torch.Tensor:
         """Embedding row of each entity id, row 0 for -1 (no entity): same shape."""
-        return self._row_of[torch.where(entity >= 0, entity, self.num_entities)]
+        return self._row_of[entity]  # -1 indexes the last entry, row 0
 
     def owns_row(self, entity: torch.Tensor) -> torch.Tensor:
         """True where entity >= 0 is the owner of its embedding row (may be new / a parent): same shape."""
@@ -219,6 +219,18 @@ class HeadTables:
         if not hasattr(self, "_type_cdf"):
             self._type_cdf = self.type_lp.exp().cumsum(-1)
         return self._type_cdf
+
+    def new_entity_draw_tables(self, t: int | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log q_τ(new row | t) [rows], its cumulative sum [rows], last row with q > 0 (0-d)) for inverse-CDF draws."""
+        if self.new_entity_lp is None:
+            nl = torch.log_softmax(self.heads.new_entity_logits(torch.as_tensor(t).view(1)) / self.tau, -1)[0]
+            rows = torch.arange(nl.numel(), device=nl.device)
+            return nl, nl.exp().cumsum(0), torch.where(nl > -math.inf, rows, 0).amax()
+        if not hasattr(self, "_new_cdf"):
+            rows = torch.arange(self.new_entity_lp.shape[1], device=self.new_entity_lp.device)
+            self._new_cdf = self.new_entity_lp.exp().cumsum(-1)
+            self._new_last = torch.where(self.new_entity_lp > -math.inf, rows, 0).amax(-1)
+        return self.new_entity_lp[t], self._new_cdf[t], self._new_last[t]
 
     @staticmethod
     def type_pattern(any_parent: torch.Tensor, after_mention: torch.Tensor) -> torch.Tensor:

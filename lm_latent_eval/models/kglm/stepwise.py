@@ -46,7 +46,7 @@ class WindowState:
 
     def advance(self, tables: GraphTables, typ: torch.Tensor, ent: torch.Tensor, par: torch.Tensor) -> "WindowState":
         """The state after z_t = (typ, ent, par) [K]: shift in the new row, drop earlier slots holding it."""
-        row = torch.where(typ > 0, tables.row_of(ent), 0)
+        row = tables.row_of(ent)  # entity -1 (no mention) -> row 0
         if self.rows.shape[1] == 0:
             return WindowState(self.rows, self.cand, self.num_ok, typ, ent, par)
         new_ok = tables.row_has_edges[row]  # row 0 has no edges
@@ -98,10 +98,8 @@ def sample_step(tabs: HeadTables, state: WindowState, t: int, u: torch.Tensor, s
     none = torch.full((K,), -1, dtype=torch.long, device=device)
     ent, par = none, none
     if tabs.any_new:
-        nl = tabs.new_entity_log_probs(t_vec[:1])[0]  # [rows]
-        cdf = nl.exp().cumsum(0)
-        row = torch.searchsorted(cdf, u[:, 1] * cdf[-1], right=True)
-        row = torch.minimum(row, torch.where(nl > -math.inf, torch.arange(nl.numel(), device=device), 0).amax())
+        nl, cdf, last = tabs.new_entity_draw_tables(t)  # [rows], [rows], last row with q > 0
+        row = torch.minimum(torch.searchsorted(cdf, u[:, 1] * cdf[-1], right=True), last)
         is_new = typ == NEW
         ent = torch.where(is_new, tables.row_entity[row], ent)
         log_q = log_q + torch.where(is_new, nl[row], 0.0)
