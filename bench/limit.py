@@ -71,8 +71,8 @@ def kglm_arithmetic(model, T: int, K: int) -> tuple[list[Product], list[Product]
     R, Rr = tables.num_rows, int(model.relation_embedding.weight.shape[0])
     V = len(model.vocab)
     d_max = max(int(tables.degree.max()) if tables.degree.numel() else 1, 1)
-    alias = model.alias_tables()
-    L_total, L_max = int(alias[0].shape[0]), max(alias[4], 1)
+    lengths = [sum(len(f) for f in model.graph.entity_aliases(e) if f) for e in range(model.graph.num_entities)]
+    L_total, L_max = sum(lengths) + 1, max(lengths + [1])  # alias tokens of all entities, of the longest entity
     once, step = [], []
     for encoder in (model.encoder, model.proposal.encoder):
         o, s = _lstm_products(encoder, T)
