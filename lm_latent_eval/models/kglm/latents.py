@@ -185,7 +185,7 @@ class HeadTables:
     type_lp: torch.Tensor  # [T, 4 patterns, 4] float64 log q_τ(type | t) for pattern = any parent + 2 · (mention at t-1)
     any_new: bool
     new_entity_lp: torch.Tensor | None  # [T, rows] float64 log q_τ(new row | t), None when too large (computed per t)
-    parent_lane: torch.Tensor | None  # [T, C, rows] float64 logits (before τ), None when too large
+    lane_fits: bool  # the [T, C, rows] parent-logit table may be built (built on first use by many particles)
     relation_logits: torch.Tensor  # [T, relation rows] float32: R_r · h_rel_t
     max_degree: int
 
@@ -199,19 +199,14 @@ class HeadTables:
         new_lp = None
         if any_new and T * rows <= _NEW_TABLE_LIMIT:
             new_lp = torch.log_softmax(heads.new_entity_logits(torch.arange(T, device=heads.h_type.device)) / tau, -1)
-        lane = None
-        if C > 0 and T * C * rows <= _LANE_TABLE_LIMIT:
-            lane = parent_lane_logits(heads, rows, C)
-            if heads.parent_scores is not None:
-                lane = lane + heads.parent_scores[:, tables.row_entity.clamp(min=0)].unsqueeze(1)
-            lane = lane.double()
+        lane_fits = C > 0 and T * C * rows <= _LANE_TABLE_LIMIT
         rel = (heads.relation_embedding.unsqueeze(0) * heads.h_rel.unsqueeze(1)).sum(-1)
         max_degree = int(tables.degree.max()) if tables.degree.numel() else 0
         type_logits = heads.type_logits() / tau
         patterns = torch.arange(4, device=type_logits.device)
         allowed = allowed_types(any_new, patterns % 2 == 1, torch.where(patterns >= 2, CONTINUING, NONE))  # [4, 4]
         type_lp = torch.log_softmax(type_logits.unsqueeze(1).masked_fill(~allowed, -math.inf), -1)
-        return cls(heads, tables, tau, type_logits, type_lp, any_new, new_lp, lane, rel, max_degree)
+        return cls(heads, tables, tau, type_logits, type_lp, any_new, new_lp, lane_fits, rel, max_degree)
 
     @property
     def type_cdf(self) -> torch.Tensor:
@@ -243,9 +238,23 @@ class HeadTables:
             return self.new_entity_lp[t]
         return torch.log_softmax(self.heads.new_entity_logits(t) / self.tau, -1)
 
+    @property
+    def parent_lane(self) -> torch.Tensor:
+        """Parent logits (before τ) of every position, window slot and row: [T, C, rows] float64 (built once)."""
+        if not hasattr(self, "_lane"):
+            heads, tables = self.heads, self.tables
+            lane = parent_lane_logits(heads, tables.num_rows, heads.cutoff)
+            if heads.parent_scores is not None:
+                lane = lane + heads.parent_scores[:, tables.row_entity.clamp(min=0)].unsqueeze(1)
+            self._lane = lane.double()
+        return self._lane
+
     def parent_logits(self, t: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
-        """E_row · h_head_t (+ q's parent evidence) for positions t [P] and windows [P, C]: [P, C] float64 (before τ)."""
-        if self.parent_lane is None:
+        """E_row · h_head_t (+ q's parent evidence) for positions t [P] and windows [P, C]: [P, C] float64 (before τ).
+
+        Read from ``parent_lane`` (bit-identical to the per-particle product) once more windows than rows ask at one
+        call, or once the table exists; else the per-particle product itself (cheaper for a few particles)."""
+        if not self.lane_fits or (not hasattr(self, "_lane") and window.shape[0] <= self.tables.num_rows):
             return self.heads.parent_logits(t, window)
         C = window.shape[-1]
         slot = torch.arange(C, device=window.device)
