@@ -129,3 +129,29 @@ def test_sync_free_kernel_equals_cpu_kernel(peek):
         related += int((draws[0][0] == 2).sum())
         states = [s.advance(model.tables, *d[:3]) for s, d in zip(states, draws)]
     assert related > 0
+
+
+def test_large_graph_fallbacks_give_the_same_distribution(monkeypatch):
+    """Without the per-document tables (as for a graph too large for them) sampling, scoring and stepping compute
+    every factor on demand: the same numbers up to float32 rounding of differently shaped products."""
+    import lm_latent_eval.models.kglm.latents as latents
+    import lm_latent_eval.models.kglm.model as kglm_model
+
+    model = tiny_kglm(proposal_features=True)
+    x = model.tokenize("Ada Lovelace born London Ada King was")
+    with torch.no_grad():
+        z_ref, log_q_ref = model.proposal.sample(x, 128, 0.8, True, torch.Generator().manual_seed(6))
+        log_p_ref = model.log_joint(x, z_ref)
+    monkeypatch.setattr(latents, "_LANE_TABLE_LIMIT", 0)
+    monkeypatch.setattr(latents, "_NEW_TABLE_LIMIT", 0)
+    monkeypatch.setattr(kglm_model, "_GEN_TABLE_LIMIT", 0)
+    model.eval()  # drop the cached tables
+    with torch.no_grad():
+        assert torch.allclose(model.proposal.log_prob(x, z_ref, 0.8, True), log_q_ref, atol=1e-5, rtol=0)
+        assert torch.allclose(model.log_joint(x, z_ref), log_p_ref, atol=1e-5, rtol=0)
+        z, log_q = model.proposal.sample(x, 128, 0.8, True, torch.Generator().manual_seed(6))
+        assert torch.allclose(model.proposal.log_prob(x, z, 0.8, True), log_q, atol=1e-5, rtol=0)
+    z_step, inc = _run(model, x, 128, 0.8, True, 6)
+    with torch.no_grad():
+        expected = model.log_joint(x, z_step) - model.proposal.log_prob(x, z_step, 0.8, True)
+    assert torch.allclose(inc.sum(1), expected, atol=1e-5, rtol=0)
