@@ -460,3 +460,18 @@ def test_cli_table_shows_monte_carlo_stderr_of_is_perplexity(cli_run):
         assert got == pytest.approx(perplexity_stderr(weights, tokens, level=level), rel=1e-12) and got > 0
     rows = [line for line in make_table(results).splitlines() if "is_instance_perplexity" in line]
     assert len(rows) == 1 and f"{metrics['is_instance_perplexity_stderr,none']:.4f}" in rows[0]
+
+
+def test_two_copies_of_the_hook_neither_recurse_nor_install_twice(tmp_path):
+    """The installed ``_lm_latent_eval_hook`` plus ``lm_latent_eval.harness.hook`` from a checkout, before lm-eval loads."""
+    code = """
+import sys
+import lm_latent_eval.harness.hook
+finders = [f for f in sys.meta_path if type(f).__name__ == "RegistryImportFinder"]
+assert len(finders) == 1, finders
+from lm_eval.api.registry import get_model
+print(get_model("latent_hmm").__name__)
+"""
+    proc = python_with_hook(hook_site_dir(tmp_path), code)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["LatentHMMEval"]

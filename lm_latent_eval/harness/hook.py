@@ -65,6 +65,11 @@ class _RegisterAfterExec:
         return getattr(self.loader, name)
 
 
+def _is_registry_finder(finder) -> bool:
+    """By name, not class: the installed ``_lm_latent_eval_hook`` and ``lm_latent_eval.harness.hook`` are two copies."""
+    return type(finder).__name__ == "RegistryImportFinder"
+
+
 class RegistryImportFinder:
     """Meta-path finder that answers only for ``lm_eval.api.registry``, by wrapping the spec the other finders find."""
 
@@ -72,8 +77,8 @@ class RegistryImportFinder:
         if fullname != REGISTRY_MODULE:
             return None
         for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
+            if _is_registry_finder(finder) or not hasattr(finder, "find_spec"):
+                continue  # also a second copy of this finder (installed hook + checkout): asking it would recurse
             spec = finder.find_spec(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
@@ -86,7 +91,7 @@ def install() -> None:
     """Put the finder first on sys.meta_path (once); register at once if lm-eval's registry is already loaded."""
     if REGISTRY_MODULE in sys.modules:
         _register_or_warn(sys.modules[REGISTRY_MODULE])
-    elif not any(isinstance(f, RegistryImportFinder) for f in sys.meta_path):
+    elif not any(_is_registry_finder(f) for f in sys.meta_path):
         sys.meta_path.insert(0, RegistryImportFinder())
 
 
