@@ -54,6 +54,50 @@ class LatentLM(Protocol):
         ...
 
 
+SMC_METHODS = ("smc_init", "smc_step", "smc_reorder", "smc_latents")
+
+
+@runtime_checkable
+class StepwiseLatentLM(Protocol):
+    """Optional part for sequential Monte Carlo: advance K particles one token at a time, reorder after resampling.
+
+    For t = 0..T-1, ``smc_step`` draws z_t ~ q_τ(z_t | x, z_<t) for every particle and returns the log incremental
+    weight log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t); the T increments of one particle sum to
+    log p(x, z) − log q_τ(z | x) of the configuration z = ``smc_latents(state)`` it drew, in ``log_joint``'s format.
+    A model may add a telescoping look-ahead term log ψ_t(z_≤t) − log ψ_{t−1}(z_<t) to each increment (ψ_{−1}
+    constant, ψ_{T−1} = 1, as the HMM does when peeking): the sum, hence the estimate's expectation, is unchanged,
+    and the weights after token t then target p(x_≤t, z_≤t) ψ_t (twisted SMC).
+    ``smc_reorder(state, ancestors)`` makes particle k continue the history of particle ``ancestors[k]``
+    (a CPU LongTensor [K]). The state is opaque to the estimator.
+    """
+
+    def smc_init(self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True) -> Any:
+        """State of K particles with empty histories for the text x [T]."""
+        ...
+
+    def smc_step(self, state: Any, t: int, generator: torch.Generator | None) -> tuple[Any, torch.Tensor]:
+        """Draw z_t for every particle; return (state, log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t): float64 [K])."""
+        ...
+
+    def smc_reorder(self, state: Any, ancestors: torch.Tensor) -> Any:
+        """State in which particle k carries the history of particle ``ancestors[k]`` (LongTensor [K])."""
+        ...
+
+    def smc_latents(self, state: Any) -> Latents:
+        """The configurations z_<t drawn so far, [K, ...] in the format ``log_joint`` accepts once t = T."""
+        ...
+
+
+def missing_stepwise_methods(model: Any) -> list[str]:
+    """Names of the SMC methods (``SMC_METHODS``) that ``model`` does not offer."""
+    return [name for name in SMC_METHODS if not callable(getattr(model, name, None))]
+
+
+def has_stepwise(model: Any) -> bool:
+    """True when the model offers the stepwise part (smc_init, smc_step, smc_reorder, smc_latents) that SMC needs."""
+    return not missing_stepwise_methods(model)
+
+
 def has_exact_marginal(model: Any) -> bool:
     """True when the model offers ``log_marginal(x) = log Σ_z p(x, z)`` (float)."""
     return callable(getattr(model, "log_marginal", None))

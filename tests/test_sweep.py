@@ -55,3 +55,27 @@ def test_cli_writes_tables_json_and_plot(tmp_path, capsys):
     assert result["num_documents"] == 2 and len(result["is"]) == 2
     assert (out / "convergence.png").stat().st_size > 10_000
     assert "Table 2" in capsys.readouterr().out
+
+
+def test_smc_rows_beside_the_is_rows(sweep_result):
+    """The HMM is stepwise, so the sweep adds one SMC row per IS proposal; with one run, corpus = instance level."""
+    from lm_latent_eval.reports.sweep import smc_table_markdown
+
+    rows = sweep_result["smc"]
+    assert {(r["peek"], r["temperature"]) for r in rows} == {(r["peek"], r["temperature"]) for r in sweep_result["is"]}
+    for r in rows:
+        assert r["corpus_ppl"] == pytest.approx(r["instance_ppl"], rel=1e-12)
+        assert 1.0 <= r["min_ess"] <= r["mean_ess"] <= 32.0 and r["mean_resampling_steps"] >= 0
+        assert 0 < r["instance_ppl_se"] < r["instance_ppl"]
+    assert max(r["mean_resampling_steps"] for r in rows) > 0
+    table = smc_table_markdown(sweep_result)
+    assert "SMC, no peeking, τ = 2" in table and "Exact" in table
+
+
+def test_cli_without_smc_rows(tmp_path):
+    data = tmp_path / "docs.txt"
+    data.write_text(read_documents(DATA_DIR / "corpus" / "tiny_test.jsonl")[0])
+    out = tmp_path / "out"
+    assert main(["sweep", "--data", str(data), "--num-samples", "4", "--temperatures", "1.0", "--beam-sizes", "1",
+                 "--no-smc", "--output-dir", str(out)]) == 0
+    assert "smc" not in json.loads((out / "sweep.json").read_text())

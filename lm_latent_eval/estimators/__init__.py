@@ -1,4 +1,5 @@
-"""Estimators of log p(x) = log Σ_z p(x, z): importance sampling (``is``), beam lower bound (``beam``), ``exact``."""
+"""Estimators of log p(x) = log Σ_z p(x, z): importance sampling (``is``), sequential Monte Carlo (``smc``), beam lower
+bound (``beam``), ``exact``."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from .aggregate import corpus_ppl, instance_ppl, log_mean_exp
 from .diagnostics import summarize
 from .importance import SAMPLE_BLOCK, check_sampling_args, importance_log_weights
 from .marginal import beam_log_marginal, exact_log_marginal
+from .smc import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS, check_smc_args, smc_log_weights
 
-ESTIMATORS = ("is", "beam", "exact")
+ESTIMATORS = ("is", "smc", "beam", "exact")
+SAMPLING_ESTIMATORS = ("is", "smc")  # the ones that draw K samples and return K log weights
 
 
 @dataclass(frozen=True)
@@ -27,12 +30,16 @@ class EstimatorSettings:
     beam_size: int = 10
     seed: int = 1234
     batch_size: int = SAMPLE_BLOCK  # particles per log_joint call (memory only; never changes a number)
+    resample_threshold: float = DEFAULT_RESAMPLE_THRESHOLD  # smc: resample when ESS < threshold · particles of a run
+    smc_runs: int = DEFAULT_SMC_RUNS  # smc: independent runs per document (their spread is the standard error)
 
     def __post_init__(self):
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
-        if self.estimator == "is":
+        if self.estimator in SAMPLING_ESTIMATORS:
             check_sampling_args(self.num_samples, self.temperature, "settings")
+        if self.estimator == "smc":
+            check_smc_args(self.resample_threshold, self.smc_runs, self.num_samples)
         if self.estimator == "beam" and (not isinstance(self.beam_size, int) or self.beam_size <= 0):
             raise ValueError(f"beam_size must be a positive integer, got {self.beam_size!r}")
         if not isinstance(self.batch_size, int) or self.batch_size <= 0:
@@ -42,21 +49,27 @@ class EstimatorSettings:
         """The settings that matter for this estimator (batch_size excluded: it never changes a number)."""
         d = dataclasses.asdict(self)
         d.pop("batch_size")
-        if self.estimator != "is":
+        if self.estimator not in SAMPLING_ESTIMATORS:
             for key in ("num_samples", "temperature", "peek", "seed"):
                 d.pop(key)
+        if self.estimator != "smc":
+            d.pop("resample_threshold")
+            d.pop("smc_runs")
         if self.estimator != "beam":
             d.pop("beam_size")
-        d["sample_block"] = SAMPLE_BLOCK if self.estimator == "is" else None
+        d["sample_block"] = SAMPLE_BLOCK if self.estimator in SAMPLING_ESTIMATORS else None
         return {k: v for k, v in d.items() if v is not None}
 
 
 @dataclass
 class DocumentEstimate:
-    """log p̂(x) of one document with its token count and, for IS, the K log weights.
+    """log p̂(x) of one document with its token count and, for IS / SMC, the K log weights (mean of exp = p̂).
 
     ``unk_penalty`` [K]: for a model with an unknown-word penalty (``has_unknown_word_penalty``), the nats that
     log_joint subtracted from each sample; the log weights include it (UPP), ``log_weights + unk_penalty`` do not (PPL).
+    IS only: SMC resamples on the penalized weights, so it estimates the UPP's p only (``unk_penalty`` None).
+    Under SMC the log weights are the final particle weights (see estimators/smc.py) and ``diagnostics`` always holds
+    the run diagnostics (``estimator: smc``, resampling steps, ESS over tokens, run log-likelihoods, standard error).
     """
 
     document: str
@@ -80,13 +93,20 @@ def estimate_document(
     x = model.tokenize(text)
     penalized = settings.estimator == "is" and has_unknown_word_penalty(model)
     if x.numel() == 0:
-        lw = np.zeros(settings.num_samples) if settings.estimator == "is" else None
-        return DocumentEstimate(text, 0, 0.0, lw, {}, np.zeros(settings.num_samples) if penalized else None)
+        lw = np.zeros(settings.num_samples) if settings.estimator in SAMPLING_ESTIMATORS else None
+        return DocumentEstimate(text, 0, 0.0, lw, _empty_smc_diagnostics(settings),
+                                np.zeros(settings.num_samples) if penalized else None)
     x = x.to(device)
     if settings.estimator == "exact":
         return DocumentEstimate(text, int(x.numel()), exact_log_marginal(model, x, text))
     if settings.estimator == "beam":
         return DocumentEstimate(text, int(x.numel()), beam_log_marginal(model, x, settings.beam_size, text))
+    if settings.estimator == "smc":
+        lw, diag = smc_log_weights(
+            model, x, settings.num_samples, settings.temperature, settings.peek, settings.seed, text,
+            settings.resample_threshold, settings.smc_runs, device, progress,
+        )
+        return DocumentEstimate(text, int(x.numel()), float(log_mean_exp(lw)), lw, diag)
     penalty = np.zeros(settings.num_samples) if penalized else None
     lw = importance_log_weights(
         model, x, settings.num_samples, settings.temperature, settings.peek, settings.seed, text,
@@ -96,8 +116,26 @@ def estimate_document(
     return DocumentEstimate(text, int(x.numel()), float(log_mean_exp(lw)), lw, diag, penalty)
 
 
+def _empty_smc_diagnostics(settings: EstimatorSettings) -> dict:
+    """SMC diagnostics of a 0-token document: every run estimates log p = 0 exactly, nothing resampled."""
+    if settings.estimator != "smc":
+        return {}
+    from .smc import run_sizes
+
+    sizes = run_sizes(settings.num_samples, settings.smc_runs)
+    return {
+        "estimator": "smc", "num_samples": settings.num_samples, "resample_threshold": settings.resample_threshold,
+        "log_likelihood": 0.0, "smc_runs": len(sizes), "run_sizes": sizes, "run_log_likelihoods": [0.0] * len(sizes),
+        "run_relative_variances": [0.0] * len(sizes),
+        "log_likelihood_se": 0.0 if len(sizes) > 1 else float("nan"),
+        "run_log_likelihood_sd": 0.0 if len(sizes) > 1 else float("nan"),
+        "resampling_steps": 0.0, "ess_min": float("nan"), "ess_mean": float("nan"),
+    }
+
+
 __all__ = [
     "ESTIMATORS",
+    "SAMPLING_ESTIMATORS",
     "DocumentEstimate",
     "EstimatorSettings",
     "beam_log_marginal",
@@ -107,5 +145,6 @@ __all__ = [
     "importance_log_weights",
     "instance_ppl",
     "log_mean_exp",
+    "smc_log_weights",
     "summarize",
 ]

@@ -1,7 +1,7 @@
 """lm-eval backends: ``--model latent`` (any contract-conforming latent LM) and ``--model latent_hmm``.
 
-Each request is answered from document-level estimates log p̂(x) (``estimators.estimate_document``): IS, beam or
-exact, as chosen by ``estimator=``. Every IS estimate of a ``loglikelihood_rolling`` document is also kept, with its
+Each request is answered from document-level estimates log p̂(x) (``estimators.estimate_document``): IS, SMC, beam
+or exact, as chosen by ``estimator=``. Every IS / SMC estimate of a ``loglikelihood_rolling`` document is also kept, with its
 K log weights, in a process-local table (``document_estimate``) so that task code can aggregate the same samples
 at instance and corpus level (see tasks/latent_ppl_tiny).
 """
@@ -24,6 +24,7 @@ from ..estimators import DocumentEstimate, EstimatorSettings, estimate_document
 from ..estimators.diagnostics import reliability_warning
 from ..estimators.importance import SAMPLE_BLOCK
 from ..estimators.seeding import document_generator
+from ..estimators.smc import require_stepwise
 from ..models import MODELS, checkpoint_hash, load_model
 from ..protocol import has_text_sampler
 from .results_store import ResultsStore
@@ -148,11 +149,11 @@ def _hub_revision(checkpoint) -> str | None:
 
 @register_model("latent")
 class LatentLMEval(LM):
-    """lm-eval backend over a latent LM: log p̂ by importance sampling (``is``), beam lower bound or exact marginal.
+    """lm-eval backend over a latent LM: log p̂ by importance sampling (``is``), SMC (``smc``), beam bound or exact.
 
     model_args: ``model`` (a name in lm_latent_eval.models.MODELS or ``pkg.mod:Cls``), ``pretrained`` (local
     folder or Hub id; default: the bundled checkpoint), ``estimator``, ``num_samples``, ``temperature``, ``peek``,
-    ``beam_size``, ``seed``, ``dtype``, ``device``, ``results_dir`` (off unless given: keep every document's
+    ``beam_size``, ``seed``, ``resample_threshold`` and ``smc_runs`` (SMC), ``dtype``, ``device``, ``results_dir`` (off unless given: keep every document's
     estimate under this folder, keyed by model, checkpoint and settings, so a rerun skips finished documents; see
     results_store.py). lm-eval's ``--batch_size`` sets the particles per log_joint call (memory only; never
     changes a number).
@@ -186,6 +187,8 @@ class LatentLMEval(LM):
         peek=None,
         beam_size=None,
         seed=None,
+        resample_threshold=None,
+        smc_runs=None,
         batch_size=None,
         max_batch_size=None,  # passed by lm-eval; unused (batch_size is a particle count, not a request count)
         device=None,
@@ -197,7 +200,8 @@ class LatentLMEval(LM):
         if unknown:
             raise ValueError(
                 f"unknown model_args {sorted(unknown)} for {type(self).__name__}; accepted: model, pretrained, "
-                "estimator, num_samples, temperature, peek, beam_size, seed, batch_size, device, dtype, results_dir"
+                "estimator, num_samples, temperature, peek, beam_size, seed, resample_threshold, smc_runs, batch_size, "
+                "device, dtype, results_dir"
             )
         if self.MODEL is not None and model not in (None, self.MODEL):
             raise ValueError(
@@ -215,6 +219,8 @@ class LatentLMEval(LM):
             "peek": _parse_bool("peek", peek),
             "beam_size": _parse_int("beam_size", beam_size),
             "seed": _parse_int("seed", seed),
+            "resample_threshold": _parse_float("resample_threshold", resample_threshold),
+            "smc_runs": _parse_int("smc_runs", smc_runs),
             "batch_size": _parse_batch_size(batch_size),
         }
         try:
@@ -242,6 +248,8 @@ class LatentLMEval(LM):
         )
         self.checkpoint_sha256 = checkpoint_hash(self.checkpoint)
         self.pretrained = str(pretrained) if pretrained is not None else None
+        if self.settings.estimator == "smc":
+            require_stepwise(self.model)  # fail before any request: the model lacks the stepwise part
         self.results_store = None
         if results_dir is not None:  # per-document results on disk: a rerun skips documents already done
             identity = {k: v for k, v in self.get_model_info().items() if k not in _NAMING_KEYS}
@@ -333,7 +341,8 @@ class LatentLMEval(LM):
 
     def _warn_if_unreliable(self, estimates: dict[str, DocumentEstimate]) -> None:
         """Log one plain-words warning for the request batch when IS estimates are unreliable (Pareto k̂ > 0.7)."""
-        weights = [e.log_weights for e in estimates.values() if e.log_weights is not None and e.num_tokens > 0]
+        weights = [e.log_weights for e in estimates.values() if e.log_weights is not None and e.num_tokens > 0
+                   and e.diagnostics.get("estimator") != "smc"]  # k̂ of final SMC weights is no IS diagnostic
         s = self.settings
         tries = [f"more samples (num_samples={10 * s.num_samples})"]
         if s.temperature <= 1.0:

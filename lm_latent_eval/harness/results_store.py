@@ -3,8 +3,9 @@
 Layout: ``<results_dir>/<run key>/identity.json`` plus one ``<sha256(text)>.npz`` per document, where the run key is
 sha256 of the run identity (model class, checkpoint sha256, every estimator setting, device type, dtype, package
 version: everything that can change a number). A changed model or setting therefore lands in a different folder and
-never sees stale results. Each file holds the document text, its token count, log p̂ and (IS) the K log weights
-(and, for a model with an unknown-word penalty, each sample's penalty); it is written to a temporary file and
+never sees stale results. Each file holds the document text, its token count, log p̂, (IS / SMC) the K log weights
+(and, for a model with an unknown-word penalty, each sample's penalty) and the estimate's diagnostics (SMC:
+resampling steps, ESS over tokens, standard error) as JSON; it is written to a temporary file and
 renamed into place, so a killed process never leaves a half-written result and concurrent ranks (one file per
 document) never corrupt each other.
 """
@@ -79,16 +80,18 @@ class ResultsStore:
                     raise ValueError("the stored document text differs (hash collision or a foreign file)")
                 weights = f["log_weights"] if bool(f["has_log_weights"]) else None
                 penalty = f["unk_penalty"] if bool(f["has_unk_penalty"]) else None
+                diagnostics = json.loads(str(f["diagnostics_json"])) if "diagnostics_json" in f.files else {}
                 return DocumentEstimate(
                     text, int(f["num_tokens"]), float(f["log_likelihood"]), None if weights is None else weights.copy(),
-                    unk_penalty=None if penalty is None else penalty.copy(),
+                    diagnostics, unk_penalty=None if penalty is None else penalty.copy(),
                 )
         except Exception as err:  # noqa: BLE001  (any damage: say so and compute the document again)
             warnings.warn(f"ignoring unreadable stored result {path} for document {text[:60]!r}: {err}", stacklevel=2)
             return None
 
     def put(self, estimate: DocumentEstimate) -> None:
-        """Persist one estimate atomically (text, token count, log p̂, log weights [K] when IS, unknown-word penalties)."""
+        """Persist one estimate atomically (text, token count, log p̂, log weights [K] under IS / SMC, unknown-word
+        penalties, diagnostics)."""
         weights, penalty = estimate.log_weights, estimate.unk_penalty
         arrays = {
             "document": np.array(estimate.document),
@@ -98,6 +101,7 @@ class ResultsStore:
             "log_weights": np.asarray(weights if weights is not None else [], dtype=np.float64),
             "has_unk_penalty": np.array(penalty is not None),
             "unk_penalty": np.asarray(penalty if penalty is not None else [], dtype=np.float64),
+            "diagnostics_json": np.array(json.dumps(estimate.diagnostics or {}, sort_keys=True)),
         }
         _atomic_write(self.path(estimate.document), lambda fh: np.savez(fh, **arrays))
 

@@ -1,5 +1,6 @@
 """``lm-latent-eval sweep``: IS perplexity over τ × {peek, no peek} × {corpus, instance} (Logan et al. 2020, Table 1),
-beam bounds for several k (Table 2), and the K-convergence plot, all from one run per proposal setting."""
+SMC rows for the same proposal settings (models with the stepwise part), beam bounds for several k (Table 2), and the
+K-convergence plot, all from one run per proposal setting."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import numpy as np
 from ..estimators import EstimatorSettings, estimate_document
 from ..estimators.diagnostics import PARETO_K_THRESHOLD, corpus_convergence_curve
 from ..estimators.importance import SAMPLE_BLOCK
+from ..estimators.smc import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS, runs_corpus_log_likelihood
+from ..protocol import has_stepwise
 from .plots import plot_convergence
 
 DEFAULT_TEMPERATURES = (0.5, 0.9, 1.0, 1.1, 2.0, 5.0)
@@ -59,12 +62,17 @@ def run_sweep(
     batch_size: int = SAMPLE_BLOCK,
     device: str = "cpu",
     progress: bool = True,
+    smc: bool | None = None,
+    resample_threshold: float = DEFAULT_RESAMPLE_THRESHOLD,
+    smc_runs: int = DEFAULT_SMC_RUNS,
 ) -> dict:
-    """Every row of Table 1 and Table 2 plus convergence curves, as a JSON-ready dict."""
+    """Every row of Table 1 (IS, and SMC when ``smc``: default whenever the model is stepwise) and Table 2 plus
+    convergence curves, as a JSON-ready dict."""
     from tqdm.auto import tqdm
 
+    smc = has_stepwise(model) if smc is None else smc
     settings = [(peek, t) for peek in peek_modes for t in temperatures]
-    total = len(documents) * (len(settings) + len(beam_sizes) + 1)
+    total = len(documents) * ((1 + smc) * len(settings) + len(beam_sizes) + 1)
     bar = tqdm(total=total, desc="sweep", unit="doc", disable=not progress)
     exact = None
     if callable(getattr(model, "log_marginal", None)):
@@ -93,6 +101,15 @@ def run_sweep(
             "convergence_k": ks, "convergence_instance_ppl": inst_curve, "convergence_corpus_ppl": corp_curve,
         })
         log_weights_by_setting[f"{'peek' if peek else 'nopeek'}_t{temperature}"] = lws
+    smc_rows = []
+    for peek, temperature in settings if smc else ():
+        s = EstimatorSettings("smc", num_samples, temperature, peek, seed=seed, batch_size=batch_size,
+                              resample_threshold=resample_threshold, smc_runs=smc_runs)
+        estimates = []
+        for doc in documents:
+            estimates.append(estimate_document(model, doc, s, device))
+            bar.update(1)
+        smc_rows.append(smc_row(estimates, s))
     beam_rows = []
     for k in beam_sizes:
         s = EstimatorSettings("beam", beam_size=k)
@@ -103,9 +120,47 @@ def run_sweep(
         beam_rows.append({"beam_size": k, "log_likelihood": total_ll, "ppl_upper_bound": math.exp(-total_ll / num_tokens)})
     bar.close()
     result = {"num_documents": len(documents), "num_tokens": num_tokens, "is": rows, "beam": beam_rows}
+    if smc:
+        result["smc"] = smc_rows
     if exact is not None:
         result["exact_ppl"] = math.exp(-sum(e.log_likelihood for e in exact) / num_tokens)
     return result
+
+
+def smc_row(estimates, settings: EstimatorSettings) -> dict:
+    """One SMC row: instance PPL with its standard error, corpus PPL over runs, ESS over tokens, resampling steps."""
+    num_tokens = sum(e.num_tokens for e in estimates)
+    informative = [e.diagnostics for e in estimates if e.num_tokens > 0]
+    ll = sum(e.log_likelihood for e in estimates)
+    se = math.sqrt(sum(d["log_likelihood_se"] ** 2 for d in informative))  # SE of Σ_n log p̂_n (independent docs)
+    corpus_ll = runs_corpus_log_likelihood([e.diagnostics["run_log_likelihoods"] for e in estimates],
+                                           [e.diagnostics["run_sizes"] for e in estimates])
+    return {
+        "peek": settings.peek, "temperature": settings.temperature, "num_samples": settings.num_samples,
+        "resample_threshold": settings.resample_threshold, "smc_runs": settings.smc_runs,
+        "instance_ppl": math.exp(-ll / num_tokens), "instance_ppl_se": math.exp(-ll / num_tokens) * se / num_tokens,
+        "corpus_ppl": math.exp(-corpus_ll / num_tokens),
+        "mean_ess": float(np.mean([d["ess_mean"] for d in informative])),
+        "min_ess": float(np.min([d["ess_min"] for d in informative])),
+        "mean_resampling_steps": float(np.mean([d["resampling_steps"] for d in informative])),
+        "log_likelihoods": [e.log_likelihood for e in estimates],
+    }
+
+
+def smc_table_markdown(result: dict) -> str:
+    """SMC rows for the same proposals as Table 1: instance PPL ± SE (Lee-Whiteley), corpus PPL over runs, ESS."""
+    first = result["smc"][0]
+    header = (f"| Proposal (SMC, K={first['num_samples']}, resample when ESS < {first['resample_threshold']:g}·K, "
+              f"{first['smc_runs']} run(s)) | Corpus PPL (runs) | Instance PPL ± SE | mean ESS over tokens "
+              "| min ESS | resampling steps per document |")
+    lines = [header, "|---|---|---|---|---|---|"]
+    for r in sorted(result["smc"], key=lambda r: (not r["peek"], r["temperature"])):
+        name = f"SMC, τ = {r['temperature']:g}" if r["peek"] else f"SMC, no peeking, τ = {r['temperature']:g}"
+        lines.append(f"| {name} | {r['corpus_ppl']:.3f} | {r['instance_ppl']:.3f} ± {r['instance_ppl_se']:.3f} "
+                     f"| {r['mean_ess']:.1f} | {r['min_ess']:.1f} | {r['mean_resampling_steps']:.2f} |")
+    if "exact_ppl" in result:
+        lines.append(f"| Exact (forward algorithm) | {result['exact_ppl']:.3f} | {result['exact_ppl']:.3f} | | | |")
+    return "\n".join(lines)
 
 
 def table1_markdown(result: dict) -> str:
@@ -182,6 +237,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=SAMPLE_BLOCK, help="particles per log_joint call (memory only)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--output-dir", default="sweep_out")
+    parser.add_argument("--smc", action=argparse.BooleanOptionalAction, default=None,
+                        help="SMC rows beside the IS rows (default: whenever the model has the stepwise part)")
+    parser.add_argument("--resample-threshold", type=float, default=DEFAULT_RESAMPLE_THRESHOLD,
+                        help="SMC resamples when ESS < threshold · particles")
+    parser.add_argument("--smc-runs", type=int, default=DEFAULT_SMC_RUNS, help="independent SMC runs per document")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -197,13 +257,21 @@ def run(args: argparse.Namespace) -> int:
         if args.peek == "both":
             print(f"{type(model.proposal).__name__} always reads the whole text: peeking rows only")
         peek_modes = (True,)
+    if args.smc and not has_stepwise(model):
+        from ..estimators.smc import require_stepwise
+
+        require_stepwise(model)  # the error names the missing methods
     result = run_sweep(model, read_documents(data), args.temperatures, peek_modes, args.beam_sizes,
-                       args.num_samples, args.seed, args.batch_size, args.device)
+                       args.num_samples, args.seed, args.batch_size, args.device, smc=args.smc,
+                       resample_threshold=args.resample_threshold, smc_runs=args.smc_runs)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     result["config"] = {k: v for k, v in vars(args).items() if k != "func"} | {"data": str(data)}
     (out / "sweep.json").write_text(json.dumps(result, indent=1))
-    tables = f"Table 1 (IS perplexity)\n\n{table1_markdown(result)}\n\nTable 2 (beam marginalization)\n\n{table2_markdown(result)}\n"
+    tables = f"Table 1 (IS perplexity)\n\n{table1_markdown(result)}\n\n"
+    if result.get("smc"):
+        tables += f"Table 1, SMC rows (same proposals)\n\n{smc_table_markdown(result)}\n\n"
+    tables += f"Table 2 (beam marginalization)\n\n{table2_markdown(result)}\n"
     (out / "tables.md").write_text(tables)
     save_convergence_plot(result, out / "convergence.png")
     print(tables)

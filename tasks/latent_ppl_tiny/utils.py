@@ -1,4 +1,5 @@
-"""latent_ppl_tiny: dataset loading, per-document items and aggregations (instance / corpus IS perplexity, diagnostics).
+"""latent_ppl_tiny: dataset loading, per-document items and aggregations (instance / corpus IS or SMC perplexity,
+diagnostics).
 
 Every metric is computed from the SAME K importance samples per document: ``process_results`` fetches the
 document's ``DocumentEstimate`` (with its log weights) from the lm-latent-eval backend that produced the
@@ -58,9 +59,10 @@ def process_results(doc: dict, results: list) -> dict:
             "another model or from a cache, so its samples are not available"
         )
     log_weights = None if est.log_weights is None else [float(w) for w in est.log_weights]
+    smc = (est.diagnostics or {}).get("estimator") == "smc"
     informative = (
-        log_weights is not None and est.num_tokens > 0
-    )  # diagnostics of 0-token documents are trivial
+        log_weights is not None and est.num_tokens > 0 and not smc
+    )  # diagnostics of 0-token documents are trivial; ESS and k̂ of final SMC weights are not IS diagnostics
     ess = effective_sample_size(est.log_weights) if informative else None
     khat = pareto_khat(est.log_weights) if informative else None
     item = {"log_likelihood": log_likelihood, "num_tokens": est.num_tokens, "log_weights": log_weights}
@@ -74,6 +76,7 @@ def process_results(doc: dict, results: list) -> dict:
         "is_ess_min": ess,
         "is_pareto_k_share": khat,
         "is_pareto_k_undefined": khat,
+        **_smc_items(est, log_likelihood, smc),
     }
     return items | _ppl_and_upp(est, item)
 
@@ -90,6 +93,41 @@ def _ppl_and_upp(est, item: dict) -> dict:
     return {"ppl_instance": plain, "ppl_corpus": plain, "upp_instance": item, "upp_corpus": item}
 
 
+def _smc_items(est, log_likelihood: float, smc: bool) -> dict:
+    """Per-document items of the smc_* metrics (None unless the estimate came from estimator=smc).
+
+    Under SMC the perplexity items also carry the document's independent run estimates and the Lee-Whiteley standard
+    error of log p̂: corpus level pairs run r of every document (final SMC particle weights are not exchangeable
+    samples, so neither the sample-k pairing nor a bootstrap over them applies).
+    """
+    if not smc:
+        return {"smc_resampling_steps": None, "smc_ess_min": None, "smc_ess_mean": None}
+    d = est.diagnostics if est.num_tokens > 0 else None
+    item = {
+        "log_likelihood": log_likelihood, "num_tokens": est.num_tokens,
+        "log_weights": None if est.log_weights is None else [float(w) for w in est.log_weights],
+        "run_log_likelihoods": est.diagnostics["run_log_likelihoods"], "run_sizes": est.diagnostics["run_sizes"],
+        "run_relative_variances": est.diagnostics["run_relative_variances"],
+        "se": 0.0 if d is None else d["log_likelihood_se"],
+    }
+    return {
+        "is_instance_perplexity": item,
+        "is_instance_perplexity_stderr": item,
+        "is_corpus_perplexity": item,
+        "is_corpus_perplexity_stderr": item,
+        "smc_resampling_steps": None if d is None else d["resampling_steps"],
+        "smc_ess_min": None if d is None else d["ess_min"],
+        "smc_ess_mean": None if d is None else d["ess_mean"],
+    }
+
+
+def _is_smc(items) -> bool:
+    smc = ["run_log_likelihoods" in item for item in items]
+    if any(smc) and not all(smc):
+        raise ValueError(f"{WHERE}: some documents have SMC estimates and some do not")
+    return bool(smc) and all(smc)
+
+
 def instance_perplexity(items) -> float:
     """Instance-level PPL = exp(−Σ_n log p̂(x_n) / Σ_n T_n)."""
     from lm_latent_eval.estimators.aggregate import perplexity
@@ -101,6 +139,14 @@ def corpus_perplexity(items) -> float:
     """Corpus-level PPL = exp(−(logsumexp_k Σ_n log w_nk − log K) / Σ_n T_n); Σ_n log p(x_n) for exact / beam."""
     from lm_latent_eval.estimators import corpus_ppl
 
+    if _is_smc(items):  # SMC: run r of every document is one corpus sample
+        from lm_latent_eval.estimators.aggregate import _total_tokens
+        from lm_latent_eval.estimators.smc import runs_corpus_log_likelihood
+
+        total = _total_tokens([int(item["num_tokens"]) for item in items], len(items))
+        log_p = runs_corpus_log_likelihood([item["run_log_likelihoods"] for item in items],
+                                           [item["run_sizes"] for item in items])
+        return math.exp(-log_p / total)
     weights = [item["log_weights"] for item in items]
     if all(w is None for w in weights):  # deterministic estimates: the corpus estimate is the product
         return instance_perplexity(items)
@@ -112,6 +158,8 @@ def corpus_perplexity(items) -> float:
 def _stderr(items, level: str) -> float:
     from lm_latent_eval.estimators.diagnostics import perplexity_stderr
 
+    if _is_smc(items):
+        return _smc_stderr(items, level)
     weights = [item["log_weights"] for item in items]
     if all(w is None for w in weights):  # exact or beam: deterministic, no Monte Carlo error
         return 0.0
@@ -120,8 +168,22 @@ def _stderr(items, level: str) -> float:
     return perplexity_stderr(weights, [int(item["num_tokens"]) for item in items], level=level)
 
 
+def _smc_stderr(items, level: str) -> float:
+    """SMC, bootstrap-free (delta method, Lee-Whiteley variances): instance level PPL·√(Σ_n se_n²)/Σ_n T_n; corpus
+    level PPL·√(Var(p̂_corpus)/p̂_corpus²)/Σ_n T_n over the paired runs."""
+    from lm_latent_eval.estimators.smc import runs_corpus_relative_variance
+
+    total = sum(int(item["num_tokens"]) for item in items)
+    if level == "instance":
+        return instance_perplexity(items) * math.sqrt(sum(float(item["se"]) ** 2 for item in items)) / total
+    rel_var = runs_corpus_relative_variance([item["run_log_likelihoods"] for item in items],
+                                            [item["run_sizes"] for item in items],
+                                            [item["run_relative_variances"] for item in items])
+    return corpus_perplexity(items) * math.sqrt(rel_var) / total
+
+
 def instance_perplexity_stderr(items) -> float:
-    """Monte Carlo standard error of the instance-level PPL: bootstrap over each document's K samples."""
+    """Monte Carlo standard error of the instance-level PPL: bootstrap over each document's K samples (IS)."""
     return _stderr(items, "instance")
 
 
@@ -152,6 +214,11 @@ def pareto_k_share(items) -> float:
 
     values = _informative(items)
     return sum(v > PARETO_K_THRESHOLD for v in values) / len(values) if values else math.nan
+
+
+def smc_mean(items) -> float:
+    """Mean over documents of an SMC diagnostic such as resampling steps (NaN when the estimator is not SMC)."""
+    return mean_ess(items)
 
 
 def pareto_k_undefined_share(items) -> float:

@@ -8,6 +8,7 @@ from torch import nn
 
 from .parameters import HMMParameters, forward_log_alpha
 from .proposal import HMMProposal
+from .stepwise import HMMParticles, init_particles, reorder_particles, step_particles
 from .tokenizer import UNK, WordTokenizer
 
 
@@ -92,6 +93,27 @@ class HMMLanguageModel(
             return 0.0
         log_pi, log_A, _ = self.hmm.log_probs()
         return float(torch.logsumexp(forward_log_alpha(log_pi, log_A, self.hmm.emission_scores(x))[-1], 0))
+
+    # ---- stepwise part for SMC (see stepwise.py for the proposal each peek mode uses) ---------------------------
+
+    def smc_init(self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True) -> HMMParticles:
+        """K particles with empty histories for the text x [T]."""
+        x = self._check_x(x)
+        if not isinstance(num_particles, int) or isinstance(num_particles, bool) or num_particles <= 0:
+            raise ValueError(f"num_particles must be a positive integer, got {num_particles!r}")
+        return init_particles(self, x, num_particles, temperature, peek)
+
+    def smc_step(self, state: HMMParticles, t: int, generator: torch.Generator | None = None):
+        """Draw z_t ~ q_τ(z_t | z_{t-1}, x); return (state, log p(x_t, z_t | z_{t-1}) − log q_τ float64 [K])."""
+        return step_particles(state, t, generator)
+
+    def smc_reorder(self, state: HMMParticles, ancestors: torch.Tensor) -> HMMParticles:
+        """Particle k continues the history of particle ancestors[k] (LongTensor [K])."""
+        return reorder_particles(state, ancestors)
+
+    def smc_latents(self, state: HMMParticles) -> torch.Tensor:
+        """The states drawn so far, z [K, t] (log_joint's format once t = T)."""
+        return state.z[:, : state.t]
 
     @torch.no_grad()
     def sample_text(

@@ -1,0 +1,85 @@
+"""The HMM's stepwise part for SMC: particles advance one word at a time under p and a stepwise proposal q.
+
+p(x_t, z_t | z_{t-1}) = A(z_{t-1}, z_t) B(z_t, x_t) (π(z_1) B(z_1, x_1) at t = 1), the model's own factors.
+q_τ(z_t | z_{t-1}, x) ∝ exp(ℓ_t / τ) from the mismatched proposal HMM (π', A', B'):
+  peek=False (filtering, sees x_≤t):  ℓ_t(j) = log A'(z_{t-1}, j) + log B'(j, x_t), the IS no-peeking proposal itself
+                                       (same random draws for the same generator);
+  peek=True  (look-ahead, sees all x): ℓ_t(j) = log A'(z_{t-1}, j) + log B'(j, x_t) + log β'_t(j), with the backward
+                                       messages β'_t(j) = q'(x_{t+1..T} | z_t = j); at τ = 1 this samples q'(z | x)
+                                       forward, the same distribution that forward-filter backward-sample draws
+                                       (at τ ≠ 1 the two temper different conditionals and differ).
+                                       The increments carry the telescoping twist log β'_t(z_t) − log β'_{t-1}(z_{t-1})
+                                       (β'_{-1} = 1, β'_T = 1: the sum over t is unchanged), so the weight after token
+                                       t targets p(x_≤t, z_≤t) q'(x_{>t} | z_t), which foresees the rest of x
+                                       (twisted SMC, Guarniero, Johansen & Lee 2017); at τ = 1 each increment is
+                                       p's factor over q''s factor, e.g. A(z_{t-1}, z_t) B(z_t, x_t) / (A' B').
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .proposal import _draw
+
+
+@dataclass
+class HMMParticles:
+    """K particles of one text: states drawn so far z [K, T] (columns < t filled) and the tables both sides need."""
+
+    x: torch.Tensor  # [T] word ids
+    z: torch.Tensor  # [K, T] states; columns t, t+1, ... not drawn yet
+    t: int  # tokens done
+    temperature: float
+    log_p: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # model (log π [S], log A [S, S], log B [S, V])
+    q_first: torch.Tensor  # [S] proposal logits of z_1 before the emission: log π' (+ nothing)
+    q_trans: torch.Tensor  # [S, S] log A'
+    q_emit: torch.Tensor  # [T, S] log B'(j, x_t) (+ log β'_t(j) when peeking)
+    twist: torch.Tensor  # [T, S] log β'_t(j) when peeking, else 0
+
+
+def backward_log_beta(log_A: torch.Tensor, emissions: torch.Tensor) -> torch.Tensor:
+    """log β_t(i) = log q'(x_{t+1..T} | z_t = i): [T, S], β_T = 1."""
+    T, S = emissions.shape
+    beta = emissions.new_zeros(T, S)
+    for t in range(T - 2, -1, -1):
+        beta[t] = torch.logsumexp(log_A + emissions[t + 1] + beta[t + 1], 1)
+    return beta
+
+
+@torch.no_grad()
+def init_particles(model, x: torch.Tensor, num_particles: int, temperature: float, peek: bool) -> HMMParticles:
+    """Empty histories for K particles; precomputes the proposal's emission (and look-ahead) scores once."""
+    proposal = model.proposal
+    q_pi, q_A, _ = proposal.log_probs()
+    emissions = proposal.emission_scores(x)  # [T, S]
+    twist = backward_log_beta(q_A, emissions) if peek else torch.zeros_like(emissions)
+    z = torch.zeros(num_particles, x.shape[0], dtype=torch.long, device=x.device)
+    return HMMParticles(x, z, 0, float(temperature), model.hmm.log_probs(), q_pi, q_A, emissions + twist, twist)
+
+
+@torch.no_grad()
+def step_particles(state: HMMParticles, t: int, generator) -> tuple[HMMParticles, torch.Tensor]:
+    """Draw z_t for every particle; return log p(x_t, z_t | z_{t-1}) − log q_τ(z_t | z_{t-1}, x) (+ the look-ahead
+    twist log β'_t(z_t) − log β'_{t-1}(z_{t-1}) when peeking): float64 [K]."""
+    if t != state.t or t >= state.x.shape[0]:
+        raise ValueError(f"smc_step: expected token {state.t} of {state.x.shape[0]}, got t = {t}")
+    log_pi, log_A, log_B = state.log_p
+    K = state.z.shape[0]
+    if t == 0:
+        zt, log_q = _draw((state.q_first + state.q_emit[0]).expand(K, -1), state.temperature, generator)
+        log_p = log_pi[zt] + log_B[zt, state.x[0]] + state.twist[0, zt]
+    else:
+        prev = state.z[:, t - 1]
+        zt, log_q = _draw(state.q_trans[prev] + state.q_emit[t], state.temperature, generator)
+        log_p = log_A[prev, zt] + log_B[zt, state.x[t]] + state.twist[t, zt] - state.twist[t - 1, prev]
+    state.z[:, t] = zt
+    state.t = t + 1
+    return state, log_p - log_q
+
+
+def reorder_particles(state: HMMParticles, ancestors: torch.Tensor) -> HMMParticles:
+    """Particle k takes the history of particle ancestors[k]."""
+    state.z = state.z[ancestors.to(state.z.device)]
+    return state
