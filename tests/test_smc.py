@@ -254,10 +254,10 @@ def test_run_r_of_every_document_forms_one_corpus_sample():
     assert runs_corpus_log_likelihood([[-1.0], [-2.0]], [[7], [7]]) == pytest.approx(-3.0)  # R = 1: the product
     with pytest.raises(ValueError, match="same runs"):
         runs_corpus_log_likelihood(lls, [[5, 5], [4, 4]])
-    # relative variance of the product of independent estimates: (1 + v_1)(1 + v_2) − 1 with one run
-    assert runs_corpus_relative_variance([[-1.0], [-2.0]], [[7], [7]], [[0.1], [0.2]]) == pytest.approx(0.32)
-    p_r = np.exp([-3.0, -5.5])  # two runs: Σ_r (1/2)² (P_r / P̂)² ((1 + v_1r)(1 + v_2r) − 1)
-    expected = np.sum(0.25 * (p_r / p_r.mean()) ** 2 * np.array([1.1 * 1.3 - 1, 1.2 * 1.4 - 1]))
+    # delta method: with one run Σ_n v_n (the instance-level value), with R runs weighted by (s_r P_r / P̂)²
+    assert runs_corpus_relative_variance([[-1.0], [-2.0]], [[7], [7]], [[0.1], [0.2]]) == pytest.approx(0.3)
+    p_r = np.exp([-3.0, -5.5])
+    expected = np.sum(0.25 * (p_r / p_r.mean()) ** 2 * np.array([0.1 + 0.3, 0.2 + 0.4]))
     assert runs_corpus_relative_variance(lls, [[5, 5], [5, 5]], [[0.1, 0.2], [0.3, 0.4]]) == pytest.approx(expected)
 
 

@@ -204,13 +204,15 @@ def smc_diagnostics(runs: list[dict], sizes: list[int], resample_threshold: floa
 
 
 def runs_corpus_relative_variance(run_log_likelihoods, run_sizes_per_doc, run_relative_variances) -> float:
-    """Var(p̂_corpus)/p̂_corpus² ≈ Σ_r s_r² (P_r/P̂)² (Π_n (1 + v_{n,r}) − 1), P_r = Π_n p̂_{n,r}, v: Lee-Whiteley."""
+    """Var(p̂_corpus)/p̂_corpus² ≈ Σ_r s_r² (P_r/P̂)² Σ_n v_{n,r} (delta method, as at instance level), P_r = Π_n p̂_{n,r}.
+
+    v_{n,r}: the Lee-Whiteley Var(p̂_{n,r})/p̂_{n,r}²; with one run it is Σ_n v_n, the instance-level value.
+    """
     log_p = runs_corpus_log_likelihood(run_log_likelihoods, run_sizes_per_doc)
     share = np.asarray(run_sizes_per_doc[0], dtype=np.float64)
     share = share / share.sum()
     joint = np.sum(np.asarray(run_log_likelihoods, dtype=np.float64), axis=0)  # [R]
-    v = np.asarray(run_relative_variances, dtype=np.float64)  # [N, R]
-    per_run = np.expm1(np.sum(np.log1p(np.maximum(v, 0.0)), axis=0))  # Π_n (1 + v_nr) − 1
+    per_run = np.sum(np.maximum(np.asarray(run_relative_variances, dtype=np.float64), 0.0), axis=0)  # [R]
     return float(np.sum(share**2 * np.exp(2 * (joint - log_p)) * per_run))
 
 
