@@ -439,6 +439,7 @@ def test_unreliable_estimates_log_one_warning_with_advice(caplog):
     (record,) = [r for r in caplog.records if "unreliable importance-sampling" in r.getMessage()]
     assert re.search(r"\d+ of 6 documents \(\d+%\)", record.getMessage())
     assert "num_samples=640" in record.getMessage() and "peek=true" in record.getMessage()
+    assert "estimator=smc" in record.getMessage()  # the HMM has the stepwise part
     caplog.clear()
     with caplog.at_level("WARNING", logger=backends.__name__):
         LatentHMMEval(estimator="exact", device="cpu").loglikelihood_rolling([rolling(CORPUS[0])], disable_tqdm=True)

@@ -26,7 +26,7 @@ from ..estimators.importance import SAMPLE_BLOCK
 from ..estimators.seeding import document_generator
 from ..estimators.smc import require_stepwise
 from ..models import MODELS, checkpoint_hash, load_model
-from ..protocol import has_text_sampler
+from ..protocol import has_stepwise, has_text_sampler
 from .results_store import ResultsStore
 
 logger = logging.getLogger(__name__)
@@ -349,6 +349,8 @@ class LatentLMEval(LM):
             tries.append("a proposal temperature slightly above 1 (temperature=1.1)")
         if not s.peek:
             tries.append("a peeking proposal (peek=true)")
+        if has_stepwise(self.model):
+            tries.append("sequential Monte Carlo (estimator=smc)")
         message = reliability_warning(weights, "Try " + ", ".join(tries) + ".")
         if message is not None:
             logger.warning("%s: %s", type(self).__name__, message)
