@@ -94,14 +94,14 @@ def _ppl_and_upp(est, item: dict) -> dict:
 
 
 def _smc_items(est, log_likelihood: float, smc: bool) -> dict:
-    """Per-document items of the smc_* metrics (None unless the estimate came from estimator=smc).
+    """Per-document items of the smc_* metrics (left out unless the estimate came from estimator=smc).
 
     Under SMC the perplexity items also carry the document's independent run estimates and the Lee-Whiteley standard
     error of log p̂: corpus level pairs run r of every document (final SMC particle weights are not exchangeable
     samples, so neither the sample-k pairing nor a bootstrap over them applies).
     """
-    if not smc:
-        return {"smc_resampling_steps": None, "smc_ess_min": None, "smc_ess_mean": None}
+    if not smc:  # no item: lm-eval then reports no smc_* metric for an IS, beam or exact run
+        return {}
     d = est.diagnostics if est.num_tokens > 0 else None
     item = {
         "log_likelihood": log_likelihood, "num_tokens": est.num_tokens,
