@@ -205,6 +205,8 @@ def save_convergence_plot(result: dict, path: str | Path) -> None:
         if "exact_ppl" in result:
             ax.axhline(result["exact_ppl"], color="black", lw=1)
         ax.set(yscale="log", title="peeking" if peek else "no peeking")
+    for ax in axes[0][1:]:
+        ax.set_ylabel("")
     axes[0][0].set_ylabel("IS perplexity (upper bound in expectation)")
     handles = [Line2D([], [], color=colors[t], label=f"τ = {t:g}") for t in temps]
     handles += [Line2D([], [], color="gray", marker="o", ms=3, label="instance level"),
