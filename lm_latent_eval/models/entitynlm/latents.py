@@ -159,6 +159,12 @@ class EntityHeads(nn.Module):
         return torch.log_softmax(tempered(self.length(torch.cat([h, entity_embedding], -1)).float(), temperature), -1)
 
     # --- the dynamic update ------------------------------------------------------------------------------------------
+    def moved(self, e: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """(δ e + (1 − δ) h) / ‖δ e + (1 − δ) h‖ with δ = σ(h · W_δ e), for e [K, D] and h [K|1, D]: [K, D]."""
+        h = h.expand_as(e)
+        gate = torch.sigmoid((self.delta(e) * h).sum(-1, keepdim=True))
+        return F.normalize(gate * e + (1 - gate) * h, dim=-1)
+
     def update(self, memory: EntityMemory, entity: torch.Tensor, active: torch.Tensor, h: torch.Tensor,
                t: int, inplace: bool = False) -> EntityMemory:
         """Memory after x_t: entity [K] (where ``active`` [K]) is moved toward h_t [K|1, D] (eqs. 7-8).
@@ -168,9 +174,7 @@ class EntityHeads(nn.Module):
         K, M, D = memory.embeddings.shape
         slot = entity.clamp(0, M - 1)
         e = memory.row(slot)  # [K, D]
-        h = h.expand(K, D)
-        gate = torch.sigmoid((self.delta(e) * h).sum(-1, keepdim=True))
-        moved = F.normalize(gate * e + (1 - gate) * h, dim=-1).to(memory.embeddings.dtype)
+        moved = self.moved(e, h).to(memory.embeddings.dtype)
         count = torch.where(active & (entity == memory.count), memory.count + 1, memory.count)
         if inplace:
             flat = memory.offsets + slot
@@ -260,6 +264,33 @@ def mention_context(context: torch.Tensor, entity_emb: torch.Tensor, r: torch.Te
     return torch.where(take.unsqueeze(1), entity_emb, context)
 
 
+def entity_rows(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Tensor, slot: torch.Tensor,
+                mention: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The memory of K given configurations run through the document: (bilinear scores e_m · W_ent h_t of every
+    slot before token t, [K, T, M]; embedding of slot_t before its update, [K, T, D]).
+
+    slot: [K, T] entity slot of each token (clamped to 0..M−1); mention: [K, T] tokens whose slot is moved toward
+    h_t (eqs. 7-8). The only sequential part of scoring: per token one product of the memory with the query, one
+    gathered row per particle and its update, written back by flat index (in place without grad; row K·M is a
+    scratch row taking the writes of tokens outside mentions). Every product has the shape ``score_step`` gives it."""
+    K, T = slot.shape
+    M, D = heads.max_entities, h_label.shape[-1]
+    grad = torch.is_grad_enabled()
+    table = heads.new_entity_embedding().expand(K * M + 1, D).clone()
+    read = torch.arange(K, device=slot.device).unsqueeze(1) * M + slot  # [K, T]
+    write = torch.where(mention, read, K * M)
+    read, write = read.t().contiguous(), write.t().contiguous()  # [T, K]
+    queries = [heads.entity_bilinear(h_label[:, t]).unsqueeze(-2) for t in range(T)]  # [K|1, 1, D]
+    scores, rows = [], []
+    for t in range(T):
+        scores.append((table[: K * M].view(K, M, D) * queries[t]).sum(-1))
+        e = table.index_select(0, read[t])
+        rows.append(e)
+        moved = heads.moved(e, h_update[:, t]).to(table.dtype)
+        table = table.index_copy(0, write[t], moved) if grad else table.index_copy_(0, write[t], moved)
+    return torch.stack(scores, 1).float(), torch.stack(rows, 1)
+
+
 def score_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Tensor, z: dict,
                   temperature: float = 1.0, mask: torch.Tensor | None = None,
                   track_context: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -271,27 +302,52 @@ def score_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Ten
     nothing. The context embedding of token t is e_{E_t} before its update when R_t = 1, and otherwise the previous
     token's context (the most recently mentioned entity as it was then; zeros before any mention), as in the
     original code.
+
+    The same factors as ``score_step`` token by token, with the same float32 operations on the same rows: only the
+    memory runs token by token (``entity_rows``); the last mention of each slot and the entity count before t
+    follow from z alone (on the support), and the softmaxes are taken once over the decision rows of all tokens.
     """
     R, E, L = check_latents(z, h_label.shape[1])
     K, T = R.shape
+    M, Lmax, D = heads.max_entities, heads.max_mention_length, h_label.shape[-1]
     device = h_label.device
-    memory = heads.initial_memory(K, device)
-    total = torch.zeros(K, dtype=torch.float64, device=device)
-    type_lp = heads.type_log_probs(h_label, temperature)  # [K|1, T, 2]
-    context = h_label.new_zeros(K, h_label.shape[-1]) if track_context else None
-    used = []
-    for t in range(T):
-        real = mask[:, t] if mask is not None else None
-        memory, step, entity_emb = score_step(heads, memory, type_lp[:, t], h_label[:, t], h_update[:, t], t,
-                                              R[:, t], E[:, t], L[:, t], temperature, real)
-        total = total + step
-        if track_context:
-            context = mention_context(context, entity_emb, R[:, t], real)
-            used.append(context)
-    total = total.masked_fill(~on_support(z, heads.max_entities, heads.max_mention_length, mask), -math.inf)
+    support = on_support(z, M, Lmax, mask)
+    if T == 0:
+        total = torch.zeros(K, dtype=torch.float64, device=device)
+        return total, (h_label.new_zeros(K, 0, D) if track_context else None)
+    real = mask if mask is not None else torch.ones_like(R, dtype=torch.bool)
+    mention = (R == 1) & real
+    decide = (torch.cat([L.new_ones(K, 1), L[:, :-1]], 1) == 1) & real  # the previous mention is over
+    slot = E.clamp(0, M - 1)
+    scores, rows = entity_rows(heads, h_label, h_update, slot, mention)
+    # latest mention of each slot before t (0 if none) and entities introduced before t (n_t = 1 + max E)
+    steps = torch.arange(T, device=device)
+    slots = torch.arange(M, device=device)
+    hit = (slot.unsqueeze(-1) == slots) & mention.unsqueeze(-1)  # [K, T, M]
+    seen = torch.where(hit, steps.view(1, T, 1), 0).cummax(1).values
+    seen = torch.cat([seen.new_zeros(K, 1, M), seen[:, :-1]], 1)
+    count = torch.where(mention, E + 1, 0).cummax(1).values
+    count = torch.cat([count.new_zeros(K, 1), count[:, :-1]], 1).unsqueeze(-1)  # [K, T, 1]
+    scores = scores + torch.where(slots < count, heads.distance_weight.float() * (steps.view(1, T, 1) - seen).float(),
+                                  0.0)
+    scores = tempered(scores, temperature).masked_fill(slots > count, -math.inf)
+    # the length head per token on [h; e] (K rows each, as score_step), softmaxes over the decision rows only
+    h_rows = h_label.expand(K, T, D)
+    lengths = torch.stack([heads.length(torch.cat([h_rows[:, t], rows[:, t]], -1)) for t in range(T)], 1).float()
+    starts = decide & mention
+    ent = torch.log_softmax(scores[starts], -1).gather(1, slot[starts].unsqueeze(1))
+    length = torch.log_softmax(tempered(lengths[starts], temperature), -1)
+    length = length.gather(1, (L[starts] - 1).clamp(0, Lmax - 1).unsqueeze(1))
+    type_lp = heads.type_log_probs(h_label, temperature).expand(K, T, 2)
+    step = type_lp.gather(2, R.clamp(0, 1).unsqueeze(-1)).squeeze(-1)  # [K, T]
+    step = step + torch.zeros_like(step).masked_scatter(starts, (ent + length).squeeze(1))
+    total = torch.where(decide, step, 0.0).double().sum(1)
+    total = total.masked_fill(~support, -math.inf)
     if not track_context:
         return total, None
-    return total, (torch.stack(used, 1) if used else h_label.new_zeros(K, 0, h_label.shape[-1]))
+    last = torch.where(mention, steps, -1).cummax(1).values  # latest mention token ≤ t (−1: none yet)
+    padded = torch.cat([rows.new_zeros(K, 1, D), rows], 1)
+    return total, padded.gather(1, (last + 1).unsqueeze(-1).expand(K, T, D))
 
 
 def sample_step(heads: EntityHeads, memory: EntityMemory, type_lp: torch.Tensor, h: torch.Tensor,

@@ -29,6 +29,7 @@ from .stepwise import EntityNLMParticles, init_particles, particle_latents, reor
 
 UNK, BOS = "@@UNKNOWN@@", "@@START@@"
 WORD_BLOCK = 1 << 22  # logits computed per block of the word softmax (rows × vocabulary), bounding memory
+WORD_GROUP = 1 << 18  # float64 logits normalised at once by word_log_probs (consecutive tokens; fits in cache)
 
 
 def build_vocabulary(documents: Iterable[Iterable[str]], min_count: int = 1, max_size: int | None = None) -> list[str]:
@@ -164,22 +165,42 @@ class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", 
         return latent + words.sum(-1)
 
     def word_log_probs(self, h: torch.Tensor, context: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """log p(x_t | h_{t−1}, e_t) for h [K|1, T, D], e_t [K, T, D], x [K|1, T]: float64 [K, T] (eq. 6), token by
-        token exactly as ``word_step``."""
+        """log p(x_t | h_{t−1}, e_t) for h [K|1, T, D], e_t [K, T, D], x [K|1, T]: float64 [K, T] (eq. 6).
+
+        The float32 logits of each token come from the products ``word_step`` makes (same rows, so the same
+        numbers); the float64 normaliser is then taken over about ``WORD_GROUP`` logits of consecutive tokens at once."""
         K, T, _ = context.shape
         if T == 0:
             return torch.zeros(K, 0, dtype=torch.float64, device=context.device)
-        return torch.stack([self.word_step(h[:, t], context[:, t].contiguous(), x[:, t]) for t in range(T)], 1)
+        V = len(self.vocab)
+        rows = max(1, WORD_BLOCK // V)
+        per_group = max(1, WORD_GROUP // (K * V))
+        target = x.expand(K, T)
+        out = []
+        for first in range(0, T, per_group):
+            stop = min(T, first + per_group)
+            logits = [self.word_logits(h[:, t], context[:, t].contiguous(), rows) for t in range(first, stop)]
+            logits = torch.cat(logits).double()  # [(stop − first)·K, V], token-major
+            picked = logits.gather(1, target[:, first:stop].t().reshape(-1, 1)).squeeze(1)
+            out.append((picked - logits.logsumexp(-1)).view(stop - first, K))
+        return torch.cat(out).t()
+
+    def word_logits(self, h: torch.Tensor, context: torch.Tensor, rows: int) -> torch.Tensor:
+        """W_vocab (h_{t−1} + W_e e_t) + b for one token, h [K|1, D], e_t [K, D], in products of ≤ ``rows`` rows:
+        float32 [K, V]."""
+        feats = h + self.entity_output(context)  # [K, D]
+        parts = [self.vocab_output(feats[s : s + rows]) for s in range(0, feats.shape[0], rows)]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def word_step(self, h: torch.Tensor, context: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """log p(x_t | h_{t−1}, e_t) for one token: h [K|1, D], e_t [K, D], x_t [K|1]: float64 [K] (eq. 6)."""
-        feats = h + self.entity_output(context)  # [K, D]
-        target = x.expand(feats.shape[0]).unsqueeze(1)
         rows = max(1, WORD_BLOCK // len(self.vocab))
+        logits = self.word_logits(h, context, rows)
+        target = x.expand(logits.shape[0]).unsqueeze(1)
         parts = []
-        for s in range(0, feats.shape[0], rows):
-            logits = self.vocab_output(feats[s : s + rows]).double()
-            parts.append(logits.gather(1, target[s : s + rows]).squeeze(1) - logits.logsumexp(-1))
+        for s in range(0, logits.shape[0], rows):
+            block = logits[s : s + rows].double()
+            parts.append(block.gather(1, target[s : s + rows]).squeeze(1) - block.logsumexp(-1))
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     # --- stepwise p and q, for sequential Monte Carlo (stepwise.py) ---------------------------------------------
