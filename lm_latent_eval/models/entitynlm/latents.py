@@ -265,14 +265,16 @@ def mention_context(context: torch.Tensor, entity_emb: torch.Tensor, r: torch.Te
 
 
 def entity_rows(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Tensor, slot: torch.Tensor,
-                mention: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The memory of K given configurations run through the document: (bilinear scores e_m · W_ent h_t of every
-    slot before token t, [K, T, M]; embedding of slot_t before its update, [K, T, D]).
+                mention: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The memory of K given configurations run through the document, token-major: (bilinear scores e_m · W_ent h_t
+    of every slot before token t at the rows (t, k) where ``starts`` [T, K], in that order, [N, M]; embedding of
+    slot_t before its update, [T + 1, K, D] with zeros at 0).
 
     slot: [K, T] entity slot of each token (clamped to 0..M−1); mention: [K, T] tokens whose slot is moved toward
-    h_t (eqs. 7-8). The only sequential part of scoring: per token one product of the memory with the query, one
-    gathered row per particle and its update, written back by flat index (in place without grad; row K·M is a
-    scratch row taking the writes of tokens outside mentions). Every product has the shape ``score_step`` gives it."""
+    h_t (eqs. 7-8). The only sequential part of scoring: per token the memory rows of the particles starting a
+    mention times the query, one gathered row per particle and its update, written back by flat index (in place
+    without grad; row K·M is a scratch row taking the writes of tokens outside mentions). Every product has the
+    shape ``score_step`` gives it. One host synchronisation (the number of starting particles per token)."""
     K, T = slot.shape
     M, D = heads.max_entities, h_label.shape[-1]
     grad = torch.is_grad_enabled()
@@ -281,14 +283,16 @@ def entity_rows(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Tenso
     write = torch.where(mention, read, K * M)
     read, write = read.t().contiguous(), write.t().contiguous()  # [T, K]
     queries = [heads.entity_bilinear(h_label[:, t]).unsqueeze(-2) for t in range(T)]  # [K|1, 1, D]
-    scores, rows = [], []
+    chosen = starts.nonzero()[:, 1].split(starts.sum(1).tolist())  # particles starting a mention, per token
+    scores, rows = [], [table.new_zeros(K, D)]
     for t in range(T):
-        scores.append((table[: K * M].view(K, M, D) * queries[t]).sum(-1))
+        query = queries[t] if queries[t].shape[0] == 1 else queries[t].index_select(0, chosen[t])
+        scores.append((table[: K * M].view(K, M, D).index_select(0, chosen[t]) * query).sum(-1))
         e = table.index_select(0, read[t])
         rows.append(e)
         moved = heads.moved(e, h_update[:, t]).to(table.dtype)
         table = table.index_copy(0, write[t], moved) if grad else table.index_copy_(0, write[t], moved)
-    return torch.stack(scores, 1).float(), torch.stack(rows, 1)
+    return torch.cat(scores).float(), torch.stack(rows)
 
 
 def score_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Tensor, z: dict,
@@ -305,7 +309,8 @@ def score_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Ten
 
     The same factors as ``score_step`` token by token, with the same float32 operations on the same rows: only the
     memory runs token by token (``entity_rows``); the last mention of each slot and the entity count before t
-    follow from z alone (on the support), and the softmaxes are taken once over the decision rows of all tokens.
+    follow from z alone (on the support), and the entity and length softmaxes are taken once, over the rows where
+    a mention starts.
     """
     R, E, L = check_latents(z, h_label.shape[1])
     K, T = R.shape
@@ -315,39 +320,48 @@ def score_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Ten
     if T == 0:
         total = torch.zeros(K, dtype=torch.float64, device=device)
         return total, (h_label.new_zeros(K, 0, D) if track_context else None)
-    real = mask if mask is not None else torch.ones_like(R, dtype=torch.bool)
+    R, E, L = R.t(), E.t(), L.t()  # token-major [T, K]
+    real = mask.t() if mask is not None else torch.ones_like(R, dtype=torch.bool)
     mention = (R == 1) & real
-    decide = (torch.cat([L.new_ones(K, 1), L[:, :-1]], 1) == 1) & real  # the previous mention is over
+    decide = (torch.cat([L.new_ones(1, K), L[:-1]]) == 1) & real  # the previous mention is over
     slot = E.clamp(0, M - 1)
-    scores, rows = entity_rows(heads, h_label, h_update, slot, mention)
-    # latest mention of each slot before t (0 if none) and entities introduced before t (n_t = 1 + max E)
-    steps = torch.arange(T, device=device)
-    slots = torch.arange(M, device=device)
-    hit = (slot.unsqueeze(-1) == slots) & mention.unsqueeze(-1)  # [K, T, M]
-    seen = torch.where(hit, steps.view(1, T, 1), 0).cummax(1).values
-    seen = torch.cat([seen.new_zeros(K, 1, M), seen[:, :-1]], 1)
-    count = torch.where(mention, E + 1, 0).cummax(1).values
-    count = torch.cat([count.new_zeros(K, 1), count[:, :-1]], 1).unsqueeze(-1)  # [K, T, 1]
-    scores = scores + torch.where(slots < count, heads.distance_weight.float() * (steps.view(1, T, 1) - seen).float(),
-                                  0.0)
-    scores = tempered(scores, temperature).masked_fill(slots > count, -math.inf)
-    # the length head per token on [h; e] (K rows each, as score_step), softmaxes over the decision rows only
-    h_rows = h_label.expand(K, T, D)
-    lengths = torch.stack([heads.length(torch.cat([h_rows[:, t], rows[:, t]], -1)) for t in range(T)], 1).float()
     starts = decide & mention
-    ent = torch.log_softmax(scores[starts], -1).gather(1, slot[starts].unsqueeze(1))
-    length = torch.log_softmax(tempered(lengths[starts], temperature), -1)
-    length = length.gather(1, (L[starts] - 1).clamp(0, Lmax - 1).unsqueeze(1))
-    type_lp = heads.type_log_probs(h_label, temperature).expand(K, T, 2)
-    step = type_lp.gather(2, R.clamp(0, 1).unsqueeze(-1)).squeeze(-1)  # [K, T]
-    step = step + torch.zeros_like(step).masked_scatter(starts, (ent + length).squeeze(1))
-    total = torch.where(decide, step, 0.0).double().sum(1)
+    ent, rows = entity_rows(heads, h_label, h_update, slot.t(), mention.t(), starts)  # [N, M], [T + 1, K, D]
+    # at the rows where a mention starts: latest mention of each slot before t (0 if none) and the number of
+    # entities introduced before t (n_t = 1 + the largest E before t)
+    starts = starts.view(-1)
+    steps = torch.arange(T, device=device).unsqueeze(1)  # [T, 1]
+    slots = torch.arange(M, device=device)
+    hit = (slot.unsqueeze(-1) == slots) & mention.unsqueeze(-1)  # [T, K, M]
+    seen = torch.where(hit, steps.unsqueeze(-1), 0).cummax(0).values.view(T * K, M)
+    count = torch.where(mention, E + 1, 0).cummax(0).values.view(-1)
+    at = starts.nonzero().squeeze(1)  # flat (t, k) rows
+    before = (at - K).clamp(min=0)  # the same particle one token earlier (t > 0 wherever it is used)
+    t_at = at.div(K, rounding_mode="floor").unsqueeze(1)
+    first = t_at == 0
+    seen_at = torch.where(first, 0, seen.index_select(0, before))
+    count_at = torch.where(first, 0, count.index_select(0, before).unsqueeze(1))
+    ent = ent + torch.where(slots < count_at, heads.distance_weight.float() * (t_at - seen_at).float(), 0.0)
+    ent = torch.log_softmax(tempered(ent, temperature).masked_fill(slots > count_at, -math.inf), -1)
+    ent = ent.gather(1, slot.reshape(-1, 1).index_select(0, at))
+    # the length head per token on [h; e] (K rows each, a fresh aligned tensor, as score_step: BLAS may round
+    # differently on a misaligned slice)
+    h_rows = h_label.expand(K, T, D)
+    lengths = torch.stack([heads.length(torch.cat([h_rows[:, t], rows[t + 1]], -1)) for t in range(T)])
+    lengths = lengths.float().view(T * K, Lmax).index_select(0, at)
+    length = torch.log_softmax(tempered(lengths, temperature), -1)
+    length = length.gather(1, (L.reshape(-1, 1).index_select(0, at) - 1).clamp(0, Lmax - 1))
+    type_lp = heads.type_log_probs(h_label, temperature).transpose(0, 1).expand(T, K, 2)
+    step = type_lp.gather(2, R.clamp(0, 1).unsqueeze(-1)).view(-1)  # [T·K]
+    step = step.index_add(0, at, (ent + length).squeeze(1)).view(T, K)
+    total = torch.where(decide, step, 0.0).double().sum(0)
     total = total.masked_fill(~support, -math.inf)
     if not track_context:
         return total, None
-    last = torch.where(mention, steps, -1).cummax(1).values  # latest mention token ≤ t (−1: none yet)
-    padded = torch.cat([rows.new_zeros(K, 1, D), rows], 1)
-    return total, padded.gather(1, (last + 1).unsqueeze(-1).expand(K, T, D))
+    last = torch.where(mention, steps, -1).cummax(0).values  # latest mention token ≤ t (−1: none yet)
+    flat = (last + 1) * K + torch.arange(K, device=device)
+    context = rows.view(-1, D).index_select(0, flat.view(-1)).view(T, K, D)
+    return total, context.transpose(0, 1)
 
 
 def sample_step(heads: EntityHeads, memory: EntityMemory, type_lp: torch.Tensor, h: torch.Tensor,

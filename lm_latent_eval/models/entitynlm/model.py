@@ -179,7 +179,9 @@ class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", 
         out = []
         for first in range(0, T, per_group):
             stop = min(T, first + per_group)
-            logits = [self.word_logits(h[:, t], context[:, t].contiguous(), rows) for t in range(first, stop)]
+            # a fresh (aligned) copy of each token's rows: BLAS may round differently on a misaligned slice
+            logits = [self.word_logits(h[:, t], context[:, t].clone(memory_format=torch.contiguous_format), rows)
+                      for t in range(first, stop)]
             logits = torch.cat(logits).double()  # [(stop − first)·K, V], token-major
             picked = logits.gather(1, target[:, first:stop].t().reshape(-1, 1)).squeeze(1)
             out.append((picked - logits.logsumexp(-1)).view(stop - first, K))
