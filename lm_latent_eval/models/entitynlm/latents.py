@@ -25,10 +25,12 @@ peeking, h_t (after reading x_t) for the peeking q. M = ``max_entities`` bounds 
 prefix, so a mention may be cut off by the end of x (L_T > 1).
 
 Memory per particle: embeddings [K, M, D] (every unused slot holds u_new, so the new-entity score is the score of
-slot n), position of each entity's latest mention [K, M], entity count [K]. One per-token kernel serves every
-path: ``score_step`` (log p or log q of given z_t), ``sample_step`` (draw z_t ~ q_τ) and the model's ``word_step``;
-``score_latents``, ``sample_latents`` and the stepwise SMC particles (``stepwise.py``) loop over tokens calling them,
-with no Python loop over particles or entities and no host synchronisation inside the token loop. With gradients
+slot n), position of each entity's latest mention [K, M], entity count [K]. Per-token kernels: ``score_step``
+(log p or log q of given z_t), ``sample_step`` (draw z_t ~ q_τ) and the model's ``word_step``; ``sample_latents``
+and the stepwise SMC particles (``stepwise.py``) loop over tokens calling them. ``score_latents`` (given z) runs
+only the memory token by token (``entity_rows``) and takes the softmaxes once over all tokens, with the same
+float32 products on the same rows as ``score_step``, so both give the same numbers. No Python loop over particles
+or entities and no host synchronisation inside a token loop. With gradients
 the memory is updated out of place (training); without, the K touched rows are written in place.
 """
 

@@ -2,7 +2,7 @@
 
 Token t of particle k draws z_t ~ q_τ(z_t | x, z_<t) (the proposal's ``sample_step``: a mention's type, entity and
 length are drawn at its first token; its later tokens are forced, q = 1) and scores it under p with the same
-kernel as ``log_joint`` (``score_step`` and ``word_step``), so that the increment
+float32 products as ``log_joint`` (``score_step`` and ``word_step``), so that the increment
 
     log w_t = log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t)
 
