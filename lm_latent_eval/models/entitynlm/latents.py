@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 LATENT_KEYS = ("mention", "entity", "length")
+SELECT_ROWS_ON = ("cpu",)  # devices where sample_step draws entity and length for the starting particles only
 
 
 @dataclass
@@ -144,21 +145,33 @@ class EntityHeads(nn.Module):
         """log p(R = r | h) for h [..., D]: [..., 2]."""
         return torch.log_softmax(tempered(self.type_embedding(h).float(), temperature), -1)
 
-    def entity_log_probs(self, h: torch.Tensor, memory: EntityMemory, t: int, temperature: float = 1.0) -> torch.Tensor:
-        """log p(E = e | R = 1, h) over the M slots for h [K|1, D]: [K, M] (−inf for slots beyond the new one)."""
+    def entity_log_probs(self, h: torch.Tensor, memory: EntityMemory, t: int, temperature: float = 1.0,
+                         rows: torch.Tensor | None = None) -> torch.Tensor:
+        """log p(E = e | R = 1, h) over the M slots for h [K|1, D]: [K, M] (−inf for slots beyond the new one);
+        with ``rows`` [n], of those particles only: [n, M] (the same numbers)."""
         query = self.entity_bilinear(h)  # [K|1, D]
-        scores = (memory.embeddings * query.unsqueeze(-2)).sum(-1).float()  # [K, M]
+        embeddings, count, last_seen = memory.embeddings, memory.count, memory.last_seen
+        if rows is not None:
+            embeddings, count, last_seen = (v.index_select(0, rows) for v in (embeddings, count, last_seen))
+            query = query if query.shape[0] == 1 else query.index_select(0, rows)
+        scores = (embeddings * query.unsqueeze(-2)).sum(-1).float()  # [K, M]
         slots = torch.arange(self.max_entities, device=scores.device)
-        count = memory.count.unsqueeze(-1)
-        distance = (t - memory.last_seen).float()
+        count = count.unsqueeze(-1)
+        distance = (t - last_seen).float()
         scores = scores + torch.where(slots < count, self.distance_weight.float() * distance, 0.0)
         scores = tempered(scores, temperature).masked_fill(slots > count, -math.inf)
         return torch.log_softmax(scores, -1)
 
-    def length_log_probs(self, h: torch.Tensor, entity_embedding: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-        """log p(L = ℓ | R = 1, h, e) for e [..., D] (h broadcast to it): [..., ℓ_max] (index ℓ − 1)."""
+    def length_log_probs(self, h: torch.Tensor, entity_embedding: torch.Tensor, temperature: float = 1.0,
+                         rows: torch.Tensor | None = None) -> torch.Tensor:
+        """log p(L = ℓ | R = 1, h, e) for e [..., D] (h broadcast to it): [..., ℓ_max] (index ℓ − 1); with ``rows``
+        [n] (e [K, D]), the softmax of those rows only: [n, ℓ_max] (the product still runs on all K rows, so that
+        BLAS gives each row the same numbers)."""
         h = h.expand_as(entity_embedding)
-        return torch.log_softmax(tempered(self.length(torch.cat([h, entity_embedding], -1)).float(), temperature), -1)
+        logits = self.length(torch.cat([h, entity_embedding], -1)).float()
+        if rows is not None:
+            logits = logits.index_select(0, rows)
+        return torch.log_softmax(tempered(logits, temperature), -1)
 
     # --- the dynamic update ------------------------------------------------------------------------------------------
     def moved(self, e: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
@@ -373,20 +386,29 @@ def sample_step(heads: EntityHeads, memory: EntityMemory, type_lp: torch.Tensor,
     float64 [K]).
 
     One uniform draw [K, 3] per token (inverse CDF for type, entity and length; the entity and length draws count
-    only where a mention starts). type_lp: [1, 2]; h, h_next: [1, D]. No host synchronisation; the
-    memory is updated in place."""
+    only where a mention starts). type_lp: [1, 2]; h, h_next: [1, D]. The memory is updated in place. On an
+    accelerator every particle's entity and length are drawn (no host synchronisation); on the CPU, where
+    synchronising costs nothing, only those of the particles starting a mention, with the same numbers."""
     K = memory.count.shape[0]
     u = torch.rand((K, 3), generator=generator, device=memory.embeddings.device, dtype=torch.float64)
     decide = memory.prev_length == 1
     r = torch.where(decide, inverse_cdf(type_lp.expand(K, 2), u[:, 0:1]), 1)
     starting = decide & (r == 1)
     step = torch.where(decide, type_lp.expand(K, 2).gather(1, r.unsqueeze(1)).squeeze(1), 0.0).double()
-    lp_ent = heads.entity_log_probs(h, memory, t, temperature)
-    e_new = inverse_cdf(lp_ent, u[:, 1:2])
-    lp_len = heads.length_log_probs(h, memory.row(e_new), temperature)
-    l_new = inverse_cdf(lp_len, u[:, 2:3])
-    picked = lp_ent.gather(1, e_new.unsqueeze(1)).squeeze(1) + lp_len.gather(1, l_new.unsqueeze(1)).squeeze(1)
-    step = step + torch.where(starting, picked, 0.0).double()
+    at = starting.nonzero().squeeze(1) if starting.device.type in SELECT_ROWS_ON else None  # rows drawn (None: all)
+    u_at = u if at is None else u.index_select(0, at)
+    lp_ent = heads.entity_log_probs(h, memory, t, temperature, at)
+    e_at = inverse_cdf(lp_ent, u_at[:, 1:2])
+    e_new = e_at if at is None else torch.zeros_like(r).index_copy_(0, at, e_at)
+    lp_len = heads.length_log_probs(h, memory.row(e_new), temperature, at)
+    l_at = inverse_cdf(lp_len, u_at[:, 2:3])
+    picked = lp_ent.gather(1, e_at.unsqueeze(1)).squeeze(1) + lp_len.gather(1, l_at.unsqueeze(1)).squeeze(1)
+    if at is None:
+        l_new = l_at
+        step = step + torch.where(starting, picked, 0.0).double()
+    else:
+        l_new = torch.zeros_like(r).index_copy_(0, at, l_at)
+        step = step.index_add(0, at, picked.double())
     e = torch.where(starting, e_new, torch.where(decide, -1, memory.prev_entity))
     ell = torch.where(starting, l_new + 1, torch.where(decide, 1, memory.prev_length - 1))
     memory = heads.update(memory, e, r == 1, h_next, t, inplace=True)
