@@ -277,6 +277,9 @@ def test_settings_record_smc_choices_and_leave_is_keys_unchanged():
 def test_empty_document_under_smc(bundled_hmm):
     est = estimate_document(bundled_hmm, "", EstimatorSettings("smc", num_samples=8))
     assert est.num_tokens == 0 and est.log_likelihood == 0.0 and est.diagnostics["estimator"] == "smc"
+    assert est.diagnostics["log_likelihood_se"] == 0.0 and est.diagnostics["resampling_steps"] == 0.0  # p̂ = 1 exactly
+    real = estimate_document(bundled_hmm, "a b", EstimatorSettings("smc", num_samples=8))
+    assert est.diagnostics.keys() == real.diagnostics.keys()  # the same diagnostics as any document
 
 
 class WholeDocumentOnly:

@@ -117,20 +117,14 @@ def estimate_document(
 
 
 def _empty_smc_diagnostics(settings: EstimatorSettings) -> dict:
-    """SMC diagnostics of a 0-token document: every run estimates log p = 0 exactly, nothing resampled."""
+    """SMC diagnostics of a 0-token document: every run's p̂ = 1 exactly, nothing resampled, no ESS."""
     if settings.estimator != "smc":
         return {}
-    from .smc import run_sizes
+    from .smc import run_sizes, smc_diagnostics
 
     sizes = run_sizes(settings.num_samples, settings.smc_runs)
-    return {
-        "estimator": "smc", "num_samples": settings.num_samples, "resample_threshold": settings.resample_threshold,
-        "log_likelihood": 0.0, "smc_runs": len(sizes), "run_sizes": sizes, "run_log_likelihoods": [0.0] * len(sizes),
-        "run_relative_variances": [0.0] * len(sizes),
-        "log_likelihood_se": 0.0 if len(sizes) > 1 else float("nan"),
-        "run_log_likelihood_sd": 0.0 if len(sizes) > 1 else float("nan"),
-        "resampling_steps": 0.0, "ess_min": float("nan"), "ess_mean": float("nan"),
-    }
+    runs = [{"log_likelihood": 0.0, "resampling_steps": 0, "ess": [], "relative_variance": 0.0} for _ in sizes]
+    return smc_diagnostics(runs, sizes, settings.resample_threshold)
 
 
 __all__ = [
