@@ -160,6 +160,7 @@ class LatentLMEval(LM):
     """
 
     MODEL: str | None = None  # fixed by the per-model subclasses below
+    model_kwargs: dict = {}  # extra keyword arguments of the model's from_pretrained (set by per-model subclasses)
 
     @classmethod
     def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> LatentLMEval:
@@ -244,7 +245,7 @@ class LatentLMEval(LM):
                 self._device = self._state.device
         self._dtype = _parse_dtype(dtype)
         self.model, self.checkpoint = load_model(
-            self.model_name, pretrained, device=self._device, dtype=self._dtype, **getattr(self, "model_files", {})
+            self.model_name, pretrained, device=self._device, dtype=self._dtype, **self.model_kwargs
         )
         self.checkpoint_sha256 = checkpoint_hash(self.checkpoint)
         self.pretrained = str(pretrained) if pretrained is not None else None
@@ -441,11 +442,11 @@ class LatentKGLMEval(LatentLMEval):
     def __init__(self, knowledge_graph=None, alias_database=None, proposal_archive=None, **kwargs) -> None:
         files = {"knowledge_graph": knowledge_graph, "alias_database": alias_database,
                  "proposal_archive": proposal_archive}
-        self.model_files = {k: str(v) for k, v in files.items() if v is not None}
-        for name, path in self.model_files.items():
+        self.model_kwargs = {k: str(v) for k, v in files.items() if v is not None}
+        for name, path in self.model_kwargs.items():
             if not os.path.exists(path):
                 raise FileNotFoundError(f"model_args {name}={path}: no such file")
-        self.model_files_sha256 = {k: checkpoint_hash(v) for k, v in self.model_files.items()}
+        self.model_files_sha256 = {k: checkpoint_hash(v) for k, v in self.model_kwargs.items()}
         super().__init__(**kwargs)
 
     def get_model_info(self) -> dict:
@@ -471,7 +472,7 @@ class LatentRNNGEval(LatentLMEval):
 
     def __init__(self, count_eos=None, **kwargs) -> None:
         count_eos = _parse_bool("count_eos", count_eos)
-        self.model_files = {} if count_eos is None else {"count_eos": count_eos}
+        self.model_kwargs = {} if count_eos is None else {"count_eos": count_eos}
         super().__init__(**kwargs)
 
 
@@ -492,7 +493,7 @@ class LatentTokenizationEval(LatentLMEval):
 
     def __init__(self, estimator=None, particle_batch=None, max_length=None, canonical_mix=None, **kwargs) -> None:
         self.canonical = estimator == "canonical"
-        self.model_files = {k: v for k, v in {"particle_batch": _parse_int("particle_batch", particle_batch),
+        self.model_kwargs = {k: v for k, v in {"particle_batch": _parse_int("particle_batch", particle_batch),
                                               "max_length": _parse_int("max_length", max_length),
                                               "canonical_mix": _parse_float("canonical_mix", canonical_mix)}.items()
                             if v is not None}  # fmt: skip

@@ -76,7 +76,7 @@ def process_results(doc: dict, results: list) -> dict:
         "is_ess_min": ess,
         "is_pareto_k_share": khat,
         "is_pareto_k_undefined": khat,
-        **_smc_items(est, log_likelihood, smc),
+        **_smc_items(est, item, smc),
     }
     return items | _ppl_and_upp(est, item)
 
@@ -93,7 +93,7 @@ def _ppl_and_upp(est, item: dict) -> dict:
     return {"ppl_instance": plain, "ppl_corpus": plain, "upp_instance": item, "upp_corpus": item}
 
 
-def _smc_items(est, log_likelihood: float, smc: bool) -> dict:
+def _smc_items(est, item: dict, smc: bool) -> dict:
     """Per-document items of the smc_* metrics (left out unless the estimate came from estimator=smc).
 
     Under SMC the perplexity items also carry the document's independent run estimates and the Lee-Whiteley standard
@@ -104,11 +104,10 @@ def _smc_items(est, log_likelihood: float, smc: bool) -> dict:
         return {}
     d = est.diagnostics if est.num_tokens > 0 else None
     item = {
-        "log_likelihood": log_likelihood, "num_tokens": est.num_tokens,
-        "log_weights": None if est.log_weights is None else [float(w) for w in est.log_weights],
+        **item,
         "run_log_likelihoods": est.diagnostics["run_log_likelihoods"], "run_sizes": est.diagnostics["run_sizes"],
         "run_relative_variances": est.diagnostics["run_relative_variances"],
-        "se": 0.0 if d is None else d["log_likelihood_se"],
+        "se": est.diagnostics["log_likelihood_se"],  # 0 for a 0-token document (p̂ = 1 exactly)
     }
     return {
         "is_instance_perplexity": item,
