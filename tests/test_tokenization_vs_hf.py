@@ -121,3 +121,16 @@ def test_bfloat16_network_stays_close_to_float32(model_dir):
         assert next(lm.model.parameters()).dtype == dtype
         values.append(estimate_document(lm, "the cat sat on the mat.", settings).log_likelihood)
     assert values[1] == pytest.approx(values[0], abs=0.5)
+
+
+def test_unreliable_marginal_loglikelihood_logs_the_shared_warning(model_dir, caplog):
+    """The tokenization backend's own loglikelihood path also reports unreliable IS estimates (one warning)."""
+    from lm_latent_eval.harness import backends
+
+    lm = LatentTokenizationEval(pretrained=str(model_dir), estimator="is", num_samples=32, temperature=5.0,
+                                canonical_mix=0.0, seed=1, device="cpu")
+    requests = [SimpleNamespace(args=(c, k)) for c, k in [("the cat sat on the", " mat."), ("a dog ran", " quickly.")]]
+    with caplog.at_level("WARNING", logger=backends.__name__), pytest.warns(UserWarning, match="is_greedy"):
+        lm.loglikelihood(requests, disable_tqdm=True)
+    (record,) = [r for r in caplog.records if "unreliable importance-sampling" in r.getMessage()]
+    assert "of 4 documents" in record.getMessage()  # two joint texts and two contexts

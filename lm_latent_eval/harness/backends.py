@@ -340,9 +340,9 @@ class LatentLMEval(LM):
                 self.results_store.put(estimates[text])
         return estimates
 
-    def _warn_if_unreliable(self, estimates: dict[str, DocumentEstimate]) -> None:
-        """Log one plain-words warning for the request batch when IS estimates are unreliable (Pareto k̂ > 0.7)."""
-        weights = [e.log_weights for e in estimates.values() if e.log_weights is not None and e.num_tokens > 0
+    def _warn_if_unreliable(self, estimates) -> None:
+        """Log one plain-words warning for a batch of estimates when IS ones are unreliable (Pareto k̂ > 0.7)."""
+        weights = [e.log_weights for e in estimates if e.log_weights is not None and e.num_tokens > 0
                    and e.diagnostics.get("estimator") != "smc"]  # k̂ of final SMC weights is no IS diagnostic
         s = self.settings
         tries = [f"more samples (num_samples={10 * s.num_samples})"]
@@ -360,7 +360,7 @@ class LatentLMEval(LM):
         """log p̂(x) of each document (0.0 for a document without tokens, with a warning naming it)."""
         texts = [req.args[0] for req in requests]
         estimates = self._estimate_all(texts, f"{self.settings.estimator} log p(x)", disable_tqdm)
-        self._warn_if_unreliable(estimates)
+        self._warn_if_unreliable(estimates.values())
         _ROLLING_ESTIMATES.clear()
         _ROLLING_ESTIMATES.update(estimates)
         for text, est in estimates.items():
@@ -378,7 +378,7 @@ class LatentLMEval(LM):
         estimates = self._estimate_all(
             texts, f"{self.settings.estimator} log p(context, continuation)", disable_tqdm
         )
-        self._warn_if_unreliable(estimates)
+        self._warn_if_unreliable(estimates.values())
         if not self._warned_greedy:
             warnings.warn(
                 f"{type(self).__name__}: is_greedy is not computed for latent LMs (always False), so metrics built "
@@ -538,6 +538,7 @@ class LatentTokenizationEval(LatentLMEval):
         for context in tqdm(list(dict.fromkeys(c for c, _ in moved)), desc=f"{self.settings.estimator} log P(starts "
                             "with context)", disable=disable_tqdm):  # fmt: skip
             contexts[context] = estimate_document(self._context_model, context, self.settings, device=self._device)
+        self._warn_if_unreliable([*joint.values(), *contexts.values()])
         if not self._warned_greedy:
             warnings.warn("latent_tokenization: is_greedy is only computed by estimator=canonical (False here)",
                           stacklevel=2)
