@@ -5,7 +5,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from limit import _lstm_products  # noqa: E402
+from limit import encoder_products  # noqa: E402
 from particles import main, read_documents  # noqa: E402
 
 from lm_latent_eval.models import MODELS  # noqa: E402
@@ -20,11 +20,7 @@ def entitynlm_arithmetic(model, T: int, K: int):
     ([K, 2D] · [ℓ_max, 2D]) and the update gate W_δ e ([K, D] · [D, D]); in p the word head W_e e_t and the
     vocabulary logits ([K, D] · [V, D])."""
     D, M, L, V = model.dim, model.max_entities, model.max_mention_length, len(model.vocab)
-    once, step = [], []
-    for encoder in (model.encoder, model.proposal.encoder):
-        o, s = _lstm_products(encoder, T)
-        once += o
-        step += s
+    once, step = encoder_products(model, T)
     for _ in range(2):  # q and p
         once += [("td,cd->tc", (T, D), (2, D)), ("td,ed->te", (T, D), (D, D))]
         step += [("d,kmd->km", (D,), (K, M, D)), ("kc,lc->kl", (K, 2 * D), (L, 2 * D)),

@@ -48,13 +48,15 @@ def reference_throughput(once: list[Product], per_token: list[Product], num_part
     return num_particles * num_tokens / reference_seconds(once, per_token, num_tokens, device, repeats)
 
 
-def _lstm_products(encoder, T: int) -> tuple[list[Product], list[Product]]:
-    """An LSTM stack over T tokens: input projections once ([T, in] × [4H, in]), recurrences per token ([H] × [4H, H])."""
+def encoder_products(model, T: int) -> tuple[list[Product], list[Product]]:
+    """p's and q's LSTM stacks over T tokens: input projections once ([T, in] × [4H, in]), recurrences per token
+    ([H] × [4H, H])."""
     once, step = [], []
-    for layer in encoder.layers:
-        four_h, inp = layer.weight_ih_l0.shape
-        once.append(("ti,gi->tg", (T, inp), (four_h, inp)))
-        step.append(("i,gi->g", (four_h // 4,), (four_h, four_h // 4)))
+    for encoder in (model.encoder, model.proposal.encoder):
+        for layer in encoder.layers:
+            four_h, inp = layer.weight_ih_l0.shape
+            once.append(("ti,gi->tg", (T, inp), (four_h, inp)))
+            step.append(("i,gi->g", (four_h // 4,), (four_h, four_h // 4)))
     return once, step
 
 
@@ -73,11 +75,7 @@ def kglm_arithmetic(model, T: int, K: int) -> tuple[list[Product], list[Product]
     d_max = max(int(tables.degree.max()) if tables.degree.numel() else 1, 1)
     lengths = [sum(len(f) for f in model.graph.entity_aliases(e) if f) for e in range(model.graph.num_entities)]
     L_total, L_max = sum(lengths) + 1, max(lengths + [1])  # alias tokens of all entities, of the longest entity
-    once, step = [], []
-    for encoder in (model.encoder, model.proposal.encoder):
-        o, s = _lstm_products(encoder, T)
-        once += o
-        step += s
+    once, step = encoder_products(model, T)
     for _ in range(2):  # q and p
         once += [("td,cd->tc", (T, D), (4, D)), ("td,rd->tr", (T, De), (R, De)),
                  ("td,rd->tr", (T, De), (R, De)), ("td,rd->tr", (T, De), (Rr, De))]
