@@ -51,13 +51,13 @@ def one_particle_seconds(model, xs, docs, k, device):
     return time.perf_counter() - start
 
 
-def peak_memory_child(model_name, pretrained, doc, k, device):
+def peak_memory_child(model_name, pretrained, doc, k, device, dtype=None):
     """Peak resident memory (MiB) and seconds of one K-particle document, measured in a fresh process."""
     code = (
         "import json,resource,time,torch,sys\n"
         "from lm_latent_eval.models import load_model\n"
         "from lm_latent_eval.estimators import importance_log_weights\n"
-        f"m,_=load_model({model_name!r},{pretrained!r},device={device!r})\n"
+        f"m,_=load_model({model_name!r},{pretrained!r},device={device!r},dtype={dtype and 'torch.' + dtype})\n"
         "base=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         f"x=m.tokenize({doc!r}).to({device!r}); t=time.perf_counter()\n"
         f"lw=importance_log_weights(m,x,{k},seed=0,document={doc!r},device={device!r})\n"
@@ -93,15 +93,18 @@ def main(argv=None, default_model="hmm", arithmetic=None):
     p.add_argument("--memory-ks", default="1000,10000,100000", help="K values of the one-document peak-memory runs")
     p.add_argument("--device", default="cpu")
     p.add_argument("--limit-k", type=int, default=1000, help="K of the distance-to-the-limit row (needs a model arithmetic)")
+    p.add_argument("--dtype", default=None, help="network precision (e.g. bfloat16); log weights stay float64")
     args = p.parse_args(argv)
-    model, _ = load_model(args.model, args.pretrained, device=args.device)
+    dtype = getattr(torch, args.dtype) if args.dtype else None
+    model, _ = load_model(args.model, args.pretrained, device=args.device, dtype=dtype)
     docs = read_documents(args.data)[: args.num_docs]
     xs = [model.tokenize(d).to(args.device) for d in docs]
     tokens = sum(int(x.numel()) for x in xs)
     ks = [int(k) for k in args.ks.split(",")]
     loop_ks = {int(k) for k in args.loop_ks.split(",") if k}
     batched_seconds(model, xs[:1], docs[:1], 2, args.device)  # warm-up
-    print(f"# {args.model} on {args.device} ({platform.processor() or platform.machine()}, torch {torch.__version__},"
+    where = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else (platform.processor() or platform.machine())
+    print(f"# {args.model} {args.dtype or 'float32'} on {args.device} ({where}, torch {torch.__version__},"
           f" {torch.get_num_threads()} threads), {len(docs)} documents, {tokens} tokens, {date.today()},"
           f" load average {os.getloadavg()[0]:.2f}")
     print("| K | batched s | particles·tokens/s | one-particle loop s | speed-up |")
@@ -124,7 +127,7 @@ def main(argv=None, default_model="hmm", arithmetic=None):
         print(limit_row(model, xs, docs, k, args.device, arithmetic, ours), flush=True)
     longest = max(docs, key=lambda d: len(d))
     for k in (int(k) for k in args.memory_ks.split(",") if k):  # bounded memory: flat in K (fresh process each)
-        mem = peak_memory_child(args.model, args.pretrained, longest, k, args.device)
+        mem = peak_memory_child(args.model, args.pretrained, longest, k, args.device, args.dtype)
         print(f"K = {k:,} on one {len(model.tokenize(longest))}-token document: {mem['seconds']:.1f} s, "
               f"peak RSS {mem['rss_mib']:.0f} MiB (after loading: {mem['rss_before_mib']:.0f} MiB)"
               + (f", CUDA peak {mem['cuda_peak_mib']:.0f} MiB" if mem["cuda_peak_mib"] is not None else ""),

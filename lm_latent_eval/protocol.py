@@ -88,6 +88,14 @@ class StepwiseLatentLM(Protocol):
         ...
 
 
+def is_latent_lm(obj: Any) -> bool:
+    """Whether ``obj`` has the contract's ``proposal``, ``tokenize`` and ``log_joint``. Use this, not
+    ``isinstance(obj, LatentLM)``: from Python 3.12 that check misses attributes an nn.Module keeps in ``_modules``,
+    such as its proposal."""
+    return (hasattr(obj, "proposal") and callable(getattr(obj, "tokenize", None))
+            and callable(getattr(obj, "log_joint", None)))
+
+
 def missing_stepwise_methods(model: Any) -> list[str]:
     """Names of the SMC methods (``SMC_METHODS``) that ``model`` does not offer."""
     return [name for name in SMC_METHODS if not callable(getattr(model, name, None))]

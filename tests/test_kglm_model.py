@@ -15,7 +15,7 @@ from kglm_tiny import tiny_graph, tiny_kglm
 from lm_latent_eval.estimators import EstimatorSettings, estimate_document
 from lm_latent_eval.models.kglm import KGLM, KnowledgeGraph
 from lm_latent_eval.models.kglm.latents import CONTINUING, NEW, NONE, RELATED
-from lm_latent_eval.protocol import LatentLM, Proposal
+from lm_latent_eval.protocol import Proposal, is_latent_lm
 
 ARCHIVE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kglm-model" / "kglm.model.tar.gz"
 TEXT = "Ada Lovelace born London"
@@ -37,7 +37,7 @@ def z_of(types, ents, pars):
 
 
 def test_contract_and_tokenizer(model):
-    assert isinstance(model, LatentLM) and isinstance(model.proposal, Proposal)
+    assert is_latent_lm(model) and isinstance(model.proposal, Proposal)
     assert model.tokenize("").shape == (0,)
     assert model.tokenize("   ").shape == (0,)
     x = model.tokenize("Ada zebra Lovelace")

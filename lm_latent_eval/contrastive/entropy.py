@@ -249,9 +249,9 @@ def latent_lm_scorer(model, settings=None, device: str = "cpu", pretrained: str 
 def make_scorer(model, settings=None, device: str = "cpu", pretrained: str | None = None, batch_size: int = 16) -> Scorer:
     """A scorer from a callable, a latent LM instance, one of our model names / ``pkg.mod:Cls``, or a causal LM path/Hub id."""
     from ..models import MODELS
-    from ..protocol import LatentLM
+    from ..protocol import is_latent_lm
 
-    if isinstance(model, LatentLM):
+    if is_latent_lm(model):
         return latent_lm_scorer(model, settings, device)
     if callable(model):
         return model

@@ -11,7 +11,7 @@ import numpy as np
 from ..protocol import LatentLM, has_unknown_word_penalty
 from .aggregate import corpus_ppl, instance_ppl, log_mean_exp
 from .diagnostics import summarize
-from .importance import SAMPLE_BLOCK, check_sampling_args, importance_log_weights
+from .importance import SAMPLE_BLOCK, check_sampling_args, importance_log_weights, sample_block
 from .marginal import beam_log_marginal, exact_log_marginal
 from .smc import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS, check_smc_args, smc_log_weights
 
@@ -29,7 +29,7 @@ class EstimatorSettings:
     peek: bool = True
     beam_size: int = 10
     seed: int = 1234
-    batch_size: int = SAMPLE_BLOCK  # particles per log_joint call (memory only; never changes a number)
+    batch_size: int | None = None  # particles per log_joint call, None: one sample block (memory only; never a number)
     resample_threshold: float = DEFAULT_RESAMPLE_THRESHOLD  # smc: resample when ESS < threshold · particles of a run
     smc_runs: int = DEFAULT_SMC_RUNS  # smc: independent runs per document (their spread is the standard error)
 
@@ -42,11 +42,11 @@ class EstimatorSettings:
             check_smc_args(self.resample_threshold, self.smc_runs, self.num_samples)
         if self.estimator == "beam" and (not isinstance(self.beam_size, int) or self.beam_size <= 0):
             raise ValueError(f"beam_size must be a positive integer, got {self.beam_size!r}")
-        if not isinstance(self.batch_size, int) or self.batch_size <= 0:
+        if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size <= 0):
             raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
 
-    def as_dict(self) -> dict:
-        """The settings that matter for this estimator (batch_size excluded: it never changes a number)."""
+    def as_dict(self, device: torch.device | str = "cpu") -> dict:
+        """The settings that matter for this estimator on ``device`` (batch_size excluded: it never changes a number)."""
         d = dataclasses.asdict(self)
         d.pop("batch_size")
         if self.estimator not in SAMPLING_ESTIMATORS:
@@ -57,7 +57,7 @@ class EstimatorSettings:
             d.pop("smc_runs")
         if self.estimator != "beam":
             d.pop("beam_size")
-        d["sample_block"] = SAMPLE_BLOCK if self.estimator in SAMPLING_ESTIMATORS else None
+        d["sample_block"] = sample_block(device) if self.estimator in SAMPLING_ESTIMATORS else None
         return {k: v for k, v in d.items() if v is not None}
 
 

@@ -22,7 +22,6 @@ from tqdm import tqdm
 from .. import __version__
 from ..estimators import DocumentEstimate, EstimatorSettings, estimate_document
 from ..estimators.diagnostics import reliability_warning
-from ..estimators.importance import SAMPLE_BLOCK
 from ..estimators.seeding import document_generator
 from ..estimators.smc import require_stepwise
 from ..models import MODELS, checkpoint_hash, load_model
@@ -76,11 +75,9 @@ def _parse_bool(name: str, value) -> bool | None:
 
 
 def _parse_batch_size(value) -> int | None:
-    """lm-eval's ``--batch_size`` (a string from the CLI): particles per log_joint call; ``auto`` = one IS block."""
-    if value is None:
+    """lm-eval's ``--batch_size`` (a string from the CLI): particles per log_joint call; ``auto`` (None) = one IS block."""
+    if value is None or str(value).startswith("auto"):
         return None
-    if str(value).startswith("auto"):
-        return SAMPLE_BLOCK
     return _parse_int("batch_size", value)
 
 
@@ -280,7 +277,7 @@ class LatentLMEval(LM):
             "latent_model_class": f"{cls.__module__}:{cls.__qualname__}",
             "checkpoint": str(self.checkpoint),
             "checkpoint_sha256": self.checkpoint_sha256,
-            "estimator_settings": self.settings.as_dict(),
+            "estimator_settings": self.settings.as_dict(self._device),
             "device_type": self._device.type,  # random streams and float rounding differ between cpu and cuda
             "dtype": str(dtype).removeprefix("torch."),
             "lm_latent_eval_version": __version__,

@@ -13,7 +13,6 @@ import numpy as np
 
 from ..estimators import EstimatorSettings, estimate_document
 from ..estimators.diagnostics import PARETO_K_THRESHOLD, corpus_convergence_curve
-from ..estimators.importance import SAMPLE_BLOCK
 from ..estimators.smc import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS, runs_corpus_log_likelihood
 from ..protocol import has_stepwise
 from .plots import plot_convergence
@@ -59,7 +58,7 @@ def run_sweep(
     beam_sizes=DEFAULT_BEAM_SIZES,
     num_samples: int = 100,
     seed: int = 1234,
-    batch_size: int = SAMPLE_BLOCK,
+    batch_size: int | None = None,
     device: str = "cpu",
     progress: bool = True,
     smc: bool | None = None,
@@ -236,7 +235,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--peek", choices=("both", "peek", "no-peek"), default="both")
     parser.add_argument("--beam-sizes", type=_ints, default=list(DEFAULT_BEAM_SIZES))
     parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--batch-size", type=int, default=SAMPLE_BLOCK, help="particles per log_joint call (memory only)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="particles per log_joint call (memory only; default one sample block)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--output-dir", default="sweep_out")
     parser.add_argument("--smc", action=argparse.BooleanOptionalAction, default=None,

@@ -337,7 +337,7 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
                 ids.append(table[1])
                 offset[e], length[e] = total, table[1].numel()
                 total += table[1].numel()
-        vecs.append(torch.zeros(1, self.token_dim, device=device))
+        vecs.append(torch.zeros(1, self.token_dim, device=device, dtype=self.token_embedding.weight.dtype))
         ids.append(torch.full((1,), -1, dtype=torch.long, device=device))
         offset[length == 0] = total
         flat = (torch.cat(vecs), torch.cat(ids), offset.to(device), length.to(device), int(length.max()))
