@@ -179,28 +179,30 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         # stack-LSTM states at positions 0..T (position n: after <s> and n elements), element vectors 0..T−1
         zeros = emb.new_zeros(1, L, H)
         h0, c0 = self.stack_lstm(self.dropout(self.embedding.weight[self.bos_id]).unsqueeze(0), zeros, zeros)
-        state_h = torch.cat([h0, zeros.expand(T, L, H)]).unsqueeze(0).expand(B, T + 1, L, H)
-        state_c = torch.cat([c0, zeros.expand(T, L, H)]).unsqueeze(0).expand(B, T + 1, L, H)
+        state_h = torch.cat([h0, zeros.expand(T, L, H)]).unsqueeze(0).repeat(B, 1, 1, 1)  # [B, T + 1, L, H]
+        state_c = torch.cat([c0, zeros.expand(T, L, H)]).unsqueeze(0).repeat(B, 1, 1, 1)
         elem_h = emb.new_zeros(B, T, D)
         elem_c = emb.new_zeros(B, T, D)
         size = torch.zeros(B, dtype=torch.long, device=dev)
         ptr = torch.zeros(B, dtype=torch.long, device=dev)
-        positions, state_positions = torch.arange(T, device=dev), torch.arange(T + 1, device=dev)
+        any_reduce = (actions != SHIFT).any(0).tolist()  # steps where some tree composes (one host sync)
         contexts = []
         for t in range(A):
             contexts.append(state_h[rows, size, L - 1])
             shift = actions[:, t] == SHIFT
-            left, right = (size - 2).clamp(min=0), (size - 1).clamp(min=0)
-            comp_h, comp_c = self.compose(elem_h[rows, left], elem_c[rows, left], elem_h[rows, right], elem_c[rows, right])
+            left = (size - 2).clamp(min=0)
             word = emb[rows, ptr.clamp(max=T - 1)]
-            new_h = torch.where(shift[:, None], word, comp_h)
-            new_c = torch.where(shift[:, None], torch.zeros_like(comp_c), comp_c)
+            if any_reduce[t]:
+                right = (size - 1).clamp(min=0)
+                comp_h, comp_c = self.compose(elem_h[rows, left], elem_c[rows, left], elem_h[rows, right], elem_c[rows, right])
+                new_h = torch.where(shift[:, None], word, comp_h)
+                new_c = torch.where(shift[:, None], torch.zeros_like(comp_c), comp_c)
+            else:
+                new_h, new_c = word, torch.zeros_like(word)
             pos = torch.where(shift, size, left)  # index of the new element
             h, c = self.stack_lstm(new_h, state_h[rows, pos], state_c[rows, pos])
-            at = (positions == pos[:, None])[..., None]
-            elem_h, elem_c = torch.where(at, new_h[:, None], elem_h), torch.where(at, new_c[:, None], elem_c)
-            at = (state_positions == (pos + 1)[:, None])[..., None, None]
-            state_h, state_c = torch.where(at, h[:, None], state_h), torch.where(at, c[:, None], state_c)
+            elem_h[rows, pos], elem_c[rows, pos] = new_h, new_c  # in place: one row per tree, not the whole stack
+            state_h[rows, pos + 1], state_c[rows, pos + 1] = h, c
             size, ptr = pos + 1, ptr + shift.long()
         ctx = self.dropout(torch.stack(contexts, 1))  # [B, A, H]
         sizes = stack_sizes(actions)
