@@ -175,34 +175,43 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         D, H, L = self.dim, self.hidden_size, self.num_layers
         dev = actions.device
         rows = torch.arange(B, device=dev)
-        emb = self.dropout(self.embedding(words)).expand(B, T, D)
-        # stack-LSTM states at positions 0..T (position n: after <s> and n elements), element vectors 0..T−1
+        emb = self.dropout(self.embedding(words))  # [B|1, T, D]
+        word_table, word_row = emb.reshape(-1, D), rows * T if emb.shape[0] > 1 else torch.zeros_like(rows)
+        # flat tables: row b·(T + 1) + n of state_h/state_c is the stack LSTM's (h, c) after <s> and n elements of
+        # tree b (n = 0..T); row b·T + n of elem_h/elem_c is element n of tree b's stack
         zeros = emb.new_zeros(1, L, H)
         h0, c0 = self.stack_lstm(self.dropout(self.embedding.weight[self.bos_id]).unsqueeze(0), zeros, zeros)
-        state_h = torch.cat([h0, zeros.expand(T, L, H)]).unsqueeze(0).repeat(B, 1, 1, 1)  # [B, T + 1, L, H]
-        state_c = torch.cat([c0, zeros.expand(T, L, H)]).unsqueeze(0).repeat(B, 1, 1, 1)
-        elem_h = emb.new_zeros(B, T, D)
-        elem_c = emb.new_zeros(B, T, D)
+        state_h = torch.cat([h0, zeros.expand(T, L, H)]).repeat(B, 1, 1)
+        state_c = torch.cat([c0, zeros.expand(T, L, H)]).repeat(B, 1, 1)
+        elem_h = emb.new_zeros(B * T, D)
+        elem_c = emb.new_zeros(B * T, D)
+        state_row, elem_row = rows * (T + 1), rows * T
         size = torch.zeros(B, dtype=torch.long, device=dev)
         ptr = torch.zeros(B, dtype=torch.long, device=dev)
         any_reduce = (actions != SHIFT).any(0).tolist()  # steps where some tree composes (one host sync)
+        top = h0[:, L - 1].expand(B, H)  # last layer's h at the top of the stack: the context of the next action
         contexts = []
         for t in range(A):
-            contexts.append(state_h[rows, size, L - 1])
+            contexts.append(top)
             shift = actions[:, t] == SHIFT
             left = (size - 2).clamp(min=0)
-            word = emb[rows, ptr.clamp(max=T - 1)]
+            word = word_table.index_select(0, word_row + ptr.clamp(max=T - 1))
             if any_reduce[t]:
-                right = (size - 1).clamp(min=0)
-                comp_h, comp_c = self.compose(elem_h[rows, left], elem_c[rows, left], elem_h[rows, right], elem_c[rows, right])
+                pair = torch.cat([elem_row + left, elem_row + (size - 1).clamp(min=0)])  # left and right children
+                pair_h, pair_c = elem_h.index_select(0, pair), elem_c.index_select(0, pair)
+                comp_h, comp_c = self.compose(pair_h[:B], pair_c[:B], pair_h[B:], pair_c[B:])
                 new_h = torch.where(shift[:, None], word, comp_h)
                 new_c = torch.where(shift[:, None], torch.zeros_like(comp_c), comp_c)
             else:
                 new_h, new_c = word, torch.zeros_like(word)
             pos = torch.where(shift, size, left)  # index of the new element
-            h, c = self.stack_lstm(new_h, state_h[rows, pos], state_c[rows, pos])
-            elem_h[rows, pos], elem_c[rows, pos] = new_h, new_c  # in place: one row per tree, not the whole stack
-            state_h[rows, pos + 1], state_c[rows, pos + 1] = h, c
+            below = state_row + pos  # the state the new element is pushed on
+            h, c = self.stack_lstm(new_h, state_h.index_select(0, below), state_c.index_select(0, below))
+            elem_h.index_copy_(0, elem_row + pos, new_h)  # in place: one row per tree, not the whole stack
+            elem_c.index_copy_(0, elem_row + pos, new_c)
+            state_h.index_copy_(0, below + 1, h)
+            state_c.index_copy_(0, below + 1, c)
+            top = h[:, L - 1]
             size, ptr = pos + 1, ptr + shift.long()
         ctx = self.dropout(torch.stack(contexts, 1))  # [B, A, H]
         sizes = stack_sizes(actions)
@@ -217,7 +226,7 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         eos_ok = ((sizes[is_shift].view(B, T) == 1) & (torch.arange(T, device=dev) >= 1)).reshape(-1)
         log_p = log_p + self.word_log_probs(shift_ctx, eos_ok, words.expand(B, T).reshape(-1)).view(B, T).sum(1)
         if with_eos:
-            end = self.dropout(state_h[:, 1, L - 1])  # the stack holds one element
+            end = self.dropout(state_h.view(B, T + 1, L, H)[:, 1, L - 1])  # the stack holds one element
             eos = torch.full((B,), self.eos_id, dtype=torch.long, device=dev)
             log_p = log_p + self.word_log_probs(end, torch.ones(B, dtype=torch.bool, device=dev), eos)
         return log_p
