@@ -16,7 +16,7 @@ from is_checks import assert_frequencies_match, assert_is_unbiased_on, exact_is_
 from lm_latent_eval.estimators import beam_log_marginal, importance_log_weights, log_mean_exp
 from lm_latent_eval.models.rnng import RNNG, build_vocabulary
 from lm_latent_eval.models.rnng.enumerate import catalan, enumerate_trees, exact_log_marginal
-from lm_latent_eval.models.rnng.latents import actions_from_spans, is_tree, spans_from_actions
+from lm_latent_eval.models.rnng.latents import actions_from_spans, distinct_trees, is_tree, spans_from_actions
 from lm_latent_eval.models.rnng.tree_crf import inside, kbest_trees, log_partition, tree_scores
 
 WORDS = ["the", "dog", "saw", "a", "cat", "with"]
@@ -168,6 +168,20 @@ def test_batched_trees_equal_single_tree_passes(model):
         single_p = torch.cat([model.log_joint(x, z[i : i + 1]) for i in range(40)])
         single_q = torch.cat([model.proposal.log_prob(x, z[i : i + 1], 0.8) for i in range(40)])
     assert torch.allclose(batched_p, single_p, atol=ATOL) and torch.allclose(batched_q, single_q, atol=1e-9)
+
+
+def test_repeated_trees_are_scored_once_and_get_one_value(model):
+    """distinct_trees lists each tree once in order of first appearance; every copy of a tree gets the same log p,
+    that of the tree scored among the distinct trees."""
+    trees = enumerate_trees(8)
+    z = trees[[3, 7, 3, 3, 100, 7]]
+    distinct, index = distinct_trees(z)
+    assert distinct.tolist() == trees[[3, 7, 100]].tolist() and index.tolist() == [0, 1, 0, 0, 2, 1]
+    x = model.tokenize(TEXT)
+    with torch.no_grad():
+        log_p, once = model.log_joint(x, z), model.log_joint(x, trees[[3, 7, 100, 3]])
+    assert log_p.tolist() == [log_p[0].item(), log_p[1].item(), log_p[0].item(), log_p[0].item(), log_p[4].item(), log_p[1].item()]
+    assert torch.allclose(log_p, once[[0, 1, 0, 0, 2, 1]], atol=ATOL)
 
 
 def test_generative_story_masks_and_sentence_end():

@@ -16,7 +16,8 @@ does not know T: where all words are shifted but the stack holds ≥ 2 elements,
 Sentence end: ``count_eos=True`` (default) makes ``tokenize`` append ``</s>``, so T includes it and log p(x, z)
 includes p(</s> | h_end), as URNNG trains it; ``count_eos=False`` leaves it out (perplexity over words only, as on
 the PTB version of Dyer et al.). ``log_joint`` decides from x itself: it counts the end iff x ends with ``</s>``.
-K trees of one sentence are scored in one batched pass (a loop over the 2T − 1 actions, never over particles).
+K trees of one sentence are scored in one batched pass (a loop over the 2T − 1 actions, never over particles), each
+distinct tree once.
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from .latents import SHIFT, check_actions, is_tree, right_branching, stack_sizes
+from .latents import SHIFT, check_actions, distinct_trees, is_tree, right_branching, stack_sizes
 from .proposal import TreeCRFProposal
 
 UNK, BOS, EOS = "<unk>", "<s>", "</s>"
 SPECIAL = (UNK, BOS, EOS)
 WORD_BLOCK = 1 << 22  # word logits computed per block of (rows × vocabulary) entries, bounding memory
+MIN_ROWS = 4  # log_joint scores at least this many rows (see there)
 
 
 def build_vocabulary(sentences: Iterable[Iterable[str]], min_count: int = 1, max_size: int | None = None) -> list[str]:
@@ -165,7 +167,14 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
             return torch.zeros(K, dtype=torch.float64, device=self.device)
         valid = is_tree(z, T)
         actions = torch.where(valid[:, None], z, right_branching(T, 1, self.device))
-        log_p = self.score_batch(words.unsqueeze(0), actions, with_eos)
+        # each distinct tree is scored once (draws from a peaked q repeat) and its value copied to its draws; a batch
+        # of K ≥ 4 trees is still scored as ≥ 4 rows, as 1–3-row float32 matrix products round differently on CPU
+        if K >= MIN_ROWS:
+            distinct, tree_of = distinct_trees(actions)
+            distinct = torch.cat([distinct, distinct[:1].expand(max(MIN_ROWS - distinct.shape[0], 0), -1)])
+        else:
+            distinct, tree_of = actions, torch.arange(K, device=self.device)
+        log_p = self.score_batch(words.unsqueeze(0), distinct, with_eos)[tree_of]
         return log_p.masked_fill(~valid, float("-inf"))
 
     def score_batch(self, words: torch.Tensor, actions: torch.Tensor, with_eos: bool) -> torch.Tensor:
