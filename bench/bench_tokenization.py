@@ -20,7 +20,6 @@ import os
 import platform
 import sys
 import tempfile
-import time
 from datetime import datetime
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from lm_latent_eval.paths import DATA_DIR
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from bench_plain_lm import task_manager, timed_run
+from particles import timed
 from tiny_models import make_tiny_bpe_gpt2
 
 
@@ -45,19 +45,6 @@ def make_pages(path: Path, num_pages: int, sentences_per_page: int) -> list[str]
             pages.append(page)
             fh.write(json.dumps({"page": page}) + "\n")
     return pages
-
-
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def timed(fn, device: str):
-    sync(device)
-    start = time.perf_counter()
-    value = fn()
-    sync(device)
-    return time.perf_counter() - start, value
 
 
 def main(argv=None):

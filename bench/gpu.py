@@ -8,14 +8,14 @@
 - wt2: K = 10,000 over a synthetic corpus the size of the Linked WikiText-2 test set (60 articles, 236,062 tokens;
   lengths log-normal with σ = 0.6 rescaled to that total, text = the bundled KGLM test documents repeated), stopped
   after ``--wt2-budget`` seconds; prints the measured tokens/s and the extrapolated wall time of the whole corpus.
-- compile: ``proposal.sample`` with the per-token kernels eager, under ``torch.compile`` and under
-  ``torch.compile(mode="reduce-overhead")`` (CUDA graphs), with the largest change in log q.
+- profile: the top operators of one KGLM document at K = 10,000 and the kernel launches per token.
+- compile: ``proposal.sample`` with the per-token kernels eager and under ``torch.compile`` (``--compile-modes``;
+  ``reduce-overhead`` = CUDA graphs), whether the draws stay the same, and the largest change in log q.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import math
 import time
 import warnings
@@ -26,32 +26,15 @@ import torch
 from lm_latent_eval.estimators import importance_log_weights
 from lm_latent_eval.estimators.aggregate import corpus_ppl, instance_ppl
 from lm_latent_eval.estimators.diagnostics import effective_sample_size, log_mean_exp, pareto_khat
+from lm_latent_eval.estimators.intervals import relative_standard_error
 from lm_latent_eval.models import load_model
 from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.reports.sweep import read_documents
+from particles import sync, timed
 
 CORPORA = {"kglm": DATA_DIR / "linked_tiny" / "test.jsonl", "entitynlm": DATA_DIR / "coref_tiny" / "test.jsonl",
            "rnng": DATA_DIR / "ptb_tiny" / "test.txt", "hmm": DATA_DIR / "corpus" / "tiny_test.jsonl"}
 WT2_TEST_ARTICLES, WT2_TEST_TOKENS = 60, 236_062  # Linked WikiText-2 test split (Logan et al., 2019, Table 1)
-
-
-def sync(device):
-    if str(device).startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def timed(fn, device):
-    sync(device)
-    start = time.perf_counter()
-    out = fn()
-    sync(device)
-    return time.perf_counter() - start, out
-
-
-def mc_stderr(lw: np.ndarray) -> float:
-    """Delta-method standard error of log p̂ = log mean w: sd(w) / (sqrt(K) mean(w))."""
-    w = np.exp(lw - lw.max())
-    return float(w.std(ddof=1) / (math.sqrt(w.size) * w.mean()))
 
 
 def count_syncs(fn) -> int:
@@ -101,7 +84,7 @@ def section_bf16(device, K=1000, num_docs=10):
             res[dtype] = (t, lws)
         (t32, lw32), (t16, lw16) = res[None], res[torch.bfloat16]
         diff = np.array([abs(log_mean_exp(a) - log_mean_exp(b)) for a, b in zip(lw32, lw16)])
-        se = np.array([mc_stderr(a) for a in lw32])
+        se = np.array([relative_standard_error(a) for a in lw32])  # the delta-method standard error of log p̂
         ratio = f"{(diff / se).max():.2f}" if (se > 1e-9).all() else "- (a stderr is 0: all K weights equal)"
         print(f"| {name} | {t32:.3f} | {t16:.3f} | {t32 / t16:.2f}x | {diff.max():.4f} | {np.median(se):.4f} |"
               f" {ratio} |", flush=True)
@@ -134,7 +117,7 @@ def section_kglm10k(device, dtype, K=10_000):
           f" {str(dtype or torch.float32).removeprefix('torch.')}\n")
     print(f"wall time {seconds:.1f} s ({K * sum(lengths) / seconds:,.0f} particles·tokens/s); instance PPL"
           f" {instance_ppl(lws, lengths):.3f}, corpus PPL {corpus_ppl(lws, lengths):.3f}; mean ESS {ess.mean():.1f};"
-          f" Pareto k̂ > 0.7 on {int((khat > 0.7).sum())} of {len(lws)} documents (median k̂ {np.median(khat):.2f})",
+          f" Pareto k̂ > 0.7 on {int((khat > 0.7).sum())} of {len(lws)} documents (median k̂ {np.nanmedian(khat):.2f})",
           flush=True)
 
 
@@ -168,11 +151,18 @@ def section_wt2(device, dtype, budget, K=10_000):
           + (" (measured)" if len(lws) == len(docs) else " (extrapolated at that rate)"), flush=True)
 
 
-def section_compile(device, K=1024, num_docs=10):
+def section_compile(device, K=1024, num_docs=10, modes=("default",)):
+    """Eager vs torch.compile of each model's per-token sampling kernel. ``fallback_random``: the compiled kernel
+    draws eager's random numbers, so "same z" checks the compiled arithmetic."""
+    import torch._dynamo
+    import torch._inductor.config
+
     from lm_latent_eval.models.entitynlm import latents as enlm
     from lm_latent_eval.models.kglm import proposal as kglm_proposal
     from lm_latent_eval.models.kglm import stepwise
 
+    torch._inductor.config.fallback_random = True
+    torch._dynamo.config.recompile_limit = 64
     print(f"\n## torch.compile on {device}: proposal.sample, K = {K:,}, first {num_docs} documents\n")
     print("| model | kernel | first pass s (compile) | s | vs eager | same z | max |Δ log q| |")
     print("|---|---|---|---|---|---|---|")
@@ -191,7 +181,8 @@ def section_compile(device, K=1024, num_docs=10):
             run()
             t_eager, ref = timed(run, device)
             t_eager = min(t_eager, timed(run, device)[0])
-            for mode in ("default", "reduce-overhead"):
+            print(f"| {name} | eager | - | {t_eager:.3f} | 1.00x | True | 0 |", flush=True)
+            for mode in modes:
                 torch._dynamo.reset()
                 setattr(module, attr, torch.compile(eager, dynamic=True, mode=mode))
                 try:
@@ -207,13 +198,31 @@ def section_compile(device, K=1024, num_docs=10):
                           " | | | |", flush=True)
                 finally:
                     setattr(module, attr, eager)
-            print(f"| {name} | eager | - | {t_eager:.3f} | 1.00x | True | 0 |", flush=True)
+
+
+def section_profile(device, K=10_000):
+    """Where one bundled KGLM document's K-particle estimate spends its time: the top operators by host time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model, _ = load_model("kglm", device=device)
+    doc = read_documents(CORPORA["kglm"])[0]
+    x = model.tokenize(doc).to(device)
+    importance_log_weights(model, x, K, document=doc, device=device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if str(device).startswith("cuda") else [])
+    with profile(activities=activities) as prof:
+        t, _ = timed(lambda: importance_log_weights(model, x, K, document=doc, device=device), device)
+    events = prof.key_averages()
+    launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC"))
+    print(f"\n## Profile of one {x.numel()}-token KGLM document, K = {K:,} on {device}: {t:.3f} s,"
+          f" {launches:,} kernel launches ({launches / x.numel():.0f} per token)\n")
+    print(events.table(sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=40))
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda")
-    p.add_argument("--sections", default="sync,bf16,kglm10k,wt2,compile")
+    p.add_argument("--sections", default="sync,bf16,kglm10k,wt2,compile,profile")
+    p.add_argument("--compile-modes", default="default", help="torch.compile modes, e.g. default,reduce-overhead")
     p.add_argument("--dtype", default="bfloat16", help="precision of the kglm10k and wt2 runs")
     p.add_argument("--wt2-budget", type=float, default=180.0, help="seconds after which the wt2 run stops")
     args = p.parse_args(argv)
@@ -229,8 +238,10 @@ def main(argv=None):
         section_kglm10k(args.device, dtype)
     if "wt2" in sections:
         section_wt2(args.device, dtype, args.wt2_budget)
+    if "profile" in sections:
+        section_profile(args.device)
     if "compile" in sections:
-        section_compile(args.device)
+        section_compile(args.device, modes=args.compile_modes.split(","))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,21 @@ from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.reports.sweep import read_documents
 
 
+def sync(device) -> None:
+    """Wait for the device's queued work (CUDA runs asynchronously)."""
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def timed(fn, device):
+    """(seconds, result) of ``fn()`` with the device synchronised before and after."""
+    sync(device)
+    start = time.perf_counter()
+    out = fn()
+    sync(device)
+    return time.perf_counter() - start, out
+
+
 def batched_seconds(model, xs, docs, k, device, batch_size=1024):
     """Wall-clock of importance_log_weights over the documents (particles in blocks, shared work reused)."""
     start = time.perf_counter()

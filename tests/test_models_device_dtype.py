@@ -13,6 +13,7 @@ import torch
 
 from lm_latent_eval.estimators import importance_log_weights
 from lm_latent_eval.estimators.aggregate import log_mean_exp
+from lm_latent_eval.estimators.intervals import relative_standard_error
 from lm_latent_eval.models import load_model
 from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.protocol import select_particles
@@ -80,8 +81,7 @@ def test_cuda_estimate_agrees_with_cpu_within_noise(name):
     for device in ("cpu", "cuda"):
         model, _ = load_model(name, device=device)
         lw = importance_log_weights(model, model.tokenize(doc).to(device), 4096, seed=3, document=doc, device=device)
-        w = np.exp(lw - lw.max())
-        estimates.append((log_mean_exp(lw), w.std(ddof=1) / (np.sqrt(w.size) * w.mean())))
+        estimates.append((log_mean_exp(lw), relative_standard_error(lw)))  # se of log p̂ (delta method)
     (a, se_a), (b, se_b) = estimates
     assert abs(a - b) <= 5 * np.hypot(se_a, se_b) + 1e-3
 
@@ -101,4 +101,5 @@ def test_cuda_weights_do_not_depend_on_batch_size():
     x = model.tokenize(doc).to("cuda")
     one_block = importance_log_weights(model, x, 3000, seed=5, document=doc, device="cuda")
     chunked = importance_log_weights(model, x, 3000, seed=5, document=doc, device="cuda", batch_size=700)
-    np.testing.assert_allclose(chunked, one_block, rtol=0, atol=1e-9)
+    # the same particles (the sample block fixes them); cuBLAS picks its kernel by row count, so float32 rounding
+    np.testing.assert_allclose(chunked, one_block, rtol=1e-6, atol=1e-4)

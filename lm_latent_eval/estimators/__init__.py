@@ -7,11 +7,12 @@ import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from ..protocol import LatentLM, has_unknown_word_penalty
 from .aggregate import corpus_ppl, instance_ppl, log_mean_exp
 from .diagnostics import summarize
-from .importance import SAMPLE_BLOCK, check_sampling_args, importance_log_weights, sample_block
+from .importance import check_sampling_args, importance_log_weights, sample_block
 from .marginal import beam_log_marginal, exact_log_marginal
 from .smc import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS, check_smc_args, smc_log_weights
 
@@ -139,6 +140,7 @@ __all__ = [
     "importance_log_weights",
     "instance_ppl",
     "log_mean_exp",
+    "sample_block",
     "smc_log_weights",
     "summarize",
 ]
