@@ -151,7 +151,7 @@ def section_wt2(device, dtype, budget, K=10_000):
           + (" (measured)" if len(lws) == len(docs) else " (extrapolated at that rate)"), flush=True)
 
 
-def section_compile(device, K=1024, num_docs=10, modes=("default",)):
+def section_compile(device, K=1024, num_docs=10, modes=("default",), models=("kglm", "entitynlm")):
     """Eager vs torch.compile of each model's per-token sampling kernel. ``fallback_random``: the compiled kernel
     draws eager's random numbers, so "same z" checks the compiled arithmetic."""
     import torch._dynamo
@@ -168,7 +168,8 @@ def section_compile(device, K=1024, num_docs=10, modes=("default",)):
     print("|---|---|---|---|---|---|---|")
     targets = {"kglm": (kglm_proposal, "sample_step", stepwise.sample_step),
                "entitynlm": (enlm, "sample_step", enlm.sample_step)}
-    for name, (module, attr, eager) in targets.items():
+    for name in models:
+        module, attr, eager = targets[name]
         model, _ = load_model(name, device=device)
         docs = read_documents(CORPORA[name])[:num_docs]
         xs = [model.tokenize(d).to(device) for d in docs]
@@ -223,6 +224,7 @@ def main(argv=None):
     p.add_argument("--device", default="cuda")
     p.add_argument("--sections", default="sync,bf16,kglm10k,wt2,compile,profile")
     p.add_argument("--compile-modes", default="default", help="torch.compile modes, e.g. default,reduce-overhead")
+    p.add_argument("--compile-models", default="kglm,entitynlm")
     p.add_argument("--dtype", default="bfloat16", help="precision of the kglm10k and wt2 runs")
     p.add_argument("--wt2-budget", type=float, default=180.0, help="seconds after which the wt2 run stops")
     args = p.parse_args(argv)
@@ -241,7 +243,7 @@ def main(argv=None):
     if "profile" in sections:
         section_profile(args.device)
     if "compile" in sections:
-        section_compile(args.device, modes=args.compile_modes.split(","))
+        section_compile(args.device, modes=args.compile_modes.split(","), models=args.compile_models.split(","))
 
 
 if __name__ == "__main__":
