@@ -5,7 +5,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from limit import hmm_arithmetic  # noqa: E402
 from particles import main  # noqa: E402
 
 if __name__ == "__main__":
-    main(default_model="hmm")
+    main(default_model="hmm", arithmetic=hmm_arithmetic)

@@ -84,3 +84,31 @@ def kglm_arithmetic(model, T: int, K: int) -> tuple[list[Product], list[Product]
              ("td,ld->tl", (T, D), (L_total, D))]
     step += [("kd,kld->kl", (K, D), (K, L_max, D))]
     return once, step
+
+
+def hmm_arithmetic(model, T: int, K: int) -> tuple[list[Product], list[Product]]:
+    """The products an IS estimate of a T-token document with K particles needs from the HMM: q's forward filter
+    once ([T, S] × [S, S]); per token, q's K conditional rows of S states (drawn from) and p's K transition and
+    emission lookups."""
+    S = model.num_states
+    return [("ts,sr->tr", (T, S), (S, S))], [("ks,ks->k", (K, S), (K, S)), ("k,k->k", (K,), (K,))]
+
+
+def rnng_arithmetic(model, T: int, K: int) -> tuple[list[Product], list[Product]]:
+    """The products an IS estimate of a T-word sentence with K trees needs from the RNNG (2 actions per word).
+
+    Once, in q: the BiLSTM encoder's input projections and the span MLP over the T² spans. Per word, in q: the two
+    encoder recurrences; in p for all K trees: two stack-LSTM steps (every layer), two action heads, one tree-LSTM
+    composition and the word head ([K, H] · [V, H])."""
+    q = model.proposal
+    d, Hq = q.embedding.weight.shape[1], q.hidden_size
+    once = [("ti,gi->tg", (T, d), (4 * Hq, d))] * 2 + [("ni,oi->no", (T * T, 2 * Hq), (2 * Hq, 2 * Hq)),
+                                                       ("ni,oi->no", (T * T, 2 * Hq), (1, 2 * Hq))]
+    step = [("i,gi->g", (Hq,), (4 * Hq, Hq))] * 2
+    for cell in model.stack_lstm.cells:
+        four_h, inp = cell.weight_ih.shape
+        step += [("ki,gi->kg", (K, inp), (four_h, inp)), ("kh,gh->kg", (K, four_h // 4), (four_h, four_h // 4))] * 2
+    H, D, V = model.hidden_size, model.dim, len(model.vocab)
+    step += [("kh,ah->ka", (K, H), (2, H))] * 2 + [("ki,oi->ko", (K, 2 * D), (5 * D, 2 * D)),
+                                                   ("kh,vh->kv", (K, H), (V, H))]
+    return once, step
