@@ -144,6 +144,20 @@ def select_particles(z: Latents, index: slice | torch.Tensor) -> Latents:
     return z
 
 
+def distinct_rows(rows: torch.Tensor, min_rows: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct rows of rows [K, A] in order of first appearance, then copies of the first up to ``min_rows``
+    rows in all, [U, A], and the index of each row among them, [K] (so distinct[index] == rows): a model scores each
+    distinct configuration once and copies the value to every draw of it."""
+    K, dev = rows.shape[0], rows.device
+    sorted_rows, inverse = torch.unique(rows, dim=0, return_inverse=True)
+    first = torch.full((sorted_rows.shape[0],), K, device=dev).scatter_reduce(0, inverse, torch.arange(K, device=dev), "amin")
+    order = first.argsort()
+    rank = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=dev))
+    distinct = rows[first[order]]
+    padding = distinct[:1].expand(max(min_rows - distinct.shape[0], 0), -1)
+    return torch.cat([distinct, padding]), rank[inverse]
+
+
 def _leaves(z: Latents):
     if isinstance(z, dict):
         for v in z.values():

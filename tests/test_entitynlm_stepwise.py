@@ -1,6 +1,7 @@
 """EntityNLM's stepwise (SMC) interface agrees with the whole-document path: for one generator seed, smc_step draws
-the z that proposal.sample draws, and its increments sum to log p(x, z) − log q_τ(z | x); reordering carries whole
-particle histories."""
+the z that proposal.sample draws, and its increments sum to log p(x, z) − log q_τ(z | x) (to 1e-9 with every draw
+scored at its own row, to float32 rounding against log_joint, which scores each distinct z once); reordering
+carries whole particle histories."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from lm_latent_eval.paths import DATA_DIR
 
 from test_entitynlm_exact import tiny_entitynlm
 
-TOL = 1e-9
+TOL = 1e-9  # increments against log p − log q with every draw scored at its own row, as the stepwise path does
+REGROUPED_TOL = 1e-6  # relative to max(1, |log w|): log_joint scores each distinct z once, at another row of a
+# smaller batch, and float32 rows round differently at different positions (tests/test_entitynlm_pinned.py)
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +50,12 @@ def test_increments_sum_to_the_whole_document_log_weight(cases, name, K, peek, t
     z_ref, log_q = model.proposal.sample(x, K, temperature, peek, torch.Generator().manual_seed(5))
     assert all(torch.equal(z[k], z_ref[k]) for k in LATENT_KEYS)
     with torch.no_grad():
+        every_row = model.log_joint_batch(model.encode(x).unsqueeze(0), x.unsqueeze(0), z) - log_q
         whole = model.log_joint(x, z) - log_q
         assert torch.allclose(log_q, model.proposal.log_prob(x, z, temperature, peek), atol=1e-6)
     assert torch.isfinite(total).all()
-    assert total.tolist() == pytest.approx(whole.tolist(), abs=TOL, rel=0)
+    assert total.tolist() == pytest.approx(every_row.tolist(), abs=TOL, rel=0)
+    assert total.tolist() == pytest.approx(whole.tolist(), abs=REGROUPED_TOL, rel=REGROUPED_TOL)
 
 
 def test_reorder_carries_whole_histories(cases):

@@ -16,8 +16,9 @@ from is_checks import assert_frequencies_match, assert_is_unbiased_on, exact_is_
 from lm_latent_eval.estimators import beam_log_marginal, importance_log_weights, log_mean_exp
 from lm_latent_eval.models.rnng import RNNG, build_vocabulary
 from lm_latent_eval.models.rnng.enumerate import catalan, enumerate_trees, exact_log_marginal
-from lm_latent_eval.models.rnng.latents import actions_from_spans, distinct_trees, is_tree, spans_from_actions
+from lm_latent_eval.models.rnng.latents import actions_from_spans, is_tree, spans_from_actions
 from lm_latent_eval.models.rnng.tree_crf import inside, kbest_trees, log_partition, tree_scores
+from lm_latent_eval.protocol import distinct_rows
 
 WORDS = ["the", "dog", "saw", "a", "cat", "with"]
 TEXT = "the dog saw a cat with a cat"  # 8 words
@@ -171,11 +172,11 @@ def test_batched_trees_equal_single_tree_passes(model):
 
 
 def test_repeated_trees_are_scored_once_and_get_one_value(model):
-    """distinct_trees lists each tree once in order of first appearance; every copy of a tree gets the same log p,
+    """distinct_rows lists each tree once in order of first appearance; every copy of a tree gets the same log p,
     that of the tree scored among the distinct trees."""
     trees = enumerate_trees(8)
     z = trees[[3, 7, 3, 3, 100, 7]]
-    distinct, index = distinct_trees(z)
+    distinct, index = distinct_rows(z)
     assert distinct.tolist() == trees[[3, 7, 100]].tolist() and index.tolist() == [0, 1, 0, 0, 2, 1]
     x = model.tokenize(TEXT)
     with torch.no_grad():

@@ -21,6 +21,7 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
+from ...protocol import distinct_rows
 from ..encoder_cache import DocumentCache
 from ..kglm.awd_lstm import AWDLSTM, embedding_dropout
 from .latents import LATENT_KEYS, EntityHeads, check_latents, score_latents, without_autograd
@@ -30,6 +31,7 @@ from .stepwise import EntityNLMParticles, init_particles, particle_latents, reor
 UNK, BOS = "@@UNKNOWN@@", "@@START@@"
 WORD_BLOCK = 1 << 22  # logits computed per block of the word softmax (rows × vocabulary), bounding memory
 WORD_GROUP = 1 << 18  # float64 logits normalised at once by word_log_probs (consecutive tokens; fits in cache)
+MIN_ROWS = 4  # log_joint scores at least this many rows (see there)
 
 
 def build_vocabulary(documents: Iterable[Iterable[str]], min_count: int = 1, max_size: int | None = None) -> list[str]:
@@ -154,7 +156,15 @@ class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", 
         if x.numel() == 0:
             return torch.zeros(R.shape[0], dtype=torch.float64, device=x.device)
         states = self.encode(x).unsqueeze(0)  # [1, T + 1, D], shared by the K particles
-        return self.log_joint_batch(states, x.unsqueeze(0), z)
+        K, T = R.shape
+        if K < MIN_ROWS:
+            return self.log_joint_batch(states, x.unsqueeze(0), z)
+        # each distinct z is scored once (draws from a peaked q repeat) and its value copied to its draws; as ≥ 4 rows,
+        # since 1–3-row float32 matrix products round differently on CPU (with ≥ 4 a row's result is the same at any
+        # position of any batch)
+        distinct, index = distinct_rows(torch.cat([z[k] for k in LATENT_KEYS], 1), MIN_ROWS)
+        distinct = dict(zip(LATENT_KEYS, (part.contiguous() for part in distinct.split(T, 1))))
+        return self.log_joint_batch(states, x.unsqueeze(0), distinct)[index]
 
     def log_joint_batch(self, states: torch.Tensor, x: torch.Tensor, z: dict, mask: torch.Tensor | None = None) -> torch.Tensor:
         """log p(x_k, z_k) from encoder states [K|1, T + 1, D] and x [K|1, T] (``mask`` [K, T]: real tokens): [K]."""

@@ -46,17 +46,6 @@ def is_tree(actions: torch.Tensor, num_words: int) -> torch.Tensor:
     return reduce_ok & shifts & (actions[:, 0] == SHIFT)
 
 
-def distinct_trees(actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The distinct rows of actions [K, A] in order of first appearance, [U, A], and the index of each row among
-    them, [K] (so distinct[index] == actions)."""
-    K, dev = actions.shape[0], actions.device
-    sorted_rows, inverse = torch.unique(actions, dim=0, return_inverse=True)
-    first = torch.full((sorted_rows.shape[0],), K, device=dev).scatter_reduce(0, inverse, torch.arange(K, device=dev), "amin")
-    order = first.argsort()
-    rank = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=dev))
-    return actions[first[order]], rank[inverse]
-
-
 def right_branching(num_words: int, k: int = 1, device=None) -> torch.Tensor:
     """The right-branching tree (w_1 (w_2 (… w_T))) as actions [k, 2T − 1]: T SHIFTs then T − 1 REDUCEs."""
     row = [SHIFT] * num_words + [REDUCE] * max(num_words - 1, 0)

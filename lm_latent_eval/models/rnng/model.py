@@ -29,7 +29,8 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from .latents import SHIFT, check_actions, distinct_trees, is_tree, right_branching, stack_sizes
+from ...protocol import distinct_rows
+from .latents import SHIFT, check_actions, is_tree, right_branching, stack_sizes
 from .proposal import TreeCRFProposal
 
 UNK, BOS, EOS = "<unk>", "<s>", "</s>"
@@ -170,8 +171,7 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         # each distinct tree is scored once (draws from a peaked q repeat) and its value copied to its draws; a batch
         # of K ≥ 4 trees is still scored as ≥ 4 rows, as 1–3-row float32 matrix products round differently on CPU
         if K >= MIN_ROWS:
-            distinct, tree_of = distinct_trees(actions)
-            distinct = torch.cat([distinct, distinct[:1].expand(max(MIN_ROWS - distinct.shape[0], 0), -1)])
+            distinct, tree_of = distinct_rows(actions, MIN_ROWS)
         else:
             distinct, tree_of = actions, torch.arange(K, device=self.device)
         log_p = self.score_batch(words.unsqueeze(0), distinct, with_eos)[tree_of]
