@@ -145,12 +145,21 @@ def select_particles(z: Latents, index: slice | torch.Tensor) -> Latents:
 
 
 def distinct_rows(rows: torch.Tensor, min_rows: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """The distinct rows of rows [K, A] in order of first appearance, then copies of the first up to ``min_rows``
-    rows in all, [U, A], and the index of each row among them, [K] (so distinct[index] == rows): a model scores each
-    distinct configuration once and copies the value to every draw of it."""
+    """The distinct rows of rows [K, A] (integers) in order of first appearance, then copies of the first up to
+    ``min_rows`` rows in all, [U, A], and the index of each row among them, [K] (so distinct[index] == rows): a model
+    scores each distinct configuration once and copies the value to every draw of it.
+
+    Rows are grouped by an integer hash Σ_j rows_j c_j (mod 2^64, random odd c_j) and each group is checked to hold
+    one row; ``torch.unique(dim=0)`` (exact, slower) only if two distinct rows ever share a hash."""
     K, dev = rows.shape[0], rows.device
-    sorted_rows, inverse = torch.unique(rows, dim=0, return_inverse=True)
-    first = torch.full((sorted_rows.shape[0],), K, device=dev).scatter_reduce(0, inverse, torch.arange(K, device=dev), "amin")
+    if K == 0:
+        return rows, torch.zeros(0, dtype=torch.long, device=dev)
+    codes = torch.randint(-(2**62), 2**62, (rows.shape[1],), generator=torch.Generator().manual_seed(0)) * 2 + 1
+    keys, inverse = torch.unique((rows.long() * codes.to(dev)).sum(1), return_inverse=True)
+    first = torch.full((keys.shape[0],), K, device=dev).scatter_reduce(0, inverse, torch.arange(K, device=dev), "amin")
+    if not torch.equal(rows[first][inverse], rows):  # a hash collision
+        _, inverse = torch.unique(rows, dim=0, return_inverse=True)
+        first = torch.full((int(inverse.max()) + 1,), K, device=dev).scatter_reduce(0, inverse, torch.arange(K, device=dev), "amin")
     order = first.argsort()
     rank = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=dev))
     distinct = rows[first[order]]

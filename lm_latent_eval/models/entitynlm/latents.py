@@ -46,6 +46,7 @@ from torch import nn
 
 LATENT_KEYS = ("mention", "entity", "length")
 SELECT_ROWS_ON = ("cpu",)  # devices where sample_step draws entity and length for the starting particles only
+MIN_ROWS = 4  # a float32 product of ≥ 4 rows gives each row the same numbers at any position (1–3 rows: other ones)
 
 
 @dataclass
@@ -59,16 +60,23 @@ class EntityMemory:
     prev_length: torch.Tensor  # [K] L_{t−1} (1: the next token starts a decision)
     offsets: torch.Tensor  # [K] k·M: row of particle k's slot 0 in embeddings viewed as [K·M, D]
 
-    def row(self, entity: torch.Tensor) -> torch.Tensor:
-        """Embedding of entity slot ``entity`` [K] of each particle (values in 0..M−1): [K, D]."""
+    def row(self, entity: torch.Tensor, particles: torch.Tensor | None = None) -> torch.Tensor:
+        """Embedding of entity slot ``entity`` [K] of each particle (values in 0..M−1): [K, D]; with ``particles``
+        [n], slot entity[i] of particle particles[i]: [n, D]."""
         K, M, D = self.embeddings.shape
-        return self.embeddings.view(K * M, D).index_select(0, self.offsets + entity)
+        offsets = self.offsets if particles is None else self.offsets.index_select(0, particles)
+        return self.embeddings.view(K * M, D).index_select(0, offsets + entity)
 
     def select(self, index: torch.Tensor) -> EntityMemory:
         """The memory of particles ``index`` [K'] (resampling, beam search): new tensors, owned by the result."""
         fields = {f: getattr(self, f)[index] for f in self.__dataclass_fields__ if f != "offsets"}
         M = self.embeddings.shape[1]
         return EntityMemory(**fields, offsets=torch.arange(index.shape[0], device=index.device) * M)
+
+
+def padded(rows: torch.Tensor, n: int = MIN_ROWS) -> torch.Tensor:
+    """rows [N, ...] followed by zero rows up to n rows in all (so that a product over them runs on ≥ n rows)."""
+    return rows if rows.shape[0] >= n else torch.cat([rows, rows.new_zeros(n - rows.shape[0], *rows.shape[1:])])
 
 
 def without_autograd(fn):
@@ -165,8 +173,8 @@ class EntityHeads(nn.Module):
     def length_log_probs(self, h: torch.Tensor, entity_embedding: torch.Tensor, temperature: float = 1.0,
                          rows: torch.Tensor | None = None) -> torch.Tensor:
         """log p(L = ℓ | R = 1, h, e) for e [..., D] (h broadcast to it): [..., ℓ_max] (index ℓ − 1); with ``rows``
-        [n] (e [K, D]), the softmax of those rows only: [n, ℓ_max] (the product still runs on all K rows, so that
-        BLAS gives each row the same numbers)."""
+        [n] (e [K, D]), the softmax of those rows only: [n, ℓ_max] (the product still runs on all K rows: with K < 4,
+        BLAS rounds a row differently in a product of other rows)."""
         h = h.expand_as(entity_embedding)
         logits = self.length(torch.cat([h, entity_embedding], -1)).float()
         if rows is not None:
@@ -392,23 +400,43 @@ def sample_step(heads: EntityHeads, memory: EntityMemory, type_lp: torch.Tensor,
     K = memory.count.shape[0]
     u = torch.rand((K, 3), generator=generator, device=memory.embeddings.device, dtype=torch.float64)
     decide = memory.prev_length == 1
+    if decide.device.type not in SELECT_ROWS_ON:
+        return _sample_step_all_rows(heads, memory, type_lp, h, h_next, t, temperature, u, decide)
+    # R_t = 1 iff u·P_1 ≥ P_0 (inverse CDF over the two types, P_c cumulative in float64; never where P_1 = P_0)
+    cdf = type_lp.double().exp().cumsum(-1)[0]
+    r = torch.where(decide, (u[:, 0] * cdf[1] >= cdf[0]) & (cdf[0] < cdf[1]), True).long()
+    step = torch.where(decide, type_lp[0].index_select(0, r), 0.0).double()
+    at = (decide & (r == 1)).nonzero().squeeze(1)  # the particles starting a mention
+    u_at = u.index_select(0, at)
+    lp_ent = heads.entity_log_probs(h, memory, t, temperature, at)
+    e_at = inverse_cdf(lp_ent, u_at[:, 1:2])
+    e = torch.where(decide, -1, memory.prev_entity).index_copy_(0, at, e_at)
+    if K >= MIN_ROWS:  # the product on the starting rows only gives each the numbers of the all-rows product
+        lp_len = heads.length_log_probs(h, padded(memory.row(e_at, at)), temperature)[: at.shape[0]]
+    else:
+        lp_len = heads.length_log_probs(h, memory.row(e.clamp(min=0)), temperature, at)
+    l_at = inverse_cdf(lp_len, u_at[:, 2:3])
+    ell = torch.where(decide, 1, memory.prev_length - 1).index_copy_(0, at, l_at + 1)
+    picked = lp_ent.gather(1, e_at.unsqueeze(1)).squeeze(1) + lp_len.gather(1, l_at.unsqueeze(1)).squeeze(1)
+    step = step.index_add_(0, at, picked.double())
+    memory = heads.update(memory, e, r == 1, h_next, t, inplace=True)
+    return replace(memory, prev_entity=e, prev_length=ell), (r, e, ell), step
+
+
+def _sample_step_all_rows(heads: EntityHeads, memory: EntityMemory, type_lp: torch.Tensor, h: torch.Tensor,
+                          h_next: torch.Tensor, t: int, temperature: float, u: torch.Tensor, decide: torch.Tensor
+                          ) -> tuple[EntityMemory, tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``sample_step`` on an accelerator: entity and length drawn for every particle, no host synchronisation."""
+    K = decide.shape[0]
     r = torch.where(decide, inverse_cdf(type_lp.expand(K, 2), u[:, 0:1]), 1)
     starting = decide & (r == 1)
     step = torch.where(decide, type_lp.expand(K, 2).gather(1, r.unsqueeze(1)).squeeze(1), 0.0).double()
-    at = starting.nonzero().squeeze(1) if starting.device.type in SELECT_ROWS_ON else None  # rows drawn (None: all)
-    u_at = u if at is None else u.index_select(0, at)
-    lp_ent = heads.entity_log_probs(h, memory, t, temperature, at)
-    e_at = inverse_cdf(lp_ent, u_at[:, 1:2])
-    e_new = e_at if at is None else torch.zeros_like(r).index_copy_(0, at, e_at)
-    lp_len = heads.length_log_probs(h, memory.row(e_new), temperature, at)
-    l_at = inverse_cdf(lp_len, u_at[:, 2:3])
-    picked = lp_ent.gather(1, e_at.unsqueeze(1)).squeeze(1) + lp_len.gather(1, l_at.unsqueeze(1)).squeeze(1)
-    if at is None:
-        l_new = l_at
-        step = step + torch.where(starting, picked, 0.0).double()
-    else:
-        l_new = torch.zeros_like(r).index_copy_(0, at, l_at)
-        step = step.index_add(0, at, picked.double())
+    lp_ent = heads.entity_log_probs(h, memory, t, temperature)
+    e_new = inverse_cdf(lp_ent, u[:, 1:2])
+    lp_len = heads.length_log_probs(h, memory.row(e_new), temperature)
+    l_new = inverse_cdf(lp_len, u[:, 2:3])
+    picked = lp_ent.gather(1, e_new.unsqueeze(1)).squeeze(1) + lp_len.gather(1, l_new.unsqueeze(1)).squeeze(1)
+    step = step + torch.where(starting, picked, 0.0).double()
     e = torch.where(starting, e_new, torch.where(decide, -1, memory.prev_entity))
     ell = torch.where(starting, l_new + 1, torch.where(decide, 1, memory.prev_length - 1))
     memory = heads.update(memory, e, r == 1, h_next, t, inplace=True)
