@@ -46,7 +46,7 @@ from torch import nn
 
 LATENT_KEYS = ("mention", "entity", "length")
 SELECT_ROWS_ON = ("cpu",)  # devices where sample_step draws entity and length for the starting particles only
-MIN_ROWS = 4  # a float32 product of ≥ 4 rows gives each row the same numbers at any position (1–3 rows: other ones)
+MIN_ROWS = 4  # see rows_apart
 
 
 @dataclass
@@ -64,14 +64,25 @@ class EntityMemory:
         """Embedding of entity slot ``entity`` [K] of each particle (values in 0..M−1): [K, D]; with ``particles``
         [n], slot entity[i] of particle particles[i]: [n, D]."""
         K, M, D = self.embeddings.shape
-        offsets = self.offsets if particles is None else self.offsets.index_select(0, particles)
-        return self.embeddings.view(K * M, D).index_select(0, offsets + entity)
+        return self.embeddings.view(K * M, D).index_select(0, self.row_index(entity, particles))
+
+    def row_index(self, entity: torch.Tensor, particles: torch.Tensor | None = None) -> torch.Tensor:
+        """Row of ``row``'s embeddings in the table viewed as [K·M, D]: [K] or [n]."""
+        return (self.offsets if particles is None else self.offsets.index_select(0, particles)) + entity
 
     def select(self, index: torch.Tensor) -> EntityMemory:
         """The memory of particles ``index`` [K'] (resampling, beam search): new tensors, owned by the result."""
         fields = {f: getattr(self, f)[index] for f in self.__dataclass_fields__ if f != "offsets"}
         M = self.embeddings.shape[1]
         return EntityMemory(**fields, offsets=torch.arange(index.shape[0], device=index.device) * M)
+
+
+def rows_apart(num_rows: int, row: torch.Tensor) -> bool:
+    """Whether a matrix product gives each of ``num_rows`` rows like ``row`` the numbers it gets in any other batch
+    of ≥ 4 such rows, so that a product over some particles' rows reproduces the all-particles one: float32 rows of
+    a multiple of 16 values (whole 64-byte lines) in batches of ≥ 4 (measured on the CPU BLAS; 1–3 rows, or rows of
+    6 or 10 values, round by position; tests/test_entitynlm_stepwise.py compares both paths)."""
+    return num_rows >= MIN_ROWS and row.shape[-1] % 16 == 0 and row.dtype == torch.float32
 
 
 def padded(rows: torch.Tensor, n: int = MIN_ROWS) -> torch.Tensor:
@@ -182,10 +193,19 @@ class EntityHeads(nn.Module):
         return torch.log_softmax(tempered(logits, temperature), -1)
 
     # --- the dynamic update ------------------------------------------------------------------------------------------
-    def moved(self, e: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        """(δ e + (1 − δ) h) / ‖δ e + (1 − δ) h‖ with δ = σ(h · W_δ e), for e [K, D] and h [K|1, D]: [K, D]."""
+    def moved(self, e: torch.Tensor, h: torch.Tensor, rows: torch.Tensor | None = None,
+              num_particles: int = 0) -> torch.Tensor:
+        """(δ e + (1 − δ) h) / ‖δ e + (1 − δ) h‖ with δ = σ(h · W_δ e), for e [K, D] and h [K|1, D]: [K, D].
+
+        With ``rows`` [m] (e [m, D]: the rows of those of ``num_particles`` particles, ``rows_apart``), the numbers
+        moving all rows gives them: the product runs on ≥ 4 rows and σ is taken with each row at its own position in
+        a [num_particles] vector (σ of a vector's tail is evaluated apart, and rounds differently)."""
         h = h.expand_as(e)
-        gate = torch.sigmoid((self.delta(e) * h).sum(-1, keepdim=True))
+        logit = (self.delta(e if rows is None else padded(e))[: e.shape[0]] * h).sum(-1, keepdim=True)
+        if rows is None:
+            gate = torch.sigmoid(logit)
+        else:
+            gate = torch.sigmoid(logit.new_zeros(num_particles, 1).index_copy_(0, rows, logit)).index_select(0, rows)
         return F.normalize(gate * e + (1 - gate) * h, dim=-1)
 
     def update(self, memory: EntityMemory, entity: torch.Tensor, active: torch.Tensor, h: torch.Tensor,
@@ -196,9 +216,17 @@ class EntityHeads(nn.Module):
         instead of building a new [K, M, D] table; both give the same numbers."""
         K, M, D = memory.embeddings.shape
         slot = entity.clamp(0, M - 1)
+        count = torch.where(active & (entity == memory.count), memory.count + 1, memory.count)
+        if inplace and rows_apart(K, h) and active.device.type in SELECT_ROWS_ON:  # the active rows only (same numbers)
+            rows = active.nonzero().squeeze(1)
+            flat = memory.row_index(slot.index_select(0, rows), rows)
+            table = memory.embeddings.view(K * M, D)
+            h = h if h.shape[0] == 1 else h.index_select(0, rows)
+            table.index_copy_(0, flat, self.moved(table.index_select(0, flat), h, rows, K).to(table.dtype))
+            memory.last_seen.view(-1).index_fill_(0, flat, t)
+            return replace(memory, count=count)
         e = memory.row(slot)  # [K, D]
         moved = self.moved(e, h).to(memory.embeddings.dtype)
-        count = torch.where(active & (entity == memory.count), memory.count + 1, memory.count)
         if inplace:
             flat = memory.offsets + slot
             memory.embeddings.view(K * M, D).index_copy_(0, flat, torch.where(active.unsqueeze(1), moved, e))
@@ -411,7 +439,7 @@ def sample_step(heads: EntityHeads, memory: EntityMemory, type_lp: torch.Tensor,
     lp_ent = heads.entity_log_probs(h, memory, t, temperature, at)
     e_at = inverse_cdf(lp_ent, u_at[:, 1:2])
     e = torch.where(decide, -1, memory.prev_entity).index_copy_(0, at, e_at)
-    if K >= MIN_ROWS:  # the product on the starting rows only gives each the numbers of the all-rows product
+    if rows_apart(K, h):  # the product on the starting rows only gives each the numbers of the all-rows product
         lp_len = heads.length_log_probs(h, padded(memory.row(e_at, at)), temperature)[: at.shape[0]]
     else:
         lp_len = heads.length_log_probs(h, memory.row(e.clamp(min=0)), temperature, at)
