@@ -395,11 +395,16 @@ def score_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Ten
     ent = ent + torch.where(slots < count_at, heads.distance_weight.float() * (t_at - seen_at).float(), 0.0)
     ent = torch.log_softmax(tempered(ent, temperature).masked_fill(slots > count_at, -math.inf), -1)
     ent = ent.gather(1, slot.reshape(-1, 1).index_select(0, at))
-    # the length head per token on [h; e] (K rows each, a fresh aligned tensor, as score_step: BLAS may round
-    # differently on a misaligned slice)
+    # the length head on [h; e]: one product over the starting rows where that gives each row its numbers in
+    # score_step's K-row product (rows_apart), else per token on K rows (a fresh aligned tensor each, as score_step)
     h_rows = h_label.expand(K, T, D)
-    lengths = torch.stack([heads.length(torch.cat([h_rows[:, t], rows[t + 1]], -1)) for t in range(T)])
-    lengths = lengths.float().view(T * K, Lmax).index_select(0, at)
+    if rows_apart(K, h_label):
+        h_at = h_rows.transpose(0, 1).reshape(T * K, D).index_select(0, at)
+        lengths = heads.length(padded(torch.cat([h_at, rows[1:].view(T * K, D).index_select(0, at)], -1)))
+        lengths = lengths[: at.shape[0]].float()
+    else:
+        lengths = torch.stack([heads.length(torch.cat([h_rows[:, t], rows[t + 1]], -1)) for t in range(T)])
+        lengths = lengths.float().view(T * K, Lmax).index_select(0, at)
     length = torch.log_softmax(tempered(lengths, temperature), -1)
     length = length.gather(1, (L.reshape(-1, 1).index_select(0, at) - 1).clamp(0, Lmax - 1))
     type_lp = heads.type_log_probs(h_label, temperature).transpose(0, 1).expand(T, K, 2)

@@ -24,7 +24,7 @@ from torch import nn
 from ...protocol import distinct_rows
 from ..encoder_cache import DocumentCache
 from ..kglm.awd_lstm import AWDLSTM, embedding_dropout
-from .latents import LATENT_KEYS, EntityHeads, check_latents, score_latents, without_autograd
+from .latents import LATENT_KEYS, EntityHeads, check_latents, rows_apart, score_latents, without_autograd
 from .proposal import EntityNLMProposal, check_sample_args
 from .stepwise import EntityNLMParticles, init_particles, particle_latents, reorder_particles, step_particles
 
@@ -189,18 +189,21 @@ class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", 
         out = []
         for first in range(0, T, per_group):
             stop = min(T, first + per_group)
-            # a fresh (aligned) copy of each token's rows: BLAS may round differently on a misaligned slice
-            logits = [self.word_logits(h[:, t], context[:, t].clone(memory_format=torch.contiguous_format), rows)
-                      for t in range(first, stop)]
-            logits = torch.cat(logits).double()  # [(stop − first)·K, V], token-major
+            if rows_apart(K, context):  # one product over the group's rows gives each row its per-token numbers
+                tokens = context[:, first:stop].transpose(0, 1).reshape(-1, context.shape[-1])  # token-major copy
+                logits = self.word_logits(h[:, first:stop].transpose(0, 1), tokens, rows, stop - first)
+            else:  # per token, a fresh (aligned) copy of its rows: BLAS may round differently on a misaligned slice
+                logits = torch.cat([self.word_logits(h[:, t], context[:, t].clone(memory_format=torch.contiguous_format),
+                                                     rows) for t in range(first, stop)])
+            logits = logits.double()  # [(stop − first)·K, V], token-major
             picked = logits.gather(1, target[:, first:stop].t().reshape(-1, 1)).squeeze(1)
             out.append((picked - logits.logsumexp(-1)).view(stop - first, K))
         return torch.cat(out).t()
 
-    def word_logits(self, h: torch.Tensor, context: torch.Tensor, rows: int) -> torch.Tensor:
+    def word_logits(self, h: torch.Tensor, context: torch.Tensor, rows: int, tokens: int = 1) -> torch.Tensor:
         """W_vocab (h_{t−1} + W_e e_t) + b for one token, h [K|1, D], e_t [K, D], in products of ≤ ``rows`` rows:
-        float32 [K, V]."""
-        feats = h + self.entity_output(context)  # [K, D]
+        float32 [K, V]; or for ``tokens`` n tokens at once, h [n, K|1, D], e_t token-major [n·K, D]: [n·K, V]."""
+        feats = (h + self.entity_output(context).view(tokens, -1, context.shape[-1])).view(context.shape)  # [n·K, D]
         parts = [self.vocab_output(feats[s : s + rows]) for s in range(0, feats.shape[0], rows)]
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
