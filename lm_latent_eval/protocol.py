@@ -144,18 +144,23 @@ def select_particles(z: Latents, index: slice | torch.Tensor) -> Latents:
     return z
 
 
+def row_keys(rows: torch.Tensor) -> torch.Tensor:
+    """Σ_j rows_j c_j mod 2^64 for integer rows [K, A], with fixed random odd c_j: [K] (equal rows, equal keys)."""
+    codes = torch.randint(-(2**62), 2**62, (rows.shape[1],), generator=torch.Generator().manual_seed(0)) * 2 + 1
+    return (rows.long() * codes.to(rows.device)).sum(1)
+
+
 def distinct_rows(rows: torch.Tensor, min_rows: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """The distinct rows of rows [K, A] (integers) in order of first appearance, then copies of the first up to
     ``min_rows`` rows in all, [U, A], and the index of each row among them, [K] (so distinct[index] == rows): a model
     scores each distinct configuration once and copies the value to every draw of it.
 
-    Rows are grouped by an integer hash Σ_j rows_j c_j (mod 2^64, random odd c_j) and each group is checked to hold
-    one row; ``torch.unique(dim=0)`` (exact, slower) only if two distinct rows ever share a hash."""
+    Rows are grouped by ``row_keys`` and each group is checked to hold one row; ``torch.unique(dim=0)`` (exact,
+    slower) only if two distinct rows ever share a key."""
     K, dev = rows.shape[0], rows.device
     if K == 0:
         return rows, torch.zeros(0, dtype=torch.long, device=dev)
-    codes = torch.randint(-(2**62), 2**62, (rows.shape[1],), generator=torch.Generator().manual_seed(0)) * 2 + 1
-    keys, inverse = torch.unique((rows.long() * codes.to(dev)).sum(1), return_inverse=True)
+    keys, inverse = torch.unique(row_keys(rows), return_inverse=True)
     first = torch.full((keys.shape[0],), K, device=dev).scatter_reduce(0, inverse, torch.arange(K, device=dev), "amin")
     if not torch.equal(rows[first][inverse], rows):  # a hash collision
         _, inverse = torch.unique(rows, dim=0, return_inverse=True)

@@ -185,6 +185,16 @@ def test_repeated_trees_are_scored_once_and_get_one_value(model):
     assert torch.allclose(log_p, once[[0, 1, 0, 0, 2, 1]], atol=ATOL)
 
 
+def test_distinct_rows_is_exact_when_two_rows_share_a_key(monkeypatch):
+    """Rows grouped by a key that collides ([1, 0] and [0, 1] both sum to 1) are still told apart."""
+    from lm_latent_eval import protocol
+
+    rows = torch.tensor([[1, 0], [0, 1], [1, 0], [2, 2], [0, 1]])
+    monkeypatch.setattr(protocol, "row_keys", lambda r: r.sum(1))
+    distinct, index = distinct_rows(rows, min_rows=4)
+    assert distinct.tolist() == [[1, 0], [0, 1], [2, 2], [1, 0]] and index.tolist() == [0, 1, 0, 2, 1]
+
+
 def test_generative_story_masks_and_sentence_end():
     """Σ_w p(w) over one-word sentences is 1 (<s> and </s> impossible there); counting </s> adds log p(</s> | ·) < 0."""
     model = tiny_rnng(seed=3, count_eos=False)
