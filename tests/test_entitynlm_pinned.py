@@ -74,7 +74,7 @@ def test_sampler_stream_and_log_weights_for_fixed_seeds(models, name):
         assert {k: v.tolist() for k, v in z.items()} == want["z"], (peek, tau)
         assert log_q.tolist() == pytest.approx(want["log_q"], abs=TOL, rel=0), (peek, tau)
         lw = importance_log_weights(model, x, 5, tau, peek, seed=0, document=rec["text"]).tolist()
-        tol = dict(abs=REGROUPED_TOL, rel=REGROUPED_TOL) if name == "tiny" else dict(abs=TOL, rel=0)
+        tol = {"abs": REGROUPED_TOL, "rel": REGROUPED_TOL} if name == "tiny" else {"abs": TOL, "rel": 0}
         assert lw == pytest.approx(rec[f"lw_{peek}_{tau}"], **tol), (peek, tau)
 
 
@@ -88,7 +88,7 @@ def test_repeated_configurations_are_scored_once(models, name):
     with torch.no_grad():
         got = model.log_joint(x, {k: v[order] for k, v in z.items()}).tolist()
     assert [got[0], got[2], got[3]] == [got[0]] * 3 and got[1] == got[5]
-    tol = dict(abs=REGROUPED_TOL, rel=REGROUPED_TOL) if name == "tiny" else dict(abs=TOL, rel=0)
+    tol = {"abs": REGROUPED_TOL, "rel": REGROUPED_TOL} if name == "tiny" else {"abs": TOL, "rel": 0}
     assert got == pytest.approx([rec["log_joint"][i] for i in order], **tol)
 
 

@@ -28,10 +28,11 @@ Memory per particle: embeddings [K, M, D] (every unused slot holds u_new, so the
 slot n), position of each entity's latest mention [K, M], entity count [K]. Per-token kernels: ``score_step``
 (log p or log q of given z_t), ``sample_step`` (draw z_t ~ q_τ) and the model's ``word_step``; ``sample_latents``
 and the stepwise SMC particles (``stepwise.py``) loop over tokens calling them. ``score_latents`` (given z) runs
-only the memory token by token (``entity_rows``) and takes the softmaxes once over all tokens, with the same
-float32 products on the same rows as ``score_step``, so both give the same numbers. No Python loop over particles
-or entities and no host synchronisation inside a token loop. With gradients
-the memory is updated out of place (training); without, the K touched rows are written in place.
+only the memory token by token (``entity_rows``) and takes the softmaxes once over all tokens, giving each row the
+numbers ``score_step`` gives it (a product over some particles' rows, or over several tokens' rows at once, only
+where that holds: ``rows_apart``). No Python loop over particles or entities and no host synchronisation inside a
+token loop. With gradients the memory is updated out of place (training); without, the touched rows are written in
+place (on the CPU only the rows of the entities mentioned at t are moved).
 """
 
 from __future__ import annotations
@@ -212,8 +213,9 @@ class EntityHeads(nn.Module):
                t: int, inplace: bool = False) -> EntityMemory:
         """Memory after x_t: entity [K] (where ``active`` [K]) is moved toward h_t [K|1, D] (eqs. 7-8).
 
-        ``inplace`` writes the K moved rows into ``memory``'s own tensors (O(K·D), no grad; the caller owns them)
-        instead of building a new [K, M, D] table; both give the same numbers."""
+        ``inplace`` writes the moved rows into ``memory``'s own tensors (O(K·D), no grad; the caller owns them)
+        instead of building a new [K, M, D] table; both give the same numbers. On the CPU it moves only the active
+        rows where ``rows_apart`` holds (else all K, writing the inactive ones back unchanged)."""
         K, M, D = memory.embeddings.shape
         slot = entity.clamp(0, M - 1)
         count = torch.where(active & (entity == memory.count), memory.count + 1, memory.count)
@@ -358,10 +360,10 @@ def score_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Ten
     token's context (the most recently mentioned entity as it was then; zeros before any mention), as in the
     original code.
 
-    The same factors as ``score_step`` token by token, with the same float32 operations on the same rows: only the
-    memory runs token by token (``entity_rows``); the last mention of each slot and the entity count before t
-    follow from z alone (on the support), and the entity and length softmaxes are taken once, over the rows where
-    a mention starts.
+    The same factors as ``score_step`` token by token, with the same numbers in every row: only the memory runs
+    token by token (``entity_rows``); the last mention of each slot and the entity count before t follow from z
+    alone (on the support), and the entity and length softmaxes are taken once, over the rows where a mention
+    starts (the length head as one product over those rows where ``rows_apart``).
     """
     R, E, L = check_latents(z, h_label.shape[1])
     K, T = R.shape

@@ -24,14 +24,21 @@ from torch import nn
 from ...protocol import distinct_rows
 from ..encoder_cache import DocumentCache
 from ..kglm.awd_lstm import AWDLSTM, embedding_dropout
-from .latents import LATENT_KEYS, EntityHeads, check_latents, rows_apart, score_latents, without_autograd
+from .latents import (
+    LATENT_KEYS,
+    MIN_ROWS,
+    EntityHeads,
+    check_latents,
+    rows_apart,
+    score_latents,
+    without_autograd,
+)
 from .proposal import EntityNLMProposal, check_sample_args
 from .stepwise import EntityNLMParticles, init_particles, particle_latents, reorder_particles, step_particles
 
 UNK, BOS = "@@UNKNOWN@@", "@@START@@"
 WORD_BLOCK = 1 << 22  # logits computed per block of the word softmax (rows × vocabulary), bounding memory
 WORD_GROUP = 1 << 18  # float64 logits normalised at once by word_log_probs (consecutive tokens; fits in cache)
-MIN_ROWS = 4  # log_joint scores at least this many rows (see there)
 
 
 def build_vocabulary(documents: Iterable[Iterable[str]], min_count: int = 1, max_size: int | None = None) -> list[str]:
@@ -159,9 +166,9 @@ class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", 
         K, T = R.shape
         if K < MIN_ROWS:
             return self.log_joint_batch(states, x.unsqueeze(0), z)
-        # each distinct z is scored once (draws from a peaked q repeat) and its value copied to its draws; as ≥ 4 rows,
-        # since 1–3-row float32 matrix products round differently on CPU (with ≥ 4 a row's result is the same at any
-        # position of any batch)
+        # each distinct z is scored once (draws from a peaked q repeat) and its value copied to its draws, in ≥ 4 rows
+        # (1–3-row float32 products round differently); a draw is then scored at another row of a smaller batch, and
+        # float32 rows round by position, so log p moves within float32 rounding (tests/test_entitynlm_pinned.py)
         distinct, index = distinct_rows(torch.cat([z[k] for k in LATENT_KEYS], 1), MIN_ROWS)
         distinct = dict(zip(LATENT_KEYS, (part.contiguous() for part in distinct.split(T, 1))))
         return self.log_joint_batch(states, x.unsqueeze(0), distinct)[index]

@@ -1,8 +1,9 @@
 """EntityNLM one token at a time, for sequential Monte Carlo: K particles advance together and are reordered.
 
 Token t of particle k draws z_t ~ q_τ(z_t | x, z_<t) (the proposal's ``sample_step``: a mention's type, entity and
-length are drawn at its first token; its later tokens are forced, q = 1) and scores it under p with the same
-float32 products as ``log_joint`` (``score_step`` and ``word_step``), so that the increment
+length are drawn at its first token; its later tokens are forced, q = 1) and scores it under p with the numbers
+``log_joint`` gives each row (``score_step`` and ``word_step``; ``log_joint`` scores each distinct z once, at
+another row, which moves log p within float32 rounding), so that the increment
 
     log w_t = log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t)
 
