@@ -92,6 +92,25 @@ def test_repeated_configurations_are_scored_once(models, name):
     assert got == pytest.approx([rec["log_joint"][i] for i in order], **tol)
 
 
+def test_scoring_each_distinct_z_once_moves_log_p_within_float32_rounding(models):
+    """Over 1,000 draws per bundled test document (peeking τ = 1 and not peeking τ = 0.7), log_joint (each distinct
+    z once) against every draw scored at its own row (the previous numbers): |Δ| ≤ 1e-6·max(1, |log p|)."""
+    model = models["bundled"]
+    lines = (DATA_DIR / "coref_tiny" / "test.jsonl").read_text().splitlines()
+    worst, worst_rel = 0.0, 0.0
+    with torch.no_grad():
+        for i, line in enumerate(lines):
+            x = model.tokenize(" ".join(json.loads(line)["tokens"]))
+            for peek, tau in [(True, 1.0), (False, 0.7)]:
+                z, _ = model.proposal.sample(x, 1000, tau, peek, torch.Generator().manual_seed(100 + i))
+                every_row = model.log_joint_batch(model.encode(x).unsqueeze(0), x.unsqueeze(0), z)
+                change = (model.log_joint(x, z) - every_row).abs()
+                worst = max(worst, float(change.max()))
+                worst_rel = max(worst_rel, float((change / every_row.abs().clamp(min=1)).max()))
+    print(f"max |Δ log p| = {worst:.3g}, max |Δ log p| / max(1, |log p|) = {worst_rel:.3g}")
+    assert worst_rel <= REGROUPED_TOL
+
+
 def test_new_sampler_is_unbiased_with_peeking(models):
     """The inverse-CDF sampler, peeking (test_entitynlm_exact checks no-peeking): 300 runs of K = 4, p̂/p = 1."""
     model = models["tiny"]
