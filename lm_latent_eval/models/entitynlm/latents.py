@@ -81,9 +81,10 @@ class EntityMemory:
 def rows_apart(num_rows: int, row: torch.Tensor) -> bool:
     """Whether a matrix product gives each of ``num_rows`` rows like ``row`` the numbers it gets in any other batch
     of ≥ 4 such rows, so that a product over some particles' rows reproduces the all-particles one: float32 rows of
-    a multiple of 16 values (whole 64-byte lines) in batches of ≥ 4 (measured on the CPU BLAS; 1–3 rows, or rows of
-    6 or 10 values, round by position; tests/test_entitynlm_stepwise.py compares both paths)."""
-    return num_rows >= MIN_ROWS and row.shape[-1] % 16 == 0 and row.dtype == torch.float32
+    a multiple of 16 values (whole 64-byte lines) in batches of ≥ 4 on the CPU (measured on its BLAS; 1–3 rows, or
+    rows of 6 or 10 values, round by position; tests/test_entitynlm_stepwise.py compares both paths). Not assumed
+    of accelerator libraries, which choose kernels by shape."""
+    return num_rows >= MIN_ROWS and row.shape[-1] % 16 == 0 and row.dtype == torch.float32 and row.device.type == "cpu"
 
 
 def padded(rows: torch.Tensor, n: int = MIN_ROWS) -> torch.Tensor:
