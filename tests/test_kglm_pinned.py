@@ -21,6 +21,7 @@ import json
 import pytest
 import torch
 from kglm_tiny import tiny_kglm
+from pins import pinned
 
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.kglm.enumerate import enumerate_latents
@@ -93,10 +94,10 @@ def bundled():
 
 def _check(model, x, z, pins):
     with torch.no_grad():
-        assert model.log_joint(x, z).tolist() == pytest.approx(pins["log_joint"], abs=TOL_LOG_P, rel=0)
+        assert model.log_joint(x, z).tolist() == pinned(pins["log_joint"], TOL_LOG_P)
         for peek, tau in SETTINGS:
             got = model.proposal.log_prob(x, z, tau, peek).tolist()
-            assert got == pytest.approx(pins[(peek, tau)], abs=TOL, rel=0), (peek, tau)
+            assert got == pinned(pins[(peek, tau)], TOL), (peek, tau)
 
 
 @pytest.mark.parametrize("features", [False, True], ids=["plain-q", "q-with-nopeek-heads-and-alias-features"])
@@ -121,10 +122,10 @@ def test_log_weights_of_fixed_seeds(bundled):
     for features, pins in ((False, TINY_PLAIN), (True, TINY_FEATURES)):
         model = tiny_kglm(proposal_features=features)
         lw = importance_log_weights(model, model.tokenize("Ada Lovelace born London"), 6, 1.0, False, seed=5, document="pin")
-        assert lw.tolist() == pytest.approx(pins["logw"], abs=TOL_LOG_P, rel=0)
+        assert lw.tolist() == pinned(pins["logw"], TOL_LOG_P)
     text = _bundled_document()
     x = bundled.tokenize(text)
-    assert importance_log_weights(bundled, x, 6, 1.0, True, seed=0, document=text).tolist() == pytest.approx(
-        BUNDLED["logw_peek"], abs=TOL_LOG_P, rel=0)
-    assert importance_log_weights(bundled, x, 6, 0.7, False, seed=0, document=text).tolist() == pytest.approx(
-        BUNDLED["logw_nopeek"], abs=TOL_LOG_P, rel=0)
+    assert importance_log_weights(bundled, x, 6, 1.0, True, seed=0, document=text).tolist() == pinned(
+        BUNDLED["logw_peek"], TOL_LOG_P)
+    assert importance_log_weights(bundled, x, 6, 0.7, False, seed=0, document=text).tolist() == pinned(
+        BUNDLED["logw_nopeek"], TOL_LOG_P)
