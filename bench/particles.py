@@ -118,7 +118,8 @@ def main(argv=None, default_model="hmm", arithmetic=None):
     ks = [int(k) for k in args.ks.split(",")]
     loop_ks = {int(k) for k in args.loop_ks.split(",") if k}
     batched_seconds(model, xs[:1], docs[:1], 2, args.device)  # warm-up
-    where = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else (platform.processor() or platform.machine())
+    cuda = args.device.startswith("cuda")
+    where = torch.cuda.get_device_name(args.device) if cuda else (platform.processor() or platform.machine())
     print(f"# {args.model} {args.dtype or 'float32'} on {args.device} ({where}, torch {torch.__version__},"
           f" {torch.get_num_threads()} threads), {len(docs)} documents, {tokens} tokens, {date.today()},"
           f" load average {os.getloadavg()[0]:.2f}")

@@ -15,9 +15,8 @@ ACCELERATOR_SAMPLE_BLOCK = 16384  # on a GPU: each block is one token loop, and 
 
 
 def sample_block(device: torch.device | str = "cpu") -> int:
-    """Particles drawn per random stream on ``device`` (1,024 on the CPU, 16,384 on an accelerator): with the seed
-    and the document it fixes the samples, so results never depend on batch_size (they do on the device, whose
-    generators differ anyway)."""
+    """Particles drawn per random stream on ``device`` (1,024 on the CPU, 16,384 on an accelerator). Samples depend on
+    the seed, the document and the device (a GPU's generators draw other numbers anyway), never on batch_size."""
     return SAMPLE_BLOCK if torch.device(device).type == "cpu" else ACCELERATOR_SAMPLE_BLOCK
 
 
