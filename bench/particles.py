@@ -44,26 +44,22 @@ def timed(fn, device):
 
 def batched_seconds(model, xs, docs, k, device, batch_size=1024):
     """Wall-clock of importance_log_weights over the documents (particles in blocks, shared work reused)."""
-    start = time.perf_counter()
-    for x, doc in zip(xs, docs):
-        importance_log_weights(model, x, k, seed=0, document=doc, batch_size=batch_size, device=device)
-    if str(device).startswith("cuda"):
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
+    return timed(lambda: [importance_log_weights(model, x, k, seed=0, document=doc, batch_size=batch_size,
+                                                 device=device) for x, doc in zip(xs, docs)], device)[0]
 
 
 @torch.no_grad()
 def one_particle_seconds(model, xs, docs, k, device):
     """Wall-clock of K separate (sample one z, score it) forward passes per document."""
-    start = time.perf_counter()
-    for x, doc in zip(xs, docs):
-        gen = document_generator(0, doc, device=device)
-        for _ in range(k):
-            z, log_q = model.proposal.sample(x, 1, generator=gen)
-            float(model.log_joint(x, z)[0] - log_q[0])
-    if str(device).startswith("cuda"):
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
+
+    def loop():
+        for x, doc in zip(xs, docs):
+            gen = document_generator(0, doc, device=device)
+            for _ in range(k):
+                z, log_q = model.proposal.sample(x, 1, generator=gen)
+                float(model.log_joint(x, z)[0] - log_q[0])
+
+    return timed(loop, device)[0]
 
 
 def peak_memory_child(model_name, pretrained, doc, k, device, dtype=None):

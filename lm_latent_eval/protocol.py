@@ -12,6 +12,7 @@ is the log probability of the continuation given the context.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -144,10 +145,15 @@ def select_particles(z: Latents, index: slice | torch.Tensor) -> Latents:
     return z
 
 
+@functools.lru_cache(maxsize=None)
+def _row_codes(width: int) -> torch.Tensor:
+    """The fixed random odd multipliers c_1..c_width of ``row_keys`` (seed 0), on the CPU."""
+    return torch.randint(-(2**62), 2**62, (width,), generator=torch.Generator().manual_seed(0)) * 2 + 1
+
+
 def row_keys(rows: torch.Tensor) -> torch.Tensor:
     """Σ_j rows_j c_j mod 2^64 for integer rows [K, A], with fixed random odd c_j: [K] (equal rows, equal keys)."""
-    codes = torch.randint(-(2**62), 2**62, (rows.shape[1],), generator=torch.Generator().manual_seed(0)) * 2 + 1
-    return (rows.long() * codes.to(rows.device)).sum(1)
+    return (rows.long() * _row_codes(rows.shape[1]).to(rows.device)).sum(1)
 
 
 def distinct_rows(rows: torch.Tensor, min_rows: int = 1) -> tuple[torch.Tensor, torch.Tensor]:

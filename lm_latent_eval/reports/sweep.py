@@ -153,8 +153,7 @@ def smc_table_markdown(result: dict) -> str:
               f"{first['smc_runs']} run(s)) | Corpus PPL (runs) | Instance PPL ± SE | mean ESS over tokens "
               "| min ESS | resampling steps per document |")
     lines = [header, "|---|---|---|---|---|---|"]
-    for r in sorted(result["smc"], key=lambda r: (not r["peek"], r["temperature"])):
-        name = f"SMC, τ = {r['temperature']:g}" if r["peek"] else f"SMC, no peeking, τ = {r['temperature']:g}"
+    for name, r in _proposal_rows(result["smc"], "SMC, "):
         lines.append(f"| {name} | {r['corpus_ppl']:.3f} | {r['instance_ppl']:.3f} ± {r['instance_ppl_se']:.3f} "
                      f"| {r['mean_ess']:.1f} | {r['min_ess']:.1f} | {r['mean_resampling_steps']:.2f} |")
     if "exact_ppl" in result:
@@ -162,12 +161,18 @@ def smc_table_markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _proposal_rows(rows: list[dict], label: str = ""):
+    """(row name, row) per proposal: peeking rows by τ, then no-peeking rows by τ; names start with ``label``."""
+    no_peeking = f"{label}no peeking" if label else "No peeking"
+    for r in sorted(rows, key=lambda r: (not r["peek"], r["temperature"])):
+        yield (f"{label}τ = {r['temperature']:g}" if r["peek"] else f"{no_peeking}, τ = {r['temperature']:g}"), r
+
+
 def table1_markdown(result: dict) -> str:
     """Table 1 layout: one row per proposal (τ with peeking, then no peeking); corpus- and instance-level PPL."""
     lines = [f"| Proposal | Corpus PPL | Instance PPL | mean ESS (K={result['is'][0]['num_samples']}) "
              "| documents with k̂ > 0.7 / with k̂ defined |", "|---|---|---|---|---|"]
-    for r in sorted(result["is"], key=lambda r: (not r["peek"], r["temperature"])):
-        name = f"τ = {r['temperature']:g}" if r["peek"] else f"No peeking, τ = {r['temperature']:g}"
+    for name, r in _proposal_rows(result["is"]):
         khat = np.array(r["pareto_k"], dtype=float)
         defined = khat[~np.isnan(khat)]
         lines.append(f"| {name} | {r['corpus_ppl']:.3f} | {r['instance_ppl']:.3f} | {r['mean_ess']:.1f} "
