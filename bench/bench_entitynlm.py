@@ -56,9 +56,9 @@ def compiled_difference(eager_kernels: tuple, model_dir, doc: str, k: int = 1000
     x = model.tokenize(doc)
     compiled = latents.sample_step, latents.score_step
     latents.sample_step, latents.score_step = eager_kernels
-    eager = importance_log_weights(model, x, k, seed=0, document=doc)
+    eager = importance_log_weights(model, x, num_samples=k, seed=0, document=doc)
     latents.sample_step, latents.score_step = compiled
-    return float(abs(importance_log_weights(model, x, k, seed=0, document=doc) - eager).max())
+    return float(abs(importance_log_weights(model, x, num_samples=k, seed=0, document=doc) - eager).max())
 
 
 def use_cpu_clock() -> None:

@@ -88,8 +88,8 @@ def main(argv=None):
     peeks = {"true": [True], "false": [False], "both": [True, False]}[args.peek]
     tau = args.temperature
     for peek in peeks:  # warm-up: first calls pay for lazy initialization
-        importance_log_weights(model, xs[0], 4, tau, peek, 0, docs[0], None, args.device)
-        smc_log_weights(model, xs[0], 4, tau, peek, 0, docs[0], args.resample_threshold, args.smc_runs, args.device)
+        importance_log_weights(model, xs[0], num_samples=4, temperature=tau, peek=peek, seed=0, document=docs[0], batch_size=None, device=args.device)
+        smc_log_weights(model, xs[0], num_samples=4, temperature=tau, peek=peek, seed=0, document=docs[0], resample_threshold=args.resample_threshold, smc_runs=args.smc_runs, device=args.device)
     print(f"# SMC vs IS, {args.model} on {args.device} ({platform.processor() or platform.machine()}, torch "
           f"{torch.__version__}, {torch.get_num_threads()} threads), {len(docs)} documents, "
           f"{sum(x.numel() for x in xs)} tokens{f' (every {args.concat} joined)' if args.concat > 1 else ''}, {args.seeds} seeds, τ = {tau:g}, SMC resamples when ESS < "

@@ -78,8 +78,8 @@ def section_bf16(device, K=1000, num_docs=10):
         for dtype in (None, torch.bfloat16):
             model, _ = load_model(name, device=device, dtype=dtype)
             xs = [model.tokenize(d).to(device) for d in docs]
-            importance_log_weights(model, xs[0], 2, document=docs[0], device=device)  # warm-up
-            t, lws = timed(lambda: [importance_log_weights(model, x, K, document=d, device=device)
+            importance_log_weights(model, xs[0], num_samples=2, document=docs[0], device=device)  # warm-up
+            t, lws = timed(lambda: [importance_log_weights(model, x, num_samples=K, document=d, device=device)
                                     for x, d in zip(xs, docs)], device)
             res[dtype] = (t, lws)
         (t32, lw32), (t16, lw16) = res[None], res[torch.bfloat16]
@@ -98,7 +98,7 @@ def estimate_corpus(model, docs, K, device, budget=math.inf, progress=False):
     start = time.perf_counter()
     for doc in tqdm(docs, disable=not progress, desc=f"K={K:,}", mininterval=10):
         x = model.tokenize(doc).to(device)
-        lws.append(importance_log_weights(model, x, K, document=doc, device=device))
+        lws.append(importance_log_weights(model, x, num_samples=K, document=doc, device=device))
         lengths.append(int(x.numel()))
         if time.perf_counter() - start > budget:
             break
@@ -208,10 +208,10 @@ def section_profile(device, K=10_000):
     model, _ = load_model("kglm", device=device)
     doc = read_documents(CORPORA["kglm"])[0]
     x = model.tokenize(doc).to(device)
-    importance_log_weights(model, x, K, document=doc, device=device)
+    importance_log_weights(model, x, num_samples=K, document=doc, device=device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if str(device).startswith("cuda") else [])
     with profile(activities=activities) as prof:
-        t, _ = timed(lambda: importance_log_weights(model, x, K, document=doc, device=device), device)
+        t, _ = timed(lambda: importance_log_weights(model, x, num_samples=K, document=doc, device=device), device)
     events = prof.key_averages()
     launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC"))
     print(f"\n## Profile of one {x.numel()}-token KGLM document, K = {K:,} on {device}: {t:.3f} s,"

@@ -7,7 +7,7 @@ probabilities, which the model tests certify equal to the proposal's sampler). F
 K = 10, 100, 1000, give one interval per method (``lm_latent_eval.estimators.intervals``); the table is the share of
 intervals that contain the exact value, per document and for the corpus sum Σ_n log p(x_n) (HMM, 10 documents).
 
-    python bench/interval_coverage.py --repeats 300 --output bench/interval_coverage
+    python bench/interval_coverage.py --repeats 300   # writes lm_latent_eval/data/interval_coverage (read by the cards)
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def hmm_case(peek: bool, repeats: int, num_docs: int):
     lw = np.empty((repeats, len(docs), max(SIZES)))
     for r in tqdm(range(repeats), desc=f"HMM peek={peek}", leave=False):
         for n, (d, x) in enumerate(zip(docs, xs)):
-            lw[r, n] = importance_log_weights(model, x, max(SIZES), 1.0, peek, seed=r, document=d)
+            lw[r, n] = importance_log_weights(model, x, num_samples=max(SIZES), temperature=1.0, peek=peek, seed=r, document=d)
     return exact, lw
 
 
@@ -140,7 +140,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=300)
     parser.add_argument("--documents", type=int, default=10)
     parser.add_argument("--resamples", type=int, default=500, help="bootstrap resamples per interval")
-    parser.add_argument("--output", default="bench/interval_coverage")
+    parser.add_argument("--output", default="lm_latent_eval/data/interval_coverage")
     parser.add_argument("--methods", default=",".join(INTERVAL_METHODS), help="comma-separated interval methods")
     args = parser.parse_args()
     torch.set_num_threads(1)

@@ -44,8 +44,7 @@ def timed(fn, device):
 
 def batched_seconds(model, xs, docs, k, device, batch_size=1024):
     """Wall-clock of importance_log_weights over the documents (particles in blocks, shared work reused)."""
-    return timed(lambda: [importance_log_weights(model, x, k, seed=0, document=doc, batch_size=batch_size,
-                                                 device=device) for x, doc in zip(xs, docs)], device)[0]
+    return timed(lambda: [importance_log_weights(model, x, num_samples=k, seed=0, document=doc, batch_size=batch_size, device=device) for x, doc in zip(xs, docs)], device)[0]
 
 
 @torch.no_grad()

@@ -27,7 +27,7 @@ from lm_latent_eval.reports.sweep import read_documents
 
 def row(name, model, text, log_p, k, peek, seeds):
     x = model.tokenize(text)
-    runs = [smc_log_weights(model, x, k, 1.0, peek, s, text, 0.5, 1)[1] for s in range(seeds)]
+    runs = [smc_log_weights(model, x, num_samples=k, temperature=1.0, peek=peek, seed=s, document=text, resample_threshold=0.5, smc_runs=1)[1] for s in range(seeds)]
     ratio = np.exp(np.array([d["log_likelihood"] for d in runs]) - log_p)
     estimate = np.mean([d["log_likelihood_se"] ** 2 for d in runs])
     steps = np.mean([d["resampling_steps"] for d in runs])

@@ -29,7 +29,7 @@ def assert_is_unbiased_on(model, text: str, log_p: float, k: int = 4, runs: int 
     from lm_latent_eval.estimators import importance_log_weights, log_mean_exp
 
     x = model.tokenize(text)
-    assert_unbiased([log_mean_exp(importance_log_weights(model, x, k, 1.0, peek, seed=s, document=text))
+    assert_unbiased([log_mean_exp(importance_log_weights(model, x, num_samples=k, temperature=1.0, peek=peek, seed=s, document=text))
                      for s in range(runs)], log_p)
 
 

@@ -32,7 +32,7 @@ from lm_eval.tasks import TaskManager
 
 from lm_latent_eval.estimators import EstimatorSettings, corpus_ppl, estimate_document, instance_ppl
 from lm_latent_eval.estimators.diagnostics import pareto_khat
-from lm_latent_eval.harness import backends
+from lm_latent_eval.harness import backends, rolling_estimates
 from lm_latent_eval.harness.backends import LatentHMMEval, LatentLMEval
 from lm_latent_eval.models import checkpoint_hash, default_checkpoint
 
@@ -105,12 +105,12 @@ def test_hook_backends_match_entry_points_and_plugin_registrations():
     from lm_latent_eval.harness import hook
 
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    assert hook.BACKENDS == pyproject["project"]["entry-points"]["lm_eval.models"]
+    assert hook.backend_targets() == pyproject["project"]["entry-points"]["lm_eval.models"]
     wheel_root = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
     assert wheel_root["lm_latent_eval/harness/hook.py"] == "_lm_latent_eval_hook.py"  # what hook_site_dir copies
     from lm_eval.api.registry import get_model
 
-    for name, target in hook.BACKENDS.items():
+    for name, target in hook.backend_targets().items():
         module, _, attr = target.partition(":")
         assert get_model(name) is getattr(__import__(module, fromlist=[attr]), attr)
     assert (REPO / "lm_latent_eval_hook.pth").read_text().strip() == "import _lm_latent_eval_hook"
@@ -183,7 +183,7 @@ def test_results_do_not_depend_on_batch_size_or_request_order(hmm_is):
 
 def test_is_estimate_is_kept_with_its_weights_and_differs_by_seed(hmm_is):
     (value,) = hmm_is.loglikelihood_rolling([rolling(CORPUS[1])], disable_tqdm=True)
-    est = backends.document_estimate(CORPUS[1])
+    est = rolling_estimates.peek(CORPUS[1])
     assert est.log_weights.shape == (48,) and est.log_likelihood == value
     assert value == pytest.approx(logsumexp(est.log_weights) - math.log(48), abs=1e-12)
     (other,) = LatentHMMEval(num_samples=48, seed=12, device="cpu").loglikelihood_rolling(
@@ -300,7 +300,7 @@ def test_task_with_exact_estimator_reports_forward_algorithm_perplexity(hmm_exac
 @pytest.mark.parametrize("stale_table", [False, True])
 def test_task_refuses_results_that_are_not_from_the_latent_backend(hmm_exact, stale_table):
     """Another model's numbers are refused, also when this process still holds latent estimates of the same texts."""
-    backends._ROLLING_ESTIMATES.clear()
+    rolling_estimates.clear()
     if stale_table:
         hmm_exact.loglikelihood_rolling([rolling(t) for t in CORPUS], disable_tqdm=True)
     match = "comes from another model or from a cache" if stale_table else "no importance-sampling estimate"

@@ -128,7 +128,7 @@ def test_bundled_checkpoint_loads_and_estimates():
     doc = docs[0]
     x = model.tokenize(doc.text())
     assert (x != model.unk_id).all()
-    lw = importance_log_weights(model, x, 64, seed=0, document=doc.text())
+    lw = importance_log_weights(model, x, num_samples=64, seed=0, document=doc.text())
     with torch.no_grad():
         gold = float(model.log_joint(x, gold_latents(doc))[0])
         assert np.isfinite(lw).all() and log_mean_exp(lw) >= gold  # p̂(x) sums over z; gold z is one term

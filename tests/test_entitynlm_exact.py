@@ -96,7 +96,7 @@ def test_importance_sampling_converges_to_exact(model):
     exact = exact_log_marginal(model, x)
     support = enumerate_latents(x.numel(), model.max_entities, model.max_mention_length)
     for peek, temperature in [(True, 1.0), (False, 1.0), (True, 2.0), (False, 0.7)]:
-        lw = importance_log_weights(model, x, 16_384, temperature, peek, seed=3, document=TEXT)
+        lw = importance_log_weights(model, x, num_samples=16_384, temperature=temperature, peek=peek, seed=3, document=TEXT)
         assert np.isfinite(lw).all()
         se = exact_is_standard_error(model, x, support, temperature, peek, exact, lw.size)
         assert se < 0.1
@@ -230,7 +230,7 @@ def test_six_token_documents_exact(max_entities, max_mention_length):
         assert float(torch.logsumexp(model.proposal.log_prob(x, z, 1.0, True), 0)) == pytest.approx(0, abs=ATOL)
         assert float(torch.logsumexp(model.proposal.log_prob(x, z, 0.7, False), 0)) == pytest.approx(0, abs=ATOL)
     exact = exact_log_marginal(model, x)
-    lw = importance_log_weights(model, x, 50_000, 1.0, True, seed=0, document="six")
+    lw = importance_log_weights(model, x, num_samples=50_000, temperature=1.0, peek=True, seed=0, document="six")
     assert log_mean_exp(lw) == pytest.approx(exact, abs=0.03)
     N = z["mention"].shape[0]
     assert beam_log_marginal(model, x, N, "six") == pytest.approx(exact, abs=ATOL)

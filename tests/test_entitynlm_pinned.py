@@ -74,7 +74,7 @@ def test_sampler_stream_and_log_weights_for_fixed_seeds(models, name):
         want = rec[f"sample_{peek}_{tau}"]
         assert {k: v.tolist() for k, v in z.items()} == want["z"], (peek, tau)
         assert log_q.tolist() == pinned(want["log_q"], TOL), (peek, tau)
-        lw = importance_log_weights(model, x, 5, tau, peek, seed=0, document=rec["text"]).tolist()
+        lw = importance_log_weights(model, x, num_samples=5, temperature=tau, peek=peek, seed=0, document=rec["text"]).tolist()
         tol = {"abs": REGROUPED_TOL, "rel": REGROUPED_TOL} if name == "tiny" else {"abs": TOL, "rel": 0}
         assert lw == pinned(rec[f"lw_{peek}_{tau}"], **tol), (peek, tau)
 

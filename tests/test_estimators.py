@@ -95,7 +95,7 @@ def test_instance_ppl_is_at_most_corpus_ppl_in_expectation(bundled_hmm, bundled_
     inst, corp = [], []
     for seed in range(40):
         lw = [
-            importance_log_weights(bundled_hmm, bundled_hmm.tokenize(d), 16, 1.0, False, seed, d)
+            importance_log_weights(bundled_hmm, bundled_hmm.tokenize(d), num_samples=16, temperature=1.0, peek=False, seed=seed, document=d)
             for d in docs
         ]
         inst.append(math.log(instance_ppl(lw, tokens)))
@@ -110,7 +110,7 @@ def test_no_peek_log_weights_vary_more_than_peek(bundled_hmm, bundled_test_texts
     var = {}
     for peek in (True, False):
         lw = [
-            importance_log_weights(bundled_hmm, bundled_hmm.tokenize(t), 100, 1.0, peek, 0, t)
+            importance_log_weights(bundled_hmm, bundled_hmm.tokenize(t), num_samples=100, temperature=1.0, peek=peek, seed=0, document=t)
             for t in bundled_test_texts
         ]
         var[peek] = np.mean([np.var(w) for w in lw])
@@ -170,7 +170,7 @@ def test_unknown_words_map_to_unk_and_give_a_finite_estimate(bundled_hmm):
 @pytest.mark.parametrize("k,tau", [(0, 1.0), (-3, 1.0), (10, 0.0), (10, -0.5), (10, float("inf"))])
 def test_bad_sample_count_or_temperature_names_the_document(tiny_hmm, k, tau):
     with pytest.raises(ValueError, match="a b c a"):
-        importance_log_weights(tiny_hmm, tiny_hmm.tokenize(SHORT_DOC), k, tau, True, 0, SHORT_DOC)
+        importance_log_weights(tiny_hmm, tiny_hmm.tokenize(SHORT_DOC), num_samples=k, temperature=tau, peek=True, seed=0, document=SHORT_DOC)
     with pytest.raises(ValueError):
         EstimatorSettings(num_samples=k, temperature=tau)
 
@@ -259,7 +259,7 @@ def test_perplexity_stderr_matches_the_spread_over_independent_runs(bundled_hmm,
 
     texts, k = bundled_test_texts[:4], 32
     tokens = [bundled_hmm.tokenize(t).numel() for t in texts]
-    runs = [[importance_log_weights(bundled_hmm, bundled_hmm.tokenize(t), k, peek=False, seed=s, document=t)
+    runs = [[importance_log_weights(bundled_hmm, bundled_hmm.tokenize(t), num_samples=k, peek=False, seed=s, document=t)
              for t in texts] for s in range(120)]
     for level, ppl in (("instance", instance_ppl), ("corpus", corpus_ppl)):
         spread = np.std([ppl(w, tokens) for w in runs], ddof=1)

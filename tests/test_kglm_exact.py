@@ -83,7 +83,7 @@ def test_importance_sampling_converges_to_exact(model):
     x = model.tokenize(TEXT)
     exact = exact_log_marginal(model, x)
     for peek, temperature in [(True, 1.0), (False, 1.0), (True, 2.0)]:
-        lw = importance_log_weights(model, x, 8192, temperature, peek, seed=3, document=TEXT)
+        lw = importance_log_weights(model, x, num_samples=8192, temperature=temperature, peek=peek, seed=3, document=TEXT)
         assert np.isfinite(lw).all()
         support = enumerate_latents(model, x.numel())
         se = exact_is_standard_error(model, x, support, temperature, peek, exact, lw.size)
@@ -125,7 +125,7 @@ def test_five_token_documents_exact(cutoff):
         assert float(torch.logsumexp(model.proposal.log_prob(x, z, 1.0, True), 0)) == pytest.approx(0, abs=1e-9)
         assert float(torch.logsumexp(model.proposal.log_prob(x, z, 0.7, False), 0)) == pytest.approx(0, abs=1e-9)
     exact = exact_log_marginal(model, x)
-    lw = importance_log_weights(model, x, 50_000, 1.0, True, seed=0, document="five")
+    lw = importance_log_weights(model, x, num_samples=50_000, temperature=1.0, peek=True, seed=0, document="five")
     assert log_mean_exp(lw) == pytest.approx(exact, abs=0.03)
     M = z["entity"].shape[0]
     assert beam_log_marginal(model, x, M, "five") == pytest.approx(exact, abs=1e-6)

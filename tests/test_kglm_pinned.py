@@ -121,11 +121,11 @@ def test_log_weights_of_fixed_seeds(bundled):
 
     for features, pins in ((False, TINY_PLAIN), (True, TINY_FEATURES)):
         model = tiny_kglm(proposal_features=features)
-        lw = importance_log_weights(model, model.tokenize("Ada Lovelace born London"), 6, 1.0, False, seed=5, document="pin")
+        lw = importance_log_weights(model, model.tokenize("Ada Lovelace born London"), num_samples=6, temperature=1.0, peek=False, seed=5, document="pin")
         assert lw.tolist() == pinned(pins["logw"], TOL_LOG_P)
     text = _bundled_document()
     x = bundled.tokenize(text)
-    assert importance_log_weights(bundled, x, 6, 1.0, True, seed=0, document=text).tolist() == pinned(
+    assert importance_log_weights(bundled, x, num_samples=6, temperature=1.0, peek=True, seed=0, document=text).tolist() == pinned(
         BUNDLED["logw_peek"], TOL_LOG_P)
-    assert importance_log_weights(bundled, x, 6, 0.7, False, seed=0, document=text).tolist() == pinned(
+    assert importance_log_weights(bundled, x, num_samples=6, temperature=0.7, peek=False, seed=0, document=text).tolist() == pinned(
         BUNDLED["logw_nopeek"], TOL_LOG_P)

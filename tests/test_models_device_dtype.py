@@ -80,7 +80,7 @@ def test_cuda_estimate_agrees_with_cpu_within_noise(name):
     estimates = []
     for device in ("cpu", "cuda"):
         model, _ = load_model(name, device=device)
-        lw = importance_log_weights(model, model.tokenize(doc).to(device), 4096, seed=3, document=doc, device=device)
+        lw = importance_log_weights(model, model.tokenize(doc).to(device), num_samples=4096, seed=3, document=doc, device=device)
         estimates.append((log_mean_exp(lw), relative_standard_error(lw)))  # se of log p̂ (delta method)
     (a, se_a), (b, se_b) = estimates
     assert abs(a - b) <= 5 * np.hypot(se_a, se_b) + 1e-3
@@ -99,7 +99,7 @@ def test_cuda_weights_do_not_depend_on_batch_size():
     model, _ = load_model("kglm", device="cuda")
     doc = read_documents(CORPORA["kglm"])[1]
     x = model.tokenize(doc).to("cuda")
-    one_block = importance_log_weights(model, x, 3000, seed=5, document=doc, device="cuda")
-    chunked = importance_log_weights(model, x, 3000, seed=5, document=doc, device="cuda", batch_size=700)
+    one_block = importance_log_weights(model, x, num_samples=3000, seed=5, document=doc, device="cuda")
+    chunked = importance_log_weights(model, x, num_samples=3000, seed=5, document=doc, device="cuda", batch_size=700)
     # the same particles (the sample block fixes them); cuBLAS picks its kernel by row count, so float32 rounding
     np.testing.assert_allclose(chunked, one_block, rtol=1e-6, atol=1e-4)

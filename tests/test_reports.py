@@ -15,7 +15,8 @@ import lm_latent_eval
 from lm_latent_eval.models import checkpoint_hash, default_checkpoint, load_model
 from lm_latent_eval.reports import card as card_mod
 from lm_latent_eval.reports import compare as compare_mod
-from lm_latent_eval.reports.lm_eval_output import Document, TaskRun, read_runs
+from lm_latent_eval.estimators import DocumentEstimate
+from lm_latent_eval.reports.lm_eval_output import TaskRun, read_runs
 
 HMM = default_checkpoint("hmm")
 LIMIT = "6"
@@ -136,7 +137,7 @@ def test_compare_refuses_different_documents(runs):
 
 
 def _synthetic_run(log_likelihoods, num_tokens) -> TaskRun:
-    docs = [Document(f"doc {n}", int(t), float(ll)) for n, (ll, t) in enumerate(zip(log_likelihoods, num_tokens))]
+    docs = [DocumentEstimate(f"doc {n}", int(t), float(ll)) for n, (ll, t) in enumerate(zip(log_likelihoods, num_tokens))]
     return TaskRun(Path("results_x.json"), Path("samples_x.jsonl"), "t", {"config": {}}, docs)
 
 
@@ -165,8 +166,8 @@ def test_card_names_ppl_and_upp_for_a_penalized_model():
     for n in range(5):
         penalty = rng.integers(0, 3, size=32).astype(float)
         plain = rng.normal(-30.0, 1.0, size=32)
-        docs.append(Document(f"doc {n}", 10, float(np.logaddexp.reduce(plain - penalty) - np.log(32)), plain - penalty,
-                             plain))
+        docs.append(DocumentEstimate(f"doc {n}", 10, float(np.logaddexp.reduce(plain - penalty) - np.log(32)), "is",
+                                     plain - penalty, unk_penalty=penalty))
     results = {"config": {"estimator_settings": {"estimator": "is", "num_samples": 32, "temperature": 1.0,
                                                  "peek": True, "seed": 1}, "model": "latent_kglm"}}
     card = card_mod.build_card(TaskRun(Path("results_x.json"), Path("samples_x.jsonl"), "linked_wikitext2_tiny",
@@ -174,7 +175,7 @@ def test_card_names_ppl_and_upp_for_a_penalized_model():
     values = {f["name"]: f["value"] for f in card["figures"]}
     upp, ppl = (values["UPP (unknown-penalized): instance-level perplexity"],
                 values["PPL (no unknown-word penalty): instance-level perplexity"])
-    expected_ppl = math.exp(-sum(float(np.logaddexp.reduce(d.log_weights_no_penalty) - np.log(32)) for d in docs) / 50)
+    expected_ppl = math.exp(-sum(float(np.logaddexp.reduce(d.log_weights_without_unk_penalty()) - np.log(32)) for d in docs) / 50)
     assert ppl == pytest.approx(expected_ppl) and upp > ppl
     assert "UPP (unknown-penalized): corpus-level perplexity" in values
     assert "PPL (no unknown-word penalty)" in card_mod.card_markdown(card)

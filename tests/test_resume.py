@@ -19,7 +19,7 @@ lm_eval = pytest.importorskip("lm_eval")
 from lm_eval.api.instance import Instance
 from lm_eval.tasks import TaskManager
 
-from lm_latent_eval.harness import backends, results_store
+from lm_latent_eval.harness import backends, results_store, rolling_estimates
 from lm_latent_eval.harness.backends import LatentHMMEval, LatentLMEval
 from lm_latent_eval.models import default_checkpoint
 from lm_latent_eval.models.hmm import HMMLanguageModel
@@ -65,7 +65,7 @@ def uninterrupted():
     """log p̂ and log weights of DOCS from a run without results_dir."""
     lm = LatentHMMEval(**ARGS)
     values = lm.loglikelihood_rolling(rolling(DOCS), disable_tqdm=True)
-    return values, [backends.document_estimate(t).log_weights for t in DOCS]
+    return values, [rolling_estimates.peek(t).log_weights for t in DOCS]
 
 
 def test_crashed_run_resumes_without_redoing_finished_documents(tmp_path, calls, uninterrupted):
@@ -80,7 +80,7 @@ def test_crashed_run_resumes_without_redoing_finished_documents(tmp_path, calls,
     assert calls == DOCS[4:]
     assert values == uninterrupted[0]  # bit for bit
     for text, weights in zip(DOCS, uninterrupted[1]):
-        assert np.array_equal(backends.document_estimate(text).log_weights, weights)
+        assert np.array_equal(rolling_estimates.peek(text).log_weights, weights)
     calls.clear()  # a third run computes nothing at all
     assert LatentHMMEval(**ARGS, results_dir=tmp_path).loglikelihood_rolling(rolling(DOCS), disable_tqdm=True) == values
     assert calls == []
@@ -90,7 +90,7 @@ KILLED_RUN = """
 import os, signal, sys
 import numpy as np
 from lm_eval.api.instance import Instance
-from lm_latent_eval.harness import backends, results_store
+from lm_latent_eval.harness import backends, results_store, rolling_estimates
 
 real_savez, count = np.savez, [0]
 def savez_then_die(fh, **arrays):  # the 5th document: write half a file, then SIGKILL mid-write
@@ -189,7 +189,7 @@ def test_stored_files_hold_text_tokens_estimate_and_weights(tmp_path):
         assert int(f["num_tokens"]) == lm.model.tokenize(DOCS[0]).numel()
         assert float(f["log_likelihood"]) == value
         assert f["log_weights"].shape == (32,)
-        assert np.array_equal(f["log_weights"], backends.document_estimate(DOCS[0]).log_weights)
+        assert np.array_equal(f["log_weights"], rolling_estimates.peek(DOCS[0]).log_weights)
 
 
 def test_damaged_result_file_is_reported_and_recomputed(tmp_path, calls):

@@ -116,7 +116,7 @@ def test_importance_sampling_converges_to_exact(count_eos):
     exact = exact_log_marginal(model, x)
     support = enumerate_trees(8)
     for temperature in (1.0, 2.0):
-        lw = importance_log_weights(model, x, 8192, temperature, True, seed=3, document=TEXT)
+        lw = importance_log_weights(model, x, num_samples=8192, temperature=temperature, peek=True, seed=3, document=TEXT)
         se = exact_is_standard_error(model, x, support, temperature, True, exact, lw.size)
         assert np.isfinite(lw).all() and se < 0.1
         assert log_mean_exp(lw) == pytest.approx(exact, abs=4 * se)
@@ -218,7 +218,7 @@ def test_peek_false_and_bad_inputs_are_clear_errors(model):
     with pytest.raises(ValueError, match="always reads all of x"):
         model.proposal.sample(x, 3, peek=False)
     with pytest.raises(ValueError, match="always reads all of x"):
-        importance_log_weights(model, x, 3, 1.0, False, seed=0, document="d")
+        importance_log_weights(model, x, num_samples=3, temperature=1.0, peek=False, seed=0, document="d")
     with pytest.raises(ValueError, match=r"2T-1=5"):
         model.log_joint(x, torch.zeros(2, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="SHIFT"):

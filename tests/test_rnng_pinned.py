@@ -68,7 +68,7 @@ def test_tiny_rnng_log_p_log_q_and_log_weights_are_pinned(count_eos):
         assert model.log_joint(x, z).tolist() == pinned(TINY[count_eos]["log_joint"], TOL)
         assert model.proposal.log_prob(x, z, 1.0).tolist() == pinned(TINY["q1"], TOL)
         assert model.proposal.log_prob(x, z, 0.7).tolist() == pinned(TINY["q07"], TOL)
-    lw = importance_log_weights(model, x, 6, 1.0, True, seed=5, document="pin")
+    lw = importance_log_weights(model, x, num_samples=6, temperature=1.0, peek=True, seed=5, document="pin")
     assert lw.tolist() == pinned(TINY[count_eos]["logw"], TOL)
 
 
@@ -86,11 +86,11 @@ def test_bundled_rnng_trees_log_p_and_log_q_are_pinned(bundled):
 def test_bundled_rnng_log_weights_of_fixed_seeds(bundled):
     K = 1000
     x = bundled.tokenize(BUNDLED_TEXT)
-    lw = importance_log_weights(bundled, x, K, 1.0, True, seed=0, document=BUNDLED_TEXT)
+    lw = importance_log_weights(bundled, x, num_samples=K, temperature=1.0, peek=True, seed=0, document=BUNDLED_TEXT)
     assert lw[:4].tolist() == pinned(BUNDLED["logw1000_head"], TOL)
     assert lw.sum() == pinned(BUNDLED["logw1000_sum"], K * TOL)
-    lw = importance_log_weights(bundled, x, K, 2.0, True, seed=0, document=BUNDLED_TEXT)
+    lw = importance_log_weights(bundled, x, num_samples=K, temperature=2.0, peek=True, seed=0, document=BUNDLED_TEXT)
     assert lw.sum() == pinned(BUNDLED["logw1000_t2_sum"], K * TOL)
     texts = read_documents(str(DATA_DIR / "ptb_tiny" / "test.txt"))[:10]
-    sums = [importance_log_weights(bundled, bundled.tokenize(t), K, 1.0, True, seed=0, document=t).sum() for t in texts]
+    sums = [importance_log_weights(bundled, bundled.tokenize(t), num_samples=K, temperature=1.0, peek=True, seed=0, document=t).sum() for t in texts]
     assert sums == pinned(BUNDLED["bench_sums"], K * TOL)

@@ -15,7 +15,7 @@ from test_smc import WholeDocumentOnly
 
 from lm_latent_eval.estimators import EstimatorSettings, estimate_document
 from lm_latent_eval.estimators.smc import runs_corpus_log_likelihood
-from lm_latent_eval.harness import backends
+from lm_latent_eval.harness import backends, rolling_estimates
 from lm_latent_eval.harness.backends import LatentHMMEval, LatentLMEval
 from lm_latent_eval.harness.results_store import ResultsStore
 
@@ -42,22 +42,22 @@ def test_task_reports_smc_perplexity_and_diagnostics_from_the_same_estimates(smc
     tokens = sum(e.num_tokens for e in estimates)
     ll = sum(e.log_likelihood for e in estimates)
     assert res["is_instance_perplexity,none"] == pytest.approx(math.exp(-ll / tokens), rel=1e-12)
-    corpus = runs_corpus_log_likelihood([e.diagnostics["run_log_likelihoods"] for e in estimates],
-                                        [e.diagnostics["run_sizes"] for e in estimates])
+    corpus = runs_corpus_log_likelihood([e.diagnostics.run_log_likelihoods for e in estimates],
+                                        [e.diagnostics.run_sizes for e in estimates])
     assert res["is_corpus_perplexity,none"] == pytest.approx(math.exp(-corpus / tokens), rel=1e-12)
     assert res["is_corpus_perplexity,none"] != pytest.approx(res["is_instance_perplexity,none"], rel=1e-6)
     diags = [e.diagnostics for e in estimates if e.num_tokens]
-    assert res["smc_ess_min,none"] == pytest.approx(min(d["ess_min"] for d in diags))
-    assert res["smc_resampling_steps,none"] == pytest.approx(np.mean([d["resampling_steps"] for d in diags]))
+    assert res["smc_ess_min,none"] == pytest.approx(min(d.ess_min for d in diags))
+    assert res["smc_resampling_steps,none"] == pytest.approx(np.mean([d.resampling_steps for d in diags]))
     assert res["smc_resampling_steps,none"] > 0
-    se = math.sqrt(sum(d["log_likelihood_se"] ** 2 for d in diags))  # Lee-Whiteley, independent documents
+    se = math.sqrt(sum(d.log_likelihood_se ** 2 for d in diags))  # Lee-Whiteley, independent documents
     assert res["is_instance_perplexity_stderr,none"] == pytest.approx(res["is_instance_perplexity,none"] * se / tokens)
     # corpus level: the runs' Lee-Whiteley variances, combined over documents and the two paired runs
     from lm_latent_eval.estimators.smc import runs_corpus_relative_variance
 
-    rel_var = runs_corpus_relative_variance([e.diagnostics["run_log_likelihoods"] for e in estimates],
-                                            [e.diagnostics["run_sizes"] for e in estimates],
-                                            [e.diagnostics["run_relative_variances"] for e in estimates])
+    rel_var = runs_corpus_relative_variance([e.diagnostics.run_log_likelihoods for e in estimates],
+                                            [e.diagnostics.run_sizes for e in estimates],
+                                            [e.diagnostics.run_relative_variances for e in estimates])
     assert res["is_corpus_perplexity_stderr,none"] == pytest.approx(
         res["is_corpus_perplexity,none"] * math.sqrt(rel_var) / tokens)
     assert res["is_corpus_perplexity_stderr,none"] > 0 and res["is_instance_perplexity_stderr,none"] > 0
@@ -65,12 +65,12 @@ def test_task_reports_smc_perplexity_and_diagnostics_from_the_same_estimates(smc
 
 
 def test_smc_estimates_are_resumed_with_their_diagnostics(tmp_path, smc_run):  # smc_run fills the estimate table
-    est = backends.document_estimate(CORPUS[3])
+    est = rolling_estimates.peek(CORPUS[3])
     store = ResultsStore(tmp_path, {"any": "identity"})
     store.put(est)
     back = store.get(CORPUS[3])
     np.testing.assert_array_equal(back.log_weights, est.log_weights)
-    assert back.diagnostics == est.diagnostics and back.diagnostics["estimator"] == "smc"
+    assert back.diagnostics == est.diagnostics and back.estimator == "smc"
 
 
 @pytest.mark.parametrize("arg_string, match", [("estimator=smc,resample_threshold=2", "resample_threshold must be"),

@@ -61,8 +61,8 @@ def test_increments_sum_to_log_joint_minus_log_q(case, peek, tau):
 def test_without_resampling_smc_weights_are_the_is_weights_of_the_same_draws(case, peek, tau):
     """Threshold 0: the stepwise proposal consumes the random stream as proposal.sample does, draw for draw."""
     model, text, x, _ = case
-    lw_is = importance_log_weights(model, x, 200, tau, peek, 4, text)
-    lw_smc, _ = smc_log_weights(model, x, 200, tau, peek, 4, text, 0.0, 1)
+    lw_is = importance_log_weights(model, x, num_samples=200, temperature=tau, peek=peek, seed=4, document=text)
+    lw_smc, _ = smc_log_weights(model, x, num_samples=200, temperature=tau, peek=peek, seed=4, document=text, resample_threshold=0.0, smc_runs=1)
     np.testing.assert_allclose(lw_smc, lw_is, rtol=0, atol=ATOL)
     assert np.unique(lw_is).size > 5
 
@@ -71,9 +71,9 @@ def test_without_resampling_smc_weights_are_the_is_weights_of_the_same_draws(cas
 def test_smc_is_unbiased_against_enumeration(case, peek, threshold):
     """Mean of p̂/p over 300 runs of K = 4 is 1 within 3 standard errors; E log p̂ ≤ log p."""
     model, text, x, log_p = case
-    runs = [smc_log_weights(model, x, 4, 1.0, peek, s, text, threshold, 1) for s in range(300)]
+    runs = [smc_log_weights(model, x, num_samples=4, temperature=1.0, peek=peek, seed=s, document=text, resample_threshold=threshold, smc_runs=1) for s in range(300)]
     log_phat = np.array([log_mean_exp(lw) for lw, _ in runs])
     assert_unbiased(log_phat, log_p)
     assert log_phat.mean() < log_p
     if threshold == 1.0:
-        assert np.mean([d["resampling_steps"] for _, d in runs]) > 0.5
+        assert np.mean([d.resampling_steps for _, d in runs]) > 0.5

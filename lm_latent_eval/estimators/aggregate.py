@@ -48,7 +48,7 @@ def stack_equal_k(log_weights: Sequence) -> np.ndarray:
     return np.stack([as_log_weights(lw, f"document {n}") for n, lw in enumerate(log_weights)])
 
 
-def _total_tokens(num_tokens: Sequence[int], n_docs: int) -> int:
+def total_tokens(num_tokens: Sequence[int], n_docs: int) -> int:
     if len(num_tokens) != n_docs:
         raise ValueError(f"got {n_docs} documents but {len(num_tokens)} token counts")
     if any(int(t) < 0 for t in num_tokens):
@@ -61,7 +61,7 @@ def _total_tokens(num_tokens: Sequence[int], n_docs: int) -> int:
 
 def instance_ppl(log_weights: Sequence, num_tokens: Sequence[int]) -> float:
     """Instance-level PPL = exp(−Σ_n log p̂(x_n) / Σ_n T_n)."""
-    total = _total_tokens(num_tokens, len(log_weights))
+    total = total_tokens(num_tokens, len(log_weights))
     return math.exp(-float(instance_log_likelihoods(log_weights).sum()) / total)
 
 
@@ -72,7 +72,7 @@ def corpus_log_likelihood(log_weights: Sequence) -> float:
 
 def corpus_ppl(log_weights: Sequence, num_tokens: Sequence[int]) -> float:
     """Corpus-level PPL = exp(−(logsumexp_k Σ_n log w_nk − log K) / Σ_n T_n)."""
-    total = _total_tokens(num_tokens, len(log_weights))
+    total = total_tokens(num_tokens, len(log_weights))
     return math.exp(-corpus_log_likelihood(log_weights) / total)
 
 
@@ -84,5 +84,5 @@ def perplexity(log_likelihoods: Sequence[float], num_tokens: Sequence[int]) -> f
     bad = np.flatnonzero(np.isnan(ll) | np.isposinf(ll))
     if bad.size:
         raise ValueError(f"document {int(bad[0])}: log likelihood {ll[bad[0]]} is not a valid log probability")
-    total = _total_tokens(num_tokens, ll.size)
+    total = total_tokens(num_tokens, ll.size)
     return math.exp(-float(ll.sum()) / total)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import logsumexp
 
 from .aggregate import log_mean_exp
+from .bootstrap import bootstrap_log_means
 
 PARETO_K_THRESHOLD = 0.7  # above this, PSIS says the IS estimate is unreliable (Vehtari et al. 2024)
 
@@ -44,21 +46,11 @@ def pareto_khat(log_weights: np.ndarray) -> float:
     return khat if math.isfinite(khat) else float("nan")
 
 
-def bootstrap_ci(
-    log_weights: np.ndarray, level: float = 0.95, num_resamples: int = 1000, seed: int = 0, chunk: int = 2**22
-) -> tuple[float, float]:
+def bootstrap_ci(log_weights: np.ndarray, level: float = 0.95, num_resamples: int = 1000, seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap interval of log p̂ over resamples of the K weights (with replacement)."""
-    lw = np.asarray(log_weights, dtype=np.float64)
-    rng = np.random.default_rng(seed)
-    k = lw.size
-    rows = max(1, chunk // k)
-    stats = []
-    for start in range(0, num_resamples, rows):
-        n = min(rows, num_resamples - start)
-        stats.append(log_mean_exp(lw[rng.integers(0, k, size=(n, k))], axis=1))
-    stats = np.concatenate(stats)
+    log_means, _ = bootstrap_log_means(log_weights, num_resamples, np.random.default_rng(seed))
     alpha = (1.0 - level) / 2.0
-    lo, hi = np.quantile(stats, [alpha, 1.0 - alpha])
+    lo, hi = np.quantile(log_means, [alpha, 1.0 - alpha])
     return float(lo), float(hi)
 
 
@@ -76,20 +68,27 @@ def convergence_curve(log_weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ks, running[ks - 1] - np.log(ks)
 
 
-def summarize(log_weights: np.ndarray, seed: int = 0) -> dict:
-    """All diagnostics of one document's weights as a JSON-ready dict."""
+@dataclass
+class ISDiagnostics:
+    """Diagnostics of one document's K importance weights: ESS, Pareto k̂, a 95% percentile bootstrap interval of
+    log p̂, and the convergence curve log p̂ from the first K' samples (K' = 1, 2, 4, ..., K)."""
+
+    num_samples: int
+    log_likelihood: float
+    ess: float
+    pareto_k: float
+    ci95: list[float]
+    convergence_k: list[int]
+    convergence_log_likelihood: list[float]
+
+
+def summarize(log_weights: np.ndarray, seed: int = 0) -> ISDiagnostics:
+    """All diagnostics of one document's weights."""
     lw = np.asarray(log_weights, dtype=np.float64)
     lo, hi = bootstrap_ci(lw, seed=seed)
     ks, curve = convergence_curve(lw)
-    return {
-        "num_samples": int(lw.size),
-        "log_likelihood": float(log_mean_exp(lw)),
-        "ess": effective_sample_size(lw),
-        "pareto_k": pareto_khat(lw),
-        "ci95": [lo, hi],
-        "convergence_k": ks.tolist(),
-        "convergence_log_likelihood": curve.tolist(),
-    }
+    return ISDiagnostics(int(lw.size), float(log_mean_exp(lw)), effective_sample_size(lw), pareto_khat(lw), [lo, hi],
+                         ks.tolist(), curve.tolist())
 
 
 def share_above(values, threshold: float = PARETO_K_THRESHOLD) -> float:
@@ -118,39 +117,21 @@ def reliability_warning(log_weights, advice: str) -> str | None:
     )
 
 
-def bootstrap_log_likelihoods(log_weights: np.ndarray, num_resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """log p̂ of ``num_resamples`` resamples (with replacement) of one document's K log weights: float64 [B]."""
-    lw = np.asarray(log_weights, dtype=np.float64)
-    rows = max(1, 2**22 // lw.size)
-    out = [
-        log_mean_exp(lw[rng.integers(0, lw.size, size=(min(rows, num_resamples - s), lw.size))], axis=1)
-        for s in range(0, num_resamples, rows)
-    ]
-    return np.concatenate(out)
-
-
-def corpus_bootstrap_log_likelihoods(stacked: np.ndarray, num_resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """Corpus log p̂ of resamples of the sample index k, drawn jointly for every document of [N, K]: float64 [B]."""
-    joint = stacked.sum(axis=0)  # [K]: log weight of corpus sample k
-    idx = rng.integers(0, joint.size, size=(num_resamples, joint.size))
-    return log_mean_exp(joint[idx], axis=1)
-
-
 def perplexity_stderr(log_weights, num_tokens, level: str = "instance", num_resamples: int = 1000, seed: int = 0) -> float:
     """Monte Carlo standard error of IS perplexity (documents fixed): std of PPL over bootstrap resamples of the K samples.
 
     ``level="instance"`` resamples each document's weights independently (Eq. 5); ``"corpus"`` resamples the sample
     index k jointly across documents (Eq. 6). It measures the estimator's randomness, not document-sampling error.
     """
-    from .aggregate import _total_tokens, as_log_weights, stack_equal_k
+    from .aggregate import as_log_weights, stack_equal_k, total_tokens
 
     lws = [as_log_weights(lw, f"document {n}") for n, lw in enumerate(log_weights)]
-    total = _total_tokens(num_tokens, len(lws))
+    total = total_tokens(num_tokens, len(lws))
     rng = np.random.default_rng(seed)
     if level == "instance":
-        log_liks = np.sum([bootstrap_log_likelihoods(lw, num_resamples, rng) for lw in lws], axis=0)
-    elif level == "corpus":
-        log_liks = corpus_bootstrap_log_likelihoods(stack_equal_k(lws), num_resamples, rng)
+        log_liks = np.sum([bootstrap_log_means(lw, num_resamples, rng)[0] for lw in lws], axis=0)
+    elif level == "corpus":  # the sample index k resampled jointly: a bootstrap of the joint weights Σ_n log w_nk
+        log_liks = bootstrap_log_means(stack_equal_k(lws).sum(axis=0), num_resamples, rng)[0]
     else:
         raise ValueError(f"level must be 'instance' or 'corpus', got {level!r}")
     return float(np.std(np.exp(-log_liks / total), ddof=1))
@@ -190,24 +171,17 @@ def corpus_report(
     weights resampled independently for Eq. 5; the sample index k resampled jointly across documents for Eq. 6), the
     convergence curve over K, and with beam bounds the strict perplexity bound exp(−Σ beam / Σ T) ≥ true PPL.
     """
-    from .aggregate import (
-        _total_tokens,
-        as_log_weights,
-        corpus_ppl,
-        instance_ppl,
-        perplexity,
-        stack_equal_k,
-    )
+    from .aggregate import as_log_weights, corpus_ppl, instance_ppl, stack_equal_k, total_tokens
 
     lws = [as_log_weights(lw, f"document {n}") for n, lw in enumerate(log_weights)]
     if not lws:
         raise ValueError("no documents")
-    total = _total_tokens(num_tokens, len(lws))
+    total = total_tokens(num_tokens, len(lws))
     if corpus_level:
         stacked = stack_equal_k(lws)  # clear error on unequal K
     rng = np.random.default_rng(seed)
     alpha = (1.0 - level) / 2.0
-    boot = np.stack([bootstrap_log_likelihoods(lw, num_resamples, rng) for lw in lws])  # [N, B]
+    boot = np.stack([bootstrap_log_means(lw, num_resamples, rng)[0] for lw in lws])  # [N, B]
     doc_ci = np.quantile(boot, [alpha, 1.0 - alpha], axis=1).T  # [N, 2]
     inst_ci = np.exp(-np.quantile(boot.sum(axis=0), [1.0 - alpha, alpha]) / total)
     khat = np.array([pareto_khat(lw) for lw in lws])
@@ -229,14 +203,21 @@ def corpus_report(
         "convergence": corpus_convergence_curve(lws, num_tokens),
     }
     if corpus_level:
-        corpus_boot = corpus_bootstrap_log_likelihoods(stacked, num_resamples, rng)
+        corpus_boot = bootstrap_log_means(stacked.sum(axis=0), num_resamples, rng)[0]
         report["corpus_perplexity"] = corpus_ppl(lws, num_tokens)
         report["corpus_perplexity_ci"] = np.exp(-np.quantile(corpus_boot, [1.0 - alpha, alpha]) / total).tolist()
     if beam_log_likelihoods is not None:
-        beam = np.asarray(beam_log_likelihoods, dtype=np.float64)
-        if beam.shape != lls.shape:
-            raise ValueError(f"got {beam.size} beam bounds for {lls.size} documents")
-        report["beam_perplexity"] = perplexity(beam, num_tokens)
-        report["beam_log_likelihoods"] = beam.tolist()
-        report["share_below_beam_bound"] = float((lls < beam).mean())
+        report |= beam_report(beam_log_likelihoods, lls, num_tokens)
     return report
+
+
+def beam_report(beam_log_likelihoods, log_likelihoods: np.ndarray, num_tokens) -> dict:
+    """The strict perplexity bound exp(−Σ beam / Σ T) ≥ true PPL, and the share of documents whose estimate log p̂
+    lies under its beam lower bound (an estimate that can be improved)."""
+    from .aggregate import perplexity
+
+    beam = np.asarray(beam_log_likelihoods, dtype=np.float64)
+    if beam.shape != log_likelihoods.shape:
+        raise ValueError(f"got {beam.size} beam bounds for {log_likelihoods.size} documents")
+    return {"beam_perplexity": perplexity(beam, num_tokens), "beam_log_likelihoods": beam.tolist(),
+            "share_below_beam_bound": float((log_likelihoods < beam).mean())}

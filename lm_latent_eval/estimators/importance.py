@@ -54,6 +54,7 @@ def _check_log_joint(log_p: torch.Tensor, k: int, doc: str) -> torch.Tensor:
 def importance_log_weights(
     model: LatentLM,
     x: torch.Tensor,
+    *,
     num_samples: int,
     temperature: float = 1.0,
     peek: bool = True,

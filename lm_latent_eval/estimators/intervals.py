@@ -13,16 +13,19 @@ p̂ = mean_k w_k is unbiased for p and, by the central limit theorem, close to n
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 from collections.abc import Sequence
 
 import numpy as np
 from scipy import stats
 
+from ..paths import DATA_DIR
 from .aggregate import log_mean_exp
+from .bootstrap import bootstrap_log_means
 
 INTERVAL_METHODS = ("percentile", "student", "bootstrap_t")
-_CHUNK = 2**22  # bootstrap indices drawn at a time
 
 
 def relative_standard_error(log_weights: np.ndarray) -> float:
@@ -39,23 +42,6 @@ def _log_bounds(rel_lo: float, rel_hi: float, log_p_hat: float) -> tuple[float, 
     lo = log_p_hat + math.log1p(rel_lo) if rel_lo > -1.0 else -math.inf
     hi = log_p_hat + math.log1p(rel_hi) if rel_hi > -1.0 else -math.inf
     return lo, hi
-
-
-def _resample_stats(lw: np.ndarray, num_resamples: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """(log p̂*, relative se*) of ``num_resamples`` resamples of the K log weights: float64 [B] each."""
-    k = lw.size
-    rows = max(1, _CHUNK // k)
-    log_means, rel_se = [], []
-    shift = lw.max()
-    w = np.exp(lw - shift)
-    for start in range(0, num_resamples, rows):
-        idx = rng.integers(0, k, size=(min(rows, num_resamples - start), k))
-        sample = w[idx]
-        mean = sample.mean(axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            log_means.append(np.log(mean) + shift)
-            rel_se.append(sample.std(axis=1, ddof=1) / math.sqrt(k) / mean)
-    return np.concatenate(log_means), np.concatenate(rel_se)
 
 
 def log_likelihood_interval(
@@ -80,7 +66,7 @@ def log_likelihood_interval(
             return -math.inf, math.inf
         t = stats.t.ppf(1.0 - alpha, lw.size - 1)
         return _log_bounds(-t * rel, t * rel, log_p_hat)
-    log_means, rel_se = _resample_stats(lw, num_resamples, rng)
+    log_means, rel_se = bootstrap_log_means(lw, num_resamples, rng)
     if method == "percentile":
         lo, hi = np.quantile(log_means, [alpha, 1.0 - alpha])
         return float(lo), float(hi)
@@ -120,7 +106,7 @@ def corpus_log_likelihood_interval(
         z = stats.norm.ppf(1.0 - alpha)
         centre, se = total + 0.5 * float(np.sum(rel**2)), float(math.sqrt(np.sum(rel**2)))
         return centre - z * se, centre + z * se
-    draws = [_resample_stats(lw, num_resamples, rng) for lw in lws]
+    draws = [bootstrap_log_means(lw, num_resamples, rng) for lw in lws]
     sums = np.sum([d[0] for d in draws], axis=0)  # [B]
     if method == "percentile":
         lo, hi = np.quantile(sums, [alpha, 1.0 - alpha])
@@ -140,44 +126,43 @@ def corpus_log_likelihood_interval(
 
 DEFAULT_INTERVAL = "student"  # no resampling; per document as good as the bootstrap methods, better than percentile over documents
 
-# Share of 95% intervals that covered the exact value, lowest and highest over the reference cases, measured by
-# bench/interval_coverage.py (300 runs per document; table in the README): "document" = log p(x) of one document
-# (HMM with and without peeking on 10 documents, enumerated KGLM and EntityNLM, each with and without peeking);
-# "corpus" = Σ_n log p(x_n) over the HMM's 10 documents (what an instance-level perplexity interval states).
-MEASURED_COVERAGE: dict[str, dict[int, dict[str, tuple[float, float]]]] = {
-    "percentile": {10: {"document": (0.408, 0.870), "corpus": (0.050, 0.083)},
-                   100: {"document": (0.799, 0.935), "corpus": (0.677, 0.727)},
-                   1000: {"document": (0.889, 0.948), "corpus": (0.740, 0.823)}},
-    "student": {10: {"document": (0.458, 0.912), "corpus": (0.040, 0.083)},
-                100: {"document": (0.794, 0.943), "corpus": (0.840, 0.900)},
-                1000: {"document": (0.883, 0.953), "corpus": (0.797, 0.867)}},
-    "bootstrap_t": {10: {"document": (0.481, 0.890), "corpus": (0.587, 0.707)},
-                    100: {"document": (0.774, 0.937), "corpus": (0.870, 0.963)},
-                    1000: {"document": (0.884, 0.949), "corpus": (0.797, 0.867)}},
-}
+# The committed outputs of bench/interval_coverage.py: share of 95% intervals that covered the exact value over repeated
+# runs (HMM with and without peeking on 10 documents, enumerated KGLM and EntityNLM), and of the lower end alone.
+COVERAGE_FILE = DATA_DIR / "interval_coverage" / "coverage.json"
+ONE_SIDED_COVERAGE_FILE = DATA_DIR / "interval_coverage" / "one_sided" / "coverage.json"
 
 
-# Share of runs whose exact log p was at least the lower end of the 95% student interval, i.e. the true perplexity was
-# at most the upper end of the perplexity interval (lowest over the same cases; bench/interval_coverage/one_sided,
-# 100 runs per document): IS underestimates log p, so nearly every miss of the two-sided interval is on the other side.
-MEASURED_UPPER_END = {"student": {10: {"document": 0.828, "corpus": 0.99},
-                                  100: {"document": 0.969, "corpus": 0.95},
-                                  1000: {"document": 0.981, "corpus": 0.97}}}
+@functools.cache
+def _coverage_results(path: str) -> dict:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)["results"]
+
+
+def _coverage_range(path: str, method: str, num_samples: int, key: str) -> tuple[int, float, float] | None:
+    """(K, lowest, highest) of ``key`` (e.g. ``document_coverage``) over the cases at the measured K nearest
+    ``num_samples`` (log scale); None when ``method`` was not measured."""
+    by_k = [by_k for by_k in _coverage_results(path).values()]
+    sizes = sorted({int(k) for row in by_k for k, methods in row.items() if method in methods})
+    if not sizes:
+        return None
+    k = min(sizes, key=lambda size: abs(math.log(size) - math.log(max(num_samples, 1))))
+    values = [row[str(k)][method][key] for row in by_k if method in row.get(str(k), {})]
+    values = [v for v in values if v is not None]
+    return k, min(values), max(values)
 
 
 def measured_coverage(method: str, num_samples: int, scope: str = "document") -> str:
     """A sentence with the measured coverage of ``method``'s 95% interval at the K nearest ``num_samples`` (log scale);
     ``scope`` is ``document`` (log p of one text) or ``corpus`` (a sum over documents)."""
-    table = MEASURED_COVERAGE.get(method)
-    if not table:
+    measured = _coverage_range(str(COVERAGE_FILE), method, num_samples, f"{scope}_coverage")
+    if measured is None:
         return "coverage of this interval not measured"
-    k = min(table, key=lambda size: abs(math.log(size) - math.log(max(num_samples, 1))))
-    lo, hi = table[k][scope]
+    k, lo, hi = measured
     what = "per document" if scope == "document" else "of a 10-document sum (HMM)"
     text = (f"measured coverage of 95% {method} intervals at K = {k} on the reference models "
             f"(bench/interval_coverage.py): {100 * lo:.0f}–{100 * hi:.0f}% {what}")
-    upper = MEASURED_UPPER_END.get(method, {}).get(k)
-    if upper is not None:
-        text += (f"; the true perplexity was below the interval's upper end in at least {100 * upper[scope]:.0f}% "
+    upper = _coverage_range(str(ONE_SIDED_COVERAGE_FILE), method, k, f"{scope}_lower_end_coverage")
+    if upper is not None and upper[0] == k:
+        text += (f"; the true perplexity was below the interval's upper end in at least {100 * upper[1]:.0f}% "
                  "of runs (misses lie almost all below the interval: IS overestimates perplexity)")
     return text

@@ -16,6 +16,7 @@ Var(p̂)/p² from each run's genealogy (Eve indices), and with R ≥ 2 runs also
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -88,9 +89,45 @@ def _check_increment(inc: torch.Tensor, n: int, t: int, doc: str) -> torch.Tenso
     return inc
 
 
+@dataclass
+class SMCRun:
+    """One SMC run of N particles: final log weights [N] (mean of exp = p̂), log p̂, resampling count, ESS per token
+    and the Lee-Whiteley estimate of Var(p̂)/p²."""
+
+    log_weights: np.ndarray
+    log_likelihood: float
+    resampling_steps: int
+    ess: list[float]
+    relative_variance: float
+
+
+@dataclass
+class SMCDiagnostics:
+    """What the R independent SMC runs of one document say about its estimate log p̂ (float64 throughout).
+
+    ``log_likelihood_se``: standard error of log p̂ by the delta method from every run's Lee-Whiteley variance;
+    ``log_likelihood_se_runs`` the same from the spread of the R ≥ 2 runs (NaN for one run); ESS over tokens is
+    summed over runs (effective particles out of K); ``resampling_steps`` is per run, mean over runs.
+    """
+
+    num_samples: int
+    resample_threshold: float
+    log_likelihood: float
+    smc_runs: int
+    run_sizes: list[int]
+    run_log_likelihoods: list[float]
+    run_relative_variances: list[float]  # Lee-Whiteley Var(p̂_r)/p̂_r² of every run
+    log_likelihood_se: float
+    log_likelihood_se_runs: float
+    run_log_likelihood_sd: float  # standard deviation of log p̂_r over the runs (R ≥ 2)
+    resampling_steps: float
+    ess_min: float
+    ess_mean: float
+
+
 @torch.no_grad()
-def smc_run(model, x, num_particles, temperature, peek, resample_threshold, generator, doc="document") -> dict:
-    """One SMC run of N particles: final log weights [N] (mean of exp = p̂), log p̂, resampling count, ESS per token."""
+def smc_run(model, x, num_particles, temperature, peek, resample_threshold, generator, doc="document") -> SMCRun:
+    """One SMC run of N particles over the text x [T] (see the module docstring)."""
     T = int(x.shape[0])
     state = model.smc_init(x, num_particles, temperature=temperature, peek=peek)
     log_w = torch.zeros(num_particles, dtype=torch.float64)
@@ -101,8 +138,7 @@ def smc_run(model, x, num_particles, temperature, peek, resample_threshold, gene
         state, inc = model.smc_step(state, t, generator)
         log_w = log_w + _check_increment(inc, num_particles, t, doc)
         if torch.isneginf(log_w).all():  # every particle has p = 0: this run's p̂ is 0, nothing left to propagate
-            return {"log_weights": np.full(num_particles, -np.inf), "log_likelihood": -math.inf,
-                    "resampling_steps": resampled, "ess": ess + [0.0] * (T - t), "relative_variance": 0.0}
+            return SMCRun(np.full(num_particles, -np.inf), -math.inf, resampled, ess + [0.0] * (T - t), 0.0)
         ess.append(math.exp(_log_ess(log_w)))
         if t < T - 1 and ess[-1] < resample_threshold * num_particles:
             banked += float(torch.logsumexp(log_w, 0)) - math.log(num_particles)
@@ -111,10 +147,9 @@ def smc_run(model, x, num_particles, temperature, peek, resample_threshold, gene
             eve = eve[ancestors]
             log_w = torch.zeros_like(log_w)
             resampled += 1
-    final = banked + log_w.numpy()
     log_likelihood = banked + float(torch.logsumexp(log_w, 0)) - math.log(num_particles)
-    return {"log_weights": final, "log_likelihood": log_likelihood, "resampling_steps": resampled, "ess": ess,
-            "relative_variance": lee_whiteley_relative_variance(log_w, eve, resampled)}
+    return SMCRun(banked + log_w.numpy(), log_likelihood, resampled, ess,
+                  lee_whiteley_relative_variance(log_w, eve, resampled))
 
 
 def lee_whiteley_relative_variance(log_w: torch.Tensor, eve: torch.Tensor, num_resampling: int) -> float:
@@ -135,6 +170,7 @@ def lee_whiteley_relative_variance(log_w: torch.Tensor, eve: torch.Tensor, num_r
 def smc_log_weights(
     model,
     x: torch.Tensor,
+    *,
     num_samples: int,
     temperature: float = 1.0,
     peek: bool = True,
@@ -144,7 +180,7 @@ def smc_log_weights(
     smc_runs: int = DEFAULT_SMC_RUNS,
     device: torch.device | str = "cpu",
     progress=None,
-) -> tuple[np.ndarray, dict]:
+) -> tuple[np.ndarray, SMCDiagnostics]:
     """K final SMC log weights, float64 [K] (log p̂ = logsumexp − log K), and the run diagnostics of one document.
 
     The weight of particle k of run r is log p̂_r(earlier epochs) + log w_k(last epoch), so mean_k exp = Σ_r N_r p̂_r / K.
@@ -160,7 +196,7 @@ def smc_log_weights(
                             document_generator(seed, document, r, device=device), doc))
         if progress is not None:
             progress.update(n)
-    log_weights = np.concatenate([run["log_weights"] for run in runs])
+    log_weights = np.concatenate([run.log_weights for run in runs])
     if np.isneginf(log_weights).all():
         raise ValueError(
             f"{doc}: all {num_samples} particles have p(x, z) = 0: the proposal misses the support of the model"
@@ -168,39 +204,44 @@ def smc_log_weights(
     return log_weights, smc_diagnostics(runs, sizes, resample_threshold)
 
 
-def smc_diagnostics(runs: list[dict], sizes: list[int], resample_threshold: float) -> dict:
+def smc_diagnostics(runs: list[SMCRun], sizes: list[int], resample_threshold: float) -> SMCDiagnostics:
     """Resampling count, ESS over tokens (summed over runs: effective particles out of K), run spread and its SE."""
     sizes_arr = np.asarray(sizes, dtype=np.float64)
-    run_ll = np.array([run["log_likelihood"] for run in runs], dtype=np.float64)
+    run_ll = np.array([run.log_likelihood for run in runs], dtype=np.float64)
     share = sizes_arr / sizes_arr.sum()
     finite = run_ll[np.isfinite(run_ll)]
     log_p = float(np.log(np.sum(share * np.exp(run_ll - finite.max())))) + float(finite.max())
-    ess = np.sum([run["ess"] for run in runs], axis=0) if runs[0]["ess"] else np.zeros(0)
+    ess = np.sum([run.ess for run in runs], axis=0) if runs[0].ess else np.zeros(0)
     rel = np.exp(run_ll - log_p)  # p̂_r / p̂
     # p̂ = Σ_r s_r p̂_r, independent runs: Var(p̂)/p̂² ≈ Σ_r s_r² (p̂_r/p̂)² v̂_r; SE(log p̂) ≈ √ of it (delta method)
-    rel_var = float(np.sum(share**2 * rel**2 * np.array([run["relative_variance"] for run in runs])))
+    rel_var = float(np.sum(share**2 * rel**2 * np.array([run.relative_variance for run in runs])))
     if len(runs) > 1:  # the same from the spread of the runs alone
         runs_se = float(math.sqrt(np.sum(share**2) * np.var(rel, ddof=1)))
         spread = float(np.std(run_ll, ddof=1)) if np.isfinite(run_ll).all() else math.inf
     else:
         runs_se, spread = math.nan, math.nan
-    return {
-        "estimator": "smc",
-        "num_samples": int(sizes_arr.sum()),
-        "resample_threshold": float(resample_threshold),
-        "log_likelihood": log_p,
-        "smc_runs": len(runs),
-        "run_sizes": [int(n) for n in sizes],
-        "run_log_likelihoods": run_ll.tolist(),
-        "run_relative_variances": [float(run["relative_variance"]) for run in runs],  # Lee-Whiteley Var(p̂_r)/p̂_r²
-        # standard error of log p̂ (delta method) from the Lee-Whiteley variance estimate of every run
-        "log_likelihood_se": math.sqrt(rel_var) if rel_var >= 0 else 0.0 if math.isfinite(rel_var) else math.nan,
-        "log_likelihood_se_runs": runs_se,  # the same from the spread of the independent runs (R ≥ 2)
-        "run_log_likelihood_sd": spread,  # standard deviation of log p̂_r over the runs (R ≥ 2)
-        "resampling_steps": float(np.mean([run["resampling_steps"] for run in runs])),  # per run, mean over runs
-        "ess_min": float(ess.min()) if ess.size else math.nan,
-        "ess_mean": float(ess.mean()) if ess.size else math.nan,
-    }
+    return SMCDiagnostics(
+        num_samples=int(sizes_arr.sum()),
+        resample_threshold=float(resample_threshold),
+        log_likelihood=log_p,
+        smc_runs=len(runs),
+        run_sizes=[int(n) for n in sizes],
+        run_log_likelihoods=run_ll.tolist(),
+        run_relative_variances=[float(run.relative_variance) for run in runs],
+        log_likelihood_se=math.sqrt(rel_var) if rel_var >= 0 else 0.0 if math.isfinite(rel_var) else math.nan,
+        log_likelihood_se_runs=runs_se,
+        run_log_likelihood_sd=spread,
+        resampling_steps=float(np.mean([run.resampling_steps for run in runs])),
+        ess_min=float(ess.min()) if ess.size else math.nan,
+        ess_mean=float(ess.mean()) if ess.size else math.nan,
+    )
+
+
+def empty_document_diagnostics(num_samples: int, smc_runs: int, resample_threshold: float) -> SMCDiagnostics:
+    """SMC diagnostics of a 0-token document: every run's p̂ = 1 exactly, nothing resampled, no ESS."""
+    sizes = run_sizes(num_samples, smc_runs)
+    runs = [SMCRun(np.zeros(n), 0.0, 0, [], 0.0) for n in sizes]
+    return smc_diagnostics(runs, sizes, resample_threshold)
 
 
 def runs_corpus_relative_variance(run_log_likelihoods, run_sizes_per_doc, run_relative_variances) -> float:

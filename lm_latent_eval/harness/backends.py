@@ -1,9 +1,10 @@
-"""lm-eval backends: ``--model latent`` (any contract-conforming latent LM) and ``--model latent_hmm``.
+"""lm-eval backends: ``--model latent`` (any contract-conforming latent LM) and ``--model latent_<name>`` for every
+row of ``lm_latent_eval.models.MODELS`` that names a backend class (generated below from that table, except
+``LatentTokenizationEval``, which answers requests its own way).
 
 Each request is answered from document-level estimates log p̂(x) (``estimators.estimate_document``): IS, SMC, beam
-or exact, as chosen by ``estimator=``. Every IS / SMC estimate of a ``loglikelihood_rolling`` document is also kept, with its
-K log weights, in a process-local table (``document_estimate``) so that task code can aggregate the same samples
-at instance and corpus level (see tasks/latent_ppl_tiny).
+or exact, as chosen by ``estimator=``. The estimates of a ``loglikelihood_rolling`` batch, with their K log weights,
+are handed to the perplexity tasks through ``rolling_estimates`` (see tasks/latent_ppl_tiny).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import logging
 import os
 import warnings
+from pathlib import Path
 
 import lm_eval.models  # noqa: F401  (built-in models first: get_model imports them only while the registry is empty)
 import torch
@@ -20,12 +22,26 @@ from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
 from .. import __version__
-from ..estimators import DocumentEstimate, EstimatorSettings, estimate_document
+from ..estimators import DocumentEstimate, estimate_document
 from ..estimators.diagnostics import reliability_warning
 from ..estimators.seeding import document_generator
 from ..estimators.smc import require_stepwise
-from ..models import MODELS, checkpoint_hash, load_model
+from ..models import MODELS, checkpoint_hash, load_model, model_target, resolve_class
 from ..protocol import has_stepwise, has_text_sampler
+from . import rolling_estimates
+from .model_args import (
+    BACKEND_ARGS,
+    ModelArgsError,
+    accepted_args_doc,
+    check_known,
+    model_options,
+    parse_dtype,
+    parse_settings,
+    parse_value,
+    resolve_device,
+    settings_args,
+)
+from .provenance import NAMING_KEYS, hub_revision, num_parameters, package_path, parameter_dtype
 from .results_store import ResultsStore
 
 logger = logging.getLogger(__name__)
@@ -33,74 +49,6 @@ logger = logging.getLogger(__name__)
 GENERATION_STREAM = -1  # block index of the random stream used by generate_until (IS uses blocks 0, 1, ...)
 DEFAULT_MAX_GEN_TOKS = 256
 _CACHE_FINGERPRINT_KEY = "lm_latent_eval:model_fingerprint"
-
-# document text -> its latest DocumentEstimate from loglikelihood_rolling in this process (read by task code)
-_ROLLING_ESTIMATES: dict[str, DocumentEstimate] = {}
-
-
-def document_estimate(text: str) -> DocumentEstimate | None:
-    """The estimate (with its K log weights under IS) that this process's latent backend returned for ``text``."""
-    return _ROLLING_ESTIMATES.get(text)
-
-
-def _parse_int(name: str, value) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not str(value).strip().lstrip("-").isdigit():
-        raise ValueError(f"model_args {name} must be an integer, got {value!r}")
-    return int(value)
-
-
-def _parse_float(name: str, value) -> float | None:
-    if value is None:
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        number = None
-    if number is None or isinstance(value, bool):
-        raise ValueError(f"model_args {name} must be a number, got {value!r}")
-    return number
-
-
-def _parse_bool(name: str, value) -> bool | None:
-    if value is None or isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
-    raise ValueError(f"model_args {name} must be true or false, got {value!r}")
-
-
-def _parse_batch_size(value) -> int | None:
-    """lm-eval's ``--batch_size`` (a string from the CLI): particles per log_joint call; ``auto`` (None) = one IS block."""
-    if value is None or str(value).startswith("auto"):
-        return None
-    return _parse_int("batch_size", value)
-
-
-def _resolve_device(device) -> torch.device:
-    """The requested device; CUDA falls back to CPU (with a warning) on a machine without it (lm-eval defaults to cuda:0)."""
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        warnings.warn(f"device={device} requested but CUDA is not available: running on cpu", stacklevel=3)
-        return torch.device("cpu")
-    return device
-
-
-def _parse_dtype(dtype) -> torch.dtype | None:
-    if dtype is None or isinstance(dtype, torch.dtype):
-        return dtype
-    value = getattr(torch, str(dtype).removeprefix("torch."), None)
-    if not isinstance(value, torch.dtype):
-        raise ValueError(  # noqa: TRY004  (a bad model_args value, not a bad Python type)
-            f"model_args dtype must name a torch dtype (float32, float64, bfloat16, ...), got {dtype!r}"
-        )
-    return value
 
 
 def _distributed_state(device: torch.device):
@@ -112,52 +60,17 @@ def _distributed_state(device: torch.device):
     return PartialState(cpu=device.type == "cpu")  # gloo process group on CPU, one GPU per process otherwise
 
 
-def _parameter_dtype(model) -> torch.dtype | None:
-    """dtype of the model's first floating-point parameter (None for a model without parameters)."""
-    params = getattr(model, "parameters", None)
-    return next((p.dtype for p in params() if p.is_floating_point()), None) if callable(params) else None
-
-
-# get_model_info keys that name the model but never change a number (kept out of the results_dir run key)
-_NAMING_KEYS = ("checkpoint", "model_name", "model_revision")
-
-
-def _num_parameters(model) -> int:
-    """Number of distinct parameters of the model (its proposal included); 0 for a model without parameters."""
-    params = getattr(model, "parameters", None)
-    return sum(p.numel() for p in params()) if callable(params) else 0
-
-
-def _package_path(checkpoint) -> str:
-    """``lm_latent_eval/data/<name>`` for a bundled checkpoint (machine-independent), else the path itself."""
-    from ..paths import DATA_DIR
-
-    path = os.path.abspath(checkpoint)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(DATA_DIR)))
-    return os.path.relpath(path, root) if path.startswith(os.path.abspath(DATA_DIR)) else str(checkpoint)
-
-
-def _hub_revision(checkpoint) -> str | None:
-    """The Hub commit of a checkpoint in the huggingface_hub cache (``.../snapshots/<commit>``), else None."""
-    parent, name = os.path.split(os.path.normpath(str(checkpoint)))
-    is_commit = len(name) == 40 and all(c in "0123456789abcdef" for c in name)
-    return name if os.path.basename(parent) == "snapshots" and is_commit else None
-
-
 @register_model("latent")
 class LatentLMEval(LM):
     """lm-eval backend over a latent LM: log p̂ by importance sampling (``is``), SMC (``smc``), beam bound or exact.
 
-    model_args: ``model`` (a name in lm_latent_eval.models.MODELS or ``pkg.mod:Cls``), ``pretrained`` (local
-    folder or Hub id; default: the bundled checkpoint), ``estimator``, ``num_samples``, ``temperature``, ``peek``,
-    ``beam_size``, ``seed``, ``resample_threshold`` and ``smc_runs`` (SMC), ``dtype``, ``device``, ``results_dir`` (off unless given: keep every document's
-    estimate under this folder, keyed by model, checkpoint and settings, so a rerun skips finished documents; see
-    results_store.py). lm-eval's ``--batch_size`` sets the particles per log_joint call (memory only; never
-    changes a number).
+    lm-eval's ``--batch_size`` sets the particles per log_joint call (memory only; never changes a number);
+    ``results_dir`` keeps every document's estimate on disk, keyed by model, checkpoint and settings, so a rerun
+    skips finished documents (results_store.py). model_args (harness/model_args.py), plus the model's own options
+    (its ``MODEL_ARGS``):
     """
 
     MODEL: str | None = None  # fixed by the per-model subclasses below
-    model_kwargs: dict = {}  # extra keyword arguments of the model's from_pretrained (set by per-model subclasses)
 
     @classmethod
     def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> LatentLMEval:
@@ -175,72 +88,24 @@ class LatentLMEval(LM):
 
         return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
 
-    def __init__(
-        self,
-        model: str | None = None,
-        pretrained: str | None = None,
-        estimator: str | None = None,
-        num_samples=None,
-        temperature=None,
-        peek=None,
-        beam_size=None,
-        seed=None,
-        resample_threshold=None,
-        smc_runs=None,
-        batch_size=None,
-        max_batch_size=None,  # passed by lm-eval; unused (batch_size is a particle count, not a request count)
-        device=None,
-        dtype=None,
-        results_dir=None,
-        **unknown,
-    ) -> None:
+    def __init__(self, **model_args) -> None:
         super().__init__()
-        if unknown:
-            raise ValueError(
-                f"unknown model_args {sorted(unknown)} for {type(self).__name__}; accepted: model, pretrained, "
-                "estimator, num_samples, temperature, peek, beam_size, seed, resample_threshold, smc_runs, batch_size, "
-                "device, dtype, results_dir"
-            )
-        if self.MODEL is not None and model not in (None, self.MODEL):
-            raise ValueError(
-                f"{type(self).__name__} always loads model={self.MODEL!r}; use --model latent for {model!r}"
-            )
-        if (self.MODEL or model) is None:
-            raise ValueError(
-                f"--model latent needs model_args model=<one of {sorted(MODELS)} or package.module:Class>"
-            )
-        self.model_name = self.MODEL or model
-        given = {
-            "estimator": estimator,
-            "num_samples": _parse_int("num_samples", num_samples),
-            "temperature": _parse_float("temperature", temperature),
-            "peek": _parse_bool("peek", peek),
-            "beam_size": _parse_int("beam_size", beam_size),
-            "seed": _parse_int("seed", seed),
-            "resample_threshold": _parse_float("resample_threshold", resample_threshold),
-            "smc_runs": _parse_int("smc_runs", smc_runs),
-            "batch_size": _parse_batch_size(batch_size),
-        }
+        self.model_name = self._model_name(model_args.get("model"))
+        self.model_options = model_options(resolve_class(self.model_name))
+        check_known(type(self).__name__, model_args, (*BACKEND_ARGS, *settings_args(), *self.model_options))
         try:
-            self.settings = EstimatorSettings(**{k: v for k, v in given.items() if v is not None})
-        except ValueError as err:
-            raise ValueError(f"bad model_args for {type(self).__name__}: {err}") from None
-        if (
-            self.settings.estimator == "is"
-            and self.settings.batch_size == 1
-            and self.settings.num_samples > 1
-        ):
+            self.settings = parse_settings(model_args)
+        except ModelArgsError as err:
+            raise ModelArgsError(f"bad model_args for {type(self).__name__}: {err}") from None
+        self.model_kwargs = {a.name: parse_value(a, model_args[a.name]) for a in self.model_options
+                             if model_args.get(a.name) is not None}
+        if self.settings.estimator == "is" and self.settings.batch_size == 1 and self.settings.num_samples > 1:
             logger.warning(
                 "scoring 1 particle per log_joint call (lm-eval's default --batch_size 1); pass --batch_size auto "
                 "or a number for speed (the results do not change)"
             )
-        self._device = _resolve_device(device)
-        self._state = _distributed_state(self._device)
-        if self._state is not None:  # lm-eval shards documents by rank; seeds depend on documents only
-            self._rank, self._world_size = self._state.process_index, self._state.num_processes
-            if self._device.type == "cuda":
-                self._device = self._state.device
-        self._dtype = _parse_dtype(dtype)
+        self._setup_device(model_args.get("device"), model_args.get("dtype"))
+        pretrained = model_args.get("pretrained")
         self.model, self.checkpoint = load_model(
             self.model_name, pretrained, device=self._device, dtype=self._dtype, **self.model_kwargs
         )
@@ -249,11 +114,31 @@ class LatentLMEval(LM):
         if self.settings.estimator == "smc":
             require_stepwise(self.model)  # fail before any request: the model lacks the stepwise part
         self.results_store = None
-        if results_dir is not None:  # per-document results on disk: a rerun skips documents already done
-            identity = {k: v for k, v in self.get_model_info().items() if k not in _NAMING_KEYS}
-            self.results_store = ResultsStore(str(results_dir), identity)  # str: lm-eval parses `2024` as int
+        if model_args.get("results_dir") is not None:  # per-document results on disk: a rerun skips finished ones
+            identity = {k: v for k, v in self.get_model_info().items() if k not in NAMING_KEYS}
+            self.results_store = ResultsStore(str(model_args["results_dir"]), identity)  # lm-eval parses 2024 as int
             logger.info("per-document results in %s (%d stored)", self.results_store.folder, len(self.results_store))
         self._warned_greedy = False
+
+    def _model_name(self, model) -> str:
+        """The model this backend loads: its fixed MODEL, or model_args ``model`` for ``--model latent``."""
+        if self.MODEL is not None and model not in (None, self.MODEL):
+            raise ModelArgsError(
+                f"{type(self).__name__} always loads model={self.MODEL!r}; use --model latent for {model!r}")
+        if (self.MODEL or model) is None:
+            raise ModelArgsError(
+                f"--model latent needs model_args model=<one of {sorted(MODELS)} or package.module:Class>")
+        return self.MODEL or str(model)
+
+    def _setup_device(self, device, dtype) -> None:
+        """Device and dtype; under ``accelerate launch`` / torchrun also the rank, world size and the rank's GPU."""
+        self._device = resolve_device(device)
+        self._state = _distributed_state(self._device)
+        if self._state is not None:  # lm-eval shards documents by rank; seeds depend on documents only
+            self._rank, self._world_size = self._state.process_index, self._state.num_processes
+            if self._device.type == "cuda":
+                self._device = self._state.device
+        self._dtype = parse_dtype(dtype)
 
     # ---- provenance -------------------------------------------------------------------------------------------
 
@@ -266,14 +151,14 @@ class LatentLMEval(LM):
         ``model_dtype`` (as ``hf`` writes it, e.g. ``torch.float32``) and ``model_num_parameters`` (p and q).
         """
         cls = type(self.model)
-        dtype = self._dtype or _parameter_dtype(self.model)
+        dtype = self._dtype or parameter_dtype(self.model)
         info = {
-            "model_name": self.pretrained or _package_path(self.checkpoint),
+            "model_name": self.pretrained or package_path(self.checkpoint),
             "model_sha": self.checkpoint_sha256,
-            "model_revision": _hub_revision(self.checkpoint),
+            "model_revision": hub_revision(self.checkpoint),
             "model_dtype": str(dtype),
-            "model_num_parameters": _num_parameters(self.model),
-            "latent_model": MODELS.get(self.model_name, self.model_name),
+            "model_num_parameters": num_parameters(self.model),
+            "latent_model": model_target(self.model_name),
             "latent_model_class": f"{cls.__module__}:{cls.__qualname__}",
             "checkpoint": str(self.checkpoint),
             "checkpoint_sha256": self.checkpoint_sha256,
@@ -284,6 +169,9 @@ class LatentLMEval(LM):
         }
         if hasattr(self.model, "count_eos"):  # sentence-level models: is the end-of-sentence token scored and counted?
             info["count_eos"] = bool(self.model.count_eos)
+        if any(a.kind is Path for a in self.model_options):  # the model's own files join its identity
+            info["model_files_sha256"] = {a.name: checkpoint_hash(self.model_kwargs[a.name])
+                                          for a in self.model_options if a.kind is Path and a.name in self.model_kwargs}
         return info
 
     def set_cache_hook(self, cache_hook) -> None:
@@ -339,8 +227,7 @@ class LatentLMEval(LM):
 
     def _warn_if_unreliable(self, estimates) -> None:
         """Log one plain-words warning for a batch of estimates when IS ones are unreliable (Pareto k̂ > 0.7)."""
-        weights = [e.log_weights for e in estimates if e.log_weights is not None and e.num_tokens > 0
-                   and e.diagnostics.get("estimator") != "smc"]  # k̂ of final SMC weights is no IS diagnostic
+        weights = [e.importance_weights for e in estimates if e.importance_weights is not None]
         s = self.settings
         tries = [f"more samples (num_samples={10 * s.num_samples})"]
         if s.temperature <= 1.0:
@@ -358,8 +245,7 @@ class LatentLMEval(LM):
         texts = [req.args[0] for req in requests]
         estimates = self._estimate_all(texts, f"{self.settings.estimator} log p(x)", disable_tqdm)
         self._warn_if_unreliable(estimates.values())
-        _ROLLING_ESTIMATES.clear()
-        _ROLLING_ESTIMATES.update(estimates)
+        rolling_estimates.record(estimates)
         for text, est in estimates.items():
             if est.num_tokens == 0:
                 warnings.warn(
@@ -421,58 +307,6 @@ class LatentLMEval(LM):
         return outputs
 
 
-@register_model("latent_hmm")
-class LatentHMMEval(LatentLMEval):
-    """``--model latent_hmm``: the word-level HMM reference model (bundled checkpoint, exact marginal available)."""
-
-    MODEL = "hmm"
-
-
-@register_model("latent_kglm")
-class LatentKGLMEval(LatentLMEval):
-    """``--model latent_kglm``: KGLM (bundled checkpoint, our checkpoint, or an original AllenNLP ``model.tar.gz``
-    with model_args ``knowledge_graph``, ``alias_database`` and ``proposal_archive``; their sha256 join the model's
-    identity)."""
-
-    MODEL = "kglm"
-
-    def __init__(self, knowledge_graph=None, alias_database=None, proposal_archive=None, **kwargs) -> None:
-        files = {"knowledge_graph": knowledge_graph, "alias_database": alias_database,
-                 "proposal_archive": proposal_archive}
-        self.model_kwargs = {k: str(v) for k, v in files.items() if v is not None}
-        for name, path in self.model_kwargs.items():
-            if not os.path.exists(path):
-                raise FileNotFoundError(f"model_args {name}={path}: no such file")
-        self.model_files_sha256 = {k: checkpoint_hash(v) for k, v in self.model_kwargs.items()}
-        super().__init__(**kwargs)
-
-    def get_model_info(self) -> dict:
-        """The base provenance plus the sha256 of every extra model file."""
-        info = super().get_model_info()
-        info["model_files_sha256"] = self.model_files_sha256
-        return info
-
-
-@register_model("latent_entitynlm")
-class LatentEntityNLMEval(LatentLMEval):
-    """``--model latent_entitynlm``: EntityNLM (Ji et al. 2017) with its discriminative proposal (bundled checkpoint)."""
-
-    MODEL = "entitynlm"
-
-
-@register_model("latent_rnng")
-class LatentRNNGEval(LatentLMEval):
-    """``--model latent_rnng``: unlabeled binarized RNNG (Dyer et al. 2016; Kim et al. 2019) with its tree-CRF proposal
-    (bundled checkpoint); model_arg ``count_eos`` (default: the checkpoint's) scores and counts ``</s>`` or not."""
-
-    MODEL = "rnng"
-
-    def __init__(self, count_eos=None, **kwargs) -> None:
-        count_eos = _parse_bool("count_eos", count_eos)
-        self.model_kwargs = {} if count_eos is None else {"count_eos": count_eos}
-        super().__init__(**kwargs)
-
-
 @register_model("latent_tokenization")
 class LatentTokenizationEval(LatentLMEval):
     """``--model latent_tokenization``: any Hugging Face causal LM (byte-level BPE) as a latent LM over its
@@ -481,20 +315,17 @@ class LatentTokenizationEval(LatentLMEval):
     ``estimator=canonical`` reproduces lm-eval's ``hf`` backend (one tokenization, same windows, same numbers);
     ``is``, ``beam`` and ``exact`` (enumeration, short texts only) marginalize over segmentations. ``loglikelihood``
     = log p̂(context ⊕ continuation spelled, ending at a token boundary) − log p̂(the text starts with context), the
-    context's trailing whitespace moved to the continuation as hf does. Extra model_args: ``canonical_mix`` (ε of
-    the proposal's defensive mixture with the canonical token, default 0.9), ``particle_batch`` (particles decoded
-    together: memory only) and ``max_length`` (context length L of the rolling windows).
+    context's trailing whitespace moved to the continuation as hf does. The model's own options (``canonical_mix``,
+    ``particle_batch``, ``max_length``) are its ``MODEL_ARGS``.
     """
 
     MODEL = "tokenization"
 
-    def __init__(self, estimator=None, particle_batch=None, max_length=None, canonical_mix=None, **kwargs) -> None:
-        self.canonical = estimator == "canonical"
-        self.model_kwargs = {k: v for k, v in {"particle_batch": _parse_int("particle_batch", particle_batch),
-                                              "max_length": _parse_int("max_length", max_length),
-                                              "canonical_mix": _parse_float("canonical_mix", canonical_mix)}.items()
-                            if v is not None}  # fmt: skip
-        super().__init__(estimator="exact" if self.canonical else estimator, **kwargs)
+    def __init__(self, **model_args) -> None:
+        self.canonical = model_args.get("estimator") == "canonical"
+        if self.canonical:
+            model_args["estimator"] = "exact"
+        super().__init__(**model_args)
         self._context_model = self.model.with_cover_end()
         if self.canonical and self.results_store is not None:
             warnings.warn("results_dir is not used by estimator=canonical (one forward pass per window, nothing to "
@@ -541,3 +372,16 @@ class LatentTokenizationEval(LatentLMEval):
                           stacklevel=2)
             self._warned_greedy = True
         return [(joint[c + k].log_likelihood - contexts[c].log_likelihood, False) for c, k in moved]
+
+
+def _model_backend(name: str, class_name: str) -> type[LatentLMEval]:
+    """The ``--model latent_<name>`` backend: LatentLMEval with the model fixed (registered with lm-eval)."""
+    doc = f"``--model latent_{name}``: {model_target(name)} (bundled checkpoint unless ``pretrained=``)."
+    cls = type(class_name, (LatentLMEval,), {"MODEL": name, "__doc__": doc, "__module__": __name__})
+    return register_model(f"latent_{name}")(cls)
+
+
+for _name, _entry in MODELS.items():  # one backend class per row of the model table that names one
+    if _entry.backend is not None and _entry.backend not in globals():
+        globals()[_entry.backend] = _model_backend(_name, _entry.backend)
+LatentLMEval.__doc__ = LatentLMEval.__doc__.rstrip() + "\n" + accepted_args_doc() + "\n"

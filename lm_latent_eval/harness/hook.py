@@ -9,29 +9,32 @@ lm-eval 0.4.13 has no plugin discovery, so ``lm_eval --model latent_hmm`` can on
 one finder on ``sys.meta_path`` (no torch, no lm-eval, no lm_latent_eval import). When ``lm_eval.api.registry`` is
 first imported, the finder lets it load normally, then imports ``lm_eval.models`` (so the built-in models are
 registered first: ``get_model`` only imports them while the registry is empty) and registers our names as lazy
-``"module:Class"`` placeholders; lm-eval imports the class when the name is first asked for.
+``"module:Class"`` placeholders; lm-eval imports the class when the name is first asked for. The names come from the
+one model table, ``lm_latent_eval.models.MODELS`` (a dict of strings, no torch), read at registration time only.
 """
 
 import sys
 
-# lm-eval model name -> "module:Class"; one line per backend (kept in step with pyproject's "lm_eval.models" group).
-BACKENDS = {
-    "latent": "lm_latent_eval.harness.backends:LatentLMEval",
-    "latent_hmm": "lm_latent_eval.harness.backends:LatentHMMEval",
-    "latent_kglm": "lm_latent_eval.harness.backends:LatentKGLMEval",
-    "latent_entitynlm": "lm_latent_eval.harness.backends:LatentEntityNLMEval",
-    "latent_rnng": "lm_latent_eval.harness.backends:LatentRNNGEval",
-    "latent_tokenization": "lm_latent_eval.harness.backends:LatentTokenizationEval",
-}
-
+BACKENDS_MODULE = "lm_latent_eval.harness.backends"
 REGISTRY_MODULE = "lm_eval.api.registry"
 
 
+def backend_targets() -> dict:
+    """lm-eval model name -> ``"module:Class"``: ``latent`` and ``latent_<name>`` for every row of MODELS with a
+    backend (pyproject's ``lm_eval.models`` entry points list the same; a test checks it)."""
+    from lm_latent_eval.models import MODELS
+
+    targets = {"latent": f"{BACKENDS_MODULE}:LatentLMEval"}
+    targets.update({f"latent_{name}": f"{BACKENDS_MODULE}:{entry.backend}" for name, entry in MODELS.items()
+                    if entry.backend is not None})
+    return targets
+
+
 def register_backends(registry) -> None:
-    """Register BACKENDS in ``registry.model_registry`` after lm-eval's built-ins; never replace an existing name."""
+    """Register our backends in ``registry.model_registry`` after lm-eval's built-ins; never replace a name."""
     import lm_eval.models  # noqa: F401  (registers the built-in placeholders)
 
-    for name, target in BACKENDS.items():
+    for name, target in backend_targets().items():
         if name not in registry.model_registry:
             registry.model_registry.register(name, target=target)
 
@@ -43,7 +46,7 @@ def _register_or_warn(registry) -> None:
         import warnings
 
         warnings.warn(
-            f"lm-latent-eval could not register its lm-eval backends {sorted(BACKENDS)}: {err!r}",
+            f"lm-latent-eval could not register its lm-eval backends: {err!r}",
             stacklevel=2,
         )
 

@@ -26,7 +26,9 @@ from ..estimators import DocumentEstimate
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2  # bump when the file layout changes (2: per-sample unknown-word penalty)
+FORMAT_VERSION = 3  # bump when the file layout changes (2: per-sample unknown-word penalty; 3: the estimator)
+SCALARS = ("document", "num_tokens", "log_likelihood", "estimator")
+ARRAYS = ("log_weights", "unk_penalty")  # float64 [K], with has_<name> telling None from an empty array
 
 
 def run_key(identity: dict) -> str:
@@ -76,33 +78,26 @@ class ResultsStore:
             return None
         try:
             with np.load(path, allow_pickle=False) as f:
-                if str(f["document"]) != text:
-                    raise ValueError("the stored document text differs (hash collision or a foreign file)")
-                weights = f["log_weights"] if bool(f["has_log_weights"]) else None
-                penalty = f["unk_penalty"] if bool(f["has_unk_penalty"]) else None
-                diagnostics = json.loads(str(f["diagnostics_json"])) if "diagnostics_json" in f.files else {}
-                return DocumentEstimate(
-                    text, int(f["num_tokens"]), float(f["log_likelihood"]), None if weights is None else weights.copy(),
-                    diagnostics, unk_penalty=None if penalty is None else penalty.copy(),
-                )
+                record = {name: f[name].item() for name in SCALARS}
+                record["diagnostics"] = json.loads(str(f["diagnostics_json"]))
+                for name in ARRAYS:
+                    record[name] = f[name].copy() if bool(f[f"has_{name}"]) else None
+            if record["document"] != text:
+                raise ValueError("the stored document text differs (hash collision or a foreign file)")
+            return DocumentEstimate.from_json(record)
         except Exception as err:  # noqa: BLE001  (any damage: say so and compute the document again)
             warnings.warn(f"ignoring unreadable stored result {path} for document {text[:60]!r}: {err}", stacklevel=2)
             return None
 
     def put(self, estimate: DocumentEstimate) -> None:
-        """Persist one estimate atomically (text, token count, log p̂, log weights [K] under IS / SMC, unknown-word
-        penalties, diagnostics)."""
-        weights, penalty = estimate.log_weights, estimate.unk_penalty
-        arrays = {
-            "document": np.array(estimate.document),
-            "num_tokens": np.array(estimate.num_tokens, dtype=np.int64),
-            "log_likelihood": np.array(estimate.log_likelihood, dtype=np.float64),
-            "has_log_weights": np.array(weights is not None),
-            "log_weights": np.asarray(weights if weights is not None else [], dtype=np.float64),
-            "has_unk_penalty": np.array(penalty is not None),
-            "unk_penalty": np.asarray(penalty if penalty is not None else [], dtype=np.float64),
-            "diagnostics_json": np.array(json.dumps(estimate.diagnostics or {}, sort_keys=True)),
-        }
+        """Persist one estimate atomically: text, token count, log p̂, estimator, the arrays (log weights [K] under IS /
+        SMC, unknown-word penalties [K]) as float64 arrays, the diagnostics as JSON."""
+        record = estimate.to_json()
+        arrays = {name: np.array(record[name]) for name in SCALARS}
+        arrays["diagnostics_json"] = np.array(json.dumps(record["diagnostics"]))
+        for name in ARRAYS:
+            arrays[f"has_{name}"] = np.array(record[name] is not None)
+            arrays[name] = np.asarray(record[name] if record[name] is not None else [], dtype=np.float64)
         _atomic_write(self.path(estimate.document), lambda fh: np.savez(fh, **arrays))
 
     def __len__(self) -> int:

@@ -4,26 +4,47 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import importlib
+import io
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..paths import DATA_DIR
 
-# name -> "module:Class"; each class has ``from_pretrained(path_or_hub_id, **kwargs)`` (huggingface_hub mixin).
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One row of the model table: the class (``"module:Class"``, with ``from_pretrained(path_or_hub_id, **kwargs)``),
+    the lm-eval backend class in ``lm_latent_eval.harness.backends`` that serves ``--model latent_<name>`` (None: only
+    ``--model latent model=<name>``) and the trainer module of ``lm-latent-eval train <name>`` (None: not trainable)."""
+
+    target: str
+    backend: str | None = None
+    trainer: str | None = None
+
+
+# The one table of our latent LMs: adding a model is one row here (plus its lm_eval.models entry point in pyproject,
+# which tests/test_backends.py checks against this table, and a task under tasks/).
 MODELS = {
-    "hmm": "lm_latent_eval.models.hmm:HMMLanguageModel",
-    "kglm": "lm_latent_eval.models.kglm:KGLM",
-    "entitynlm": "lm_latent_eval.models.entitynlm:EntityNLM",
-    "rnng": "lm_latent_eval.models.rnng:RNNG",
-    "causal": "lm_latent_eval.models.causal_lm:CausalLMAsLatent",  # any transformers causal LM, trivial z
-    "tokenization": "lm_latent_eval.models.tokenization:TokenizationLM",  # any HF causal LM, z = its tokenizations
+    "hmm": ModelEntry("lm_latent_eval.models.hmm:HMMLanguageModel", "LatentHMMEval", "lm_latent_eval.models.hmm.train"),
+    "kglm": ModelEntry("lm_latent_eval.models.kglm:KGLM", "LatentKGLMEval", "lm_latent_eval.models.kglm.train"),
+    "entitynlm": ModelEntry("lm_latent_eval.models.entitynlm:EntityNLM", "LatentEntityNLMEval",
+                            "lm_latent_eval.models.entitynlm.train"),
+    "rnng": ModelEntry("lm_latent_eval.models.rnng:RNNG", "LatentRNNGEval", "lm_latent_eval.models.rnng.train"),
+    # any Hugging Face causal LM, z = its tokenizations; and the same LM with a trivial z
+    "tokenization": ModelEntry("lm_latent_eval.models.tokenization:TokenizationLM", "LatentTokenizationEval"),
+    "causal": ModelEntry("lm_latent_eval.models.causal_lm:CausalLMAsLatent"),
 }
+
+
+def model_target(model: str) -> str:
+    """``"module:Class"`` of a registered name (``hmm``), or the import path itself (``pkg.mod:Cls``)."""
+    return MODELS[model].target if model in MODELS else model
 
 
 def resolve_class(model: str):
     """The class for a registered name (``hmm``) or an import path (``pkg.mod:Cls``)."""
-    target = MODELS.get(model, model)
+    target = model_target(model)
     if ":" not in target:
         raise ValueError(f"unknown model {model!r}: use one of {sorted(MODELS)} or 'package.module:ClassName'")
     module, _, attr = target.partition(":")

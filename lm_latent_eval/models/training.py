@@ -9,14 +9,11 @@ import json
 import math
 from pathlib import Path
 
-# model name -> trainer module with ``add_arguments(parser)`` and ``run(args)``; register a new trainer here.
-# Every registered module is imported to build --help, so keep heavy imports inside its ``run``.
-TRAINERS = {
-    "hmm": "lm_latent_eval.models.hmm.train",
-    "kglm": "lm_latent_eval.models.kglm.train",
-    "entitynlm": "lm_latent_eval.models.entitynlm.train",
-    "rnng": "lm_latent_eval.models.rnng.train",
-}
+from . import MODELS
+
+# model name -> trainer module with ``add_arguments(parser)`` and ``run(args)`` (the ``trainer`` column of MODELS).
+# Every trainer module is imported to build --help, so keep heavy imports inside its ``run``.
+TRAINERS = {name: entry.trainer for name, entry in MODELS.items() if entry.trainer is not None}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -184,7 +184,7 @@ def reproduce_command(run: TaskRun) -> str:
 
 
 def _same_documents(a: TaskRun, b: TaskRun) -> bool:
-    return [d.text for d in a.documents] == [d.text for d in b.documents]
+    return [d.document for d in a.documents] == [d.document for d in b.documents]
 
 
 def _model_identity(run: TaskRun) -> dict:
@@ -218,7 +218,7 @@ def recompute_beam(run: TaskRun, beam_size: int, device: str = "cpu", progress: 
              if k in ("knowledge_graph", "alias_database", "proposal_archive")} if isinstance(cfg.get("model_args"), dict) else {}
     model, _ = load_model(cfg["latent_model"], cfg["checkpoint"], device=device, **files)
     settings = EstimatorSettings(estimator="beam", beam_size=beam_size)
-    return [estimate_document(model, d.text, settings, device).log_likelihood
+    return [estimate_document(model, d.document, settings, device).log_likelihood
             for d in tqdm(run.documents, desc=f"beam k={beam_size}", disable=not progress)]
 
 
@@ -237,10 +237,10 @@ def build_card(run: TaskRun, siblings: list[TaskRun] = (), beam_size: int | None
         lws = [d.log_weights for d in docs]
         if any(lw is None for lw in lws):
             raise ValueError(f"{run.samples_file}: an IS run without per-document log weights")
-        penalized = all(d.log_weights_no_penalty is not None for d in docs)
+        penalized = all(d.unk_penalty is not None for d in docs)
         figures += is_figures("UPP (unknown-penalized): " if penalized else "", lws, num_tokens, method, level, seed)
         if penalized:
-            figures += is_figures("PPL (no unknown-word penalty): ", [d.log_weights_no_penalty for d in docs],
+            figures += is_figures("PPL (no unknown-word penalty): ", [d.log_weights_without_unk_penalty() for d in docs],
                                   num_tokens, method, level, seed)
         diag = diagnostics(lws, num_tokens, run.settings, progress)
         curve = diag["convergence"]

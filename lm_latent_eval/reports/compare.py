@@ -40,8 +40,8 @@ def align(a: TaskRun, b: TaskRun) -> list[tuple]:
     """Pairs (document of A, document of B) by text; DocumentMismatch when the document sets differ."""
     by_text_b = {}
     for d in b.documents:
-        by_text_b.setdefault(d.text, d)
-    texts_a = {d.text for d in a.documents}
+        by_text_b.setdefault(d.document, d)
+    texts_a = {d.document for d in a.documents}
     only_a, only_b = texts_a - by_text_b.keys(), by_text_b.keys() - texts_a
     if only_a or only_b or len(a.documents) != len(b.documents):
         example = next(iter(only_a or only_b), "")
@@ -51,7 +51,7 @@ def align(a: TaskRun, b: TaskRun) -> list[tuple]:
             + (f", e.g. {example[:60]!r}" if example else "")
             + ". Rerun both on the same task, split and --limit."
         )
-    return [(d, by_text_b[d.text]) for d in a.documents]
+    return [(d, by_text_b[d.document]) for d in a.documents]
 
 
 def _summary(run: TaskRun, docs) -> dict:
@@ -80,7 +80,7 @@ def paired_comparison(a: TaskRun, b: TaskRun, level: float = 0.95, num_resamples
         warnings.warn("the two runs tokenize the documents differently: comparing log p̂ per whitespace word",
                       stacklevel=2)
         unit = "word"
-        words = np.array([len(da.text.split()) for da, _ in pairs], dtype=np.float64)
+        words = np.array([len(da.document.split()) for da, _ in pairs], dtype=np.float64)
         tokens = np.stack([words, words], axis=1)
     keep = tokens[:, 0] > 0
     ll, tokens = ll[keep], tokens[keep]

@@ -2,8 +2,8 @@
 
 lm-eval 0.4.13 writes, per run, one results file (``results``, ``config`` with our ``get_model_info()``, top-level
 ``model_name``) and one samples file per task with one JSON line per document; our perplexity tasks put the
-document's token count, log p̂ and K log weights in its ``is_corpus_perplexity`` field (and, for a model with an
-unknown-word penalty, the unpenalized log weights in ``ppl_corpus``).
+document's whole estimate (token count, log p̂, estimator, K log weights, SMC diagnostics, unknown-word penalties) in
+its ``is_corpus_perplexity`` field (``DocumentEstimate.to_json``).
 """
 
 from __future__ import annotations
@@ -13,21 +13,8 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-SAMPLES_FIELD = "is_corpus_perplexity"
-NO_PENALTY_FIELD = "ppl_corpus"
-
-
-@dataclass
-class Document:
-    """One document of a run: its text, model tokens, log p̂ (or bound / exact value) and IS log weights [K]."""
-
-    text: str
-    num_tokens: int
-    log_likelihood: float
-    log_weights: np.ndarray | None = None
-    log_weights_no_penalty: np.ndarray | None = None
+from ..estimators import DocumentEstimate
+from ..harness.perplexity_task import SAMPLES_FIELD
 
 
 @dataclass
@@ -38,7 +25,7 @@ class TaskRun:
     samples_file: Path
     task: str
     results: dict
-    documents: list[Document] = field(default_factory=list)
+    documents: list[DocumentEstimate] = field(default_factory=list)
 
     @property
     def config(self) -> dict:
@@ -77,7 +64,7 @@ class NotAPerplexityTask(ValueError):
     """The samples file has no per-document log weights (a task other than our perplexity tasks)."""
 
 
-def _read_documents(samples_file: Path) -> list[Document]:
+def _read_documents(samples_file: Path) -> list[DocumentEstimate]:
     docs = []
     with open(samples_file, encoding="utf-8") as fh:
         for n, line in enumerate(fh):
@@ -90,15 +77,11 @@ def _read_documents(samples_file: Path) -> list[Document]:
                     f"{samples_file}: line {n + 1} has no {SAMPLES_FIELD!r} field: not the samples of an lm-latent-eval "
                     "perplexity task (latent_ppl_tiny, linked_wikitext2*, coref_tiny, conll2012_ppl)"
                 )
-            weights = item.get("log_weights")
-            plain = (row.get(NO_PENALTY_FIELD) or {}).get("log_weights")
-            docs.append(Document(
-                text=str(row.get("target", row.get("doc", {}).get("text", ""))),
-                num_tokens=int(item["num_tokens"]),
-                log_likelihood=float(item["log_likelihood"]),
-                log_weights=None if weights is None else np.asarray(weights, dtype=np.float64),
-                log_weights_no_penalty=None if plain is None else np.asarray(plain, dtype=np.float64),
-            ))
+            if "estimator" not in item:
+                raise ValueError(f"{samples_file}: line {n + 1}: written by an older lm-latent-eval (no 'estimator' in "
+                                 f"{SAMPLES_FIELD!r}); rerun lm_eval with this version")
+            text = str(row.get("target", row.get("doc", {}).get("text", "")))
+            docs.append(DocumentEstimate.from_json({**item, "document": text}))
     return docs
 
 

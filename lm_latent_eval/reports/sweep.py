@@ -95,8 +95,8 @@ def run_sweep(
         rows.append({
             "peek": peek, "temperature": temperature, "num_samples": num_samples,
             "corpus_ppl": corp_curve[-1], "instance_ppl": inst_curve[-1],
-            "mean_ess": float(np.mean([e.diagnostics["ess"] for e in estimates if e.diagnostics])),
-            "pareto_k": [e.diagnostics.get("pareto_k", float("nan")) for e in estimates],
+            "mean_ess": float(np.mean([e.diagnostics.ess for e in estimates if e.diagnostics])),
+            "pareto_k": [e.diagnostics.pareto_k if e.diagnostics else float("nan") for e in estimates],
             "convergence_k": ks, "convergence_instance_ppl": inst_curve, "convergence_corpus_ppl": corp_curve,
         })
         log_weights_by_setting[f"{'peek' if peek else 'nopeek'}_t{temperature}"] = lws
@@ -131,17 +131,17 @@ def smc_row(estimates, settings: EstimatorSettings) -> dict:
     num_tokens = sum(e.num_tokens for e in estimates)
     informative = [e.diagnostics for e in estimates if e.num_tokens > 0]
     ll = sum(e.log_likelihood for e in estimates)
-    se = math.sqrt(sum(d["log_likelihood_se"] ** 2 for d in informative))  # SE of Σ_n log p̂_n (independent docs)
-    corpus_ll = runs_corpus_log_likelihood([e.diagnostics["run_log_likelihoods"] for e in estimates],
-                                           [e.diagnostics["run_sizes"] for e in estimates])
+    se = math.sqrt(sum(d.log_likelihood_se ** 2 for d in informative))  # SE of Σ_n log p̂_n (independent docs)
+    corpus_ll = runs_corpus_log_likelihood([e.diagnostics.run_log_likelihoods for e in estimates],
+                                           [e.diagnostics.run_sizes for e in estimates])
     return {
         "peek": settings.peek, "temperature": settings.temperature, "num_samples": settings.num_samples,
         "resample_threshold": settings.resample_threshold, "smc_runs": settings.smc_runs,
         "instance_ppl": math.exp(-ll / num_tokens), "instance_ppl_se": math.exp(-ll / num_tokens) * se / num_tokens,
         "corpus_ppl": math.exp(-corpus_ll / num_tokens),
-        "mean_ess": float(np.mean([d["ess_mean"] for d in informative])),
-        "min_ess": float(np.min([d["ess_min"] for d in informative])),
-        "mean_resampling_steps": float(np.mean([d["resampling_steps"] for d in informative])),
+        "mean_ess": float(np.mean([d.ess_mean for d in informative])),
+        "min_ess": float(np.min([d.ess_min for d in informative])),
+        "mean_resampling_steps": float(np.mean([d.resampling_steps for d in informative])),
         "log_likelihoods": [e.log_likelihood for e in estimates],
     }
 

@@ -126,8 +126,7 @@ def importance_sampled_ppl(model: EntityNLM, data: list, num_samples: int, seed:
     from ...estimators import importance_log_weights, instance_ppl
 
     model.eval()
-    weights = [importance_log_weights(model, x.to(model.device), num_samples, seed=seed, document=name,
-                                      device=model.device) for name, x, _ in data]
+    weights = [importance_log_weights(model, x.to(model.device), num_samples=num_samples, seed=seed, document=name, device=model.device) for name, x, _ in data]
     return instance_ppl(weights, [x.numel() for _, x, _ in data])
 
 

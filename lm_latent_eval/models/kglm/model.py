@@ -130,6 +130,14 @@ class KGLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
     z: dict of LongTensor [K, T] with keys mention_type / entity / parent / relation (see ``latents.py``).
     """
 
+    # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help);
+    # Path: an existing file, whose sha256 joins the run's identity
+    MODEL_ARGS = {
+        "knowledge_graph": (Path, "the original knowledge_graph.pkl or our JSON (original archives only)"),
+        "alias_database": (Path, "the original alias.pkl (original archives only)"),
+        "proposal_archive": (Path, "a kglm-disc AllenNLP archive: the original proposal (original archives only)"),
+    }
+
     def __init__(
         self,
         vocab: list[str],

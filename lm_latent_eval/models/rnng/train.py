@@ -104,7 +104,7 @@ def importance_sampled_ppl(model: RNNG, data: list, num_samples: int, seed: int 
 
     model.eval()
     xs = [model.token_ids([model.vocab[i] for i in w.tolist()]) for _, w, _ in data]
-    weights = [importance_log_weights(model, x, num_samples, seed=seed, document=name, device=model.device)
+    weights = [importance_log_weights(model, x, num_samples=num_samples, seed=seed, document=name, device=model.device)
                for (name, _, _), x in zip(data, xs)]
     return instance_ppl(weights, [x.numel() for x in xs])
 

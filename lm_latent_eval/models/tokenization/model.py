@@ -50,6 +50,13 @@ def windows(num_tokens: int, max_length: int) -> list[tuple[int, int, int]]:
 class TokenizationLM(torch.nn.Module):
     """p(x) = Σ_{z spells x} p(z) for a transformers causal LM over a byte-level BPE vocabulary."""
 
+    # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help)
+    MODEL_ARGS = {
+        "canonical_mix": (float, "ε of the proposal's defensive mixture with the canonical token (default 0.9)"),
+        "particle_batch": (int, "particles decoded together (memory only; default 256)"),
+        "max_length": (int, "context length L of the rolling windows (default: the model's)"),
+    }
+
     def __init__(self, model, tokenizer, max_length: int | None = None, particle_batch: int = 256,
                  enumeration_limit: int = 100_000, cover_end: bool = False, canonical_mix: float = 0.9):  # fmt: skip
         super().__init__()

@@ -1,0 +1,72 @@
+"""Every choice that changes an estimate, as one frozen record: ``EstimatorSettings``.
+
+Each field carries a one-line ``help`` in its metadata; the lm-eval backends derive their accepted ``model_args``,
+their parsing and their error messages from these fields (harness/model_args.py), so a setting is declared once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import torch
+
+from .importance import check_sampling_args, sample_block
+from .smc import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS, check_smc_args
+
+ESTIMATORS = ("is", "smc", "beam", "exact")
+SAMPLING_ESTIMATORS = ("is", "smc")  # the ones that draw K samples and return K log weights
+
+
+def _help(text: str) -> dict:
+    return {"help": text}
+
+
+@dataclass(frozen=True)
+class EstimatorSettings:
+    """Every choice that changes an estimate; recorded with each result."""
+
+    estimator: str = field(default="is", metadata=_help("is, smc, beam or exact"))
+    num_samples: int = field(default=100, metadata=_help("K, samples (IS) or particles (SMC) per document"))
+    temperature: float = field(default=1.0, metadata=_help("τ, divides every proposal logit"))
+    peek: bool = field(default=True, metadata=_help("whether the proposal reads the token it labels"))
+    beam_size: int = field(default=10, metadata=_help("k of the beam bound"))
+    seed: int = field(default=1234, metadata=_help("with the document text, seeds every random stream"))
+    batch_size: int | None = field(  # memory only; never changes a number
+        default=None, metadata=_help("particles per log_joint call (memory only; None: one sample block)"))
+    resample_threshold: float = field(
+        default=DEFAULT_RESAMPLE_THRESHOLD,
+        metadata=_help("SMC resamples when ESS < threshold · particles of a run; in [0, 1], 0 = never"))
+    smc_runs: int = field(default=DEFAULT_SMC_RUNS, metadata=_help("independent SMC runs per document"))
+
+    def __post_init__(self):
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(f"estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
+        if self.estimator in SAMPLING_ESTIMATORS:
+            check_sampling_args(self.num_samples, self.temperature, "settings")
+        if self.estimator == "smc":
+            check_smc_args(self.resample_threshold, self.smc_runs, self.num_samples)
+        if self.estimator == "beam" and (not isinstance(self.beam_size, int) or self.beam_size <= 0):
+            raise ValueError(f"beam_size must be a positive integer, got {self.beam_size!r}")
+        if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size <= 0):
+            raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
+
+    @property
+    def samples(self) -> bool:
+        """Whether this estimator draws K samples (IS, SMC) and so has log weights and a random stream."""
+        return self.estimator in SAMPLING_ESTIMATORS
+
+    def as_dict(self, device: torch.device | str = "cpu") -> dict:
+        """The settings that matter for this estimator on ``device`` (batch_size excluded: it never changes a number)."""
+        d = dataclasses.asdict(self)
+        d.pop("batch_size")
+        if not self.samples:
+            for key in ("num_samples", "temperature", "peek", "seed"):
+                d.pop(key)
+        if self.estimator != "smc":
+            d.pop("resample_threshold")
+            d.pop("smc_runs")
+        if self.estimator != "beam":
+            d.pop("beam_size")
+        d["sample_block"] = sample_block(device) if self.samples else None
+        return {k: v for k, v in d.items() if v is not None}

@@ -1,0 +1,164 @@
+"""The ``model_args`` a latent backend accepts, declared once and parsed with one clean error per mistake.
+
+Three sources, none written twice: the fields of ``EstimatorSettings`` (estimator, num_samples, ...; their types and
+one-line helps), the backend's own arguments (``BACKEND_ARGS``: model, pretrained, device, dtype, results_dir), and the
+model class's own options: its ``MODEL_ARGS`` attribute ({name: (type, help)}), or, for a class that does not
+declare it, the keyword parameters with defaults of its ``from_pretrained``. lm-eval parses ``--model_args`` values
+already (``true`` → bool, digits → int); every value is checked against its declared type here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+import typing
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..estimators import EstimatorSettings
+
+
+@dataclass(frozen=True)
+class ModelArg:
+    """One accepted model_arg: its name, type (int, float, bool, str, or Path: an existing file) and help."""
+
+    name: str
+    kind: type
+    help: str
+
+
+BACKEND_ARGS = (
+    ModelArg("model", str, "(--model latent only) a name in lm_latent_eval.models.MODELS or package.module:Class"),
+    ModelArg("pretrained", str, "local folder or Hugging Face Hub id (default: the bundled checkpoint)"),
+    ModelArg("device", str, "cuda if available, else cpu (model_args wins over lm-eval's --device)"),
+    ModelArg("dtype", str, "torch dtype of the network (float32, bfloat16, ...); log-probabilities sum in float64"),
+    ModelArg("results_dir", str, "keep per-document results under this folder so a rerun resumes (off unless given)"),
+)
+IGNORED_ARGS = ("max_batch_size",)  # passed by lm-eval to every model; batch_size is a particle count here
+
+
+class ModelArgsError(ValueError):
+    """A model_arg that is unknown or has a value of the wrong type."""
+
+
+def settings_args() -> tuple[ModelArg, ...]:
+    """One ModelArg per field of EstimatorSettings (``int | None`` counts as int)."""
+    hints = typing.get_type_hints(EstimatorSettings)
+    out = []
+    for f in dataclasses.fields(EstimatorSettings):
+        kind = next(t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None))
+        out.append(ModelArg(f.name, kind, f.metadata.get("help", "")))
+    return tuple(out)
+
+
+def model_options(model_class) -> tuple[ModelArg, ...]:
+    """The model's own options: ``MODEL_ARGS`` ({name: (type, help)}) if the class declares it, else the keyword
+    parameters with defaults of ``from_pretrained`` (type from the annotation or the default)."""
+    declared = getattr(model_class, "MODEL_ARGS", None)
+    if declared is not None:
+        return tuple(ModelArg(name, kind, help_text) for name, (kind, help_text) in declared.items())
+    loader = getattr(model_class, "from_pretrained", None)
+    if loader is None:
+        return ()
+    params = list(inspect.signature(loader).parameters.values())[1:]  # past the path / Hub id
+    out = []
+    for p in params:
+        if p.default is inspect.Parameter.empty or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+            continue
+        kind = p.annotation if isinstance(p.annotation, type) else type(p.default) if p.default is not None else str
+        out.append(ModelArg(p.name, kind, f"option of {model_class.__name__}.from_pretrained"))
+    return tuple(out)
+
+
+def parse_value(arg: ModelArg, value):
+    """``value`` as ``arg.kind`` (lm-eval gives str, int or bool); ModelArgsError naming the argument otherwise."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    if arg.kind is bool:
+        if isinstance(value, bool) or text.lower() in ("true", "1", "yes", "false", "0", "no"):
+            return value if isinstance(value, bool) else text.lower() in ("true", "1", "yes")
+        raise ModelArgsError(f"model_args {arg.name} must be true or false, got {value!r}")
+    if arg.kind is int:
+        if isinstance(value, bool) or not text.lstrip("-").isdigit():
+            raise ModelArgsError(f"model_args {arg.name} must be an integer, got {value!r}")
+        return int(text)
+    if arg.kind is float:
+        try:
+            number = None if isinstance(value, bool) else float(text)
+        except ValueError:
+            number = None
+        if number is None:
+            raise ModelArgsError(f"model_args {arg.name} must be a number, got {value!r}")
+        return number
+    if arg.kind is Path:
+        if not Path(text).exists():
+            raise FileNotFoundError(f"model_args {arg.name}={text}: no such file")
+        return text
+    return text
+
+
+def check_known(backend: str, given: dict, accepted: typing.Iterable[ModelArg]) -> None:
+    """ModelArgsError for the first unknown names in ``given``, with "did you mean" and the accepted names."""
+    names = [a.name for a in accepted]
+    unknown = sorted(set(given) - set(names) - set(IGNORED_ARGS))
+    if not unknown:
+        return
+    hints = [f"{u} → {m[0]}" for u in unknown if (m := difflib.get_close_matches(u, names, n=1, cutoff=0.7))]
+    guess = f" (did you mean {', '.join(hints)}?)" if hints else ""
+    raise ModelArgsError(f"unknown model_args {unknown} for {backend}{guess}; accepted: {', '.join(names)}")
+
+
+def parse_batch_size(value) -> int | None:
+    """lm-eval's ``--batch_size`` (a string from the CLI): particles per log_joint call; ``auto`` → None (one block)."""
+    if value is None or str(value).startswith("auto"):
+        return None
+    return parse_value(ModelArg("batch_size", int, ""), value)
+
+
+def parse_settings(given: dict) -> EstimatorSettings:
+    """EstimatorSettings from the settings fields present in ``given`` (the rest keep their defaults)."""
+    values = {}
+    for arg in settings_args():
+        raw = given.get(arg.name)
+        value = parse_batch_size(raw) if arg.name == "batch_size" else parse_value(arg, raw)
+        if value is not None:
+            values[arg.name] = value
+    try:
+        return EstimatorSettings(**values)
+    except ValueError as err:
+        raise ModelArgsError(str(err)) from None
+
+
+def accepted_args_doc(extra: typing.Iterable[ModelArg] = ()) -> str:
+    """The accepted model_args as ``name (type): help`` lines, for docstrings and ``--help``-like listings."""
+    args = (*BACKEND_ARGS, *settings_args(), *extra)
+    return "\n".join(f"    {a.name} ({a.kind.__name__}): {a.help}" for a in args)
+
+
+def resolve_device(device) -> torch.device:
+    """The requested device; CUDA falls back to CPU (with a warning) on a machine without it (lm-eval defaults to
+    cuda:0); None: cuda if available, else cpu."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        warnings.warn(f"device={device} requested but CUDA is not available: running on cpu", stacklevel=3)
+        return torch.device("cpu")
+    return device
+
+
+def parse_dtype(dtype) -> torch.dtype | None:
+    """A torch dtype from its name (``float32``, ``torch.bfloat16``); None stays None."""
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    value = getattr(torch, str(dtype).removeprefix("torch."), None)
+    if not isinstance(value, torch.dtype):
+        raise ValueError(  # noqa: TRY004  (a bad model_args value, not a bad Python type)
+            f"model_args dtype must name a torch dtype (float32, float64, bfloat16, ...), got {dtype!r}"
+        )
+    return value
