@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ...tensors import inverse_cdf
 from .latents import CONTINUING, NEW, NONE, RELATED, GraphTables, HeadTables
 
 
@@ -39,12 +40,12 @@ class WindowState:
     prev_par: torch.Tensor  # [K]
 
     @classmethod
-    def empty(cls, K: int, cutoff: int, device) -> "WindowState":
+    def empty(cls, K: int, cutoff: int, device) -> WindowState:
         zeros = torch.zeros(K, dtype=torch.long, device=device)
         return cls(torch.zeros(K, cutoff, dtype=torch.long, device=device),
                    torch.zeros(K, cutoff, dtype=torch.bool, device=device), zeros, zeros, zeros - 1, zeros - 1)
 
-    def advance(self, tables: GraphTables, typ: torch.Tensor, ent: torch.Tensor, par: torch.Tensor) -> "WindowState":
+    def advance(self, tables: GraphTables, typ: torch.Tensor, ent: torch.Tensor, par: torch.Tensor) -> WindowState:
         """The state after z_t = (typ, ent, par) [K]: shift in the new row, drop earlier slots holding it."""
         row = tables.row_of(ent)  # entity -1 (no mention) -> row 0
         if self.rows.shape[1] == 0:
@@ -55,7 +56,7 @@ class WindowState:
         num_ok = self.num_ok + new_ok.long() - tables.row_has_edges[self.rows[:, 0]].long()
         return WindowState(rows, cand, num_ok, typ, ent, par)
 
-    def select(self, index: torch.Tensor) -> "WindowState":
+    def select(self, index: torch.Tensor) -> WindowState:
         """Particle k takes the state of particle index[k]."""
         return WindowState(self.rows[index], self.cand[index], self.num_ok[index], self.prev_type[index],
                            self.prev_ent[index], self.prev_par[index])
@@ -73,16 +74,6 @@ def _parent_log_probs(tabs: HeadTables, state: WindowState, t_vec: torch.Tensor)
     return torch.where(state.cand, plog, -math.inf)
 
 
-def _inverse_cdf(log_probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Index i with cdf_{i-1} <= u · total < cdf_i for each row of log_probs [K, n] and u [K] in [0, 1): [K]."""
-    probs = log_probs.exp()
-    cdf = probs.cumsum(-1)
-    idx = (cdf <= (u * cdf[:, -1]).unsqueeze(-1)).sum(-1)
-    n = probs.shape[-1]
-    last = torch.where(probs > 0, torch.arange(n, device=probs.device), 0).amax(-1)  # rounding guard
-    return torch.minimum(idx, last)
-
-
 def sample_step(tabs: HeadTables, state: WindowState, t: int, u: torch.Tensor, subset_on_cpu: bool = True):
     """z_t ~ q_τ(z_t | x, z_<t) for K particles from uniforms u [K, 4]: (type, entity, parent [K], log q_τ(z_t) [K])."""
     tables = tabs.tables
@@ -90,16 +81,13 @@ def sample_step(tabs: HeadTables, state: WindowState, t: int, u: torch.Tensor, s
     device = u.device
     t_vec = torch.full((K,), t, dtype=torch.long, device=device) if isinstance(t, int) else t.expand(K)
     pattern = _type_pattern(state)
-    cdf = tabs.type_cdf[t][pattern]  # [K, 4]
-    typ = (cdf[:, :-1] <= (u[:, 0] * cdf[:, -1]).unsqueeze(1)).sum(-1)
-    lp = tabs.type_lp[t][pattern]
-    typ = torch.where(torch.isneginf(lp.gather(1, typ.unsqueeze(1)).squeeze(1)), NONE, typ)  # rounding guard
-    log_q = lp.gather(1, typ.unsqueeze(1)).squeeze(1)
+    typ = inverse_cdf(None, u[:, 0], cumulative=tabs.type_cdf[t][pattern])  # [K]
+    log_q = tabs.type_lp[t][pattern].gather(1, typ.unsqueeze(1)).squeeze(1)
     none = torch.full((K,), -1, dtype=torch.long, device=device)
     ent, par = none, none
     if tabs.any_new:
-        nl, cdf, last = tabs.new_entity_draw_tables(t)  # [rows], [rows], last row with q > 0
-        row = torch.minimum(torch.searchsorted(cdf, u[:, 1] * cdf[-1], right=True), last)
+        nl, cdf = tabs.new_entity_draw_tables(t)  # [rows] each
+        row = inverse_cdf(None, u[:, 1], cumulative=cdf)
         is_new = typ == NEW
         ent = torch.where(is_new, tables.row_entity[row], ent)
         log_q = log_q + torch.where(is_new, nl[row], 0.0)
@@ -113,11 +101,11 @@ def sample_step(tabs: HeadTables, state: WindowState, t: int, u: torch.Tensor, s
             sub_state = state if sub is None else state.select(sub)
             rel_mask = pick_rows(is_rel)
             plog = _parent_log_probs(tabs, sub_state, pick_rows(t_vec))
-            slot = _inverse_cdf(torch.where(rel_mask.unsqueeze(1), plog, 0.0), pick_rows(u[:, 2]))
+            slot = inverse_cdf(torch.where(rel_mask.unsqueeze(1), plog, 0.0).exp(), pick_rows(u[:, 2]))
             parent = tables.row_entity[sub_state.rows.gather(1, slot.unsqueeze(1)).squeeze(1)]
-            edges, valid, elog = tabs.parent_edges(pick_rows(t_vec), parent, rel_mask)
+            edges, _, elog = tabs.parent_edges(pick_rows(t_vec), parent, rel_mask)
             norm = elog.logsumexp(-1)
-            pick = _inverse_cdf(torch.where(rel_mask.unsqueeze(1), elog, 0.0), pick_rows(u[:, 3]))
+            pick = inverse_cdf(torch.where(rel_mask.unsqueeze(1), elog, 0.0).exp(), pick_rows(u[:, 3]))
             tail = tables.edge_tail[edges.gather(1, pick.unsqueeze(1)).squeeze(1)]
             reach = elog.masked_fill(tables.edge_tail[edges] != tail.unsqueeze(1), -math.inf).logsumexp(-1)
             rel_lq = torch.where(rel_mask, plog.gather(1, slot.unsqueeze(1)).squeeze(1) + reach - norm, 0.0)
@@ -157,7 +145,7 @@ def score_step(tabs: HeadTables, state: WindowState, t: int, typ: torch.Tensor, 
         ok = is_rel & hit.any(-1) & tables.owns_row(par) & (ent >= 0)
         parent_lp = plog.masked_fill(~hit, -math.inf).logsumexp(-1)
         if tabs.max_degree > 0:
-            edges, valid_e, elog = tabs.parent_edges(t_vec, par, ok)
+            edges, _, elog = tabs.parent_edges(t_vec, par, ok)
             norm = elog.logsumexp(-1)
             reach = elog.masked_fill(tables.edge_tail[edges] != ent.unsqueeze(1), -math.inf).logsumexp(-1)
             rel_lp = reach - norm

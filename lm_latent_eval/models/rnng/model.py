@@ -29,7 +29,7 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from ...protocol import distinct_rows
+from ...tensors import distinct_rows
 from .latents import SHIFT, check_actions, is_tree, right_branching, stack_sizes
 from .proposal import TreeCRFProposal
 
