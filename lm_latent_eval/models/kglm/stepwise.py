@@ -15,6 +15,13 @@ whole-document scorer computes them (same kernels and shapes), so both paths giv
 On the CPU, where a host sync costs nothing, ``sample_step`` sends only the particles that drew "related" through
 the parent and edge heads (``torch.nonzero``; the same numbers row by row); on other devices every particle goes
 through them, masked, so the token loop never waits for the device.
+
+``KGLMParticles`` and the functions after it are the model's stepwise interface for SMC (``KGLM.smc_init``,
+``smc_step``, ``smc_reorder``, ``smc_latents``): each step draws z_t ~ q_τ(z_t | x, z_<t) for every particle and
+returns the increment log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t) (float64 [K]). Each increment is a proper
+conditional (an entity is scored once, at its first token; a continuation scores its type and its word), so the T
+increments sum to log p(x, z) − log q_τ(z | x); with the same generator seed the steps draw exactly the z of
+``proposal.sample``.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from ...tensors import inverse_cdf
-from .latents import CONTINUING, NEW, NONE, RELATED, GraphTables, HeadTables
+from .latents import CONTINUING, NEW, NONE, RELATED, GraphTables, HeadTables, canonical_relation
 
 
 @dataclass
@@ -157,3 +164,61 @@ def score_step(tabs: HeadTables, state: WindowState, t: int, typ: torch.Tensor, 
     else:
         valid &= ~is_rel
     return total.masked_fill(~valid, -math.inf)
+
+
+@dataclass
+class KGLMParticles:
+    """State of K particles of one document for ``KGLM.smc_step``: head tables of q_τ and p, window state, z so far."""
+
+    x: torch.Tensor  # [T]
+    q: HeadTables | None
+    p: HeadTables | None
+    alias: tuple | None  # KGLM.alias_tables()
+    gen: tuple | None  # KGLM.generate_table() of p's states
+    window: WindowState
+    z: dict  # mention_type / entity / parent: LongTensor [K, T]
+
+
+@torch.no_grad()
+def init_particles(model, x: torch.Tensor, num_particles: int, temperature: float, peek: bool) -> KGLMParticles:
+    """K empty particles for document x [T]: q_τ's and p's head tables, the window state and the z drawn so far."""
+    K, T, device = int(num_particles), x.numel(), x.device
+    q_tabs = p_tabs = alias = gen = None
+    if T:
+        q_tabs = model.proposal.head_tables(x, temperature, peek)
+        p_tabs = model.head_tables(x)
+        alias = model.alias_tables()
+        gen = model.generate_table(p_tabs.heads.h_type, x)
+    z = {k: torch.full((K, T), v, dtype=torch.long, device=device)
+         for k, v in (("mention_type", NONE), ("entity", -1), ("parent", -1))}
+    return KGLMParticles(x, q_tabs, p_tabs, alias, gen, WindowState.empty(K, model.cutoff, device), z)
+
+
+@torch.no_grad()
+def step_particles(model, state: KGLMParticles, t: int,
+                   generator: torch.Generator | None) -> tuple[KGLMParticles, torch.Tensor]:
+    """Draw z_t ~ q_τ(z_t | x, z_<t) for every particle: (state, log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t)
+    float64 [K]). Consumes ``torch.rand(K, 4)`` of ``generator``, as ``proposal.sample`` does at token t."""
+    K = state.window.prev_type.shape[0]
+    u = torch.rand(K, 4, generator=generator, device=state.x.device, dtype=torch.float64)
+    typ, ent, par, log_q = sample_step(state.q, state.window, t, u)
+    log_prior = score_step(state.p, state.window, t, typ, ent, par)
+    gen_t = None if state.gen is None else tuple(v[t] for v in state.gen)
+    log_word = model.word_log_prob_step(state.p.heads.h_type[t], state.x[t], ent, state.alias, gen_t)
+    state.window = state.window.advance(model.tables, typ, ent, par)
+    state.z["mention_type"][:, t], state.z["entity"][:, t], state.z["parent"][:, t] = typ, ent, par
+    return state, log_prior + log_word - log_q
+
+
+def reorder_particles(state: KGLMParticles, ancestors: torch.Tensor) -> KGLMParticles:
+    """Particle k takes the history (window state and z so far) of particle ancestors[k] (LongTensor [K])."""
+    index = ancestors.to(state.x.device)
+    return KGLMParticles(state.x, state.q, state.p, state.alias, state.gen, state.window.select(index),
+                         {k: v[index] for k, v in state.z.items()})
+
+
+def particle_latents(tables: GraphTables, state: KGLMParticles) -> dict:
+    """The configurations drawn so far, as ``log_joint`` takes them: dict of LongTensor [K, T] (undrawn: none)."""
+    z = {k: v.clone() for k, v in state.z.items()}
+    z["relation"] = canonical_relation(tables, z["parent"], z["entity"])
+    return z
