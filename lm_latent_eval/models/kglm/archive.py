@@ -207,6 +207,30 @@ def map_state_dict(state: dict[str, torch.Tensor], num_layers: int, prefix: str 
     return mapped
 
 
+def _edges_and_aliases(where: Path, knowledge_graph: str | Path, alias_database: str | Path | None
+                       ) -> tuple[dict[str, list[tuple[str, str]]], dict[str, list[list[str]]]]:
+    """(head name -> [(relation name, tail name)], entity name -> alias token lists) from the original
+    ``knowledge_graph.pkl`` or our JSON graph, with the aliases of ``alias_database`` (``alias.pkl``) when given."""
+    from .linked_wikitext import tokenize_alias
+    from .pickles import MAX_ALIAS_TOKENS, MAX_ALIASES, load_alias_pickle, load_knowledge_graph_pickle
+
+    kg_path = Path(knowledge_graph)
+    if kg_path.suffix == ".json":
+        source = KnowledgeGraph.from_json(kg_path)
+        edges = {source.entities[h]: [(source.relations[r], source.entities[t]) for r, t in out]
+                 for h, out in source.edges.items()}
+        aliases = {source.entities[e]: forms for e, forms in source.aliases.items()}
+    else:
+        edges, aliases = load_knowledge_graph_pickle(kg_path), {}
+    if alias_database is not None:
+        aliases = {e: [tokenize_alias(a)[:MAX_ALIAS_TOKENS] for a in names[:MAX_ALIASES]]
+                   for e, names in load_alias_pickle(alias_database).items()}
+    elif not aliases:
+        warnings.warn(f"{where}: no alias database given (alias_database=<alias.pkl>): the model cannot copy",
+                      stacklevel=3)
+    return edges, aliases
+
+
 def load_original_kglm(
     archive: str | Path,
     knowledge_graph: str | Path | None = None,
@@ -224,9 +248,6 @@ def load_original_kglm(
     ``alias_database`` — the original ``alias.pkl`` — is given). Without a proposal archive, q starts as a copy of
     p's encoder and latent heads (with ``peek=False`` it is then exactly p's prior over z).
     """
-    from .linked_wikitext import tokenize_alias
-    from .pickles import MAX_ALIAS_TOKENS, MAX_ALIASES, load_alias_pickle, load_knowledge_graph_pickle
-
     arch = read_archive(archive)
     check_model_type(arch, GENERATIVE_TYPE)
     cfg, state, vocab = arch.model_config, arch.state_dict, arch.vocabulary
@@ -234,20 +255,7 @@ def load_original_kglm(
         kg_hint = cfg.get("knowledge_graph_path", "knowledge_graph.pkl")
         raise ValueError(f"{arch.path}: pass knowledge_graph=<path to the original {Path(kg_hint).name} or our "
                          "JSON graph> (and alias_database=<alias.pkl>); the archive does not contain them")
-    kg_path = Path(knowledge_graph)
-    if kg_path.suffix == ".json":
-        source = KnowledgeGraph.from_json(kg_path)
-        edges = {source.entities[h]: [(source.relations[r], source.entities[t]) for r, t in out]
-                 for h, out in source.edges.items()}
-        aliases = {source.entities[e]: forms for e, forms in source.aliases.items()}
-    else:
-        edges, aliases = load_knowledge_graph_pickle(kg_path), {}
-    if alias_database is not None:
-        aliases = {e: [tokenize_alias(a)[:MAX_ALIAS_TOKENS] for a in names[:MAX_ALIASES]]
-                   for e, names in load_alias_pickle(alias_database).items()}
-    elif not aliases:
-        warnings.warn(f"{arch.path}: no alias database given (alias_database=<alias.pkl>): the model cannot copy",
-                      stacklevel=2)
+    edges, aliases = _edges_and_aliases(arch.path, knowledge_graph, alias_database)
     graph, entity_rows, relation_rows = archive_graph(vocab, edges, aliases)
 
     num_layers = _layer_count(state, "_rnn")
