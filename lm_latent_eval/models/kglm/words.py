@@ -12,7 +12,8 @@ the original). Alias words outside the vocabulary have extended ids ≥ V (``Wor
 copying matches them by string; the LSTMs read them as ``@@UNKNOWN@@``.
 
 ``WordDistribution`` is mixed into ``KGLM``: it uses the model's token_embedding, entity_embedding, condense,
-generate, alias_encoder and copy modules, its vocabulary, graph, tables, unk_id, unk_penalty, dropout and dropoute.
+generate, alias_encoder and copy modules, its vocabulary, graph, tables, token_dim, unk_id, unk_penalty, dropout and
+dropoute, and its ``input_ids`` and ``_check_x``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...tensors import pad_rows
 from ..encoder_cache import parameter_versions
 from .awd_lstm import embedding_dropout
 
@@ -44,12 +46,8 @@ class WordDistribution:
         hit = self._alias_cache.get(entity)
         if cacheable and hit is not None and hit[0] == version:
             return hit[1]
-        device = self.token_embedding.weight.device
-        ids = [self.vocabulary.ids(f) for f in forms]
-        L = max(len(f) for f in ids)
-        padded = torch.full((len(ids), L), -1, dtype=torch.long, device=device)
-        for i, f in enumerate(ids):
-            padded[i, : len(f)] = torch.tensor(f, dtype=torch.long)
+        padded = pad_rows([self.vocabulary.ids(f) for f in forms]).to(self.token_embedding.weight.device)  # [A, L]
+        L = padded.shape[1]
         mask = padded >= 0
         inputs = self.input_ids(padded.clamp(min=0))
         emb = embedding_dropout(self.token_embedding.weight, inputs, self.dropoute, self.training)
