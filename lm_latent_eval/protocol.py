@@ -12,7 +12,6 @@ is the log probability of the continuation given the context.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -143,39 +142,6 @@ def select_particles(z: Latents, index: slice | torch.Tensor) -> Latents:
     if isinstance(z, (tuple, list)):
         return type(z)(select_particles(v, index) for v in z)
     return z
-
-
-@functools.lru_cache(maxsize=None)
-def _row_codes(width: int) -> torch.Tensor:
-    """The fixed random odd multipliers c_1..c_width of ``row_keys`` (seed 0), on the CPU."""
-    return torch.randint(-(2**62), 2**62, (width,), generator=torch.Generator().manual_seed(0)) * 2 + 1
-
-
-def row_keys(rows: torch.Tensor) -> torch.Tensor:
-    """Σ_j rows_j c_j mod 2^64 for integer rows [K, A], with fixed random odd c_j: [K] (equal rows, equal keys)."""
-    return (rows.long() * _row_codes(rows.shape[1]).to(rows.device)).sum(1)
-
-
-def distinct_rows(rows: torch.Tensor, min_rows: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """The distinct rows of rows [K, A] (integers) in order of first appearance, then copies of the first up to
-    ``min_rows`` rows in all, [U, A], and the index of each row among them, [K] (so distinct[index] == rows): a model
-    scores each distinct configuration once and copies the value to every draw of it.
-
-    Rows are grouped by ``row_keys`` and each group is checked to hold one row; ``torch.unique(dim=0)`` (exact,
-    slower) only if two distinct rows ever share a key."""
-    K, dev = rows.shape[0], rows.device
-    if K == 0:
-        return rows, torch.zeros(0, dtype=torch.long, device=dev)
-    keys, inverse = torch.unique(row_keys(rows), return_inverse=True)
-    first = torch.full((keys.shape[0],), K, device=dev).scatter_reduce(0, inverse, torch.arange(K, device=dev), "amin")
-    if not torch.equal(rows[first][inverse], rows):  # a hash collision
-        _, inverse = torch.unique(rows, dim=0, return_inverse=True)
-        first = torch.full((int(inverse.max()) + 1,), K, device=dev).scatter_reduce(0, inverse, torch.arange(K, device=dev), "amin")
-    order = first.argsort()
-    rank = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=dev))
-    distinct = rows[first[order]]
-    padding = distinct[:1].expand(max(min_rows - distinct.shape[0], 0), -1)
-    return torch.cat([distinct, padding]), rank[inverse]
 
 
 def _leaves(z: Latents):

@@ -134,8 +134,7 @@ def test_sync_free_kernel_equals_cpu_kernel(peek):
 def test_large_graph_fallbacks_give_the_same_distribution(monkeypatch):
     """Without the per-document tables (as for a graph too large for them) sampling, scoring and stepping compute
     every factor on demand: the same numbers up to float32 rounding of differently shaped products."""
-    import lm_latent_eval.models.kglm.latents as latents
-    import lm_latent_eval.models.kglm.model as kglm_model
+    from lm_latent_eval.models.kglm import latents, words
 
     model = tiny_kglm(proposal_features=True)
     x = model.tokenize("Ada Lovelace born London Ada King was")
@@ -144,7 +143,7 @@ def test_large_graph_fallbacks_give_the_same_distribution(monkeypatch):
         log_p_ref = model.log_joint(x, z_ref)
     monkeypatch.setattr(latents, "_LANE_TABLE_LIMIT", 0)
     monkeypatch.setattr(latents, "_NEW_TABLE_LIMIT", 0)
-    monkeypatch.setattr(kglm_model, "_GEN_TABLE_LIMIT", 0)
+    monkeypatch.setattr(words, "_GEN_TABLE_LIMIT", 0)
     model.eval()  # drop the cached tables
     with torch.no_grad():
         assert torch.allclose(model.proposal.log_prob(x, z_ref, 0.8, True), log_q_ref, atol=1e-5, rtol=0)

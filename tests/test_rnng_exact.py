@@ -18,7 +18,7 @@ from lm_latent_eval.models.rnng import RNNG, build_vocabulary
 from lm_latent_eval.models.rnng.enumerate import catalan, enumerate_trees, exact_log_marginal
 from lm_latent_eval.models.rnng.latents import actions_from_spans, is_tree, spans_from_actions
 from lm_latent_eval.models.rnng.tree_crf import inside, kbest_trees, log_partition, tree_scores
-from lm_latent_eval.protocol import distinct_rows
+from lm_latent_eval.tensors import distinct_rows
 
 WORDS = ["the", "dog", "saw", "a", "cat", "with"]
 TEXT = "the dog saw a cat with a cat"  # 8 words
@@ -187,10 +187,10 @@ def test_repeated_trees_are_scored_once_and_get_one_value(model):
 
 def test_distinct_rows_is_exact_when_two_rows_share_a_key(monkeypatch):
     """Rows grouped by a key that collides ([1, 0] and [0, 1] both sum to 1) are still told apart."""
-    from lm_latent_eval import protocol
+    from lm_latent_eval import tensors
 
     rows = torch.tensor([[1, 0], [0, 1], [1, 0], [2, 2], [0, 1]])
-    monkeypatch.setattr(protocol, "row_keys", lambda r: r.sum(1))
+    monkeypatch.setattr(tensors, "row_keys", lambda r: r.sum(1))
     distinct, index = distinct_rows(rows, min_rows=4)
     assert distinct.tolist() == [[1, 0], [0, 1], [2, 2], [1, 0]] and index.tolist() == [0, 1, 0, 2, 1]
 

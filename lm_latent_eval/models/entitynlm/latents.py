@@ -45,6 +45,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...tensors import inverse_cdf
+
 LATENT_KEYS = ("mention", "entity", "length")
 SELECT_ROWS_ON = ("cpu",)  # devices where sample_step draws entity and length for the starting particles only
 MIN_ROWS = 4  # see rows_apart
@@ -119,17 +121,6 @@ def without_autograd(fn):
 def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """logits / τ (the same tensor when τ = 1, which divides exactly)."""
     return logits if temperature == 1 else logits / temperature
-
-
-def inverse_cdf(log_probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """One draw per row from softmax(log_probs) [K, C] (−inf entries never drawn) given u ~ U[0, 1) [K, 1]: [K].
-
-    The smallest c with P_c > u · P_C, where P_c = Σ_{c' ≤ c} exp(log_probs_c') in float64, capped at the first c
-    with P_c = P_C (the last entry of positive probability) in case u · P_C rounds up to P_C."""
-    cdf = log_probs.double().exp().cumsum(-1)
-    total = cdf[:, -1:]
-    drawn = torch.searchsorted(cdf, u * total, right=True)
-    return torch.minimum(drawn, torch.searchsorted(cdf, total.contiguous())).squeeze(1)
 
 
 class EntityHeads(nn.Module):
@@ -438,20 +429,18 @@ def sample_step(heads: EntityHeads, memory: EntityMemory, type_lp: torch.Tensor,
     decide = memory.prev_length == 1
     if decide.device.type not in SELECT_ROWS_ON:
         return _sample_step_all_rows(heads, memory, type_lp, h, h_next, t, temperature, u, decide)
-    # R_t = 1 iff u·P_1 ≥ P_0 (inverse CDF over the two types, P_c cumulative in float64; never where P_1 = P_0)
-    cdf = type_lp.double().exp().cumsum(-1)[0]
-    r = torch.where(decide, (u[:, 0] * cdf[1] >= cdf[0]) & (cdf[0] < cdf[1]), True).long()
+    r = torch.where(decide, inverse_cdf(type_lp[0].double().exp(), u[:, 0]), 1)
     step = torch.where(decide, type_lp[0].index_select(0, r), 0.0).double()
     at = (decide & (r == 1)).nonzero().squeeze(1)  # the particles starting a mention
     u_at = u.index_select(0, at)
     lp_ent = heads.entity_log_probs(h, memory, t, temperature, at)
-    e_at = inverse_cdf(lp_ent, u_at[:, 1:2])
+    e_at = inverse_cdf(lp_ent.double().exp(), u_at[:, 1])
     e = torch.where(decide, -1, memory.prev_entity).index_copy_(0, at, e_at)
     if rows_apart(K, h):  # the product on the starting rows only gives each the numbers of the all-rows product
         lp_len = heads.length_log_probs(h, padded(memory.row(e_at, at)), temperature)[: at.shape[0]]
     else:
         lp_len = heads.length_log_probs(h, memory.row(e.clamp(min=0)), temperature, at)
-    l_at = inverse_cdf(lp_len, u_at[:, 2:3])
+    l_at = inverse_cdf(lp_len.double().exp(), u_at[:, 2])
     ell = torch.where(decide, 1, memory.prev_length - 1).index_copy_(0, at, l_at + 1)
     picked = lp_ent.gather(1, e_at.unsqueeze(1)).squeeze(1) + lp_len.gather(1, l_at.unsqueeze(1)).squeeze(1)
     step = step.index_add_(0, at, picked.double())
@@ -464,13 +453,13 @@ def _sample_step_all_rows(heads: EntityHeads, memory: EntityMemory, type_lp: tor
                           ) -> tuple[EntityMemory, tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
     """``sample_step`` on an accelerator: entity and length drawn for every particle, no host synchronisation."""
     K = decide.shape[0]
-    r = torch.where(decide, inverse_cdf(type_lp.expand(K, 2), u[:, 0:1]), 1)
+    r = torch.where(decide, inverse_cdf(type_lp[0].double().exp(), u[:, 0]), 1)
     starting = decide & (r == 1)
     step = torch.where(decide, type_lp.expand(K, 2).gather(1, r.unsqueeze(1)).squeeze(1), 0.0).double()
     lp_ent = heads.entity_log_probs(h, memory, t, temperature)
-    e_new = inverse_cdf(lp_ent, u[:, 1:2])
+    e_new = inverse_cdf(lp_ent.double().exp(), u[:, 1])
     lp_len = heads.length_log_probs(h, memory.row(e_new), temperature)
-    l_new = inverse_cdf(lp_len, u[:, 2:3])
+    l_new = inverse_cdf(lp_len.double().exp(), u[:, 2])
     picked = lp_ent.gather(1, e_new.unsqueeze(1)).squeeze(1) + lp_len.gather(1, l_new.unsqueeze(1)).squeeze(1)
     step = step + torch.where(starting, picked, 0.0).double()
     e = torch.where(starting, e_new, torch.where(decide, -1, memory.prev_entity))

@@ -14,16 +14,16 @@ entity memory [K, M, D] each. Checkpoint: ``config.json`` (constructor arguments
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
 
 import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from ...protocol import distinct_rows
+from ...tensors import distinct_rows
 from ..encoder_cache import DocumentCache
 from ..kglm.awd_lstm import AWDLSTM, embedding_dropout
+from ..vocabulary import WordVocabulary, build_word_list
 from .latents import (
     LATENT_KEYS,
     MIN_ROWS,
@@ -43,11 +43,7 @@ WORD_GROUP = 1 << 18  # float64 logits normalised at once by word_log_probs (con
 
 def build_vocabulary(documents: Iterable[Iterable[str]], min_count: int = 1, max_size: int | None = None) -> list[str]:
     """[@@UNKNOWN@@, @@START@@, words seen ≥ min_count times, most frequent first (ties alphabetical)]."""
-    counts = Counter(tok for doc in documents for tok in doc)
-    words = [w for w, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if c >= min_count and w not in (UNK, BOS)]
-    if max_size is not None:
-        words = words[: max(0, max_size - 2)]
-    return [UNK, BOS, *words]
+    return build_word_list(documents, (UNK, BOS), min_count, max_size)
 
 
 class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=["latent-lm", "entitynlm"]):
@@ -77,14 +73,9 @@ class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", 
         proposal_num_layers: int | None = None,
     ):
         super().__init__()
-        if not isinstance(vocab, (list, tuple)) or UNK not in vocab or BOS not in vocab:
-            raise ValueError(f"vocab must be a list of words containing {UNK!r} and {BOS!r}")
-        if len(set(vocab)) != len(vocab):
-            raise ValueError("vocab has duplicate words")
-        self.vocab = list(vocab)
-        self.word_to_id = {w: i for i, w in enumerate(self.vocab)}
-        self.unk_id, self.bos_id = self.word_to_id[UNK], self.word_to_id[BOS]
-        self.lowercase = bool(lowercase)
+        self.vocabulary = WordVocabulary(vocab, UNK, specials=(BOS,), lowercase=lowercase)
+        self.vocab, self.word_to_id, self.unk_id = self.vocabulary.words, self.vocabulary.word_to_id, self.vocabulary.unk_id
+        self.bos_id = self.word_to_id[BOS]
         self.dim, self.chunk_size, self.dropoute = dim, int(chunk_size), dropoute
         self.max_entities, self.max_mention_length = int(max_entities), int(max_mention_length)
         V = len(self.vocab)
@@ -117,19 +108,15 @@ class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", 
     # --- text ---------------------------------------------------------------------------------------------------
     def token_ids(self, tokens: Iterable[str]) -> torch.Tensor:
         """Ids of already-split tokens (lower-cased when the model is); unknown words -> @@UNKNOWN@@: [T]."""
-        norm = (lambda w: w.lower()) if self.lowercase else (lambda w: w)
-        ids = [self.word_to_id.get(norm(w), self.unk_id) for w in tokens]
-        return torch.tensor(ids, dtype=torch.long, device=self.device)
+        return torch.tensor(self.vocabulary.ids(tokens), dtype=torch.long, device=self.device)
 
     def tokenize(self, text: str) -> torch.Tensor:
         """Whitespace-separated words -> LongTensor [T] (unknown words -> @@UNKNOWN@@; "" -> T = 0)."""
-        if not isinstance(text, str):
-            raise TypeError(f"tokenize expects a string, got {type(text).__name__}")
-        return self.token_ids(text.split())
+        return self.token_ids(self.vocabulary.split(text))
 
     def detokenize(self, x: torch.Tensor) -> str:
         """Words of the ids joined by single spaces."""
-        return " ".join(self.vocab[i] for i in x.tolist())
+        return self.vocabulary.detokenize(x.tolist())
 
     def _check_x(self, x: torch.Tensor) -> torch.Tensor:
         if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.dtype != torch.long:

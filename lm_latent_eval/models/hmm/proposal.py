@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from ...tensors import inverse_cdf
 from .parameters import HMMParameters, forward_log_alpha
 
 
@@ -19,12 +20,11 @@ def _check_args(x: torch.Tensor, num_samples: int, temperature: float) -> None:
 
 
 def _draw(logits: torch.Tensor, temperature: float, generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """One index per row of softmax(logits / τ) [K, S] by inverse CDF, i = min{i : Σ_{j≤i} p_j > u · Σ_j p_j} with one
-    u ~ U[0, 1) per row; returns (index [K], its log prob [K])."""
+    """One index per row of softmax(logits / τ) [K, S] by inverse CDF (``tensors.inverse_cdf``) with one u ~ U[0, 1)
+    per row, in the logits' dtype; returns (index [K], its log prob [K])."""
     log_p = torch.log_softmax(logits / temperature, -1)
-    cdf = log_p.exp().cumsum(-1)
-    u = torch.rand(cdf.shape[0], 1, generator=generator, dtype=cdf.dtype, device=cdf.device)
-    idx = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
+    u = torch.rand(log_p.shape[0], generator=generator, dtype=log_p.dtype, device=log_p.device)
+    idx = inverse_cdf(log_p.exp(), u)
     return idx, log_p.gather(-1, idx[:, None]).squeeze(-1)
 
 

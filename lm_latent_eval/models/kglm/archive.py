@@ -10,6 +10,29 @@ here has exactly those edges, and every entity maps to the embedding row of its 
 Every tensor of ``weights.th`` is mapped onto a parameter of the model (``PARAMETER_MAP``); a tensor left over, a
 parameter left unset, or a shape that disagrees is an error. ``weights.th`` is read with
 ``torch.load(weights_only=True)``, which builds tensors and containers only.
+
+``PARAMETER_MAP``, the mapping of an original ``kglm`` archive's ``weights.th`` onto ``KGLM``:
+
+    _token_embedder.weight                      -> token_embedding.weight   (row i = tokens vocab index i,
+                                                   0 = padding; build ``vocab`` as ["@@PADDING@@"] + tokens.txt)
+    _entity_embedder.weight                     -> entity_embedding.weight  (rows = entity_ids namespace;
+                                                   pass entity_rows / num_entity_rows, see GraphTables)
+    _relation_embedder.weight                   -> relation_embedding.weight (relation_rows / num_relation_rows)
+    _rnn._rnns.{i}.module.weight_ih_l0          -> encoder.layers.{i}.weight_ih_l0
+    _rnn._rnns.{i}.weight_hh_l0_raw             -> encoder.layers.{i}.weight_hh_l0   (the raw, undropped W_hh)
+    _rnn._rnns.{i}.module.weight_hh_l0          -> (not used: a dropped copy of the raw weight)
+    _rnn._rnns.{i}.module.bias_{ih,hh}_l0       -> encoder.layers.{i}.bias_{ih,hh}_l0
+    _fc_mention_type.{weight,bias}              -> mention_type.{weight,bias}
+    _fc_new_entity.bias                         -> new_entity_bias   (weight is tied to entity_embedding; an
+                                                   archive with use_shortlist=true has none: new_entity_bias=False)
+    _fc_condense.{weight,bias}                  -> condense.{weight,bias}
+    _fc_generate.{weight,bias}                  -> generate.{weight,bias}   (weight tied to token_embedding)
+    _fc_copy.{weight,bias}                      -> copy.{weight,bias}
+    _alias_encoder._module.{w,b}_{ih,hh}_l0     -> alias_encoder.{w,b}_{ih,hh}_l0
+    a ``kglm-disc`` archive: the same names     -> proposal.<same target names> (no word head, no alias encoder)
+
+Sizes: token_dim = D_tok (original 400), entity_dim = D_ent (256), hidden_size (1150), num_layers (3); the last
+LSTM layer has D_tok + 2·D_ent units.
 """
 
 from __future__ import annotations
@@ -84,14 +107,14 @@ def read_archive(path: str | Path) -> OriginalArchive:
     if not path.is_file():
         raise FileNotFoundError(f"AllenNLP archive not found: {path}")
     try:
-        tar = tarfile.open(path, "r:*")
+        tar = tarfile.open(path, "r:*")  # noqa: SIM115 - closed by the with block below, outside this try
     except tarfile.TarError as err:
         raise ValueError(f"{path} is not a (gzipped) tar archive: {err}") from err
     with tar:
         files = {}
         for member in tar.getmembers():
             if member.isfile():
-                name = member.name[2:] if member.name.startswith("./") else member.name
+                name = member.name.removeprefix("./")
                 files[name] = tar.extractfile(member).read()
     for needed in ("config.json", "weights.th"):
         if needed not in files:
@@ -99,7 +122,7 @@ def read_archive(path: str | Path) -> OriginalArchive:
     config = json.loads(files["config.json"].decode("utf-8"))
     try:
         state = torch.load(io.BytesIO(files["weights.th"]), map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - any failure of the restricted loader means: not plain tensors
+    except Exception as err:  # any failure of the restricted loader means: not plain tensors
         raise ValueError(f"{path}: weights.th is not a plain state dict of tensors ({err})") from err
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ValueError(f"{path}: weights.th does not hold a state dict of tensors")
@@ -184,6 +207,30 @@ def map_state_dict(state: dict[str, torch.Tensor], num_layers: int, prefix: str 
     return mapped
 
 
+def _edges_and_aliases(where: Path, knowledge_graph: str | Path, alias_database: str | Path | None
+                       ) -> tuple[dict[str, list[tuple[str, str]]], dict[str, list[list[str]]]]:
+    """(head name -> [(relation name, tail name)], entity name -> alias token lists) from the original
+    ``knowledge_graph.pkl`` or our JSON graph, with the aliases of ``alias_database`` (``alias.pkl``) when given."""
+    from .linked_wikitext import tokenize_alias
+    from .pickles import MAX_ALIAS_TOKENS, MAX_ALIASES, load_alias_pickle, load_knowledge_graph_pickle
+
+    kg_path = Path(knowledge_graph)
+    if kg_path.suffix == ".json":
+        source = KnowledgeGraph.from_json(kg_path)
+        edges = {source.entities[h]: [(source.relations[r], source.entities[t]) for r, t in out]
+                 for h, out in source.edges.items()}
+        aliases = {source.entities[e]: forms for e, forms in source.aliases.items()}
+    else:
+        edges, aliases = load_knowledge_graph_pickle(kg_path), {}
+    if alias_database is not None:
+        aliases = {e: [tokenize_alias(a)[:MAX_ALIAS_TOKENS] for a in names[:MAX_ALIASES]]
+                   for e, names in load_alias_pickle(alias_database).items()}
+    elif not aliases:
+        warnings.warn(f"{where}: no alias database given (alias_database=<alias.pkl>): the model cannot copy",
+                      stacklevel=3)
+    return edges, aliases
+
+
 def load_original_kglm(
     archive: str | Path,
     knowledge_graph: str | Path | None = None,
@@ -201,9 +248,6 @@ def load_original_kglm(
     ``alias_database`` — the original ``alias.pkl`` — is given). Without a proposal archive, q starts as a copy of
     p's encoder and latent heads (with ``peek=False`` it is then exactly p's prior over z).
     """
-    from .pickles import MAX_ALIAS_TOKENS, MAX_ALIASES, load_alias_pickle, load_knowledge_graph_pickle
-    from .linked_wikitext import tokenize_alias
-
     arch = read_archive(archive)
     check_model_type(arch, GENERATIVE_TYPE)
     cfg, state, vocab = arch.model_config, arch.state_dict, arch.vocabulary
@@ -211,20 +255,7 @@ def load_original_kglm(
         kg_hint = cfg.get("knowledge_graph_path", "knowledge_graph.pkl")
         raise ValueError(f"{arch.path}: pass knowledge_graph=<path to the original {Path(kg_hint).name} or our "
                          "JSON graph> (and alias_database=<alias.pkl>); the archive does not contain them")
-    kg_path = Path(knowledge_graph)
-    if kg_path.suffix == ".json":
-        source = KnowledgeGraph.from_json(kg_path)
-        edges = {source.entities[h]: [(source.relations[r], source.entities[t]) for r, t in out]
-                 for h, out in source.edges.items()}
-        aliases = {source.entities[e]: forms for e, forms in source.aliases.items()}
-    else:
-        edges, aliases = load_knowledge_graph_pickle(kg_path), {}
-    if alias_database is not None:
-        aliases = {e: [tokenize_alias(a)[:MAX_ALIAS_TOKENS] for a in names[:MAX_ALIASES]]
-                   for e, names in load_alias_pickle(alias_database).items()}
-    elif not aliases:
-        warnings.warn(f"{arch.path}: no alias database given (alias_database=<alias.pkl>): the model cannot copy",
-                      stacklevel=2)
+    edges, aliases = _edges_and_aliases(arch.path, knowledge_graph, alias_database)
     graph, entity_rows, relation_rows = archive_graph(vocab, edges, aliases)
 
     num_layers = _layer_count(state, "_rnn")

@@ -190,7 +190,7 @@ class HeadTables:
     max_degree: int
 
     @classmethod
-    def build(cls, heads: LatentHeads, temperature: float = 1.0) -> "HeadTables":
+    def build(cls, heads: LatentHeads, temperature: float = 1.0) -> HeadTables:
         tables, C = heads.tables, heads.cutoff
         T = heads.h_type.shape[0]
         tau = float(temperature)
@@ -215,17 +215,14 @@ class HeadTables:
             self._type_cdf = self.type_lp.exp().cumsum(-1)
         return self._type_cdf
 
-    def new_entity_draw_tables(self, t: int | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(log q_τ(new row | t) [rows], its cumulative sum [rows], last row with q > 0 (0-d)) for inverse-CDF draws."""
+    def new_entity_draw_tables(self, t: int | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log q_τ(new row | t) [rows], its cumulative sum Σ_{r' ≤ r} q_τ(r' | t) [rows]) for inverse-CDF draws."""
         if self.new_entity_lp is None:
             nl = torch.log_softmax(self.heads.new_entity_logits(torch.as_tensor(t).view(1)) / self.tau, -1)[0]
-            rows = torch.arange(nl.numel(), device=nl.device)
-            return nl, nl.exp().cumsum(0), torch.where(nl > -math.inf, rows, 0).amax()
+            return nl, nl.exp().cumsum(0)
         if not hasattr(self, "_new_cdf"):
-            rows = torch.arange(self.new_entity_lp.shape[1], device=self.new_entity_lp.device)
             self._new_cdf = self.new_entity_lp.exp().cumsum(-1)
-            self._new_last = torch.where(self.new_entity_lp > -math.inf, rows, 0).amax(-1)
-        return self.new_entity_lp[t], self._new_cdf[t], self._new_last[t]
+        return self.new_entity_lp[t], self._new_cdf[t]
 
     @staticmethod
     def type_pattern(any_parent: torch.Tensor, after_mention: torch.Tensor) -> torch.Tensor:

@@ -39,7 +39,6 @@ def sample_text(model, prefix_text: str, max_tokens: int, generator: torch.Gener
     x = model.tokenize(prefix_text)
     device = x.device
     tables, C = model.tables, model.cutoff
-    words = model.vocab + model.extended_words
     types, ents, pars = [], [], []
     if x.numel():
         z = _prefix_latents(model, x, generator)
@@ -74,7 +73,7 @@ def sample_text(model, prefix_text: str, max_tokens: int, generator: torch.Gener
         word_id = _draw_word(model, heads.h_type[0], ent, generator)
         types.append(typ), ents.append(ent), pars.append(par)
         rows.append(int(tables.row_of(torch.tensor(ent, device=device))) if typ != NONE else 0)
-        generated.append(words[word_id])
+        generated.append(model.vocabulary.word(word_id))
         body = " ".join(generated)
         text = " " + body if x.numel() else body
         if any(s in text for s in stops):
@@ -91,7 +90,7 @@ def _draw_word(model, h_type: torch.Tensor, entity: int, generator) -> int:
     cond = model.condense(torch.cat([h_type, model.entity_embedding.weight[row]], -1))
     scores = model.generate(cond).double()
     ids = torch.arange(scores.numel(), device=h_type.device)
-    table = model._alias_table(entity) if entity >= 0 else None
+    table = model.alias_table(entity) if entity >= 0 else None
     if table is not None:
         proj, match = table
         scores = torch.cat([scores, (proj @ h_type).double()])

@@ -15,6 +15,13 @@ whole-document scorer computes them (same kernels and shapes), so both paths giv
 On the CPU, where a host sync costs nothing, ``sample_step`` sends only the particles that drew "related" through
 the parent and edge heads (``torch.nonzero``; the same numbers row by row); on other devices every particle goes
 through them, masked, so the token loop never waits for the device.
+
+``KGLMParticles`` and the functions after it are the model's stepwise interface for SMC (``KGLM.smc_init``,
+``smc_step``, ``smc_reorder``, ``smc_latents``): each step draws z_t ~ q_τ(z_t | x, z_<t) for every particle and
+returns the increment log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t) (float64 [K]). Each increment is a proper
+conditional (an entity is scored once, at its first token; a continuation scores its type and its word), so the T
+increments sum to log p(x, z) − log q_τ(z | x); with the same generator seed the steps draw exactly the z of
+``proposal.sample``.
 """
 
 from __future__ import annotations
@@ -24,7 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .latents import CONTINUING, NEW, NONE, RELATED, GraphTables, HeadTables
+from ...tensors import inverse_cdf
+from .latents import CONTINUING, NEW, NONE, RELATED, GraphTables, HeadTables, canonical_relation
 
 
 @dataclass
@@ -39,12 +47,12 @@ class WindowState:
     prev_par: torch.Tensor  # [K]
 
     @classmethod
-    def empty(cls, K: int, cutoff: int, device) -> "WindowState":
+    def empty(cls, K: int, cutoff: int, device) -> WindowState:
         zeros = torch.zeros(K, dtype=torch.long, device=device)
         return cls(torch.zeros(K, cutoff, dtype=torch.long, device=device),
                    torch.zeros(K, cutoff, dtype=torch.bool, device=device), zeros, zeros, zeros - 1, zeros - 1)
 
-    def advance(self, tables: GraphTables, typ: torch.Tensor, ent: torch.Tensor, par: torch.Tensor) -> "WindowState":
+    def advance(self, tables: GraphTables, typ: torch.Tensor, ent: torch.Tensor, par: torch.Tensor) -> WindowState:
         """The state after z_t = (typ, ent, par) [K]: shift in the new row, drop earlier slots holding it."""
         row = tables.row_of(ent)  # entity -1 (no mention) -> row 0
         if self.rows.shape[1] == 0:
@@ -55,7 +63,7 @@ class WindowState:
         num_ok = self.num_ok + new_ok.long() - tables.row_has_edges[self.rows[:, 0]].long()
         return WindowState(rows, cand, num_ok, typ, ent, par)
 
-    def select(self, index: torch.Tensor) -> "WindowState":
+    def select(self, index: torch.Tensor) -> WindowState:
         """Particle k takes the state of particle index[k]."""
         return WindowState(self.rows[index], self.cand[index], self.num_ok[index], self.prev_type[index],
                            self.prev_ent[index], self.prev_par[index])
@@ -73,16 +81,6 @@ def _parent_log_probs(tabs: HeadTables, state: WindowState, t_vec: torch.Tensor)
     return torch.where(state.cand, plog, -math.inf)
 
 
-def _inverse_cdf(log_probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Index i with cdf_{i-1} <= u · total < cdf_i for each row of log_probs [K, n] and u [K] in [0, 1): [K]."""
-    probs = log_probs.exp()
-    cdf = probs.cumsum(-1)
-    idx = (cdf <= (u * cdf[:, -1]).unsqueeze(-1)).sum(-1)
-    n = probs.shape[-1]
-    last = torch.where(probs > 0, torch.arange(n, device=probs.device), 0).amax(-1)  # rounding guard
-    return torch.minimum(idx, last)
-
-
 def sample_step(tabs: HeadTables, state: WindowState, t: int, u: torch.Tensor, subset_on_cpu: bool = True):
     """z_t ~ q_τ(z_t | x, z_<t) for K particles from uniforms u [K, 4]: (type, entity, parent [K], log q_τ(z_t) [K])."""
     tables = tabs.tables
@@ -90,16 +88,13 @@ def sample_step(tabs: HeadTables, state: WindowState, t: int, u: torch.Tensor, s
     device = u.device
     t_vec = torch.full((K,), t, dtype=torch.long, device=device) if isinstance(t, int) else t.expand(K)
     pattern = _type_pattern(state)
-    cdf = tabs.type_cdf[t][pattern]  # [K, 4]
-    typ = (cdf[:, :-1] <= (u[:, 0] * cdf[:, -1]).unsqueeze(1)).sum(-1)
-    lp = tabs.type_lp[t][pattern]
-    typ = torch.where(torch.isneginf(lp.gather(1, typ.unsqueeze(1)).squeeze(1)), NONE, typ)  # rounding guard
-    log_q = lp.gather(1, typ.unsqueeze(1)).squeeze(1)
+    typ = inverse_cdf(None, u[:, 0], cumulative=tabs.type_cdf[t][pattern])  # [K]
+    log_q = tabs.type_lp[t][pattern].gather(1, typ.unsqueeze(1)).squeeze(1)
     none = torch.full((K,), -1, dtype=torch.long, device=device)
     ent, par = none, none
     if tabs.any_new:
-        nl, cdf, last = tabs.new_entity_draw_tables(t)  # [rows], [rows], last row with q > 0
-        row = torch.minimum(torch.searchsorted(cdf, u[:, 1] * cdf[-1], right=True), last)
+        nl, cdf = tabs.new_entity_draw_tables(t)  # [rows] each
+        row = inverse_cdf(None, u[:, 1], cumulative=cdf)
         is_new = typ == NEW
         ent = torch.where(is_new, tables.row_entity[row], ent)
         log_q = log_q + torch.where(is_new, nl[row], 0.0)
@@ -113,11 +108,11 @@ def sample_step(tabs: HeadTables, state: WindowState, t: int, u: torch.Tensor, s
             sub_state = state if sub is None else state.select(sub)
             rel_mask = pick_rows(is_rel)
             plog = _parent_log_probs(tabs, sub_state, pick_rows(t_vec))
-            slot = _inverse_cdf(torch.where(rel_mask.unsqueeze(1), plog, 0.0), pick_rows(u[:, 2]))
+            slot = inverse_cdf(torch.where(rel_mask.unsqueeze(1), plog, 0.0).exp(), pick_rows(u[:, 2]))
             parent = tables.row_entity[sub_state.rows.gather(1, slot.unsqueeze(1)).squeeze(1)]
-            edges, valid, elog = tabs.parent_edges(pick_rows(t_vec), parent, rel_mask)
+            edges, _, elog = tabs.parent_edges(pick_rows(t_vec), parent, rel_mask)
             norm = elog.logsumexp(-1)
-            pick = _inverse_cdf(torch.where(rel_mask.unsqueeze(1), elog, 0.0), pick_rows(u[:, 3]))
+            pick = inverse_cdf(torch.where(rel_mask.unsqueeze(1), elog, 0.0).exp(), pick_rows(u[:, 3]))
             tail = tables.edge_tail[edges.gather(1, pick.unsqueeze(1)).squeeze(1)]
             reach = elog.masked_fill(tables.edge_tail[edges] != tail.unsqueeze(1), -math.inf).logsumexp(-1)
             rel_lq = torch.where(rel_mask, plog.gather(1, slot.unsqueeze(1)).squeeze(1) + reach - norm, 0.0)
@@ -157,7 +152,7 @@ def score_step(tabs: HeadTables, state: WindowState, t: int, typ: torch.Tensor, 
         ok = is_rel & hit.any(-1) & tables.owns_row(par) & (ent >= 0)
         parent_lp = plog.masked_fill(~hit, -math.inf).logsumexp(-1)
         if tabs.max_degree > 0:
-            edges, valid_e, elog = tabs.parent_edges(t_vec, par, ok)
+            edges, _, elog = tabs.parent_edges(t_vec, par, ok)
             norm = elog.logsumexp(-1)
             reach = elog.masked_fill(tables.edge_tail[edges] != ent.unsqueeze(1), -math.inf).logsumexp(-1)
             rel_lp = reach - norm
@@ -169,3 +164,61 @@ def score_step(tabs: HeadTables, state: WindowState, t: int, typ: torch.Tensor, 
     else:
         valid &= ~is_rel
     return total.masked_fill(~valid, -math.inf)
+
+
+@dataclass
+class KGLMParticles:
+    """State of K particles of one document for ``KGLM.smc_step``: head tables of q_τ and p, window state, z so far."""
+
+    x: torch.Tensor  # [T]
+    q: HeadTables | None
+    p: HeadTables | None
+    alias: tuple | None  # KGLM.alias_tables()
+    gen: tuple | None  # KGLM.generate_table() of p's states
+    window: WindowState
+    z: dict  # mention_type / entity / parent: LongTensor [K, T]
+
+
+@torch.no_grad()
+def init_particles(model, x: torch.Tensor, num_particles: int, temperature: float, peek: bool) -> KGLMParticles:
+    """K empty particles for document x [T]: q_τ's and p's head tables, the window state and the z drawn so far."""
+    K, T, device = int(num_particles), x.numel(), x.device
+    q_tabs = p_tabs = alias = gen = None
+    if T:
+        q_tabs = model.proposal.head_tables(x, temperature, peek)
+        p_tabs = model.head_tables(x)
+        alias = model.alias_tables()
+        gen = model.generate_table(p_tabs.heads.h_type, x)
+    z = {k: torch.full((K, T), v, dtype=torch.long, device=device)
+         for k, v in (("mention_type", NONE), ("entity", -1), ("parent", -1))}
+    return KGLMParticles(x, q_tabs, p_tabs, alias, gen, WindowState.empty(K, model.cutoff, device), z)
+
+
+@torch.no_grad()
+def step_particles(model, state: KGLMParticles, t: int,
+                   generator: torch.Generator | None) -> tuple[KGLMParticles, torch.Tensor]:
+    """Draw z_t ~ q_τ(z_t | x, z_<t) for every particle: (state, log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t)
+    float64 [K]). Consumes ``torch.rand(K, 4)`` of ``generator``, as ``proposal.sample`` does at token t."""
+    K = state.window.prev_type.shape[0]
+    u = torch.rand(K, 4, generator=generator, device=state.x.device, dtype=torch.float64)
+    typ, ent, par, log_q = sample_step(state.q, state.window, t, u)
+    log_prior = score_step(state.p, state.window, t, typ, ent, par)
+    gen_t = None if state.gen is None else tuple(v[t] for v in state.gen)
+    log_word = model.word_log_prob_step(state.p.heads.h_type[t], state.x[t], ent, state.alias, gen_t)
+    state.window = state.window.advance(model.tables, typ, ent, par)
+    state.z["mention_type"][:, t], state.z["entity"][:, t], state.z["parent"][:, t] = typ, ent, par
+    return state, log_prior + log_word - log_q
+
+
+def reorder_particles(state: KGLMParticles, ancestors: torch.Tensor) -> KGLMParticles:
+    """Particle k takes the history (window state and z so far) of particle ancestors[k] (LongTensor [K])."""
+    index = ancestors.to(state.x.device)
+    return KGLMParticles(state.x, state.q, state.p, state.alias, state.gen, state.window.select(index),
+                         {k: v[index] for k, v in state.z.items()})
+
+
+def particle_latents(tables: GraphTables, state: KGLMParticles) -> dict:
+    """The configurations drawn so far, as ``log_joint`` takes them: dict of LongTensor [K, T] (undrawn: none)."""
+    z = {k: v.clone() for k, v in state.z.items()}
+    z["relation"] = canonical_relation(tables, z["parent"], z["entity"])
+    return z

@@ -22,14 +22,14 @@ distinct tree once.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
 
 import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from ...protocol import distinct_rows
+from ...tensors import distinct_rows
+from ..vocabulary import WordVocabulary, build_word_list
 from .latents import SHIFT, check_actions, is_tree, right_branching, stack_sizes
 from .proposal import TreeCRFProposal
 
@@ -41,11 +41,7 @@ MIN_ROWS = 4  # log_joint scores at least this many rows (see there)
 
 def build_vocabulary(sentences: Iterable[Iterable[str]], min_count: int = 1, max_size: int | None = None) -> list[str]:
     """[<unk>, <s>, </s>, words seen ≥ min_count times, most frequent first (ties alphabetical)]."""
-    counts = Counter(w for sent in sentences for w in sent)
-    words = [w for w, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if c >= min_count and w not in SPECIAL]
-    if max_size is not None:
-        words = words[: max(0, max_size - len(SPECIAL))]
-    return [*SPECIAL, *words]
+    return build_word_list(sentences, SPECIAL, min_count, max_size)
 
 
 class TreeLSTM(nn.Module):
@@ -107,14 +103,10 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         proposal_hidden_size: int | None = None,
     ):
         super().__init__()
-        if not isinstance(vocab, (list, tuple)) or any(s not in vocab for s in SPECIAL):
-            raise ValueError(f"vocab must be a list of words containing {SPECIAL}")
-        if len(set(vocab)) != len(vocab):
-            raise ValueError("vocab has duplicate words")
-        self.vocab = list(vocab)
-        self.word_to_id = {w: i for i, w in enumerate(self.vocab)}
+        self.vocabulary = WordVocabulary(vocab, UNK, specials=SPECIAL, lowercase=lowercase, reserved=SPECIAL)
+        self.vocab, self.word_to_id = self.vocabulary.words, self.vocabulary.word_to_id
         self.unk_id, self.bos_id, self.eos_id = (self.word_to_id[s] for s in SPECIAL)
-        self.count_eos, self.lowercase = bool(count_eos), bool(lowercase)
+        self.count_eos = bool(count_eos)
         self.dim, self.hidden_size, self.num_layers = dim, hidden_size, num_layers
         V = len(self.vocab)
         self.embedding = nn.Embedding(V, dim)
@@ -144,21 +136,18 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
     def token_ids(self, words: Iterable[str], eos: bool | None = None) -> torch.Tensor:
         """Ids of already-split words (unknown words and the special symbols as text -> <unk>), then </s> if the
         sentence end is counted (``eos``, default ``count_eos``) and there is at least one word: [T]."""
-        norm = (lambda w: w.lower()) if self.lowercase else (lambda w: w)
-        ids = [self.unk_id if w in SPECIAL else self.word_to_id.get(norm(w), self.unk_id) for w in words]
+        ids = self.vocabulary.ids(words)
         if ids and (self.count_eos if eos is None else eos):
             ids.append(self.eos_id)
         return torch.tensor(ids, dtype=torch.long, device=self.device)
 
     def tokenize(self, text: str) -> torch.Tensor:
         """Whitespace-separated words -> LongTensor [T] (+ </s> when counted; "" -> T = 0)."""
-        if not isinstance(text, str):
-            raise TypeError(f"tokenize expects a string, got {type(text).__name__}")
-        return self.token_ids(text.split())
+        return self.token_ids(self.vocabulary.split(text))
 
     def detokenize(self, x: torch.Tensor) -> str:
         """Words of the ids joined by single spaces (without </s>)."""
-        return " ".join(self.vocab[i] for i in x.tolist() if i != self.eos_id)
+        return self.vocabulary.detokenize(x.tolist(), skip=[self.eos_id])
 
     # --- p(x, z) ------------------------------------------------------------------------------------------------
     def log_joint(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,7 @@ import copy
 
 import torch
 
+from ...tensors import pad_rows
 from .lattice import SegmentationLattice
 from .proposal import SegmentationProposal
 from .vocab import ByteTrie, token_bytes
@@ -210,11 +211,3 @@ class TokenizationLM(torch.nn.Module):
         """Every segmentation of the text, [S, T_max] padded with −1 (enumeration; short texts)."""
         return pad_rows(self.lattice(x).enumerate(self.enumeration_limit))
 
-
-def pad_rows(rows: list[list[int]]) -> torch.Tensor:
-    """Token lists as LongTensor [K, T_max] padded with −1."""
-    width = max((len(r) for r in rows), default=0)
-    out = torch.full((len(rows), max(width, 1)), PAD, dtype=torch.long)
-    for k, row in enumerate(rows):
-        out[k, : len(row)] = torch.tensor(row, dtype=torch.long)
-    return out

@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from ...tensors import inverse_cdf, pad_rows
+
 
 class SegmentationProposal:
     """Sequential proposal over the segmentation lattice of one text (see the module docstring)."""
@@ -93,8 +95,6 @@ class SegmentationProposal:
             log_q.append(q)
             for row, value in zip(r, p):
                 self.lm.memo[tuple(row)] = value
-        from .model import pad_rows
-
         return pad_rows(rows), torch.cat(log_q)
 
     def _sample_chunk(self, lattice, uniforms, temperature, x):
@@ -115,11 +115,9 @@ class SegmentationProposal:
             node_log_q = torch.log_softmax(scores.masked_fill(~valid, float("-inf")), -1)
             node_log_q = self._mix_canonical(node_log_q, ids, node_pos, x)
             node_log_p = torch.log_softmax(logits, -1).gather(1, ids).double()
-            cdf = node_log_q.exp().cumsum(-1)
+            cdf = node_log_q.exp().cumsum(-1)  # per node; each particle draws from its node's row
             a = particle_node[active]
-            u = uniforms[active, t] * cdf[a, -1]
-            choice = torch.searchsorted(cdf[a], u[:, None], right=True)[:, 0]
-            choice = torch.minimum(choice, valid[a].sum(-1) - 1)
+            choice = inverse_cdf(None, uniforms[active, t], cumulative=cdf[a])
             tokens[active, t] = ids[a, choice]
             log_q[active] += node_log_q[a, choice]
             token_log_p[active, t] = node_log_p[a, choice]
@@ -184,8 +182,6 @@ class SegmentationProposal:
         search (the best ``beam_size`` partial segmentations ending at each byte position are extended, each
         reading its parent's key/value cache plus one token); the canonical segmentation x is always among them,
         so the beam bound is never below the canonical one."""
-        from .model import pad_rows
-
         lattice = self.lm.lattice(x)
         canonical = x.tolist()
         n = lattice.n

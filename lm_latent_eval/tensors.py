@@ -1,0 +1,77 @@
+"""Tensor helpers shared by the models and the estimators: inverse-CDF draws, distinct rows, padded rows.
+
+This module imports torch only (never ``models`` or ``estimators``), since both depend on it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import torch
+
+
+def inverse_cdf(weights: torch.Tensor | None, u: torch.Tensor, cumulative: torch.Tensor | None = None) -> torch.Tensor:
+    """The inverse-CDF draw i = min{i : Σ_{j≤i} w_j > u · Σ_j w_j} of each row of weights, one uniform u per row.
+
+    weights: w ≥ 0, [..., n], unnormalised, in the dtype the caller chose for the cumulative sum. u: [...] in [0, 1)
+    (the batch shape of weights; any shape when weights is one-dimensional, shared by every u). ``cumulative``:
+    Σ_{j≤i} w_j [..., n] when the caller has it already (a cached table); then ``weights`` may be None.
+    Returns LongTensor [...]. The comparison runs in the wider of u's and the cumulative sum's dtypes (a float32
+    cumulative sum is widened exactly). Never an index past the last positive weight: where u · Σ_j w_j does not fall
+    below the total (all weights zero, or u rounded to 1), the first i whose cumulative sum reaches the total."""
+    cdf = weights.cumsum(-1) if cumulative is None else cumulative
+    dtype = torch.promote_types(cdf.dtype, u.dtype)
+    cdf = cdf.to(dtype)
+    total = cdf[..., -1:]  # [..., 1]
+    target = u.to(dtype).unsqueeze(-1) * total  # [..., 1]
+    drawn = torch.searchsorted(cdf, target, right=True)
+    return torch.minimum(drawn, torch.searchsorted(cdf, total.contiguous())).squeeze(-1)
+
+
+@functools.cache
+def _row_codes(width: int) -> torch.Tensor:
+    """The fixed random odd multipliers c_1..c_width of ``row_keys`` (seed 0), on the CPU."""
+    return torch.randint(-(2**62), 2**62, (width,), generator=torch.Generator().manual_seed(0)) * 2 + 1
+
+
+def row_keys(rows: torch.Tensor) -> torch.Tensor:
+    """Σ_j rows_j c_j mod 2^64 for integer rows [K, A], with fixed random odd c_j: [K] (equal rows, equal keys)."""
+    return (rows.long() * _row_codes(rows.shape[1]).to(rows.device)).sum(1)
+
+
+def _first_of_each(inverse: torch.Tensor, num_groups: int, K: int) -> torch.Tensor:
+    """Index of the first of the K rows in each of ``num_groups`` groups (row k in group inverse[k]): [num_groups]."""
+    order = torch.arange(K, device=inverse.device)
+    return torch.full((num_groups,), K, device=inverse.device).scatter_reduce(0, inverse, order, "amin")
+
+
+def distinct_rows(rows: torch.Tensor, min_rows: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct rows of rows [K, A] (integers) in order of first appearance, then copies of the first up to
+    ``min_rows`` rows in all, [U, A], and the index of each row among them, [K] (so distinct[index] == rows): a model
+    scores each distinct configuration once and copies the value to every draw of it.
+
+    Rows are grouped by ``row_keys`` and each group is checked to hold one row; ``torch.unique(dim=0)`` (exact,
+    slower) only if two distinct rows ever share a key."""
+    K, dev = rows.shape[0], rows.device
+    if K == 0:
+        return rows, torch.zeros(0, dtype=torch.long, device=dev)
+    keys, inverse = torch.unique(row_keys(rows), return_inverse=True)
+    first = _first_of_each(inverse, keys.shape[0], K)
+    if not torch.equal(rows[first][inverse], rows):  # a hash collision
+        _, inverse = torch.unique(rows, dim=0, return_inverse=True)
+        first = _first_of_each(inverse, int(inverse.max()) + 1, K)
+    order = first.argsort()
+    rank = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=dev))
+    distinct = rows[first[order]]
+    padding = distinct[:1].expand(max(min_rows - distinct.shape[0], 0), -1)
+    return torch.cat([distinct, padding]), rank[inverse]
+
+
+def pad_rows(rows: Sequence[Sequence[int]], pad: int = -1) -> torch.Tensor:
+    """Integer lists of lengths T_k as LongTensor [K, max(max_k T_k, 1)], padded with ``pad`` on the right."""
+    width = max((len(r) for r in rows), default=0)
+    out = torch.full((len(rows), max(width, 1)), pad, dtype=torch.long)
+    for k, row in enumerate(rows):
+        out[k, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return out

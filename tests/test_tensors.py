@@ -1,0 +1,63 @@
+"""The shared tensor helpers: inverse-CDF draws, distinct rows, padded rows (lm_latent_eval/tensors.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lm_latent_eval.tensors import distinct_rows, inverse_cdf, pad_rows
+
+
+def brute_force(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """min{i : Σ_{j≤i} w_j > u · Σ_j w_j}, row by row, by a Python scan of the cumulative sums (in weights' dtype)."""
+    cdf = weights.cumsum(-1)
+    targets = (u * cdf[:, -1]).tolist()
+    return torch.tensor([next(i for i, c in enumerate(row) if c > v) for row, v in zip(cdf.tolist(), targets)])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_inverse_cdf_is_the_first_index_past_u_times_the_total(dtype):
+    gen = torch.Generator().manual_seed(0)
+    weights = torch.rand(500, 7, generator=gen, dtype=dtype) * (torch.rand(500, 7, generator=gen) > 0.3)
+    weights[:, 3] += 0.1  # every row has a positive weight
+    u = torch.rand(500, generator=gen, dtype=dtype)
+    drawn = inverse_cdf(weights, u)
+    assert drawn.dtype == torch.long and drawn.shape == (500,)
+    assert torch.equal(drawn, brute_force(weights, u))
+    assert bool((weights.gather(1, drawn[:, None]) > 0).all())  # a zero weight is never drawn
+
+
+def test_inverse_cdf_frequencies_follow_the_weights():
+    weights = torch.tensor([0.1, 0.0, 0.6, 0.3], dtype=torch.float64)
+    u = torch.rand(200_000, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    counts = torch.bincount(inverse_cdf(weights, u), minlength=4).double() / u.numel()
+    assert counts[1] == 0 and torch.allclose(counts, weights, atol=5e-3)
+
+
+def test_inverse_cdf_never_passes_the_last_positive_weight():
+    weights = torch.tensor([[0.0, 2.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0]])
+    u = torch.tensor([1.0, 0.5])  # u = 1 (out of range) and an all-zero row: the cap applies
+    assert inverse_cdf(weights, u).tolist() == [2, 0]
+    assert inverse_cdf(weights[:1], torch.tensor([0.0])).tolist() == [1]
+
+
+def test_inverse_cdf_with_shared_weights_cached_cumulative_and_wider_u():
+    gen = torch.Generator().manual_seed(2)
+    weights = torch.rand(9, generator=gen, dtype=torch.float32)
+    u = torch.rand(4, 3, generator=gen, dtype=torch.float64)
+    shared = inverse_cdf(weights, u)  # one weight vector serves every u: [4, 3]
+    rows = inverse_cdf(weights.expand(12, 9), u.reshape(12)).view(4, 3)
+    cached = inverse_cdf(None, u, cumulative=weights.cumsum(0))
+    assert shared.shape == (4, 3) and torch.equal(shared, rows) and torch.equal(shared, cached)
+    # the float32 cumulative sum is widened exactly; u keeps its float64 value
+    cdf = weights.cumsum(0).double()
+    assert torch.equal(shared, (cdf <= (u * cdf[-1]).unsqueeze(-1)).sum(-1))
+
+
+def test_distinct_rows_and_pad_rows():
+    rows = torch.tensor([[2, 1], [0, 0], [2, 1], [5, 5]])
+    distinct, index = distinct_rows(rows, min_rows=4)
+    assert distinct.tolist() == [[2, 1], [0, 0], [5, 5], [2, 1]] and index.tolist() == [0, 1, 0, 2]
+    assert torch.equal(distinct[index], rows)
+    assert pad_rows([[3, 4, 5], [6]]).tolist() == [[3, 4, 5], [6, -1, -1]]
+    assert pad_rows([[]], pad=0).tolist() == [[0]] and pad_rows([]).shape == (0, 1)
