@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ..protocol import missing_stepwise_methods
+from ..tensors import inverse_cdf
 from .importance import SAMPLE_BLOCK, check_sampling_args
 from .seeding import document_generator
 
@@ -70,10 +71,9 @@ def systematic_resample(log_w: torch.Tensor, generator: torch.Generator | None) 
     n = log_w.shape[0]
     device = generator.device if generator is not None else "cpu"
     u = float(torch.rand((), generator=generator, device=device, dtype=torch.float64))
-    cdf = torch.cumsum(torch.softmax(log_w.to(torch.float64), 0), 0)
+    cdf = torch.cumsum(torch.softmax(log_w.to("cpu", torch.float64), 0), 0)
     cdf[-1] = 1.0  # rounding: the last particle closes the interval
-    positions = (u + torch.arange(n, dtype=torch.float64)) / n
-    return torch.searchsorted(cdf.cpu(), positions, right=True).clamp_(max=n - 1)
+    return inverse_cdf(None, (u + torch.arange(n, dtype=torch.float64)) / n, cumulative=cdf)
 
 
 def _check_increment(inc: torch.Tensor, n: int, t: int, doc: str) -> torch.Tensor:
