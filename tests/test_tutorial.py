@@ -1,4 +1,5 @@
-"""The README tutorial, run as written: its code blocks are read from README.md, so the two cannot drift apart."""
+"""The tutorial of docs/your-model.md, run as written: its code blocks are read from that page, so the two cannot drift
+apart."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+PAGE = REPO / "docs" / "your-model.md"
 SECTION = "## Tutorial: evaluate your own latent LM"
 
 
 def tutorial_blocks() -> list[tuple[str, str]]:
     """(language, code) of every fenced block of the tutorial section, in order."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```(\w+)\n(.*?)```", section, flags=re.DOTALL)
 
