@@ -164,7 +164,7 @@ def test_quoted_figures_match_committed_output(marker):
 def test_the_sweeps_and_benchmarks_are_quoted_behind_markers():
     named = {m.file for m in ALL_MARKERS}
     for output in ["bench/hmm_sweep/tables.md", "bench/kglm_sweep/tables.md", "bench/rnng_sweep/tables.md",
-                   "bench/interval_coverage/coverage.md", "bench/tokenization_gap/gap.md", "bench/RESULTS.md"]:
+                   "lm_latent_eval/data/interval_coverage/coverage.md", "bench/tokenization_gap/gap.md", "bench/RESULTS.md"]:
         assert output in named, f"no marker quotes {output}"
 
 

@@ -1,7 +1,7 @@
 """Confidence intervals for log p(x) from one document's K importance weights, and for Σ_n log p(x_n) over documents.
 
 p̂ = mean_k w_k is unbiased for p and, by the central limit theorem, close to normal for large K; log p̂ is biased low
-(E[log p̂] ≤ log p). Methods (measured against exact values in bench/interval_coverage.py, table in the README):
+(E[log p̂] ≤ log p). Methods (measured against exact values by bench/interval_coverage.py, table in docs/estimators.md):
 
 - ``percentile``: percentile bootstrap of log p̂ over resamples of the K weights (centred on the biased log p̂);
 - ``student``: Student-t interval for the mean weight, p̂ · (1 ± t_{K−1} · s/(√K · p̂)), then logged
