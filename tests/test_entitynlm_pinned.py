@@ -1,6 +1,6 @@
 """EntityNLM numbers pinned before the vectorization of issue 13: log p(x, z) and log q_τ(z | x) of fixed
 configurations (peeking and not, τ = 1 and 0.7) on the bundled checkpoint (one coref_tiny test document) and the
-tiny random model of test_entitynlm_exact, and the sampler's draws and IS log weights for fixed seeds.
+tiny random model of entitynlm_tiny.py, and the sampler's draws and IS log weights for fixed seeds.
 
 ``log_joint`` / ``log_q_*`` were computed by the implementation at commit 869948a (a per-token loop with host
 syncs, one thread) and must still agree to 1e-9, with one documented exception: the word softmax is now evaluated
@@ -14,8 +14,8 @@ relative to max(1, |log w|); over 1,000 draws of each bundled test document log 
 The pinned values themselves show the effect: draws 1 and 2 of ``lw_True_1.0`` of the tiny model are the same z and
 were 1.9e-7 apart. ``sample_*`` / ``lw_*`` depend on how the sampler
 consumes its random stream, which issue 13 changed (one uniform [K, 3] per token, inverse CDF, no host sync): they
-were recomputed at that commit, after the new sampler passed test_entitynlm_exact (Σ_z q = 1, chi-square of the
-draws against q, IS against enumeration, unbiasedness over 300 runs).
+were recomputed at that commit, after the new sampler passed the exactness tests (now tests/contract/: Σ_z q = 1,
+chi-square of the draws against q, IS against enumeration, unbiasedness over 300 runs).
 """
 
 from __future__ import annotations
@@ -24,15 +24,14 @@ import json
 
 import pytest
 import torch
-
-from lm_latent_eval.estimators import importance_log_weights
-from lm_latent_eval.models.entitynlm.enumerate import exact_log_marginal
-from lm_latent_eval.models.entitynlm import LATENT_KEYS, EntityNLM
-from lm_latent_eval.paths import DATA_DIR
-
+from entitynlm_tiny import TEXT, tiny_entitynlm
 from is_checks import assert_is_unbiased_on
 from pins import pinned
-from test_entitynlm_exact import TEXT, tiny_entitynlm
+
+from lm_latent_eval.estimators import importance_log_weights
+from lm_latent_eval.models.entitynlm import LATENT_KEYS, EntityNLM
+from lm_latent_eval.models.entitynlm.enumerate import exact_log_marginal
+from lm_latent_eval.paths import DATA_DIR
 
 TOL = 1e-9
 TINY_WORDS_TOL = 2e-7  # tiny model's log p only: float32 BLAS rounding of the per-token word softmax (see above)
@@ -113,7 +112,7 @@ def test_scoring_each_distinct_z_once_moves_log_p_within_float32_rounding(models
 
 
 def test_new_sampler_is_unbiased_with_peeking(models):
-    """The inverse-CDF sampler, peeking (test_entitynlm_exact checks no-peeking): 300 runs of K = 4, p̂/p = 1."""
+    """The inverse-CDF sampler, peeking (tests/contract/ checks both): 300 runs of K = 4, p̂/p = 1."""
     model = models["tiny"]
     assert_is_unbiased_on(model, TEXT, exact_log_marginal(model, model.tokenize(TEXT)), peek=True)
 

@@ -9,11 +9,10 @@ import json
 
 import pytest
 import torch
+from entitynlm_tiny import tiny_entitynlm
 
 from lm_latent_eval.models.entitynlm import LATENT_KEYS, EntityNLM
 from lm_latent_eval.paths import DATA_DIR
-
-from test_entitynlm_exact import tiny_entitynlm
 
 TOL = 1e-9  # increments against log p − log q with every draw scored at its own row, as the stepwise path does
 REGROUPED_TOL = 1e-6  # relative to max(1, |log w|): log_joint scores each distinct z once, at another row of a

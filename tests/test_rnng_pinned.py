@@ -1,7 +1,7 @@
 """RNNG numbers pinned to the values of the implementation before the speed-up of issue 13 (commit 56d51c0).
 
 log p(x, z) and log q_τ(z | x) (τ = 1 and 0.7) of fixed trees must stay within 1e-9 of the recorded values: the tiny
-RNNG of ``test_rnng_exact.py`` (every 97th enumerated tree of its 8-word sentence, with and without the sentence
+RNNG of ``rnng_tiny.py`` (every 97th enumerated tree of its 8-word sentence, with and without the sentence
 end) and the bundled RNNG (6 trees of a 12-word test sentence, drawn from q at τ = 3 with seed 1, scored as one
 batch). The sampler's random stream is pinned too: the drawn trees and their log q_3, and the log importance weights
 of fixed (seed, document) streams, K = 6 on the tiny model and K = 1,000 on the bundled one (first weights and
@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 from pins import pinned
-from test_rnng_exact import TEXT, tiny_rnng
+from rnng_tiny import TEXT, tiny_rnng
 
 from lm_latent_eval.estimators import importance_log_weights
 from lm_latent_eval.models import load_model

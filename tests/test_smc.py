@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import make_tiny_hmm
+from hmm_tiny import WholeDocumentOnly, make_tiny_hmm
 from is_checks import assert_unbiased
 
 from lm_latent_eval.estimators import (
@@ -280,19 +280,6 @@ def test_empty_document_under_smc(bundled_hmm):
     assert est.diagnostics.log_likelihood_se == 0.0 and est.diagnostics.resampling_steps == 0.0  # p̂ = 1 exactly
     real = estimate_document(bundled_hmm, "a b", EstimatorSettings("smc", num_samples=8))
     assert type(est.diagnostics) is type(real.diagnostics)  # the same diagnostics as any document
-
-
-class WholeDocumentOnly:
-    """An HMM seen through the whole-document contract only (no smc_* methods)."""
-
-    def __init__(self, model):
-        self.model, self.proposal = model, model.proposal
-
-    def tokenize(self, text):
-        return self.model.tokenize(text)
-
-    def log_joint(self, x, z):
-        return self.model.log_joint(x, z)
 
 
 def test_a_model_without_the_stepwise_part_serves_is_and_refuses_smc_by_name():

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 lm_eval = pytest.importorskip("lm_eval")
+from hmm_tiny import WholeDocumentOnly
 from lm_eval.tasks import TaskManager
-from test_smc import WholeDocumentOnly
 
 from lm_latent_eval.estimators import EstimatorSettings, estimate_document
 from lm_latent_eval.estimators.smc import runs_corpus_log_likelihood
