@@ -19,7 +19,7 @@ from lm_latent_eval.models import default_checkpoint
 from lm_latent_eval.models.kglm.enumerate import exact_log_marginal
 from lm_latent_eval.models.kglm.latents import latent_log_prob
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 bundled = pytest.mark.skipif(default_checkpoint("kglm") is None, reason="bundled KGLM checkpoint not built")
 
 

@@ -17,7 +17,7 @@ from lm_latent_eval.models.kglm import KGLM, KnowledgeGraph
 from lm_latent_eval.models.kglm.latents import CONTINUING, NEW, NONE, RELATED
 from lm_latent_eval.protocol import Proposal, is_latent_lm
 
-ARCHIVE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kglm-model" / "kglm.model.tar.gz"
+ARCHIVE = Path(__file__).resolve().parents[4] / "shared" / "fixtures" / "kglm-model" / "kglm.model.tar.gz"
 TEXT = "Ada Lovelace born London"
 
 

@@ -24,7 +24,7 @@ from lm_latent_eval.harness.backends import LatentHMMEval, LatentLMEval
 from lm_latent_eval.models import default_checkpoint
 from lm_latent_eval.models.hmm import HMMLanguageModel
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CORPUS_FILE = REPO / "lm_latent_eval/data/corpus/tiny_test.jsonl"
 DOCS = [json.loads(line)["text"] for line in CORPUS_FILE.open()][:10]
 ARGS = {"num_samples": 32, "seed": 3, "device": "cpu", "batch_size": "auto"}

@@ -13,7 +13,7 @@ from tiny_models import make_tiny_gpt2
 
 import lm_latent_eval.harness.backends  # noqa: F401  (registers --model latent)
 
-WIKITEXT = Path(__file__).parent / "data" / "wikitext_document_level"
+WIKITEXT = Path(__file__).resolve().parents[1] / "data" / "wikitext_document_level"
 
 
 def test_word_perplexity_equals_hf_backend_with_multi_window_pages(tmp_path):

@@ -32,7 +32,7 @@ from lm_latent_eval.models.kglm.pickles import (
 from lm_latent_eval.models.kglm.synthetic import SyntheticConfig, generate_corpus, write_corpus
 from lm_latent_eval.models.kglm.vocabulary import Vocabulary
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kglm-model"
+FIXTURES = Path(__file__).resolve().parents[4] / "shared" / "fixtures" / "kglm-model"
 WIKI = FIXTURES / "enhanced-wikitext-test"
 needs_fixtures = pytest.mark.skipif(not WIKI.is_dir(), reason="../shared/fixtures/kglm-model not present")
 

@@ -19,7 +19,7 @@ from lm_eval.tasks import TaskManager
 
 from lm_latent_eval.harness.backends import LatentHMMEval
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 BUILTIN_TASKS = Path(lm_eval.__file__).parent / "tasks"
 
 

@@ -8,7 +8,7 @@ import pytest
 from lm_latent_eval.estimators import EstimatorSettings, estimate_document
 from lm_latent_eval.models.entitynlm.conll import load_conll2012, load_coref_tiny
 
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kglm-model" / "conll2012.jsonl"
+FIXTURE = Path(__file__).resolve().parents[4] / "shared" / "fixtures" / "kglm-model" / "conll2012.jsonl"
 
 
 @pytest.mark.skipif(not FIXTURE.is_file(), reason="shared CoNLL-2012 fixture absent")

@@ -18,7 +18,7 @@ from lm_latent_eval.models.kglm.synthetic import SyntheticConfig, generate_corpu
 from lm_latent_eval.models.kglm.train import TrainConfig, add_arguments, evaluate_gold, run, train_kglm
 from lm_latent_eval.paths import DATA_DIR
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kglm-model" / "enhanced-wikitext-test"
+FIXTURES = Path(__file__).resolve().parents[4] / "shared" / "fixtures" / "kglm-model" / "enhanced-wikitext-test"
 SMALL = TrainConfig(token_dim=16, entity_dim=8, hidden_size=24, num_layers=2, epochs=3, lr=5e-3)
 
 

@@ -19,7 +19,7 @@ from lm_latent_eval.harness import backends, rolling_estimates
 from lm_latent_eval.harness.backends import LatentHMMEval, LatentLMEval
 from lm_latent_eval.harness.results_store import ResultsStore
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "tasks"
 CORPUS = [json.loads(line)["text"] for line in (REPO / "lm_latent_eval/data/corpus/tiny_test.jsonl").open()]
 ARGS = "estimator=smc,num_samples=40,smc_runs=2,resample_threshold=0.6,peek=false,seed=5"

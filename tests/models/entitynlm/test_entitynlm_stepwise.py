@@ -16,7 +16,7 @@ from lm_latent_eval.paths import DATA_DIR
 
 TOL = 1e-9  # increments against log p − log q with every draw scored at its own row, as the stepwise path does
 REGROUPED_TOL = 1e-6  # relative to max(1, |log w|): log_joint scores each distinct z once, at another row of a
-# smaller batch, and float32 rows round differently at different positions (tests/test_entitynlm_pinned.py)
+# smaller batch, and float32 rows round differently at different positions (tests/models/entitynlm/test_entitynlm_pinned.py)
 
 
 @pytest.fixture(scope="module")

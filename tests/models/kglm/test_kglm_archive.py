@@ -17,7 +17,7 @@ from lm_latent_eval.models.kglm import KGLM
 from lm_latent_eval.models.kglm.archive import PARAMETER_MAP, map_state_dict, read_archive
 from lm_latent_eval.models.kglm.linked_wikitext import document_tensors, read_linked_jsonl
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kglm-model"
+FIXTURES = Path(__file__).resolve().parents[4] / "shared" / "fixtures" / "kglm-model"
 ARCHIVE = FIXTURES / "kglm.model.tar.gz"
 WIKI = FIXTURES / "enhanced-wikitext-test"
 pytestmark = pytest.mark.skipif(not ARCHIVE.is_file(), reason="../shared/fixtures/kglm-model not present")

@@ -28,7 +28,7 @@ from lm_eval.api.instance import Instance
 from lm_latent_eval.harness import backends
 from lm_latent_eval.harness.backends import LatentHMMEval
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CORPUS = [json.loads(line)["text"] for line in (REPO / "lm_latent_eval/data/corpus/tiny_test.jsonl").open()]
 MODEL_ARGS = "num_samples=16,seed=4"
 

@@ -16,7 +16,7 @@ import pytest
 from lm_latent_eval import metrics_path
 from lm_latent_eval.distortion import error_curves as de
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 METRIC_DIR = REPO / "metrics" / "distortion_error"
 
 

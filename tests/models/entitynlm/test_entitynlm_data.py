@@ -26,7 +26,7 @@ from lm_latent_eval.models.entitynlm.synthetic import SyntheticConfig, generate_
 from lm_latent_eval.models.entitynlm.train import TrainConfig, train_entitynlm
 from lm_latent_eval.paths import DATA_DIR
 
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kglm-model" / "conll2012.jsonl"
+FIXTURE = Path(__file__).resolve().parents[4] / "shared" / "fixtures" / "kglm-model" / "conll2012.jsonl"
 
 
 def test_gold_latents_encode_mentions_entities_and_remaining_lengths():
