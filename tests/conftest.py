@@ -1,7 +1,8 @@
 """Shared fixtures: a tiny HMM (exact enumeration feasible), the bundled HMM and its test corpus.
 
-The helpers at the root of tests/ (is_checks, pins, hmm_tiny, kglm_tiny, ...) are importable from every test folder:
-this folder is put on sys.path here. Test modules have unique basenames (pytest's default import mode needs them).
+The helpers at the root of tests/ (is_checks, pins, hmm_tiny, kglm_tiny, ...) are importable from every test
+folder: this folder is put on sys.path here. Test modules have unique basenames (pytest's default import mode
+needs them).
 """
 
 from __future__ import annotations
@@ -15,16 +16,17 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-# One intra-op thread for the whole session, whatever order the folders run in: the tiny models' small tensor ops are
-# 10-30 times slower on a thread pool of 2 sharing 2 busy cores (SMC over 300 seeds: 14-32 s against 1 s), and the
-# pinned tests need it for bit-exact float32 rounding (tests/models/entitynlm/test_entitynlm_pinned.py).
-torch.set_num_threads(1)
-
 from hmm_tiny import make_tiny_hmm
 
 from lm_latent_eval.models import default_checkpoint
 from lm_latent_eval.models.hmm import HMMLanguageModel
 from lm_latent_eval.paths import DATA_DIR
+
+# One intra-op thread for the whole session, whatever order the folders run in: the tiny models' small tensor
+# ops are 10-30 times slower on a pool of 2 threads sharing 2 busy cores (SMC over 300 seeds: 14-32 s against
+# 1 s), and the pinned tests need it for bit-exact float32 rounding (models/entitynlm/test_entitynlm_pinned.py
+# used to set it, for every test collected after it).
+torch.set_num_threads(1)
 
 
 @pytest.fixture

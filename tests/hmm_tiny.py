@@ -1,5 +1,5 @@
 """A tiny HMM (S = 3 states, exact enumeration feasible), its proposal recomputed independently in probability
-space, and the HMM seen through the whole-document contract only; shared by the HMM, estimator and harness tests."""
+space, and the HMM seen through the whole-document contract only (HMM, estimator, harness, contract tests)."""
 
 from __future__ import annotations
 

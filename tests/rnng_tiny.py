@@ -1,5 +1,4 @@
-"""A tiny randomly initialised RNNG over six words (every binary tree of a sentence can be listed), shared by the
-RNNG tests."""
+"""A tiny randomly initialised RNNG over six words, whose trees can be listed (RNNG and contract tests)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """The contract table: one row per latent LM, a tiny instance of it whose support can be listed.
 
-A row names how to build the model, which texts to try, how to list every z with p(x, z) > 0 (the support), how to
-compute log q_τ(z | x) and the exact log p(x) on it, and which parts of the contract apply (peek=false, the stepwise
-part, a beam that returns the exact top k of q). ``test_contract.py`` checks every property on every row; adding a
-model is adding a row here.
+A row names how to build the model, which texts to try, how to list every z with p(x, z) > 0 (the support),
+how to compute log q_τ(z | x) and the exact log p(x) on it, and which parts of the contract apply (peek=false,
+the stepwise part, a beam that is an exact k-best). ``test_contract.py`` checks every property on every row;
+adding a model is adding a row here.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from lm_latent_eval.models.entitynlm import enumerate as entitynlm_enumerate
 from lm_latent_eval.models.kglm import enumerate as kglm_enumerate
 from lm_latent_eval.models.rnng.enumerate import enumerate_trees
 from lm_latent_eval.models.rnng.enumerate import exact_log_marginal as rnng_exact
+from lm_latent_eval.tensors import pad_rows
 
 Latents = Any
 
@@ -36,16 +37,17 @@ Latents = Any
 class Case:
     """One latent LM under the contract.
 
-    ``support(model, x)``: every z with p(x, z) > 0, [M, ...] in ``log_joint``'s format (the models' enumerators).
-    ``log_q(model, x, z, temperature, peek)``: log q_τ(z | x), float64 [M] (``proposal.log_prob`` where it exists).
-    ``exact(model, x)``: log p(x), computed without the proposal. ``keys(z)``: one hashable key per configuration.
-    ``expressible(model, x)``: configurations beyond the support that ``log_joint`` accepts (it must give them −inf);
-    None with ``why_nothing_outside`` when the model can express none.
+    ``support(model, x)``: every z with p(x, z) > 0, [M, ...] in ``log_joint``'s format (the models'
+    enumerators). ``log_q(model, x, z, temperature, peek)``: log q_τ(z | x), float64 [M]
+    (``proposal.log_prob`` where it exists). ``exact(model, x)``: log p(x), computed without the proposal.
+    ``keys(z)``: one hashable key per configuration. ``expressible(model, x)``: configurations beyond the
+    support that ``log_joint`` accepts (it must give them −inf); None, with ``why_nothing_outside``, when the
+    model can express none.
     """
 
     name: str
     build: Callable[[], Any]
-    text: str  # Σ q = 1, IS, SMC and beam on a support of a few to hundreds of configurations
+    text: str  # Σ q = 1, IS, SMC and beam, on a support of a few to hundreds of configurations
     short_text: str  # sampling frequencies and the configurations outside the support
     support: Callable[[Any, torch.Tensor], Latents]
     log_q: Callable[..., torch.Tensor]
@@ -56,11 +58,11 @@ class Case:
     no_peek: str = ""  # why the proposal has no peek=false ("" when it has one)
     stepwise: bool = False  # offers smc_init, smc_step, smc_reorder, smc_latents
     twisted_peek: str = ""  # why smc_step with peek=true draws from another proposal than proposal.sample
-    beam_is_k_best: bool = True  # beam(x, k) is exactly the k of highest q (peek, τ = 1), best first; False: a beam search
+    beam_is_k_best: bool = True  # beam(x, k): exactly the k of highest q (peek, τ = 1), best first
     num_draws: int = 20_000  # draws compared with q by chi-square
     q_atol: float = 1e-9  # Σ q = 1 and sampled log q = enumerated log q (float64 proposal arithmetic)
     p_atol: float = 1e-6  # beam and Σ p(x, z) against the exact log p(x) (float32 network, float64 sums)
-    stepwise_atol: float = 1e-9  # Σ_t increments against log p(x, z) − log q(z | x) of the whole-document code
+    stepwise_atol: float = 1e-9  # Σ_t increments against log p(x, z) − log q(z | x) of the whole document
 
     @property
     def peeks(self) -> tuple[bool, ...]:
@@ -76,13 +78,20 @@ def rows_as_keys(z: torch.Tensor) -> list[tuple]:
     return [tuple(t for t in row if t >= 0) for row in z.tolist()]
 
 
+def stacked_keys(z: dict, names) -> list[tuple]:
+    """A configuration given as a dict of [K, T] tensors as one tuple of its ``names`` at every token."""
+    k = z[names[0]].shape[0]
+    return [tuple(row) for row in torch.stack([z[name] for name in names], -1).reshape(k, -1).tolist()]
+
+
 # ---------------------------------------------------------------- HMM: the exact reference
 
 
 def hmm_log_q(model, x, z, temperature, peek):
     """The tempered proposal recomputed in probability space (the HMM's proposal has no log_prob)."""
-    return torch.tensor([tempered_log_q(model.proposal, x.tolist(), row, temperature, peek) for row in z.tolist()],
-                        dtype=torch.float64)
+    rows = z.tolist()
+    return torch.tensor([tempered_log_q(model.proposal, x.tolist(), row, temperature, peek) for row in rows],
+                        dtype=torch.float64)  # fmt: skip
 
 
 HMM = Case(
@@ -91,8 +100,8 @@ HMM = Case(
     exact=lambda model, x: model.log_marginal(x), keys=rows_as_keys,
     why_nothing_outside="every state path has p(x, z) > 0: the HMM can express nothing outside its support",
     stepwise=True,
-    twisted_peek="with peeking the HMM's SMC proposal is a look-ahead filter (twisted SMC), not the backward sampler "
-                 "of proposal.sample; tests/estimators/test_smc.py checks its increments",
+    twisted_peek="with peeking the HMM's SMC proposal is a look-ahead filter (twisted SMC), not the backward "
+                 "sampler of proposal.sample; tests/estimators/test_smc.py checks its increments",
 )  # fmt: skip
 
 
@@ -100,8 +109,7 @@ HMM = Case(
 
 
 def kglm_keys(z: dict) -> list[tuple]:
-    k = z["entity"].shape[0]
-    return [tuple(r) for r in torch.stack([z["mention_type"], z["entity"], z["parent"]], -1).reshape(k, -1).tolist()]
+    return stacked_keys(z, ("mention_type", "entity", "parent"))
 
 
 def kglm_expressible(model, x) -> dict:
@@ -128,8 +136,11 @@ def kglm_case(name: str, proposal_features: bool) -> Case:
 
 
 def entitynlm_keys(z: dict) -> list[tuple]:
-    k = z["mention"].shape[0]
-    return [tuple(r) for r in torch.stack([z[key] for key in LATENT_KEYS], -1).reshape(k, -1).tolist()]
+    return stacked_keys(z, LATENT_KEYS)
+
+
+def entitynlm_support(model, x) -> dict:
+    return entitynlm_enumerate.enumerate_latents(x.numel(), model.max_entities, model.max_mention_length)
 
 
 def entitynlm_expressible(model, x) -> dict:
@@ -142,11 +153,10 @@ def entitynlm_expressible(model, x) -> dict:
 
 ENTITYNLM = Case(
     name="entitynlm", build=tiny_entitynlm, text="anna saw her there", short_text="anna saw her",
-    support=lambda model, x: entitynlm_enumerate.enumerate_latents(x.numel(), model.max_entities,
-                                                                   model.max_mention_length),
-    log_q=proposal_log_prob, exact=entitynlm_enumerate.exact_log_marginal, keys=entitynlm_keys,
-    expressible=entitynlm_expressible, stepwise=True, beam_is_k_best=False, q_atol=1e-6,
-    stepwise_atol=1e-6,  # log_joint scores each distinct z once, at another row: float32 rounding by position
+    support=entitynlm_support, log_q=proposal_log_prob, exact=entitynlm_enumerate.exact_log_marginal,
+    keys=entitynlm_keys, expressible=entitynlm_expressible, stepwise=True,
+    beam_is_k_best=False,  # a left-to-right beam search over q's factors
+    q_atol=1e-6, stepwise_atol=1e-6,  # log_joint scores each distinct z once, at another row (float32)
 )  # fmt: skip
 
 
@@ -171,7 +181,7 @@ def rnng_case(name: str, count_eos: bool) -> Case:
     )  # fmt: skip
 
 
-# ---------------------------------------------------------------- tokenization: z = the token sequences spelling x
+# ---------------------------------------------------------------- tokenization: z = the tokens spelling x
 
 
 @functools.cache
@@ -192,9 +202,8 @@ def tokenization_view(cover_end: bool, canonical_mix: float):
 
 
 def tokenization_expressible(model, x) -> torch.Tensor:
-    """Token sequences that do not spell x: each segmentation without its last token, or with one token changed."""
-    from lm_latent_eval.tensors import pad_rows
-
+    """Token sequences that do not spell x (each segmentation without its last token, or with one token
+    changed) and the segmentations themselves."""
     rows = rows_as_keys(model.segmentations(x))
     vocab = len(model.vocab)
     changed = [[*row[:i], (row[i] + 1 + i) % vocab, *row[i + 1 :]] for row in rows for i in range(len(row))]
@@ -206,8 +215,9 @@ def tokenization_case(name: str, text: str, cover_end: bool, canonical_mix: floa
         name=name, build=functools.partial(tokenization_view, cover_end, canonical_mix), text=text,
         short_text="the cat", support=lambda model, x: model.segmentations(x), log_q=proposal_log_prob,
         exact=lambda model, x: model.log_marginal(x), keys=rows_as_keys, expressible=tokenization_expressible,
-        no_peek="a segmentation proposal must read the text it spells", beam_is_k_best=False, num_draws=4_000,
-        q_atol=1e-6,
+        no_peek="a segmentation proposal must read the text it spells",
+        beam_is_k_best=False,  # ranked by p(z), the canonical segmentation always kept
+        num_draws=4_000, q_atol=1e-6,
     )  # fmt: skip
 
 
@@ -242,7 +252,7 @@ CAUSAL = Case(
 CASES = [
     HMM,
     kglm_case("kglm", proposal_features=False),
-    kglm_case("kglm-q-features", proposal_features=True),  # q with its own no-peeking heads and alias features
+    kglm_case("kglm-q-features", proposal_features=True),  # q with its own no-peeking heads, alias features
     ENTITYNLM,
     rnng_case("rnng", count_eos=True),
     rnng_case("rnng-without-eos", count_eos=False),

@@ -1,11 +1,13 @@
-"""Every latent LM against the contract (DESIGN.md sections 3 and 4) on a tiny instance whose support can be listed.
+"""Every latent LM against the contract (DESIGN.md sections 3, 4) on a tiny instance with a listable support.
 
-One row per model in ``cases.py``; each property below runs on every row and skips, naming the reason, where it
-does not apply (no peek=false, no stepwise part, nothing expressible outside the support). Exact properties: q sums
-to one over the support, samples lie in it with q's frequencies and report their own log q, log_joint is float64 [K]
-and −inf exactly outside the support and sums to the exact log p(x), beam ≤ exact with equality once the beam covers
-the support, stepwise increments sum to log p(x, z) − log q(z | x), the empty text. Statistical properties (fixed
-seeds): IS and SMC estimates of p are unbiased (mean p̂/p within 3 standard errors over 300 runs), IS converges.
+One row per model in ``cases.py``; each property below runs on every row (over the peek modes the row has) and
+skips, naming the reason, where it does not apply (no stepwise part, nothing expressible outside the support,
+weights too heavy-tailed for a 3-SE check). Exact properties: q sums to one over the support, samples lie in
+it with q's frequencies and report their own log q, log_joint is float64 [K], −inf exactly outside the support
+and sums to the exact log p(x), beam ≤ exact with equality once the beam covers the support, stepwise
+increments sum to log p(x, z) − log q(z | x), the empty text. Statistical properties (fixed seeds): IS and SMC
+estimates of p are unbiased (mean p̂/p within 3 standard errors over 300 seeds), IS converges to the exact
+value.
 """
 
 from __future__ import annotations
@@ -39,12 +41,12 @@ from lm_latent_eval.protocol import (
 
 TEMPERATURES = (0.5, 1.0, 2.0)
 RUNS = 300  # independent estimates per unbiasedness check
-MAX_RELATIVE_SD = 4.0  # of p̂/p at K = 4: beyond it 300 runs cannot estimate the spread the 3-SE check relies on
+MAX_RELATIVE_SD = 4.0  # of p̂/p at K = 4: beyond it 300 runs cannot estimate the spread a 3-SE check needs
 
 
 def rows(slow_when=None, **axes) -> list:
-    """pytest parameters: every row of the table × every combination of ``axes`` (name -> values); an axis named
-    ``peek`` takes only the peek modes the row's proposal has. ``slow_when(*combo)`` marks combinations slow."""
+    """pytest parameters: every row of the table × every combination of ``axes`` (name -> values); the axis
+    ``peek`` takes only the row's peek modes; ``slow_when(*combo)`` marks a combination slow."""
     params = []
     for case in CASES:
         combos = [()]
@@ -73,7 +75,7 @@ def built(case: Case):
 
 def require_stepwise(case: Case) -> None:
     if not case.stepwise:
-        pytest.skip(f"{case.name} has no stepwise part (smc_init, smc_step, smc_reorder, smc_latents): SMC does not apply")
+        pytest.skip(f"{case.name} has no stepwise part (smc_init, smc_step, smc_reorder, smc_latents)")
 
 
 def require_same_stepwise_proposal(case: Case, peek: bool) -> None:
@@ -123,7 +125,7 @@ def test_proposal_sums_to_one_over_the_support(case, peek, temperature):
         x = model.tokenize(text)
         support = case.support(model, x)
         if num_particles(support) == 1:
-            pytest.skip(f"{case.name}: one configuration, q(z | x) = 1 is the sampler's log q = 0 (checked below)")
+            pytest.skip(f"{case.name}: one configuration, whose q = 1 is the sampler's log q = 0 (next test)")
         with torch.no_grad():
             log_q = case.log_q(model, x, support, temperature, peek)
         assert log_q.dtype == torch.float64 and torch.isfinite(log_q).all()
@@ -132,8 +134,8 @@ def test_proposal_sums_to_one_over_the_support(case, peek, temperature):
 
 @pytest.mark.parametrize("case,peek,temperature", rows(peek=(True, False), temperature=TEMPERATURES))
 def test_samples_lie_in_the_support_report_their_log_q_and_follow_q(case, peek, temperature):
-    """Every draw has p(x, z) > 0, the log q returned with it is the enumerated log q_τ of that z, and the draws'
-    frequencies match q_τ (chi-square)."""
+    """Every draw has p(x, z) > 0, the log q returned with it is the enumerated log q_τ of that z, and the
+    draws' frequencies match q_τ (chi-square)."""
     model = built(case)
     x = model.tokenize(case.short_text)
     support = case.support(model, x)
@@ -173,8 +175,8 @@ def test_log_joint_is_float64_per_configuration(case):
 
 @pytest.mark.parametrize("case", rows())
 def test_log_joint_sums_to_the_exact_marginal_over_the_support(case):
-    """logsumexp of log p(x, z) over the enumerated support = the exact log p(x), a probability (< 0) above every
-    single configuration."""
+    """logsumexp of log p(x, z) over the enumerated support = the exact log p(x), a probability (< 0) above
+    every single configuration."""
     model = built(case)
     for text in (case.short_text, case.text):
         x = model.tokenize(text)
@@ -190,9 +192,9 @@ def test_log_joint_sums_to_the_exact_marginal_over_the_support(case):
 
 @pytest.mark.parametrize("case", rows())
 def test_log_joint_is_minus_inf_exactly_outside_the_support(case):
-    """Over configurations the model can express, valid or not: log p(x, z) is −inf (never NaN or +inf) exactly
-    outside the enumerated support, which they contain whole; where the proposal scores them, q > 0 exactly where
-    p > 0."""
+    """Over configurations the model can express, valid or not: log p(x, z) is −inf (never NaN or +inf)
+    exactly outside the enumerated support, which they contain whole; where the proposal scores them, q_τ > 0
+    exactly where p > 0."""
     if case.expressible is None:
         pytest.skip(f"{case.name}: {case.why_nothing_outside}")
     model = built(case)
@@ -207,7 +209,7 @@ def test_log_joint_is_minus_inf_exactly_outside_the_support(case):
     assert finite == [key in support_keys for key in keys]
     assert support_keys <= set(keys) and num_particles(candidates) > len(support_keys)
     if hasattr(model.proposal, "log_prob"):
-        for peek, temperature in ((True, 1.0), (False, 0.5)):
+        for peek, temperature in ((True, 1.0), (True, 0.7), (False, 0.5)):
             if peek or not case.no_peek:
                 with torch.no_grad():
                     log_q = model.proposal.log_prob(x, candidates, temperature, peek)
@@ -220,12 +222,12 @@ def test_log_joint_is_minus_inf_exactly_outside_the_support(case):
 def is_estimates(model, text: str, peek: bool, temperature: float, num_samples: int = 4) -> np.ndarray:
     """log p̂ of RUNS independent IS runs (seeds 0..RUNS−1)."""
     x = model.tokenize(text)
-    return np.array([log_mean_exp(importance_log_weights(model, x, num_samples=num_samples, temperature=temperature,
-                                                         peek=peek, seed=s, document=text)) for s in range(RUNS)])
+    sampling = {"num_samples": num_samples, "temperature": temperature, "peek": peek, "document": text}
+    return np.array([log_mean_exp(importance_log_weights(model, x, seed=s, **sampling)) for s in range(RUNS)])
 
 
 def assert_unbiased_or_exact(log_p_hat: np.ndarray, log_p: float, atol: float) -> None:
-    """Mean p̂/p = 1 within 3 standard errors with estimates that really vary; or every p̂ = p (q = p(z | x))."""
+    """Mean p̂/p = 1 within 3 standard errors, the estimates really varying; or every p̂ = p (q = p(z|x))."""
     ratio = np.exp(log_p_hat - log_p)
     if ratio.std() == 0:
         assert log_p_hat[0] == pytest.approx(log_p, abs=atol)
@@ -235,32 +237,37 @@ def assert_unbiased_or_exact(log_p_hat: np.ndarray, log_p: float, atol: float) -
 
 
 def require_light_tails(case: Case, model, x, peek: bool, temperature: float) -> float:
-    """The standard deviation of p̂/p at K = 4, exact from the support; skips where it exceeds MAX_RELATIVE_SD (heavy
-    tails: the sample SD of 300 runs underestimates it and the mean lags below 1, e.g. the HMM without peeking at
-    τ = 0.5, SD 34, is 4 SE low after 20,000 runs)."""
+    """The standard deviation of p̂/p at K = 4, exact from the support; skips where it exceeds MAX_RELATIVE_SD
+    (heavy tails: the sample SD of 300 runs underestimates it and their mean lags below 1; the HMM without
+    peeking at τ = 0.5, SD 34, is still 4 SE low after 20,000 runs)."""
     support = case.support(model, x)
     with torch.no_grad():
-        sd = exact_is_standard_error(model.log_joint(x, support), case.log_q(model, x, support, temperature, peek),
-                                     case.exact(model, x), 4)  # fmt: skip
+        log_q = case.log_q(model, x, support, temperature, peek)
+        sd = exact_is_standard_error(model.log_joint(x, support), log_q, case.exact(model, x), 4)
     if sd > MAX_RELATIVE_SD:
-        pytest.skip(f"{case.name}: SD of p̂/p at K = 4 is {sd:.1f} > {MAX_RELATIVE_SD}: too heavy-tailed for a 3-SE check")
+        pytest.skip(f"{case.name}: SD of p̂/p at K = 4 is {sd:.1f} > {MAX_RELATIVE_SD}, too heavy-tailed")
     return sd
 
 
-@pytest.mark.parametrize("case,peek,temperature", rows(peek=(True, False), temperature=TEMPERATURES,
-                                                       slow_when=lambda peek, temperature: temperature != 1.0))
+def tempered(peek: bool, temperature: float) -> bool:
+    return temperature != 1.0
+
+
+@pytest.mark.parametrize("case,peek,temperature",
+                         rows(peek=(True, False), temperature=TEMPERATURES, slow_when=tempered))  # fmt: skip
 def test_importance_sampling_is_unbiased(case, peek, temperature):
-    """E[p̂] = p: mean p̂/p over 300 runs (seeds) of K = 4 is 1 within 3 standard errors, and E[log p̂] ≤ log p.
-    Tempered proposals (τ ≠ 1) in the slow suite."""
+    """E[p̂] = p: over 300 seeds the mean p̂/p of K = 4 samples is 1 within 3 standard errors, and
+    E[log p̂] ≤ log p (tempered proposals, τ ≠ 1, in the slow suite)."""
     model = built(case)
     x = model.tokenize(case.text)
     require_light_tails(case, model, x, peek, temperature)
-    assert_unbiased_or_exact(is_estimates(model, case.text, peek, temperature), case.exact(model, x), case.p_atol)
+    log_p_hat = is_estimates(model, case.text, peek, temperature)
+    assert_unbiased_or_exact(log_p_hat, case.exact(model, x), case.p_atol)
 
 
 @pytest.mark.parametrize("case,peek,temperature", rows(peek=(True, False), temperature=TEMPERATURES))
 def test_importance_sampling_converges_to_the_exact_value(case, peek, temperature):
-    """K = 16,384: log p̂ within 4 standard errors of log p, the standard error computed exactly from the support."""
+    """K = 16,384: log p̂ within 4 standard errors of log p (the standard error exact, from the support)."""
     model = built(case)
     x = model.tokenize(case.text)
     se = require_light_tails(case, model, x, peek, temperature) * math.sqrt(4 / 16_384)
@@ -283,28 +290,28 @@ def run_steps(model, x, num_particles: int, temperature: float, peek: bool, seed
     total = torch.zeros(num_particles, dtype=torch.float64)
     for t in range(x.numel()):
         if t in reorder_at:
-            ancestors = torch.randint(0, num_particles, (num_particles,), generator=torch.Generator().manual_seed(t))
-            before = model.smc_latents(state)
+            gen_t = torch.Generator().manual_seed(t)
+            ancestors = torch.randint(num_particles, (num_particles,), generator=gen_t)
+            before = particle_histories(model.smc_latents(state))
             state, total = model.smc_reorder(state, ancestors), total[ancestors]
-            after = model.smc_latents(state)
-            assert torch.equal(torch.tensor(_keys_tensor(after)), torch.tensor(_keys_tensor(before))[ancestors])
+            assert particle_histories(model.smc_latents(state)) == [before[a] for a in ancestors.tolist()]
         state, increment = model.smc_step(state, t, gen)
         assert increment.shape == (num_particles,) and increment.dtype == torch.float64
         total += increment.cpu()
     return model.smc_latents(state), total
 
 
-def _keys_tensor(z) -> list:
-    """z [K, ...] as nested lists, one entry per particle (for comparing particle orders)."""
+def particle_histories(z) -> list:
+    """z [K, ...] (a tensor or a dict of tensors) as one nested list per particle."""
     if isinstance(z, dict):
-        return [list(row) for row in zip(*(_keys_tensor(z[k]) for k in sorted(z)))]
+        return [list(row) for row in zip(*(particle_histories(z[k]) for k in sorted(z)))]
     return z.tolist()
 
 
 @pytest.mark.parametrize("case,peek,temperature", rows(peek=(True, False), temperature=(0.7, 1.0)))
 def test_stepwise_increments_sum_to_log_joint_minus_log_q(case, peek, temperature):
-    """smc_step draws, from the same random stream, the z that proposal.sample draws, and the increments of each
-    particle sum to log p(x, z) − log q_τ(z | x)."""
+    """smc_step draws, from the same random stream, the z that proposal.sample draws, and the increments of
+    each particle sum to log p(x, z) − log q_τ(z | x)."""
     require_same_stepwise_proposal(case, peek)
     model = built(case)
     x = model.tokenize(case.text)
@@ -346,8 +353,8 @@ def test_smc_without_resampling_weighs_what_importance_sampling_draws(case, peek
 
 @pytest.mark.parametrize("case,peek", rows(peek=(True, False)))
 def test_smc_is_unbiased(case, peek):
-    """E[p̂] = p with resampling: mean p̂/p over 300 runs of K = 4 is 1 within 3 standard errors, E[log p̂] ≤ log p;
-    at threshold 1 (every token) resampling really happens."""
+    """E[p̂] = p with resampling: over 300 seeds the mean p̂/p of K = 4 particles is 1 within 3 standard
+    errors, and E[log p̂] ≤ log p; at threshold 1 (every token) resampling really happens."""
     threshold = 0.5 if peek else 1.0
     require_stepwise(case)
     model = built(case)
@@ -367,8 +374,8 @@ def test_smc_is_unbiased(case, peek):
 
 @pytest.mark.parametrize("case", rows())
 def test_beam_is_a_lower_bound_and_exact_once_it_covers_the_support(case):
-    """beam(x, k) returns ≤ k distinct configurations of the support (from an exact k-best algorithm: the k of highest
-    q, best first, and nested in k); log Σ_beam p(x, z) ≤ log p(x), below it for k = 1, and equal once k reaches the
+    """beam(x, k) returns ≤ k distinct configurations of the support (from an exact k-best: the k of highest
+    q, best first, nested in k); log Σ_beam p(x, z) ≤ log p(x), below it for k = 1, equal once k reaches the
     support size."""
     model = built(case)
     x = model.tokenize(case.text)
@@ -416,9 +423,9 @@ def test_empty_text_has_no_tokens_and_probability_one(case):
         assert torch.equal(model.log_joint(x, z).cpu(), torch.zeros(3, dtype=torch.float64))
     assert case.exact(model, x) == 0.0
     if case.stepwise:
-        state = model.smc_init(x, 3)
-        assert torch.equal(model.log_joint(x, model.smc_latents(state)).cpu(), torch.zeros(3, dtype=torch.float64))
-    estimators = ["is", "beam", *(["smc"] if case.stepwise else []), *(["exact"] if has_exact_marginal(model) else [])]
+        z = model.smc_latents(model.smc_init(x, 3))
+        assert torch.equal(model.log_joint(x, z).cpu(), torch.zeros(3, dtype=torch.float64))
+    estimators = ["is", "beam"] + ["smc"] * case.stepwise + ["exact"] * has_exact_marginal(model)
     for name in estimators:
         estimate = estimate_document(model, "", EstimatorSettings(name, num_samples=4))
         assert (estimate.num_tokens, estimate.log_likelihood) == (0, 0.0)

@@ -25,6 +25,7 @@ def test_long_text_is_scored_in_lm_evals_rolling_windows(causal, num_words):
 
     words = ("the cat sat on the mat and the dog ran under the log quickly . the a cat dog sat ran").split()
     x = causal.tokenize(" ".join(words[:num_words]))
+    assert x.numel() == num_words  # the word-level tokenizer: one token per word
     expected = 0.0
     for window in get_rolling_token_windows(x.tolist(), causal.prefix_token, max_seq_len=8, context_len=1):
         context, targets = make_disjoint_window(window)

@@ -5,6 +5,7 @@ sentence end, tokenization, bad inputs, save/load, gradients."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -37,6 +38,13 @@ def test_enumeration_lists_every_tree_once(T):
     assert is_tree(z, T).all()
     spans = spans_from_actions(z, T)
     assert (spans.sum((1, 2)) == 2 * T - 1).all() and torch.equal(actions_from_spans(spans), z)
+
+
+def test_is_tree_recognizes_exactly_the_enumerated_trees():
+    """Among all 2^(2T−1) SHIFT / REDUCE sequences, is_tree holds on the Catalan(T − 1) enumerated trees only."""
+    for T in (1, 3, 5):
+        every = torch.tensor(list(itertools.product([0, 1], repeat=2 * T - 1)))
+        assert set(_keys(every[is_tree(every, T)])) == set(_keys(enumerate_trees(T)))
 
 
 @pytest.mark.parametrize("T", [1, 2, 4, 7])
