@@ -34,7 +34,7 @@ def compile_kernels() -> tuple:
     calls ``score_step`` (it scores all tokens at once), so this now compiles the sampler and SMC's scoring only.
 
     Not the default: the fused float32 kernels round differently, so log p and log q move by ~1e-5 (measured and
-    printed), which breaks the 1e-9 agreement with the eager path that tests/test_entitynlm_pinned.py holds."""
+    printed), which breaks the 1e-9 agreement with the eager path that tests/models/entitynlm/test_entitynlm_pinned.py holds."""
     import torch
 
     from lm_latent_eval.models.entitynlm import latents

@@ -44,7 +44,7 @@ def make_pages(path: Path, num_pages: int, words_per_page: int) -> list[str]:
 
 
 def task_manager(folder: Path, pages: Path):
-    """lm-eval's built-in wikitext config with only the dataset location overridden (as tests/test_builtin_tasks)."""
+    """lm-eval's built-in wikitext config with only the dataset location overridden (as tests/harness/test_builtin_tasks)."""
     import lm_eval
     from lm_eval.tasks import TaskManager
 

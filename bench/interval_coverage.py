@@ -66,7 +66,7 @@ def enumerated_case(name: str, peek: bool, repeats: int, seed: int = 0):
         x = model.tokenize("Ada Lovelace was born")
         support = enumerate_latents(model, x.numel())
     else:
-        from test_entitynlm_exact import TEXT, tiny_entitynlm
+        from entitynlm_tiny import TEXT, tiny_entitynlm
 
         from lm_latent_eval.models.entitynlm.enumerate import enumerate_latents
 

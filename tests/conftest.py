@@ -1,25 +1,32 @@
-"""Shared fixtures: a tiny HMM (exact enumeration feasible), the bundled HMM and its test corpus."""
+"""Shared fixtures: a tiny HMM (exact enumeration feasible), the bundled HMM and its test corpus.
+
+The helpers at the root of tests/ (is_checks, pins, hmm_tiny, kglm_tiny, ...) are importable from every test
+folder: this folder is put on sys.path here. Test modules have unique basenames (pytest's default import mode
+needs them).
+"""
 
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from hmm_tiny import make_tiny_hmm
 
 from lm_latent_eval.models import default_checkpoint
 from lm_latent_eval.models.hmm import HMMLanguageModel
 from lm_latent_eval.paths import DATA_DIR
 
-
-def make_tiny_hmm(num_states: int = 3, words=("a", "b", "c"), seed: int = 0) -> HMMLanguageModel:
-    """S = 3 states over {<unk>, a, b, c}: random parameters; the proposal is a noisy (mismatched) copy."""
-    model = HMMLanguageModel(vocab=["<unk>", *words], num_states=num_states, seed=seed)
-    gen = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for param, own in zip(model.proposal.parameters(), model.hmm.parameters()):
-            param.copy_(own + 0.4 * torch.randn(param.shape, generator=gen))
-    return model.eval()
+# One intra-op thread for the whole session, whatever order the folders run in: the tiny models' small tensor
+# ops are 10-30 times slower on a pool of 2 threads sharing 2 busy cores (SMC over 300 seeds: 14-32 s against
+# 1 s), and the pinned tests need it for bit-exact float32 rounding (models/entitynlm/test_entitynlm_pinned.py
+# used to set it, for every test collected after it).
+torch.set_num_threads(1)
 
 
 @pytest.fixture

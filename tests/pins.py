@@ -1,4 +1,4 @@
-"""Comparison with numbers pinned on the machine that recorded them (tests/test_*_pinned.py).
+"""Comparison with numbers pinned on the machine that recorded them (tests/models/*/test_*_pinned.py).
 
 Float32 kernels round differently on other CPUs and torch builds: on an Intel Xeon with torch 2.11 the pinned
 log p of the bundled EntityNLM, KGLM and RNNG moved by up to 2e-6 (1.5e-8 relative) with the same code. So a pin

@@ -1,0 +1,62 @@
+"""The tutorial of docs/your-model.md, run as written: its code blocks are read from that page, so the two cannot drift
+apart."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PAGE = REPO / "docs" / "your-model.md"
+SECTION = "## Tutorial: evaluate your own latent LM"
+
+
+def tutorial_blocks() -> list[tuple[str, str]]:
+    """(language, code) of every fenced block of the tutorial section, in order."""
+    text = PAGE.read_text(encoding="utf-8")
+    section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```(\w+)\n(.*?)```", section, flags=re.DOTALL)
+
+
+@pytest.mark.slow  # three fresh lm_eval processes
+def test_tutorial_runs_as_written(tmp_path):
+    blocks = tutorial_blocks()
+    assert [lang for lang, _ in blocks] == ["python", "python", "bash", "python"]
+    (_, module), (_, fit), (_, shell), (_, metrics) = blocks
+    assert module.startswith("# my_latent_lm.py\n")
+    (tmp_path / "my_latent_lm.py").write_text(module)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]), "OMP_NUM_THREADS": "1"}
+
+    def python(code: str) -> str:
+        proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=600, check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout
+
+    python(fit)
+    assert (tmp_path / "topic_lm" / "model.safetensors").is_file()
+    # the console scripts as modules of this interpreter (the same programs; the test need not find them on PATH), and
+    # this checkout after the tutorial's folder (an installed lm-latent-eval may be another version)
+    script = (shell.replace("PYTHONPATH=. ", f"PYTHONPATH=.{os.pathsep}{REPO} ")
+              .replace("lm_eval ", f"{sys.executable} -m lm_eval ")
+              .replace("lm-latent-eval ", f"{sys.executable} -m lm_latent_eval.cli "))
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cards = sorted((tmp_path / "out" / "cards").glob("*.json"))
+    assert len(cards) == 2
+    is_card = next(json.loads(c.read_text()) for c in cards if json.loads(c.read_text())["settings"]["estimator"] == "is")
+    figures = {f["name"]: f["value"] for f in is_card["figures"]}
+    exact = figures["exact perplexity"]
+    assert 1 < exact < len(json.loads((tmp_path / "topic_lm" / "config.json").read_text())["vocab"])
+    # K = 100 samples of a 4-topic posterior: IS is close to exact (a loose check; the estimators have their own)
+    assert math.isclose(figures["instance-level perplexity"], exact, rel_tol=0.05)
+    out = python(metrics)
+    assert f"instance-level PPL {figures['instance-level perplexity']:.2f}" in out

@@ -1,0 +1,478 @@
+"""lm-eval integration: the start-up hook, the latent backends and the latent_ppl_tiny task.
+
+Start-up cost of the hook (measured on this shared 2-core machine, Python 3.11, no timing assertion here):
+``python -X importtime`` shows ``_lm_latent_eval_hook`` at 0.7-1.0 ms; interleaving 150 runs each of
+``python -S -c "import site; site.addsitedir(D)"`` with D holding the .pth + hook vs. D empty gives medians of
+12.7 ms vs. 10.2 ms, i.e. +2.5 ms for reading the .pth, importing the hook and installing its finder. Budget: < 10 ms.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tomllib
+from scipy.special import logsumexp
+
+lm_eval = pytest.importorskip("lm_eval")
+from hook_site import hook_site_dir
+from is_checks import assert_unbiased
+from lm_eval.api.instance import Instance
+from lm_eval.api.model import CachingLM
+from lm_eval.tasks import TaskManager
+
+from lm_latent_eval.estimators import EstimatorSettings, corpus_ppl, estimate_document, instance_ppl
+from lm_latent_eval.estimators.diagnostics import pareto_khat
+from lm_latent_eval.harness import backends, rolling_estimates
+from lm_latent_eval.harness.backends import LatentHMMEval, LatentLMEval
+from lm_latent_eval.models import checkpoint_hash, default_checkpoint
+
+REPO = Path(__file__).resolve().parents[2]
+TASKS = REPO / "tasks"
+CORPUS = [json.loads(line)["text"] for line in (REPO / "lm_latent_eval/data/corpus/tiny_test.jsonl").open()]
+
+
+def python_with_hook(site_dir: Path, code: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    prelude = f"import site; site.addsitedir({str(site_dir)!r})\n"
+    return subprocess.run(
+        [sys.executable, "-c", prelude + code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        check=False,
+    )
+
+
+def rolling(text: str) -> Instance:
+    return Instance(request_type="loglikelihood_rolling", doc={}, arguments=(text,), idx=0)
+
+
+def pair(context: str, continuation: str) -> Instance:
+    return Instance(request_type="loglikelihood", doc={}, arguments=(context, continuation), idx=0)
+
+
+def log_forward(model, text: str) -> float:
+    """log p(x) by a plain numpy forward algorithm over the HMM's (π, A, B): independent of the model's own code."""
+    log_pi, log_A, log_B = (t.detach().double().numpy() for t in model.hmm.log_probs())
+    x = model.tokenize(text).numpy()
+    if x.size == 0:
+        return 0.0
+    alpha = log_pi + log_B[:, x[0]]
+    for token in x[1:]:
+        alpha = logsumexp(alpha[:, None] + log_A, axis=0) + log_B[:, token]
+    return float(logsumexp(alpha))
+
+
+# ---- start-up hook ----------------------------------------------------------------------------------------------
+
+
+def test_hook_registers_latent_backends_and_keeps_builtin_models(tmp_path):
+    code = """
+import sys
+assert "torch" not in sys.modules and "lm_eval" not in sys.modules and "lm_latent_eval" not in sys.modules
+from lm_eval.api.registry import get_model
+print(get_model("latent_hmm").__name__, get_model("latent").__name__, get_model("dummy").__name__, get_model("hf").__name__)
+"""
+    proc = python_with_hook(hook_site_dir(tmp_path), code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["LatentHMMEval", "LatentLMEval", "DummyLM", "HFLM"]
+
+
+def test_without_hook_latent_names_are_unknown(tmp_path):
+    """Control for the test above: the names come from the hook, not from anything else on the path."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    uninstall = (  # an installed copy of the package put the hook on sys.meta_path at start-up: take it off
+        "import sys\nsys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != 'RegistryImportFinder']\n"
+    )
+    proc = python_with_hook(empty, uninstall + "from lm_eval.api.registry import get_model\nget_model('latent_hmm')")
+    assert proc.returncode != 0 and "latent_hmm" in proc.stderr
+
+
+def test_hook_backends_match_entry_points_and_plugin_registrations():
+    from lm_latent_eval.harness import hook
+
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert hook.backend_targets() == pyproject["project"]["entry-points"]["lm_eval.models"]
+    wheel_root = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
+    assert wheel_root["lm_latent_eval/harness/hook.py"] == "_lm_latent_eval_hook.py"  # what hook_site_dir copies
+    from lm_eval.api.registry import get_model
+
+    for name, target in hook.backend_targets().items():
+        module, _, attr = target.partition(":")
+        assert get_model(name) is getattr(__import__(module, fromlist=[attr]), attr)
+    assert (REPO / "lm_latent_eval_hook.pth").read_text().strip() == "import _lm_latent_eval_hook"
+
+
+# ---- backend ----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hmm_is():
+    return LatentHMMEval(num_samples=48, seed=11, device="cpu", batch_size="16")
+
+
+@pytest.fixture(scope="module")
+def hmm_exact():
+    return LatentHMMEval(estimator="exact", device="cpu")
+
+
+def test_exact_rolling_equals_forward_algorithm(hmm_exact):
+    docs = CORPUS[:6] + [""]
+    with pytest.warns(UserWarning, match="document '' has no tokens"):
+        got = hmm_exact.loglikelihood_rolling([rolling(t) for t in docs], disable_tqdm=True)
+    assert isinstance(got, list) and all(isinstance(v, float) for v in got)
+    assert got == pytest.approx([log_forward(hmm_exact.model, t) for t in docs], abs=1e-9)
+
+
+def test_loglikelihood_is_difference_with_one_shared_context_estimate(hmm_is, monkeypatch):
+    context = "The busy teacher"
+    continuations = [" waited.", " slept.", " saw the dog."]
+    calls = []
+    real = backends.estimate_document
+
+    def counting(model, text, settings, **kw):
+        calls.append(text)
+        return real(model, text, settings, **kw)
+
+    monkeypatch.setattr(backends, "estimate_document", counting)
+    got = hmm_is.loglikelihood([pair(context, c) for c in continuations] * 2, disable_tqdm=True)
+    assert calls.count(context) == 1 and len(calls) == 1 + len(continuations)
+    ctx = real(hmm_is.model, context, hmm_is.settings).log_likelihood
+    for (value, greedy), c in zip(got, continuations * 2):
+        assert value == real(hmm_is.model, context + c, hmm_is.settings).log_likelihood - ctx
+        assert greedy is False
+
+
+def test_exact_loglikelihood_is_the_conditional_and_obeys_the_chain_rule(hmm_exact):
+    model = hmm_exact.model
+    (ab,), (a,), (b,) = (
+        hmm_exact.loglikelihood([pair(ctx, cont)], disable_tqdm=True)
+        for ctx, cont in [("Anna saw", " the dog"), ("Anna saw", " the"), ("Anna saw the", " dog")]
+    )
+    assert ab[0] == pytest.approx(
+        log_forward(model, "Anna saw the dog") - log_forward(model, "Anna saw"), abs=1e-9
+    )
+    assert ab[0] == pytest.approx(a[0] + b[0], abs=1e-9)
+    assert ab[0] < 0
+
+
+def test_results_do_not_depend_on_batch_size_or_request_order(hmm_is):
+    other = LatentHMMEval(num_samples=48, seed=11, device="cpu", batch_size=1)
+    docs = CORPUS[:8]
+    assert hmm_is.loglikelihood_rolling([rolling(t) for t in docs], disable_tqdm=True) == list(
+        reversed(other.loglikelihood_rolling([rolling(t) for t in reversed(docs)], disable_tqdm=True))
+    )
+    pairs = [("Anna", " slept."), ("The dog", " saw anna."), ("Anna", " saw the cat.")]
+    assert hmm_is.loglikelihood([pair(*p) for p in pairs], disable_tqdm=True) == list(
+        reversed(other.loglikelihood([pair(*p) for p in reversed(pairs)], disable_tqdm=True))
+    )
+
+
+def test_is_estimate_is_kept_with_its_weights_and_differs_by_seed(hmm_is):
+    (value,) = hmm_is.loglikelihood_rolling([rolling(CORPUS[1])], disable_tqdm=True)
+    est = rolling_estimates.peek(CORPUS[1])
+    assert est.log_weights.shape == (48,) and est.log_likelihood == value
+    assert value == pytest.approx(logsumexp(est.log_weights) - math.log(48), abs=1e-12)
+    (other,) = LatentHMMEval(num_samples=48, seed=12, device="cpu").loglikelihood_rolling(
+        [rolling(CORPUS[1])], disable_tqdm=True
+    )
+    assert other != value
+
+
+def test_is_rolling_is_unbiased_for_p_and_biased_down_in_log_p():
+    """Over 200 seeds: mean of p̂/p ≈ 1 (unbiased) and mean log p̂ ≤ log p (Jensen), each within 4 standard errors."""
+    lm = LatentHMMEval(num_samples=4, device="cpu", batch_size="auto")
+    text = CORPUS[2]
+    exact = log_forward(lm.model, text)
+    estimates = []
+    for seed in range(200):
+        lm.settings = dataclasses.replace(lm.settings, seed=seed)
+        estimates.append(lm.loglikelihood_rolling([rolling(text)], disable_tqdm=True)[0])
+    assert_unbiased(estimates, exact, num_se=4)
+    assert np.std(estimates) > 0  # the proposal is mismatched: the estimates really vary
+
+
+def test_generate_until_is_seeded_by_context_and_cut_at_until(hmm_is):
+    reqs = [
+        Instance("generate_until", {}, ("The old dog", {"until": ["."], "max_gen_toks": 30}), 0),
+        Instance("generate_until", {}, ("Anna", {"until": [" the "], "max_gen_toks": 30}), 1),
+    ]
+    first = hmm_is.generate_until(reqs, disable_tqdm=True)
+    assert first == list(reversed(hmm_is.generate_until(list(reversed(reqs)), disable_tqdm=True)))
+    assert "." not in first[0] and " the " not in first[1]
+    many = LatentHMMEval(seed=3, device="cpu").generate_until(
+        [Instance("generate_until", {}, ("Anna", {"until": [], "max_gen_toks": 5}), 0)], disable_tqdm=True
+    )
+    assert 1 <= len(many[0].split()) <= 5
+
+
+@pytest.mark.parametrize(
+    "arg_string, match",
+    [
+        ("num_samples=0", "num_samples must be a positive integer"),
+        ("temperature=0", "temperature must be a finite number > 0"),
+        ("estimator=foo", "estimator must be one of"),
+        ("num_samples=abc", "num_samples must be an integer"),
+        ("num_sample=10", "unknown model_args \\['num_sample'\\]"),
+        ("peek=maybe", "peek must be true or false"),
+    ],
+)
+def test_bad_model_args_raise_clear_errors(arg_string, match):
+    with pytest.raises(ValueError, match=match):
+        LatentHMMEval.create_from_arg_string(arg_string, {"device": "cpu"})
+
+
+def test_generic_backend_needs_a_model_and_rejects_unknown_ones():
+    with pytest.raises(ValueError, match="needs model_args model="):
+        LatentLMEval(device="cpu")
+    with pytest.raises(ValueError, match="cannot import model class"):
+        LatentLMEval(model="no_such_pkg.mod:Cls", device="cpu")
+    custom = "model=lm_latent_eval.models.hmm:HMMLanguageModel"
+    with pytest.raises(ValueError, match="no bundled checkpoint: pass pretrained="):
+        LatentLMEval.create_from_arg_string(custom, {"device": "cpu"})
+    ckpt = default_checkpoint("hmm")
+    lm = LatentLMEval.create_from_arg_string(f"{custom},pretrained={ckpt}", {"device": "cpu"})
+    assert lm.checkpoint_sha256 == checkpoint_hash(ckpt) and type(lm.model).__name__ == "HMMLanguageModel"
+
+
+def test_device_in_model_args_wins_over_the_cli_device():
+    """``--model_args device=cpu`` with lm-eval's default ``--device cuda:0`` (always passed) is not a clash."""
+    from lm_eval.api.registry import get_model
+
+    for build in (lambda cls: cls.create_from_arg_string("estimator=exact,device=cpu", {"device": "cuda:0"}),
+                  lambda cls: cls.create_from_arg_obj({"estimator": "exact", "device": "cpu"},
+                                                      {"device": "cuda:0", "batch_size": "4"})):
+        lm = build(get_model("latent_hmm"))
+        assert lm.device.type == "cpu" and lm.get_model_info()["device_type"] == "cpu"
+    lm = LatentHMMEval.create_from_arg_string("estimator=is,batch_size=7", {"device": "cpu", "batch_size": "1"})
+    assert lm.settings.batch_size == 7  # model_args win for every key lm-eval also passes
+
+
+def test_cuda_request_falls_back_to_cpu_with_warning():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present")
+    with pytest.warns(UserWarning, match="CUDA is not available"):
+        lm = LatentHMMEval.create_from_arg_string("estimator=exact", {"device": "cuda:0", "batch_size": "1"})
+    assert lm.device.type == "cpu"
+
+
+def test_use_cache_database_of_another_estimator_is_refused(tmp_path):
+    db = str(tmp_path / "cache.db")
+    CachingLM(LatentHMMEval(num_samples=8, seed=1, device="cpu"), db).dbdict.close()
+    CachingLM(LatentHMMEval(num_samples=8, seed=1, device="cpu"), db).dbdict.close()  # same settings: fine
+    with pytest.raises(ValueError, match="different latent model or estimator"):
+        CachingLM(LatentHMMEval(num_samples=8, seed=2, device="cpu"), db)
+
+
+# ---- latent_ppl_tiny through lm-eval ------------------------------------------------------------------------------
+
+
+def test_task_with_exact_estimator_reports_forward_algorithm_perplexity(hmm_exact):
+    out = lm_eval.simple_evaluate(
+        model=hmm_exact,
+        tasks=["latent_ppl_tiny"],
+        task_manager=TaskManager(include_path=str(TASKS), include_defaults=False),
+        bootstrap_iters=0,
+    )
+    res = out["results"]["latent_ppl_tiny"]
+    total_ll = sum(log_forward(hmm_exact.model, t) for t in CORPUS)
+    total_tokens = sum(int(hmm_exact.model.tokenize(t).numel()) for t in CORPUS)
+    assert res["is_instance_perplexity,none"] == pytest.approx(math.exp(-total_ll / total_tokens), rel=1e-9)
+    assert res["is_corpus_perplexity,none"] == pytest.approx(res["is_instance_perplexity,none"], rel=1e-12)
+    assert math.isnan(res["is_ess_mean,none"])  # no importance weights: diagnostics do not apply
+
+
+@pytest.mark.parametrize("stale_table", [False, True])
+def test_task_refuses_results_that_are_not_from_the_latent_backend(hmm_exact, stale_table):
+    """Another model's numbers are refused, also when this process still holds latent estimates of the same texts."""
+    rolling_estimates.clear()
+    if stale_table:
+        hmm_exact.loglikelihood_rolling([rolling(t) for t in CORPUS], disable_tqdm=True)
+    match = "comes from another model or from a cache" if stale_table else "no importance-sampling estimate"
+    with pytest.raises(RuntimeError, match=match):
+        lm_eval.simple_evaluate(
+            model="dummy",
+            tasks=["latent_ppl_tiny"],
+            task_manager=TaskManager(include_path=str(TASKS), include_defaults=False),
+            bootstrap_iters=0,
+        )
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory):
+    """One real ``python -m lm_eval run`` with the hook visible through a site dir (no pip install)."""
+    tmp = tmp_path_factory.mktemp("cli")
+    site_dir = hook_site_dir(tmp)
+    argv = [
+        "lm_eval",
+        "run",
+        "--model",
+        "latent_hmm",
+        "--model_args",
+        "num_samples=32,seed=5",
+        "--tasks",
+        "latent_ppl_tiny",
+        "--include_path",
+        str(TASKS),
+        "--output_path",
+        str(tmp / "out"),
+        "--log_samples",
+        "--batch_size",
+        "auto",  # device left at lm-eval's default cuda:0
+    ]
+    code = f"import runpy, sys\nsys.argv = {argv!r}\nrunpy.run_module('lm_eval', run_name='__main__', alter_sys=True)"
+    proc = python_with_hook(site_dir, code, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (results_file,) = glob.glob(str(tmp / "out" / "**" / "results_*.json"), recursive=True)
+    (samples_file,) = glob.glob(str(tmp / "out" / "**" / "samples_latent_ppl_tiny_*.jsonl"), recursive=True)
+    samples = [json.loads(line) for line in Path(samples_file).read_text().splitlines()]
+    return json.loads(Path(results_file).read_text()), sorted(samples, key=lambda s: s["doc_id"])
+
+
+def test_cli_results_record_model_checkpoint_and_estimator(cli_run):
+    results, _ = cli_run
+    config = results["config"]
+    assert config["model"] == "latent_hmm"
+    assert config["latent_model"] == "lm_latent_eval.models.hmm:HMMLanguageModel"
+    assert config["checkpoint_sha256"] == checkpoint_hash(default_checkpoint("hmm"))
+    assert config["estimator_settings"] == EstimatorSettings(num_samples=32, seed=5).as_dict()
+    metrics = results["results"]["latent_ppl_tiny"]
+    for name in (
+        "word_perplexity",
+        "is_instance_perplexity",
+        "is_corpus_perplexity",
+        "is_ess_mean",
+        "is_ess_min",
+        "is_pareto_k_undefined",
+    ):
+        assert math.isfinite(metrics[f"{name},none"]), name
+    assert 1.0 <= metrics["is_ess_min,none"] <= metrics["is_ess_mean,none"] <= 32.0
+    undefined = metrics["is_pareto_k_undefined,none"]
+    assert 0.0 <= undefined <= 1.0
+    share = metrics["is_pareto_k_share,none"]
+    assert math.isnan(share) if undefined == 1.0 else 0.0 <= share <= 1.0
+
+
+def test_cli_metrics_are_recomputable_from_the_saved_log_weights(cli_run):
+    results, samples = cli_run
+    metrics = results["results"]["latent_ppl_tiny"]
+    assert [s["doc"]["text"] for s in samples] == CORPUS
+    weights = [np.array(s["is_corpus_perplexity"]["log_weights"]) for s in samples]
+    tokens = [s["is_corpus_perplexity"]["num_tokens"] for s in samples]
+    assert all(w.shape == (32,) for w in weights)
+    for s, w in zip(
+        samples, weights
+    ):  # the log-likelihood lm-eval got is the log-mean-exp of the saved weights
+        assert float(s["resps"][0][0]) == pytest.approx(logsumexp(w) - math.log(32), abs=1e-12)
+    assert metrics["is_instance_perplexity,none"] == pytest.approx(instance_ppl(weights, tokens), rel=1e-12)
+    assert metrics["is_corpus_perplexity,none"] == pytest.approx(corpus_ppl(weights, tokens), rel=1e-12)
+    khats = [pareto_khat(w) for w in weights]
+    assert metrics["is_pareto_k_undefined,none"] == pytest.approx(np.mean(np.isnan(khats)))
+    # guaranteed on every run: log-mean-exp >= mean (Jensen on the sample), so both IS perplexities are at most
+    # exp(-Σ_n mean_k log w_nk / Σ_n T_n)
+    elbo_ppl = math.exp(-sum(w.mean() for w in weights) / sum(tokens))
+    assert metrics["is_instance_perplexity,none"] <= elbo_ppl * (1 + 1e-12)
+    assert metrics["is_corpus_perplexity,none"] <= elbo_ppl * (1 + 1e-12)
+
+
+def test_cli_weights_are_reproducible_in_process(cli_run):
+    """The subprocess's samples equal an in-process estimate with the same (seed, document): no hidden state."""
+    _, samples = cli_run
+    lm = LatentHMMEval(num_samples=32, seed=5, device="cpu")
+    for s in samples[:5]:
+        est = estimate_document(lm.model, s["doc"]["text"], lm.settings)
+        assert np.array_equal(est.log_weights, np.array(s["is_corpus_perplexity"]["log_weights"]))
+
+
+@pytest.mark.slow
+def test_two_process_accelerate_run_equals_single_process_run(tmp_path):
+    """``torchrun --nproc_per_node 2`` (CPU, gloo) shards documents by rank; every metric must be unchanged."""
+    pytest.importorskip("accelerate")
+    site_dir = hook_site_dir(tmp_path)
+    script = tmp_path / "run_lm_eval.py"
+    script.write_text(
+        f"import runpy, site, sys\nsite.addsitedir({str(site_dir)!r})\nsys.argv = ['lm_eval', *sys.argv[1:]]\n"
+        "runpy.run_module('lm_eval', run_name='__main__', alter_sys=True)\n"
+    )
+    args = [
+        "run", "--model", "latent_hmm", "--model_args", "num_samples=16,seed=4", "--tasks", "latent_ppl_tiny",
+        "--include_path", str(TASKS), "--device", "cpu", "--batch_size", "auto",
+    ]  # fmt: skip
+    launch = ["-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    metrics = []
+    for prefix, out in (([], "one"), (launch, "two")):
+        cmd = [sys.executable, *prefix, str(script), *args, "--output_path", str(tmp_path / out)]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        # each rank's progress bar counts only its own shard of the 30 documents
+        bars = re.findall(r"log p\(x\): 100%.*?(\d+)/\d+", proc.stderr)
+        assert sorted(map(int, bars)) == ([15, 15] if out == "two" else [30])
+        (results_file,) = glob.glob(str(tmp_path / out / "**" / "results_*.json"), recursive=True)
+        metrics.append(json.loads(Path(results_file).read_text())["results"]["latent_ppl_tiny"])
+    assert metrics[0]["sample_len"] == metrics[1]["sample_len"] == len(CORPUS)
+    for key, value in metrics[0].items():
+        if "," in key and "stderr" not in key:
+            assert metrics[1][key] == pytest.approx(value, rel=1e-12, nan_ok=True), key
+
+
+def test_unreliable_estimates_log_one_warning_with_advice(caplog):
+    """A hot no-peeking proposal makes most IS estimates unreliable: one plain-words warning says so and what to try."""
+    hot = LatentHMMEval(num_samples=64, temperature=5.0, peek=False, seed=3, device="cpu")
+    with caplog.at_level("WARNING", logger=backends.__name__):
+        hot.loglikelihood_rolling([rolling(t) for t in CORPUS[:6]], disable_tqdm=True)
+    (record,) = [r for r in caplog.records if "unreliable importance-sampling" in r.getMessage()]
+    assert re.search(r"\d+ of 6 documents \(\d+%\)", record.getMessage())
+    assert "num_samples=640" in record.getMessage() and "peek=true" in record.getMessage()
+    assert "estimator=smc" in record.getMessage()  # the HMM has the stepwise part
+    caplog.clear()
+    with caplog.at_level("WARNING", logger=backends.__name__):
+        LatentHMMEval(estimator="exact", device="cpu").loglikelihood_rolling([rolling(CORPUS[0])], disable_tqdm=True)
+    assert not [r for r in caplog.records if "unreliable" in r.getMessage()]
+
+
+def test_cli_table_shows_monte_carlo_stderr_of_is_perplexity(cli_run):
+    """lm-eval's Stderr column carries the bootstrap (over samples) standard error of both IS perplexities."""
+    from lm_eval.utils import make_table
+
+    from lm_latent_eval.estimators.diagnostics import perplexity_stderr
+
+    results, samples = cli_run
+    metrics = results["results"]["latent_ppl_tiny"]
+    weights = [np.array(s["is_corpus_perplexity"]["log_weights"]) for s in samples]
+    tokens = [s["is_corpus_perplexity"]["num_tokens"] for s in samples]
+    for level in ("instance", "corpus"):
+        got = metrics[f"is_{level}_perplexity_stderr,none"]
+        assert got == pytest.approx(perplexity_stderr(weights, tokens, level=level), rel=1e-12) and got > 0
+    rows = [line for line in make_table(results).splitlines() if "is_instance_perplexity" in line]
+    assert len(rows) == 1 and f"{metrics['is_instance_perplexity_stderr,none']:.4f}" in rows[0]
+
+
+def test_two_copies_of_the_hook_neither_recurse_nor_install_twice(tmp_path):
+    """The installed ``_lm_latent_eval_hook`` plus ``lm_latent_eval.harness.hook`` from a checkout, before lm-eval loads."""
+    code = """
+import sys
+import lm_latent_eval.harness.hook
+finders = [f for f in sys.meta_path if type(f).__name__ == "RegistryImportFinder"]
+assert len(finders) == 1, finders
+from lm_eval.api.registry import get_model
+print(get_model("latent_hmm").__name__)
+"""
+    proc = python_with_hook(hook_site_dir(tmp_path), code)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["LatentHMMEval"]

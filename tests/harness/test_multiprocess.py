@@ -1,0 +1,103 @@
+"""``accelerate launch -m lm_eval --model latent_hmm ...`` with 2 CPU processes (gloo) equals one process.
+
+On a machine without GPUs, ``accelerate launch --cpu --num_processes 2`` starts ONE process (accelerate's multi-CPU
+mode needs MPI: ``--mpirun_hostfile``); ``--multi_gpu --num_processes 2`` is the flag that starts N processes through
+torch.distributed.run, and the backend then opens a gloo process group because ``--device cpu``. That is the command
+tested here, exactly as a user types it (``-m lm_eval``), with the start-up hook made visible through a
+``sitecustomize`` instead of a pip install.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+lm_eval = pytest.importorskip("lm_eval")
+pytest.importorskip("accelerate")
+from hook_site import hook_site_dir
+from lm_eval.api.instance import Instance
+
+from lm_latent_eval.harness import backends
+from lm_latent_eval.harness.backends import LatentHMMEval
+
+REPO = Path(__file__).resolve().parents[2]
+CORPUS = [json.loads(line)["text"] for line in (REPO / "lm_latent_eval/data/corpus/tiny_test.jsonl").open()]
+MODEL_ARGS = "num_samples=16,seed=4"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def environment(tmp_path: Path, site_dir: Path) -> dict:
+    """PYTHONPATH with the checkout and a sitecustomize that adds ``site_dir`` (holding the .pth start-up hook)."""
+    boot = tmp_path / "boot"
+    boot.mkdir()
+    (boot / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(site_dir)!r})\n")
+    return {**os.environ, "PYTHONPATH": f"{boot}{os.pathsep}{REPO}", "OMP_NUM_THREADS": "1"}
+
+
+def lm_eval_args(output: Path, model_args: str) -> list[str]:
+    return [
+        "-m", "lm_eval", "run", "--model", "latent_hmm", "--model_args", model_args, "--tasks", "latent_ppl_tiny",
+        "--include_path", str(REPO / "tasks"), "--device", "cpu", "--batch_size", "auto",
+        "--output_path", str(output), "--log_samples",
+    ]  # fmt: skip
+
+
+def run(cmd: list[str], env: dict, cwd: Path) -> tuple[dict, list[dict], str]:
+    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = Path(cmd[cmd.index("--output_path") + 1])
+    (results_file,) = glob.glob(str(out / "**" / "results_*.json"), recursive=True)
+    (samples_file,) = glob.glob(str(out / "**" / "samples_latent_ppl_tiny_*.jsonl"), recursive=True)
+    samples = [json.loads(line) for line in Path(samples_file).read_text().splitlines()]
+    return json.loads(Path(results_file).read_text()), sorted(samples, key=lambda s: s["doc_id"]), proc.stderr
+
+
+@pytest.mark.slow
+def test_accelerate_launch_two_cpu_processes_equals_one_process(tmp_path, monkeypatch):
+    env = environment(tmp_path, hook_site_dir(tmp_path))
+    one, one_samples, _ = run([sys.executable, *lm_eval_args(tmp_path / "one", MODEL_ARGS)], env, tmp_path)
+    store = tmp_path / "store"
+    launch = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--main_process_port", str(free_port()),
+    ]  # fmt: skip
+    two, two_samples, stderr = run(
+        [*launch, *lm_eval_args(tmp_path / "two", f"{MODEL_ARGS},results_dir={store}")], env, tmp_path
+    )
+    # two ranks, each estimating its own half of the 30 documents
+    assert sorted(int(n) for n in re.findall(r"is log p\(x\): 100%.*?(\d+)/\d+", stderr)) == [15, 15]
+    assert two["results"]["latent_ppl_tiny"]["sample_len"] == len(CORPUS)
+    for key, value in one["results"]["latent_ppl_tiny"].items():
+        if "," in key and "stderr" not in key:
+            assert two["results"]["latent_ppl_tiny"][key] == pytest.approx(value, rel=1e-12, nan_ok=True), key
+    assert [s["resps"] for s in two_samples] == [s["resps"] for s in one_samples]  # per document, bit for bit
+    assert [s["is_corpus_perplexity"]["log_weights"] for s in two_samples] == [
+        s["is_corpus_perplexity"]["log_weights"] for s in one_samples
+    ]
+
+    # both ranks wrote into one results folder: a later single-process run computes nothing and agrees
+    (folder,) = [p for p in store.iterdir() if p.is_dir()]
+    assert len(list(folder.glob("*.npz"))) == len(CORPUS)
+    calls = []
+    real = backends.estimate_document
+    monkeypatch.setattr(backends, "estimate_document", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    lm = LatentHMMEval(num_samples=16, seed=4, device="cpu", results_dir=store)
+    values = lm.loglikelihood_rolling(
+        [Instance("loglikelihood_rolling", {}, (s["doc"]["text"],), 0) for s in one_samples], disable_tqdm=True
+    )
+    assert calls == []
+    assert values == [float(s["resps"][0][0]) for s in one_samples]
