@@ -26,7 +26,7 @@ import torch
 from lm_latent_eval.estimators import importance_log_weights
 from lm_latent_eval.estimators.aggregate import corpus_ppl, instance_ppl
 from lm_latent_eval.estimators.diagnostics import effective_sample_size, log_mean_exp, pareto_khat
-from lm_latent_eval.estimators.intervals import relative_standard_error
+from lm_latent_eval.estimators.diagnostics import relative_variance
 from lm_latent_eval.models import load_model
 from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.reports.sweep import read_documents
@@ -84,7 +84,7 @@ def section_bf16(device, K=1000, num_docs=10):
             res[dtype] = (t, lws)
         (t32, lw32), (t16, lw16) = res[None], res[torch.bfloat16]
         diff = np.array([abs(log_mean_exp(a) - log_mean_exp(b)) for a, b in zip(lw32, lw16)])
-        se = np.array([relative_standard_error(a) for a in lw32])  # the delta-method standard error of log p̂
+        se = np.sqrt([relative_variance(a) for a in lw32])  # the delta-method standard error of log p̂
         ratio = f"{(diff / se).max():.2f}" if (se > 1e-9).all() else "- (a stderr is 0: all K weights equal)"
         print(f"| {name} | {t32:.3f} | {t16:.3f} | {t32 / t16:.2f}x | {diff.max():.4f} | {np.median(se):.4f} |"
               f" {ratio} |", flush=True)

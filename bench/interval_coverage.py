@@ -1,13 +1,17 @@
-"""How often does a 95% interval of log p̂ cover the exact log p(x)? Repeated IS runs against exact values.
+"""Do the 95% statements about Σ_n log p(x_n) cover the truth at every corpus size? Repeated runs on the bundled HMM,
+whose exact log p(x) the forward algorithm gives.
 
-Cases: the bundled HMM on 10 bundled documents (exact value: forward algorithm; samples: the model's own proposal,
-seeds 0..R−1), and the tiny KGLM and EntityNLM of the tests on one short text whose latent configurations are
-enumerated (exact value: the sum over the support; samples: z ~ q drawn over the enumerated support with q's exact
-probabilities, which the model tests certify equal to the proposal's sampler). For every run the first K samples,
-K = 10, 100, 1000, give one interval per method (``lm_latent_eval.estimators.intervals``); the table is the share of
-intervals that contain the exact value, per document and for the corpus sum Σ_n log p(x_n) (HMM, 10 documents).
+Documents: the bundled training corpus (400 documents) followed by 600 texts sampled from the HMM itself with the
+same lengths, cycled (seed 0); a corpus of N documents is the first N. For every estimator (IS, SMC), K (the default
+100 and 10) and peeking mode, with a fixed K (each of ``--repeats`` seeds estimates all documents once) and with the
+precision target of ``estimator=auto`` (target_se = 0.002; it allocates by corpus, so each N is its own run), the
+table gives, per N, the share of runs whose printed statement held: the two-sided interval contained the truth, or,
+where only the one-sided certified bound is honest, the truth was above it (``lm_latent_eval.estimators.intervals``).
+Beside it: the share of runs that could print a two-sided interval, the coverage of those, the mean samples per
+document, and the old method's coverage ("before": IS with the delta-method ``student`` interval, SMC with one run
+± 1.96 Lee-Whiteley standard errors).
 
-    python bench/interval_coverage.py --repeats 300   # writes lm_latent_eval/data/interval_coverage (read by the cards)
+    python bench/interval_coverage.py --repeats 100 --target-repeats 50 --jobs 2   # writes lm_latent_eval/data/interval_coverage/
 """
 
 from __future__ import annotations
@@ -15,156 +19,168 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
+import multiprocessing
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # the tiny enumerable KGLM / EntityNLM of the tests
+from lm_latent_eval.estimators import DocumentEstimate, EstimatorSettings, estimate_document
+from lm_latent_eval.estimators.adaptive import estimate_corpus
+from lm_latent_eval.estimators.settings import AUTO_TARGET_SE
+from lm_latent_eval.estimators.corpus import certified_log_likelihood
+from lm_latent_eval.estimators.intervals import log_likelihood_interval
+from lm_latent_eval.models import load_model
+from lm_latent_eval.paths import DATA_DIR
 
-from lm_latent_eval.estimators import importance_log_weights
-from lm_latent_eval.estimators.intervals import (
-    INTERVAL_METHODS,
-    corpus_log_likelihood_interval,
-    log_likelihood_interval,
-)
-
-SIZES = (10, 100, 1000)
+SIZES = (10, 50, 200, 1000)
+OUTPUT = Path(__file__).resolve().parents[1] / "lm_latent_eval" / "data" / "interval_coverage"
 
 
-def hmm_case(peek: bool, repeats: int, num_docs: int):
-    """(exact log p [N], log weights [R, N, K_max]) of the bundled HMM on ``num_docs`` bundled documents."""
-    from lm_latent_eval.models import load_model
-    from lm_latent_eval.paths import DATA_DIR
+@dataclass(frozen=True)
+class Setting:
+    """One row group of the table: an estimator with its K, peeking mode and number of SMC runs."""
 
+    estimator: str
+    num_samples: int
+    peek: bool
+    smc_runs: int = 4
+    target_se: float | None = None
+
+    @property
+    def label(self) -> str:
+        runs = f", {self.smc_runs} run{'s' * (self.smc_runs > 1)}" if self.estimator == "smc" else ""
+        target = f", target {self.target_se}" if self.target_se else ""
+        return (f"{self.estimator.upper()}, K = {self.num_samples}{runs}{target}, "
+                f"{'peeking' if self.peek else 'no peeking'}")
+
+    def settings(self, seed: int) -> EstimatorSettings:
+        return EstimatorSettings(self.estimator, self.num_samples, peek=self.peek, seed=seed,
+                                 smc_runs=self.smc_runs, target_se=self.target_se)
+
+
+def benchmark_corpus(num_documents: int = max(SIZES)) -> list[str]:
+    """The bundled training corpus, then texts sampled from the HMM with the same lengths (seed 0)."""
     model, _ = load_model("hmm")
-    with open(DATA_DIR / "corpus" / "tiny_test.jsonl", encoding="utf-8") as fh:
+    with open(DATA_DIR / "corpus" / "tiny_train.jsonl", encoding="utf-8") as fh:
         docs = [json.loads(line)["text"] for line in fh if line.strip()]
-    docs = docs[:: max(1, len(docs) // num_docs)][:num_docs]
-    xs = [model.tokenize(d) for d in docs]
-    exact = np.array([float(model.log_marginal(x)) for x in xs])
-    lw = np.empty((repeats, len(docs), max(SIZES)))
-    for r in tqdm(range(repeats), desc=f"HMM peek={peek}", leave=False):
-        for n, (d, x) in enumerate(zip(docs, xs)):
-            lw[r, n] = importance_log_weights(model, x, num_samples=max(SIZES), temperature=1.0, peek=peek, seed=r, document=d)
-    return exact, lw
+    lengths = [int(model.tokenize(d).numel()) for d in docs]
+    gen = torch.Generator().manual_seed(0)
+    while len(docs) < num_documents:
+        docs.append(model.sample_text("", lengths[len(docs) % len(lengths)], generator=gen))
+    return docs[:num_documents]
 
 
-@torch.no_grad()
-def enumerated_case(name: str, peek: bool, repeats: int, seed: int = 0):
-    """(exact log p [1], log weights [R, 1, K_max]) by drawing z ~ q over the enumerated support."""
-    if name == "kglm":
-        from kglm_tiny import tiny_kglm
-
-        from lm_latent_eval.models.kglm.enumerate import enumerate_latents
-
-        model = tiny_kglm(proposal_features=True)
-        x = model.tokenize("Ada Lovelace was born")
-        support = enumerate_latents(model, x.numel())
-    else:
-        from entitynlm_tiny import TEXT, tiny_entitynlm
-
-        from lm_latent_eval.models.entitynlm.enumerate import enumerate_latents
-
-        model = tiny_entitynlm()
-        x = model.tokenize(TEXT)
-        support = enumerate_latents(x.numel(), model.max_entities, model.max_mention_length)
-    log_joint = model.log_joint(x, support).double().numpy()
-    log_q = model.proposal.log_prob(x, support, 1.0, peek).double().numpy()
-    q = np.exp(log_q)
-    assert abs(q.sum() - 1.0) < 1e-6, f"{name}: q sums to {q.sum()} over the enumerated support"
-    exact = float(np.logaddexp.reduce(log_joint))
-    log_w = log_joint - log_q
-    rng = np.random.default_rng(seed)
-    idx = rng.choice(q.size, size=(repeats, 1, max(SIZES)), p=q / q.sum())
-    return np.array([exact]), log_w[idx]
-
-
-def coverage(exact: np.ndarray, lw: np.ndarray, num_resamples: int, seed: int = 0, methods=INTERVAL_METHODS) -> dict:
-    """{K: {method: coverage per document and of the corpus sum, and of the lower end alone (log p ≥ lo, i.e.
-    true PPL ≤ the upper end of the PPL interval), median width}}."""
-    rng = np.random.default_rng(seed)
-    repeats, docs, _ = lw.shape
+def _run(args) -> dict:
+    """One seed of one setting: for each N, whether the printed statement and the old interval held, and their kind.
+    A fixed K estimates the documents once (a corpus of N is the first N); a precision target runs each N apart."""
+    setting, seed, docs, exact, sizes = args
+    torch.set_num_threads(1)
+    model, _ = load_model("hmm")
+    if not setting.target_se:
+        estimates = [estimate_document(model, d, setting.settings(seed)) for d in docs[: max(sizes)]]
     out = {}
-    for k in SIZES:
-        out[k] = {}
-        for method in methods:
-            hits, above_lo, widths, corpus_hits, corpus_above_lo = 0, 0, [], 0, 0
-            for r in range(repeats):
-                for n in range(docs):
-                    lo, hi = log_likelihood_interval(lw[r, n, :k], method=method, num_resamples=num_resamples, rng=rng)
-                    hits += lo <= exact[n] <= hi
-                    above_lo += lo <= exact[n]
-                    widths.append(hi - lo)
-                if docs > 1:
-                    lo, hi = corpus_log_likelihood_interval(list(lw[r, :, :k]), method=method,
-                                                            num_resamples=num_resamples, rng=rng)
-                    corpus_hits += lo <= exact.sum() <= hi
-                    corpus_above_lo += lo <= exact.sum()
-            finite = [w for w in widths if math.isfinite(w)]
-            out[k][method] = {
-                "document_coverage": hits / (repeats * docs),
-                "corpus_coverage": corpus_hits / repeats if docs > 1 else None,
-                "document_lower_end_coverage": above_lo / (repeats * docs),
-                "corpus_lower_end_coverage": corpus_above_lo / repeats if docs > 1 else None,
-                "median_width": float(np.median(finite)) if finite else math.inf,
-                "infinite_share": 1.0 - len(finite) / len(widths),
-                "intervals": repeats * docs,
-            }
+    for n in sizes:
+        if setting.target_se:
+            by_text = estimate_corpus(model, docs[:n], setting.settings(seed), progress=False)
+            estimates = [by_text[d] for d in docs[:n]]
+        truth = float(exact[:n].sum())
+        interval = log_likelihood_interval([e.error() for e in estimates[:n]],
+                                           lower_certified=certified_log_likelihood(estimates[:n]))
+        out[n] = {"held": interval.lower <= truth <= interval.upper, "two_sided": interval.two_sided,
+                  "width": interval.upper - interval.lower, "before": _before(estimates[:n], truth),
+                  "samples": float(np.mean([e.log_weights.size for e in estimates[:n]])),
+                  "certified_held": certified_log_likelihood(estimates[:n]) <= truth}
     return out
 
 
-def markdown(results: dict, methods=INTERVAL_METHODS) -> str:
-    """One row per (case, K): document-level coverage of each method, corpus-level coverage in parentheses."""
-    head = "| case | K | " + " | ".join(methods) + " |"
-    lines = [head, "|---|---|" + "---|" * len(methods)]
-    for case, by_k in results.items():
-        for k, row in by_k.items():
-            cells = []
-            for method in methods:
-                c = row[method]
-                cell = f"{100 * c['document_coverage']:.1f}%"
-                if c["corpus_coverage"] is not None:
-                    cell += f" ({100 * c['corpus_coverage']:.1f}%)"
-                cells.append(cell)
-            lines.append(f"| {case} | {k} | " + " | ".join(cells) + " |")
+def _before(estimates: list[DocumentEstimate], truth: float) -> bool:
+    """Whether the old printed interval held: IS, Σ (log p̂ + r²/2) ± 1.96 √Σ r² (delta method, no gate); SMC,
+    Σ log p̂ ± 1.96 √Σ se² with the Lee-Whiteley standard errors."""
+    ll = sum(e.log_likelihood for e in estimates)
+    if estimates[0].estimator == "smc":
+        se = math.sqrt(sum(e.diagnostics.lee_whiteley_relative_variance for e in estimates
+                           if math.isfinite(e.diagnostics.lee_whiteley_relative_variance)))
+        return abs(ll - truth) <= 1.96 * se
+    r2 = np.array([e.error().relative_variance for e in estimates])
+    r2 = np.where(np.isnan(r2), 0.0, r2)
+    return abs(ll + r2.sum() / 2 - truth) <= 1.96 * math.sqrt(r2.sum())
+
+
+def summarize(runs: list[dict], sizes=SIZES) -> dict:
+    """Per N: coverage of the printed statement, share two-sided, coverage given two-sided, median two-sided width,
+    coverage of the certified bound alone, coverage of the old interval."""
+    rows = {}
+    for n in sizes:
+        r = [run[n] for run in runs]
+        two = [x for x in r if x["two_sided"]]
+        rows[n] = {
+            "coverage": float(np.mean([x["held"] for x in r])),
+            "two_sided_share": len(two) / len(r),
+            "two_sided_coverage": float(np.mean([x["held"] for x in two])) if two else None,
+            "median_two_sided_width": float(np.median([x["width"] for x in two])) if two else None,
+            "certified_coverage": float(np.mean([x["certified_held"] for x in r])),
+            "mean_samples": float(np.mean([x["samples"] for x in r])),
+            "before_coverage": float(np.mean([x["before"] for x in r])),
+            "runs": len(r),
+        }
+    return rows
+
+
+def markdown(results: list[dict]) -> str:
+    """One row per setting and N."""
+    lines = ["| setting | N | coverage (printed statement) | two-sided share | coverage when two-sided | "
+             "median two-sided width (nats) | certified bound held | mean K | before |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    pct = lambda x: "–" if x is None else f"{100 * x:.0f}%"  # noqa: E731
+    for res in results:
+        for n, row in res["rows"].items():
+            width = "–" if row["median_two_sided_width"] is None else f"{row['median_two_sided_width']:.2f}"
+            lines.append(f"| {res['label']} | {n} | {pct(row['coverage'])} | {pct(row['two_sided_share'])} | "
+                         f"{pct(row['two_sided_coverage'])} | {width} | {pct(row['certified_coverage'])} | "
+                         f"{row['mean_samples']:.0f} | {pct(row['before_coverage'])} |")
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=300)
-    parser.add_argument("--documents", type=int, default=10)
-    parser.add_argument("--resamples", type=int, default=500, help="bootstrap resamples per interval")
-    parser.add_argument("--output", default="lm_latent_eval/data/interval_coverage")
-    parser.add_argument("--methods", default=",".join(INTERVAL_METHODS), help="comma-separated interval methods")
+    parser.add_argument("--repeats", type=int, default=100)
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (one thread each)")
+    parser.add_argument("--output", default=str(OUTPUT))
+    parser.add_argument("--settings", default="all", help="'all' or comma-separated estimators (is,smc)")
+    parser.add_argument("--target-repeats", type=int, default=None,
+                        help="seeds of the precision-target rows (default --repeats; they cost more)")
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="corpus sizes N")
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    methods = tuple(args.methods.split(","))
     start = time.perf_counter()
-    cases = {
-        "HMM, peeking (FFBS)": lambda: hmm_case(True, args.repeats, args.documents),
-        "HMM, no peeking": lambda: hmm_case(False, args.repeats, args.documents),
-        "KGLM (enumerated), peeking": lambda: enumerated_case("kglm", True, args.repeats * args.documents),
-        "KGLM (enumerated), no peeking": lambda: enumerated_case("kglm", False, args.repeats * args.documents),
-        "EntityNLM (enumerated), peeking": lambda: enumerated_case("entitynlm", True, args.repeats * args.documents),
-        "EntityNLM (enumerated), no peeking": lambda: enumerated_case("entitynlm", False, args.repeats * args.documents),
-    }
-    results = {}
-    for case, make in tqdm(cases.items(), desc="cases"):
-        exact, lw = make()
-        results[case] = coverage(exact, lw, args.resamples, methods=methods)
-        print(f"{case}: done ({time.perf_counter() - start:.0f} s)", flush=True)
+    docs = benchmark_corpus()
+    model, _ = load_model("hmm")
+    exact = np.array([float(model.log_marginal(model.tokenize(d))) for d in docs])
+    sizes = tuple(int(n) for n in args.sizes.split(","))
+    settings = [Setting(e, k, peek) for e in ("is", "smc") for k in (100, 10) for peek in (True, False)]
+    settings += [Setting("smc", 100, peek, smc_runs=1) for peek in (True, False)]  # the old SMC default
+    settings += [Setting(e, k, peek, target_se=AUTO_TARGET_SE) for e in ("smc", "is") for k in (100, 10)
+                 for peek in (True, False)]
+    if args.settings != "all":
+        settings = [s for s in settings if s.estimator in args.settings.split(",")]
+    results = []
+    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+        for setting in settings:
+            repeats = args.repeats if not setting.target_se else args.target_repeats or args.repeats
+            jobs = [(setting, seed, docs, exact, sizes) for seed in range(repeats)]
+            runs = list(tqdm(pool.imap_unordered(_run, jobs), total=len(jobs), desc=setting.label))
+            results.append({"label": setting.label, "setting": asdict(setting), "rows": summarize(runs, sizes)})
+            print(f"{setting.label}: done ({time.perf_counter() - start:.0f} s)", flush=True)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"repeats": args.repeats, "documents": args.documents, "resamples": args.resamples, "level": 0.95,
-            "seconds": time.perf_counter() - start}
+    tokens = [int(model.tokenize(d).numel()) for d in docs]
+    meta = {"repeats": args.repeats, "level": 0.95, "model": "bundled HMM", "seconds": time.perf_counter() - start,
+            "target_repeats": args.target_repeats or args.repeats, "tokens": {n: int(sum(tokens[:n])) for n in sizes}}
     (out / "coverage.json").write_text(json.dumps({"settings": meta, "results": results}, indent=1))
-    table = markdown(results, methods)
+    table = markdown(results)
     (out / "coverage.md").write_text(table + "\n")
     print(table)
 

@@ -5,9 +5,11 @@ tuple/list/dict of tensors, whose leading dimension is the particle dimension ``
 along that dimension (``select_particles``) and never look inside.
 
 Shapes: ``x`` is a ``LongTensor[T]`` of the model's own token ids; ``log_joint`` and ``log_q`` are ``[K]``.
-``log_joint(x, z)`` is the log probability of the *prefix* x_1..x_T together with z (no end-of-text event), so
-that Σ_z p(x, z) is the probability that a text starts with x and log p(context ⊕ continuation) − log p(context)
-is the log probability of the continuation given the context.
+A model declares whether ``log_joint(x, z)`` is the log probability of the *prefix* x_1..x_T together with z (no
+end-of-text event; ``prefix_probability = True``): then Σ_z p(x, z) is the probability that a text starts with x and
+log p(context ⊕ continuation) − log p(context) is the log probability of the continuation given the context. A model
+that scores complete texts (an RNNG scores whole trees, often with an end-of-sentence event) declares False, and
+``loglikelihood(context, continuation)`` is refused for it rather than silently wrong.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ class LatentLM(Protocol):
         """log p(x, z_k) for each of K configurations: float64 [K]; −inf where p(x, z_k) = 0."""
         ...
 
+    # declared (class attribute): whether Σ_z p(x, z) is the probability that a text starts with x
+    prefix_probability: bool
+
 
 SMC_METHODS = ("smc_init", "smc_step", "smc_reorder", "smc_latents")
 
@@ -96,6 +101,13 @@ def is_latent_lm(obj: Any) -> bool:
             and callable(getattr(obj, "log_joint", None)))
 
 
+def is_prefix_probability(model: Any) -> bool | None:
+    """The model's declaration ``prefix_probability``: True when Σ_z p(x, z) is the probability that a text starts
+    with x (no end-of-text event), False when it scores complete texts, None when the model does not declare it."""
+    value = getattr(model, "prefix_probability", None)
+    return None if value is None else bool(value)
+
+
 def missing_stepwise_methods(model: Any) -> list[str]:
     """Names of the SMC methods (``SMC_METHODS``) that ``model`` does not offer."""
     return [name for name in SMC_METHODS if not callable(getattr(model, name, None))]
@@ -109,6 +121,12 @@ def has_stepwise(model: Any) -> bool:
 def has_exact_marginal(model: Any) -> bool:
     """True when the model offers ``log_marginal(x) = log Σ_z p(x, z)`` (float)."""
     return callable(getattr(model, "log_marginal", None))
+
+
+def has_tractable_marginal(model: Any) -> bool:
+    """True when ``log_marginal`` is cheap on any text, so ``estimator=auto`` picks it: a model whose exact marginal
+    only works on short texts (an enumeration) declares ``exact_marginal_tractable = False``."""
+    return has_exact_marginal(model) and bool(getattr(model, "exact_marginal_tractable", True))
 
 
 def has_unknown_word_penalty(model: Any) -> bool:

@@ -1,4 +1,5 @@
-"""Per-document diagnostics of importance weights: ESS, Pareto k̂ (PSIS), bootstrap CI, convergence curve."""
+"""Per-document diagnostics of importance weights: ESS, Pareto k̂ (PSIS) and its sample-size threshold, the relative
+variance of p̂, an honest interval, the convergence curve; and the reliability warning of a batch of estimates."""
 
 from __future__ import annotations
 
@@ -10,9 +11,26 @@ import numpy as np
 from scipy.special import logsumexp
 
 from .aggregate import log_mean_exp
-from .bootstrap import bootstrap_log_means
+from .intervals import DocumentError, log_likelihood_interval
 
-PARETO_K_THRESHOLD = 0.7  # above this, PSIS says the IS estimate is unreliable (Vehtari et al. 2024)
+PARETO_K_CAP = 0.7  # the largest threshold at any sample size (Vehtari et al. 2024)
+
+
+def pareto_k_threshold(num_samples: int) -> float:
+    """The k̂ above which PSIS calls an estimate from S samples unreliable: min(1 − 1/log10 S, 0.7) (Vehtari et al.
+    2024): 0.5 at S = 100, 0.667 at 1,000, 0.7 from S ≈ 2,154 on; 0 at S ≤ 10 (too few samples to judge a tail)."""
+    if num_samples <= 10:
+        return 0.0
+    return min(1.0 - 1.0 / math.log10(num_samples), PARETO_K_CAP)
+
+
+def relative_variance(log_weights: np.ndarray) -> float:
+    """v̂ = s²_w / (K w̄²), the estimate of Var(p̂)/p² from the K weights (p̂ = w̄); NaN for K = 1."""
+    lw = np.asarray(log_weights, dtype=np.float64)
+    if lw.size < 2:
+        return float("nan")
+    u = np.exp(lw - log_mean_exp(lw))  # w_k / w̄
+    return float(np.sum((u - 1.0) ** 2) / (lw.size - 1) / lw.size)
 
 
 def effective_sample_size(log_weights: np.ndarray) -> float:
@@ -46,14 +64,6 @@ def pareto_khat(log_weights: np.ndarray) -> float:
     return khat if math.isfinite(khat) else float("nan")
 
 
-def bootstrap_ci(log_weights: np.ndarray, level: float = 0.95, num_resamples: int = 1000, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of log p̂ over resamples of the K weights (with replacement)."""
-    log_means, _ = bootstrap_log_means(log_weights, num_resamples, np.random.default_rng(seed))
-    alpha = (1.0 - level) / 2.0
-    lo, hi = np.quantile(log_means, [alpha, 1.0 - alpha])
-    return float(lo), float(hi)
-
-
 def convergence_sizes(num_samples: int) -> list[int]:
     """K' = 1, 2, 4, …, with K itself always last."""
     sizes = [2**i for i in range(int(math.log2(num_samples)) + 1)]
@@ -70,71 +80,47 @@ def convergence_curve(log_weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass
 class ISDiagnostics:
-    """Diagnostics of one document's K importance weights: ESS, Pareto k̂, a 95% percentile bootstrap interval of
-    log p̂, and the convergence curve log p̂ from the first K' samples (K' = 1, 2, 4, ..., K)."""
+    """Diagnostics of one document's K importance weights: ESS, Pareto k̂ and its threshold at K, v̂ = estimated
+    Var(p̂)/p², the honest 95% interval of log p (``intervals``; ``[lower, inf]`` where only the certified one-sided
+    bound is honest), and the convergence curve log p̂ from the first K' samples (K' = 1, 2, 4, ..., K)."""
 
     num_samples: int
     log_likelihood: float
     ess: float
     pareto_k: float
+    pareto_k_threshold: float
+    relative_variance: float
     ci95: list[float]
     convergence_k: list[int]
     convergence_log_likelihood: list[float]
 
 
-def summarize(log_weights: np.ndarray, seed: int = 0) -> ISDiagnostics:
+def importance_error(log_weights: np.ndarray) -> DocumentError:
+    """log p̂, v̂ and whether v̂ can be trusted for one document's K importance weights: only where PSIS can fit
+    their tail and finds it light enough (k̂ defined and below the threshold at K), or every weight is equal."""
+    lw = np.asarray(log_weights, dtype=np.float64)
+    ll, k = float(log_mean_exp(lw)), lw.size
+    if np.ptp(lw[np.isfinite(lw)]) == 0.0:  # every weight equal: q ∝ p on what it drew, p̂ exact
+        return DocumentError(ll, 0.0, math.inf)
+    khat, threshold = pareto_khat(lw), pareto_k_threshold(k)
+    if math.isnan(khat):
+        reason = ("importance weights too concentrated to fit their tail (Pareto k̂ undefined), so their variance "
+                  "cannot be estimated from these samples")
+    elif khat >= threshold:
+        reason = f"heavy-tailed importance weights (Pareto k̂ ≥ {threshold:.2f}, the threshold at K = {k})"
+    else:
+        reason = None
+    return DocumentError(ll, relative_variance(lw), k - 1.0, reason)
+
+
+def summarize(log_weights: np.ndarray) -> ISDiagnostics:
     """All diagnostics of one document's weights."""
     lw = np.asarray(log_weights, dtype=np.float64)
-    lo, hi = bootstrap_ci(lw, seed=seed)
+    interval = log_likelihood_interval([importance_error(lw)])
     ks, curve = convergence_curve(lw)
-    return ISDiagnostics(int(lw.size), float(log_mean_exp(lw)), effective_sample_size(lw), pareto_khat(lw), [lo, hi],
+    return ISDiagnostics(int(lw.size), float(log_mean_exp(lw)), effective_sample_size(lw), pareto_khat(lw),
+                         pareto_k_threshold(lw.size), relative_variance(lw), [interval.lower, interval.upper],
                          ks.tolist(), curve.tolist())
-
-
-def share_above(values, threshold: float = PARETO_K_THRESHOLD) -> float:
-    """Share of the finite values (e.g. per-document Pareto k̂) strictly above ``threshold``; NaN when none is finite."""
-    v = np.asarray(values, dtype=np.float64)
-    v = v[np.isfinite(v)]
-    return float((v > threshold).mean()) if v.size else float("nan")
-
-
-def reliability_warning(log_weights, advice: str) -> str | None:
-    """A plain-words warning when documents' IS estimates have Pareto k̂ > 0.7 (unreliable), else None."""
-    lws = [np.asarray(lw, dtype=np.float64) for lw in log_weights]
-    if not lws:
-        return None
-    khat = np.array([pareto_khat(lw) for lw in lws])
-    unreliable = int(np.sum(khat > PARETO_K_THRESHOLD))
-    if unreliable == 0:
-        return None
-    ess = np.mean([effective_sample_size(lw) for lw in lws])
-    sizes = sorted({lw.size for lw in lws})
-    k = str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
-    return (
-        f"{unreliable} of {len(lws)} documents ({unreliable / len(lws):.0%}) have unreliable importance-sampling "
-        f"estimates (Pareto k̂ > {PARETO_K_THRESHOLD}; mean effective sample size {ess:.1f} of K = {k}): their log p̂ "
-        f"are likely too low, so the reported perplexity is likely too high. {advice}"
-    )
-
-
-def perplexity_stderr(log_weights, num_tokens, level: str = "instance", num_resamples: int = 1000, seed: int = 0) -> float:
-    """Monte Carlo standard error of IS perplexity (documents fixed): std of PPL over bootstrap resamples of the K samples.
-
-    ``level="instance"`` resamples each document's weights independently (Eq. 5); ``"corpus"`` resamples the sample
-    index k jointly across documents (Eq. 6). It measures the estimator's randomness, not document-sampling error.
-    """
-    from .aggregate import as_log_weights, stack_equal_k, total_tokens
-
-    lws = [as_log_weights(lw, f"document {n}") for n, lw in enumerate(log_weights)]
-    total = total_tokens(num_tokens, len(lws))
-    rng = np.random.default_rng(seed)
-    if level == "instance":
-        log_liks = np.sum([bootstrap_log_means(lw, num_resamples, rng)[0] for lw in lws], axis=0)
-    elif level == "corpus":  # the sample index k resampled jointly: a bootstrap of the joint weights Σ_n log w_nk
-        log_liks = bootstrap_log_means(stack_equal_k(lws).sum(axis=0), num_resamples, rng)[0]
-    else:
-        raise ValueError(f"level must be 'instance' or 'corpus', got {level!r}")
-    return float(np.std(np.exp(-log_liks / total), ddof=1))
 
 
 def corpus_convergence_curve(log_weights, num_tokens) -> dict:
@@ -153,71 +139,3 @@ def corpus_convergence_curve(log_weights, num_tokens) -> dict:
             [corpus_ppl([np.asarray(lw)[:k] for lw in log_weights], num_tokens) for k in sizes] if equal_k else None
         ),
     }
-
-
-def corpus_report(
-    log_weights,
-    num_tokens,
-    beam_log_likelihoods=None,
-    corpus_level: bool = True,
-    level: float = 0.95,
-    num_resamples: int = 1000,
-    seed: int = 0,
-) -> dict:
-    """Everything ``is_perplexity`` reports for N documents' log weights ([N][K_n]) and token counts [N].
-
-    Instance-level PPL (Logan et al. 2020, Eq. 5), corpus-level PPL (Eq. 6; equal K required unless
-    ``corpus_level=False``), per-document log p̂, ESS, Pareto k̂ and percentile bootstrap intervals (each document's
-    weights resampled independently for Eq. 5; the sample index k resampled jointly across documents for Eq. 6), the
-    convergence curve over K, and with beam bounds the strict perplexity bound exp(−Σ beam / Σ T) ≥ true PPL.
-    """
-    from .aggregate import as_log_weights, corpus_ppl, instance_ppl, stack_equal_k, total_tokens
-
-    lws = [as_log_weights(lw, f"document {n}") for n, lw in enumerate(log_weights)]
-    if not lws:
-        raise ValueError("no documents")
-    total = total_tokens(num_tokens, len(lws))
-    if corpus_level:
-        stacked = stack_equal_k(lws)  # clear error on unequal K
-    rng = np.random.default_rng(seed)
-    alpha = (1.0 - level) / 2.0
-    boot = np.stack([bootstrap_log_means(lw, num_resamples, rng)[0] for lw in lws])  # [N, B]
-    doc_ci = np.quantile(boot, [alpha, 1.0 - alpha], axis=1).T  # [N, 2]
-    inst_ci = np.exp(-np.quantile(boot.sum(axis=0), [1.0 - alpha, alpha]) / total)
-    khat = np.array([pareto_khat(lw) for lw in lws])
-    lls = np.array([float(log_mean_exp(lw)) for lw in lws])
-    report = {
-        "instance_perplexity": instance_ppl(lws, num_tokens),
-        "instance_perplexity_ci": inst_ci.tolist(),
-        "corpus_perplexity": None,
-        "corpus_perplexity_ci": None,
-        "num_tokens": total,
-        "log_likelihoods": lls.tolist(),
-        "log_likelihood_ci": doc_ci.tolist(),
-        "num_samples": [int(lw.size) for lw in lws],
-        "ess": [effective_sample_size(lw) for lw in lws],
-        "pareto_k": khat.tolist(),
-        "pareto_k_threshold": PARETO_K_THRESHOLD,
-        "share_pareto_k_above_threshold": share_above(khat),
-        "num_pareto_k_undefined": int(np.isnan(khat).sum()),
-        "convergence": corpus_convergence_curve(lws, num_tokens),
-    }
-    if corpus_level:
-        corpus_boot = bootstrap_log_means(stacked.sum(axis=0), num_resamples, rng)[0]
-        report["corpus_perplexity"] = corpus_ppl(lws, num_tokens)
-        report["corpus_perplexity_ci"] = np.exp(-np.quantile(corpus_boot, [1.0 - alpha, alpha]) / total).tolist()
-    if beam_log_likelihoods is not None:
-        report |= beam_report(beam_log_likelihoods, lls, num_tokens)
-    return report
-
-
-def beam_report(beam_log_likelihoods, log_likelihoods: np.ndarray, num_tokens) -> dict:
-    """The strict perplexity bound exp(−Σ beam / Σ T) ≥ true PPL, and the share of documents whose estimate log p̂
-    lies under its beam lower bound (an estimate that can be improved)."""
-    from .aggregate import perplexity
-
-    beam = np.asarray(beam_log_likelihoods, dtype=np.float64)
-    if beam.shape != log_likelihoods.shape:
-        raise ValueError(f"got {beam.size} beam bounds for {log_likelihoods.size} documents")
-    return {"beam_perplexity": perplexity(beam, num_tokens), "beam_log_likelihoods": beam.tolist(),
-            "share_below_beam_bound": float((log_likelihoods < beam).mean())}

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ..protocol import LatentLM, has_unknown_word_penalty, num_particles, select_particles
-from .seeding import document_generator
+from .seeding import document_generator, stage_block
 
 SAMPLE_BLOCK = 1024  # particles drawn per random stream on the CPU; part of the seeding scheme (never batch_size)
 ACCELERATOR_SAMPLE_BLOCK = 16384  # on a GPU: each block is one token loop, and kernel launches, not K, set its time
@@ -64,11 +64,13 @@ def importance_log_weights(
     device: torch.device | str = "cpu",
     progress=None,
     unknown_penalty: np.ndarray | None = None,
+    stage: int = 0,
 ) -> np.ndarray:
     """The K log importance weights of one document, float64 [K], in O(block + batch_size) model memory (batch_size
     None: one block per log_joint call).
 
     ``unknown_penalty`` (float64 [K], optional): filled with each sample's ``model.unknown_word_penalty`` (nats).
+    ``stage`` > 0 draws from fresh random streams (the precision target's later stages; ``seeding.stage_block``).
     """
     doc = f"document {document[:60]!r}"
     check_sampling_args(num_samples, temperature, doc)
@@ -79,7 +81,7 @@ def importance_log_weights(
     out = np.empty(num_samples, dtype=np.float64)
     for block, start in enumerate(range(0, num_samples, block_size)):
         k = min(block_size, num_samples - start)
-        gen = document_generator(seed, document, block, device=device)
+        gen = document_generator(seed, document, stage_block(block, stage), device=device)
         z, log_q = model.proposal.sample(x, k, temperature=temperature, peek=peek, generator=gen)
         if num_particles(z) != k:
             raise ValueError(f"{doc}: proposal returned {num_particles(z)} samples, asked for {k}")

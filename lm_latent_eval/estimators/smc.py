@@ -7,10 +7,12 @@ log mean_k w_k, resamples N ancestors systematically in proportion to w and rese
 log p̂ = Σ over resampling epochs of log mean_k w_k (float64), and E[p̂] = p(x): the estimate is unbiased for any
 threshold; threshold 0 never resamples and is importance sampling with the same proposal.
 
-K particles are split into R = max(``smc_runs``, ⌈K / SAMPLE_BLOCK⌉) independent runs of near-equal size N_r
-(bounded memory for any K); run r draws from the random stream of IS block r (seeded by (seed, r, document)), and
-p̂ = Σ_r (N_r / K) p̂_r is again unbiased. Uncertainty without a bootstrap: the Lee & Whiteley (2018) estimate of
-Var(p̂)/p² from each run's genealogy (Eve indices), and with R ≥ 2 runs also the spread of the p̂_r.
+K particles are split into R = max(``smc_runs``, ⌈K / SAMPLE_BLOCK⌉) independent runs of near-equal size N_r, and
+p̂ = Σ_r (N_r / K) p̂_r is again unbiased. Consecutive runs are packed into blocks of at most SAMPLE_BLOCK particles
+(bounded memory for any K) that the model advances as one batch; block b draws from the random stream of IS block b
+(seeded by (seed, b, document)), and every run resamples only among its own particles. Uncertainty: the spread of
+the R runs (an honest estimate of Var(p̂) whenever it is finite) and, from each run's genealogy (Eve indices), the
+Lee & Whiteley (2018) estimate.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ import torch
 from ..protocol import missing_stepwise_methods
 from ..tensors import inverse_cdf
 from .importance import SAMPLE_BLOCK, check_sampling_args
-from .seeding import document_generator
+from .seeding import document_generator, stage_block
 
 DEFAULT_RESAMPLE_THRESHOLD = 0.5  # resample when ESS < 0.5 · N
-DEFAULT_SMC_RUNS = 1  # independent runs per document (more runs of fewer particles: a spread, but more variance)
+DEFAULT_SMC_RUNS = 4  # independent runs per document: their spread is an honest Monte Carlo error (one run has none)
 
 
 def check_smc_args(resample_threshold: float, smc_runs: int, num_samples: int | None = None, doc: str = "settings"):
@@ -105,9 +107,12 @@ class SMCRun:
 class SMCDiagnostics:
     """What the R independent SMC runs of one document say about its estimate log p̂ (float64 throughout).
 
-    ``log_likelihood_se``: standard error of log p̂ by the delta method from every run's Lee-Whiteley variance;
-    ``log_likelihood_se_runs`` the same from the spread of the R ≥ 2 runs (NaN for one run); ESS over tokens is
-    summed over runs (effective particles out of K); ``resampling_steps`` is per run, mean over runs.
+    ``relative_variance`` is v̂, the estimate of Var(p̂)/p² that intervals use: with R ≥ 2 runs the larger of the
+    spread of the runs (``runs_relative_variance``: unbiased for Var(p̂) given finite variance) and the runs' pooled
+    Lee-Whiteley estimates (``lee_whiteley_relative_variance``: from each run's genealogy, too small when weights are
+    heavy-tailed, NaN when the estimator goes negative); with one run the Lee-Whiteley estimate alone.
+    ``log_likelihood_se`` = √v̂ (delta method). ESS over tokens is summed over runs (effective particles out of K);
+    ``resampling_steps`` is per run, mean over runs.
     """
 
     num_samples: int
@@ -117,8 +122,10 @@ class SMCDiagnostics:
     run_sizes: list[int]
     run_log_likelihoods: list[float]
     run_relative_variances: list[float]  # Lee-Whiteley Var(p̂_r)/p̂_r² of every run
+    relative_variance: float
+    lee_whiteley_relative_variance: float
+    runs_relative_variance: float
     log_likelihood_se: float
-    log_likelihood_se_runs: float
     run_log_likelihood_sd: float  # standard deviation of log p̂_r over the runs (R ≥ 2)
     resampling_steps: float
     ess_min: float
@@ -126,30 +133,58 @@ class SMCDiagnostics:
 
 
 @torch.no_grad()
-def smc_run(model, x, num_particles, temperature, peek, resample_threshold, generator, doc="document") -> SMCRun:
-    """One SMC run of N particles over the text x [T] (see the module docstring)."""
-    T = int(x.shape[0])
-    state = model.smc_init(x, num_particles, temperature=temperature, peek=peek)
-    log_w = torch.zeros(num_particles, dtype=torch.float64)
-    eve = torch.arange(num_particles)  # Eve index: the first-generation ancestor of every particle
-    banked = 0.0  # Σ over finished epochs of log mean_k w_k
-    ess, resampled = [], 0
+def smc_block(model, x, sizes, temperature, peek, resample_threshold, generator, doc="document") -> list[SMCRun]:
+    """R independent SMC runs of N_1..N_R particles over the text x [T], advanced together: one ``smc_init`` of
+    Σ_r N_r particles, so the model steps every particle of the block in one batch, and resampling only within a run
+    (ancestors of run r come from run r, drawn from the block's one random stream; see the module docstring)."""
+    T, R = int(x.shape[0]), len(sizes)
+    starts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+    runs = [slice(starts[r], starts[r + 1]) for r in range(R)]
+    state = model.smc_init(x, starts[-1], temperature=temperature, peek=peek)
+    log_w = torch.zeros(starts[-1], dtype=torch.float64)
+    eve = torch.arange(starts[-1])  # Eve index: the first-generation ancestor of every particle
+    banked = [0.0] * R  # per run: Σ over finished epochs of log mean_k w_k
+    ess, resampled = [[] for _ in runs], [0] * R
     for t in range(T):
         state, inc = model.smc_step(state, t, generator)
-        log_w = log_w + _check_increment(inc, num_particles, t, doc)
-        if torch.isneginf(log_w).all():  # every particle has p = 0: this run's p̂ is 0, nothing left to propagate
-            return SMCRun(np.full(num_particles, -np.inf), -math.inf, resampled, ess + [0.0] * (T - t), 0.0)
-        ess.append(math.exp(_log_ess(log_w)))
-        if t < T - 1 and ess[-1] < resample_threshold * num_particles:
-            banked += float(torch.logsumexp(log_w, 0)) - math.log(num_particles)
-            ancestors = systematic_resample(log_w, generator)
+        log_w = log_w + _check_increment(inc, starts[-1], t, doc)
+        ancestors = None
+        for r, run in enumerate(runs):
+            if torch.isneginf(log_w[run]).all():  # every particle of the run has p = 0: its p̂ is 0 from here on
+                ess[r].append(0.0)
+                continue
+            ess[r].append(math.exp(_log_ess(log_w[run])))
+            if t < T - 1 and ess[r][-1] < resample_threshold * sizes[r]:
+                banked[r] += float(torch.logsumexp(log_w[run], 0)) - math.log(sizes[r])
+                ancestors = torch.arange(starts[-1]) if ancestors is None else ancestors
+                ancestors[run] = systematic_resample(log_w[run], generator) + run.start
+                log_w[run] = 0.0
+                resampled[r] += 1
+        if ancestors is not None:
             state = model.smc_reorder(state, ancestors)
             eve = eve[ancestors]
-            log_w = torch.zeros_like(log_w)
-            resampled += 1
-    log_likelihood = banked + float(torch.logsumexp(log_w, 0)) - math.log(num_particles)
+    return [_finished_run(log_w[run], eve[run] - run.start, banked[r], resampled[r], ess[r])
+            for r, run in enumerate(runs)]
+
+
+def _finished_run(log_w: torch.Tensor, eve: torch.Tensor, banked: float, resampled: int, ess: list) -> SMCRun:
+    """A run's record from its last-epoch log weights [N], Eve indices [N] (0..N−1) and banked log means."""
+    if torch.isneginf(log_w).all():
+        return SMCRun(np.full(log_w.shape[0], -np.inf), -math.inf, resampled, ess, 0.0)
+    log_likelihood = banked + float(torch.logsumexp(log_w, 0)) - math.log(log_w.shape[0])
     return SMCRun(banked + log_w.numpy(), log_likelihood, resampled, ess,
                   lee_whiteley_relative_variance(log_w, eve, resampled))
+
+
+def blocks_of_runs(sizes: list[int], block: int = SAMPLE_BLOCK) -> list[list[int]]:
+    """Consecutive runs packed into blocks of at most ``block`` particles (a run larger than a block is alone)."""
+    blocks, current = [], []
+    for n in sizes:
+        if current and sum(current) + n > block:
+            blocks.append(current)
+            current = []
+        current.append(n)
+    return blocks + [current]
 
 
 def lee_whiteley_relative_variance(log_w: torch.Tensor, eve: torch.Tensor, num_resampling: int) -> float:
@@ -180,6 +215,7 @@ def smc_log_weights(
     smc_runs: int = DEFAULT_SMC_RUNS,
     device: torch.device | str = "cpu",
     progress=None,
+    stage: int = 0,
 ) -> tuple[np.ndarray, SMCDiagnostics]:
     """K final SMC log weights, float64 [K] (log p̂ = logsumexp − log K), and the run diagnostics of one document.
 
@@ -191,11 +227,11 @@ def smc_log_weights(
     check_smc_args(resample_threshold, smc_runs, num_samples, doc)
     sizes = run_sizes(num_samples, smc_runs)
     runs = []
-    for r, n in enumerate(sizes):
-        runs.append(smc_run(model, x, n, temperature, peek, resample_threshold,
-                            document_generator(seed, document, r, device=device), doc))
+    for b, block in enumerate(blocks_of_runs(sizes)):
+        runs += smc_block(model, x, block, temperature, peek, resample_threshold,
+                          document_generator(seed, document, stage_block(b, stage), device=device), doc)
         if progress is not None:
-            progress.update(n)
+            progress.update(sum(block))
     log_weights = np.concatenate([run.log_weights for run in runs])
     if np.isneginf(log_weights).all():
         raise ValueError(
@@ -205,7 +241,7 @@ def smc_log_weights(
 
 
 def smc_diagnostics(runs: list[SMCRun], sizes: list[int], resample_threshold: float) -> SMCDiagnostics:
-    """Resampling count, ESS over tokens (summed over runs: effective particles out of K), run spread and its SE."""
+    """Resampling count, ESS over tokens (summed over runs: effective particles out of K), run spread and v̂."""
     sizes_arr = np.asarray(sizes, dtype=np.float64)
     run_ll = np.array([run.log_likelihood for run in runs], dtype=np.float64)
     share = sizes_arr / sizes_arr.sum()
@@ -213,13 +249,15 @@ def smc_diagnostics(runs: list[SMCRun], sizes: list[int], resample_threshold: fl
     log_p = float(np.log(np.sum(share * np.exp(run_ll - finite.max())))) + float(finite.max())
     ess = np.sum([run.ess for run in runs], axis=0) if runs[0].ess else np.zeros(0)
     rel = np.exp(run_ll - log_p)  # p̂_r / p̂
-    # p̂ = Σ_r s_r p̂_r, independent runs: Var(p̂)/p̂² ≈ Σ_r s_r² (p̂_r/p̂)² v̂_r; SE(log p̂) ≈ √ of it (delta method)
-    rel_var = float(np.sum(share**2 * rel**2 * np.array([run.relative_variance for run in runs])))
+    # p̂ = Σ_r s_r p̂_r, independent runs: Var(p̂)/p̂² ≈ Σ_r s_r² (p̂_r/p̂)² v̂_r (delta method)
+    lee_whiteley = float(np.sum(share**2 * rel**2 * np.array([run.relative_variance for run in runs])))
+    lee_whiteley = lee_whiteley if lee_whiteley >= 0 else math.nan  # a negative variance estimate says nothing
     if len(runs) > 1:  # the same from the spread of the runs alone
-        runs_se = float(math.sqrt(np.sum(share**2) * np.var(rel, ddof=1)))
+        runs_var = float(np.sum(share**2) * np.var(rel, ddof=1))
         spread = float(np.std(run_ll, ddof=1)) if np.isfinite(run_ll).all() else math.inf
+        relative_variance = float(np.nanmax([runs_var, lee_whiteley]))
     else:
-        runs_se, spread = math.nan, math.nan
+        runs_var, spread, relative_variance = math.nan, math.nan, lee_whiteley
     return SMCDiagnostics(
         num_samples=int(sizes_arr.sum()),
         resample_threshold=float(resample_threshold),
@@ -228,8 +266,10 @@ def smc_diagnostics(runs: list[SMCRun], sizes: list[int], resample_threshold: fl
         run_sizes=[int(n) for n in sizes],
         run_log_likelihoods=run_ll.tolist(),
         run_relative_variances=[float(run.relative_variance) for run in runs],
-        log_likelihood_se=math.sqrt(rel_var) if rel_var >= 0 else 0.0 if math.isfinite(rel_var) else math.nan,
-        log_likelihood_se_runs=runs_se,
+        relative_variance=relative_variance,
+        lee_whiteley_relative_variance=lee_whiteley,
+        runs_relative_variance=runs_var,
+        log_likelihood_se=math.sqrt(relative_variance) if relative_variance >= 0 else math.nan,
         run_log_likelihood_sd=spread,
         resampling_steps=float(np.mean([run.resampling_steps for run in runs])),
         ess_min=float(ess.min()) if ess.size else math.nan,
@@ -242,19 +282,6 @@ def empty_document_diagnostics(num_samples: int, smc_runs: int, resample_thresho
     sizes = run_sizes(num_samples, smc_runs)
     runs = [SMCRun(np.zeros(n), 0.0, 0, [], 0.0) for n in sizes]
     return smc_diagnostics(runs, sizes, resample_threshold)
-
-
-def runs_corpus_relative_variance(run_log_likelihoods, run_sizes_per_doc, run_relative_variances) -> float:
-    """Var(p̂_corpus)/p̂_corpus² ≈ Σ_r s_r² (P_r/P̂)² Σ_n v_{n,r} (delta method, as at instance level), P_r = Π_n p̂_{n,r}.
-
-    v_{n,r}: the Lee-Whiteley Var(p̂_{n,r})/p̂_{n,r}²; with one run it is Σ_n v_n, the instance-level value.
-    """
-    log_p = runs_corpus_log_likelihood(run_log_likelihoods, run_sizes_per_doc)
-    share = np.asarray(run_sizes_per_doc[0], dtype=np.float64)
-    share = share / share.sum()
-    joint = np.sum(np.asarray(run_log_likelihoods, dtype=np.float64), axis=0)  # [R]
-    per_run = np.sum(np.maximum(np.asarray(run_relative_variances, dtype=np.float64), 0.0), axis=0)  # [R]
-    return float(np.sum(share**2 * np.exp(2 * (joint - log_p)) * per_run))
 
 
 def runs_corpus_log_likelihood(run_log_likelihoods, run_sizes_per_doc) -> float:

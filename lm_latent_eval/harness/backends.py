@@ -23,11 +23,13 @@ from tqdm import tqdm
 
 from .. import __version__
 from ..estimators import DocumentEstimate, estimate_document
-from ..estimators.diagnostics import reliability_warning
+from ..estimators.adaptive import estimate_corpus
+from ..estimators.corpus import reliability_warning
+from ..estimators.settings import AUTO_TARGET_SE
 from ..estimators.seeding import document_generator
 from ..estimators.smc import require_stepwise
 from ..models import MODELS, checkpoint_hash, load_model, model_target, resolve_class
-from ..protocol import has_stepwise, has_text_sampler
+from ..protocol import has_stepwise, has_text_sampler, is_prefix_probability
 from . import rolling_estimates
 from .model_args import (
     BACKEND_ARGS,
@@ -99,11 +101,6 @@ class LatentLMEval(LM):
             raise ModelArgsError(f"bad model_args for {type(self).__name__}: {err}") from None
         self.model_kwargs = {a.name: parse_value(a, model_args[a.name]) for a in self.model_options
                              if model_args.get(a.name) is not None}
-        if self.settings.estimator == "is" and self.settings.batch_size == 1 and self.settings.num_samples > 1:
-            logger.warning(
-                "scoring 1 particle per log_joint call (lm-eval's default --batch_size 1); pass --batch_size auto "
-                "or a number for speed (the results do not change)"
-            )
         self._setup_device(model_args.get("device"), model_args.get("dtype"))
         pretrained = model_args.get("pretrained")
         self.model, self.checkpoint = load_model(
@@ -111,6 +108,13 @@ class LatentLMEval(LM):
         )
         self.checkpoint_sha256 = checkpoint_hash(self.checkpoint)
         self.pretrained = str(pretrained) if pretrained is not None else None
+        self.settings, self.estimator_choice = self.settings.resolve(self.model)
+        logger.info("%s: %s", type(self).__name__, self.estimator_choice)
+        if self.settings.estimator == "is" and self.settings.batch_size == 1 and self.settings.num_samples > 1:
+            logger.warning(
+                "scoring 1 particle per log_joint call (lm-eval's default --batch_size 1); pass --batch_size auto "
+                "or a number for speed (the results do not change)"
+            )
         if self.settings.estimator == "smc":
             require_stepwise(self.model)  # fail before any request: the model lacks the stepwise part
         self.results_store = None
@@ -163,6 +167,7 @@ class LatentLMEval(LM):
             "checkpoint": str(self.checkpoint),
             "checkpoint_sha256": self.checkpoint_sha256,
             "estimator_settings": self.settings.as_dict(self._device),
+            "estimator_choice": self.estimator_choice,  # why this estimator (auto picks one per model)
             "device_type": self._device.type,  # random streams and float rounding differ between cpu and cuda
             "dtype": str(dtype).removeprefix("torch."),
             "lm_latent_eval_version": __version__,
@@ -210,40 +215,54 @@ class LatentLMEval(LM):
     # ---- requests ---------------------------------------------------------------------------------------------
 
     def _estimate_all(self, texts: list[str], desc: str, disable_tqdm: bool) -> dict[str, DocumentEstimate]:
-        """One estimate per distinct text (each seeded from (seed, text), so order and batching never matter)."""
-        unique = list(dict.fromkeys(texts))
-        estimates = {}
-        if self.results_store is not None:
-            stored = {text: self.results_store.get(text) for text in unique}
-            estimates = {text: est for text, est in stored.items() if est is not None}
-            if estimates:
-                logger.info("%s: %d of %d documents read from %s", desc, len(estimates), len(unique),
-                            self.results_store.folder)
-        for text in tqdm([t for t in unique if t not in estimates], desc=desc, disable=disable_tqdm):
-            estimates[text] = estimate_document(self.model, text, self.settings, device=self._device)
-            if self.results_store is not None:  # saved as soon as it is done: an interrupted run loses one document
-                self.results_store.put(estimates[text])
-        return estimates
+        """One estimate per distinct text (seeded from (seed, text), so order and batching never matter), with the
+        precision target's later stages where set; the results store, if any, is read before and written after every
+        document's estimate."""
+        store = self.results_store
+        if store is not None:
+            logger.info("%s: %d documents stored in %s", desc, len(store), store.folder)
+
+        def estimate(text: str, settings, stage: int) -> DocumentEstimate:
+            stored = None if store is None else store.get(text, stage)
+            if stored is not None:
+                return stored
+            est = estimate_document(self.model, text, settings, device=self._device, stage=stage)
+            if store is not None:  # saved as soon as it is done: an interrupted run loses one document
+                store.put(est, stage)
+            return est
+
+        return estimate_corpus(self.model, texts, self.settings, self._device, estimate, self._all_reduce,
+                               progress=not disable_tqdm)
+
+    def _all_reduce(self, values: list[float]) -> list[float]:
+        """Sums of ``values`` over the processes of a multi-process run (the precision target's corpus totals)."""
+        if self.world_size <= 1:
+            return values
+        summed = torch.tensor(values, dtype=torch.float64, device=self._device)
+        torch.distributed.all_reduce(summed)
+        return summed.tolist()
 
     def _warn_if_unreliable(self, estimates) -> None:
-        """Log one plain-words warning for a batch of estimates when IS ones are unreliable (Pareto k̂ > 0.7)."""
-        weights = [e.importance_weights for e in estimates if e.importance_weights is not None]
+        """Log one plain-words warning for a batch of estimates when no two-sided interval of them is honest."""
         s = self.settings
-        tries = [f"more samples (num_samples={10 * s.num_samples})"]
-        if s.temperature <= 1.0:
-            tries.append("a proposal temperature slightly above 1 (temperature=1.1)")
-        if not s.peek:
+        tries = []
+        if s.estimator == "is" and has_stepwise(self.model):
+            tries.append("sequential Monte Carlo (estimator=smc or auto)")
+        tries.append(f"a precision target (target_se={AUTO_TARGET_SE})" if not s.adaptive
+                     else f"a larger budget (max_samples={4 * s.sample_budget})")
+        tries.append(f"more samples (num_samples={10 * s.num_samples})")
+        if s.estimator == "smc" and s.smc_runs < 2:
+            tries.insert(0, "smc_runs=4 (runs give the Monte Carlo error)")
+        if s.estimator == "is" and not s.peek:
             tries.append("a peeking proposal (peek=true)")
-        if has_stepwise(self.model):
-            tries.append("sequential Monte Carlo (estimator=smc)")
-        message = reliability_warning(weights, "Try " + ", ".join(tries) + ".")
+        message = reliability_warning(list(estimates), tries)
         if message is not None:
             logger.warning("%s: %s", type(self).__name__, message)
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         """log p̂(x) of each document (0.0 for a document without tokens, with a warning naming it)."""
         texts = [req.args[0] for req in requests]
-        estimates = self._estimate_all(texts, f"{self.settings.estimator} log p(x)", disable_tqdm)
+        estimates = self._estimate_all(texts, "log p(x)", disable_tqdm)
         self._warn_if_unreliable(estimates.values())
         rolling_estimates.record(estimates)
         for text, est in estimates.items():
@@ -254,7 +273,9 @@ class LatentLMEval(LM):
         return [estimates[text].log_likelihood for text in texts]
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
-        """log p̂(context ⊕ continuation) − log p̂(context), one context estimate per distinct context."""
+        """log p̂(context ⊕ continuation) − log p̂(context), one context estimate per distinct context; only for a
+        model whose log_joint is a prefix probability (``protocol.is_prefix_probability``), refused otherwise."""
+        self._require_prefix_probability()
         pairs = [req.args for req in requests]
         self._check_prefix_tokenization(pairs)
         texts = [ctx for ctx, _ in pairs] + [ctx + cont for ctx, cont in pairs]
@@ -274,6 +295,19 @@ class LatentLMEval(LM):
             (estimates[ctx + cont].log_likelihood - estimates[ctx].log_likelihood, False)
             for ctx, cont in pairs
         ]
+
+    def _require_prefix_probability(self) -> None:
+        """A clear error before any work when log p(context ⊕ continuation) − log p(context) would not be the
+        probability of the continuation given the context."""
+        declared, name = is_prefix_probability(self.model), type(self.model).__name__
+        if declared:
+            return
+        what = ("it scores complete texts (for example whole trees or an end-of-sentence event), so log p(context ⊕ "
+                "continuation) − log p(context) is not the probability of the continuation given the context"
+                if declared is False else "it does not declare whether log_joint is a prefix probability; set the "
+                "class attribute prefix_probability = True if Σ_z p(x, z) is the probability that a text starts with x")
+        raise ValueError(f"{name}: loglikelihood requests (multiple-choice and completion tasks) are refused: {what}. "
+                         "Perplexity tasks (loglikelihood_rolling) are unaffected.")
 
     def _check_prefix_tokenization(self, pairs) -> None:
         """Warn when tokens(context) is not a prefix of tokens(context ⊕ continuation): no longer a conditional."""

@@ -9,65 +9,92 @@ all documents into the corpus figures; the task YAML names them directly
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 from ..estimators import DocumentEstimate
-from ..estimators import corpus as corpus_estimates
-from ..estimators.diagnostics import PARETO_K_THRESHOLD, effective_sample_size, pareto_khat
+from ..estimators.corpus import CorpusEstimate, corpus_estimate
+from ..estimators.diagnostics import effective_sample_size, pareto_k_threshold, pareto_khat
 from . import rolling_estimates
 
-PERPLEXITY_METRICS = ("is_instance_perplexity", "is_instance_perplexity_stderr", "is_corpus_perplexity",
-                      "is_corpus_perplexity_stderr")
+PERPLEXITY_METRICS = ("perplexity", "perplexity_stderr", "perplexity_upper_bound", "perplexity_sampling_se",
+                      "is_instance_perplexity", "is_corpus_perplexity")
 SAMPLES_FIELD = "is_corpus_perplexity"  # the item reports read from the samples file (the whole estimate)
 
 
 def document_items(text: str, log_likelihood: float, num_words: int) -> dict:
     """Per-document items of every metric of the task (``num_words``: lm-eval's whitespace word count)."""
     est = rolling_estimates.lookup(text, log_likelihood)
-    item = _item(est)
-    weights = est.importance_weights  # ESS and k̂ only for IS weights of a document with tokens
-    ess = None if weights is None else effective_sample_size(weights)
-    khat = None if weights is None else pareto_khat(weights)
-    items = {"word_perplexity": (log_likelihood, num_words), **dict.fromkeys(PERPLEXITY_METRICS, item),
-             "is_ess_mean": ess, "is_ess_min": ess, "is_pareto_k_share": khat, "is_pareto_k_undefined": khat}
-    if est.estimator == "smc":  # no item otherwise: lm-eval then reports no smc_* metric
-        d = est.diagnostics if est.num_tokens > 0 else None
-        items |= {"smc_resampling_steps": None if d is None else d.resampling_steps,
-                  "smc_ess_min": None if d is None else d.ess_min, "smc_ess_mean": None if d is None else d.ess_mean}
+    item = _item(est, text)
+    items = {"word_perplexity": (log_likelihood, num_words), **dict.fromkeys(PERPLEXITY_METRICS, item)}
+    weights = est.importance_weights  # ESS and k̂: IS weights of a document with tokens only (no row otherwise)
+    if weights is not None:
+        khat, threshold = pareto_khat(weights), pareto_k_threshold(weights.size)
+        ess = effective_sample_size(weights)
+        items |= {"is_ess_mean": ess, "is_ess_min": ess, "is_pareto_k_share": float(khat >= threshold),
+                  "is_pareto_k_undefined": float(khat != khat)}
+    if est.estimator == "smc" and est.num_tokens > 0:  # SMC's own diagnostics, no row otherwise
+        d = est.diagnostics
+        items |= {"smc_resampling_steps": d.resampling_steps, "smc_ess_min": d.ess_min, "smc_ess_mean": d.ess_mean}
     plain = est.without_unk_penalty()  # a model with an unknown-word penalty (KGLM): PPL without it, UPP with it
     if plain is not None:
-        items |= {"ppl_instance": _item(plain), "ppl_corpus": _item(plain), "upp_instance": item, "upp_corpus": item}
+        plain_item = _item(plain, text)
+        items |= {"ppl_instance": plain_item, "ppl_corpus": plain_item, "upp_instance": item, "upp_corpus": item}
     return items
 
 
-def _item(est: DocumentEstimate) -> dict:
+def _item(est: DocumentEstimate, text: str) -> dict:
     record = est.to_json()
     record.pop("document")  # the samples file holds the document already
+    record["key"] = hashlib.sha256(text.encode()).hexdigest()[:16]  # repeated texts share a random stream
     return record
 
 
-def _estimates(items) -> list[DocumentEstimate]:
-    return [DocumentEstimate.from_json(item) for item in items]
+def _corpus(items) -> CorpusEstimate:
+    """The corpus estimate of a metric's items (cached: every metric of a task aggregates the same items)."""
+    fingerprint = tuple((i["key"], i["log_likelihood"], i["estimator"], len(i["log_weights"] or ())) for i in items)
+    if fingerprint not in _CACHE:
+        _CACHE.clear()
+        _CACHE[fingerprint] = corpus_estimate([DocumentEstimate.from_json(item) for item in items],
+                                              keys=[item["key"] for item in items])
+    return _CACHE[fingerprint]
+
+
+_CACHE: dict[tuple, CorpusEstimate] = {}
+
+
+def perplexity(items) -> float:
+    """The perplexity to quote: bias-corrected where a two-sided interval is honest, else the instance level."""
+    return _corpus(items).perplexity
+
+
+def perplexity_stderr(items) -> float | str:
+    """Monte Carlo standard error of ``perplexity`` (documents fixed): lm-eval's Stderr column; "N/A" where no
+    two-sided interval is honest (the certified ``perplexity_upper_bound`` still holds)."""
+    corpus = _corpus(items)
+    return corpus.monte_carlo_stderr if corpus.interval.two_sided else "N/A"
+
+
+def perplexity_upper_bound(items) -> float:
+    """Certified: the true perplexity exceeds this with probability at most 5% (Markov's inequality)."""
+    return _corpus(items).perplexity_upper_bound
+
+
+def perplexity_sampling_se(items) -> float:
+    """Standard error of ``perplexity`` over documents drawn at random (what lm-eval's hf users compare with)."""
+    return _corpus(items).sampling_stderr
 
 
 def instance_perplexity(items) -> float:
-    """Instance-level PPL = exp(−Σ_n log p̂(x_n) / Σ_n T_n)."""
-    return corpus_estimates.instance_perplexity(_estimates(items))
+    """Instance-level PPL = exp(−Σ_n log p̂(x_n) / Σ_n T_n) (Logan et al. 2020, Eq. 5)."""
+    return _corpus(items).instance_perplexity
 
 
 def corpus_perplexity(items) -> float:
-    """Corpus-level PPL: sample k (IS) or run r (SMC) of every document forms one corpus sample."""
-    return corpus_estimates.corpus_perplexity(_estimates(items))
-
-
-def instance_perplexity_stderr(items) -> float:
-    """Monte Carlo standard error of the instance-level PPL (documents fixed): lm-eval's Stderr column."""
-    return corpus_estimates.perplexity_stderr(_estimates(items), "instance")
-
-
-def corpus_perplexity_stderr(items) -> float:
-    """Monte Carlo standard error of the corpus-level PPL (documents fixed)."""
-    return corpus_estimates.perplexity_stderr(_estimates(items), "corpus")
+    """Corpus-level PPL (Eq. 6): sample k (IS) or run r (SMC) of every document forms one corpus sample; the
+    instance level where documents have different samples (exact, beam, a precision target)."""
+    corpus = _corpus(items)
+    return corpus.corpus_perplexity if corpus.corpus_perplexity is not None else corpus.instance_perplexity
 
 
 def _informative(items) -> list[float]:
@@ -75,25 +102,13 @@ def _informative(items) -> list[float]:
 
 
 def mean_over_documents(items) -> float:
-    """Mean over documents of a per-document diagnostic such as ESS = (Σ_k w_k)² / Σ_k w_k² or SMC's resampling
-    steps (NaN when the estimator has none)."""
+    """Mean over documents of a per-document diagnostic: ESS = (Σ_k w_k)² / Σ_k w_k², SMC's resampling steps, or
+    0/1 flags (the share of documents whose Pareto k̂ is at or above its threshold, or undefined)."""
     values = _informative(items)
     return sum(values) / len(values) if values else math.nan
 
 
 def min_over_documents(items) -> float:
-    """Smallest per-document value of a diagnostic such as ESS (NaN when the estimator has none)."""
+    """Smallest per-document value of a diagnostic such as ESS."""
     values = _informative(items)
     return min(values) if values else math.nan
-
-
-def pareto_k_share(items) -> float:
-    """Share of documents with Pareto k̂ > 0.7, where PSIS deems the IS estimate unreliable."""
-    values = _informative(items)
-    return sum(v > PARETO_K_THRESHOLD for v in values) / len(values) if values else math.nan
-
-
-def pareto_k_undefined_share(items) -> float:
-    """Share of IS documents whose k̂ is undefined: their largest weights take too few distinct values."""
-    values = [float(v) for v in items if v is not None]
-    return sum(math.isnan(v) for v in values) / len(values) if values else math.nan

@@ -27,7 +27,7 @@ from ..estimators import DocumentEstimate
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 3  # bump when the file layout changes (2: per-sample unknown-word penalty; 3: the estimator)
-SCALARS = ("document", "num_tokens", "log_likelihood", "estimator")
+SCALARS = ("document", "num_tokens", "log_likelihood", "estimator")  # (and every stage's log p̂ as JSON)
 ARRAYS = ("log_weights", "unk_penalty")  # float64 [K], with has_<name> telling None from an empty array
 
 
@@ -67,19 +67,21 @@ class ResultsStore:
             text = json.dumps(self.identity, sort_keys=True, indent=1).encode()
             _atomic_write(identity_file, lambda fh: fh.write(text))
 
-    def path(self, text: str) -> Path:
-        """The file that holds (or will hold) the estimate of ``text``."""
-        return self.folder / f"{text_key(text)}.npz"
+    def path(self, text: str, stage: int = 0) -> Path:
+        """The file that holds (or will hold) the estimate of ``text`` (at stage ``stage`` of a precision target)."""
+        return self.folder / (f"{text_key(text)}.npz" if stage == 0 else f"{text_key(text)}.stage{stage}.npz")
 
-    def get(self, text: str) -> DocumentEstimate | None:
-        """The stored estimate of ``text``; None when absent or unreadable (unreadable: warning, recomputed)."""
-        path = self.path(text)
+    def get(self, text: str, stage: int = 0) -> DocumentEstimate | None:
+        """The stored estimate of ``text`` (at ``stage``); None when absent or unreadable (unreadable: warning,
+        recomputed)."""
+        path = self.path(text, stage)
         if not path.is_file():
             return None
         try:
             with np.load(path, allow_pickle=False) as f:
                 record = {name: f[name].item() for name in SCALARS}
                 record["diagnostics"] = json.loads(str(f["diagnostics_json"]))
+                record["stage_log_likelihoods"] = json.loads(str(f["stages_json"]))
                 for name in ARRAYS:
                     record[name] = f[name].copy() if bool(f[f"has_{name}"]) else None
             if record["document"] != text:
@@ -89,16 +91,17 @@ class ResultsStore:
             warnings.warn(f"ignoring unreadable stored result {path} for document {text[:60]!r}: {err}", stacklevel=2)
             return None
 
-    def put(self, estimate: DocumentEstimate) -> None:
+    def put(self, estimate: DocumentEstimate, stage: int = 0) -> None:
         """Persist one estimate atomically: text, token count, log p̂, estimator, the arrays (log weights [K] under IS /
         SMC, unknown-word penalties [K]) as float64 arrays, the diagnostics as JSON."""
         record = estimate.to_json()
         arrays = {name: np.array(record[name]) for name in SCALARS}
         arrays["diagnostics_json"] = np.array(json.dumps(record["diagnostics"]))
+        arrays["stages_json"] = np.array(json.dumps(record["stage_log_likelihoods"]))
         for name in ARRAYS:
             arrays[f"has_{name}"] = np.array(record[name] is not None)
             arrays[name] = np.asarray(record[name] if record[name] is not None else [], dtype=np.float64)
-        _atomic_write(self.path(estimate.document), lambda fh: np.savez(fh, **arrays))
+        _atomic_write(self.path(estimate.document, stage), lambda fh: np.savez(fh, **arrays))
 
     def __len__(self) -> int:
-        return sum(1 for _ in self.folder.glob("*.npz"))
+        return sum(1 for _ in self.folder.glob("*.npz"))  # every stage's file counts

@@ -28,6 +28,8 @@ class CausalLMAsLatent(torch.nn.Module):
     per forward pass.
     """
 
+    prefix_probability = True  # log_joint has no end-of-text event: Σ_z p(x, z) = P(a text starts with x)
+
     def __init__(self, model, tokenizer, max_length: int | None = None, window_batch: int = 8):
         super().__init__()
         self.model = model

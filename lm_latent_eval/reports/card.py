@@ -1,15 +1,19 @@
 """``lm-latent-eval report <lm-eval output dir>``: one estimate card (Markdown, JSON, convergence PNG) per model × task.
 
-A card states every figure with its 95% interval and what kind of figure it is (exact, strict bound, or a stochastic
-upper bound in expectation), the settings that produced it (K, τ, peeking, seed, estimator), the model's identity
-(class, checkpoint sha256, dtype, device), the reliability diagnostics (ESS, Pareto k̂) with a plain-words verdict
-and what to try, and the command that reproduces the run. Everything comes from lm-eval's results and samples files
+A card states the perplexity to quote with its honest 95% statement (two-sided where that is honest, else the
+certified one-sided bound, with the reason), the certified bound, the paper's instance- and corpus-level estimates and
+what kind of figure each is (exact, strict bound, or a stochastic upper bound in expectation), the Monte Carlo error
+and the sampling error over documents apart, the settings that produced them (estimator and why it was chosen, K, τ,
+peeking, seed), the model's identity (class, checkpoint sha256, dtype, device), the reliability diagnostics (IS: ESS,
+Pareto k̂ against its threshold; SMC: runs, ESS over tokens) with a plain-words verdict and what to try, and the
+command that reproduces the run. Everything comes from lm-eval's results and samples files
 (``--log_samples``); ``--beam-size`` additionally recomputes the beam bound from the recorded checkpoint.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import shlex
@@ -17,35 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..estimators.aggregate import corpus_log_likelihood, log_mean_exp
-from ..estimators.diagnostics import (
-    PARETO_K_THRESHOLD,
-    corpus_convergence_curve,
-    effective_sample_size,
-    pareto_khat,
-)
-from ..estimators.intervals import (
-    DEFAULT_INTERVAL,
-    INTERVAL_METHODS,
-    corpus_log_likelihood_interval,
-    log_likelihood_interval,
-    measured_coverage,
-)
+from ..estimators.corpus import PERPLEXITY_KINDS, CorpusEstimate, corpus_estimate, pareto_k_shares
+from ..estimators.diagnostics import corpus_convergence_curve, effective_sample_size, pareto_khat
+from ..estimators.intervals import LEVEL
+from .coverage import measured_coverage
 from .lm_eval_output import TaskRun, read_runs
 
-KINDS = {
-    "is": "stochastic upper bound in expectation (E[log p̂] ≤ log p, so E[log PPL̂] ≥ log PPL)",
-    "beam": "strict upper bound (the beam sum is ≤ p(x) for every document)",
-    "exact": "exact",
-}
 ESS_FLOOR = 10.0  # fewer effective samples than this: the interval rests on a handful of weights
-CONVERGENCE_TOLERANCE = 0.01  # relative change of PPL between K/2 and K that still counts as converged
-
-
-def _ppl_interval(log_lik_interval, num_tokens: int) -> list[float]:
-    """Perplexity interval from an interval of the total log likelihood (ends swap: PPL falls as log p rises)."""
-    lo, hi = log_lik_interval
-    return [math.exp(-hi / num_tokens), math.exp(-lo / num_tokens) if math.isfinite(lo) else math.inf]
 
 
 def _figure(name: str, value: float, kind: str, interval=None, note: str | None = None) -> dict:
@@ -55,98 +37,69 @@ def _figure(name: str, value: float, kind: str, interval=None, note: str | None 
     return fig
 
 
-def is_figures(label: str, lws: list[np.ndarray], num_tokens: list[int], method: str, level: float, seed: int) -> list:
-    """Instance- and corpus-level perplexity with intervals from the K log weights of every document."""
-    total = int(sum(num_tokens))
-    rng = np.random.default_rng(seed)
-    k = min(lw.size for lw in lws)
-    inst_ll = float(sum(log_mean_exp(lw) for lw in lws))
-    inst_ci = corpus_log_likelihood_interval(lws, level, method, rng=rng)
-    figures = [_figure(f"{label}instance-level perplexity", math.exp(-inst_ll / total), KINDS["is"],
-                       _ppl_interval(inst_ci, total), f"instance level: {measured_coverage(method, k, 'corpus')}")]
-    if len({lw.size for lw in lws}) == 1:
-        joint = np.sum(lws, axis=0)  # [K]: log weight of corpus sample k
-        corp_ci = log_likelihood_interval(joint, level, method, rng=rng)
-        figures.append(_figure(f"{label}corpus-level perplexity", math.exp(-corpus_log_likelihood(lws) / total),
-                               KINDS["is"], _ppl_interval(corp_ci, total),
-                               f"corpus level: {measured_coverage(method, k, 'document')} (here of the joint weights)"))
+def sampled_figures(label: str, corpus: CorpusEstimate) -> list[dict]:
+    """The perplexity to quote with its honest 95% statement, the certified bound and the paper's two estimates."""
+    interval = corpus.interval
+    quote_kind = ("bias-corrected estimate (Monte Carlo interval, documents fixed)" if interval.two_sided
+                  else corpus.kind)
+    note = f"{interval.describe()}; {measured_coverage(corpus.estimator, corpus.num_documents)}"
+    figures = [
+        _figure(f"{label}perplexity", corpus.perplexity, quote_kind, list(corpus.perplexity_interval), note),
+        _figure(f"{label}certified upper bound ({LEVEL:.0%})", corpus.perplexity_upper_bound,
+                "P(true perplexity > bound) ≤ 5% for any proposal and K (Markov's inequality)"),
+        _figure(f"{label}instance-level perplexity (Eq. 5)", corpus.instance_perplexity, corpus.kind),
+    ]
+    if corpus.corpus_perplexity is not None:
+        figures.append(_figure(f"{label}corpus-level perplexity (Eq. 6)", corpus.corpus_perplexity, corpus.kind,
+                               [0.0, corpus.corpus_perplexity_upper_bound],
+                               "one-sided: the certified bound of the corpus-level estimate"))
     return figures
 
 
-def diagnostics(lws: list[np.ndarray], num_tokens: list[int], settings: dict, progress: bool = True) -> dict:
-    """ESS and Pareto k̂ summaries over documents, convergence over K, and a verdict with what to try."""
-    from tqdm.auto import tqdm
+def diagnostics(run: TaskRun, corpus: CorpusEstimate, progress: bool = True) -> dict:
+    """Reliability of the run's estimates: IS (ESS, Pareto k̂ against its threshold, convergence over K) or SMC
+    (runs, ESS over tokens, resampling), and a verdict with what to try."""
+    docs = [d for d in run.documents if d.num_tokens > 0]
+    summary = {"estimator": corpus.estimator, "num_documents": len(docs), "interval": corpus.interval.describe(),
+               "monte_carlo_stderr": corpus.monte_carlo_stderr, "sampling_stderr": corpus.sampling_stderr}
+    if corpus.estimator == "is":
+        from tqdm.auto import tqdm
 
-    informative = [(lw, t) for lw, t in zip(lws, num_tokens) if t > 0]
-    ess = np.array([effective_sample_size(lw) for lw, _ in informative])
-    khat = np.array([pareto_khat(lw) for lw, _ in tqdm(informative, desc="Pareto k̂", disable=not progress)])
-    defined = khat[~np.isnan(khat)]
-    k = int(min(lw.size for lw in lws))
-    curve = corpus_convergence_curve(lws, num_tokens)
-    inst = curve["instance_perplexity"]
-    change = abs(inst[-1] - inst[-2]) / inst[-1] if len(inst) > 1 else math.nan
-    equal_k = len({lw.size for lw in lws}) == 1
-    summary = {
-        "num_samples": k,
-        "corpus_ess": effective_sample_size(np.sum(lws, axis=0)) if equal_k else math.nan,
-        "ess_min": float(ess.min()) if ess.size else math.nan,
-        "ess_median": float(np.median(ess)) if ess.size else math.nan,
-        "ess_mean": float(ess.mean()) if ess.size else math.nan,
-        "pareto_k_max": float(defined.max()) if defined.size else math.nan,
-        "pareto_k_median": float(np.median(defined)) if defined.size else math.nan,
-        "num_pareto_k_above_threshold": int((defined > PARETO_K_THRESHOLD).sum()),
-        "num_pareto_k_undefined": int(np.isnan(khat).sum()),
-        "num_documents": len(informative),
-        "pareto_k_threshold": PARETO_K_THRESHOLD,
-        "relative_change_last_doubling": change,
-        "convergence": curve,
-    }
-    summary["verdict"], summary["what_to_try"] = verdict(summary, settings)
+        lws = [d.log_weights for d in docs]
+        ess = np.array([effective_sample_size(lw) for lw in lws])
+        khat = np.array([pareto_khat(lw) for lw in tqdm(lws, desc="Pareto k̂", disable=not progress)])
+        above, undefined, n = pareto_k_shares(docs)
+        summary |= {"num_samples": int(min(lw.size for lw in lws)), "ess_min": float(ess.min()),
+                    "ess_median": float(np.median(ess)), "ess_mean": float(ess.mean()),
+                    "pareto_k_max": float(np.nanmax(khat)) if (~np.isnan(khat)).any() else math.nan,
+                    "num_pareto_k_above_threshold": above, "num_pareto_k_undefined": undefined}
+    elif corpus.estimator == "smc":
+        d = [doc.diagnostics for doc in docs]
+        summary |= {"num_samples": int(min(x.num_samples for x in d)), "smc_runs": int(min(x.smc_runs for x in d)),
+                    "ess_min": float(min(x.ess_min for x in d)), "ess_mean": float(np.mean([x.ess_mean for x in d])),
+                    "resampling_steps": float(np.mean([x.resampling_steps for x in d]))}
+    summary["verdict"], summary["what_to_try"] = verdict(corpus, run.settings)
     return summary
 
 
-def verdict(d: dict, settings: dict) -> tuple[str, list[str]]:
-    """Plain words on whether the IS estimates can be trusted, and what to try when they cannot."""
-    problems = []
-    if d["num_pareto_k_above_threshold"]:
-        problems.append(
-            f"{d['num_pareto_k_above_threshold']} of {d['num_documents']} documents have Pareto k̂ > "
-            f"{PARETO_K_THRESHOLD} (largest {d['pareto_k_max']:.2f}): their weights are so heavy-tailed that log p̂ "
-            "can sit far below log p, so the perplexity is likely overestimated and its interval too narrow"
-        )
-    if d["ess_min"] < ESS_FLOOR:
-        problems.append(
-            f"the smallest effective sample size is {d['ess_min']:.1f} of K = {d['num_samples']} (median "
-            f"{d['ess_median']:.1f}): some documents' estimates rest on a handful of samples"
-        )
-    corpus_problem = None
-    if d["corpus_ess"] < ESS_FLOOR:
-        corpus_problem = (
-            f"the corpus-level figure rests on {d['corpus_ess']:.1f} effective joint samples of {d['num_samples']} "
-            "(sample k of every document forms one corpus sample, so its weights are products over documents)"
-        )
-    if math.isfinite(d["relative_change_last_doubling"]) and d["relative_change_last_doubling"] > CONVERGENCE_TOLERANCE:
-        problems.append(
-            f"instance-level perplexity still moved by {100 * d['relative_change_last_doubling']:.1f}% over the last "
-            "doubling of K: not converged"
-        )
-    reliable = ("every defined Pareto k̂ ≤ 0.7, every document has at least "
-                f"{ESS_FLOOR:g} effective samples, and the estimate moved by less than 1% over the last doubling of K")
-    if not problems and corpus_problem is None:
-        return f"Reliable by the PSIS criterion: {reliable}.", []
-    if not problems:
-        return (f"Instance-level figure reliable by the PSIS criterion ({reliable}); corpus-level figure UNRELIABLE: "
-                f"{corpus_problem}."), ["quote the instance-level perplexity; the corpus level needs far more samples"]
-    tries = [f"more samples: num_samples={10 * d['num_samples']} (the bias of log p̂ shrinks roughly as 1/K)"]
-    if corpus_problem is not None:
-        problems.append(corpus_problem)
-    if float(settings.get("temperature", 1.0)) <= 1.0:
-        tries.append("a slightly flatter proposal, temperature=1.1 or 1.2 (a proposal with heavier tails than p(z | x) gives lighter-tailed weights)")
+def verdict(corpus: CorpusEstimate, settings: dict) -> tuple[str, list[str]]:
+    """Plain words on whether the estimate can be quoted with its interval, and what to try when it cannot."""
+    if corpus.estimator in ("exact", "beam"):
+        return "Deterministic: no Monte Carlo error.", []
+    if corpus.interval.two_sided:
+        return ("Reliable: every document's Monte Carlo error can be estimated and the bias correction is small "
+                f"(remainder {corpus.interval.remainder:.2f} standard errors); quote the perplexity with its "
+                "interval."), []
+    tries = []
+    if corpus.estimator == "is":
+        tries.append("SMC (estimator=smc or auto) where the model has the stepwise part: its runs give an honest error")
+    if not settings.get("target_se"):
+        tries.append("a precision target (target_se=0.002): more samples for the documents that need them")
+    tries.append(f"more samples: num_samples={10 * int(settings.get('num_samples') or 100)}")
     if settings.get("peek") is False:
         tries.append("peek=true: a proposal that reads the token it labels is much closer to p(z | x)")
-    tries.append("SMC (estimator=smc) where the model supports stepwise scoring: resampling keeps particles on "
-                 "likely latent paths")
-    return "UNRELIABLE: " + "; ".join(problems) + ".", tries
+    return (f"UNRELIABLE as a two-sided figure: {corpus.interval.reason}. Quote the certified bound: with 95% "
+            f"certainty the true perplexity is at most {corpus.perplexity_upper_bound:.4g}."), tries
 
 
 def _format_value(value) -> str:
@@ -222,32 +175,28 @@ def recompute_beam(run: TaskRun, beam_size: int, device: str = "cpu", progress: 
             for d in tqdm(run.documents, desc=f"beam k={beam_size}", disable=not progress)]
 
 
-def build_card(run: TaskRun, siblings: list[TaskRun] = (), beam_size: int | None = None, level: float = 0.95,
-               method: str = DEFAULT_INTERVAL, seed: int = 0, device: str = "cpu", progress: bool = True) -> dict:
+def build_card(run: TaskRun, siblings: list[TaskRun] = (), beam_size: int | None = None, level: float = LEVEL,
+               device: str = "cpu", progress: bool = True) -> dict:
     """The card of one run as a JSON-ready dict; beam / exact runs of the same checkpoint, task and documents join it."""
     docs = run.documents
     if not docs:
         raise ValueError(f"{run.samples_file}: no documents")
-    num_tokens = [d.num_tokens for d in docs]
-    total = int(sum(num_tokens))
-    if total == 0:
-        raise ValueError(f"{run.samples_file}: every document is empty; perplexity is undefined")
+    keys = [hashlib.sha256(d.document.encode()).hexdigest() for d in docs]
+    corpus = corpus_estimate(docs, level, keys)
     figures, diag, curve = [], None, None
-    if run.estimator == "is":
-        lws = [d.log_weights for d in docs]
-        if any(lw is None for lw in lws):
-            raise ValueError(f"{run.samples_file}: an IS run without per-document log weights")
-        penalized = all(d.unk_penalty is not None for d in docs)
-        figures += is_figures("UPP (unknown-penalized): " if penalized else "", lws, num_tokens, method, level, seed)
+    if corpus.estimator in ("is", "smc"):
+        plain = [d.without_unk_penalty() for d in docs]
+        penalized = all(p is not None for p in plain)
+        figures += sampled_figures("UPP (unknown-penalized): " if penalized else "", corpus)
         if penalized:
-            figures += is_figures("PPL (no unknown-word penalty): ", [d.log_weights_without_unk_penalty() for d in docs],
-                                  num_tokens, method, level, seed)
-        diag = diagnostics(lws, num_tokens, run.settings, progress)
-        curve = diag["convergence"]
+            figures += sampled_figures("PPL (no unknown-word penalty): ", corpus_estimate(plain, level, keys))
+        diag = diagnostics(run, corpus, progress)
+        if corpus.estimator == "is":
+            curve = corpus_convergence_curve([d.log_weights for d in docs], [d.num_tokens for d in docs])
     else:
-        kind = KINDS.get(run.estimator, run.estimator)
         name = "exact perplexity" if run.estimator == "exact" else f"beam bound (k={run.settings.get('beam_size')})"
-        figures.append(_figure(name, math.exp(-sum(d.log_likelihood for d in docs) / total), kind))
+        figures.append(_figure(name, corpus.instance_perplexity, corpus.kind))
+    total = corpus.num_tokens
     same = [s for s in siblings if s is not run and s.task == run.task and s.estimator in ("beam", "exact")
             and s.config.get("checkpoint_sha256") == run.config.get("checkpoint_sha256") and _same_documents(s, run)]
     beam = exact = None
@@ -255,21 +204,22 @@ def build_card(run: TaskRun, siblings: list[TaskRun] = (), beam_size: int | None
         value = math.exp(-sum(d.log_likelihood for d in s.documents) / total)
         if s.estimator == "exact":
             exact = value
-            figures.append(_figure("exact perplexity", value, KINDS["exact"], note=f"from {s.results_file.name}"))
+            figures.append(_figure("exact perplexity", value, PERPLEXITY_KINDS["exact"], note=f"from {s.results_file.name}"))
         else:
             beam = value
-            figures.append(_figure(f"beam bound (k={s.settings.get('beam_size')})", value, KINDS["beam"],
+            figures.append(_figure(f"beam bound (k={s.settings.get('beam_size')})", value, PERPLEXITY_KINDS["beam"],
                                    note=f"from {s.results_file.name}"))
     if beam_size is not None and run.estimator != "beam":
         beam = math.exp(-sum(recompute_beam(run, beam_size, device, progress)) / total)
-        figures.append(_figure(f"beam bound (k={beam_size})", beam, KINDS["beam"], note="recomputed by report"))
+        figures.append(_figure(f"beam bound (k={beam_size})", beam, PERPLEXITY_KINDS["beam"], note="recomputed by report"))
     return {
         "task": run.task,
         "model": _model_identity(run),
-        "settings": {**run.settings, **({"interval": method, "level": level} if run.estimator == "is" else {})},
+        "settings": {**run.settings, "estimator_choice": run.config.get("estimator_choice"), "level": level},
         "corpus": {"num_documents": len(docs), "num_tokens": total},
         "figures": figures,
-        "diagnostics": None if diag is None else {k: v for k, v in diag.items() if k != "convergence"},
+        "uncertainty": {"monte_carlo_stderr": corpus.monte_carlo_stderr, "sampling_stderr": corpus.sampling_stderr},
+        "diagnostics": diag,
         "convergence": curve,
         "exact_perplexity": exact,
         "beam_perplexity": beam,
@@ -286,6 +236,19 @@ def _fmt(x) -> str:
     return str(x)
 
 
+def _reliability_lines(d: dict) -> list[str]:
+    """The IS or SMC diagnostics as Markdown bullets."""
+    if d["estimator"] == "is":
+        return [f"- effective sample size over documents: min {_fmt(d['ess_min'])}, median {_fmt(d['ess_median'])}, "
+                f"mean {_fmt(d['ess_mean'])} (of K = {d['num_samples']})",
+                f"- Pareto k̂: max {_fmt(d['pareto_k_max'])}; {d['num_pareto_k_above_threshold']} of "
+                f"{d['num_documents']} documents at or above min(1 − 1/log10 K, 0.7), {d['num_pareto_k_undefined']} "
+                "undefined (too few distinct weights in the tail)"]
+    return [f"- {d['smc_runs']} independent runs of K = {d['num_samples']} particles in all per document; ESS over "
+            f"tokens: min {_fmt(d['ess_min'])}, mean {_fmt(d['ess_mean'])}; resampling steps per run "
+            f"{_fmt(d['resampling_steps'])}"]
+
+
 def card_markdown(card: dict, plot_file: str | None = None) -> str:
     """The card as Markdown."""
     m, s = card["model"], card["settings"]
@@ -300,16 +263,14 @@ def card_markdown(card: dict, plot_file: str | None = None) -> str:
     lines += ["", "## Settings", "", "| setting | value |", "|---|---|"]
     lines += [f"| {k} | {_fmt(v)} |" for k, v in s.items()]
     lines += ["", "## Model", "", "| | |", "|---|---|"] + [f"| {k} | {_fmt(v)} |" for k, v in m.items()]
+    u = card["uncertainty"]
+    lines += ["", "## Uncertainty", "",
+              f"- Monte Carlo standard error (documents fixed): {_fmt(u['monte_carlo_stderr'])} (– where no two-sided "
+              "interval is honest)",
+              f"- sampling standard error over documents (another sample of documents): {_fmt(u['sampling_stderr'])}"]
     d = card["diagnostics"]
     if d is not None:
-        lines += ["", "## Reliability", "",
-                  (f"- effective sample size over documents: min {_fmt(d['ess_min'])}, median {_fmt(d['ess_median'])}, "
-                  f"mean {_fmt(d['ess_mean'])} (of K = {d['num_samples']}); of the K joint corpus samples: "
-                  f"{_fmt(d['corpus_ess'])}"),
-                  (f"- Pareto k̂: median {_fmt(d['pareto_k_median'])}, max {_fmt(d['pareto_k_max'])}; "
-                  f"{d['num_pareto_k_above_threshold']} of {d['num_documents']} documents above {d['pareto_k_threshold']}, "
-                  f"{d['num_pareto_k_undefined']} undefined (too few distinct weights in the tail)"),
-                  "", f"**Verdict.** {d['verdict']}"]
+        lines += ["", "## Reliability", ""] + _reliability_lines(d) + ["", f"**Verdict.** {d['verdict']}"]
         if d["what_to_try"]:
             lines += ["", "What to try:"] + [f"- {t}" for t in d["what_to_try"]]
     if plot_file:
@@ -360,14 +321,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("output_dir", help="lm-eval --output_path of runs made with --log_samples (or one results_*.json)")
     parser.add_argument("--output", default=None, help="folder for the cards (default: <output_dir>/cards)")
     parser.add_argument("--beam-size", type=int, default=None, help="also compute the beam bound with this k")
-    parser.add_argument("--interval", choices=INTERVAL_METHODS, default=DEFAULT_INTERVAL)
-    parser.add_argument("--level", type=float, default=0.95)
-    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap intervals")
+    parser.add_argument("--level", type=float, default=LEVEL, help="level of the intervals and certified bounds")
     parser.add_argument("--device", default="cpu", help="for --beam-size")
 
 
 def run(args: argparse.Namespace) -> int:
     for path in write_cards(args.output_dir, args.output, beam_size=args.beam_size, level=args.level,
-                            method=args.interval, seed=args.seed, device=args.device):
+                            device=args.device):
         print(f"wrote {path} (+ .json, .png)")
     return 0

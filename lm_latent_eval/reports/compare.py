@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..estimators.diagnostics import PARETO_K_THRESHOLD, effective_sample_size, pareto_khat
+from ..estimators.corpus import CorpusEstimate, corpus_estimate, pareto_k_shares
+from ..estimators.diagnostics import effective_sample_size
 from .lm_eval_output import TaskRun, read_runs
 
 
@@ -54,25 +55,34 @@ def align(a: TaskRun, b: TaskRun) -> list[tuple]:
     return [(d, by_text_b[d.document]) for d in a.documents]
 
 
-def _summary(run: TaskRun, docs) -> dict:
-    """Model, settings, instance-level PPL and IS diagnostics of one side."""
-    total = sum(d.num_tokens for d in docs)
+def _summary(run: TaskRun, docs, corpus: CorpusEstimate) -> dict:
+    """Model, settings, the perplexity with its honest 95% statement (the cards' method), the certified bound, the two
+    standard errors and the IS diagnostics of one side."""
     out = {"label": run.label, "model": run.model_name, "checkpoint_sha256": run.config.get("checkpoint_sha256"),
-           "task": run.task, "settings": run.settings,
-           "instance_perplexity": math.exp(-sum(d.log_likelihood for d in docs) / total)}
-    informative = [d.log_weights for d in docs if d.log_weights is not None and d.num_tokens > 0]
+           "task": run.task, "settings": run.settings, "perplexity": corpus.perplexity,
+           "perplexity_interval": list(corpus.perplexity_interval), "interval": corpus.interval.describe(),
+           "perplexity_upper_bound": corpus.perplexity_upper_bound, "instance_perplexity": corpus.instance_perplexity,
+           "monte_carlo_stderr": corpus.monte_carlo_stderr, "sampling_stderr": corpus.sampling_stderr}
+    informative = [d.importance_weights for d in docs if d.importance_weights is not None]
     if informative:
-        khat = np.array([pareto_khat(lw) for lw in informative])
-        defined = khat[~np.isnan(khat)]
+        above, _, _ = pareto_k_shares(docs)
         out["ess_mean"] = float(np.mean([effective_sample_size(lw) for lw in informative]))
-        out["num_pareto_k_above_threshold"] = int((defined > PARETO_K_THRESHOLD).sum())
+        out["num_pareto_k_above_threshold"] = above
     return out
+
+
+def _corrected(run_docs: list, corpus: CorpusEstimate) -> np.ndarray:
+    """Per-document log p̂ + v̂/2 (the bias correction of the cards) where the run's interval is two-sided, else log p̂."""
+    if not corpus.interval.two_sided:
+        return np.array([d.log_likelihood for d in run_docs])
+    return np.array([d.log_likelihood + d.error().relative_variance / 2 for d in run_docs])
 
 
 def paired_comparison(a: TaskRun, b: TaskRun, level: float = 0.95, num_resamples: int = 10000, seed: int = 0) -> dict:
     """Side-by-side summaries, per-document log p̂ per unit and the paired bootstrap of Δ = log PPL_A − log PPL_B."""
     pairs = align(a, b)
-    ll = np.array([[da.log_likelihood, db.log_likelihood] for da, db in pairs])  # [N, 2]
+    corpora = [corpus_estimate([p[i] for p in pairs]) for i in (0, 1)]
+    ll = np.stack([_corrected([p[i] for p in pairs], corpora[i]) for i in (0, 1)], axis=1)  # [N, 2]
     tokens = np.array([[da.num_tokens, db.num_tokens] for da, db in pairs], dtype=np.float64)
     if np.array_equal(tokens[:, 0], tokens[:, 1]):
         unit = "model token"
@@ -100,8 +110,9 @@ def paired_comparison(a: TaskRun, b: TaskRun, level: float = 0.95, num_resamples
     p_value = min(1.0, 2.0 * min((boot <= 0).mean(), (boot >= 0).mean()))
     per_doc = ll / tokens  # [N, 2] log p̂ per unit
     return {
-        "a": _summary(a, [p[0] for p in pairs]),
-        "b": _summary(b, [p[1] for p in pairs]),
+        "a": _summary(a, [p[0] for p in pairs], corpora[0]),
+        "b": _summary(b, [p[1] for p in pairs], corpora[1]),
+        "bias_corrected": all(c.interval.two_sided for c in corpora),
         "num_documents": int(n),
         "unit": unit,
         "test": "paired bootstrap over documents of Δ = log PPL_A − log PPL_B (instance level)",
@@ -118,6 +129,11 @@ def paired_comparison(a: TaskRun, b: TaskRun, level: float = 0.95, num_resamples
     }
 
 
+def _statement(side: dict) -> str:
+    lo, hi = side["perplexity_interval"]
+    return f"[{lo:.4f}, {hi:.4f}]" if lo > 0 else f"≤ {hi:.4f} (one-sided)"
+
+
 def comparison_markdown(c: dict) -> str:
     """The comparison as Markdown."""
     a, b = c["a"], c["b"]
@@ -125,7 +141,12 @@ def comparison_markdown(c: dict) -> str:
                                                 str(b["checkpoint_sha256"])[:16])]
     for key in sorted(set(a["settings"]) | set(b["settings"])):
         rows.append((key, a["settings"].get(key, "–"), b["settings"].get(key, "–")))
-    rows.append(("instance-level perplexity", f"{a['instance_perplexity']:.4f}", f"{b['instance_perplexity']:.4f}"))
+    rows += [("perplexity", f"{a['perplexity']:.4f}", f"{b['perplexity']:.4f}"),
+             ("95% statement", _statement(a), _statement(b)),
+             ("certified upper bound", f"{a['perplexity_upper_bound']:.4f}", f"{b['perplexity_upper_bound']:.4f}"),
+             ("Monte Carlo stderr", f"{a['monte_carlo_stderr']:.4g}", f"{b['monte_carlo_stderr']:.4g}"),
+             ("sampling stderr (documents)", f"{a['sampling_stderr']:.4g}", f"{b['sampling_stderr']:.4g}"),
+             ("instance-level perplexity (Eq. 5)", f"{a['instance_perplexity']:.4f}", f"{b['instance_perplexity']:.4f}")]
     for key in ("ess_mean", "num_pareto_k_above_threshold"):
         if key in a or key in b:
             rows.append((key, a.get(key, "–"), b.get(key, "–")))
@@ -142,9 +163,11 @@ def comparison_markdown(c: dict) -> str:
               ("- Why this test: documents are the independent units; resampling them in pairs cancels document "
               "difficulty, needs no normality (per-document IS estimates are skewed) and keeps perplexity's token "
               "weighting, which a paired t-test on per-document means would not."),
-              ("- Caveat: IS perplexities are upper bounds in expectation. The test compares the two *estimates* "
-              "(each document's IS noise is in the resampled spread); a difference between two biased estimates, "
-              "e.g. of one model with and without peeking, is a difference of estimators, not of models."), ""]
+              (("- Both runs' estimates are bias-corrected per document (log p̂ + v̂/2, as on the cards), and each "
+                "document's Monte Carlo noise is in the resampled spread.") if c["bias_corrected"] else
+               ("- Caveat: at least one run has no honest two-sided interval, so the test compares uncorrected "
+                "estimates, upper bounds in expectation: a difference between two biased estimates, e.g. of one "
+                "model with and without peeking, is a difference of estimators, not of models.")), ""]
     return "\n".join(lines)
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 
 from ..estimators import EstimatorSettings, estimate_document
-from ..estimators.diagnostics import PARETO_K_THRESHOLD, corpus_convergence_curve
-from ..estimators.smc import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS, runs_corpus_log_likelihood
+from ..estimators.corpus import corpus_estimate, pareto_k_shares
+from ..estimators.diagnostics import corpus_convergence_curve, pareto_k_threshold
+from ..estimators.smc import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS
 from ..protocol import has_stepwise
 from .plots import plot_convergence
 
@@ -92,9 +93,14 @@ def run_sweep(
         lws = [e.log_weights for e in estimates]
         curve = corpus_convergence_curve(lws, [e.num_tokens for e in estimates])
         ks, inst_curve, corp_curve = curve["num_samples"], curve["instance_perplexity"], curve["corpus_perplexity"]
+        corpus = corpus_estimate(estimates)
+        above, _, _ = pareto_k_shares(estimates)
         rows.append({
             "peek": peek, "temperature": temperature, "num_samples": num_samples,
             "corpus_ppl": corp_curve[-1], "instance_ppl": inst_curve[-1],
+            "perplexity": corpus.perplexity, "perplexity_interval": list(corpus.perplexity_interval),
+            "monte_carlo_stderr": corpus.monte_carlo_stderr, "perplexity_upper_bound": corpus.perplexity_upper_bound,
+            "num_pareto_k_above_threshold": above,
             "mean_ess": float(np.mean([e.diagnostics.ess for e in estimates if e.diagnostics])),
             "pareto_k": [e.diagnostics.pareto_k if e.diagnostics else float("nan") for e in estimates],
             "convergence_k": ks, "convergence_instance_ppl": inst_curve, "convergence_corpus_ppl": corp_curve,
@@ -127,18 +133,16 @@ def run_sweep(
 
 
 def smc_row(estimates, settings: EstimatorSettings) -> dict:
-    """One SMC row: instance PPL with its standard error, corpus PPL over runs, ESS over tokens, resampling steps."""
-    num_tokens = sum(e.num_tokens for e in estimates)
+    """One SMC row: the perplexity with its honest 95% statement (``estimators.intervals``), the certified bound,
+    instance and corpus PPL (run r of every document is one corpus sample), ESS over tokens, resampling steps."""
+    corpus = corpus_estimate(estimates)
     informative = [e.diagnostics for e in estimates if e.num_tokens > 0]
-    ll = sum(e.log_likelihood for e in estimates)
-    se = math.sqrt(sum(d.log_likelihood_se ** 2 for d in informative))  # SE of Σ_n log p̂_n (independent docs)
-    corpus_ll = runs_corpus_log_likelihood([e.diagnostics.run_log_likelihoods for e in estimates],
-                                           [e.diagnostics.run_sizes for e in estimates])
     return {
         "peek": settings.peek, "temperature": settings.temperature, "num_samples": settings.num_samples,
         "resample_threshold": settings.resample_threshold, "smc_runs": settings.smc_runs,
-        "instance_ppl": math.exp(-ll / num_tokens), "instance_ppl_se": math.exp(-ll / num_tokens) * se / num_tokens,
-        "corpus_ppl": math.exp(-corpus_ll / num_tokens),
+        "perplexity": corpus.perplexity, "perplexity_interval": list(corpus.perplexity_interval),
+        "monte_carlo_stderr": corpus.monte_carlo_stderr, "perplexity_upper_bound": corpus.perplexity_upper_bound,
+        "instance_ppl": corpus.instance_perplexity, "corpus_ppl": corpus.corpus_perplexity,
         "mean_ess": float(np.mean([d.ess_mean for d in informative])),
         "min_ess": float(np.min([d.ess_min for d in informative])),
         "mean_resampling_steps": float(np.mean([d.resampling_steps for d in informative])),
@@ -146,18 +150,26 @@ def smc_row(estimates, settings: EstimatorSettings) -> dict:
     }
 
 
+def _statement(r: dict) -> str:
+    """``estimate ± Monte Carlo SE`` where a two-sided interval is honest, else the one-sided certified bound."""
+    lo, hi = r["perplexity_interval"]
+    return f"{r['perplexity']:.3f} ± {r['monte_carlo_stderr']:.3f}" if lo > 0 else f"≤ {hi:.3f} (one-sided)"
+
+
 def smc_table_markdown(result: dict) -> str:
-    """SMC rows for the same proposals as Table 1: instance PPL ± SE (Lee-Whiteley), corpus PPL over runs, ESS."""
+    """SMC rows for the same proposals as Table 1: the perplexity ± its Monte Carlo SE (or the one-sided certified
+    bound where no two-sided interval is honest), instance and corpus PPL, ESS over tokens, resampling."""
     first = result["smc"][0]
     header = (f"| Proposal (SMC, K={first['num_samples']}, resample when ESS < {first['resample_threshold']:g}·K, "
-              f"{first['smc_runs']} run(s)) | Corpus PPL (runs) | Instance PPL ± SE | mean ESS over tokens "
-              "| min ESS | resampling steps per document |")
-    lines = [header, "|---|---|---|---|---|---|"]
+              f"{first['smc_runs']} run(s)) | Perplexity (95%: ± SE or bound) | Instance PPL | Corpus PPL (runs) "
+              "| mean ESS over tokens | min ESS | resampling steps per document |")
+    lines = [header, "|---|---|---|---|---|---|---|"]
     for name, r in _proposal_rows(result["smc"], "SMC, "):
-        lines.append(f"| {name} | {r['corpus_ppl']:.3f} | {r['instance_ppl']:.3f} ± {r['instance_ppl_se']:.3f} "
+        lines.append(f"| {name} | {_statement(r)} | {r['instance_ppl']:.3f} | {r['corpus_ppl']:.3f} "
                      f"| {r['mean_ess']:.1f} | {r['min_ess']:.1f} | {r['mean_resampling_steps']:.2f} |")
     if "exact_ppl" in result:
-        lines.append(f"| Exact (forward algorithm) | {result['exact_ppl']:.3f} | {result['exact_ppl']:.3f} | | | |")
+        e = result["exact_ppl"]
+        lines.append(f"| Exact (forward algorithm) | {e:.3f} | {e:.3f} | {e:.3f} | | | |")
     return "\n".join(lines)
 
 
@@ -170,15 +182,16 @@ def _proposal_rows(rows: list[dict], label: str = ""):
 
 def table1_markdown(result: dict) -> str:
     """Table 1 layout: one row per proposal (τ with peeking, then no peeking); corpus- and instance-level PPL."""
-    lines = [f"| Proposal | Corpus PPL | Instance PPL | mean ESS (K={result['is'][0]['num_samples']}) "
-             "| documents with k̂ > 0.7 / with k̂ defined |", "|---|---|---|---|---|"]
+    k = result["is"][0]["num_samples"]
+    lines = [f"| Proposal | Corpus PPL | Instance PPL | Perplexity (95%: ± SE or bound) | mean ESS (K={k}) "
+             f"| documents with k̂ ≥ {pareto_k_threshold(k):.2f} / with k̂ defined |", "|---|---|---|---|---|---|"]
     for name, r in _proposal_rows(result["is"]):
-        khat = np.array(r["pareto_k"], dtype=float)
-        defined = khat[~np.isnan(khat)]
-        lines.append(f"| {name} | {r['corpus_ppl']:.3f} | {r['instance_ppl']:.3f} | {r['mean_ess']:.1f} "
-                     f"| {int((defined > PARETO_K_THRESHOLD).sum())} / {defined.size} |")
+        defined = int(np.sum(~np.isnan(np.array(r["pareto_k"], dtype=float))))
+        lines.append(f"| {name} | {r['corpus_ppl']:.3f} | {r['instance_ppl']:.3f} | {_statement(r)} "
+                     f"| {r['mean_ess']:.1f} | {r['num_pareto_k_above_threshold']} / {defined} |")
     if "exact_ppl" in result:
-        lines.append(f"| Exact (forward algorithm) | {result['exact_ppl']:.3f} | {result['exact_ppl']:.3f} | | |")
+        e = result["exact_ppl"]
+        lines.append(f"| Exact (forward algorithm) | {e:.3f} | {e:.3f} | {e:.3f} | | |")
     return "\n".join(lines)
 
 

@@ -3,7 +3,7 @@
 import datasets
 import evaluate
 
-from lm_latent_eval.estimators.diagnostics import corpus_report
+from lm_latent_eval.estimators.report import weights_report
 
 _CITATION = """\
 @inproceedings{logan-etal-2020-importance,
@@ -26,9 +26,15 @@ Instance-level perplexity (Eq. 5): exp(−Σ_n log p̂(x_n) / Σ_n T_n).
 Corpus-level perplexity (Eq. 6): exp(−(logsumexp_k Σ_n log w_nk − log K) / Σ_n T_n); sample k of every document forms
 one corpus sample, so every document needs the same K.
 
-Both are stochastic upper bounds on the true perplexity (E[log p̂] ≤ log p). Diagnostics come with them: effective
-sample size and Pareto k̂ per document (k̂ > 0.7: unreliable estimate), percentile bootstrap intervals, the
-convergence curve over K and, given beam bounds log Σ_{z ∈ beam} p(x, z) ≤ log p(x), the strict perplexity bound.
+Both are stochastic upper bounds on the true perplexity (E[log p̂] ≤ log p), biased by about Var(p̂/p)/2 per
+document: over many documents that bias outgrows the Monte Carlo error, so a ± around them would not cover the truth.
+The metric therefore reports the perplexity to quote with an honest 95% interval: two-sided around the bias-corrected
+estimate Σ_n (log p̂_n + v̂_n/2) where every document's weights allow it (Pareto k̂ defined and below
+min(1 − 1/log10 K, 0.7)) and the correction's remainder is small, else one-sided: the certified bound (Markov's
+inequality on the unbiased product of the p̂_n) that the true perplexity exceeds with probability at most 5%, for
+any proposal and K. It also reports the Monte Carlo error (documents fixed) apart from the sampling error over
+documents, ESS and Pareto k̂ per document, the convergence curve over K and, given beam bounds
+log Σ_{z ∈ beam} p(x, z) ≤ log p(x), the strict perplexity bound.
 """
 
 _KWARGS_DESCRIPTION = """
@@ -39,17 +45,19 @@ Args:
     beam_log_likelihoods (`list` of `float`, optional): per document, a beam lower bound on log p(x).
     corpus_level (`bool`, default True): also compute corpus-level perplexity (requires equal K; an error otherwise).
         Set False to get instance-level results for documents with different K.
-    confidence_level (`float`, default 0.95): level of the percentile bootstrap intervals.
-    num_resamples (`int`, default 1000): bootstrap resamples.
-    seed (`int`, default 0): seed of the bootstrap.
+    confidence_level (`float`, default 0.95): level of the interval and of the certified bound.
 Returns:
-    instance_perplexity (`float`), instance_perplexity_ci (`[lo, hi]`),
-    corpus_perplexity (`float` or None), corpus_perplexity_ci (`[lo, hi]` or None),
-    num_tokens (`int`), log_likelihoods (`list`: log p̂ per document), log_likelihood_ci (`list` of `[lo, hi]`),
-    num_samples (`list`: K per document), ess (`list`), pareto_k (`list`), pareto_k_threshold (0.7),
-    share_pareto_k_above_threshold (`float`), convergence (`dict`: num_samples, instance_perplexity and
-    corpus_perplexity over K' = 1, 2, 4, ..., K), and with beam bounds: beam_perplexity (`float`, ≥ true PPL),
-    beam_log_likelihoods, share_below_beam_bound (`float`: share of documents whose log p̂ is under the bound).
+    perplexity (`float`: bias-corrected where the interval is two-sided, else the instance level),
+    perplexity_ci (`[lo, hi]`; lo is 0 for a one-sided statement), interval (`"two-sided"` or `"one-sided"`),
+    interval_note (`str`: which, and why), perplexity_upper_bound (`float`: certified), monte_carlo_stderr
+    (`float`, NaN when one-sided), sampling_stderr (`float`: over documents),
+    instance_perplexity (`float`), corpus_perplexity (`float` or None), corpus_perplexity_upper_bound,
+    num_tokens (`int`), log_likelihoods (`list`: log p̂ per document), log_likelihood_ci (`list` of `[lo, hi]`,
+    same method per document), num_samples (`list`: K per document), ess (`list`), pareto_k (`list`),
+    pareto_k_threshold (`list`: min(1 − 1/log10 K, 0.7) per document), share_pareto_k_above_threshold (`float`),
+    num_pareto_k_undefined (`int`), convergence (`dict`: num_samples, instance_perplexity and corpus_perplexity over
+    K' = 1, 2, 4, ..., K), and with beam bounds: beam_perplexity (`float`, ≥ true PPL), beam_log_likelihoods,
+    share_below_beam_bound (`float`: share of documents whose log p̂ is under the bound).
 Examples:
     Two documents, two samples each (weights 1/2, 1/4 and 1/8, 1/16), with 1 and 2 tokens:
 
@@ -65,6 +73,12 @@ Examples:
     [-0.9808, -2.3671]
     >>> [round(x, 4) for x in results["ess"]]  # (Σw)² / Σw²
     [1.8, 1.8]
+
+    Two samples cannot show a weight distribution's tail, so only the certified bound is honest:
+    exp(−(log 3/8 + log 3/32 + log 0.05) / 3):
+
+    >>> results["interval"], round(results["perplexity_upper_bound"], 4)
+    ('one-sided', 8.286)
 
     Beam lower bounds on log p(x) give a strict upper bound on perplexity, exp((1.5 + 2.5) / 3):
 
@@ -104,15 +118,5 @@ class IsPerplexity(evaluate.Metric):
         beam_log_likelihoods=None,
         corpus_level=True,
         confidence_level=0.95,
-        num_resamples=1000,
-        seed=0,
     ):
-        return corpus_report(
-            log_weights,
-            num_tokens,
-            beam_log_likelihoods=beam_log_likelihoods,
-            corpus_level=corpus_level,
-            level=confidence_level,
-            num_resamples=num_resamples,
-            seed=seed,
-        )
+        return weights_report(log_weights, num_tokens, beam_log_likelihoods, corpus_level, confidence_level)

@@ -34,6 +34,7 @@ from lm_latent_eval.protocol import (
     has_exact_marginal,
     has_stepwise,
     is_latent_lm,
+    is_prefix_probability,
     missing_stepwise_methods,
     num_particles,
     select_particles,
@@ -429,3 +430,43 @@ def test_empty_text_has_no_tokens_and_probability_one(case):
     for name in estimators:
         estimate = estimate_document(model, "", EstimatorSettings(name, num_samples=4))
         assert (estimate.num_tokens, estimate.log_likelihood) == (0, 0.0)
+
+
+# ---------------------------------------------------------------- the prefix-probability declaration
+
+
+def _log_p_of_each_next_token(case: Case, model, context: torch.Tensor) -> list[float]:
+    """log p(context w) for every id w the model accepts inside a text (an RNNG refuses <s> and </s> there)."""
+    vocab = getattr(model, "vocab", None)
+    out = []
+    for w in range(len(vocab) if vocab is not None else int(model.model.config.vocab_size)):
+        try:
+            out.append(case.exact(model, torch.cat([context, torch.tensor([w])])))
+        except ValueError:
+            continue
+    return out
+
+
+@pytest.mark.parametrize("case", rows())
+def test_declared_prefix_probability_is_what_the_model_computes(case):
+    """Every model declares ``prefix_probability``. Where it says True, Σ_w p(context w) / p(context) = 1 over the
+    vocabulary (exact marginals), so log p(context ⊕ continuation) − log p(context) is a conditional; where it says
+    False (an RNNG scores complete trees), that sum is visibly below 1 and lm-eval's loglikelihood is refused."""
+    model = built(case)
+    declared = is_prefix_probability(model)
+    assert declared is not None, f"{case.name} does not declare prefix_probability"
+    if case.name.startswith("tokenization"):
+        pytest.skip("declared False: its loglikelihood conditions on the spelled string (with_cover_end), not on tokens")
+    if case.name.startswith("kglm"):
+        pytest.skip("open vocabulary: an unknown word costs p(@@UNKNOWN@@) spread over unknown types (the penalty), so "
+                    "no finite sum over ids is 1; that log_joint has no end-of-text event is the stepwise test's "
+                    "log p(x, z) = Σ_t log p(x_t, z_t | x_<t, z_<t)")
+    if getattr(model, "count_eos", False):
+        pytest.skip("x ends with </s>: no next word to sum over")
+    context = model.tokenize(case.short_text)[:2]
+    log_ratio = _log_p_of_each_next_token(case, model, context)
+    total = float(torch.logsumexp(torch.tensor(log_ratio, dtype=torch.float64), 0)) - case.exact(model, context)
+    if declared:
+        assert total == pytest.approx(0.0, abs=1e-5)
+    else:
+        assert total < -0.01

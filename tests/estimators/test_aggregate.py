@@ -84,20 +84,17 @@ def test_pareto_khat_separates_light_and_heavy_tails():
     light = diagnostics.pareto_khat(rng.normal(0, 0.1, size=4000))
     heavy = diagnostics.pareto_khat(np.log(rng.pareto(1 / 1.2, size=4000) + 1.0))  # true shape 1.2
     assert light < 0.3
-    assert heavy > diagnostics.PARETO_K_THRESHOLD
+    assert heavy > diagnostics.pareto_k_threshold(4000)
     assert diagnostics.pareto_khat(np.zeros(3)) != diagnostics.pareto_khat(np.zeros(3))  # NaN for K < 5
 
 
-def test_bootstrap_ci_covers_the_estimate_and_shrinks_with_k():
+def test_document_interval_covers_the_estimate_and_shrinks_with_k():
+    """The per-document interval (the corpus method with one document) contains log p̂ and narrows as K grows."""
     rng = np.random.default_rng(3)
-    small = rng.normal(size=100)
-    large = rng.normal(size=10000)
-    lo_s, hi_s = diagnostics.bootstrap_ci(small, seed=0)
-    lo_l, hi_l = diagnostics.bootstrap_ci(large, seed=0)
-    assert lo_s <= aggregate.log_mean_exp(small) <= hi_s
-    assert lo_l <= aggregate.log_mean_exp(large) <= hi_l
-    assert (hi_l - lo_l) < (hi_s - lo_s) / 5
-    assert diagnostics.bootstrap_ci(small, seed=0) == (lo_s, hi_s)  # seeded
+    small, large = diagnostics.summarize(rng.normal(size=100)), diagnostics.summarize(rng.normal(size=10000))
+    for d in (small, large):
+        assert d.ci95[0] <= d.log_likelihood + d.relative_variance / 2 <= d.ci95[1]
+    assert (large.ci95[1] - large.ci95[0]) < (small.ci95[1] - small.ci95[0]) / 5
 
 
 def test_convergence_curve_uses_prefixes_of_one_run():
@@ -111,7 +108,8 @@ def test_convergence_curve_uses_prefixes_of_one_run():
 def test_summarize_reports_every_diagnostic():
     rng = np.random.default_rng(4)
     out = diagnostics.summarize(rng.normal(size=64))
-    assert {"num_samples", "log_likelihood", "ess", "pareto_k", "ci95", "convergence_k"} <= set(vars(out))
+    assert {"num_samples", "log_likelihood", "ess", "pareto_k", "pareto_k_threshold", "relative_variance", "ci95",
+            "convergence_k"} <= set(vars(out))
     assert out.num_samples == 64 and 1.0 <= out.ess <= 64.0
 
 
@@ -121,4 +119,3 @@ def test_pareto_khat_is_undefined_not_infinite_for_a_few_tied_weights():
     tied = rng.choice(rng.normal(size=4), size=100)
     assert math.isnan(diagnostics.pareto_khat(tied))
     assert diagnostics.pareto_khat(np.full(100, -3.0)) == 0.0  # q ∝ p: exact, no tail at all
-    assert diagnostics.share_above([float("nan"), 0.9, 0.1]) == 0.5  # undefined k̂ is left out, not counted

@@ -11,6 +11,7 @@ import torch
 from is_checks import assert_unbiased
 
 from lm_latent_eval.estimators import (
+    DocumentEstimate,
     EstimatorSettings,
     beam_log_marginal,
     corpus_ppl,
@@ -18,6 +19,7 @@ from lm_latent_eval.estimators import (
     exact_log_marginal,
     importance_log_weights,
     instance_ppl,
+    log_mean_exp,
 )
 from lm_latent_eval.estimators.diagnostics import effective_sample_size
 
@@ -30,7 +32,7 @@ def exact(model, text: str) -> float:
 
 def is_estimate(model, text, k, seed, peek=True, tau=1.0) -> float:
     return estimate_document(
-        model, text, EstimatorSettings(num_samples=k, seed=seed, peek=peek, temperature=tau)
+        model, text, EstimatorSettings("is", num_samples=k, seed=seed, peek=peek, temperature=tau)
     ).log_likelihood
 
 
@@ -121,7 +123,7 @@ def test_bundled_model_has_real_but_manageable_is_variance(bundled_hmm, bundled_
     """ESS at K = 100: clearly below K with peeking, lower without, not degenerate; estimates near truth."""
     ess, errors = {True: [], False: []}, {True: [], False: []}
     for peek in (True, False):
-        settings = EstimatorSettings(num_samples=100, peek=peek, seed=7)
+        settings = EstimatorSettings("is", num_samples=100, peek=peek, seed=7)
         for text in bundled_test_texts:
             est = estimate_document(bundled_hmm, text, settings)
             ess[peek].append(effective_sample_size(est.log_weights))
@@ -138,7 +140,7 @@ def test_batch_size_and_document_order_never_change_a_number(bundled_hmm, bundle
     docs = bundled_test_texts[:6]
     runs = {}
     for batch_size in (1, 16):
-        settings = EstimatorSettings(num_samples=40, batch_size=batch_size, peek=False, temperature=1.3)
+        settings = EstimatorSettings("is", num_samples=40, batch_size=batch_size, peek=False, temperature=1.3)
         for order in ("forward", "reverse"):
             seq = docs if order == "forward" else docs[::-1]
             out = {d: estimate_document(bundled_hmm, d, settings).log_weights for d in seq}
@@ -162,7 +164,7 @@ def test_unknown_words_map_to_unk_and_give_a_finite_estimate(bundled_hmm):
     text = "Xylophonic quarks zigzagged beside the dog."
     x = bundled_hmm.tokenize(text)
     assert x[:3].tolist() == [bundled_hmm.vocab.index("<unk>")] * 3
-    est = estimate_document(bundled_hmm, text, EstimatorSettings(num_samples=50))
+    est = estimate_document(bundled_hmm, text, EstimatorSettings("is", num_samples=50))
     assert math.isfinite(est.log_likelihood) and est.num_tokens == 7
     assert abs(est.log_likelihood - bundled_hmm.log_marginal(x)) < 2.0
 
@@ -172,7 +174,7 @@ def test_bad_sample_count_or_temperature_names_the_document(tiny_hmm, k, tau):
     with pytest.raises(ValueError, match="a b c a"):
         importance_log_weights(tiny_hmm, tiny_hmm.tokenize(SHORT_DOC), num_samples=k, temperature=tau, peek=True, seed=0, document=SHORT_DOC)
     with pytest.raises(ValueError):
-        EstimatorSettings(num_samples=k, temperature=tau)
+        EstimatorSettings("is", num_samples=k, temperature=tau)
 
 
 class _WrappedProposal:
@@ -210,7 +212,7 @@ class _Wrapped:
 def test_non_finite_log_q_raises(tiny_hmm, bad):
     model = _Wrapped(tiny_hmm, proposal=_WrappedProposal(tiny_hmm.proposal, bad))
     with pytest.raises(ValueError, match="non-finite log q"):
-        estimate_document(model, SHORT_DOC, EstimatorSettings(num_samples=10))
+        estimate_document(model, SHORT_DOC, EstimatorSettings("is", num_samples=10))
 
 
 def test_a_model_with_zero_joint_everywhere_misses_the_support(tiny_hmm):
@@ -218,7 +220,7 @@ def test_a_model_with_zero_joint_everywhere_misses_the_support(tiny_hmm):
         tiny_hmm, log_joint=lambda x, z: torch.full((z.shape[0],), -math.inf, dtype=torch.float64)
     )
     with pytest.raises(ValueError, match="misses the support"):
-        estimate_document(model, SHORT_DOC, EstimatorSettings(num_samples=10))
+        estimate_document(model, SHORT_DOC, EstimatorSettings("is", num_samples=10))
     with pytest.raises(ValueError, match="misses the support"):
         estimate_document(model, SHORT_DOC, EstimatorSettings(estimator="beam", beam_size=4))
 
@@ -253,29 +255,30 @@ def test_is_on_the_bundled_corpus_converges(bundled_hmm, bundled_test_texts):
 # ---------------------------------------------------------------- Monte Carlo standard error and the reliability warning
 
 
-def test_perplexity_stderr_matches_the_spread_over_independent_runs(bundled_hmm, bundled_test_texts):
-    """The bootstrap stderr of one run estimates the std of PPL over independent seeds (instance and corpus level)."""
-    from lm_latent_eval.estimators.diagnostics import perplexity_stderr
+def test_monte_carlo_stderr_matches_the_spread_over_independent_runs(bundled_hmm, bundled_test_texts):
+    """SMC with four runs per document: the corpus's Monte Carlo standard error of the perplexity estimates the
+    standard deviation of the perplexity over independent seeds (documents fixed)."""
+    from lm_latent_eval.estimators.corpus import corpus_estimate
 
-    texts, k = bundled_test_texts[:4], 32
-    tokens = [bundled_hmm.tokenize(t).numel() for t in texts]
-    runs = [[importance_log_weights(bundled_hmm, bundled_hmm.tokenize(t), num_samples=k, peek=False, seed=s, document=t)
-             for t in texts] for s in range(120)]
-    for level, ppl in (("instance", instance_ppl), ("corpus", corpus_ppl)):
-        spread = np.std([ppl(w, tokens) for w in runs], ddof=1)
-        stderr = np.median([perplexity_stderr(w, tokens, level=level, num_resamples=300) for w in runs[:30]])
-        assert spread > 0 and 0.5 < stderr / spread < 1.5, (level, stderr, spread)
-    with pytest.raises(ValueError, match="level"):
-        perplexity_stderr(runs[0], tokens, level="document")
+    texts = bundled_test_texts[:6]
+    settings = [EstimatorSettings("smc", 200, peek=False, seed=s) for s in range(60)]
+    corpora = [corpus_estimate([estimate_document(bundled_hmm, t, s) for t in texts]) for s in settings]
+    two_sided = [c for c in corpora if c.interval.two_sided]
+    assert len(two_sided) >= 0.8 * len(corpora)
+    spread = np.std([c.perplexity for c in corpora], ddof=1)
+    stderr = np.median([c.monte_carlo_stderr for c in two_sided])
+    assert spread > 0 and 0.6 < stderr / spread < 1.5, (stderr, spread)
 
 
-def test_reliability_warning_names_the_share_and_what_to_try():
-    from lm_latent_eval.estimators.diagnostics import reliability_warning
+def test_reliability_warning_names_the_share_the_bound_and_what_to_try():
+    from lm_latent_eval.estimators.corpus import reliability_warning
 
     rng = np.random.default_rng(0)
-    heavy = [rng.exponential(2.0, 200) for _ in range(3)]  # w = U^(-2): Pareto tail with k = 2 > 0.7
+    heavy = [rng.exponential(2.0, 200) for _ in range(3)]  # w = U^(-2): Pareto tail with k = 2
     light = [rng.normal(0, 0.1, 200) for _ in range(1)]
-    message = reliability_warning(heavy + light, "Try more samples.")
-    assert message.startswith("3 of 4 documents (75%) have unreliable") and "K = 200" in message
-    assert message.endswith("Try more samples.")
-    assert reliability_warning(light, "x") is None and reliability_warning([], "x") is None
+    estimates = [DocumentEstimate(f"d{n}", 10, float(log_mean_exp(lw)), "is", lw) for n, lw in enumerate(heavy + light)]
+    message = reliability_warning(estimates, ["more samples"])
+    assert message.startswith("no two-sided interval of the perplexity is honest for these 4 documents")
+    assert "3 of 4 documents (75%) have Pareto k̂ at or above the threshold" in message
+    assert "true perplexity is at most" in message and message.endswith("Try more samples.")
+    assert reliability_warning(estimates[3:], ["x"]) is None and reliability_warning([], ["x"]) is None

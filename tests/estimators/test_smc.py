@@ -20,7 +20,6 @@ from lm_latent_eval.estimators.smc import (
     lee_whiteley_relative_variance,
     run_sizes,
     runs_corpus_log_likelihood,
-    runs_corpus_relative_variance,
     smc_log_weights,
     systematic_resample,
 )
@@ -254,11 +253,27 @@ def test_run_r_of_every_document_forms_one_corpus_sample():
     assert runs_corpus_log_likelihood([[-1.0], [-2.0]], [[7], [7]]) == pytest.approx(-3.0)  # R = 1: the product
     with pytest.raises(ValueError, match="same runs"):
         runs_corpus_log_likelihood(lls, [[5, 5], [4, 4]])
-    # delta method: with one run Σ_n v_n (the instance-level value), with R runs weighted by (s_r P_r / P̂)²
-    assert runs_corpus_relative_variance([[-1.0], [-2.0]], [[7], [7]], [[0.1], [0.2]]) == pytest.approx(0.3)
-    p_r = np.exp([-3.0, -5.5])
-    expected = np.sum(0.25 * (p_r / p_r.mean()) ** 2 * np.array([0.1 + 0.3, 0.2 + 0.4]))
-    assert runs_corpus_relative_variance(lls, [[5, 5], [5, 5]], [[0.1, 0.2], [0.3, 0.4]]) == pytest.approx(expected)
+
+
+def test_runs_of_a_block_resample_among_their_own_particles(tiny_hmm):
+    """Four runs advanced as one batch: resampling after every token never crosses runs, so each run's estimate is
+    the mean of its own final weights and the runs differ (independent)."""
+    lw, diag = smc(tiny_hmm, DOC, k=40, seed=3, threshold=1.0, runs=4)
+    assert diag.run_sizes == [10, 10, 10, 10] and diag.resampling_steps > 3
+    for r in range(4):
+        assert float(log_mean_exp(lw[10 * r : 10 * r + 10])) == pytest.approx(diag.run_log_likelihoods[r], abs=1e-12)
+    assert np.unique(np.round(diag.run_log_likelihoods, 12)).size == 4
+
+
+def test_the_error_of_an_smc_estimate_is_never_a_printed_zero(bundled_hmm, bundled_test_texts):
+    """Resampling after every token collapses a run's genealogy, and the Lee-Whiteley estimate goes negative: it is
+    NaN then (one run: no trusted error), never a clipped 0; with several runs their spread gives the error."""
+    text = bundled_test_texts[3]
+    one = [smc(bundled_hmm, text, k=20, seed=s, threshold=1.0, runs=1)[1] for s in range(30)]
+    assert np.std([d.log_likelihood for d in one]) > 0.05  # the estimate varies over seeds...
+    assert all(d.log_likelihood_se != 0.0 for d in one)  # ... so no run may claim it does not
+    four = [smc(bundled_hmm, text, k=80, seed=s, threshold=1.0, runs=4)[1] for s in range(10)]
+    assert all(d.relative_variance >= d.runs_relative_variance > 0 for d in four)
 
 
 # ---------------------------------------------------------------- settings and bad input
@@ -286,7 +301,7 @@ def test_a_model_without_the_stepwise_part_serves_is_and_refuses_smc_by_name():
     model = WholeDocumentOnly(make_tiny_hmm())
     assert not has_stepwise(model) and has_stepwise(model.model)
     assert missing_stepwise_methods(model) == ["smc_init", "smc_step", "smc_reorder", "smc_latents"]
-    assert math.isfinite(estimate_document(model, DOC, EstimatorSettings(num_samples=5)).log_likelihood)
+    assert math.isfinite(estimate_document(model, DOC, EstimatorSettings("is", num_samples=5)).log_likelihood)
     with pytest.raises(TypeError, match="smc_init, smc_step, smc_reorder, smc_latents"):
         estimate_document(model, DOC, EstimatorSettings("smc"))
 

@@ -121,7 +121,7 @@ def test_hook_backends_match_entry_points_and_plugin_registrations():
 
 @pytest.fixture(scope="module")
 def hmm_is():
-    return LatentHMMEval(num_samples=48, seed=11, device="cpu", batch_size="16")
+    return LatentHMMEval(estimator="is", num_samples=48, seed=11, device="cpu", batch_size="16")
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +170,7 @@ def test_exact_loglikelihood_is_the_conditional_and_obeys_the_chain_rule(hmm_exa
 
 
 def test_results_do_not_depend_on_batch_size_or_request_order(hmm_is):
-    other = LatentHMMEval(num_samples=48, seed=11, device="cpu", batch_size=1)
+    other = LatentHMMEval(estimator="is", num_samples=48, seed=11, device="cpu", batch_size=1)
     docs = CORPUS[:8]
     assert hmm_is.loglikelihood_rolling([rolling(t) for t in docs], disable_tqdm=True) == list(
         reversed(other.loglikelihood_rolling([rolling(t) for t in reversed(docs)], disable_tqdm=True))
@@ -186,7 +186,7 @@ def test_is_estimate_is_kept_with_its_weights_and_differs_by_seed(hmm_is):
     est = rolling_estimates.peek(CORPUS[1])
     assert est.log_weights.shape == (48,) and est.log_likelihood == value
     assert value == pytest.approx(logsumexp(est.log_weights) - math.log(48), abs=1e-12)
-    (other,) = LatentHMMEval(num_samples=48, seed=12, device="cpu").loglikelihood_rolling(
+    (other,) = LatentHMMEval(estimator="is", num_samples=48, seed=12, device="cpu").loglikelihood_rolling(
         [rolling(CORPUS[1])], disable_tqdm=True
     )
     assert other != value
@@ -194,7 +194,7 @@ def test_is_estimate_is_kept_with_its_weights_and_differs_by_seed(hmm_is):
 
 def test_is_rolling_is_unbiased_for_p_and_biased_down_in_log_p():
     """Over 200 seeds: mean of p̂/p ≈ 1 (unbiased) and mean log p̂ ≤ log p (Jensen), each within 4 standard errors."""
-    lm = LatentHMMEval(num_samples=4, device="cpu", batch_size="auto")
+    lm = LatentHMMEval(estimator="is", num_samples=4, device="cpu", batch_size="auto")
     text = CORPUS[2]
     exact = log_forward(lm.model, text)
     estimates = []
@@ -222,7 +222,7 @@ def test_generate_until_is_seeded_by_context_and_cut_at_until(hmm_is):
 @pytest.mark.parametrize(
     "arg_string, match",
     [
-        ("num_samples=0", "num_samples must be a positive integer"),
+        ("estimator=is,num_samples=0", "num_samples must be a positive integer"),
         ("temperature=0", "temperature must be a finite number > 0"),
         ("estimator=foo", "estimator must be one of"),
         ("num_samples=abc", "num_samples must be an integer"),
@@ -273,10 +273,10 @@ def test_cuda_request_falls_back_to_cpu_with_warning():
 
 def test_use_cache_database_of_another_estimator_is_refused(tmp_path):
     db = str(tmp_path / "cache.db")
-    CachingLM(LatentHMMEval(num_samples=8, seed=1, device="cpu"), db).dbdict.close()
-    CachingLM(LatentHMMEval(num_samples=8, seed=1, device="cpu"), db).dbdict.close()  # same settings: fine
+    CachingLM(LatentHMMEval(estimator="is", num_samples=8, seed=1, device="cpu"), db).dbdict.close()
+    CachingLM(LatentHMMEval(estimator="is", num_samples=8, seed=1, device="cpu"), db).dbdict.close()  # same settings: fine
     with pytest.raises(ValueError, match="different latent model or estimator"):
-        CachingLM(LatentHMMEval(num_samples=8, seed=2, device="cpu"), db)
+        CachingLM(LatentHMMEval(estimator="is", num_samples=8, seed=2, device="cpu"), db)
 
 
 # ---- latent_ppl_tiny through lm-eval ------------------------------------------------------------------------------
@@ -294,7 +294,9 @@ def test_task_with_exact_estimator_reports_forward_algorithm_perplexity(hmm_exac
     total_tokens = sum(int(hmm_exact.model.tokenize(t).numel()) for t in CORPUS)
     assert res["is_instance_perplexity,none"] == pytest.approx(math.exp(-total_ll / total_tokens), rel=1e-9)
     assert res["is_corpus_perplexity,none"] == pytest.approx(res["is_instance_perplexity,none"], rel=1e-12)
-    assert math.isnan(res["is_ess_mean,none"])  # no importance weights: diagnostics do not apply
+    assert "is_ess_mean,none" not in res  # no importance weights: IS diagnostics do not apply, no row
+    assert res["perplexity,none"] == res["perplexity_upper_bound,none"] == res["is_instance_perplexity,none"]
+    assert res["perplexity_stderr,none"] == 0.0  # exact: no Monte Carlo error
 
 
 @pytest.mark.parametrize("stale_table", [False, True])
@@ -324,7 +326,7 @@ def cli_run(tmp_path_factory):
         "--model",
         "latent_hmm",
         "--model_args",
-        "num_samples=32,seed=5",
+        "estimator=is,num_samples=32,seed=5",
         "--tasks",
         "latent_ppl_tiny",
         "--include_path",
@@ -350,7 +352,7 @@ def test_cli_results_record_model_checkpoint_and_estimator(cli_run):
     assert config["model"] == "latent_hmm"
     assert config["latent_model"] == "lm_latent_eval.models.hmm:HMMLanguageModel"
     assert config["checkpoint_sha256"] == checkpoint_hash(default_checkpoint("hmm"))
-    assert config["estimator_settings"] == EstimatorSettings(num_samples=32, seed=5).as_dict()
+    assert config["estimator_settings"] == EstimatorSettings("is", num_samples=32, seed=5).as_dict()
     metrics = results["results"]["latent_ppl_tiny"]
     for name in (
         "word_perplexity",
@@ -393,7 +395,7 @@ def test_cli_metrics_are_recomputable_from_the_saved_log_weights(cli_run):
 def test_cli_weights_are_reproducible_in_process(cli_run):
     """The subprocess's samples equal an in-process estimate with the same (seed, document): no hidden state."""
     _, samples = cli_run
-    lm = LatentHMMEval(num_samples=32, seed=5, device="cpu")
+    lm = LatentHMMEval(estimator="is", num_samples=32, seed=5, device="cpu")
     for s in samples[:5]:
         est = estimate_document(lm.model, s["doc"]["text"], lm.settings)
         assert np.array_equal(est.log_weights, np.array(s["is_corpus_perplexity"]["log_weights"]))
@@ -410,7 +412,7 @@ def test_two_process_accelerate_run_equals_single_process_run(tmp_path):
         "runpy.run_module('lm_eval', run_name='__main__', alter_sys=True)\n"
     )
     args = [
-        "run", "--model", "latent_hmm", "--model_args", "num_samples=16,seed=4", "--tasks", "latent_ppl_tiny",
+        "run", "--model", "latent_hmm", "--model_args", "estimator=is,num_samples=16,seed=4", "--tasks", "latent_ppl_tiny",
         "--include_path", str(TASKS), "--device", "cpu", "--batch_size", "auto",
     ]  # fmt: skip
     launch = ["-m", "torch.distributed.run", "--nproc_per_node", "2"]
@@ -433,34 +435,40 @@ def test_two_process_accelerate_run_equals_single_process_run(tmp_path):
 
 def test_unreliable_estimates_log_one_warning_with_advice(caplog):
     """A hot no-peeking proposal makes most IS estimates unreliable: one plain-words warning says so and what to try."""
-    hot = LatentHMMEval(num_samples=64, temperature=5.0, peek=False, seed=3, device="cpu")
+    hot = LatentHMMEval(estimator="is", num_samples=64, temperature=5.0, peek=False, seed=3, device="cpu")
     with caplog.at_level("WARNING", logger=backends.__name__):
         hot.loglikelihood_rolling([rolling(t) for t in CORPUS[:6]], disable_tqdm=True)
-    (record,) = [r for r in caplog.records if "unreliable importance-sampling" in r.getMessage()]
-    assert re.search(r"\d+ of 6 documents \(\d+%\)", record.getMessage())
+    (record,) = [r for r in caplog.records if "no two-sided interval" in r.getMessage()]
+    assert re.search(r"\d+ of 6 documents \(\d+%\) have Pareto k̂", record.getMessage())
+    assert "true perplexity is at most" in record.getMessage()  # the certified bound
     assert "num_samples=640" in record.getMessage() and "peek=true" in record.getMessage()
-    assert "estimator=smc" in record.getMessage()  # the HMM has the stepwise part
+    assert "estimator=smc" in record.getMessage() and "target_se" in record.getMessage()  # the HMM is stepwise
     caplog.clear()
     with caplog.at_level("WARNING", logger=backends.__name__):
         LatentHMMEval(estimator="exact", device="cpu").loglikelihood_rolling([rolling(CORPUS[0])], disable_tqdm=True)
-    assert not [r for r in caplog.records if "unreliable" in r.getMessage()]
+    assert not [r for r in caplog.records if "two-sided" in r.getMessage()]
 
 
-def test_cli_table_shows_monte_carlo_stderr_of_is_perplexity(cli_run):
-    """lm-eval's Stderr column carries the bootstrap (over samples) standard error of both IS perplexities."""
+def test_cli_table_shows_the_honest_statement_of_the_perplexity(cli_run):
+    """The perplexity, its Stderr (Monte Carlo, or N/A where only the one-sided bound is honest), the certified bound
+    and the sampling error over documents are the corpus estimate of the samples' own weights."""
     from lm_eval.utils import make_table
 
-    from lm_latent_eval.estimators.diagnostics import perplexity_stderr
+    from lm_latent_eval.estimators import DocumentEstimate
+    from lm_latent_eval.estimators.corpus import corpus_estimate
 
     results, samples = cli_run
     metrics = results["results"]["latent_ppl_tiny"]
-    weights = [np.array(s["is_corpus_perplexity"]["log_weights"]) for s in samples]
-    tokens = [s["is_corpus_perplexity"]["num_tokens"] for s in samples]
-    for level in ("instance", "corpus"):
-        got = metrics[f"is_{level}_perplexity_stderr,none"]
-        assert got == pytest.approx(perplexity_stderr(weights, tokens, level=level), rel=1e-12) and got > 0
-    rows = [line for line in make_table(results).splitlines() if "is_instance_perplexity" in line]
-    assert len(rows) == 1 and f"{metrics['is_instance_perplexity_stderr,none']:.4f}" in rows[0]
+    corpus = corpus_estimate([DocumentEstimate.from_json({**s["is_corpus_perplexity"], "document": s["doc"]["text"]})
+                              for s in samples], keys=[s["is_corpus_perplexity"]["key"] for s in samples])
+    assert metrics["perplexity,none"] == pytest.approx(corpus.perplexity, rel=1e-12)
+    assert metrics["perplexity_upper_bound,none"] == pytest.approx(corpus.perplexity_upper_bound, rel=1e-12)
+    assert metrics["perplexity_sampling_se,none"] == pytest.approx(corpus.sampling_stderr, rel=1e-12)
+    assert metrics["perplexity_upper_bound,none"] > metrics["perplexity,none"]
+    stderr = metrics["perplexity_stderr,none"]
+    assert stderr == (pytest.approx(corpus.monte_carlo_stderr) if corpus.interval.two_sided else "N/A")
+    rows = [line for line in make_table(results).splitlines() if "|perplexity " in line]
+    assert len(rows) == 1 and ("N/A" in rows[0] if stderr == "N/A" else f"{stderr:.4f}" in rows[0])
 
 
 def test_two_copies_of_the_hook_neither_recurse_nor_install_twice(tmp_path):
@@ -476,3 +484,18 @@ print(get_model("latent_hmm").__name__)
     proc = python_with_hook(hook_site_dir(tmp_path), code)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["LatentHMMEval"]
+
+
+def test_loglikelihood_is_refused_where_log_joint_is_not_a_prefix_probability(monkeypatch):
+    """An RNNG scores complete trees: log p(context ⊕ continuation) − log p(context) is no conditional, so lm-eval's
+    loglikelihood is refused with the reason (perplexity tasks still run); a model that does not declare it is
+    refused too, with what to declare."""
+    from lm_latent_eval.harness.backends import LatentRNNGEval
+
+    request = Instance("loglikelihood", {}, ("the cat", " sat"), 0)
+    with pytest.raises(ValueError, match="scores complete texts"):
+        LatentRNNGEval(device="cpu").loglikelihood([request], disable_tqdm=True)
+    lm = LatentHMMEval(estimator="exact", device="cpu")
+    monkeypatch.setattr(type(lm.model), "prefix_probability", None)
+    with pytest.raises(ValueError, match="prefix_probability = True"):
+        lm.loglikelihood([request], disable_tqdm=True)

@@ -32,7 +32,7 @@ def test_hmm_in_low_precision_accumulates_in_float64(dtype):
     got, ref = (lm.loglikelihood_rolling(rolling(TEXTS), disable_tqdm=True) for lm in (low, full))
     # only the stored logits are rounded (relative 2^-8 for bfloat16); the forward algorithm itself runs in float64
     assert got == pytest.approx(ref, rel=0.05) and got != ref
-    is_low = LatentHMMEval(num_samples=64, seed=2, device="cpu", dtype=dtype)
+    is_low = LatentHMMEval(estimator="is", num_samples=64, seed=2, device="cpu", dtype=dtype)
     is_low.loglikelihood_rolling(rolling(TEXTS[:1]), disable_tqdm=True)
     weights = rolling_estimates.peek(TEXTS[0]).log_weights
     assert weights.dtype == np.float64 and np.isfinite(weights).all()

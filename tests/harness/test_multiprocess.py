@@ -30,7 +30,7 @@ from lm_latent_eval.harness.backends import LatentHMMEval
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = [json.loads(line)["text"] for line in (REPO / "lm_latent_eval/data/corpus/tiny_test.jsonl").open()]
-MODEL_ARGS = "num_samples=16,seed=4"
+MODEL_ARGS = "estimator=is,num_samples=16,seed=4"
 
 
 def free_port() -> int:
@@ -95,7 +95,7 @@ def test_accelerate_launch_two_cpu_processes_equals_one_process(tmp_path, monkey
     calls = []
     real = backends.estimate_document
     monkeypatch.setattr(backends, "estimate_document", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
-    lm = LatentHMMEval(num_samples=16, seed=4, device="cpu", results_dir=store)
+    lm = LatentHMMEval(estimator="is", num_samples=16, seed=4, device="cpu", results_dir=store)
     values = lm.loglikelihood_rolling(
         [Instance("loglikelihood_rolling", {}, (s["doc"]["text"],), 0) for s in one_samples], disable_tqdm=True
     )

@@ -27,7 +27,7 @@ from lm_latent_eval.models.hmm import HMMLanguageModel
 REPO = Path(__file__).resolve().parents[2]
 CORPUS_FILE = REPO / "lm_latent_eval/data/corpus/tiny_test.jsonl"
 DOCS = [json.loads(line)["text"] for line in CORPUS_FILE.open()][:10]
-ARGS = {"num_samples": 32, "seed": 3, "device": "cpu", "batch_size": "auto"}
+ARGS = {"estimator": "is", "num_samples": 32, "seed": 3, "device": "cpu", "batch_size": "auto"}
 
 
 class ShiftedHMM(HMMLanguageModel):
@@ -102,7 +102,7 @@ def savez_then_die(fh, **arrays):  # the 5th document: write half a file, then S
     real_savez(fh, **arrays)
 results_store.np.savez = savez_then_die
 texts = [l for l in sys.stdin.read().split("\\x1e") if l]
-lm = backends.LatentHMMEval(num_samples=32, seed=3, device="cpu", batch_size="auto", results_dir=sys.argv[1])
+lm = backends.LatentHMMEval(estimator="is", num_samples=32, seed=3, device="cpu", batch_size="auto", results_dir=sys.argv[1])
 lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (t,), i) for i, t in enumerate(texts)])
 """
 
@@ -234,12 +234,12 @@ def test_use_cache_of_another_setting_is_refused_through_simple_evaluate(tmp_pat
         )  # fmt: skip
         return out["results"]["cache_probe"]["word_perplexity,none"]
 
-    first = evaluate("num_samples=8,seed=1")
+    first = evaluate("estimator=is,num_samples=8,seed=1")
     assert len(calls) == 30
     calls.clear()
-    assert evaluate("num_samples=8,seed=1") == first  # same model and settings: lm-eval's cache answers
+    assert evaluate("estimator=is,num_samples=8,seed=1") == first  # same model and settings: lm-eval's cache answers
     assert calls == []
-    for other in ("num_samples=8,seed=2", "num_samples=16,seed=1", "estimator=exact", "num_samples=8,seed=1,dtype=float64"):
+    for other in ("estimator=is,num_samples=8,seed=2", "estimator=is,num_samples=16,seed=1", "estimator=exact", "estimator=is,num_samples=8,seed=1,dtype=float64"):
         with pytest.raises(ValueError, match="different latent model or estimator"):
             evaluate(other)
     assert calls == []

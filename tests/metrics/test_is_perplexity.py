@@ -39,7 +39,7 @@ def test_metric_equals_the_formulas_on_random_inputs(metric):
     rng = np.random.default_rng(0)
     lw = heavy_tailed_weights(rng, 6, 64)
     tokens = rng.integers(5, 40, size=6)
-    out = metric.compute(log_weights=[w.tolist() for w in lw], num_tokens=tokens.tolist(), seed=3)
+    out = metric.compute(log_weights=[w.tolist() for w in lw], num_tokens=tokens.tolist())
     total = tokens.sum()
     log_phat = np.array([logsumexp(w) - math.log(64) for w in lw])
     assert out["log_likelihoods"] == pytest.approx(log_phat, rel=1e-12)
@@ -52,7 +52,8 @@ def test_metric_equals_the_formulas_on_random_inputs(metric):
         warnings.simplefilter("ignore")
         khat = [float(arviz.psislw(w.copy())[1]) for w in lw]
     assert out["pareto_k"] == pytest.approx(khat, rel=1e-9)
-    assert out["share_pareto_k_above_threshold"] == pytest.approx(np.mean(np.array(khat) > 0.7))
+    assert out["pareto_k_threshold"] == [pytest.approx(1 - 1 / math.log10(64))] * 6  # min(1 − 1/log10 64, 0.7)
+    assert out["share_pareto_k_above_threshold"] == pytest.approx(np.mean(np.array(khat) >= 1 - 1 / math.log10(64)))
     curve = out["convergence"]
     assert curve["num_samples"] == [1, 2, 4, 8, 16, 32, 64]
     assert curve["instance_perplexity"][-1] == pytest.approx(out["instance_perplexity"], rel=1e-12)
@@ -62,12 +63,14 @@ def test_metric_equals_the_formulas_on_random_inputs(metric):
     assert curve["instance_perplexity"][3] == pytest.approx(
         math.exp(-sum(logsumexp(w[:8]) - math.log(8) for w in lw) / total), rel=1e-12
     )
-    for lo_hi, point in [(out["instance_perplexity_ci"], out["instance_perplexity"]),
-                         (out["corpus_perplexity_ci"], out["corpus_perplexity"])]:
-        assert lo_hi[0] < lo_hi[1] and lo_hi[0] < point * 1.2 and point < lo_hi[1] * 1.2
-    assert all(lo <= hi for lo, hi in out["log_likelihood_ci"])
-    again = metric.compute(log_weights=[w.tolist() for w in lw], num_tokens=tokens.tolist(), seed=3)
-    assert again["instance_perplexity_ci"] == out["instance_perplexity_ci"]  # the bootstrap is seeded
+    # heavy tails at K = 64: only the certified one-sided bound is honest, Σ log p̂ + log 0.05
+    assert out["interval"] == "one-sided" and "certified" in out["interval_note"]
+    bound = math.exp(-(log_phat.sum() + math.log(0.05)) / total)
+    assert out["perplexity_upper_bound"] == pytest.approx(bound, rel=1e-12)
+    assert out["perplexity_ci"] == [0.0, pytest.approx(bound, rel=1e-12)] and math.isnan(out["monte_carlo_stderr"])
+    assert out["corpus_perplexity_upper_bound"] == pytest.approx(
+        math.exp(-(logsumexp(joint) - math.log(64) + math.log(0.05)) / total), rel=1e-12)
+    assert all(lo <= hi for lo, hi in out["log_likelihood_ci"]) and out["sampling_stderr"] > 0
 
 
 def test_constant_weights_are_an_exact_estimate(metric):
@@ -76,7 +79,8 @@ def test_constant_weights_are_an_exact_estimate(metric):
     exact = math.exp(-sum(c) / 8)
     assert out["instance_perplexity"] == pytest.approx(exact, rel=1e-12)
     assert out["corpus_perplexity"] == pytest.approx(exact, rel=1e-12)
-    assert out["instance_perplexity_ci"] == pytest.approx([exact, exact], rel=1e-12)
+    assert out["interval"] == "two-sided" and out["perplexity_ci"] == pytest.approx([exact, exact], rel=1e-12)
+    assert out["perplexity"] == pytest.approx(exact, rel=1e-12) and out["monte_carlo_stderr"] == 0.0
     assert out["ess"] == pytest.approx([16.0] * 3) and out["pareto_k"] == [0.0] * 3
 
 
@@ -85,7 +89,7 @@ def test_unequal_sample_counts(metric):
     with pytest.raises(ValueError, match="same number of samples; got sample counts \\[2, 4\\]"):
         metric.compute(log_weights=lw, num_tokens=[1, 1])
     out = metric.compute(log_weights=lw, num_tokens=[1, 1], corpus_level=False)
-    assert out["corpus_perplexity"] is None and out["corpus_perplexity_ci"] is None
+    assert out["corpus_perplexity"] is None and out["corpus_perplexity_upper_bound"] is None
     assert out["num_samples"] == [4, 2] and out["convergence"]["num_samples"] == [1, 2]
     assert out["convergence"]["corpus_perplexity"] is None
 
@@ -113,7 +117,7 @@ def test_against_exact_marginals_of_a_tractable_hmm(tiny_hmm, metric):
     exact = np.array([float(tiny_hmm.log_marginal(tiny_hmm.tokenize(t))) for t in texts])
     tokens = [len(t.split()) for t in texts]
     true_ppl = math.exp(-exact.sum() / sum(tokens))
-    estimates = [estimate_document(tiny_hmm, t, EstimatorSettings(num_samples=2048, seed=1)) for t in texts]
+    estimates = [estimate_document(tiny_hmm, t, EstimatorSettings("is", num_samples=2048, seed=1)) for t in texts]
     full_beam = [beam_log_marginal(tiny_hmm, tiny_hmm.tokenize(t), 3 ** len(t.split())) for t in texts]
     small_beam = [beam_log_marginal(tiny_hmm, tiny_hmm.tokenize(t), 2) for t in texts]
     lw = [e.log_weights.tolist() for e in estimates]
@@ -138,11 +142,11 @@ def test_plot_helpers_write_figures(tmp_path):
     import matplotlib.pyplot as plt
 
     from lm_latent_eval.contrastive.plots import plot_contrastive_entropy
-    from lm_latent_eval.estimators.diagnostics import corpus_report
+    from lm_latent_eval.estimators.report import weights_report
     from lm_latent_eval.reports.plots import plot_convergence, plot_estimate_density
 
     rng = np.random.default_rng(0)
-    report = corpus_report(heavy_tailed_weights(rng, 4, 32), [10] * 4, beam_log_likelihoods=[-40.0] * 4)
+    report = weights_report(heavy_tailed_weights(rng, 4, 32), [10] * 4, beam_log_likelihoods=[-40.0] * 4)
     fig, axes = plt.subplots(1, 3, figsize=(12, 3))
     plot_convergence(report["convergence"], ax=axes[0], beam_perplexity=report["beam_perplexity"], true_perplexity=20.0)
     plot_estimate_density({"run A": rng.normal(size=100), "run B": rng.normal(1, 1, size=100)}, ax=axes[1], true_value=0.0)

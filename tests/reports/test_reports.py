@@ -48,7 +48,7 @@ def runs(tmp_path_factory):
     """Two runs of the bundled HMM on the same 6 documents: IS without peeking and the exact marginal."""
     root = tmp_path_factory.mktemp("lm_eval_runs")
     return {
-        "is": hmm_run(root / "is", "num_samples=64,seed=7,peek=false"),
+        "is": hmm_run(root / "is", "estimator=is,num_samples=64,seed=7,peek=false"),
         "exact": hmm_run(root / "exact", "estimator=exact"),
     }
 
@@ -77,10 +77,18 @@ def test_card_figures_match_lm_eval_and_bounds(runs, tmp_path):
     card = card_mod.build_card(peek, all_runs, beam_size=4, progress=False)
     figures = {f["name"]: f for f in card["figures"]}
     metrics = peek.metrics
-    inst, corp = figures["instance-level perplexity"], figures["corpus-level perplexity"]
+    inst, corp = figures["instance-level perplexity (Eq. 5)"], figures["corpus-level perplexity (Eq. 6)"]
     assert inst["value"] == pytest.approx(metrics["is_instance_perplexity,none"], rel=1e-12)
     assert corp["value"] == pytest.approx(metrics["is_corpus_perplexity,none"], rel=1e-12)
-    assert inst["kind"].startswith("stochastic upper bound") and inst["ci95"][0] <= inst["value"] <= inst["ci95"][1]
+    assert inst["kind"].startswith("stochastic upper bound")
+    quoted, bound = figures["perplexity"], figures["certified upper bound (95%)"]
+    assert quoted["value"] == pytest.approx(metrics["perplexity,none"], rel=1e-12)
+    assert bound["value"] == pytest.approx(metrics["perplexity_upper_bound,none"], rel=1e-12)
+    assert bound["value"] > quoted["value"]
+    lo, hi = quoted["ci95"]
+    assert (lo == 0.0 and hi == pytest.approx(bound["value"])) or lo < quoted["value"] < hi
+    assert "measured coverage" in quoted["interval_note"] or "not measured" in quoted["interval_note"]
+    assert card["uncertainty"]["sampling_stderr"] > 0
     exact = figures["exact perplexity"]["value"]
     (exact_run,) = [r for r in all_runs if r.estimator == "exact"]
     assert exact == pytest.approx(exact_run.metrics["is_instance_perplexity,none"], rel=1e-12)
@@ -91,7 +99,7 @@ def test_card_figures_match_lm_eval_and_bounds(runs, tmp_path):
     assert card["settings"]["num_samples"] == 64 and card["settings"]["peek"] is False
     d = card["diagnostics"]
     assert d["num_documents"] == int(LIMIT) and 1 <= d["ess_min"] <= d["ess_mean"] <= 64
-    assert d["verdict"].startswith(("Reliable", "UNRELIABLE", "Instance-level figure reliable"))
+    assert d["verdict"].startswith(("Reliable", "UNRELIABLE"))
     assert (d["what_to_try"] == []) == d["verdict"].startswith("Reliable")
 
 
@@ -137,7 +145,8 @@ def test_compare_refuses_different_documents(runs):
 
 
 def _synthetic_run(log_likelihoods, num_tokens) -> TaskRun:
-    docs = [DocumentEstimate(f"doc {n}", int(t), float(ll)) for n, (ll, t) in enumerate(zip(log_likelihoods, num_tokens))]
+    docs = [DocumentEstimate(f"doc {n}", int(t), float(ll), "exact") for n, (ll, t) in
+            enumerate(zip(log_likelihoods, num_tokens))]
     return TaskRun(Path("results_x.json"), Path("samples_x.jsonl"), "t", {"config": {}}, docs)
 
 
@@ -173,9 +182,10 @@ def test_card_names_ppl_and_upp_for_a_penalized_model():
     card = card_mod.build_card(TaskRun(Path("results_x.json"), Path("samples_x.jsonl"), "linked_wikitext2_tiny",
                                        results, docs), progress=False)
     values = {f["name"]: f["value"] for f in card["figures"]}
-    upp, ppl = (values["UPP (unknown-penalized): instance-level perplexity"],
-                values["PPL (no unknown-word penalty): instance-level perplexity"])
+    upp, ppl = (values["UPP (unknown-penalized): instance-level perplexity (Eq. 5)"],
+                values["PPL (no unknown-word penalty): instance-level perplexity (Eq. 5)"])
     expected_ppl = math.exp(-sum(float(np.logaddexp.reduce(d.log_weights_without_unk_penalty()) - np.log(32)) for d in docs) / 50)
     assert ppl == pytest.approx(expected_ppl) and upp > ppl
-    assert "UPP (unknown-penalized): corpus-level perplexity" in values
+    assert "UPP (unknown-penalized): corpus-level perplexity (Eq. 6)" in values
+    assert "PPL (no unknown-word penalty): certified upper bound (95%)" in values
     assert "PPL (no unknown-word penalty)" in card_mod.card_markdown(card)

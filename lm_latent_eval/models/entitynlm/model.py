@@ -54,6 +54,8 @@ class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", 
     ℓ_max = ``max_mention_length``.
     """
 
+    prefix_probability = True  # log_joint has no end-of-text event: Σ_z p(x, z) = P(a text starts with x)
+
     def __init__(
         self,
         vocab: list[str],

@@ -25,6 +25,8 @@ class HMMLanguageModel(
     The vocabulary (``<unk>`` included) is part of config.json.
     """
 
+    prefix_probability = True  # log_joint has no end-of-text event: Σ_z p(x, z) = P(a text starts with x)
+
     def __init__(self, vocab: list[str], num_states: int = 12, seed: int = 0):
         super().__init__()
         self.tokenizer = WordTokenizer(vocab)

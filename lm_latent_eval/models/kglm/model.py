@@ -58,6 +58,8 @@ class KGLM(WordDistribution, nn.Module, PyTorchModelHubMixin, library_name="lm-l
     z: dict of LongTensor [K, T] with keys mention_type / entity / parent / relation (see ``latents.py``).
     """
 
+    prefix_probability = True  # log_joint has no end-of-text event: Σ_z p(x, z) = P(a text starts with x)
+
     # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help);
     # Path: an existing file, whose sha256 joins the run's identity
     MODEL_ARGS = {

@@ -85,6 +85,8 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
     H = ``hidden_size`` (stack LSTM), L = ``num_layers``.
     """
 
+    prefix_probability = False  # log_joint scores complete trees (and, with count_eos, the end of the sentence)
+
     # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help)
     MODEL_ARGS = {"count_eos": (bool, "score </s> after each sentence and count it as a token (default: the "
                                       "checkpoint's)")}

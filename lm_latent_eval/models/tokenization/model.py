@@ -51,6 +51,11 @@ def windows(num_tokens: int, max_length: int) -> list[tuple[int, int, int]]:
 class TokenizationLM(torch.nn.Module):
     """p(x) = Σ_{z spells x} p(z) for a transformers causal LM over a byte-level BPE vocabulary."""
 
+    # log_joint sums the segmentations that spell exactly x; P(a text starts with x) is ``with_cover_end()``, which
+    # latent_tokenization's loglikelihood uses for contexts
+    prefix_probability = False
+    exact_marginal_tractable = False  # log_marginal enumerates segmentations: short texts only (auto picks IS)
+
     # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help)
     MODEL_ARGS = {
         "canonical_mix": (float, "ε of the proposal's defensive mixture with the canonical token (default 0.9)"),

@@ -147,14 +147,14 @@ def test_generic_lm_eval_backend_runs_the_bundled_model():
 
     docs = [d.text() for d in read_coref_jsonl(DATA_DIR / "coref_tiny" / "test.jsonl")][:2]
     spec = dict(model="lm_latent_eval.models.entitynlm:EntityNLM", pretrained=str(DATA_DIR / "entitynlm"), device="cpu")
-    lm = LatentLMEval(**spec, num_samples=32, batch_size="64")
+    lm = LatentLMEval(estimator="is", **spec, num_samples=32, batch_size="64")
     rolling = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (t,), 0) for t in docs], disable_tqdm=True)
     (cond,) = lm.loglikelihood([Instance("loglikelihood", {}, ("anna saw", " bob ."), 0)], disable_tqdm=True)
     assert all(math.isfinite(v) and v < 0 for v in rolling) and math.isfinite(cond[0]) and cond[0] < 0
     beam = LatentLMEval(**spec, estimator="beam", beam_size=4)
     low = beam.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (docs[0],), 0)], disable_tqdm=True)
     assert low[0] <= rolling[0] + 0.5  # beam ≤ log p; IS is within noise of log p for this well-fit q
-    named = LatentEntityNLMEval(num_samples=32, batch_size="64", device="cpu")  # --model latent_entitynlm
+    named = LatentEntityNLMEval(estimator="is", num_samples=32, batch_size="64", device="cpu")  # --model latent_entitynlm
     assert named.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (t,), 0) for t in docs],
                                        disable_tqdm=True) == rolling
 

@@ -243,6 +243,6 @@ def test_same_numbers_on_cuda(tiny_hmm):
     for settings in (EstimatorSettings(estimator="exact"), EstimatorSettings(estimator="beam", beam_size=81)):
         a = estimate_document(tiny_hmm, "a b c a", settings).log_likelihood
         assert estimate_document(cuda, "a b c a", settings, device="cuda").log_likelihood == pytest.approx(a)
-    est = estimate_document(cuda, "a b c a", EstimatorSettings(num_samples=5000), device="cuda")
+    est = estimate_document(cuda, "a b c a", EstimatorSettings("is", num_samples=5000), device="cuda")
     assert est.log_likelihood == pytest.approx(tiny_hmm.log_marginal(tiny_hmm.tokenize("a b c a")), abs=0.05)
     assert isinstance(cuda.sample_text("a b", 5, torch.Generator("cuda").manual_seed(0)), str)

@@ -127,7 +127,7 @@ def test_lm_eval_cli_runs_latent_kglm_on_linked_wikitext2_tiny(tmp_path):
     out = tmp_path / "out"
     code = (f"import site, sys; site.addsitedir({str(hook_site_dir(tmp_path))!r})\n"
             "from lm_eval.__main__ import cli_evaluate\n"
-            f"sys.argv = ['lm_eval', '--model', 'latent_kglm', '--model_args', 'num_samples=8,seed=3',"
+            f"sys.argv = ['lm_eval', '--model', 'latent_kglm', '--model_args', 'estimator=is,num_samples=8,seed=3',"
             f" '--tasks', 'linked_wikitext2_tiny', '--include_path', 'tasks', '--limit', '3', '--device', 'cpu',"
             f" '--output_path', {str(out)!r}]\n"
             "cli_evaluate()\n")
@@ -171,7 +171,7 @@ def test_latent_kglm_backend_model_files(tmp_path):
     alias.write_bytes(b"not used")
     with pytest.raises(ValueError, match="only apply to an original"):
         LatentKGLMEval(alias_database=str(alias))
-    lm = LatentKGLMEval(num_samples=4, device="cpu")
+    lm = LatentKGLMEval(estimator="is", num_samples=4, device="cpu")
     info = lm.get_model_info()
     assert info["latent_model"].endswith(":KGLM") and info["model_files_sha256"] == {}
     from lm_eval.api.instance import Instance

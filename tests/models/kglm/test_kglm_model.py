@@ -173,7 +173,7 @@ def test_save_load_round_trip(tmp_path, model):
 
 
 def test_estimators_run_on_kglm(model):
-    est = estimate_document(model, TEXT, EstimatorSettings(num_samples=64, temperature=1.0, seed=1), diagnostics=True)
+    est = estimate_document(model, TEXT, EstimatorSettings("is", num_samples=64, temperature=1.0, seed=1), diagnostics=True)
     assert est.num_tokens == 4 and math.isfinite(est.log_likelihood)
     beam = estimate_document(model, TEXT, EstimatorSettings(estimator="beam", beam_size=5))
     assert math.isfinite(beam.log_likelihood)

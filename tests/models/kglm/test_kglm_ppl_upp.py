@@ -36,7 +36,7 @@ def test_penalty_is_what_log_joint_subtracts():
 def test_estimate_carries_both_from_one_run():
     """PPL's log weights from one run equal a second run (same seed, same samples) of the unpenalized model."""
     model = tiny_kglm(proposal_features=True)
-    settings = EstimatorSettings(num_samples=64, seed=5, batch_size=16)
+    settings = EstimatorSettings("is", num_samples=64, seed=5, batch_size=16)
     est = estimate_document(model, TEXT, settings)
     assert est.unk_penalty is not None and est.unk_penalty.shape == (64,)
     model.unk_penalty = 0.0
@@ -54,7 +54,7 @@ def test_lm_eval_task_reports_ppl_and_upp(tmp_path):
 
     model = tiny_kglm(proposal_features=True)
     model.save_pretrained(tmp_path / "ckpt")
-    lm = LatentKGLMEval(pretrained=str(tmp_path / "ckpt"), num_samples=16, seed=2, device="cpu")
+    lm = LatentKGLMEval(pretrained=str(tmp_path / "ckpt"), estimator="is", num_samples=16, seed=2, device="cpu")
     tasks = TaskManager(include_path=str(pytest.importorskip("lm_latent_eval").tasks_path()))
 
     def run():

@@ -106,7 +106,7 @@ def test_linked_wikitext2_tiny_task_runs():
     import lm_latent_eval
     from lm_latent_eval.harness.backends import LatentLMEval
 
-    lm = LatentLMEval(model="kglm", num_samples=8, seed=1, device="cpu")
+    lm = LatentLMEval(estimator="is", model="kglm", num_samples=8, seed=1, device="cpu")
     results = lm_eval.simple_evaluate(
         model=lm, tasks=["linked_wikitext2_tiny"], task_manager=TaskManager(include_path=lm_latent_eval.tasks_path()),
         limit=3,

@@ -19,13 +19,13 @@ def test_both_tasks_report_the_backends_own_estimates(tmp_path):
     user_file = tmp_path / "sentences.txt"
     user_file.write_text("the dog saw a cat .\nanna slept in the park .\n")
     for count_eos in (True, False):
-        lm = LatentRNNGEval(num_samples=16, seed=3, device="cpu", batch_size="auto", count_eos=count_eos)
+        lm = LatentRNNGEval(estimator="is", num_samples=16, seed=3, device="cpu", batch_size="auto", count_eos=count_eos)
         results = lm_eval.simple_evaluate(
             model=lm, tasks=["ptb_rnng_tiny", "ptb_rnng"], limit=5,
             task_manager=TaskManager(include_path=lm_latent_eval.tasks_path(), metadata={"data_file": str(user_file)}),
         )
         assert results["config"]["count_eos"] is count_eos
-        settings = EstimatorSettings(num_samples=16, seed=3)
+        settings = EstimatorSettings("is", num_samples=16, seed=3)
         for task, dataset in (("ptb_rnng_tiny", load_ptb_tiny()), ("ptb_rnng", load_ptb(str(user_file)))):
             texts = dataset["test"]["text"][:5]
             estimates = [estimate_document(lm.model, t, settings) for t in texts]
@@ -39,7 +39,7 @@ def test_both_tasks_report_the_backends_own_estimates(tmp_path):
 def test_peek_false_is_a_clear_error():
     from lm_latent_eval.harness.backends import LatentRNNGEval
 
-    lm = LatentRNNGEval(num_samples=4, peek=False, device="cpu")
+    lm = LatentRNNGEval(estimator="is", num_samples=4, peek=False, device="cpu")
     with pytest.raises(ValueError, match="always reads all of x"):
         lm.loglikelihood_rolling([type("R", (), {"args": ("the dog slept .",)})()], disable_tqdm=True)
 
@@ -74,7 +74,7 @@ def test_lm_eval_cli_runs_latent_rnng_on_ptb_rnng_tiny(tmp_path):
     out = tmp_path / "out"
     code = (f"import site, sys; site.addsitedir({str(hook_site_dir(tmp_path))!r})\n"
             "from lm_eval.__main__ import cli_evaluate\n"
-            "sys.argv = ['lm_eval', '--model', 'latent_rnng', '--model_args', 'num_samples=8,seed=3,count_eos=false',"
+            "sys.argv = ['lm_eval', '--model', 'latent_rnng', '--model_args', 'estimator=is,num_samples=8,seed=3,count_eos=false',"
             " '--tasks', 'ptb_rnng_tiny', '--include_path', 'tasks', '--limit', '4', '--device', 'cpu',"
             f" '--batch_size', 'auto', '--output_path', {str(out)!r}]\n"
             "cli_evaluate()\n")

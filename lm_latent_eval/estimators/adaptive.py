@@ -1,0 +1,113 @@
+"""The precision target: more samples for the documents that need them, until the corpus meets ``target_se``.
+
+Stage 0 estimates every document with ``num_samples``. With a target τ_se (nats per token) and T corpus tokens, the
+corpus needs Σ_n v_n ≤ V = (τ_se · T)² (v_n = Var(p̂_n)/p_n²) and, for an honest two-sided interval, the remainder
+G = Σ v^{3/2} / √Σ v of the bias correction small (``intervals``), which max_n v_n ≤ ρ / √N guarantees for N
+documents (G ≤ √(max v) √(Σ v) ≤ √N max v; ρ = 0.35, below the interval's 0.5). From c_n = v̂_n K_n (the relative
+variance per sample, K_n the samples drawn), the cheapest allocation meeting Σ c_n / K'_n ≤ V over cost Σ K'_n T_n is
+K'_n = √(c_n / T_n) · Σ_m √(c_m T_m) / V; each document gets max(that, c_n √N / ρ), at least twice what it had, at
+most ``max_samples``; a document whose v̂ cannot be trusted (IS weights PSIS cannot judge) doubles its samples. Then
+EVERY document is estimated afresh from new random streams with its new sample size, and only the newest stage is
+kept: each estimate's size was fixed before it was drawn, so it stays unbiased given the earlier stages (keeping the
+old estimates of the documents that needed no more would keep exactly those whose tail was not seen, a selection
+that biases the corpus low). At most ``MAX_STAGES`` stages; the corpus stops at the first stage that meets the
+target.
+
+The allocation reads corpus-wide sums only (documents, tokens, Σ √(c T)), rounded to 9 significant digits, so with
+``all_reduce`` summing them over processes the samples of a document never depend on batching, order or the number
+of processes. Every stage's estimates are kept (``stage_log_likelihoods``): each stage's product of p̂ is unbiased
+given the stages before, so the certified bound takes the best stage at δ / MAX_STAGES (a union bound).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+
+from tqdm.auto import tqdm
+
+from .document import DocumentEstimate, estimate_document
+from .intervals import MAX_REMAINDER
+from .settings import EstimatorSettings
+
+ALLOCATION_REMAINDER = 0.35  # the G the allocation aims at (the interval accepts up to MAX_REMAINDER)
+MAX_STAGES = 6  # stage 0 and up to five rounds of fresh estimates
+
+
+def _round(value: float) -> float:
+    return float(f"{value:.9g}")
+
+
+def _allocation(estimates: Sequence[DocumentEstimate], settings: EstimatorSettings, all_reduce) -> list[int]:
+    """Samples per document for the next stage (the current count where a document needs no more)."""
+    errors = [e.error() for e in estimates]
+    sizes = [_num_samples(e) for e in estimates]
+    c = [err.relative_variance * k if err.trusted and math.isfinite(err.relative_variance) else math.nan
+         for err, k in zip(errors, sizes)]
+    tokens = [e.num_tokens for e in estimates]
+    v = [e.relative_variance for e in errors if e.trusted and math.isfinite(e.relative_variance)]
+    totals = all_reduce([float(sum(tokens)), float(sum(t > 0 for t in tokens)),
+                         sum(math.sqrt(ci * t) for ci, t in zip(c, tokens) if ci == ci), sum(v),
+                         sum(x**1.5 for x in v), float(sum(not e.trusted for e in errors))])
+    total_tokens, documents, neyman, sum_v, sum_v15, untrusted = (_round(x) for x in totals)
+    if total_tokens == 0:
+        return sizes
+    budget_v = (settings.target_se * total_tokens) ** 2
+    met = untrusted == 0 and sum_v <= budget_v and (sum_v == 0 or sum_v15 / math.sqrt(sum_v) <= MAX_REMAINDER)
+    if met:
+        return sizes
+    v_max = ALLOCATION_REMAINDER / math.sqrt(documents)
+    out = []
+    for ci, t, k, err in zip(c, tokens, sizes, errors):
+        if t == 0 or (err.trusted and err.relative_variance == 0):
+            out.append(k)
+        elif ci != ci:  # v̂ cannot be trusted: more samples are the only remedy
+            out.append(min(2 * k, settings.sample_budget))
+        else:
+            wanted = max(math.sqrt(ci / t) * neyman / budget_v, ci / v_max)
+            out.append(k if wanted <= k else min(max(math.ceil(wanted), 2 * k), settings.sample_budget))
+    return out
+
+
+def _num_samples(est: DocumentEstimate) -> int:
+    return 0 if est.log_weights is None else int(est.log_weights.size)
+
+
+def _settings_for(settings: EstimatorSettings, num_samples: int) -> EstimatorSettings:
+    """The same settings with K = num_samples (under SMC the same number of runs, each larger), no further target."""
+    return dataclasses.replace(settings, num_samples=num_samples, target_se=None)
+
+
+def estimate_corpus(
+    model,
+    texts: Sequence[str],
+    settings: EstimatorSettings,
+    device="cpu",
+    estimate: Callable | None = None,
+    all_reduce: Callable[[list[float]], list[float]] | None = None,
+    progress: bool = True,
+) -> dict[str, DocumentEstimate]:
+    """One estimate per distinct text: ``num_samples`` each, then, with a precision target, more for those that need
+    it (see the module docstring). ``estimate(text, settings, stage)`` computes one estimate (default
+    ``estimate_document``; the lm-eval backend passes one that reads and writes its results store); ``all_reduce``
+    sums a list of floats over processes (default: this process only)."""
+    settings, _ = settings.resolve(model)
+    estimate = estimate or (lambda text, s, stage: estimate_document(model, text, s, device, stage=stage))
+    all_reduce = all_reduce or (lambda values: values)
+    unique = list(dict.fromkeys(texts))
+    current = {t: estimate(t, settings, 0) for t in tqdm(unique, desc=f"{settings.estimator} log p(x)",
+                                                         disable=not progress)}
+    if not settings.adaptive:
+        return current
+    stages = {t: [e.log_likelihood] for t, e in current.items()}
+    for stage in range(1, MAX_STAGES):
+        wanted = dict(zip(unique, _allocation([current[t] for t in unique], settings, all_reduce)))
+        grow = [t for t in unique if wanted[t] > _num_samples(current[t])]
+        if not all_reduce([float(len(grow))])[0]:
+            break
+        for t in tqdm(unique, desc=f"precision target, stage {stage}: {len(grow)} documents need more samples",
+                      disable=not progress):
+            current[t] = estimate(t, _settings_for(settings, wanted[t]), stage)
+            stages[t].append(current[t].log_likelihood)
+    return {t: dataclasses.replace(e, stage_log_likelihoods=stages[t]) for t, e in current.items()}

@@ -1,0 +1,64 @@
+"""Everything the ``is_perplexity`` evaluate metric reports, from N documents' raw IS log weights ([N][K_n])."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .aggregate import as_log_weights, log_mean_exp, perplexity, total_tokens
+from .corpus import corpus_estimate, pareto_k_shares
+from .diagnostics import corpus_convergence_curve, effective_sample_size, pareto_k_threshold, pareto_khat
+from .document import DocumentEstimate
+from .intervals import LEVEL, log_likelihood_interval
+
+
+def weights_report(log_weights, num_tokens, beam_log_likelihoods=None, corpus_level: bool = True,
+                   level: float = LEVEL) -> dict:
+    """Instance- and corpus-level PPL (Logan et al. 2020, Eq. 5–6; corpus level needs equal K unless
+    ``corpus_level=False``), the perplexity to quote with its honest ``level`` interval (``intervals``: two-sided
+    around the bias-corrected estimate where that is honest, else one-sided and certified), the certified upper bounds,
+    the Monte Carlo and the document-sampling standard errors, per-document log p̂ with the same kind of interval,
+    ESS, Pareto k̂ against its threshold at K, the convergence curve over K and, with beam lower bounds on log p(x),
+    the strict bound exp(−Σ beam / Σ T) ≥ true PPL. Documents must be distinct (independent weights)."""
+    lws = [as_log_weights(lw, f"document {n}") for n, lw in enumerate(log_weights)]
+    if not lws:
+        raise ValueError("no documents")
+    total = total_tokens(num_tokens, len(lws))
+    if corpus_level and len({lw.size for lw in lws}) != 1:
+        from .aggregate import stack_equal_k
+
+        stack_equal_k(lws)  # the clear error on unequal K
+    estimates = [DocumentEstimate(f"document {n}", int(t), float(log_mean_exp(lw)), "is", lw)
+                 for n, (lw, t) in enumerate(zip(lws, num_tokens))]
+    corpus = corpus_estimate(estimates, level)
+    above, undefined, informative = pareto_k_shares(estimates)
+    doc_ci = [log_likelihood_interval([e.error()], level) for e in estimates]
+    report = {
+        "perplexity": corpus.perplexity,
+        "perplexity_ci": list(corpus.perplexity_interval),
+        "interval": "two-sided" if corpus.interval.two_sided else "one-sided",
+        "interval_note": corpus.interval.describe(),
+        "perplexity_upper_bound": corpus.perplexity_upper_bound,
+        "monte_carlo_stderr": corpus.monte_carlo_stderr,
+        "sampling_stderr": corpus.sampling_stderr,
+        "instance_perplexity": corpus.instance_perplexity,
+        "corpus_perplexity": corpus.corpus_perplexity if corpus_level else None,
+        "corpus_perplexity_upper_bound": corpus.corpus_perplexity_upper_bound if corpus_level else None,
+        "num_tokens": total,
+        "log_likelihoods": [e.log_likelihood for e in estimates],
+        "log_likelihood_ci": [[i.lower, i.upper] for i in doc_ci],
+        "num_samples": [int(lw.size) for lw in lws],
+        "ess": [effective_sample_size(lw) for lw in lws],
+        "pareto_k": [pareto_khat(lw) for lw in lws],
+        "pareto_k_threshold": [pareto_k_threshold(lw.size) for lw in lws],
+        "share_pareto_k_above_threshold": above / informative if informative else float("nan"),
+        "num_pareto_k_undefined": undefined,
+        "convergence": corpus_convergence_curve(lws, num_tokens),
+    }
+    if beam_log_likelihoods is not None:
+        beam = np.asarray(beam_log_likelihoods, dtype=np.float64)
+        if beam.shape != (len(lws),):
+            raise ValueError(f"got {beam.size} beam bounds for {len(lws)} documents")
+        lls = np.array(report["log_likelihoods"])
+        report |= {"beam_perplexity": perplexity(beam, num_tokens), "beam_log_likelihoods": beam.tolist(),
+                   "share_below_beam_bound": float((lls < beam).mean())}
+    return report
