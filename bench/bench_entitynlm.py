@@ -5,11 +5,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from limit import encoder_products  # noqa: E402
-from particles import main, read_documents  # noqa: E402
+from limit import encoder_products
+from particles import main, read_documents
 
-from lm_latent_eval.models import MODELS  # noqa: E402
-from lm_latent_eval.paths import DATA_DIR  # noqa: E402
+from lm_latent_eval.models import MODELS
+from lm_latent_eval.paths import DATA_DIR
 
 
 def entitynlm_arithmetic(model, T: int, K: int):
@@ -23,8 +23,11 @@ def entitynlm_arithmetic(model, T: int, K: int):
     once, step = encoder_products(model, T)
     for _ in range(2):  # q and p
         once += [("td,cd->tc", (T, D), (2, D)), ("td,ed->te", (T, D), (D, D))]
-        step += [("d,kmd->km", (D,), (K, M, D)), ("kc,lc->kl", (K, 2 * D), (L, 2 * D)),
-                 ("kd,ed->ke", (K, D), (D, D))]
+        step += [
+            ("d,kmd->km", (D,), (K, M, D)),
+            ("kc,lc->kl", (K, 2 * D), (L, 2 * D)),
+            ("kd,ed->ke", (K, D), (D, D)),
+        ]
     step += [("kd,ed->ke", (K, D), (D, D)), ("kd,vd->kv", (K, D), (V, D))]
     return once, step
 
@@ -47,7 +50,6 @@ def compile_kernels() -> tuple:
 
 def compiled_difference(eager_kernels: tuple, model_dir, doc: str, k: int = 1000) -> float:
     """max |Δ log w| between eager and compiled kernels on one document (same seed)."""
-    import torch
 
     from lm_latent_eval.estimators import importance_log_weights
     from lm_latent_eval.models.entitynlm import EntityNLM, latents
@@ -83,8 +85,20 @@ if __name__ == "__main__":
         sys.argv.remove("--compile")
         eager = compile_kernels()
         first = read_documents(str(DATA_DIR / "coref_tiny" / "test.jsonl"))[0]
-        print(f"# torch.compile'd kernels: max |log w eager - log w compiled| at K = 1000 on one document = "
-              f"{compiled_difference(eager, DATA_DIR / 'entitynlm', first):.2e}", flush=True)
+        print(
+            f"# torch.compile'd kernels: max |log w eager - log w compiled| at K = 1000 on one document = "
+            f"{compiled_difference(eager, DATA_DIR / 'entitynlm', first):.2e}",
+            flush=True,
+        )
     model = "entitynlm" if "entitynlm" in MODELS else "lm_latent_eval.models.entitynlm:EntityNLM"
-    main(["--data", str(DATA_DIR / "coref_tiny" / "test.jsonl"), "--pretrained", str(DATA_DIR / "entitynlm"),
-          *sys.argv[1:]], default_model=model, arithmetic=entitynlm_arithmetic)
+    main(
+        [
+            "--data",
+            str(DATA_DIR / "coref_tiny" / "test.jsonl"),
+            "--pretrained",
+            str(DATA_DIR / "entitynlm"),
+            *sys.argv[1:],
+        ],
+        default_model=model,
+        arithmetic=entitynlm_arithmetic,
+    )

@@ -5,8 +5,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from limit import hmm_arithmetic  # noqa: E402
-from particles import main  # noqa: E402
+from limit import hmm_arithmetic
+from particles import main
 
 if __name__ == "__main__":
     main(default_model="hmm", arithmetic=hmm_arithmetic)

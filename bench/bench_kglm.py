@@ -5,11 +5,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from limit import kglm_arithmetic  # noqa: E402
-from particles import main  # noqa: E402
+from limit import kglm_arithmetic
+from particles import main
 
-from lm_latent_eval.paths import DATA_DIR  # noqa: E402
+from lm_latent_eval.paths import DATA_DIR
 
 if __name__ == "__main__":
-    main(["--data", str(DATA_DIR / "linked_tiny" / "test.jsonl"), *sys.argv[1:]], default_model="kglm",
-         arithmetic=kglm_arithmetic)
+    main(
+        ["--data", str(DATA_DIR / "linked_tiny" / "test.jsonl"), *sys.argv[1:]],
+        default_model="kglm",
+        arithmetic=kglm_arithmetic,
+    )

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from tiny_models import make_tiny_gpt2  # noqa: E402  (the tests' builder: one tiny GPT-2 recipe)
+from tiny_models import make_tiny_gpt2
 
 BUILTIN_WIKITEXT = "wikitext/wikitext.yaml"
 
@@ -78,7 +78,9 @@ def main(argv=None):
     p.add_argument("--n-positions", type=int, default=256)
     p.add_argument("--n-embd", type=int, default=256)
     p.add_argument("--n-layer", type=int, default=4)
-    p.add_argument("--batch-sizes", default="1,16", help="lm-eval --batch_size values to time (both backends)")
+    p.add_argument(
+        "--batch-sizes", default="1,16", help="lm-eval --batch_size values to time (both backends)"
+    )
     p.add_argument("--repeats", type=int, default=2)
     args = p.parse_args(argv)
 
@@ -88,8 +90,15 @@ def main(argv=None):
         tmp = Path(tmp)
         pages = tmp / "pages.jsonl"
         vocab = make_pages(pages, args.pages, args.words_per_page)
-        model_dir = make_tiny_gpt2(tmp / "gpt2", vocab, args.n_positions, n_embd=args.n_embd, n_layer=args.n_layer,
-                                   n_head=max(1, args.n_embd // 64), split_punctuation=True)
+        model_dir = make_tiny_gpt2(
+            tmp / "gpt2",
+            vocab,
+            args.n_positions,
+            n_embd=args.n_embd,
+            n_layer=args.n_layer,
+            n_head=max(1, args.n_embd // 64),
+            split_punctuation=True,
+        )
         manager = task_manager(tmp, pages)
         backends = {
             "hf": ("hf", f"pretrained={model_dir},dtype=float32"),

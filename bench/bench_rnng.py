@@ -11,5 +11,14 @@ from particles import main
 from lm_latent_eval.paths import DATA_DIR
 
 if __name__ == "__main__":
-    main(["--data", str(DATA_DIR / "ptb_tiny" / "test.txt"), "--pretrained", str(DATA_DIR / "rnng"), *sys.argv[1:]],
-         default_model="rnng", arithmetic=rnng_arithmetic)
+    main(
+        [
+            "--data",
+            str(DATA_DIR / "ptb_tiny" / "test.txt"),
+            "--pretrained",
+            str(DATA_DIR / "rnng"),
+            *sys.argv[1:],
+        ],
+        default_model="rnng",
+        arithmetic=rnng_arithmetic,
+    )

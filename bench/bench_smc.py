@@ -33,8 +33,11 @@ from lm_latent_eval.models import load_model
 from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.reports.sweep import read_documents
 
-CORPORA = {"hmm": DATA_DIR / "corpus" / "tiny_test.jsonl", "kglm": DATA_DIR / "linked_tiny" / "test.jsonl",
-           "entitynlm": DATA_DIR / "coref_tiny" / "test.jsonl"}
+CORPORA = {
+    "hmm": DATA_DIR / "corpus" / "tiny_test.jsonl",
+    "kglm": DATA_DIR / "linked_tiny" / "test.jsonl",
+    "entitynlm": DATA_DIR / "coref_tiny" / "test.jsonl",
+}
 
 
 def timed(fn, *args):
@@ -65,10 +68,14 @@ def main(argv=None):
     p.add_argument("--model", default="hmm")
     p.add_argument("--data", default=None, help="default: the model's bundled corpus")
     p.add_argument("--num-docs", type=int, default=None)
-    p.add_argument("--concat", type=int, default=1, help="join every N consecutive documents into one (longer texts)")
+    p.add_argument(
+        "--concat", type=int, default=1, help="join every N consecutive documents into one (longer texts)"
+    )
     p.add_argument("--seeds", type=int, default=20)
     p.add_argument("--ks", default="100,1000", help="K at which IS and SMC run side by side")
-    p.add_argument("--is-ks", default="10000", help="extra K for IS alone (the K that matches SMC at the first K)")
+    p.add_argument(
+        "--is-ks", default="10000", help="extra K for IS alone (the K that matches SMC at the first K)"
+    )
     p.add_argument("--is-seeds", type=int, default=None, help="seeds at the extra IS K (default: --seeds)")
     p.add_argument("--peek", default="true", help="true, false or both")
     p.add_argument("--temperature", type=float, default=1.0)
@@ -88,17 +95,42 @@ def main(argv=None):
     peeks = {"true": [True], "false": [False], "both": [True, False]}[args.peek]
     tau = args.temperature
     for peek in peeks:  # warm-up: first calls pay for lazy initialization
-        importance_log_weights(model, xs[0], num_samples=4, temperature=tau, peek=peek, seed=0, document=docs[0], batch_size=None, device=args.device)
-        smc_log_weights(model, xs[0], num_samples=4, temperature=tau, peek=peek, seed=0, document=docs[0], resample_threshold=args.resample_threshold, smc_runs=args.smc_runs, device=args.device)
-    print(f"# SMC vs IS, {args.model} on {args.device} ({platform.processor() or platform.machine()}, torch "
-          f"{torch.__version__}, {torch.get_num_threads()} threads), {len(docs)} documents, "
-          f"{sum(x.numel() for x in xs)} tokens{f' (every {args.concat} joined)' if args.concat > 1 else ''}, {args.seeds} seeds, τ = {tau:g}, SMC resamples when ESS < "
-          f"{args.resample_threshold:g}·K ({args.smc_runs} run(s), systematic), "
-          f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, load average {os.getloadavg()[0]:.2f}")
+        importance_log_weights(
+            model,
+            xs[0],
+            num_samples=4,
+            temperature=tau,
+            peek=peek,
+            seed=0,
+            document=docs[0],
+            batch_size=None,
+            device=args.device,
+        )
+        smc_log_weights(
+            model,
+            xs[0],
+            num_samples=4,
+            temperature=tau,
+            peek=peek,
+            seed=0,
+            document=docs[0],
+            resample_threshold=args.resample_threshold,
+            smc_runs=args.smc_runs,
+            device=args.device,
+        )
+    print(
+        f"# SMC vs IS, {args.model} on {args.device} ({platform.processor() or platform.machine()}, torch "
+        f"{torch.__version__}, {torch.get_num_threads()} threads), {len(docs)} documents, "
+        f"{sum(x.numel() for x in xs)} tokens{f' (every {args.concat} joined)' if args.concat > 1 else ''}, {args.seeds} seeds, τ = {tau:g}, SMC resamples when ESS < "
+        f"{args.resample_threshold:g}·K ({args.smc_runs} run(s), systematic), "
+        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, load average {os.getloadavg()[0]:.2f}"
+    )
     for peek in peeks:
         print(f"\n## peek = {str(peek).lower()}\n")
-        print("| estimator | K | mean SD of log p̂ over seeds | median SD | mean log p̂ − log p | s / document | "
-              "SMC s / IS s | resampling steps / document |")
+        print(
+            "| estimator | K | mean SD of log p̂ over seeds | median SD | mean log p̂ − log p | s / document | "
+            "SMC s / IS s | resampling steps / document |"
+        )
         print("|---|---|---|---|---|---|---|---|")
         sd_is, sd_smc, time_ratio, means = {}, {}, {}, {}  # means[(estimator, K)]: mean log p̂ per document
         for k in ks:
@@ -109,8 +141,19 @@ def main(argv=None):
                 for s in range(args.seeds):
                     lw, t = timed(importance_log_weights, model, x, k, tau, peek, s, doc, None, args.device)
                     ll["is"][n, s], secs["is"] = log_mean_exp(lw), secs["is"] + t
-                    (lw, d), t = timed(smc_log_weights, model, x, k, tau, peek, s, doc, args.resample_threshold,
-                                       args.smc_runs, args.device)
+                    (lw, d), t = timed(
+                        smc_log_weights,
+                        model,
+                        x,
+                        k,
+                        tau,
+                        peek,
+                        s,
+                        doc,
+                        args.resample_threshold,
+                        args.smc_runs,
+                        args.device,
+                    )
                     ll["smc"][n, s], secs["smc"] = log_mean_exp(lw), secs["smc"] + t
                     resampled.append(d["resampling_steps"])
             sd_is[k], sd_smc[k] = spread(ll["is"]), spread(ll["smc"])
@@ -118,11 +161,16 @@ def main(argv=None):
             per_doc = {e: secs[e] / (len(docs) * args.seeds) for e in secs}
             time_ratio[k] = per_doc["smc"] / per_doc["is"]
             for e, sd in (("IS", sd_is[k]), ("SMC", sd_smc[k])):
-                bias = (f"{np.mean(ll[e.lower()].mean(1) - np.array(exact)):+.4f}" if exact is not None else "-")
+                bias = (
+                    f"{np.mean(ll[e.lower()].mean(1) - np.array(exact)):+.4f}" if exact is not None else "-"
+                )
                 ratio = f"{per_doc['smc'] / per_doc['is']:.2f}" if e == "SMC" else ""
                 steps = f"{np.mean(resampled):.2f}" if e == "SMC" else ""
-                print(f"| {e} | {k:,} | {sd.mean():.4f} | {np.median(sd):.4f} | {bias} | {per_doc[e.lower()]:.4f} | "
-                      f"{ratio} | {steps} |", flush=True)
+                print(
+                    f"| {e} | {k:,} | {sd.mean():.4f} | {np.median(sd):.4f} | {bias} | {per_doc[e.lower()]:.4f} | "
+                    f"{ratio} | {steps} |",
+                    flush=True,
+                )
         for k in is_ks:
             seeds = args.is_seeds or args.seeds
             ll = np.empty((len(docs), seeds))
@@ -134,35 +182,46 @@ def main(argv=None):
             sd_is[k] = spread(ll)
             means[f"IS ({seeds} seeds)", k] = ll.mean(1)
             bias = f"{np.mean(ll.mean(1) - np.array(exact)):+.4f}" if exact is not None else "-"
-            print(f"| IS ({seeds} seeds) | {k:,} | {sd_is[k].mean():.4f} | {np.median(sd_is[k]):.4f} | {bias} | "
-                  f"{total / (len(docs) * seeds):.4f} | | |", flush=True)
+            print(
+                f"| IS ({seeds} seeds) | {k:,} | {sd_is[k].mean():.4f} | {np.median(sd_is[k]):.4f} | {bias} | "
+                f"{total / (len(docs) * seeds):.4f} | | |",
+                flush=True,
+            )
         # E[log p̂] ≤ log p for both estimators: the higher the mean log p̂, the smaller the gap (what SD alone misses)
         if exact is None:
             ref_name = max(means, key=lambda key: key[1])  # IS at the largest K
             ref = means[ref_name]
-            print(f"\nMean log p̂ per document relative to {ref_name[0]} at K = {ref_name[1]:,} (higher = closer to "
-                  "log p, since E log p̂ ≤ log p for both estimators), mean over documents: "
-                  + ", ".join(f"{e} K={k:,}: {np.mean(v - ref):+.3f}" for (e, k), v in means.items()))
+            print(
+                f"\nMean log p̂ per document relative to {ref_name[0]} at K = {ref_name[1]:,} (higher = closer to "
+                "log p, since E log p̂ ≤ log p for both estimators), mean over documents: "
+                + ", ".join(f"{e} K={k:,}: {np.mean(v - ref):+.3f}" for (e, k), v in means.items())
+            )
         k0 = ks[0]
         measured = sorted(sd_is)
         target = float(sd_smc[k0].mean())
         k_match, inside = k_to_match(measured, [float(sd_is[k].mean()) for k in measured], target)
         already = target >= float(sd_is[measured[0]].mean())
-        print(f"\nIS {'at K = ' + str(measured[0]) + ' is already as tight as' if already else 'needs K '}"
-              f"{'' if already else ('= ' if inside else '≈ ') + f'{k_match:,.0f} to match'} the mean SD of SMC at "
-              f"K = {k0} ({target:.4f}){'' if inside else ' (extrapolated from the largest K with SD ∝ 1/√K)'}; "
-              "per document "
-              f"(1/√K law from K = {measured[-1]:,}): median "
-              f"{np.median(measured[-1] * (sd_is[measured[-1]] / sd_smc[k0]) ** 2):,.0f}.")
+        print(
+            f"\nIS {'at K = ' + str(measured[0]) + ' is already as tight as' if already else 'needs K '}"
+            f"{'' if already else ('= ' if inside else '≈ ') + f'{k_match:,.0f} to match'} the mean SD of SMC at "
+            f"K = {k0} ({target:.4f}){'' if inside else ' (extrapolated from the largest K with SD ∝ 1/√K)'}; "
+            "per document "
+            f"(1/√K law from K = {measured[-1]:,}): median "
+            f"{np.median(measured[-1] * (sd_is[measured[-1]] / sd_smc[k0]) ** 2):,.0f}."
+        )
         k_eq = k0 * time_ratio[k0]  # IS at the K it can afford in SMC's time at K = k0
         log_ks, log_sd = np.log(measured), np.log([float(sd_is[k].mean()) for k in measured])
         sd_eq = float(np.exp(np.interp(math.log(k_eq), log_ks, log_sd)))
         clamped = not measured[0] <= k_eq <= measured[-1]
-        print(f"Equal wall time: SMC at K = {k0} costs IS at K ≈ {k_eq:,.0f}, whose mean SD "
-              f"({'nearest measured K: outside the measured range' if clamped else 'log-log interpolation'}) "
-              f"is {sd_eq:.4f} vs SMC's {target:.4f}.")
-        print(f"SMC at K = {k0} is tighter than IS at K = {k0} on "
-              f"{int((sd_smc[k0] < sd_is[k0]).sum())} of {len(docs)} documents.")
+        print(
+            f"Equal wall time: SMC at K = {k0} costs IS at K ≈ {k_eq:,.0f}, whose mean SD "
+            f"({'nearest measured K: outside the measured range' if clamped else 'log-log interpolation'}) "
+            f"is {sd_eq:.4f} vs SMC's {target:.4f}."
+        )
+        print(
+            f"SMC at K = {k0} is tighter than IS at K = {k0} on "
+            f"{int((sd_smc[k0] < sd_is[k0]).sum())} of {len(docs)} documents."
+        )
     print(f"\n(load average at the end: {os.getloadavg()[0]:.2f})")
 
 

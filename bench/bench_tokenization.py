@@ -36,11 +36,16 @@ from tiny_models import make_tiny_bpe_gpt2
 
 def make_pages(path: Path, num_pages: int, sentences_per_page: int) -> list[str]:
     """Wikitext-schema pages ({"page": ...}) of consecutive bundled corpus sentences; returns the page texts."""
-    sentences = [json.loads(line)["text"] for line in (DATA_DIR / "corpus" / "tiny_train.jsonl").read_text().splitlines()]
+    sentences = [
+        json.loads(line)["text"]
+        for line in (DATA_DIR / "corpus" / "tiny_train.jsonl").read_text().splitlines()
+    ]
     pages = []
     with path.open("w") as fh:
         for n in range(num_pages):
-            chunk = [sentences[(n * sentences_per_page + i) % len(sentences)] for i in range(sentences_per_page)]
+            chunk = [
+                sentences[(n * sentences_per_page + i) % len(sentences)] for i in range(sentences_per_page)
+            ]
             page = f" = Page {n} = \n\n " + " ".join(chunk) + " \n"
             pages.append(page)
             fh.write(json.dumps({"page": page}) + "\n")
@@ -74,7 +79,9 @@ def main(argv=None):
         model_dir = make_tiny_bpe_gpt2(tmp / "gpt2", pages, args.vocab_size, args.n_positions, args.n_embd,
                                        args.n_layer)  # fmt: skip
         manager = task_manager(tmp, pages_file)
-        lm, _ = load_model("tokenization", str(model_dir), device=args.device, dtype=getattr(torch, args.dtype))
+        lm, _ = load_model(
+            "tokenization", str(model_dir), device=args.device, dtype=getattr(torch, args.dtype)
+        )
         import lm_eval.models.huggingface  # noqa: F401
 
         texts = [page for page in pages]  # wikitext's detokenizer leaves these pages unchanged up to spacing
@@ -121,7 +128,9 @@ def main(argv=None):
         print("| estimator | seconds | tokens/s | x canonical | mean ESS |")
         print("|---|---|---|---|---|")
         for name, seconds, ess in rows:
-            print(f"| {name} | {seconds:.2f} | {sub_tokens / seconds:.0f} | {seconds / t_canon:.1f} | {ess} |")
+            print(
+                f"| {name} | {seconds:.2f} | {sub_tokens / seconds:.0f} | {seconds / t_canon:.1f} | {ess} |"
+            )
 
 
 if __name__ == "__main__":

@@ -41,27 +41,43 @@ def row(name: str) -> dict:
     seconds = time.perf_counter() - start
     corpus = corpus_estimate([estimates[t] for t in texts])
     sizes = [e.log_weights.size for e in estimates.values() if e.log_weights is not None]
-    return {"model": name, "choice": why, "estimator": corpus.estimator, "documents": len(texts),
-            "tokens": corpus.num_tokens, "perplexity": corpus.perplexity,
-            "interval": list(corpus.perplexity_interval), "two_sided": corpus.interval.two_sided,
-            "reason": corpus.interval.reason, "certified_upper_bound": corpus.perplexity_upper_bound,
-            "instance_perplexity": corpus.instance_perplexity, "monte_carlo_stderr": corpus.monte_carlo_stderr,
-            "sampling_stderr": corpus.sampling_stderr, "mean_samples": sum(sizes) / len(sizes) if sizes else None,
-            "seconds": seconds}
+    return {
+        "model": name,
+        "choice": why,
+        "estimator": corpus.estimator,
+        "documents": len(texts),
+        "tokens": corpus.num_tokens,
+        "perplexity": corpus.perplexity,
+        "interval": list(corpus.perplexity_interval),
+        "two_sided": corpus.interval.two_sided,
+        "reason": corpus.interval.reason,
+        "certified_upper_bound": corpus.perplexity_upper_bound,
+        "instance_perplexity": corpus.instance_perplexity,
+        "monte_carlo_stderr": corpus.monte_carlo_stderr,
+        "sampling_stderr": corpus.sampling_stderr,
+        "mean_samples": sum(sizes) / len(sizes) if sizes else None,
+        "seconds": seconds,
+    }
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| model | estimator (auto) | documents / tokens | perplexity | 95% statement | certified upper bound "
-             "| Monte Carlo SE | sampling SE | samples per document | seconds |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        (
+            "| model | estimator (auto) | documents / tokens | perplexity | 95% statement | certified upper bound "
+            "| Monte Carlo SE | sampling SE | samples per document | seconds |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         lo, hi = r["interval"]
         statement = f"[{lo:.3f}, {hi:.3f}]" if r["two_sided"] else f"≤ {hi:.3f} (one-sided)"
         samples = "–" if r["mean_samples"] is None else f"{r['mean_samples']:.0f}"
         mc = "–" if r["monte_carlo_stderr"] != r["monte_carlo_stderr"] else f"{r['monte_carlo_stderr']:.4f}"
-        lines.append(f"| {r['model']} | {r['estimator']} | {r['documents']} / {r['tokens']} | {r['perplexity']:.3f} "
-                     f"| {statement} | {r['certified_upper_bound']:.3f} | {mc} | {r['sampling_stderr']:.3f} "
-                     f"| {samples} | {r['seconds']:.1f} |")
+        lines.append(
+            f"| {r['model']} | {r['estimator']} | {r['documents']} / {r['tokens']} | {r['perplexity']:.3f} "
+            f"| {statement} | {r['certified_upper_bound']:.3f} | {mc} | {r['sampling_stderr']:.3f} "
+            f"| {samples} | {r['seconds']:.1f} |"
+        )
     return "\n".join(lines)
 
 

@@ -22,18 +22,26 @@ import warnings
 
 import numpy as np
 import torch
+from particles import sync, timed
 
 from lm_latent_eval.estimators import importance_log_weights
 from lm_latent_eval.estimators.aggregate import corpus_ppl, instance_ppl
-from lm_latent_eval.estimators.diagnostics import effective_sample_size, log_mean_exp, pareto_khat
-from lm_latent_eval.estimators.diagnostics import relative_variance
+from lm_latent_eval.estimators.diagnostics import (
+    effective_sample_size,
+    log_mean_exp,
+    pareto_khat,
+    relative_variance,
+)
 from lm_latent_eval.models import load_model
 from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.reports.sweep import read_documents
-from particles import sync, timed
 
-CORPORA = {"kglm": DATA_DIR / "linked_tiny" / "test.jsonl", "entitynlm": DATA_DIR / "coref_tiny" / "test.jsonl",
-           "rnng": DATA_DIR / "ptb_tiny" / "test.txt", "hmm": DATA_DIR / "corpus" / "tiny_test.jsonl"}
+CORPORA = {
+    "kglm": DATA_DIR / "linked_tiny" / "test.jsonl",
+    "entitynlm": DATA_DIR / "coref_tiny" / "test.jsonl",
+    "rnng": DATA_DIR / "ptb_tiny" / "test.txt",
+    "hmm": DATA_DIR / "corpus" / "tiny_test.jsonl",
+}
 WT2_TEST_ARTICLES, WT2_TEST_TOKENS = 60, 236_062  # Linked WikiText-2 test split (Logan et al., 2019, Table 1)
 
 
@@ -61,7 +69,9 @@ def section_sync(device, K=1000):
             x = model.tokenize(doc).to(device)
             gen = torch.Generator(device=device).manual_seed(0)
             with torch.no_grad():
-                z, _ = model.proposal.sample(x, K, generator=gen)  # warm-up: one-off caches are not per-token syncs
+                z, _ = model.proposal.sample(
+                    x, K, generator=gen
+                )  # warm-up: one-off caches are not per-token syncs
                 model.log_joint(x, z)
                 s = count_syncs(lambda: model.proposal.sample(x, K, generator=gen))
                 j = count_syncs(lambda: model.log_joint(x, z))
@@ -69,8 +79,12 @@ def section_sync(device, K=1000):
 
 
 def section_bf16(device, K=1000, num_docs=10):
-    print(f"\n## bfloat16 network vs float32 (same seed, K = {K:,}, first {num_docs} documents; log weights float64)\n")
-    print("| model | float32 s | bfloat16 s | speed-up | max |Δ log p̂| | median MC stderr (fp32) | max |Δ| / stderr |")
+    print(
+        f"\n## bfloat16 network vs float32 (same seed, K = {K:,}, first {num_docs} documents; log weights float64)\n"
+    )
+    print(
+        "| model | float32 s | bfloat16 s | speed-up | max |Δ log p̂| | median MC stderr (fp32) | max |Δ| / stderr |"
+    )
     print("|---|---|---|---|---|---|---|")
     for name, path in CORPORA.items():
         docs = read_documents(path)[:num_docs]
@@ -79,15 +93,23 @@ def section_bf16(device, K=1000, num_docs=10):
             model, _ = load_model(name, device=device, dtype=dtype)
             xs = [model.tokenize(d).to(device) for d in docs]
             importance_log_weights(model, xs[0], num_samples=2, document=docs[0], device=device)  # warm-up
-            t, lws = timed(lambda: [importance_log_weights(model, x, num_samples=K, document=d, device=device)
-                                    for x, d in zip(xs, docs)], device)
+            t, lws = timed(
+                lambda: [
+                    importance_log_weights(model, x, num_samples=K, document=d, device=device)
+                    for x, d in zip(xs, docs)
+                ],
+                device,
+            )
             res[dtype] = (t, lws)
         (t32, lw32), (t16, lw16) = res[None], res[torch.bfloat16]
         diff = np.array([abs(log_mean_exp(a) - log_mean_exp(b)) for a, b in zip(lw32, lw16)])
         se = np.sqrt([relative_variance(a) for a in lw32])  # the delta-method standard error of log p̂
         ratio = f"{(diff / se).max():.2f}" if (se > 1e-9).all() else "- (a stderr is 0: all K weights equal)"
-        print(f"| {name} | {t32:.3f} | {t16:.3f} | {t32 / t16:.2f}x | {diff.max():.4f} | {np.median(se):.4f} |"
-              f" {ratio} |", flush=True)
+        print(
+            f"| {name} | {t32:.3f} | {t16:.3f} | {t32 / t16:.2f}x | {diff.max():.4f} | {np.median(se):.4f} |"
+            f" {ratio} |",
+            flush=True,
+        )
 
 
 def estimate_corpus(model, docs, K, device, budget=math.inf, progress=False):
@@ -113,12 +135,16 @@ def section_kglm10k(device, dtype, K=10_000):
     lws, lengths, seconds = estimate_corpus(model, docs, K, device)
     khat = np.array([pareto_khat(lw) for lw in lws])
     ess = np.array([effective_sample_size(lw) for lw in lws])
-    print(f"\n## KGLM, K = {K:,} over the bundled test corpus ({len(docs)} documents, {sum(lengths)} tokens),"
-          f" {str(dtype or torch.float32).removeprefix('torch.')}\n")
-    print(f"wall time {seconds:.1f} s ({K * sum(lengths) / seconds:,.0f} particles·tokens/s); instance PPL"
-          f" {instance_ppl(lws, lengths):.3f}, corpus PPL {corpus_ppl(lws, lengths):.3f}; mean ESS {ess.mean():.1f};"
-          f" Pareto k̂ > 0.7 on {int((khat > 0.7).sum())} of {len(lws)} documents (median k̂ {np.nanmedian(khat):.2f})",
-          flush=True)
+    print(
+        f"\n## KGLM, K = {K:,} over the bundled test corpus ({len(docs)} documents, {sum(lengths)} tokens),"
+        f" {str(dtype or torch.float32).removeprefix('torch.')}\n"
+    )
+    print(
+        f"wall time {seconds:.1f} s ({K * sum(lengths) / seconds:,.0f} particles·tokens/s); instance PPL"
+        f" {instance_ppl(lws, lengths):.3f}, corpus PPL {corpus_ppl(lws, lengths):.3f}; mean ESS {ess.mean():.1f};"
+        f" Pareto k̂ > 0.7 on {int((khat > 0.7).sum())} of {len(lws)} documents (median k̂ {np.nanmedian(khat):.2f})",
+        flush=True,
+    )
 
 
 def wt2_corpus(model, seed=0) -> list[str]:
@@ -143,12 +169,17 @@ def section_wt2(device, dtype, budget, K=10_000):
     lws, lengths, seconds = estimate_corpus(model, docs, K, device, budget=budget, progress=True)
     done = sum(lengths)
     rate = K * done / seconds
-    print(f"\n## KGLM, K = {K:,} over a synthetic Linked-WikiText-2-sized test corpus ({WT2_TEST_ARTICLES} documents,"
-          f" {WT2_TEST_TOKENS:,} tokens, lengths {min(len(d.split()) for d in docs)}-{max(len(d.split()) for d in docs)}),"
-          f" {str(dtype or torch.float32).removeprefix('torch.')}\n")
-    print(f"measured {len(lws)} documents, {done:,} tokens in {seconds:.1f} s: {rate:,.0f} particles·tokens/s;"
-          f" whole corpus: {K * WT2_TEST_TOKENS / rate / 60:.1f} min"
-          + (" (measured)" if len(lws) == len(docs) else " (extrapolated at that rate)"), flush=True)
+    print(
+        f"\n## KGLM, K = {K:,} over a synthetic Linked-WikiText-2-sized test corpus ({WT2_TEST_ARTICLES} documents,"
+        f" {WT2_TEST_TOKENS:,} tokens, lengths {min(len(d.split()) for d in docs)}-{max(len(d.split()) for d in docs)}),"
+        f" {str(dtype or torch.float32).removeprefix('torch.')}\n"
+    )
+    print(
+        f"measured {len(lws)} documents, {done:,} tokens in {seconds:.1f} s: {rate:,.0f} particles·tokens/s;"
+        f" whole corpus: {K * WT2_TEST_TOKENS / rate / 60:.1f} min"
+        + (" (measured)" if len(lws) == len(docs) else " (extrapolated at that rate)"),
+        flush=True,
+    )
 
 
 def section_compile(device, K=1024, num_docs=10, modes=("default",), models=("kglm", "entitynlm")):
@@ -166,8 +197,10 @@ def section_compile(device, K=1024, num_docs=10, modes=("default",), models=("kg
     print(f"\n## torch.compile on {device}: proposal.sample, K = {K:,}, first {num_docs} documents\n")
     print("| model | kernel | first pass s (compile) | s | vs eager | same z | max |Δ log q| |")
     print("|---|---|---|---|---|---|---|")
-    targets = {"kglm": (kglm_proposal, "sample_step", stepwise.sample_step),
-               "entitynlm": (enlm, "sample_step", enlm.sample_step)}
+    targets = {
+        "kglm": (kglm_proposal, "sample_step", stepwise.sample_step),
+        "entitynlm": (enlm, "sample_step", enlm.sample_step),
+    }
     for name in models:
         module, attr, eager = targets[name]
         model, _ = load_model(name, device=device)
@@ -175,8 +208,10 @@ def section_compile(device, K=1024, num_docs=10, modes=("default",), models=("kg
         xs = [model.tokenize(d).to(device) for d in docs]
 
         def run():
-            return [model.proposal.sample(x, K, generator=torch.Generator(device=device).manual_seed(i))
-                    for i, x in enumerate(xs)]
+            return [
+                model.proposal.sample(x, K, generator=torch.Generator(device=device).manual_seed(i))
+                for i, x in enumerate(xs)
+            ]
 
         with torch.no_grad():
             run()
@@ -192,11 +227,16 @@ def section_compile(device, K=1024, num_docs=10, modes=("default",), models=("kg
                     t = min(t, timed(run, device)[0])
                     same = all(torch.equal(a[0][k], b[0][k]) for a, b in zip(ref, out) for k in a[0])
                     dq = max(float((a[1] - b[1]).abs().max()) for a, b in zip(ref, out))
-                    print(f"| {name} | {mode} | {first:.1f} | {t:.3f} | {t_eager / t:.2f}x | {same} | {dq:.1e} |",
-                          flush=True)
+                    print(
+                        f"| {name} | {mode} | {first:.1f} | {t:.3f} | {t_eager / t:.2f}x | {same} | {dq:.1e} |",
+                        flush=True,
+                    )
                 except Exception as err:  # report, do not hide: a failed compile is a figure too
-                    print(f"| {name} | {mode} | failed: {type(err).__name__}: {str(err).splitlines()[0][:120]} |"
-                          " | | | |", flush=True)
+                    print(
+                        f"| {name} | {mode} | failed: {type(err).__name__}: {str(err).splitlines()[0][:120]} |"
+                        " | | | |",
+                        flush=True,
+                    )
                 finally:
                     setattr(module, attr, eager)
 
@@ -211,11 +251,17 @@ def section_profile(device, K=10_000):
     importance_log_weights(model, x, num_samples=K, document=doc, device=device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if str(device).startswith("cuda") else [])
     with profile(activities=activities) as prof:
-        t, _ = timed(lambda: importance_log_weights(model, x, num_samples=K, document=doc, device=device), device)
+        t, _ = timed(
+            lambda: importance_log_weights(model, x, num_samples=K, document=doc, device=device), device
+        )
     events = prof.key_averages()
-    launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC"))
-    print(f"\n## Profile of one {x.numel()}-token KGLM document, K = {K:,} on {device}: {t:.3f} s,"
-          f" {launches:,} kernel launches ({launches / x.numel():.0f} per token)\n")
+    launches = sum(
+        e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC")
+    )
+    print(
+        f"\n## Profile of one {x.numel()}-token KGLM document, K = {K:,} on {device}: {t:.3f} s,"
+        f" {launches:,} kernel launches ({launches / x.numel():.0f} per token)\n"
+    )
     print(events.table(sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=40))
 
 
@@ -223,14 +269,18 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda")
     p.add_argument("--sections", default="sync,bf16,kglm10k,wt2,compile,profile")
-    p.add_argument("--compile-modes", default="default", help="torch.compile modes, e.g. default,reduce-overhead")
+    p.add_argument(
+        "--compile-modes", default="default", help="torch.compile modes, e.g. default,reduce-overhead"
+    )
     p.add_argument("--compile-models", default="kglm,entitynlm")
     p.add_argument("--dtype", default="bfloat16", help="precision of the kglm10k and wt2 runs")
     p.add_argument("--wt2-budget", type=float, default=180.0, help="seconds after which the wt2 run stops")
     args = p.parse_args(argv)
     dtype = None if args.dtype == "float32" else getattr(torch, args.dtype)
     name = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu"
-    print(f"# bench/gpu.py on {name}, torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(
+        f"# bench/gpu.py on {name}, torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
     sections = args.sections.split(",")
     if "sync" in sections and args.device.startswith("cuda"):
         section_sync(args.device)
@@ -243,7 +293,9 @@ def main(argv=None):
     if "profile" in sections:
         section_profile(args.device)
     if "compile" in sections:
-        section_compile(args.device, modes=args.compile_modes.split(","), models=args.compile_models.split(","))
+        section_compile(
+            args.device, modes=args.compile_modes.split(","), models=args.compile_models.split(",")
+        )
 
 
 if __name__ == "__main__":

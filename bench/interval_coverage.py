@@ -30,9 +30,9 @@ from tqdm.auto import tqdm
 
 from lm_latent_eval.estimators import DocumentEstimate, EstimatorSettings, estimate_document
 from lm_latent_eval.estimators.adaptive import estimate_corpus
-from lm_latent_eval.estimators.settings import AUTO_TARGET_SE
 from lm_latent_eval.estimators.corpus import certified_log_likelihood
 from lm_latent_eval.estimators.intervals import log_likelihood_interval
+from lm_latent_eval.estimators.settings import AUTO_TARGET_SE
 from lm_latent_eval.models import load_model
 from lm_latent_eval.paths import DATA_DIR
 
@@ -54,12 +54,20 @@ class Setting:
     def label(self) -> str:
         runs = f", {self.smc_runs} run{'s' * (self.smc_runs > 1)}" if self.estimator == "smc" else ""
         target = f", target {self.target_se}" if self.target_se else ""
-        return (f"{self.estimator.upper()}, K = {self.num_samples}{runs}{target}, "
-                f"{'peeking' if self.peek else 'no peeking'}")
+        return (
+            f"{self.estimator.upper()}, K = {self.num_samples}{runs}{target}, "
+            f"{'peeking' if self.peek else 'no peeking'}"
+        )
 
     def settings(self, seed: int) -> EstimatorSettings:
-        return EstimatorSettings(self.estimator, self.num_samples, peek=self.peek, seed=seed,
-                                 smc_runs=self.smc_runs, target_se=self.target_se)
+        return EstimatorSettings(
+            self.estimator,
+            self.num_samples,
+            peek=self.peek,
+            seed=seed,
+            smc_runs=self.smc_runs,
+            target_se=self.target_se,
+        )
 
 
 def benchmark_corpus(num_documents: int = max(SIZES)) -> list[str]:
@@ -88,12 +96,17 @@ def _run(args) -> dict:
             by_text = estimate_corpus(model, docs[:n], setting.settings(seed), progress=False)
             estimates = [by_text[d] for d in docs[:n]]
         truth = float(exact[:n].sum())
-        interval = log_likelihood_interval([e.error() for e in estimates[:n]],
-                                           lower_certified=certified_log_likelihood(estimates[:n]))
-        out[n] = {"held": interval.lower <= truth <= interval.upper, "two_sided": interval.two_sided,
-                  "width": interval.upper - interval.lower, "before": _before(estimates[:n], truth),
-                  "samples": float(np.mean([e.log_weights.size for e in estimates[:n]])),
-                  "certified_held": certified_log_likelihood(estimates[:n]) <= truth}
+        interval = log_likelihood_interval(
+            [e.error() for e in estimates[:n]], lower_certified=certified_log_likelihood(estimates[:n])
+        )
+        out[n] = {
+            "held": interval.lower <= truth <= interval.upper,
+            "two_sided": interval.two_sided,
+            "width": interval.upper - interval.lower,
+            "before": _before(estimates[:n], truth),
+            "samples": float(np.mean([e.log_weights.size for e in estimates[:n]])),
+            "certified_held": certified_log_likelihood(estimates[:n]) <= truth,
+        }
     return out
 
 
@@ -102,8 +115,13 @@ def _before(estimates: list[DocumentEstimate], truth: float) -> bool:
     Σ log p̂ ± 1.96 √Σ se² with the Lee-Whiteley standard errors."""
     ll = sum(e.log_likelihood for e in estimates)
     if estimates[0].estimator == "smc":
-        se = math.sqrt(sum(e.diagnostics.lee_whiteley_relative_variance for e in estimates
-                           if math.isfinite(e.diagnostics.lee_whiteley_relative_variance)))
+        se = math.sqrt(
+            sum(
+                e.diagnostics.lee_whiteley_relative_variance
+                for e in estimates
+                if math.isfinite(e.diagnostics.lee_whiteley_relative_variance)
+            )
+        )
         return abs(ll - truth) <= 1.96 * se
     r2 = np.array([e.error().relative_variance for e in estimates])
     r2 = np.where(np.isnan(r2), 0.0, r2)
@@ -132,16 +150,22 @@ def summarize(runs: list[dict], sizes=SIZES) -> dict:
 
 def markdown(results: list[dict]) -> str:
     """One row per setting and N."""
-    lines = ["| setting | N | coverage (printed statement) | two-sided share | coverage when two-sided | "
-             "median two-sided width (nats) | certified bound held | mean K | before |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    pct = lambda x: "–" if x is None else f"{100 * x:.0f}%"  # noqa: E731
+    lines = [
+        (
+            "| setting | N | coverage (printed statement) | two-sided share | coverage when two-sided | "
+            "median two-sided width (nats) | certified bound held | mean K | before |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    pct = lambda x: "–" if x is None else f"{100 * x:.0f}%"
     for res in results:
         for n, row in res["rows"].items():
             width = "–" if row["median_two_sided_width"] is None else f"{row['median_two_sided_width']:.2f}"
-            lines.append(f"| {res['label']} | {n} | {pct(row['coverage'])} | {pct(row['two_sided_share'])} | "
-                         f"{pct(row['two_sided_coverage'])} | {width} | {pct(row['certified_coverage'])} | "
-                         f"{row['mean_samples']:.0f} | {pct(row['before_coverage'])} |")
+            lines.append(
+                f"| {res['label']} | {n} | {pct(row['coverage'])} | {pct(row['two_sided_share'])} | "
+                f"{pct(row['two_sided_coverage'])} | {width} | {pct(row['certified_coverage'])} | "
+                f"{row['mean_samples']:.0f} | {pct(row['before_coverage'])} |"
+            )
     return "\n".join(lines)
 
 
@@ -151,8 +175,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (one thread each)")
     parser.add_argument("--output", default=str(OUTPUT))
     parser.add_argument("--settings", default="all", help="'all' or comma-separated estimators (is,smc)")
-    parser.add_argument("--target-repeats", type=int, default=None,
-                        help="seeds of the precision-target rows (default --repeats; they cost more)")
+    parser.add_argument(
+        "--target-repeats",
+        type=int,
+        default=None,
+        help="seeds of the precision-target rows (default --repeats; they cost more)",
+    )
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="corpus sizes N")
     args = parser.parse_args()
     start = time.perf_counter()
@@ -162,8 +190,12 @@ def main() -> None:
     sizes = tuple(int(n) for n in args.sizes.split(","))
     settings = [Setting(e, k, peek) for e in ("is", "smc") for k in (100, 10) for peek in (True, False)]
     settings += [Setting("smc", 100, peek, smc_runs=1) for peek in (True, False)]  # the old SMC default
-    settings += [Setting(e, k, peek, target_se=AUTO_TARGET_SE) for e in ("smc", "is") for k in (100, 10)
-                 for peek in (True, False)]
+    settings += [
+        Setting(e, k, peek, target_se=AUTO_TARGET_SE)
+        for e in ("smc", "is")
+        for k in (100, 10)
+        for peek in (True, False)
+    ]
     if args.settings != "all":
         settings = [s for s in settings if s.estimator in args.settings.split(",")]
     results = []
@@ -172,13 +204,21 @@ def main() -> None:
             repeats = args.repeats if not setting.target_se else args.target_repeats or args.repeats
             jobs = [(setting, seed, docs, exact, sizes) for seed in range(repeats)]
             runs = list(tqdm(pool.imap_unordered(_run, jobs), total=len(jobs), desc=setting.label))
-            results.append({"label": setting.label, "setting": asdict(setting), "rows": summarize(runs, sizes)})
+            results.append(
+                {"label": setting.label, "setting": asdict(setting), "rows": summarize(runs, sizes)}
+            )
             print(f"{setting.label}: done ({time.perf_counter() - start:.0f} s)", flush=True)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     tokens = [int(model.tokenize(d).numel()) for d in docs]
-    meta = {"repeats": args.repeats, "level": 0.95, "model": "bundled HMM", "seconds": time.perf_counter() - start,
-            "target_repeats": args.target_repeats or args.repeats, "tokens": {n: int(sum(tokens[:n])) for n in sizes}}
+    meta = {
+        "repeats": args.repeats,
+        "level": 0.95,
+        "model": "bundled HMM",
+        "seconds": time.perf_counter() - start,
+        "target_repeats": args.target_repeats or args.repeats,
+        "tokens": {n: int(sum(tokens[:n])) for n in sizes},
+    }
     (out / "coverage.json").write_text(json.dumps({"settings": meta, "results": results}, indent=1))
     table = markdown(results)
     (out / "coverage.md").write_text(table + "\n")

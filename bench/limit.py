@@ -13,17 +13,22 @@ import time
 
 import torch
 
-Product = tuple[str, tuple[int, ...], tuple[int, ...]]  # (einsum equation, shape of operand 1, shape of operand 2)
+Product = tuple[
+    str, tuple[int, ...], tuple[int, ...]
+]  # (einsum equation, shape of operand 1, shape of operand 2)
 
 
 def _operands(products: list[Product], device) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     gen = torch.Generator(device="cpu").manual_seed(0)
-    return [(eq, torch.randn(a, generator=gen).to(device), torch.randn(b, generator=gen).to(device))
-            for eq, a, b in products]
+    return [
+        (eq, torch.randn(a, generator=gen).to(device), torch.randn(b, generator=gen).to(device))
+        for eq, a, b in products
+    ]
 
 
-def reference_seconds(once: list[Product], per_token: list[Product], num_tokens: int, device="cpu",
-                      repeats: int = 3) -> float:
+def reference_seconds(
+    once: list[Product], per_token: list[Product], num_tokens: int, device="cpu", repeats: int = 3
+) -> float:
     """Best-of-``repeats`` seconds of ``once`` + ``num_tokens`` × ``per_token`` einsums (one document)."""
     ops_once, ops_step = _operands(once, device), _operands(per_token, device)
     best = float("inf")
@@ -42,8 +47,14 @@ def reference_seconds(once: list[Product], per_token: list[Product], num_tokens:
     return best
 
 
-def reference_throughput(once: list[Product], per_token: list[Product], num_particles: int, num_tokens: int,
-                         device="cpu", repeats: int = 3) -> float:
+def reference_throughput(
+    once: list[Product],
+    per_token: list[Product],
+    num_particles: int,
+    num_tokens: int,
+    device="cpu",
+    repeats: int = 3,
+) -> float:
     """particles·tokens per second of the reference arithmetic of one document (see the module docstring)."""
     return num_particles * num_tokens / reference_seconds(once, per_token, num_tokens, device, repeats)
 
@@ -73,15 +84,27 @@ def kglm_arithmetic(model, T: int, K: int) -> tuple[list[Product], list[Product]
     R, Rr = tables.num_rows, int(model.relation_embedding.weight.shape[0])
     V = len(model.vocab)
     d_max = max(int(tables.degree.max()) if tables.degree.numel() else 1, 1)
-    lengths = [sum(len(f) for f in model.graph.entity_aliases(e) if f) for e in range(model.graph.num_entities)]
-    L_total, L_max = sum(lengths) + 1, max(lengths + [1])  # alias tokens of all entities, of the longest entity
+    lengths = [
+        sum(len(f) for f in model.graph.entity_aliases(e) if f) for e in range(model.graph.num_entities)
+    ]
+    L_total, L_max = (
+        sum(lengths) + 1,
+        max(lengths + [1]),
+    )  # alias tokens of all entities, of the longest entity
     once, step = encoder_products(model, T)
     for _ in range(2):  # q and p
-        once += [("td,cd->tc", (T, D), (4, D)), ("td,rd->tr", (T, De), (R, De)),
-                 ("td,rd->tr", (T, De), (R, De)), ("td,rd->tr", (T, De), (Rr, De))]
+        once += [
+            ("td,cd->tc", (T, D), (4, D)),
+            ("td,rd->tr", (T, De), (R, De)),
+            ("td,rd->tr", (T, De), (R, De)),
+            ("td,rd->tr", (T, De), (Rr, De)),
+        ]
         step += [("kd,kcd->kc", (K, De), (K, C, De)), ("kd,kmd->km", (K, De), (K, d_max, De))]
-    once += [("ni,oi->no", (T * R, D + De), (D, D + De)), ("ni,oi->no", (T * R, D), (V, D)),
-             ("td,ld->tl", (T, D), (L_total, D))]
+    once += [
+        ("ni,oi->no", (T * R, D + De), (D, D + De)),
+        ("ni,oi->no", (T * R, D), (V, D)),
+        ("td,ld->tl", (T, D), (L_total, D)),
+    ]
     step += [("kd,kld->kl", (K, D), (K, L_max, D))]
     return once, step
 
@@ -102,13 +125,20 @@ def rnng_arithmetic(model, T: int, K: int) -> tuple[list[Product], list[Product]
     composition and the word head ([K, H] · [V, H])."""
     q = model.proposal
     d, Hq = q.embedding.weight.shape[1], q.hidden_size
-    once = [("ti,gi->tg", (T, d), (4 * Hq, d))] * 2 + [("ni,oi->no", (T * T, 2 * Hq), (2 * Hq, 2 * Hq)),
-                                                       ("ni,oi->no", (T * T, 2 * Hq), (1, 2 * Hq))]
+    once = [("ti,gi->tg", (T, d), (4 * Hq, d))] * 2 + [
+        ("ni,oi->no", (T * T, 2 * Hq), (2 * Hq, 2 * Hq)),
+        ("ni,oi->no", (T * T, 2 * Hq), (1, 2 * Hq)),
+    ]
     step = [("i,gi->g", (Hq,), (4 * Hq, Hq))] * 2
     for cell in model.stack_lstm.cells:
         four_h, inp = cell.weight_ih.shape
-        step += [("ki,gi->kg", (K, inp), (four_h, inp)), ("kh,gh->kg", (K, four_h // 4), (four_h, four_h // 4))] * 2
+        step += [
+            ("ki,gi->kg", (K, inp), (four_h, inp)),
+            ("kh,gh->kg", (K, four_h // 4), (four_h, four_h // 4)),
+        ] * 2
     H, D, V = model.hidden_size, model.dim, len(model.vocab)
-    step += [("kh,ah->ka", (K, H), (2, H))] * 2 + [("ki,oi->ko", (K, 2 * D), (5 * D, 2 * D)),
-                                                   ("kh,vh->kv", (K, H), (V, H))]
+    step += [("kh,ah->ka", (K, H), (2, H))] * 2 + [
+        ("ki,oi->ko", (K, 2 * D), (5 * D, 2 * D)),
+        ("kh,vh->kv", (K, H), (V, H)),
+    ]
     return once, step

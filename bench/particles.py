@@ -44,7 +44,15 @@ def timed(fn, device):
 
 def batched_seconds(model, xs, docs, k, device, batch_size=1024):
     """Wall-clock of importance_log_weights over the documents (particles in blocks, shared work reused)."""
-    return timed(lambda: [importance_log_weights(model, x, num_samples=k, seed=0, document=doc, batch_size=batch_size, device=device) for x, doc in zip(xs, docs)], device)[0]
+    return timed(
+        lambda: [
+            importance_log_weights(
+                model, x, num_samples=k, seed=0, document=doc, batch_size=batch_size, device=device
+            )
+            for x, doc in zip(xs, docs)
+        ],
+        device,
+    )[0]
 
 
 @torch.no_grad()
@@ -88,8 +96,10 @@ def limit_row(model, xs, docs, k, device, arithmetic, ours_seconds):
         once, per_token = arithmetic(model, int(x.numel()), k)
         ref += reference_seconds(once, per_token, int(x.numel()), device)
     tokens = sum(int(x.numel()) for x in xs)
-    return (f"| {k} | {k * tokens / ours_seconds:,.0f} | {k * tokens / ref:,.0f} | {ours_seconds:.3f} | {ref:.3f} |"
-            f" {ours_seconds / ref:.1f}x |")
+    return (
+        f"| {k} | {k * tokens / ours_seconds:,.0f} | {k * tokens / ref:,.0f} | {ours_seconds:.3f} | {ref:.3f} |"
+        f" {ours_seconds / ref:.1f}x |"
+    )
 
 
 def main(argv=None, default_model="hmm", arithmetic=None):
@@ -99,11 +109,22 @@ def main(argv=None, default_model="hmm", arithmetic=None):
     p.add_argument("--data", default=str(DATA_DIR / "corpus" / "tiny_test.jsonl"))
     p.add_argument("--num-docs", type=int, default=10)
     p.add_argument("--ks", default="1,10,100,1000")
-    p.add_argument("--loop-ks", default="10,100,1000", help="K values at which the one-particle loop is also timed")
-    p.add_argument("--memory-ks", default="1000,10000,100000", help="K values of the one-document peak-memory runs")
+    p.add_argument(
+        "--loop-ks", default="10,100,1000", help="K values at which the one-particle loop is also timed"
+    )
+    p.add_argument(
+        "--memory-ks", default="1000,10000,100000", help="K values of the one-document peak-memory runs"
+    )
     p.add_argument("--device", default="cpu")
-    p.add_argument("--limit-k", type=int, default=1000, help="K of the distance-to-the-limit row (needs a model arithmetic)")
-    p.add_argument("--dtype", default=None, help="network precision (e.g. bfloat16); log weights stay float64")
+    p.add_argument(
+        "--limit-k",
+        type=int,
+        default=1000,
+        help="K of the distance-to-the-limit row (needs a model arithmetic)",
+    )
+    p.add_argument(
+        "--dtype", default=None, help="network precision (e.g. bfloat16); log weights stay float64"
+    )
     args = p.parse_args(argv)
     dtype = getattr(torch, args.dtype) if args.dtype else None
     model, _ = load_model(args.model, args.pretrained, device=args.device, dtype=dtype)
@@ -115,9 +136,11 @@ def main(argv=None, default_model="hmm", arithmetic=None):
     batched_seconds(model, xs[:1], docs[:1], 2, args.device)  # warm-up
     cuda = args.device.startswith("cuda")
     where = torch.cuda.get_device_name(args.device) if cuda else (platform.processor() or platform.machine())
-    print(f"# {args.model} {args.dtype or 'float32'} on {args.device} ({where}, torch {torch.__version__},"
-          f" {torch.get_num_threads()} threads), {len(docs)} documents, {tokens} tokens, {date.today()},"
-          f" load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"# {args.model} {args.dtype or 'float32'} on {args.device} ({where}, torch {torch.__version__},"
+        f" {torch.get_num_threads()} threads), {len(docs)} documents, {tokens} tokens, {date.today()},"
+        f" load average {os.getloadavg()[0]:.2f}"
+    )
     print("| K | batched s | particles·tokens/s | one-particle loop s | speed-up |")
     print("|---|---|---|---|---|")
     cost = {}
@@ -126,23 +149,34 @@ def main(argv=None, default_model="hmm", arithmetic=None):
         cost[k] = t
         loop = one_particle_seconds(model, xs, docs, k, args.device) if k in loop_ks else None
         speed = f"{loop / t:.1f}x" if loop else "-"
-        print(f"| {k} | {t:.3f} | {k * tokens / t:,.0f} | {f'{loop:.3f}' if loop else '-'} | {speed} |", flush=True)
+        print(
+            f"| {k} | {t:.3f} | {k * tokens / t:,.0f} | {f'{loop:.3f}' if loop else '-'} | {speed} |",
+            flush=True,
+        )
     if 1 in cost and 1000 in cost:
         print(f"\ncost(K=1000) / cost(K=1) = {cost[1000] / cost[1]:.1f}")
     if arithmetic is not None and args.limit_k:
         k = args.limit_k
         ours = cost[k] if k in cost else batched_seconds(model, xs, docs, k, args.device)
-        print("\nDistance to the limit (reference = the same arithmetic as plain einsums, bench/limit.py, same run):\n")
-        print("| K | ours particles·tokens/s | reference particles·tokens/s | ours s | reference s | ours / reference |")
+        print(
+            "\nDistance to the limit (reference = the same arithmetic as plain einsums, bench/limit.py, same run):\n"
+        )
+        print(
+            "| K | ours particles·tokens/s | reference particles·tokens/s | ours s | reference s | ours / reference |"
+        )
         print("|---|---|---|---|---|---|")
         print(limit_row(model, xs, docs, k, args.device, arithmetic, ours), flush=True)
     longest = max(docs, key=lambda d: len(d))
-    for k in (int(k) for k in args.memory_ks.split(",") if k):  # bounded memory: flat in K (fresh process each)
+    for k in (
+        int(k) for k in args.memory_ks.split(",") if k
+    ):  # bounded memory: flat in K (fresh process each)
         mem = peak_memory_child(args.model, args.pretrained, longest, k, args.device, args.dtype)
-        print(f"K = {k:,} on one {len(model.tokenize(longest))}-token document: {mem['seconds']:.1f} s, "
-              f"peak RSS {mem['rss_mib']:.0f} MiB (after loading: {mem['rss_before_mib']:.0f} MiB)"
-              + (f", CUDA peak {mem['cuda_peak_mib']:.0f} MiB" if mem["cuda_peak_mib"] is not None else ""),
-              flush=True)
+        print(
+            f"K = {k:,} on one {len(model.tokenize(longest))}-token document: {mem['seconds']:.1f} s, "
+            f"peak RSS {mem['rss_mib']:.0f} MiB (after loading: {mem['rss_before_mib']:.0f} MiB)"
+            + (f", CUDA peak {mem['cuda_peak_mib']:.0f} MiB" if mem["cuda_peak_mib"] is not None else ""),
+            flush=True,
+        )
     print(f"(load average at the end: {os.getloadavg()[0]:.2f})")
 
 

@@ -26,5 +26,7 @@ if __name__ == "__main__":
             x = model.tokenize(s)
             total += exact_log_marginal(model, x)
             tokens += x.numel()
-    print(f"exact PPL (enumeration, count_eos={model.count_eos}): {math.exp(-total / tokens):.4f} over "
-          f"{len(sentences)} sentences, {tokens} tokens ({time.perf_counter() - start:.0f} s)")
+    print(
+        f"exact PPL (enumeration, count_eos={model.count_eos}): {math.exp(-total / tokens):.4f} over "
+        f"{len(sentences)} sentences, {tokens} tokens ({time.perf_counter() - start:.0f} s)"
+    )

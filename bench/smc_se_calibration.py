@@ -27,12 +27,28 @@ from lm_latent_eval.reports.sweep import read_documents
 
 def row(name, model, text, log_p, k, peek, seeds):
     x = model.tokenize(text)
-    runs = [smc_log_weights(model, x, num_samples=k, temperature=1.0, peek=peek, seed=s, document=text, resample_threshold=0.5, smc_runs=1)[1] for s in range(seeds)]
+    runs = [
+        smc_log_weights(
+            model,
+            x,
+            num_samples=k,
+            temperature=1.0,
+            peek=peek,
+            seed=s,
+            document=text,
+            resample_threshold=0.5,
+            smc_runs=1,
+        )[1]
+        for s in range(seeds)
+    ]
     ratio = np.exp(np.array([d["log_likelihood"] for d in runs]) - log_p)
     estimate = np.mean([d["log_likelihood_se"] ** 2 for d in runs])
     steps = np.mean([d["resampling_steps"] for d in runs])
-    print(f"| {name} | {x.numel()} | {'peek' if peek else 'no peek'} | {k} | {ratio.var(ddof=1):.4f} | {estimate:.4f} "
-          f"| {estimate / ratio.var(ddof=1):.2f} | {ratio.mean():.3f} | {steps:.2f} |", flush=True)
+    print(
+        f"| {name} | {x.numel()} | {'peek' if peek else 'no peek'} | {k} | {ratio.var(ddof=1):.4f} | {estimate:.4f} "
+        f"| {estimate / ratio.var(ddof=1):.2f} | {ratio.mean():.3f} | {steps:.2f} |",
+        flush=True,
+    )
 
 
 def main(argv=None):
@@ -41,14 +57,24 @@ def main(argv=None):
     p.add_argument("--k", type=int, default=20)
     args = p.parse_args(argv)
     print(f"# {args.seeds} seeds, resample_threshold 0.5, one run; load average {os.getloadavg()[0]:.2f}")
-    print("| case | tokens | proposal | K | Var(p̂/p) over seeds | mean Lee-Whiteley estimate | ratio | mean p̂/p | "
-          "resampling steps |")
+    print(
+        "| case | tokens | proposal | K | Var(p̂/p) over seeds | mean Lee-Whiteley estimate | ratio | mean p̂/p | "
+        "resampling steps |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     hmm, _ = load_model("hmm")
     docs = read_documents(DATA_DIR / "corpus" / "tiny_test.jsonl")
     for n in (0, 3, 7):
         for peek in (True, False):
-            row(f"HMM document {n}", hmm, docs[n], hmm.log_marginal(hmm.tokenize(docs[n])), 100, peek, args.seeds)
+            row(
+                f"HMM document {n}",
+                hmm,
+                docs[n],
+                hmm.log_marginal(hmm.tokenize(docs[n])),
+                100,
+                peek,
+                args.seeds,
+            )
     cases = {case.name: case for case in CASES}
     for name, case in (("kglm", cases["kglm-q-features"]), ("entitynlm", cases["entitynlm"])):
         model = case.build()

@@ -8,12 +8,27 @@ import sys
 
 # subcommand -> (module, one-line help)
 COMMANDS = {
-    "sweep": ("lm_latent_eval.reports.sweep", "IS / beam table over temperatures x peeking x aggregation, K-convergence plot"),
-    "report": ("lm_latent_eval.reports.card", "estimate cards (Markdown, JSON, PNG) from an lm-eval output folder"),
-    "compare": ("lm_latent_eval.reports.compare", "two runs over the same documents side by side, with a paired test"),
+    "sweep": (
+        "lm_latent_eval.reports.sweep",
+        "IS / beam table over temperatures x peeking x aggregation, K-convergence plot",
+    ),
+    "report": (
+        "lm_latent_eval.reports.card",
+        "estimate cards (Markdown, JSON, PNG) from an lm-eval output folder",
+    ),
+    "compare": (
+        "lm_latent_eval.reports.compare",
+        "two runs over the same documents side by side, with a paired test",
+    ),
     "train": ("lm_latent_eval.models.training", "train one of our latent LMs and save it in the Hub layout"),
-    "distortion": ("lm_latent_eval.distortion.pipeline", "distortion-error curves of a model against a reference LM"),
-    "tasks-path": ("lm_latent_eval.cli", "print the folder of the bundled lm-eval tasks (for --include_path)"),
+    "distortion": (
+        "lm_latent_eval.distortion.pipeline",
+        "distortion-error curves of a model against a reference LM",
+    ),
+    "tasks-path": (
+        "lm_latent_eval.cli",
+        "print the folder of the bundled lm-eval tasks (for --include_path)",
+    ),
     "metrics-path": ("lm_latent_eval.cli", "print the folder of the bundled evaluate metrics"),
 }
 

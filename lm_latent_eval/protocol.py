@@ -76,7 +76,9 @@ class StepwiseLatentLM(Protocol):
     (a CPU LongTensor [K]). The state is opaque to the estimator.
     """
 
-    def smc_init(self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True) -> Any:
+    def smc_init(
+        self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True
+    ) -> Any:
         """State of K particles with empty histories for the text x [T]."""
         ...
 
@@ -97,8 +99,11 @@ def is_latent_lm(obj: Any) -> bool:
     """Whether ``obj`` has the contract's ``proposal``, ``tokenize`` and ``log_joint``. Use this, not
     ``isinstance(obj, LatentLM)``: from Python 3.12 that check misses attributes an nn.Module keeps in ``_modules``,
     such as its proposal."""
-    return (hasattr(obj, "proposal") and callable(getattr(obj, "tokenize", None))
-            and callable(getattr(obj, "log_joint", None)))
+    return (
+        hasattr(obj, "proposal")
+        and callable(getattr(obj, "tokenize", None))
+        and callable(getattr(obj, "log_joint", None))
+    )
 
 
 def is_prefix_probability(model: Any) -> bool | None:
@@ -147,7 +152,9 @@ def num_particles(z: Latents) -> int:
         raise TypeError(f"latent configurations must contain at least one tensor, got {type(z).__name__}")
     sizes = {int(t.shape[0]) if t.dim() else -1 for t in leaves}
     if len(sizes) != 1 or -1 in sizes:
-        raise ValueError(f"every tensor in z must share the leading particle dimension K; got sizes {sorted(sizes)}")
+        raise ValueError(
+            f"every tensor in z must share the leading particle dimension K; got sizes {sorted(sizes)}"
+        )
     return sizes.pop()
 
 

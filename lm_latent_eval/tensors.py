@@ -11,7 +11,9 @@ from collections.abc import Sequence
 import torch
 
 
-def inverse_cdf(weights: torch.Tensor | None, u: torch.Tensor, cumulative: torch.Tensor | None = None) -> torch.Tensor:
+def inverse_cdf(
+    weights: torch.Tensor | None, u: torch.Tensor, cumulative: torch.Tensor | None = None
+) -> torch.Tensor:
     """The inverse-CDF draw i = min{i : Σ_{j≤i} w_j > u · Σ_j w_j} of each row of weights, one uniform u per row.
 
     weights: w ≥ 0, [..., n], unnormalised, in the dtype the caller chose for the cumulative sum. u: [...] in [0, 1)

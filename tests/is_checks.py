@@ -22,13 +22,24 @@ def exact_is_standard_error(log_joint, log_q, log_p: float, k: int) -> float:
     return math.sqrt(max(0.0, math.expm1(float(torch.logsumexp(2 * log_joint - log_q, 0)) - 2 * log_p)) / k)
 
 
-def assert_is_unbiased_on(model, text: str, log_p: float, k: int = 4, runs: int = 300, peek: bool = False) -> None:
+def assert_is_unbiased_on(
+    model, text: str, log_p: float, k: int = 4, runs: int = 300, peek: bool = False
+) -> None:
     """``runs`` independent IS estimates with K = ``k`` of ``text`` (seeds 0..runs-1) pass ``assert_unbiased``."""
     from lm_latent_eval.estimators import importance_log_weights, log_mean_exp
 
     x = model.tokenize(text)
-    assert_unbiased([log_mean_exp(importance_log_weights(model, x, num_samples=k, temperature=1.0, peek=peek, seed=s, document=text))
-                     for s in range(runs)], log_p)
+    assert_unbiased(
+        [
+            log_mean_exp(
+                importance_log_weights(
+                    model, x, num_samples=k, temperature=1.0, peek=peek, seed=s, document=text
+                )
+            )
+            for s in range(runs)
+        ],
+        log_p,
+    )
 
 
 @torch.no_grad()
@@ -52,6 +63,9 @@ def assert_frequencies_match(counts, probs, min_expected: float = 5.0, min_pvalu
     big = expected >= min_expected
     observed, expected = counts[big], expected[big]
     if (~big).any():
-        observed, expected = np.append(observed, counts[~big].sum()), np.append(expected, probs[~big].sum() * counts.sum())
+        observed, expected = (
+            np.append(observed, counts[~big].sum()),
+            np.append(expected, probs[~big].sum() * counts.sum()),
+        )
     expected *= observed.sum() / expected.sum()
     assert chisquare(observed, expected).pvalue > min_pvalue

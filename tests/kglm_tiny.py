@@ -22,7 +22,17 @@ def tiny_kglm(seed: int = 0, cutoff: int = 2, proposal_features: bool = False) -
     ``proposal_features``: q also has its own no-peeking heads and the peeking alias-match features."""
     torch.manual_seed(seed)
     vocab = build_vocabulary([["Ada", "was", "born", "in", "the", "city", "King"]])
-    model = KGLM(vocab, tiny_graph(), token_dim=8, entity_dim=6, hidden_size=10, num_layers=2, cutoff=cutoff,
-                 unk_penalty=1.0, chunk_size=2, proposal_nopeek_heads=proposal_features,
-                 proposal_alias_features=proposal_features)
+    model = KGLM(
+        vocab,
+        tiny_graph(),
+        token_dim=8,
+        entity_dim=6,
+        hidden_size=10,
+        num_layers=2,
+        cutoff=cutoff,
+        unk_penalty=1.0,
+        chunk_size=2,
+        proposal_nopeek_heads=proposal_features,
+        proposal_alias_features=proposal_features,
+    )
     return randomize_weights(model, std=0.5)

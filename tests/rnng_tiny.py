@@ -13,8 +13,14 @@ TEXT = "the dog saw a cat with a cat"  # 8 words: 429 trees
 def tiny_rnng(seed: int = 0, count_eos: bool = True, num_layers: int = 2) -> RNNG:
     """Random weights (std 0.4 for p, 0.2 for q) so that every factor matters; p and q are unrelated."""
     torch.manual_seed(seed)
-    model = RNNG(build_vocabulary([WORDS]), dim=6, hidden_size=6, num_layers=num_layers, count_eos=count_eos,
-                 proposal_hidden_size=5)
+    model = RNNG(
+        build_vocabulary([WORDS]),
+        dim=6,
+        hidden_size=6,
+        num_layers=num_layers,
+        count_eos=count_eos,
+        proposal_hidden_size=5,
+    )
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.normal_(0, 0.2 if name.startswith("proposal.") else 0.4)

@@ -12,7 +12,9 @@ def brute_force(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """min{i : Σ_{j≤i} w_j > u · Σ_j w_j}, row by row, by a Python scan of the cumulative sums (in weights' dtype)."""
     cdf = weights.cumsum(-1)
     targets = (u * cdf[:, -1]).tolist()
-    return torch.tensor([next(i for i, c in enumerate(row) if c > v) for row, v in zip(cdf.tolist(), targets)])
+    return torch.tensor(
+        [next(i for i, c in enumerate(row) if c > v) for row, v in zip(cdf.tolist(), targets)]
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

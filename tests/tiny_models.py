@@ -4,7 +4,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-WORDS = ["the", "a", "cat", "dog", "sat", "ran", "on", "under", "mat", "log", "and", "quickly", "slowly", ".", ","]
+WORDS = [
+    "the",
+    "a",
+    "cat",
+    "dog",
+    "sat",
+    "ran",
+    "on",
+    "under",
+    "mat",
+    "log",
+    "and",
+    "quickly",
+    "slowly",
+    ".",
+    ",",
+]
 
 
 def make_tiny_gpt2(
@@ -31,11 +47,23 @@ def make_tiny_gpt2(
     vocab = {w: i for i, w in enumerate(dict.fromkeys(["<unk>", bos, eos, *([pad] if pad else []), *words]))}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace() if split_punctuation else pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token=bos, eos_token=eos,
-                                   **({"pad_token": pad} if pad else {}))
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="<unk>",
+        bos_token=bos,
+        eos_token=eos,
+        **({"pad_token": pad} if pad else {}),
+    )
     torch.manual_seed(seed)
-    config = GPT2Config(vocab_size=len(vocab), n_positions=n_positions, n_embd=n_embd, n_layer=n_layer,
-                        n_head=n_head, bos_token_id=vocab[bos], eos_token_id=vocab[eos])
+    config = GPT2Config(
+        vocab_size=len(vocab),
+        n_positions=n_positions,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=n_head,
+        bos_token_id=vocab[bos],
+        eos_token_id=vocab[eos],
+    )
     model = GPT2LMHeadModel(config)
     with torch.no_grad():
         model.transformer.ln_f.weight.mul_(sharpness)
@@ -45,8 +73,12 @@ def make_tiny_gpt2(
 
 
 BPE_CORPUS = [
-    "the cat sat on the mat.", "the dog ran under the log.", "a cat and a dog sat quickly.",
-    "the mat and the log.", "slowly the dog sat on a mat, and the cat ran.", "théo ran to the café.",
+    "the cat sat on the mat.",
+    "the dog ran under the log.",
+    "a cat and a dog sat quickly.",
+    "the mat and the log.",
+    "slowly the dog sat on a mat, and the cat ran.",
+    "théo ran to the café.",
 ]
 
 

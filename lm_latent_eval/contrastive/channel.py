@@ -57,7 +57,11 @@ def split_sentences(text: str) -> list[str]:
 
 def check_level(level: float) -> float:
     """A distortion level d must be a number in [0, 1]."""
-    if isinstance(level, bool) or not isinstance(level, (int, float, np.floating)) or not 0.0 <= float(level) <= 1.0:
+    if (
+        isinstance(level, bool)
+        or not isinstance(level, (int, float, np.floating))
+        or not 0.0 <= float(level) <= 1.0
+    ):
         raise ValueError(f"distortion level must be a number in [0, 1], got {level!r}")
     return float(level)
 
@@ -108,9 +112,7 @@ def distort(
     if isinstance(texts, str):
         raise TypeError("distort expects a list of sentences, got a single string")
     vocab = list(vocabulary) if vocabulary is not None else corpus_vocabulary(texts)
-    return [
-        distort_words(t.split(), level, vocab, sentence_rng(t, level, seed, repeat)).text for t in texts
-    ]
+    return [distort_words(t.split(), level, vocab, sentence_rng(t, level, seed, repeat)).text for t in texts]
 
 
 def distortion_set(

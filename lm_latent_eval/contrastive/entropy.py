@@ -35,7 +35,9 @@ def _as_scores(scores, what: str) -> np.ndarray:
         raise ValueError(f"{what}: expected one score per sentence (1-d), got shape {s.shape}")
     bad = np.flatnonzero(~np.isfinite(s))
     if bad.size:
-        raise ValueError(f"{what}: sentence {int(bad[0])} has a non-finite score {s[bad[0]]} ({bad.size} in all)")
+        raise ValueError(
+            f"{what}: sentence {int(bad[0])} has a non-finite score {s[bad[0]]} ({bad.size} in all)"
+        )
     return s
 
 
@@ -46,14 +48,18 @@ def num_units(texts: Sequence[str], unit: str = "word") -> int:
     return len(texts) if unit == "sentence" else sum(len(t.split()) for t in texts)
 
 
-def contrastive_entropy(original_scores: Sequence[float], distorted_scores: Sequence[float], num_units: int) -> float:
+def contrastive_entropy(
+    original_scores: Sequence[float], distorted_scores: Sequence[float], num_units: int
+) -> float:
     """H_C = (Σ_s log p̃(t_s) − Σ_s log p̃(t_s^d)) / N for S paired sentence scores ([S] and [S])."""
     orig = _as_scores(original_scores, "original scores")
     dist = _as_scores(distorted_scores, "distorted scores")
     if orig.shape != dist.shape:
         raise ValueError(f"got {orig.size} original but {dist.size} distorted sentence scores")
     if isinstance(num_units, bool) or int(num_units) != num_units or num_units <= 0:
-        raise ValueError(f"the number of words (or sentences) N must be a positive integer, got {num_units!r}")
+        raise ValueError(
+            f"the number of words (or sentences) N must be a positive integer, got {num_units!r}"
+        )
     return float((orig.sum() - dist.sum()) / num_units)
 
 
@@ -129,7 +135,9 @@ def report_from_sentence_scores(
     levels = [check_level(d) for d in levels]
     s = len(original_scores)
     if len(distorted_scores) != s or len(num_words) != s:
-        raise ValueError(f"got {s} original scores, {len(distorted_scores)} distorted rows and {len(num_words)} word counts")
+        raise ValueError(
+            f"got {s} original scores, {len(distorted_scores)} distorted rows and {len(num_words)} word counts"
+        )
     if unit not in UNITS:
         raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
     counts = set()
@@ -142,7 +150,9 @@ def report_from_sentence_scores(
             )
         counts.add(per_level[0])
     if len(counts) != 1:
-        raise ValueError(f"every sentence needs the same number of distortions per level, got {sorted(counts)}")
+        raise ValueError(
+            f"every sentence needs the same number of distortions per level, got {sorted(counts)}"
+        )
     if any(isinstance(n, bool) or int(n) != n or n < 0 for n in num_words):
         raise ValueError("word counts must be non-negative integers")
     grid = np.asarray(distorted_scores, dtype=np.float64)  # [S, L, R]
@@ -183,7 +193,9 @@ def contrastive_entropy_from_scorer(
     return report
 
 
-def causal_lm_scorer(model_name_or_path: str, device: str = "cpu", batch_size: int = 16, **from_pretrained_kwargs) -> Scorer:
+def causal_lm_scorer(
+    model_name_or_path: str, device: str = "cpu", batch_size: int = 16, **from_pretrained_kwargs
+) -> Scorer:
     """A scorer log p(text | BOS) = Σ_t log p(y_t | BOS, y_<t) from a transformers causal LM (local path or Hub id).
 
     The prefix is the tokenizer's BOS token (EOS when there is none), as lm-eval's ``hf`` backend does for an empty
@@ -193,11 +205,17 @@ def causal_lm_scorer(model_name_or_path: str, device: str = "cpu", batch_size: i
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
-    model = AutoModelForCausalLM.from_pretrained(model_name_or_path, **from_pretrained_kwargs).to(device).eval()
+    model = (
+        AutoModelForCausalLM.from_pretrained(model_name_or_path, **from_pretrained_kwargs).to(device).eval()
+    )
     prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
     if prefix is None:
-        raise ValueError(f"{model_name_or_path}: the tokenizer has neither a BOS nor an EOS token to condition on")
-    max_len = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+        raise ValueError(
+            f"{model_name_or_path}: the tokenizer has neither a BOS nor an EOS token to condition on"
+        )
+    max_len = getattr(model.config, "max_position_embeddings", None) or getattr(
+        model.config, "n_positions", None
+    )
 
     @torch.no_grad()
     def score(texts: list[str]) -> list[float]:
@@ -207,7 +225,9 @@ def causal_lm_scorer(model_name_or_path: str, device: str = "cpu", batch_size: i
             ids = [[prefix] + tokenizer(t, add_special_tokens=False)["input_ids"] for t in batch]
             for t, row in zip(batch, ids):
                 if max_len is not None and len(row) > max_len:
-                    raise ValueError(f"sentence {t[:60]!r} has {len(row)} tokens with BOS, over the model's {max_len}")
+                    raise ValueError(
+                        f"sentence {t[:60]!r} has {len(row)} tokens with BOS, over the model's {max_len}"
+                    )
             width = max(len(r) for r in ids)
             input_ids = torch.full((len(ids), width), prefix, dtype=torch.long)
             mask = torch.zeros((len(ids), width), dtype=torch.long)
@@ -215,7 +235,9 @@ def causal_lm_scorer(model_name_or_path: str, device: str = "cpu", batch_size: i
                 input_ids[i, : len(row)] = torch.tensor(row)
                 mask[i, : len(row)] = 1
             logits = model(input_ids=input_ids.to(device), attention_mask=mask.to(device)).logits.double()
-            logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, input_ids[:, 1:, None].to(device))[..., 0]
+            logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, input_ids[:, 1:, None].to(device))[
+                ..., 0
+            ]
             out.extend((logp * mask[:, 1:].to(device)).sum(-1).cpu().tolist())
         return out
 
@@ -246,7 +268,9 @@ def latent_lm_scorer(model, settings=None, device: str = "cpu", pretrained: str 
     return score
 
 
-def make_scorer(model, settings=None, device: str = "cpu", pretrained: str | None = None, batch_size: int = 16) -> Scorer:
+def make_scorer(
+    model, settings=None, device: str = "cpu", pretrained: str | None = None, batch_size: int = 16
+) -> Scorer:
     """A scorer from a callable, a latent LM instance, one of our model names / ``pkg.mod:Cls``, or a causal LM path/Hub id."""
     from ..models import MODELS
     from ..protocol import is_latent_lm
@@ -259,4 +283,6 @@ def make_scorer(model, settings=None, device: str = "cpu", pretrained: str | Non
         return latent_lm_scorer(model, settings, device, pretrained)
     if isinstance(model, str):
         return causal_lm_scorer(model, device=device, batch_size=batch_size)
-    raise TypeError(f"cannot score with {type(model).__name__}: pass a model name, a path, a LatentLM or a callable")
+    raise TypeError(
+        f"cannot score with {type(model).__name__}: pass a model name, a path, a LatentLM or a callable"
+    )

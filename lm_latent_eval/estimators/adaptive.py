@@ -43,13 +43,22 @@ def _allocation(estimates: Sequence[DocumentEstimate], settings: EstimatorSettin
     """Samples per document for the next stage (the current count where a document needs no more)."""
     errors = [e.error() for e in estimates]
     sizes = [_num_samples(e) for e in estimates]
-    c = [err.relative_variance * k if err.trusted and math.isfinite(err.relative_variance) else math.nan
-         for err, k in zip(errors, sizes)]
+    c = [
+        err.relative_variance * k if err.trusted and math.isfinite(err.relative_variance) else math.nan
+        for err, k in zip(errors, sizes)
+    ]
     tokens = [e.num_tokens for e in estimates]
     v = [e.relative_variance for e in errors if e.trusted and math.isfinite(e.relative_variance)]
-    totals = all_reduce([float(sum(tokens)), float(sum(t > 0 for t in tokens)),
-                         sum(math.sqrt(ci * t) for ci, t in zip(c, tokens) if ci == ci), sum(v),
-                         sum(x**1.5 for x in v), float(sum(not e.trusted for e in errors))])
+    totals = all_reduce(
+        [
+            float(sum(tokens)),
+            float(sum(t > 0 for t in tokens)),
+            sum(math.sqrt(ci * t) for ci, t in zip(c, tokens) if not math.isnan(ci)),
+            sum(v),
+            sum(x**1.5 for x in v),
+            float(sum(not e.trusted for e in errors)),
+        ]
+    )
     total_tokens, documents, neyman, sum_v, sum_v15, untrusted = (_round(x) for x in totals)
     if total_tokens == 0:
         return sizes
@@ -62,7 +71,7 @@ def _allocation(estimates: Sequence[DocumentEstimate], settings: EstimatorSettin
     for ci, t, k, err in zip(c, tokens, sizes, errors):
         if t == 0 or (err.trusted and err.relative_variance == 0):
             out.append(k)
-        elif ci != ci:  # v̂ cannot be trusted: more samples are the only remedy
+        elif math.isnan(ci):  # v̂ cannot be trusted: more samples are the only remedy
             out.append(min(2 * k, settings.sample_budget))
         else:
             wanted = max(math.sqrt(ci / t) * neyman / budget_v, ci / v_max)
@@ -96,8 +105,10 @@ def estimate_corpus(
     estimate = estimate or (lambda text, s, stage: estimate_document(model, text, s, device, stage=stage))
     all_reduce = all_reduce or (lambda values: values)
     unique = list(dict.fromkeys(texts))
-    current = {t: estimate(t, settings, 0) for t in tqdm(unique, desc=f"{settings.estimator} log p(x)",
-                                                         disable=not progress)}
+    current = {
+        t: estimate(t, settings, 0)
+        for t in tqdm(unique, desc=f"{settings.estimator} log p(x)", disable=not progress)
+    }
     if not settings.adaptive:
         return current
     stages = {t: [e.log_likelihood] for t, e in current.items()}
@@ -106,8 +117,11 @@ def estimate_corpus(
         grow = [t for t in unique if wanted[t] > _num_samples(current[t])]
         if not all_reduce([float(len(grow))])[0]:
             break
-        for t in tqdm(unique, desc=f"precision target, stage {stage}: {len(grow)} documents need more samples",
-                      disable=not progress):
+        for t in tqdm(
+            unique,
+            desc=f"precision target, stage {stage}: {len(grow)} documents need more samples",
+            disable=not progress,
+        ):
             current[t] = estimate(t, _settings_for(settings, wanted[t]), stage)
             stages[t].append(current[t].log_likelihood)
     return {t: dataclasses.replace(e, stage_log_likelihoods=stages[t]) for t, e in current.items()}

@@ -17,7 +17,9 @@ def as_log_weights(log_weights, doc: str = "document") -> np.ndarray:
     if np.isnan(lw).any():
         raise ValueError(f"{doc}: {int(np.isnan(lw).sum())} of {lw.size} log weights are NaN")
     if np.isposinf(lw).any():
-        raise ValueError(f"{doc}: {int(np.isposinf(lw).sum())} log weights are +inf (log q = -inf for a drawn sample?)")
+        raise ValueError(
+            f"{doc}: {int(np.isposinf(lw).sum())} log weights are +inf (log q = -inf for a drawn sample?)"
+        )
     if np.isneginf(lw).all():
         raise ValueError(
             f"{doc}: every one of the {lw.size} samples has weight 0 (p(x, z) = 0): "
@@ -83,6 +85,8 @@ def perplexity(log_likelihoods: Sequence[float], num_tokens: Sequence[int]) -> f
         raise ValueError(f"expected one log likelihood per document (1-d), got shape {ll.shape}")
     bad = np.flatnonzero(np.isnan(ll) | np.isposinf(ll))
     if bad.size:
-        raise ValueError(f"document {int(bad[0])}: log likelihood {ll[bad[0]]} is not a valid log probability")
+        raise ValueError(
+            f"document {int(bad[0])}: log likelihood {ll[bad[0]]} is not a valid log probability"
+        )
     total = total_tokens(num_tokens, ll.size)
     return math.exp(-float(ll.sum()) / total)

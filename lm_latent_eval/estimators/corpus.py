@@ -68,7 +68,9 @@ def corpus_estimator(estimates: Sequence[DocumentEstimate]) -> str:
     """The one estimator that made every document's estimate; a clear error for a mixture."""
     names = {e.estimator for e in estimates}
     if len(names) != 1:
-        raise ValueError(f"the documents' estimates come from different estimators {sorted(names)}; rerun them alike")
+        raise ValueError(
+            f"the documents' estimates come from different estimators {sorted(names)}; rerun them alike"
+        )
     return names.pop()
 
 
@@ -77,15 +79,20 @@ def corpus_log_likelihood_estimate(estimates: Sequence[DocumentEstimate]) -> flo
     run r; both need the same samples for every document (None otherwise, e.g. after a precision target)."""
     name = corpus_estimator(estimates)
     if name == "smc" and len({tuple(e.diagnostics.run_sizes) for e in estimates}) == 1:
-        return runs_corpus_log_likelihood([e.diagnostics.run_log_likelihoods for e in estimates],
-                                          [e.diagnostics.run_sizes for e in estimates])
+        return runs_corpus_log_likelihood(
+            [e.diagnostics.run_log_likelihoods for e in estimates],
+            [e.diagnostics.run_sizes for e in estimates],
+        )
     if name == "is" and len({e.log_weights.size for e in estimates}) == 1:
         return corpus_log_likelihood([e.log_weights for e in estimates])
-    return None  # exact or beam (their corpus estimate is the instance level), or unequal K (precision target)
+    return (
+        None  # exact or beam (their corpus estimate is the instance level), or unequal K (precision target)
+    )
 
 
-def certified_log_likelihood(estimates: Sequence[DocumentEstimate], level: float = LEVEL,
-                             keys: Sequence | None = None) -> float:
+def certified_log_likelihood(
+    estimates: Sequence[DocumentEstimate], level: float = LEVEL, keys: Sequence | None = None
+) -> float:
     """L with P(Σ_n log p(x_n) < L) ≤ 1 − level (``intervals.certified_lower_bound``). Under a precision target every
     stage s estimated every document afresh, so each stage's product of p̂ is unbiased given the stages before; L is
     the best stage's bound at δ / MAX_STAGES, which holds with probability ≥ 1 − δ by the union bound."""
@@ -95,11 +102,14 @@ def certified_log_likelihood(estimates: Sequence[DocumentEstimate], level: float
     from .adaptive import MAX_STAGES
 
     stage_level = 1.0 - (1.0 - level) / MAX_STAGES
-    return max(certified_lower_bound([s[i] for s in stages], stage_level, keys) for i in range(min(map(len, stages))))
+    return max(
+        certified_lower_bound([s[i] for s in stages], stage_level, keys) for i in range(min(map(len, stages)))
+    )
 
 
-def corpus_estimate(estimates: Sequence[DocumentEstimate], level: float = LEVEL, keys: Sequence | None = None
-                    ) -> CorpusEstimate:
+def corpus_estimate(
+    estimates: Sequence[DocumentEstimate], level: float = LEVEL, keys: Sequence | None = None
+) -> CorpusEstimate:
     """The corpus figures of N document estimates (``keys``: one per document, equal for repeated texts)."""
     if not estimates:
         raise ValueError("no documents")
@@ -113,11 +123,33 @@ def corpus_estimate(estimates: Sequence[DocumentEstimate], level: float = LEVEL,
     instance = math.exp(-ll.sum() / total)
     corpus_ll = corpus_log_likelihood_estimate(estimates)
     if name in ("exact", "beam"):  # deterministic: no Monte Carlo error, the figure is its own bound
-        interval = Interval(ll.sum(), ll.sum(), ll.sum(), 0.0, 0.0, 0.0, level) if name == "exact" else Interval(
-            ll.sum(), math.inf, math.nan, math.nan, math.nan, math.nan, level,
-            "a beam sum is a lower bound on S with certainty (the perplexity is at most the beam figure)")
-        return CorpusEstimate(name, len(estimates), total, instance, None, instance, interval, instance, None,
-                              0.0 if name == "exact" else math.nan, _sampling_se(ll, tokens) * instance)
+        interval = (
+            Interval(ll.sum(), ll.sum(), ll.sum(), 0.0, 0.0, 0.0, level)
+            if name == "exact"
+            else Interval(
+                ll.sum(),
+                math.inf,
+                math.nan,
+                math.nan,
+                math.nan,
+                math.nan,
+                level,
+                "a beam sum is a lower bound on S with certainty (the perplexity is at most the beam figure)",
+            )
+        )
+        return CorpusEstimate(
+            name,
+            len(estimates),
+            total,
+            instance,
+            None,
+            instance,
+            interval,
+            instance,
+            None,
+            0.0 if name == "exact" else math.nan,
+            _sampling_se(ll, tokens) * instance,
+        )
     lower = certified_log_likelihood(estimates, level, keys)
     interval = log_likelihood_interval([e.error() for e in estimates], level, keys, lower)
     centre = interval.centre if interval.two_sided else ll.sum()
@@ -125,8 +157,15 @@ def corpus_estimate(estimates: Sequence[DocumentEstimate], level: float = LEVEL,
     bound = math.exp(-lower / total)
     corpus_bound = None if corpus_ll is None else math.exp(-(corpus_ll + math.log(1.0 - level)) / total)
     return CorpusEstimate(
-        name, len(estimates), total, instance, None if corpus_ll is None else math.exp(-corpus_ll / total),
-        perplexity, interval, bound, corpus_bound,
+        name,
+        len(estimates),
+        total,
+        instance,
+        None if corpus_ll is None else math.exp(-corpus_ll / total),
+        perplexity,
+        interval,
+        bound,
+        corpus_bound,
         perplexity * interval.standard_error / total if interval.two_sided else math.nan,
         perplexity * _sampling_se(ll, tokens),
     )
@@ -139,7 +178,11 @@ def pareto_k_shares(estimates: Sequence[DocumentEstimate]) -> tuple[int, int, in
 
     weights = [e.importance_weights for e in estimates if e.importance_weights is not None]
     khat = [(pareto_khat(lw), pareto_k_threshold(lw.size)) for lw in weights]
-    return sum(k >= t for k, t in khat if k == k), sum(k != k for k, _ in khat), len(weights)
+    return (
+        sum(k >= t for k, t in khat if not math.isnan(k)),
+        sum(math.isnan(k) for k, _ in khat),
+        len(weights),
+    )
 
 
 def reliability_warning(estimates: Sequence[DocumentEstimate], advice: Sequence[str]) -> str | None:
@@ -151,9 +194,15 @@ def reliability_warning(estimates: Sequence[DocumentEstimate], advice: Sequence[
     if corpus.interval.two_sided:
         return None
     above, undefined, n = pareto_k_shares(informative)
-    psis = (f" {above} of {n} documents ({above / n:.0%}) have Pareto k̂ at or above the threshold at their K and "
-            f"{undefined} ({undefined / n:.0%}) an undefined k̂." if n else "")
-    return (f"no two-sided interval of the perplexity is honest for these {len(informative)} documents: "
-            f"{corpus.interval.reason}.{psis} The perplexity {corpus.instance_perplexity:.4g} is an upper bound in "
-            f"expectation (log p̂ is biased low); with 95% certainty the true perplexity is at most "
-            f"{corpus.perplexity_upper_bound:.4g}. Try " + ", ".join(advice) + ".")
+    psis = (
+        f" {above} of {n} documents ({above / n:.0%}) have Pareto k̂ at or above the threshold at their K and "
+        f"{undefined} ({undefined / n:.0%}) an undefined k̂."
+        if n
+        else ""
+    )
+    return (
+        f"no two-sided interval of the perplexity is honest for these {len(informative)} documents: "
+        f"{corpus.interval.reason}.{psis} The perplexity {corpus.instance_perplexity:.4g} is an upper bound in "
+        f"expectation (log p̂ is biased low); with 95% certainty the true perplexity is at most "
+        f"{corpus.perplexity_upper_bound:.4g}. Try " + ", ".join(advice) + "."
+    )

@@ -104,8 +104,10 @@ def importance_error(log_weights: np.ndarray) -> DocumentError:
         return DocumentError(ll, 0.0, math.inf)
     khat, threshold = pareto_khat(lw), pareto_k_threshold(k)
     if math.isnan(khat):
-        reason = ("importance weights too concentrated to fit their tail (Pareto k̂ undefined), so their variance "
-                  "cannot be estimated from these samples")
+        reason = (
+            "importance weights too concentrated to fit their tail (Pareto k̂ undefined), so their variance "
+            "cannot be estimated from these samples"
+        )
     elif khat >= threshold:
         reason = f"heavy-tailed importance weights (Pareto k̂ ≥ {threshold:.2f}, the threshold at K = {k})"
     else:
@@ -118,9 +120,17 @@ def summarize(log_weights: np.ndarray) -> ISDiagnostics:
     lw = np.asarray(log_weights, dtype=np.float64)
     interval = log_likelihood_interval([importance_error(lw)])
     ks, curve = convergence_curve(lw)
-    return ISDiagnostics(int(lw.size), float(log_mean_exp(lw)), effective_sample_size(lw), pareto_khat(lw),
-                         pareto_k_threshold(lw.size), relative_variance(lw), [interval.lower, interval.upper],
-                         ks.tolist(), curve.tolist())
+    return ISDiagnostics(
+        int(lw.size),
+        float(log_mean_exp(lw)),
+        effective_sample_size(lw),
+        pareto_khat(lw),
+        pareto_k_threshold(lw.size),
+        relative_variance(lw),
+        [interval.lower, interval.upper],
+        ks.tolist(),
+        curve.tolist(),
+    )
 
 
 def corpus_convergence_curve(log_weights, num_tokens) -> dict:
@@ -134,8 +144,12 @@ def corpus_convergence_curve(log_weights, num_tokens) -> dict:
     equal_k = len({len(lw) for lw in log_weights}) == 1
     return {
         "num_samples": sizes,
-        "instance_perplexity": [instance_ppl([np.asarray(lw)[:k] for lw in log_weights], num_tokens) for k in sizes],
+        "instance_perplexity": [
+            instance_ppl([np.asarray(lw)[:k] for lw in log_weights], num_tokens) for k in sizes
+        ],
         "corpus_perplexity": (
-            [corpus_ppl([np.asarray(lw)[:k] for lw in log_weights], num_tokens) for k in sizes] if equal_k else None
+            [corpus_ppl([np.asarray(lw)[:k] for lw in log_weights], num_tokens) for k in sizes]
+            if equal_k
+            else None
         ),
     }

@@ -21,7 +21,9 @@ from .marginal import beam_log_marginal, exact_log_marginal
 from .settings import EstimatorSettings
 from .smc import SMCDiagnostics, empty_document_diagnostics, smc_log_weights
 
-MIN_RUN_SIZE = 16  # SMC runs smaller than this give no trusted error (as IS at K ≤ 10, where PSIS's threshold is 0)
+MIN_RUN_SIZE = (
+    16  # SMC runs smaller than this give no trusted error (as IS at K ≤ 10, where PSIS's threshold is 0)
+)
 
 
 @dataclass
@@ -56,16 +58,24 @@ class DocumentEstimate:
         plain = self.log_weights_without_unk_penalty()
         if plain is None:
             return None
-        return DocumentEstimate(self.document, self.num_tokens, float(log_mean_exp(plain)), self.estimator, plain)
+        return DocumentEstimate(
+            self.document, self.num_tokens, float(log_mean_exp(plain)), self.estimator, plain
+        )
 
     def to_json(self) -> dict:
         """A JSON-ready record (lists for arrays, the diagnostics as a dict); ``from_json`` reads it back."""
         return {
-            "document": self.document, "num_tokens": self.num_tokens, "log_likelihood": self.log_likelihood,
+            "document": self.document,
+            "num_tokens": self.num_tokens,
+            "log_likelihood": self.log_likelihood,
             "estimator": self.estimator,
-            "log_weights": None if self.log_weights is None else np.asarray(self.log_weights, np.float64).tolist(),
+            "log_weights": None
+            if self.log_weights is None
+            else np.asarray(self.log_weights, np.float64).tolist(),
             "diagnostics": None if self.diagnostics is None else dataclasses.asdict(self.diagnostics),
-            "unk_penalty": None if self.unk_penalty is None else np.asarray(self.unk_penalty, np.float64).tolist(),
+            "unk_penalty": None
+            if self.unk_penalty is None
+            else np.asarray(self.unk_penalty, np.float64).tolist(),
             "stage_log_likelihoods": self.stage_log_likelihoods,
         }
 
@@ -75,9 +85,13 @@ class DocumentEstimate:
         diag = record.get("diagnostics")
         diag_cls = {"is": ISDiagnostics, "smc": SMCDiagnostics}.get(record["estimator"])
         return cls(
-            str(record.get("document", "")), int(record["num_tokens"]), float(record["log_likelihood"]),
-            record["estimator"], _array(record.get("log_weights")),
-            None if diag is None or diag_cls is None else diag_cls(**diag), _array(record.get("unk_penalty")),
+            str(record.get("document", "")),
+            int(record["num_tokens"]),
+            float(record["log_likelihood"]),
+            record["estimator"],
+            _array(record.get("log_weights")),
+            None if diag is None or diag_cls is None else diag_cls(**diag),
+            _array(record.get("unk_penalty")),
             record.get("stage_log_likelihoods"),
         )
 
@@ -88,7 +102,9 @@ class DocumentEstimate:
         if self.num_tokens == 0 or self.estimator == "exact":
             return DocumentError(self.log_likelihood, 0.0, math.inf)
         if self.estimator == "beam":
-            return DocumentError(self.log_likelihood, math.nan, 0.0, "a beam sum is a lower bound, not an estimate")
+            return DocumentError(
+                self.log_likelihood, math.nan, 0.0, "a beam sum is a lower bound, not an estimate"
+            )
         if self.estimator == "smc":
             d = self.diagnostics
             reason = None
@@ -111,7 +127,12 @@ def _array(values) -> np.ndarray | None:
 
 
 def estimate_document(
-    model: LatentLM, text: str, settings: EstimatorSettings, device="cpu", diagnostics: bool = False, progress=None,
+    model: LatentLM,
+    text: str,
+    settings: EstimatorSettings,
+    device="cpu",
+    diagnostics: bool = False,
+    progress=None,
     stage: int = 0,
 ) -> DocumentEstimate:
     """Tokenize ``text`` and estimate its log probability; an empty text has log p = 0 over 0 tokens. ``stage`` > 0
@@ -127,11 +148,20 @@ def estimate_document(
         return DocumentEstimate(text, n, exact_log_marginal(model, x, text), name)
     if name == "beam":
         return DocumentEstimate(text, n, beam_log_marginal(model, x, settings.beam_size, text), name)
-    sampling = {"num_samples": settings.num_samples, "temperature": settings.temperature, "peek": settings.peek,
-                "seed": settings.seed, "document": text, "device": device, "progress": progress, "stage": stage}
+    sampling = {
+        "num_samples": settings.num_samples,
+        "temperature": settings.temperature,
+        "peek": settings.peek,
+        "seed": settings.seed,
+        "document": text,
+        "device": device,
+        "progress": progress,
+        "stage": stage,
+    }
     if name == "smc":
-        lw, diag = smc_log_weights(model, x, resample_threshold=settings.resample_threshold,
-                                   smc_runs=settings.smc_runs, **sampling)
+        lw, diag = smc_log_weights(
+            model, x, resample_threshold=settings.resample_threshold, smc_runs=settings.smc_runs, **sampling
+        )
         return DocumentEstimate(text, n, float(log_mean_exp(lw)), name, lw, diag)
     penalty = np.zeros(settings.num_samples) if penalized else None
     lw = importance_log_weights(model, x, batch_size=settings.batch_size, unknown_penalty=penalty, **sampling)
@@ -143,6 +173,9 @@ def _empty_estimate(text: str, settings: EstimatorSettings, penalized: bool) -> 
     """log p = 0 over 0 tokens; under IS / SMC K zero log weights (every p̂ = 1 exactly)."""
     k = settings.num_samples
     lw = np.zeros(k) if settings.samples else None
-    diag = (empty_document_diagnostics(k, settings.smc_runs, settings.resample_threshold)
-            if settings.estimator == "smc" else None)
+    diag = (
+        empty_document_diagnostics(k, settings.smc_runs, settings.resample_threshold)
+        if settings.estimator == "smc"
+        else None
+    )
     return DocumentEstimate(text, 0, 0.0, settings.estimator, lw, diag, np.zeros(k) if penalized else None)

@@ -10,8 +10,12 @@ import torch
 from ..protocol import LatentLM, has_unknown_word_penalty, num_particles, select_particles
 from .seeding import document_generator, stage_block
 
-SAMPLE_BLOCK = 1024  # particles drawn per random stream on the CPU; part of the seeding scheme (never batch_size)
-ACCELERATOR_SAMPLE_BLOCK = 16384  # on a GPU: each block is one token loop, and kernel launches, not K, set its time
+SAMPLE_BLOCK = (
+    1024  # particles drawn per random stream on the CPU; part of the seeding scheme (never batch_size)
+)
+ACCELERATOR_SAMPLE_BLOCK = (
+    16384  # on a GPU: each block is one token loop, and kernel launches, not K, set its time
+)
 
 
 def sample_block(device: torch.device | str = "cpu") -> int:
@@ -46,7 +50,9 @@ def _check_log_joint(log_p: torch.Tensor, k: int, doc: str) -> torch.Tensor:
     if log_p.shape != (k,):
         raise ValueError(f"{doc}: log_joint returned shape {tuple(log_p.shape)} for {k} samples")
     if torch.isnan(log_p).any() or torch.isposinf(log_p).any():
-        raise ValueError(f"{doc}: log_joint returned NaN or +inf for {int((~torch.isfinite(log_p) & ~torch.isneginf(log_p)).sum())} samples")
+        raise ValueError(
+            f"{doc}: log_joint returned NaN or +inf for {int((~torch.isfinite(log_p) & ~torch.isneginf(log_p)).sum())} samples"
+        )
     return log_p
 
 

@@ -27,7 +27,9 @@ import numpy as np
 from scipy import stats
 
 LEVEL = 0.95
-MAX_REMAINDER = 0.5  # G above this: the bias correction's remainder may move S̃ by more than half a standard error
+MAX_REMAINDER = (
+    0.5  # G above this: the bias correction's remainder may move S̃ by more than half a standard error
+)
 
 
 @dataclass(frozen=True)
@@ -66,17 +68,24 @@ class Interval:
 
     def perplexity(self, num_tokens: int) -> tuple[float, float]:
         """The same statement about perplexity exp(−S/T): (lower, upper); lower is 0 for a one-sided statement."""
-        return (math.exp(-self.upper / num_tokens) if self.two_sided else 0.0, math.exp(-self.lower / num_tokens))
+        return (
+            math.exp(-self.upper / num_tokens) if self.two_sided else 0.0,
+            math.exp(-self.lower / num_tokens),
+        )
 
     def describe(self) -> str:
         """One line: what kind of interval this is and, for a one-sided one, why."""
         if self.two_sided:
-            return (f"two-sided {self.level:.0%} interval: bias-corrected estimate ± t·SE (correction "
-                    f"{self.bias_correction:.3g} nats, remainder {self.remainder:.2f} SE)")
+            return (
+                f"two-sided {self.level:.0%} interval: bias-corrected estimate ± t·SE (correction "
+                f"{self.bias_correction:.3g} nats, remainder {self.remainder:.2f} SE)"
+            )
         return f"one-sided {self.level:.0%} bound (certified by Markov's inequality): {self.reason}"
 
 
-def certified_lower_bound(log_likelihoods: Sequence[float], level: float = LEVEL, keys: Sequence | None = None) -> float:
+def certified_lower_bound(
+    log_likelihoods: Sequence[float], level: float = LEVEL, keys: Sequence | None = None
+) -> float:
     """L with P(S < L) ≤ 1 − level for S = Σ_n log p(x_n), from independent unbiased estimates log p̂_n.
 
     Markov's inequality on the product of the p̂_n: L = Σ_n log p̂_n + log δ, δ = 1 − level. Documents that share a
@@ -99,8 +108,12 @@ def certified_lower_bound(log_likelihoods: Sequence[float], level: float = LEVEL
     return float(sum(m * (total + share) for m, total in groups.items()))
 
 
-def log_likelihood_interval(errors: Sequence[DocumentError], level: float = LEVEL, keys: Sequence | None = None,
-                            lower_certified: float | None = None) -> Interval:
+def log_likelihood_interval(
+    errors: Sequence[DocumentError],
+    level: float = LEVEL,
+    keys: Sequence | None = None,
+    lower_certified: float | None = None,
+) -> Interval:
     """The honest ``level`` statement about S from the documents' errors (see the module docstring);
     ``lower_certified`` replaces the certified bound of the errors' log p̂ (the caller's, e.g. over the stages of a
     precision target)."""
@@ -116,11 +129,17 @@ def log_likelihood_interval(errors: Sequence[DocumentError], level: float = LEVE
     centre, correction = float(ll.sum() + v.sum() / 2), float(v.sum() / 2)
     remainder = float((v**1.5).sum() / se) if se > 0 else 0.0
     if remainder > MAX_REMAINDER:
-        reason = (f"the estimates are too imprecise for a bias correction (its remainder is {remainder:.2f} standard "
-                  f"errors, above {MAX_REMAINDER}); more samples per document would allow a two-sided interval")
+        reason = (
+            f"the estimates are too imprecise for a bias correction (its remainder is {remainder:.2f} standard "
+            f"errors, above {MAX_REMAINDER}); more samples per document would allow a two-sided interval"
+        )
         return Interval(lower_certified, math.inf, math.nan, se, correction, remainder, level, reason)
     dof = float(sum(e.degrees_of_freedom for e in errors))
-    q = float(stats.t.ppf(0.5 + level / 2, dof)) if math.isfinite(dof) and dof > 0 else float(stats.norm.ppf(0.5 + level / 2))
+    q = (
+        float(stats.t.ppf(0.5 + level / 2, dof))
+        if math.isfinite(dof) and dof > 0
+        else float(stats.norm.ppf(0.5 + level / 2))
+    )
     return Interval(centre - q * se, centre + q * se, centre, se, correction, remainder, level)
 
 

@@ -32,7 +32,9 @@ def beam_log_marginal(model: LatentLM, x: torch.Tensor, beam_size: int, document
 def exact_log_marginal(model: LatentLM, x: torch.Tensor, document: str = "") -> float:
     """log p(x) from the model's own exact marginalization."""
     if not has_exact_marginal(model):
-        raise ValueError(f"{type(model).__name__} has no exact log_marginal(x); use estimator=is or estimator=beam")
+        raise ValueError(
+            f"{type(model).__name__} has no exact log_marginal(x); use estimator=is or estimator=beam"
+        )
     value = float(model.log_marginal(x))
     if math.isnan(value) or value == math.inf:
         raise ValueError(f"document {document[:60]!r}: log_marginal returned {value}")

@@ -11,8 +11,9 @@ from .document import DocumentEstimate
 from .intervals import LEVEL, log_likelihood_interval
 
 
-def weights_report(log_weights, num_tokens, beam_log_likelihoods=None, corpus_level: bool = True,
-                   level: float = LEVEL) -> dict:
+def weights_report(
+    log_weights, num_tokens, beam_log_likelihoods=None, corpus_level: bool = True, level: float = LEVEL
+) -> dict:
     """Instance- and corpus-level PPL (Logan et al. 2020, Eq. 5–6; corpus level needs equal K unless
     ``corpus_level=False``), the perplexity to quote with its honest ``level`` interval (``intervals``: two-sided
     around the bias-corrected estimate where that is honest, else one-sided and certified), the certified upper bounds,
@@ -27,8 +28,10 @@ def weights_report(log_weights, num_tokens, beam_log_likelihoods=None, corpus_le
         from .aggregate import stack_equal_k
 
         stack_equal_k(lws)  # the clear error on unequal K
-    estimates = [DocumentEstimate(f"document {n}", int(t), float(log_mean_exp(lw)), "is", lw)
-                 for n, (lw, t) in enumerate(zip(lws, num_tokens))]
+    estimates = [
+        DocumentEstimate(f"document {n}", int(t), float(log_mean_exp(lw)), "is", lw)
+        for n, (lw, t) in enumerate(zip(lws, num_tokens))
+    ]
     corpus = corpus_estimate(estimates, level)
     above, undefined, informative = pareto_k_shares(estimates)
     doc_ci = [log_likelihood_interval([e.error()], level) for e in estimates]
@@ -59,6 +62,9 @@ def weights_report(log_weights, num_tokens, beam_log_likelihoods=None, corpus_le
         if beam.shape != (len(lws),):
             raise ValueError(f"got {beam.size} beam bounds for {len(lws)} documents")
         lls = np.array(report["log_likelihoods"])
-        report |= {"beam_perplexity": perplexity(beam, num_tokens), "beam_log_likelihoods": beam.tolist(),
-                   "share_below_beam_bound": float((lls < beam).mean())}
+        report |= {
+            "beam_perplexity": perplexity(beam, num_tokens),
+            "beam_log_likelihoods": beam.tolist(),
+            "share_below_beam_bound": float((lls < beam).mean()),
+        }
     return report

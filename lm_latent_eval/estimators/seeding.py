@@ -13,7 +13,9 @@ def document_seed(seed: int, document: str, block: int = 0) -> int:
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
-STAGE_STRIDE = 2**32  # blocks of stage s of the precision target are numbered from s · STAGE_STRIDE: fresh streams
+STAGE_STRIDE = (
+    2**32
+)  # blocks of stage s of the precision target are numbered from s · STAGE_STRIDE: fresh streams
 
 
 def stage_block(block: int, stage: int = 0) -> int:
@@ -21,7 +23,9 @@ def stage_block(block: int, stage: int = 0) -> int:
     return block + stage * STAGE_STRIDE
 
 
-def document_generator(seed: int, document: str, block: int = 0, device: torch.device | str = "cpu") -> torch.Generator:
+def document_generator(
+    seed: int, document: str, block: int = 0, device: torch.device | str = "cpu"
+) -> torch.Generator:
     """A torch.Generator on ``device`` seeded by ``document_seed``."""
     gen = torch.Generator(device=device)
     gen.manual_seed(document_seed(seed, document, block))

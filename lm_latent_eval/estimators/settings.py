@@ -29,27 +29,45 @@ def _help(text: str) -> dict:
 class EstimatorSettings:
     """Every choice that changes an estimate; recorded with each result."""
 
-    estimator: str = field(default="auto", metadata=_help(
-        "auto (exact where the model has a tractable marginal, else smc where it is stepwise, else is), is, smc, "
-        "beam or exact"))
+    estimator: str = field(
+        default="auto",
+        metadata=_help(
+            "auto (exact where the model has a tractable marginal, else smc where it is stepwise, else is), is, smc, "
+            "beam or exact"
+        ),
+    )
     num_samples: int = field(default=100, metadata=_help("K, samples (IS) or particles (SMC) per document"))
     temperature: float = field(default=1.0, metadata=_help("τ, divides every proposal logit"))
     peek: bool = field(default=True, metadata=_help("whether the proposal reads the token it labels"))
     beam_size: int = field(default=10, metadata=_help("k of the beam bound"))
     seed: int = field(default=1234, metadata=_help("with the document text, seeds every random stream"))
     batch_size: int | None = field(  # memory only; never changes a number
-        default=None, metadata=_help("particles per log_joint call (memory only; None: one sample block)"))
+        default=None, metadata=_help("particles per log_joint call (memory only; None: one sample block)")
+    )
     resample_threshold: float = field(
         default=DEFAULT_RESAMPLE_THRESHOLD,
-        metadata=_help("SMC resamples when ESS < threshold · particles of a run; in [0, 1], 0 = never"))
-    smc_runs: int = field(default=DEFAULT_SMC_RUNS, metadata=_help(
-        "independent SMC runs per document (their spread is the Monte Carlo error; at least 2 for an interval)"))
-    target_se: float | None = field(default=None, metadata=_help(
-        "precision target: more samples for the documents that need them until the Monte Carlo standard error of "
-        f"log perplexity (nats per token) is at most this and a two-sided interval is honest (auto: "
-        f"{AUTO_TARGET_SE}; 0: fixed num_samples)"))
-    max_samples: int | None = field(default=None, metadata=_help(
-        f"the precision target's budget per document (default {MAX_SAMPLES_FACTOR} × num_samples)"))
+        metadata=_help("SMC resamples when ESS < threshold · particles of a run; in [0, 1], 0 = never"),
+    )
+    smc_runs: int = field(
+        default=DEFAULT_SMC_RUNS,
+        metadata=_help(
+            "independent SMC runs per document (their spread is the Monte Carlo error; at least 2 for an interval)"
+        ),
+    )
+    target_se: float | None = field(
+        default=None,
+        metadata=_help(
+            "precision target: more samples for the documents that need them until the Monte Carlo standard error of "
+            f"log perplexity (nats per token) is at most this and a two-sided interval is honest (auto: "
+            f"{AUTO_TARGET_SE}; 0: fixed num_samples)"
+        ),
+    )
+    max_samples: int | None = field(
+        default=None,
+        metadata=_help(
+            f"the precision target's budget per document (default {MAX_SAMPLES_FACTOR} × num_samples)"
+        ),
+    )
 
     def __post_init__(self):
         if self.estimator not in ESTIMATORS:
@@ -62,8 +80,12 @@ class EstimatorSettings:
             raise ValueError(f"beam_size must be a positive integer, got {self.beam_size!r}")
         if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size <= 0):
             raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
-        if self.target_se is not None and not (isinstance(self.target_se, (int, float)) and self.target_se >= 0):
-            raise ValueError(f"target_se must be a number ≥ 0 (nats per token; 0: no target), got {self.target_se!r}")
+        if self.target_se is not None and not (
+            isinstance(self.target_se, (int, float)) and self.target_se >= 0
+        ):
+            raise ValueError(
+                f"target_se must be a number ≥ 0 (nats per token; 0: no target), got {self.target_se!r}"
+            )
         if self.max_samples is not None and (not isinstance(self.max_samples, int) or self.max_samples <= 0):
             raise ValueError(f"max_samples must be a positive integer, got {self.max_samples!r}")
 
@@ -74,13 +96,19 @@ class EstimatorSettings:
             return self, f"estimator={self.estimator} as requested"
         name = type(model).__name__
         if has_tractable_marginal(model):
-            return dataclasses.replace(self, estimator="exact"), f"auto: exact, {name} has a tractable log_marginal"
+            return dataclasses.replace(
+                self, estimator="exact"
+            ), f"auto: exact, {name} has a tractable log_marginal"
         target = AUTO_TARGET_SE if self.target_se is None else self.target_se
         if has_stepwise(model):
-            return (dataclasses.replace(self, estimator="smc", target_se=target),
-                    f"auto: SMC, {name} has the stepwise part (precision target {target} nats per token)")
-        return (dataclasses.replace(self, estimator="is", target_se=target),
-                f"auto: IS, {name} has neither a tractable marginal nor the stepwise part (precision target {target})")
+            return (
+                dataclasses.replace(self, estimator="smc", target_se=target),
+                f"auto: SMC, {name} has the stepwise part (precision target {target} nats per token)",
+            )
+        return (
+            dataclasses.replace(self, estimator="is", target_se=target),
+            f"auto: IS, {name} has neither a tractable marginal nor the stepwise part (precision target {target})",
+        )
 
     @property
     def adaptive(self) -> bool:

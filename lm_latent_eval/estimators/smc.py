@@ -29,13 +29,20 @@ from .importance import SAMPLE_BLOCK, check_sampling_args
 from .seeding import document_generator, stage_block
 
 DEFAULT_RESAMPLE_THRESHOLD = 0.5  # resample when ESS < 0.5 · N
-DEFAULT_SMC_RUNS = 4  # independent runs per document: their spread is an honest Monte Carlo error (one run has none)
+DEFAULT_SMC_RUNS = (
+    4  # independent runs per document: their spread is an honest Monte Carlo error (one run has none)
+)
 
 
-def check_smc_args(resample_threshold: float, smc_runs: int, num_samples: int | None = None, doc: str = "settings"):
+def check_smc_args(
+    resample_threshold: float, smc_runs: int, num_samples: int | None = None, doc: str = "settings"
+):
     """Reject a threshold outside [0, 1], R ≤ 0, or K < R, with an error naming the document."""
-    if not (isinstance(resample_threshold, (int, float)) and not isinstance(resample_threshold, bool)
-            and 0.0 <= resample_threshold <= 1.0):
+    if not (
+        isinstance(resample_threshold, (int, float))
+        and not isinstance(resample_threshold, bool)
+        and 0.0 <= resample_threshold <= 1.0
+    ):
         raise ValueError(
             f"{doc}: resample_threshold must be a number in [0, 1] (resample when ESS < threshold · particles), "
             f"got {resample_threshold!r}"
@@ -43,7 +50,9 @@ def check_smc_args(resample_threshold: float, smc_runs: int, num_samples: int | 
     if not isinstance(smc_runs, (int, np.integer)) or isinstance(smc_runs, bool) or smc_runs <= 0:
         raise ValueError(f"{doc}: smc_runs must be a positive integer, got {smc_runs!r}")
     if num_samples is not None and isinstance(num_samples, (int, np.integer)) and num_samples < smc_runs:
-        raise ValueError(f"{doc}: num_samples = {num_samples} particles cannot form smc_runs = {smc_runs} runs")
+        raise ValueError(
+            f"{doc}: num_samples = {num_samples} particles cannot form smc_runs = {smc_runs} runs"
+        )
 
 
 def require_stepwise(model) -> None:
@@ -81,7 +90,9 @@ def systematic_resample(log_w: torch.Tensor, generator: torch.Generator | None) 
 def _check_increment(inc: torch.Tensor, n: int, t: int, doc: str) -> torch.Tensor:
     inc = inc.detach().to("cpu", torch.float64)
     if inc.shape != (n,):
-        raise ValueError(f"{doc}: smc_step returned {tuple(inc.shape)} incremental weights at token {t} for {n} particles")
+        raise ValueError(
+            f"{doc}: smc_step returned {tuple(inc.shape)} incremental weights at token {t} for {n} particles"
+        )
     bad = torch.isnan(inc) | torch.isposinf(inc)
     if bad.any():
         raise ValueError(
@@ -133,7 +144,9 @@ class SMCDiagnostics:
 
 
 @torch.no_grad()
-def smc_block(model, x, sizes, temperature, peek, resample_threshold, generator, doc="document") -> list[SMCRun]:
+def smc_block(
+    model, x, sizes, temperature, peek, resample_threshold, generator, doc="document"
+) -> list[SMCRun]:
     """R independent SMC runs of N_1..N_R particles over the text x [T], advanced together: one ``smc_init`` of
     Σ_r N_r particles, so the model steps every particle of the block in one batch, and resampling only within a run
     (ancestors of run r come from run r, drawn from the block's one random stream; see the module docstring)."""
@@ -150,7 +163,9 @@ def smc_block(model, x, sizes, temperature, peek, resample_threshold, generator,
         log_w = log_w + _check_increment(inc, starts[-1], t, doc)
         ancestors = None
         for r, run in enumerate(runs):
-            if torch.isneginf(log_w[run]).all():  # every particle of the run has p = 0: its p̂ is 0 from here on
+            if torch.isneginf(
+                log_w[run]
+            ).all():  # every particle of the run has p = 0: its p̂ is 0 from here on
                 ess[r].append(0.0)
                 continue
             ess[r].append(math.exp(_log_ess(log_w[run])))
@@ -163,8 +178,10 @@ def smc_block(model, x, sizes, temperature, peek, resample_threshold, generator,
         if ancestors is not None:
             state = model.smc_reorder(state, ancestors)
             eve = eve[ancestors]
-    return [_finished_run(log_w[run], eve[run] - run.start, banked[r], resampled[r], ess[r])
-            for r, run in enumerate(runs)]
+    return [
+        _finished_run(log_w[run], eve[run] - run.start, banked[r], resampled[r], ess[r])
+        for r, run in enumerate(runs)
+    ]
 
 
 def _finished_run(log_w: torch.Tensor, eve: torch.Tensor, banked: float, resampled: int, ess: list) -> SMCRun:
@@ -172,8 +189,13 @@ def _finished_run(log_w: torch.Tensor, eve: torch.Tensor, banked: float, resampl
     if torch.isneginf(log_w).all():
         return SMCRun(np.full(log_w.shape[0], -np.inf), -math.inf, resampled, ess, 0.0)
     log_likelihood = banked + float(torch.logsumexp(log_w, 0)) - math.log(log_w.shape[0])
-    return SMCRun(banked + log_w.numpy(), log_likelihood, resampled, ess,
-                  lee_whiteley_relative_variance(log_w, eve, resampled))
+    return SMCRun(
+        banked + log_w.numpy(),
+        log_likelihood,
+        resampled,
+        ess,
+        lee_whiteley_relative_variance(log_w, eve, resampled),
+    )
 
 
 def blocks_of_runs(sizes: list[int], block: int = SAMPLE_BLOCK) -> list[list[int]]:
@@ -197,7 +219,9 @@ def lee_whiteley_relative_variance(log_w: torch.Tensor, eve: torch.Tensor, num_r
     if n < 2:
         return math.nan
     W = torch.softmax(log_w, 0)
-    same_eve = float((torch.zeros(n, dtype=torch.float64).index_add_(0, eve, W) ** 2).sum())  # Σ_e (Σ_{E_i=e} W_i)²
+    same_eve = float(
+        (torch.zeros(n, dtype=torch.float64).index_add_(0, eve, W) ** 2).sum()
+    )  # Σ_e (Σ_{E_i=e} W_i)²
     return 1.0 - (n / (n - 1)) ** (num_resampling + 1) * (1.0 - same_eve)
 
 
@@ -228,8 +252,16 @@ def smc_log_weights(
     sizes = run_sizes(num_samples, smc_runs)
     runs = []
     for b, block in enumerate(blocks_of_runs(sizes)):
-        runs += smc_block(model, x, block, temperature, peek, resample_threshold,
-                          document_generator(seed, document, stage_block(b, stage), device=device), doc)
+        runs += smc_block(
+            model,
+            x,
+            block,
+            temperature,
+            peek,
+            resample_threshold,
+            document_generator(seed, document, stage_block(b, stage), device=device),
+            doc,
+        )
         if progress is not None:
             progress.update(sum(block))
     log_weights = np.concatenate([run.log_weights for run in runs])
@@ -251,7 +283,9 @@ def smc_diagnostics(runs: list[SMCRun], sizes: list[int], resample_threshold: fl
     rel = np.exp(run_ll - log_p)  # p̂_r / p̂
     # p̂ = Σ_r s_r p̂_r, independent runs: Var(p̂)/p̂² ≈ Σ_r s_r² (p̂_r/p̂)² v̂_r (delta method)
     lee_whiteley = float(np.sum(share**2 * rel**2 * np.array([run.relative_variance for run in runs])))
-    lee_whiteley = lee_whiteley if lee_whiteley >= 0 else math.nan  # a negative variance estimate says nothing
+    lee_whiteley = (
+        lee_whiteley if lee_whiteley >= 0 else math.nan
+    )  # a negative variance estimate says nothing
     if len(runs) > 1:  # the same from the spread of the runs alone
         runs_var = float(np.sum(share**2) * np.var(rel, ddof=1))
         spread = float(np.std(run_ll, ddof=1)) if np.isfinite(run_ll).all() else math.inf

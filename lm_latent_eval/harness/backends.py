@@ -25,8 +25,8 @@ from .. import __version__
 from ..estimators import DocumentEstimate, estimate_document
 from ..estimators.adaptive import estimate_corpus
 from ..estimators.corpus import reliability_warning
-from ..estimators.settings import AUTO_TARGET_SE
 from ..estimators.seeding import document_generator
+from ..estimators.settings import AUTO_TARGET_SE
 from ..estimators.smc import require_stepwise
 from ..models import MODELS, checkpoint_hash, load_model, model_target, resolve_class
 from ..protocol import has_stepwise, has_text_sampler, is_prefix_probability
@@ -99,8 +99,11 @@ class LatentLMEval(LM):
             self.settings = parse_settings(model_args)
         except ModelArgsError as err:
             raise ModelArgsError(f"bad model_args for {type(self).__name__}: {err}") from None
-        self.model_kwargs = {a.name: parse_value(a, model_args[a.name]) for a in self.model_options
-                             if model_args.get(a.name) is not None}
+        self.model_kwargs = {
+            a.name: parse_value(a, model_args[a.name])
+            for a in self.model_options
+            if model_args.get(a.name) is not None
+        }
         self._setup_device(model_args.get("device"), model_args.get("dtype"))
         pretrained = model_args.get("pretrained")
         self.model, self.checkpoint = load_model(
@@ -110,7 +113,11 @@ class LatentLMEval(LM):
         self.pretrained = str(pretrained) if pretrained is not None else None
         self.settings, self.estimator_choice = self.settings.resolve(self.model)
         logger.info("%s: %s", type(self).__name__, self.estimator_choice)
-        if self.settings.estimator == "is" and self.settings.batch_size == 1 and self.settings.num_samples > 1:
+        if (
+            self.settings.estimator == "is"
+            and self.settings.batch_size == 1
+            and self.settings.num_samples > 1
+        ):
             logger.warning(
                 "scoring 1 particle per log_joint call (lm-eval's default --batch_size 1); pass --batch_size auto "
                 "or a number for speed (the results do not change)"
@@ -118,20 +125,28 @@ class LatentLMEval(LM):
         if self.settings.estimator == "smc":
             require_stepwise(self.model)  # fail before any request: the model lacks the stepwise part
         self.results_store = None
-        if model_args.get("results_dir") is not None:  # per-document results on disk: a rerun skips finished ones
+        if (
+            model_args.get("results_dir") is not None
+        ):  # per-document results on disk: a rerun skips finished ones
             identity = {k: v for k, v in self.get_model_info().items() if k not in NAMING_KEYS}
-            self.results_store = ResultsStore(str(model_args["results_dir"]), identity)  # lm-eval parses 2024 as int
-            logger.info("per-document results in %s (%d stored)", self.results_store.folder, len(self.results_store))
+            self.results_store = ResultsStore(
+                str(model_args["results_dir"]), identity
+            )  # lm-eval parses 2024 as int
+            logger.info(
+                "per-document results in %s (%d stored)", self.results_store.folder, len(self.results_store)
+            )
         self._warned_greedy = False
 
     def _model_name(self, model) -> str:
         """The model this backend loads: its fixed MODEL, or model_args ``model`` for ``--model latent``."""
         if self.MODEL is not None and model not in (None, self.MODEL):
             raise ModelArgsError(
-                f"{type(self).__name__} always loads model={self.MODEL!r}; use --model latent for {model!r}")
+                f"{type(self).__name__} always loads model={self.MODEL!r}; use --model latent for {model!r}"
+            )
         if (self.MODEL or model) is None:
             raise ModelArgsError(
-                f"--model latent needs model_args model=<one of {sorted(MODELS)} or package.module:Class>")
+                f"--model latent needs model_args model=<one of {sorted(MODELS)} or package.module:Class>"
+            )
         return self.MODEL or str(model)
 
     def _setup_device(self, device, dtype) -> None:
@@ -172,11 +187,16 @@ class LatentLMEval(LM):
             "dtype": str(dtype).removeprefix("torch."),
             "lm_latent_eval_version": __version__,
         }
-        if hasattr(self.model, "count_eos"):  # sentence-level models: is the end-of-sentence token scored and counted?
+        if hasattr(
+            self.model, "count_eos"
+        ):  # sentence-level models: is the end-of-sentence token scored and counted?
             info["count_eos"] = bool(self.model.count_eos)
         if any(a.kind is Path for a in self.model_options):  # the model's own files join its identity
-            info["model_files_sha256"] = {a.name: checkpoint_hash(self.model_kwargs[a.name])
-                                          for a in self.model_options if a.kind is Path and a.name in self.model_kwargs}
+            info["model_files_sha256"] = {
+                a.name: checkpoint_hash(self.model_kwargs[a.name])
+                for a in self.model_options
+                if a.kind is Path and a.name in self.model_kwargs
+            }
         return info
 
     def set_cache_hook(self, cache_hook) -> None:
@@ -231,8 +251,15 @@ class LatentLMEval(LM):
                 store.put(est, stage)
             return est
 
-        return estimate_corpus(self.model, texts, self.settings, self._device, estimate, self._all_reduce,
-                               progress=not disable_tqdm)
+        return estimate_corpus(
+            self.model,
+            texts,
+            self.settings,
+            self._device,
+            estimate,
+            self._all_reduce,
+            progress=not disable_tqdm,
+        )
 
     def _all_reduce(self, values: list[float]) -> list[float]:
         """Sums of ``values`` over the processes of a multi-process run (the precision target's corpus totals)."""
@@ -248,8 +275,11 @@ class LatentLMEval(LM):
         tries = []
         if s.estimator == "is" and has_stepwise(self.model):
             tries.append("sequential Monte Carlo (estimator=smc or auto)")
-        tries.append(f"a precision target (target_se={AUTO_TARGET_SE})" if not s.adaptive
-                     else f"a larger budget (max_samples={4 * s.sample_budget})")
+        tries.append(
+            f"a precision target (target_se={AUTO_TARGET_SE})"
+            if not s.adaptive
+            else f"a larger budget (max_samples={4 * s.sample_budget})"
+        )
         tries.append(f"more samples (num_samples={10 * s.num_samples})")
         if s.estimator == "smc" and s.smc_runs < 2:
             tries.insert(0, "smc_runs=4 (runs give the Monte Carlo error)")
@@ -302,12 +332,17 @@ class LatentLMEval(LM):
         declared, name = is_prefix_probability(self.model), type(self.model).__name__
         if declared:
             return
-        what = ("it scores complete texts (for example whole trees or an end-of-sentence event), so log p(context ⊕ "
-                "continuation) − log p(context) is not the probability of the continuation given the context"
-                if declared is False else "it does not declare whether log_joint is a prefix probability; set the "
-                "class attribute prefix_probability = True if Σ_z p(x, z) is the probability that a text starts with x")
-        raise ValueError(f"{name}: loglikelihood requests (multiple-choice and completion tasks) are refused: {what}. "
-                         "Perplexity tasks (loglikelihood_rolling) are unaffected.")
+        what = (
+            "it scores complete texts (for example whole trees or an end-of-sentence event), so log p(context ⊕ "
+            "continuation) − log p(context) is not the probability of the continuation given the context"
+            if declared is False
+            else "it does not declare whether log_joint is a prefix probability; set the "
+            "class attribute prefix_probability = True if Σ_z p(x, z) is the probability that a text starts with x"
+        )
+        raise ValueError(
+            f"{name}: loglikelihood requests (multiple-choice and completion tasks) are refused: {what}. "
+            "Perplexity tasks (loglikelihood_rolling) are unaffected."
+        )
 
     def _check_prefix_tokenization(self, pairs) -> None:
         """Warn when tokens(context) is not a prefix of tokens(context ⊕ continuation): no longer a conditional."""
@@ -391,7 +426,10 @@ class LatentTokenizationEval(LatentLMEval):
 
             return canonical.loglikelihood(self.model, pairs)
         moved = []
-        for context, continuation in pairs:  # hf's convention: trailing whitespace belongs to the continuation
+        for (
+            context,
+            continuation,
+        ) in pairs:  # hf's convention: trailing whitespace belongs to the continuation
             spaces = len(context) - len(context.rstrip())
             moved.append((context[: len(context) - spaces], context[len(context) - spaces :] + continuation))
         desc = f"{self.settings.estimator} log p(context, continuation)"
@@ -399,11 +437,15 @@ class LatentTokenizationEval(LatentLMEval):
         contexts = {}
         for context in tqdm(list(dict.fromkeys(c for c, _ in moved)), desc=f"{self.settings.estimator} log P(starts "
                             "with context)", disable=disable_tqdm):  # fmt: skip
-            contexts[context] = estimate_document(self._context_model, context, self.settings, device=self._device)
+            contexts[context] = estimate_document(
+                self._context_model, context, self.settings, device=self._device
+            )
         self._warn_if_unreliable([*joint.values(), *contexts.values()])
         if not self._warned_greedy:
-            warnings.warn("latent_tokenization: is_greedy is only computed by estimator=canonical (False here)",
-                          stacklevel=2)
+            warnings.warn(
+                "latent_tokenization: is_greedy is only computed by estimator=canonical (False here)",
+                stacklevel=2,
+            )
             self._warned_greedy = True
         return [(joint[c + k].log_likelihood - contexts[c].log_likelihood, False) for c, k in moved]
 

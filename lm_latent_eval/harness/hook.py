@@ -25,8 +25,13 @@ def backend_targets() -> dict:
     from lm_latent_eval.models import MODELS
 
     targets = {"latent": f"{BACKENDS_MODULE}:LatentLMEval"}
-    targets.update({f"latent_{name}": f"{BACKENDS_MODULE}:{entry.backend}" for name, entry in MODELS.items()
-                    if entry.backend is not None})
+    targets.update(
+        {
+            f"latent_{name}": f"{BACKENDS_MODULE}:{entry.backend}"
+            for name, entry in MODELS.items()
+            if entry.backend is not None
+        }
+    )
     return targets
 
 

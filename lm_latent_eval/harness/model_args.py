@@ -32,11 +32,19 @@ class ModelArg:
 
 
 BACKEND_ARGS = (
-    ModelArg("model", str, "(--model latent only) a name in lm_latent_eval.models.MODELS or package.module:Class"),
+    ModelArg(
+        "model", str, "(--model latent only) a name in lm_latent_eval.models.MODELS or package.module:Class"
+    ),
     ModelArg("pretrained", str, "local folder or Hugging Face Hub id (default: the bundled checkpoint)"),
     ModelArg("device", str, "cuda if available, else cpu (model_args wins over lm-eval's --device)"),
-    ModelArg("dtype", str, "torch dtype of the network (float32, bfloat16, ...); log-probabilities sum in float64"),
-    ModelArg("results_dir", str, "keep per-document results under this folder so a rerun resumes (off unless given)"),
+    ModelArg(
+        "dtype", str, "torch dtype of the network (float32, bfloat16, ...); log-probabilities sum in float64"
+    ),
+    ModelArg(
+        "results_dir",
+        str,
+        "keep per-document results under this folder so a rerun resumes (off unless given)",
+    ),
 )
 IGNORED_ARGS = ("max_batch_size",)  # passed by lm-eval to every model; batch_size is a particle count here
 
@@ -69,7 +77,13 @@ def model_options(model_class) -> tuple[ModelArg, ...]:
     for p in params:
         if p.default is inspect.Parameter.empty or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
             continue
-        kind = p.annotation if isinstance(p.annotation, type) else type(p.default) if p.default is not None else str
+        kind = (
+            p.annotation
+            if isinstance(p.annotation, type)
+            else type(p.default)
+            if p.default is not None
+            else str
+        )
         out.append(ModelArg(p.name, kind, f"option of {model_class.__name__}.from_pretrained"))
     return tuple(out)
 
@@ -158,7 +172,7 @@ def parse_dtype(dtype) -> torch.dtype | None:
         return dtype
     value = getattr(torch, str(dtype).removeprefix("torch."), None)
     if not isinstance(value, torch.dtype):
-        raise ValueError(  # noqa: TRY004  (a bad model_args value, not a bad Python type)
+        raise ValueError(
             f"model_args dtype must name a torch dtype (float32, float64, bfloat16, ...), got {dtype!r}"
         )
     return value

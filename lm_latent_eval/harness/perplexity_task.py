@@ -17,8 +17,14 @@ from ..estimators.corpus import CorpusEstimate, corpus_estimate
 from ..estimators.diagnostics import effective_sample_size, pareto_k_threshold, pareto_khat
 from . import rolling_estimates
 
-PERPLEXITY_METRICS = ("perplexity", "perplexity_stderr", "perplexity_upper_bound", "perplexity_sampling_se",
-                      "is_instance_perplexity", "is_corpus_perplexity")
+PERPLEXITY_METRICS = (
+    "perplexity",
+    "perplexity_stderr",
+    "perplexity_upper_bound",
+    "perplexity_sampling_se",
+    "is_instance_perplexity",
+    "is_corpus_perplexity",
+)
 SAMPLES_FIELD = "is_corpus_perplexity"  # the item reports read from the samples file (the whole estimate)
 
 
@@ -27,19 +33,36 @@ def document_items(text: str, log_likelihood: float, num_words: int) -> dict:
     est = rolling_estimates.lookup(text, log_likelihood)
     item = _item(est, text)
     items = {"word_perplexity": (log_likelihood, num_words), **dict.fromkeys(PERPLEXITY_METRICS, item)}
-    weights = est.importance_weights  # ESS and k̂: IS weights of a document with tokens only (no row otherwise)
+    weights = (
+        est.importance_weights
+    )  # ESS and k̂: IS weights of a document with tokens only (no row otherwise)
     if weights is not None:
         khat, threshold = pareto_khat(weights), pareto_k_threshold(weights.size)
         ess = effective_sample_size(weights)
-        items |= {"is_ess_mean": ess, "is_ess_min": ess, "is_pareto_k_share": float(khat >= threshold),
-                  "is_pareto_k_undefined": float(khat != khat)}
+        items |= {
+            "is_ess_mean": ess,
+            "is_ess_min": ess,
+            "is_pareto_k_share": float(khat >= threshold),
+            "is_pareto_k_undefined": float(math.isnan(khat)),
+        }
     if est.estimator == "smc" and est.num_tokens > 0:  # SMC's own diagnostics, no row otherwise
         d = est.diagnostics
-        items |= {"smc_resampling_steps": d.resampling_steps, "smc_ess_min": d.ess_min, "smc_ess_mean": d.ess_mean}
-    plain = est.without_unk_penalty()  # a model with an unknown-word penalty (KGLM): PPL without it, UPP with it
+        items |= {
+            "smc_resampling_steps": d.resampling_steps,
+            "smc_ess_min": d.ess_min,
+            "smc_ess_mean": d.ess_mean,
+        }
+    plain = (
+        est.without_unk_penalty()
+    )  # a model with an unknown-word penalty (KGLM): PPL without it, UPP with it
     if plain is not None:
         plain_item = _item(plain, text)
-        items |= {"ppl_instance": plain_item, "ppl_corpus": plain_item, "upp_instance": item, "upp_corpus": item}
+        items |= {
+            "ppl_instance": plain_item,
+            "ppl_corpus": plain_item,
+            "upp_instance": item,
+            "upp_corpus": item,
+        }
     return items
 
 
@@ -52,11 +75,14 @@ def _item(est: DocumentEstimate, text: str) -> dict:
 
 def _corpus(items) -> CorpusEstimate:
     """The corpus estimate of a metric's items (cached: every metric of a task aggregates the same items)."""
-    fingerprint = tuple((i["key"], i["log_likelihood"], i["estimator"], len(i["log_weights"] or ())) for i in items)
+    fingerprint = tuple(
+        (i["key"], i["log_likelihood"], i["estimator"], len(i["log_weights"] or ())) for i in items
+    )
     if fingerprint not in _CACHE:
         _CACHE.clear()
-        _CACHE[fingerprint] = corpus_estimate([DocumentEstimate.from_json(item) for item in items],
-                                              keys=[item["key"] for item in items])
+        _CACHE[fingerprint] = corpus_estimate(
+            [DocumentEstimate.from_json(item) for item in items], keys=[item["key"] for item in items]
+        )
     return _CACHE[fingerprint]
 
 

@@ -88,7 +88,9 @@ class ResultsStore:
                 raise ValueError("the stored document text differs (hash collision or a foreign file)")
             return DocumentEstimate.from_json(record)
         except Exception as err:  # noqa: BLE001  (any damage: say so and compute the document again)
-            warnings.warn(f"ignoring unreadable stored result {path} for document {text[:60]!r}: {err}", stacklevel=2)
+            warnings.warn(
+                f"ignoring unreadable stored result {path} for document {text[:60]!r}: {err}", stacklevel=2
+            )
             return None
 
     def put(self, estimate: DocumentEstimate, stage: int = 0) -> None:

@@ -26,11 +26,20 @@ class ModelEntry:
 # The one table of our latent LMs: adding a model is one row here (plus its lm_eval.models entry point in pyproject,
 # which tests/test_backends.py checks against this table, and a task under tasks/).
 MODELS = {
-    "hmm": ModelEntry("lm_latent_eval.models.hmm:HMMLanguageModel", "LatentHMMEval", "lm_latent_eval.models.hmm.train"),
-    "kglm": ModelEntry("lm_latent_eval.models.kglm:KGLM", "LatentKGLMEval", "lm_latent_eval.models.kglm.train"),
-    "entitynlm": ModelEntry("lm_latent_eval.models.entitynlm:EntityNLM", "LatentEntityNLMEval",
-                            "lm_latent_eval.models.entitynlm.train"),
-    "rnng": ModelEntry("lm_latent_eval.models.rnng:RNNG", "LatentRNNGEval", "lm_latent_eval.models.rnng.train"),
+    "hmm": ModelEntry(
+        "lm_latent_eval.models.hmm:HMMLanguageModel", "LatentHMMEval", "lm_latent_eval.models.hmm.train"
+    ),
+    "kglm": ModelEntry(
+        "lm_latent_eval.models.kglm:KGLM", "LatentKGLMEval", "lm_latent_eval.models.kglm.train"
+    ),
+    "entitynlm": ModelEntry(
+        "lm_latent_eval.models.entitynlm:EntityNLM",
+        "LatentEntityNLMEval",
+        "lm_latent_eval.models.entitynlm.train",
+    ),
+    "rnng": ModelEntry(
+        "lm_latent_eval.models.rnng:RNNG", "LatentRNNGEval", "lm_latent_eval.models.rnng.train"
+    ),
     # any Hugging Face causal LM, z = its tokenizations; and the same LM with a trivial z
     "tokenization": ModelEntry("lm_latent_eval.models.tokenization:TokenizationLM", "LatentTokenizationEval"),
     "causal": ModelEntry("lm_latent_eval.models.causal_lm:CausalLMAsLatent"),
@@ -46,7 +55,9 @@ def resolve_class(model: str):
     """The class for a registered name (``hmm``) or an import path (``pkg.mod:Cls``)."""
     target = model_target(model)
     if ":" not in target:
-        raise ValueError(f"unknown model {model!r}: use one of {sorted(MODELS)} or 'package.module:ClassName'")
+        raise ValueError(
+            f"unknown model {model!r}: use one of {sorted(MODELS)} or 'package.module:ClassName'"
+        )
     module, _, attr = target.partition(":")
     try:
         return getattr(importlib.import_module(module), attr)
@@ -73,7 +84,9 @@ def checkpoint_hash(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def load_model(model: str = "hmm", pretrained: str | Path | None = None, device: str = "cpu", dtype=None, **kwargs):
+def load_model(
+    model: str = "hmm", pretrained: str | Path | None = None, device: str = "cpu", dtype=None, **kwargs
+):
     """Instantiate ``model`` from ``pretrained`` (local dir or Hub id; default: the bundled checkpoint), eval mode.
 
     Returns (model, checkpoint_dir) so callers can record ``checkpoint_hash(checkpoint_dir)``.
@@ -88,7 +101,9 @@ def load_model(model: str = "hmm", pretrained: str | Path | None = None, device:
         from huggingface_hub import snapshot_download
 
         path = Path(snapshot_download(str(pretrained)))
-    with contextlib.redirect_stdout(io.StringIO()):  # huggingface_hub prints "Loading weights from local directory"
+    with contextlib.redirect_stdout(
+        io.StringIO()
+    ):  # huggingface_hub prints "Loading weights from local directory"
         lm = cls.from_pretrained(str(path), **kwargs)
     if dtype is not None and hasattr(lm, "to"):
         lm = lm.to(dtype=dtype)

@@ -35,10 +35,16 @@ class CausalLMAsLatent(torch.nn.Module):
         self.model = model
         self.tokenizer = tokenizer
         self.proposal = _TrivialProposal()
-        self.prefix_token = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+        self.prefix_token = (
+            tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+        )
         if self.prefix_token is None:
-            raise ValueError("the tokenizer has neither a BOS nor an EOS token to condition the first token on")
-        self.max_length = max_length or getattr(model.config, "n_positions", None) or model.config.max_position_embeddings
+            raise ValueError(
+                "the tokenizer has neither a BOS nor an EOS token to condition the first token on"
+            )
+        self.max_length = (
+            max_length or getattr(model.config, "n_positions", None) or model.config.max_position_embeddings
+        )
         self.window_batch = int(window_batch)
         self._memo = None  # (token ids, log p(x)) of the last document
 
@@ -91,12 +97,19 @@ class CausalLMAsLatent(torch.nn.Module):
         return torch.full((z.shape[0],), self.log_marginal(x), dtype=torch.float64)
 
     @torch.no_grad()
-    def sample_text(self, prefix_text: str, max_tokens: int, generator: torch.Generator | None = None, stop=None) -> str:
+    def sample_text(
+        self, prefix_text: str, max_tokens: int, generator: torch.Generator | None = None, stop=None
+    ) -> str:
         """Ancestral sampling from p(· | prefix) at temperature 1 (generate with do_sample)."""
         device = next(self.model.parameters()).device
         ids = torch.cat([torch.tensor([self.prefix_token]), self.tokenize(prefix_text)]).to(device)
         if generator is not None:
             torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
-        out = self.model.generate(ids[None], do_sample=True, max_new_tokens=max_tokens, top_k=0,
-                                  pad_token_id=self.tokenizer.eos_token_id)
-        return self.tokenizer.decode(out[0, ids.numel():], skip_special_tokens=True)
+        out = self.model.generate(
+            ids[None],
+            do_sample=True,
+            max_new_tokens=max_tokens,
+            top_k=0,
+            pad_token_id=self.tokenizer.eos_token_id,
+        )
+        return self.tokenizer.decode(out[0, ids.numel() :], skip_special_tokens=True)

@@ -41,7 +41,9 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls) -> None:
             parser.add_argument(flag, type=type(value) if value is not None else int, default=value)
 
 
-def add_trainer_arguments(parser: argparse.ArgumentParser, config_cls, train_help: str, synthetic: dict) -> None:
+def add_trainer_arguments(
+    parser: argparse.ArgumentParser, config_cls, train_help: str, synthetic: dict
+) -> None:
     """The options every trainer has: --train, --valid (same format), --synthetic (``synthetic``: add_argument
     keywords), --output, one flag per training setting of ``config_cls``, --no-progress."""
     parser.add_argument("--train", help=train_help)

@@ -14,11 +14,19 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 
-def build_word_list(documents: Iterable[Iterable[str]], specials: Sequence[str], min_count: int = 1,
-                    max_size: int | None = None) -> list[str]:
+def build_word_list(
+    documents: Iterable[Iterable[str]],
+    specials: Sequence[str],
+    min_count: int = 1,
+    max_size: int | None = None,
+) -> list[str]:
     """[*specials, words seen ≥ min_count times, most frequent first (ties alphabetical)], ≤ max_size words in all."""
     counts = Counter(word for doc in documents for word in doc)
-    words = [w for w, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if c >= min_count and w not in specials]
+    words = [
+        w
+        for w, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        if c >= min_count and w not in specials
+    ]
     if max_size is not None:
         words = words[: max(0, max_size - len(specials))]
     return [*specials, *words]
@@ -32,11 +40,20 @@ class WordVocabulary:
     extended_words: words outside the list that still get ids (sorted; those in the list are dropped).
     """
 
-    def __init__(self, words: Sequence[str], unknown: str, specials: Sequence[str] = (), lowercase: bool = False,
-                 reserved: Sequence[str] = (), extended_words: Iterable[str] = ()):
+    def __init__(
+        self,
+        words: Sequence[str],
+        unknown: str,
+        specials: Sequence[str] = (),
+        lowercase: bool = False,
+        reserved: Sequence[str] = (),
+        extended_words: Iterable[str] = (),
+    ):
         required = (unknown, *specials)
         if not isinstance(words, (list, tuple)) or any(s not in words for s in required):
-            raise ValueError(f"vocab must be a list of words containing {', '.join(map(repr, dict.fromkeys(required)))}")
+            raise ValueError(
+                f"vocab must be a list of words containing {', '.join(map(repr, dict.fromkeys(required)))}"
+            )
         if len(set(words)) != len(words):
             raise ValueError("vocab has duplicate words")
         self.words = list(words)

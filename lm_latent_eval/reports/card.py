@@ -40,19 +40,31 @@ def _figure(name: str, value: float, kind: str, interval=None, note: str | None 
 def sampled_figures(label: str, corpus: CorpusEstimate) -> list[dict]:
     """The perplexity to quote with its honest 95% statement, the certified bound and the paper's two estimates."""
     interval = corpus.interval
-    quote_kind = ("bias-corrected estimate (Monte Carlo interval, documents fixed)" if interval.two_sided
-                  else corpus.kind)
+    quote_kind = (
+        "bias-corrected estimate (Monte Carlo interval, documents fixed)"
+        if interval.two_sided
+        else corpus.kind
+    )
     note = f"{interval.describe()}; {measured_coverage(corpus.estimator, corpus.num_documents)}"
     figures = [
         _figure(f"{label}perplexity", corpus.perplexity, quote_kind, list(corpus.perplexity_interval), note),
-        _figure(f"{label}certified upper bound ({LEVEL:.0%})", corpus.perplexity_upper_bound,
-                "P(true perplexity > bound) ≤ 5% for any proposal and K (Markov's inequality)"),
+        _figure(
+            f"{label}certified upper bound ({LEVEL:.0%})",
+            corpus.perplexity_upper_bound,
+            "P(true perplexity > bound) ≤ 5% for any proposal and K (Markov's inequality)",
+        ),
         _figure(f"{label}instance-level perplexity (Eq. 5)", corpus.instance_perplexity, corpus.kind),
     ]
     if corpus.corpus_perplexity is not None:
-        figures.append(_figure(f"{label}corpus-level perplexity (Eq. 6)", corpus.corpus_perplexity, corpus.kind,
-                               [0.0, corpus.corpus_perplexity_upper_bound],
-                               "one-sided: the certified bound of the corpus-level estimate"))
+        figures.append(
+            _figure(
+                f"{label}corpus-level perplexity (Eq. 6)",
+                corpus.corpus_perplexity,
+                corpus.kind,
+                [0.0, corpus.corpus_perplexity_upper_bound],
+                "one-sided: the certified bound of the corpus-level estimate",
+            )
+        )
     return figures
 
 
@@ -60,24 +72,38 @@ def diagnostics(run: TaskRun, corpus: CorpusEstimate, progress: bool = True) -> 
     """Reliability of the run's estimates: IS (ESS, Pareto k̂ against its threshold, convergence over K) or SMC
     (runs, ESS over tokens, resampling), and a verdict with what to try."""
     docs = [d for d in run.documents if d.num_tokens > 0]
-    summary = {"estimator": corpus.estimator, "num_documents": len(docs), "interval": corpus.interval.describe(),
-               "monte_carlo_stderr": corpus.monte_carlo_stderr, "sampling_stderr": corpus.sampling_stderr}
+    summary = {
+        "estimator": corpus.estimator,
+        "num_documents": len(docs),
+        "interval": corpus.interval.describe(),
+        "monte_carlo_stderr": corpus.monte_carlo_stderr,
+        "sampling_stderr": corpus.sampling_stderr,
+    }
     if corpus.estimator == "is":
         from tqdm.auto import tqdm
 
         lws = [d.log_weights for d in docs]
         ess = np.array([effective_sample_size(lw) for lw in lws])
         khat = np.array([pareto_khat(lw) for lw in tqdm(lws, desc="Pareto k̂", disable=not progress)])
-        above, undefined, n = pareto_k_shares(docs)
-        summary |= {"num_samples": int(min(lw.size for lw in lws)), "ess_min": float(ess.min()),
-                    "ess_median": float(np.median(ess)), "ess_mean": float(ess.mean()),
-                    "pareto_k_max": float(np.nanmax(khat)) if (~np.isnan(khat)).any() else math.nan,
-                    "num_pareto_k_above_threshold": above, "num_pareto_k_undefined": undefined}
+        above, undefined, _ = pareto_k_shares(docs)
+        summary |= {
+            "num_samples": int(min(lw.size for lw in lws)),
+            "ess_min": float(ess.min()),
+            "ess_median": float(np.median(ess)),
+            "ess_mean": float(ess.mean()),
+            "pareto_k_max": float(np.nanmax(khat)) if (~np.isnan(khat)).any() else math.nan,
+            "num_pareto_k_above_threshold": above,
+            "num_pareto_k_undefined": undefined,
+        }
     elif corpus.estimator == "smc":
         d = [doc.diagnostics for doc in docs]
-        summary |= {"num_samples": int(min(x.num_samples for x in d)), "smc_runs": int(min(x.smc_runs for x in d)),
-                    "ess_min": float(min(x.ess_min for x in d)), "ess_mean": float(np.mean([x.ess_mean for x in d])),
-                    "resampling_steps": float(np.mean([x.resampling_steps for x in d]))}
+        summary |= {
+            "num_samples": int(min(x.num_samples for x in d)),
+            "smc_runs": int(min(x.smc_runs for x in d)),
+            "ess_min": float(min(x.ess_min for x in d)),
+            "ess_mean": float(np.mean([x.ess_mean for x in d])),
+            "resampling_steps": float(np.mean([x.resampling_steps for x in d])),
+        }
     summary["verdict"], summary["what_to_try"] = verdict(corpus, run.settings)
     return summary
 
@@ -87,19 +113,25 @@ def verdict(corpus: CorpusEstimate, settings: dict) -> tuple[str, list[str]]:
     if corpus.estimator in ("exact", "beam"):
         return "Deterministic: no Monte Carlo error.", []
     if corpus.interval.two_sided:
-        return ("Reliable: every document's Monte Carlo error can be estimated and the bias correction is small "
-                f"(remainder {corpus.interval.remainder:.2f} standard errors); quote the perplexity with its "
-                "interval."), []
+        return (
+            "Reliable: every document's Monte Carlo error can be estimated and the bias correction is small "
+            f"(remainder {corpus.interval.remainder:.2f} standard errors); quote the perplexity with its "
+            "interval."
+        ), []
     tries = []
     if corpus.estimator == "is":
-        tries.append("SMC (estimator=smc or auto) where the model has the stepwise part: its runs give an honest error")
+        tries.append(
+            "SMC (estimator=smc or auto) where the model has the stepwise part: its runs give an honest error"
+        )
     if not settings.get("target_se"):
         tries.append("a precision target (target_se=0.002): more samples for the documents that need them")
     tries.append(f"more samples: num_samples={10 * int(settings.get('num_samples') or 100)}")
     if settings.get("peek") is False:
         tries.append("peek=true: a proposal that reads the token it labels is much closer to p(z | x)")
-    return (f"UNRELIABLE as a two-sided figure: {corpus.interval.reason}. Quote the certified bound: with 95% "
-            f"certainty the true perplexity is at most {corpus.perplexity_upper_bound:.4g}."), tries
+    return (
+        f"UNRELIABLE as a two-sided figure: {corpus.interval.reason}. Quote the certified bound: with 95% "
+        f"certainty the true perplexity is at most {corpus.perplexity_upper_bound:.4g}."
+    ), tries
 
 
 def _format_value(value) -> str:
@@ -118,17 +150,31 @@ def reproduce_command(run: TaskRun) -> str:
     for key, value in run.settings.items():
         if key != "sample_block":
             args.setdefault(key, value)
-    parts = ["lm_eval", "--model", cfg.get("model", "latent"),
-             "--model_args", ",".join(f"{k}={_format_value(v)}" for k, v in args.items()),
-             "--tasks", run.task, "--include_path", '"$(lm-latent-eval tasks-path)"']
-    metadata = {k: v for k, v in (run.results.get("configs", {}).get(run.task, {}).get("metadata") or {}).items()
-                if k not in ("version", "config_source") and k not in args}
+    parts = [
+        "lm_eval",
+        "--model",
+        cfg.get("model", "latent"),
+        "--model_args",
+        ",".join(f"{k}={_format_value(v)}" for k, v in args.items()),
+        "--tasks",
+        run.task,
+        "--include_path",
+        '"$(lm-latent-eval tasks-path)"',
+    ]
+    metadata = {
+        k: v
+        for k, v in (run.results.get("configs", {}).get(run.task, {}).get("metadata") or {}).items()
+        if k not in ("version", "config_source") and k not in args
+    }
     if metadata:
         parts += ["--metadata", shlex.quote(json.dumps(metadata))]
     for flag in ("device", "batch_size", "limit"):
         if cfg.get(flag) is not None:
             value = cfg[flag]
-            parts += [f"--{flag}", str(int(value) if flag == "limit" and float(value).is_integer() else value)]
+            parts += [
+                f"--{flag}",
+                str(int(value) if flag == "limit" and float(value).is_integer() else value),
+            ]
     seeds = [cfg.get(k) for k in ("random_seed", "numpy_seed", "torch_seed", "fewshot_seed")]
     if all(s is not None for s in seeds):
         parts += ["--seed", ",".join(str(s) for s in seeds)]
@@ -164,19 +210,38 @@ def recompute_beam(run: TaskRun, beam_size: int, device: str = "cpu", progress: 
 
     cfg = run.config
     if not cfg.get("latent_model") or not cfg.get("checkpoint"):
-        raise ValueError(f"{run.results_file}: no latent_model / checkpoint in the config: not an lm-latent-eval run")
+        raise ValueError(
+            f"{run.results_file}: no latent_model / checkpoint in the config: not an lm-latent-eval run"
+        )
     if checkpoint_hash(cfg["checkpoint"]) != cfg.get("checkpoint_sha256"):
-        raise ValueError(f"checkpoint {cfg['checkpoint']} no longer has the sha256 recorded in {run.results_file}")
-    files = {k: v for k, v in (cfg.get("model_args") or {}).items()
-             if k in ("knowledge_graph", "alias_database", "proposal_archive")} if isinstance(cfg.get("model_args"), dict) else {}
+        raise ValueError(
+            f"checkpoint {cfg['checkpoint']} no longer has the sha256 recorded in {run.results_file}"
+        )
+    files = (
+        {
+            k: v
+            for k, v in (cfg.get("model_args") or {}).items()
+            if k in ("knowledge_graph", "alias_database", "proposal_archive")
+        }
+        if isinstance(cfg.get("model_args"), dict)
+        else {}
+    )
     model, _ = load_model(cfg["latent_model"], cfg["checkpoint"], device=device, **files)
     settings = EstimatorSettings(estimator="beam", beam_size=beam_size)
-    return [estimate_document(model, d.document, settings, device).log_likelihood
-            for d in tqdm(run.documents, desc=f"beam k={beam_size}", disable=not progress)]
+    return [
+        estimate_document(model, d.document, settings, device).log_likelihood
+        for d in tqdm(run.documents, desc=f"beam k={beam_size}", disable=not progress)
+    ]
 
 
-def build_card(run: TaskRun, siblings: list[TaskRun] = (), beam_size: int | None = None, level: float = LEVEL,
-               device: str = "cpu", progress: bool = True) -> dict:
+def build_card(
+    run: TaskRun,
+    siblings: list[TaskRun] = (),
+    beam_size: int | None = None,
+    level: float = LEVEL,
+    device: str = "cpu",
+    progress: bool = True,
+) -> dict:
     """The card of one run as a JSON-ready dict; beam / exact runs of the same checkpoint, task and documents join it."""
     docs = run.documents
     if not docs:
@@ -194,31 +259,59 @@ def build_card(run: TaskRun, siblings: list[TaskRun] = (), beam_size: int | None
         if corpus.estimator == "is":
             curve = corpus_convergence_curve([d.log_weights for d in docs], [d.num_tokens for d in docs])
     else:
-        name = "exact perplexity" if run.estimator == "exact" else f"beam bound (k={run.settings.get('beam_size')})"
+        name = (
+            "exact perplexity"
+            if run.estimator == "exact"
+            else f"beam bound (k={run.settings.get('beam_size')})"
+        )
         figures.append(_figure(name, corpus.instance_perplexity, corpus.kind))
     total = corpus.num_tokens
-    same = [s for s in siblings if s is not run and s.task == run.task and s.estimator in ("beam", "exact")
-            and s.config.get("checkpoint_sha256") == run.config.get("checkpoint_sha256") and _same_documents(s, run)]
+    same = [
+        s
+        for s in siblings
+        if s is not run
+        and s.task == run.task
+        and s.estimator in ("beam", "exact")
+        and s.config.get("checkpoint_sha256") == run.config.get("checkpoint_sha256")
+        and _same_documents(s, run)
+    ]
     beam = exact = None
     for s in same:
         value = math.exp(-sum(d.log_likelihood for d in s.documents) / total)
         if s.estimator == "exact":
             exact = value
-            figures.append(_figure("exact perplexity", value, PERPLEXITY_KINDS["exact"], note=f"from {s.results_file.name}"))
+            figures.append(
+                _figure(
+                    "exact perplexity", value, PERPLEXITY_KINDS["exact"], note=f"from {s.results_file.name}"
+                )
+            )
         else:
             beam = value
-            figures.append(_figure(f"beam bound (k={s.settings.get('beam_size')})", value, PERPLEXITY_KINDS["beam"],
-                                   note=f"from {s.results_file.name}"))
+            figures.append(
+                _figure(
+                    f"beam bound (k={s.settings.get('beam_size')})",
+                    value,
+                    PERPLEXITY_KINDS["beam"],
+                    note=f"from {s.results_file.name}",
+                )
+            )
     if beam_size is not None and run.estimator != "beam":
         beam = math.exp(-sum(recompute_beam(run, beam_size, device, progress)) / total)
-        figures.append(_figure(f"beam bound (k={beam_size})", beam, PERPLEXITY_KINDS["beam"], note="recomputed by report"))
+        figures.append(
+            _figure(
+                f"beam bound (k={beam_size})", beam, PERPLEXITY_KINDS["beam"], note="recomputed by report"
+            )
+        )
     return {
         "task": run.task,
         "model": _model_identity(run),
         "settings": {**run.settings, "estimator_choice": run.config.get("estimator_choice"), "level": level},
         "corpus": {"num_documents": len(docs), "num_tokens": total},
         "figures": figures,
-        "uncertainty": {"monte_carlo_stderr": corpus.monte_carlo_stderr, "sampling_stderr": corpus.sampling_stderr},
+        "uncertainty": {
+            "monte_carlo_stderr": corpus.monte_carlo_stderr,
+            "sampling_stderr": corpus.sampling_stderr,
+        },
         "diagnostics": diag,
         "convergence": curve,
         "exact_perplexity": exact,
@@ -239,22 +332,37 @@ def _fmt(x) -> str:
 def _reliability_lines(d: dict) -> list[str]:
     """The IS or SMC diagnostics as Markdown bullets."""
     if d["estimator"] == "is":
-        return [f"- effective sample size over documents: min {_fmt(d['ess_min'])}, median {_fmt(d['ess_median'])}, "
-                f"mean {_fmt(d['ess_mean'])} (of K = {d['num_samples']})",
+        return [
+            (
+                f"- effective sample size over documents: min {_fmt(d['ess_min'])}, median {_fmt(d['ess_median'])}, "
+                f"mean {_fmt(d['ess_mean'])} (of K = {d['num_samples']})"
+            ),
+            (
                 f"- Pareto k̂: max {_fmt(d['pareto_k_max'])}; {d['num_pareto_k_above_threshold']} of "
                 f"{d['num_documents']} documents at or above min(1 − 1/log10 K, 0.7), {d['num_pareto_k_undefined']} "
-                "undefined (too few distinct weights in the tail)"]
-    return [f"- {d['smc_runs']} independent runs of K = {d['num_samples']} particles in all per document; ESS over "
+                "undefined (too few distinct weights in the tail)"
+            ),
+        ]
+    return [
+        (
+            f"- {d['smc_runs']} independent runs of K = {d['num_samples']} particles in all per document; ESS over "
             f"tokens: min {_fmt(d['ess_min'])}, mean {_fmt(d['ess_mean'])}; resampling steps per run "
-            f"{_fmt(d['resampling_steps'])}"]
+            f"{_fmt(d['resampling_steps'])}"
+        )
+    ]
 
 
 def card_markdown(card: dict, plot_file: str | None = None) -> str:
     """The card as Markdown."""
     m, s = card["model"], card["settings"]
-    lines = [f"# Estimate card: {m['name']} on {card['task']}", "",
-             f"{card['corpus']['num_documents']} documents, {card['corpus']['num_tokens']} model tokens.", "",
-             "| figure | value | 95% interval | what it is |", "|---|---|---|---|"]
+    lines = [
+        f"# Estimate card: {m['name']} on {card['task']}",
+        "",
+        f"{card['corpus']['num_documents']} documents, {card['corpus']['num_tokens']} model tokens.",
+        "",
+        "| figure | value | 95% interval | what it is |",
+        "|---|---|---|---|",
+    ]
     for f in card["figures"]:
         ci = "–" if f["ci95"] is None else f"[{_fmt(f['ci95'][0])}, {_fmt(f['ci95'][1])}]"
         lines.append(f"| {f['name']} | {_fmt(f['value'])} | {ci} | {f['kind']} |")
@@ -264,10 +372,16 @@ def card_markdown(card: dict, plot_file: str | None = None) -> str:
     lines += [f"| {k} | {_fmt(v)} |" for k, v in s.items()]
     lines += ["", "## Model", "", "| | |", "|---|---|"] + [f"| {k} | {_fmt(v)} |" for k, v in m.items()]
     u = card["uncertainty"]
-    lines += ["", "## Uncertainty", "",
-              f"- Monte Carlo standard error (documents fixed): {_fmt(u['monte_carlo_stderr'])} (– where no two-sided "
-              "interval is honest)",
-              f"- sampling standard error over documents (another sample of documents): {_fmt(u['sampling_stderr'])}"]
+    lines += [
+        "",
+        "## Uncertainty",
+        "",
+        (
+            f"- Monte Carlo standard error (documents fixed): {_fmt(u['monte_carlo_stderr'])} (– where no two-sided "
+            "interval is honest)"
+        ),
+        f"- sampling standard error over documents (another sample of documents): {_fmt(u['sampling_stderr'])}",
+    ]
     d = card["diagnostics"]
     if d is not None:
         lines += ["", "## Reliability", ""] + _reliability_lines(d) + ["", f"**Verdict.** {d['verdict']}"]
@@ -275,8 +389,17 @@ def card_markdown(card: dict, plot_file: str | None = None) -> str:
             lines += ["", "What to try:"] + [f"- {t}" for t in d["what_to_try"]]
     if plot_file:
         lines += ["", "## Convergence", "", f"![perplexity against K]({plot_file})"]
-    lines += ["", "## Reproduce", "", "```bash", card["reproduce"], "```", "",
-              f"Source: `{card['sources']['results']}`, `{card['sources']['samples']}`.", ""]
+    lines += [
+        "",
+        "## Reproduce",
+        "",
+        "```bash",
+        card["reproduce"],
+        "```",
+        "",
+        f"Source: `{card['sources']['results']}`, `{card['sources']['samples']}`.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -292,8 +415,12 @@ def save_plot(card: dict, path: Path) -> bool:
     from .plots import plot_convergence
 
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    plot_convergence(card["convergence"], ax=ax, true_perplexity=card["exact_perplexity"],
-                     beam_perplexity=card["beam_perplexity"])
+    plot_convergence(
+        card["convergence"],
+        ax=ax,
+        true_perplexity=card["exact_perplexity"],
+        beam_perplexity=card["beam_perplexity"],
+    )
     ax.set_title(f"{Path(card['model']['name']).name} on {card['task']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -318,15 +445,20 @@ def write_cards(output_dir: str | Path, out: str | Path | None = None, **kwargs)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("output_dir", help="lm-eval --output_path of runs made with --log_samples (or one results_*.json)")
+    parser.add_argument(
+        "output_dir", help="lm-eval --output_path of runs made with --log_samples (or one results_*.json)"
+    )
     parser.add_argument("--output", default=None, help="folder for the cards (default: <output_dir>/cards)")
     parser.add_argument("--beam-size", type=int, default=None, help="also compute the beam bound with this k")
-    parser.add_argument("--level", type=float, default=LEVEL, help="level of the intervals and certified bounds")
+    parser.add_argument(
+        "--level", type=float, default=LEVEL, help="level of the intervals and certified bounds"
+    )
     parser.add_argument("--device", default="cpu", help="for --beam-size")
 
 
 def run(args: argparse.Namespace) -> int:
-    for path in write_cards(args.output_dir, args.output, beam_size=args.beam_size, level=args.level,
-                            device=args.device):
+    for path in write_cards(
+        args.output_dir, args.output, beam_size=args.beam_size, level=args.level, device=args.device
+    ):
         print(f"wrote {path} (+ .json, .png)")
     return 0

@@ -32,8 +32,10 @@ def select_run(path: str | Path, task: str | None = None) -> TaskRun:
     runs = [r for r in read_runs(path) if task is None or r.task == task]
     if len(runs) != 1:
         found = ", ".join(f"{r.task} ({r.results_file})" for r in runs) or "none"
-        raise ValueError(f"{path}: need exactly one run{f' of task {task!r}' if task else ''}, found {found}; "
-                         "pass one results_*.json file or --task")
+        raise ValueError(
+            f"{path}: need exactly one run{f' of task {task!r}' if task else ''}, found {found}; "
+            "pass one results_*.json file or --task"
+        )
     return runs[0]
 
 
@@ -58,11 +60,20 @@ def align(a: TaskRun, b: TaskRun) -> list[tuple]:
 def _summary(run: TaskRun, docs, corpus: CorpusEstimate) -> dict:
     """Model, settings, the perplexity with its honest 95% statement (the cards' method), the certified bound, the two
     standard errors and the IS diagnostics of one side."""
-    out = {"label": run.label, "model": run.model_name, "checkpoint_sha256": run.config.get("checkpoint_sha256"),
-           "task": run.task, "settings": run.settings, "perplexity": corpus.perplexity,
-           "perplexity_interval": list(corpus.perplexity_interval), "interval": corpus.interval.describe(),
-           "perplexity_upper_bound": corpus.perplexity_upper_bound, "instance_perplexity": corpus.instance_perplexity,
-           "monte_carlo_stderr": corpus.monte_carlo_stderr, "sampling_stderr": corpus.sampling_stderr}
+    out = {
+        "label": run.label,
+        "model": run.model_name,
+        "checkpoint_sha256": run.config.get("checkpoint_sha256"),
+        "task": run.task,
+        "settings": run.settings,
+        "perplexity": corpus.perplexity,
+        "perplexity_interval": list(corpus.perplexity_interval),
+        "interval": corpus.interval.describe(),
+        "perplexity_upper_bound": corpus.perplexity_upper_bound,
+        "instance_perplexity": corpus.instance_perplexity,
+        "monte_carlo_stderr": corpus.monte_carlo_stderr,
+        "sampling_stderr": corpus.sampling_stderr,
+    }
     informative = [d.importance_weights for d in docs if d.importance_weights is not None]
     if informative:
         above, _, _ = pareto_k_shares(docs)
@@ -78,7 +89,9 @@ def _corrected(run_docs: list, corpus: CorpusEstimate) -> np.ndarray:
     return np.array([d.log_likelihood + d.error().relative_variance / 2 for d in run_docs])
 
 
-def paired_comparison(a: TaskRun, b: TaskRun, level: float = 0.95, num_resamples: int = 10000, seed: int = 0) -> dict:
+def paired_comparison(
+    a: TaskRun, b: TaskRun, level: float = 0.95, num_resamples: int = 10000, seed: int = 0
+) -> dict:
     """Side-by-side summaries, per-document log p̂ per unit and the paired bootstrap of Δ = log PPL_A − log PPL_B."""
     pairs = align(a, b)
     corpora = [corpus_estimate([p[i] for p in pairs]) for i in (0, 1)]
@@ -87,8 +100,10 @@ def paired_comparison(a: TaskRun, b: TaskRun, level: float = 0.95, num_resamples
     if np.array_equal(tokens[:, 0], tokens[:, 1]):
         unit = "model token"
     else:  # different tokenizers: per-token figures are not comparable, per-word ones are
-        warnings.warn("the two runs tokenize the documents differently: comparing log p̂ per whitespace word",
-                      stacklevel=2)
+        warnings.warn(
+            "the two runs tokenize the documents differently: comparing log p̂ per whitespace word",
+            stacklevel=2,
+        )
         unit = "word"
         words = np.array([len(da.document.split()) for da, _ in pairs], dtype=np.float64)
         tokens = np.stack([words, words], axis=1)
@@ -103,8 +118,12 @@ def paired_comparison(a: TaskRun, b: TaskRun, level: float = 0.95, num_resamples
         return per_unit[..., 1] - per_unit[..., 0]  # log PPL_A − log PPL_B
 
     rng = np.random.default_rng(seed)
-    boot = np.concatenate([delta(rng.integers(0, n, size=(min(1000, num_resamples - s), n)))
-                           for s in range(0, num_resamples, 1000)])
+    boot = np.concatenate(
+        [
+            delta(rng.integers(0, n, size=(min(1000, num_resamples - s), n)))
+            for s in range(0, num_resamples, 1000)
+        ]
+    )
     alpha = (1.0 - level) / 2.0
     observed = float(delta(np.arange(n)))
     p_value = min(1.0, 2.0 * min((boot <= 0).mean(), (boot >= 0).mean()))
@@ -137,37 +156,66 @@ def _statement(side: dict) -> str:
 def comparison_markdown(c: dict) -> str:
     """The comparison as Markdown."""
     a, b = c["a"], c["b"]
-    rows = [("model", a["model"], b["model"]), ("checkpoint sha256", str(a["checkpoint_sha256"])[:16],
-                                                str(b["checkpoint_sha256"])[:16])]
+    rows = [
+        ("model", a["model"], b["model"]),
+        ("checkpoint sha256", str(a["checkpoint_sha256"])[:16], str(b["checkpoint_sha256"])[:16]),
+    ]
     for key in sorted(set(a["settings"]) | set(b["settings"])):
         rows.append((key, a["settings"].get(key, "–"), b["settings"].get(key, "–")))
-    rows += [("perplexity", f"{a['perplexity']:.4f}", f"{b['perplexity']:.4f}"),
-             ("95% statement", _statement(a), _statement(b)),
-             ("certified upper bound", f"{a['perplexity_upper_bound']:.4f}", f"{b['perplexity_upper_bound']:.4f}"),
-             ("Monte Carlo stderr", f"{a['monte_carlo_stderr']:.4g}", f"{b['monte_carlo_stderr']:.4g}"),
-             ("sampling stderr (documents)", f"{a['sampling_stderr']:.4g}", f"{b['sampling_stderr']:.4g}"),
-             ("instance-level perplexity (Eq. 5)", f"{a['instance_perplexity']:.4f}", f"{b['instance_perplexity']:.4f}")]
+    rows += [
+        ("perplexity", f"{a['perplexity']:.4f}", f"{b['perplexity']:.4f}"),
+        ("95% statement", _statement(a), _statement(b)),
+        ("certified upper bound", f"{a['perplexity_upper_bound']:.4f}", f"{b['perplexity_upper_bound']:.4f}"),
+        ("Monte Carlo stderr", f"{a['monte_carlo_stderr']:.4g}", f"{b['monte_carlo_stderr']:.4g}"),
+        ("sampling stderr (documents)", f"{a['sampling_stderr']:.4g}", f"{b['sampling_stderr']:.4g}"),
+        (
+            "instance-level perplexity (Eq. 5)",
+            f"{a['instance_perplexity']:.4f}",
+            f"{b['instance_perplexity']:.4f}",
+        ),
+    ]
     for key in ("ess_mean", "num_pareto_k_above_threshold"):
         if key in a or key in b:
             rows.append((key, a.get(key, "–"), b.get(key, "–")))
     lo, hi = c["ci"]
     better = "A" if c["delta_log_ppl"] < 0 else "B"
-    lines = [f"# {a['label']} (A) vs {b['label']} (B) on {a['task']}", "",
-             "| | A | B |", "|---|---|---|"] + [f"| {k} | {va} | {vb} |" for k, va, vb in rows]
-    lines += ["", (f"**Paired test** ({c['num_documents']} documents, log p̂ per {c['unit']}): {c['test']}, "
-              f"{c['num_resamples']} resamples."), "",
-              (f"- Δ = log PPL_A − log PPL_B = {c['delta_log_ppl']:.4f} (PPL ratio A/B {c['ppl_ratio_a_over_b']:.4f}), "
-              f"{100 * c['level']:.0f}% interval [{lo:.4f}, {hi:.4f}], two-sided p = {c['p_value']:.4g}"),
-              (f"- {better} has the lower perplexity; A is better on {c['a_better_documents']} documents, B on "
-              f"{c['b_better_documents']}"),
-              ("- Why this test: documents are the independent units; resampling them in pairs cancels document "
-              "difficulty, needs no normality (per-document IS estimates are skewed) and keeps perplexity's token "
-              "weighting, which a paired t-test on per-document means would not."),
-              (("- Both runs' estimates are bias-corrected per document (log p̂ + v̂/2, as on the cards), and each "
-                "document's Monte Carlo noise is in the resampled spread.") if c["bias_corrected"] else
-               ("- Caveat: at least one run has no honest two-sided interval, so the test compares uncorrected "
+    lines = [f"# {a['label']} (A) vs {b['label']} (B) on {a['task']}", "", "| | A | B |", "|---|---|---|"] + [
+        f"| {k} | {va} | {vb} |" for k, va, vb in rows
+    ]
+    lines += [
+        "",
+        (
+            f"**Paired test** ({c['num_documents']} documents, log p̂ per {c['unit']}): {c['test']}, "
+            f"{c['num_resamples']} resamples."
+        ),
+        "",
+        (
+            f"- Δ = log PPL_A − log PPL_B = {c['delta_log_ppl']:.4f} (PPL ratio A/B {c['ppl_ratio_a_over_b']:.4f}), "
+            f"{100 * c['level']:.0f}% interval [{lo:.4f}, {hi:.4f}], two-sided p = {c['p_value']:.4g}"
+        ),
+        (
+            f"- {better} has the lower perplexity; A is better on {c['a_better_documents']} documents, B on "
+            f"{c['b_better_documents']}"
+        ),
+        (
+            "- Why this test: documents are the independent units; resampling them in pairs cancels document "
+            "difficulty, needs no normality (per-document IS estimates are skewed) and keeps perplexity's token "
+            "weighting, which a paired t-test on per-document means would not."
+        ),
+        (
+            (
+                "- Both runs' estimates are bias-corrected per document (log p̂ + v̂/2, as on the cards), and each "
+                "document's Monte Carlo noise is in the resampled spread."
+            )
+            if c["bias_corrected"]
+            else (
+                "- Caveat: at least one run has no honest two-sided interval, so the test compares uncorrected "
                 "estimates, upper bounds in expectation: a difference between two biased estimates, e.g. of one "
-                "model with and without peeking, is a difference of estimators, not of models.")), ""]
+                "model with and without peeking, is a difference of estimators, not of models."
+            )
+        ),
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -197,7 +245,9 @@ def save_plot(c: dict, path: Path) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("a", help="lm-eval output folder or results_*.json of run A (made with --log_samples)")
+    parser.add_argument(
+        "a", help="lm-eval output folder or results_*.json of run A (made with --log_samples)"
+    )
     parser.add_argument("b", help="the same for run B")
     parser.add_argument("--task", default=None, help="the task to compare when a folder holds several")
     parser.add_argument("--output", default="compare_out")
@@ -217,7 +267,9 @@ def run(args: argparse.Namespace) -> int:
     text = comparison_markdown(c) + "\n![comparison](comparison.png)\n"
     (out / "comparison.md").write_text(text)
     save_plot(c, out / "comparison.png")
-    (out / "comparison.json").write_text(json.dumps({k: v for k, v in c.items() if k != "bootstrap_delta"}, indent=1))
+    (out / "comparison.json").write_text(
+        json.dumps({k: v for k, v in c.items() if k != "bootstrap_delta"}, indent=1)
+    )
     print(text)
     print(f"wrote {out / 'comparison.md'}, comparison.json, comparison.png")
     return 0

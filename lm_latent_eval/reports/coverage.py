@@ -18,19 +18,25 @@ def _results() -> tuple[dict, list[dict]]:
         return {}, []
     data = json.loads(COVERAGE_FILE.read_text(encoding="utf-8"))
     results = data.get("results", [])
-    return data.get("settings", {}), results if isinstance(results, list) else []  # (an older layout: not measured)
+    return data.get("settings", {}), results if isinstance(
+        results, list
+    ) else []  # (an older layout: not measured)
 
 
 def measured_coverage(estimator: str, num_documents: int) -> str:
     """A sentence with the lowest and highest measured coverage of the printed statement for ``estimator`` at the
     measured corpus size nearest ``num_documents`` (log scale), over K and peeking modes."""
     meta, results = _results()
-    rows = [r for r in results if r["setting"]["estimator"] == estimator and r["setting"].get("smc_runs", 4) != 1]
+    rows = [
+        r for r in results if r["setting"]["estimator"] == estimator and r["setting"].get("smc_runs", 4) != 1
+    ]
     if not rows or num_documents < 1:
         return f"coverage of {estimator} statements not measured"
     sizes = sorted({int(n) for r in rows for n in r["rows"]})
     n = min(sizes, key=lambda size: abs(math.log(size) - math.log(num_documents)))
     cov = [r["rows"][str(n)]["coverage"] for r in rows]
-    return (f"measured coverage of the printed {estimator.upper()} statement at {n} documents: "
-            f"{100 * min(cov):.0f}–{100 * max(cov):.0f}% ({meta.get('repeats')} runs per setting on the bundled HMM, "
-            "bench/interval_coverage.py)")
+    return (
+        f"measured coverage of the printed {estimator.upper()} statement at {n} documents: "
+        f"{100 * min(cov):.0f}–{100 * max(cov):.0f}% ({meta.get('repeats')} runs per setting on the bundled HMM, "
+        "bench/interval_coverage.py)"
+    )

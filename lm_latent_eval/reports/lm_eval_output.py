@@ -45,7 +45,9 @@ class TaskRun:
 
     @property
     def model_name(self) -> str:
-        return str(self.config.get("model_name") or self.results.get("model_name") or self.config.get("model"))
+        return str(
+            self.config.get("model_name") or self.results.get("model_name") or self.config.get("model")
+        )
 
     @property
     def label(self) -> str:
@@ -78,8 +80,10 @@ def _read_documents(samples_file: Path) -> list[DocumentEstimate]:
                     "perplexity task (latent_ppl_tiny, linked_wikitext2*, coref_tiny, conll2012_ppl)"
                 )
             if "estimator" not in item:
-                raise ValueError(f"{samples_file}: line {n + 1}: written by an older lm-latent-eval (no 'estimator' in "
-                                 f"{SAMPLES_FIELD!r}); rerun lm_eval with this version")
+                raise ValueError(
+                    f"{samples_file}: line {n + 1}: written by an older lm-latent-eval (no 'estimator' in "
+                    f"{SAMPLES_FIELD!r}); rerun lm_eval with this version"
+                )
             text = str(row.get("target", row.get("doc", {}).get("text", "")))
             docs.append(DocumentEstimate.from_json({**item, "document": text}))
     return docs

@@ -29,7 +29,9 @@ def plot_convergence(
     """
     ax = _axes(ax)
     ks = np.asarray(convergence["num_samples"])
-    ax.plot(ks, convergence["instance_perplexity"], color=color, marker="o", ms=3, label="instance-level (Eq. 5)")
+    ax.plot(
+        ks, convergence["instance_perplexity"], color=color, marker="o", ms=3, label="instance-level (Eq. 5)"
+    )
     if convergence.get("corpus_perplexity") is not None:
         ax.plot(ks, convergence["corpus_perplexity"], color=color, ls="--", label="corpus-level (Eq. 6)")
     if beam_perplexity is not None:

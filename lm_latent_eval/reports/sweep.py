@@ -39,10 +39,14 @@ def read_documents(path: str | Path) -> list[str]:
         for i, line in enumerate(lines):
             if line.strip():
                 record = json.loads(line)
-                if "text" not in record and isinstance(record.get("tokens"), list):  # Linked WikiText-2 article
+                if "text" not in record and isinstance(
+                    record.get("tokens"), list
+                ):  # Linked WikiText-2 article
                     record["text"] = " ".join(t for t in record["tokens"] if t != "@@START@@")
                 if "text" not in record:
-                    raise ValueError(f"{path}:{i + 1}: JSONL record has no 'text' field (nor Linked WikiText-2 'tokens')")
+                    raise ValueError(
+                        f"{path}:{i + 1}: JSONL record has no 'text' field (nor Linked WikiText-2 'tokens')"
+                    )
                 docs.append(record["text"])
     else:
         docs = [line for line in lines if line.strip()]
@@ -92,24 +96,45 @@ def run_sweep(
             raise ValueError("every document is empty: perplexity is undefined")
         lws = [e.log_weights for e in estimates]
         curve = corpus_convergence_curve(lws, [e.num_tokens for e in estimates])
-        ks, inst_curve, corp_curve = curve["num_samples"], curve["instance_perplexity"], curve["corpus_perplexity"]
+        ks, inst_curve, corp_curve = (
+            curve["num_samples"],
+            curve["instance_perplexity"],
+            curve["corpus_perplexity"],
+        )
         corpus = corpus_estimate(estimates)
         above, _, _ = pareto_k_shares(estimates)
-        rows.append({
-            "peek": peek, "temperature": temperature, "num_samples": num_samples,
-            "corpus_ppl": corp_curve[-1], "instance_ppl": inst_curve[-1],
-            "perplexity": corpus.perplexity, "perplexity_interval": list(corpus.perplexity_interval),
-            "monte_carlo_stderr": corpus.monte_carlo_stderr, "perplexity_upper_bound": corpus.perplexity_upper_bound,
-            "num_pareto_k_above_threshold": above,
-            "mean_ess": float(np.mean([e.diagnostics.ess for e in estimates if e.diagnostics])),
-            "pareto_k": [e.diagnostics.pareto_k if e.diagnostics else float("nan") for e in estimates],
-            "convergence_k": ks, "convergence_instance_ppl": inst_curve, "convergence_corpus_ppl": corp_curve,
-        })
+        rows.append(
+            {
+                "peek": peek,
+                "temperature": temperature,
+                "num_samples": num_samples,
+                "corpus_ppl": corp_curve[-1],
+                "instance_ppl": inst_curve[-1],
+                "perplexity": corpus.perplexity,
+                "perplexity_interval": list(corpus.perplexity_interval),
+                "monte_carlo_stderr": corpus.monte_carlo_stderr,
+                "perplexity_upper_bound": corpus.perplexity_upper_bound,
+                "num_pareto_k_above_threshold": above,
+                "mean_ess": float(np.mean([e.diagnostics.ess for e in estimates if e.diagnostics])),
+                "pareto_k": [e.diagnostics.pareto_k if e.diagnostics else float("nan") for e in estimates],
+                "convergence_k": ks,
+                "convergence_instance_ppl": inst_curve,
+                "convergence_corpus_ppl": corp_curve,
+            }
+        )
         log_weights_by_setting[f"{'peek' if peek else 'nopeek'}_t{temperature}"] = lws
     smc_rows = []
     for peek, temperature in settings if smc else ():
-        s = EstimatorSettings("smc", num_samples, temperature, peek, seed=seed, batch_size=batch_size,
-                              resample_threshold=resample_threshold, smc_runs=smc_runs)
+        s = EstimatorSettings(
+            "smc",
+            num_samples,
+            temperature,
+            peek,
+            seed=seed,
+            batch_size=batch_size,
+            resample_threshold=resample_threshold,
+            smc_runs=smc_runs,
+        )
         estimates = []
         for doc in documents:
             estimates.append(estimate_document(model, doc, s, device))
@@ -122,7 +147,9 @@ def run_sweep(
         for doc in documents:
             total_ll += estimate_document(model, doc, s, device).log_likelihood
             bar.update(1)
-        beam_rows.append({"beam_size": k, "log_likelihood": total_ll, "ppl_upper_bound": math.exp(-total_ll / num_tokens)})
+        beam_rows.append(
+            {"beam_size": k, "log_likelihood": total_ll, "ppl_upper_bound": math.exp(-total_ll / num_tokens)}
+        )
     bar.close()
     result = {"num_documents": len(documents), "num_tokens": num_tokens, "is": rows, "beam": beam_rows}
     if smc:
@@ -138,11 +165,17 @@ def smc_row(estimates, settings: EstimatorSettings) -> dict:
     corpus = corpus_estimate(estimates)
     informative = [e.diagnostics for e in estimates if e.num_tokens > 0]
     return {
-        "peek": settings.peek, "temperature": settings.temperature, "num_samples": settings.num_samples,
-        "resample_threshold": settings.resample_threshold, "smc_runs": settings.smc_runs,
-        "perplexity": corpus.perplexity, "perplexity_interval": list(corpus.perplexity_interval),
-        "monte_carlo_stderr": corpus.monte_carlo_stderr, "perplexity_upper_bound": corpus.perplexity_upper_bound,
-        "instance_ppl": corpus.instance_perplexity, "corpus_ppl": corpus.corpus_perplexity,
+        "peek": settings.peek,
+        "temperature": settings.temperature,
+        "num_samples": settings.num_samples,
+        "resample_threshold": settings.resample_threshold,
+        "smc_runs": settings.smc_runs,
+        "perplexity": corpus.perplexity,
+        "perplexity_interval": list(corpus.perplexity_interval),
+        "monte_carlo_stderr": corpus.monte_carlo_stderr,
+        "perplexity_upper_bound": corpus.perplexity_upper_bound,
+        "instance_ppl": corpus.instance_perplexity,
+        "corpus_ppl": corpus.corpus_perplexity,
         "mean_ess": float(np.mean([d.ess_mean for d in informative])),
         "min_ess": float(np.min([d.ess_min for d in informative])),
         "mean_resampling_steps": float(np.mean([d.resampling_steps for d in informative])),
@@ -160,13 +193,17 @@ def smc_table_markdown(result: dict) -> str:
     """SMC rows for the same proposals as Table 1: the perplexity ± its Monte Carlo SE (or the one-sided certified
     bound where no two-sided interval is honest), instance and corpus PPL, ESS over tokens, resampling."""
     first = result["smc"][0]
-    header = (f"| Proposal (SMC, K={first['num_samples']}, resample when ESS < {first['resample_threshold']:g}·K, "
-              f"{first['smc_runs']} run(s)) | Perplexity (95%: ± SE or bound) | Instance PPL | Corpus PPL (runs) "
-              "| mean ESS over tokens | min ESS | resampling steps per document |")
+    header = (
+        f"| Proposal (SMC, K={first['num_samples']}, resample when ESS < {first['resample_threshold']:g}·K, "
+        f"{first['smc_runs']} run(s)) | Perplexity (95%: ± SE or bound) | Instance PPL | Corpus PPL (runs) "
+        "| mean ESS over tokens | min ESS | resampling steps per document |"
+    )
     lines = [header, "|---|---|---|---|---|---|---|"]
     for name, r in _proposal_rows(result["smc"], "SMC, "):
-        lines.append(f"| {name} | {_statement(r)} | {r['instance_ppl']:.3f} | {r['corpus_ppl']:.3f} "
-                     f"| {r['mean_ess']:.1f} | {r['min_ess']:.1f} | {r['mean_resampling_steps']:.2f} |")
+        lines.append(
+            f"| {name} | {_statement(r)} | {r['instance_ppl']:.3f} | {r['corpus_ppl']:.3f} "
+            f"| {r['mean_ess']:.1f} | {r['min_ess']:.1f} | {r['mean_resampling_steps']:.2f} |"
+        )
     if "exact_ppl" in result:
         e = result["exact_ppl"]
         lines.append(f"| Exact (forward algorithm) | {e:.3f} | {e:.3f} | {e:.3f} | | | |")
@@ -177,18 +214,28 @@ def _proposal_rows(rows: list[dict], label: str = ""):
     """(row name, row) per proposal: peeking rows by τ, then no-peeking rows by τ; names start with ``label``."""
     no_peeking = f"{label}no peeking" if label else "No peeking"
     for r in sorted(rows, key=lambda r: (not r["peek"], r["temperature"])):
-        yield (f"{label}τ = {r['temperature']:g}" if r["peek"] else f"{no_peeking}, τ = {r['temperature']:g}"), r
+        yield (
+            (f"{label}τ = {r['temperature']:g}" if r["peek"] else f"{no_peeking}, τ = {r['temperature']:g}"),
+            r,
+        )
 
 
 def table1_markdown(result: dict) -> str:
     """Table 1 layout: one row per proposal (τ with peeking, then no peeking); corpus- and instance-level PPL."""
     k = result["is"][0]["num_samples"]
-    lines = [f"| Proposal | Corpus PPL | Instance PPL | Perplexity (95%: ± SE or bound) | mean ESS (K={k}) "
-             f"| documents with k̂ ≥ {pareto_k_threshold(k):.2f} / with k̂ defined |", "|---|---|---|---|---|---|"]
+    lines = [
+        (
+            f"| Proposal | Corpus PPL | Instance PPL | Perplexity (95%: ± SE or bound) | mean ESS (K={k}) "
+            f"| documents with k̂ ≥ {pareto_k_threshold(k):.2f} / with k̂ defined |"
+        ),
+        "|---|---|---|---|---|---|",
+    ]
     for name, r in _proposal_rows(result["is"]):
         defined = int(np.sum(~np.isnan(np.array(r["pareto_k"], dtype=float))))
-        lines.append(f"| {name} | {r['corpus_ppl']:.3f} | {r['instance_ppl']:.3f} | {_statement(r)} "
-                     f"| {r['mean_ess']:.1f} | {r['num_pareto_k_above_threshold']} / {defined} |")
+        lines.append(
+            f"| {name} | {r['corpus_ppl']:.3f} | {r['instance_ppl']:.3f} | {_statement(r)} "
+            f"| {r['mean_ess']:.1f} | {r['num_pareto_k_above_threshold']} / {defined} |"
+        )
     if "exact_ppl" in result:
         e = result["exact_ppl"]
         lines.append(f"| Exact (forward algorithm) | {e:.3f} | {e:.3f} | {e:.3f} | | |")
@@ -216,8 +263,11 @@ def save_convergence_plot(result: dict, path: str | Path) -> None:
     fig, axes = plt.subplots(1, len(modes), figsize=(5.5 * len(modes), 4.2), sharey=True, squeeze=False)
     for ax, peek in zip(axes[0], modes):
         for r in (r for r in result["is"] if r["peek"] == peek):
-            curve = {"num_samples": r["convergence_k"], "instance_perplexity": r["convergence_instance_ppl"],
-                     "corpus_perplexity": r["convergence_corpus_ppl"]}
+            curve = {
+                "num_samples": r["convergence_k"],
+                "instance_perplexity": r["convergence_instance_ppl"],
+                "corpus_perplexity": r["convergence_corpus_ppl"],
+            }
             plot_convergence(curve, ax=ax, color=colors[r["temperature"]], legend=False)
         if "exact_ppl" in result:
             ax.axhline(result["exact_ppl"], color="black", lw=1)
@@ -226,8 +276,10 @@ def save_convergence_plot(result: dict, path: str | Path) -> None:
         ax.set_ylabel("")
     axes[0][0].set_ylabel("IS perplexity (upper bound in expectation)")
     handles = [Line2D([], [], color=colors[t], label=f"τ = {t:g}") for t in temps]
-    handles += [Line2D([], [], color="gray", marker="o", ms=3, label="instance level"),
-                Line2D([], [], color="gray", ls="--", label="corpus level")]
+    handles += [
+        Line2D([], [], color="gray", marker="o", ms=3, label="instance level"),
+        Line2D([], [], color="gray", ls="--", label="corpus level"),
+    ]
     if "exact_ppl" in result:
         handles.append(Line2D([], [], color="black", label="exact"))
     axes[0][-1].legend(handles=handles, fontsize=7, loc="upper right")
@@ -245,23 +297,45 @@ def _ints(text: str) -> list[int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="hmm", help="registered name (hmm, kglm, entitynlm, rnng) or package.module:Class")
-    parser.add_argument("--pretrained", default=None, help="checkpoint dir or Hub id (default: the bundled one)")
-    parser.add_argument("--data", default=None, help=".jsonl (field 'text'), .txt (one per line) or PTB trees; default: the model's bundled test set")
+    parser.add_argument(
+        "--model", default="hmm", help="registered name (hmm, kglm, entitynlm, rnng) or package.module:Class"
+    )
+    parser.add_argument(
+        "--pretrained", default=None, help="checkpoint dir or Hub id (default: the bundled one)"
+    )
+    parser.add_argument(
+        "--data",
+        default=None,
+        help=".jsonl (field 'text'), .txt (one per line) or PTB trees; default: the model's bundled test set",
+    )
     parser.add_argument("--num-samples", type=int, default=100)
     parser.add_argument("--temperatures", type=_floats, default=list(DEFAULT_TEMPERATURES))
     parser.add_argument("--peek", choices=("both", "peek", "no-peek"), default="both")
     parser.add_argument("--beam-sizes", type=_ints, default=list(DEFAULT_BEAM_SIZES))
     parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--batch-size", type=int, default=None,
-                        help="particles per log_joint call (memory only; default one sample block)")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="particles per log_joint call (memory only; default one sample block)",
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--output-dir", default="sweep_out")
-    parser.add_argument("--smc", action=argparse.BooleanOptionalAction, default=None,
-                        help="SMC rows beside the IS rows (default: whenever the model has the stepwise part)")
-    parser.add_argument("--resample-threshold", type=float, default=DEFAULT_RESAMPLE_THRESHOLD,
-                        help="SMC resamples when ESS < threshold · particles")
-    parser.add_argument("--smc-runs", type=int, default=DEFAULT_SMC_RUNS, help="independent SMC runs per document")
+    parser.add_argument(
+        "--smc",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="SMC rows beside the IS rows (default: whenever the model has the stepwise part)",
+    )
+    parser.add_argument(
+        "--resample-threshold",
+        type=float,
+        default=DEFAULT_RESAMPLE_THRESHOLD,
+        help="SMC resamples when ESS < threshold · particles",
+    )
+    parser.add_argument(
+        "--smc-runs", type=int, default=DEFAULT_SMC_RUNS, help="independent SMC runs per document"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -271,9 +345,13 @@ def run(args: argparse.Namespace) -> int:
     model, _ = load_model(args.model, args.pretrained, device=args.device)
     data = args.data or DATA_DIR / DEFAULT_DATA.get(args.model, "corpus/tiny_test.jsonl")
     peek_modes = {"both": (True, False), "peek": (True,), "no-peek": (False,)}[args.peek]
-    if getattr(model.proposal, "always_peeks", False):  # e.g. the RNNG's tree CRF: no-peeking rows do not apply
+    if getattr(
+        model.proposal, "always_peeks", False
+    ):  # e.g. the RNNG's tree CRF: no-peeking rows do not apply
         if args.peek == "no-peek":
-            raise SystemExit(f"{type(model.proposal).__name__} always reads the whole text: no no-peeking proposal")
+            raise SystemExit(
+                f"{type(model.proposal).__name__} always reads the whole text: no no-peeking proposal"
+            )
         if args.peek == "both":
             print(f"{type(model.proposal).__name__} always reads the whole text: peeking rows only")
         peek_modes = (True,)
@@ -281,9 +359,20 @@ def run(args: argparse.Namespace) -> int:
         from ..estimators.smc import require_stepwise
 
         require_stepwise(model)  # the error names the missing methods
-    result = run_sweep(model, read_documents(data), args.temperatures, peek_modes, args.beam_sizes,
-                       args.num_samples, args.seed, args.batch_size, args.device, smc=args.smc,
-                       resample_threshold=args.resample_threshold, smc_runs=args.smc_runs)
+    result = run_sweep(
+        model,
+        read_documents(data),
+        args.temperatures,
+        peek_modes,
+        args.beam_sizes,
+        args.num_samples,
+        args.seed,
+        args.batch_size,
+        args.device,
+        smc=args.smc,
+        resample_threshold=args.resample_threshold,
+        smc_runs=args.smc_runs,
+    )
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     result["config"] = {k: v for k, v in vars(args).items() if k != "func"} | {"data": str(data)}

@@ -29,15 +29,21 @@ from ..paths import DATA_DIR
 DEFAULT_DATA = DATA_DIR / "corpus" / "tiny_test.jsonl"
 
 
-def measure(lm, texts: list[str], num_samples: int, beam_size: int, seeds: int, temperature: float, device) -> dict:
+def measure(
+    lm, texts: list[str], num_samples: int, beam_size: int, seeds: int, temperature: float, device
+) -> dict:
     """Per-document canonical, beam and IS (one estimate per seed) log-likelihoods and IS diagnostics."""
     rows = []
     canon = canonical.loglikelihood_rolling(lm, texts)
     for text, c in tqdm(list(zip(texts, canon)), desc="documents"):
-        beam = estimate_document(lm, text, EstimatorSettings(estimator="beam", beam_size=beam_size), device=device)
+        beam = estimate_document(
+            lm, text, EstimatorSettings(estimator="beam", beam_size=beam_size), device=device
+        )
         runs = []
         for seed in range(seeds):
-            settings = EstimatorSettings(estimator="is", num_samples=num_samples, temperature=temperature, seed=seed)
+            settings = EstimatorSettings(
+                estimator="is", num_samples=num_samples, temperature=temperature, seed=seed
+            )
             runs.append(estimate_document(lm, text, settings, device=device))
         diag = summarize(runs[0].log_weights)
         rows.append({"text": text, "bytes": len(text.encode()), "tokens": beam.num_tokens, "canonical": c,
@@ -78,13 +84,17 @@ def table(result: dict, num_samples: int, beam_size: int, proposal: str = "") ->
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--pretrained", default=None, help="local folder or Hub id (default: the bundled tiny GPT-2)")
+    p.add_argument(
+        "--pretrained", default=None, help="local folder or Hub id (default: the bundled tiny GPT-2)"
+    )
     p.add_argument("--data", default=str(DEFAULT_DATA), help="JSONL with a 'text' field per line")
     p.add_argument("--num-samples", type=int, default=100)
     p.add_argument("--beam-size", type=int, default=8)
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--temperature", type=float, default=1.0, help="τ of the proposal")
-    p.add_argument("--canonical-mix", type=float, default=None, help="ε of the proposal (default: the model's, 0.9)")
+    p.add_argument(
+        "--canonical-mix", type=float, default=None, help="ε of the proposal (default: the model's, 0.9)"
+    )
     p.add_argument("--limit", type=int, default=None, help="first N documents only")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default=None, help="e.g. bfloat16 (log-probabilities still summed in float64)")
@@ -95,9 +105,15 @@ def main(argv=None):
     dtype = getattr(torch, args.dtype) if args.dtype else None
     mix = {} if args.canonical_mix is None else {"canonical_mix": args.canonical_mix}
     lm, path = load_model("tokenization", args.pretrained, device=args.device, dtype=dtype, **mix)
-    result = measure(lm, texts, args.num_samples, args.beam_size, args.seeds, args.temperature, torch.device(args.device))
+    result = measure(
+        lm, texts, args.num_samples, args.beam_size, args.seeds, args.temperature, torch.device(args.device)
+    )
     result["settings"] = {**vars(args), "checkpoint": str(path)}
-    print(table(result, args.num_samples, args.beam_size, f", τ = {args.temperature:g}, ε = {lm.canonical_mix:g}"))
+    print(
+        table(
+            result, args.num_samples, args.beam_size, f", τ = {args.temperature:g}, ε = {lm.canonical_mix:g}"
+        )
+    )
     if args.output:
         Path(args.output).write_text(json.dumps(result, indent=1))
 

@@ -94,5 +94,9 @@ class ContrastiveEntropy(evaluate.Metric):
             reference_urls=["https://arxiv.org/abs/1601.00248"],
         )
 
-    def _compute(self, original_score, distorted_scores, num_words, levels=(0.1, 0.3, 0.5), base_level=0.1, unit="word"):
-        return report_from_sentence_scores(original_score, distorted_scores, num_words, levels, base_level, unit)
+    def _compute(
+        self, original_score, distorted_scores, num_words, levels=(0.1, 0.3, 0.5), base_level=0.1, unit="word"
+    ):
+        return report_from_sentence_scores(
+            original_score, distorted_scores, num_words, levels, base_level, unit
+        )

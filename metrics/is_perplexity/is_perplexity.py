@@ -106,7 +106,10 @@ class IsPerplexity(evaluate.Metric):
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
             features=datasets.Features(
-                {"log_weights": datasets.Sequence(datasets.Value("float64")), "num_tokens": datasets.Value("int64")}
+                {
+                    "log_weights": datasets.Sequence(datasets.Value("float64")),
+                    "num_tokens": datasets.Value("int64"),
+                }
             ),
             reference_urls=["https://aclanthology.org/2020.acl-main.196"],
         )

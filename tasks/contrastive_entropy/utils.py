@@ -28,7 +28,9 @@ def load_sentences(data_files: str | None = None, **_metadata) -> datasets.Datas
     path = str(data_files or DATA_DIR / "corpus" / "tiny_test.jsonl")
     if path.endswith(".txt"):
         with open(path, encoding="utf-8") as fh:
-            return datasets.DatasetDict({"test": datasets.Dataset.from_dict({"text": fh.read().splitlines()})})
+            return datasets.DatasetDict(
+                {"test": datasets.Dataset.from_dict({"text": fh.read().splitlines()})}
+            )
     return datasets.load_dataset("json", data_files={"test": path})
 
 
@@ -42,7 +44,10 @@ def process_docs(dataset: datasets.Dataset) -> datasets.Dataset:
         {
             "sentence": sentences,
             "num_words": [len(s.split()) for s in sentences],
-            "distorted": [[corpora[d][r][i] for d in LEVELS for r in range(NUM_DISTORTIONS)] for i in range(len(sentences))],
+            "distorted": [
+                [corpora[d][r][i] for d in LEVELS for r in range(NUM_DISTORTIONS)]
+                for i in range(len(sentences))
+            ],
         }
     )
 
@@ -57,7 +62,9 @@ def process_results(doc: dict, results) -> dict:
     lls = [float(r[0]) if isinstance(r, (tuple, list)) else float(r) for r in results]
     expected = 1 + len(LEVELS) * NUM_DISTORTIONS
     if len(lls) != expected:
-        raise ValueError(f"sentence {doc['sentence'][:60]!r}: got {len(lls)} log-likelihoods, expected {expected}")
+        raise ValueError(
+            f"sentence {doc['sentence'][:60]!r}: got {len(lls)} log-likelihoods, expected {expected}"
+        )
     grid = [lls[1 + j * NUM_DISTORTIONS : 1 + (j + 1) * NUM_DISTORTIONS] for j in range(len(LEVELS))]
     item = (int(doc["num_words"]), lls[0], grid)
     return {name: item for name in METRICS}

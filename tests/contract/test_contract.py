@@ -456,16 +456,22 @@ def test_declared_prefix_probability_is_what_the_model_computes(case):
     declared = is_prefix_probability(model)
     assert declared is not None, f"{case.name} does not declare prefix_probability"
     if case.name.startswith("tokenization"):
-        pytest.skip("declared False: its loglikelihood conditions on the spelled string (with_cover_end), not on tokens")
+        pytest.skip(
+            "declared False: its loglikelihood conditions on the spelled string (with_cover_end), not on tokens"
+        )
     if case.name.startswith("kglm"):
-        pytest.skip("open vocabulary: an unknown word costs p(@@UNKNOWN@@) spread over unknown types (the penalty), so "
-                    "no finite sum over ids is 1; that log_joint has no end-of-text event is the stepwise test's "
-                    "log p(x, z) = Σ_t log p(x_t, z_t | x_<t, z_<t)")
+        pytest.skip(
+            "open vocabulary: an unknown word costs p(@@UNKNOWN@@) spread over unknown types (the penalty), so "
+            "no finite sum over ids is 1; that log_joint has no end-of-text event is the stepwise test's "
+            "log p(x, z) = Σ_t log p(x_t, z_t | x_<t, z_<t)"
+        )
     if getattr(model, "count_eos", False):
         pytest.skip("x ends with </s>: no next word to sum over")
     context = model.tokenize(case.short_text)[:2]
     log_ratio = _log_p_of_each_next_token(case, model, context)
-    total = float(torch.logsumexp(torch.tensor(log_ratio, dtype=torch.float64), 0)) - case.exact(model, context)
+    total = float(torch.logsumexp(torch.tensor(log_ratio, dtype=torch.float64), 0)) - case.exact(
+        model, context
+    )
     if declared:
         assert total == pytest.approx(0.0, abs=1e-5)
     else:

@@ -79,14 +79,23 @@ def test_unigram_expectation_matches_the_closed_form():
     vocab = test_words + other
     texts = [" ".join(rng.choice(test_words, size=20)) for _ in range(150)]  # N = 3000 words
     r = 10
-    report = contrastive_entropy_from_scorer(texts, unigram_scorer(log_p), num_distortions=r, vocabulary=vocab, seed=3)
+    report = contrastive_entropy_from_scorer(
+        texts, unigram_scorer(log_p), num_distortions=r, vocabulary=vocab, seed=3
+    )
     gap = math.log(0.05) - np.log(probs)
     for d in (0.1, 0.3, 0.5):
         mean, second = d / 2 * gap.mean(), d / 2 * (gap**2).mean()
         se = math.sqrt((second - mean**2) / (3000 * r))
-        assert abs(report["contrastive_entropy"][d] - mean) < 5 * se, (d, report["contrastive_entropy"][d], mean, se)
+        assert abs(report["contrastive_entropy"][d] - mean) < 5 * se, (
+            d,
+            report["contrastive_entropy"][d],
+            mean,
+            se,
+        )
         # the spread over distortions is the standard deviation of a mean of N i.i.d. X's
-        assert report["contrastive_entropy_std"][d] == pytest.approx(math.sqrt((second - mean**2) / 3000), rel=0.6)
+        assert report["contrastive_entropy_std"][d] == pytest.approx(
+            math.sqrt((second - mean**2) / 3000), rel=0.6
+        )
     assert report["ratio"][0.5] == pytest.approx(5.0, rel=0.15)
     assert report["ratio"][0.3] == pytest.approx(3.0, rel=0.15)
 
@@ -97,14 +106,20 @@ def test_unnormalized_scores_cancel():
     log_p = dict(zip(vocab, np.log(rng.dirichlet(np.ones(30)))))
     texts = [" ".join(rng.choice(vocab, size=rng.integers(1, 15))) for _ in range(40)]
     base = contrastive_entropy_from_scorer(texts, unigram_scorer(log_p), num_distortions=4)
-    per_word = contrastive_entropy_from_scorer(texts, unigram_scorer(log_p, per_word_constant=7.5), num_distortions=4)
+    per_word = contrastive_entropy_from_scorer(
+        texts, unigram_scorer(log_p, per_word_constant=7.5), num_distortions=4
+    )
     per_sentence = contrastive_entropy_from_scorer(
         texts, unigram_scorer(log_p, per_sentence_constant=-123.0), num_distortions=4, unit="sentence"
     )
-    base_sentence = contrastive_entropy_from_scorer(texts, unigram_scorer(log_p), num_distortions=4, unit="sentence")
+    base_sentence = contrastive_entropy_from_scorer(
+        texts, unigram_scorer(log_p), num_distortions=4, unit="sentence"
+    )
     for d in (0.1, 0.3, 0.5):
         assert per_word["contrastive_entropy"][d] == pytest.approx(base["contrastive_entropy"][d], abs=1e-10)
-        assert per_sentence["contrastive_entropy"][d] == pytest.approx(base_sentence["contrastive_entropy"][d], abs=1e-10)
+        assert per_sentence["contrastive_entropy"][d] == pytest.approx(
+            base_sentence["contrastive_entropy"][d], abs=1e-10
+        )
         n_words = sum(len(t.split()) for t in texts)
         assert base_sentence["contrastive_entropy"][d] == pytest.approx(
             base["contrastive_entropy"][d] * n_words / len(texts)
@@ -132,7 +147,10 @@ def test_metric_equals_the_formulas_on_random_inputs(no_network):
         grid = original[:, None, None] - rng.gamma(2.0, size=(s, 3, r)) * np.array(levels)[None, :, None] * 10
         num_words = rng.integers(1, 20, size=s)
         out = metric.compute(
-            original_score=original.tolist(), distorted_scores=grid.tolist(), num_words=num_words.tolist(), levels=levels
+            original_score=original.tolist(),
+            distorted_scores=grid.tolist(),
+            num_words=num_words.tolist(),
+            levels=levels,
         )
         want = formulas(original, grid, num_words, levels, 0.1)
         for key, values in want.items():
@@ -142,8 +160,12 @@ def test_metric_equals_the_formulas_on_random_inputs(no_network):
 
 
 def test_bad_input_names_the_sentence_and_level():
-    with pytest.raises(ValueError, match="level 0.3, distortion 1: distorted scores: sentence 1 has a non-finite"):
-        contrastive_entropy_report([-1.0, -2.0], {0.1: [[-1.0, -3.0]] * 2, 0.3: [[-1.0, -3.0], [-1.0, math.nan]]}, 3)
+    with pytest.raises(
+        ValueError, match="level 0.3, distortion 1: distorted scores: sentence 1 has a non-finite"
+    ):
+        contrastive_entropy_report(
+            [-1.0, -2.0], {0.1: [[-1.0, -3.0]] * 2, 0.3: [[-1.0, -3.0], [-1.0, math.nan]]}, 3
+        )
     with pytest.raises(ValueError, match="sentence 1: distorted scores must be"):
         report_from_sentence_scores([-1.0, -2.0], [[[-1.0], [-2.0]], [[-1.0]]], [1, 1], levels=[0.1, 0.3])
     with pytest.raises(ValueError, match="base level 0.2 is not among"):
@@ -193,8 +215,12 @@ def _direct_report(bundled_test_texts, scorer):
     utils_task = task_utils()
     sentences = [s for t in bundled_test_texts for s in split_sentences(t)]
     return contrastive_entropy_from_scorer(
-        sentences[:LIMIT], scorer, levels=utils_task.LEVELS, num_distortions=utils_task.NUM_DISTORTIONS,
-        seed=utils_task.SEED, vocabulary=corpus_vocabulary(sentences),
+        sentences[:LIMIT],
+        scorer,
+        levels=utils_task.LEVELS,
+        num_distortions=utils_task.NUM_DISTORTIONS,
+        seed=utils_task.SEED,
+        vocabulary=corpus_vocabulary(sentences),
     )
 
 
@@ -203,17 +229,25 @@ def _lm_eval_metrics(model, model_args, **kwargs):
     from lm_eval.tasks import TaskManager
 
     out = lm_eval.simple_evaluate(
-        model=model, model_args=model_args, tasks=["contrastive_entropy_tiny"],
+        model=model,
+        model_args=model_args,
+        tasks=["contrastive_entropy_tiny"],
         task_manager=TaskManager(include_path=str(TASKS_DIR / "contrastive_entropy"), include_defaults=False),
-        bootstrap_iters=0, limit=LIMIT, **kwargs,
+        bootstrap_iters=0,
+        limit=LIMIT,
+        **kwargs,
     )
     return out["results"]["contrastive_entropy_tiny"]
 
 
 def _assert_task_matches(results, report):
     for d in (0.1, 0.3, 0.5):
-        assert results[f"contrastive_entropy_d{d},none"] == pytest.approx(report["contrastive_entropy"][d], rel=1e-4, abs=1e-5)
-        assert results[f"contrastive_entropy_std_d{d},none"] == pytest.approx(report["contrastive_entropy_std"][d], rel=1e-3, abs=1e-5)
+        assert results[f"contrastive_entropy_d{d},none"] == pytest.approx(
+            report["contrastive_entropy"][d], rel=1e-4, abs=1e-5
+        )
+        assert results[f"contrastive_entropy_std_d{d},none"] == pytest.approx(
+            report["contrastive_entropy_std"][d], rel=1e-3, abs=1e-5
+        )
     for d in (0.3, 0.5):
         assert results[f"ratio_d{d},none"] == pytest.approx(report["ratio"][d], rel=1e-3)
 
@@ -228,7 +262,9 @@ def test_lm_eval_task_with_latent_hmm_backend_equals_exact_scoring(bundled_hmm, 
     from lm_latent_eval.harness.backends import LatentHMMEval
 
     results = _lm_eval_metrics(LatentHMMEval(estimator="exact", device="cpu"), None)
-    report = _direct_report(bundled_test_texts, latent_lm_scorer(bundled_hmm, EstimatorSettings(estimator="exact")))
+    report = _direct_report(
+        bundled_test_texts, latent_lm_scorer(bundled_hmm, EstimatorSettings(estimator="exact"))
+    )
     _assert_task_matches(results, report)
     # a trained model tells text from noise, more so the noisier the text
     h = report["contrastive_entropy"]

@@ -20,8 +20,19 @@ BOS, EOS = 1, 2
 
 def build_tiny_lm(path: Path, seed: int, words=WORDS, sharpness: float = 6.0, n_positions: int = 64) -> Path:
     """A random GPT-2 (1 layer, 16 dims) over <unk> <bos> <eos> <pad> + words; ``sharpness`` scales logits."""
-    return make_tiny_gpt2(path, words, n_positions, seed, n_embd=16, n_layer=1, n_head=2, bos="<bos>", eos="<eos>",
-                          pad="<pad>", sharpness=sharpness)
+    return make_tiny_gpt2(
+        path,
+        words,
+        n_positions,
+        seed,
+        n_embd=16,
+        n_layer=1,
+        n_head=2,
+        bos="<bos>",
+        eos="<eos>",
+        pad="<pad>",
+        sharpness=sharpness,
+    )
 
 
 @pytest.fixture(scope="module")

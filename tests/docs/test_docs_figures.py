@@ -36,7 +36,9 @@ class Marker:
     mode: str  # "table", "rows" or "strings"
     strings: list[str]
     following: list[str]  # the table or paragraph after the marker (after the other markers right below it)
-    group_strings: list[str]  # the strings of every marker of the group of consecutive markers above a paragraph
+    group_strings: list[
+        str
+    ]  # the strings of every marker of the group of consecutive markers above a paragraph
 
     @property
     def id(self) -> str:
@@ -120,8 +122,10 @@ def _in_json(needle: str, text: str) -> bool:
         return False
     digits = len(needle.split(".")[1]) if "." in needle else 0
     target = float(needle)
-    return any(math.isclose(round(n, digits), target, abs_tol=10 ** -(digits + 3))
-               for n in _json_numbers(json.loads(text)))
+    return any(
+        math.isclose(round(n, digits), target, abs_tol=10 ** -(digits + 3))
+        for n in _json_numbers(json.loads(text))
+    )
 
 
 def problems(marker: Marker, root: Path = REPO) -> list[str]:
@@ -135,10 +139,17 @@ def problems(marker: Marker, root: Path = REPO) -> list[str]:
             return [f"{marker.id}: no table follows the marker"]
         if marker.mode == "table":
             block = "\n".join(marker.following)
-            return [] if f"\n{block}\n" in f"\n{output}\n" else [
-                f"{marker.id}: this table is not a verbatim block of {marker.file}:\n{block}"]
+            return (
+                []
+                if f"\n{block}\n" in f"\n{output}\n"
+                else [f"{marker.id}: this table is not a verbatim block of {marker.file}:\n{block}"]
+            )
         output_lines = set(output.splitlines())
-        return [f"{marker.id}: row not in {marker.file}: {row}" for row in marker.following if row not in output_lines]
+        return [
+            f"{marker.id}: row not in {marker.file}: {row}"
+            for row in marker.following
+            if row not in output_lines
+        ]
     found = []
     paragraph = "\n".join(marker.following)
     for needle in marker.strings:
@@ -163,8 +174,14 @@ def test_quoted_figures_match_committed_output(marker):
 
 def test_the_sweeps_and_benchmarks_are_quoted_behind_markers():
     named = {m.file for m in ALL_MARKERS}
-    for output in ["bench/hmm_sweep/tables.md", "bench/kglm_sweep/tables.md", "bench/rnng_sweep/tables.md",
-                   "lm_latent_eval/data/interval_coverage/coverage.md", "bench/tokenization_gap/gap.md", "bench/RESULTS.md"]:
+    for output in [
+        "bench/hmm_sweep/tables.md",
+        "bench/kglm_sweep/tables.md",
+        "bench/rnng_sweep/tables.md",
+        "lm_latent_eval/data/interval_coverage/coverage.md",
+        "bench/tokenization_gap/gap.md",
+        "bench/RESULTS.md",
+    ]:
         assert output in named, f"no marker quotes {output}"
 
 
@@ -183,8 +200,11 @@ def _tables(text: str) -> list[tuple[int, list[str]]]:
 
 
 def test_tables_shaped_like_outputs_carry_a_marker():
-    output_headers = {table[0] for path in (REPO / "bench").rglob("*.md")
-                      for _, table in _tables(path.read_text(encoding="utf-8"))}
+    output_headers = {
+        table[0]
+        for path in (REPO / "bench").rglob("*.md")
+        for _, table in _tables(path.read_text(encoding="utf-8"))
+    }
     unmarked = []
     for page in PAGES:
         lines = page.read_text(encoding="utf-8").splitlines()
@@ -268,5 +288,6 @@ def test_readme_is_an_entrance():
     assert readme.startswith(
         "# lm-latent-eval\n\n```bash\n"
         "pip install torch==2.13.0 && pip install . && lm_eval --model latent_kglm --tasks linked_wikitext2_tiny "
-        "--include_path \"$(lm-latent-eval tasks-path)\" --batch_size auto --output_path lm_eval_out --log_samples\n"
-        "pip install \".[test]\" && python -m pytest\n```\n")
+        '--include_path "$(lm-latent-eval tasks-path)" --batch_size auto --output_path lm_eval_out --log_samples\n'
+        'pip install ".[test]" && python -m pytest\n```\n'
+    )

@@ -35,8 +35,15 @@ def test_tutorial_runs_as_written(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]), "OMP_NUM_THREADS": "1"}
 
     def python(code: str) -> str:
-        proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=600, check=False)
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         return proc.stdout
 
@@ -44,15 +51,26 @@ def test_tutorial_runs_as_written(tmp_path):
     assert (tmp_path / "topic_lm" / "model.safetensors").is_file()
     # the console scripts as modules of this interpreter (the same programs; the test need not find them on PATH), and
     # this checkout after the tutorial's folder (an installed lm-latent-eval may be another version)
-    script = (shell.replace("PYTHONPATH=. ", f"PYTHONPATH=.{os.pathsep}{REPO} ")
-              .replace("lm_eval ", f"{sys.executable} -m lm_eval ")
-              .replace("lm-latent-eval ", f"{sys.executable} -m lm_latent_eval.cli "))
-    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=900, check=False)
+    script = (
+        shell.replace("PYTHONPATH=. ", f"PYTHONPATH=.{os.pathsep}{REPO} ")
+        .replace("lm_eval ", f"{sys.executable} -m lm_eval ")
+        .replace("lm-latent-eval ", f"{sys.executable} -m lm_latent_eval.cli ")
+    )
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     cards = sorted((tmp_path / "out" / "cards").glob("*.json"))
     assert len(cards) == 2
-    is_card = next(json.loads(c.read_text()) for c in cards if json.loads(c.read_text())["settings"]["estimator"] == "is")
+    is_card = next(
+        json.loads(c.read_text()) for c in cards if json.loads(c.read_text())["settings"]["estimator"] == "is"
+    )
     figures = {f["name"]: f["value"] for f in is_card["figures"]}
     exact = figures["exact perplexity"]
     assert 1 < exact < len(json.loads((tmp_path / "topic_lm" / "config.json").read_text())["vocab"])

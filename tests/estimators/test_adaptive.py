@@ -38,7 +38,9 @@ def test_auto_picks_exact_then_smc_then_is_and_says_why(bundled_hmm, bundled_tes
     assert EstimatorSettings(target_se=0.0).resolve(WholeDocumentOnly(bundled_hmm))[0].adaptive is False
     explicit, why = EstimatorSettings("is", num_samples=8).resolve(bundled_hmm)
     assert explicit.estimator == "is" and not explicit.adaptive and "as requested" in why
-    est = estimate_document(bundled_hmm, bundled_test_texts[0], EstimatorSettings())  # auto inside estimate_document
+    est = estimate_document(
+        bundled_hmm, bundled_test_texts[0], EstimatorSettings()
+    )  # auto inside estimate_document
     assert est.estimator == "exact"
 
 
@@ -59,7 +61,9 @@ def test_precision_target_redraws_every_document_and_meets_the_target(bundled_hm
     settings = EstimatorSettings("smc", 40, peek=False, target_se=0.003, seed=5)
     out = estimate_corpus(bundled_hmm, texts, settings, progress=False)
     stages = {len(e.stage_log_likelihoods) for e in out.values()}
-    assert len(stages) == 1 and 1 < stages.pop() <= MAX_STAGES  # the pilot did not meet it; every document redrawn
+    assert (
+        len(stages) == 1 and 1 < stages.pop() <= MAX_STAGES
+    )  # the pilot did not meet it; every document redrawn
     for text, e in out.items():
         assert e.stage_log_likelihoods[-1] == e.log_likelihood
         pilot = estimate_document(bundled_hmm, text, EstimatorSettings("smc", 40, peek=False, seed=5))
@@ -97,8 +101,10 @@ def test_all_reduce_sees_the_corpus_totals(bundled_hmm, bundled_test_texts):
 def test_certified_bound_takes_the_best_stage_at_delta_over_stages():
     from lm_latent_eval.estimators import DocumentEstimate
 
-    docs = [DocumentEstimate("a", 3, -2.0, "smc", stage_log_likelihoods=[-3.0, -2.0]),
-            DocumentEstimate("b", 4, -5.0, "smc", stage_log_likelihoods=[-4.0, -5.0])]
+    docs = [
+        DocumentEstimate("a", 3, -2.0, "smc", stage_log_likelihoods=[-3.0, -2.0]),
+        DocumentEstimate("b", 4, -5.0, "smc", stage_log_likelihoods=[-4.0, -5.0]),
+    ]
     level = 1 - 0.05 / MAX_STAGES
     expected = max(certified_lower_bound([-3.0, -4.0], level), certified_lower_bound([-2.0, -5.0], level))
     assert certified_log_likelihood(docs) == pytest.approx(expected)
@@ -114,7 +120,9 @@ def test_certified_bound_holds_over_300_seeds_on_the_hmm(bundled_hmm, bundled_te
     violations = []
     for seed in range(300):
         s = EstimatorSettings("is", 10, peek=False, seed=seed)
-        violations.append(certified_log_likelihood([estimate_document(bundled_hmm, t, s) for t in texts]) > truth)
+        violations.append(
+            certified_log_likelihood([estimate_document(bundled_hmm, t, s) for t in texts]) > truth
+        )
     assert np.mean(violations) <= 0.05
 
 

@@ -42,7 +42,12 @@ def test_instance_level_allows_unequal_sample_counts():
 
 @pytest.mark.parametrize(
     "bad, message",
-    [([np.nan, 0.0], "NaN"), ([np.inf, 0.0], r"\+inf"), ([-np.inf, -np.inf], "misses the support"), ([], "non-empty")],
+    [
+        ([np.nan, 0.0], "NaN"),
+        ([np.inf, 0.0], r"\+inf"),
+        ([-np.inf, -np.inf], "misses the support"),
+        ([], "non-empty"),
+    ],
 )
 def test_bad_weights_are_rejected_naming_the_document(bad, message):
     with pytest.raises(ValueError, match=message) as err:
@@ -62,7 +67,7 @@ def test_jensen_instance_le_corpus_in_expectation_and_both_above_truth():
     rng = np.random.default_rng(1)
     sigma, k, n_docs, reps = 1.0, 10, 20, 400
     # log w ~ N(-σ²/2, σ²) so that E[w] = 1 (true p = 1, true PPL = 1)
-    lw = rng.normal(-sigma**2 / 2, sigma, size=(reps, n_docs, k))
+    lw = rng.normal(-(sigma**2) / 2, sigma, size=(reps, n_docs, k))
     tokens = [5] * n_docs
     inst = np.array([aggregate.instance_ppl(list(r), tokens) for r in lw])
     corp = np.array([aggregate.corpus_ppl(list(r), tokens) for r in lw])
@@ -108,8 +113,16 @@ def test_convergence_curve_uses_prefixes_of_one_run():
 def test_summarize_reports_every_diagnostic():
     rng = np.random.default_rng(4)
     out = diagnostics.summarize(rng.normal(size=64))
-    assert {"num_samples", "log_likelihood", "ess", "pareto_k", "pareto_k_threshold", "relative_variance", "ci95",
-            "convergence_k"} <= set(vars(out))
+    assert {
+        "num_samples",
+        "log_likelihood",
+        "ess",
+        "pareto_k",
+        "pareto_k_threshold",
+        "relative_variance",
+        "ci95",
+        "convergence_k",
+    } <= set(vars(out))
     assert out.num_samples == 64 and 1.0 <= out.ess <= 64.0
 
 

@@ -85,7 +85,9 @@ def test_is_is_unbiased_for_p_and_biased_down_in_log_space(tiny_hmm):
     truth = exact(tiny_hmm, text)
     log_phat = np.array([is_estimate(tiny_hmm, text, 3, seed, peek=False) for seed in range(400)])
     assert_unbiased(log_phat, truth)
-    assert np.exp(log_phat - truth).std(ddof=1) / math.sqrt(log_phat.size) > 1e-3  # power: estimates really vary
+    assert (
+        np.exp(log_phat - truth).std(ddof=1) / math.sqrt(log_phat.size) > 1e-3
+    )  # power: estimates really vary
     assert log_phat.mean() < truth
 
 
@@ -97,7 +99,15 @@ def test_instance_ppl_is_at_most_corpus_ppl_in_expectation(bundled_hmm, bundled_
     inst, corp = [], []
     for seed in range(40):
         lw = [
-            importance_log_weights(bundled_hmm, bundled_hmm.tokenize(d), num_samples=16, temperature=1.0, peek=False, seed=seed, document=d)
+            importance_log_weights(
+                bundled_hmm,
+                bundled_hmm.tokenize(d),
+                num_samples=16,
+                temperature=1.0,
+                peek=False,
+                seed=seed,
+                document=d,
+            )
             for d in docs
         ]
         inst.append(math.log(instance_ppl(lw, tokens)))
@@ -112,7 +122,15 @@ def test_no_peek_log_weights_vary_more_than_peek(bundled_hmm, bundled_test_texts
     var = {}
     for peek in (True, False):
         lw = [
-            importance_log_weights(bundled_hmm, bundled_hmm.tokenize(t), num_samples=100, temperature=1.0, peek=peek, seed=0, document=t)
+            importance_log_weights(
+                bundled_hmm,
+                bundled_hmm.tokenize(t),
+                num_samples=100,
+                temperature=1.0,
+                peek=peek,
+                seed=0,
+                document=t,
+            )
             for t in bundled_test_texts
         ]
         var[peek] = np.mean([np.var(w) for w in lw])
@@ -172,7 +190,15 @@ def test_unknown_words_map_to_unk_and_give_a_finite_estimate(bundled_hmm):
 @pytest.mark.parametrize("k,tau", [(0, 1.0), (-3, 1.0), (10, 0.0), (10, -0.5), (10, float("inf"))])
 def test_bad_sample_count_or_temperature_names_the_document(tiny_hmm, k, tau):
     with pytest.raises(ValueError, match="a b c a"):
-        importance_log_weights(tiny_hmm, tiny_hmm.tokenize(SHORT_DOC), num_samples=k, temperature=tau, peek=True, seed=0, document=SHORT_DOC)
+        importance_log_weights(
+            tiny_hmm,
+            tiny_hmm.tokenize(SHORT_DOC),
+            num_samples=k,
+            temperature=tau,
+            peek=True,
+            seed=0,
+            document=SHORT_DOC,
+        )
     with pytest.raises(ValueError):
         EstimatorSettings("is", num_samples=k, temperature=tau)
 
@@ -276,7 +302,9 @@ def test_reliability_warning_names_the_share_the_bound_and_what_to_try():
     rng = np.random.default_rng(0)
     heavy = [rng.exponential(2.0, 200) for _ in range(3)]  # w = U^(-2): Pareto tail with k = 2
     light = [rng.normal(0, 0.1, 200) for _ in range(1)]
-    estimates = [DocumentEstimate(f"d{n}", 10, float(log_mean_exp(lw)), "is", lw) for n, lw in enumerate(heavy + light)]
+    estimates = [
+        DocumentEstimate(f"d{n}", 10, float(log_mean_exp(lw)), "is", lw) for n, lw in enumerate(heavy + light)
+    ]
     message = reliability_warning(estimates, ["more samples"])
     assert message.startswith("no two-sided interval of the perplexity is honest for these 4 documents")
     assert "3 of 4 documents (75%) have Pareto k̂ at or above the threshold" in message

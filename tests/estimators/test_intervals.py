@@ -12,7 +12,12 @@ from scipy import stats
 
 from lm_latent_eval.estimators import DocumentEstimate, log_mean_exp
 from lm_latent_eval.estimators.corpus import corpus_estimate
-from lm_latent_eval.estimators.diagnostics import importance_error, pareto_k_threshold, pareto_khat, relative_variance
+from lm_latent_eval.estimators.diagnostics import (
+    importance_error,
+    pareto_k_threshold,
+    pareto_khat,
+    relative_variance,
+)
 from lm_latent_eval.estimators.intervals import (
     MAX_REMAINDER,
     DocumentError,
@@ -86,8 +91,10 @@ def test_certified_bound_holds_with_probability_at_least_95_percent():
     rng = np.random.default_rng(0)
     mu, sigma, docs, repeats = -10.0, 2.0, 20, 400
     truth = docs * (mu + sigma**2 / 2)
-    violations = [certified_lower_bound([log_mean_exp(rng.normal(mu, sigma, 10)) for _ in range(docs)]) > truth
-                  for _ in range(repeats)]
+    violations = [
+        certified_lower_bound([log_mean_exp(rng.normal(mu, sigma, 10)) for _ in range(docs)]) > truth
+        for _ in range(repeats)
+    ]
     assert np.mean(violations) <= 0.05
 
 

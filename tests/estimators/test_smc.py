@@ -42,7 +42,17 @@ def tiny_hmm():
 
 def smc(model, text, k=10, seed=0, peek=False, tau=1.0, threshold=0.5, runs=1):
     x = model.tokenize(text)
-    return smc_log_weights(model, x, num_samples=k, temperature=tau, peek=peek, seed=seed, document=text, resample_threshold=threshold, smc_runs=runs)
+    return smc_log_weights(
+        model,
+        x,
+        num_samples=k,
+        temperature=tau,
+        peek=peek,
+        seed=seed,
+        document=text,
+        resample_threshold=threshold,
+        smc_runs=runs,
+    )
 
 
 def smc_estimate(model, text, **kw) -> float:
@@ -73,7 +83,9 @@ def test_without_resampling_smc_weights_are_the_is_weights_of_the_same_draws(tin
     """Threshold 0, one run: the filtering proposal draws exactly what IS (no peeking) draws from the same stream."""
     for k, seed in ((50, 3), (1024, 0)):
         x = tiny_hmm.tokenize(DOC)
-        lw_is = importance_log_weights(tiny_hmm, x, num_samples=k, temperature=1.0, peek=False, seed=seed, document=DOC)
+        lw_is = importance_log_weights(
+            tiny_hmm, x, num_samples=k, temperature=1.0, peek=False, seed=seed, document=DOC
+        )
         lw_smc, diag = smc(tiny_hmm, DOC, k=k, seed=seed, threshold=0.0)
         np.testing.assert_allclose(lw_smc, lw_is, rtol=0, atol=1e-12)
         assert diag.resampling_steps == 0 and np.unique(lw_is).size > 10
@@ -94,7 +106,9 @@ def test_increments_sum_to_log_joint_minus_the_log_q_of_the_drawn_path(tiny_hmm,
         emissions = emissions + beta
     log_q = torch.log_softmax((log_pi + emissions[0]) / tau, -1)[z[:, 0]]
     for t in range(1, x.numel()):
-        log_q += torch.log_softmax((log_A[z[:, t - 1]] + emissions[t]) / tau, -1).gather(1, z[:, t : t + 1])[:, 0]
+        log_q += torch.log_softmax((log_A[z[:, t - 1]] + emissions[t]) / tau, -1).gather(1, z[:, t : t + 1])[
+            :, 0
+        ]
     torch.testing.assert_close(total, tiny_hmm.log_joint(x, z) - log_q, rtol=0, atol=1e-10)
 
 
@@ -140,11 +154,15 @@ def test_systematic_resampling_counts_stay_within_one_of_n_times_the_weight():
         assert counts.sum() == n and ((counts - n * weights).abs() < 1).all()  # floor or ceil of N W_i
         means += counts / 4000
     assert means[3] == means[17] == 0.0  # a zero-weight particle never has children
-    torch.testing.assert_close(means, n * weights, rtol=0, atol=0.03)  # E[children] = N W_i (unbiased resampling)
+    torch.testing.assert_close(
+        means, n * weights, rtol=0, atol=0.03
+    )  # E[children] = N W_i (unbiased resampling)
 
 
 def test_threshold_controls_how_often_smc_resamples(tiny_hmm):
-    steps = {thr: smc(tiny_hmm, DOC, k=30, seed=2, threshold=thr)[1].resampling_steps for thr in (0.0, 0.5, 1.0)}
+    steps = {
+        thr: smc(tiny_hmm, DOC, k=30, seed=2, threshold=thr)[1].resampling_steps for thr in (0.0, 0.5, 1.0)
+    }
     assert steps[0.0] == 0 < steps[0.5] <= steps[1.0] == tiny_hmm.tokenize(DOC).numel() - 1
 
 
@@ -181,8 +199,10 @@ def test_smc_is_unbiased_for_p(tiny_hmm, peek, tau, threshold):
     assert np.exp(log_phat - truth).std() > 0.05  # power: the estimates really vary
 
 
-@pytest.mark.parametrize("doc,peek,tau,threshold", [(7, False, 1.0, 1.0), (7, True, 1.0, 1.0), (0, False, 1.0, 1.0),
-                                                    (3, False, 0.8, 0.5)])
+@pytest.mark.parametrize(
+    "doc,peek,tau,threshold",
+    [(7, False, 1.0, 1.0), (7, True, 1.0, 1.0), (0, False, 1.0, 1.0), (3, False, 0.8, 0.5)],
+)
 def test_smc_is_unbiased_on_bundled_documents(bundled_hmm, bundled_test_texts, doc, peek, tau, threshold):
     """The bundled HMM's mismatched proposal makes resampling matter: weight-blind resampling fails here by > 5 SE."""
     text = bundled_test_texts[doc]
@@ -193,12 +213,16 @@ def test_smc_is_unbiased_on_bundled_documents(bundled_hmm, bundled_test_texts, d
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("peek,threshold,runs", [(False, 0.5, 1), (True, 0.5, 1), (False, 1.0, 3), (False, 0.5, 4)])
+@pytest.mark.parametrize(
+    "peek,threshold,runs", [(False, 0.5, 1), (True, 0.5, 1), (False, 1.0, 3), (False, 0.5, 4)]
+)
 def test_smc_unbiased_on_a_bundled_document_many_runs(bundled_hmm, bundled_test_texts, peek, threshold, runs):
     text = bundled_test_texts[15]  # 9 tokens, heavy-tailed IS weights
     truth = bundled_hmm.log_marginal(bundled_hmm.tokenize(text))
-    log_phat = [smc_estimate(bundled_hmm, text, k=12, seed=s, peek=peek, threshold=threshold, runs=runs)
-                for s in range(2000)]
+    log_phat = [
+        smc_estimate(bundled_hmm, text, k=12, seed=s, peek=peek, threshold=threshold, runs=runs)
+        for s in range(2000)
+    ]
     assert_unbiased(log_phat, truth)
 
 
@@ -209,7 +233,7 @@ def test_lee_whiteley_standard_error_matches_the_spread_over_seeds(bundled_hmm, 
     truth = bundled_hmm.log_marginal(bundled_hmm.tokenize(text))
     runs = [smc(bundled_hmm, text, k=100, seed=s) for s in range(400)]
     ratio = np.exp(np.array([d.log_likelihood for _, d in runs]) - truth)
-    estimated = np.mean([d.log_likelihood_se ** 2 for _, d in runs])
+    estimated = np.mean([d.log_likelihood_se**2 for _, d in runs])
     assert np.mean([d.resampling_steps for _, d in runs]) >= 1
     assert estimated == pytest.approx(ratio.var(), rel=0.25)
 
@@ -227,7 +251,9 @@ def test_k_beyond_one_block_is_several_independent_runs(tiny_hmm):
     lw, diag = smc(tiny_hmm, DOC, k=2100, seed=0)
     assert diag.run_sizes == [700, 700, 700] and lw.shape == (2100,)
     run_ll = np.array(diag.run_log_likelihoods)
-    assert float(log_mean_exp(lw)) == pytest.approx(float(log_mean_exp(run_ll)), abs=1e-12)  # p̂ = mean of run p̂
+    assert float(log_mean_exp(lw)) == pytest.approx(
+        float(log_mean_exp(run_ll)), abs=1e-12
+    )  # p̂ = mean of run p̂
     assert np.unique(run_ll).size == 3 and diag.run_log_likelihood_sd > 0
 
 
@@ -242,7 +268,9 @@ def test_seeds_depend_on_seed_and_document_only(bundled_hmm, bundled_test_texts)
     first = next(iter(runs.values()))
     for value in runs.values():
         np.testing.assert_array_equal(value, first)
-    other = estimate_document(bundled_hmm, docs[0], EstimatorSettings("smc", num_samples=30, peek=False, seed=9))
+    other = estimate_document(
+        bundled_hmm, docs[0], EstimatorSettings("smc", num_samples=30, peek=False, seed=9)
+    )
     assert not np.array_equal(other.log_weights, first[0])
 
 
@@ -250,7 +278,9 @@ def test_run_r_of_every_document_forms_one_corpus_sample():
     lls = [[-1.0, -3.0], [-2.0, -2.5]]
     expected = math.log(0.5 * math.exp(-3.0) + 0.5 * math.exp(-5.5))
     assert runs_corpus_log_likelihood(lls, [[5, 5], [5, 5]]) == pytest.approx(expected)
-    assert runs_corpus_log_likelihood([[-1.0], [-2.0]], [[7], [7]]) == pytest.approx(-3.0)  # R = 1: the product
+    assert runs_corpus_log_likelihood([[-1.0], [-2.0]], [[7], [7]]) == pytest.approx(
+        -3.0
+    )  # R = 1: the product
     with pytest.raises(ValueError, match="same runs"):
         runs_corpus_log_likelihood(lls, [[5, 5], [4, 4]])
 
@@ -261,7 +291,9 @@ def test_runs_of_a_block_resample_among_their_own_particles(tiny_hmm):
     lw, diag = smc(tiny_hmm, DOC, k=40, seed=3, threshold=1.0, runs=4)
     assert diag.run_sizes == [10, 10, 10, 10] and diag.resampling_steps > 3
     for r in range(4):
-        assert float(log_mean_exp(lw[10 * r : 10 * r + 10])) == pytest.approx(diag.run_log_likelihoods[r], abs=1e-12)
+        assert float(log_mean_exp(lw[10 * r : 10 * r + 10])) == pytest.approx(
+            diag.run_log_likelihoods[r], abs=1e-12
+        )
     assert np.unique(np.round(diag.run_log_likelihoods, 12)).size == 4
 
 
@@ -283,8 +315,13 @@ def test_settings_record_smc_choices_and_leave_is_keys_unchanged():
     d = EstimatorSettings("smc", resample_threshold=0.3, smc_runs=2).as_dict()
     assert d["resample_threshold"] == 0.3 and d["smc_runs"] == 2 and d["sample_block"] == 1024
     assert "resample_threshold" not in EstimatorSettings("is").as_dict()
-    for bad in ({"resample_threshold": 1.5}, {"resample_threshold": -0.1}, {"smc_runs": 0},
-                {"num_samples": 3, "smc_runs": 4}, {"temperature": 0.0}):
+    for bad in (
+        {"resample_threshold": 1.5},
+        {"resample_threshold": -0.1},
+        {"smc_runs": 0},
+        {"num_samples": 3, "smc_runs": 4},
+        {"temperature": 0.0},
+    ):
         with pytest.raises(ValueError):
             EstimatorSettings("smc", **bad)
 
@@ -292,7 +329,9 @@ def test_settings_record_smc_choices_and_leave_is_keys_unchanged():
 def test_empty_document_under_smc(bundled_hmm):
     est = estimate_document(bundled_hmm, "", EstimatorSettings("smc", num_samples=8))
     assert est.num_tokens == 0 and est.log_likelihood == 0.0 and est.estimator == "smc"
-    assert est.diagnostics.log_likelihood_se == 0.0 and est.diagnostics.resampling_steps == 0.0  # p̂ = 1 exactly
+    assert (
+        est.diagnostics.log_likelihood_se == 0.0 and est.diagnostics.resampling_steps == 0.0
+    )  # p̂ = 1 exactly
     real = estimate_document(bundled_hmm, "a b", EstimatorSettings("smc", num_samples=8))
     assert type(est.diagnostics) is type(real.diagnostics)  # the same diagnostics as any document
 
@@ -324,17 +363,39 @@ class _ZeroStep:
 
 def test_zero_weight_particles_are_dropped_and_nan_increments_named():
     model = _ZeroStep(make_tiny_hmm(), -math.inf)
-    lw, _ = smc_log_weights(model, model.tokenize(DOC), num_samples=50, temperature=1.0, peek=False, seed=0, document=DOC, resample_threshold=1.0, smc_runs=1)
+    lw, _ = smc_log_weights(
+        model,
+        model.tokenize(DOC),
+        num_samples=50,
+        temperature=1.0,
+        peek=False,
+        seed=0,
+        document=DOC,
+        resample_threshold=1.0,
+        smc_runs=1,
+    )
     assert np.isfinite(log_mean_exp(lw))
     with pytest.raises(ValueError, match="NaN or \\+inf .* token 2"):
         bad = _ZeroStep(make_tiny_hmm(), math.nan)
-        smc_log_weights(bad, bad.tokenize(DOC), num_samples=50, temperature=1.0, peek=False, seed=0, document=DOC, resample_threshold=1.0, smc_runs=1)
+        smc_log_weights(
+            bad,
+            bad.tokenize(DOC),
+            num_samples=50,
+            temperature=1.0,
+            peek=False,
+            seed=0,
+            document=DOC,
+            resample_threshold=1.0,
+            smc_runs=1,
+        )
 
 
 def test_run_r_draws_from_importance_sampling_block_r(tiny_hmm):
     """K = 2048 is two runs of 1,024; without resampling they are IS's two blocks, draw for draw."""
     x = tiny_hmm.tokenize(DOC)
-    lw_is = importance_log_weights(tiny_hmm, x, num_samples=2048, temperature=1.0, peek=False, seed=7, document=DOC)
+    lw_is = importance_log_weights(
+        tiny_hmm, x, num_samples=2048, temperature=1.0, peek=False, seed=7, document=DOC
+    )
     lw_smc, diag = smc(tiny_hmm, DOC, k=2048, seed=7, threshold=0.0)
     assert diag.run_sizes == [1024, 1024]
     np.testing.assert_allclose(lw_smc, lw_is, rtol=0, atol=1e-12)

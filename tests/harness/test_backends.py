@@ -97,7 +97,9 @@ def test_without_hook_latent_names_are_unknown(tmp_path):
     uninstall = (  # an installed copy of the package put the hook on sys.meta_path at start-up: take it off
         "import sys\nsys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != 'RegistryImportFinder']\n"
     )
-    proc = python_with_hook(empty, uninstall + "from lm_eval.api.registry import get_model\nget_model('latent_hmm')")
+    proc = python_with_hook(
+        empty, uninstall + "from lm_eval.api.registry import get_model\nget_model('latent_hmm')"
+    )
     assert proc.returncode != 0 and "latent_hmm" in proc.stderr
 
 
@@ -107,7 +109,9 @@ def test_hook_backends_match_entry_points_and_plugin_registrations():
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert hook.backend_targets() == pyproject["project"]["entry-points"]["lm_eval.models"]
     wheel_root = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
-    assert wheel_root["lm_latent_eval/harness/hook.py"] == "_lm_latent_eval_hook.py"  # what hook_site_dir copies
+    assert (
+        wheel_root["lm_latent_eval/harness/hook.py"] == "_lm_latent_eval_hook.py"
+    )  # what hook_site_dir copies
     from lm_eval.api.registry import get_model
 
     for name, target in hook.backend_targets().items():
@@ -252,12 +256,17 @@ def test_device_in_model_args_wins_over_the_cli_device():
     """``--model_args device=cpu`` with lm-eval's default ``--device cuda:0`` (always passed) is not a clash."""
     from lm_eval.api.registry import get_model
 
-    for build in (lambda cls: cls.create_from_arg_string("estimator=exact,device=cpu", {"device": "cuda:0"}),
-                  lambda cls: cls.create_from_arg_obj({"estimator": "exact", "device": "cpu"},
-                                                      {"device": "cuda:0", "batch_size": "4"})):
+    for build in (
+        lambda cls: cls.create_from_arg_string("estimator=exact,device=cpu", {"device": "cuda:0"}),
+        lambda cls: cls.create_from_arg_obj(
+            {"estimator": "exact", "device": "cpu"}, {"device": "cuda:0", "batch_size": "4"}
+        ),
+    ):
         lm = build(get_model("latent_hmm"))
         assert lm.device.type == "cpu" and lm.get_model_info()["device_type"] == "cpu"
-    lm = LatentHMMEval.create_from_arg_string("estimator=is,batch_size=7", {"device": "cpu", "batch_size": "1"})
+    lm = LatentHMMEval.create_from_arg_string(
+        "estimator=is,batch_size=7", {"device": "cpu", "batch_size": "1"}
+    )
     assert lm.settings.batch_size == 7  # model_args win for every key lm-eval also passes
 
 
@@ -274,7 +283,9 @@ def test_cuda_request_falls_back_to_cpu_with_warning():
 def test_use_cache_database_of_another_estimator_is_refused(tmp_path):
     db = str(tmp_path / "cache.db")
     CachingLM(LatentHMMEval(estimator="is", num_samples=8, seed=1, device="cpu"), db).dbdict.close()
-    CachingLM(LatentHMMEval(estimator="is", num_samples=8, seed=1, device="cpu"), db).dbdict.close()  # same settings: fine
+    CachingLM(
+        LatentHMMEval(estimator="is", num_samples=8, seed=1, device="cpu"), db
+    ).dbdict.close()  # same settings: fine
     with pytest.raises(ValueError, match="different latent model or estimator"):
         CachingLM(LatentHMMEval(estimator="is", num_samples=8, seed=2, device="cpu"), db)
 
@@ -442,10 +453,14 @@ def test_unreliable_estimates_log_one_warning_with_advice(caplog):
     assert re.search(r"\d+ of 6 documents \(\d+%\) have Pareto k̂", record.getMessage())
     assert "true perplexity is at most" in record.getMessage()  # the certified bound
     assert "num_samples=640" in record.getMessage() and "peek=true" in record.getMessage()
-    assert "estimator=smc" in record.getMessage() and "target_se" in record.getMessage()  # the HMM is stepwise
+    assert (
+        "estimator=smc" in record.getMessage() and "target_se" in record.getMessage()
+    )  # the HMM is stepwise
     caplog.clear()
     with caplog.at_level("WARNING", logger=backends.__name__):
-        LatentHMMEval(estimator="exact", device="cpu").loglikelihood_rolling([rolling(CORPUS[0])], disable_tqdm=True)
+        LatentHMMEval(estimator="exact", device="cpu").loglikelihood_rolling(
+            [rolling(CORPUS[0])], disable_tqdm=True
+        )
     assert not [r for r in caplog.records if "two-sided" in r.getMessage()]
 
 
@@ -459,8 +474,13 @@ def test_cli_table_shows_the_honest_statement_of_the_perplexity(cli_run):
 
     results, samples = cli_run
     metrics = results["results"]["latent_ppl_tiny"]
-    corpus = corpus_estimate([DocumentEstimate.from_json({**s["is_corpus_perplexity"], "document": s["doc"]["text"]})
-                              for s in samples], keys=[s["is_corpus_perplexity"]["key"] for s in samples])
+    corpus = corpus_estimate(
+        [
+            DocumentEstimate.from_json({**s["is_corpus_perplexity"], "document": s["doc"]["text"]})
+            for s in samples
+        ],
+        keys=[s["is_corpus_perplexity"]["key"] for s in samples],
+    )
     assert metrics["perplexity,none"] == pytest.approx(corpus.perplexity, rel=1e-12)
     assert metrics["perplexity_upper_bound,none"] == pytest.approx(corpus.perplexity_upper_bound, rel=1e-12)
     assert metrics["perplexity_sampling_se,none"] == pytest.approx(corpus.sampling_stderr, rel=1e-12)

@@ -13,7 +13,7 @@ pytest.importorskip("lm_eval")
 from lm_eval.api.instance import Instance
 from tiny_models import make_tiny_gpt2
 
-from lm_latent_eval.harness import backends, rolling_estimates
+from lm_latent_eval.harness import rolling_estimates
 from lm_latent_eval.harness.backends import LatentHMMEval, LatentLMEval
 
 TEXTS = ["The busy teacher waited.", "Anna saw the old dog. The dog slept."]

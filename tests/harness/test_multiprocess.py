@@ -97,7 +97,8 @@ def test_accelerate_launch_two_cpu_processes_equals_one_process(tmp_path, monkey
     monkeypatch.setattr(backends, "estimate_document", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
     lm = LatentHMMEval(estimator="is", num_samples=16, seed=4, device="cpu", results_dir=store)
     values = lm.loglikelihood_rolling(
-        [Instance("loglikelihood_rolling", {}, (s["doc"]["text"],), 0) for s in one_samples], disable_tqdm=True
+        [Instance("loglikelihood_rolling", {}, (s["doc"]["text"],), 0) for s in one_samples],
+        disable_tqdm=True,
     )
     assert calls == []
     assert values == [float(s["resps"][0][0]) for s in one_samples]

@@ -40,7 +40,10 @@ def test_word_perplexity_equals_hf_backend_with_multi_window_pages(tmp_path):
     for metric in ("word_perplexity,none", "byte_perplexity,none", "bits_per_byte,none"):
         assert ours[metric] == pytest.approx(hf[metric], rel=1e-6), metric
     per_doc = [
-        [s["resps"][0][0] for s in sorted(results[k]["samples"]["wikitext_parity"], key=lambda s: s["doc_id"])]
+        [
+            s["resps"][0][0]
+            for s in sorted(results[k]["samples"]["wikitext_parity"], key=lambda s: s["doc_id"])
+        ]
         for k in ("hf", "latent")
     ]
     assert per_doc[1] == pytest.approx(per_doc[0], abs=1e-4)

@@ -82,7 +82,10 @@ def test_crashed_run_resumes_without_redoing_finished_documents(tmp_path, calls,
     for text, weights in zip(DOCS, uninterrupted[1]):
         assert np.array_equal(rolling_estimates.peek(text).log_weights, weights)
     calls.clear()  # a third run computes nothing at all
-    assert LatentHMMEval(**ARGS, results_dir=tmp_path).loglikelihood_rolling(rolling(DOCS), disable_tqdm=True) == values
+    assert (
+        LatentHMMEval(**ARGS, results_dir=tmp_path).loglikelihood_rolling(rolling(DOCS), disable_tqdm=True)
+        == values
+    )
     assert calls == []
 
 
@@ -117,7 +120,9 @@ def test_process_killed_while_writing_leaves_only_whole_results(tmp_path, calls,
     (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert len(list(folder.glob("*.npz"))) == 4  # the half-written 5th exists only as a temporary file
     assert len(list(folder.glob(".*.tmp"))) == 1
-    values = LatentHMMEval(**ARGS, results_dir=tmp_path).loglikelihood_rolling(rolling(DOCS), disable_tqdm=True)
+    values = LatentHMMEval(**ARGS, results_dir=tmp_path).loglikelihood_rolling(
+        rolling(DOCS), disable_tqdm=True
+    )
     assert calls == DOCS[4:]
     assert values == uninterrupted[0]
 
@@ -161,17 +166,23 @@ def test_changed_model_or_setting_never_reuses_stored_results(tmp_path, calls, c
     fresh = lm.loglikelihood_rolling(rolling(DOCS[:4]), disable_tqdm=True)
     assert calls == DOCS[:4]
     assert lm.results_store.folder != base.results_store.folder
-    if "dtype" not in change:  # float64 parameters may round to the same numbers; everything else changes them
+    if (
+        "dtype" not in change
+    ):  # float64 parameters may round to the same numbers; everything else changes them
         assert fresh != stale
 
 
 def test_same_checkpoint_bytes_elsewhere_and_another_batch_size_reuse_results(tmp_path, calls):
     """The key is the checkpoint's content and the settings that change numbers, not its path or batch_size."""
-    stored = LatentHMMEval(**ARGS, results_dir=tmp_path / "r").loglikelihood_rolling(rolling(DOCS[:4]), disable_tqdm=True)
+    stored = LatentHMMEval(**ARGS, results_dir=tmp_path / "r").loglikelihood_rolling(
+        rolling(DOCS[:4]), disable_tqdm=True
+    )
     calls.clear()
     copy = tmp_path / "copy"
     shutil.copytree(default_checkpoint("hmm"), copy)
-    lm = LatentLMEval(model="hmm", pretrained=str(copy), **{**ARGS, "batch_size": "3"}, results_dir=tmp_path / "r")
+    lm = LatentLMEval(
+        model="hmm", pretrained=str(copy), **{**ARGS, "batch_size": "3"}, results_dir=tmp_path / "r"
+    )
     assert lm.loglikelihood_rolling(rolling(DOCS[:4]), disable_tqdm=True) == stored
     assert calls == []
 
@@ -198,7 +209,9 @@ def test_damaged_result_file_is_reported_and_recomputed(tmp_path, calls):
     lm.results_store.path(DOCS[1]).write_bytes(b"not a zip file")
     calls.clear()
     with pytest.warns(UserWarning, match="ignoring unreadable stored result"):
-        again = LatentHMMEval(**ARGS, results_dir=tmp_path).loglikelihood_rolling(rolling(DOCS[:2]), disable_tqdm=True)
+        again = LatentHMMEval(**ARGS, results_dir=tmp_path).loglikelihood_rolling(
+            rolling(DOCS[:2]), disable_tqdm=True
+        )
     assert calls == [DOCS[1]] and again == good
 
 
@@ -237,9 +250,16 @@ def test_use_cache_of_another_setting_is_refused_through_simple_evaluate(tmp_pat
     first = evaluate("estimator=is,num_samples=8,seed=1")
     assert len(calls) == 30
     calls.clear()
-    assert evaluate("estimator=is,num_samples=8,seed=1") == first  # same model and settings: lm-eval's cache answers
+    assert (
+        evaluate("estimator=is,num_samples=8,seed=1") == first
+    )  # same model and settings: lm-eval's cache answers
     assert calls == []
-    for other in ("estimator=is,num_samples=8,seed=2", "estimator=is,num_samples=16,seed=1", "estimator=exact", "estimator=is,num_samples=8,seed=1,dtype=float64"):
+    for other in (
+        "estimator=is,num_samples=8,seed=2",
+        "estimator=is,num_samples=16,seed=1",
+        "estimator=exact",
+        "estimator=is,num_samples=8,seed=1,dtype=float64",
+    ):
         with pytest.raises(ValueError, match="different latent model or estimator"):
             evaluate(other)
     assert calls == []

@@ -45,18 +45,24 @@ def test_canonical_reproduces_hf_on_wikitext_rolling_windows(model_dir, tmp_path
         assert b[0] == pytest.approx(a[0], abs=1e-6)
         assert a[0] < -100  # hundreds of tokens in many windows of 16
     for metric in ("word_perplexity,none", "byte_perplexity,none", "bits_per_byte,none"):
-        assert ours["results"]["wikitext_tok"][metric] == pytest.approx(hf["results"]["wikitext_tok"][metric], rel=1e-9)
+        assert ours["results"]["wikitext_tok"][metric] == pytest.approx(
+            hf["results"]["wikitext_tok"][metric], rel=1e-9
+        )
     assert ours["config"]["estimator_settings"] == {"estimator": "canonical"}
 
 
 @pytest.mark.parametrize("hf_batch_size", [1, 4])
 def test_canonical_reproduces_hf_on_arc_easy_multiple_choice(model_dir, tmp_path, hf_batch_size):
-    manager = local_copy_of("arc/arc_easy.yaml", "arc_tok", "ai2_arc_easy", ["train", "validation", "test"], tmp_path)
+    manager = local_copy_of(
+        "arc/arc_easy.yaml", "arc_tok", "ai2_arc_easy", ["train", "validation", "test"], tmp_path
+    )
     hf = run("hf", f"pretrained={model_dir},dtype=float32", "arc_tok", manager, hf_batch_size)
     ours = run("latent_tokenization", f"pretrained={model_dir},estimator=canonical", "arc_tok", manager)
     hf_reqs, our_reqs = per_request(hf, "arc_tok"), per_request(ours, "arc_tok")
     assert len(hf_reqs) == 15  # 4 questions, 3-4 choices each
-    for (a, greedy_a), (b, greedy_b) in (([r[0][0], r[0][1]], [s[0][0], s[0][1]]) for r, s in zip(hf_reqs, our_reqs)):
+    for (a, greedy_a), (b, greedy_b) in (
+        ([r[0][0], r[0][1]], [s[0][0], s[0][1]]) for r, s in zip(hf_reqs, our_reqs)
+    ):
         assert b == pytest.approx(a, abs=1e-6)
         assert greedy_a == greedy_b
     for metric in ("acc,none", "acc_norm,none"):
@@ -100,7 +106,9 @@ def test_generate_until_samples_from_the_model_and_stops(model_dir):
 def test_importance_sampling_runs_multiple_choice_through_lm_eval(model_dir, tmp_path):
     """arc_easy with estimator=is: every request answered (context and context ⊕ continuation estimated), config
     records the proposal, and a rerun with another lm-eval batch size gives identical numbers (seeded per text)."""
-    manager = local_copy_of("arc/arc_easy.yaml", "arc_tok", "ai2_arc_easy", ["train", "validation", "test"], tmp_path)
+    manager = local_copy_of(
+        "arc/arc_easy.yaml", "arc_tok", "ai2_arc_easy", ["train", "validation", "test"], tmp_path
+    )
     args = f"pretrained={model_dir},estimator=is,num_samples=8,seed=1"
     first = run("latent_tokenization", args, "arc_tok", manager, batch_size=1)
     again = run("latent_tokenization", args, "arc_tok", manager, batch_size=3)
@@ -127,9 +135,18 @@ def test_unreliable_marginal_loglikelihood_logs_the_shared_warning(model_dir, ca
     """The tokenization backend's own loglikelihood path also reports unreliable IS estimates (one warning)."""
     from lm_latent_eval.harness import backends
 
-    lm = LatentTokenizationEval(pretrained=str(model_dir), estimator="is", num_samples=32, temperature=5.0,
-                                canonical_mix=0.0, seed=1, device="cpu")
-    requests = [SimpleNamespace(args=(c, k)) for c, k in [("the cat sat on the", " mat."), ("a dog ran", " quickly.")]]
+    lm = LatentTokenizationEval(
+        pretrained=str(model_dir),
+        estimator="is",
+        num_samples=32,
+        temperature=5.0,
+        canonical_mix=0.0,
+        seed=1,
+        device="cpu",
+    )
+    requests = [
+        SimpleNamespace(args=(c, k)) for c, k in [("the cat sat on the", " mat."), ("a dog ran", " quickly.")]
+    ]
     with caplog.at_level("WARNING", logger=backends.__name__), pytest.warns(UserWarning, match="is_greedy"):
         lm.loglikelihood(requests, disable_tqdm=True)
     (record,) = [r for r in caplog.records if "no two-sided interval" in r.getMessage()]

@@ -45,21 +45,31 @@ def test_metric_equals_the_formulas_on_random_inputs(metric):
     assert out["log_likelihoods"] == pytest.approx(log_phat, rel=1e-12)
     assert out["instance_perplexity"] == pytest.approx(math.exp(-log_phat.sum() / total), rel=1e-12)
     joint = np.sum(lw, axis=0)  # [K]: corpus sample k
-    assert out["corpus_perplexity"] == pytest.approx(math.exp(-(logsumexp(joint) - math.log(64)) / total), rel=1e-12)
+    assert out["corpus_perplexity"] == pytest.approx(
+        math.exp(-(logsumexp(joint) - math.log(64)) / total), rel=1e-12
+    )
     ess = [np.exp(w).sum() ** 2 / (np.exp(w) ** 2).sum() for w in lw]
     assert out["ess"] == pytest.approx(ess, rel=1e-9)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         khat = [float(arviz.psislw(w.copy())[1]) for w in lw]
     assert out["pareto_k"] == pytest.approx(khat, rel=1e-9)
-    assert out["pareto_k_threshold"] == [pytest.approx(1 - 1 / math.log10(64))] * 6  # min(1 − 1/log10 64, 0.7)
-    assert out["share_pareto_k_above_threshold"] == pytest.approx(np.mean(np.array(khat) >= 1 - 1 / math.log10(64)))
+    assert (
+        out["pareto_k_threshold"] == [pytest.approx(1 - 1 / math.log10(64))] * 6
+    )  # min(1 − 1/log10 64, 0.7)
+    assert out["share_pareto_k_above_threshold"] == pytest.approx(
+        np.mean(np.array(khat) >= 1 - 1 / math.log10(64))
+    )
     curve = out["convergence"]
     assert curve["num_samples"] == [1, 2, 4, 8, 16, 32, 64]
     assert curve["instance_perplexity"][-1] == pytest.approx(out["instance_perplexity"], rel=1e-12)
     assert curve["corpus_perplexity"][-1] == pytest.approx(out["corpus_perplexity"], rel=1e-12)
-    first = math.exp(-sum(w[0] for w in lw) / total)  # K' = 1: both levels use the first weight of each document
-    assert curve["instance_perplexity"][0] == pytest.approx(first) and curve["corpus_perplexity"][0] == pytest.approx(first)
+    first = math.exp(
+        -sum(w[0] for w in lw) / total
+    )  # K' = 1: both levels use the first weight of each document
+    assert curve["instance_perplexity"][0] == pytest.approx(first) and curve["corpus_perplexity"][
+        0
+    ] == pytest.approx(first)
     assert curve["instance_perplexity"][3] == pytest.approx(
         math.exp(-sum(logsumexp(w[:8]) - math.log(8) for w in lw) / total), rel=1e-12
     )
@@ -67,9 +77,12 @@ def test_metric_equals_the_formulas_on_random_inputs(metric):
     assert out["interval"] == "one-sided" and "certified" in out["interval_note"]
     bound = math.exp(-(log_phat.sum() + math.log(0.05)) / total)
     assert out["perplexity_upper_bound"] == pytest.approx(bound, rel=1e-12)
-    assert out["perplexity_ci"] == [0.0, pytest.approx(bound, rel=1e-12)] and math.isnan(out["monte_carlo_stderr"])
+    assert out["perplexity_ci"] == [0.0, pytest.approx(bound, rel=1e-12)] and math.isnan(
+        out["monte_carlo_stderr"]
+    )
     assert out["corpus_perplexity_upper_bound"] == pytest.approx(
-        math.exp(-(logsumexp(joint) - math.log(64) + math.log(0.05)) / total), rel=1e-12)
+        math.exp(-(logsumexp(joint) - math.log(64) + math.log(0.05)) / total), rel=1e-12
+    )
     assert all(lo <= hi for lo, hi in out["log_likelihood_ci"]) and out["sampling_stderr"] > 0
 
 
@@ -117,7 +130,9 @@ def test_against_exact_marginals_of_a_tractable_hmm(tiny_hmm, metric):
     exact = np.array([float(tiny_hmm.log_marginal(tiny_hmm.tokenize(t))) for t in texts])
     tokens = [len(t.split()) for t in texts]
     true_ppl = math.exp(-exact.sum() / sum(tokens))
-    estimates = [estimate_document(tiny_hmm, t, EstimatorSettings("is", num_samples=2048, seed=1)) for t in texts]
+    estimates = [
+        estimate_document(tiny_hmm, t, EstimatorSettings("is", num_samples=2048, seed=1)) for t in texts
+    ]
     full_beam = [beam_log_marginal(tiny_hmm, tiny_hmm.tokenize(t), 3 ** len(t.split())) for t in texts]
     small_beam = [beam_log_marginal(tiny_hmm, tiny_hmm.tokenize(t), 2) for t in texts]
     lw = [e.log_weights.tolist() for e in estimates]
@@ -148,10 +163,18 @@ def test_plot_helpers_write_figures(tmp_path):
     rng = np.random.default_rng(0)
     report = weights_report(heavy_tailed_weights(rng, 4, 32), [10] * 4, beam_log_likelihoods=[-40.0] * 4)
     fig, axes = plt.subplots(1, 3, figsize=(12, 3))
-    plot_convergence(report["convergence"], ax=axes[0], beam_perplexity=report["beam_perplexity"], true_perplexity=20.0)
-    plot_estimate_density({"run A": rng.normal(size=100), "run B": rng.normal(1, 1, size=100)}, ax=axes[1], true_value=0.0)
-    ce = {"levels": [0.1, 0.3], "contrastive_entropy": {0.1: 0.2, 0.3: 0.5},
-          "contrastive_entropy_std": {0.1: 0.01, 0.3: 0.02}, "unit": "word"}
+    plot_convergence(
+        report["convergence"], ax=axes[0], beam_perplexity=report["beam_perplexity"], true_perplexity=20.0
+    )
+    plot_estimate_density(
+        {"run A": rng.normal(size=100), "run B": rng.normal(1, 1, size=100)}, ax=axes[1], true_value=0.0
+    )
+    ce = {
+        "levels": [0.1, 0.3],
+        "contrastive_entropy": {0.1: 0.2, 0.3: 0.5},
+        "contrastive_entropy_std": {0.1: 0.01, 0.3: 0.02},
+        "unit": "word",
+    }
     plot_contrastive_entropy(ce, ax=axes[2], label="model")
     assert len(axes[0].get_lines()) == 4  # instance, corpus, beam bound, exact
     assert axes[2].get_xlabel() == "distortion level d"
@@ -199,7 +222,12 @@ def test_loading_from_the_wheel_layout_offline(tmp_path):
     }
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(WHEEL_CHECK), str(site)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.split("\n")

@@ -21,8 +21,11 @@ from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.protocol import select_particles
 from lm_latent_eval.reports.sweep import read_documents
 
-CORPORA = {"kglm": DATA_DIR / "linked_tiny" / "test.jsonl", "entitynlm": DATA_DIR / "coref_tiny" / "test.jsonl",
-           "rnng": DATA_DIR / "ptb_tiny" / "test.txt"}
+CORPORA = {
+    "kglm": DATA_DIR / "linked_tiny" / "test.jsonl",
+    "entitynlm": DATA_DIR / "coref_tiny" / "test.jsonl",
+    "rnng": DATA_DIR / "ptb_tiny" / "test.txt",
+}
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
@@ -82,7 +85,9 @@ def test_cuda_estimate_agrees_with_cpu_within_noise(name):
     estimates = []
     for device in ("cpu", "cuda"):
         model, _ = load_model(name, device=device)
-        lw = importance_log_weights(model, model.tokenize(doc).to(device), num_samples=4096, seed=3, document=doc, device=device)
+        lw = importance_log_weights(
+            model, model.tokenize(doc).to(device), num_samples=4096, seed=3, document=doc, device=device
+        )
         estimates.append((log_mean_exp(lw), math.sqrt(relative_variance(lw))))  # se of log p̂ (delta method)
     (a, se_a), (b, se_b) = estimates
     assert abs(a - b) <= 5 * np.hypot(se_a, se_b) + 1e-3
@@ -91,7 +96,9 @@ def test_cuda_estimate_agrees_with_cpu_within_noise(name):
 def test_sample_block_is_per_device():
     from lm_latent_eval.estimators import EstimatorSettings, sample_block
 
-    assert sample_block("cpu") == 1024 and sample_block("cuda") == sample_block(torch.device("cuda:0")) == 16384
+    assert (
+        sample_block("cpu") == 1024 and sample_block("cuda") == sample_block(torch.device("cuda:0")) == 16384
+    )
     assert EstimatorSettings("is").as_dict("cuda")["sample_block"] == 16384
     assert EstimatorSettings("is").as_dict()["sample_block"] == 1024
 
@@ -102,6 +109,8 @@ def test_cuda_weights_do_not_depend_on_batch_size():
     doc = read_documents(CORPORA["kglm"])[1]
     x = model.tokenize(doc).to("cuda")
     one_block = importance_log_weights(model, x, num_samples=3000, seed=5, document=doc, device="cuda")
-    chunked = importance_log_weights(model, x, num_samples=3000, seed=5, document=doc, device="cuda", batch_size=700)
+    chunked = importance_log_weights(
+        model, x, num_samples=3000, seed=5, document=doc, device="cuda", batch_size=700
+    )
     # the same particles (the sample block fixes them); cuBLAS picks its kernel by row count, so float32 rounding
     np.testing.assert_allclose(chunked, one_block, rtol=1e-6, atol=1e-4)

@@ -18,8 +18,14 @@ def test_word_list_puts_specials_first_then_frequent_words():
 
 
 def test_ids_unknown_reserved_lowercase_and_extended_words():
-    vocab = WordVocabulary(["<unk>", "<s>", "</s>", "the", "dog"], "<unk>", specials=("<s>", "</s>"),
-                           lowercase=True, reserved=("<s>", "</s>"), extended_words=["Lovelace", "dog"])
+    vocab = WordVocabulary(
+        ["<unk>", "<s>", "</s>", "the", "dog"],
+        "<unk>",
+        specials=("<s>", "</s>"),
+        lowercase=True,
+        reserved=("<s>", "</s>"),
+        extended_words=["Lovelace", "dog"],
+    )
     assert len(vocab) == 5 and vocab.num_ids == 6 and vocab.extended_words == ["Lovelace"]
     # lowercase: "Lovelace" is looked up as "lovelace", which no list holds
     assert vocab.tokenize("The DOG </s> <S> zebra Lovelace") == [3, 4, 0, 0, 0, 0]
@@ -37,7 +43,9 @@ def test_invalid_word_lists_are_refused():
         WordVocabulary(["<unk>", "a", "a"], "<unk>")
 
 
-@pytest.mark.parametrize(("name", "unknown"), [("kglm", "@@UNKNOWN@@"), ("entitynlm", "@@UNKNOWN@@"), ("rnng", "<unk>")])
+@pytest.mark.parametrize(
+    ("name", "unknown"), [("kglm", "@@UNKNOWN@@"), ("entitynlm", "@@UNKNOWN@@"), ("rnng", "<unk>")]
+)
 def test_bundled_checkpoints_keep_their_ids(name, unknown):
     """The word list of config.json gives the ids, in order; unknown words get the unknown word's id."""
     model, path = load_model(name)

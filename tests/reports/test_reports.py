@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import lm_latent_eval
+from lm_latent_eval.estimators import DocumentEstimate
 from lm_latent_eval.models import checkpoint_hash, default_checkpoint, load_model
 from lm_latent_eval.reports import card as card_mod
 from lm_latent_eval.reports import compare as compare_mod
-from lm_latent_eval.estimators import DocumentEstimate
 from lm_latent_eval.reports.lm_eval_output import TaskRun, read_runs
 
 HMM = default_checkpoint("hmm")
@@ -37,9 +37,27 @@ def run_lm_eval(argv: list[str]) -> None:
 
 
 def hmm_run(out: Path, model_args: str) -> Path:
-    run_lm_eval(["--model", "latent_hmm", "--model_args", f"pretrained={HMM},{model_args}", "--tasks", "latent_ppl_tiny",
-                 "--include_path", str(lm_latent_eval.tasks_path()), "--limit", LIMIT, "--device", "cpu",
-                 "--batch_size", "auto", "--output_path", str(out), "--log_samples"])
+    run_lm_eval(
+        [
+            "--model",
+            "latent_hmm",
+            "--model_args",
+            f"pretrained={HMM},{model_args}",
+            "--tasks",
+            "latent_ppl_tiny",
+            "--include_path",
+            str(lm_latent_eval.tasks_path()),
+            "--limit",
+            LIMIT,
+            "--device",
+            "cpu",
+            "--batch_size",
+            "auto",
+            "--output_path",
+            str(out),
+            "--log_samples",
+        ]
+    )
     return out
 
 
@@ -66,8 +84,14 @@ def test_results_json_has_leaderboard_fields(runs):
     assert cfg["model_sha"] == checkpoint_hash(HMM) == cfg["checkpoint_sha256"]
     assert cfg["model_dtype"] == "torch.float32" and cfg["model_revision"] is None
     assert cfg["model_num_parameters"] == sum(p.numel() for p in model.parameters()) > 0
-    assert cfg["estimator_settings"] == {"estimator": "is", "num_samples": 64, "temperature": 1.0, "peek": False,
-                                         "seed": 7, "sample_block": 1024}
+    assert cfg["estimator_settings"] == {
+        "estimator": "is",
+        "num_samples": 64,
+        "temperature": 1.0,
+        "peek": False,
+        "seed": 7,
+        "sample_block": 1024,
+    }
 
 
 def test_card_figures_match_lm_eval_and_bounds(runs, tmp_path):
@@ -111,12 +135,17 @@ def test_report_cli_writes_cards_and_reproduce_command_reproduces(runs, tmp_path
     (md,) = (tmp_path / "cards").glob("*.md")
     card = json.loads(md.with_suffix(".json").read_text())
     assert md.with_suffix(".png").stat().st_size > 1000 and "## Reproduce" in md.read_text()
-    command = card["reproduce"].replace('"$(lm-latent-eval tasks-path)"', shlex.quote(str(lm_latent_eval.tasks_path())))
+    command = card["reproduce"].replace(
+        '"$(lm-latent-eval tasks-path)"', shlex.quote(str(lm_latent_eval.tasks_path()))
+    )
     argv = shlex.split(command)
     assert argv[0] == "lm_eval"
     argv[argv.index("OUT")] = str(tmp_path / "again")
     run_lm_eval(argv[1:])
-    again, first = _results(tmp_path / "again")["results"]["latent_ppl_tiny"], _results(runs["is"])["results"]["latent_ppl_tiny"]
+    again, first = (
+        _results(tmp_path / "again")["results"]["latent_ppl_tiny"],
+        _results(runs["is"])["results"]["latent_ppl_tiny"],
+    )
     for key in ("is_instance_perplexity,none", "is_corpus_perplexity,none", "is_ess_mean,none"):
         assert again[key] == first[key]
 
@@ -127,11 +156,25 @@ def test_compare_is_vs_exact(runs, tmp_path):
 
     a, b = compare_mod.select_run(runs["is"]), compare_mod.select_run(runs["exact"])
     c = compare_mod.paired_comparison(a, b, num_resamples=2000)
-    expected = math.log(a.metrics["is_instance_perplexity,none"]) - math.log(b.metrics["is_instance_perplexity,none"])
+    expected = math.log(a.metrics["is_instance_perplexity,none"]) - math.log(
+        b.metrics["is_instance_perplexity,none"]
+    )
     assert c["delta_log_ppl"] == pytest.approx(expected, rel=1e-9) and c["unit"] == "model token"
     assert c["ci"][0] <= c["delta_log_ppl"] <= c["ci"][1] and 0 < c["p_value"] <= 1
-    assert main(["compare", str(runs["is"]), str(runs["exact"]), "--output", str(tmp_path / "cmp"),
-                 "--resamples", "500"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                str(runs["is"]),
+                str(runs["exact"]),
+                "--output",
+                str(tmp_path / "cmp"),
+                "--resamples",
+                "500",
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "cmp" / "comparison.png").stat().st_size > 1000
     assert "paired bootstrap" in (tmp_path / "cmp" / "comparison.md").read_text()
 
@@ -145,8 +188,10 @@ def test_compare_refuses_different_documents(runs):
 
 
 def _synthetic_run(log_likelihoods, num_tokens) -> TaskRun:
-    docs = [DocumentEstimate(f"doc {n}", int(t), float(ll), "exact") for n, (ll, t) in
-            enumerate(zip(log_likelihoods, num_tokens))]
+    docs = [
+        DocumentEstimate(f"doc {n}", int(t), float(ll), "exact")
+        for n, (ll, t) in enumerate(zip(log_likelihoods, num_tokens))
+    ]
     return TaskRun(Path("results_x.json"), Path("samples_x.jsonl"), "t", {"config": {}}, docs)
 
 
@@ -159,12 +204,21 @@ def test_paired_test_holds_its_level_and_detects_a_shift():
         base = -3.0 * tokens + rng.normal(0, 5, size=40)  # document difficulty, shared by both runs
         a = _synthetic_run(base + rng.normal(0, 1, size=40), tokens)
         b = _synthetic_run(base + rng.normal(0, 1, size=40), tokens)
-        rejections.append(compare_mod.paired_comparison(a, b, num_resamples=1000, seed=int(rng.integers(1 << 30)))["p_value"] < 0.05)
+        rejections.append(
+            compare_mod.paired_comparison(a, b, num_resamples=1000, seed=int(rng.integers(1 << 30)))[
+                "p_value"
+            ]
+            < 0.05
+        )
     rate = float(np.mean(rejections))
-    assert abs(rate - 0.05) < 3 * math.sqrt(0.05 * 0.95 / 300) + 0.01  # bootstrap p-values are slightly liberal
+    assert (
+        abs(rate - 0.05) < 3 * math.sqrt(0.05 * 0.95 / 300) + 0.01
+    )  # bootstrap p-values are slightly liberal
     tokens = rng.integers(5, 40, size=40)
     base = -3.0 * tokens + rng.normal(0, 5, size=40)
-    shifted = compare_mod.paired_comparison(_synthetic_run(base, tokens), _synthetic_run(base - 0.1 * tokens, tokens))
+    shifted = compare_mod.paired_comparison(
+        _synthetic_run(base, tokens), _synthetic_run(base - 0.1 * tokens, tokens)
+    )
     assert shifted["delta_log_ppl"] == pytest.approx(-0.1) and shifted["p_value"] < 0.001
 
 
@@ -175,16 +229,40 @@ def test_card_names_ppl_and_upp_for_a_penalized_model():
     for n in range(5):
         penalty = rng.integers(0, 3, size=32).astype(float)
         plain = rng.normal(-30.0, 1.0, size=32)
-        docs.append(DocumentEstimate(f"doc {n}", 10, float(np.logaddexp.reduce(plain - penalty) - np.log(32)), "is",
-                                     plain - penalty, unk_penalty=penalty))
-    results = {"config": {"estimator_settings": {"estimator": "is", "num_samples": 32, "temperature": 1.0,
-                                                 "peek": True, "seed": 1}, "model": "latent_kglm"}}
-    card = card_mod.build_card(TaskRun(Path("results_x.json"), Path("samples_x.jsonl"), "linked_wikitext2_tiny",
-                                       results, docs), progress=False)
+        docs.append(
+            DocumentEstimate(
+                f"doc {n}",
+                10,
+                float(np.logaddexp.reduce(plain - penalty) - np.log(32)),
+                "is",
+                plain - penalty,
+                unk_penalty=penalty,
+            )
+        )
+    results = {
+        "config": {
+            "estimator_settings": {
+                "estimator": "is",
+                "num_samples": 32,
+                "temperature": 1.0,
+                "peek": True,
+                "seed": 1,
+            },
+            "model": "latent_kglm",
+        }
+    }
+    card = card_mod.build_card(
+        TaskRun(Path("results_x.json"), Path("samples_x.jsonl"), "linked_wikitext2_tiny", results, docs),
+        progress=False,
+    )
     values = {f["name"]: f["value"] for f in card["figures"]}
-    upp, ppl = (values["UPP (unknown-penalized): instance-level perplexity (Eq. 5)"],
-                values["PPL (no unknown-word penalty): instance-level perplexity (Eq. 5)"])
-    expected_ppl = math.exp(-sum(float(np.logaddexp.reduce(d.log_weights_without_unk_penalty()) - np.log(32)) for d in docs) / 50)
+    upp, ppl = (
+        values["UPP (unknown-penalized): instance-level perplexity (Eq. 5)"],
+        values["PPL (no unknown-word penalty): instance-level perplexity (Eq. 5)"],
+    )
+    expected_ppl = math.exp(
+        -sum(float(np.logaddexp.reduce(d.log_weights_without_unk_penalty()) - np.log(32)) for d in docs) / 50
+    )
     assert ppl == pytest.approx(expected_ppl) and upp > ppl
     assert "UPP (unknown-penalized): corpus-level perplexity (Eq. 6)" in values
     assert "PPL (no unknown-word penalty): certified upper bound (95%)" in values

@@ -15,7 +15,9 @@ from lm_latent_eval.reports.sweep import read_documents, run_sweep, table1_markd
 def sweep_result():
     model, _ = load_model("hmm")
     docs = read_documents(DATA_DIR / "corpus" / "tiny_test.jsonl")[:4]
-    return run_sweep(model, docs, temperatures=(1.0, 2.0), beam_sizes=(1, 4, 16), num_samples=32, progress=False)
+    return run_sweep(
+        model, docs, temperatures=(1.0, 2.0), beam_sizes=(1, 4, 16), num_samples=32, progress=False
+    )
 
 
 def test_beam_bounds_are_below_the_exact_likelihood_and_grow_with_k(sweep_result):
@@ -28,7 +30,12 @@ def test_beam_bounds_are_below_the_exact_likelihood_and_grow_with_k(sweep_result
 
 def test_table1_rows_and_convergence_curves(sweep_result):
     rows = sweep_result["is"]
-    assert {(r["peek"], r["temperature"]) for r in rows} == {(True, 1.0), (True, 2.0), (False, 1.0), (False, 2.0)}
+    assert {(r["peek"], r["temperature"]) for r in rows} == {
+        (True, 1.0),
+        (True, 2.0),
+        (False, 1.0),
+        (False, 2.0),
+    }
     for r in rows:
         assert r["convergence_k"] == [1, 2, 4, 8, 16, 32]
         assert r["instance_ppl"] == pytest.approx(r["convergence_instance_ppl"][-1])
@@ -50,8 +57,24 @@ def test_cli_writes_tables_json_and_plot(tmp_path, capsys):
     data = tmp_path / "docs.txt"
     data.write_text("\n".join(read_documents(DATA_DIR / "corpus" / "tiny_test.jsonl")[:2]))
     out = tmp_path / "out"
-    assert main(["sweep", "--data", str(data), "--num-samples", "8", "--temperatures", "1.0",
-                 "--beam-sizes", "1,2", "--output-dir", str(out)]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--data",
+                str(data),
+                "--num-samples",
+                "8",
+                "--temperatures",
+                "1.0",
+                "--beam-sizes",
+                "1,2",
+                "--output-dir",
+                str(out),
+            ]
+        )
+        == 0
+    )
     result = json.loads((out / "sweep.json").read_text())
     assert result["num_documents"] == 2 and len(result["is"]) == 2
     assert (out / "convergence.png").stat().st_size > 10_000
@@ -63,12 +86,18 @@ def test_smc_rows_beside_the_is_rows(sweep_result):
     from lm_latent_eval.reports.sweep import smc_table_markdown
 
     rows = sweep_result["smc"]
-    assert {(r["peek"], r["temperature"]) for r in rows} == {(r["peek"], r["temperature"]) for r in sweep_result["is"]}
+    assert {(r["peek"], r["temperature"]) for r in rows} == {
+        (r["peek"], r["temperature"]) for r in sweep_result["is"]
+    }
     for r in rows:
-        assert r["smc_runs"] == 4 and math.isfinite(r["corpus_ppl"])  # run r of every document: one corpus sample
+        assert r["smc_runs"] == 4 and math.isfinite(
+            r["corpus_ppl"]
+        )  # run r of every document: one corpus sample
         assert 1.0 <= r["min_ess"] <= r["mean_ess"] <= 32.0 and r["mean_resampling_steps"] >= 0
         lo, hi = r["perplexity_interval"]
-        assert r["perplexity_upper_bound"] > r["instance_ppl"] and hi <= r["perplexity_upper_bound"] * (1 + 1e-12)
+        assert r["perplexity_upper_bound"] > r["instance_ppl"] and hi <= r["perplexity_upper_bound"] * (
+            1 + 1e-12
+        )
         assert (lo == 0.0 and math.isnan(r["monte_carlo_stderr"])) or lo < r["perplexity"] < hi
     assert max(r["mean_resampling_steps"] for r in rows) > 0
     table = smc_table_markdown(sweep_result)
@@ -79,6 +108,23 @@ def test_cli_without_smc_rows(tmp_path):
     data = tmp_path / "docs.txt"
     data.write_text(read_documents(DATA_DIR / "corpus" / "tiny_test.jsonl")[0])
     out = tmp_path / "out"
-    assert main(["sweep", "--data", str(data), "--num-samples", "4", "--temperatures", "1.0", "--beam-sizes", "1",
-                 "--no-smc", "--output-dir", str(out)]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--data",
+                str(data),
+                "--num-samples",
+                "4",
+                "--temperatures",
+                "1.0",
+                "--beam-sizes",
+                "1",
+                "--no-smc",
+                "--output-dir",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "smc" not in json.loads((out / "sweep.json").read_text())

@@ -80,16 +80,22 @@ def document_from_record(record: dict, name: str = "document") -> CorefDocument:
     for cid, spans in clusters.items():
         spans_set = set()
         for span in spans:
-            if not (isinstance(span, (list, tuple)) and len(span) == 2 and all(isinstance(v, int) for v in span)):
+            if not (
+                isinstance(span, (list, tuple)) and len(span) == 2 and all(isinstance(v, int) for v in span)
+            ):
                 raise ValueError(f"{name}: cluster {cid!r} has a span {span!r} that is not [start, end]")
             start, end = span[0] - shift, span[1] - shift
             if not 0 <= start < end <= len(tokens):
-                raise ValueError(f"{name}: cluster {cid!r} span {list(span)} lies outside the {len(tokens) + shift} tokens"
-                                 + (" (or covers the leading @@START@@)" if shift else ""))
+                raise ValueError(
+                    f"{name}: cluster {cid!r} span {list(span)} lies outside the {len(tokens) + shift} tokens"
+                    + (" (or covers the leading @@START@@)" if shift else "")
+                )
             spans_set.add((start, end))
         same = next((c for c in merged if c & spans_set), None)
         if same is not None:
-            warnings.warn(f"{name}: cluster {cid!r} shares a span with an earlier cluster; merged", stacklevel=2)
+            warnings.warn(
+                f"{name}: cluster {cid!r} shares a span with an earlier cluster; merged", stacklevel=2
+            )
             same |= spans_set
         elif spans_set:
             merged.append(spans_set)
@@ -104,8 +110,11 @@ def document_from_record(record: dict, name: str = "document") -> CorefDocument:
         kept.append((start, end, cluster))
         covered_until = end
     if dropped:
-        warnings.warn(f"{name}: dropped {dropped} of {len(spans)} mentions nested in or crossing another mention "
-                      "(EntityNLM labels each token with one mention)", stacklevel=2)
+        warnings.warn(
+            f"{name}: dropped {dropped} of {len(spans)} mentions nested in or crossing another mention "
+            "(EntityNLM labels each token with one mention)",
+            stacklevel=2,
+        )
     order: dict[int, int] = {}
     mentions = [(s, e, order.setdefault(c, len(order))) for s, e, c in kept]
     return CorefDocument(tokens, mentions, name)
@@ -147,7 +156,9 @@ def coref_dataset(path: str | Path, split: str = "test"):
 def load_conll2012(data_file: str | None = None, **_metadata):
     """lm-eval ``custom_dataset`` of task ``conll2012_ppl``: the user's file, ``--metadata '{"data_file": ...}'``."""
     if not data_file:
-        raise ValueError("conll2012_ppl: say which file to evaluate: --metadata '{\"data_file\": \"/path/test.jsonl\"}'")
+        raise ValueError(
+            'conll2012_ppl: say which file to evaluate: --metadata \'{"data_file": "/path/test.jsonl"}\''
+        )
     return coref_dataset(data_file)
 
 

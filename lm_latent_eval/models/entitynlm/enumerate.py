@@ -17,8 +17,9 @@ from .latents import LATENT_KEYS
 MAX_CONFIGURATIONS = 200_000
 
 
-def enumerate_latents(num_tokens: int, max_entities: int, max_mention_length: int,
-                      max_configurations: int = MAX_CONFIGURATIONS) -> dict:
+def enumerate_latents(
+    num_tokens: int, max_entities: int, max_mention_length: int, max_configurations: int = MAX_CONFIGURATIONS
+) -> dict:
     """Every z with p(x, z) > 0 for a document of ``num_tokens`` tokens: dict of LongTensor [N, T]."""
     configs: list[list[tuple[int, int, int]]] = []
 
@@ -32,8 +33,11 @@ def enumerate_latents(num_tokens: int, max_entities: int, max_mention_length: in
         if prev_l > 1:
             choices = [(1, prev_e, prev_l - 1)]
         else:
-            choices = [(0, -1, 1)] + [(1, e, ell) for e in range(min(count + 1, max_entities))
-                                      for ell in range(1, max_mention_length + 1)]
+            choices = [(0, -1, 1)] + [
+                (1, e, ell)
+                for e in range(min(count + 1, max_entities))
+                for ell in range(1, max_mention_length + 1)
+            ]
         for choice in choices:
             history.append(choice)
             extend(history, max(count, choice[1] + 1))
@@ -45,14 +49,17 @@ def enumerate_latents(num_tokens: int, max_entities: int, max_mention_length: in
 
 
 @torch.no_grad()
-def exact_log_marginal(model, x: torch.Tensor, max_configurations: int = MAX_CONFIGURATIONS,
-                       batch_size: int = 4096) -> float:
+def exact_log_marginal(
+    model, x: torch.Tensor, max_configurations: int = MAX_CONFIGURATIONS, batch_size: int = 4096
+) -> float:
     """log Σ_z p(x, z) over every configuration of ``enumerate_latents``, float64 (0.0 for T = 0)."""
     if x.numel() == 0:
         return 0.0
     z = enumerate_latents(x.numel(), model.max_entities, model.max_mention_length, max_configurations)
     n = z["mention"].shape[0]
-    parts = [model.log_joint(x, {k: v[s : s + batch_size] for k, v in z.items()}) for s in range(0, n, batch_size)]
+    parts = [
+        model.log_joint(x, {k: v[s : s + batch_size] for k, v in z.items()}) for s in range(0, n, batch_size)
+    ]
     value = float(torch.logsumexp(torch.cat(parts), 0))
     if math.isnan(value):
         raise ValueError("exact_log_marginal: log_joint returned NaN")

@@ -86,12 +86,19 @@ def rows_apart(num_rows: int, row: torch.Tensor) -> bool:
     a multiple of 16 values (whole 64-byte lines) in batches of ≥ 4 on the CPU (measured on its BLAS; 1–3 rows, or
     rows of 6 or 10 values, round by position; tests/test_entitynlm_stepwise.py compares both paths). Not assumed
     of accelerator libraries, which choose kernels by shape."""
-    return num_rows >= MIN_ROWS and row.shape[-1] % 16 == 0 and row.dtype == torch.float32 and row.device.type == "cpu"
+    return (
+        num_rows >= MIN_ROWS
+        and row.shape[-1] % 16 == 0
+        and row.dtype == torch.float32
+        and row.device.type == "cpu"
+    )
 
 
 def padded(rows: torch.Tensor, n: int = MIN_ROWS) -> torch.Tensor:
     """rows [N, ...] followed by zero rows up to n rows in all (so that a product over them runs on ≥ n rows)."""
-    return rows if rows.shape[0] >= n else torch.cat([rows, rows.new_zeros(n - rows.shape[0], *rows.shape[1:])])
+    return (
+        rows if rows.shape[0] >= n else torch.cat([rows, rows.new_zeros(n - rows.shape[0], *rows.shape[1:])])
+    )
 
 
 def without_autograd(fn):
@@ -129,7 +136,9 @@ class EntityHeads(nn.Module):
     def __init__(self, dim: int, max_entities: int, max_mention_length: int):
         super().__init__()
         if max_entities < 1 or max_mention_length < 1:
-            raise ValueError(f"need max_entities >= 1 and max_mention_length >= 1, got {max_entities}, {max_mention_length}")
+            raise ValueError(
+                f"need max_entities >= 1 and max_mention_length >= 1, got {max_entities}, {max_mention_length}"
+            )
         self.dim, self.max_entities, self.max_mention_length = dim, max_entities, max_mention_length
         self.type_embedding = nn.Linear(dim, 2, bias=False)  # rows r_0, r_1 (r_1 also seeds new entities)
         self.entity_bilinear = nn.Linear(dim, dim, bias=False)  # W_ent
@@ -148,7 +157,10 @@ class EntityHeads(nn.Module):
         zeros = torch.zeros(K, dtype=torch.long, device=device)
         return EntityMemory(
             self.new_entity_embedding().expand(K, M, self.dim).clone(),
-            torch.zeros(K, M, dtype=torch.long, device=device), zeros, zeros - 1, zeros + 1,
+            torch.zeros(K, M, dtype=torch.long, device=device),
+            zeros,
+            zeros - 1,
+            zeros + 1,
             torch.arange(K, device=device) * M,
         )
 
@@ -157,8 +169,14 @@ class EntityHeads(nn.Module):
         """log p(R = r | h) for h [..., D]: [..., 2]."""
         return torch.log_softmax(tempered(self.type_embedding(h).float(), temperature), -1)
 
-    def entity_log_probs(self, h: torch.Tensor, memory: EntityMemory, t: int, temperature: float = 1.0,
-                         rows: torch.Tensor | None = None) -> torch.Tensor:
+    def entity_log_probs(
+        self,
+        h: torch.Tensor,
+        memory: EntityMemory,
+        t: int,
+        temperature: float = 1.0,
+        rows: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """log p(E = e | R = 1, h) over the M slots for h [K|1, D]: [K, M] (−inf for slots beyond the new one);
         with ``rows`` [n], of those particles only: [n, M] (the same numbers)."""
         query = self.entity_bilinear(h)  # [K|1, D]
@@ -174,8 +192,13 @@ class EntityHeads(nn.Module):
         scores = tempered(scores, temperature).masked_fill(slots > count, -math.inf)
         return torch.log_softmax(scores, -1)
 
-    def length_log_probs(self, h: torch.Tensor, entity_embedding: torch.Tensor, temperature: float = 1.0,
-                         rows: torch.Tensor | None = None) -> torch.Tensor:
+    def length_log_probs(
+        self,
+        h: torch.Tensor,
+        entity_embedding: torch.Tensor,
+        temperature: float = 1.0,
+        rows: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """log p(L = ℓ | R = 1, h, e) for e [..., D] (h broadcast to it): [..., ℓ_max] (index ℓ − 1); with ``rows``
         [n] (e [K, D]), the softmax of those rows only: [n, ℓ_max] (the product still runs on all K rows: with K < 4,
         BLAS rounds a row differently in a product of other rows)."""
@@ -186,8 +209,9 @@ class EntityHeads(nn.Module):
         return torch.log_softmax(tempered(logits, temperature), -1)
 
     # --- the dynamic update ------------------------------------------------------------------------------------------
-    def moved(self, e: torch.Tensor, h: torch.Tensor, rows: torch.Tensor | None = None,
-              num_particles: int = 0) -> torch.Tensor:
+    def moved(
+        self, e: torch.Tensor, h: torch.Tensor, rows: torch.Tensor | None = None, num_particles: int = 0
+    ) -> torch.Tensor:
         """(δ e + (1 − δ) h) / ‖δ e + (1 − δ) h‖ with δ = σ(h · W_δ e), for e [K, D] and h [K|1, D]: [K, D].
 
         With ``rows`` [m] (e [m, D]: the rows of those of ``num_particles`` particles, ``rows_apart``), the numbers
@@ -198,11 +222,20 @@ class EntityHeads(nn.Module):
         if rows is None:
             gate = torch.sigmoid(logit)
         else:
-            gate = torch.sigmoid(logit.new_zeros(num_particles, 1).index_copy_(0, rows, logit)).index_select(0, rows)
+            gate = torch.sigmoid(logit.new_zeros(num_particles, 1).index_copy_(0, rows, logit)).index_select(
+                0, rows
+            )
         return F.normalize(gate * e + (1 - gate) * h, dim=-1)
 
-    def update(self, memory: EntityMemory, entity: torch.Tensor, active: torch.Tensor, h: torch.Tensor,
-               t: int, inplace: bool = False) -> EntityMemory:
+    def update(
+        self,
+        memory: EntityMemory,
+        entity: torch.Tensor,
+        active: torch.Tensor,
+        h: torch.Tensor,
+        t: int,
+        inplace: bool = False,
+    ) -> EntityMemory:
         """Memory after x_t: entity [K] (where ``active`` [K]) is moved toward h_t [K|1, D] (eqs. 7-8).
 
         ``inplace`` writes the moved rows into ``memory``'s own tensors (O(K·D), no grad; the caller owns them)
@@ -211,7 +244,9 @@ class EntityHeads(nn.Module):
         K, M, D = memory.embeddings.shape
         slot = entity.clamp(0, M - 1)
         count = torch.where(active & (entity == memory.count), memory.count + 1, memory.count)
-        if inplace and rows_apart(K, h) and active.device.type in SELECT_ROWS_ON:  # the active rows only (same numbers)
+        if (
+            inplace and rows_apart(K, h) and active.device.type in SELECT_ROWS_ON
+        ):  # the active rows only (same numbers)
             rows = active.nonzero().squeeze(1)
             flat = memory.row_index(slot.index_select(0, rows), rows)
             table = memory.embeddings.view(K * M, D)
@@ -250,9 +285,19 @@ def check_latents(z, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch
     return tuple(parts)
 
 
-def score_step(heads: EntityHeads, memory: EntityMemory, type_lp: torch.Tensor, h: torch.Tensor, h_next: torch.Tensor,
-               t: int, r: torch.Tensor, e: torch.Tensor, ell: torch.Tensor, temperature: float = 1.0,
-               real: torch.Tensor | None = None) -> tuple[EntityMemory, torch.Tensor, torch.Tensor]:
+def score_step(
+    heads: EntityHeads,
+    memory: EntityMemory,
+    type_lp: torch.Tensor,
+    h: torch.Tensor,
+    h_next: torch.Tensor,
+    t: int,
+    r: torch.Tensor,
+    e: torch.Tensor,
+    ell: torch.Tensor,
+    temperature: float = 1.0,
+    real: torch.Tensor | None = None,
+) -> tuple[EntityMemory, torch.Tensor, torch.Tensor]:
     """One token of ``score_latents``: (memory after x_t, log factor of z_t float64 [K] (0 inside a mention),
     entity embedding of z_t before its update [K, D]); whether z_t is allowed at all is ``on_support``'s job.
 
@@ -269,18 +314,25 @@ def score_step(heads: EntityHeads, memory: EntityMemory, type_lp: torch.Tensor, 
     entity_emb = memory.row(slot)
     step = type_lp.expand(K, 2).gather(1, r.clamp(0, 1).unsqueeze(1)).squeeze(1)
     ent = heads.entity_log_probs(h, memory, t, temperature).gather(1, slot.unsqueeze(1)).squeeze(1)
-    length = heads.length_log_probs(h, entity_emb, temperature).gather(1, (ell - 1).clamp(0, Lmax - 1).unsqueeze(1))
+    length = heads.length_log_probs(h, entity_emb, temperature).gather(
+        1, (ell - 1).clamp(0, Lmax - 1).unsqueeze(1)
+    )
     step = step + torch.where(decide & mention, ent + length.squeeze(1), 0.0)
     step = torch.where(decide, step, 0.0).double()
     memory = heads.update(memory, e, mention, h_next, t, inplace=not torch.is_grad_enabled())
     if real is None:
         return replace(memory, prev_entity=e, prev_length=ell), step, entity_emb
-    memory = replace(memory, prev_entity=torch.where(real, e, memory.prev_entity),
-                     prev_length=torch.where(real, ell, memory.prev_length))
+    memory = replace(
+        memory,
+        prev_entity=torch.where(real, e, memory.prev_entity),
+        prev_length=torch.where(real, ell, memory.prev_length),
+    )
     return memory, step, entity_emb
 
 
-def on_support(z: dict, max_entities: int, max_mention_length: int, mask: torch.Tensor | None = None) -> torch.Tensor:
+def on_support(
+    z: dict, max_entities: int, max_mention_length: int, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """p(x, z_k) > 0: every z_t follows the generative story (see the module docstring): BoolTensor [K].
 
     Checked for all tokens at once: after a finished mention (or at t = 0) z_t is (0, −1, 1) or (1, e, ℓ) with
@@ -302,15 +354,22 @@ def on_support(z: dict, max_entities: int, max_mention_length: int, mask: torch.
     return ok.all(1)
 
 
-def mention_context(context: torch.Tensor, entity_emb: torch.Tensor, r: torch.Tensor,
-                    real: torch.Tensor | None = None) -> torch.Tensor:
+def mention_context(
+    context: torch.Tensor, entity_emb: torch.Tensor, r: torch.Tensor, real: torch.Tensor | None = None
+) -> torch.Tensor:
     """The entity embedding x_t is generated with [K, D]: e_{E_t} when R_t = 1 (a real token), else the previous one."""
     take = r == 1 if real is None else (r == 1) & real
     return torch.where(take.unsqueeze(1), entity_emb, context)
 
 
-def entity_rows(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Tensor, slot: torch.Tensor,
-                mention: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def entity_rows(
+    heads: EntityHeads,
+    h_label: torch.Tensor,
+    h_update: torch.Tensor,
+    slot: torch.Tensor,
+    mention: torch.Tensor,
+    starts: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The memory of K given configurations run through the document, token-major: (bilinear scores e_m · W_ent h_t
     of every slot before token t at the rows (t, k) where ``starts`` [T, K], in that order, [N, M]; embedding of
     slot_t before its update, [T + 1, K, D] with zeros at 0).
@@ -340,9 +399,15 @@ def entity_rows(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Tenso
     return torch.cat(scores).float(), torch.stack(rows)
 
 
-def score_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Tensor, z: dict,
-                  temperature: float = 1.0, mask: torch.Tensor | None = None,
-                  track_context: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def score_latents(
+    heads: EntityHeads,
+    h_label: torch.Tensor,
+    h_update: torch.Tensor,
+    z: dict,
+    temperature: float = 1.0,
+    mask: torch.Tensor | None = None,
+    track_context: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log Π_t (factors of z_t at decision steps) for K configurations: (float64 [K], −inf off the support;
     and, with ``track_context``, the entity embedding each token is generated with, [K, T, D]).
 
@@ -414,9 +479,16 @@ def score_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Ten
     return total, context.transpose(0, 1)
 
 
-def sample_step(heads: EntityHeads, memory: EntityMemory, type_lp: torch.Tensor, h: torch.Tensor,
-                h_next: torch.Tensor, t: int, temperature: float, generator: torch.Generator | None
-                ) -> tuple[EntityMemory, tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+def sample_step(
+    heads: EntityHeads,
+    memory: EntityMemory,
+    type_lp: torch.Tensor,
+    h: torch.Tensor,
+    h_next: torch.Tensor,
+    t: int,
+    temperature: float,
+    generator: torch.Generator | None,
+) -> tuple[EntityMemory, tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
     """z_t ~ q_τ(z_t | ·) for K particles: (memory after x_t, (R_t, E_t, L_t) each [K], log q_τ(z_t | ·)
     float64 [K]).
 
@@ -436,7 +508,9 @@ def sample_step(heads: EntityHeads, memory: EntityMemory, type_lp: torch.Tensor,
     lp_ent = heads.entity_log_probs(h, memory, t, temperature, at)
     e_at = inverse_cdf(lp_ent.double().exp(), u_at[:, 1])
     e = torch.where(decide, -1, memory.prev_entity).index_copy_(0, at, e_at)
-    if rows_apart(K, h):  # the product on the starting rows only gives each the numbers of the all-rows product
+    if rows_apart(
+        K, h
+    ):  # the product on the starting rows only gives each the numbers of the all-rows product
         lp_len = heads.length_log_probs(h, padded(memory.row(e_at, at)), temperature)[: at.shape[0]]
     else:
         lp_len = heads.length_log_probs(h, memory.row(e.clamp(min=0)), temperature, at)
@@ -448,9 +522,17 @@ def sample_step(heads: EntityHeads, memory: EntityMemory, type_lp: torch.Tensor,
     return replace(memory, prev_entity=e, prev_length=ell), (r, e, ell), step
 
 
-def _sample_step_all_rows(heads: EntityHeads, memory: EntityMemory, type_lp: torch.Tensor, h: torch.Tensor,
-                          h_next: torch.Tensor, t: int, temperature: float, u: torch.Tensor, decide: torch.Tensor
-                          ) -> tuple[EntityMemory, tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+def _sample_step_all_rows(
+    heads: EntityHeads,
+    memory: EntityMemory,
+    type_lp: torch.Tensor,
+    h: torch.Tensor,
+    h_next: torch.Tensor,
+    t: int,
+    temperature: float,
+    u: torch.Tensor,
+    decide: torch.Tensor,
+) -> tuple[EntityMemory, tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
     """``sample_step`` on an accelerator: entity and length drawn for every particle, no host synchronisation."""
     K = decide.shape[0]
     r = torch.where(decide, inverse_cdf(type_lp[0].double().exp(), u[:, 0]), 1)
@@ -470,8 +552,14 @@ def _sample_step_all_rows(heads: EntityHeads, memory: EntityMemory, type_lp: tor
 
 @torch.no_grad()
 @without_autograd
-def sample_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Tensor, num_samples: int,
-                   temperature: float, generator: torch.Generator | None) -> tuple[dict, torch.Tensor]:
+def sample_latents(
+    heads: EntityHeads,
+    h_label: torch.Tensor,
+    h_update: torch.Tensor,
+    num_samples: int,
+    temperature: float,
+    generator: torch.Generator | None,
+) -> tuple[dict, torch.Tensor]:
     """z_k ~ Π_t q_τ(z_t | ·) (each factor's logits divided by τ): (dict of LongTensor [K, T], log q_τ float64 [K]).
 
     h_label, h_update: [1, T, D] (shared by all particles). Token t consumes the stream as ``sample_step``."""
@@ -482,8 +570,9 @@ def sample_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Te
     out = torch.empty(len(LATENT_KEYS), K, T, dtype=torch.long, device=device)
     type_lp = heads.type_log_probs(h_label[0], temperature)  # [T, 2]
     for t in range(T):
-        memory, zt, step = sample_step(heads, memory, type_lp[t : t + 1], h_label[:, t], h_update[:, t], t,
-                                       temperature, generator)
+        memory, zt, step = sample_step(
+            heads, memory, type_lp[t : t + 1], h_label[:, t], h_update[:, t], t, temperature, generator
+        )
         log_q += step
         out[:, :, t] = torch.stack(zt)
     return dict(zip(LATENT_KEYS, out.unbind(0))), log_q
@@ -503,7 +592,9 @@ def beam_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Tens
     hist = torch.zeros(1, 0, 3, dtype=torch.long, device=device)
     type_lp = heads.type_log_probs(h_label[0])  # [T, 2]
     # the continuation choices of a decision step: (R, E, L) for column c of the candidate table
-    choice = torch.tensor([[0, -1, 1]] + [[1, e, ell] for e in range(M) for ell in range(1, Lmax + 1)], device=device)
+    choice = torch.tensor(
+        [[0, -1, 1]] + [[1, e, ell] for e in range(M) for ell in range(1, Lmax + 1)], device=device
+    )
     for t in range(T):
         B = score.shape[0]
         h = h_label[:, t]

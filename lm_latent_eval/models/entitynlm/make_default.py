@@ -40,9 +40,17 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(out)
     _, history = train_entitynlm(train, valid, config, out)
     final = history[-1]
-    (out / "README.md").write_text(CARD.format(train=len(train), valid=len(valid), test=len(test), seed=args.seed,
-                                               gold=final["valid_joint_ppl"], k=final["valid_samples"],
-                                               is_ppl=final["valid_is_ppl"]))
+    (out / "README.md").write_text(
+        CARD.format(
+            train=len(train),
+            valid=len(valid),
+            test=len(test),
+            seed=args.seed,
+            gold=final["valid_joint_ppl"],
+            k=final["valid_samples"],
+            is_ppl=final["valid_is_ppl"],
+        )
+    )
     write_coref_jsonl(test, args.data_dir / "coref_tiny" / "test.jsonl")
     print(f"wrote {out} and {args.data_dir / 'coref_tiny'}; final: {history[-1]}")
 

@@ -38,15 +38,21 @@ from .stepwise import EntityNLMParticles, init_particles, particle_latents, reor
 
 UNK, BOS = "@@UNKNOWN@@", "@@START@@"
 WORD_BLOCK = 1 << 22  # logits computed per block of the word softmax (rows × vocabulary), bounding memory
-WORD_GROUP = 1 << 18  # float64 logits normalised at once by word_log_probs (consecutive tokens; fits in cache)
+WORD_GROUP = (
+    1 << 18
+)  # float64 logits normalised at once by word_log_probs (consecutive tokens; fits in cache)
 
 
-def build_vocabulary(documents: Iterable[Iterable[str]], min_count: int = 1, max_size: int | None = None) -> list[str]:
+def build_vocabulary(
+    documents: Iterable[Iterable[str]], min_count: int = 1, max_size: int | None = None
+) -> list[str]:
     """[@@UNKNOWN@@, @@START@@, words seen ≥ min_count times, most frequent first (ties alphabetical)]."""
     return build_word_list(documents, (UNK, BOS), min_count, max_size)
 
 
-class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=["latent-lm", "entitynlm"]):
+class EntityNLM(
+    nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=["latent-lm", "entitynlm"]
+):
     """Entity neural language model: ``tokenize``, ``log_joint(x, z)`` [K], ``proposal`` (q(z | x)).
 
     x: LongTensor [T] of word ids. z: dict of LongTensor [K, T] with keys mention (R_t), entity (E_t), length (L_t);
@@ -76,7 +82,11 @@ class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", 
     ):
         super().__init__()
         self.vocabulary = WordVocabulary(vocab, UNK, specials=(BOS,), lowercase=lowercase)
-        self.vocab, self.word_to_id, self.unk_id = self.vocabulary.words, self.vocabulary.word_to_id, self.vocabulary.unk_id
+        self.vocab, self.word_to_id, self.unk_id = (
+            self.vocabulary.words,
+            self.vocabulary.word_to_id,
+            self.vocabulary.unk_id,
+        )
         self.bos_id = self.word_to_id[BOS]
         self.dim, self.chunk_size, self.dropoute = dim, int(chunk_size), dropoute
         self.max_entities, self.max_mention_length = int(max_entities), int(max_mention_length)
@@ -91,10 +101,18 @@ class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", 
         nn.init.uniform_(self.token_embedding.weight, -0.1, 0.1)
         nn.init.zeros_(self.vocab_output.bias)
         self.proposal = EntityNLMProposal(
-            vocab_size=V, bos_id=self.bos_id, dim=dim, hidden_size=proposal_hidden_size or hidden_size,
-            num_layers=proposal_num_layers or num_layers, max_entities=self.max_entities,
-            max_mention_length=self.max_mention_length, dropout=dropout, dropouti=dropouti, dropoute=dropoute,
-            wdrop=wdrop, chunk_size=chunk_size,
+            vocab_size=V,
+            bos_id=self.bos_id,
+            dim=dim,
+            hidden_size=proposal_hidden_size or hidden_size,
+            num_layers=proposal_num_layers or num_layers,
+            max_entities=self.max_entities,
+            max_mention_length=self.max_mention_length,
+            dropout=dropout,
+            dropouti=dropouti,
+            dropoute=dropoute,
+            wdrop=wdrop,
+            chunk_size=chunk_size,
         )
         self._doc_cache = DocumentCache()
 
@@ -162,9 +180,13 @@ class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", 
         distinct = dict(zip(LATENT_KEYS, (part.contiguous() for part in distinct.split(T, 1))))
         return self.log_joint_batch(states, x.unsqueeze(0), distinct)[index]
 
-    def log_joint_batch(self, states: torch.Tensor, x: torch.Tensor, z: dict, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def log_joint_batch(
+        self, states: torch.Tensor, x: torch.Tensor, z: dict, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """log p(x_k, z_k) from encoder states [K|1, T + 1, D] and x [K|1, T] (``mask`` [K, T]: real tokens): [K]."""
-        latent, context = score_latents(self.heads, states[:, :-1], states[:, 1:], z, mask=mask, track_context=True)
+        latent, context = score_latents(
+            self.heads, states[:, :-1], states[:, 1:], z, mask=mask, track_context=True
+        )
         words = self.word_log_probs(states[:, :-1], context, x)  # [K, T]
         if mask is not None:
             words = words.masked_fill(~mask, 0.0)
@@ -185,12 +207,22 @@ class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", 
         out = []
         for first in range(0, T, per_group):
             stop = min(T, first + per_group)
-            if rows_apart(K, context):  # one product over the group's rows gives each row its per-token numbers
-                tokens = context[:, first:stop].transpose(0, 1).reshape(-1, context.shape[-1])  # token-major copy
+            if rows_apart(
+                K, context
+            ):  # one product over the group's rows gives each row its per-token numbers
+                tokens = (
+                    context[:, first:stop].transpose(0, 1).reshape(-1, context.shape[-1])
+                )  # token-major copy
                 logits = self.word_logits(h[:, first:stop].transpose(0, 1), tokens, rows, stop - first)
             else:  # per token, a fresh (aligned) copy of its rows: BLAS may round differently on a misaligned slice
-                logits = torch.cat([self.word_logits(h[:, t], context[:, t].clone(memory_format=torch.contiguous_format),
-                                                     rows) for t in range(first, stop)])
+                logits = torch.cat(
+                    [
+                        self.word_logits(
+                            h[:, t], context[:, t].clone(memory_format=torch.contiguous_format), rows
+                        )
+                        for t in range(first, stop)
+                    ]
+                )
             logits = logits.double()  # [(stop − first)·K, V], token-major
             picked = logits.gather(1, target[:, first:stop].t().reshape(-1, 1)).squeeze(1)
             out.append((picked - logits.logsumexp(-1)).view(stop - first, K))
@@ -199,7 +231,9 @@ class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", 
     def word_logits(self, h: torch.Tensor, context: torch.Tensor, rows: int, tokens: int = 1) -> torch.Tensor:
         """W_vocab (h_{t−1} + W_e e_t) + b for one token, h [K|1, D], e_t [K, D], in products of ≤ ``rows`` rows:
         float32 [K, V]; or for ``tokens`` n tokens at once, h [n, K|1, D], e_t token-major [n·K, D]: [n·K, V]."""
-        feats = (h + self.entity_output(context).view(tokens, -1, context.shape[-1])).view(context.shape)  # [n·K, D]
+        feats = (h + self.entity_output(context).view(tokens, -1, context.shape[-1])).view(
+            context.shape
+        )  # [n·K, D]
         parts = [self.vocab_output(feats[s : s + rows]) for s in range(0, feats.shape[0], rows)]
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
@@ -215,14 +249,16 @@ class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", 
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     # --- stepwise p and q, for sequential Monte Carlo (stepwise.py) ---------------------------------------------
-    def smc_init(self, x: torch.Tensor, num_particles: int, temperature: float = 1.0,
-                 peek: bool = True) -> EntityNLMParticles:
+    def smc_init(
+        self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True
+    ) -> EntityNLMParticles:
         """K particles before token 0 of x [T], drawing from q_τ (peeking or not) and scoring under p."""
         check_sample_args(num_particles, temperature)
         return init_particles(self, self._check_x(x), num_particles, temperature, peek)
 
-    def smc_step(self, state: EntityNLMParticles, t: int,
-                 generator: torch.Generator | None = None) -> tuple[EntityNLMParticles, torch.Tensor]:
+    def smc_step(
+        self, state: EntityNLMParticles, t: int, generator: torch.Generator | None = None
+    ) -> tuple[EntityNLMParticles, torch.Tensor]:
         """z_t ~ q_τ(z_t | x, z_<t) for every particle (t = 0..T−1 in order; consumes ``state``):
         (state, log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t), float64 [K])."""
         return step_particles(self, state, t, generator)
@@ -236,5 +272,7 @@ class EntityNLM(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", 
         return particle_latents(state)
 
     def extra_repr(self) -> str:
-        return (f"vocab_size={len(self.vocab)}, dim={self.dim}, max_entities={self.max_entities}, "
-                f"max_mention_length={self.max_mention_length}, latents={LATENT_KEYS}")
+        return (
+            f"vocab_size={len(self.vocab)}, dim={self.dim}, max_entities={self.max_entities}, "
+            f"max_mention_length={self.max_mention_length}, latents={LATENT_KEYS}"
+        )

@@ -22,8 +22,15 @@ from torch import nn
 
 from ..encoder_cache import DocumentCache
 from ..kglm.awd_lstm import AWDLSTM, embedding_dropout
-from .latents import (LATENT_KEYS, EntityHeads, beam_latents, check_latents, sample_latents, score_latents,
-                      without_autograd)
+from .latents import (
+    LATENT_KEYS,
+    EntityHeads,
+    beam_latents,
+    check_latents,
+    sample_latents,
+    score_latents,
+    without_autograd,
+)
 
 
 def check_sample_args(num_samples, temperature) -> None:
@@ -37,11 +44,28 @@ def check_sample_args(num_samples, temperature) -> None:
 class EntityNLMProposal(nn.Module):
     """q_τ(z | x) = Π_t q(z_t | ·) from its own LSTM over x, peeking (labels x_t after reading it) or not."""
 
-    def __init__(self, vocab_size: int, bos_id: int, dim: int, hidden_size: int, num_layers: int, max_entities: int,
-                 max_mention_length: int, dropout: float = 0.0, dropouti: float = 0.0, dropoute: float = 0.0,
-                 wdrop: float = 0.0, chunk_size: int = 70):
+    def __init__(
+        self,
+        vocab_size: int,
+        bos_id: int,
+        dim: int,
+        hidden_size: int,
+        num_layers: int,
+        max_entities: int,
+        max_mention_length: int,
+        dropout: float = 0.0,
+        dropouti: float = 0.0,
+        dropoute: float = 0.0,
+        wdrop: float = 0.0,
+        chunk_size: int = 70,
+    ):
         super().__init__()
-        self.vocab_size, self.bos_id, self.chunk_size, self.dropoute = vocab_size, bos_id, int(chunk_size), dropoute
+        self.vocab_size, self.bos_id, self.chunk_size, self.dropoute = (
+            vocab_size,
+            bos_id,
+            int(chunk_size),
+            dropoute,
+        )
         self.token_embedding = nn.Embedding(vocab_size, dim)
         self.encoder = AWDLSTM(dim, hidden_size, dim, num_layers, wdrop, dropouti, dropout)
         self.heads = EntityHeads(dim, max_entities, max_mention_length)
@@ -98,16 +122,28 @@ class EntityNLMProposal(nn.Module):
             return torch.zeros(R.shape[0], dtype=torch.float64, device=x.device)
         return self.log_prob_batch(self.encode(x).unsqueeze(0), z, temperature, peek)
 
-    def log_prob_batch(self, states: torch.Tensor, z: dict, temperature: float = 1.0, peek: bool = True,
-                       mask: torch.Tensor | None = None) -> torch.Tensor:
+    def log_prob_batch(
+        self,
+        states: torch.Tensor,
+        z: dict,
+        temperature: float = 1.0,
+        peek: bool = True,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """log q_τ(z_k | x_k) from states [K|1, T + 1, D] (``mask`` [K, T]: real tokens): float64 [K]."""
         heads, h_label, h_update = self.views(states, peek)
         return score_latents(heads, h_label, h_update, z, temperature, mask)[0]
 
     # --- sampling and beam search -------------------------------------------------------------------------------
     @torch.no_grad()
-    def sample(self, x: torch.Tensor, num_samples: int, temperature: float = 1.0, peek: bool = True,
-               generator: torch.Generator | None = None) -> tuple[dict, torch.Tensor]:
+    def sample(
+        self,
+        x: torch.Tensor,
+        num_samples: int,
+        temperature: float = 1.0,
+        peek: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> tuple[dict, torch.Tensor]:
         """Draw K configurations z_k ~ q_τ(z | x): (dict of LongTensor [K, T], log q_τ(z_k | x) float64 [K])."""
         check_sample_args(num_samples, temperature)
         x = self._check_x(x)

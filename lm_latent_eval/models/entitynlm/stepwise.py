@@ -42,24 +42,34 @@ class EntityNLMParticles:
 
 
 @torch.inference_mode()
-def init_particles(model, x: torch.Tensor, num_particles: int, temperature: float, peek: bool) -> EntityNLMParticles:
+def init_particles(
+    model, x: torch.Tensor, num_particles: int, temperature: float, peek: bool
+) -> EntityNLMParticles:
     """K empty particles for document x [T] (encoders run here, once, without grad as in ``proposal.sample``)."""
     K = int(num_particles)
     states_p = model.encode(x).unsqueeze(0)  # [1, T + 1, D]
     heads_q, q_label, q_update = model.proposal.views(model.proposal.encode(x).unsqueeze(0), peek)
     T, device = x.numel(), x.device
     return EntityNLMParticles(
-        x=x, temperature=float(temperature), peek=bool(peek),
-        p_label=states_p[:, :-1], p_update=states_p[:, 1:], p_type=model.heads.type_log_probs(states_p[:, :-1]),
-        q_label=q_label, q_update=q_update, q_type=heads_q.type_log_probs(q_label[0], float(temperature)),
-        p_memory=model.heads.initial_memory(K, device), q_memory=heads_q.initial_memory(K, device),
+        x=x,
+        temperature=float(temperature),
+        peek=bool(peek),
+        p_label=states_p[:, :-1],
+        p_update=states_p[:, 1:],
+        p_type=model.heads.type_log_probs(states_p[:, :-1]),
+        q_label=q_label,
+        q_update=q_update,
+        q_type=heads_q.type_log_probs(q_label[0], float(temperature)),
+        p_memory=model.heads.initial_memory(K, device),
+        q_memory=heads_q.initial_memory(K, device),
         context=states_p.new_zeros(K, states_p.shape[-1]),
         latents=torch.zeros(len(LATENT_KEYS), K, T, dtype=torch.long, device=device),
     )
 
 
-def step_particles(model, state: EntityNLMParticles, t: int,
-                   generator: torch.Generator | None) -> tuple[EntityNLMParticles, torch.Tensor]:
+def step_particles(
+    model, state: EntityNLMParticles, t: int, generator: torch.Generator | None
+) -> tuple[EntityNLMParticles, torch.Tensor]:
     """Draw z_t for every particle and score it: (state after token t, log w_t float64 [K]).
 
     The state passed in is consumed (its memories and latents are updated in place, under inference mode)."""
@@ -70,27 +80,52 @@ def step_particles(model, state: EntityNLMParticles, t: int,
 
 def _step(model, state: EntityNLMParticles, t: int, generator) -> tuple[EntityNLMParticles, torch.Tensor]:
     if t != state.t or not 0 <= t < state.x.numel():
-        raise ValueError(f"smc_step: expected token t = {state.t} of a {state.x.numel()}-token document, got t = {t}")
+        raise ValueError(
+            f"smc_step: expected token t = {state.t} of a {state.x.numel()}-token document, got t = {t}"
+        )
     heads_q = model.proposal.heads if state.peek else model.proposal.nopeek_heads
-    q_memory, (r, e, ell), log_q = sample_step(heads_q, state.q_memory, state.q_type[t : t + 1],
-                                               state.q_label[:, t], state.q_update[:, t], t, state.temperature,
-                                               generator)
-    p_memory, log_p, entity_emb = score_step(model.heads, state.p_memory, state.p_type[:, t], state.p_label[:, t],
-                                             state.p_update[:, t], t, r, e, ell)  # z_t from q is on p's support
+    q_memory, (r, e, ell), log_q = sample_step(
+        heads_q,
+        state.q_memory,
+        state.q_type[t : t + 1],
+        state.q_label[:, t],
+        state.q_update[:, t],
+        t,
+        state.temperature,
+        generator,
+    )
+    p_memory, log_p, entity_emb = score_step(
+        model.heads,
+        state.p_memory,
+        state.p_type[:, t],
+        state.p_label[:, t],
+        state.p_update[:, t],
+        t,
+        r,
+        e,
+        ell,
+    )  # z_t from q is on p's support
     context = mention_context(state.context, entity_emb, r)
     log_p = log_p + model.word_step(state.p_label[:, t], context, state.x[t : t + 1])
     state.latents[:, :, t] = torch.stack([r, e, ell])
-    state = EntityNLMParticles(**{**state.__dict__, "p_memory": p_memory, "q_memory": q_memory, "context": context,
-                                  "t": t + 1})
+    state = EntityNLMParticles(
+        **{**state.__dict__, "p_memory": p_memory, "q_memory": q_memory, "context": context, "t": t + 1}
+    )
     return state, log_p - log_q
 
 
 def reorder_particles(state: EntityNLMParticles, ancestors: torch.Tensor) -> EntityNLMParticles:
     """Particle k takes the whole history of particle ancestors[k] (after resampling)."""
     a = ancestors.to(state.context.device)
-    return EntityNLMParticles(**{**state.__dict__, "p_memory": state.p_memory.select(a),
-                                 "q_memory": state.q_memory.select(a), "context": state.context[a],
-                                 "latents": state.latents[:, a]})
+    return EntityNLMParticles(
+        **{
+            **state.__dict__,
+            "p_memory": state.p_memory.select(a),
+            "q_memory": state.q_memory.select(a),
+            "context": state.context[a],
+            "latents": state.latents[:, a],
+        }
+    )
 
 
 def particle_latents(state: EntityNLMParticles) -> dict:

@@ -15,11 +15,22 @@ from .conll import CorefDocument
 
 # name, subject pronoun, object pronoun
 PEOPLE = [
-    ("anna", "she", "her"), ("bob", "he", "him"), ("the old king", "he", "him"), ("the young doctor", "she", "her"),
-    ("mister green", "he", "him"), ("lucy", "she", "her"), ("the tall farmer", "he", "him"), ("aunt rose", "she", "her"),
+    ("anna", "she", "her"),
+    ("bob", "he", "him"),
+    ("the old king", "he", "him"),
+    ("the young doctor", "she", "her"),
+    ("mister green", "he", "him"),
+    ("lucy", "she", "her"),
+    ("the tall farmer", "he", "him"),
+    ("aunt rose", "she", "her"),
 ]
-PLACES = [("the red house", "it", "it"), ("the river", "it", "it"), ("the old bridge", "it", "it"),
-          ("the market", "it", "it"), ("the small boat", "it", "it")]
+PLACES = [
+    ("the red house", "it", "it"),
+    ("the river", "it", "it"),
+    ("the old bridge", "it", "it"),
+    ("the market", "it", "it"),
+    ("the small boat", "it", "it"),
+]
 MEET = ["saw", "helped", "called", "met", "followed"]
 VISIT = ["visited", "painted", "left", "found"]
 ALONE = ["smiled", "slept", "laughed", "waited"]
@@ -39,7 +50,11 @@ class SyntheticConfig:
 def _story(rng: random.Random, config: SyntheticConfig, name: str) -> CorefDocument:
     n_people = rng.randint(1, max(1, config.max_entities - 1))
     cast = rng.sample(PEOPLE, n_people) + rng.sample(PLACES, rng.randint(1, 2))
-    cast = cast[: rng.randint(config.min_entities, config.max_entities)] if len(cast) > config.min_entities else cast
+    cast = (
+        cast[: rng.randint(config.min_entities, config.max_entities)]
+        if len(cast) > config.min_entities
+        else cast
+    )
     people = [c for c in cast if c in PEOPLE] or [rng.choice(PEOPLE)]
     if people[0] not in cast:
         cast.append(people[0])

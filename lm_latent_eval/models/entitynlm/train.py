@@ -54,15 +54,20 @@ class TrainConfig:
     max_vocab: int | None = None
     lowercase: bool = True
     seed: int = 0
-    valid_samples: int = 32  # IS particles per validation document for the final perplexity estimate (0: skip)
+    valid_samples: int = (
+        32  # IS particles per validation document for the final perplexity estimate (0: skip)
+    )
 
 
 def _batch_tensors(model: EntityNLM, docs: list[tuple[str, torch.Tensor, dict]]) -> tuple:
     """Pad documents to [B, T_max]: (x, z dict, mask [B, T] of real tokens)."""
     B, T = len(docs), max(x.numel() for _, x, _ in docs)
     x = torch.full((B, T), model.unk_id, dtype=torch.long)
-    z = {"mention": torch.zeros(B, T, dtype=torch.long), "entity": torch.full((B, T), -1, dtype=torch.long),
-         "length": torch.ones(B, T, dtype=torch.long)}
+    z = {
+        "mention": torch.zeros(B, T, dtype=torch.long),
+        "entity": torch.full((B, T), -1, dtype=torch.long),
+        "length": torch.ones(B, T, dtype=torch.long),
+    }
     mask = torch.zeros(B, T, dtype=torch.bool)
     for i, (_, xi, zi) in enumerate(docs):
         n = xi.numel()
@@ -81,10 +86,14 @@ def prepare(docs: list[CorefDocument], model: EntityNLM, split: str) -> list[tup
         if not doc.tokens:
             continue
         if doc.num_entities > model.max_entities:
-            raise ValueError(f"{name}: {doc.num_entities} entities > max_entities={model.max_entities} (--max-entities)")
+            raise ValueError(
+                f"{name}: {doc.num_entities} entities > max_entities={model.max_entities} (--max-entities)"
+            )
         if doc.longest_mention > model.max_mention_length:
-            raise ValueError(f"{name}: a mention of {doc.longest_mention} tokens > max_mention_length="
-                             f"{model.max_mention_length} (--max-mention-length)")
+            raise ValueError(
+                f"{name}: a mention of {doc.longest_mention} tokens > max_mention_length="
+                f"{model.max_mention_length} (--max-mention-length)"
+            )
         out.append((name, model.token_ids(doc.tokens).cpu(), gold_latents(doc)))
     return out
 
@@ -114,10 +123,19 @@ def evaluate_gold(model: EntityNLM, data: list, batch_size: int = 32) -> dict:
     tokens = 0
     for batch in _batches(data, batch_size):
         lp, qp, qn, n = batch_log_probs(model, batch)
-        joint, peek, nopeek, tokens = joint + float(lp.sum()), peek + float(qp.sum()), nopeek + float(qn.sum()), tokens + n
+        joint, peek, nopeek, tokens = (
+            joint + float(lp.sum()),
+            peek + float(qp.sum()),
+            nopeek + float(qn.sum()),
+            tokens + n,
+        )
     model.train(was_training)
     tokens = max(tokens, 1)
-    return {"joint_ppl": math.exp(-joint / tokens), "q_nll_peek": -peek / tokens, "q_nll_nopeek": -nopeek / tokens}
+    return {
+        "joint_ppl": math.exp(-joint / tokens),
+        "q_nll_peek": -peek / tokens,
+        "q_nll_nopeek": -nopeek / tokens,
+    }
 
 
 @torch.no_grad()
@@ -126,23 +144,44 @@ def importance_sampled_ppl(model: EntityNLM, data: list, num_samples: int, seed:
     from ...estimators import importance_log_weights, instance_ppl
 
     model.eval()
-    weights = [importance_log_weights(model, x.to(model.device), num_samples=num_samples, seed=seed, document=name, device=model.device) for name, x, _ in data]
+    weights = [
+        importance_log_weights(
+            model, x.to(model.device), num_samples=num_samples, seed=seed, document=name, device=model.device
+        )
+        for name, x, _ in data
+    ]
     return instance_ppl(weights, [x.numel() for _, x, _ in data])
 
 
-def train_entitynlm(train_docs: list[CorefDocument], valid_docs: list[CorefDocument], config: TrainConfig,
-                    output_dir: str | Path | None = None, progress: bool = True) -> tuple[EntityNLM, list[dict]]:
+def train_entitynlm(
+    train_docs: list[CorefDocument],
+    valid_docs: list[CorefDocument],
+    config: TrainConfig,
+    output_dir: str | Path | None = None,
+    progress: bool = True,
+) -> tuple[EntityNLM, list[dict]]:
     """Fit p and q on ``train_docs``, keep the best validation state; returns (model in eval mode, epoch records)."""
     if not train_docs:
         raise ValueError("train_entitynlm: no training documents")
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
-    vocab = build_vocabulary([[t.lower() if config.lowercase else t for t in d.tokens] for d in train_docs],
-                             config.min_count, config.max_vocab)
+    vocab = build_vocabulary(
+        [[t.lower() if config.lowercase else t for t in d.tokens] for d in train_docs],
+        config.min_count,
+        config.max_vocab,
+    )
     model = EntityNLM(
-        vocab, dim=config.dim, hidden_size=config.hidden_size, num_layers=config.num_layers,
-        max_entities=config.max_entities, max_mention_length=config.max_mention_length, lowercase=config.lowercase,
-        dropout=config.dropout, dropouti=config.dropouti, dropoute=config.dropoute, wdrop=config.wdrop,
+        vocab,
+        dim=config.dim,
+        hidden_size=config.hidden_size,
+        num_layers=config.num_layers,
+        max_entities=config.max_entities,
+        max_mention_length=config.max_mention_length,
+        lowercase=config.lowercase,
+        dropout=config.dropout,
+        dropouti=config.dropouti,
+        dropoute=config.dropoute,
+        wdrop=config.wdrop,
     )
     train_data = prepare(train_docs, model, "train")
     valid_data = prepare(valid_docs, model, "valid") if valid_docs else []
@@ -161,7 +200,9 @@ def train_entitynlm(train_docs: list[CorefDocument], valid_docs: list[CorefDocum
             lp, qp, qn, n = batch_log_probs(model, batch)
             bad = ~(torch.isfinite(lp) & torch.isfinite(qp) & torch.isfinite(qn))
             if bad.any():
-                raise RuntimeError(f"{batch[int(bad.nonzero()[0])][0]}: gold annotation outside the model's support")
+                raise RuntimeError(
+                    f"{batch[int(bad.nonzero()[0])][0]}: gold annotation outside the model's support"
+                )
             loss = -(lp.sum() + qp.sum() + qn.sum()) / n
             optimizer.zero_grad()
             loss.backward()
@@ -170,17 +211,27 @@ def train_entitynlm(train_docs: list[CorefDocument], valid_docs: list[CorefDocum
             sums = [s + float(v.detach().sum()) for s, v in zip(sums, (lp, qp, qn))]
             tokens += n
             bar.set_postfix(train_ppl=f"{math.exp(-sums[0] / tokens):.2f}")
-        record = {"epoch": epoch, "train_joint_ppl": math.exp(-sums[0] / tokens), "train_q_nll_peek": -sums[1] / tokens,
-                  "train_q_nll_nopeek": -sums[2] / tokens, "seconds": round(time.time() - start, 2)}
+        record = {
+            "epoch": epoch,
+            "train_joint_ppl": math.exp(-sums[0] / tokens),
+            "train_q_nll_peek": -sums[1] / tokens,
+            "train_q_nll_nopeek": -sums[2] / tokens,
+            "seconds": round(time.time() - start, 2),
+        }
         if valid_data:
             record.update({f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items()})
         best.epoch_done(record, record.get("valid_joint_ppl", record["train_joint_ppl"]))
     best.restore()
     model.eval()
     if valid_data and config.valid_samples > 0:
-        best.log({"final": True, "valid_is_ppl": importance_sampled_ppl(model, valid_data, config.valid_samples),
-                  "valid_samples": config.valid_samples,
-                  **{f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items()}})
+        best.log(
+            {
+                "final": True,
+                "valid_is_ppl": importance_sampled_ppl(model, valid_data, config.valid_samples),
+                "valid_samples": config.valid_samples,
+                **{f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items()},
+            }
+        )
     if output_dir is not None:
         save_checkpoint(model, output_dir, config, history)
     return model, history
@@ -189,8 +240,12 @@ def train_entitynlm(train_docs: list[CorefDocument], valid_docs: list[CorefDocum
 # --- `lm-latent-eval train entitynlm` ----------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``lm-latent-eval train entitynlm``."""
-    add_trainer_arguments(parser, TrainConfig, "CoNLL-2012 JSONL (tokens + clusters) for training",
-                          {"action": "store_true", "help": "train on the synthetic corpus (synthetic.py)"})
+    add_trainer_arguments(
+        parser,
+        TrainConfig,
+        "CoNLL-2012 JSONL (tokens + clusters) for training",
+        {"action": "store_true", "help": "train on the synthetic corpus (synthetic.py)"},
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -98,7 +98,9 @@ class HMMLanguageModel(
 
     # ---- stepwise part for SMC (see stepwise.py for the proposal each peek mode uses) ---------------------------
 
-    def smc_init(self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True) -> HMMParticles:
+    def smc_init(
+        self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True
+    ) -> HMMParticles:
         """K particles with empty histories for the text x [T]."""
         x = self._check_x(x)
         if not isinstance(num_particles, int) or isinstance(num_particles, bool) or num_particles <= 0:

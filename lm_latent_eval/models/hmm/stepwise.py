@@ -49,14 +49,18 @@ def backward_log_beta(log_A: torch.Tensor, emissions: torch.Tensor) -> torch.Ten
 
 
 @torch.no_grad()
-def init_particles(model, x: torch.Tensor, num_particles: int, temperature: float, peek: bool) -> HMMParticles:
+def init_particles(
+    model, x: torch.Tensor, num_particles: int, temperature: float, peek: bool
+) -> HMMParticles:
     """Empty histories for K particles; precomputes the proposal's emission (and look-ahead) scores once."""
     proposal = model.proposal
     q_pi, q_A, _ = proposal.log_probs()
     emissions = proposal.emission_scores(x)  # [T, S]
     twist = backward_log_beta(q_A, emissions) if peek else torch.zeros_like(emissions)
     z = torch.zeros(num_particles, x.shape[0], dtype=torch.long, device=x.device)
-    return HMMParticles(x, z, 0, float(temperature), model.hmm.log_probs(), q_pi, q_A, emissions + twist, twist)
+    return HMMParticles(
+        x, z, 0, float(temperature), model.hmm.log_probs(), q_pi, q_A, emissions + twist, twist
+    )
 
 
 @torch.no_grad()

@@ -5,4 +5,14 @@ from .latents import CONTINUING, LATENT_KEYS, NEW, NONE, RELATED
 from .model import KGLM, build_vocabulary
 from .proposal import KGLMProposal
 
-__all__ = ["CONTINUING", "KGLM", "KGLMProposal", "KnowledgeGraph", "LATENT_KEYS", "NEW", "NONE", "RELATED", "build_vocabulary"]
+__all__ = [
+    "CONTINUING",
+    "KGLM",
+    "LATENT_KEYS",
+    "NEW",
+    "NONE",
+    "RELATED",
+    "KGLMProposal",
+    "KnowledgeGraph",
+    "build_vocabulary",
+]

@@ -118,7 +118,9 @@ def read_archive(path: str | Path) -> OriginalArchive:
                 files[name] = tar.extractfile(member).read()
     for needed in ("config.json", "weights.th"):
         if needed not in files:
-            raise ValueError(f"{path} is not an AllenNLP model archive: {needed} is missing (has {sorted(files)[:8]})")
+            raise ValueError(
+                f"{path} is not an AllenNLP model archive: {needed} is missing (has {sorted(files)[:8]})"
+            )
     config = json.loads(files["config.json"].decode("utf-8"))
     try:
         state = torch.load(io.BytesIO(files["weights.th"]), map_location="cpu", weights_only=True)
@@ -126,8 +128,11 @@ def read_archive(path: str | Path) -> OriginalArchive:
         raise ValueError(f"{path}: weights.th is not a plain state dict of tensors ({err})") from err
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ValueError(f"{path}: weights.th does not hold a state dict of tensors")
-    vocab_files = {n[len("vocabulary/"):-4]: b.decode("utf-8") for n, b in files.items()
-                   if n.startswith("vocabulary/") and n.endswith(".txt")}
+    vocab_files = {
+        n[len("vocabulary/") : -4]: b.decode("utf-8")
+        for n, b in files.items()
+        if n.startswith("vocabulary/") and n.endswith(".txt")
+    }
     non_padded = vocab_files.pop("non_padded_namespaces", None)
     if non_padded is None:
         raise ValueError(f"{path}: vocabulary/non_padded_namespaces.txt is missing")
@@ -165,15 +170,18 @@ def archive_graph(
             kept_edges[head] = [(rel, tail_name(tail)) for rel, tail in out]
     kept_aliases = {name: forms for name, forms in aliases.items() if name in raw_known and forms}
     relation_names = vocabulary.tokens["relations"][1:]
-    graph = KnowledgeGraph.from_dicts(edges=kept_edges, aliases=kept_aliases,
-                                      entities=entity_names + raw_names, relations=relation_names)
+    graph = KnowledgeGraph.from_dicts(
+        edges=kept_edges, aliases=kept_aliases, entities=entity_names + raw_names, relations=relation_names
+    )
     entity_rows = [vocabulary.index(normalize_entity_id(n) or n, "entity_ids") for n in graph.entities]
     relation_rows = [vocabulary.index(r, "relations") for r in graph.relations]
     return graph, entity_rows, relation_rows
 
 
 def _layer_count(state: dict, prefix: str) -> int:
-    layers = {int(m.group(1)) for k in state for m in [re.match(re.escape(prefix) + r"\._rnns\.(\d+)\.", k)] if m}
+    layers = {
+        int(m.group(1)) for k in state for m in [re.match(re.escape(prefix) + r"\._rnns\.(\d+)\.", k)] if m
+    }
     return max(layers) + 1 if layers else 0
 
 
@@ -181,7 +189,9 @@ def _expand(pattern: str, num_layers: int) -> list[str]:
     return [pattern.format(i=i) for i in range(num_layers)] if "{i}" in pattern else [pattern]
 
 
-def map_state_dict(state: dict[str, torch.Tensor], num_layers: int, prefix: str = "") -> dict[str, torch.Tensor]:
+def map_state_dict(
+    state: dict[str, torch.Tensor], num_layers: int, prefix: str = ""
+) -> dict[str, torch.Tensor]:
     """Original tensors -> {our name: tensor}; raises if any original tensor has no destination."""
     mapped: dict[str, torch.Tensor] = {}
     consumed: set[str] = set()
@@ -199,16 +209,20 @@ def map_state_dict(state: dict[str, torch.Tensor], num_layers: int, prefix: str 
             consumed.add(src)
             raw = state[src.replace("module.weight_hh_l0", "weight_hh_l0_raw")]
             if not torch.equal(state[src], raw):
-                warnings.warn(f"{src} differs from the raw weight (a dropped copy saved in training mode); "
-                              "the raw weight is used, as the original does in evaluation", stacklevel=3)
+                warnings.warn(
+                    f"{src} differs from the raw weight (a dropped copy saved in training mode); "
+                    "the raw weight is used, as the original does in evaluation",
+                    stacklevel=3,
+                )
     left = sorted(set(state) - consumed)
     if left:
         raise ValueError(f"original parameters with no counterpart in lm-latent-eval's KGLM: {left}")
     return mapped
 
 
-def _edges_and_aliases(where: Path, knowledge_graph: str | Path, alias_database: str | Path | None
-                       ) -> tuple[dict[str, list[tuple[str, str]]], dict[str, list[list[str]]]]:
+def _edges_and_aliases(
+    where: Path, knowledge_graph: str | Path, alias_database: str | Path | None
+) -> tuple[dict[str, list[tuple[str, str]]], dict[str, list[list[str]]]]:
     """(head name -> [(relation name, tail name)], entity name -> alias token lists) from the original
     ``knowledge_graph.pkl`` or our JSON graph, with the aliases of ``alias_database`` (``alias.pkl``) when given."""
     from .linked_wikitext import tokenize_alias
@@ -217,17 +231,23 @@ def _edges_and_aliases(where: Path, knowledge_graph: str | Path, alias_database:
     kg_path = Path(knowledge_graph)
     if kg_path.suffix == ".json":
         source = KnowledgeGraph.from_json(kg_path)
-        edges = {source.entities[h]: [(source.relations[r], source.entities[t]) for r, t in out]
-                 for h, out in source.edges.items()}
+        edges = {
+            source.entities[h]: [(source.relations[r], source.entities[t]) for r, t in out]
+            for h, out in source.edges.items()
+        }
         aliases = {source.entities[e]: forms for e, forms in source.aliases.items()}
     else:
         edges, aliases = load_knowledge_graph_pickle(kg_path), {}
     if alias_database is not None:
-        aliases = {e: [tokenize_alias(a)[:MAX_ALIAS_TOKENS] for a in names[:MAX_ALIASES]]
-                   for e, names in load_alias_pickle(alias_database).items()}
+        aliases = {
+            e: [tokenize_alias(a)[:MAX_ALIAS_TOKENS] for a in names[:MAX_ALIASES]]
+            for e, names in load_alias_pickle(alias_database).items()
+        }
     elif not aliases:
-        warnings.warn(f"{where}: no alias database given (alias_database=<alias.pkl>): the model cannot copy",
-                      stacklevel=3)
+        warnings.warn(
+            f"{where}: no alias database given (alias_database=<alias.pkl>): the model cannot copy",
+            stacklevel=3,
+        )
     return edges, aliases
 
 
@@ -253,8 +273,10 @@ def load_original_kglm(
     cfg, state, vocab = arch.model_config, arch.state_dict, arch.vocabulary
     if knowledge_graph is None:
         kg_hint = cfg.get("knowledge_graph_path", "knowledge_graph.pkl")
-        raise ValueError(f"{arch.path}: pass knowledge_graph=<path to the original {Path(kg_hint).name} or our "
-                         "JSON graph> (and alias_database=<alias.pkl>); the archive does not contain them")
+        raise ValueError(
+            f"{arch.path}: pass knowledge_graph=<path to the original {Path(kg_hint).name} or our "
+            "JSON graph> (and alias_database=<alias.pkl>); the archive does not contain them"
+        )
     edges, aliases = _edges_and_aliases(arch.path, knowledge_graph, alias_database)
     graph, entity_rows, relation_rows = archive_graph(vocab, edges, aliases)
 
@@ -263,36 +285,59 @@ def load_original_kglm(
         raise ValueError(f"{arch.path}: weights.th lacks the KGLM encoder / embeddings")
     token_dim = state["_token_embedder.weight"].shape[1]
     entity_dim = state["_entity_embedder.weight"].shape[1]
-    hidden_size = state["_rnn._rnns.0.weight_hh_l0_raw"].shape[1] if num_layers > 1 else int(cfg.get("hidden_size", 1))
+    hidden_size = (
+        state["_rnn._rnns.0.weight_hh_l0_raw"].shape[1] if num_layers > 1 else int(cfg.get("hidden_size", 1))
+    )
     use_shortlist = bool(cfg.get("use_shortlist", False))
     if use_shortlist:
-        warnings.warn(f"{arch.path} was trained with use_shortlist=true (new entities chosen among those annotated "
-                      "in the document); lm-latent-eval scores new entities over every entity (tied embeddings, no "
-                      "bias), since a shortlist taken from gold annotations is not available from text", stacklevel=2)
-    unk_penalty = math.log(vocab.size("tokens_unk")) if "tokens_unk" in vocab and vocab.size("tokens_unk") else 0.0
+        warnings.warn(
+            f"{arch.path} was trained with use_shortlist=true (new entities chosen among those annotated "
+            "in the document); lm-latent-eval scores new entities over every entity (tied embeddings, no "
+            "bias), since a shortlist taken from gold annotations is not available from text",
+            stacklevel=2,
+        )
+    unk_penalty = (
+        math.log(vocab.size("tokens_unk")) if "tokens_unk" in vocab and vocab.size("tokens_unk") else 0.0
+    )
     tokens = vocab.tokens["tokens"]
     if tokens[0] != PADDING_TOKEN:
         raise ValueError(f"{arch.path}: the tokens namespace is not padded")
     model = model_class(
-        tokens, graph, token_dim=token_dim, entity_dim=entity_dim, hidden_size=hidden_size, num_layers=num_layers,
-        cutoff=int(cfg.get("cutoff", 30)), tie_weights=bool(cfg.get("tie_weights", False)),
-        new_entity_bias="_fc_new_entity.bias" in state, unk_penalty=unk_penalty, entity_rows=entity_rows,
-        relation_rows=relation_rows, num_entity_rows=vocab.size("entity_ids"),
+        tokens,
+        graph,
+        token_dim=token_dim,
+        entity_dim=entity_dim,
+        hidden_size=hidden_size,
+        num_layers=num_layers,
+        cutoff=int(cfg.get("cutoff", 30)),
+        tie_weights=bool(cfg.get("tie_weights", False)),
+        new_entity_bias="_fc_new_entity.bias" in state,
+        unk_penalty=unk_penalty,
+        entity_rows=entity_rows,
+        relation_rows=relation_rows,
+        num_entity_rows=vocab.size("entity_ids"),
         num_relation_rows=vocab.size("relations"),
     )
     if "_fc_new_entity.weight" in state and not bool(cfg.get("tie_weights", False)):
-        raise ValueError(f"{arch.path}: untied new-entity weights (tie_weights=false, use_shortlist=false) are not "
-                         "supported: lm-latent-eval's new-entity head is tied to the entity embeddings")
+        raise ValueError(
+            f"{arch.path}: untied new-entity weights (tie_weights=false, use_shortlist=false) are not "
+            "supported: lm-latent-eval's new-entity head is tied to the entity embeddings"
+        )
     mapped = map_state_dict(state, num_layers)
     if proposal_archive is not None:
         disc = read_archive(proposal_archive)
         check_model_type(disc, PROPOSAL_TYPE)
-        mapped.update(map_state_dict(disc.state_dict, _layer_count(disc.state_dict, "_rnn"), prefix="proposal."))
+        mapped.update(
+            map_state_dict(disc.state_dict, _layer_count(disc.state_dict, "_rnn"), prefix="proposal.")
+        )
     _assign(model, mapped, arch.path, with_proposal=proposal_archive is not None)
     if proposal_archive is None:
         model.proposal.copy_from_generative(model)
-        warnings.warn(f"{arch.path}: no proposal archive (proposal_archive=<kglm-disc model.tar.gz>): q(z | x) starts "
-                      "as p's prior over z; importance sampling will need many samples", stacklevel=2)
+        warnings.warn(
+            f"{arch.path}: no proposal archive (proposal_archive=<kglm-disc model.tar.gz>): q(z | x) starts "
+            "as p's prior over z; importance sampling will need many samples",
+            stacklevel=2,
+        )
     model.eval()
     return model
 
@@ -307,16 +352,23 @@ def _assign(model, mapped: dict[str, torch.Tensor], where: str, with_proposal: b
     for name, tensor in mapped.items():
         target = params[name]
         if id(target) in written and not torch.equal(written[id(target)][1], tensor):
-            raise ValueError(f"{where}: {name} is tied to {written[id(target)][0]} in lm-latent-eval's KGLM, but the "
-                             "archive holds different values for them")
+            raise ValueError(
+                f"{where}: {name} is tied to {written[id(target)][0]} in lm-latent-eval's KGLM, but the "
+                "archive holds different values for them"
+            )
         written[id(target)] = (name, tensor)
         if tuple(target.shape) != tuple(tensor.shape):
-            raise ValueError(f"{where}: {name} has shape {tuple(target.shape)} in the model but "
-                             f"{tuple(tensor.shape)} in the archive")
+            raise ValueError(
+                f"{where}: {name} has shape {tuple(target.shape)} in the model but "
+                f"{tuple(tensor.shape)} in the archive"
+            )
         with torch.no_grad():
             target.copy_(tensor.to(target.dtype))
     set_ids = {id(params[n]) for n in mapped}
-    missing = sorted(n for n, p in params.items()
-                     if id(p) not in set_ids and (with_proposal or not n.startswith("proposal.")))
+    missing = sorted(
+        n
+        for n, p in params.items()
+        if id(p) not in set_ids and (with_proposal or not n.startswith("proposal."))
+    )
     if missing:
         raise ValueError(f"{where}: model parameters not set by the archive: {missing}")

@@ -49,7 +49,9 @@ class AWDLSTM(nn.Module):
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         sizes = [input_size] + [hidden_size] * (num_layers - 1) + [output_size]
-        self.layers = nn.ModuleList(nn.LSTM(sizes[i], sizes[i + 1], batch_first=True) for i in range(num_layers))
+        self.layers = nn.ModuleList(
+            nn.LSTM(sizes[i], sizes[i + 1], batch_first=True) for i in range(num_layers)
+        )
         self.weight_dropout = weight_dropout
         self.input_dropout = input_dropout
         self.output_dropout = output_dropout
@@ -72,7 +74,9 @@ class AWDLSTM(nn.Module):
             new_state.append(hc)
         return locked_dropout(h, self.output_dropout, self.training), new_state
 
-    def encode_chunked(self, inputs: torch.Tensor, chunk_size: int, state: LSTMState | None = None) -> torch.Tensor:
+    def encode_chunked(
+        self, inputs: torch.Tensor, chunk_size: int, state: LSTMState | None = None
+    ) -> torch.Tensor:
         """Run over a long sequence in chunks of ``chunk_size`` steps, carrying (h, c) across chunks: [B, T, D_out]."""
         if inputs.shape[1] == 0:
             return inputs.new_zeros(inputs.shape[0], 0, self.output_size)

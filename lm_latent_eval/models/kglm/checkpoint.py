@@ -32,7 +32,9 @@ def load_graph(source: KnowledgeGraph | dict | str | Path | None) -> KnowledgeGr
         return KnowledgeGraph.from_dict(source)
     if isinstance(source, (str, Path)):
         return KnowledgeGraph.from_json(source)
-    raise TypeError(f"knowledge_graph must be a KnowledgeGraph, dict or JSON path, got {type(source).__name__}")
+    raise TypeError(
+        f"knowledge_graph must be a KnowledgeGraph, dict or JSON path, got {type(source).__name__}"
+    )
 
 
 def is_original_archive(name: str) -> bool:
@@ -40,24 +42,38 @@ def is_original_archive(name: str) -> bool:
     return str(name).endswith(ARCHIVE_SUFFIXES)
 
 
-def load_original(model_class: type, name: str, knowledge_graph=None, alias_database=None, proposal_archive=None,
-                  options: dict | None = None):
+def load_original(
+    model_class: type,
+    name: str,
+    knowledge_graph=None,
+    alias_database=None,
+    proposal_archive=None,
+    options: dict | None = None,
+):
     """``model_class`` (KGLM) from an original archive, with its graph, alias database and ``kglm-disc`` q."""
     from .archive import load_original_kglm
 
     if options:
         raise ValueError(f"{name}: options {sorted(options)} do not apply to an original KGLM archive")
-    return load_original_kglm(name, knowledge_graph=knowledge_graph, alias_database=alias_database,
-                              proposal_archive=proposal_archive, model_class=model_class)
+    return load_original_kglm(
+        name,
+        knowledge_graph=knowledge_graph,
+        alias_database=alias_database,
+        proposal_archive=proposal_archive,
+        model_class=model_class,
+    )
 
 
-def checkpoint_options(name: str, knowledge_graph=None, alias_database=None, proposal_archive=None,
-                       options: dict | None = None) -> dict:
+def checkpoint_options(
+    name: str, knowledge_graph=None, alias_database=None, proposal_archive=None, options: dict | None = None
+) -> dict:
     """The keyword arguments for the Hub mixin's ``from_pretrained`` of our checkpoint ``name``: ``options`` plus
     ``knowledge_graph`` when given; the archive-only options are refused."""
     if alias_database is not None or proposal_archive is not None:
-        raise ValueError(f"{name}: alias_database / proposal_archive only apply to an original AllenNLP archive "
-                         "(model.tar.gz); a lm-latent-eval checkpoint already holds the aliases and q")
+        raise ValueError(
+            f"{name}: alias_database / proposal_archive only apply to an original AllenNLP archive "
+            "(model.tar.gz); a lm-latent-eval checkpoint already holds the aliases and q"
+        )
     options = dict(options or {})
     if knowledge_graph is not None:
         options["knowledge_graph"] = knowledge_graph
@@ -76,16 +92,26 @@ def checkpoint_files(model_id: str, need_graph: bool, **download) -> tuple[str, 
     return weights, hf_hub_download(model_id, GRAPH_FILE, **download) if need_graph else None
 
 
-def load_checkpoint(model_class: type, model_id: str, map_location: str = "cpu", strict: bool = True,
-                    download: dict | None = None, **model_kwargs):
+def load_checkpoint(
+    model_class: type,
+    model_id: str,
+    map_location: str = "cpu",
+    strict: bool = True,
+    download: dict | None = None,
+    **model_kwargs,
+):
     """``model_class(**config, knowledge_graph=...)`` with every weight of model.safetensors, in eval mode; the graph
     is the checkpoint's knowledge_graph.json unless ``model_kwargs`` hold ``knowledge_graph``."""
     import safetensors.torch
 
-    weights, graph_file = checkpoint_files(model_id, "knowledge_graph" not in model_kwargs, **(download or {}))
+    weights, graph_file = checkpoint_files(
+        model_id, "knowledge_graph" not in model_kwargs, **(download or {})
+    )
     if model_kwargs.get("knowledge_graph") is None:
         if graph_file is None or not os.path.isfile(graph_file):
-            raise FileNotFoundError(f"{model_id}: no {GRAPH_FILE}; pass knowledge_graph=<KnowledgeGraph or JSON path>")
+            raise FileNotFoundError(
+                f"{model_id}: no {GRAPH_FILE}; pass knowledge_graph=<KnowledgeGraph or JSON path>"
+            )
         model_kwargs["knowledge_graph"] = graph_file
     model = model_class(**model_kwargs)
     safetensors.torch.load_model(model, weights, strict=strict, device=map_location)

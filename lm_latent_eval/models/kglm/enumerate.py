@@ -56,19 +56,27 @@ def enumerate_latents(model, num_tokens: int, max_configurations: int = MAX_CONF
     extend([])
     arr = torch.tensor(configs, dtype=torch.long).reshape(len(configs), num_tokens, 3)
     device = tables.entity_row.device
-    z = {"mention_type": arr[..., 0].to(device), "entity": arr[..., 1].to(device), "parent": arr[..., 2].to(device)}
+    z = {
+        "mention_type": arr[..., 0].to(device),
+        "entity": arr[..., 1].to(device),
+        "parent": arr[..., 2].to(device),
+    }
     z["relation"] = canonical_relation(tables, z["parent"], z["entity"])
     return z
 
 
 @torch.no_grad()
-def exact_log_marginal(model, x: torch.Tensor, max_configurations: int = MAX_CONFIGURATIONS, batch_size: int = 4096) -> float:
+def exact_log_marginal(
+    model, x: torch.Tensor, max_configurations: int = MAX_CONFIGURATIONS, batch_size: int = 4096
+) -> float:
     """log Σ_z p(x, z) over every configuration of ``enumerate_latents``, float64."""
     if x.numel() == 0:
         return 0.0
     z = enumerate_latents(model, x.numel(), max_configurations)
     M = z["mention_type"].shape[0]
-    parts = [model.log_joint(x, {k: v[s : s + batch_size] for k, v in z.items()}) for s in range(0, M, batch_size)]
+    parts = [
+        model.log_joint(x, {k: v[s : s + batch_size] for k, v in z.items()}) for s in range(0, M, batch_size)
+    ]
     value = float(torch.logsumexp(torch.cat(parts), 0))
     if math.isnan(value):
         raise ValueError("exact_log_marginal: log_joint returned NaN")

@@ -8,9 +8,9 @@ surface forms a mention may copy), e.g. ``{"Q42": [["Douglas", "Adams"], ["Adams
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 
 @dataclass
@@ -39,7 +39,9 @@ class KnowledgeGraph:
                 raise ValueError(f"knowledge graph: aliases given for unknown entity id {e}")
             for form in forms:
                 if not isinstance(form, list) or not all(isinstance(t, str) for t in form):
-                    raise ValueError(f"knowledge graph: alias of {self.entities[e]!r} must be a list of strings")
+                    raise ValueError(
+                        f"knowledge graph: alias of {self.entities[e]!r} must be a list of strings"
+                    )
 
     # --- construction -------------------------------------------------------------------------------------------
     @classmethod
@@ -49,7 +51,7 @@ class KnowledgeGraph:
         aliases: Mapping[str, Iterable[Sequence[str]]] | None = None,
         entities: Iterable[str] | None = None,
         relations: Iterable[str] | None = None,
-    ) -> "KnowledgeGraph":
+    ) -> KnowledgeGraph:
         """Build from ``edges = {head: [(relation, tail), ...]}`` and ``aliases = {entity: [[tok, ...], ...]}``.
 
         ``entities`` / ``relations`` fix the numbering (listed names first); names only seen in edges or aliases are
@@ -133,13 +135,14 @@ class KnowledgeGraph:
             "entities": list(self.entities),
             "relations": list(self.relations),
             "edges": {
-                self.entities[h]: [[self.relations[r], self.entities[t]] for r, t in out] for h, out in self.edges.items()
+                self.entities[h]: [[self.relations[r], self.entities[t]] for r, t in out]
+                for h, out in self.edges.items()
             },
             "aliases": {self.entities[e]: [list(f) for f in forms] for e, forms in self.aliases.items()},
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "KnowledgeGraph":
+    def from_dict(cls, data: Mapping) -> KnowledgeGraph:
         """Inverse of ``to_dict`` (the numbering is preserved)."""
         return cls.from_dicts(
             edges=data.get("edges", {}),
@@ -156,7 +159,7 @@ class KnowledgeGraph:
         return text
 
     @classmethod
-    def from_json(cls, source: str | Path) -> "KnowledgeGraph":
+    def from_json(cls, source: str | Path) -> KnowledgeGraph:
         """Read from a JSON file path, or from JSON text (a string starting with ``{``)."""
         if isinstance(source, str) and source.lstrip().startswith("{"):
             text = source
@@ -175,4 +178,6 @@ class KnowledgeGraph:
 
     def __repr__(self) -> str:
         n_edges = sum(len(v) for v in self.edges.values())
-        return f"KnowledgeGraph({self.num_entities} entities, {self.num_relations} relations, {n_edges} edges)"
+        return (
+            f"KnowledgeGraph({self.num_entities} entities, {self.num_relations} relations, {n_edges} edges)"
+        )

@@ -43,11 +43,20 @@ LATENT_KEYS = ("mention_type", "entity", "parent", "relation")
 class GraphTables(nn.Module):
     """Tensor form of a KnowledgeGraph: embedding-row maps and edges in CSR order (buffers, so they follow .to())."""
 
-    def __init__(self, graph: KnowledgeGraph, entity_rows: list[int] | None = None, relation_rows: list[int] | None = None):
+    def __init__(
+        self,
+        graph: KnowledgeGraph,
+        entity_rows: list[int] | None = None,
+        relation_rows: list[int] | None = None,
+    ):
         super().__init__()
         n, r = graph.num_entities, graph.num_relations
-        ent_row = torch.arange(1, n + 1) if entity_rows is None else torch.tensor(entity_rows, dtype=torch.long)
-        rel_row = torch.arange(1, r + 1) if relation_rows is None else torch.tensor(relation_rows, dtype=torch.long)
+        ent_row = (
+            torch.arange(1, n + 1) if entity_rows is None else torch.tensor(entity_rows, dtype=torch.long)
+        )
+        rel_row = (
+            torch.arange(1, r + 1) if relation_rows is None else torch.tensor(relation_rows, dtype=torch.long)
+        )
         if ent_row.shape != (n,) or (n and int(ent_row.min()) < 1):
             raise ValueError(f"entity_rows must give a row >= 1 for each of the {n} entities")
         if rel_row.shape != (r,) or (r and int(rel_row.min()) < 0):
@@ -65,14 +74,18 @@ class GraphTables(nn.Module):
                 tails.append(tail)
             offsets.append(len(rels))
         self.register_buffer("entity_row", ent_row, persistent=False)
-        self.register_buffer("_row_of", torch.cat([ent_row, torch.zeros(1, dtype=torch.long)]), persistent=False)
+        self.register_buffer(
+            "_row_of", torch.cat([ent_row, torch.zeros(1, dtype=torch.long)]), persistent=False
+        )
         self.register_buffer("relation_row", rel_row, persistent=False)
         self.register_buffer("row_entity", row_entity, persistent=False)
         self.register_buffer("edge_offsets", torch.tensor(offsets, dtype=torch.long), persistent=False)
         self.register_buffer("edge_relation", torch.tensor(rels, dtype=torch.long), persistent=False)
         self.register_buffer("edge_tail", torch.tensor(tails, dtype=torch.long), persistent=False)
         counts = torch.tensor(offsets[1:], dtype=torch.long) - torch.tensor(offsets[:-1], dtype=torch.long)
-        self.register_buffer("edge_source", torch.repeat_interleave(torch.arange(n), counts), persistent=False)
+        self.register_buffer(
+            "edge_source", torch.repeat_interleave(torch.arange(n), counts), persistent=False
+        )
         degree = self.edge_offsets[1:] - self.edge_offsets[:-1]
         row_has_edges = torch.zeros(num_rows, dtype=torch.bool)
         owned = row_entity >= 0
@@ -160,7 +173,9 @@ def parent_lane_logits(heads: LatentHeads, rows: int, cutoff: int) -> torch.Tens
     T, De = h.shape
     dev = h.device
     j, c = torch.arange(rows, device=dev), torch.arange(cutoff, device=dev)
-    windows = E[(j[:, None] + c[None, :]) % rows]  # [rows, C, De]: slot c of window j holds row (j + c) mod rows
+    windows = E[
+        (j[:, None] + c[None, :]) % rows
+    ]  # [rows, C, De]: slot c of window j holds row (j + c) mod rows
     r = torch.arange(rows, device=dev)
     unroll = ((r[None, :] - c[:, None]) % rows, c[:, None].expand(cutoff, rows))  # (window, slot) of (c, r)
     step = max(1, _LANE_CHUNK // max(1, rows * cutoff * De))  # positions per product (bounded operand size)
@@ -182,9 +197,13 @@ class HeadTables:
     tables: GraphTables
     tau: float
     type_logits: torch.Tensor  # [T, 4] float64, divided by τ
-    type_lp: torch.Tensor  # [T, 4 patterns, 4] float64 log q_τ(type | t) for pattern = any parent + 2 · (mention at t-1)
+    type_lp: (
+        torch.Tensor
+    )  # [T, 4 patterns, 4] float64 log q_τ(type | t) for pattern = any parent + 2 · (mention at t-1)
     any_new: bool
-    new_entity_lp: torch.Tensor | None  # [T, rows] float64 log q_τ(new row | t), None when too large (computed per t)
+    new_entity_lp: (
+        torch.Tensor | None
+    )  # [T, rows] float64 log q_τ(new row | t), None when too large (computed per t)
     lane_fits: bool  # the [T, C, rows] parent-logit table may be built (built on first use by many particles)
     relation_logits: torch.Tensor  # [T, relation rows] float32: R_r · h_rel_t
     max_degree: int
@@ -198,13 +217,17 @@ class HeadTables:
         any_new = bool(tables.row_owned.any())
         new_lp = None
         if any_new and T * rows <= _NEW_TABLE_LIMIT:
-            new_lp = torch.log_softmax(heads.new_entity_logits(torch.arange(T, device=heads.h_type.device)) / tau, -1)
+            new_lp = torch.log_softmax(
+                heads.new_entity_logits(torch.arange(T, device=heads.h_type.device)) / tau, -1
+            )
         lane_fits = C > 0 and T * C * rows <= _LANE_TABLE_LIMIT
         rel = (heads.relation_embedding.unsqueeze(0) * heads.h_rel.unsqueeze(1)).sum(-1)
         max_degree = int(tables.degree.max()) if tables.degree.numel() else 0
         type_logits = heads.type_logits() / tau
         patterns = torch.arange(4, device=type_logits.device)
-        allowed = allowed_types(any_new, patterns % 2 == 1, torch.where(patterns >= 2, CONTINUING, NONE))  # [4, 4]
+        allowed = allowed_types(
+            any_new, patterns % 2 == 1, torch.where(patterns >= 2, CONTINUING, NONE)
+        )  # [4, 4]
         type_lp = torch.log_softmax(type_logits.unsqueeze(1).masked_fill(~allowed, -math.inf), -1)
         return cls(heads, tables, tau, type_logits, type_lp, any_new, new_lp, lane_fits, rel, max_degree)
 
@@ -277,7 +300,6 @@ class HeadTables:
         return edges, valid, elog
 
 
-
 def candidate_slots(window: torch.Tensor, tables: GraphTables) -> torch.Tensor:
     """Parent candidates in recent-entity windows [..., C] of rows: distinct owned rows with edges (last occurrence)."""
     ok = (window > 0) & tables.row_has_edges[window]
@@ -285,7 +307,9 @@ def candidate_slots(window: torch.Tensor, tables: GraphTables) -> torch.Tensor:
         return ok
     # a slot is a duplicate when a later slot holds the same row: in a stable sort it is not the last of its run
     ordered, order = window.sort(dim=-1, stable=True)
-    not_last = torch.cat([ordered[..., :-1] == ordered[..., 1:], torch.zeros_like(ordered[..., :1], dtype=torch.bool)], -1)
+    not_last = torch.cat(
+        [ordered[..., :-1] == ordered[..., 1:], torch.zeros_like(ordered[..., :1], dtype=torch.bool)], -1
+    )
     dup = torch.zeros_like(not_last).scatter_(-1, order, not_last)
     return ok & ~dup
 
@@ -321,8 +345,13 @@ def expand_edges(parents: torch.Tensor, tables: GraphTables) -> tuple[torch.Tens
     return edges, pair
 
 
-def latent_log_prob(heads: LatentHeads, z: dict, temperature: float = 1.0, per_position: bool = False,
-                    head_tables: HeadTables | None = None) -> torch.Tensor:
+def latent_log_prob(
+    heads: LatentHeads,
+    z: dict,
+    temperature: float = 1.0,
+    per_position: bool = False,
+    head_tables: HeadTables | None = None,
+) -> torch.Tensor:
     """Σ_t log π(z_t | z_<t, h) for K configurations: float64 [K] ([K, T] terms if ``per_position``); -inf outside the support."""
     types, entity, parent = z["mention_type"], z["entity"], z["parent"]
     tables = heads.tables
@@ -340,7 +369,12 @@ def latent_log_prob(heads: LatentHeads, z: dict, temperature: float = 1.0, per_p
     prev_type = torch.cat([torch.zeros(K, 1, dtype=torch.long, device=device), types[:, :-1]], 1)
     prev_ent = torch.cat([torch.full((K, 1), -1, dtype=torch.long, device=device), entity[:, :-1]], 1)
     prev_par = torch.cat([torch.full((K, 1), -1, dtype=torch.long, device=device), parent[:, :-1]], 1)
-    is_none, is_new, is_rel, is_cont = (types == NONE), (types == NEW), (types == RELATED), (types == CONTINUING)
+    is_none, is_new, is_rel, is_cont = (
+        (types == NONE),
+        (types == NEW),
+        (types == RELATED),
+        (types == CONTINUING),
+    )
     valid &= ~is_none | ((entity == -1) & (parent == -1))
     valid &= ~is_new | (tables.owns_row(entity) & (parent == -1))
     valid &= ~is_rel | (entity >= 0)

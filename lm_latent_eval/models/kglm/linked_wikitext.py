@@ -21,9 +21,9 @@ import json
 import re
 import warnings
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
 
 START_TOKEN = "@@START@@"
 END_TOKEN = "@@END@@"
@@ -77,7 +77,9 @@ class LinkedDocument:
             self.relations = [()] * T
         for name in ("mention_type", "entity", "parents", "relations"):
             if len(getattr(self, name)) != T:
-                raise ValueError(f"document {self.title!r}: {name} has {len(getattr(self, name))} entries for {T} tokens")
+                raise ValueError(
+                    f"document {self.title!r}: {name} has {len(getattr(self, name))} entries for {T} tokens"
+                )
 
     @property
     def text(self) -> str:
@@ -126,19 +128,28 @@ def parse_document(data: dict, where: str = "document", max_parents: int = MAX_P
             parent_ids = list(ann["parent_id"])
             start, end = (int(i) for i in ann["span"])
         except (KeyError, TypeError, ValueError) as err:
-            raise _annotation_error(where, f"annotation {k} lacks id/relation/parent_id/span ({err})") from err
+            raise _annotation_error(
+                where, f"annotation {k} lacks id/relation/parent_id/span ({err})"
+            ) from err
         if normalize_entity_id(raw_id) is None:
             skipped.append(raw_id)
             continue
         if not (offset <= start < end <= len(raw_tokens)):
-            raise _annotation_error(where, f"annotation {k} ({raw_id}) has span [{start}, {end}) outside the "
-                                    f"{len(raw_tokens)} tokens" + (" or covering @@START@@" if has_start else ""))
+            raise _annotation_error(
+                where,
+                f"annotation {k} ({raw_id}) has span [{start}, {end}) outside the "
+                f"{len(raw_tokens)} tokens" + (" or covering @@START@@" if has_start else ""),
+            )
         if len(relation) != len(parent_ids) or not relation:
-            raise _annotation_error(where, f"annotation {k} ({raw_id}) lists {len(relation)} relations for "
-                                    f"{len(parent_ids)} parents")
+            raise _annotation_error(
+                where,
+                f"annotation {k} ({raw_id}) lists {len(relation)} relations for {len(parent_ids)} parents",
+            )
         new = relation == [NEW_RELATION]
         if not new and NEW_RELATION in relation:
-            raise _annotation_error(where, f"annotation {k} ({raw_id}) mixes @@NEW@@ with relations {relation}")
+            raise _annotation_error(
+                where, f"annotation {k} ({raw_id}) mixes @@NEW@@ with relations {relation}"
+            )
         if not new:
             bad = [p for p in parent_ids if normalize_entity_id(p) is None]
             if bad:
@@ -152,19 +163,25 @@ def parse_document(data: dict, where: str = "document", max_parents: int = MAX_P
             doc.parents[t] = pairs
             doc.relations[t] = rels
     if skipped:
-        warnings.warn(f"{where}: skipped {len(skipped)} annotation(s) whose id is not a P/Q/T/V id: {skipped[:5]}",
-                      stacklevel=2)
+        warnings.warn(
+            f"{where}: skipped {len(skipped)} annotation(s) whose id is not a P/Q/T/V id: {skipped[:5]}",
+            stacklevel=2,
+        )
     # an overriding annotation may leave a 'continuing' token whose mention start was overwritten: make it start a
     # mention of its own (the original reader leaves such tokens inconsistent; no model can generate them)
     repaired = []
     for t in range(T):
-        if doc.mention_type[t] == CONTINUING and (t == 0 or doc.entity[t - 1] != doc.entity[t]
-                                                  or doc.mention_type[t - 1] == NONE):
+        if doc.mention_type[t] == CONTINUING and (
+            t == 0 or doc.entity[t - 1] != doc.entity[t] or doc.mention_type[t - 1] == NONE
+        ):
             doc.mention_type[t] = RELATED if doc.relations[t] else NEW
             repaired.append(t)
     if repaired:
-        warnings.warn(f"{where}: overlapping annotations cut {len(repaired)} mention(s); the remaining tokens at "
-                      f"positions {repaired[:5]} now start mentions of their own", stacklevel=2)
+        warnings.warn(
+            f"{where}: overlapping annotations cut {len(repaired)} mention(s); the remaining tokens at "
+            f"positions {repaired[:5]} now start mentions of their own",
+            stacklevel=2,
+        )
     return doc
 
 
@@ -191,13 +208,15 @@ def document_to_json(doc: LinkedDocument) -> dict:
     annotations = []
     for start, end, entity in doc.mentions():
         new = doc.mention_type[start] == NEW
-        annotations.append({
-            "source": "WIKI" if new else "KG",
-            "id": entity,
-            "relation": [NEW_RELATION] if new else list(doc.relations[start]),
-            "parent_id": [entity] if new else list(doc.parents[start]),
-            "span": [start + offset, end + offset],
-        })
+        annotations.append(
+            {
+                "source": "WIKI" if new else "KG",
+                "id": entity,
+                "relation": [NEW_RELATION] if new else list(doc.relations[start]),
+                "parent_id": [entity] if new else list(doc.parents[start]),
+                "span": [start + offset, end + offset],
+            }
+        )
     tokens = ([START_TOKEN] if doc.has_start else []) + list(doc.tokens)
     return {"title": doc.title, "tokens": tokens, "annotations": annotations}
 
@@ -205,8 +224,7 @@ def document_to_json(doc: LinkedDocument) -> dict:
 def write_linked_jsonl(docs: Iterable[LinkedDocument], path: str | Path) -> None:
     """Write articles in the Linked WikiText-2 JSONL format (one JSON object per line)."""
     with open(path, "w", encoding="utf-8") as fh:
-        for doc in docs:
-            fh.write(json.dumps(document_to_json(doc), ensure_ascii=False) + "\n")
+        fh.writelines(json.dumps(document_to_json(doc), ensure_ascii=False) + "\n" for doc in docs)
 
 
 # --- alias strings -> tokens -------------------------------------------------------------------------------------
@@ -334,7 +352,9 @@ def gold_latents(doc: LinkedDocument, model, where: str | None = None) -> tuple[
             e = owner(e)
         types[t], ents[t] = NEW, e
     if changes:
-        warnings.warn(f"{where}: gold annotations adjusted to the model's support: {dict(changes)}", stacklevel=2)
+        warnings.warn(
+            f"{where}: gold annotations adjusted to the model's support: {dict(changes)}", stacklevel=2
+        )
     device = tables.entity_row.device
     z = {
         "mention_type": torch.tensor([types], dtype=torch.long, device=device),
@@ -349,8 +369,10 @@ def document_tensors(doc: LinkedDocument, model, where: str | None = None) -> tu
     """(x LongTensor [T], gold z dict of [1, T], changes) for ``doc`` under ``model``; x = model.tokenize(doc.text)."""
     x = model.tokenize(doc.text)
     if x.numel() != len(doc.tokens):
-        raise ValueError(f"{where or repr(doc.title)}: the model tokenizes the article into {x.numel()} tokens, "
-                         f"the corpus has {len(doc.tokens)} (tokens must not contain whitespace)")
+        raise ValueError(
+            f"{where or repr(doc.title)}: the model tokenizes the article into {x.numel()} tokens, "
+            f"the corpus has {len(doc.tokens)} (tokens must not contain whitespace)"
+        )
     z, changes = gold_latents(doc, model, where)
     return x, z, changes
 
@@ -383,8 +405,10 @@ def load_linked_wikitext2(data_dir: str | None = None, **_metadata):
 
     data_dir = data_dir or os.environ.get(DATA_DIR_VARIABLE)
     if not data_dir:
-        raise ValueError("linked_wikitext2: say where Linked WikiText-2 is: --metadata '{\"data_dir\": "
-                         f"\"/path/to/linked-wikitext-2\"}}' or export {DATA_DIR_VARIABLE}=/path/to/linked-wikitext-2")
+        raise ValueError(
+            'linked_wikitext2: say where Linked WikiText-2 is: --metadata \'{"data_dir": '
+            f'"/path/to/linked-wikitext-2"}}\' or export {DATA_DIR_VARIABLE}=/path/to/linked-wikitext-2'
+        )
     return linked_dataset(data_dir)
 
 

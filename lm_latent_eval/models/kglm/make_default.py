@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     out = args.data_dir / "kglm"
     if out.exists():
         shutil.rmtree(out)
-    model, history = train_kglm(train, valid, graph, config, out)
+    _, history = train_kglm(train, valid, graph, config, out)
     tiny = args.data_dir / "linked_tiny"
     tiny.mkdir(parents=True, exist_ok=True)
     write_linked_jsonl(test, tiny / "test.jsonl")

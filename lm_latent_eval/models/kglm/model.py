@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from huggingface_hub import PyTorchModelHubMixin
@@ -45,12 +46,20 @@ from .words import WordDistribution
 UNK, BOS, PAD = "@@UNKNOWN@@", "@@START@@", "@@PADDING@@"
 
 
-def build_vocabulary(documents: Iterable[Iterable[str]], min_count: int = 1, max_size: int | None = None) -> list[str]:
+def build_vocabulary(
+    documents: Iterable[Iterable[str]], min_count: int = 1, max_size: int | None = None
+) -> list[str]:
     """Word list [@@PADDING@@, @@UNKNOWN@@, @@START@@, most frequent words...] from tokenized documents."""
     return build_word_list(documents, (PAD, UNK, BOS), min_count, max_size)
 
 
-class KGLM(WordDistribution, nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=["latent-lm", "kglm"]):
+class KGLM(
+    WordDistribution,
+    nn.Module,
+    PyTorchModelHubMixin,
+    library_name="lm-latent-eval",
+    tags=["latent-lm", "kglm"],
+):
     """Knowledge-graph language model: ``log_joint(x, z)`` [K], ``proposal`` (q(z | x)), ``tokenize``.
 
     x: LongTensor [T] of ids from ``tokenize`` (whitespace tokens; ids >= len(vocab) are out-of-vocabulary words
@@ -62,10 +71,13 @@ class KGLM(WordDistribution, nn.Module, PyTorchModelHubMixin, library_name="lm-l
 
     # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help);
     # Path: an existing file, whose sha256 joins the run's identity
-    MODEL_ARGS = {
+    MODEL_ARGS: ClassVar[dict[str, tuple[type, str]]] = {
         "knowledge_graph": (Path, "the original knowledge_graph.pkl or our JSON (original archives only)"),
         "alias_database": (Path, "the original alias.pkl (original archives only)"),
-        "proposal_archive": (Path, "a kglm-disc AllenNLP archive: the original proposal (original archives only)"),
+        "proposal_archive": (
+            Path,
+            "a kglm-disc AllenNLP archive: the original proposal (original archives only)",
+        ),
     }
 
     def __init__(
@@ -102,19 +114,27 @@ class KGLM(WordDistribution, nn.Module, PyTorchModelHubMixin, library_name="lm-l
         # out-of-vocabulary alias words get ids V, V+1, ... so that copying can match them by string
         alias_words = {tok for forms in self.graph.aliases.values() for f in forms for tok in f}
         self.vocabulary = WordVocabulary(vocab, UNK, specials=(BOS,), extended_words=alias_words)
-        self.vocab, self.word_to_id, self.unk_id = self.vocabulary.words, self.vocabulary.word_to_id, self.vocabulary.unk_id
+        self.vocab, self.word_to_id, self.unk_id = (
+            self.vocabulary.words,
+            self.vocabulary.word_to_id,
+            self.vocabulary.unk_id,
+        )
         self.bos_id, self.extended_words = self.word_to_id[BOS], self.vocabulary.extended_words
         self.cutoff, self.unk_penalty, self.chunk_size = int(cutoff), float(unk_penalty), int(chunk_size)
         self.token_dim, self.entity_dim = token_dim, entity_dim
         self.dropout, self.dropoute = dropout, dropoute
         n_ent_rows = max(num_entity_rows or 0, self.tables.num_rows)
-        n_rel_rows = max(num_relation_rows or 0, int(self.tables.relation_row.max()) + 1 if self.graph.num_relations else 1)
+        n_rel_rows = max(
+            num_relation_rows or 0, int(self.tables.relation_row.max()) + 1 if self.graph.num_relations else 1
+        )
         V = len(self.vocab)
 
         self.token_embedding = nn.Embedding(V, token_dim)
         self.entity_embedding = nn.Embedding(n_ent_rows, entity_dim)
         self.relation_embedding = nn.Embedding(n_rel_rows, entity_dim)
-        self.encoder = AWDLSTM(token_dim, hidden_size, token_dim + 2 * entity_dim, num_layers, wdrop, dropouti, dropout)
+        self.encoder = AWDLSTM(
+            token_dim, hidden_size, token_dim + 2 * entity_dim, num_layers, wdrop, dropouti, dropout
+        )
         self.mention_type = nn.Linear(token_dim, 4)
         self.new_entity_bias = nn.Parameter(torch.zeros(n_ent_rows)) if new_entity_bias else None
         self.condense = nn.Linear(token_dim + entity_dim, token_dim)
@@ -127,18 +147,33 @@ class KGLM(WordDistribution, nn.Module, PyTorchModelHubMixin, library_name="lm-l
         nn.init.zeros_(self.generate.bias)
 
         self.proposal = KGLMProposal(
-            vocab_size=V, unk_id=self.unk_id, bos_id=self.bos_id, tables=self.tables, token_dim=token_dim,
-            entity_dim=entity_dim, hidden_size=proposal_hidden_size or hidden_size,
-            num_layers=proposal_num_layers or num_layers, cutoff=cutoff,
-            new_entity_bias=new_entity_bias, num_entity_rows=n_ent_rows, num_relation_rows=n_rel_rows,
-            dropout=dropout, dropouti=dropouti, dropoute=dropoute, wdrop=wdrop, chunk_size=chunk_size,
-            nopeek_heads=proposal_nopeek_heads, alias_index=self.alias_start_index() if proposal_alias_features else None,
+            vocab_size=V,
+            unk_id=self.unk_id,
+            bos_id=self.bos_id,
+            tables=self.tables,
+            token_dim=token_dim,
+            entity_dim=entity_dim,
+            hidden_size=proposal_hidden_size or hidden_size,
+            num_layers=proposal_num_layers or num_layers,
+            cutoff=cutoff,
+            new_entity_bias=new_entity_bias,
+            num_entity_rows=n_ent_rows,
+            num_relation_rows=n_rel_rows,
+            dropout=dropout,
+            dropouti=dropouti,
+            dropoute=dropoute,
+            wdrop=wdrop,
+            chunk_size=chunk_size,
+            nopeek_heads=proposal_nopeek_heads,
+            alias_index=self.alias_start_index() if proposal_alias_features else None,
         )
         self._doc_cache = DocumentCache()
         self._tables_cache = DocumentCache()
         self._alias_cache: dict = {}
         if isinstance(getattr(self, "_hub_mixin_config", None), dict):
-            self._hub_mixin_config.pop("knowledge_graph", None)  # saved beside the weights as knowledge_graph.json
+            self._hub_mixin_config.pop(
+                "knowledge_graph", None
+            )  # saved beside the weights as knowledge_graph.json
 
     def alias_start_index(self) -> dict[int, list[int]]:
         """Token id -> the entities having an alias that starts with that token (q's alias features)."""
@@ -152,7 +187,9 @@ class KGLM(WordDistribution, nn.Module, PyTorchModelHubMixin, library_name="lm-l
     # --- text -------------------------------------------------------------------------------------------------
     def tokenize(self, text: str) -> torch.Tensor:
         """Whitespace tokens -> LongTensor [T]: vocabulary ids, alias-word ids (>= V), else the @@UNKNOWN@@ id."""
-        return torch.tensor(self.vocabulary.tokenize(text), dtype=torch.long, device=self.token_embedding.weight.device)
+        return torch.tensor(
+            self.vocabulary.tokenize(text), dtype=torch.long, device=self.token_embedding.weight.device
+        )
 
     def detokenize(self, x: torch.Tensor) -> str:
         """Inverse of tokenize up to unknown words and whitespace."""
@@ -185,8 +222,15 @@ class KGLM(WordDistribution, nn.Module, PyTorchModelHubMixin, library_name="lm-l
         """The latent factors of p read from encoder outputs [T, D]."""
         h_type, h_head, h_rel = encoded.split([self.token_dim, self.entity_dim, self.entity_dim], -1)
         return LatentHeads(
-            h_type, h_head, h_rel, self.mention_type, self.entity_embedding.weight, self.relation_embedding.weight,
-            self.new_entity_bias, self.tables, self.cutoff,
+            h_type,
+            h_head,
+            h_rel,
+            self.mention_type,
+            self.entity_embedding.weight,
+            self.relation_embedding.weight,
+            self.new_entity_bias,
+            self.tables,
+            self.cutoff,
         )
 
     # --- p(x, z) ------------------------------------------------------------------------------------------------
@@ -207,17 +251,22 @@ class KGLM(WordDistribution, nn.Module, PyTorchModelHubMixin, library_name="lm-l
 
     def head_tables(self, x: torch.Tensor) -> HeadTables:
         """p's latent head tables for document x (cached per document in eval without grad)."""
-        return self._tables_cache.get(self, x, lambda: HeadTables.build(self.latent_heads(self.encode(x)), 1.0))
+        return self._tables_cache.get(
+            self, x, lambda: HeadTables.build(self.latent_heads(self.encode(x)), 1.0)
+        )
 
     # --- stepwise interface (SMC; stepwise.py) ---------------------------------------------------------------------
-    def smc_init(self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True) -> KGLMParticles:
+    def smc_init(
+        self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True
+    ) -> KGLMParticles:
         """K empty particles for document x [T]: q_τ's and p's head tables, the window state and the z drawn so far."""
         if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
             raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
         return init_particles(self, self._check_x(x), num_particles, temperature, peek)
 
-    def smc_step(self, state: KGLMParticles, t: int,
-                 generator: torch.Generator | None = None) -> tuple[KGLMParticles, torch.Tensor]:
+    def smc_step(
+        self, state: KGLMParticles, t: int, generator: torch.Generator | None = None
+    ) -> tuple[KGLMParticles, torch.Tensor]:
         """Draw z_t ~ q_τ(z_t | x, z_<t) for every particle: (state, log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t)
         float64 [K]). Consumes ``torch.rand(K, 4)`` of ``generator``, as ``proposal.sample`` does at token t."""
         return step_particles(self, state, t, generator)
@@ -230,8 +279,13 @@ class KGLM(WordDistribution, nn.Module, PyTorchModelHubMixin, library_name="lm-l
         """The configurations drawn so far, as ``log_joint`` takes them: dict of LongTensor [K, T] (undrawn: none)."""
         return particle_latents(self.tables, state)
 
-    def sample_text(self, prefix_text: str, max_tokens: int, generator: torch.Generator | None = None,
-                    stop: list[str] | None = None) -> str:
+    def sample_text(
+        self,
+        prefix_text: str,
+        max_tokens: int,
+        generator: torch.Generator | None = None,
+        stop: list[str] | None = None,
+    ) -> str:
         """Ancestral sample of a continuation from p(· | prefix) (see ``sampling.py``), cut before a stop string."""
         from .sampling import sample_text
 
@@ -250,8 +304,15 @@ class KGLM(WordDistribution, nn.Module, PyTorchModelHubMixin, library_name="lm-l
         self.graph.to_json(Path(save_directory) / GRAPH_FILE)
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *, knowledge_graph=None, alias_database=None,
-                        proposal_archive=None, **kwargs) -> KGLM:
+    def from_pretrained(
+        cls,
+        pretrained_model_name_or_path,
+        *,
+        knowledge_graph=None,
+        alias_database=None,
+        proposal_archive=None,
+        **kwargs,
+    ) -> KGLM:
         """Our checkpoint (folder or Hub id), or an original AllenNLP ``kglm`` archive (``.tar.gz`` / ``.tgz``) read
         with ``archive.load_original_kglm`` (then ``knowledge_graph`` — the original ``knowledge_graph.pkl`` or our
         JSON —, ``alias_database`` (``alias.pkl``) and ``proposal_archive`` (a ``kglm-disc`` archive) apply)."""
@@ -262,10 +323,25 @@ class KGLM(WordDistribution, nn.Module, PyTorchModelHubMixin, library_name="lm-l
         return super().from_pretrained(pretrained_model_name_or_path, **options)
 
     @classmethod
-    def _from_pretrained(cls, *, model_id: str, revision=None, cache_dir=None, force_download=False,
-                         local_files_only=False, token=None, map_location: str = "cpu", strict: bool = True,
-                         **model_kwargs) -> KGLM:
+    def _from_pretrained(
+        cls,
+        *,
+        model_id: str,
+        revision=None,
+        cache_dir=None,
+        force_download=False,
+        local_files_only=False,
+        token=None,
+        map_location: str = "cpu",
+        strict: bool = True,
+        **model_kwargs,
+    ) -> KGLM:
         """Build from config.json + knowledge_graph.json (unless ``knowledge_graph=`` is given) and load every weight."""
-        download = {"revision": revision, "cache_dir": cache_dir, "force_download": force_download, "token": token,
-                    "local_files_only": local_files_only}
+        download = {
+            "revision": revision,
+            "cache_dir": cache_dir,
+            "force_download": force_download,
+            "token": token,
+            "local_files_only": local_files_only,
+        }
         return load_checkpoint(cls, model_id, map_location, strict, download, **model_kwargs)

@@ -34,8 +34,13 @@ _ALLOWED_GLOBALS = {
     ("collections", "OrderedDict"): dict,
 }
 # protocol 0-2 pickles (Python 2 or ``protocol=2``) name the builtins module ``__builtin__``
-_ALLOWED_GLOBALS.update({("__builtin__", name): obj for (module, name), obj in list(_ALLOWED_GLOBALS.items())
-                         if module == "builtins"})
+_ALLOWED_GLOBALS.update(
+    {
+        ("__builtin__", name): obj
+        for (module, name), obj in list(_ALLOWED_GLOBALS.items())
+        if module == "builtins"
+    }
+)
 
 
 class ContainerUnpickler(pickle.Unpickler):
@@ -109,11 +114,17 @@ def load_knowledge_graph_pickle(path: str | Path) -> dict[str, list[tuple[str, s
     graph: dict[str, list[tuple[str, str]]] = {}
     for head, edges in obj.items():
         if not isinstance(head, str) or not isinstance(edges, (list, tuple)):
-            raise ValueError(f"{path}: entry {head!r} must map a string id to a list of (relation, tail) pairs")
+            raise ValueError(
+                f"{path}: entry {head!r} must map a string id to a list of (relation, tail) pairs"
+            )
         checked = []
         for edge in edges:
-            if not (isinstance(edge, (list, tuple)) and len(edge) == 2 and all(isinstance(e, str) for e in edge)):
-                raise ValueError(f"{path}: edge {edge!r} of entity {head!r} is not a (relation, tail) pair of strings")
+            if not (
+                isinstance(edge, (list, tuple)) and len(edge) == 2 and all(isinstance(e, str) for e in edge)
+            ):
+                raise ValueError(
+                    f"{path}: edge {edge!r} of entity {head!r} is not a (relation, tail) pair of strings"
+                )
             checked.append((edge[0], edge[1]))
         graph[head] = checked
     return graph
@@ -143,8 +154,8 @@ def knowledge_graph_from_pickles(
 
 
 __all__ = [
-    "knowledge_graph_from_pickles",
     "ContainerUnpickler",
+    "knowledge_graph_from_pickles",
     "load_alias_pickle",
     "load_knowledge_graph_pickle",
     "load_plain_pickle",

@@ -50,21 +50,43 @@ class KGLMProposal(nn.Module):
     """q_τ(z | x) = Π_t q(type_t | ·) q(entity_t | type_t, ·) from its own AWD-LSTM over x (peeking or not)."""
 
     def __init__(
-        self, vocab_size: int, unk_id: int, bos_id: int, tables: GraphTables, token_dim: int, entity_dim: int,
-        hidden_size: int, num_layers: int, cutoff: int, new_entity_bias: bool, num_entity_rows: int,
-        num_relation_rows: int, dropout: float = 0.4, dropouti: float = 0.65, dropoute: float = 0.1,
-        wdrop: float = 0.5, chunk_size: int = 70, nopeek_heads: bool = False,
+        self,
+        vocab_size: int,
+        unk_id: int,
+        bos_id: int,
+        tables: GraphTables,
+        token_dim: int,
+        entity_dim: int,
+        hidden_size: int,
+        num_layers: int,
+        cutoff: int,
+        new_entity_bias: bool,
+        num_entity_rows: int,
+        num_relation_rows: int,
+        dropout: float = 0.4,
+        dropouti: float = 0.65,
+        dropoute: float = 0.1,
+        wdrop: float = 0.5,
+        chunk_size: int = 70,
+        nopeek_heads: bool = False,
         alias_index: dict[int, list[int]] | None = None,
     ):
         super().__init__()
         object.__setattr__(self, "_tables", tables)  # owned (and moved across devices) by the KGLM
         self.vocab_size, self.unk_id, self.bos_id = vocab_size, unk_id, bos_id
-        self.token_dim, self.entity_dim, self.cutoff, self.chunk_size = token_dim, entity_dim, cutoff, chunk_size
+        self.token_dim, self.entity_dim, self.cutoff, self.chunk_size = (
+            token_dim,
+            entity_dim,
+            cutoff,
+            chunk_size,
+        )
         self.dropoute = dropoute
         self.token_embedding = nn.Embedding(vocab_size, token_dim)
         self.entity_embedding = nn.Embedding(num_entity_rows, entity_dim)
         self.relation_embedding = nn.Embedding(num_relation_rows, entity_dim)
-        self.encoder = AWDLSTM(token_dim, hidden_size, token_dim + 2 * entity_dim, num_layers, wdrop, dropouti, dropout)
+        self.encoder = AWDLSTM(
+            token_dim, hidden_size, token_dim + 2 * entity_dim, num_layers, wdrop, dropouti, dropout
+        )
         self.mention_type = nn.Linear(token_dim, NUM_TYPES)
         self.new_entity_bias = nn.Parameter(torch.zeros(num_entity_rows)) if new_entity_bias else None
         nn.init.uniform_(self.token_embedding.weight, -0.1, 0.1)
@@ -88,7 +110,7 @@ class KGLMProposal(nn.Module):
         return self._tables
 
     @torch.no_grad()
-    def copy_from_generative(self, model: nn.Module) -> "KGLMProposal":
+    def copy_from_generative(self, model: nn.Module) -> KGLMProposal:
         """Initialize q with p's embeddings, encoder and latent heads (then q with peek=False is p's prior over z)."""
         for name in ("token_embedding", "entity_embedding", "relation_embedding", "encoder", "mention_type"):
             getattr(self, name).load_state_dict(getattr(model, name).state_dict())
@@ -129,7 +151,10 @@ class KGLMProposal(nn.Module):
             pos.extend([t] * len(hits))
             ent.extend(hits)
         match = torch.zeros(T, N, device=device)
-        match[torch.tensor(pos, dtype=torch.long, device=device), torch.tensor(ent, dtype=torch.long, device=device)] = 1.0
+        match[
+            torch.tensor(pos, dtype=torch.long, device=device),
+            torch.tensor(ent, dtype=torch.long, device=device),
+        ] = 1.0
         reach = torch.zeros(T, N, device=device).index_add_(1, tables.edge_source, match[:, tables.edge_tail])
         return match, (reach > 0).float()
 
@@ -151,14 +176,28 @@ class KGLMProposal(nn.Module):
                 type_layer, bias = self.nopeek_mention_type, self.nopeek_new_entity_bias
         h_type, h_head, h_rel = enc.split([self.token_dim, self.entity_dim, self.entity_dim], -1)
         return LatentHeads(
-            h_type, h_head, h_rel, type_layer, self.entity_embedding.weight, self.relation_embedding.weight,
-            bias, self.tables, self.cutoff, new_scores, parent_scores, tail_scores,
+            h_type,
+            h_head,
+            h_rel,
+            type_layer,
+            self.entity_embedding.weight,
+            self.relation_embedding.weight,
+            bias,
+            self.tables,
+            self.cutoff,
+            new_scores,
+            parent_scores,
+            tail_scores,
         )
 
     def head_tables(self, x: torch.Tensor, temperature: float = 1.0, peek: bool = True) -> HeadTables:
         """q_τ's head tables for document x (cached per document, temperature and peeking in eval without grad)."""
-        return self._tables_cache.get(self, x, lambda: HeadTables.build(self.heads(x, peek), temperature),
-                                      (float(temperature), bool(peek)))
+        return self._tables_cache.get(
+            self,
+            x,
+            lambda: HeadTables.build(self.heads(x, peek), temperature),
+            (float(temperature), bool(peek)),
+        )
 
     def train(self, mode: bool = True):
         self._doc_cache.clear()
@@ -177,8 +216,14 @@ class KGLMProposal(nn.Module):
 
     # --- sampling -----------------------------------------------------------------------------------------------
     @torch.no_grad()
-    def sample(self, x: torch.Tensor, num_samples: int, temperature: float = 1.0, peek: bool = True,
-               generator: torch.Generator | None = None) -> tuple[dict, torch.Tensor]:
+    def sample(
+        self,
+        x: torch.Tensor,
+        num_samples: int,
+        temperature: float = 1.0,
+        peek: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> tuple[dict, torch.Tensor]:
         """Draw K configurations z_k ~ q_τ(z | x): (dict of LongTensor [K, T], log q_τ(z_k | x) float64 [K]).
 
         One ``stepwise.sample_step`` per token, each consuming ``torch.rand(K, 4)`` of ``generator`` (the stream of
@@ -187,8 +232,10 @@ class KGLMProposal(nn.Module):
             raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
         K, T = int(num_samples), x.numel()
         device = self.token_embedding.weight.device
-        z = {k: torch.full((K, T), v, dtype=torch.long, device=device)
-             for k, v in (("mention_type", NONE), ("entity", -1), ("parent", -1), ("relation", -1))}
+        z = {
+            k: torch.full((K, T), v, dtype=torch.long, device=device)
+            for k, v in (("mention_type", NONE), ("entity", -1), ("parent", -1), ("relation", -1))
+        }
         log_q = torch.zeros(K, dtype=torch.float64, device=device)
         if T == 0:
             return z, log_q
@@ -218,7 +265,10 @@ class KGLMProposal(nn.Module):
         window = torch.zeros(1, C, dtype=torch.long, device=device)
         score = torch.zeros(1, dtype=torch.float64, device=device)
         if T == 0:
-            return {k: torch.zeros(1, 0, dtype=torch.long, device=device) for k in ("mention_type", "entity", "parent", "relation")}
+            return {
+                k: torch.zeros(1, 0, dtype=torch.long, device=device)
+                for k in ("mention_type", "entity", "parent", "relation")
+            }
         heads = self.heads(x, peek=True)
         type_logits = heads.type_logits()
         any_new = bool(tables.row_owned.any())
@@ -234,10 +284,16 @@ class KGLMProposal(nn.Module):
             hb, hs, ht, he, hp = [], [], [], [], []
 
             def add(b, s, typ, e, p):
-                hb.append(b), hs.append(s), ht.append(typ), he.append(e), hp.append(p)
+                hb.append(b), hs.append(s), ht.append(typ), he.append(e), hp.append(p)  # noqa: B023 (used here)
 
             ar = torch.arange(B, device=device)
-            add(ar, score + lp[:, NONE], torch.full_like(ar, NONE), torch.full_like(ar, -1), torch.full_like(ar, -1))
+            add(
+                ar,
+                score + lp[:, NONE],
+                torch.full_like(ar, NONE),
+                torch.full_like(ar, -1),
+                torch.full_like(ar, -1),
+            )
             add(ar, score + lp[:, CONTINUING], torch.full_like(ar, CONTINUING), prev_ent, prev_par)
             if any_new:
                 nl = torch.log_softmax(heads.new_entity_logits(torch.tensor([t], device=device))[0], -1)
@@ -245,11 +301,19 @@ class KGLMProposal(nn.Module):
                 s = (score + lp[:, NEW]).unsqueeze(1) + top.values.unsqueeze(0)  # [B, k]
                 bb = ar.unsqueeze(1).expand_as(s)
                 ee = tables.row_entity[top.indices].unsqueeze(0).expand_as(s)
-                add(bb.reshape(-1), s.reshape(-1), torch.full_like(bb.reshape(-1), NEW), ee.reshape(-1), torch.full_like(bb.reshape(-1), -1))
+                add(
+                    bb.reshape(-1),
+                    s.reshape(-1),
+                    torch.full_like(bb.reshape(-1), NEW),
+                    ee.reshape(-1),
+                    torch.full_like(bb.reshape(-1), -1),
+                )
             b_idx, c_idx = torch.nonzero(cand, as_tuple=True)
             if b_idx.numel():
                 t_b = torch.full((B,), t, dtype=torch.long, device=device)
-                plog = torch.log_softmax(heads.parent_logits(t_b, window).masked_fill(~cand, -math.inf), -1)  # [B, C]
+                plog = torch.log_softmax(
+                    heads.parent_logits(t_b, window).masked_fill(~cand, -math.inf), -1
+                )  # [B, C]
                 parents = tables.row_entity[window[b_idx, c_idx]]
                 p_lp = plog[b_idx, c_idx]
                 edges, pair = expand_edges(parents, tables)
@@ -273,4 +337,9 @@ class KGLMProposal(nn.Module):
             row = torch.where(ht > 0, tables.row_of(he), 0)
             window = torch.cat([window[hb], row.unsqueeze(1)], 1)[:, 1:] if C > 0 else window[hb]
             score = hs
-        return {"mention_type": types, "entity": ents, "parent": pars, "relation": canonical_relation(tables, pars, ents)}
+        return {
+            "mention_type": types,
+            "entity": ents,
+            "parent": pars,
+            "relation": canonical_relation(tables, pars, ents),
+        }

@@ -32,8 +32,13 @@ def _prefix_latents(model, x: torch.Tensor, generator) -> dict:
 
 
 @torch.no_grad()
-def sample_text(model, prefix_text: str, max_tokens: int, generator: torch.Generator | None = None,
-                stop: list[str] | None = None) -> str:
+def sample_text(
+    model,
+    prefix_text: str,
+    max_tokens: int,
+    generator: torch.Generator | None = None,
+    stop: list[str] | None = None,
+) -> str:
     """A continuation of ``prefix_text`` drawn from p (led by a space when the prefix is non-empty), cut before the
     first ``stop`` string."""
     x = model.tokenize(prefix_text)
@@ -47,7 +52,9 @@ def sample_text(model, prefix_text: str, max_tokens: int, generator: torch.Gener
     emb = embedding_dropout(model.token_embedding.weight, inputs, 0.0, False)
     out, state = model.encoder(emb.unsqueeze(0))
     h = out[0, -1:]  # [1, D]: state after the last prefix token
-    rows = [int(tables.row_of(torch.tensor(e, device=device))) if t != NONE else 0 for t, e in zip(types, ents)]
+    rows = [
+        int(tables.row_of(torch.tensor(e, device=device))) if t != NONE else 0 for t, e in zip(types, ents)
+    ]
     stops = [s for s in (stop or []) if s]
     generated: list[str] = []
     text = ""
@@ -55,7 +62,9 @@ def sample_text(model, prefix_text: str, max_tokens: int, generator: torch.Gener
     for _ in range(max(0, int(max_tokens))):
         heads = model.latent_heads(h)
         t0 = torch.zeros(1, dtype=torch.long, device=device)
-        window = torch.tensor(([0] * C + rows)[len(rows):] if C else [], dtype=torch.long, device=device).unsqueeze(0)
+        window = torch.tensor(
+            ([0] * C + rows)[len(rows) :] if C else [], dtype=torch.long, device=device
+        ).unsqueeze(0)
         cand = candidate_slots(window, tables)  # [1, C]
         prev_type = torch.tensor([types[-1]], device=device) if types else None
         allowed = allowed_types(any_new, cand.any(-1), prev_type)[0]
@@ -67,7 +76,9 @@ def sample_text(model, prefix_text: str, max_tokens: int, generator: torch.Gener
             slot = _draw(heads.parent_logits(t0, window)[0].masked_fill(~cand[0], -math.inf), generator)
             par = int(tables.row_entity[window[0, slot]])
             edges, _ = expand_edges(torch.tensor([par], device=device), tables)
-            ent = int(tables.edge_tail[edges[_draw(heads.edge_logits(torch.zeros_like(edges), edges), generator)]])
+            ent = int(
+                tables.edge_tail[edges[_draw(heads.edge_logits(torch.zeros_like(edges), edges), generator)]]
+            )
         elif typ == CONTINUING:
             ent, par = ents[-1], pars[-1]
         word_id = _draw_word(model, heads.h_type[0], ent, generator)
@@ -78,7 +89,9 @@ def sample_text(model, prefix_text: str, max_tokens: int, generator: torch.Gener
         text = " " + body if x.numel() else body
         if any(s in text for s in stops):
             break
-        step = embedding_dropout(model.token_embedding.weight, model.input_ids(x.new_tensor([word_id])), 0.0, False)
+        step = embedding_dropout(
+            model.token_embedding.weight, model.input_ids(x.new_tensor([word_id])), 0.0, False
+        )
         out, state = model.encoder(step.unsqueeze(0), state)
         h = out[0, -1:]
     return text[: min((text.find(s) for s in stops if s in text), default=len(text))]

@@ -40,7 +40,9 @@ class WindowState:
     """What z_<t contributes to step t, for K particles: recent mention rows, parent candidates, previous mention."""
 
     rows: torch.Tensor  # [K, C] embedding rows of the last C positions (0 = no mention), oldest first
-    cand: torch.Tensor  # [K, C] slot is a parent candidate (owned row with edges, last occurrence in the window)
+    cand: (
+        torch.Tensor
+    )  # [K, C] slot is a parent candidate (owned row with edges, last occurrence in the window)
     num_ok: torch.Tensor  # [K] slots holding an owned row with edges (> 0 iff some slot is a candidate)
     prev_type: torch.Tensor  # [K]
     prev_ent: torch.Tensor  # [K]
@@ -49,10 +51,18 @@ class WindowState:
     @classmethod
     def empty(cls, K: int, cutoff: int, device) -> WindowState:
         zeros = torch.zeros(K, dtype=torch.long, device=device)
-        return cls(torch.zeros(K, cutoff, dtype=torch.long, device=device),
-                   torch.zeros(K, cutoff, dtype=torch.bool, device=device), zeros, zeros, zeros - 1, zeros - 1)
+        return cls(
+            torch.zeros(K, cutoff, dtype=torch.long, device=device),
+            torch.zeros(K, cutoff, dtype=torch.bool, device=device),
+            zeros,
+            zeros,
+            zeros - 1,
+            zeros - 1,
+        )
 
-    def advance(self, tables: GraphTables, typ: torch.Tensor, ent: torch.Tensor, par: torch.Tensor) -> WindowState:
+    def advance(
+        self, tables: GraphTables, typ: torch.Tensor, ent: torch.Tensor, par: torch.Tensor
+    ) -> WindowState:
         """The state after z_t = (typ, ent, par) [K]: shift in the new row, drop earlier slots holding it."""
         row = tables.row_of(ent)  # entity -1 (no mention) -> row 0
         if self.rows.shape[1] == 0:
@@ -65,8 +75,14 @@ class WindowState:
 
     def select(self, index: torch.Tensor) -> WindowState:
         """Particle k takes the state of particle index[k]."""
-        return WindowState(self.rows[index], self.cand[index], self.num_ok[index], self.prev_type[index],
-                           self.prev_ent[index], self.prev_par[index])
+        return WindowState(
+            self.rows[index],
+            self.cand[index],
+            self.num_ok[index],
+            self.prev_type[index],
+            self.prev_ent[index],
+            self.prev_par[index],
+        )
 
 
 def _type_pattern(state: WindowState) -> torch.Tensor:
@@ -130,8 +146,9 @@ def sample_step(tabs: HeadTables, state: WindowState, t: int, u: torch.Tensor, s
     return typ, ent, par, log_q
 
 
-def score_step(tabs: HeadTables, state: WindowState, t: int, typ: torch.Tensor, ent: torch.Tensor,
-               par: torch.Tensor) -> torch.Tensor:
+def score_step(
+    tabs: HeadTables, state: WindowState, t: int, typ: torch.Tensor, ent: torch.Tensor, par: torch.Tensor
+) -> torch.Tensor:
     """log π(z_t | z_<t) of given z_t (type, entity, parent [K]) under these heads: float64 [K], -inf off the support."""
     tables = tabs.tables
     K = typ.shape[0]
@@ -180,7 +197,9 @@ class KGLMParticles:
 
 
 @torch.no_grad()
-def init_particles(model, x: torch.Tensor, num_particles: int, temperature: float, peek: bool) -> KGLMParticles:
+def init_particles(
+    model, x: torch.Tensor, num_particles: int, temperature: float, peek: bool
+) -> KGLMParticles:
     """K empty particles for document x [T]: q_τ's and p's head tables, the window state and the z drawn so far."""
     K, T, device = int(num_particles), x.numel(), x.device
     q_tabs = p_tabs = alias = gen = None
@@ -189,14 +208,17 @@ def init_particles(model, x: torch.Tensor, num_particles: int, temperature: floa
         p_tabs = model.head_tables(x)
         alias = model.alias_tables()
         gen = model.generate_table(p_tabs.heads.h_type, x)
-    z = {k: torch.full((K, T), v, dtype=torch.long, device=device)
-         for k, v in (("mention_type", NONE), ("entity", -1), ("parent", -1))}
+    z = {
+        k: torch.full((K, T), v, dtype=torch.long, device=device)
+        for k, v in (("mention_type", NONE), ("entity", -1), ("parent", -1))
+    }
     return KGLMParticles(x, q_tabs, p_tabs, alias, gen, WindowState.empty(K, model.cutoff, device), z)
 
 
 @torch.no_grad()
-def step_particles(model, state: KGLMParticles, t: int,
-                   generator: torch.Generator | None) -> tuple[KGLMParticles, torch.Tensor]:
+def step_particles(
+    model, state: KGLMParticles, t: int, generator: torch.Generator | None
+) -> tuple[KGLMParticles, torch.Tensor]:
     """Draw z_t ~ q_τ(z_t | x, z_<t) for every particle: (state, log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t)
     float64 [K]). Consumes ``torch.rand(K, 4)`` of ``generator``, as ``proposal.sample`` does at token t."""
     K = state.window.prev_type.shape[0]
@@ -213,8 +235,15 @@ def step_particles(model, state: KGLMParticles, t: int,
 def reorder_particles(state: KGLMParticles, ancestors: torch.Tensor) -> KGLMParticles:
     """Particle k takes the history (window state and z so far) of particle ancestors[k] (LongTensor [K])."""
     index = ancestors.to(state.x.device)
-    return KGLMParticles(state.x, state.q, state.p, state.alias, state.gen, state.window.select(index),
-                         {k: v[index] for k, v in state.z.items()})
+    return KGLMParticles(
+        state.x,
+        state.q,
+        state.p,
+        state.alias,
+        state.gen,
+        state.window.select(index),
+        {k: v[index] for k, v in state.z.items()},
+    )
 
 
 def particle_latents(tables: GraphTables, state: KGLMParticles) -> dict:

@@ -16,17 +16,104 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .graph import KnowledgeGraph
-from .linked_wikitext import (CONTINUING, END_TOKEN, NEW, REFLEXIVE_RELATION, RELATED, LinkedDocument,
-                              write_linked_jsonl)
+from .linked_wikitext import (
+    CONTINUING,
+    END_TOKEN,
+    NEW,
+    REFLEXIVE_RELATION,
+    RELATED,
+    LinkedDocument,
+    write_linked_jsonl,
+)
 
-_SYLLABLES = ["ka", "lo", "mi", "ra", "ten", "vor", "sel", "du", "bran", "quo", "fel", "zan", "or", "pim", "ste",
-              "gal", "nu", "hex", "tor", "via", "mar", "lin", "cas", "bel"]
+_SYLLABLES = [
+    "ka",
+    "lo",
+    "mi",
+    "ra",
+    "ten",
+    "vor",
+    "sel",
+    "du",
+    "bran",
+    "quo",
+    "fel",
+    "zan",
+    "or",
+    "pim",
+    "ste",
+    "gal",
+    "nu",
+    "hex",
+    "tor",
+    "via",
+    "mar",
+    "lin",
+    "cas",
+    "bel",
+]
 _KINDS = ["River", "County", "City", "Bridge", "Church", "Lake", "Mountain", "Railway", "School", "Island"]
-_BACKGROUND = ["the", ",", "of", "and", "in", "a", "was", "to", "is", "by", "with", "for", "as", "on", "which",
-               "its", "from", "that", "at", "first", "also", "been", "new", "built", "over", "area", "part",
-               "during", "after", "until", "local", "main", "early", "known", "large", "century", "several"]
-_CUE_WORDS = ["located", "near", "part", "named", "after", "flows", "into", "borders", "crosses", "founded",
-              "owned", "operated", "designed", "member", "capital", "seat", "serves", "built", "carries", "within"]
+_BACKGROUND = [
+    "the",
+    ",",
+    "of",
+    "and",
+    "in",
+    "a",
+    "was",
+    "to",
+    "is",
+    "by",
+    "with",
+    "for",
+    "as",
+    "on",
+    "which",
+    "its",
+    "from",
+    "that",
+    "at",
+    "first",
+    "also",
+    "been",
+    "new",
+    "built",
+    "over",
+    "area",
+    "part",
+    "during",
+    "after",
+    "until",
+    "local",
+    "main",
+    "early",
+    "known",
+    "large",
+    "century",
+    "several",
+]
+_CUE_WORDS = [
+    "located",
+    "near",
+    "part",
+    "named",
+    "after",
+    "flows",
+    "into",
+    "borders",
+    "crosses",
+    "founded",
+    "owned",
+    "operated",
+    "designed",
+    "member",
+    "capital",
+    "seat",
+    "serves",
+    "built",
+    "carries",
+    "within",
+]
 
 
 @dataclass
@@ -78,7 +165,9 @@ def make_knowledge_graph(config: SyntheticConfig, rng: random.Random) -> Knowled
 
 def _relation_cues(graph: KnowledgeGraph, rng: random.Random) -> dict[str, list[str]]:
     """Each relation's cue phrase: 1-2 cue words (inverse relations get their own)."""
-    return {r: rng.sample(_CUE_WORDS, k=rng.randint(1, 2)) for r in graph.relations if r != REFLEXIVE_RELATION}
+    return {
+        r: rng.sample(_CUE_WORDS, k=rng.randint(1, 2)) for r in graph.relations if r != REFLEXIVE_RELATION
+    }
 
 
 class _Writer:
@@ -117,8 +206,9 @@ def _filler(rng: random.Random, lo: int, hi: int) -> list[str]:
     return rng.choices(_BACKGROUND, weights=weights, k=rng.randint(lo, hi))
 
 
-def make_document(graph: KnowledgeGraph, cues: dict[str, list[str]], config: SyntheticConfig,
-                  rng: random.Random, title: str) -> LinkedDocument:
+def make_document(
+    graph: KnowledgeGraph, cues: dict[str, list[str]], config: SyntheticConfig, rng: random.Random, title: str
+) -> LinkedDocument:
     """One article about a random topic entity (see module doc for the generative story)."""
     entities = graph.entities
     out = _Writer(title)
@@ -132,7 +222,9 @@ def make_document(graph: KnowledgeGraph, cues: dict[str, list[str]], config: Syn
         if u < config.p_related and recent:
             # a fact: cue phrase of the relation, then an alias of the tail entity
             parent = rng.choice(recent)
-            rel, tail = rng.choice([(r, t) for r, t in _named_edges(graph, parent) if r != REFLEXIVE_RELATION])
+            rel, tail = rng.choice(
+                [(r, t) for r, t in _named_edges(graph, parent) if r != REFLEXIVE_RELATION]
+            )
             out.words(_filler(rng, 0, 2) + cues[rel])
             recent = out.recent(config.cutoff)  # the cue words moved the window
             explanations = [(p, r) for p in recent for r, t in _named_edges(graph, p) if t == tail]
@@ -166,25 +258,37 @@ def _named_edges(graph: KnowledgeGraph, entity: str) -> list[tuple[str, str]]:
     return [(graph.relations[r], graph.entities[t]) for r, t in graph.out_edges(graph.entity_id(entity))]
 
 
-def generate_corpus(config: SyntheticConfig | None = None, seed: int = 0) -> tuple[KnowledgeGraph, list[LinkedDocument]]:
+def generate_corpus(
+    config: SyntheticConfig | None = None, seed: int = 0
+) -> tuple[KnowledgeGraph, list[LinkedDocument]]:
     """(knowledge graph, articles) for ``config``; the same seed always gives the same corpus."""
     config = config or SyntheticConfig()
     rng = random.Random(seed)
     graph = make_knowledge_graph(config, rng)
     cues = _relation_cues(graph, rng)
-    docs = [make_document(graph, cues, config, rng, f"synthetic article {i}") for i in range(config.num_documents)]
+    docs = [
+        make_document(graph, cues, config, rng, f"synthetic article {i}") for i in range(config.num_documents)
+    ]
     return graph, docs
 
 
-def write_corpus(directory: str | Path, config: SyntheticConfig | None = None, seed: int = 0,
-                 splits: tuple[float, float] = (0.8, 0.1)) -> dict[str, Path]:
+def write_corpus(
+    directory: str | Path,
+    config: SyntheticConfig | None = None,
+    seed: int = 0,
+    splits: tuple[float, float] = (0.8, 0.1),
+) -> dict[str, Path]:
     """Write ``train/valid/test.jsonl`` (Linked WikiText-2 format) and ``knowledge_graph.json`` into ``directory``."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     graph, docs = generate_corpus(config, seed)
     n_train = int(len(docs) * splits[0])
     n_valid = int(len(docs) * splits[1])
-    parts = {"train": docs[:n_train], "valid": docs[n_train:n_train + n_valid], "test": docs[n_train + n_valid:]}
+    parts = {
+        "train": docs[:n_train],
+        "valid": docs[n_train : n_train + n_valid],
+        "test": docs[n_train + n_valid :],
+    }
     paths = {}
     for name, part in parts.items():
         paths[name] = directory / f"{name}.jsonl"

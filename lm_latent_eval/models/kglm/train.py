@@ -112,22 +112,57 @@ def train_kglm(
     rng = random.Random(config.seed)
     vocab = build_vocabulary([d.tokens for d in train_docs], config.min_count, config.max_vocab)
     model = KGLM(
-        vocab, graph, token_dim=config.token_dim, entity_dim=config.entity_dim, hidden_size=config.hidden_size,
-        num_layers=config.num_layers, cutoff=config.cutoff, dropout=config.dropout, dropouti=config.dropouti,
-        dropoute=config.dropoute, wdrop=config.wdrop, chunk_size=config.chunk_size,
-        proposal_hidden_size=config.proposal_hidden_size, proposal_nopeek_heads=config.proposal_nopeek_heads,
+        vocab,
+        graph,
+        token_dim=config.token_dim,
+        entity_dim=config.entity_dim,
+        hidden_size=config.hidden_size,
+        num_layers=config.num_layers,
+        cutoff=config.cutoff,
+        dropout=config.dropout,
+        dropouti=config.dropouti,
+        dropoute=config.dropoute,
+        wdrop=config.wdrop,
+        chunk_size=config.chunk_size,
+        proposal_hidden_size=config.proposal_hidden_size,
+        proposal_nopeek_heads=config.proposal_nopeek_heads,
         proposal_alias_features=config.proposal_alias_features,
     )
     train_data = _prepare(train_docs, model, "train")
     valid_data = _prepare(valid_docs, model, "valid") if valid_docs else []
     history: list[dict] = []
     if valid_data:  # the untrained model, for reference
-        history.append({"epoch": 0, **{f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items()
-                                       if k != "tokens"}})
-    _fit(model, model.parameters(), train_data, valid_data, config, config.epochs, history, rng, progress, joint=True)
+        history.append(
+            {
+                "epoch": 0,
+                **{f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items() if k != "tokens"},
+            }
+        )
+    _fit(
+        model,
+        model.parameters(),
+        train_data,
+        valid_data,
+        config,
+        config.epochs,
+        history,
+        rng,
+        progress,
+        joint=True,
+    )
     if config.proposal_epochs > 0:
-        _fit(model, model.proposal.parameters(), train_data, valid_data, config, config.proposal_epochs, history, rng,
-             progress, joint=False)
+        _fit(
+            model,
+            model.proposal.parameters(),
+            train_data,
+            valid_data,
+            config,
+            config.proposal_epochs,
+            history,
+            rng,
+            progress,
+            joint=False,
+        )
     model.eval()
     if output_dir is not None:
         save_checkpoint(model, output_dir, config, history)
@@ -142,8 +177,18 @@ def proposal_log_prob(model: KGLM, x: torch.Tensor, z: dict) -> torch.Tensor:
     return total
 
 
-def _fit(model: KGLM, params, train_data, valid_data, config: TrainConfig, epochs: int, history: list[dict],
-         rng: random.Random, progress: bool, joint: bool) -> None:
+def _fit(
+    model: KGLM,
+    params,
+    train_data,
+    valid_data,
+    config: TrainConfig,
+    epochs: int,
+    history: list[dict],
+    rng: random.Random,
+    progress: bool,
+    joint: bool,
+) -> None:
     """``epochs`` of Adam on −(log p + log q) (joint) or −log q (proposal only); restore the best validation state."""
     optimizer = torch.optim.Adam(list(params), lr=config.lr, weight_decay=config.weight_decay)
     stage = "joint" if joint else "proposal"
@@ -161,8 +206,10 @@ def _fit(model: KGLM, params, train_data, valid_data, config: TrainConfig, epoch
             log_p = model.log_joint(x, z)[0] if joint else torch.zeros((), dtype=torch.float64)
             log_q = proposal_log_prob(model, x, z)
             if not (torch.isfinite(log_p) and torch.isfinite(log_q)):
-                raise RuntimeError(f"train article {title!r}: gold annotations outside the model's support "
-                                   f"(log p = {float(log_p)}, log q = {float(log_q)})")
+                raise RuntimeError(
+                    f"train article {title!r}: gold annotations outside the model's support "
+                    f"(log p = {float(log_p)}, log q = {float(log_q)})"
+                )
             loss = -(log_p + log_q) / T
             optimizer.zero_grad()
             loss.backward()
@@ -171,22 +218,36 @@ def _fit(model: KGLM, params, train_data, valid_data, config: TrainConfig, epoch
             total_p += -float(log_p.detach())
             total_q += -float(log_q.detach())
             total_tokens += T
-            bar.set_postfix(train_ppl=f"{math.exp(total_p / total_tokens):.2f}", q_nll=f"{total_q / total_tokens:.3f}")
-        record = {"stage": stage, "epoch": epoch, "train_q_nll": total_q / total_tokens,
-                  "seconds": round(time.time() - start, 2)}
+            bar.set_postfix(
+                train_ppl=f"{math.exp(total_p / total_tokens):.2f}", q_nll=f"{total_q / total_tokens:.3f}"
+            )
+        record = {
+            "stage": stage,
+            "epoch": epoch,
+            "train_q_nll": total_q / total_tokens,
+            "seconds": round(time.time() - start, 2),
+        }
         if joint:
             record["train_joint_ppl"] = math.exp(total_p / total_tokens)
         if valid_data:
-            record.update({f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items() if k != "tokens"})
+            record.update(
+                {f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items() if k != "tokens"}
+            )
         if joint:
             score = record.get("valid_joint_ppl", record["train_joint_ppl"])
         else:
-            score = (record["valid_q_nll_peek"] + record["valid_q_nll_nopeek"]) if valid_data else record["train_q_nll"]
+            score = (
+                (record["valid_q_nll_peek"] + record["valid_q_nll_nopeek"])
+                if valid_data
+                else record["train_q_nll"]
+            )
         best.epoch_done(record, score)
     best.restore()
 
 
-def load_graph_files(knowledge_graph: str | None, kg_pickle: str | None, alias_pickle: str | None) -> KnowledgeGraph:
+def load_graph_files(
+    knowledge_graph: str | None, kg_pickle: str | None, alias_pickle: str | None
+) -> KnowledgeGraph:
     """Our JSON graph, or the original ``knowledge_graph.pkl`` (+ ``alias.pkl``) read with the restricted unpickler."""
     if knowledge_graph and kg_pickle:
         raise ValueError("give either --knowledge-graph (JSON) or --knowledge-graph-pickle, not both")
@@ -196,15 +257,23 @@ def load_graph_files(knowledge_graph: str | None, kg_pickle: str | None, alias_p
         from .pickles import knowledge_graph_from_pickles
 
         return knowledge_graph_from_pickles(kg_pickle, alias_pickle)
-    raise ValueError("a knowledge graph is required: --knowledge-graph graph.json or --knowledge-graph-pickle kg.pkl")
+    raise ValueError(
+        "a knowledge graph is required: --knowledge-graph graph.json or --knowledge-graph-pickle kg.pkl"
+    )
 
 
 # --- `lm-latent-eval train kglm` ---------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``lm-latent-eval train kglm``."""
-    add_trainer_arguments(parser, TrainConfig, "annotated JSONL (Linked WikiText-2 format)",
-                          {"metavar": "DIR", "help": "generate the synthetic corpus into DIR and train on it"})
-    parser.add_argument("--knowledge-graph", help="knowledge graph + aliases in our JSON form (KnowledgeGraph.to_json)")
+    add_trainer_arguments(
+        parser,
+        TrainConfig,
+        "annotated JSONL (Linked WikiText-2 format)",
+        {"metavar": "DIR", "help": "generate the synthetic corpus into DIR and train on it"},
+    )
+    parser.add_argument(
+        "--knowledge-graph", help="knowledge graph + aliases in our JSON form (KnowledgeGraph.to_json)"
+    )
     parser.add_argument("--knowledge-graph-pickle", help="the original knowledge_graph.pkl")
     parser.add_argument("--alias-pickle", help="the original alias.pkl")
 
@@ -216,11 +285,15 @@ def run(args: argparse.Namespace) -> int:
         from .synthetic import write_corpus
 
         paths = write_corpus(args.synthetic, seed=config.seed)
-        args.train, args.valid, args.knowledge_graph = paths["train"], paths["valid"], paths["knowledge_graph"]
+        args.train, args.valid, args.knowledge_graph = (
+            paths["train"],
+            paths["valid"],
+            paths["knowledge_graph"],
+        )
     if not args.train:
         raise SystemExit("lm-latent-eval train kglm: --train (or --synthetic DIR) is required")
     graph = load_graph_files(args.knowledge_graph, args.knowledge_graph_pickle, args.alias_pickle)
     train_docs = list(read_linked_jsonl(args.train))
     valid_docs = list(read_linked_jsonl(args.valid)) if args.valid else []
-    model, history = train_kglm(train_docs, valid_docs, graph, config, args.output, progress=not args.no_progress)
+    _, history = train_kglm(train_docs, valid_docs, graph, config, args.output, progress=not args.no_progress)
     return report_training(args.output, history)

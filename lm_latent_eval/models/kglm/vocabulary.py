@@ -36,19 +36,23 @@ class Vocabulary:
                 raise ValueError(f"vocabulary namespace {ns!r} lists a token twice")
 
     @classmethod
-    def from_files(cls, directory: str | Path) -> "Vocabulary":
+    def from_files(cls, directory: str | Path) -> Vocabulary:
         """Read every ``<namespace>.txt`` of an AllenNLP vocabulary folder."""
         directory = Path(directory)
         if not directory.is_dir():
             raise FileNotFoundError(f"vocabulary folder not found: {directory}")
         pad_file = directory / NON_PADDED_FILE
         if not pad_file.is_file():
-            raise FileNotFoundError(f"{directory} is not an AllenNLP vocabulary folder: {NON_PADDED_FILE} is missing")
-        files = {p.stem: p.read_text(encoding="utf-8") for p in sorted(directory.glob("*.txt")) if p != pad_file}
+            raise FileNotFoundError(
+                f"{directory} is not an AllenNLP vocabulary folder: {NON_PADDED_FILE} is missing"
+            )
+        files = {
+            p.stem: p.read_text(encoding="utf-8") for p in sorted(directory.glob("*.txt")) if p != pad_file
+        }
         return cls.from_texts(pad_file.read_text(encoding="utf-8"), files, where=str(directory))
 
     @classmethod
-    def from_texts(cls, non_padded_text: str, files: dict[str, str], where: str = "vocabulary") -> "Vocabulary":
+    def from_texts(cls, non_padded_text: str, files: dict[str, str], where: str = "vocabulary") -> Vocabulary:
         """Build from the text of ``non_padded_namespaces.txt`` and ``{namespace: text of <namespace>.txt}``."""
         patterns = tuple(line.strip() for line in non_padded_text.splitlines() if line.strip())
         tokens: dict[str, list[str]] = {}

@@ -29,14 +29,18 @@ from ..encoder_cache import parameter_versions
 from .awd_lstm import embedding_dropout
 
 _WORD_CHUNK = 1024  # (position, entity) pairs scored per generate-softmax call
-_GEN_TABLE_LIMIT = 1 << 16  # (position, row) pairs: up to this many, the generate terms of all of them are computed
+_GEN_TABLE_LIMIT = (
+    1 << 16
+)  # (position, row) pairs: up to this many, the generate terms of all of them are computed
 
 
 class WordDistribution:
     """p(x_t | h_t, entity_t) of KGLM (see the module docstring); the alias tables are cached per parameter version
     in evaluation without grad (``_alias_cache``, cleared by ``KGLM.train``)."""
 
-    def alias_table(self, entity: int, version: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def alias_table(
+        self, entity: int, version: tuple | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(projected alias token vectors [L, D_tok], their x ids [L]) for one entity, None without aliases."""
         forms = [f for f in self.graph.entity_aliases(entity) if f]
         if not forms:
@@ -46,7 +50,9 @@ class WordDistribution:
         hit = self._alias_cache.get(entity)
         if cacheable and hit is not None and hit[0] == version:
             return hit[1]
-        padded = pad_rows([self.vocabulary.ids(f) for f in forms]).to(self.token_embedding.weight.device)  # [A, L]
+        padded = pad_rows([self.vocabulary.ids(f) for f in forms]).to(
+            self.token_embedding.weight.device
+        )  # [A, L]
         L = padded.shape[1]
         mask = padded >= 0
         inputs = self.input_ids(padded.clamp(min=0))
@@ -108,7 +114,9 @@ class WordDistribution:
             n = h.shape[0]
             if n < 4:
                 h, r = torch.cat([h, h[:1].expand(4 - n, -1)]), torch.cat([r, r[:1].expand(4 - n)])
-            scores = self.generate(self.condense(torch.cat([h, self.entity_embedding.weight[r]], -1)))[:n].double()
+            scores = self.generate(self.condense(torch.cat([h, self.entity_embedding.weight[r]], -1)))[
+                :n
+            ].double()
             out[0, sl] = scores.logsumexp(-1)
             out[1, sl] = scores.gather(1, x_in[sl].unsqueeze(1)).squeeze(1)
             out[2, sl] = scores[:, self.unk_id]
@@ -124,7 +132,9 @@ class WordDistribution:
         r = torch.arange(R, device=x.device).repeat(T)
         return tuple(v.view(T, R) for v in self._generate_terms(h_type[t], r, self.input_ids(x)[t]))
 
-    def _copy_terms(self, h_type: torch.Tensor, entity: torch.Tensor, x: torch.Tensor, alias) -> tuple[torch.Tensor, torch.Tensor]:
+    def _copy_terms(
+        self, h_type: torch.Tensor, entity: torch.Tensor, x: torch.Tensor, alias
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(log Σ_l exp c_l, log Σ_{l copies x} exp c_l) over the alias tokens of each entity: [M] each (-inf without)."""
         vecs, ids, offset, length, L = alias
         N = offset.numel() - 1
@@ -138,7 +148,11 @@ class WordDistribution:
             sl = slice(s, s + _WORD_CHUNK)
             valid = j < length[e[sl]].unsqueeze(1)
             idx = torch.where(valid, offset[e[sl]].unsqueeze(1) + j, vecs.shape[0] - 1)
-            scores = torch.einsum("ud,uld->ul", h_type[sl].contiguous(), vecs[idx]).double().masked_fill(~valid, -math.inf)
+            scores = (
+                torch.einsum("ud,uld->ul", h_type[sl].contiguous(), vecs[idx])
+                .double()
+                .masked_fill(~valid, -math.inf)
+            )
             copy_lse[sl] = scores.logsumexp(-1)
             copy_x[sl] = scores.masked_fill(ids[idx] != x[sl].unsqueeze(1), -math.inf).logsumexp(-1)
         return copy_lse, copy_x
@@ -160,8 +174,9 @@ class WordDistribution:
         key = torch.arange(T, device=x.device) * (N + 1) + (entity.clamp(min=-1) + 1)
         uniq, inv = torch.unique(key.reshape(-1), return_inverse=True)
         ut, ue = uniq // (N + 1), uniq % (N + 1) - 1
-        alias = self.alias_tables(None if not (self.training or torch.is_grad_enabled())
-                                  else torch.unique(ue[ue >= 0]).tolist())
+        alias = self.alias_tables(
+            None if not (self.training or torch.is_grad_enabled()) else torch.unique(ue[ue >= 0]).tolist()
+        )
         # all (position, row) pairs when the particles cover a good part of them (the stepwise path reads the same
         # table); else only the distinct pairs (the same float32 products wherever the kernel is shape-invariant)
         table = self.generate_table(h_type, x) if 2 * uniq.numel() >= T * self.tables.num_rows else None
@@ -172,8 +187,14 @@ class WordDistribution:
         copy = self._copy_terms(h_type[ut], ue, x[ut], alias)
         return self._combine_word_terms(x[ut], gen, copy)[inv].view(K, T)
 
-    def word_log_prob_step(self, h_type_t: torch.Tensor, x_t: torch.Tensor, entity: torch.Tensor, alias,
-                           gen_table_t: tuple | None = None) -> torch.Tensor:
+    def word_log_prob_step(
+        self,
+        h_type_t: torch.Tensor,
+        x_t: torch.Tensor,
+        entity: torch.Tensor,
+        alias,
+        gen_table_t: tuple | None = None,
+    ) -> torch.Tensor:
         """log p(x_t | h_t, entity_k) for one position and K particles' entities [K]: float64 [K] (no host sync);
         ``gen_table_t``: row t of ``generate_table`` (then the numbers equal ``word_log_prob``'s)."""
         K = entity.numel()
@@ -183,13 +204,14 @@ class WordDistribution:
         if gen_table_t is not None:
             gen = tuple(v[rows] for v in gen_table_t)
         elif R <= K:  # the generate terms of every row at t, gathered
-            g = self._generate_terms(h_type_t.expand(R, -1), torch.arange(R, device=entity.device), x_in.expand(R))
+            g = self._generate_terms(
+                h_type_t.expand(R, -1), torch.arange(R, device=entity.device), x_in.expand(R)
+            )
             gen = tuple(v[rows] for v in g)
         else:
             gen = self._generate_terms(h_type_t.expand(K, -1), rows, x_in.expand(K))
         copy = self._copy_terms(h_type_t.expand(K, -1).contiguous(), entity, x_t.view(1).expand(K), alias)
         return self._combine_word_terms(x_t.view(1).expand(K), gen, copy)
-
 
     def unknown_word_penalty(self, x: torch.Tensor, z: dict) -> torch.Tensor:
         """Nats ``log_joint`` subtracts for unknown words: unk_penalty · #{t: x_t out of vocabulary and not an alias
@@ -202,7 +224,9 @@ class WordDistribution:
         unknown = (x >= len(self.vocabulary)) | (x == self.unk_id)
         for t in torch.nonzero(unknown, as_tuple=True)[0].tolist():
             word = int(x[t])
-            copyable = torch.tensor([self._copies(int(e), word) for e in entity[:, t].tolist()], device=x.device)
+            copyable = torch.tensor(
+                [self._copies(int(e), word) for e in entity[:, t].tolist()], device=x.device
+            )
             out += (~copyable).double() * self.unk_penalty
         return out
 

@@ -21,7 +21,9 @@ def _trees(n: int) -> tuple[tuple[int, ...], ...]:
     """Action sequences of every binary tree over n ≥ 1 leaves."""
     if n == 1:
         return ((SHIFT,),)
-    return tuple(left + right + (REDUCE,) for k in range(1, n) for left in _trees(k) for right in _trees(n - k))
+    return tuple(
+        left + right + (REDUCE,) for k in range(1, n) for left in _trees(k) for right in _trees(n - k)
+    )
 
 
 def enumerate_trees(num_words: int) -> torch.Tensor:

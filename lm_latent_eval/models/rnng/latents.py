@@ -21,9 +21,13 @@ def num_actions(num_words: int) -> int:
 def check_actions(z, num_words: int) -> torch.Tensor:
     """z as LongTensor [K, 2T − 1] with values in {SHIFT, REDUCE}; a clear error for any other shape or value."""
     if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.dtype != torch.long:
-        raise ValueError(f"z must be a LongTensor [K, 2T-1] of SHIFT/REDUCE actions, got {getattr(z, 'shape', type(z))}")
+        raise ValueError(
+            f"z must be a LongTensor [K, 2T-1] of SHIFT/REDUCE actions, got {getattr(z, 'shape', type(z))}"
+        )
     if z.shape[1] != num_actions(num_words):
-        raise ValueError(f"z must have shape [K, 2T-1={num_actions(num_words)}] for T={num_words} words, got {tuple(z.shape)}")
+        raise ValueError(
+            f"z must have shape [K, 2T-1={num_actions(num_words)}] for T={num_words} words, got {tuple(z.shape)}"
+        )
     if z.numel() and not ((z == SHIFT) | (z == REDUCE)).all():
         raise ValueError("z holds values other than SHIFT (0) and REDUCE (1)")
     return z
@@ -106,7 +110,7 @@ def tree_from_actions(words: list[str], actions) -> object:
     """Nested 2-tuples of the tree that ``actions`` (a list or [2T − 1] tensor) builds over ``words``."""
     stack: list = []
     it = iter(words)
-    for a in (actions.tolist() if isinstance(actions, torch.Tensor) else actions):
+    for a in actions.tolist() if isinstance(actions, torch.Tensor) else actions:
         if a == SHIFT:
             stack.append(next(it))
         else:

@@ -41,9 +41,17 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(out)
     _, history = train_rnng(train, valid, config, out, progress=False)
     final = history[-1]
-    (out / "README.md").write_text(CARD.format(train=len(train), valid=len(valid), test=len(test), seed=args.seed,
-                                               gold=final["valid_joint_ppl"], k=final["valid_samples"],
-                                               is_ppl=final["valid_is_ppl"]))
+    (out / "README.md").write_text(
+        CARD.format(
+            train=len(train),
+            valid=len(valid),
+            test=len(test),
+            seed=args.seed,
+            gold=final["valid_joint_ppl"],
+            k=final["valid_samples"],
+            is_ppl=final["valid_is_ppl"],
+        )
+    )
     test_file = args.data_dir / "ptb_tiny" / "test.txt"
     test_file.parent.mkdir(parents=True, exist_ok=True)
     test_file.write_text("".join(t + "\n" for t in trees[:NUM_TEST]), encoding="utf-8")

@@ -23,6 +23,7 @@ distinct tree once.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import ClassVar
 
 import torch
 from huggingface_hub import PyTorchModelHubMixin
@@ -39,7 +40,9 @@ WORD_BLOCK = 1 << 22  # word logits computed per block of (rows × vocabulary) e
 MIN_ROWS = 4  # log_joint scores at least this many rows (see there)
 
 
-def build_vocabulary(sentences: Iterable[Iterable[str]], min_count: int = 1, max_size: int | None = None) -> list[str]:
+def build_vocabulary(
+    sentences: Iterable[Iterable[str]], min_count: int = 1, max_size: int | None = None
+) -> list[str]:
     """[<unk>, <s>, </s>, words seen ≥ min_count times, most frequent first (ties alphabetical)]."""
     return build_word_list(sentences, SPECIAL, min_count, max_size)
 
@@ -63,8 +66,9 @@ class StackLSTM(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int, dropout: float = 0.0):
         super().__init__()
-        self.cells = nn.ModuleList(nn.LSTMCell(input_size if l == 0 else hidden_size, hidden_size)
-                                   for l in range(num_layers))
+        self.cells = nn.ModuleList(
+            nn.LSTMCell(input_size if l == 0 else hidden_size, hidden_size) for l in range(num_layers)
+        )
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, inputs, h, c):
@@ -85,11 +89,17 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
     H = ``hidden_size`` (stack LSTM), L = ``num_layers``.
     """
 
-    prefix_probability = False  # log_joint scores complete trees (and, with count_eos, the end of the sentence)
+    prefix_probability = (
+        False  # log_joint scores complete trees (and, with count_eos, the end of the sentence)
+    )
 
     # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help)
-    MODEL_ARGS = {"count_eos": (bool, "score </s> after each sentence and count it as a token (default: the "
-                                      "checkpoint's)")}
+    MODEL_ARGS: ClassVar[dict[str, tuple[type, str]]] = {
+        "count_eos": (
+            bool,
+            "score </s> after each sentence and count it as a token (default: the checkpoint's)",
+        )
+    }
 
     def __init__(
         self,
@@ -122,8 +132,9 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
                 raise ValueError(f"tie_weights needs dim == hidden_size, got {dim} and {hidden_size}")
             self.word_head.weight = self.embedding.weight
         nn.init.uniform_(self.embedding.weight, -0.1, 0.1)
-        self.proposal = TreeCRFProposal(V, self.bos_id, self.eos_id, proposal_dim or dim,
-                                        proposal_hidden_size or hidden_size, dropout)
+        self.proposal = TreeCRFProposal(
+            V, self.bos_id, self.eos_id, proposal_dim or dim, proposal_hidden_size or hidden_size, dropout
+        )
 
     @classmethod
     def _from_pretrained(cls, *, strict: bool = True, **kwargs):
@@ -193,7 +204,9 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         size = torch.zeros(B, dtype=torch.long, device=dev)
         ptr = torch.zeros(B, dtype=torch.long, device=dev)
         any_reduce = (actions != SHIFT).any(0).tolist()  # steps where some tree composes (one host sync)
-        top = h0[:, L - 1].expand(B, H)  # last layer's h at the top of the stack: the context of the next action
+        top = h0[:, L - 1].expand(
+            B, H
+        )  # last layer's h at the top of the stack: the context of the next action
         contexts = []
         for t in range(A):
             contexts.append(top)
@@ -201,7 +214,9 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
             left = (size - 2).clamp(min=0)
             word = word_table.index_select(0, word_row + ptr.clamp(max=T - 1))
             if any_reduce[t]:
-                pair = torch.cat([elem_row + left, elem_row + (size - 1).clamp(min=0)])  # left and right children
+                pair = torch.cat(
+                    [elem_row + left, elem_row + (size - 1).clamp(min=0)]
+                )  # left and right children
                 pair_h, pair_c = elem_h.index_select(0, pair), elem_c.index_select(0, pair)
                 comp_h, comp_c = self.compose(pair_h[:B], pair_c[:B], pair_h[B:], pair_c[B:])
                 new_h = torch.where(shift[:, None], word, comp_h)
@@ -228,14 +243,18 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         is_shift = actions == SHIFT
         shift_ctx = ctx[is_shift].view(B * T, -1)
         eos_ok = ((sizes[is_shift].view(B, T) == 1) & (torch.arange(T, device=dev) >= 1)).reshape(-1)
-        log_p = log_p + self.word_log_probs(shift_ctx, eos_ok, words.expand(B, T).reshape(-1)).view(B, T).sum(1)
+        log_p = log_p + self.word_log_probs(shift_ctx, eos_ok, words.expand(B, T).reshape(-1)).view(B, T).sum(
+            1
+        )
         if with_eos:
             end = self.dropout(state_h.view(B, T + 1, L, H)[:, 1, L - 1])  # the stack holds one element
             eos = torch.full((B,), self.eos_id, dtype=torch.long, device=dev)
             log_p = log_p + self.word_log_probs(end, torch.ones(B, dtype=torch.bool, device=dev), eos)
         return log_p
 
-    def word_log_probs(self, ctx: torch.Tensor, eos_allowed: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    def word_log_probs(
+        self, ctx: torch.Tensor, eos_allowed: torch.Tensor, target: torch.Tensor
+    ) -> torch.Tensor:
         """log p(target_n | h_n) for contexts [N, H], </s> masked where not allowed [N], <s> always: float64 [N]."""
         N, V = ctx.shape[0], len(self.vocab)
         rows = max(1, WORD_BLOCK // V)
@@ -251,5 +270,7 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         return torch.cat(parts) if parts else ctx.new_zeros(0, dtype=torch.float64)
 
     def extra_repr(self) -> str:
-        return (f"vocab_size={len(self.vocab)}, dim={self.dim}, hidden_size={self.hidden_size}, "
-                f"num_layers={self.num_layers}, count_eos={self.count_eos}")
+        return (
+            f"vocab_size={len(self.vocab)}, dim={self.dim}, hidden_size={self.hidden_size}, "
+            f"num_layers={self.num_layers}, count_eos={self.count_eos}"
+        )

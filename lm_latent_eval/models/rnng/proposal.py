@@ -21,8 +21,10 @@ from ..encoder_cache import DocumentCache
 from .latents import actions_from_spans, check_actions, is_tree, spans_from_actions
 from .tree_crf import inside, kbest_trees, log_partition, sample_trees, tree_scores
 
-NO_PEEKING = ("the RNNG proposal (a tree CRF over the whole sentence) always reads all of x: it has no "
-              "no-peeking variant; use peek=true")
+NO_PEEKING = (
+    "the RNNG proposal (a tree CRF over the whole sentence) always reads all of x: it has no "
+    "no-peeking variant; use peek=true"
+)
 
 
 class TreeCRFProposal(nn.Module):
@@ -30,14 +32,20 @@ class TreeCRFProposal(nn.Module):
 
     always_peeks = True  # no no-peeking variant: sweeps report peeking rows only
 
-    def __init__(self, vocab_size: int, bos_id: int, eos_id: int, dim: int, hidden_size: int, dropout: float = 0.0):
+    def __init__(
+        self, vocab_size: int, bos_id: int, eos_id: int, dim: int, hidden_size: int, dropout: float = 0.0
+    ):
         super().__init__()
         self.vocab_size, self.bos_id, self.eos_id = vocab_size, bos_id, eos_id
         self.embedding = nn.Embedding(vocab_size, dim)
         self.encoder = nn.LSTM(dim, hidden_size, batch_first=True, bidirectional=True)
         self.dropout = nn.Dropout(dropout)
-        self.span_mlp = nn.Sequential(nn.Linear(2 * hidden_size, 2 * hidden_size), nn.ReLU(),
-                                      nn.LayerNorm(2 * hidden_size), nn.Linear(2 * hidden_size, 1))
+        self.span_mlp = nn.Sequential(
+            nn.Linear(2 * hidden_size, 2 * hidden_size),
+            nn.ReLU(),
+            nn.LayerNorm(2 * hidden_size),
+            nn.Linear(2 * hidden_size, 1),
+        )
         self.hidden_size = hidden_size
         self._doc_cache = DocumentCache()
 
@@ -62,7 +70,9 @@ class TreeCRFProposal(nn.Module):
     def span_scores_batch(self, words: torch.Tensor) -> torch.Tensor:
         """s_ij for rows of words [B, T] (T ≥ 1): [B, T, T] (entries below the diagonal are unused)."""
         B, T = words.shape
-        padded = torch.cat([words.new_full((B, 1), self.bos_id), words, words.new_full((B, 1), self.eos_id)], 1)
+        padded = torch.cat(
+            [words.new_full((B, 1), self.bos_id), words, words.new_full((B, 1), self.eos_id)], 1
+        )
         states, _ = self.encoder(self.dropout(self.embedding(padded)))  # [B, T + 2, 2H]
         fwd, bwd = states[..., : self.hidden_size], states[..., self.hidden_size :]
         # span (i, j): f_{j+1} − f_i and b_{i+1} − b_{j+2}
@@ -83,7 +93,9 @@ class TreeCRFProposal(nn.Module):
             raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
 
     # --- the contract -----------------------------------------------------------------------------------------------
-    def log_prob(self, x: torch.Tensor, z: torch.Tensor, temperature: float = 1.0, peek: bool = True) -> torch.Tensor:
+    def log_prob(
+        self, x: torch.Tensor, z: torch.Tensor, temperature: float = 1.0, peek: bool = True
+    ) -> torch.Tensor:
         """log q_τ(z_k | x) for K trees: float64 [K] (−inf for a sequence that is not a tree); differentiable."""
         self._check(temperature, peek)
         w = self.words(x)
@@ -97,15 +109,23 @@ class TreeCRFProposal(nn.Module):
         return log_q.masked_fill(~valid, float("-inf"))
 
     @torch.no_grad()
-    def sample(self, x: torch.Tensor, num_samples: int, temperature: float = 1.0, peek: bool = True,
-               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self,
+        x: torch.Tensor,
+        num_samples: int,
+        temperature: float = 1.0,
+        peek: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """K trees z_k ~ q_τ(z | x), drawn all at once: (actions [K, 2T − 1], log q_τ(z_k | x) float64 [K])."""
         self._check(temperature, peek)
         w = self.words(x)
         T = w.numel()
         if T == 0:
-            return (torch.zeros(num_samples, 0, dtype=torch.long, device=w.device),
-                    torch.zeros(num_samples, dtype=torch.float64, device=w.device))
+            return (
+                torch.zeros(num_samples, 0, dtype=torch.long, device=w.device),
+                torch.zeros(num_samples, dtype=torch.float64, device=w.device),
+            )
         beta = inside((self.span_scores(x) / temperature).unsqueeze(0))[0]
         spans, log_q = sample_trees(beta, num_samples, generator)
         return actions_from_spans(spans), log_q

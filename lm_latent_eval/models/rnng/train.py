@@ -60,8 +60,11 @@ class TrainConfig:
 
 def prepare(sentences: list[Sentence], model: RNNG) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     """(name, words [T], gold actions [2T − 1]) per sentence (ids without </s>)."""
-    return [(s.name or s.text()[:40], model.token_ids(s.words, eos=False).cpu(), torch.tensor(s.actions))
-            for s in sentences if s.words]
+    return [
+        (s.name or s.text()[:40], model.token_ids(s.words, eos=False).cpu(), torch.tensor(s.actions))
+        for s in sentences
+        if s.words
+    ]
 
 
 def _batches(data: list, batch_size: int) -> list[list]:
@@ -69,10 +72,16 @@ def _batches(data: list, batch_size: int) -> list[list]:
     by_length: dict[int, list] = {}
     for item in data:
         by_length.setdefault(item[1].numel(), []).append(item)
-    return [group[s : s + batch_size] for _, group in sorted(by_length.items()) for s in range(0, len(group), batch_size)]
+    return [
+        group[s : s + batch_size]
+        for _, group in sorted(by_length.items())
+        for s in range(0, len(group), batch_size)
+    ]
 
 
-def batch_log_probs(model: RNNG, batch: list, with_eos: bool = True) -> tuple[torch.Tensor, torch.Tensor, int]:
+def batch_log_probs(
+    model: RNNG, batch: list, with_eos: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, int]:
     """(log p(x, z_gold) [B], log q(z_gold | x) [B], tokens) for a batch of equal-length sentences."""
     words = torch.stack([w for _, w, _ in batch]).to(model.device)
     actions = torch.stack([a for _, _, a in batch]).to(model.device)
@@ -104,23 +113,43 @@ def importance_sampled_ppl(model: RNNG, data: list, num_samples: int, seed: int 
 
     model.eval()
     xs = [model.token_ids([model.vocab[i] for i in w.tolist()]) for _, w, _ in data]
-    weights = [importance_log_weights(model, x, num_samples=num_samples, seed=seed, document=name, device=model.device)
-               for (name, _, _), x in zip(data, xs)]
+    weights = [
+        importance_log_weights(
+            model, x, num_samples=num_samples, seed=seed, document=name, device=model.device
+        )
+        for (name, _, _), x in zip(data, xs)
+    ]
     return instance_ppl(weights, [x.numel() for x in xs])
 
 
-def train_rnng(train: list[Sentence], valid: list[Sentence], config: TrainConfig, output_dir: str | Path | None = None,
-               progress: bool = True) -> tuple[RNNG, list[dict]]:
+def train_rnng(
+    train: list[Sentence],
+    valid: list[Sentence],
+    config: TrainConfig,
+    output_dir: str | Path | None = None,
+    progress: bool = True,
+) -> tuple[RNNG, list[dict]]:
     """Fit p and q on ``train``, keep the best validation state; returns (model in eval mode, epoch records)."""
     if not train:
         raise ValueError("train_rnng: no training sentences")
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
-    vocab = build_vocabulary([[w.lower() if config.lowercase else w for w in s.words] for s in train],
-                             config.min_count, config.max_vocab)
-    model = RNNG(vocab, dim=config.dim, hidden_size=config.hidden_size, num_layers=config.num_layers,
-                 count_eos=config.count_eos, lowercase=config.lowercase, tie_weights=config.dim == config.hidden_size,
-                 dropout=config.dropout, proposal_hidden_size=config.proposal_hidden_size)
+    vocab = build_vocabulary(
+        [[w.lower() if config.lowercase else w for w in s.words] for s in train],
+        config.min_count,
+        config.max_vocab,
+    )
+    model = RNNG(
+        vocab,
+        dim=config.dim,
+        hidden_size=config.hidden_size,
+        num_layers=config.num_layers,
+        count_eos=config.count_eos,
+        lowercase=config.lowercase,
+        tie_weights=config.dim == config.hidden_size,
+        dropout=config.dropout,
+        proposal_hidden_size=config.proposal_hidden_size,
+    )
     train_data, valid_data = prepare(train, model), prepare(valid, model)
     history: list[dict] = []
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
@@ -141,17 +170,26 @@ def train_rnng(train: list[Sentence], valid: list[Sentence], config: TrainConfig
             sums = [sums[0] + float(lp.detach().sum()), sums[1] + float(lq.detach().sum())]
             tokens, sentences = tokens + n, sentences + len(batch)
             bar.set_postfix(train_ppl=f"{math.exp(-sums[0] / tokens):.2f}")
-        record = {"epoch": epoch, "train_joint_ppl": math.exp(-sums[0] / tokens), "train_q_nll": -sums[1] / sentences,
-                  "seconds": round(time.time() - start, 2)}
+        record = {
+            "epoch": epoch,
+            "train_joint_ppl": math.exp(-sums[0] / tokens),
+            "train_q_nll": -sums[1] / sentences,
+            "seconds": round(time.time() - start, 2),
+        }
         if valid_data:
             record.update({f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items()})
         best.epoch_done(record, record.get("valid_joint_ppl", record["train_joint_ppl"]))
     best.restore()
     model.eval()
     if valid_data and config.valid_samples > 0:
-        best.log({"final": True, "valid_is_ppl": importance_sampled_ppl(model, valid_data, config.valid_samples),
-                  "valid_samples": config.valid_samples,
-                  **{f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items()}})
+        best.log(
+            {
+                "final": True,
+                "valid_is_ppl": importance_sampled_ppl(model, valid_data, config.valid_samples),
+                "valid_samples": config.valid_samples,
+                **{f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items()},
+            }
+        )
     if output_dir is not None:
         save_checkpoint(model, output_dir, config, history)
     return model, history
@@ -159,15 +197,24 @@ def train_rnng(train: list[Sentence], valid: list[Sentence], config: TrainConfig
 
 def read_split(path: str | Path, config: TrainConfig) -> list[Sentence]:
     """A treebank file preprocessed as ``config`` says (punctuation, lower-casing, numbers, binarization)."""
-    return read_treebank(path, remove_punctuation=config.remove_punctuation, lowercase=config.lowercase,
-                         replace_numbers=config.replace_numbers, binarize=config.binarize)
+    return read_treebank(
+        path,
+        remove_punctuation=config.remove_punctuation,
+        lowercase=config.lowercase,
+        replace_numbers=config.replace_numbers,
+        binarize=config.binarize,
+    )
 
 
 # --- `lm-latent-eval train rnng` ---------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``lm-latent-eval train rnng``."""
-    add_trainer_arguments(parser, TrainConfig, "PTB-style bracketed trees for training",
-                          {"action": "store_true", "help": "train on the synthetic treebank (synthetic.py)"})
+    add_trainer_arguments(
+        parser,
+        TrainConfig,
+        "PTB-style bracketed trees for training",
+        {"action": "store_true", "help": "train on the synthetic treebank (synthetic.py)"},
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -178,8 +225,17 @@ def run(args: argparse.Namespace) -> int:
         from .treebank import sentence_from_bracketed
 
         trees = generate_treebank(seed=config.seed)
-        sents = [sentence_from_bracketed(t, f"synthetic tree {i}", config.remove_punctuation, config.lowercase,
-                                         config.replace_numbers, config.binarize) for i, t in enumerate(trees)]
+        sents = [
+            sentence_from_bracketed(
+                t,
+                f"synthetic tree {i}",
+                config.remove_punctuation,
+                config.lowercase,
+                config.replace_numbers,
+                config.binarize,
+            )
+            for i, t in enumerate(trees)
+        ]
         valid, train = sents[:100], sents[100:]
     elif args.train:
         train = read_split(args.train, config)

@@ -41,11 +41,17 @@ def log_partition(scores: torch.Tensor) -> torch.Tensor:
 
 def tree_scores(scores: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
     """Σ_{(i,j) ∈ z} s_ij for span indicators [K, T, T] and scores [T, T] or [K, T, T]: float64 [K]."""
-    return (scores.double() * spans).sum((-1, -2)) if spans.numel() else scores.new_zeros(spans.shape[0]).double()
+    return (
+        (scores.double() * spans).sum((-1, -2))
+        if spans.numel()
+        else scores.new_zeros(spans.shape[0]).double()
+    )
 
 
 @torch.no_grad()
-def sample_trees(beta: torch.Tensor, num_samples: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_trees(
+    beta: torch.Tensor, num_samples: int, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """K trees drawn top-down from the inside chart β [T, T] of one sentence: (spans [K, T, T], log q [K]).
 
     Each of the T − 1 steps pops one pending constituent per particle (all particles at once) and draws its split.
@@ -94,7 +100,9 @@ def kbest_trees(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
     for w in range(1, T):
         n = T - w
         left = torch.stack([best[m][:n] for m in range(w)], 1)  # [n, w, k]: span (i, i + m)
-        right = torch.stack([best[w - 1 - m][m + 1 : m + 1 + n] for m in range(w)], 1)  # span (i + m + 1, i + w)
+        right = torch.stack(
+            [best[w - 1 - m][m + 1 : m + 1 + n] for m in range(w)], 1
+        )  # span (i + m + 1, i + w)
         cand = (left[..., :, None] + right[..., None, :]).reshape(n, -1)  # [n, w·k·k]
         top = torch.topk(cand, min(k, cand.shape[1]), 1)
         vals = torch.full((n, k), float("-inf"), dtype=torch.float64, device=dev)

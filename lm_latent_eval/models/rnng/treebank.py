@@ -121,15 +121,23 @@ def _leaves(tree) -> list[str]:
     return [tree] if isinstance(tree, str) else _leaves(tree[0]) + _leaves(tree[1])
 
 
-def sentence_from_bracketed(text: str, where: str = "tree", remove_punctuation: bool = False, lowercase: bool = False,
-                            replace_numbers: bool = False, binarize: str = "right") -> Sentence | None:
+def sentence_from_bracketed(
+    text: str,
+    where: str = "tree",
+    remove_punctuation: bool = False,
+    lowercase: bool = False,
+    replace_numbers: bool = False,
+    binarize: str = "right",
+) -> Sentence | None:
     """One bracketed tree -> Sentence (None, with no error, when nothing is left after removals)."""
     if binarize not in ("right", "left"):
         raise ValueError(f"binarize must be 'right' or 'left', got {binarize!r}")
     cleaned = _clean(parse_bracketed(text, where), remove_punctuation, where)
     if cleaned is None:
         return None
-    tree = _map_leaves(_binarize(cleaned, binarize == "right"), lambda w: _normalize(w, lowercase, replace_numbers))
+    tree = _map_leaves(
+        _binarize(cleaned, binarize == "right"), lambda w: _normalize(w, lowercase, replace_numbers)
+    )
     return Sentence(tuple(_leaves(tree)), tree, where)
 
 
@@ -142,7 +150,9 @@ def split_trees(text: str, where: str = "file") -> Iterator[tuple[int, str]]:
             continue
         if depth == 0:
             if not stripped.startswith("("):
-                raise ValueError(f"{where}:{n}: expected a bracketed tree starting with '(', got {stripped[:40]!r}")
+                raise ValueError(
+                    f"{where}:{n}: expected a bracketed tree starting with '(', got {stripped[:40]!r}"
+                )
             start, buf = n, []
         buf.append(line)
         depth += line.count("(") - line.count(")")
@@ -154,8 +164,14 @@ def split_trees(text: str, where: str = "file") -> Iterator[tuple[int, str]]:
         raise ValueError(f"{where}:{start}: tree not closed at the end of the file")
 
 
-def read_treebank(path: str | Path, remove_punctuation: bool = False, lowercase: bool = False,
-                  replace_numbers: bool = False, binarize: str = "right", warn=None) -> list[Sentence]:
+def read_treebank(
+    path: str | Path,
+    remove_punctuation: bool = False,
+    lowercase: bool = False,
+    replace_numbers: bool = False,
+    binarize: str = "right",
+    warn=None,
+) -> list[Sentence]:
     """Every tree of a PTB-style file as a Sentence; trees left without words are skipped with a warning naming them."""
     import warnings
 
@@ -165,7 +181,9 @@ def read_treebank(path: str | Path, remove_punctuation: bool = False, lowercase:
         where = f"{path}:{line}"
         sent = sentence_from_bracketed(text, where, remove_punctuation, lowercase, replace_numbers, binarize)
         if sent is None:
-            (warn or warnings.warn)(f"{where}: tree has no words after removing empty elements/punctuation; skipped")
+            (warn or warnings.warn)(
+                f"{where}: tree has no words after removing empty elements/punctuation; skipped"
+            )
             continue
         out.append(sent)
     return out
@@ -173,6 +191,7 @@ def read_treebank(path: str | Path, remove_punctuation: bool = False, lowercase:
 
 def write_treebank(sentences: list, path: str | Path) -> None:
     """One unlabeled bracketed tree per line, leaves as (X word) so that ``read_treebank`` reads it back."""
+
     def fmt(tree) -> str:
         return f"(X {tree})" if isinstance(tree, str) else f"(X {fmt(tree[0])} {fmt(tree[1])})"
 
@@ -198,16 +217,29 @@ def sentence_dataset(path: str | Path, split: str = "test", **options):
     """datasets.DatasetDict {split: rows {text}} of a tree or plain-text file."""
     import datasets
 
-    return datasets.DatasetDict({split: datasets.Dataset.from_list([{"text": t} for t in read_sentences(path, **options)])})
+    return datasets.DatasetDict(
+        {split: datasets.Dataset.from_list([{"text": t} for t in read_sentences(path, **options)])}
+    )
 
 
-def load_ptb(data_file: str | None = None, remove_punctuation: bool = False, lowercase: bool = False,
-             replace_numbers: bool = False, **_metadata):
+def load_ptb(
+    data_file: str | None = None,
+    remove_punctuation: bool = False,
+    lowercase: bool = False,
+    replace_numbers: bool = False,
+    **_metadata,
+):
     """lm-eval ``custom_dataset`` of task ``ptb_rnng``: the user's file, ``--metadata '{"data_file": ...}'``."""
     if not data_file:
-        raise ValueError("ptb_rnng: say which file to evaluate: --metadata '{\"data_file\": \"/path/test.txt\"}' "
-                         "(PTB-style trees or one sentence per line)")
-    options = {"remove_punctuation": remove_punctuation, "lowercase": lowercase, "replace_numbers": replace_numbers}
+        raise ValueError(
+            'ptb_rnng: say which file to evaluate: --metadata \'{"data_file": "/path/test.txt"}\' '
+            "(PTB-style trees or one sentence per line)"
+        )
+    options = {
+        "remove_punctuation": remove_punctuation,
+        "lowercase": lowercase,
+        "replace_numbers": replace_numbers,
+    }
     if not Path(data_file).read_text(encoding="utf-8").lstrip().startswith("("):
         options = {}
     return sentence_dataset(data_file, **options)

@@ -5,4 +5,11 @@ from .model import TokenizationLM, windows
 from .proposal import SegmentationProposal
 from .vocab import ByteTrie, token_bytes
 
-__all__ = ["ByteTrie", "SegmentationLattice", "SegmentationProposal", "TokenizationLM", "token_bytes", "windows"]
+__all__ = [
+    "ByteTrie",
+    "SegmentationLattice",
+    "SegmentationProposal",
+    "TokenizationLM",
+    "token_bytes",
+    "windows",
+]

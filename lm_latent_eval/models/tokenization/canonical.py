@@ -22,7 +22,9 @@ def hf_encode(tokenizer, text: str, prefix_token: int) -> list[int]:
     return tokenizer.encode(text, **kwargs)
 
 
-def rolling_pieces(tokens: list[int], prefix_token: int, max_length: int) -> list[tuple[list[int], list[int]]]:
+def rolling_pieces(
+    tokens: list[int], prefix_token: int, max_length: int
+) -> list[tuple[list[int], list[int]]]:
     """(input ids, scored targets) of hf's disjoint rolling windows over ``tokens`` (see ``model.windows``)."""
     ids = [prefix_token, *tokens]
     return [(ids[lo:e], ids[s + 1 : e + 1]) for s, e, lo in windows(len(tokens), max_length)]
@@ -72,7 +74,9 @@ def loglikelihood_rolling(lm, texts: list[str]) -> list[float]:
     """hf's loglikelihood_rolling: Σ over rolling windows of tokens(text), prefix token first (0.0 without tokens)."""
     pieces, owner = [], []
     for n, text in enumerate(texts):
-        for piece in rolling_pieces(hf_encode(lm.tokenizer, text, lm.prefix_token), lm.prefix_token, lm.max_length):
+        for piece in rolling_pieces(
+            hf_encode(lm.tokenizer, text, lm.prefix_token), lm.prefix_token, lm.max_length
+        ):
             pieces.append(piece)
             owner.append(n)
     totals = [0.0] * len(texts)

@@ -44,7 +44,9 @@ def train_model(tokenizer, texts: list[str], steps: int = 1500, batch: int = 16,
     config = GPT2Config(vocab_size=len(tokenizer), n_positions=128, n_embd=64, n_layer=2, n_head=2,
                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)  # fmt: skip
     model = GPT2LMHeadModel(config)
-    docs = [[tokenizer.bos_token_id, *tokenizer(t, add_special_tokens=False)["input_ids"]][:128] for t in texts]
+    docs = [
+        [tokenizer.bos_token_id, *tokenizer(t, add_special_tokens=False)["input_ids"]][:128] for t in texts
+    ]
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=3e-3, total_steps=steps)
     model.train()

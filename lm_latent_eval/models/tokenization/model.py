@@ -11,6 +11,7 @@ probability that the generated text starts with x (used for the context of ``log
 from __future__ import annotations
 
 import copy
+from typing import ClassVar
 
 import torch
 
@@ -54,11 +55,16 @@ class TokenizationLM(torch.nn.Module):
     # log_joint sums the segmentations that spell exactly x; P(a text starts with x) is ``with_cover_end()``, which
     # latent_tokenization's loglikelihood uses for contexts
     prefix_probability = False
-    exact_marginal_tractable = False  # log_marginal enumerates segmentations: short texts only (auto picks IS)
+    exact_marginal_tractable = (
+        False  # log_marginal enumerates segmentations: short texts only (auto picks IS)
+    )
 
     # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help)
-    MODEL_ARGS = {
-        "canonical_mix": (float, "ε of the proposal's defensive mixture with the canonical token (default 0.9)"),
+    MODEL_ARGS: ClassVar[dict[str, tuple[type, str]]] = {
+        "canonical_mix": (
+            float,
+            "ε of the proposal's defensive mixture with the canonical token (default 0.9)",
+        ),
         "particle_batch": (int, "particles decoded together (memory only; default 256)"),
         "max_length": (int, "context length L of the rolling windows (default: the model's)"),
     }
@@ -67,9 +73,13 @@ class TokenizationLM(torch.nn.Module):
                  enumeration_limit: int = 100_000, cover_end: bool = False, canonical_mix: float = 0.9):  # fmt: skip
         super().__init__()
         self.model, self.tokenizer = model, tokenizer
-        self.prefix_token = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+        self.prefix_token = (
+            tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+        )
         if self.prefix_token is None:
-            raise ValueError("the tokenizer has neither a BOS nor an EOS token to condition the first token on")
+            raise ValueError(
+                "the tokenizer has neither a BOS nor an EOS token to condition the first token on"
+            )
         self.max_length = int(max_length or context_length(model.config, tokenizer))
         self.vocab = token_bytes(tokenizer, model.get_output_embeddings().weight.shape[0])
         self.trie = ByteTrie(self.vocab)
@@ -127,7 +137,9 @@ class TokenizationLM(torch.nn.Module):
         if key not in self._lattices:
             if len(self._lattices) > 64:
                 self._lattices.clear()
-            self._lattices[key] = SegmentationLattice(self.text_bytes(x), self.trie, self.vocab, self.cover_end)
+            self._lattices[key] = SegmentationLattice(
+                self.text_bytes(x), self.trie, self.vocab, self.cover_end
+            )
         return self._lattices[key]
 
     # ---- the joint ---------------------------------------------------------------------------------------------
@@ -197,17 +209,23 @@ class TokenizationLM(torch.nn.Module):
         try:
             rows = lattice.enumerate(self.enumeration_limit)
         except ValueError as err:
-            raise ValueError(f"exact marginalization of {lattice.data[:60]!r}: {err}; use estimator=is or beam") from None
+            raise ValueError(
+                f"exact marginalization of {lattice.data[:60]!r}: {err}; use estimator=is or beam"
+            ) from None
         if not rows:
             return float("-inf")
         return float(torch.logsumexp(self.score(rows), 0))
 
     @torch.no_grad()
-    def sample_text(self, prefix_text: str, max_tokens: int, generator: torch.Generator | None = None, stop=None) -> str:
+    def sample_text(
+        self, prefix_text: str, max_tokens: int, generator: torch.Generator | None = None, stop=None
+    ) -> str:
         """Ancestral sampling from p(· | prefix token ⊕ canonical tokens of the prefix) at temperature 1."""
         ids = torch.tensor([[self.prefix_token, *self.tokenize(prefix_text).tolist()]], device=self.device)
         if generator is not None:
-            torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=generator.device)))
+            torch.manual_seed(
+                int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=generator.device))
+            )
         out = self.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, max_new_tokens=max_tokens,
                                   top_k=0, pad_token_id=self.tokenizer.eos_token_id)  # fmt: skip
         return self.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
@@ -215,4 +233,3 @@ class TokenizationLM(torch.nn.Module):
     def segmentations(self, x: torch.Tensor) -> torch.Tensor:
         """Every segmentation of the text, [S, T_max] padded with −1 (enumeration; short texts)."""
         return pad_rows(self.lattice(x).enumerate(self.enumeration_limit))
-

@@ -78,7 +78,9 @@ class SegmentationProposal:
     def sample(self, x, num_samples, temperature=1.0, peek=True, generator=None):
         """z [K, T_max] (token ids, padded with −1) ~ q_τ(z | x) and log q_τ(z | x) [K] (float64)."""
         if not peek:
-            raise ValueError("the segmentation proposal must read the text it spells: peek=false is not available")
+            raise ValueError(
+                "the segmentation proposal must read the text it spells: peek=false is not available"
+            )
         lattice = self.lm.lattice(x)
         if not lattice.spellable:
             raise ValueError(f"text {lattice.data[:60]!r} cannot be spelled with the vocabulary")
@@ -90,7 +92,9 @@ class SegmentationProposal:
         self.lm.memo = {}
         rows, log_q = [], []
         for start in range(0, num_samples, self.lm.particle_batch):
-            r, q, p = self._sample_chunk(lattice, uniforms[start : start + self.lm.particle_batch], temperature, x)
+            r, q, p = self._sample_chunk(
+                lattice, uniforms[start : start + self.lm.particle_batch], temperature, x
+            )
             rows.extend(r)
             log_q.append(q)
             for row, value in zip(r, p):
@@ -185,10 +189,14 @@ class SegmentationProposal:
         lattice = self.lm.lattice(x)
         canonical = x.tolist()
         n = lattice.n
-        reach = max(len(b) for b in self.lm.vocab if b)  # a hypothesis's cache is needed this many bytes ahead
+        reach = max(
+            len(b) for b in self.lm.vocab if b
+        )  # a hypothesis's cache is needed this many bytes ahead
         pools: list[dict[tuple, float]] = [{} for _ in range(n + 1)]
         pools[0][()] = 0.0
-        caches: dict[tuple, tuple[int, list]] = {}  # hypothesis -> (its byte position, per-layer (keys, values))
+        caches: dict[
+            tuple, tuple[int, list]
+        ] = {}  # hypothesis -> (its byte position, per-layer (keys, values))
         for i in range(n):
             if not pools[i]:
                 continue
@@ -220,7 +228,9 @@ class SegmentationProposal:
             groups.setdefault(-1 if fresh else caches[h[:-1]][1][0][0].shape[2], []).append(b)
         logits = [None] * len(hyps)
         for length, members in groups.items():
-            tokens = torch.tensor([hyps[b][-1] if hyps[b] else self.lm.prefix_token for b in members], device=device)
+            tokens = torch.tensor(
+                [hyps[b][-1] if hyps[b] else self.lm.prefix_token for b in members], device=device
+            )
             if length < 0:
                 cache = DynamicCache()
             else:

@@ -28,7 +28,9 @@ def test_p_is_a_distribution_over_texts(model):
     V = len(model.vocab)
     for T in (1, 2):
         logs = [exact_log_marginal(model, torch.tensor(x)) for x in itertools.product(range(V), repeat=T)]
-        assert float(torch.logsumexp(torch.tensor(logs, dtype=torch.float64), 0)) == pytest.approx(0.0, abs=1e-5)
+        assert float(torch.logsumexp(torch.tensor(logs, dtype=torch.float64), 0)) == pytest.approx(
+            0.0, abs=1e-5
+        )
 
 
 def test_batched_particles_equal_single_particle_passes_over_one_encoding(model):
@@ -41,6 +43,7 @@ def test_batched_particles_equal_single_particle_passes_over_one_encoding(model)
         def wrapped(*args):
             calls[name] += 1
             return fn(*args)
+
         return wrapped
 
     model.encode_batch = counting("p", model.encode_batch)
@@ -51,12 +54,20 @@ def test_batched_particles_equal_single_particle_passes_over_one_encoding(model)
             batched_p = model.log_joint(x, z)
             batched_q = model.proposal.log_prob(x, z, 0.8, False)
             assert calls == {"p": 1, "q": 1}
-            single_p = torch.cat([model.log_joint(x, {k: v[i : i + 1] for k, v in z.items()}) for i in range(64)])
-            single_q = torch.cat([model.proposal.log_prob(x, {k: v[i : i + 1] for k, v in z.items()}, 0.8, False)
-                                  for i in range(64)])
+            single_p = torch.cat(
+                [model.log_joint(x, {k: v[i : i + 1] for k, v in z.items()}) for i in range(64)]
+            )
+            single_q = torch.cat(
+                [
+                    model.proposal.log_prob(x, {k: v[i : i + 1] for k, v in z.items()}, 0.8, False)
+                    for i in range(64)
+                ]
+            )
             assert calls == {"p": 1, "q": 1}  # reused, not recomputed per particle
             # and the cached encoding equals a fresh per-particle one (no cache)
-            fresh = model.log_joint_batch(EntityNLM.encode_batch(model, x.unsqueeze(0).expand(64, -1)), x.unsqueeze(0), z)
+            fresh = model.log_joint_batch(
+                EntityNLM.encode_batch(model, x.unsqueeze(0).expand(64, -1)), x.unsqueeze(0), z
+            )
     finally:
         del model.encode_batch, model.proposal.encode_batch
     assert torch.allclose(batched_p, single_p, atol=ATOL) and torch.allclose(batched_q, single_q, atol=ATOL)
@@ -74,7 +85,9 @@ def test_dynamic_entity_update_follows_eqs_7_8(model):
         gate = torch.sigmoid(h[0] @ (heads.delta.weight @ e))
         expected = torch.nn.functional.normalize(gate * e + (1 - gate) * h[0], dim=0)
     assert torch.allclose(after.embeddings[0, 0], expected, atol=1e-6)
-    assert torch.equal(after.embeddings[0, 1], memory.embeddings[0, 1]) and torch.equal(after.embeddings[1], memory.embeddings[1])
+    assert torch.equal(after.embeddings[0, 1], memory.embeddings[0, 1]) and torch.equal(
+        after.embeddings[1], memory.embeddings[1]
+    )
     assert after.count.tolist() == [1, 0] and after.last_seen[0, 0] == 3
 
 
@@ -131,10 +144,16 @@ def test_six_token_documents_exact(max_entities, max_mention_length):
     x = model.tokenize("anna saw her there anna saw")
     z = enumerate_latents(6, max_entities, max_mention_length)
     with torch.no_grad():
-        assert float(torch.logsumexp(model.proposal.log_prob(x, z, 1.0, True), 0)) == pytest.approx(0, abs=ATOL)
-        assert float(torch.logsumexp(model.proposal.log_prob(x, z, 0.7, False), 0)) == pytest.approx(0, abs=ATOL)
+        assert float(torch.logsumexp(model.proposal.log_prob(x, z, 1.0, True), 0)) == pytest.approx(
+            0, abs=ATOL
+        )
+        assert float(torch.logsumexp(model.proposal.log_prob(x, z, 0.7, False), 0)) == pytest.approx(
+            0, abs=ATOL
+        )
     exact = exact_log_marginal(model, x)
-    lw = importance_log_weights(model, x, num_samples=50_000, temperature=1.0, peek=True, seed=0, document="six")
+    lw = importance_log_weights(
+        model, x, num_samples=50_000, temperature=1.0, peek=True, seed=0, document="six"
+    )
     assert log_mean_exp(lw) == pytest.approx(exact, abs=0.03)
     N = z["mention"].shape[0]
     assert beam_log_marginal(model, x, N, "six") == pytest.approx(exact, abs=ATOL)
@@ -146,5 +165,9 @@ def test_proposal_reads_only_what_it_may(model):
     other = model.tokenize("anna saw her anna")
     z, _ = model.proposal.sample(x, 32, 1.0, True, torch.Generator().manual_seed(2))
     with torch.no_grad():
-        assert torch.equal(model.proposal.log_prob(x, z, peek=False), model.proposal.log_prob(other, z, peek=False))
-        assert not torch.allclose(model.proposal.log_prob(x, z, peek=True), model.proposal.log_prob(other, z, peek=True))
+        assert torch.equal(
+            model.proposal.log_prob(x, z, peek=False), model.proposal.log_prob(other, z, peek=False)
+        )
+        assert not torch.allclose(
+            model.proposal.log_prob(x, z, peek=True), model.proposal.log_prob(other, z, peek=True)
+        )

@@ -34,8 +34,12 @@ from lm_latent_eval.models.entitynlm.enumerate import exact_log_marginal
 from lm_latent_eval.paths import DATA_DIR
 
 TOL = 1e-9
-TINY_WORDS_TOL = 2e-7  # tiny model's log p only: float32 BLAS rounding of the per-token word softmax (see above)
-REGROUPED_TOL = 1e-6  # tiny model's IS log weights, relative to max(1, |log w|): each distinct z scored once (see above)
+TINY_WORDS_TOL = (
+    2e-7  # tiny model's log p only: float32 BLAS rounding of the per-token word softmax (see above)
+)
+REGROUPED_TOL = (
+    1e-6  # tiny model's IS log weights, relative to max(1, |log w|): each distinct z scored once (see above)
+)
 SETTINGS = [(True, 1.0), (True, 0.7), (False, 1.0), (False, 0.7)]
 
 
@@ -73,7 +77,9 @@ def test_sampler_stream_and_log_weights_for_fixed_seeds(models, name):
         want = rec[f"sample_{peek}_{tau}"]
         assert {k: v.tolist() for k, v in z.items()} == want["z"], (peek, tau)
         assert log_q.tolist() == pinned(want["log_q"], TOL), (peek, tau)
-        lw = importance_log_weights(model, x, num_samples=5, temperature=tau, peek=peek, seed=0, document=rec["text"]).tolist()
+        lw = importance_log_weights(
+            model, x, num_samples=5, temperature=tau, peek=peek, seed=0, document=rec["text"]
+        ).tolist()
         tol = {"abs": REGROUPED_TOL, "rel": REGROUPED_TOL} if name == "tiny" else {"abs": TOL, "rel": 0}
         assert lw == pinned(rec[f"lw_{peek}_{tau}"], **tol), (peek, tau)
 

@@ -14,8 +14,12 @@ from entitynlm_tiny import tiny_entitynlm
 from lm_latent_eval.models.entitynlm import LATENT_KEYS, EntityNLM
 from lm_latent_eval.paths import DATA_DIR
 
-TOL = 1e-9  # increments against log p − log q with every draw scored at its own row, as the stepwise path does
-REGROUPED_TOL = 1e-6  # relative to max(1, |log w|): log_joint scores each distinct z once, at another row of a
+TOL = (
+    1e-9  # increments against log p − log q with every draw scored at its own row, as the stepwise path does
+)
+REGROUPED_TOL = (
+    1e-6  # relative to max(1, |log w|): log_joint scores each distinct z once, at another row of a
+)
 # smaller batch, and float32 rows round differently at different positions (tests/models/entitynlm/test_entitynlm_pinned.py)
 
 
@@ -77,7 +81,9 @@ def test_reorder_carries_whole_histories(cases):
     z = model.smc_latents(state)
     with torch.no_grad():
         whole = model.log_joint(x, z) - model.proposal.log_prob(x, z, 1.0, False)
-    assert total.tolist() == pytest.approx(whole.tolist(), abs=1e-6, rel=0)  # log q of a given z: float32 rescoring
+    assert total.tolist() == pytest.approx(
+        whole.tolist(), abs=1e-6, rel=0
+    )  # log q of a given z: float32 rescoring
 
 
 def test_stepwise_errors_and_empty_document(cases):
@@ -104,6 +110,8 @@ def test_all_rows_sampler_draws_what_the_cpu_row_selection_draws(cases, name, mo
         z, log_q = model.proposal.sample(x, 300, temperature, peek, torch.Generator().manual_seed(11))
         with monkeypatch.context() as m:
             m.setattr(latents, "SELECT_ROWS_ON", ())
-            z_all, log_q_all = model.proposal.sample(x, 300, temperature, peek, torch.Generator().manual_seed(11))
+            z_all, log_q_all = model.proposal.sample(
+                x, 300, temperature, peek, torch.Generator().manual_seed(11)
+            )
         assert all(torch.equal(z[k], z_all[k]) for k in LATENT_KEYS)
         assert torch.equal(log_q, log_q_all)

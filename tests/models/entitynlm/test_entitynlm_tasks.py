@@ -21,8 +21,12 @@ def test_both_tasks_report_the_backends_own_estimates():
 
     lm = LatentEntityNLMEval(estimator="is", num_samples=8, seed=3, device="cpu", batch_size="auto")
     results = lm_eval.simple_evaluate(
-        model=lm, tasks=["coref_tiny", "conll2012_ppl"], limit=4,  # --metadata reaches tasks via the TaskManager
-        task_manager=TaskManager(include_path=lm_latent_eval.tasks_path(), metadata={"data_file": str(FIXTURE)}),
+        model=lm,
+        tasks=["coref_tiny", "conll2012_ppl"],
+        limit=4,  # --metadata reaches tasks via the TaskManager
+        task_manager=TaskManager(
+            include_path=lm_latent_eval.tasks_path(), metadata={"data_file": str(FIXTURE)}
+        ),
     )
     settings = EstimatorSettings("is", num_samples=8, seed=3)
     for task, dataset in (("coref_tiny", load_coref_tiny()), ("conll2012_ppl", load_conll2012(str(FIXTURE)))):

@@ -26,7 +26,9 @@ pytestmark = pytest.mark.skipif(not ARCHIVE.is_file(), reason="../shared/fixture
 def _load():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # shortlist + no-proposal warnings are tested below
-        return KGLM.from_pretrained(ARCHIVE, knowledge_graph=WIKI / "knowledge_graph.pkl", alias_database=WIKI / "alias.pkl")
+        return KGLM.from_pretrained(
+            ARCHIVE, knowledge_graph=WIKI / "knowledge_graph.pkl", alias_database=WIKI / "alias.pkl"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +54,9 @@ def test_every_original_weight_is_consumed_and_every_parameter_set():
 
 def test_loading_warns_about_shortlist_and_missing_proposal():
     with pytest.warns(UserWarning) as record:
-        KGLM.from_pretrained(ARCHIVE, knowledge_graph=WIKI / "knowledge_graph.pkl", alias_database=WIKI / "alias.pkl")
+        KGLM.from_pretrained(
+            ARCHIVE, knowledge_graph=WIKI / "knowledge_graph.pkl", alias_database=WIKI / "alias.pkl"
+        )
     text = " ".join(str(w.message) for w in record)
     assert "use_shortlist" in text and "no proposal archive" in text
 
@@ -67,9 +71,14 @@ def test_encoder_matches_the_original_weights(model):
     for i in range(3):
         w_ih = state[f"_rnn._rnns.{i}.module.weight_ih_l0"]
         lstm = torch.nn.LSTM(w_ih.shape[1], w_ih.shape[0] // 4, batch_first=True)
-        lstm.load_state_dict({"weight_ih_l0": w_ih, "weight_hh_l0": state[f"_rnn._rnns.{i}.weight_hh_l0_raw"],
-                              "bias_ih_l0": state[f"_rnn._rnns.{i}.module.bias_ih_l0"],
-                              "bias_hh_l0": state[f"_rnn._rnns.{i}.module.bias_hh_l0"]})
+        lstm.load_state_dict(
+            {
+                "weight_ih_l0": w_ih,
+                "weight_hh_l0": state[f"_rnn._rnns.{i}.weight_hh_l0_raw"],
+                "bias_ih_l0": state[f"_rnn._rnns.{i}.module.bias_ih_l0"],
+                "bias_hh_l0": state[f"_rnn._rnns.{i}.module.bias_hh_l0"],
+            }
+        )
         h, _ = lstm(h)
     with torch.no_grad():
         ours = model.encode(x)
@@ -80,8 +89,11 @@ def test_encoder_matches_the_original_weights(model):
     cond = torch.cat([h_tok, e], -1) @ state["_fc_condense.weight"].t() + state["_fc_condense.bias"]
     scores = cond @ state["_fc_generate.weight"].t() + state["_fc_generate.bias"]
     with torch.no_grad():
-        mine = model.generate(model.condense(torch.cat([ours[:, :10], model.entity_embedding.weight[5].expand(
-            ours.shape[0], -1)], -1)))
+        mine = model.generate(
+            model.condense(
+                torch.cat([ours[:, :10], model.entity_embedding.weight[5].expand(ours.shape[0], -1)], -1)
+            )
+        )
     assert torch.allclose(mine, scores, atol=1e-5)
 
 
@@ -101,7 +113,9 @@ def test_gold_log_joint_and_is_estimates_are_finite(model):
             log_p = float(model.log_joint(x, z)[0])
             log_q = float(model.proposal.log_prob(x, z)[0])
         assert math.isfinite(log_p) and log_p < 0 and math.isfinite(log_q)
-        est = estimate_document(model, doc.text, EstimatorSettings("is", num_samples=16, seed=3), diagnostics=True)
+        est = estimate_document(
+            model, doc.text, EstimatorSettings("is", num_samples=16, seed=3), diagnostics=True
+        )
         assert est.num_tokens == len(doc.tokens)
         assert math.isfinite(est.log_likelihood) and all(math.isfinite(w) for w in est.log_weights)
         # a sane per-token value (the archive is a 2-epoch toy model over 20 words)
@@ -125,7 +139,9 @@ def _retyped_archive(tmp_path: Path, model_type: str) -> Path:
 def test_archive_of_another_model_type_is_refused(tmp_path):
     other = _retyped_archive(tmp_path, "entitynlm")
     with pytest.raises(ValueError, match="'entitynlm'.*expected a 'kglm' archive"):
-        KGLM.from_pretrained(other, knowledge_graph=WIKI / "knowledge_graph.pkl", alias_database=WIKI / "alias.pkl")
+        KGLM.from_pretrained(
+            other, knowledge_graph=WIKI / "knowledge_graph.pkl", alias_database=WIKI / "alias.pkl"
+        )
 
 
 def test_missing_knowledge_graph_and_bad_files(tmp_path):
@@ -149,8 +165,9 @@ def test_from_pretrained_and_load_model_accept_the_original_archive(model):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        loaded, path = load_model("kglm", ARCHIVE, knowledge_graph=WIKI / "knowledge_graph.pkl",
-                                  alias_database=WIKI / "alias.pkl")
+        loaded, path = load_model(
+            "kglm", ARCHIVE, knowledge_graph=WIKI / "knowledge_graph.pkl", alias_database=WIKI / "alias.pkl"
+        )
     assert isinstance(loaded, KGLM) and path == ARCHIVE and not loaded.training
     reference = model.state_dict()
     for name, value in loaded.state_dict().items():

@@ -51,7 +51,11 @@ class _MakeDir:
 def test_plain_containers_load(tmp_path):
     data = {"Q1": [("P31", "Q2"), ("R:P31", "Q3")], "Q2": [], "n": 3, "x": 1.5, "s": {"a"}}
     dd = collections.defaultdict(list, {"Q1": [("P1", "Q2")]})
-    for obj, expected in ((data, data), (dd, {"Q1": [("P1", "Q2")]}), (collections.OrderedDict(a=[1]), {"a": [1]})):
+    for obj, expected in (
+        (data, data),
+        (dd, {"Q1": [("P1", "Q2")]}),
+        (collections.OrderedDict(a=[1]), {"a": [1]}),
+    ):
         for protocol in (2, 3, pickle.HIGHEST_PROTOCOL):
             path = tmp_path / "ok.pkl"
             path.write_bytes(pickle.dumps(obj, protocol=protocol))
@@ -94,7 +98,9 @@ def test_alias_pickle_type_errors(tmp_path):
 
 @needs_fixtures
 def test_original_pickles_load_into_knowledge_graph():
-    edges = load_knowledge_graph_pickle(WIKI / "knowledge_graph.pkl")  # a collections.defaultdict(list) pickle
+    edges = load_knowledge_graph_pickle(
+        WIKI / "knowledge_graph.pkl"
+    )  # a collections.defaultdict(list) pickle
     aliases = load_alias_pickle(WIKI / "alias.pkl")
     assert len(edges) == 18 and sum(len(v) for v in edges.values()) == 1814
     assert ("@@REFLEXIVE@@", "Q317557") in edges["Q317557"]
@@ -102,24 +108,34 @@ def test_original_pickles_load_into_knowledge_graph():
     assert sum(len(v) for v in graph.edges.values()) == 1814
     q1223 = graph.entity_id("Q1223")
     # the original keeps the first 4 aliases, each tokenized
-    assert graph.entity_aliases(q1223) == [["Washington"], ["Evergreen", "State"], ["WA"], ["State", "of", "Washington"]]
+    assert graph.entity_aliases(q1223) == [
+        ["Washington"],
+        ["Evergreen", "State"],
+        ["WA"],
+        ["State", "of", "Washington"],
+    ]
     assert len(aliases["Q1223"]) == 6
-    assert graph.entity_aliases(graph.entity_id("Q7592779")) == [["St", "Ceinwen", "'s", "Church", ",", "Cerrigceinwen"]]
+    assert graph.entity_aliases(graph.entity_id("Q7592779")) == [
+        ["St", "Ceinwen", "'s", "Church", ",", "Cerrigceinwen"]
+    ]
     rel, tail = graph.out_edges(graph.entity_id("Q317557"))[1]
     assert (graph.relations[rel], graph.entities[tail]) == ("R:P31", "Q493133")
 
 
-@pytest.mark.parametrize("text, tokens", [
-    ("Benton County, Washington", ["Benton", "County", ",", "Washington"]),
-    ("cable-stayed bridge", ["cable", "-", "stayed", "bridge"]),
-    ("Washington (state)", ["Washington", "(", "state", ")"]),
-    ("U.S. Route 12 in Washington", ["U.S.", "Route", "12", "in", "Washington"]),
-    ("U.S.A. state", ["U.S.A.", "state"]),
-    ("St Ceinwen's Church", ["St", "Ceinwen", "'s", "Church"]),
-    ("Benton City – Kiona Bridge", ["Benton", "City", "–", "Kiona", "Bridge"]),
-    ("27.05-mile road", ["27.05-mile", "road"]),
-    ("  ", []),
-])
+@pytest.mark.parametrize(
+    "text, tokens",
+    [
+        ("Benton County, Washington", ["Benton", "County", ",", "Washington"]),
+        ("cable-stayed bridge", ["cable", "-", "stayed", "bridge"]),
+        ("Washington (state)", ["Washington", "(", "state", ")"]),
+        ("U.S. Route 12 in Washington", ["U.S.", "Route", "12", "in", "Washington"]),
+        ("U.S.A. state", ["U.S.A.", "state"]),
+        ("St Ceinwen's Church", ["St", "Ceinwen", "'s", "Church"]),
+        ("Benton City – Kiona Bridge", ["Benton", "City", "–", "Kiona", "Bridge"]),
+        ("27.05-mile road", ["27.05-mile", "road"]),
+        ("  ", []),
+    ],
+)
 def test_tokenize_alias(text, tokens):
     assert tokenize_alias(text) == tokens
 
@@ -138,7 +154,9 @@ def test_alias_tokens_match_the_corpus_spans():
             joined = [" ".join(f) for f in forms]
             if " ".join(span) in joined:
                 matched += 1
-    assert matched >= 8  # e.g. "Benton City – Kiona Bridge", "cable - stayed bridge", "St Ceinwen 's Church , ..."
+    assert (
+        matched >= 8
+    )  # e.g. "Benton City – Kiona Bridge", "cable - stayed bridge", "St Ceinwen 's Church , ..."
 
 
 # --- vocabulary ---------------------------------------------------------------------------------------------------
@@ -184,18 +202,20 @@ def test_reader_gold_annotations_follow_the_original_reader():
     assert doc.tokens[43:45] == ["Garfield", "County"] and doc.mention_type[44] == CONTINUING
     assert doc.relations[44] == ("P150", "R:P131")
     counts = collections.Counter(t for d in docs for t in d.mention_type)
-    assert counts[NEW] + counts[RELATED] == sum(len(json.loads(l)["annotations"]) for l in open(WIKI / "train.jsonl"))
+    assert counts[NEW] + counts[RELATED] == sum(
+        len(json.loads(line)["annotations"]) for line in (WIKI / "train.jsonl").read_text().splitlines()
+    )
 
 
 @needs_fixtures
 def test_jsonl_round_trip(tmp_path):
-    original = [json.loads(line) for line in open(WIKI / "train.jsonl")]
+    original = [json.loads(line) for line in (WIKI / "train.jsonl").read_text().splitlines()]
     docs = list(read_linked_jsonl(WIKI / "train.jsonl"))
     write_linked_jsonl(docs, tmp_path / "out.jsonl")
-    again = [json.loads(line) for line in open(tmp_path / "out.jsonl")]
+    again = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     for a, b in zip(original, again):
         assert a["tokens"] == b["tokens"]
-        strip = lambda anns: [{k: v for k, v in x.items() if k != "source"} for x in anns]  # noqa: E731
+        strip = lambda anns: [{k: v for k, v in x.items() if k != "source"} for x in anns]
         assert strip(a["annotations"]) == strip(b["annotations"])
 
 
@@ -226,10 +246,12 @@ def test_reader_warns_on_skipped_and_overlapping_annotations():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert parse_document(dates, "d").entity[0] == "T1999"
-    overlap = _doc([
-        {"id": "Q1", "relation": ["@@NEW@@"], "parent_id": ["Q1"], "span": [1, 4]},
-        {"id": "Q2", "relation": ["P1"], "parent_id": ["Q1"], "span": [1, 2]},
-    ])
+    overlap = _doc(
+        [
+            {"id": "Q1", "relation": ["@@NEW@@"], "parent_id": ["Q1"], "span": [1, 4]},
+            {"id": "Q2", "relation": ["P1"], "parent_id": ["Q1"], "span": [1, 2]},
+        ]
+    )
     with pytest.warns(UserWarning, match="doc4.*overlapping"):
         doc = parse_document(overlap, "doc4")
     # the later annotation wins on token 0; tokens 1-2 of Q1 become a mention of their own
@@ -275,7 +297,12 @@ def test_synthetic_corpus_files_round_trip(tmp_path):
     assert KnowledgeGraph.from_json(paths["knowledge_graph"]).to_dict() == graph.to_dict()
     first = json.loads(paths["train"].read_text().splitlines()[0])
     assert first["tokens"][0] == "@@START@@" and set(first["annotations"][0]) == {
-        "source", "id", "relation", "parent_id", "span"}
+        "source",
+        "id",
+        "relation",
+        "parent_id",
+        "span",
+    }
     assert document_to_json(docs[0])["tokens"][1:] == docs[0].tokens
 
 
@@ -286,7 +313,7 @@ def test_linked_wikitext2_task_data(tmp_path, monkeypatch):
     monkeypatch.delenv("LINKED_WIKITEXT2_DIR", raising=False)
     with pytest.raises(ValueError, match="data_dir.*LINKED_WIKITEXT2_DIR"):
         load_linked_wikitext2(version=1.0)
-    graph, docs = generate_corpus(SyntheticConfig(num_documents=6), seed=0)
+    _graph, docs = generate_corpus(SyntheticConfig(num_documents=6), seed=0)
     write_linked_jsonl(docs[:3], tmp_path / "valid.jsonl")
     with pytest.raises(FileNotFoundError, match="test"):
         load_linked_wikitext2(data_dir=str(tmp_path))

@@ -16,14 +16,18 @@ from lm_latent_eval.models.kglm.enumerate import enumerate_latents, exact_log_ma
 TEXT = "Ada Lovelace born London"
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["plain-q", "q-with-nopeek-heads-and-alias-features"])
+@pytest.fixture(
+    scope="module", params=[False, True], ids=["plain-q", "q-with-nopeek-heads-and-alias-features"]
+)
 def model(request):
     return tiny_kglm(proposal_features=request.param)
 
 
 def test_a_vocabulary_position_has_total_probability_at_most_one(model):
     """Σ_w p(Ada w) ≤ 1 over every vocabulary and alias word: the unknown-word penalty removes mass."""
-    total = [exact_log_marginal(model, model.tokenize(f"Ada {w}")) for w in model.vocab + model.extended_words]
+    total = [
+        exact_log_marginal(model, model.tokenize(f"Ada {w}")) for w in model.vocab + model.extended_words
+    ]
     assert float(torch.logsumexp(torch.tensor(total), 0)) < 1e-9
 
 
@@ -34,7 +38,9 @@ def test_beam_search_keeps_the_configurations_of_highest_q(model):
     assert all(a <= b + 1e-9 for a, b in itertools.pairwise(values))
     with torch.no_grad():
         top = model.proposal.log_prob(x, model.proposal.beam(x, 10)).sort(descending=True).values
-        everything = model.proposal.log_prob(x, enumerate_latents(model, x.numel())).sort(descending=True).values
+        everything = (
+            model.proposal.log_prob(x, enumerate_latents(model, x.numel())).sort(descending=True).values
+        )
     assert torch.allclose(top, everything[:10], atol=1e-6)
 
 
@@ -46,10 +52,16 @@ def test_five_token_documents_exact(cutoff):
     x = model.tokenize("Ada Lovelace was born London")
     z = enumerate_latents(model, 5)
     with torch.no_grad():
-        assert float(torch.logsumexp(model.proposal.log_prob(x, z, 1.0, True), 0)) == pytest.approx(0, abs=1e-9)
-        assert float(torch.logsumexp(model.proposal.log_prob(x, z, 0.7, False), 0)) == pytest.approx(0, abs=1e-9)
+        assert float(torch.logsumexp(model.proposal.log_prob(x, z, 1.0, True), 0)) == pytest.approx(
+            0, abs=1e-9
+        )
+        assert float(torch.logsumexp(model.proposal.log_prob(x, z, 0.7, False), 0)) == pytest.approx(
+            0, abs=1e-9
+        )
     exact = exact_log_marginal(model, x)
-    lw = importance_log_weights(model, x, num_samples=50_000, temperature=1.0, peek=True, seed=0, document="five")
+    lw = importance_log_weights(
+        model, x, num_samples=50_000, temperature=1.0, peek=True, seed=0, document="five"
+    )
     assert log_mean_exp(lw) == pytest.approx(exact, abs=0.03)
     M = z["entity"].shape[0]
     assert beam_log_marginal(model, x, M, "five") == pytest.approx(exact, abs=1e-6)

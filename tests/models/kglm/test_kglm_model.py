@@ -45,8 +45,18 @@ def test_contract_and_tokenizer(model):
     assert x[1] == model.unk_id  # unknown everywhere
     assert x[2] >= len(model.vocab)  # out of vocabulary but copyable from an alias
     assert model.detokenize(model.tokenize("Ada Lovelace")) == "Ada Lovelace"
-    assert model.log_joint(model.tokenize(""), z_of([], [], [])[0:0] if False else {
-        k: torch.zeros(3, 0, dtype=torch.long) for k in ("mention_type", "entity", "parent", "relation")}).tolist() == [0.0] * 3
+    assert (
+        model.log_joint(
+            model.tokenize(""),
+            z_of([], [], [])[0:0]
+            if False
+            else {
+                k: torch.zeros(3, 0, dtype=torch.long)
+                for k in ("mention_type", "entity", "parent", "relation")
+            },
+        ).tolist()
+        == [0.0] * 3
+    )
 
 
 def test_graph_json_round_trip(tmp_path):
@@ -65,10 +75,16 @@ def test_impossible_configurations_have_zero_probability(model):
     good = z_of([NEW, CONTINUING, NONE, RELATED], [q1, q1, -1, q2], [-1, -1, -1, q1])
     assert torch.isfinite(model.log_joint(x, good)).all()
     bad = [
-        z_of([CONTINUING, NONE, NONE, NONE], [q1, -1, -1, -1], [-1, -1, -1, -1]),  # continuing with no mention before
-        z_of([NEW, CONTINUING, NONE, NONE], [q1, q2, -1, -1], [-1, -1, -1, -1]),  # continuation switches entity
+        z_of(
+            [CONTINUING, NONE, NONE, NONE], [q1, -1, -1, -1], [-1, -1, -1, -1]
+        ),  # continuing with no mention before
+        z_of(
+            [NEW, CONTINUING, NONE, NONE], [q1, q2, -1, -1], [-1, -1, -1, -1]
+        ),  # continuation switches entity
         z_of([RELATED, NONE, NONE, NONE], [q2, -1, -1, -1], [q1, -1, -1, -1]),  # parent never mentioned
-        z_of([NEW, NONE, NONE, RELATED], [q1, -1, -1, q2], [-1, -1, -1, q1]),  # parent outside the cutoff (2) window
+        z_of(
+            [NEW, NONE, NONE, RELATED], [q1, -1, -1, q2], [-1, -1, -1, q1]
+        ),  # parent outside the cutoff (2) window
         z_of([NEW, RELATED, NONE, NONE], [q2, q3, -1, -1], [-1, q2, -1, -1]),  # parent without edges
         z_of([NEW, RELATED, NONE, NONE], [q1, q1, -1, -1], [-1, q1, -1, -1]),  # no edge Q1 -> Q1
         z_of([NONE, NONE, NONE, NONE], [q1, -1, -1, -1], [-1, -1, -1, -1]),  # entity on a non-mention
@@ -147,7 +163,10 @@ def test_log_joint_is_differentiable_for_training(model):
         z = z_of([NEW, CONTINUING, NONE, NONE], [q1, q1, -1, -1], [-1, -1, -1, -1])
         loss = -(model.log_joint(x, z).sum() + model.proposal.log_prob(x, z).sum())
         loss.backward()
-        assert model.alias_encoder.weight_ih_l0.grad is not None and model.proposal.mention_type.weight.grad is not None
+        assert (
+            model.alias_encoder.weight_ih_l0.grad is not None
+            and model.proposal.mention_type.weight.grad is not None
+        )
     finally:
         model.zero_grad()
         model.eval()
@@ -168,12 +187,16 @@ def test_save_load_round_trip(tmp_path, model):
     for k, v in model.state_dict().items():
         assert torch.equal(v, loaded.state_dict()[k]), k
     # the graph may also be given by path
-    again = KGLM.from_pretrained(tmp_path / "ckpt", knowledge_graph=str(tmp_path / "ckpt" / "knowledge_graph.json"))
+    again = KGLM.from_pretrained(
+        tmp_path / "ckpt", knowledge_graph=str(tmp_path / "ckpt" / "knowledge_graph.json")
+    )
     assert torch.equal(again.log_joint(x, z), loaded.log_joint(x, z))
 
 
 def test_estimators_run_on_kglm(model):
-    est = estimate_document(model, TEXT, EstimatorSettings("is", num_samples=64, temperature=1.0, seed=1), diagnostics=True)
+    est = estimate_document(
+        model, TEXT, EstimatorSettings("is", num_samples=64, temperature=1.0, seed=1), diagnostics=True
+    )
     assert est.num_tokens == 4 and math.isfinite(est.log_likelihood)
     beam = estimate_document(model, TEXT, EstimatorSettings(estimator="beam", beam_size=5))
     assert math.isfinite(beam.log_likelihood)
@@ -220,9 +243,14 @@ def test_original_archive_parameters_fit_the_module(tmp_path):
     V = weights["_token_embedder.weight"].shape[0]
     vocab = ["@@PADDING@@", "@@UNKNOWN@@", "@@START@@"] + [f"w{i}" for i in range(V - 3)]
     ours = KGLM(
-        vocab, None, token_dim=weights["_token_embedder.weight"].shape[1],
-        entity_dim=weights["_entity_embedder.weight"].shape[1], hidden_size=cfg["hidden_size"],
-        num_layers=cfg["num_layers"], cutoff=cfg["cutoff"], new_entity_bias=not cfg["use_shortlist"],
+        vocab,
+        None,
+        token_dim=weights["_token_embedder.weight"].shape[1],
+        entity_dim=weights["_entity_embedder.weight"].shape[1],
+        hidden_size=cfg["hidden_size"],
+        num_layers=cfg["num_layers"],
+        cutoff=cfg["cutoff"],
+        new_entity_bias=not cfg["use_shortlist"],
         num_entity_rows=weights["_entity_embedder.weight"].shape[0],
         num_relation_rows=weights["_relation_embedder.weight"].shape[0],
     )
@@ -235,14 +263,17 @@ def test_original_archive_parameters_fit_the_module(tmp_path):
         assert target in params, name
         assert params[target].shape == tensor.shape, (name, tuple(tensor.shape), tuple(params[target].shape))
         mapped[target] = tensor
-    missing = set(n for n in params if not n.startswith("proposal.")) - set(mapped)
+    missing = {n for n in params if not n.startswith("proposal.")} - set(mapped)
     assert not missing, missing
     with torch.no_grad():
         for target, tensor in mapped.items():
             params[target].copy_(tensor)
     ours.eval()
     x = torch.tensor([3, 4, 1, 5])
-    none = {k: torch.full((1, 4), v) for k, v in (("mention_type", 0), ("entity", -1), ("parent", -1), ("relation", -1))}
+    none = {
+        k: torch.full((1, 4), v)
+        for k, v in (("mention_type", 0), ("entity", -1), ("parent", -1), ("relation", -1))
+    }
     assert torch.isfinite(ours.log_joint(x, none)).all()
 
 
@@ -258,5 +289,5 @@ def test_candidate_slots_keep_the_last_occurrence_of_each_row_with_edges(model):
         for idx in itertools.product(*(range(n) for n in shape[:-1])):
             row = window[idx].tolist()
             for c, r in enumerate(row):
-                expected[idx + (c,)] = r > 0 and bool(tables.row_has_edges[r]) and r not in row[c + 1:]
+                expected[idx + (c,)] = r > 0 and bool(tables.row_has_edges[r]) and r not in row[c + 1 :]
         assert torch.equal(candidate_slots(window, tables), expected)

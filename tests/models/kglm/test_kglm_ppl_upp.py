@@ -54,12 +54,20 @@ def test_lm_eval_task_reports_ppl_and_upp(tmp_path):
 
     model = tiny_kglm(proposal_features=True)
     model.save_pretrained(tmp_path / "ckpt")
-    lm = LatentKGLMEval(pretrained=str(tmp_path / "ckpt"), estimator="is", num_samples=16, seed=2, device="cpu")
+    lm = LatentKGLMEval(
+        pretrained=str(tmp_path / "ckpt"), estimator="is", num_samples=16, seed=2, device="cpu"
+    )
     tasks = TaskManager(include_path=str(pytest.importorskip("lm_latent_eval").tasks_path()))
 
     def run():
-        out = simple_evaluate(model=lm, tasks=["linked_wikitext2_tiny"], task_manager=tasks, limit=3,
-                              log_samples=False, bootstrap_iters=0)
+        out = simple_evaluate(
+            model=lm,
+            tasks=["linked_wikitext2_tiny"],
+            task_manager=tasks,
+            limit=3,
+            log_samples=False,
+            bootstrap_iters=0,
+        )
         return out["results"]["linked_wikitext2_tiny"]
 
     both = run()

@@ -18,7 +18,9 @@ from lm_latent_eval.models.kglm.synthetic import SyntheticConfig, generate_corpu
 from lm_latent_eval.models.kglm.train import TrainConfig, add_arguments, evaluate_gold, run, train_kglm
 from lm_latent_eval.paths import DATA_DIR
 
-FIXTURES = Path(__file__).resolve().parents[4] / "shared" / "fixtures" / "kglm-model" / "enhanced-wikitext-test"
+FIXTURES = (
+    Path(__file__).resolve().parents[4] / "shared" / "fixtures" / "kglm-model" / "enhanced-wikitext-test"
+)
 SMALL = TrainConfig(token_dim=16, entity_dim=8, hidden_size=24, num_layers=2, epochs=3, lr=5e-3)
 
 
@@ -44,13 +46,16 @@ def test_training_lowers_validation_perplexity(trained):
 def test_checkpoint_round_trip(trained):
     model, history, valid, out = trained
     assert {"config.json", "model.safetensors", "knowledge_graph.json", "training.json"} <= {
-        p.name for p in out.iterdir()}
+        p.name for p in out.iterdir()
+    }
     assert json.loads((out / "training.json").read_text())["history"] == history
     loaded = KGLM.from_pretrained(str(out))
     x, z, _ = document_tensors(valid[0], loaded)
     with torch.no_grad():
         assert torch.equal(loaded.log_joint(x, z), model.log_joint(x, z))
-        assert torch.equal(loaded.proposal.log_prob(x, z, peek=False), model.proposal.log_prob(x, z, peek=False))
+        assert torch.equal(
+            loaded.proposal.log_prob(x, z, peek=False), model.proposal.log_prob(x, z, peek=False)
+        )
 
 
 def test_cli_trains_on_the_original_pickled_graph(tmp_path):
@@ -58,12 +63,29 @@ def test_cli_trains_on_the_original_pickled_graph(tmp_path):
         pytest.skip("../shared/fixtures/kglm-model not present")
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    args = parser.parse_args([
-        "--train", str(FIXTURES / "train.jsonl"), "--valid", str(FIXTURES / "train.jsonl"),
-        "--knowledge-graph-pickle", str(FIXTURES / "knowledge_graph.pkl"), "--alias-pickle", str(FIXTURES / "alias.pkl"),
-        "--output", str(tmp_path / "ckpt"), "--epochs", "1", "--token-dim", "8", "--entity-dim", "4",
-        "--hidden-size", "8", "--no-progress",
-    ])
+    args = parser.parse_args(
+        [
+            "--train",
+            str(FIXTURES / "train.jsonl"),
+            "--valid",
+            str(FIXTURES / "train.jsonl"),
+            "--knowledge-graph-pickle",
+            str(FIXTURES / "knowledge_graph.pkl"),
+            "--alias-pickle",
+            str(FIXTURES / "alias.pkl"),
+            "--output",
+            str(tmp_path / "ckpt"),
+            "--epochs",
+            "1",
+            "--token-dim",
+            "8",
+            "--entity-dim",
+            "4",
+            "--hidden-size",
+            "8",
+            "--no-progress",
+        ]
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the fixture's annotations fit the model unchanged
         assert run(args) == 0
@@ -108,7 +130,9 @@ def test_linked_wikitext2_tiny_task_runs():
 
     lm = LatentLMEval(estimator="is", model="kglm", num_samples=8, seed=1, device="cpu")
     results = lm_eval.simple_evaluate(
-        model=lm, tasks=["linked_wikitext2_tiny"], task_manager=TaskManager(include_path=lm_latent_eval.tasks_path()),
+        model=lm,
+        tasks=["linked_wikitext2_tiny"],
+        task_manager=TaskManager(include_path=lm_latent_eval.tasks_path()),
         limit=3,
     )
     metrics = results["results"]["linked_wikitext2_tiny"]

@@ -38,13 +38,19 @@ def test_ptb_trees_with_traces_unary_chains_and_punctuation(tmp_path):
     path.write_text(PTB)
     with pytest.warns(UserWarning, match=r"trees.mrg:8: tree has no words"):
         sents = read_treebank(path, remove_punctuation=True)
-    assert [s.name.rsplit(":", 1)[1] for s in sents] == ["1", "7", "9"]  # multi-line tree; the empty one skipped
+    assert [s.name.rsplit(":", 1)[1] for s in sents] == [
+        "1",
+        "7",
+        "9",
+    ]  # multi-line tree; the empty one skipped
     first = sents[0]
     # -NONE- removed, the SBAR left with one word collapses, NP with 2 kids stays, VP (saw NP) binary, 4 kids of S
     assert first.words == ("The", "dog", "barked", "saw", "a", "cat", "with", "3", "hats", "now")
     assert first.bracketed() == "(((The dog) barked) ((saw ((a cat) (with (3 hats)))) now))"
     assert bracketed(tree_from_actions(list(first.words), first.actions)) == first.bracketed()
-    assert sents[1].words == ("Go",) and sents[1].actions == [0]  # unary chain TOP-S-VP-VB: a one-word sentence
+    assert sents[1].words == ("Go",) and sents[1].actions == [
+        0
+    ]  # unary chain TOP-S-VP-VB: a one-word sentence
     assert sents[2].words == ("word",)
     kept = read_treebank(path, lowercase=True, replace_numbers=True, binarize="left")
     assert kept[0].words[-2:] == ("now", ".") and "N" in kept[0].words and kept[0].words[0] == "the"
@@ -53,8 +59,15 @@ def test_ptb_trees_with_traces_unary_chains_and_punctuation(tmp_path):
     assert kept[0].bracketed() == "((((((the dog) barked) (saw ((a cat) (with (N hats))))) ,) now) .)"
 
 
-@pytest.mark.parametrize("bad,match", [("(S (NP (DT the)", "unbalanced"), ("(S (NP the dog))", "mixes words"),
-                                       ("(S ())", "empty brackets"), ("(S (NN dog)) extra", "after the end")])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        ("(S (NP (DT the)", "unbalanced"),
+        ("(S (NP the dog))", "mixes words"),
+        ("(S ())", "empty brackets"),
+        ("(S (NN dog)) extra", "after the end"),
+    ],
+)
 def test_malformed_trees_are_errors_naming_the_tree(bad, match):
     with pytest.raises(ValueError, match=match):
         sentence_from_bracketed(bad, "file.mrg:3")
@@ -95,7 +108,9 @@ def test_generated_treebank_reads_back_with_ambiguity(tmp_path):
 
 
 def test_training_on_trees_improves_and_saves_a_loadable_checkpoint(tmp_path):
-    sents = [sentence_from_bracketed(t) for t in generate_treebank(SyntheticConfig(num_sentences=160), seed=2)]
+    sents = [
+        sentence_from_bracketed(t) for t in generate_treebank(SyntheticConfig(num_sentences=160), seed=2)
+    ]
     config = TrainConfig(dim=12, hidden_size=12, proposal_hidden_size=8, epochs=3, valid_samples=4)
     model, history = train_rnng(sents[20:], sents[:20], config, tmp_path / "ckpt", progress=False)
     assert history[0]["valid_joint_ppl"] > history[2]["valid_joint_ppl"]  # validation gold perplexity falls
@@ -114,8 +129,32 @@ def test_train_cli(tmp_path):
 
     trees = tmp_path / "train.txt"
     trees.write_text("\n".join(generate_treebank(SyntheticConfig(num_sentences=40), seed=3)))
-    assert main(["train", "rnng", "--train", str(trees), "--valid", str(trees), "--output", str(tmp_path / "out"),
-                 "--epochs", "1", "--dim", "8", "--hidden-size", "8", "--proposal-hidden-size", "8",
-                 "--remove-punctuation", "--valid-samples", "0", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "rnng",
+                "--train",
+                str(trees),
+                "--valid",
+                str(trees),
+                "--output",
+                str(tmp_path / "out"),
+                "--epochs",
+                "1",
+                "--dim",
+                "8",
+                "--hidden-size",
+                "8",
+                "--proposal-hidden-size",
+                "8",
+                "--remove-punctuation",
+                "--valid-samples",
+                "0",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     model = RNNG.from_pretrained(str(tmp_path / "out"))
     assert "." not in model.vocab and model.count_eos

@@ -97,7 +97,14 @@ def test_repeated_trees_are_scored_once_and_get_one_value(model):
     x = model.tokenize(TEXT)
     with torch.no_grad():
         log_p, once = model.log_joint(x, z), model.log_joint(x, trees[[3, 7, 100, 3]])
-    assert log_p.tolist() == [log_p[0].item(), log_p[1].item(), log_p[0].item(), log_p[0].item(), log_p[4].item(), log_p[1].item()]
+    assert log_p.tolist() == [
+        log_p[0].item(),
+        log_p[1].item(),
+        log_p[0].item(),
+        log_p[0].item(),
+        log_p[4].item(),
+        log_p[1].item(),
+    ]
     assert torch.allclose(log_p, once[[0, 1, 0, 0, 2, 1]], atol=ATOL)
 
 
@@ -116,8 +123,16 @@ def test_generative_story_masks_and_sentence_end():
     model = tiny_rnng(seed=3, count_eos=False)
     shift = torch.zeros(1, 1, dtype=torch.long)
     with torch.no_grad():
-        total = torch.logsumexp(torch.cat([model.log_joint(torch.tensor([w]), shift)
-                                           for w in range(len(model.vocab)) if w not in (model.bos_id, model.eos_id)]), 0)
+        total = torch.logsumexp(
+            torch.cat(
+                [
+                    model.log_joint(torch.tensor([w]), shift)
+                    for w in range(len(model.vocab))
+                    if w not in (model.bos_id, model.eos_id)
+                ]
+            ),
+            0,
+        )
         assert float(total) == pytest.approx(0.0, abs=1e-6)
         words = model.tokenize("the dog saw")
         with_end = torch.cat([words, torch.tensor([model.eos_id])])
@@ -153,7 +168,12 @@ def test_tokenize_and_one_word_sentences(model):
     """Unknown words and a literal </s> are <unk>, the counted sentence end is appended, whitespace is no token; a
     one-word sentence has one tree with q = 1 (the empty sentence's log q = log p = 0: tests/contract/)."""
     assert model.tokenize("").numel() == 0 and model.tokenize("   ").numel() == 0
-    assert model.tokenize("the zebra </s>").tolist() == [model.word_to_id["the"], model.unk_id, model.unk_id, model.eos_id]
+    assert model.tokenize("the zebra </s>").tolist() == [
+        model.word_to_id["the"],
+        model.unk_id,
+        model.unk_id,
+        model.eos_id,
+    ]
     z, _ = model.proposal.sample(model.tokenize(""), 3)
     assert z.shape == (3, 0)
     one = model.tokenize("dog")
@@ -186,8 +206,13 @@ def test_gradients_reach_p_and_q(model):
         loss.backward()
     finally:
         model.eval()
-    for name in ("compose.linear.weight", "stack_lstm.cells.0.weight_hh", "action_head.weight", "proposal.span_mlp.0.weight",
-                 "proposal.encoder.weight_ih_l0"):
+    for name in (
+        "compose.linear.weight",
+        "stack_lstm.cells.0.weight_hh",
+        "action_head.weight",
+        "proposal.span_mlp.0.weight",
+        "proposal.encoder.weight_ih_l0",
+    ):
         grad = dict(model.named_parameters())[name].grad
         assert grad is not None and grad.abs().sum() > 0, name
     model.zero_grad()

@@ -19,10 +19,16 @@ def test_both_tasks_report_the_backends_own_estimates(tmp_path):
     user_file = tmp_path / "sentences.txt"
     user_file.write_text("the dog saw a cat .\nanna slept in the park .\n")
     for count_eos in (True, False):
-        lm = LatentRNNGEval(estimator="is", num_samples=16, seed=3, device="cpu", batch_size="auto", count_eos=count_eos)
+        lm = LatentRNNGEval(
+            estimator="is", num_samples=16, seed=3, device="cpu", batch_size="auto", count_eos=count_eos
+        )
         results = lm_eval.simple_evaluate(
-            model=lm, tasks=["ptb_rnng_tiny", "ptb_rnng"], limit=5,
-            task_manager=TaskManager(include_path=lm_latent_eval.tasks_path(), metadata={"data_file": str(user_file)}),
+            model=lm,
+            tasks=["ptb_rnng_tiny", "ptb_rnng"],
+            limit=5,
+            task_manager=TaskManager(
+                include_path=lm_latent_eval.tasks_path(), metadata={"data_file": str(user_file)}
+            ),
         )
         assert results["config"]["count_eos"] is count_eos
         settings = EstimatorSettings("is", num_samples=16, seed=3)
@@ -30,7 +36,9 @@ def test_both_tasks_report_the_backends_own_estimates(tmp_path):
             texts = dataset["test"]["text"][:5]
             estimates = [estimate_document(lm.model, t, settings) for t in texts]
             assert sum(e.num_tokens for e in estimates) == sum(len(t.split()) + count_eos for t in texts)
-            expected = math.exp(-sum(e.log_likelihood for e in estimates) / sum(e.num_tokens for e in estimates))
+            expected = math.exp(
+                -sum(e.log_likelihood for e in estimates) / sum(e.num_tokens for e in estimates)
+            )
             metrics = results["results"][task]
             assert metrics["is_instance_perplexity,none"] == pytest.approx(expected, rel=1e-12)
             assert metrics["is_corpus_perplexity,none"] >= 1.0
@@ -49,15 +57,41 @@ def test_sweep_on_the_rnng_reads_trees_and_reports_peeking_rows_only(tmp_path, c
     from lm_latent_eval.reports.sweep import read_documents
 
     trees = tmp_path / "trees.mrg"
-    trees.write_text("(S (NP (NNP anna)) (VP (VBD slept)) (. .))\n(S (NP (DT the) (NN dog))\n   (VP (VBD saw) (NP (NNP bob))))\n")
+    trees.write_text(
+        "(S (NP (NNP anna)) (VP (VBD slept)) (. .))\n(S (NP (DT the) (NN dog))\n   (VP (VBD saw) (NP (NNP bob))))\n"
+    )
     assert read_documents(trees) == ["anna slept .", "the dog saw bob"]
     out = tmp_path / "sweep"
-    assert main(["sweep", "--model", "rnng", "--data", str(trees), "--num-samples", "8", "--temperatures", "1,2",
-                 "--beam-sizes", "1,100", "--output-dir", str(out)]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--model",
+                "rnng",
+                "--data",
+                str(trees),
+                "--num-samples",
+                "8",
+                "--temperatures",
+                "1,2",
+                "--beam-sizes",
+                "1,100",
+                "--output-dir",
+                str(out),
+            ]
+        )
+        == 0
+    )
     tables = (out / "tables.md").read_text()
-    assert "| τ = 2 |" in tables and "No peeking" not in tables and "peeking rows only" in capsys.readouterr().out
+    assert (
+        "| τ = 2 |" in tables
+        and "No peeking" not in tables
+        and "peeking rows only" in capsys.readouterr().out
+    )
     with pytest.raises(SystemExit, match="no no-peeking proposal"):
-        main(["sweep", "--model", "rnng", "--data", str(trees), "--peek", "no-peek", "--output-dir", str(out)])
+        main(
+            ["sweep", "--model", "rnng", "--data", str(trees), "--peek", "no-peek", "--output-dir", str(out)]
+        )
 
 
 @pytest.mark.slow
@@ -72,15 +106,24 @@ def test_lm_eval_cli_runs_latent_rnng_on_ptb_rnng_tiny(tmp_path):
     from hook_site import REPO, hook_site_dir
 
     out = tmp_path / "out"
-    code = (f"import site, sys; site.addsitedir({str(hook_site_dir(tmp_path))!r})\n"
-            "from lm_eval.__main__ import cli_evaluate\n"
-            "sys.argv = ['lm_eval', '--model', 'latent_rnng', '--model_args', 'estimator=is,num_samples=8,seed=3,count_eos=false',"
-            " '--tasks', 'ptb_rnng_tiny', '--include_path', 'tasks', '--limit', '4', '--device', 'cpu',"
-            f" '--batch_size', 'auto', '--output_path', {str(out)!r}]\n"
-            "cli_evaluate()\n")
+    code = (
+        f"import site, sys; site.addsitedir({str(hook_site_dir(tmp_path))!r})\n"
+        "from lm_eval.__main__ import cli_evaluate\n"
+        "sys.argv = ['lm_eval', '--model', 'latent_rnng', '--model_args', 'estimator=is,num_samples=8,seed=3,count_eos=false',"
+        " '--tasks', 'ptb_rnng_tiny', '--include_path', 'tasks', '--limit', '4', '--device', 'cpu',"
+        f" '--batch_size', 'auto', '--output_path', {str(out)!r}]\n"
+        "cli_evaluate()\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
-                          timeout=600, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(next(out.rglob("results_*.json")).read_text())
     assert 1 < results["results"]["ptb_rnng_tiny"]["is_instance_perplexity,none"] < math.inf

@@ -47,11 +47,15 @@ def brute_force_log_p(lm, data: bytes, cover_end: bool = False) -> float:
         if cover_end:  # the last piece replaced by a token that strictly extends it
             head = pieces[:-1]
             if all(p in index for p in head):
-                extending = [t for b, t in index.items() if b.startswith(pieces[-1]) and len(b) > len(pieces[-1])]
+                extending = [
+                    t for b, t in index.items() if b.startswith(pieces[-1]) and len(b) > len(pieces[-1])
+                ]
                 if extending:
                     value, last = score([index[p] for p in head]) if head else (0.0, None)
                     if last is None:
-                        last = torch.log_softmax(lm.model(torch.tensor([[lm.prefix_token]])).logits[0, -1].double(), -1)
+                        last = torch.log_softmax(
+                            lm.model(torch.tensor([[lm.prefix_token]])).logits[0, -1].double(), -1
+                        )
                     terms.append(value + torch.logsumexp(last[extending], 0).item())
     return float(torch.logsumexp(torch.tensor(terms, dtype=torch.float64), 0))
 
@@ -62,7 +66,9 @@ def test_enumeration_equals_brute_force_over_all_splits(lm, text):
     assert lm.text_bytes(x) == text.encode()
     assert lm.log_marginal(x) == pytest.approx(brute_force_log_p(lm, text.encode()), abs=1e-5)
     view = lm.with_cover_end()
-    assert view.log_marginal(x) == pytest.approx(brute_force_log_p(lm, text.encode(), cover_end=True), abs=1e-5)
+    assert view.log_marginal(x) == pytest.approx(
+        brute_force_log_p(lm, text.encode(), cover_end=True), abs=1e-5
+    )
     assert view.log_marginal(x) >= lm.log_marginal(x)  # P(starts with x) ≥ P(token stream spells x)
 
 
@@ -92,13 +98,17 @@ def test_beam_is_never_below_the_canonical_segmentation(lm):
         exact, canonical = lm.log_marginal(x), float(lm.log_joint(x, x[None])[0])
         previous = -math.inf
         for k in (1, 2, 4, 8):
-            beam = estimate_document(lm, text, EstimatorSettings(estimator="beam", beam_size=k)).log_likelihood
+            beam = estimate_document(
+                lm, text, EstimatorSettings(estimator="beam", beam_size=k)
+            ).log_likelihood
             assert canonical - 1e-9 <= beam <= exact + 1e-9
             assert beam >= previous - 1e-9
             previous = beam
         full = lm.lattice(x).count()
         beam = estimate_document(lm, text, EstimatorSettings(estimator="beam", beam_size=full)).log_likelihood
-        assert beam == pytest.approx(exact, abs=1e-6)  # log p of drawn particles come from the incremental decoder
+        assert beam == pytest.approx(
+            exact, abs=1e-6
+        )  # log p of drawn particles come from the incremental decoder
 
 
 def test_windows_are_lm_evals_rolling_windows():
