@@ -116,11 +116,14 @@ def instance_perplexity(items) -> float:
     return _corpus(items).instance_perplexity
 
 
-def corpus_perplexity(items) -> float:
-    """Corpus-level PPL (Eq. 6): sample k (IS) or run r (SMC) of every document forms one corpus sample; the
-    instance level where documents have different samples (exact, beam, a precision target)."""
+def corpus_perplexity(items) -> float | str:
+    """Corpus-level PPL (Eq. 6): sample k (IS) or run r (SMC) of every document forms one corpus sample; for exact and
+    beam estimates the instance level; "N/A" where documents were drawn with different samples (a precision target),
+    since no joint corpus sample exists then."""
     corpus = _corpus(items)
-    return corpus.corpus_perplexity if corpus.corpus_perplexity is not None else corpus.instance_perplexity
+    if corpus.corpus_perplexity is not None:
+        return corpus.corpus_perplexity
+    return corpus.instance_perplexity if corpus.estimator in ("exact", "beam") else "N/A"
 
 
 def _informative(items) -> list[float]:
