@@ -1,0 +1,60 @@
+"""The README's first command, run as written after the install (``lm_eval --model latent_kglm ...``): the table it
+prints, any warning it logs, and its wall time, written to bench/quickstart/output.md for the README to quote.
+
+    python bench/quickstart.py
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OUTPUT = Path(__file__).resolve().parent / "quickstart"
+
+
+def readme_command() -> str:
+    """The lm_eval part of the README's first command (after the installs)."""
+    first_block = (REPO / "README.md").read_text(encoding="utf-8").split("```bash\n", 1)[1].split("```", 1)[0]
+    line = first_block.splitlines()[0]
+    return line[line.index("lm_eval ") :]
+
+
+def main() -> None:
+    command = readme_command()
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = shlex.split(command.replace('"$(lm-latent-eval tasks-path)"', str(REPO / "tasks")))
+        argv[argv.index("lm_eval")] = "-m"
+        argv.insert(argv.index("-m") + 1, "lm_eval")
+        start = time.perf_counter()
+        proc = subprocess.run([sys.executable, *argv], cwd=tmp, capture_output=True, text=True, check=False,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+        seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit(f"the README's command failed:\n{proc.stderr[-3000:]}")
+    table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
+    warnings = [line for line in proc.stderr.splitlines() if re.search(r"WARNING|Warning", line)
+                and "Custom kwargs" not in line]
+    load = os.getloadavg()[0]
+    text = "\n".join([
+        f"`{command}` ({seconds:.0f} s wall time on {platform.machine()} with load {load:.1f}, including start-up)",
+        "",
+        *table,
+        "",
+        f"warnings: {len(warnings)}",
+        *warnings,
+    ])
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    (OUTPUT / "output.md").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
