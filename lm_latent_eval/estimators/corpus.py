@@ -121,53 +121,50 @@ def corpus_estimate(
         bad = int(np.flatnonzero(np.isnan(ll) | np.isposinf(ll))[0])
         raise ValueError(f"document {bad}: log likelihood {ll[bad]} is not a valid log probability")
     instance = math.exp(-ll.sum() / total)
+    sampling = _sampling_se(ll, tokens)
+    if name in ("exact", "beam"):
+        return _deterministic(name, len(estimates), total, float(ll.sum()), sampling, level)
     corpus_ll = corpus_log_likelihood_estimate(estimates)
-    if name in ("exact", "beam"):  # deterministic: no Monte Carlo error, the figure is its own bound
-        interval = (
-            Interval(ll.sum(), ll.sum(), ll.sum(), 0.0, 0.0, 0.0, level)
-            if name == "exact"
-            else Interval(
-                ll.sum(),
-                math.inf,
-                math.nan,
-                math.nan,
-                math.nan,
-                math.nan,
-                level,
-                "a beam sum is a lower bound on S with certainty (the perplexity is at most the beam figure)",
-            )
-        )
-        return CorpusEstimate(
-            name,
-            len(estimates),
-            total,
-            instance,
-            None,
-            instance,
-            interval,
-            instance,
-            None,
-            0.0 if name == "exact" else math.nan,
-            _sampling_se(ll, tokens) * instance,
-        )
     lower = certified_log_likelihood(estimates, level, keys)
     interval = log_likelihood_interval([e.error() for e in estimates], level, keys, lower)
-    centre = interval.centre if interval.two_sided else ll.sum()
-    perplexity = math.exp(-centre / total)
-    bound = math.exp(-lower / total)
-    corpus_bound = None if corpus_ll is None else math.exp(-(corpus_ll + math.log(1.0 - level)) / total)
+    perplexity = math.exp(-(interval.centre if interval.two_sided else ll.sum()) / total)
+    return CorpusEstimate(
+        estimator=name,
+        num_documents=len(estimates),
+        num_tokens=total,
+        instance_perplexity=instance,
+        corpus_perplexity=None if corpus_ll is None else math.exp(-corpus_ll / total),
+        perplexity=perplexity,
+        interval=interval,
+        perplexity_upper_bound=math.exp(-lower / total),
+        corpus_perplexity_upper_bound=(
+            None if corpus_ll is None else math.exp(-(corpus_ll + math.log(1.0 - level)) / total)
+        ),
+        monte_carlo_stderr=perplexity * interval.standard_error / total if interval.two_sided else math.nan,
+        sampling_stderr=perplexity * sampling,
+    )
+
+
+def _deterministic(name: str, documents: int, tokens: int, log_p: float, sampling: float, level: float):
+    """Exact or beam estimates: no Monte Carlo error; the figure is its own bound (beam: a certain upper bound)."""
+    perplexity = math.exp(-log_p / tokens)
+    if name == "exact":
+        interval = Interval(log_p, log_p, log_p, 0.0, 0.0, 0.0, level)
+    else:
+        reason = "a beam sum is a lower bound on S with certainty (the perplexity is at most the beam figure)"
+        interval = Interval(log_p, math.inf, math.nan, math.nan, math.nan, math.nan, level, reason)
     return CorpusEstimate(
         name,
-        len(estimates),
-        total,
-        instance,
-        None if corpus_ll is None else math.exp(-corpus_ll / total),
+        documents,
+        tokens,
+        perplexity,
+        None,
         perplexity,
         interval,
-        bound,
-        corpus_bound,
-        perplexity * interval.standard_error / total if interval.two_sided else math.nan,
-        perplexity * _sampling_se(ll, tokens),
+        perplexity,
+        None,
+        0.0 if name == "exact" else math.nan,
+        perplexity * sampling,
     )
 
 
