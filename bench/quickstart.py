@@ -34,23 +34,34 @@ def main() -> None:
         argv[argv.index("lm_eval")] = "-m"
         argv.insert(argv.index("-m") + 1, "lm_eval")
         start = time.perf_counter()
-        proc = subprocess.run([sys.executable, *argv], cwd=tmp, capture_output=True, text=True, check=False,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
+        proc = subprocess.run(
+            [sys.executable, *argv],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
         seconds = time.perf_counter() - start
     if proc.returncode != 0:
         sys.exit(f"the README's command failed:\n{proc.stderr[-3000:]}")
     table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
-    warnings = [line for line in proc.stderr.splitlines() if re.search(r"WARNING|Warning", line)
-                and "Custom kwargs" not in line]
+    warnings = [
+        line
+        for line in proc.stderr.splitlines()
+        if re.search(r"WARNING|Warning", line) and "Custom kwargs" not in line
+    ]
     load = os.getloadavg()[0]
-    text = "\n".join([
-        f"`{command}` ({seconds:.0f} s wall time on {platform.machine()} with load {load:.1f}, including start-up)",
-        "",
-        *table,
-        "",
-        f"warnings: {len(warnings)}",
-        *warnings,
-    ])
+    text = "\n".join(
+        [
+            f"`{command}` ({seconds:.0f} s wall time on {platform.machine()} with load {load:.1f}, including start-up)",
+            "",
+            *table,
+            "",
+            f"warnings: {len(warnings)}",
+            *warnings,
+        ]
+    )
     OUTPUT.mkdir(parents=True, exist_ok=True)
     (OUTPUT / "output.md").write_text(text + "\n")
     print(text)

@@ -64,8 +64,15 @@ def test_contributing_layout_names_every_module_of_the_core_and_nothing_that_is_
             if path.name != "__init__.py":
                 assert path.name in layout, f"CONTRIBUTING.md's layout does not name {folder}/{path.name}"
     for top in PACKAGE.iterdir():
-        if top.suffix == ".py" and top.name != "__init__.py" or top.is_dir() and (top / "__init__.py").exists():
-            assert top.name.removesuffix(".py") in layout, f"CONTRIBUTING.md's layout does not name {top.name}"
+        if (
+            top.suffix == ".py"
+            and top.name != "__init__.py"
+            or top.is_dir()
+            and (top / "__init__.py").exists()
+        ):
+            assert top.name.removesuffix(".py") in layout, (
+                f"CONTRIBUTING.md's layout does not name {top.name}"
+            )
     named = set(re.findall(r"\b(\w+\.py)\b", layout))
     existing = {p.name for folder in (PACKAGE, REPO / "tests", REPO / "bench") for p in folder.rglob("*.py")}
     missing = named - existing - {"_lm_latent_eval_hook.py"}
