@@ -169,6 +169,15 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _done(path: Path, meta: dict) -> dict[str, dict]:
+    """Results of an earlier run of the same configuration in ``path``, by setting label."""
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text())
+    same = all(data["settings"].get(k) == json.loads(json.dumps(v)) for k, v in meta.items())
+    return {r["label"]: r for r in data["results"]} if same else {}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=100)
@@ -182,6 +191,12 @@ def main() -> None:
         help="seeds of the precision-target rows (default --repeats; they cost more)",
     )
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="corpus sizes N")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the settings an earlier run of the same "
+        "--repeats, --target-repeats and --sizes already wrote to --output",
+    )
     args = parser.parse_args()
     start = time.perf_counter()
     docs = benchmark_corpus()
@@ -198,16 +213,6 @@ def main() -> None:
     ]
     if args.settings != "all":
         settings = [s for s in settings if s.estimator in args.settings.split(",")]
-    results = []
-    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-        for setting in settings:
-            repeats = args.repeats if not setting.target_se else args.target_repeats or args.repeats
-            jobs = [(setting, seed, docs, exact, sizes) for seed in range(repeats)]
-            runs = list(tqdm(pool.imap_unordered(_run, jobs), total=len(jobs), desc=setting.label))
-            results.append(
-                {"label": setting.label, "setting": asdict(setting), "rows": summarize(runs, sizes)}
-            )
-            print(f"{setting.label}: done ({time.perf_counter() - start:.0f} s)", flush=True)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     tokens = [int(model.tokenize(d).numel()) for d in docs]
@@ -215,11 +220,29 @@ def main() -> None:
         "repeats": args.repeats,
         "level": 0.95,
         "model": "bundled HMM",
-        "seconds": time.perf_counter() - start,
         "target_repeats": args.target_repeats or args.repeats,
         "tokens": {n: int(sum(tokens[:n])) for n in sizes},
     }
-    (out / "coverage.json").write_text(json.dumps({"settings": meta, "results": results}, indent=1))
+    done = _done(out / "coverage.json", meta) if args.resume else {}
+    results = []
+    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+        for setting in settings:
+            if (
+                setting.label in done
+            ):  # --resume: measured by an earlier, interrupted run with the same settings
+                results.append(done[setting.label])
+                continue
+            repeats = args.repeats if not setting.target_se else args.target_repeats or args.repeats
+            jobs = [(setting, seed, docs, exact, sizes) for seed in range(repeats)]
+            runs = list(tqdm(pool.imap_unordered(_run, jobs), total=len(jobs), desc=setting.label))
+            results.append(
+                {"label": setting.label, "setting": asdict(setting), "rows": summarize(runs, sizes)}
+            )
+            print(f"{setting.label}: done ({time.perf_counter() - start:.0f} s)", flush=True)
+            meta["seconds"] = (
+                time.perf_counter() - start
+            )  # written after every setting: an interruption loses one
+            (out / "coverage.json").write_text(json.dumps({"settings": meta, "results": results}, indent=1))
     table = markdown(results)
     (out / "coverage.md").write_text(table + "\n")
     print(table)
