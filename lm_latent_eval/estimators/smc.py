@@ -72,6 +72,20 @@ def run_sizes(num_samples: int, smc_runs: int) -> list[int]:
     return [base + (r < extra) for r in range(runs)]
 
 
+def _runs_log_ess(log_w: torch.Tensor, sizes: list[int]) -> list[float]:
+    """log ESS of each run's weights, the runs' particles consecutive in log_w [Σ N_r]; −inf for a run whose every
+    weight is 0. Runs of equal size in one batched reduction (the HMM and other cheap models are loop-bound)."""
+    if len(set(sizes)) == 1:
+        w = log_w.view(len(sizes), sizes[0])
+        out = 2.0 * torch.logsumexp(w, 1) - torch.logsumexp(2.0 * w, 1)
+        return torch.where(torch.isneginf(w).all(1), -math.inf, out).tolist()
+    bounds = np.cumsum([0, *sizes])
+    return [
+        _log_ess(log_w[a:b]) if not torch.isneginf(log_w[a:b]).all() else -math.inf
+        for a, b in zip(bounds[:-1], bounds[1:])
+    ]
+
+
 def _log_ess(log_w: torch.Tensor) -> float:
     """log of (Σ w)² / Σ w² from log weights (float64)."""
     return float(2.0 * torch.logsumexp(log_w, 0) - torch.logsumexp(2.0 * log_w, 0))
@@ -162,13 +176,11 @@ def smc_block(
         state, inc = model.smc_step(state, t, generator)
         log_w = log_w + _check_increment(inc, starts[-1], t, doc)
         ancestors = None
-        for r, run in enumerate(runs):
-            if torch.isneginf(
-                log_w[run]
-            ).all():  # every particle of the run has p = 0: its p̂ is 0 from here on
+        for r, (run, log_ess) in enumerate(zip(runs, _runs_log_ess(log_w, sizes))):
+            if log_ess == -math.inf:  # every particle of the run has p = 0: its p̂ is 0 from here on
                 ess[r].append(0.0)
                 continue
-            ess[r].append(math.exp(_log_ess(log_w[run])))
+            ess[r].append(math.exp(log_ess))
             if t < T - 1 and ess[r][-1] < resample_threshold * sizes[r]:
                 banked[r] += float(torch.logsumexp(log_w[run], 0)) - math.log(sizes[r])
                 ancestors = torch.arange(starts[-1]) if ancestors is None else ancestors
