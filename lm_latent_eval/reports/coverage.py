@@ -13,30 +13,32 @@ COVERAGE_FILE = DATA_DIR / "interval_coverage" / "coverage.json"
 
 
 @functools.cache
-def _results() -> tuple[dict, list[dict]]:
+def _results() -> list[dict]:
     if not COVERAGE_FILE.is_file():
-        return {}, []
-    data = json.loads(COVERAGE_FILE.read_text(encoding="utf-8"))
-    results = data.get("results", [])
-    return data.get("settings", {}), results if isinstance(
-        results, list
-    ) else []  # (an older layout: not measured)
+        return []
+    results = json.loads(COVERAGE_FILE.read_text(encoding="utf-8")).get("results", [])
+    return results if isinstance(results, list) else []  # (an older layout: not measured)
 
 
 def measured_coverage(estimator: str, num_documents: int) -> str:
     """A sentence with the lowest and highest measured coverage of the printed statement for ``estimator`` at the
     measured corpus size nearest ``num_documents`` (log scale), over K and peeking modes."""
-    meta, results = _results()
+    results = _results()
     rows = [
-        r for r in results if r["setting"]["estimator"] == estimator and r["setting"].get("smc_runs", 4) != 1
+        r["rows"]
+        for r in results
+        if r["setting"]["estimator"] == estimator and r["setting"].get("smc_runs", 4) != 1
     ]
-    if not rows or num_documents < 1:
+    sizes = sorted({int(n) for r in rows for n in r})
+    if not sizes or num_documents < 1:
         return f"coverage of {estimator} statements not measured"
-    sizes = sorted({int(n) for r in rows for n in r["rows"]})
     n = min(sizes, key=lambda size: abs(math.log(size) - math.log(num_documents)))
-    cov = [r["rows"][str(n)]["coverage"] for r in rows]
+    measured = [r[str(n)] for r in rows if str(n) in r]
+    cov = [m["coverage"] for m in measured]
+    runs = sorted({m["runs"] for m in measured})
+    runs_text = f"{runs[0]}" if len(runs) == 1 else f"{runs[0]}–{runs[-1]}"
     return (
         f"measured coverage of the printed {estimator.upper()} statement at {n} documents: "
-        f"{100 * min(cov):.0f}–{100 * max(cov):.0f}% ({meta.get('repeats')} runs per setting on the bundled HMM, "
-        "bench/interval_coverage.py)"
+        f"{100 * min(cov):.0f}–{100 * max(cov):.0f}% over {len(measured)} settings of K, peeking and precision "
+        f"target ({runs_text} runs each on the bundled HMM, bench/interval_coverage.py)"
     )

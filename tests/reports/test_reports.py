@@ -267,3 +267,23 @@ def test_card_names_ppl_and_upp_for_a_penalized_model():
     assert "UPP (unknown-penalized): corpus-level perplexity (Eq. 6)" in values
     assert "PPL (no unknown-word penalty): certified upper bound (95%)" in values
     assert "PPL (no unknown-word penalty)" in card_mod.card_markdown(card)
+
+
+@pytest.mark.parametrize(("estimator", "num_documents", "measured_at"), [("is", 150, 200), ("smc", 12, 10)])
+def test_cards_quote_the_committed_coverage_benchmark(estimator, num_documents, measured_at):
+    """The card's coverage sentence is the lowest and highest coverage the committed output of
+    bench/interval_coverage.py measured for that estimator at the nearest corpus size (log scale)."""
+    from lm_latent_eval.reports.coverage import COVERAGE_FILE, measured_coverage
+
+    results = json.loads(COVERAGE_FILE.read_text(encoding="utf-8"))["results"]
+    cov = [
+        r["rows"][str(measured_at)]["coverage"]
+        for r in results
+        if r["setting"]["estimator"] == estimator
+        and r["setting"]["smc_runs"] != 1
+        and str(measured_at) in r["rows"]
+    ]
+    assert len(cov) >= 4
+    sentence = measured_coverage(estimator, num_documents)
+    assert f"at {measured_at} documents: {100 * min(cov):.0f}–{100 * max(cov):.0f}%" in sentence
+    assert measured_coverage("beam", 10) == "coverage of beam statements not measured"
