@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..documents import read_texts
+from ..errors import InputError, MissingFileError
 from ..estimators import EstimatorSettings, estimate_document
 from ..estimators.corpus import corpus_estimate, pareto_k_shares
 from ..estimators.diagnostics import corpus_convergence_curve, pareto_k_threshold
@@ -26,33 +28,20 @@ DEFAULT_DATA = {"rnng": "ptb_tiny/test.txt"}
 
 def read_documents(path: str | Path) -> list[str]:
     """Documents of a ``.jsonl`` file (field ``text``, or Linked WikiText-2 ``tokens``), a ``.txt`` file (one per line),
-    or a file of PTB-style bracketed trees (one sentence per tree)."""
+    or a file of PTB-style bracketed trees (one sentence per tree); errors name the file and line."""
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    lines = text.splitlines()
-    if path.suffix != ".jsonl" and text.lstrip().startswith("("):  # PTB-style bracketed trees: their words
+    if not path.is_file():
+        raise MissingFileError(f"{path}: no such file")
+    if path.suffix != ".jsonl" and path.read_text(encoding="utf-8").lstrip().startswith(
+        "("
+    ):  # PTB-style trees
         from ..models.rnng.treebank import read_sentences
 
         docs = read_sentences(path)
-    elif path.suffix == ".jsonl":
-        docs = []
-        for i, line in enumerate(lines):
-            if line.strip():
-                record = json.loads(line)
-                if "text" not in record and isinstance(
-                    record.get("tokens"), list
-                ):  # Linked WikiText-2 article
-                    record["text"] = " ".join(t for t in record["tokens"] if t != "@@START@@")
-                if "text" not in record:
-                    raise ValueError(
-                        f"{path}:{i + 1}: JSONL record has no 'text' field (nor Linked WikiText-2 'tokens')"
-                    )
-                docs.append(record["text"])
-    else:
-        docs = [line for line in lines if line.strip()]
-    if not docs:
-        raise ValueError(f"{path}: no documents")
-    return docs
+        if not docs:
+            raise InputError(f"{path}: no documents")
+        return docs
+    return read_texts(path, tokens_field=True)
 
 
 def run_sweep(
@@ -93,7 +82,7 @@ def run_sweep(
             bar.update(1)
         num_tokens = sum(e.num_tokens for e in estimates)
         if num_tokens == 0:
-            raise ValueError("every document is empty: perplexity is undefined")
+            raise InputError("every document is empty: perplexity is undefined")
         lws = [e.log_weights for e in estimates]
         curve = corpus_convergence_curve(lws, [e.num_tokens for e in estimates])
         ks, inst_curve, corp_curve = (

@@ -10,18 +10,18 @@ TEXT_FIELD = "text"
 
 
 def load(data_file: str | None = None, **_metadata):
-    """DatasetDict with a ``test`` split from the bundled tiny corpus (or ``dataset_kwargs: {data_file: ...}``).
+    """DatasetDict with a ``test`` split from the bundled tiny corpus (or ``--metadata '{"data_file": ...}'``: .jsonl
+    with a ``text`` field, or one document per line); an unusable line is an error naming the file and line.
 
     lm-eval passes the task metadata and model_args as keyword arguments; they do not affect the data.
     """
     import datasets
 
+    from lm_latent_eval.documents import read_texts
     from lm_latent_eval.paths import DATA_DIR
 
     path = Path(data_file) if data_file else DATA_DIR / "corpus" / "tiny_test.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"latent_ppl_tiny: corpus file {path} not found")
-    return datasets.load_dataset("json", data_files={"test": str(path)})
+    return datasets.DatasetDict({"test": datasets.Dataset.from_dict({TEXT_FIELD: read_texts(path)})})
 
 
 def doc_to_target(doc: dict) -> str:

@@ -11,12 +11,12 @@ flattened, so its tails stay heavier than the model's and the importance weights
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 
 import torch
 
+from ...documents import read_texts
 from ...errors import InputError
 from ...paths import DATA_DIR
 from .model import HMMLanguageModel
@@ -24,26 +24,6 @@ from .parameters import batch_log_likelihood
 from .tokenizer import build_vocab
 
 DEFAULT_TRAIN = DATA_DIR / "corpus" / "tiny_train.jsonl"
-
-
-def read_texts(path: str | Path) -> list[str]:
-    """Documents of a .jsonl file (one object with a "text" field per line) or a .txt file (one per line)."""
-    path = Path(path)
-    texts = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            if path.suffix == ".jsonl":
-                record = json.loads(line)
-                if "text" not in record:
-                    raise InputError(f"{path}:{n}: JSON line has no 'text' field")
-                texts.append(record["text"])
-            else:
-                texts.append(line.rstrip("\n"))
-    if not texts:
-        raise InputError(f"{path}: no documents")
-    return texts
 
 
 Batch = tuple[torch.Tensor, torch.Tensor]  # token ids [N, T_max] (0-padded), lengths [N]
