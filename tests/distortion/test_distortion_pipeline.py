@@ -125,9 +125,9 @@ def test_sampling_frequencies_match_tempered_distribution(reference_model, tempe
     assert chi2_pvalue(1.0) < 1e-6  # the test can tell the tempered from the untempered distribution
 
 
-def run_cli(tmp_path, reference, model, *extra) -> tuple[Path, dict, list[dict]]:
+def run_cli(tmp_path, reference, model, *extra, rc=0) -> tuple[Path, dict, list[dict]]:
     out = tmp_path / "out"
-    rc = main(
+    code = main(
         [
             "distortion",
             "--reference",
@@ -144,7 +144,9 @@ def run_cli(tmp_path, reference, model, *extra) -> tuple[Path, dict, list[dict]]
             *map(str, extra),
         ]
     )
-    assert rc == 0
+    assert code == rc
+    if rc:
+        return out, {}, []
     return out, json.loads((out / "summary.json").read_text()), read_rows(out / "sequences.csv")
 
 
@@ -226,6 +228,8 @@ def test_pipeline_scores_match_independent_recomputation(tmp_path, lm_dirs, refe
             120,
             "--max-length",
             8,
+            "--max-truncated",
+            0.9,
             "--perturbation-steps",
             1,
             "--num-random-sequences",
@@ -247,9 +251,27 @@ def test_pipeline_scores_match_independent_recomputation(tmp_path, lm_dirs, refe
     assert np.abs(errors).max() > 0.1  # a different model really differs
 
 
-def test_pipeline_rejects_models_with_different_vocabularies(tmp_path, lm_dirs):
-    with pytest.raises(ValueError, match="tokenizers differ"):
-        run_cli(tmp_path, lm_dirs["reference"], lm_dirs["other_vocab"], "--num-sequences", 5)
+def test_pipeline_rejects_models_with_different_vocabularies(tmp_path, lm_dirs, capsys):
+    run_cli(tmp_path, lm_dirs["reference"], lm_dirs["other_vocab"], "--num-sequences", 5, rc=2)
+    assert "tokenizers differ" in capsys.readouterr().err
+
+
+def test_default_max_length_fits_the_context_window_and_a_too_long_one_names_the_option(
+    tmp_path, lm_dirs, capsys
+):
+    """The reference's window is 64 positions: the default is 63 tokens after BOS; 64 is refused, naming the option."""
+    _, summary, _ = run_cli(tmp_path, lm_dirs["reference"], lm_dirs["reference"], "--num-sequences", 40)
+    assert summary["settings"]["max_length"] == 63
+    run_cli(tmp_path, lm_dirs["reference"], lm_dirs["reference"], "--max-length", 64, rc=2)
+    assert "pass --max-length 63 or less" in capsys.readouterr().err
+
+
+def test_too_few_complete_samples_is_an_error_not_a_curve(tmp_path, lm_dirs, capsys):
+    """Samples without EOS are left out; when most are, the curves would describe another language: exit 2."""
+    run_cli(tmp_path, lm_dirs["reference"], lm_dirs["model"], "--num-sequences", 60, "--max-length", 2, rc=2)
+    err = capsys.readouterr().err
+    assert "samples drew no EOS within --max-length 2" in err and "raise --max-length" in err
+    assert not (tmp_path / "out" / "summary.json").exists()
 
 
 def test_sampling_beyond_the_context_window_is_refused(reference_model):
