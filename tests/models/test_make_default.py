@@ -30,7 +30,9 @@ def _must_not_run(*args, **kwargs):
 def test_make_default_help_and_missing_output_dir_write_nothing(module, capsys, monkeypatch):
     before = _bundled_files()
     script = importlib.import_module(module)
-    for name in dir(script):  # a script that ignored its arguments must fail here, not retrain the bundled model
+    for name in dir(
+        script
+    ):  # a script that ignored its arguments must fail here, not retrain the bundled model
         if name.startswith(("train_", "make_corpus", "generate_")):
             monkeypatch.setattr(script, name, _must_not_run)
     main = script.main
