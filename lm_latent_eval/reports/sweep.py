@@ -442,7 +442,11 @@ def run(args: argparse.Namespace) -> int:
         result["exact_ppl"], result["exact_source"] = args.exact_ppl, "given by --exact-ppl"
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    result["config"] = {k: v for k, v in vars(args).items() if k != "func"} | {"data": str(data)}
+    from ..harness.provenance import (
+        package_path,
+    )  # bundled files as lm_latent_eval/data/...: no machine's path
+
+    result["config"] = {k: v for k, v in vars(args).items() if k != "func"} | {"data": package_path(data)}
     (out / "sweep.json").write_text(json.dumps(result, indent=1))
     tables = f"Table 1 (IS perplexity)\n\n{table1_markdown(result)}\n\n"
     if result.get("smc"):
