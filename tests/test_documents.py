@@ -3,7 +3,6 @@ deep inside lm-eval), and an empty document is a warning naming them (not ``docu
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -13,7 +12,6 @@ from lm_latent_eval.cli import main
 from lm_latent_eval.documents import read_texts
 from lm_latent_eval.errors import InputError
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _jsonl(tmp_path: Path, *lines: str) -> Path:
@@ -23,12 +21,9 @@ def _jsonl(tmp_path: Path, *lines: str) -> Path:
 
 
 def _task_loader():
-    spec = importlib.util.spec_from_file_location(
-        "latent_ppl_tiny_utils", REPO / "tasks/latent_ppl_tiny/utils.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.load
+    from lm_latent_eval.harness.perplexity_task import load_corpus  # latent_ppl_tiny's custom_dataset
+
+    return load_corpus
 
 
 @pytest.mark.parametrize(
