@@ -524,3 +524,31 @@ def test_loglikelihood_is_refused_where_log_joint_is_not_a_prefix_probability(mo
     monkeypatch.setattr(type(lm.model), "prefix_probability", None)
     with pytest.raises(ValueError, match="prefix_probability = True"):
         lm.loglikelihood([request], disable_tqdm=True)
+
+
+def test_rows_that_repeat_a_number_are_explained(hmm_exact, caplog):
+    """The quickstart table showed rows with one number (is_corpus = is_instance = word_perplexity, upp_* = ppl_* =
+    is_*) without a word of why; the task now logs the reason for each repeat."""
+    from lm_latent_eval.estimators import DocumentEstimate
+    from lm_latent_eval.harness import perplexity_task
+
+    with caplog.at_level("INFO", logger="lm_latent_eval"):
+        lm_eval.simple_evaluate(
+            model=hmm_exact, tasks=["latent_ppl_tiny"], limit=3, bootstrap_iters=0,
+            task_manager=TaskManager(include_path=str(TASKS), include_defaults=False),
+        )  # fmt: skip
+    assert "is_corpus_perplexity repeats is_instance_perplexity: an exact or beam run" in caplog.text
+    words = ["a b c", "d e"]  # a word-level model (KGLM-like) whose samples paid no unknown-word penalty
+    items = [
+        perplexity_task._item(
+            DocumentEstimate(t, len(t.split()), -3.0, "is", np.full(4, -3.0), unk_penalty=np.zeros(4)), t
+        )
+        | {"num_words": len(t.split())}
+        for t in words
+    ]
+    notes = " ".join(perplexity_task.repeated_rows(items))
+    assert (
+        "word_perplexity repeats is_instance_perplexity: the model's tokens are the whitespace words" in notes
+    )
+    assert "upp_instance and upp_corpus repeat" in notes and "ppl_* repeat them too" in notes
+    assert "is_corpus_perplexity repeats" not in notes  # IS with equal K has a corpus level
