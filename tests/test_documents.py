@@ -13,7 +13,6 @@ from lm_latent_eval.documents import read_texts
 from lm_latent_eval.errors import InputError
 
 
-
 def _jsonl(tmp_path: Path, *lines: str) -> Path:
     path = tmp_path / "docs.jsonl"
     path.write_text("".join(line + "\n" for line in lines))

@@ -284,9 +284,9 @@ def _legend_handles(result: dict, colors: dict, beam: dict | None) -> list:
         Line2D([], [], color="gray", ls="--", label="corpus level"),
     ]
     if "exact_ppl" in result:
-        handles.append(Line2D([], [], color="black", label=f"exact ({result['exact_ppl']:.4g})"))
+        handles.append(Line2D([], [], color="black", label=f"exact ({result['exact_ppl']:.5g})"))
     if beam is not None:
-        label = f"beam bound k = {beam['beam_size']} ({beam['ppl_upper_bound']:.4g})"
+        label = f"beam bound k = {beam['beam_size']} ({beam['ppl_upper_bound']:.5g})"
         handles.append(Line2D([], [], color="gray", ls=":", label=label))
     return handles
 
