@@ -429,7 +429,14 @@ def save_plot(card: dict, path: Path) -> bool:
         true_perplexity=card["exact_perplexity"],
         beam_perplexity=card["beam_perplexity"],
     )
-    ax.set_title(f"{Path(card['model']['name']).name} on {card['task']}", fontsize=9)
+    s, c = card["settings"], card["corpus"]
+    ax.set_ylabel("IS perplexity (upper bound in expectation)")
+    ax.set_title(
+        f"{Path(card['model']['name']).name} on {card['task']}: {c['num_documents']} documents, {c['num_tokens']} "
+        f"tokens\nIS, K = {s.get('num_samples')}, τ = {s.get('temperature')}, "
+        f"{'peeking' if s.get('peek') else 'no peeking'}, seed {s.get('seed')}",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
