@@ -31,6 +31,15 @@ def _one_error_line(text: str, prefix: str) -> str:
         (["sweep", "--model", "no_such_pkg.mod:Cls"], "cannot import model class 'no_such_pkg.mod:Cls'"),
         (["report", "/nope"], "/nope: no lm-eval results_*.json"),
         (["compare", "/nope", "/nope"], "/nope: no lm-eval results_*.json"),
+        (["sweep", "--temperatures", "0"], "temperature must be a finite number > 0"),
+        (
+            ["train", "kglm", "--output", "/nope/out", "--train", "/nope.jsonl"],
+            "a knowledge graph is required",
+        ),
+        (
+            ["distortion", "--reference", "/nope", "--model", "/nope", "--output-dir", "/nope/out"],
+            "--reference=/nope: no such folder",
+        ),
     ],
 )
 def test_cli_errors_are_one_line_and_exit_2(argv, expected, capsys):

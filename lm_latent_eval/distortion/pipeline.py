@@ -85,9 +85,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
-def load_causal_lm(name_or_path: str, device: str):
-    """(model in eval mode on ``device``, tokenizer) from a local folder or a Hub id."""
+def load_causal_lm(name_or_path: str, device: str, what: str = "--model"):
+    """(model in eval mode on ``device``, tokenizer) from a local folder or a Hub id (a name that is neither is one
+    clean error, ``models.hub_snapshot``)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ..models import hub_snapshot
+
+    if not Path(name_or_path).exists():
+        name_or_path = str(hub_snapshot(name_or_path, what))
 
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch.float32).to(device).eval()
@@ -194,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     progress = not args.no_progress
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    ref_model, ref_tok = load_causal_lm(args.reference, args.device)
+    ref_model, ref_tok = load_causal_lm(args.reference, args.device, "--reference")
     model, model_tok = load_causal_lm(args.model, args.device)
     check_same_vocabulary(ref_tok, model_tok)
     bos, eos = special_ids(ref_tok, args.bos_token_id, args.eos_token_id)

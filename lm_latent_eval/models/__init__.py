@@ -85,13 +85,13 @@ def checkpoint_hash(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def hub_snapshot(name: str) -> Path:
+def hub_snapshot(name: str, what: str = "pretrained") -> Path:
     """The local folder of Hub model ``name`` (downloaded if needed); MissingFileError saying that no folder and no
-    Hub model of that name exists, or why the Hub could not be asked, in one line."""
+    Hub model of that name exists, or why the Hub could not be asked, in one line (``what``: the option's name)."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError, RepositoryNotFoundError
 
-    folder = f"pretrained={name}: no such folder ({Path(name).expanduser().absolute()})"
+    folder = f"{what}={name}: no such folder ({Path(name).expanduser().absolute()})"
     try:
         return Path(snapshot_download(name))
     except HFValidationError:

@@ -66,6 +66,11 @@ def run_sweep(
 
     smc = has_stepwise(model) if smc is None else smc
     settings = [(peek, t) for peek in peek_modes for t in temperatures]
+    for peek, t in settings[:1] + settings[-1:]:  # a bad K, τ or SMC option: one error before any work
+        EstimatorSettings("smc" if smc else "is", num_samples, t, peek, seed=seed, batch_size=batch_size,
+                          resample_threshold=resample_threshold, smc_runs=smc_runs)  # fmt: skip
+    for t in temperatures:
+        EstimatorSettings("is", num_samples, t, seed=seed, batch_size=batch_size)
     total = len(documents) * ((1 + smc) * len(settings) + len(beam_sizes) + 1)
     bar = tqdm(total=total, desc="sweep", unit="doc", disable=not progress)
     exact = None
