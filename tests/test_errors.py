@@ -26,24 +26,25 @@ def _one_error_line(text: str, prefix: str) -> str:
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["sweep", "--data", "/nope/docs.jsonl"], "/nope/docs.jsonl: No such file or directory"),
+        (["sweep", "--data", "/nope/docs.jsonl"], "/nope/docs.jsonl: no such file"),
         (["sweep", "--model", "hmm", "--pretrained", "/nope"], "pretrained=/nope: no such folder"),
         (["sweep", "--model", "no_such_pkg.mod:Cls"], "cannot import model class 'no_such_pkg.mod:Cls'"),
         (["report", "/nope"], "/nope: no lm-eval results_*.json"),
         (["compare", "/nope", "/nope"], "/nope: no lm-eval results_*.json"),
         (["sweep", "--temperatures", "0"], "temperature must be a finite number > 0"),
         (
-            ["train", "kglm", "--output", "/nope/out", "--train", "/nope.jsonl"],
+            ["train", "kglm", "--output", "TMP/out", "--train", "/nope.jsonl"],
             "a knowledge graph is required",
         ),
         (
-            ["distortion", "--reference", "/nope", "--model", "/nope", "--output-dir", "/nope/out"],
+            ["distortion", "--reference", "/nope", "--model", "/nope", "--output-dir", "TMP/out"],
             "--reference=/nope: no such folder",
         ),
     ],
 )
-def test_cli_errors_are_one_line_and_exit_2(argv, expected, capsys):
-    assert main(argv) == 2
+def test_cli_errors_are_one_line_and_exit_2(argv, expected, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # whatever a command writes stays here
+    assert main([a.replace("TMP", str(tmp_path)) for a in argv]) == 2
     captured = capsys.readouterr()
     line = _one_error_line(captured.err, f"lm-latent-eval {argv[0]}: error: ")
     assert expected in line

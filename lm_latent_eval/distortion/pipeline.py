@@ -198,8 +198,7 @@ def _grid_columns(grid: dict) -> dict[str, list]:
 def run(args: argparse.Namespace) -> int:
     """Sample, perturb, score and write every curve; prints the headline numbers."""
     progress = not args.no_progress
-    out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(args.output_dir)  # made once there is something to write
     ref_model, ref_tok = load_causal_lm(args.reference, args.device, "--reference")
     model, model_tok = load_causal_lm(args.model, args.device)
     check_same_vocabulary(ref_tok, model_tok)
@@ -253,6 +252,7 @@ def run(args: argparse.Namespace) -> int:
     errors = de.sequence_errors(log_p_model, log_p_ref)
     source_arr, steps_arr = np.array(source), np.array(steps)
 
+    out.mkdir(parents=True, exist_ok=True)
     _write_csv(
         out / "sequences.csv",
         {
