@@ -165,9 +165,8 @@ class LatentLMEval(LM):
                 "per-document results in %s (%d stored)", self.results_store.folder, len(self.results_store)
             )
         self._warned_greedy = False
-        self._cache_db = (
-            None  # lm-eval's --use_cache database (set_cache_hook), which also keeps our estimates
-        )
+        # lm-eval's --use_cache database (set_cache_hook), which also keeps our estimates
+        self._cache_db = None
 
     def _model_name(self, model) -> str:
         """The model this backend loads: its fixed MODEL, or model_args ``model`` for ``--model latent``."""
@@ -219,8 +218,10 @@ class LatentLMEval(LM):
             "dtype": str(dtype).removeprefix("torch."),
             "lm_latent_eval_version": __version__,
         }
-        if import_root(cls) is not None:  # the model's code is importable only with this folder on PYTHONPATH
-            info["model_pythonpath"] = import_root(cls)
+        if (
+            root := import_root(cls)
+        ) is not None:  # the model's code is importable only with it on PYTHONPATH
+            info["model_pythonpath"] = root
         if hasattr(
             self.model, "count_eos"
         ):  # sentence-level models: is the end-of-sentence token scored and counted?
@@ -247,9 +248,8 @@ class LatentLMEval(LM):
                 )
             dbdict[_CACHE_FINGERPRINT_KEY] = mine
             dbdict.commit()
-            self._cache_db = (
-                dbdict  # a rerun answered from the cache still finds each document's samples there
-            )
+            # a rerun answered from the cache still finds each document's samples there
+            self._cache_db = dbdict
             rolling_estimates.keep_in(dbdict)
         super().set_cache_hook(cache_hook)
 
