@@ -329,6 +329,13 @@ def run(args: argparse.Namespace) -> int:
             out / f"{name}.csv",
             _grid_columns(result) if name == "perturbation_grid" else _curve_columns(result),
         )
+        if _empty(result):  # an empty frame would read as "no error"
+            warnings.warn(
+                f"{name}: every bin holds --min-count {args.min_count} sequences or fewer, so no figure is drawn "
+                f"(its CSV has no rows); {REMEDY[name]} or lower --min-count",
+                stacklevel=2,
+            )
+            continue
         plots.save_figure(plot(result, title=f"{name.replace('_', ' ')}: {models}"), out / f"{name}.png")
 
     print(
@@ -339,6 +346,21 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"results written to {out}")
     return 0
+
+
+REMEDY = {  # per figure: the option that draws its sequences, then the one that sets its bins (if any)
+    "equal_width_curve": "draw more --num-sequences, use fewer --num-bins",
+    "random_equal_width_curve": "draw more --num-random-sequences, use fewer --num-bins",
+    "equal_size_curve": "draw more --num-sequences, use fewer --num-equal-size-bins",
+    "length_curve": "draw more --num-sequences",  # a bin per length
+    "perturbation_grid": "draw more --num-sequences, use fewer --num-rarity-bins",
+}
+
+
+def _empty(result: dict) -> bool:
+    """No bin kept: a curve without points, or a grid whose every cell is blank."""
+    rows = result["mean_error"]
+    return all(v is None for row in rows for v in (row if isinstance(row, list) else [row]))
 
 
 def _short(name: str) -> str:

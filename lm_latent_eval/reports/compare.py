@@ -262,17 +262,15 @@ def comparison_markdown(c: dict) -> str:
     return "\n".join(lines)
 
 
-def save_plot(c: dict, path: Path) -> None:
+def comparison_figure(c: dict):
     """Left: per-document log p̂ per unit, B against A, with the diagonal; right: bootstrap distribution of Δ. The
     title names A and B (model and settings), the task and the unit."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     per_doc = np.asarray(c["per_document_log_p_per_unit"])
     a, b, unit = c["a"], c["b"], c["unit"]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.6))
+    fig = Figure(figsize=(10, 4.6))
+    left, right = fig.subplots(1, 2)
     left.scatter(per_doc[:, 0], per_doc[:, 1], s=10)
     lim = [per_doc.min(), per_doc.max()]
     left.plot(lim, lim, color="black", lw=1, label="A = B")
@@ -296,8 +294,11 @@ def save_plot(c: dict, path: Path) -> None:
     right.legend(fontsize=8)
     fig.suptitle(f"A = {a['label']}\nB = {b['label']}\non {a['task']}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
+
+
+def save_plot(c: dict, path: Path) -> None:
+    comparison_figure(c).savefig(path, dpi=120)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

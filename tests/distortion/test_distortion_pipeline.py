@@ -208,8 +208,10 @@ def test_pipeline_same_model_gives_zero_error_everywhere(tmp_path, lm_dirs):
         )
         > 0
     )
+    assert expected_rows["random_equal_width_curve"] == 0  # 60 sequences: no bin keeps more than 10 of them
     for name, n_rows in expected_rows.items():
-        assert (out / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        png = out / f"{name}.png"  # an empty frame is not drawn (it would read as "no error")
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" if n_rows else not png.exists()
         assert len(read_rows(out / f"{name}.csv")) == n_rows
 
 
@@ -279,3 +281,38 @@ def test_sampling_beyond_the_context_window_is_refused(reference_model):
         sample_language(reference_model, 2, BOS, EOS, max_length=64)
     with pytest.raises(ValueError, match="temperature must be a positive"):
         sample_language(reference_model, 2, BOS, EOS, temperature=0.0)
+
+
+def test_figures_name_both_models_the_temperature_and_nats(tmp_path, lm_dirs, monkeypatch):
+    """The figures had no unit and no model names: each now names p_M, p_L and T in its title and gives nats."""
+    from lm_latent_eval.distortion import plots
+
+    saved, save = {}, plots.save_figure
+
+    def record(fig, path):
+        saved[Path(path).name] = fig
+        return save(fig, path)
+
+    monkeypatch.setattr(plots, "save_figure", record)
+    run_cli(tmp_path, lm_dirs["reference"], lm_dirs["model"], "--num-sequences", 200, "--temperature", 1.5,
+            "--perturbation-steps", 1, "--num-bins", 4, "--num-equal-size-bins", 4, "--num-rarity-bins", 3)  # fmt: skip
+    assert set(saved) == {f"{n}.png" for n in ("equal_width_curve", "equal_size_curve", "length_curve",
+                                               "perturbation_grid")}  # fmt: skip
+    names = f"p_M = {lm_dirs['model'].parent.name}/model, p_L = {lm_dirs['reference'].parent.name}/reference"
+    for name, fig in saved.items():
+        ax = fig.axes[0]
+        assert f"{names} at T = 1.5" in ax.get_title(), (name, ax.get_title())
+        labels = [ax.get_ylabel()] + [a.get_ylabel() for a in fig.axes[1:]]  # the grid's colour bar
+        assert any("nats" in label for label in labels), (name, labels)
+        assert ax.lines or ax.images
+
+
+def test_a_figure_with_no_bin_left_is_not_drawn(tmp_path, lm_dirs):
+    """60 sequences in the default 18 equal-width bins leave none with more than --min-count 10: an empty frame
+    would read as "no error", so it is left out with a warning naming the options."""
+    with pytest.warns(
+        UserWarning, match=r"equal_width_curve: every bin .* use fewer --num-bins or lower --min-count"
+    ):
+        out, summary, _ = run_cli(tmp_path, lm_dirs["reference"], lm_dirs["model"], "--num-sequences", 60)
+    assert summary["language"]["equal_width_curve"]["count"] == []
+    assert not (out / "equal_width_curve.png").exists() and (out / "equal_width_curve.csv").exists()

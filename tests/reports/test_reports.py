@@ -293,6 +293,10 @@ def test_compare_across_tokenizations_shows_the_unit_of_its_test(tmp_path):
     assert c["a"]["perplexity"] == pytest.approx(math.exp(2.5), rel=0.01)
     text = compare_mod.comparison_markdown(c)
     assert "| perplexity per word |" in text and "A has the lower perplexity" in text
+    fig = compare_mod.comparison_figure(c)  # the figure says what A and B are, and its unit
+    assert fig._suptitle.get_text().startswith(f"A = {c['a']['label']}\nB = {c['b']['label']}\non t")
+    scatter, bootstrap = fig.axes
+    assert scatter.get_xlabel() == "A: log p̂ per word (nats)" and "nats per word" in bootstrap.get_xlabel()
 
 
 def test_compare_folder_with_reruns_of_one_run_uses_the_newest(runs, tmp_path):
