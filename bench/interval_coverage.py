@@ -197,7 +197,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=100)
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (one thread each)")
     parser.add_argument("--output", default=str(OUTPUT))
-    parser.add_argument("--settings", default="all", help="'all' or comma-separated estimators (is,smc)")
+    parser.add_argument(
+        "--settings",
+        default="all",
+        help="'all', or comma-separated estimators (is, smc) and/or kinds (fixed, target): e.g. 'smc,target' runs "
+        "the SMC rows with the precision target (two runs into one --output with --resume then make one table)",
+    )
     parser.add_argument(
         "--target-repeats",
         type=int,
@@ -232,7 +237,16 @@ def main() -> None:
         for peek in (True, False)
     ]
     if args.settings != "all":
-        settings = [s for s in settings if s.estimator in args.settings.split(",")]
+        chosen = set(args.settings.split(","))
+        estimators, kinds = (
+            chosen & {"is", "smc"} or {"is", "smc"},
+            chosen & {"fixed", "target"} or {"fixed", "target"},
+        )
+        settings = [
+            s
+            for s in settings
+            if s.estimator in estimators and ("target" if s.target_se else "fixed") in kinds
+        ]
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     tokens = [int(model.tokenize(d).numel()) for d in docs]

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
+
+from .errors import UserError, one_line
 
 # subcommand -> (module, one-line help)
 COMMANDS = {
@@ -45,6 +48,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """Warnings of the console script as ``lm-latent-eval: warning: <message>`` (no source line)."""
+    return f"lm-latent-eval: warning: {' '.join(str(message).split())}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lm-latent-eval", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -55,7 +63,15 @@ def main(argv: list[str] | None = None) -> int:
         if argv and argv[0] == name:
             importlib.import_module(module).add_arguments(p)
     args = parser.parse_args(argv)
-    return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
+    saved, warnings.formatwarning = warnings.formatwarning, _one_line_warning
+    try:
+        return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
+    # our errors' messages are the whole story (and an OSError names its file); anything else may be a bug: traceback
+    except (UserError, OSError) as err:
+        print(f"lm-latent-eval {args.command}: error: {one_line(err)}", file=sys.stderr)
+        return 2
+    finally:
+        warnings.formatwarning = saved
 
 
 if __name__ == "__main__":

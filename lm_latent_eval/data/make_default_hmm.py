@@ -1,6 +1,6 @@
 """Regenerate the embedded default: the tiny synthetic English corpus and the HMM trained on it.
 
-    python -m lm_latent_eval.data.make_default_hmm          # writes data/corpus/tiny_*.jsonl and data/hmm/
+    python -m lm_latent_eval.data.make_default_hmm --output-dir lm_latent_eval/data   # corpus/tiny_*.jsonl, hmm/
 
 The corpus comes from a small probabilistic grammar (determiners, adjectives, nouns, verbs, prepositions,
 names, numbers) with Zipf-distributed word choices, so it has the part-of-speech structure an HMM can find
@@ -13,13 +13,6 @@ import json
 import os
 import random
 from pathlib import Path
-
-from lm_latent_eval.paths import DATA_DIR
-
-CORPUS_DIR = DATA_DIR / "corpus"
-TRAIN_FILE = CORPUS_DIR / "tiny_train.jsonl"
-TEST_FILE = CORPUS_DIR / "tiny_test.jsonl"
-CHECKPOINT_DIR = DATA_DIR / "hmm"
 
 WORDS = {
     "det": ["the", "a", "this", "every", "that", "some"],
@@ -193,31 +186,23 @@ def write_jsonl(path: Path, texts: list[str]) -> None:
         fh.writelines(json.dumps({"text": text}) + "\n" for text in texts)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     from lm_latent_eval.cli import main as cli_main
+    from lm_latent_eval.models.training import make_default_arguments
 
-    train, test = make_corpus()
-    write_jsonl(TRAIN_FILE, train)
-    write_jsonl(TEST_FILE, test)
-    print(f"wrote {len(train)} training and {len(test)} test documents to {CORPUS_DIR}")
+    args = make_default_arguments(__doc__, None, argv)
+    train, test = make_corpus(args.seed)
+    corpus_dir = args.output_dir / "corpus"
+    write_jsonl(corpus_dir / "tiny_train.jsonl", train)
+    write_jsonl(corpus_dir / "tiny_test.jsonl", test)
+    print(f"wrote {len(train)} training and {len(test)} test documents to {corpus_dir}")
     # paths relative to the working directory when possible, so the recipe in the model card is portable
     train_file, test_file, out = (
-        os.path.relpath(p) if Path.cwd() in p.parents else str(p)
-        for p in (TRAIN_FILE, TEST_FILE, CHECKPOINT_DIR)
+        os.path.relpath(p) if Path.cwd() in p.resolve().parents else str(p)
+        for p in (corpus_dir / "tiny_train.jsonl", corpus_dir / "tiny_test.jsonl", args.output_dir / "hmm")
     )
-    return cli_main(
-        [
-            "train",
-            "hmm",
-            "--train-file",
-            train_file,
-            "--validation-file",
-            test_file,
-            "--output",
-            out,
-            *DEFAULT_TRAIN_ARGS,
-        ]
-    )
+    recipe = [*DEFAULT_TRAIN_ARGS[:-2], "--seed", str(args.seed)]  # the held-out documents are only reported
+    return cli_main(["train", "hmm", "--train", train_file, "--valid", test_file, "--output", out, *recipe])
 
 
 # the exact training recipe of the bundled checkpoint

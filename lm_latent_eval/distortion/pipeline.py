@@ -16,10 +16,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..errors import InputError
 from . import error_curves as de
 from . import plots
-from .artificial_language import sample_language, score_sequences
+from .artificial_language import max_positions, sample_language, score_sequences
 from .perturbations import MEAN_RANDOM_LENGTH, perturbation_chain, potential_productivity, random_sequences
+
+DEFAULT_MAX_LENGTH = 128  # tokens per sample when the reference declares no context window
+DEFAULT_MAX_TRUNCATED = 0.1  # share of samples without EOS that may be left out
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +33,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", required=True, type=Path)
     parser.add_argument("--num-sequences", type=int, default=1000, help="samples drawn from p_L")
     parser.add_argument("--temperature", type=float, default=1.0, help="softmax temperature T of p_L")
-    parser.add_argument("--max-length", type=int, default=128, help="most tokens per sample, EOS included")
+    parser.add_argument(
+        "--max-length",
+        type=int,
+        default=None,
+        help="most tokens per sample, EOS included (default: what the reference's context window holds after BOS, "
+        f"or {DEFAULT_MAX_LENGTH} if it declares none)",
+    )
+    parser.add_argument(
+        "--max-truncated",
+        type=float,
+        default=DEFAULT_MAX_TRUNCATED,
+        help="largest share of samples that may draw no EOS within --max-length (they are left out, which conditions "
+        "p_L on short sequences); more is an error",
+    )
     parser.add_argument(
         "--perturbation-steps", type=int, default=0, help="recursive edits per sample (0 = none)"
     )
@@ -68,9 +85,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
-def load_causal_lm(name_or_path: str, device: str):
-    """(model in eval mode on ``device``, tokenizer) from a local folder or a Hub id."""
+def load_causal_lm(name_or_path: str, device: str, what: str = "--model"):
+    """(model in eval mode on ``device``, tokenizer) from a local folder or a Hub id (a name that is neither is one
+    clean error, ``models.hub_snapshot``)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ..models import hub_snapshot
+
+    if not Path(name_or_path).exists():
+        name_or_path = str(hub_snapshot(name_or_path, what))
 
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch.float32).to(device).eval()
@@ -82,7 +105,7 @@ def special_ids(tokenizer, bos: int | None, eos: int | None) -> tuple[int, int]:
     bos = tokenizer.bos_token_id if bos is None else bos
     eos = tokenizer.eos_token_id if eos is None else eos
     if bos is None or eos is None:
-        raise ValueError(
+        raise InputError(
             f"the reference tokenizer defines no {'BOS' if bos is None else 'EOS'} token: pass its id"
         )
     return int(bos), int(eos)
@@ -101,10 +124,51 @@ def check_same_vocabulary(reference_tokenizer, model_tokenizer) -> None:
     ref, mod = reference_tokenizer.get_vocab(), model_tokenizer.get_vocab()
     if ref != mod:
         diff = sorted(set(ref.items()) ^ set(mod.items()))[:5]
-        raise ValueError(
+        raise InputError(
             f"the reference and model tokenizers differ ({len(ref)} vs {len(mod)} entries; e.g. {diff}): "
             "the distortion error compares probabilities of the same token sequences"
         )
+
+
+def max_length(reference, requested: int | None) -> int:
+    """``--max-length``: the requested one, checked against the reference's context window (BOS takes one position),
+    else what that window holds (DEFAULT_MAX_LENGTH when it declares none)."""
+    window = max_positions(reference)
+    if requested is None:
+        return DEFAULT_MAX_LENGTH if window is None else window - 1
+    if requested < 1 or (window is not None and requested + 1 > window):
+        raise InputError(
+            f"--max-length {requested}: BOS + {requested} tokens do not fit the reference's context window of "
+            f"{window} positions; pass --max-length {window - 1} or less (the default)"
+            if requested >= 1
+            else f"--max-length must be a positive integer, got {requested}"
+        )
+    return requested
+
+
+def check_finished(finished: np.ndarray, args: argparse.Namespace, window: int | None) -> int:
+    """The number of samples that drew no EOS within --max-length (left out, with a warning); InputError when more
+    than --max-truncated of them, or too many to leave more than --min-count sequences, are left out."""
+    num_truncated, num_kept = int((~finished).sum()), int(finished.sum())
+    what = (
+        f"{num_truncated} of {finished.size} samples drew no EOS within --max-length {args.max_length}: they are "
+        "not complete sequences of p_L"
+    )
+    if num_truncated > args.max_truncated * finished.size or num_kept <= args.min_count:
+        remedy = (
+            "raise --max-length (up to the reference's context window) or lower --temperature"
+            if window is None or args.max_length < window - 1
+            else "that is the reference's whole context window: use a reference that ends its samples with EOS "
+            "(a model trained without an end-of-text target never does)"
+        )
+        raise InputError(
+            f"{what}, and the {num_kept} left would describe p_L conditioned on short sequences (allowed: "
+            f"--max-truncated {args.max_truncated:g} of the samples left out, more than --min-count "
+            f"{args.min_count} left); {remedy}"
+        )
+    if num_truncated:
+        warnings.warn(f"{what} and are left out of every result (counted in summary.json)", stacklevel=2)
+    return num_truncated
 
 
 def _write_csv(path: Path, columns: dict[str, list]) -> None:
@@ -134,14 +198,14 @@ def _grid_columns(grid: dict) -> dict[str, list]:
 def run(args: argparse.Namespace) -> int:
     """Sample, perturb, score and write every curve; prints the headline numbers."""
     progress = not args.no_progress
-    out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    ref_model, ref_tok = load_causal_lm(args.reference, args.device)
+    out = Path(args.output_dir)  # made once there is something to write
+    ref_model, ref_tok = load_causal_lm(args.reference, args.device, "--reference")
     model, model_tok = load_causal_lm(args.model, args.device)
     check_same_vocabulary(ref_tok, model_tok)
     bos, eos = special_ids(ref_tok, args.bos_token_id, args.eos_token_id)
     sigma = alphabet(ref_tok, min(ref_model.config.vocab_size, model.config.vocab_size), bos, eos)
 
+    args.max_length = max_length(ref_model, args.max_length)
     generator = torch.Generator(device=args.device).manual_seed(args.seed)
     language = sample_language(
         ref_model,
@@ -154,18 +218,9 @@ def run(args: argparse.Namespace) -> int:
         generator,
         progress,
     )
-    num_truncated = int((~language.finished).sum())
-    if num_truncated:
-        warnings.warn(
-            f"{num_truncated} of {args.num_sequences} samples drew no EOS within --max-length "
-            f"{args.max_length}: they are not complete sequences of p_L and are left out of every result "
-            "(counted in summary.json)",
-            stacklevel=2,
-        )
+    num_truncated = check_finished(language.finished, args, max_positions(ref_model))
     keep = np.flatnonzero(language.finished)
     samples = [language.tokens[i] for i in keep]
-    if not samples:
-        raise ValueError("no sample reached EOS: raise --max-length")
 
     # rows to score: the samples (steps 0), their recursive perturbations (steps 1..S), random Σ* sequences
     rng = np.random.default_rng(args.seed)
@@ -197,6 +252,7 @@ def run(args: argparse.Namespace) -> int:
     errors = de.sequence_errors(log_p_model, log_p_ref)
     source_arr, steps_arr = np.array(source), np.array(steps)
 
+    out.mkdir(parents=True, exist_ok=True)
     _write_csv(
         out / "sequences.csv",
         {
@@ -263,6 +319,7 @@ def run(args: argparse.Namespace) -> int:
         "length_curve": (language_report["length_curve"], plots.plot_length_curve),
         "perturbation_grid": (results["perturbation_grid"], plots.plot_perturbation_grid),
     }
+    models = f"p_M = {_short(args.model)}, p_L = {_short(args.reference)} at T = {args.temperature:g}"
     if results["random"] is not None:
         figures["random_equal_width_curve"] = (results["random"]["equal_width_curve"], plots.plot_error_curve)
     for name, (result, plot) in figures.items():
@@ -272,7 +329,14 @@ def run(args: argparse.Namespace) -> int:
             out / f"{name}.csv",
             _grid_columns(result) if name == "perturbation_grid" else _curve_columns(result),
         )
-        plots.save_figure(plot(result, title=name.replace("_", " ")), out / f"{name}.png")
+        if _empty(result):  # an empty frame would read as "no error"
+            warnings.warn(
+                f"{name}: every bin holds --min-count {args.min_count} sequences or fewer, so no figure is drawn "
+                f"(its CSV has no rows); {REMEDY[name]} or lower --min-count",
+                stacklevel=2,
+            )
+            continue
+        plots.save_figure(plot(result, title=f"{name.replace('_', ' ')}: {models}"), out / f"{name}.png")
 
     print(
         f"{len(samples)} sequences from p_L (T={args.temperature:g}): "
@@ -282,6 +346,26 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"results written to {out}")
     return 0
+
+
+REMEDY = {  # per figure: the option that draws its sequences, then the one that sets its bins (if any)
+    "equal_width_curve": "draw more --num-sequences, use fewer --num-bins",
+    "random_equal_width_curve": "draw more --num-random-sequences, use fewer --num-bins",
+    "equal_size_curve": "draw more --num-sequences, use fewer --num-equal-size-bins",
+    "length_curve": "draw more --num-sequences",  # a bin per length
+    "perturbation_grid": "draw more --num-sequences, use fewer --num-rarity-bins",
+}
+
+
+def _empty(result: dict) -> bool:
+    """No bin kept: a curve without points, or a grid whose every cell is blank."""
+    rows = result["mean_error"]
+    return all(v is None for row in rows for v in (row if isinstance(row, list) else [row]))
+
+
+def _short(name: str) -> str:
+    """A model's folder or Hub id, shortened for a figure title (its last two path parts)."""
+    return "/".join(Path(name).parts[-2:])
 
 
 def _json_default(value):

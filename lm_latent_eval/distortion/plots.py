@@ -22,12 +22,13 @@ def plot_error_curve(
     ax.plot(x, curve["mean_error"], marker="o", ms=3, label=label)
     ax.fill_between(x, curve["ci_low"], curve["ci_high"], alpha=0.3, lw=0)
     ax.axhline(0.0, color="k", lw=0.8, ls="--")
-    ax.set_xlabel("log p_L(x)  (bin mean)")
-    ax.set_ylabel("log p_M(x) − log p_L(x)")
+    ax.set_xlabel("log p_L(x), nats (bin mean)")
+    ax.set_ylabel("error log p_M(x) − log p_L(x), nats")
     level = curve.get("confidence_level", 0.95)
     ax.set_title(
         f"{title}\n(band: {level:.0%} bootstrap CI; "
-        f"bins with ≤ {curve.get('min_count', 10)} sequences dropped)"
+        f"bins with ≤ {curve.get('min_count', 10)} sequences dropped)",
+        fontsize=9,
     )
     if label:
         ax.legend()
@@ -53,9 +54,9 @@ def plot_perturbation_grid(grid: dict, title: str = "mean error by rarity × per
     centers = [(a + b) / 2 for a, b in zip(grid["bin_left"], grid["bin_right"])]
     ax.set_yticks(range(len(centers)), [f"{c:.1f}" for c in centers])
     ax.set_xlabel("perturbation steps")
-    ax.set_ylabel("log p_L(x)  (bin centre)")
-    ax.set_title(title)
-    fig.colorbar(image, ax=ax, label="log p_M − log p_L")
+    ax.set_ylabel("log p_L(x), nats (bin centre)")
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(image, ax=ax, label="mean error log p_M − log p_L, nats")
     fig.tight_layout()
     return fig
 
@@ -68,12 +69,15 @@ def plot_length_curve(curve: dict, title: str = "observed vs expected error by l
     ax.plot(n, curve["mean_error"], marker="o", ms=3, label="observed")
     ax.fill_between(n, curve["ci_low"], curve["ci_high"], alpha=0.3, lw=0)
     ax.plot(
-        n, curve["expected_error"], ls="--", label=f"expected n · ē (ē = {curve['mean_per_token_error']:.3g})"
+        n,
+        curve["expected_error"],
+        ls="--",
+        label=f"expected n · ē (ē = {curve['mean_per_token_error']:.3g} nats per token)",
     )
     ax.axhline(0.0, color="k", lw=0.8)
     ax.set_xlabel("length n (tokens incl. EOS)")
-    ax.set_ylabel("log p_M(x) − log p_L(x)")
-    ax.set_title(title)
+    ax.set_ylabel("error log p_M(x) − log p_L(x), nats")
+    ax.set_title(title, fontsize=9)
     ax.legend()
     fig.tight_layout()
     return fig

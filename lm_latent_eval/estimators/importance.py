@@ -7,6 +7,7 @@ import math
 import numpy as np
 import torch
 
+from ..errors import InputError
 from ..protocol import LatentLM, has_unknown_word_penalty, num_particles, select_particles
 from .seeding import document_generator, stage_block
 
@@ -27,9 +28,9 @@ def sample_block(device: torch.device | str = "cpu") -> int:
 def check_sampling_args(num_samples: int, temperature: float, doc: str = "document") -> None:
     """Reject K ≤ 0 and τ ≤ 0 (or non-finite) with an error naming the document."""
     if not isinstance(num_samples, (int, np.integer)) or isinstance(num_samples, bool) or num_samples <= 0:
-        raise ValueError(f"{doc}: num_samples must be a positive integer, got {num_samples!r}")
+        raise InputError(f"{doc}: num_samples must be a positive integer, got {num_samples!r}")
     if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"{doc}: temperature must be a finite number > 0, got {temperature!r}")
+        raise InputError(f"{doc}: temperature must be a finite number > 0, got {temperature!r}")
 
 
 def _check_log_q(log_q: torch.Tensor, k: int, doc: str) -> torch.Tensor:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..errors import InputError
 from ..protocol import has_stepwise, has_tractable_marginal
 from .importance import check_sampling_args, sample_block
 from .smc import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS, check_smc_args
@@ -71,23 +72,23 @@ class EstimatorSettings:
 
     def __post_init__(self):
         if self.estimator not in ESTIMATORS:
-            raise ValueError(f"estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
+            raise InputError(f"estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
         if self.estimator in (*SAMPLING_ESTIMATORS, "auto"):  # auto may pick a sampling estimator
             check_sampling_args(self.num_samples, self.temperature, "settings")
         if self.estimator == "smc":
             check_smc_args(self.resample_threshold, self.smc_runs, self.num_samples)
         if self.estimator == "beam" and (not isinstance(self.beam_size, int) or self.beam_size <= 0):
-            raise ValueError(f"beam_size must be a positive integer, got {self.beam_size!r}")
+            raise InputError(f"beam_size must be a positive integer, got {self.beam_size!r}")
         if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size <= 0):
-            raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
+            raise InputError(f"batch_size must be a positive integer, got {self.batch_size!r}")
         if self.target_se is not None and not (
             isinstance(self.target_se, (int, float)) and self.target_se >= 0
         ):
-            raise ValueError(
+            raise InputError(
                 f"target_se must be a number ≥ 0 (nats per token; 0: no target), got {self.target_se!r}"
             )
         if self.max_samples is not None and (not isinstance(self.max_samples, int) or self.max_samples <= 0):
-            raise ValueError(f"max_samples must be a positive integer, got {self.max_samples!r}")
+            raise InputError(f"max_samples must be a positive integer, got {self.max_samples!r}")
 
     def resolve(self, model) -> tuple[EstimatorSettings, str]:
         """The settings with ``auto`` replaced by the estimator it picks for ``model``, and why: exact where the model

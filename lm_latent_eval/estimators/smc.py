@@ -17,12 +17,14 @@ Lee & Whiteley (2018) estimate.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from ..errors import InputError, UnsupportedError
 from ..protocol import missing_stepwise_methods
 from ..tensors import inverse_cdf
 from .importance import SAMPLE_BLOCK, check_sampling_args
@@ -43,14 +45,14 @@ def check_smc_args(
         and not isinstance(resample_threshold, bool)
         and 0.0 <= resample_threshold <= 1.0
     ):
-        raise ValueError(
+        raise InputError(
             f"{doc}: resample_threshold must be a number in [0, 1] (resample when ESS < threshold · particles), "
             f"got {resample_threshold!r}"
         )
     if not isinstance(smc_runs, (int, np.integer)) or isinstance(smc_runs, bool) or smc_runs <= 0:
-        raise ValueError(f"{doc}: smc_runs must be a positive integer, got {smc_runs!r}")
+        raise InputError(f"{doc}: smc_runs must be a positive integer, got {smc_runs!r}")
     if num_samples is not None and isinstance(num_samples, (int, np.integer)) and num_samples < smc_runs:
-        raise ValueError(
+        raise InputError(
             f"{doc}: num_samples = {num_samples} particles cannot form smc_runs = {smc_runs} runs"
         )
 
@@ -59,7 +61,7 @@ def require_stepwise(model) -> None:
     """A clear error when the model lacks the stepwise part of the contract that SMC needs."""
     missing = missing_stepwise_methods(model)
     if missing:
-        raise TypeError(
+        raise UnsupportedError(
             f"estimator=smc needs the stepwise part of the contract, but {type(model).__name__} does not define "
             f"{', '.join(missing)} (see lm_latent_eval.protocol.StepwiseLatentLM); use estimator=is, beam or exact"
         )
@@ -82,7 +84,7 @@ def _runs_log_ess(log_w: torch.Tensor, sizes: list[int]) -> list[float]:
     bounds = np.cumsum([0, *sizes])
     return [
         _log_ess(log_w[a:b]) if not torch.isneginf(log_w[a:b]).all() else -math.inf
-        for a, b in zip(bounds[:-1], bounds[1:])
+        for a, b in itertools.pairwise(bounds)
     ]
 
 

@@ -22,6 +22,7 @@ from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
 from .. import __version__
+from ..errors import InputError, UserError, install_excepthook
 from ..estimators import DocumentEstimate, estimate_document
 from ..estimators.adaptive import estimate_corpus
 from ..estimators.corpus import reliability_warning
@@ -43,14 +44,33 @@ from .model_args import (
     resolve_device,
     settings_args,
 )
-from .provenance import NAMING_KEYS, hub_revision, num_parameters, package_path, parameter_dtype
+from .provenance import NAMING_KEYS, hub_revision, import_root, num_parameters, package_path, parameter_dtype
 from .results_store import ResultsStore
 
 logger = logging.getLogger(__name__)
 
+LM_EVAL_DEFAULT_DEVICE = "cuda:0"  # what lm-eval's CLI passes as --device when the user gave none
 GENERATION_STREAM = -1  # block index of the random stream used by generate_until (IS uses blocks 0, 1, ...)
 DEFAULT_MAX_GEN_TOKS = 256
 _CACHE_FINGERPRINT_KEY = "lm_latent_eval:model_fingerprint"
+
+
+install_excepthook()  # lm_eval prints our errors (UserError: the message is the whole story) as one line
+
+
+def _log_like_lm_eval() -> None:
+    """Our log lines (the estimator auto chose, documents loaded from results_dir, ...) through the handler and level
+    of lm-eval's CLI, when it has set them up: its logger does not propagate, so ours would show warnings only."""
+    ours, theirs = logging.getLogger(__name__.split(".")[0]), logging.getLogger("lm_eval")
+    if theirs.handlers and not ours.handlers:
+        for handler in theirs.handlers:
+            ours.addHandler(handler)
+        if ours.level == logging.NOTSET:
+            ours.setLevel(theirs.level)
+
+
+class NoTextSampler(UserError, NotImplementedError):
+    """generate_until for a model without ``sample_text``."""
 
 
 def _distributed_state(device: torch.device):
@@ -76,12 +96,20 @@ class LatentLMEval(LM):
 
     @classmethod
     def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> LatentLMEval:
-        """lm-eval's constructor: model_args win over the CLI's ``--device`` / ``--batch_size`` (always passed)."""
+        """lm-eval's constructor: model_args win over the CLI's ``--device`` / ``--batch_size`` (always passed; lm-eval's
+        own default ``--device cuda:0`` is dropped on a machine without CUDA: nobody asked for it)."""
         cli = {k: v for k, v in (additional_config or {}).items() if v is not None}
+        if cli.get("device") == LM_EVAL_DEFAULT_DEVICE and not torch.cuda.is_available():
+            del cli["device"]
         for key in sorted(set(cli) & set(arg_dict)):
             if str(cli[key]) != str(arg_dict[key]):
                 logger.info("model_args %s=%s overrides --%s %s", key, arg_dict[key], key, cli[key])
-        return cls(**{**cli, **arg_dict})
+        lm = cls(**{**cli, **arg_dict})
+        if cls.MODEL is not None and not {"pretrained", "model"} & set(arg_dict):
+            # lm-eval names the output folder after model_args pretrained= or model= (else a random id, the same
+            # one for every model since lm-eval seeds Python's random): name it after the model instead
+            arg_dict["model"] = cls.MODEL
+        return lm
 
     @classmethod
     def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> LatentLMEval:
@@ -92,6 +120,7 @@ class LatentLMEval(LM):
 
     def __init__(self, **model_args) -> None:
         super().__init__()
+        _log_like_lm_eval()
         self.model_name = self._model_name(model_args.get("model"))
         self.model_options = model_options(resolve_class(self.model_name))
         check_known(type(self).__name__, model_args, (*BACKEND_ARGS, *settings_args(), *self.model_options))
@@ -136,6 +165,8 @@ class LatentLMEval(LM):
                 "per-document results in %s (%d stored)", self.results_store.folder, len(self.results_store)
             )
         self._warned_greedy = False
+        # lm-eval's --use_cache database (set_cache_hook), which also keeps our estimates
+        self._cache_db = None
 
     def _model_name(self, model) -> str:
         """The model this backend loads: its fixed MODEL, or model_args ``model`` for ``--model latent``."""
@@ -187,6 +218,10 @@ class LatentLMEval(LM):
             "dtype": str(dtype).removeprefix("torch."),
             "lm_latent_eval_version": __version__,
         }
+        if (
+            root := import_root(cls)
+        ) is not None:  # the model's code is importable only with it on PYTHONPATH
+            info["model_pythonpath"] = root
         if hasattr(
             self.model, "count_eos"
         ):  # sentence-level models: is the end-of-sentence token scored and counted?
@@ -200,18 +235,22 @@ class LatentLMEval(LM):
         return info
 
     def set_cache_hook(self, cache_hook) -> None:
-        """Refuse an lm-eval ``--use_cache`` database filled by a different model, checkpoint or estimator."""
+        """Refuse an lm-eval ``--use_cache`` database filled by a different model, checkpoint or estimator; keep every
+        document's estimate in it too, for the perplexity tasks of a rerun that the cache answers."""
         dbdict = getattr(cache_hook, "dbdict", None)
         if dbdict is not None:
             mine = json.dumps(self.get_model_info(), sort_keys=True)
             theirs = dbdict.get(_CACHE_FINGERPRINT_KEY)
             if theirs is not None and theirs != mine:
-                raise ValueError(
+                raise InputError(
                     "--use_cache database was written by a different latent model or estimator (lm-eval keys its "
                     f"cache by request text only): cached {theirs}, now {mine}. Use a separate cache file."
                 )
             dbdict[_CACHE_FINGERPRINT_KEY] = mine
             dbdict.commit()
+            # a rerun answered from the cache still finds each document's samples there
+            self._cache_db = dbdict
+            rolling_estimates.keep_in(dbdict)
         super().set_cache_hook(cache_hook)
 
     # ---- multi-process runs (lm-eval calls these only when world_size > 1) ----------------------------------------
@@ -240,7 +279,13 @@ class LatentLMEval(LM):
         document's estimate."""
         store = self.results_store
         if store is not None:
-            logger.info("%s: %d documents stored in %s", desc, len(store), store.folder)
+            logger.info(
+                "%s: %d of %d documents loaded from %s (results_dir), the rest estimated",
+                desc,
+                store.count_stored(texts),
+                len(set(texts)),
+                store.folder,
+            )
 
         def estimate(text: str, settings, stage: int) -> DocumentEstimate:
             stored = None if store is None else store.get(text, stage)
@@ -294,12 +339,11 @@ class LatentLMEval(LM):
         texts = [req.args[0] for req in requests]
         estimates = self._estimate_all(texts, "log p(x)", disable_tqdm)
         self._warn_if_unreliable(estimates.values())
-        rolling_estimates.record(estimates)
+        rolling_estimates.record(estimates, self._cache_db)
         for text, est in estimates.items():
             if est.num_tokens == 0:
-                warnings.warn(
-                    f"document {text[:60]!r} has no tokens: log p = 0.0 over 0 tokens", stacklevel=2
-                )
+                what = f"document {text[:60]!r}" if text.strip() else f"an empty document ({text!r})"
+                warnings.warn(f"{what} has no tokens: log p = 0.0 over 0 tokens", stacklevel=2)
         return [estimates[text].log_likelihood for text in texts]
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
@@ -339,7 +383,7 @@ class LatentLMEval(LM):
             else "it does not declare whether log_joint is a prefix probability; set the "
             "class attribute prefix_probability = True if Σ_z p(x, z) is the probability that a text starts with x"
         )
-        raise ValueError(
+        raise InputError(
             f"{name}: loglikelihood requests (multiple-choice and completion tasks) are refused: {what}. "
             "Perplexity tasks (loglikelihood_rolling) are unaffected."
         )
@@ -360,7 +404,7 @@ class LatentLMEval(LM):
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         """Ancestral samples from p(· | context), seeded from (seed, context), cut at the first ``until`` string."""
         if not has_text_sampler(self.model):
-            raise NotImplementedError(
+            raise NoTextSampler(
                 f"{type(self.model).__name__} has no sample_text(): generate_until is unavailable"
             )
         outputs = []

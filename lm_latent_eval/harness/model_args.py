@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from ..errors import InputError, MissingFileError
 from ..estimators import EstimatorSettings
 
 
@@ -49,7 +50,7 @@ BACKEND_ARGS = (
 IGNORED_ARGS = ("max_batch_size",)  # passed by lm-eval to every model; batch_size is a particle count here
 
 
-class ModelArgsError(ValueError):
+class ModelArgsError(InputError):
     """A model_arg that is unknown or has a value of the wrong type."""
 
 
@@ -111,7 +112,7 @@ def parse_value(arg: ModelArg, value):
         return number
     if arg.kind is Path:
         if not Path(text).exists():
-            raise FileNotFoundError(f"model_args {arg.name}={text}: no such file")
+            raise MissingFileError(f"model_args {arg.name}={text}: no such file")
         return text
     return text
 
@@ -172,7 +173,7 @@ def parse_dtype(dtype) -> torch.dtype | None:
         return dtype
     value = getattr(torch, str(dtype).removeprefix("torch."), None)
     if not isinstance(value, torch.dtype):
-        raise ValueError(
+        raise ModelArgsError(
             f"model_args dtype must name a torch dtype (float32, float64, bfloat16, ...), got {dtype!r}"
         )
     return value

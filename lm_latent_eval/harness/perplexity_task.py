@@ -4,13 +4,17 @@
 SAME estimate the backend made (``rolling_estimates.lookup``), as JSON-ready dicts (lm-eval writes them to the
 samples file, where ``reports`` reads the per-document log weights back). The aggregations below turn the items of
 all documents into the corpus figures; the task YAML names them directly
-(``aggregation: !function lm_latent_eval.harness.perplexity_task.instance_perplexity``).
+(``aggregation: !function lm_latent_eval.harness.perplexity_task.instance_perplexity``), as it names the corpus
+loader and ``process_results`` here: every function of the task is importable, so a copy of a task YAML works from
+any folder (a task over another corpus is ``class: !function lm_latent_eval.harness.template_task.PerplexityTask``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
+from pathlib import Path
 
 from ..estimators import DocumentEstimate
 from ..estimators.corpus import CorpusEstimate, corpus_estimate
@@ -25,13 +29,44 @@ PERPLEXITY_METRICS = (
     "is_instance_perplexity",
     "is_corpus_perplexity",
 )
+logger = logging.getLogger(__name__)
 SAMPLES_FIELD = "is_corpus_perplexity"  # the item reports read from the samples file (the whole estimate)
+
+
+def load_corpus(data_file: str | None = None, **_metadata):
+    """``custom_dataset`` of latent_ppl_tiny: a DatasetDict whose ``test`` split is the bundled tiny corpus, or
+    ``--metadata '{"data_file": ...}'`` (.jsonl with a ``text`` field, or one document per line; an unusable line is
+    an error naming the file and line). lm-eval also passes the other metadata and model_args; they are ignored."""
+    import datasets
+
+    from ..documents import TEXT_FIELD, read_texts
+    from ..paths import DATA_DIR
+
+    path = Path(data_file) if data_file else DATA_DIR / "corpus" / "tiny_test.jsonl"
+    return datasets.DatasetDict({"test": datasets.Dataset.from_dict({TEXT_FIELD: read_texts(path)})})
+
+
+def doc_to_target(doc: dict) -> str:
+    """The document text scored by loglikelihood_rolling."""
+    from ..documents import TEXT_FIELD
+
+    return doc[TEXT_FIELD]
+
+
+def process_results(doc: dict, results: list) -> dict:
+    """``process_results`` of every perplexity task: the items of every metric, all from the backend's estimate of
+    this very document."""
+    from lm_eval.api.task import ConfigurableTask
+
+    text = doc_to_target(doc)
+    (log_likelihood,) = results
+    return document_items(text, log_likelihood, ConfigurableTask.count_words(text))
 
 
 def document_items(text: str, log_likelihood: float, num_words: int) -> dict:
     """Per-document items of every metric of the task (``num_words``: lm-eval's whitespace word count)."""
     est = rolling_estimates.lookup(text, log_likelihood)
-    item = _item(est, text)
+    item = _item(est, text) | {"num_words": num_words}
     items = {"word_perplexity": (log_likelihood, num_words), **dict.fromkeys(PERPLEXITY_METRICS, item)}
     weights = (
         est.importance_weights
@@ -90,8 +125,37 @@ _CACHE: dict[tuple, CorpusEstimate] = {}
 
 
 def perplexity(items) -> float:
-    """The perplexity to quote: bias-corrected where a two-sided interval is honest, else the instance level."""
+    """The perplexity to quote: bias-corrected where a two-sided interval is honest, else the instance level. Also
+    logs why other rows of lm-eval's table repeat a number (``repeated_rows``), once per task."""
+    for note in repeated_rows(items):
+        logger.info("%s", note)
     return _corpus(items).perplexity
+
+
+def repeated_rows(items) -> list[str]:
+    """One sentence per pair of rows of the task's table that show the same number, saying why."""
+    corpus, notes = _corpus(items), []
+    if corpus.corpus_perplexity is None:
+        why = (
+            "an exact or beam run has no samples to pair across documents"
+            if corpus.estimator in ("exact", "beam")
+            else "the precision target drew different numbers of samples per document, so there is no joint corpus "
+            "sample (Eq. 6)"
+        )
+        notes.append(f"is_corpus_perplexity repeats is_instance_perplexity: {why}")
+    if all(i.get("num_words") == i["num_tokens"] for i in items):
+        notes.append(
+            "word_perplexity repeats is_instance_perplexity: the model's tokens are the whitespace words"
+        )
+    penalties = [i.get("unk_penalty") for i in items]
+    if all(p is not None for p in penalties):
+        unpenalized = not any(any(p) for p in penalties)
+        notes.append(
+            "upp_instance and upp_corpus repeat is_instance_perplexity and is_corpus_perplexity: for a model with an "
+            "unknown-word penalty those are the UPP"
+            + ("; ppl_* repeat them too: no sample paid an unknown-word penalty" if unpenalized else "")
+        )
+    return notes
 
 
 def perplexity_stderr(items) -> float | str:

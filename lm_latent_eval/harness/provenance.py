@@ -7,7 +7,7 @@ import os
 import torch
 
 # get_model_info keys that name the model but never change a number (kept out of the results_dir run key)
-NAMING_KEYS = ("checkpoint", "model_name", "model_revision")
+NAMING_KEYS = ("checkpoint", "model_name", "model_revision", "model_pythonpath")
 
 
 def parameter_dtype(model) -> torch.dtype | None:
@@ -36,3 +36,23 @@ def hub_revision(checkpoint) -> str | None:
     parent, name = os.path.split(os.path.normpath(str(checkpoint)))
     is_commit = len(name) == 40 and all(c in "0123456789abcdef" for c in name)
     return name if os.path.basename(parent) == "snapshots" and is_commit else None
+
+
+def import_root(cls) -> str | None:
+    """The folder that must be on PYTHONPATH to import ``cls`` again (absolute): the sys.path entry holding its
+    top-level module, for a class that is neither ours nor installed (e.g. ``model=my_pkg.mod:Cls`` found in the
+    working directory, which ``python -m lm_eval`` puts on sys.path and the ``lm_eval`` script does not); else None."""
+    import sys
+    import sysconfig
+
+    top = cls.__module__.split(".")[0]
+    module = sys.modules.get(top)
+    location = getattr(module, "__file__", None)
+    if top == __name__.split(".")[0] or location is None:
+        return None
+    path = os.path.dirname(os.path.abspath(location))
+    root = os.path.dirname(path) if os.path.basename(location) == "__init__.py" else path
+    installed = {os.path.abspath(sysconfig.get_paths()[k]) for k in ("purelib", "platlib", "stdlib")}
+    if root in installed or os.path.basename(root) in ("site-packages", "dist-packages"):
+        return None
+    return root

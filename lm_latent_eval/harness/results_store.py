@@ -41,10 +41,19 @@ def text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def _file_mode() -> int:
+    """The mode ``open`` gives a new file under the process's umask (0o644 under the usual 022); mkstemp's is 0o600."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def _atomic_write(path: Path, write) -> None:
-    """Call ``write(file_object)`` on a temporary file beside ``path``, fsync it, then rename it onto ``path``."""
+    """Call ``write(file_object)`` on a temporary file beside ``path``, fsync it, then rename it onto ``path`` (with
+    the mode an ordinary new file would have, so that a shared results folder stays readable by the group)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, _file_mode())
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
@@ -104,6 +113,10 @@ class ResultsStore:
             arrays[f"has_{name}"] = np.array(record[name] is not None)
             arrays[name] = np.asarray(record[name] if record[name] is not None else [], dtype=np.float64)
         _atomic_write(self.path(estimate.document, stage), lambda fh: np.savez(fh, **arrays))
+
+    def count_stored(self, texts) -> int:
+        """How many of the distinct ``texts`` have a stored estimate (first stage)."""
+        return sum(self.path(text).is_file() for text in set(texts))
 
     def __len__(self) -> int:
         return sum(1 for _ in self.folder.glob("*.npz"))  # every stage's file counts

@@ -9,6 +9,7 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import InputError, MissingFileError
 from ..paths import DATA_DIR
 
 
@@ -55,14 +56,14 @@ def resolve_class(model: str):
     """The class for a registered name (``hmm``) or an import path (``pkg.mod:Cls``)."""
     target = model_target(model)
     if ":" not in target:
-        raise ValueError(
+        raise InputError(
             f"unknown model {model!r}: use one of {sorted(MODELS)} or 'package.module:ClassName'"
         )
     module, _, attr = target.partition(":")
     try:
         return getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as err:
-        raise ValueError(f"cannot import model class {target!r}: {err}") from err
+        raise InputError(f"cannot import model class {target!r}: {err}") from err
 
 
 def default_checkpoint(model: str) -> Path | None:
@@ -84,6 +85,26 @@ def checkpoint_hash(path: str | Path) -> str:
     return h.hexdigest()
 
 
+def hub_snapshot(name: str, what: str = "pretrained") -> Path:
+    """The local folder of Hub model ``name`` (downloaded if needed); MissingFileError saying that no folder and no
+    Hub model of that name exists, or why the Hub could not be asked, in one line (``what``: the option's name)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    folder = f"{what}={name}: no such folder ({Path(name).expanduser().absolute()})"
+    try:
+        return Path(snapshot_download(name))
+    except HFValidationError:
+        raise MissingFileError(f"{folder}, and it is not a Hugging Face Hub id either") from None
+    except RepositoryNotFoundError:
+        raise MissingFileError(f"{folder}, and no Hugging Face Hub model of that name was found") from None
+    except LocalEntryNotFoundError:
+        raise MissingFileError(
+            f"{folder}, and no Hugging Face Hub model of that name is in the local cache (the Hub was not asked: "
+            "offline, HF_HUB_OFFLINE set, or no connection)"
+        ) from None
+
+
 def load_model(
     model: str = "hmm", pretrained: str | Path | None = None, device: str = "cpu", dtype=None, **kwargs
 ):
@@ -95,12 +116,10 @@ def load_model(
     if pretrained is None:
         pretrained = default_checkpoint(model)
         if pretrained is None:
-            raise ValueError(f"model {model!r} has no bundled checkpoint: pass pretrained=<dir or hub id>")
+            raise InputError(f"model {model!r} has no bundled checkpoint: pass pretrained=<dir or hub id>")
     path = Path(pretrained)
     if not path.exists():
-        from huggingface_hub import snapshot_download
-
-        path = Path(snapshot_download(str(pretrained)))
+        path = hub_snapshot(str(pretrained))
     with contextlib.redirect_stdout(
         io.StringIO()
     ):  # huggingface_hub prints "Loading weights from local directory"

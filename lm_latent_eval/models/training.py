@@ -74,12 +74,22 @@ def save_checkpoint(model, output_dir: str | Path, config, history: list[dict]) 
     return output_dir
 
 
-def make_default_arguments(description: str, epochs: int, data_dir: Path, argv: list[str] | None = None):
-    """``--seed``, ``--epochs``, ``--data-dir``: the options of every ``make_default`` script (bundled checkpoints)."""
-    parser = argparse.ArgumentParser(description=description)
+def make_default_arguments(description: str, epochs: int | None, argv: list[str] | None = None):
+    """``--output-dir`` (required: nothing is written unless asked), ``--seed`` and ``--epochs`` (where the recipe
+    has epochs): the options of every ``make_default`` script, which writes a bundled checkpoint and its corpus."""
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        required=True,
+        help="data folder to write into, in the layout of lm_latent_eval/data (pass lm_latent_eval/data to "
+        "regenerate the bundled files)",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--epochs", type=int, default=epochs)
-    parser.add_argument("--data-dir", type=Path, default=data_dir)
+    if epochs is not None:
+        parser.add_argument("--epochs", type=int, default=epochs)
     return parser.parse_args(argv)
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import InputError
 from ..estimators.corpus import PERPLEXITY_KINDS, CorpusEstimate, corpus_estimate, pareto_k_shares
 from ..estimators.diagnostics import corpus_convergence_curve, effective_sample_size, pareto_khat
 from ..estimators.intervals import LEVEL
@@ -141,7 +142,8 @@ def _format_value(value) -> str:
 
 
 def reproduce_command(run: TaskRun) -> str:
-    """The lm_eval command line that reproduces the run, with every estimator setting spelled out."""
+    """The lm_eval command line that reproduces the run, with every estimator setting spelled out, on the device type
+    the run used (random streams differ between CPU and GPU), with the PYTHONPATH the model's code needed."""
     cfg = run.config
     args = cfg.get("model_args") or {}
     if isinstance(args, str):
@@ -150,7 +152,13 @@ def reproduce_command(run: TaskRun) -> str:
     for key, value in run.settings.items():
         if key != "sample_block":
             args.setdefault(key, value)
+    device = cfg.get(
+        "device_type"
+    )  # where it ran; lm-eval's own "device" is the --device asked for (cuda:0 default)
+    if device is not None and "device" in args:
+        args["device"] = device
     parts = [
+        *([f"PYTHONPATH={shlex.quote(cfg['model_pythonpath'])}"] if cfg.get("model_pythonpath") else []),
         "lm_eval",
         "--model",
         cfg.get("model", "latent"),
@@ -169,8 +177,8 @@ def reproduce_command(run: TaskRun) -> str:
     if metadata:
         parts += ["--metadata", shlex.quote(json.dumps(metadata))]
     for flag in ("device", "batch_size", "limit"):
-        if cfg.get(flag) is not None:
-            value = cfg[flag]
+        value = device if flag == "device" and device is not None else cfg.get(flag)
+        if value is not None:
             parts += [
                 f"--{flag}",
                 str(int(value) if flag == "limit" and float(value).is_integer() else value),
@@ -179,7 +187,7 @@ def reproduce_command(run: TaskRun) -> str:
     if all(s is not None for s in seeds):
         parts += ["--seed", ",".join(str(s) for s in seeds)]
     parts += ["--output_path", "OUT", "--log_samples"]
-    return " ".join(p if p.startswith(('"$(', "'")) else shlex.quote(str(p)) for p in parts)
+    return " ".join(p if p.startswith(('"$(', "'", "PYTHONPATH=")) else shlex.quote(str(p)) for p in parts)
 
 
 def _same_documents(a: TaskRun, b: TaskRun) -> bool:
@@ -210,11 +218,11 @@ def recompute_beam(run: TaskRun, beam_size: int, device: str = "cpu", progress: 
 
     cfg = run.config
     if not cfg.get("latent_model") or not cfg.get("checkpoint"):
-        raise ValueError(
+        raise InputError(
             f"{run.results_file}: no latent_model / checkpoint in the config: not an lm-latent-eval run"
         )
     if checkpoint_hash(cfg["checkpoint"]) != cfg.get("checkpoint_sha256"):
-        raise ValueError(
+        raise InputError(
             f"checkpoint {cfg['checkpoint']} no longer has the sha256 recorded in {run.results_file}"
         )
     files = (
@@ -245,7 +253,7 @@ def build_card(
     """The card of one run as a JSON-ready dict; beam / exact runs of the same checkpoint, task and documents join it."""
     docs = run.documents
     if not docs:
-        raise ValueError(f"{run.samples_file}: no documents")
+        raise InputError(f"{run.samples_file}: no documents")
     keys = [hashlib.sha256(d.document.encode()).hexdigest() for d in docs]
     corpus = corpus_estimate(docs, level, keys)
     figures, diag, curve = [], None, None
@@ -421,15 +429,23 @@ def save_plot(card: dict, path: Path) -> bool:
         true_perplexity=card["exact_perplexity"],
         beam_perplexity=card["beam_perplexity"],
     )
-    ax.set_title(f"{Path(card['model']['name']).name} on {card['task']}", fontsize=9)
+    s, c = card["settings"], card["corpus"]
+    ax.set_ylabel("IS perplexity (upper bound in expectation)")
+    ax.set_title(
+        f"{Path(card['model']['name']).name} on {card['task']}: {c['num_documents']} documents, {c['num_tokens']} "
+        f"tokens\nIS, K = {s.get('num_samples')}, τ = {s.get('temperature')}, "
+        f"{'peeking' if s.get('peek') else 'no peeking'}, seed {s.get('seed')}",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
 
 
-def write_cards(output_dir: str | Path, out: str | Path | None = None, **kwargs) -> list[Path]:
-    """A card (.md, .json and .png) for every run and task under ``output_dir``; returns the Markdown files."""
+def write_cards(output_dir: str | Path, out: str | Path | None = None, **kwargs) -> list[list[Path]]:
+    """A card (.md, .json, and a .png for IS runs) for every run and task under ``output_dir``; returns the files
+    written, one list per card, the Markdown file first."""
     runs = read_runs(output_dir)
     out = Path(out) if out is not None else Path(output_dir) / "cards"
     out.mkdir(parents=True, exist_ok=True)
@@ -437,10 +453,12 @@ def write_cards(output_dir: str | Path, out: str | Path | None = None, **kwargs)
     for run in runs:
         card = build_card(run, runs, **kwargs)
         stem = f"{run.results_file.parent.name}__{run.task}__{run.results_file.stem.removeprefix('results_')}"
-        plot = f"{stem}.png" if save_plot(card, out / f"{stem}.png") else None
-        (out / f"{stem}.json").write_text(json.dumps(card, indent=1, default=float))
-        (out / f"{stem}.md").write_text(card_markdown(card, plot))
-        written.append(out / f"{stem}.md")
+        files = [out / f"{stem}.md", out / f"{stem}.json"]
+        if save_plot(card, out / f"{stem}.png"):
+            files.append(out / f"{stem}.png")
+        files[1].write_text(json.dumps(card, indent=1, default=float))
+        files[0].write_text(card_markdown(card, files[2].name if len(files) > 2 else None))
+        written.append(files)
     return written
 
 
@@ -457,8 +475,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for path in write_cards(
+    for files in write_cards(
         args.output_dir, args.output, beam_size=args.beam_size, level=args.level, device=args.device
     ):
-        print(f"wrote {path} (+ .json, .png)")
+        print(f"wrote {files[0]} (+ {', '.join(f.suffix for f in files[1:])})")
     return 0

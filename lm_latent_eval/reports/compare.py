@@ -11,6 +11,7 @@ t-test on per-document means would not do.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import warnings
@@ -18,21 +19,44 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import InputError
 from ..estimators.corpus import CorpusEstimate, corpus_estimate, pareto_k_shares
 from ..estimators.diagnostics import effective_sample_size
 from .lm_eval_output import TaskRun, read_runs
 
 
-class DocumentMismatch(ValueError):
+class DocumentMismatch(InputError):
     """The two runs did not score the same documents; a paired comparison is meaningless."""
 
 
+def _same_run(a: TaskRun, b: TaskRun) -> bool:
+    """Two results files of one run configuration (a rerun, e.g. resumed from results_dir): same task, model, estimator
+    settings and documents."""
+    return (
+        a.task == b.task
+        and a.settings == b.settings
+        and a.config.get("checkpoint_sha256") == b.config.get("checkpoint_sha256")
+        and [d.document for d in a.documents] == [d.document for d in b.documents]
+    )
+
+
 def select_run(path: str | Path, task: str | None = None) -> TaskRun:
-    """The one (results file, task) under ``path``; ``task`` picks among several."""
+    """The one (results file, task) under ``path``; ``task`` picks among several. Reruns of one configuration (lm-eval
+    writes a results file per run into the model's folder) count once: the newest, with a warning naming it."""
     runs = [r for r in read_runs(path) if task is None or r.task == task]
+    if len(runs) > 1 and all(_same_run(runs[0], r) for r in runs[1:]):
+        newest = max(
+            runs, key=lambda r: r.results_file.name
+        )  # results_<ISO date>.json: the name sorts by time
+        warnings.warn(
+            f"{path} holds {len(runs)} runs of {newest.task} with the same model, settings and documents (reruns); "
+            f"comparing the newest, {newest.results_file.name} (pass a results_*.json file to choose another)",
+            stacklevel=2,
+        )
+        runs = [newest]
     if len(runs) != 1:
         found = ", ".join(f"{r.task} ({r.results_file})" for r in runs) or "none"
-        raise ValueError(
+        raise InputError(
             f"{path}: need exactly one run{f' of task {task!r}' if task else ''}, found {found}; "
             "pass one results_*.json file or --task"
         )
@@ -49,7 +73,7 @@ def align(a: TaskRun, b: TaskRun) -> list[tuple]:
     if only_a or only_b or len(a.documents) != len(b.documents):
         example = next(iter(only_a or only_b), "")
         raise DocumentMismatch(
-            f"the runs scored different documents: A has {len(a.documents)} ({a.task}, {a.samples_file}), B has "
+            f"refusing to compare: the runs scored different documents: A has {len(a.documents)} ({a.task}, {a.samples_file}), B has "
             f"{len(b.documents)} ({b.task}, {b.samples_file}); {len(only_a)} only in A, {len(only_b)} only in B"
             + (f", e.g. {example[:60]!r}" if example else "")
             + ". Rerun both on the same task, split and --limit."
@@ -89,29 +113,35 @@ def _corrected(run_docs: list, corpus: CorpusEstimate) -> np.ndarray:
     return np.array([d.log_likelihood + d.error().relative_variance / 2 for d in run_docs])
 
 
+def _per_word(docs: list) -> list:
+    """The same estimates counted per whitespace word instead of per model token."""
+    return [dataclasses.replace(d, num_tokens=len(d.document.split())) for d in docs]
+
+
 def paired_comparison(
     a: TaskRun, b: TaskRun, level: float = 0.95, num_resamples: int = 10000, seed: int = 0
 ) -> dict:
-    """Side-by-side summaries, per-document log p̂ per unit and the paired bootstrap of Δ = log PPL_A − log PPL_B."""
+    """Side-by-side summaries, per-document log p̂ per unit and the paired bootstrap of Δ = log PPL_A − log PPL_B.
+
+    The unit is the model token when both runs count the same tokens per document; otherwise (different tokenizers)
+    every figure, both sides' summaries included, is per whitespace word, the one unit both runs share."""
     pairs = align(a, b)
-    corpora = [corpus_estimate([p[i] for p in pairs]) for i in (0, 1)]
-    ll = np.stack([_corrected([p[i] for p in pairs], corpora[i]) for i in (0, 1)], axis=1)  # [N, 2]
-    tokens = np.array([[da.num_tokens, db.num_tokens] for da, db in pairs], dtype=np.float64)
-    if np.array_equal(tokens[:, 0], tokens[:, 1]):
-        unit = "model token"
-    else:  # different tokenizers: per-token figures are not comparable, per-word ones are
+    sides = [[p[i] for p in pairs] for i in (0, 1)]
+    unit = "model token"
+    if [d.num_tokens for d in sides[0]] != [d.num_tokens for d in sides[1]]:
         warnings.warn(
-            "the two runs tokenize the documents differently: comparing log p̂ per whitespace word",
+            "the two runs tokenize the documents differently: every figure is per whitespace word",
             stacklevel=2,
         )
-        unit = "word"
-        words = np.array([len(da.document.split()) for da, _ in pairs], dtype=np.float64)
-        tokens = np.stack([words, words], axis=1)
+        unit, sides = "word", [_per_word(docs) for docs in sides]
+    corpora = [corpus_estimate(docs) for docs in sides]
+    ll = np.stack([_corrected(docs, corpus) for docs, corpus in zip(sides, corpora)], axis=1)  # [N, 2]
+    tokens = np.array([[da.num_tokens, db.num_tokens] for da, db in zip(*sides)], dtype=np.float64)
     keep = tokens[:, 0] > 0
     ll, tokens = ll[keep], tokens[keep]
     n = ll.shape[0]
     if n < 2:
-        raise ValueError("a paired test needs at least two non-empty documents")
+        raise InputError("a paired test needs at least two non-empty documents")
 
     def delta(idx):
         per_unit = ll[idx].sum(axis=-2) / tokens[idx].sum(axis=-2)  # [..., 2]: Σℓ / ΣT of A and B
@@ -129,8 +159,8 @@ def paired_comparison(
     p_value = min(1.0, 2.0 * min((boot <= 0).mean(), (boot >= 0).mean()))
     per_doc = ll / tokens  # [N, 2] log p̂ per unit
     return {
-        "a": _summary(a, [p[0] for p in pairs], corpora[0]),
-        "b": _summary(b, [p[1] for p in pairs], corpora[1]),
+        "a": _summary(a, sides[0], corpora[0]),
+        "b": _summary(b, sides[1], corpora[1]),
         "bias_corrected": all(c.interval.two_sided for c in corpora),
         "num_documents": int(n),
         "unit": unit,
@@ -162,14 +192,15 @@ def comparison_markdown(c: dict) -> str:
     ]
     for key in sorted(set(a["settings"]) | set(b["settings"])):
         rows.append((key, a["settings"].get(key, "–"), b["settings"].get(key, "–")))
+    per = f"per {c['unit']}"  # the unit of every figure below and of the test
     rows += [
-        ("perplexity", f"{a['perplexity']:.4f}", f"{b['perplexity']:.4f}"),
+        (f"perplexity {per}", f"{a['perplexity']:.4f}", f"{b['perplexity']:.4f}"),
         ("95% statement", _statement(a), _statement(b)),
         ("certified upper bound", f"{a['perplexity_upper_bound']:.4f}", f"{b['perplexity_upper_bound']:.4f}"),
         ("Monte Carlo stderr", f"{a['monte_carlo_stderr']:.4g}", f"{b['monte_carlo_stderr']:.4g}"),
         ("sampling stderr (documents)", f"{a['sampling_stderr']:.4g}", f"{b['sampling_stderr']:.4g}"),
         (
-            "instance-level perplexity (Eq. 5)",
+            f"instance-level perplexity {per} (Eq. 5)",
             f"{a['instance_perplexity']:.4f}",
             f"{b['instance_perplexity']:.4f}",
         ),
@@ -179,9 +210,21 @@ def comparison_markdown(c: dict) -> str:
             rows.append((key, a.get(key, "–"), b.get(key, "–")))
     lo, hi = c["ci"]
     better = "A" if c["delta_log_ppl"] < 0 else "B"
-    lines = [f"# {a['label']} (A) vs {b['label']} (B) on {a['task']}", "", "| | A | B |", "|---|---|---|"] + [
-        f"| {k} | {va} | {vb} |" for k, va, vb in rows
-    ]
+    unit_note = (
+        [
+            "",
+            "The runs tokenize differently: every perplexity here is per whitespace word, the unit of the test.",
+        ]
+        if c["unit"] == "word"
+        else []
+    )
+    lines = [
+        f"# {a['label']} (A) vs {b['label']} (B) on {a['task']}",
+        *unit_note,
+        "",
+        "| | A | B |",
+        "|---|---|---|",
+    ] + [f"| {k} | {va} | {vb} |" for k, va, vb in rows]
     lines += [
         "",
         (
@@ -219,29 +262,43 @@ def comparison_markdown(c: dict) -> str:
     return "\n".join(lines)
 
 
-def save_plot(c: dict, path: Path) -> None:
-    """Left: per-document log p̂ per unit, B against A, with the diagonal; right: bootstrap distribution of Δ."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def comparison_figure(c: dict):
+    """Left: per-document log p̂ per unit, B against A, with the diagonal; right: bootstrap distribution of Δ. The
+    title names A and B (model and settings), the task and the unit."""
+    from matplotlib.figure import Figure
 
     per_doc = np.asarray(c["per_document_log_p_per_unit"])
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    a, b, unit = c["a"], c["b"], c["unit"]
+    fig = Figure(figsize=(10, 4.6))
+    left, right = fig.subplots(1, 2)
     left.scatter(per_doc[:, 0], per_doc[:, 1], s=10)
     lim = [per_doc.min(), per_doc.max()]
-    left.plot(lim, lim, color="black", lw=1)
-    left.set(xlabel=f"A: log p̂ per {c['unit']}", ylabel=f"B: log p̂ per {c['unit']}", title="per document")
-    right.hist(c["bootstrap_delta"], bins=50, density=True, alpha=0.7)
+    left.plot(lim, lim, color="black", lw=1, label="A = B")
+    left.set(
+        xlabel=f"A: log p̂ per {unit} (nats)",
+        ylabel=f"B: log p̂ per {unit} (nats)",
+        title=f"per document (above the line: B higher; {c['num_documents']} documents)",
+    )
+    left.legend(loc="upper left", fontsize=8)
+    right.hist(c["bootstrap_delta"], bins=50, density=True, alpha=0.7, label="bootstrap Δ")
     for x in c["ci"]:
         right.axvline(x, color="gray", ls="--")
     right.axvline(0.0, color="black", lw=1)
     right.axvline(c["delta_log_ppl"], color="C3", label="observed Δ")
-    right.set(xlabel="Δ = log PPL_A − log PPL_B", ylabel="density", title="paired bootstrap")
-    right.legend()
+    right.plot([], [], color="gray", ls="--", label=f"{100 * c['level']:.0f}% interval")
+    right.set(
+        xlabel=f"Δ = log PPL_A − log PPL_B (nats per {unit}; < 0: A better)",
+        ylabel="density",
+        title=f"paired bootstrap, p = {c['p_value']:.3g}",
+    )
+    right.legend(fontsize=8)
+    fig.suptitle(f"A = {a['label']}\nB = {b['label']}\non {a['task']}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
+
+
+def save_plot(c: dict, path: Path) -> None:
+    comparison_figure(c).savefig(path, dpi=120)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -257,11 +314,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     a, b = select_run(args.a, args.task), select_run(args.b, args.task)
-    try:
-        c = paired_comparison(a, b, num_resamples=args.resamples, seed=args.seed)
-    except DocumentMismatch as err:
-        print(f"lm-latent-eval compare: refusing to compare: {err}")
-        return 2
+    c = paired_comparison(a, b, num_resamples=args.resamples, seed=args.seed)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     text = comparison_markdown(c) + "\n![comparison](comparison.png)\n"

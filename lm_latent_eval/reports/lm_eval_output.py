@@ -13,6 +13,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import InputError, MissingFileError
 from ..estimators import DocumentEstimate
 from ..harness.perplexity_task import SAMPLES_FIELD
 
@@ -80,7 +81,7 @@ def _read_documents(samples_file: Path) -> list[DocumentEstimate]:
                     "perplexity task (latent_ppl_tiny, linked_wikitext2*, coref_tiny, conll2012_ppl)"
                 )
             if "estimator" not in item:
-                raise ValueError(
+                raise InputError(
                     f"{samples_file}: line {n + 1}: written by an older lm-latent-eval (no 'estimator' in "
                     f"{SAMPLES_FIELD!r}); rerun lm_eval with this version"
                 )
@@ -98,7 +99,7 @@ def read_runs(path: str | Path) -> list[TaskRun]:
     path = Path(path)
     files = [path] if path.is_file() else sorted(path.rglob("results_*.json"))
     if not files:
-        raise FileNotFoundError(f"{path}: no lm-eval results_*.json (run lm_eval with --output_path {path})")
+        raise MissingFileError(f"{path}: no lm-eval results_*.json (run lm_eval with --output_path {path})")
     runs = []
     for results_file in files:
         results = json.loads(results_file.read_text(encoding="utf-8"))
@@ -106,7 +107,7 @@ def read_runs(path: str | Path) -> list[TaskRun]:
         for task in results.get("results", {}):
             samples = results_file.parent / f"samples_{task}_{date}.jsonl"
             if not samples.is_file():
-                raise FileNotFoundError(
+                raise MissingFileError(
                     f"{results_file}: task {task!r} has no samples file {samples.name}; rerun lm_eval with --log_samples "
                     "(the per-document log weights are in it)"
                 )

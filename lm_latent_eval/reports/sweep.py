@@ -7,10 +7,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
 
+from ..documents import read_texts
+from ..errors import InputError, MissingFileError
 from ..estimators import EstimatorSettings, estimate_document
 from ..estimators.corpus import corpus_estimate, pareto_k_shares
 from ..estimators.diagnostics import corpus_convergence_curve, pareto_k_threshold
@@ -26,33 +29,20 @@ DEFAULT_DATA = {"rnng": "ptb_tiny/test.txt"}
 
 def read_documents(path: str | Path) -> list[str]:
     """Documents of a ``.jsonl`` file (field ``text``, or Linked WikiText-2 ``tokens``), a ``.txt`` file (one per line),
-    or a file of PTB-style bracketed trees (one sentence per tree)."""
+    or a file of PTB-style bracketed trees (one sentence per tree); errors name the file and line."""
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    lines = text.splitlines()
-    if path.suffix != ".jsonl" and text.lstrip().startswith("("):  # PTB-style bracketed trees: their words
+    if not path.is_file():
+        raise MissingFileError(f"{path}: no such file")
+    if path.suffix != ".jsonl" and path.read_text(encoding="utf-8").lstrip().startswith(
+        "("
+    ):  # PTB-style trees
         from ..models.rnng.treebank import read_sentences
 
         docs = read_sentences(path)
-    elif path.suffix == ".jsonl":
-        docs = []
-        for i, line in enumerate(lines):
-            if line.strip():
-                record = json.loads(line)
-                if "text" not in record and isinstance(
-                    record.get("tokens"), list
-                ):  # Linked WikiText-2 article
-                    record["text"] = " ".join(t for t in record["tokens"] if t != "@@START@@")
-                if "text" not in record:
-                    raise ValueError(
-                        f"{path}:{i + 1}: JSONL record has no 'text' field (nor Linked WikiText-2 'tokens')"
-                    )
-                docs.append(record["text"])
-    else:
-        docs = [line for line in lines if line.strip()]
-    if not docs:
-        raise ValueError(f"{path}: no documents")
-    return docs
+        if not docs:
+            raise InputError(f"{path}: no documents")
+        return docs
+    return read_texts(path, tokens_field=True)
 
 
 def run_sweep(
@@ -76,6 +66,11 @@ def run_sweep(
 
     smc = has_stepwise(model) if smc is None else smc
     settings = [(peek, t) for peek in peek_modes for t in temperatures]
+    for peek, t in settings[:1] + settings[-1:]:  # a bad K, τ or SMC option: one error before any work
+        EstimatorSettings("smc" if smc else "is", num_samples, t, peek, seed=seed, batch_size=batch_size,
+                          resample_threshold=resample_threshold, smc_runs=smc_runs)  # fmt: skip
+    for t in temperatures:
+        EstimatorSettings("is", num_samples, t, seed=seed, batch_size=batch_size)
     total = len(documents) * ((1 + smc) * len(settings) + len(beam_sizes) + 1)
     bar = tqdm(total=total, desc="sweep", unit="doc", disable=not progress)
     exact = None
@@ -93,7 +88,7 @@ def run_sweep(
             bar.update(1)
         num_tokens = sum(e.num_tokens for e in estimates)
         if num_tokens == 0:
-            raise ValueError("every document is empty: perplexity is undefined")
+            raise InputError("every document is empty: perplexity is undefined")
         lws = [e.log_weights for e in estimates]
         curve = corpus_convergence_curve(lws, [e.num_tokens for e in estimates])
         ks, inst_curve, corp_curve = (
@@ -156,6 +151,7 @@ def run_sweep(
         result["smc"] = smc_rows
     if exact is not None:
         result["exact_ppl"] = math.exp(-sum(e.log_likelihood for e in exact) / num_tokens)
+        result["exact_source"] = "the model's log_marginal"
     return result
 
 
@@ -206,7 +202,7 @@ def smc_table_markdown(result: dict) -> str:
         )
     if "exact_ppl" in result:
         e = result["exact_ppl"]
-        lines.append(f"| Exact (forward algorithm) | {e:.3f} | {e:.3f} | {e:.3f} | | | |")
+        lines.append(f"| Exact ({result['exact_source']}) | {e:.3f} | {e:.3f} | {e:.3f} | | | |")
     return "\n".join(lines)
 
 
@@ -238,7 +234,7 @@ def table1_markdown(result: dict) -> str:
         )
     if "exact_ppl" in result:
         e = result["exact_ppl"]
-        lines.append(f"| Exact (forward algorithm) | {e:.3f} | {e:.3f} | {e:.3f} | | |")
+        lines.append(f"| Exact ({result['exact_source']}) | {e:.3f} | {e:.3f} | {e:.3f} | | |")
     return "\n".join(lines)
 
 
@@ -249,20 +245,86 @@ def table2_markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _panel_range(curves: list[list[float]], lines: list[float]) -> tuple[float, float, list[int]]:
+    """(bottom, top, indices of the curves that end above the top) of one panel. The top sits just above the highest
+    final value that is no outlier (≤ median + 5 MAD of the panel's final values), so that curves that blow up do
+    not squash the ones being compared; the bottom takes in every curve value and reference line below the top."""
+    finals = np.array([c[-1] for c in curves])
+    median = np.median(finals)
+    typical = finals[finals <= median + 5 * np.median(np.abs(finals - median))]
+    low = min(typical.min(), *lines)
+    top = typical.max() + 0.05 * ((typical.max() - low) or typical.max())
+    shown = [v for c in curves for v in c if v <= top] + [v for v in lines if v <= top]
+    return min(shown) - 0.03 * (top - min(shown)), top, [i for i, c in enumerate(curves) if c[-1] > top]
+
+
+def _off_scale(rows: list[dict], off: list[int]) -> str:
+    """Lines naming the curves that end above the panel (curve 2i: row i's instance level, 2i + 1: its corpus level)."""
+    by_row: dict[int, list[str]] = {}
+    for i in off:
+        value = rows[i // 2]["convergence_corpus_ppl" if i % 2 else "convergence_instance_ppl"][-1]
+        text = f"{value:,.0f}" if value >= 1000 else f"{value:.4g}"
+        by_row.setdefault(i // 2, []).append(f"{'corpus' if i % 2 else 'instance'} {text}")
+    parts = [f"τ = {rows[r]['temperature']:g}: {', '.join(v)}" for r, v in by_row.items()]
+    return textwrap.fill("above the axis, PPL at the largest K: " + "; ".join(parts), 80)
+
+
+def _title(result: dict) -> str:
+    """Model (checkpoint), corpus, size, K and seed of a sweep."""
+    cfg = result.get("config", {})
+    model = cfg.get("model", "model") + (f" ({cfg['pretrained']})" if cfg.get("pretrained") else " (bundled)")
+    data = "/".join(Path(str(cfg.get("data", "?"))).parts[-2:])
+    return (
+        f"IS perplexity of {model} on {data}: {result['num_documents']} documents, {result['num_tokens']} tokens, "
+        f"K = {result['is'][0]['num_samples']}, seed {cfg.get('seed', '?')}"
+    )
+
+
+def _legend_handles(result: dict, colors: dict, beam: dict | None) -> list:
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=c, label=f"τ = {t:g}") for t, c in colors.items()]
+    handles += [
+        Line2D([], [], color="gray", marker="o", ms=3, label="instance level"),
+        Line2D([], [], color="gray", ls="--", label="corpus level"),
+    ]
+    if "exact_ppl" in result:
+        handles.append(Line2D([], [], color="black", label=f"exact ({result['exact_ppl']:.5g})"))
+    if beam is not None:
+        label = f"beam bound k = {beam['beam_size']} ({beam['ppl_upper_bound']:.5g})"
+        handles.append(Line2D([], [], color="gray", ls=":", label=label))
+    return handles
+
+
 def save_convergence_plot(result: dict, path: str | Path) -> None:
-    """PPL against K (log-log), one panel per peeking mode, colour = τ, solid = instance, dashed = corpus level."""
+    """``convergence_figure`` as a PNG."""
+    import matplotlib.pyplot as plt
+
+    fig = convergence_figure(result)
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def convergence_figure(result: dict):
+    """IS perplexity against K, one panel per peeking mode (colour = τ, solid = instance, dashed = corpus level),
+    with the exact value and the largest beam's bound as lines; each panel's linear y axis fits the curves being
+    compared (``_panel_range``), those that end above it are named below it; title and legend outside the data."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
 
     modes = sorted({r["peek"] for r in result["is"]}, reverse=True)
     temps = sorted({r["temperature"] for r in result["is"]})
     colors = dict(zip(temps, plt.cm.viridis(np.linspace(0, 0.9, len(temps)))))
-    fig, axes = plt.subplots(1, len(modes), figsize=(5.5 * len(modes), 4.2), sharey=True, squeeze=False)
+    beam = max(result["beam"], key=lambda r: r["beam_size"]) if result.get("beam") else None
+    lines = [v for v in (result.get("exact_ppl"), beam and beam["ppl_upper_bound"]) if v is not None]
+    fig, axes = plt.subplots(1, len(modes), figsize=(max(8.0, 5.8 * len(modes)), 5.4), squeeze=False)
     for ax, peek in zip(axes[0], modes):
-        for r in (r for r in result["is"] if r["peek"] == peek):
+        rows = [r for r in result["is"] if r["peek"] == peek]
+        curves = [c for r in rows for c in (r["convergence_instance_ppl"], r["convergence_corpus_ppl"])]
+        bottom, top, off = _panel_range(curves, lines)
+        for r in rows:
             curve = {
                 "num_samples": r["convergence_k"],
                 "instance_perplexity": r["convergence_instance_ppl"],
@@ -271,21 +333,22 @@ def save_convergence_plot(result: dict, path: str | Path) -> None:
             plot_convergence(curve, ax=ax, color=colors[r["temperature"]], legend=False)
         if "exact_ppl" in result:
             ax.axhline(result["exact_ppl"], color="black", lw=1)
-        ax.set(yscale="log", title="peeking" if peek else "no peeking")
-    for ax in axes[0][1:]:
-        ax.set_ylabel("")
-    axes[0][0].set_ylabel("IS perplexity (upper bound in expectation)")
-    handles = [Line2D([], [], color=colors[t], label=f"τ = {t:g}") for t in temps]
-    handles += [
-        Line2D([], [], color="gray", marker="o", ms=3, label="instance level"),
-        Line2D([], [], color="gray", ls="--", label="corpus level"),
-    ]
-    if "exact_ppl" in result:
-        handles.append(Line2D([], [], color="black", label="exact"))
-    axes[0][-1].legend(handles=handles, fontsize=7, loc="upper right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+        if beam is not None:
+            ax.axhline(beam["ppl_upper_bound"], color="gray", lw=1, ls=":")
+        ax.set_ylim(bottom, top)
+        ax.set_title("peeking proposal" if peek else "no-peeking proposal", fontsize=10)
+        ax.set_ylabel("IS perplexity (upper bound in expectation)")
+        if off:  # below the x axis: the curves that end above the panel, and where
+            ax.text(
+                0.5, -0.17, _off_scale(rows, off), transform=ax.transAxes, ha="center", va="top", fontsize=7
+            )
+    handles = _legend_handles(result, colors, beam)
+    fig.suptitle(_title(result), fontsize=10)
+    fig.legend(
+        handles=handles, loc="lower center", ncol=math.ceil(len(handles) / 2), fontsize=8, frameon=False
+    )
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    return fig
 
 
 def _floats(text: str) -> list[float]:
@@ -336,6 +399,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--smc-runs", type=int, default=DEFAULT_SMC_RUNS, help="independent SMC runs per document"
     )
+    parser.add_argument(
+        "--exact-ppl",
+        type=float,
+        default=None,
+        help="the corpus's exact perplexity when known from elsewhere (e.g. python bench/rnng_exact.py for the "
+        "bundled RNNG): the tables' exact row and the plot's exact line (a model with log_marginal needs none)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -373,9 +443,15 @@ def run(args: argparse.Namespace) -> int:
         resample_threshold=args.resample_threshold,
         smc_runs=args.smc_runs,
     )
+    if args.exact_ppl is not None and "exact_ppl" not in result:
+        result["exact_ppl"], result["exact_source"] = args.exact_ppl, "given by --exact-ppl"
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    result["config"] = {k: v for k, v in vars(args).items() if k != "func"} | {"data": str(data)}
+    from ..harness.provenance import (
+        package_path,
+    )  # bundled files as lm_latent_eval/data/...: no machine's path
+
+    result["config"] = {k: v for k, v in vars(args).items() if k != "func"} | {"data": package_path(data)}
     (out / "sweep.json").write_text(json.dumps(result, indent=1))
     tables = f"Table 1 (IS perplexity)\n\n{table1_markdown(result)}\n\n"
     if result.get("smc"):

@@ -125,9 +125,9 @@ def test_sampling_frequencies_match_tempered_distribution(reference_model, tempe
     assert chi2_pvalue(1.0) < 1e-6  # the test can tell the tempered from the untempered distribution
 
 
-def run_cli(tmp_path, reference, model, *extra) -> tuple[Path, dict, list[dict]]:
+def run_cli(tmp_path, reference, model, *extra, rc=0) -> tuple[Path, dict, list[dict]]:
     out = tmp_path / "out"
-    rc = main(
+    code = main(
         [
             "distortion",
             "--reference",
@@ -144,7 +144,9 @@ def run_cli(tmp_path, reference, model, *extra) -> tuple[Path, dict, list[dict]]
             *map(str, extra),
         ]
     )
-    assert rc == 0
+    assert code == rc
+    if rc:
+        return out, {}, []
     return out, json.loads((out / "summary.json").read_text()), read_rows(out / "sequences.csv")
 
 
@@ -206,8 +208,10 @@ def test_pipeline_same_model_gives_zero_error_everywhere(tmp_path, lm_dirs):
         )
         > 0
     )
+    assert expected_rows["random_equal_width_curve"] == 0  # 60 sequences: no bin keeps more than 10 of them
     for name, n_rows in expected_rows.items():
-        assert (out / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        png = out / f"{name}.png"  # an empty frame is not drawn (it would read as "no error")
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" if n_rows else not png.exists()
         assert len(read_rows(out / f"{name}.csv")) == n_rows
 
 
@@ -226,6 +230,8 @@ def test_pipeline_scores_match_independent_recomputation(tmp_path, lm_dirs, refe
             120,
             "--max-length",
             8,
+            "--max-truncated",
+            0.9,
             "--perturbation-steps",
             1,
             "--num-random-sequences",
@@ -247,9 +253,27 @@ def test_pipeline_scores_match_independent_recomputation(tmp_path, lm_dirs, refe
     assert np.abs(errors).max() > 0.1  # a different model really differs
 
 
-def test_pipeline_rejects_models_with_different_vocabularies(tmp_path, lm_dirs):
-    with pytest.raises(ValueError, match="tokenizers differ"):
-        run_cli(tmp_path, lm_dirs["reference"], lm_dirs["other_vocab"], "--num-sequences", 5)
+def test_pipeline_rejects_models_with_different_vocabularies(tmp_path, lm_dirs, capsys):
+    run_cli(tmp_path, lm_dirs["reference"], lm_dirs["other_vocab"], "--num-sequences", 5, rc=2)
+    assert "tokenizers differ" in capsys.readouterr().err
+
+
+def test_default_max_length_fits_the_context_window_and_a_too_long_one_names_the_option(
+    tmp_path, lm_dirs, capsys
+):
+    """The reference's window is 64 positions: the default is 63 tokens after BOS; 64 is refused, naming the option."""
+    _, summary, _ = run_cli(tmp_path, lm_dirs["reference"], lm_dirs["reference"], "--num-sequences", 40)
+    assert summary["settings"]["max_length"] == 63
+    run_cli(tmp_path, lm_dirs["reference"], lm_dirs["reference"], "--max-length", 64, rc=2)
+    assert "pass --max-length 63 or less" in capsys.readouterr().err
+
+
+def test_too_few_complete_samples_is_an_error_not_a_curve(tmp_path, lm_dirs, capsys):
+    """Samples without EOS are left out; when most are, the curves would describe another language: exit 2."""
+    run_cli(tmp_path, lm_dirs["reference"], lm_dirs["model"], "--num-sequences", 60, "--max-length", 2, rc=2)
+    err = capsys.readouterr().err
+    assert "samples drew no EOS within --max-length 2" in err and "raise --max-length" in err
+    assert not (tmp_path / "out" / "summary.json").exists()
 
 
 def test_sampling_beyond_the_context_window_is_refused(reference_model):
@@ -257,3 +281,38 @@ def test_sampling_beyond_the_context_window_is_refused(reference_model):
         sample_language(reference_model, 2, BOS, EOS, max_length=64)
     with pytest.raises(ValueError, match="temperature must be a positive"):
         sample_language(reference_model, 2, BOS, EOS, temperature=0.0)
+
+
+def test_figures_name_both_models_the_temperature_and_nats(tmp_path, lm_dirs, monkeypatch):
+    """The figures had no unit and no model names: each now names p_M, p_L and T in its title and gives nats."""
+    from lm_latent_eval.distortion import plots
+
+    saved, save = {}, plots.save_figure
+
+    def record(fig, path):
+        saved[Path(path).name] = fig
+        return save(fig, path)
+
+    monkeypatch.setattr(plots, "save_figure", record)
+    run_cli(tmp_path, lm_dirs["reference"], lm_dirs["model"], "--num-sequences", 200, "--temperature", 1.5,
+            "--perturbation-steps", 1, "--num-bins", 4, "--num-equal-size-bins", 4, "--num-rarity-bins", 3)  # fmt: skip
+    assert set(saved) == {f"{n}.png" for n in ("equal_width_curve", "equal_size_curve", "length_curve",
+                                               "perturbation_grid")}  # fmt: skip
+    names = f"p_M = {lm_dirs['model'].parent.name}/model, p_L = {lm_dirs['reference'].parent.name}/reference"
+    for name, fig in saved.items():
+        ax = fig.axes[0]
+        assert f"{names} at T = 1.5" in ax.get_title(), (name, ax.get_title())
+        labels = [ax.get_ylabel()] + [a.get_ylabel() for a in fig.axes[1:]]  # the grid's colour bar
+        assert any("nats" in label for label in labels), (name, labels)
+        assert ax.lines or ax.images
+
+
+def test_a_figure_with_no_bin_left_is_not_drawn(tmp_path, lm_dirs):
+    """60 sequences in the default 18 equal-width bins leave none with more than --min-count 10: an empty frame
+    would read as "no error", so it is left out with a warning naming the options."""
+    with pytest.warns(
+        UserWarning, match=r"equal_width_curve: every bin .* use fewer --num-bins or lower --min-count"
+    ):
+        out, summary, _ = run_cli(tmp_path, lm_dirs["reference"], lm_dirs["model"], "--num-sequences", 60)
+    assert summary["language"]["equal_width_curve"]["count"] == []
+    assert not (out / "equal_width_curve.png").exists() and (out / "equal_width_curve.csv").exists()

@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -135,7 +136,7 @@ def hmm_exact():
 
 def test_exact_rolling_equals_forward_algorithm(hmm_exact):
     docs = CORPUS[:6] + [""]
-    with pytest.warns(UserWarning, match="document '' has no tokens"):
+    with pytest.warns(UserWarning, match=r"an empty document \(''\) has no tokens"):
         got = hmm_exact.loglikelihood_rolling([rolling(t) for t in docs], disable_tqdm=True)
     assert isinstance(got, list) and all(isinstance(v, float) for v in got)
     assert got == pytest.approx([log_forward(hmm_exact.model, t) for t in docs], abs=1e-9)
@@ -275,7 +276,11 @@ def test_cuda_request_falls_back_to_cpu_with_warning():
 
     if torch.cuda.is_available():
         pytest.skip("CUDA present")
-    with pytest.warns(UserWarning, match="CUDA is not available"):
+    with pytest.warns(UserWarning, match="CUDA is not available"):  # asked for in model_args
+        lm = LatentHMMEval.create_from_arg_string("estimator=exact,device=cuda:0", {"batch_size": "1"})
+    assert lm.device.type == "cpu"
+    with warnings.catch_warnings():  # lm-eval's CLI passes --device cuda:0 when the user gave no --device
+        warnings.simplefilter("error")
         lm = LatentHMMEval.create_from_arg_string("estimator=exact", {"device": "cuda:0", "batch_size": "1"})
     assert lm.device.type == "cpu"
 
@@ -316,7 +321,7 @@ def test_task_refuses_results_that_are_not_from_the_latent_backend(hmm_exact, st
     rolling_estimates.clear()
     if stale_table:
         hmm_exact.loglikelihood_rolling([rolling(t) for t in CORPUS], disable_tqdm=True)
-    match = "comes from another model or from a cache" if stale_table else "no importance-sampling estimate"
+    match = "comes from another model or from a cache" if stale_table else "no estimate for document"
     with pytest.raises(RuntimeError, match=match):
         lm_eval.simple_evaluate(
             model="dummy",
@@ -519,3 +524,31 @@ def test_loglikelihood_is_refused_where_log_joint_is_not_a_prefix_probability(mo
     monkeypatch.setattr(type(lm.model), "prefix_probability", None)
     with pytest.raises(ValueError, match="prefix_probability = True"):
         lm.loglikelihood([request], disable_tqdm=True)
+
+
+def test_rows_that_repeat_a_number_are_explained(hmm_exact, caplog):
+    """The quickstart table showed rows with one number (is_corpus = is_instance = word_perplexity, upp_* = ppl_* =
+    is_*) without a word of why; the task now logs the reason for each repeat."""
+    from lm_latent_eval.estimators import DocumentEstimate
+    from lm_latent_eval.harness import perplexity_task
+
+    with caplog.at_level("INFO", logger="lm_latent_eval"):
+        lm_eval.simple_evaluate(
+            model=hmm_exact, tasks=["latent_ppl_tiny"], limit=3, bootstrap_iters=0,
+            task_manager=TaskManager(include_path=str(TASKS), include_defaults=False),
+        )  # fmt: skip
+    assert "is_corpus_perplexity repeats is_instance_perplexity: an exact or beam run" in caplog.text
+    words = ["a b c", "d e"]  # a word-level model (KGLM-like) whose samples paid no unknown-word penalty
+    items = [
+        perplexity_task._item(
+            DocumentEstimate(t, len(t.split()), -3.0, "is", np.full(4, -3.0), unk_penalty=np.zeros(4)), t
+        )
+        | {"num_words": len(t.split())}
+        for t in words
+    ]
+    notes = " ".join(perplexity_task.repeated_rows(items))
+    assert (
+        "word_perplexity repeats is_instance_perplexity: the model's tokens are the whitespace words" in notes
+    )
+    assert "upp_instance and upp_corpus repeat" in notes and "ppl_* repeat them too" in notes
+    assert "is_corpus_perplexity repeats" not in notes  # IS with equal K has a corpus level

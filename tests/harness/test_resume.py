@@ -264,3 +264,38 @@ def test_use_cache_of_another_setting_is_refused_through_simple_evaluate(tmp_pat
             evaluate(other)
     assert calls == []
     assert Path(cache + "_rank0.db").is_file()
+
+
+def test_use_cache_rerun_of_the_flagship_perplexity_task_gives_the_same_figures(tmp_path, calls):
+    """Our perplexity tasks need each document's samples: a rerun that lm-eval's cache answers reads them from the
+    same cache file (it failed on the second run before)."""
+    manager = TaskManager(include_path=str(REPO / "tasks"), include_defaults=False)
+    cache = str(tmp_path / "cache" / "lm")
+
+    def evaluate():
+        out = lm_eval.simple_evaluate(
+            model="latent_hmm", model_args="estimator=is,num_samples=8,seed=1", tasks=["latent_ppl_tiny"],
+            task_manager=manager, use_cache=cache, limit=4, device="cpu",
+        )  # fmt: skip
+        return out["results"]["latent_ppl_tiny"]
+
+    first = evaluate()
+    assert len(calls) == 4
+    calls.clear()
+    rolling_estimates.record({})  # a new process: nothing of the first run in memory
+    assert evaluate() == first and calls == []
+
+
+def test_results_files_get_the_umask_mode_and_a_resumed_run_says_how_many_it_loaded(tmp_path, caplog):
+    """0o600 files (mkstemp's mode) locked a shared results folder to its writer; a resumed run logs its count."""
+    lm = LatentHMMEval(**ARGS, results_dir=tmp_path)
+    lm.loglikelihood_rolling(rolling(DOCS[:3]), disable_tqdm=True)
+    mask = os.umask(0)
+    os.umask(mask)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in lm.results_store.folder.iterdir()}
+    assert set(modes.values()) == {0o666 & ~mask}, modes
+    with caplog.at_level("INFO", logger="lm_latent_eval"):
+        LatentHMMEval(**ARGS, results_dir=tmp_path).loglikelihood_rolling(
+            rolling(DOCS[:5]), disable_tqdm=True
+        )
+    assert "3 of 5 documents loaded from" in caplog.text

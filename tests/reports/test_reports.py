@@ -287,3 +287,123 @@ def test_cards_quote_the_committed_coverage_benchmark(estimator, num_documents, 
     sentence = measured_coverage(estimator, num_documents)
     assert f"at {measured_at} documents: {100 * min(cov):.0f}–{100 * max(cov):.0f}%" in sentence
     assert measured_coverage("beam", 10) == "coverage of beam statements not measured"
+
+
+def test_compare_across_tokenizations_shows_the_unit_of_its_test(tmp_path):
+    """A counts one token per word, B two: per token B looks better, per word A is. Every figure and the verdict are
+    per word, and the page says so."""
+    rng = np.random.default_rng(1)
+    words = rng.integers(3, 12, size=20)
+    texts = [" ".join(["w"] * int(n)) + f" d{i}" for i, n in enumerate(words)]  # unique texts, n + 1 words
+    counts = np.array([len(t.split()) for t in texts])
+
+    def run(tokens_per_word: int, nats_per_word: float) -> TaskRun:
+        docs = [
+            DocumentEstimate(
+                t, int(tokens_per_word * n), float(-nats_per_word * n + rng.normal(0, 0.1)), "exact"
+            )
+            for t, n in zip(texts, counts)
+        ]
+        return TaskRun(Path("results_x.json"), Path("samples_x.jsonl"), "t", {"config": {}}, docs)
+
+    with pytest.warns(UserWarning, match="per whitespace word"):
+        c = compare_mod.paired_comparison(run(1, 2.5), run(2, 3.0), num_resamples=500)
+    assert c["unit"] == "word" and c["delta_log_ppl"] < 0  # A better per word
+    assert c["a"]["perplexity"] < c["b"]["perplexity"]  # the table agrees with the verdict
+    assert c["a"]["perplexity"] == pytest.approx(math.exp(2.5), rel=0.01)
+    text = compare_mod.comparison_markdown(c)
+    assert "| perplexity per word |" in text and "A has the lower perplexity" in text
+    fig = compare_mod.comparison_figure(c)  # the figure says what A and B are, and its unit
+    assert fig._suptitle.get_text().startswith(f"A = {c['a']['label']}\nB = {c['b']['label']}\non t")
+    scatter, bootstrap = fig.axes
+    assert scatter.get_xlabel() == "A: log p̂ per word (nats)" and "nats per word" in bootstrap.get_xlabel()
+
+
+def test_compare_folder_with_reruns_of_one_run_uses_the_newest(runs, tmp_path):
+    """lm-eval writes a results file per run into the model's folder; a rerun must not make `compare` refuse."""
+    import shutil
+
+    from lm_latent_eval.cli import main
+
+    folder = tmp_path / "is"
+    shutil.copytree(runs["is"], folder)
+    (results,) = folder.rglob("results_*.json")
+    (samples,) = folder.rglob("samples_*.jsonl")
+    stamp = results.stem.removeprefix("results_")
+    later = "9999-01-01T00-00-00.000000"
+    shutil.copy(results, results.with_name(f"results_{later}.json"))
+    shutil.copy(samples, samples.with_name(samples.name.replace(stamp, later)))
+    with pytest.warns(UserWarning, match=f"comparing the newest, results_{later}.json"):
+        assert compare_mod.select_run(folder).results_file.name == f"results_{later}.json"
+    assert (
+        main(
+            [
+                "compare",
+                str(folder),
+                str(runs["exact"]),
+                "--output",
+                str(tmp_path / "c"),
+                "--resamples",
+                "200",
+            ]
+        )
+        == 0
+    )
+
+
+def test_reproduce_command_names_the_device_used_and_the_models_pythonpath():
+    """lm-eval records its --device default (cuda:0) for a CPU run; the card must say where the run ran, and give
+    the PYTHONPATH a model class from the working directory needs."""
+    config = {
+        "model": "latent",
+        "model_args": {"model": "my_model:MyLM", "device": "cuda:0"},
+        "device": "cuda:0",
+        "device_type": "cpu",
+        "batch_size": "auto",
+        "model_pythonpath": "/home/me/my project",
+        "estimator_settings": {"estimator": "is", "num_samples": 8},
+    }
+    run = TaskRun(Path("results_x.json"), Path("samples_x.jsonl"), "t", {"config": config}, [])
+    argv = shlex.split(card_mod.reproduce_command(run).replace('"$(lm-latent-eval tasks-path)"', "TASKS"))
+    assert argv[:2] == ["PYTHONPATH=/home/me/my project", "lm_eval"]
+    assert argv[argv.index("--device") + 1] == "cpu" and "cuda" not in " ".join(argv)
+
+
+def test_import_root_is_the_folder_a_local_model_class_needs(tmp_path, monkeypatch):
+    from lm_latent_eval.harness.provenance import import_root
+    from lm_latent_eval.models.hmm import HMMLanguageModel
+
+    (tmp_path / "local_model_pkg").mkdir()
+    (tmp_path / "local_model_pkg" / "__init__.py").write_text("class MyLM:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from local_model_pkg import MyLM
+
+    assert import_root(MyLM) == str(tmp_path)
+    assert import_root(HMMLanguageModel) is None and import_root(np.ndarray) is None
+
+
+def test_default_run_is_named_after_its_model_on_the_device_it_used(tmp_path, capsys):
+    """No pretrained=: the output folder is the model's name (not lm-eval's random id, the same for every model), no
+    CUDA warning for lm-eval's own --device default, and `report` lists only the files it wrote (no PNG for exact)."""
+    import torch
+
+    from lm_latent_eval.cli import main
+
+    argv = ["--model", "latent_hmm", "--model_args", "estimator=exact", "--tasks", "latent_ppl_tiny",
+            "--include_path", str(lm_latent_eval.tasks_path()), "--limit", "3",
+            "--output_path", str(tmp_path / "out"), "--log_samples"]  # fmt: skip
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_lm_eval(argv)
+    assert not [w for w in caught if "CUDA is not available" in str(w.message)]
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["hmm"]
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    assert ".png" not in printed and not list((tmp_path / "out" / "cards").glob("*.png"))
+    (card_file,) = (tmp_path / "out" / "cards").glob("hmm__latent_ppl_tiny__*.json")
+    command = json.loads(card_file.read_text())["reproduce"]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    assert f"--device {device}" in command and "model=hmm" in command

@@ -8,7 +8,13 @@ import pytest
 from lm_latent_eval.cli import main
 from lm_latent_eval.models import load_model
 from lm_latent_eval.paths import DATA_DIR
-from lm_latent_eval.reports.sweep import read_documents, run_sweep, table1_markdown, table2_markdown
+from lm_latent_eval.reports.sweep import (
+    convergence_figure,
+    read_documents,
+    run_sweep,
+    table1_markdown,
+    table2_markdown,
+)
 
 
 @pytest.fixture(scope="module")
@@ -128,3 +134,44 @@ def test_cli_without_smc_rows(tmp_path):
         == 0
     )
     assert "smc" not in json.loads((out / "sweep.json").read_text())
+
+
+def _synthetic_sweep(finals: dict[float, tuple[float, float]], exact: float | None) -> dict:
+    """A sweep result whose peeking IS curves (K = 1..64) fall to the given (instance, corpus) finals."""
+    ks = [1, 2, 4, 8, 16, 32, 64]
+    rows = [
+        {
+            "peek": True,
+            "temperature": t,
+            "num_samples": 64,
+            "convergence_k": ks,
+            "convergence_instance_ppl": [inst * (1 + 0.5 / k - 0.5 / 64) for k in ks],
+            "convergence_corpus_ppl": [corp * (1 + 0.5 / k - 0.5 / 64) for k in ks],
+        }
+        for t, (inst, corp) in finals.items()
+    ]
+    result = {
+        "num_documents": 50,
+        "num_tokens": 420,
+        "is": rows,
+        "beam": [{"beam_size": 100, "ppl_upper_bound": 5.2235}],
+    }
+    result["config"] = {"model": "rnng", "pretrained": None, "data": "data/ptb_tiny/test.txt", "seed": 1234}
+    return result | ({"exact_ppl": exact} if exact is not None else {})
+
+
+def test_convergence_figure_is_readable_where_the_estimates_are_compared():
+    """RNNG-like: curves end in 5.21–5.31, one blows up to 5.8. The y axis must resolve the 0.1 band (not a log axis
+    labelled only 6 and 7), draw the exact value, name the blown-up curve, and keep title and legend off the data."""
+    finals = {0.5: (5.275, 5.304), 1.0: (5.231, 5.275), 2.0: (5.217, 5.248), 5.0: (5.223, 5.794)}
+    fig = convergence_figure(_synthetic_sweep(finals, exact=5.2234))
+    (ax,) = fig.axes
+    bottom, top = ax.get_ylim()
+    assert ax.get_yscale() == "linear" and bottom < 5.2234 and 5.304 < top < 5.4
+    assert any(
+        abs(line.get_ydata()[0] - 5.2234) < 1e-9 for line in ax.get_lines() if len(line.get_ydata()) == 2
+    )
+    assert "τ = 5: corpus 5.794" in " ".join(t.get_text() for t in ax.texts)
+    assert ax.get_legend() is None and fig.legends
+    title = fig._suptitle.get_text()
+    assert "rnng" in title and "ptb_tiny/test.txt" in title and "seed 1234" in title

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from ...errors import InputError, MissingFileError
 from .latents import LATENT_KEYS
 
 START = "@@START@@"
@@ -69,11 +70,11 @@ def document_from_record(record: dict, name: str = "document") -> CorefDocument:
     """A CorefDocument from one JSONL record; a clear error naming ``name`` for malformed input."""
     tokens, clusters = record.get("tokens"), record.get("clusters", {})
     if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
-        raise ValueError(f"{name}: 'tokens' must be a list of strings")
+        raise InputError(f"{name}: 'tokens' must be a list of strings")
     if isinstance(clusters, list):  # a list of clusters (AllenNLP's coref format) is accepted too
         clusters = {str(i): c for i, c in enumerate(clusters)}
     if not isinstance(clusters, dict):
-        raise ValueError(f"{name}: 'clusters' must be a dict {{id: [[start, end], ...]}}")
+        raise InputError(f"{name}: 'clusters' must be a dict {{id: [[start, end], ...]}}")
     shift = 1 if tokens and tokens[0] == START else 0
     tokens = tokens[shift:]
     merged: list[set[tuple[int, int]]] = []
@@ -83,10 +84,10 @@ def document_from_record(record: dict, name: str = "document") -> CorefDocument:
             if not (
                 isinstance(span, (list, tuple)) and len(span) == 2 and all(isinstance(v, int) for v in span)
             ):
-                raise ValueError(f"{name}: cluster {cid!r} has a span {span!r} that is not [start, end]")
+                raise InputError(f"{name}: cluster {cid!r} has a span {span!r} that is not [start, end]")
             start, end = span[0] - shift, span[1] - shift
             if not 0 <= start < end <= len(tokens):
-                raise ValueError(
+                raise InputError(
                     f"{name}: cluster {cid!r} span {list(span)} lies outside the {len(tokens) + shift} tokens"
                     + (" (or covers the leading @@START@@)" if shift else "")
                 )
@@ -129,7 +130,7 @@ def read_coref_jsonl(path: str | Path) -> Iterator[CorefDocument]:
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError as err:
-                    raise ValueError(f"{path}:{i}: not a JSON record ({err})") from err
+                    raise InputError(f"{path}:{i}: not a JSON record ({err})") from err
                 yield document_from_record(record, f"{path.name}:{i}")
 
 
@@ -148,7 +149,7 @@ def coref_dataset(path: str | Path, split: str = "test"):
 
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"CoNLL-2012 JSONL file not found: {path}")
+        raise MissingFileError(f"CoNLL-2012 JSONL file not found: {path}")
     rows = [{"title": doc.name, "text": doc.text()} for doc in read_coref_jsonl(path)]
     return datasets.DatasetDict({split: datasets.Dataset.from_list(rows)})
 
@@ -156,7 +157,7 @@ def coref_dataset(path: str | Path, split: str = "test"):
 def load_conll2012(data_file: str | None = None, **_metadata):
     """lm-eval ``custom_dataset`` of task ``conll2012_ppl``: the user's file, ``--metadata '{"data_file": ...}'``."""
     if not data_file:
-        raise ValueError(
+        raise InputError(
             'conll2012_ppl: say which file to evaluate: --metadata \'{"data_file": "/path/test.jsonl"}\''
         )
     return coref_dataset(data_file)

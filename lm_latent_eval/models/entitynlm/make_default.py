@@ -1,6 +1,6 @@
 """Build the bundled default: the synthetic coreference corpus, a small EntityNLM + proposal trained on it, test data.
 
-``python -m lm_latent_eval.models.entitynlm.make_default`` writes ``lm_latent_eval/data/entitynlm/`` (checkpoint in
+``python -m lm_latent_eval.models.entitynlm.make_default --output-dir lm_latent_eval/data`` writes ``lm_latent_eval/data/entitynlm/`` (checkpoint in
 the Hub layout) and ``lm_latent_eval/data/coref_tiny/test.jsonl`` (CoNLL-2012 JSONL: tokens + clusters), with
 nothing downloaded. Deterministic given the seed (up to floating-point differences across torch builds).
 """
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import shutil
 
-from ...paths import DATA_DIR
 from ..training import make_default_arguments, split_documents
 from .conll import write_coref_jsonl
 from .synthetic import SyntheticConfig, generate_corpus
@@ -31,11 +30,11 @@ A test fixture for the estimators, not a model of English.
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = make_default_arguments(__doc__, TRAINING.epochs, DATA_DIR, argv)
+    args = make_default_arguments(__doc__, TRAINING.epochs, argv)
     docs = generate_corpus(CORPUS, seed=args.seed)
     test, valid, train = split_documents(docs, NUM_TEST, NUM_VALID)
     config = TrainConfig(**{**TRAINING.__dict__, "epochs": args.epochs, "seed": args.seed})
-    out = args.data_dir / "entitynlm"
+    out = args.output_dir / "entitynlm"
     if out.exists():
         shutil.rmtree(out)
     _, history = train_entitynlm(train, valid, config, out)
@@ -51,8 +50,8 @@ def main(argv: list[str] | None = None) -> None:
             is_ppl=final["valid_is_ppl"],
         )
     )
-    write_coref_jsonl(test, args.data_dir / "coref_tiny" / "test.jsonl")
-    print(f"wrote {out} and {args.data_dir / 'coref_tiny'}; final: {history[-1]}")
+    write_coref_jsonl(test, args.output_dir / "coref_tiny" / "test.jsonl")
+    print(f"wrote {out} and {args.output_dir / 'coref_tiny'}; final: {history[-1]}")
 
 
 if __name__ == "__main__":

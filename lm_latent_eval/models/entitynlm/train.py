@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ...errors import InputError
 from ..training import (
     BestParameters,
     add_trainer_arguments,
@@ -86,11 +87,11 @@ def prepare(docs: list[CorefDocument], model: EntityNLM, split: str) -> list[tup
         if not doc.tokens:
             continue
         if doc.num_entities > model.max_entities:
-            raise ValueError(
+            raise InputError(
                 f"{name}: {doc.num_entities} entities > max_entities={model.max_entities} (--max-entities)"
             )
         if doc.longest_mention > model.max_mention_length:
-            raise ValueError(
+            raise InputError(
                 f"{name}: a mention of {doc.longest_mention} tokens > max_mention_length="
                 f"{model.max_mention_length} (--max-mention-length)"
             )
@@ -162,7 +163,7 @@ def train_entitynlm(
 ) -> tuple[EntityNLM, list[dict]]:
     """Fit p and q on ``train_docs``, keep the best validation state; returns (model in eval mode, epoch records)."""
     if not train_docs:
-        raise ValueError("train_entitynlm: no training documents")
+        raise InputError("train_entitynlm: no training documents")
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
     vocab = build_vocabulary(

@@ -11,39 +11,19 @@ flattened, so its tails stay heavier than the model's and the importance weights
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 
 import torch
 
+from ...documents import read_texts
+from ...errors import InputError
 from ...paths import DATA_DIR
 from .model import HMMLanguageModel
 from .parameters import batch_log_likelihood
 from .tokenizer import build_vocab
 
 DEFAULT_TRAIN = DATA_DIR / "corpus" / "tiny_train.jsonl"
-DEFAULT_VALIDATION = DATA_DIR / "corpus" / "tiny_test.jsonl"
-
-
-def read_texts(path: str | Path) -> list[str]:
-    """Documents of a .jsonl file (one object with a "text" field per line) or a .txt file (one per line)."""
-    path = Path(path)
-    texts = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            if path.suffix == ".jsonl":
-                record = json.loads(line)
-                if "text" not in record:
-                    raise ValueError(f"{path}:{n}: JSON line has no 'text' field")
-                texts.append(record["text"])
-            else:
-                texts.append(line.rstrip("\n"))
-    if not texts:
-        raise ValueError(f"{path}: no documents")
-    return texts
 
 
 Batch = tuple[torch.Tensor, torch.Tensor]  # token ids [N, T_max] (0-padded), lengths [N]
@@ -53,7 +33,7 @@ def batches(docs: list[torch.Tensor], batch_size: int = 256) -> list[Batch]:
     """Non-empty documents sorted by length, padded in groups of ``batch_size`` (empty ones add log p = 0)."""
     docs = sorted((d for d in docs if d.numel()), key=len)
     if not docs:
-        raise ValueError("no document has any token")
+        raise InputError("no document has any token")
     out = []
     for start in range(0, len(docs), batch_size):
         group = docs[start : start + batch_size]
@@ -117,11 +97,11 @@ def train_hmm(
     from tqdm.auto import tqdm
 
     if not 0 <= proposal_iterations <= iterations:
-        raise ValueError(
+        raise InputError(
             f"need 0 <= proposal_iterations <= iterations, got {proposal_iterations} and {iterations}"
         )
     if not 0 < proposal_flatten <= 1:
-        raise ValueError(f"proposal_flatten must lie in (0, 1], got {proposal_flatten}")
+        raise InputError(f"proposal_flatten must lie in (0, 1], got {proposal_flatten}")
     model = HMMLanguageModel(vocab=build_vocab(train_texts, min_count), num_states=num_states, seed=seed)
     train = batches([model.tokenize(t) for t in train_texts], batch_size)
     val = batches([model.tokenize(t) for t in validation_texts], batch_size) if validation_texts else None
@@ -149,10 +129,18 @@ def set_proposal(model: HMMLanguageModel, flatten: float) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``lm-latent-eval train hmm``."""
     parser.add_argument(
-        "--train-file", default=str(DEFAULT_TRAIN), help=".jsonl with a 'text' field, or .txt"
+        "--train",
+        "--train-file",
+        dest="train",
+        default=str(DEFAULT_TRAIN),
+        help=".jsonl with a 'text' field, or .txt (default: the bundled training corpus)",
     )
     parser.add_argument(
-        "--validation-file", default=str(DEFAULT_VALIDATION), help="held-out documents ('' for none)"
+        "--valid",
+        "--validation-file",
+        dest="valid",
+        default=None,
+        help="held-out documents (same format) whose exact perplexity is printed (default: none)",
     )
     parser.add_argument("--output", required=True, help="folder for config.json + model.safetensors")
     parser.add_argument("--num-states", type=int, default=12, help="number of hidden states S")
@@ -180,9 +168,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Train on --train-file, print validation perplexity, save to --output (Hub layout + model card)."""
-    train_texts = read_texts(args.train_file)
-    validation_texts = read_texts(args.validation_file) if args.validation_file else None
+    """Train on --train, print the exact perplexity on --valid, save to --output (Hub layout + model card)."""
+    train_texts = read_texts(args.train)
+    validation_texts = read_texts(args.valid) if args.valid else None
     model = train_hmm(
         train_texts,
         validation_texts,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from huggingface_hub import hf_hub_download
 
+from ...errors import InputError, MissingFileError
 from .graph import KnowledgeGraph
 
 GRAPH_FILE = "knowledge_graph.json"
@@ -54,7 +55,7 @@ def load_original(
     from .archive import load_original_kglm
 
     if options:
-        raise ValueError(f"{name}: options {sorted(options)} do not apply to an original KGLM archive")
+        raise InputError(f"{name}: options {sorted(options)} do not apply to an original KGLM archive")
     return load_original_kglm(
         name,
         knowledge_graph=knowledge_graph,
@@ -70,7 +71,7 @@ def checkpoint_options(
     """The keyword arguments for the Hub mixin's ``from_pretrained`` of our checkpoint ``name``: ``options`` plus
     ``knowledge_graph`` when given; the archive-only options are refused."""
     if alias_database is not None or proposal_archive is not None:
-        raise ValueError(
+        raise InputError(
             f"{name}: alias_database / proposal_archive only apply to an original AllenNLP archive "
             "(model.tar.gz); a lm-latent-eval checkpoint already holds the aliases and q"
         )
@@ -86,7 +87,7 @@ def checkpoint_files(model_id: str, need_graph: bool, **download) -> tuple[str, 
     if os.path.isdir(model_id):
         weights = os.path.join(model_id, WEIGHTS_FILE)
         if not os.path.isfile(weights):
-            raise FileNotFoundError(f"{model_id}: no {WEIGHTS_FILE} (not a KGLM checkpoint folder)")
+            raise MissingFileError(f"{model_id}: no {WEIGHTS_FILE} (not a KGLM checkpoint folder)")
         return weights, os.path.join(model_id, GRAPH_FILE)
     weights = hf_hub_download(model_id, WEIGHTS_FILE, **download)
     return weights, hf_hub_download(model_id, GRAPH_FILE, **download) if need_graph else None
@@ -109,7 +110,7 @@ def load_checkpoint(
     )
     if model_kwargs.get("knowledge_graph") is None:
         if graph_file is None or not os.path.isfile(graph_file):
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"{model_id}: no {GRAPH_FILE}; pass knowledge_graph=<KnowledgeGraph or JSON path>"
             )
         model_kwargs["knowledge_graph"] = graph_file

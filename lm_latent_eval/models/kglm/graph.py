@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...errors import InputError, MissingFileError
+
 
 @dataclass
 class KnowledgeGraph:
@@ -26,20 +28,20 @@ class KnowledgeGraph:
         self.entity_to_id = {name: i for i, name in enumerate(self.entities)}
         self.relation_to_id = {name: i for i, name in enumerate(self.relations)}
         if len(self.entity_to_id) != len(self.entities):
-            raise ValueError("knowledge graph: duplicate entity names")
+            raise InputError("knowledge graph: duplicate entity names")
         if len(self.relation_to_id) != len(self.relations):
-            raise ValueError("knowledge graph: duplicate relation names")
+            raise InputError("knowledge graph: duplicate relation names")
         n, r = len(self.entities), len(self.relations)
         for head, out in self.edges.items():
             for rel, tail in out:
                 if not (0 <= head < n and 0 <= tail < n and 0 <= rel < r):
-                    raise ValueError(f"knowledge graph: edge ({head}, {rel}, {tail}) refers to an unknown id")
+                    raise InputError(f"knowledge graph: edge ({head}, {rel}, {tail}) refers to an unknown id")
         for e, forms in self.aliases.items():
             if not 0 <= e < n:
-                raise ValueError(f"knowledge graph: aliases given for unknown entity id {e}")
+                raise InputError(f"knowledge graph: aliases given for unknown entity id {e}")
             for form in forms:
                 if not isinstance(form, list) or not all(isinstance(t, str) for t in form):
-                    raise ValueError(
+                    raise InputError(
                         f"knowledge graph: alias of {self.entities[e]!r} must be a list of strings"
                     )
 
@@ -88,7 +90,7 @@ class KnowledgeGraph:
             lst = edge_ids.setdefault(h, [])
             for pair in out:
                 if len(pair) != 2:
-                    raise ValueError(f"edge of {head!r} must be (relation, tail), got {pair!r}")
+                    raise InputError(f"edge of {head!r} must be (relation, tail), got {pair!r}")
                 r_name, tail = pair
                 lst.append((rel(r_name), ent(tail)))
         alias_ids: dict[int, list[list[str]]] = {}
@@ -166,14 +168,14 @@ class KnowledgeGraph:
         else:
             path = Path(source)
             if not path.is_file():
-                raise FileNotFoundError(f"knowledge graph file not found: {path}")
+                raise MissingFileError(f"knowledge graph file not found: {path}")
             text = path.read_text(encoding="utf-8")
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
-            raise ValueError(f"knowledge graph JSON is malformed: {err}") from err
+            raise InputError(f"knowledge graph JSON is malformed: {err}") from err
         if not isinstance(data, dict):
-            raise ValueError("knowledge graph JSON must be an object with entities/relations/edges/aliases")
+            raise InputError("knowledge graph JSON must be an object with entities/relations/edges/aliases")
         return cls.from_dict(data)
 
     def __repr__(self) -> str:

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...errors import InputError, MissingFileError
+
 START_TOKEN = "@@START@@"
 END_TOKEN = "@@END@@"
 NEW_RELATION = "@@NEW@@"
@@ -77,7 +79,7 @@ class LinkedDocument:
             self.relations = [()] * T
         for name in ("mention_type", "entity", "parents", "relations"):
             if len(getattr(self, name)) != T:
-                raise ValueError(
+                raise InputError(
                     f"document {self.title!r}: {name} has {len(getattr(self, name))} entries for {T} tokens"
                 )
 
@@ -103,8 +105,8 @@ class LinkedDocument:
         return out
 
 
-def _annotation_error(where: str, message: str) -> ValueError:
-    return ValueError(f"{where}: {message}")
+def _annotation_error(where: str, message: str) -> InputError:
+    return InputError(f"{where}: {message}")
 
 
 def parse_document(data: dict, where: str = "document", max_parents: int = MAX_PARENTS) -> LinkedDocument:
@@ -189,7 +191,7 @@ def read_linked_jsonl(path: str | Path, max_parents: int = MAX_PARENTS) -> Itera
     """Yield the articles of a Linked WikiText-2 JSONL file; errors name the file and line."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"Linked WikiText-2 file not found: {path}")
+        raise MissingFileError(f"Linked WikiText-2 file not found: {path}")
     with open(path, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
@@ -198,7 +200,7 @@ def read_linked_jsonl(path: str | Path, max_parents: int = MAX_PARENTS) -> Itera
             try:
                 data = json.loads(line)
             except json.JSONDecodeError as err:
-                raise ValueError(f"{where}: not valid JSON ({err})") from err
+                raise InputError(f"{where}: not valid JSON ({err})") from err
             yield parse_document(data, where, max_parents)
 
 
@@ -369,7 +371,7 @@ def document_tensors(doc: LinkedDocument, model, where: str | None = None) -> tu
     """(x LongTensor [T], gold z dict of [1, T], changes) for ``doc`` under ``model``; x = model.tokenize(doc.text)."""
     x = model.tokenize(doc.text)
     if x.numel() != len(doc.tokens):
-        raise ValueError(
+        raise InputError(
             f"{where or repr(doc.title)}: the model tokenizes the article into {x.numel()} tokens, "
             f"the corpus has {len(doc.tokens)} (tokens must not contain whitespace)"
         )
@@ -392,7 +394,7 @@ def linked_dataset(data_dir: str | Path, splits: Iterable[str] = ("validation", 
     for split in splits:
         path = data_dir / SPLIT_FILES[split]
         if not path.is_file():
-            raise FileNotFoundError(f"Linked WikiText-2 split {split!r} not found: {path}")
+            raise MissingFileError(f"Linked WikiText-2 split {split!r} not found: {path}")
         rows = [{"title": doc.title, "text": doc.text} for doc in read_linked_jsonl(path)]
         out[split] = datasets.Dataset.from_list(rows)
     return datasets.DatasetDict(out)
@@ -405,7 +407,7 @@ def load_linked_wikitext2(data_dir: str | None = None, **_metadata):
 
     data_dir = data_dir or os.environ.get(DATA_DIR_VARIABLE)
     if not data_dir:
-        raise ValueError(
+        raise InputError(
             'linked_wikitext2: say where Linked WikiText-2 is: --metadata \'{"data_dir": '
             f'"/path/to/linked-wikitext-2"}}\' or export {DATA_DIR_VARIABLE}=/path/to/linked-wikitext-2'
         )

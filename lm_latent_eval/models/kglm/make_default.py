@@ -1,6 +1,6 @@
 """Build the bundled default: a synthetic linked corpus, a small KGLM + proposal trained on it, tiny eval data.
 
-``python -m lm_latent_eval.models.kglm.make_default`` writes ``lm_latent_eval/data/kglm/`` (checkpoint in the Hub
+``python -m lm_latent_eval.models.kglm.make_default --output-dir lm_latent_eval/data`` writes ``lm_latent_eval/data/kglm/`` (checkpoint in the Hub
 layout) and ``lm_latent_eval/data/linked_tiny/`` (``test.jsonl`` in Linked WikiText-2 format + the graph JSON),
 so that ``lm_eval --model latent_kglm --tasks linked_wikitext2_tiny`` needs nothing else. Deterministic given the
 seed (up to floating-point differences across torch builds).
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shutil
 
-from ...paths import DATA_DIR
 from ..training import make_default_arguments, split_documents
 from .linked_wikitext import write_linked_jsonl
 from .synthetic import SyntheticConfig, generate_corpus
@@ -23,15 +22,15 @@ NUM_VALID = 20
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = make_default_arguments(__doc__, TRAINING.epochs, DATA_DIR, argv)
+    args = make_default_arguments(__doc__, TRAINING.epochs, argv)
     graph, docs = generate_corpus(CORPUS, seed=args.seed)
     test, valid, train = split_documents(docs, NUM_TEST, NUM_VALID)
     config = TrainConfig(**{**TRAINING.__dict__, "epochs": args.epochs, "seed": args.seed})
-    out = args.data_dir / "kglm"
+    out = args.output_dir / "kglm"
     if out.exists():
         shutil.rmtree(out)
     _, history = train_kglm(train, valid, graph, config, out)
-    tiny = args.data_dir / "linked_tiny"
+    tiny = args.output_dir / "linked_tiny"
     tiny.mkdir(parents=True, exist_ok=True)
     write_linked_jsonl(test, tiny / "test.jsonl")
     graph.to_json(tiny / "knowledge_graph.json")

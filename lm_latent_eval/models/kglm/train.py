@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ...errors import InputError
 from ..training import (
     BestParameters,
     add_trainer_arguments,
@@ -107,7 +108,7 @@ def train_kglm(
     Returns (model in eval mode, per-epoch records); saves it to ``output_dir`` when given.
     """
     if not train_docs:
-        raise ValueError("train_kglm: no training articles")
+        raise InputError("train_kglm: no training articles")
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
     vocab = build_vocabulary([d.tokens for d in train_docs], config.min_count, config.max_vocab)
@@ -250,14 +251,14 @@ def load_graph_files(
 ) -> KnowledgeGraph:
     """Our JSON graph, or the original ``knowledge_graph.pkl`` (+ ``alias.pkl``) read with the restricted unpickler."""
     if knowledge_graph and kg_pickle:
-        raise ValueError("give either --knowledge-graph (JSON) or --knowledge-graph-pickle, not both")
+        raise InputError("give either --knowledge-graph (JSON) or --knowledge-graph-pickle, not both")
     if knowledge_graph:
         return KnowledgeGraph.from_json(knowledge_graph)
     if kg_pickle:
         from .pickles import knowledge_graph_from_pickles
 
         return knowledge_graph_from_pickles(kg_pickle, alias_pickle)
-    raise ValueError(
+    raise InputError(
         "a knowledge graph is required: --knowledge-graph graph.json or --knowledge-graph-pickle kg.pkl"
     )
 

@@ -1,6 +1,6 @@
 """Build the bundled default: the synthetic treebank, a small RNNG + tree-CRF proposal trained on it, test trees.
 
-``python -m lm_latent_eval.models.rnng.make_default`` writes ``lm_latent_eval/data/rnng/`` (checkpoint in the Hub
+``python -m lm_latent_eval.models.rnng.make_default --output-dir lm_latent_eval/data`` writes ``lm_latent_eval/data/rnng/`` (checkpoint in the Hub
 layout) and ``lm_latent_eval/data/ptb_tiny/test.txt`` (PTB-style bracketed trees with POS tags), with nothing
 downloaded. Deterministic given the seed (up to floating-point differences across torch builds).
 """
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import shutil
 
-from ...paths import DATA_DIR
 from ..training import make_default_arguments, split_documents
 from .synthetic import SyntheticConfig, generate_treebank
 from .train import TrainConfig, train_rnng
@@ -31,12 +30,12 @@ sentence) {is_ppl:.3f}. A test fixture for the estimators, not a model of Englis
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = make_default_arguments(__doc__, TRAINING.epochs, DATA_DIR, argv)
+    args = make_default_arguments(__doc__, TRAINING.epochs, argv)
     trees = generate_treebank(CORPUS, seed=args.seed)
     sents = [sentence_from_bracketed(t, f"synthetic tree {i}") for i, t in enumerate(trees)]
     test, valid, train = split_documents(sents, NUM_TEST, NUM_VALID)
     config = TrainConfig(**{**TRAINING.__dict__, "epochs": args.epochs, "seed": args.seed})
-    out = args.data_dir / "rnng"
+    out = args.output_dir / "rnng"
     if out.exists():
         shutil.rmtree(out)
     _, history = train_rnng(train, valid, config, out, progress=False)
@@ -52,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
             is_ppl=final["valid_is_ppl"],
         )
     )
-    test_file = args.data_dir / "ptb_tiny" / "test.txt"
+    test_file = args.output_dir / "ptb_tiny" / "test.txt"
     test_file.parent.mkdir(parents=True, exist_ok=True)
     test_file.write_text("".join(t + "\n" for t in trees[:NUM_TEST]), encoding="utf-8")
     print(f"wrote {out} and {test_file}; final: {final}")

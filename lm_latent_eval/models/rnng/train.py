@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ...errors import InputError
 from ..training import (
     BestParameters,
     add_trainer_arguments,
@@ -131,7 +132,7 @@ def train_rnng(
 ) -> tuple[RNNG, list[dict]]:
     """Fit p and q on ``train``, keep the best validation state; returns (model in eval mode, epoch records)."""
     if not train:
-        raise ValueError("train_rnng: no training sentences")
+        raise InputError("train_rnng: no training sentences")
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
     vocab = build_vocabulary(

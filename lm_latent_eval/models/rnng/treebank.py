@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...errors import InputError, MissingFileError
 from .latents import actions_from_tree, bracketed
 
 PUNCTUATION_TAGS = frozenset({"''", "``", ".", ":", ",", "-LRB-", "-RRB-", "#", "$"})
@@ -50,12 +51,12 @@ def parse_bracketed(text: str, where: str = "tree") -> list:
     result = None
     for tok in tokens:
         if result is not None:
-            raise ValueError(f"{where}: text after the end of the tree: {tok!r}")
+            raise InputError(f"{where}: text after the end of the tree: {tok!r}")
         if tok == "(":
             stack.append([])
         elif tok == ")":
             if not stack:
-                raise ValueError(f"{where}: unbalanced ')'")
+                raise InputError(f"{where}: unbalanced ')'")
             node = stack.pop()
             if stack:
                 stack[-1].append(node)
@@ -63,27 +64,27 @@ def parse_bracketed(text: str, where: str = "tree") -> list:
                 result = node
         else:
             if not stack:
-                raise ValueError(f"{where}: word {tok!r} outside brackets")
+                raise InputError(f"{where}: word {tok!r} outside brackets")
             stack[-1].append(tok)
     if stack or result is None:
-        raise ValueError(f"{where}: unbalanced '(' or empty tree")
+        raise InputError(f"{where}: unbalanced '(' or empty tree")
     return result
 
 
 def _clean(node, remove_punctuation: bool, where: str):
     """Drop labels, empty elements (and punctuation); return a word, a list of cleaned children, or None if empty."""
     if not isinstance(node, list) or not node:
-        raise ValueError(f"{where}: empty brackets ()")
+        raise InputError(f"{where}: empty brackets ()")
     if len(node) == 2 and all(isinstance(p, str) for p in node):  # (tag word)
         tag, word = node
         if tag == EMPTY_TAG or (remove_punctuation and tag in PUNCTUATION_TAGS):
             return None
         return word
     if len(node) == 1 and isinstance(node[0], str):
-        raise ValueError(f"{where}: leaf ({node[0]}) without a tag or word")
+        raise InputError(f"{where}: leaf ({node[0]}) without a tag or word")
     children = node[1:] if isinstance(node[0], str) else node  # unlabeled root ( (S ...) )
     if any(isinstance(c, str) for c in children):
-        raise ValueError(f"{where}: a constituent mixes words and brackets: {node!r:.80}")
+        raise InputError(f"{where}: a constituent mixes words and brackets: {node!r:.80}")
     kept = [c for c in (_clean(c, remove_punctuation, where) for c in children) if c is not None]
     if not kept:
         return None
@@ -131,7 +132,7 @@ def sentence_from_bracketed(
 ) -> Sentence | None:
     """One bracketed tree -> Sentence (None, with no error, when nothing is left after removals)."""
     if binarize not in ("right", "left"):
-        raise ValueError(f"binarize must be 'right' or 'left', got {binarize!r}")
+        raise InputError(f"binarize must be 'right' or 'left', got {binarize!r}")
     cleaned = _clean(parse_bracketed(text, where), remove_punctuation, where)
     if cleaned is None:
         return None
@@ -150,18 +151,18 @@ def split_trees(text: str, where: str = "file") -> Iterator[tuple[int, str]]:
             continue
         if depth == 0:
             if not stripped.startswith("("):
-                raise ValueError(
+                raise InputError(
                     f"{where}:{n}: expected a bracketed tree starting with '(', got {stripped[:40]!r}"
                 )
             start, buf = n, []
         buf.append(line)
         depth += line.count("(") - line.count(")")
         if depth < 0:
-            raise ValueError(f"{where}:{n}: unbalanced ')'")
+            raise InputError(f"{where}:{n}: unbalanced ')'")
         if depth == 0:
             yield start, "\n".join(buf)
     if depth:
-        raise ValueError(f"{where}:{start}: tree not closed at the end of the file")
+        raise InputError(f"{where}:{start}: tree not closed at the end of the file")
 
 
 def read_treebank(
@@ -205,7 +206,7 @@ def read_sentences(path: str | Path, **options) -> list[str]:
     with one sentence per line (blank lines skipped)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"sentence file not found: {path}")
+        raise MissingFileError(f"sentence file not found: {path}")
     text = path.read_text(encoding="utf-8")
     if text.lstrip().startswith("("):
         return [s.text() for s in read_treebank(path, **options)]
@@ -231,7 +232,7 @@ def load_ptb(
 ):
     """lm-eval ``custom_dataset`` of task ``ptb_rnng``: the user's file, ``--metadata '{"data_file": ...}'``."""
     if not data_file:
-        raise ValueError(
+        raise InputError(
             'ptb_rnng: say which file to evaluate: --metadata \'{"data_file": "/path/test.txt"}\' '
             "(PTB-style trees or one sentence per line)"
         )

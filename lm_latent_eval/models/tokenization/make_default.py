@@ -1,6 +1,6 @@
 """Regenerate the bundled tiny causal LM for ``latent_tokenization``: a byte-level BPE and a GPT-2 trained on it.
 
-    python -m lm_latent_eval.models.tokenization.make_default      # writes lm_latent_eval/data/tokenization/
+    python -m lm_latent_eval.models.tokenization.make_default --output-dir lm_latent_eval/data   # tokenization/
 
 Tokenizer: byte-level BPE (all 256 bytes + merges, vocabulary 512, ``<|endoftext|>``) trained with the
 ``tokenizers`` library on the bundled training corpus (data/corpus/tiny_train.jsonl). Model: GPT-2, 2 layers,
@@ -17,8 +17,7 @@ import torch
 
 from lm_latent_eval.paths import DATA_DIR
 
-TRAIN_FILE = DATA_DIR / "corpus" / "tiny_train.jsonl"
-CHECKPOINT_DIR = DATA_DIR / "tokenization"
+TRAIN_FILE = DATA_DIR / "corpus" / "tiny_train.jsonl"  # read only
 
 
 def train_tokenizer(texts: list[str], vocab_size: int = 512):
@@ -68,14 +67,18 @@ def train_model(tokenizer, texts: list[str], steps: int = 1500, batch: int = 16,
     return model.eval()
 
 
-def main():
+def main(argv: list[str] | None = None) -> None:
+    from ..training import make_default_arguments
+
+    args = make_default_arguments(__doc__, None, argv)
     texts = [json.loads(line)["text"] for line in TRAIN_FILE.read_text().splitlines() if line.strip()]
     tokenizer = train_tokenizer(texts)
-    model = train_model(tokenizer, texts)
-    CHECKPOINT_DIR.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(CHECKPOINT_DIR)
-    tokenizer.save_pretrained(CHECKPOINT_DIR)
-    print(f"wrote {CHECKPOINT_DIR}")
+    model = train_model(tokenizer, texts, seed=args.seed)
+    out = args.output_dir / "tokenization"
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

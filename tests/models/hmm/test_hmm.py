@@ -196,9 +196,9 @@ def test_train_cli_writes_a_loadable_checkpoint(tmp_path, capsys):
         [
             "train",
             "hmm",
-            "--train-file",
+            "--train",
             str(train),
-            "--validation-file",
+            "--valid",
             str(train),
             "--output",
             str(out),

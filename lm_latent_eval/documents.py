@@ -1,0 +1,57 @@
+"""Documents from a user's file: ``.jsonl`` (one JSON object with a ``text`` field per line) or text (one document
+per line), with one clean error naming the file and the line for anything unusable, and a warning naming them for an
+empty document (it scores log p = 0 over 0 tokens, which no perplexity counts)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+from .errors import InputError, MissingFileError
+
+TEXT_FIELD = "text"
+
+
+def _jsonl_text(line: str, where: str, tokens_field: bool) -> str:
+    """The document of one JSONL line: its ``text`` (or, when ``tokens_field``, Linked WikiText-2 ``tokens``)."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise InputError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
+    if not isinstance(record, dict):
+        raise InputError(
+            f"{where}: expected a JSON object with a {TEXT_FIELD!r} field, got {type(record).__name__}"
+        )
+    if TEXT_FIELD not in record and tokens_field and isinstance(record.get("tokens"), list):
+        return " ".join(str(t) for t in record["tokens"] if t != "@@START@@")  # a Linked WikiText-2 article
+    if TEXT_FIELD not in record:
+        also = " (nor Linked WikiText-2 'tokens')" if tokens_field else ""
+        raise InputError(
+            f"{where}: JSON record has no {TEXT_FIELD!r} field{also}; its fields: {sorted(record)}"
+        )
+    if not isinstance(record[TEXT_FIELD], str):
+        raise InputError(f"{where}: {TEXT_FIELD!r} must be a string, got {type(record[TEXT_FIELD]).__name__}")
+    return record[TEXT_FIELD]
+
+
+def read_texts(path: str | Path, tokens_field: bool = False) -> list[str]:
+    """The documents of ``path``: ``.jsonl`` → the ``text`` of every non-blank line (``tokens_field``: a Linked
+    WikiText-2 ``tokens`` list also counts), any other file → every non-blank line. InputError naming the file and
+    line for a line without a usable text; a warning naming them for each empty document."""
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(f"{path}: no such file")
+    docs = []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{n}"
+            text = _jsonl_text(line, where, tokens_field) if path.suffix == ".jsonl" else line.rstrip("\n")
+            if not text.strip():
+                warnings.warn(f"{where}: empty document (it scores log p = 0 over 0 tokens)", stacklevel=2)
+            docs.append(text)
+    if not docs:
+        raise InputError(f"{path}: no documents")
+    return docs

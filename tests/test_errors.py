@@ -1,0 +1,112 @@
+"""Errors of our own command line and of our lm-eval backends arrive as one line and a non-zero exit, never as a
+traceback; every other exception keeps its traceback (it may be a bug)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lm_latent_eval.cli import main
+from lm_latent_eval.errors import InputError, UserError, excepthook
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _one_error_line(text: str, prefix: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert "Traceback" not in text, text[-3000:]
+    assert len(lines) == 1 and lines[0].startswith(prefix), text[-3000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["sweep", "--data", "/nope/docs.jsonl"], "/nope/docs.jsonl: no such file"),
+        (["sweep", "--model", "hmm", "--pretrained", "/nope"], "pretrained=/nope: no such folder"),
+        (["sweep", "--model", "no_such_pkg.mod:Cls"], "cannot import model class 'no_such_pkg.mod:Cls'"),
+        (["report", "/nope"], "/nope: no lm-eval results_*.json"),
+        (["compare", "/nope", "/nope"], "/nope: no lm-eval results_*.json"),
+        (["sweep", "--temperatures", "0"], "temperature must be a finite number > 0"),
+        (
+            ["train", "kglm", "--output", "TMP/out", "--train", "/nope.jsonl"],
+            "a knowledge graph is required",
+        ),
+        (
+            ["distortion", "--reference", "/nope", "--model", "/nope", "--output-dir", "TMP/out"],
+            "--reference=/nope: no such folder",
+        ),
+    ],
+)
+def test_cli_errors_are_one_line_and_exit_2(argv, expected, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # whatever a command writes stays here
+    assert main([a.replace("TMP", str(tmp_path)) for a in argv]) == 2
+    captured = capsys.readouterr()
+    line = _one_error_line(captured.err, f"lm-latent-eval {argv[0]}: error: ")
+    assert expected in line
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch):
+    """Only our errors are shortened: an unexpected exception (here a TypeError from inside sweep) propagates."""
+    from lm_latent_eval.reports import sweep
+
+    def broken(args):
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(sweep, "run", broken)
+    with pytest.raises(TypeError, match="a bug"):
+        main(["sweep"])
+
+
+def test_excepthook_prints_user_errors_in_one_line_and_passes_the_rest_on(capsys):
+    seen = []
+    excepthook(InputError, InputError("bad\nvalue"), None, previous=lambda *a: seen.append(a))
+    assert capsys.readouterr().err.endswith("error: bad value\n") and seen == []
+    excepthook(KeyError, KeyError("x"), None, previous=lambda *a: seen.append(a))
+    assert len(seen) == 1 and capsys.readouterr().err == ""
+    assert issubclass(InputError, ValueError) and issubclass(InputError, UserError)
+
+
+def _lm_eval(model_args: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    from hook_site import hook_site_dir
+
+    boot = tmp_path / "boot"
+    boot.mkdir()
+    (boot / "sitecustomize.py").write_text(
+        f"import site\nsite.addsitedir({str(hook_site_dir(tmp_path))!r})\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{boot}{os.pathsep}{REPO}",
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    argv = [sys.executable, "-m", "lm_eval", "--model", "latent_hmm", "--model_args", model_args,
+            "--tasks", "latent_ppl_tiny", "--include_path", str(REPO / "tasks"), "--limit", "2"]  # fmt: skip
+    return subprocess.run(
+        argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+@pytest.mark.parametrize(
+    ("model_args", "expected"),
+    [
+        ("num_sample=10", "did you mean num_sample → num_samples?"),
+        pytest.param(
+            "pretrained=/nope",
+            "pretrained=/nope: no such folder (/nope), and it is not a Hugging Face Hub id",
+            marks=pytest.mark.slow,  # the same path as above; load_model's message is tested in tests/models
+        ),
+    ],
+)
+def test_lm_eval_with_bad_model_args_prints_one_error_line(model_args, expected, tmp_path):
+    proc = _lm_eval(model_args, tmp_path)
+    assert proc.returncode != 0
+    errors = "\n".join(
+        line for line in proc.stderr.splitlines() if " INFO " not in line and " WARNING " not in line
+    )
+    assert expected in _one_error_line(errors, "lm_eval: error: ")
