@@ -321,10 +321,15 @@ class LatentLMEval(LM):
                 stacklevel=2,
             )
             self._warned_greedy = True
-        return [
-            (estimates[ctx + cont].log_likelihood - estimates[ctx].log_likelihood, False)
+        values = {
+            (ctx, cont): (
+                estimates[ctx + cont].log_likelihood - estimates[ctx].log_likelihood,
+                estimates[ctx + cont].num_tokens - estimates[ctx].num_tokens,
+            )
             for ctx, cont in pairs
-        ]
+        }
+        rolling_estimates.record_conditionals(values)  # completion tasks count the continuation's tokens
+        return [(values[pair][0], False) for pair in pairs]
 
     def _require_prefix_probability(self) -> None:
         """A clear error before any work when log p(context ⊕ continuation) − log p(context) would not be the

@@ -4,6 +4,8 @@ lm-eval gives a task's ``process_results`` only the float log-likelihood the bac
 metrics need the whole estimate (K log weights, SMC runs, diagnostics), so ``loglikelihood_rolling`` ``record``s the
 estimates of its request batch here and the task ``lookup``s each document by its text. The table is process-local
 (each rank of a multi-process run records and looks up its own shard) and holds one batch at a time.
+``loglikelihood`` likewise records, per (context, continuation), the value it returned and the continuation's token
+count, which a completion task's perplexity needs (``completion_tokens``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from ..estimators import DocumentEstimate
 
 WHERE = "lm-latent-eval perplexity task"
 _ESTIMATES: dict[str, DocumentEstimate] = {}
+_CONDITIONALS: dict[tuple[str, str], tuple[float, int]] = {}
 
 
 def record(estimates: dict[str, DocumentEstimate]) -> None:
@@ -52,3 +55,23 @@ def lookup(text: str, log_likelihood: float) -> DocumentEstimate:
             "another model or from a cache, so its samples are not available"
         )
     return est
+
+
+def record_conditionals(values: dict[tuple[str, str], tuple[float, int]]) -> None:
+    """Replace the table of the latest ``loglikelihood`` batch: (context, continuation) -> (log p̂(continuation |
+    context), model tokens of the continuation)."""
+    _CONDITIONALS.clear()
+    _CONDITIONALS.update(values)
+
+
+def completion_tokens(context: str, continuation: str, log_likelihood: float) -> int:
+    """The model tokens of ``continuation`` after ``context``, as counted by the backend that returned
+    ``log_likelihood`` for the pair; RuntimeError when this process did not (another model, or ``--use_cache``)."""
+    value = _CONDITIONALS.get((context, continuation))
+    if value is None or not math.isclose(value[0], log_likelihood, rel_tol=1e-12, abs_tol=1e-12):
+        raise RuntimeError(
+            f"lm-latent-eval completion task: no estimate of the continuation {continuation[:40]!r} of context "
+            f"{context[-40:]!r} by a latent backend of this process (the task counts the continuation's tokens with "
+            "the model that scored it; it cannot use --use_cache or another model)"
+        )
+    return value[1]

@@ -40,6 +40,7 @@ MODELS = {
     "rnng": ModelEntry(
         "lm_latent_eval.models.rnng:RNNG", "LatentRNNGEval", "lm_latent_eval.models.rnng.train"
     ),
+    "lda": ModelEntry("lm_latent_eval.models.lda:LDA", "LatentLDAEval", "lm_latent_eval.models.lda.train"),
     # any Hugging Face causal LM, z = its tokenizations; and the same LM with a trivial z
     "tokenization": ModelEntry("lm_latent_eval.models.tokenization:TokenizationLM", "LatentTokenizationEval"),
     "causal": ModelEntry("lm_latent_eval.models.causal_lm:CausalLMAsLatent"),
