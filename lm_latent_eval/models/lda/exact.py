@@ -70,10 +70,9 @@ def log_marginal_dp(log_phi: torch.Tensor, alpha: torch.Tensor) -> float:
 
 
 def all_assignments(num_tokens: int, num_topics: int) -> torch.Tensor:
-    """Every z ∈ {0..K−1}^T, [K^T, T] (tests: the support of a tiny LDA)."""
-    return torch.tensor(
-        list(itertools.product(range(num_topics), repeat=num_tokens)), dtype=torch.long
-    ).reshape(-1, num_tokens)
+    """Every z ∈ {0..K−1}^T, [K^T, T] (tests: the support of a tiny LDA; T = 0: one empty assignment)."""
+    rows = list(itertools.product(range(num_topics), repeat=num_tokens))
+    return torch.tensor(rows, dtype=torch.long).reshape(len(rows), num_tokens)
 
 
 @torch.no_grad()
