@@ -193,7 +193,7 @@ def left_to_right(
     """MALLET's ``evaluate-topics`` estimate of log p(x) (``MarginalProbEstimator.evaluateLeftToRight``, no
     resampling): R particles draw z_t ∝ (n_k + α_k) Φ[k, x_t] left to right, and log p̂ = Σ_t log mean_r
     p(x_t | x_<t, z_<t^r) with p(x_t | ·) = Σ_k (n_k + α_k) Φ[k, x_t] / (t + Σα); no weights, no resampling."""
-    from .stepwise import draw
+    from ...tensors import tempered_draw as draw
 
     alpha = model.alpha.to(torch.float64)
     log_phi = model.log_phi_columns(model.check_x(x))  # [T, K]

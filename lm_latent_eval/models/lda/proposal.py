@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from .stepwise import check_sampling, init_particles, step
+from ...protocol import check_proposal_args
+from .stepwise import init_particles, step
 from .urn import counts_before
 
 
@@ -30,7 +31,7 @@ class LDAProposal:
         generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Draw z [K, T] ~ q_τ(z | x) and return it with log q_τ(z | x) float64 [K] (the SMC particles' draws)."""
-        check_sampling(x, num_samples, temperature)
+        check_proposal_args(x, num_samples, temperature)
         state = init_particles(self.model, self.model.check_x(x), num_samples, temperature, peek)
         log_q = torch.zeros(num_samples, dtype=torch.float64, device=state.z.device)
         for t in range(x.shape[0]):

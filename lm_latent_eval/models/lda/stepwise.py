@@ -15,25 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...tensors import inverse_cdf
-
-
-def check_sampling(x: torch.Tensor, num_samples: int, temperature: float) -> None:
-    if x.dim() != 1:
-        raise ValueError(f"x must be a 1-d LongTensor [T], got shape {tuple(x.shape)}")
-    if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
-        raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
-    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
-
-
-def draw(logits: torch.Tensor, temperature: float, generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """One index per row of softmax(logits / τ) [K, n] by inverse CDF, one u ~ U[0, 1) per row (float64):
-    (index [K], its log probability [K])."""
-    log_p = torch.log_softmax(logits / temperature, -1)
-    u = torch.rand(log_p.shape[0], generator=generator, dtype=log_p.dtype, device=log_p.device)
-    idx = inverse_cdf(log_p.exp(), u)
-    return idx, log_p.gather(-1, idx[:, None]).squeeze(-1)
+from ...tensors import tempered_draw as draw
 
 
 @dataclass
