@@ -103,7 +103,7 @@ class LDA(
 
     @torch.no_grad()
     def set_parameters(self, phi, alpha, pseudocounts=None, eta: float | None = None) -> None:
-        """Check and set Φ (each row normalized to sum 1), α (> 0) and the optional λ and η."""
+        """Check and set Φ (each row normalized to sum 1 unless it does), α (> 0) and the optional λ and η."""
         K, V = self.phi.shape
         phi = torch.as_tensor(phi, dtype=torch.float64).cpu()
         alpha = torch.as_tensor(alpha, dtype=torch.float64).cpu()
@@ -114,7 +114,10 @@ class LDA(
             raise ValueError(f"α must be {K} finite numbers > 0, got {alpha.tolist()}")
         if not torch.isfinite(phi).all() or (phi < 0).any() or (phi.sum(1) <= 0).any():
             raise ValueError("Φ must be finite and ≥ 0, with a positive sum in every topic")
-        phi = phi / phi.sum(1, keepdim=True)
+        if not torch.allclose(phi.sum(1), torch.ones(K, dtype=torch.float64), rtol=0, atol=1e-12):
+            phi = phi / phi.sum(
+                1, keepdim=True
+            )  # normalized rows (a loaded checkpoint's are kept bit for bit)
         never = (phi.max(0).values <= 0).nonzero().flatten()
         if never.numel():
             word = self.tokenizer.vocab[int(never[0])]
@@ -149,6 +152,12 @@ class LDA(
         model = super()._from_pretrained(strict=strict, **kwargs)
         model.set_parameters(model.phi.clone(), model.alpha.clone(), None, float(model.eta))
         return model
+
+    def to(self, *args, **kwargs) -> LDA:
+        """Move to a device; a dtype is ignored: Φ and α stay float64 (the LDA has no network to run in low
+        precision, and rounding Φ would change every number)."""
+        device = torch._C._nn._parse_to(*args, **kwargs)[0]
+        return super().to(device) if device is not None else self
 
     @property
     def vocab(self) -> list[str]:

@@ -25,6 +25,7 @@ class LDAParticles:
     x: torch.Tensor  # [T] word ids
     log_phi: torch.Tensor  # [T, topics] log Φ[k, x_t], float64
     alpha: torch.Tensor  # [topics] float64
+    alpha_sum: float  # Σα (kept on the host: no device sync per token)
     z: torch.Tensor  # [K, T]
     counts: torch.Tensor  # [K, topics] float64: n_k of z_<t
     t: int
@@ -40,7 +41,7 @@ def init_particles(
     log_phi = model.log_phi_columns(x)  # [T, topics]
     z = torch.zeros(num_particles, x.shape[0], dtype=torch.long, device=x.device)
     counts = torch.zeros(num_particles, alpha.shape[0], dtype=torch.float64, device=x.device)
-    return LDAParticles(x, log_phi, alpha, z, counts, 0, float(temperature), bool(peek))
+    return LDAParticles(x, log_phi, alpha, float(alpha.sum()), z, counts, 0, float(temperature), bool(peek))
 
 
 def step(state: LDAParticles, t: int, generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,7 +51,7 @@ def step(state: LDAParticles, t: int, generator) -> tuple[torch.Tensor, torch.Te
     log_urn = torch.log(state.counts + state.alpha)  # [K, topics]
     log_phi = state.log_phi[t]  # [topics]
     zt, log_q = draw(log_urn + log_phi if state.peek else log_urn, state.temperature, generator)
-    log_p = log_urn.gather(1, zt[:, None]).squeeze(1) - math.log(t + float(state.alpha.sum())) + log_phi[zt]
+    log_p = log_urn.gather(1, zt[:, None]).squeeze(1) - math.log(t + state.alpha_sum) + log_phi[zt]
     state.z[:, t] = zt
     state.counts[torch.arange(zt.shape[0], device=zt.device), zt] += 1.0
     state.t = t + 1

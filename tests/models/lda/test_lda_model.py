@@ -138,3 +138,26 @@ def test_bundled_model_and_split():
     assert math.exp(-sum(e.log_likelihood for e in estimates) / tokens) == pytest.approx(548.828, abs=1e-3)
     first, second = completion_halves(texts[0])
     assert (first + second).split() == texts[0].split() and second.startswith(" ")
+
+
+def test_a_dtype_leaves_the_topics_in_float64():
+    model, _ = load_model("lda", dtype=torch.bfloat16)
+    assert model.phi.dtype == torch.float64 and model.alpha.dtype == torch.float64
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_gives_the_cpu_numbers():
+    """The same z scores alike on CUDA and CPU; the device sampler reports its own log q; the DP agrees."""
+    cpu, _ = load_model("lda")
+    cuda, _ = load_model("lda", device="cuda")
+    text = read_texts(CORPUS_DIR / "test.jsonl")[0]
+    x = cpu.tokenize(text)
+    z, log_q = cpu.proposal.sample(x, 64, generator=torch.Generator().manual_seed(0))
+    xc, zc = x.cuda(), z.cuda()
+    assert torch.allclose(cuda.log_joint(xc, zc).cpu(), cpu.log_joint(x, z), atol=1e-9)
+    assert torch.allclose(cuda.proposal.log_prob(xc, zc).cpu(), log_q, atol=1e-9)
+    zg, log_qg = cuda.proposal.sample(xc, 256, generator=torch.Generator(device="cuda").manual_seed(0))
+    assert zg.device.type == "cuda" and torch.allclose(cuda.proposal.log_prob(xc, zg), log_qg, atol=1e-9)
+    assert cuda.log_marginal(xc) == pytest.approx(cpu.log_marginal(x), abs=1e-9)
+    est = estimate_document(cuda, text, EstimatorSettings("smc", num_samples=4096), device="cuda")
+    assert est.log_likelihood == pytest.approx(cpu.log_marginal(x), abs=0.05)
