@@ -74,19 +74,17 @@ def document_term_matrix(tokenizer: LDATokenizer, texts: list[str]):
 
 def sklearn_lda(model, seed: int = 0):
     """A fitted-looking scikit-learn LatentDirichletAllocation with λ = the model's pseudo-counts, α, η."""
+    lam, eta = _variational_topics(model)  # the errors first: they hold without scikit-learn too
+    alpha = symmetric_alpha(model)
     from scipy.special import digamma
     from sklearn.decomposition import LatentDirichletAllocation
 
-    lam, eta = _variational_topics(model)
     lda = LatentDirichletAllocation(
-        n_components=lam.shape[0],
-        doc_topic_prior=symmetric_alpha(model),
-        topic_word_prior=eta,
-        random_state=seed,
+        n_components=lam.shape[0], doc_topic_prior=alpha, topic_word_prior=eta, random_state=seed
     )
     lda.components_ = lam.copy()
     lda.exp_dirichlet_component_ = np.exp(digamma(lam) - digamma(lam.sum(1, keepdims=True)))
-    lda.doc_topic_prior_, lda.topic_word_prior_ = symmetric_alpha(model), eta
+    lda.doc_topic_prior_, lda.topic_word_prior_ = alpha, eta
     lda.n_features_in_, lda.n_batch_iter_, lda.n_iter_ = lam.shape[1], 1, 1
     lda.random_state_ = np.random.RandomState(seed)
     return lda
