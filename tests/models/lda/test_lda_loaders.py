@@ -4,6 +4,7 @@ the figures those libraries print for the same Φ and α (``peers.py``)."""
 from __future__ import annotations
 
 import gzip
+import json
 import math
 
 import numpy as np
@@ -58,6 +59,38 @@ def test_sklearn_pipeline_file(tmp_path):
     assert torch.allclose(other.phi.sum(1), torch.ones(3, dtype=torch.float64)) and not torch.equal(
         other.phi, model.phi
     )
+
+
+def test_a_sklearn_file_through_lm_eval_and_lda_peers(tmp_path, capsys):
+    """``--model latent_lda --model_args pretrained=FILE`` reads it; ``lda-peers --pretrained FILE`` prints what
+    scikit-learn's own perplexity call gives for it, next to the exact value."""
+    pytest.importorskip("sklearn")
+    import joblib
+    from sklearn.decomposition import LatentDirichletAllocation
+    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.pipeline import make_pipeline
+
+    from lm_latent_eval.cli import main
+    from lm_latent_eval.harness.backends import LatentLDAEval
+
+    pipe = make_pipeline(
+        CountVectorizer(), LatentDirichletAllocation(n_components=2, random_state=0, max_iter=10)
+    )
+    pipe.fit(DOCS)
+    joblib.dump(pipe, tmp_path / "lda.joblib")
+    lm = LatentLDAEval(pretrained=str(tmp_path / "lda.joblib"), estimator="exact", device="cpu")
+    request = type("Request", (), {"args": (DOCS[0],)})()
+    assert lm.loglikelihood_rolling([request], disable_tqdm=True)[0] == pytest.approx(
+        lm.model.log_marginal(lm.model.tokenize(DOCS[0]))
+    )
+    (tmp_path / "docs.txt").write_text("\n".join(DOCS) + "\n")
+    args = ["lda-peers", "--pretrained", str(tmp_path / "lda.joblib"), "--data", str(tmp_path / "docs.txt")]
+    assert main([*args, "--num-samples", "8", "--output", str(tmp_path / "out")]) == 0
+    rows = {r["tool"]: r for r in json.loads((tmp_path / "out" / "results.json").read_text())}
+    vectorizer, lda = pipe.steps[0][1], pipe.steps[1][1]
+    own = lda.perplexity(vectorizer.transform(DOCS))
+    assert rows["scikit-learn"]["perplexity"] == pytest.approx(own, rel=1e-9)
+    assert "scikit-learn#20032" in rows["scikit-learn"]["cause"] and "scikit-learn" in capsys.readouterr().out
 
 
 def test_bare_sklearn_lda_needs_a_vocabulary(tmp_path):
