@@ -191,6 +191,11 @@ class LatentLMEval(LM):
             self.model, "count_eos"
         ):  # sentence-level models: is the end-of-sentence token scored and counted?
             info["count_eos"] = bool(self.model.count_eos)
+        options = {
+            a.name: self.model_kwargs[a.name] for a in self.model_options if a.name in self.model_kwargs
+        }
+        if options:  # the model's own options given in model_args (an LDA's alpha, unknown_words, ...) can change a number
+            info["model_options"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items()}
         if any(a.kind is Path for a in self.model_options):  # the model's own files join its identity
             info["model_files_sha256"] = {
                 a.name: checkpoint_hash(self.model_kwargs[a.name])

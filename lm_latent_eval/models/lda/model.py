@@ -190,7 +190,7 @@ class LDA(
         return x.to(self.device)
 
     def check_z(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        z = z.to(self.device)
+        z = z.to(self.device, torch.long)
         if z.dim() != 2 or z.shape[1] != x.shape[0]:
             raise ValueError(f"z must have shape [K, T={x.shape[0]}], got {tuple(z.shape)}")
         if z.numel() and (int(z.min()) < 0 or int(z.max()) >= self.num_topics):

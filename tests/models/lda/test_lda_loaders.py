@@ -161,6 +161,12 @@ def test_mallet_weights_file(tmp_path):
         load_model("lda", weights)
     model, _ = load_model("lda", weights, alpha="0.1:0.3")
     assert model.alpha.tolist() == [0.1, 0.3] and model.vocab == ["cat", "dog", "pear"]
+    from lm_latent_eval.harness.backends import LatentLDAEval
+
+    info = LatentLDAEval(pretrained=str(weights), alpha="0.1:0.3", device="cpu").get_model_info()
+    assert info["model_options"] == {
+        "alpha": "0.1:0.3"
+    }  # part of the run's identity (results_dir, --use_cache)
     assert model.phi[1].tolist() == pytest.approx([v / sum(r[2] for r in rows[3:]) for *_, v in rows[3:]])
     state = tmp_path / "state.gz"
     with gzip.open(state, "wt") as fh:
