@@ -85,6 +85,21 @@ def checkpoint_hash(path: str | Path) -> str:
     return h.hexdigest()
 
 
+# a pretrained= with one of these endings is a local file, never a Hugging Face Hub id
+LOCAL_FILE_SUFFIXES = (
+    ".joblib",
+    ".pkl",
+    ".pickle",
+    ".bin",
+    ".gz",
+    ".txt",
+    ".json",
+    ".safetensors",
+    ".pt",
+    ".tar",
+)
+
+
 def load_model(
     model: str = "hmm", pretrained: str | Path | None = None, device: str = "cpu", dtype=None, **kwargs
 ):
@@ -99,6 +114,8 @@ def load_model(
             raise ValueError(f"model {model!r} has no bundled checkpoint: pass pretrained=<dir or hub id>")
     path = Path(pretrained)
     if not path.exists():
+        if path.is_absolute() or str(pretrained).startswith((".", "~")) or path.suffix in LOCAL_FILE_SUFFIXES:
+            raise FileNotFoundError(f"{pretrained}: no such checkpoint folder or model file")
         from huggingface_hub import snapshot_download
 
         path = Path(snapshot_download(str(pretrained)))

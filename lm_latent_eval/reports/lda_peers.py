@@ -141,6 +141,11 @@ def run(args: argparse.Namespace) -> int:
         model, _ = load_model("lda", args.pretrained, **options)
         texts = read_texts(args.data or CORPUS_DIR / "test.jsonl")
         train = read_texts(args.tomotopy_train) if args.tomotopy_train else None
+        if not any(model.tokenize(t).numel() for t in texts):
+            raise ValueError(
+                f"none of the {len(texts)} documents has a word of the model's {len(model.vocab)}-word vocabulary "
+                f"(e.g. {model.vocab[:3]}): no perplexity to compare"
+            )
     except (ValueError, ImportError, OSError) as err:
         print(f"lm-latent-eval lda-peers: {err}", file=sys.stderr)
         return 2

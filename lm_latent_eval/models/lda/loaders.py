@@ -30,6 +30,8 @@ import numpy as np
 FORMATS = ("checkpoint", "sklearn", "gensim", "tomotopy", "mallet")
 LOADER_ARGS = ("vocabulary", "alpha", "mallet_state", "topic_estimate")
 TOPIC_ESTIMATES = ("mean", "exp_expected_log")
+TOMOTOPY_LDA_MAGIC = b"LDA\0"  # the first bytes of LDAModel.save
+MODEL_FILE_SUFFIXES = (".joblib", ".pkl", ".pickle", ".bin", ".txt", ".gz", ".model", ".lda")
 
 
 def detect_format(path: str | Path) -> str:
@@ -41,6 +43,8 @@ def detect_format(path: str | Path) -> str:
             return "checkpoint"
         raise ValueError(f"{path}: a folder without config.json is not an lm-latent-eval LDA checkpoint")
     if not path.exists():
+        if path.is_absolute() or str(path).startswith(".") or path.suffix in MODEL_FILE_SUFFIXES:
+            raise FileNotFoundError(f"{path}: no such LDA model file or folder")
         return "checkpoint"  # a Hugging Face Hub id: the Hub mixin downloads it (or says why not)
     if path.suffix in (".joblib", ".pkl", ".pickle"):
         return "sklearn"
@@ -92,7 +96,22 @@ def load_library_model(cls, fmt: str, path, **kwargs):
     wrong = set(options) - set(_ACCEPTS[fmt])
     if wrong:
         raise ValueError(f"{sorted(wrong)} do not apply to a {fmt} model (they apply to: {_ACCEPTS_DOC})")
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path}: no such {fmt} LDA model file")
     return loader[fmt](cls, Path(path), options, kwargs)
+
+
+def _read(library: str, load, path: Path):
+    """``load(path)``; a file that needs a missing library says which, and whatever a corrupt or foreign file raises
+    (EOFError, UnpicklingError, ...) becomes one ValueError line naming the file."""
+    try:
+        return load(str(path))
+    except ModuleNotFoundError as err:
+        raise ImportError(f"{path} needs {err.name}: pip install 'lm-latent-eval[lda]'") from None
+    except Exception as err:  # noqa: BLE001 -- unpicklers raise anything on a foreign file
+        raise ValueError(
+            f"{path}: not a readable {library} model file ({type(err).__name__}: {err})"
+        ) from None
 
 
 _ACCEPTS = {
@@ -124,7 +143,7 @@ def _topics(pseudocounts: np.ndarray, estimate: str) -> np.ndarray:
 
 def _sklearn_file(cls, path: Path, options: dict, config: dict):
     joblib = _require("joblib")
-    obj = joblib.load(path)
+    obj = _read("scikit-learn (joblib)", joblib.load, path)
     vocabulary = options.get("vocabulary")
     words = Path(vocabulary).read_text(encoding="utf-8").split("\n") if vocabulary else None
     words = [w for w in words if w] if words else None
@@ -203,7 +222,7 @@ def from_sklearn(
 
 def _gensim_file(cls, path: Path, options: dict, config: dict):
     models = _require("gensim.models")
-    lda = models.LdaModel.load(str(path))
+    lda = _read("gensim LdaModel", models.LdaModel.load, path)
     return from_gensim(cls, lda, options.get("topic_estimate", "mean"), source=f"gensim LdaModel ({path.name})",
                        **config)  # fmt: skip
 
@@ -222,10 +241,14 @@ def from_gensim(cls, lda, topic_estimate: str = "mean", source: str = "gensim", 
 
 
 def _tomotopy_file(cls, path: Path, options: dict, config: dict):
-    tp = _require("tomotopy")
-    return from_tomotopy(
-        cls, tp.LDAModel.load(str(path)), source=f"tomotopy LDAModel ({path.name})", **config
-    )
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if head != TOMOTOPY_LDA_MAGIC:  # tomotopy aborts the process on a file it cannot parse: refuse it first
+        raise ValueError(
+            f"{path}: not a tomotopy LDAModel file (it starts with {head!r}, not {TOMOTOPY_LDA_MAGIC!r})"
+        )
+    mdl = _read("tomotopy LDAModel", _require("tomotopy").LDAModel.load, path)
+    return from_tomotopy(cls, mdl, source=f"tomotopy LDAModel ({path.name})", **config)
 
 
 def from_tomotopy(cls, mdl, source: str = "tomotopy", **config):
@@ -270,7 +293,10 @@ def _mallet_priors(options: dict, num_topics: int) -> tuple[np.ndarray, float | 
     if options.get("mallet_state"):
         alpha, beta = read_mallet_state_header(options["mallet_state"])
     if options.get("alpha") is not None:
-        alpha = np.array([float(a) for a in str(options["alpha"]).split(":")], dtype=np.float64)
+        values = str(options["alpha"]).split(":")
+        if not all(_is_number(a) for a in values):
+            raise ValueError(f"alpha must be a number or numbers separated by ':', got {options['alpha']!r}")
+        alpha = np.array([float(a) for a in values], dtype=np.float64)
     if alpha is None:
         raise ValueError(
             "a MALLET weights file has no α: pass alpha=… or mallet_state=<the --output-state file>"

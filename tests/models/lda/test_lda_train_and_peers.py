@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -95,3 +96,30 @@ def test_lda_peers_cli(tmp_path, capsys):
     if "scikit-learn" in by_tool and not math.isnan(by_tool["scikit-learn"]["perplexity"]):
         assert by_tool["scikit-learn"]["perplexity"] > 100 * exact
     assert "| tool |" in (out / "table.md").read_text() and "SMC" in capsys.readouterr().out
+
+
+def test_lda_peers_bad_model_files_are_one_line(tmp_path, capsys):
+    """A missing file, a corrupt joblib, a foreign .bin (tomotopy would abort the process), a bad α, and a model
+    none of whose words occur in the documents: one line each, exit status 2, no traceback."""
+    (tmp_path / "corrupt.joblib").write_bytes(b"x")
+    (tmp_path / "foreign.bin").write_bytes(b"not tomotopy")
+    (tmp_path / "weights.txt").write_text("0\tzebra\t1.5\n1\tzebra\t2.0\n")
+    cases = [
+        ([str(tmp_path / "missing.joblib")], "missing.joblib: no such checkpoint folder or model file"),
+        ([str(tmp_path / "corrupt.joblib")], "not a readable scikit-learn .joblib. model file .EOFError"),
+        ([str(tmp_path / "foreign.bin")], "not a tomotopy LDAModel file"),
+        (
+            [str(tmp_path / "weights.txt"), "--alpha", "abc"],
+            "alpha must be a number or numbers separated by ':'",
+        ),
+        (
+            [str(tmp_path / "weights.txt"), "--alpha", "0.1"],
+            "none of the 20 documents has a word of the model's",
+        ),
+    ]
+    for args, message in cases:
+        if "joblib" in args[0] and "corrupt" in args[0]:
+            pytest.importorskip("joblib")
+        assert main(["lda-peers", "--pretrained", *args]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and re.search(message, err), err
