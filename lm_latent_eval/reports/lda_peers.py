@@ -14,13 +14,26 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..estimators import EstimatorSettings, estimate_document
 from ..estimators.corpus import corpus_estimate
 
 
-def our_rows(model, texts: list[str], num_samples: int, seed: int) -> list[dict]:
+@dataclass(frozen=True)
+class PeerRow:
+    """One line of the table: a tool, what it reports, its perplexity (NaN: none), the call made, and the cause of its
+    gap to the exact value (or, for our estimators, the honest 95% statement)."""
+
+    tool: str
+    reports: str
+    perplexity: float
+    call: str
+    cause: str
+
+
+def our_rows(model, texts: list[str], num_samples: int, seed: int) -> list[PeerRow]:
     """Exact (where every document is feasible), SMC and IS at K = num_samples: one row each."""
     rows = []
     settings = {
@@ -32,7 +45,7 @@ def our_rows(model, texts: list[str], num_samples: int, seed: int) -> list[dict]
         try:
             corpus = corpus_estimate([estimate_document(model, t, s) for t in texts])
         except ValueError as err:  # the exact DP refuses a long document
-            rows.append(_row(f"lm-latent-eval {name}", "", math.nan, "", str(err)))
+            rows.append(PeerRow(f"lm-latent-eval {name}", "", math.nan, "", str(err)))
             continue
         label = {"exact": "exact (dynamic program over topic counts)", "smc": f"SMC, K = {num_samples}"}.get(
             name, f"IS, K = {num_samples}"
@@ -51,15 +64,11 @@ def our_rows(model, texts: list[str], num_samples: int, seed: int) -> list[dict]
             )
         )
         value = corpus.perplexity if name != "exact" else corpus.instance_perplexity
-        rows.append(_row(label, what, value, "", cause))
+        rows.append(PeerRow(label, what, value, "", cause))
     return rows
 
 
-def _row(tool: str, reports: str, value: float, call: str, cause: str) -> dict:
-    return {"tool": tool, "reports": reports, "perplexity": value, "call": call, "cause": cause}
-
-
-def library_rows(model, texts: list[str], tomotopy_train: list[str] | None, particles: int) -> list[dict]:
+def library_rows(model, texts: list[str], tomotopy_train: list[str] | None, particles: int) -> list[PeerRow]:
     """scikit-learn, gensim, MALLET-style and (with training texts) tomotopy: one row each, or why not."""
     from ..models.lda import peers
 
@@ -75,12 +84,12 @@ def library_rows(model, texts: list[str], tomotopy_train: list[str] | None, part
         try:
             figure = call()
         except ImportError as err:
-            rows.append(_row(tool, "", math.nan, "", f"not installed ({err})"))
+            rows.append(PeerRow(tool, "", math.nan, "", f"not installed ({err})"))
             continue
         except ValueError as err:
-            rows.append(_row(tool, "", math.nan, "", str(err)))
+            rows.append(PeerRow(tool, "", math.nan, "", str(err)))
             continue
-        rows.append(_row(figure.tool, figure.reports, figure.perplexity, figure.call, figure.cause))
+        rows.append(PeerRow(figure.tool, figure.reports, figure.perplexity, figure.call, figure.cause))
     return rows
 
 
@@ -102,12 +111,12 @@ def _tomotopy(model, texts: list[str], train: list[str]):
     )
 
 
-def markdown(rows: list[dict]) -> str:
+def markdown(rows: list[PeerRow]) -> str:
     lines = ["| tool | what it reports | perplexity | cause of the gap / statement |", "|---|---|---|---|"]
     for r in rows:
-        value = "–" if math.isnan(r["perplexity"]) else f"{r['perplexity']:,.1f}"
-        tool = f"{r['tool']}: `{r['call']}`" if r["call"] else r["tool"]
-        cells = [tool, r["reports"] or "–", value, r["cause"]]
+        value = "–" if math.isnan(r.perplexity) else f"{r.perplexity:,.1f}"
+        tool = f"{r.tool}: `{r.call}`" if r.call else r.tool
+        cells = [tool, r.reports or "–", value, r.cause]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)
 
@@ -160,6 +169,6 @@ def run(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "table.md").write_text(table + "\n", encoding="utf-8")
         (out / "results.json").write_text(
-            json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+            json.dumps([asdict(r) for r in rows], indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
         )
     return 0
