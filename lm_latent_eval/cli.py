@@ -24,6 +24,10 @@ COMMANDS = {
         "two runs over the same documents side by side, with a paired test",
     ),
     "train": ("lm_latent_eval.models.training", "train one of our latent LMs and save it in the Hub layout"),
+    "lda-peers": (
+        "lm_latent_eval.reports.lda_peers",
+        "an LDA's held-out perplexity by our estimators beside what scikit-learn, gensim, tomotopy and MALLET report",
+    ),
     "distortion": (
         "lm_latent_eval.distortion.pipeline",
         "distortion-error curves of a model against a reference LM",

@@ -14,6 +14,7 @@ that scores complete texts (an RNNG scores whole trees, often with an end-of-sen
 
 from __future__ import annotations
 
+import math
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -93,6 +94,17 @@ class StepwiseLatentLM(Protocol):
     def smc_latents(self, state: Any) -> Latents:
         """The configurations z_<t drawn so far, [K, ...] in the format ``log_joint`` accepts once t = T."""
         ...
+
+
+def check_proposal_args(x: torch.Tensor, num_samples: int, temperature: float) -> None:
+    """The arguments of ``Proposal.sample``: x a 1-d LongTensor [T], K a positive integer, τ a finite number > 0
+    (a ValueError naming the bad one)."""
+    if x.dim() != 1:
+        raise ValueError(f"x must be a 1-d LongTensor [T], got shape {tuple(x.shape)}")
+    if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
+        raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
+    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
 
 
 def is_latent_lm(obj: Any) -> bool:

@@ -31,6 +31,15 @@ def inverse_cdf(
     return torch.minimum(drawn, torch.searchsorted(cdf, total.contiguous())).squeeze(-1)
 
 
+def tempered_draw(logits: torch.Tensor, temperature: float, generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """One index per row of softmax(logits / τ) [K, n] by ``inverse_cdf`` with one u ~ U[0, 1) per row, in the logits'
+    dtype: (index [K], its log probability under the tempered distribution [K])."""
+    log_p = torch.log_softmax(logits / temperature, -1)
+    u = torch.rand(log_p.shape[0], generator=generator, dtype=log_p.dtype, device=log_p.device)
+    idx = inverse_cdf(log_p.exp(), u)
+    return idx, log_p.gather(-1, idx[:, None]).squeeze(-1)
+
+
 @functools.cache
 def _row_codes(width: int) -> torch.Tensor:
     """The fixed random odd multipliers c_1..c_width of ``row_keys`` (seed 0), on the CPU."""

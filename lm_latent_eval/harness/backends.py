@@ -226,6 +226,11 @@ class LatentLMEval(LM):
             self.model, "count_eos"
         ):  # sentence-level models: is the end-of-sentence token scored and counted?
             info["count_eos"] = bool(self.model.count_eos)
+        options = {
+            a.name: self.model_kwargs[a.name] for a in self.model_options if a.name in self.model_kwargs
+        }
+        if options:  # the model's own options given in model_args (an LDA's alpha, unknown_words, ...) can change a number
+            info["model_options"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items()}
         if any(a.kind is Path for a in self.model_options):  # the model's own files join its identity
             info["model_files_sha256"] = {
                 a.name: checkpoint_hash(self.model_kwargs[a.name])
@@ -365,10 +370,15 @@ class LatentLMEval(LM):
                 stacklevel=2,
             )
             self._warned_greedy = True
-        return [
-            (estimates[ctx + cont].log_likelihood - estimates[ctx].log_likelihood, False)
+        values = {
+            (ctx, cont): (
+                estimates[ctx + cont].log_likelihood - estimates[ctx].log_likelihood,
+                estimates[ctx + cont].num_tokens - estimates[ctx].num_tokens,
+            )
             for ctx, cont in pairs
-        ]
+        }
+        rolling_estimates.record_conditionals(values)  # completion tasks count the continuation's tokens
+        return [(values[pair][0], False) for pair in pairs]
 
     def _require_prefix_probability(self) -> None:
         """A clear error before any work when log p(context ⊕ continuation) − log p(context) would not be the

@@ -205,3 +205,12 @@ def min_over_documents(items) -> float:
     """Smallest per-document value of a diagnostic such as ESS."""
     values = _informative(items)
     return min(values) if values else math.nan
+
+
+def completion_items(doc: dict, results: list) -> dict:
+    """A completion task's item for one document (fields ``context`` and ``continuation``): (log p̂(continuation |
+    context), the continuation's model tokens), aggregated by lm-eval's ``weighted_perplexity`` into
+    exp(−Σ log p̂ / Σ tokens)."""
+    ((log_likelihood, _),) = results
+    tokens = rolling_estimates.completion_tokens(doc["context"], doc["continuation"], log_likelihood)
+    return {"completion_perplexity": (log_likelihood, tokens)}

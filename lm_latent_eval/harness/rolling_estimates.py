@@ -8,6 +8,9 @@ estimates of its request batch here and the task ``lookup``s each document by it
 Under ``--use_cache`` lm-eval answers a rerun's requests from its database without calling the backend, so the
 backend also keeps each estimate in that database (``record``), which it checked to belong to the same model and
 settings, and ``lookup`` reads it back from there (``keep_in``).
+
+``loglikelihood`` likewise records, per (context, continuation), the value it returned and the continuation's token
+count, which a completion task's perplexity needs (``completion_tokens``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from ..estimators import DocumentEstimate
 WHERE = "lm-latent-eval perplexity task"
 _ESTIMATES: dict[str, DocumentEstimate] = {}
 _KEPT: list = []  # at most one dict-like database (lm-eval's --use_cache SqliteDict) that also keeps the estimates
+_CONDITIONALS: dict[tuple[str, str], tuple[float, int]] = {}
 
 
 class NoEstimateError(UserError, RuntimeError):
@@ -91,3 +95,23 @@ def lookup(text: str, log_likelihood: float) -> DocumentEstimate:
             "another model or from a cache, so its samples are not available"
         )
     return est
+
+
+def record_conditionals(values: dict[tuple[str, str], tuple[float, int]]) -> None:
+    """Replace the table of the latest ``loglikelihood`` batch: (context, continuation) -> (log p̂(continuation |
+    context), model tokens of the continuation)."""
+    _CONDITIONALS.clear()
+    _CONDITIONALS.update(values)
+
+
+def completion_tokens(context: str, continuation: str, log_likelihood: float) -> int:
+    """The model tokens of ``continuation`` after ``context``, as counted by the backend that returned
+    ``log_likelihood`` for the pair; RuntimeError when this process did not (another model, or ``--use_cache``)."""
+    value = _CONDITIONALS.get((context, continuation))
+    if value is None or not math.isclose(value[0], log_likelihood, rel_tol=1e-12, abs_tol=1e-12):
+        raise RuntimeError(
+            f"lm-latent-eval completion task: no estimate of the continuation {continuation[:40]!r} of context "
+            f"{context[-40:]!r} by a latent backend of this process (the task counts the continuation's tokens with "
+            "the model that scored it; it cannot use --use_cache or another model)"
+        )
+    return value[1]

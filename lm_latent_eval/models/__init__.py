@@ -41,6 +41,7 @@ MODELS = {
     "rnng": ModelEntry(
         "lm_latent_eval.models.rnng:RNNG", "LatentRNNGEval", "lm_latent_eval.models.rnng.train"
     ),
+    "lda": ModelEntry("lm_latent_eval.models.lda:LDA", "LatentLDAEval", "lm_latent_eval.models.lda.train"),
     # any Hugging Face causal LM, z = its tokenizations; and the same LM with a trivial z
     "tokenization": ModelEntry("lm_latent_eval.models.tokenization:TokenizationLM", "LatentTokenizationEval"),
     "causal": ModelEntry("lm_latent_eval.models.causal_lm:CausalLMAsLatent"),
@@ -85,6 +86,21 @@ def checkpoint_hash(path: str | Path) -> str:
     return h.hexdigest()
 
 
+# a pretrained= with one of these endings is a local file, never a Hugging Face Hub id
+LOCAL_FILE_SUFFIXES = (
+    ".joblib",
+    ".pkl",
+    ".pickle",
+    ".bin",
+    ".gz",
+    ".txt",
+    ".json",
+    ".safetensors",
+    ".pt",
+    ".tar",
+)
+
+
 def hub_snapshot(name: str, what: str = "pretrained") -> Path:
     """The local folder of Hub model ``name`` (downloaded if needed); MissingFileError saying that no folder and no
     Hub model of that name exists, or why the Hub could not be asked, in one line (``what``: the option's name)."""
@@ -119,6 +135,11 @@ def load_model(
             raise InputError(f"model {model!r} has no bundled checkpoint: pass pretrained=<dir or hub id>")
     path = Path(pretrained)
     if not path.exists():
+        if path.suffix in LOCAL_FILE_SUFFIXES:
+            raise MissingFileError(
+                f"pretrained={pretrained}: no such model file ({path.expanduser().absolute()}), and a name ending in "
+                f"{path.suffix} is a local file, not a Hugging Face Hub id"
+            )
         path = hub_snapshot(str(pretrained))
     with contextlib.redirect_stdout(
         io.StringIO()

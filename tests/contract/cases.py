@@ -20,12 +20,16 @@ import torch
 from entitynlm_tiny import tiny_entitynlm
 from hmm_tiny import all_paths, make_tiny_hmm, tempered_log_q
 from kglm_tiny import tiny_kglm
+from lda_tiny import SHORT_TEXT as LDA_SHORT_TEXT
+from lda_tiny import TEXT as LDA_TEXT
+from lda_tiny import tiny_lda
 from rnng_tiny import tiny_rnng
 from tiny_models import make_tiny_bpe_gpt2, make_tiny_gpt2
 
 from lm_latent_eval.models.entitynlm import LATENT_KEYS
 from lm_latent_eval.models.entitynlm import enumerate as entitynlm_enumerate
 from lm_latent_eval.models.kglm import enumerate as kglm_enumerate
+from lm_latent_eval.models.lda.exact import all_assignments
 from lm_latent_eval.models.rnng.enumerate import enumerate_trees
 from lm_latent_eval.models.rnng.enumerate import exact_log_marginal as rnng_exact
 from lm_latent_eval.tensors import pad_rows
@@ -181,6 +185,19 @@ def rnng_case(name: str, count_eos: bool) -> Case:
     )  # fmt: skip
 
 
+# ---------------------------------------------------------------- LDA: z = the topic of every token, θ integrated out
+
+
+LDA = Case(
+    name="lda", build=tiny_lda, text=LDA_TEXT, short_text=LDA_SHORT_TEXT,
+    support=lambda model, x: all_assignments(x.numel(), model.num_topics), log_q=proposal_log_prob,
+    exact=lambda model, x: model.log_marginal(x),  # the dynamic program over topic counts, against the listed support
+    keys=rows_as_keys,
+    why_nothing_outside="Φ > 0 in this row: every topic assignment has p(x, z) > 0 (zeros in Φ: tests/models/lda)",
+    stepwise=True, beam_is_k_best=False,  # a left-to-right beam search over q's factors
+)  # fmt: skip
+
+
 # ---------------------------------------------------------------- tokenization: z = the tokens spelling x
 
 
@@ -254,6 +271,7 @@ CASES = [
     kglm_case("kglm", proposal_features=False),
     kglm_case("kglm-q-features", proposal_features=True),  # q with its own no-peeking heads, alias features
     ENTITYNLM,
+    LDA,
     rnng_case("rnng", count_eos=True),
     rnng_case("rnng-without-eos", count_eos=False),
     tokenization_case("tokenization", "théo sat.", cover_end=False, canonical_mix=0.0),  # é is two bytes

@@ -14,6 +14,7 @@ SCRIPTS = [
     "lm_latent_eval.models.kglm.make_default",
     "lm_latent_eval.models.entitynlm.make_default",
     "lm_latent_eval.models.rnng.make_default",
+    "lm_latent_eval.models.lda.make_default",
     "lm_latent_eval.models.tokenization.make_default",
 ]
 

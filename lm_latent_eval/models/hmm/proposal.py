@@ -6,26 +6,9 @@ import math
 
 import torch
 
-from ...tensors import inverse_cdf
+from ...protocol import check_proposal_args
+from ...tensors import tempered_draw as _draw
 from .parameters import HMMParameters, forward_log_alpha
-
-
-def _check_args(x: torch.Tensor, num_samples: int, temperature: float) -> None:
-    if x.dim() != 1:
-        raise ValueError(f"x must be a 1-d LongTensor [T], got shape {tuple(x.shape)}")
-    if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
-        raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
-    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
-
-
-def _draw(logits: torch.Tensor, temperature: float, generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """One index per row of softmax(logits / τ) [K, S] by inverse CDF (``tensors.inverse_cdf``) with one u ~ U[0, 1)
-    per row, in the logits' dtype; returns (index [K], its log prob [K])."""
-    log_p = torch.log_softmax(logits / temperature, -1)
-    u = torch.rand(log_p.shape[0], generator=generator, dtype=log_p.dtype, device=log_p.device)
-    idx = inverse_cdf(log_p.exp(), u)
-    return idx, log_p.gather(-1, idx[:, None]).squeeze(-1)
 
 
 class HMMProposal(HMMParameters):
@@ -49,7 +32,7 @@ class HMMProposal(HMMParameters):
         generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Draw z [K, T] ~ q_τ(z | x) and return it with log q_τ(z | x) float64 [K]."""
-        _check_args(x, num_samples, temperature)
+        check_proposal_args(x, num_samples, temperature)
         device = self.initial_logits.device
         K, T = num_samples, x.shape[0]
         z = torch.zeros(K, T, dtype=torch.long, device=device)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .proposal import _draw
+from ...tensors import tempered_draw as _draw
 
 
 @dataclass

@@ -1,0 +1,80 @@
+"""LDA's proposal q(z | x): the Pólya urn, token by token, with (peek) or without the token's likelihood."""
+
+from __future__ import annotations
+
+import torch
+
+from ...protocol import check_proposal_args
+from .stepwise import init_particles, step
+from .urn import counts_before
+
+
+class LDAProposal:
+    """q_τ(z | x) = Π_t q_τ(z_t | x, z_<t), the conditionals of ``stepwise.py``: peek=True, q(z_t = k) ∝
+    (n_k + α_k) Φ[k, x_t] (sees x_≤t; at τ = 1 the locally optimal proposal); peek=False, the urn prior
+    (n_k + α_k) / (t + Σα). Uses the model's own Φ and α (it holds the model, not a copy)."""
+
+    def __init__(self, model) -> None:
+        self._model = [model]  # in a list: not registered as a submodule of the model it belongs to
+
+    @property
+    def model(self):
+        return self._model[0]
+
+    @torch.no_grad()
+    def sample(
+        self,
+        x: torch.Tensor,
+        num_samples: int,
+        temperature: float = 1.0,
+        peek: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Draw z [K, T] ~ q_τ(z | x) and return it with log q_τ(z | x) float64 [K] (the SMC particles' draws)."""
+        check_proposal_args(x, num_samples, temperature)
+        state = init_particles(self.model, self.model.check_x(x), num_samples, temperature, peek)
+        log_q = torch.zeros(num_samples, dtype=torch.float64, device=state.z.device)
+        for t in range(x.shape[0]):
+            log_q += step(state, t, generator)[1]
+        return state.z, log_q
+
+    @torch.no_grad()
+    def log_prob(
+        self, x: torch.Tensor, z: torch.Tensor, temperature: float = 1.0, peek: bool = True
+    ) -> torch.Tensor:
+        """log q_τ(z | x) of given z [K, T]: float64 [K] (memory K × T × topics)."""
+        x, z = self.model.check_x(x), self.model.check_z(x, z)
+        log_urn = torch.log(
+            counts_before(z, self.model.num_topics) + self.model.alpha.double()
+        )  # [K, T, topics]
+        logits = log_urn + self.model.log_phi_columns(x) if peek else log_urn
+        log_q = torch.log_softmax(logits / temperature, -1).gather(-1, z[..., None]).squeeze(-1)
+        return log_q.sum(1)
+
+    @torch.no_grad()
+    def beam(self, x: torch.Tensor, beam_size: int) -> torch.Tensor:
+        """Up to ``beam_size`` distinct z [k', T], best first: a left-to-right beam search over q's peeking factors
+        (τ = 1), keeping the ``beam_size`` prefixes of highest q(z_≤t | x) after every token (all of them once
+        ``beam_size`` ≥ topics^T). Configurations with q = 0 (Φ[k, x_t] = 0) are never kept."""
+        if x.dim() != 1:
+            raise ValueError(f"x must be a 1-d LongTensor [T], got shape {tuple(x.shape)}")
+        if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size <= 0:
+            raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
+        x = self.model.check_x(x)
+        alpha, log_phi = self.model.alpha.double(), self.model.log_phi_columns(x)
+        topics = alpha.shape[0]
+        z = torch.zeros(1, 0, dtype=torch.long, device=x.device)
+        counts = torch.zeros(1, topics, dtype=torch.float64, device=x.device)
+        score = torch.zeros(1, dtype=torch.float64, device=x.device)
+        for t in range(x.shape[0]):
+            log_q = torch.log_softmax(torch.log(counts + alpha) + log_phi[t], -1)  # [B, topics]
+            cand = (score[:, None] + log_q).reshape(-1)
+            top, flat = cand.topk(min(beam_size, cand.numel()))
+            keep = torch.isfinite(top)
+            top, flat = top[keep], flat[keep]
+            parent, topic = flat // topics, flat % topics
+            z = torch.cat([z[parent], topic[:, None]], 1)
+            counts = counts[parent].clone()
+            counts[torch.arange(topic.shape[0], device=x.device), topic] += 1.0
+            score = top
+        return z
