@@ -15,12 +15,14 @@ entity memory [K, M, D] each. Checkpoint: ``config.json`` (constructor arguments
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import ClassVar
 
 import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
 from ...tensors import distinct_rows
+from ..cuda_graphs import CUDA_GRAPHS_HELP, parse_cuda_graphs
 from ..encoder_cache import DocumentCache
 from ..kglm.awd_lstm import AWDLSTM, embedding_dropout
 from ..vocabulary import WordVocabulary, build_word_list
@@ -61,6 +63,16 @@ class EntityNLM(
     """
 
     prefix_probability = True  # log_joint has no end-of-text event: Σ_z p(x, z) = P(a text starts with x)
+
+    # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help)
+    MODEL_ARGS: ClassVar[dict[str, tuple[type, str]]] = {
+        "revision": (str, "Hub revision (branch, tag or commit) of pretrained"),
+        "cache_dir": (str, "huggingface_hub cache folder"),
+        "local_files_only": (bool, "never download: read the Hub cache only"),
+        "force_download": (bool, "download again even if cached"),
+        "token": (str, "Hugging Face access token"),
+        "cuda_graphs": (str, CUDA_GRAPHS_HELP),
+    }
 
     def __init__(
         self,
@@ -117,9 +129,27 @@ class EntityNLM(
         self._doc_cache = DocumentCache()
 
     @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *, cuda_graphs=None, **kwargs) -> EntityNLM:
+        """Our checkpoint (folder or Hub id; huggingface_hub's options in ``kwargs``); ``cuda_graphs``: a run setting,
+        not part of the checkpoint (see the ``cuda_graphs`` property)."""
+        setting = parse_cuda_graphs(cuda_graphs)
+        model = super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+        model.cuda_graphs = setting
+        return model
+
+    @classmethod
     def _from_pretrained(cls, *, strict: bool = True, **kwargs):
         """Load with strict=True: a checkpoint missing a parameter is an error, never a random init."""
         return super()._from_pretrained(strict=strict, **kwargs)
+
+    @property
+    def cuda_graphs(self) -> str:
+        """Whether q's sampler replays its per-token step from a CUDA graph: "true", "false" or "auto" (cuda_graphs.py)."""
+        return self.proposal.cuda_graphs
+
+    @cuda_graphs.setter
+    def cuda_graphs(self, value) -> None:
+        self.proposal.cuda_graphs = parse_cuda_graphs(value)
 
     @property
     def device(self) -> torch.device:

@@ -162,6 +162,11 @@ _NEW_TABLE_LIMIT = 1 << 22  # entries of the [T, num_rows] new-entity table buil
 _LANE_CHUNK = 1 << 22  # floats of the window operand of one parent-lane product
 
 
+def row_at(table: torch.Tensor, t: int | torch.Tensor) -> torch.Tensor:
+    """Row t of a per-position table [T, ...]: t an int, or a one-element LongTensor (a CUDA graph's position)."""
+    return table[t] if isinstance(t, int) else table.index_select(0, t.view(-1)).squeeze(0)
+
+
 def parent_lane_logits(heads: LatentHeads, rows: int, cutoff: int) -> torch.Tensor:
     """E_r · h_head_t for every position t, window slot c and row r: [T, C, rows] float32.
 
@@ -245,7 +250,7 @@ class HeadTables:
             return nl, nl.exp().cumsum(0)
         if not hasattr(self, "_new_cdf"):
             self._new_cdf = self.new_entity_lp.exp().cumsum(-1)
-        return self.new_entity_lp[t], self._new_cdf[t]
+        return row_at(self.new_entity_lp, t), row_at(self._new_cdf, t)
 
     @staticmethod
     def type_pattern(any_parent: torch.Tensor, after_mention: torch.Tensor) -> torch.Tensor:
