@@ -167,6 +167,17 @@ def row_at(table: torch.Tensor, t: int | torch.Tensor) -> torch.Tensor:
     return table[t] if isinstance(t, int) else table.index_select(0, t.view(-1)).squeeze(0)
 
 
+def relation_logits(heads: LatentHeads) -> torch.Tensor:
+    """R_r · h_rel_t for every position t and relation row r: [T, relation rows] float32, as elementwise products
+    summed over the last axis (the numbers of ``LatentHeads.edge_logits``), ``_LANE_CHUNK`` products at a time (a
+    full-size graph's [T, rows, De] would not fit)."""
+    R, h = heads.relation_embedding, heads.h_rel
+    step = max(1, _LANE_CHUNK // max(1, R.numel()))
+    return torch.cat(
+        [(R.unsqueeze(0) * h[s : s + step].unsqueeze(1)).sum(-1) for s in range(0, max(1, h.shape[0]), step)]
+    )
+
+
 def parent_lane_logits(heads: LatentHeads, rows: int, cutoff: int) -> torch.Tensor:
     """E_r · h_head_t for every position t, window slot c and row r: [T, C, rows] float32.
 
@@ -226,7 +237,7 @@ class HeadTables:
                 heads.new_entity_logits(torch.arange(T, device=heads.h_type.device)) / tau, -1
             )
         lane_fits = C > 0 and T * C * rows <= _LANE_TABLE_LIMIT
-        rel = (heads.relation_embedding.unsqueeze(0) * heads.h_rel.unsqueeze(1)).sum(-1)
+        rel = relation_logits(heads)
         max_degree = int(tables.degree.max()) if tables.degree.numel() else 0
         type_logits = heads.type_logits() / tau
         patterns = torch.arange(4, device=type_logits.device)
