@@ -428,6 +428,7 @@ def report(records: list[DocumentRecord], all_tokens: list[int], args, run: Run,
         print(
             f"| {precision} | {sheet} | {peak['measured']:.2f} | {limit_s:,.3g} | {whole:,.0f} | {whole / limit_s:.1f}x |"
         )
+    floor = gpu_floor(model, args, records, all_tokens, run) if args.gpu_floor else None
     figs = figures(records, args)
     print(f"\nFigure 3 over the {len(records)} measured documents: instance PPL at K\n")
     labels = list(figs["figure3"])
@@ -469,9 +470,90 @@ def report(records: list[DocumentRecord], all_tokens: list[int], args, run: Run,
         "whole_workload_fit_seconds": fitted,
         "whole_workload_flops": whole_flops,
         "limits": rows,
+        "gpu_floor": floor,
         "figures": figs,
         "records": [asdict(r) for r in records],
     }
+
+
+def paper_pairs(model, records: list[DocumentRecord], args, K: int) -> float:
+    """KGLM: distinct (position, entity) pairs per token of one call of K particles, extrapolated from the measured
+    calls: every position has the no-entity pair, and the others grow linearly with the particles (each particle in
+    a mention brings a new entity under a flat q) at the measured rate, up to one pair per entity."""
+    tokens = sum(r.tokens for r in records)
+    measured = sum(s.word_pairs for r in records for s in r.settings) / (tokens * len(args.settings))
+    particles = args.max_k + args.repeats * args.repeat_k
+    return min(1 + max(measured - 1, 0) * K / particles, model.graph.num_entities + 1)
+
+
+def gpu_floor(model, args, records, all_tokens, run) -> dict:
+    """A floor on one GPU's time for the paper's workload (K = 10,000 and 100 × 100 per document and setting): the
+    kernels its host launches, the bytes they move and limit.py's arithmetic, each at the device's datasheet rate,
+    eager and with the sampler in a CUDA graph (kernel_counts.py; counts of the code a GPU runs, made here)."""
+    from kernel_counts import (
+        GRAPH_LAUNCHES_PER_TOKEN,
+        H100_LAUNCH_SECONDS,
+        HBM_BYTES_PER_SECOND,
+        per_token_costs,
+    )
+
+    gpu = args.gpu_model if not str(run.device).startswith("cuda") else torch.cuda.get_device_name(run.device)
+    sheet = next((v for k, v in DATASHEET_TFLOPS.items() if k in gpu), None)
+    bandwidth = next((v for k, v in HBM_BYTES_PER_SECOND.items() if k in gpu), None)
+    if sheet is None or bandwidth is None:
+        print(f"\n(no datasheet figures for {gpu!r}: GPU floor left out)")
+        return None
+    cpu_model = model if run.device.type == "cpu" else None
+    if cpu_model is None:
+        print("\n(GPU floor: counted on the CPU only; run with --device cpu)")
+        return None
+    words = model.vocab[3:] if args.model == "kglm" else model.vocab[2:]
+    short, long = full_size.zipf_documents(words, [24, 48], seed=1)
+    sample, joint = per_token_costs(model, model.tokenize(short), model.tokenize(long))
+    calls = [PAPER_MAX_K, PAPER_REPEATS * PAPER_REPEAT_K]
+    token_calls = sum(all_tokens) * len(SETTINGS) * len(calls)
+    pairs = paper_pairs(model, records, args, PAPER_MAX_K) if args.model == "kglm" else None
+    total_flops = sum(
+        setting_flops(model, args.model, T, calls, None if pairs is None else round(pairs * T))
+        for T in all_tokens
+    ) * len(SETTINGS) + sum(encoder_flops(model, T) for T in all_tokens)
+    bytes_total = sum(all_tokens) * len(SETTINGS) * sum(sample.bytes(k) + joint.bytes(k) for k in calls)
+    launch = {
+        "eager": token_calls * (sample.ops + max(joint.ops, 0)) * H100_LAUNCH_SECONDS,
+        "cuda graphs": token_calls * (GRAPH_LAUNCHES_PER_TOKEN + joint.ops) * H100_LAUNCH_SECONDS,
+    }
+    memory_s = bytes_total / bandwidth
+    print(
+        f"\nA floor on one {gpu}'s time for the paper's workload ({len(all_tokens)} documents, K = {PAPER_MAX_K:,} and"
+        f" {PAPER_REPEATS} × {PAPER_REPEAT_K} per setting): kernels counted here on the GPU's code path"
+        f" (kernel_counts.py): proposal.sample {sample.ops:.0f} per token, log_joint {max(joint.ops, 0):.0f} per token;"
+        f" bytes per token at K = {PAPER_MAX_K:,}: {sample.bytes(PAPER_MAX_K) / 2**20:,.0f} MiB (sample),"
+        f" {joint.bytes(PAPER_MAX_K) / 2**20:,.0f} MiB (log_joint); launch {H100_LAUNCH_SECONDS * 1e6:.1f} µs"
+        f" (issue 13's H100 profile), {bandwidth / 1e12:.2f} TB/s"
+        + (
+            f"; KGLM's word head over {pairs:,.0f} distinct (position, entity) pairs per token (extrapolated)"
+            if pairs
+            else ""
+        )
+        + ":\n"
+    )
+    print("| floor | seconds |")
+    print("|---|---|")
+    rows = {f"launches, {mode}": sec for mode, sec in launch.items()}
+    rows["bytes moved"] = memory_s
+    rows.update({f"arithmetic, {p}": total_flops / (tf * 1e12) for p, tf in sheet.items()})
+    for label, sec in rows.items():
+        print(f"| {label} | {sec:,.3g} |")
+    for mode, sec in launch.items():
+        fp32 = max(sec, memory_s, total_flops / (sheet["float32"] * 1e12))
+        bf16 = max(sec, memory_s, total_flops / (sheet.get("bfloat16", sheet["float32"]) * 1e12))
+        print(
+            f"\n{mode}: at least {fp32 / 3600:.2f} h in float32, {bf16 / 3600:.2f} h with bf16 matrix products.",
+            end="",
+        )
+    print()
+    return {"gpu": gpu, "sample": asdict(sample), "log_joint": asdict(joint), "floors_seconds": rows,
+            "flops": total_flops, "bytes": bytes_total, "word_pairs_per_token": pairs}  # fmt: skip
 
 
 def parse_args(argv=None):
@@ -492,6 +574,10 @@ def parse_args(argv=None):
         "--time-budget", type=float, default=math.inf, help="seconds per process, then extrapolate"
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--gpu-floor", action="store_true", help="on the CPU: a floor on one GPU's time (kernel_counts.py)"
+    )
+    p.add_argument("--gpu-model", default="H100", help="the GPU of --gpu-floor (a DATASHEET_TFLOPS key)")
     p.add_argument(
         "--memory-budget",
         type=float,

@@ -1,0 +1,141 @@
+"""What one IS estimate asks of a GPU, counted on any device: kernels (aten operations) and bytes per token.
+
+``count(fn)`` runs ``fn`` under a ``TorchDispatchMode`` that counts every aten operation that computes (views and
+other aliasing operations launch no kernel and are left out) and the bytes its tensors occupy (inputs and outputs;
+for gathers only what they read and write), plus host synchronisations (``item``). On the CPU the models take their
+CPU-only shortcuts (only the particles that start a mention go through some heads); ``accelerator_paths()`` switches
+those off, so the counts are those of the code a GPU runs.
+
+``per_token_costs`` fits, for ``proposal.sample`` and for ``log_joint``, operations per token (independent of K) and
+bytes = (a + b · K) per token from two document lengths and two particle counts. With a device's launch cost
+(issue 13 measured 5.2 µs per kernel launch on the H100: 48.6 ms for 9,389 launches), memory bandwidth and peak
+FLOP/s this gives a floor on a GPU's time for a workload: it cannot beat the launches its host issues one by one,
+the bytes its kernels move, or the arithmetic; under a CUDA graph the sampler's launches become three per token (the
+uniforms, the position, the replay).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+GATHERS = {"index_select", "index", "gather", "embedding", "take"}
+SYNCS = {"_local_scalar_dense", "nonzero", "item"}
+H100_LAUNCH_SECONDS = (
+    48.562e-3 / 9389
+)  # issue 13's profile: cudaLaunchKernel time / launches (bench/RESULTS.md)
+GRAPH_LAUNCHES_PER_TOKEN = 3  # torch.rand into u, t.fill_, graph.replay
+HBM_BYTES_PER_SECOND = {"H100 PCIe": 2.0e12, "H100": 3.35e12, "H200": 4.8e12, "A100": 2.0e12}  # datasheets
+
+
+def _tensors(tree) -> list[torch.Tensor]:
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+class KernelCounter(TorchDispatchMode):
+    """Counts computing aten operations, the bytes they touch and host synchronisations while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = self.bytes = self.syncs = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__.rstrip("_")
+        returns = func._schema.returns
+        aliasing = bool(returns) and all(
+            r.alias_info is not None and not r.alias_info.is_write for r in returns
+        )
+        if name in SYNCS:
+            self.syncs += 1
+        if aliasing:  # a view: no kernel
+            return out
+        self.ops += 1
+        if name in GATHERS:
+            outs = _tensors(out)
+            index = [t for t in _tensors((args, kwargs)) if not t.is_floating_point() and t.dim() <= 2]
+            self.bytes += 2 * sum(map(_nbytes, outs)) + sum(map(_nbytes, index[-1:]))
+        else:
+            self.bytes += sum(map(_nbytes, _tensors((args, kwargs)))) + sum(map(_nbytes, _tensors(out)))
+        return out
+
+
+def count(fn) -> KernelCounter:
+    """Run ``fn()`` once under a KernelCounter and return it."""
+    with KernelCounter() as counter:
+        fn()
+    return counter
+
+
+@contextlib.contextmanager
+def accelerator_paths():
+    """The code a GPU runs, on the CPU: KGLM's sampler sends every particle through the parent and edge heads,
+    EntityNLM draws every particle's entity and length and moves memory rows for all particles."""
+    import functools
+
+    from lm_latent_eval.models.entitynlm import latents, model
+    from lm_latent_eval.models.kglm import proposal, stepwise
+
+    saved = (proposal.sample_step, latents.SELECT_ROWS_ON, latents.rows_apart, model.rows_apart)
+    proposal.sample_step = functools.partial(stepwise.sample_step, subset_on_cpu=False)
+    latents.SELECT_ROWS_ON = ()
+    latents.rows_apart = model.rows_apart = lambda *args: False
+    try:
+        yield
+    finally:
+        proposal.sample_step, latents.SELECT_ROWS_ON, latents.rows_apart, model.rows_apart = saved
+
+
+@dataclass
+class Costs:
+    """Per token of one IS call: kernels (independent of K) and bytes = fixed + per_particle · K."""
+
+    ops: float
+    fixed_bytes: float
+    per_particle_bytes: float
+    syncs: float
+
+    def bytes(self, K: int) -> float:
+        return self.fixed_bytes + self.per_particle_bytes * K
+
+
+@torch.no_grad()
+def per_token_costs(model, x_short, x_long, ks=(32, 64)) -> tuple[Costs, Costs]:
+    """(proposal.sample, log_joint) costs per token, from two documents (lengths T1 < T2) and two particle counts."""
+
+    def measure(x, K):
+        gen = torch.Generator().manual_seed(0)
+        model.proposal.sample(
+            x, 2, generator=gen
+        )  # per-document caches (encoders, tables) outside the counts
+        z, _ = model.proposal.sample(x, K, generator=torch.Generator().manual_seed(0))
+        model.log_joint(x, z)
+        sample = count(lambda: model.proposal.sample(x, K, generator=torch.Generator().manual_seed(0)))
+        joint = count(lambda: model.log_joint(x, z))
+        return sample, joint
+
+    with accelerator_paths():
+        table = {
+            (T, K): measure(x, K)
+            for x, T in ((x_short, x_short.numel()), (x_long, x_long.numel()))
+            for K in ks
+        }
+    (t1, t2), (k1, k2) = (x_short.numel(), x_long.numel()), ks
+    out = []
+    for part in range(2):
+
+        def slope(field, K, part=part):
+            return (getattr(table[(t2, K)][part], field) - getattr(table[(t1, K)][part], field)) / (t2 - t1)
+
+        b1, b2 = slope("bytes", k1), slope("bytes", k2)
+        per_particle = (b2 - b1) / (k2 - k1)
+        out.append(Costs(slope("ops", k1), b1 - per_particle * k1, per_particle, slope("syncs", k1)))
+    return out[0], out[1]
