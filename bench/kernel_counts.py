@@ -2,9 +2,9 @@
 
 ``count(fn)`` runs ``fn`` under a ``TorchDispatchMode`` that counts every aten operation that computes (views and
 other aliasing operations launch no kernel and are left out) and the bytes its tensors occupy (inputs and outputs;
-for gathers only what they read and write), plus host synchronisations (``item``). On the CPU the models take their
-CPU-only shortcuts (only the particles that start a mention go through some heads); ``accelerator_paths()`` switches
-those off, so the counts are those of the code a GPU runs.
+for gathers and in-place scatters only the rows they read and write), plus host synchronisations (``item``). On the
+CPU the models take their CPU-only shortcuts (only the particles that start a mention go through some heads);
+``accelerator_paths()`` switches those off, so the counts are those of the code a GPU runs.
 
 ``per_token_costs`` fits, for ``proposal.sample`` and for ``log_joint``, operations per token (independent of K) and
 bytes = (a + b · K) per token from two document lengths and two particle counts. With a device's launch cost
@@ -23,7 +23,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-GATHERS = {"index_select", "index", "gather", "embedding", "take"}
+GATHERS = {"index_select", "index", "gather", "embedding", "take"}  # read and write only what they select
+SCATTERS = {"index_copy", "index_add", "index_put", "scatter", "scatter_add", "scatter_reduce", "index_fill"}
 SYNCS = {"_local_scalar_dense", "nonzero", "item"}
 H100_LAUNCH_SECONDS = (
     48.562e-3 / 9389
@@ -63,6 +64,14 @@ class KernelCounter(TorchDispatchMode):
             outs = _tensors(out)
             index = [t for t in _tensors((args, kwargs)) if not t.is_floating_point() and t.dim() <= 2]
             self.bytes += 2 * sum(map(_nbytes, outs)) + sum(map(_nbytes, index[-1:]))
+        elif name in SCATTERS:  # the rows they write (read and written), their sources and indices
+            target, rest = args[0], _tensors((args[1:], kwargs))
+            self.bytes += 2 * sum(map(_nbytes, rest))
+            if not func.overloadpacket.__name__.endswith("_"):  # out of place: copies the whole target first
+                self.bytes += 2 * _nbytes(target)
+            if name == "index_fill":
+                dim = args[1] % max(target.dim(), 1)
+                self.bytes += 2 * rest[0].numel() * _nbytes(target) // max(target.shape[dim], 1)
         else:
             self.bytes += sum(map(_nbytes, _tensors((args, kwargs)))) + sum(map(_nbytes, _tensors(out)))
         return out

@@ -520,7 +520,7 @@ def gpu_floor(model, args, records, all_tokens, run) -> dict:
     bytes_total = sum(all_tokens) * len(SETTINGS) * sum(sample.bytes(k) + joint.bytes(k) for k in calls)
     launch = {
         "eager": token_calls * (sample.ops + max(joint.ops, 0)) * H100_LAUNCH_SECONDS,
-        "cuda graphs": token_calls * (GRAPH_LAUNCHES_PER_TOKEN + joint.ops) * H100_LAUNCH_SECONDS,
+        "cuda graphs": token_calls * (GRAPH_LAUNCHES_PER_TOKEN + max(joint.ops, 0)) * H100_LAUNCH_SECONDS,
     }
     memory_s = bytes_total / bandwidth
     print(
