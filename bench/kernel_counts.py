@@ -12,12 +12,18 @@ bytes = (a + b · K) per token from two document lengths and two particle counts
 FLOP/s this gives a floor on a GPU's time for a workload: it cannot beat the launches its host issues one by one,
 the bytes its kernels move, or the arithmetic; under a CUDA graph the sampler's launches become three per token (the
 uniforms, the position, the replay).
+
+    python bench/kernel_counts.py --model entitynlm [--k 256 --tokens 24]   # full size: where the sampler's bytes go
 """
 
 from __future__ import annotations
 
+import argparse
+import collections
 import contextlib
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -47,6 +53,7 @@ class KernelCounter(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.ops = self.bytes = self.syncs = 0
+        self.bytes_by_op: collections.Counter = collections.Counter()  # aten operation name -> bytes
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -60,6 +67,7 @@ class KernelCounter(TorchDispatchMode):
         if aliasing:  # a view: no kernel
             return out
         self.ops += 1
+        before = self.bytes
         if name in GATHERS:
             outs = _tensors(out)
             index = [t for t in _tensors((args, kwargs)) if not t.is_floating_point() and t.dim() <= 2]
@@ -74,6 +82,7 @@ class KernelCounter(TorchDispatchMode):
                 self.bytes += 2 * rest[0].numel() * _nbytes(target) // max(target.shape[dim], 1)
         else:
             self.bytes += sum(map(_nbytes, _tensors((args, kwargs)))) + sum(map(_nbytes, _tensors(out)))
+        self.bytes_by_op[name] += self.bytes - before
         return out
 
 
@@ -148,3 +157,35 @@ def per_token_costs(model, x_short, x_long, ks=(32, 64)) -> tuple[Costs, Costs]:
         per_particle = (b2 - b1) / (k2 - k1)
         out.append(Costs(slope("ops", k1), b1 - per_particle * k1, per_particle, slope("syncs", k1)))
     return out[0], out[1]
+
+
+def main(argv=None) -> None:
+    """Bytes per particle and token of a full-size model's ``proposal.sample`` on the GPU's code path, by operation."""
+    p = argparse.ArgumentParser(description="where a full-size sampler's bytes go (the GPU's code path)")
+    p.add_argument("--model", choices=("entitynlm", "kglm"), default="entitynlm")
+    p.add_argument("--k", type=int, default=256, help="particles")
+    p.add_argument("--tokens", type=int, default=24, help="length of the synthetic document")
+    p.add_argument("--top", type=int, default=8)
+    args = p.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import full_size
+
+    model = full_size.BUILDERS[args.model][0]()
+    words = model.vocab[3:] if args.model == "kglm" else model.vocab[2:]
+    (doc,) = full_size.zipf_documents(words, [args.tokens], seed=1)
+    x = model.tokenize(doc)
+    with torch.no_grad(), accelerator_paths():
+        model.proposal.sample(x, 2, generator=torch.Generator().manual_seed(0))  # per-document caches
+        counter = count(lambda: model.proposal.sample(x, args.k, generator=torch.Generator().manual_seed(0)))
+    per = counter.bytes / (args.k * x.numel())
+    print(
+        f"# kernel_counts.py: full-size {args.model} proposal.sample, K = {args.k}, {x.numel()} tokens, torch"
+        f" {torch.__version__}: {counter.ops / x.numel():.0f} operations and {per / 1024:,.0f} KiB per particle"
+        " and token; share of the bytes by operation:"
+    )
+    for name, nbytes in counter.bytes_by_op.most_common(args.top):
+        print(f"  {name}: {nbytes / counter.bytes:.1%}")
+
+
+if __name__ == "__main__":
+    main()
