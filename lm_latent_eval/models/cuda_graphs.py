@@ -49,6 +49,19 @@ def graphs_in_effect(setting: str, device: torch.device | str) -> bool:
     return parse_cuda_graphs(setting) != "false" and torch.device(device).type == "cuda"
 
 
+class GraphsOfProposal:
+    """Mixin of a model whose ``proposal`` samples: the model's ``cuda_graphs`` setting is its proposal's."""
+
+    @property
+    def cuda_graphs(self) -> str:
+        """Whether q's sampler replays its per-token step from a CUDA graph: "true", "false" or "auto"."""
+        return self.proposal.cuda_graphs
+
+    @cuda_graphs.setter
+    def cuda_graphs(self, value) -> None:
+        self.proposal.cuda_graphs = parse_cuda_graphs(value)
+
+
 class TokenLoop:
     """``step()`` once per call, replayed from a CUDA graph captured here when ``capture``, else run eagerly."""
 

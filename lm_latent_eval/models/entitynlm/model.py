@@ -22,7 +22,7 @@ from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
 from ...tensors import distinct_rows
-from ..cuda_graphs import CUDA_GRAPHS_HELP, parse_cuda_graphs
+from ..cuda_graphs import CUDA_GRAPHS_HELP, GraphsOfProposal, parse_cuda_graphs
 from ..encoder_cache import DocumentCache
 from ..kglm.awd_lstm import AWDLSTM, embedding_dropout
 from ..vocabulary import WordVocabulary, build_word_list
@@ -53,7 +53,11 @@ def build_vocabulary(
 
 
 class EntityNLM(
-    nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=["latent-lm", "entitynlm"]
+    GraphsOfProposal,
+    nn.Module,
+    PyTorchModelHubMixin,
+    library_name="lm-latent-eval",
+    tags=["latent-lm", "entitynlm"],
 ):
     """Entity neural language model: ``tokenize``, ``log_joint(x, z)`` [K], ``proposal`` (q(z | x)).
 
@@ -141,15 +145,6 @@ class EntityNLM(
     def _from_pretrained(cls, *, strict: bool = True, **kwargs):
         """Load with strict=True: a checkpoint missing a parameter is an error, never a random init."""
         return super()._from_pretrained(strict=strict, **kwargs)
-
-    @property
-    def cuda_graphs(self) -> str:
-        """Whether q's sampler replays its per-token step from a CUDA graph: "true", "false" or "auto" (cuda_graphs.py)."""
-        return self.proposal.cuda_graphs
-
-    @cuda_graphs.setter
-    def cuda_graphs(self, value) -> None:
-        self.proposal.cuda_graphs = parse_cuda_graphs(value)
 
     @property
     def device(self) -> torch.device:

@@ -26,7 +26,7 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from ..cuda_graphs import CUDA_GRAPHS_HELP, parse_cuda_graphs
+from ..cuda_graphs import CUDA_GRAPHS_HELP, GraphsOfProposal, parse_cuda_graphs
 from ..encoder_cache import DocumentCache
 from ..vocabulary import WordVocabulary, build_word_list
 from .awd_lstm import AWDLSTM, embedding_dropout
@@ -56,6 +56,7 @@ def build_vocabulary(
 
 class KGLM(
     WordDistribution,
+    GraphsOfProposal,
     nn.Module,
     PyTorchModelHubMixin,
     library_name="lm-latent-eval",
@@ -298,15 +299,6 @@ class KGLM(
         self._tables_cache.clear()
         self._alias_cache = {}
         return super().train(mode)
-
-    @property
-    def cuda_graphs(self) -> str:
-        """Whether q's sampler replays its per-token step from a CUDA graph: "true", "false" or "auto" (cuda_graphs.py)."""
-        return self.proposal.cuda_graphs
-
-    @cuda_graphs.setter
-    def cuda_graphs(self, value) -> None:
-        self.proposal.cuda_graphs = parse_cuda_graphs(value)
 
     # --- checkpoints (checkpoint.py) -------------------------------------------------------------------------------
     def _save_pretrained(self, save_directory: Path) -> None:
