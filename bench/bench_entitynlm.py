@@ -5,31 +5,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from limit import encoder_products
+from limit import entitynlm_arithmetic
 from particles import main, read_documents
 
 from lm_latent_eval.models import MODELS
 from lm_latent_eval.paths import DATA_DIR
-
-
-def entitynlm_arithmetic(model, T: int, K: int):
-    """The products an IS estimate of a T-token document with K particles needs from an EntityNLM (see limit.py).
-
-    Once: p's and q's encoders, and in p and q the type logits and entity queries W_ent h_t of every position. Per
-    token, for all K particles, in q and in p: entity scores over the M slots ([D] · [K, M, D]), the length head
-    ([K, 2D] · [ℓ_max, 2D]) and the update gate W_δ e ([K, D] · [D, D]); in p the word head W_e e_t and the
-    vocabulary logits ([K, D] · [V, D])."""
-    D, M, L, V = model.dim, model.max_entities, model.max_mention_length, len(model.vocab)
-    once, step = encoder_products(model, T)
-    for _ in range(2):  # q and p
-        once += [("td,cd->tc", (T, D), (2, D)), ("td,ed->te", (T, D), (D, D))]
-        step += [
-            ("d,kmd->km", (D,), (K, M, D)),
-            ("kc,lc->kl", (K, 2 * D), (L, 2 * D)),
-            ("kd,ed->ke", (K, D), (D, D)),
-        ]
-    step += [("kd,ed->ke", (K, D), (D, D)), ("kd,vd->kv", (K, D), (V, D))]
-    return once, step
 
 
 def compile_kernels() -> tuple:

@@ -9,6 +9,7 @@ has no indexing, masking, softmax or sampling, so it is a lower bound on the tim
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -71,14 +72,34 @@ def encoder_products(model, T: int) -> tuple[list[Product], list[Product]]:
     return once, step
 
 
-def kglm_arithmetic(model, T: int, K: int) -> tuple[list[Product], list[Product]]:
+def flops(products: list[Product]) -> int:
+    """Floating-point operations of einsums: 2 × the product of the sizes of all their indices (one multiply and one
+    add per term), summed."""
+    total = 0
+    for eq, a, b in products:
+        sizes = {}
+        for letters, shape in zip(eq.split("->")[0].split(","), (a, b)):
+            sizes.update(zip(letters, shape))
+        total += 2 * math.prod(sizes.values())
+    return total
+
+
+def document_flops(once: list[Product], per_token: list[Product], num_tokens: int) -> int:
+    """FLOPs of one document: ``once`` + ``num_tokens`` × ``per_token`` (what ``reference_seconds`` times)."""
+    return flops(once) + num_tokens * flops(per_token)
+
+
+def kglm_arithmetic(
+    model, T: int, K: int, word_pairs: int | None = None
+) -> tuple[list[Product], list[Product]]:
     """The products an IS estimate of a T-token document with K particles needs from a KGLM.
 
     Once: p's and q's encoders (recurrences counted per token), q's and p's per-position tables (type, new-entity,
-    parent and relation logits), p's generate head for every (position, entity row) pair and the alias-copy scores
-    of every alias token. Per token, for all K particles, in q and in p: parent logits over the ``cutoff`` window
-    slots ([K, De] · [K, C, De]) and edge logits over the largest out-degree ([K, De] · [K, D_max, De]); in p the
-    copy scores over the particle's entity's alias tokens ([K, D] · [K, L_max, D])."""
+    parent and relation logits), p's generate head for ``word_pairs`` (position, entity) pairs (default: every
+    (position, entity row) pair, the bundled model's table; a full-size model needs only the distinct pairs its
+    particles drew) and the alias-copy scores of every alias token. Per token, for all K particles, in q and in p:
+    parent logits over the ``cutoff`` window slots ([K, De] · [K, C, De]) and edge logits over the largest out-degree
+    ([K, De] · [K, D_max, De]); in p the copy scores over the particle's entity's alias tokens ([K, D] · [K, L_max, D])."""
     tables = model.tables
     D, De, C = model.token_dim, model.entity_dim, max(model.cutoff, 1)
     R, Rr = tables.num_rows, int(model.relation_embedding.weight.shape[0])
@@ -100,12 +121,33 @@ def kglm_arithmetic(model, T: int, K: int) -> tuple[list[Product], list[Product]
             ("td,rd->tr", (T, De), (Rr, De)),
         ]
         step += [("kd,kcd->kc", (K, De), (K, C, De)), ("kd,kmd->km", (K, De), (K, d_max, De))]
+    pairs = T * R if word_pairs is None else word_pairs
     once += [
-        ("ni,oi->no", (T * R, D + De), (D, D + De)),
-        ("ni,oi->no", (T * R, D), (V, D)),
+        ("ni,oi->no", (pairs, D + De), (D, D + De)),
+        ("ni,oi->no", (pairs, D), (V, D)),
         ("td,ld->tl", (T, D), (L_total, D)),
     ]
     step += [("kd,kld->kl", (K, D), (K, L_max, D))]
+    return once, step
+
+
+def entitynlm_arithmetic(model, T: int, K: int) -> tuple[list[Product], list[Product]]:
+    """The products an IS estimate of a T-token document with K particles needs from an EntityNLM.
+
+    Once: p's and q's encoders, and in p and q the type logits and entity queries W_ent h_t of every position. Per
+    token, for all K particles, in q and in p: entity scores over the M slots ([D] · [K, M, D]), the length head
+    ([K, 2D] · [ℓ_max, 2D]) and the update gate W_δ e ([K, D] · [D, D]); in p the word head W_e e_t and the
+    vocabulary logits ([K, D] · [V, D])."""
+    D, M, L, V = model.dim, model.max_entities, model.max_mention_length, len(model.vocab)
+    once, step = encoder_products(model, T)
+    for _ in range(2):  # q and p
+        once += [("td,cd->tc", (T, D), (2, D)), ("td,ed->te", (T, D), (D, D))]
+        step += [
+            ("d,kmd->km", (D,), (K, M, D)),
+            ("kc,lc->kl", (K, 2 * D), (L, 2 * D)),
+            ("kd,ed->ke", (K, D), (D, D)),
+        ]
+    step += [("kd,ed->ke", (K, D), (D, D)), ("kd,vd->kv", (K, D), (V, D))]
     return once, step
 
 

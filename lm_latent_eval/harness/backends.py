@@ -30,6 +30,7 @@ from ..estimators.seeding import document_generator
 from ..estimators.settings import AUTO_TARGET_SE
 from ..estimators.smc import require_stepwise
 from ..models import MODELS, checkpoint_hash, load_model, model_target, resolve_class
+from ..models.cuda_graphs import graphs_in_effect
 from ..protocol import has_stepwise, has_text_sampler, is_prefix_probability
 from . import rolling_estimates
 from .model_args import (
@@ -231,6 +232,13 @@ class LatentLMEval(LM):
         }
         if options:  # the model's own options given in model_args (an LDA's alpha, unknown_words, ...) can change a number
             info["model_options"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items()}
+        graphs = getattr(
+            self.model, "cuda_graphs", None
+        )  # KGLM, EntityNLM: the sampler's step in a CUDA graph
+        if graphs is not None:
+            info["cuda_graphs_requested"] = graphs
+            if graphs_in_effect(graphs, self._device):  # may round differently: joins the results store's key
+                info["cuda_graphs"] = True
         if any(a.kind is Path for a in self.model_options):  # the model's own files join its identity
             info["model_files_sha256"] = {
                 a.name: checkpoint_hash(self.model_kwargs[a.name])

@@ -7,7 +7,7 @@ import os
 import torch
 
 # get_model_info keys that name the model but never change a number (kept out of the results_dir run key)
-NAMING_KEYS = ("checkpoint", "model_name", "model_revision", "model_pythonpath")
+NAMING_KEYS = ("checkpoint", "model_name", "model_revision", "model_pythonpath", "cuda_graphs_requested")
 
 
 def parameter_dtype(model) -> torch.dtype | None:

@@ -579,6 +579,56 @@ def sample_latents(
 
 
 @torch.no_grad()
+@without_autograd
+def sample_latents_static(
+    heads: EntityHeads,
+    h_label: torch.Tensor,
+    h_update: torch.Tensor,
+    num_samples: int,
+    temperature: float,
+    generator: torch.Generator | None,
+    capture: bool,
+) -> tuple[dict, torch.Tensor]:
+    """``sample_latents`` over static buffers (u, t, the memory, z, log q) with every particle's entity and length
+    drawn (``_sample_step_all_rows``, the accelerator's step), its step captured in a CUDA graph and replayed per
+    token when ``capture`` (models/cuda_graphs.py), else run eagerly: the uniforms of ``sample_step``, the same z and
+    log q."""
+    from ..cuda_graphs import TokenLoop, copy_fields
+
+    K, T = int(num_samples), h_label.shape[1]
+    device = h_label.device
+    empty = heads.initial_memory(K, device)
+    memory = EntityMemory(**{f: getattr(empty, f).clone() for f in empty.__dataclass_fields__})
+    log_q = torch.zeros(K, dtype=torch.float64, device=device)
+    out = torch.zeros(len(LATENT_KEYS), K, T, dtype=torch.long, device=device)
+    type_lp = heads.type_log_probs(h_label[0], temperature)  # [T, 2]
+    u = torch.full((K, 3), 0.5, dtype=torch.float64, device=device)
+    t_now = torch.zeros(1, dtype=torch.long, device=device)
+
+    def step() -> None:
+        h, h_next = (v.index_select(1, t_now).squeeze(1) for v in (h_label, h_update))  # [1, D] each
+        decide = memory.prev_length == 1
+        moved, zt, lq = _sample_step_all_rows(
+            heads, memory, type_lp.index_select(0, t_now), h, h_next, t_now.view(()), temperature, u, decide
+        )
+        log_q.add_(lq)
+        out.index_copy_(2, t_now, torch.stack(zt).unsqueeze(2))
+        copy_fields(memory, moved)  # the embeddings and last mentions were moved in place already
+
+    def reset() -> None:
+        copy_fields(memory, empty)
+        log_q.zero_()
+        out.zero_()
+
+    loop = TokenLoop(step, reset, capture)
+    for t in range(T):
+        torch.rand((K, 3), generator=generator, device=device, dtype=torch.float64, out=u)
+        t_now.fill_(t)
+        loop()
+    return dict(zip(LATENT_KEYS, out.unbind(0))), log_q
+
+
+@torch.no_grad()
 def beam_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Tensor, beam_size: int) -> dict:
     """Up to ``beam_size`` distinct z with the highest Π_t q(z_t | ·) (τ = 1), kept per step: dict of [k', T].
 

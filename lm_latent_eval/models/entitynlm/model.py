@@ -15,12 +15,14 @@ entity memory [K, M, D] each. Checkpoint: ``config.json`` (constructor arguments
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import ClassVar
 
 import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
 from ...tensors import distinct_rows
+from ..cuda_graphs import CUDA_GRAPHS_HELP, GraphsOfProposal, parse_cuda_graphs
 from ..encoder_cache import DocumentCache
 from ..kglm.awd_lstm import AWDLSTM, embedding_dropout
 from ..vocabulary import WordVocabulary, build_word_list
@@ -51,7 +53,11 @@ def build_vocabulary(
 
 
 class EntityNLM(
-    nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=["latent-lm", "entitynlm"]
+    GraphsOfProposal,
+    nn.Module,
+    PyTorchModelHubMixin,
+    library_name="lm-latent-eval",
+    tags=["latent-lm", "entitynlm"],
 ):
     """Entity neural language model: ``tokenize``, ``log_joint(x, z)`` [K], ``proposal`` (q(z | x)).
 
@@ -61,6 +67,16 @@ class EntityNLM(
     """
 
     prefix_probability = True  # log_joint has no end-of-text event: Σ_z p(x, z) = P(a text starts with x)
+
+    # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help)
+    MODEL_ARGS: ClassVar[dict[str, tuple[type, str]]] = {
+        "revision": (str, "Hub revision (branch, tag or commit) of pretrained"),
+        "cache_dir": (str, "huggingface_hub cache folder"),
+        "local_files_only": (bool, "never download: read the Hub cache only"),
+        "force_download": (bool, "download again even if cached"),
+        "token": (str, "Hugging Face access token"),
+        "cuda_graphs": (str, CUDA_GRAPHS_HELP),
+    }
 
     def __init__(
         self,
@@ -115,6 +131,15 @@ class EntityNLM(
             chunk_size=chunk_size,
         )
         self._doc_cache = DocumentCache()
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *, cuda_graphs=None, **kwargs) -> EntityNLM:
+        """Our checkpoint (folder or Hub id; huggingface_hub's options in ``kwargs``); ``cuda_graphs``: a run setting,
+        not part of the checkpoint (see the ``cuda_graphs`` property)."""
+        setting = parse_cuda_graphs(cuda_graphs)
+        model = super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+        model.cuda_graphs = setting
+        return model
 
     @classmethod
     def _from_pretrained(cls, *, strict: bool = True, **kwargs):

@@ -20,6 +20,7 @@ import math
 import torch
 from torch import nn
 
+from ..cuda_graphs import DEFAULT_CUDA_GRAPHS, graphs_in_effect
 from ..encoder_cache import DocumentCache
 from ..kglm.awd_lstm import AWDLSTM, embedding_dropout
 from .latents import (
@@ -28,6 +29,7 @@ from .latents import (
     beam_latents,
     check_latents,
     sample_latents,
+    sample_latents_static,
     score_latents,
     without_autograd,
 )
@@ -43,6 +45,9 @@ def check_sample_args(num_samples, temperature) -> None:
 
 class EntityNLMProposal(nn.Module):
     """q_τ(z | x) = Π_t q(z_t | ·) from its own LSTM over x, peeking (labels x_t after reading it) or not."""
+
+    # "true", "false" or "auto": the sampler's per-token step in a CUDA graph (models/cuda_graphs.py)
+    cuda_graphs = DEFAULT_CUDA_GRAPHS
 
     def __init__(
         self,
@@ -151,6 +156,10 @@ class EntityNLMProposal(nn.Module):
             empty = {k: torch.zeros(num_samples, 0, dtype=torch.long, device=x.device) for k in LATENT_KEYS}
             return empty, torch.zeros(num_samples, dtype=torch.float64, device=x.device)
         heads, h_label, h_update = self.views(self.encode(x).unsqueeze(0), peek)
+        if graphs_in_effect(self.cuda_graphs, x.device):
+            return sample_latents_static(
+                heads, h_label, h_update, num_samples, float(temperature), generator, capture=True
+            )
         return sample_latents(heads, h_label, h_update, num_samples, float(temperature), generator)
 
     @torch.no_grad()

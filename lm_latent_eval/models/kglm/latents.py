@@ -162,6 +162,22 @@ _NEW_TABLE_LIMIT = 1 << 22  # entries of the [T, num_rows] new-entity table buil
 _LANE_CHUNK = 1 << 22  # floats of the window operand of one parent-lane product
 
 
+def row_at(table: torch.Tensor, t: int | torch.Tensor) -> torch.Tensor:
+    """Row t of a per-position table [T, ...]: t an int, or a one-element LongTensor (a CUDA graph's position)."""
+    return table[t] if isinstance(t, int) else table.index_select(0, t.view(-1)).squeeze(0)
+
+
+def relation_logits(heads: LatentHeads) -> torch.Tensor:
+    """R_r · h_rel_t for every position t and relation row r: [T, relation rows] float32, as elementwise products
+    summed over the last axis (the numbers of ``LatentHeads.edge_logits``), ``_LANE_CHUNK`` products at a time (a
+    full-size graph's [T, rows, De] would not fit)."""
+    R, h = heads.relation_embedding, heads.h_rel
+    step = max(1, _LANE_CHUNK // max(1, R.numel()))
+    return torch.cat(
+        [(R.unsqueeze(0) * h[s : s + step].unsqueeze(1)).sum(-1) for s in range(0, max(1, h.shape[0]), step)]
+    )
+
+
 def parent_lane_logits(heads: LatentHeads, rows: int, cutoff: int) -> torch.Tensor:
     """E_r · h_head_t for every position t, window slot c and row r: [T, C, rows] float32.
 
@@ -221,7 +237,7 @@ class HeadTables:
                 heads.new_entity_logits(torch.arange(T, device=heads.h_type.device)) / tau, -1
             )
         lane_fits = C > 0 and T * C * rows <= _LANE_TABLE_LIMIT
-        rel = (heads.relation_embedding.unsqueeze(0) * heads.h_rel.unsqueeze(1)).sum(-1)
+        rel = relation_logits(heads)
         max_degree = int(tables.degree.max()) if tables.degree.numel() else 0
         type_logits = heads.type_logits() / tau
         patterns = torch.arange(4, device=type_logits.device)
@@ -245,7 +261,7 @@ class HeadTables:
             return nl, nl.exp().cumsum(0)
         if not hasattr(self, "_new_cdf"):
             self._new_cdf = self.new_entity_lp.exp().cumsum(-1)
-        return self.new_entity_lp[t], self._new_cdf[t]
+        return row_at(self.new_entity_lp, t), row_at(self._new_cdf, t)
 
     @staticmethod
     def type_pattern(any_parent: torch.Tensor, after_mention: torch.Tensor) -> torch.Tensor:

@@ -26,6 +26,7 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
+from ..cuda_graphs import CUDA_GRAPHS_HELP, GraphsOfProposal, parse_cuda_graphs
 from ..encoder_cache import DocumentCache
 from ..vocabulary import WordVocabulary, build_word_list
 from .awd_lstm import AWDLSTM, embedding_dropout
@@ -55,6 +56,7 @@ def build_vocabulary(
 
 class KGLM(
     WordDistribution,
+    GraphsOfProposal,
     nn.Module,
     PyTorchModelHubMixin,
     library_name="lm-latent-eval",
@@ -78,6 +80,7 @@ class KGLM(
             Path,
             "a kglm-disc AllenNLP archive: the original proposal (original archives only)",
         ),
+        "cuda_graphs": (str, CUDA_GRAPHS_HELP),
     }
 
     def __init__(
@@ -311,16 +314,22 @@ class KGLM(
         knowledge_graph=None,
         alias_database=None,
         proposal_archive=None,
+        cuda_graphs=None,
         **kwargs,
     ) -> KGLM:
         """Our checkpoint (folder or Hub id), or an original AllenNLP ``kglm`` archive (``.tar.gz`` / ``.tgz``) read
         with ``archive.load_original_kglm`` (then ``knowledge_graph`` — the original ``knowledge_graph.pkl`` or our
-        JSON —, ``alias_database`` (``alias.pkl``) and ``proposal_archive`` (a ``kglm-disc`` archive) apply)."""
+        JSON —, ``alias_database`` (``alias.pkl``) and ``proposal_archive`` (a ``kglm-disc`` archive) apply).
+        ``cuda_graphs``: a run setting, not part of the checkpoint (see the ``cuda_graphs`` property)."""
         name = str(pretrained_model_name_or_path)
+        setting = parse_cuda_graphs(cuda_graphs)
         if is_original_archive(name):
-            return load_original(cls, name, knowledge_graph, alias_database, proposal_archive, kwargs)
-        options = checkpoint_options(name, knowledge_graph, alias_database, proposal_archive, kwargs)
-        return super().from_pretrained(pretrained_model_name_or_path, **options)
+            model = load_original(cls, name, knowledge_graph, alias_database, proposal_archive, kwargs)
+        else:
+            options = checkpoint_options(name, knowledge_graph, alias_database, proposal_archive, kwargs)
+            model = super().from_pretrained(pretrained_model_name_or_path, **options)
+        model.cuda_graphs = setting
+        return model
 
     @classmethod
     def _from_pretrained(

@@ -25,6 +25,7 @@ import math
 import torch
 from torch import nn
 
+from ..cuda_graphs import DEFAULT_CUDA_GRAPHS, TokenLoop, copy_fields, graphs_in_effect
 from ..encoder_cache import DocumentCache
 from .awd_lstm import AWDLSTM, embedding_dropout
 from .latents import (
@@ -48,6 +49,9 @@ from .stepwise import WindowState, sample_step
 
 class KGLMProposal(nn.Module):
     """q_τ(z | x) = Π_t q(type_t | ·) q(entity_t | type_t, ·) from its own AWD-LSTM over x (peeking or not)."""
+
+    # "true", "false" or "auto": the sampler's per-token step in a CUDA graph (models/cuda_graphs.py)
+    cuda_graphs = DEFAULT_CUDA_GRAPHS
 
     def __init__(
         self,
@@ -227,19 +231,18 @@ class KGLMProposal(nn.Module):
         """Draw K configurations z_k ~ q_τ(z | x): (dict of LongTensor [K, T], log q_τ(z_k | x) float64 [K]).
 
         One ``stepwise.sample_step`` per token, each consuming ``torch.rand(K, 4)`` of ``generator`` (the stream of
-        ``KGLM.smc_step``)."""
+        ``KGLM.smc_step``); with ``cuda_graphs`` in effect the step is replayed from a CUDA graph (``sample_static``)."""
         if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
             raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
         K, T = int(num_samples), x.numel()
         device = self.token_embedding.weight.device
-        z = {
-            k: torch.full((K, T), v, dtype=torch.long, device=device)
-            for k, v in (("mention_type", NONE), ("entity", -1), ("parent", -1), ("relation", -1))
-        }
+        z = self._empty_latents(K, T, device)
         log_q = torch.zeros(K, dtype=torch.float64, device=device)
         if T == 0:
             return z, log_q
         tabs = self.head_tables(x, temperature, peek)
+        if graphs_in_effect(self.cuda_graphs, device):
+            return self.sample_static(tabs, K, T, generator, capture=True)
         state = WindowState.empty(K, self.cutoff, device)
         for t in range(T):
             u = torch.rand(K, 4, generator=generator, device=device, dtype=torch.float64)
@@ -247,6 +250,48 @@ class KGLMProposal(nn.Module):
             log_q += lq
             z["mention_type"][:, t], z["entity"][:, t], z["parent"][:, t] = typ, ent, par
             state = state.advance(self.tables, typ, ent, par)
+        z["relation"] = canonical_relation(self.tables, z["parent"], z["entity"])
+        return z, log_q
+
+    @staticmethod
+    def _empty_latents(K: int, T: int, device) -> dict:
+        return {
+            k: torch.full((K, T), v, dtype=torch.long, device=device)
+            for k, v in (("mention_type", NONE), ("entity", -1), ("parent", -1), ("relation", -1))
+        }
+
+    @torch.no_grad()
+    def sample_static(
+        self, tabs: HeadTables, K: int, T: int, generator: torch.Generator | None, capture: bool
+    ) -> tuple[dict, torch.Tensor]:
+        """``sample``'s token loop over static buffers (u, t, the window state, z, log q), its step captured in a
+        CUDA graph and replayed per token when ``capture`` (cuda_graphs.py), else run eagerly: the same uniforms, the
+        same kernels, the same z and log q as ``sample``."""
+        device = self.token_embedding.weight.device
+        u = torch.full((K, 4), 0.5, dtype=torch.float64, device=device)
+        t_now = torch.zeros(1, dtype=torch.long, device=device)
+        empty = WindowState.empty(K, self.cutoff, device)
+        state, z = empty.static_copy(), self._empty_latents(K, T, device)
+        log_q = torch.zeros(K, dtype=torch.float64, device=device)
+
+        def step() -> None:
+            typ, ent, par, lq = sample_step(tabs, state, t_now, u)
+            log_q.add_(lq)
+            for key, value in (("mention_type", typ), ("entity", ent), ("parent", par)):
+                z[key].index_copy_(1, t_now, value.unsqueeze(1))
+            copy_fields(state, state.advance(self.tables, typ, ent, par))
+
+        def reset() -> None:
+            copy_fields(state, empty)
+            log_q.zero_()
+            for key, value in self._empty_latents(K, T, device).items():
+                z[key].copy_(value)
+
+        loop = TokenLoop(step, reset, capture)
+        for t in range(T):
+            torch.rand(K, 4, generator=generator, device=device, dtype=torch.float64, out=u)
+            t_now.fill_(t)
+            loop()
         z["relation"] = canonical_relation(self.tables, z["parent"], z["entity"])
         return z, log_q
 

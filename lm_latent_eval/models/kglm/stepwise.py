@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from ...tensors import inverse_cdf
-from .latents import CONTINUING, NEW, NONE, RELATED, GraphTables, HeadTables, canonical_relation
+from .latents import CONTINUING, NEW, NONE, RELATED, GraphTables, HeadTables, canonical_relation, row_at
 
 
 @dataclass
@@ -73,6 +73,11 @@ class WindowState:
         num_ok = self.num_ok + new_ok.long() - tables.row_has_edges[self.rows[:, 0]].long()
         return WindowState(rows, cand, num_ok, typ, ent, par)
 
+    def static_copy(self) -> WindowState:
+        """The same state in tensors of its own (``empty`` shares one zero tensor between fields): static buffers
+        that a CUDA graph's step overwrites in place (``cuda_graphs.copy_fields``)."""
+        return WindowState(*(getattr(self, f).clone() for f in self.__dataclass_fields__))
+
     def select(self, index: torch.Tensor) -> WindowState:
         """Particle k takes the state of particle index[k]."""
         return WindowState(
@@ -97,15 +102,18 @@ def _parent_log_probs(tabs: HeadTables, state: WindowState, t_vec: torch.Tensor)
     return torch.where(state.cand, plog, -math.inf)
 
 
-def sample_step(tabs: HeadTables, state: WindowState, t: int, u: torch.Tensor, subset_on_cpu: bool = True):
-    """z_t ~ q_τ(z_t | x, z_<t) for K particles from uniforms u [K, 4]: (type, entity, parent [K], log q_τ(z_t) [K])."""
+def sample_step(
+    tabs: HeadTables, state: WindowState, t: int | torch.Tensor, u: torch.Tensor, subset_on_cpu: bool = True
+):
+    """z_t ~ q_τ(z_t | x, z_<t) for K particles from uniforms u [K, 4]: (type, entity, parent [K], log q_τ(z_t) [K]).
+    t: an int, or a one-element LongTensor (the position buffer of a CUDA graph; the same numbers)."""
     tables = tabs.tables
     K = u.shape[0]
     device = u.device
     t_vec = torch.full((K,), t, dtype=torch.long, device=device) if isinstance(t, int) else t.expand(K)
     pattern = _type_pattern(state)
-    typ = inverse_cdf(None, u[:, 0], cumulative=tabs.type_cdf[t][pattern])  # [K]
-    log_q = tabs.type_lp[t][pattern].gather(1, typ.unsqueeze(1)).squeeze(1)
+    typ = inverse_cdf(None, u[:, 0], cumulative=row_at(tabs.type_cdf, t)[pattern])  # [K]
+    log_q = row_at(tabs.type_lp, t)[pattern].gather(1, typ.unsqueeze(1)).squeeze(1)
     none = torch.full((K,), -1, dtype=torch.long, device=device)
     ent, par = none, none
     if tabs.any_new:

@@ -32,6 +32,10 @@ _WORD_CHUNK = 1024  # (position, entity) pairs scored per generate-softmax call
 _GEN_TABLE_LIMIT = (
     1 << 16
 )  # (position, row) pairs: up to this many, the generate terms of all of them are computed
+# graphs of more entities encode their aliases ``_ALIAS_FORMS_PER_CALL`` forms per LSTM call instead of one entity per
+# call (the same numbers up to float32 rounding, which depends on the batch; smaller graphs keep the per-entity calls)
+_ALIAS_BATCH_ENTITIES = 4096
+_ALIAS_FORMS_PER_CALL = 4096
 
 
 class WordDistribution:
@@ -50,6 +54,14 @@ class WordDistribution:
         hit = self._alias_cache.get(entity)
         if cacheable and hit is not None and hit[0] == version:
             return hit[1]
+        table = self.encode_aliases(forms)
+        if cacheable:
+            self._alias_cache[entity] = (version, table)
+        return table
+
+    def encode_aliases(self, forms: list[list[str]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """tanh(W_copy · LSTM_alias(form)) of every token of the alias forms, in one packed LSTM call: (vectors
+        [L, D_tok], x ids [L]), form after form."""
         padded = pad_rows([self.vocabulary.ids(f) for f in forms]).to(
             self.token_embedding.weight.device
         )  # [A, L]
@@ -64,10 +76,7 @@ class WordDistribution:
         proj = torch.tanh(self.copy(out))
         if self.training and self.dropout > 0:
             proj = F.dropout(proj, self.dropout, True)
-        table = (proj[mask], padded[mask])
-        if cacheable:
-            self._alias_cache[entity] = (version, table)
-        return table
+        return proj[mask], padded[mask]
 
     def alias_tables(self, entities: list[int] | None = None) -> tuple:
         """Every entity's projected alias tokens, flat: (vectors [L + 1, D_tok] (last row zero), x ids [L + 1] (last
@@ -86,6 +95,19 @@ class WordDistribution:
         offset = torch.zeros(N + 1, dtype=torch.long)
         length = torch.zeros(N + 1, dtype=torch.long)
         total = 0
+        if (
+            cacheable and N > _ALIAS_BATCH_ENTITIES
+        ):  # a large graph: its aliases in packed calls of many forms
+            forms = [[f for f in self.graph.entity_aliases(e) if f] for e in range(N)]
+            length[:N] = torch.tensor([sum(len(f) for f in fs) for fs in forms], dtype=torch.long)
+            offset[:N] = length[:N].cumsum(0) - length[:N]
+            total = int(length.sum())
+            flat = [f for fs in forms for f in fs]
+            for s in range(0, len(flat), _ALIAS_FORMS_PER_CALL):
+                v, i = self.encode_aliases(flat[s : s + _ALIAS_FORMS_PER_CALL])
+                vecs.append(v)
+                ids.append(i)
+            wanted = ()
         for e in wanted:
             table = self.alias_table(e, version)
             if table is not None:

@@ -291,3 +291,20 @@ def test_candidate_slots_keep_the_last_occurrence_of_each_row_with_edges(model):
             for c, r in enumerate(row):
                 expected[idx + (c,)] = r > 0 and bool(tables.row_has_edges[r]) and r not in row[c + 1 :]
         assert torch.equal(candidate_slots(window, tables), expected)
+
+
+def test_large_graphs_encode_aliases_in_batches_with_the_per_entity_numbers(model, monkeypatch):
+    """Graphs beyond ``_ALIAS_BATCH_ENTITIES`` entities encode their aliases many forms per LSTM call: the same flat
+    table as one call per entity, up to float32 rounding."""
+    from lm_latent_eval.models.kglm import words
+
+    with torch.no_grad():
+        per_entity = model.alias_tables()
+        model._alias_cache = {}
+        monkeypatch.setattr(words, "_ALIAS_BATCH_ENTITIES", 0)
+        monkeypatch.setattr(words, "_ALIAS_FORMS_PER_CALL", 2)  # forms of one entity split across calls
+        batched = model.alias_tables()
+    assert per_entity[4] == batched[4]
+    for a, b in zip(per_entity[1:4], batched[1:4]):
+        assert torch.equal(a, b)
+    assert torch.allclose(per_entity[0], batched[0], atol=1e-6)
