@@ -12,12 +12,12 @@ kept: each estimate's size was fixed before it was drawn, so it stays unbiased g
 old estimates of the documents that needed no more would keep exactly those whose tail was not seen, a selection
 that biases the corpus low).
 
-Which stage is reported is decided before it is drawn, never by looking at it: stage s + 1 is the last one when the
-allocation from stage s could be planned (every document's v̂ trusted: its sizes are those that meet the target),
-when no document can grow, or at ``MAX_STAGES``. Stopping at the first stage whose own v̂ met the target would keep
-the stages whose spread came out small by chance, and their intervals would be too narrow (on the HMM they covered
-well under 95% at 10 and 50 documents). So a corpus whose pilot already meets the target is estimated once more at
-the same sizes, and the last stage reports the precision it achieved, two-sided or certified by its own gate.
+Which stage is reported is decided before it is drawn, never by looking at it: when stage s needs no more samples
+for any document (it met the target, or nothing can grow), stage s + 1 estimates every document once more, afresh, at
+the same sizes, and is the last; stage ``MAX_STAGES`` − 1 is the last in any case. Reporting stage s itself would
+keep the stages whose spread came out small by chance, and their intervals would be too narrow (on the HMM they
+covered well under 95% at 10 and 50 documents). The last stage reports the precision it achieved, two-sided or
+certified by its own gate.
 
 The allocation reads corpus-wide sums only (documents, tokens, Σ √(c T)), rounded to 9 significant digits, so with
 ``all_reduce`` summing them over processes the samples of a document never depend on batching, order or the number
@@ -45,11 +45,8 @@ def _round(value: float) -> float:
     return float(f"{value:.9g}")
 
 
-def _allocation(
-    estimates: Sequence[DocumentEstimate], settings: EstimatorSettings, all_reduce
-) -> tuple[list[int], bool]:
-    """Samples per document for the next stage (the current count where a document needs no more), and whether they
-    were planned from trusted v̂ of every document (the next stage is then the last)."""
+def _allocation(estimates: Sequence[DocumentEstimate], settings: EstimatorSettings, all_reduce) -> list[int]:
+    """Samples per document for the next stage (the current count where a document needs no more)."""
     errors = [e.error() for e in estimates]
     sizes = [_num_samples(e) for e in estimates]
     c = [
@@ -70,11 +67,11 @@ def _allocation(
     )
     total_tokens, documents, neyman, sum_v, sum_v15, untrusted = (_round(x) for x in totals)
     if total_tokens == 0:
-        return sizes, True
+        return sizes
     budget_v = (settings.target_se * total_tokens) ** 2
     met = untrusted == 0 and sum_v <= budget_v and (sum_v == 0 or sum_v15 / math.sqrt(sum_v) <= MAX_REMAINDER)
     if met:
-        return sizes, True
+        return sizes
     v_max = ALLOCATION_REMAINDER / math.sqrt(documents)
     out = []
     for ci, t, k, err in zip(c, tokens, sizes, errors):
@@ -85,7 +82,7 @@ def _allocation(
         else:
             wanted = max(math.sqrt(ci / t) * neyman / budget_v, ci / v_max)
             out.append(k if wanted <= k else min(max(math.ceil(wanted), 2 * k), settings.sample_budget))
-    return out, untrusted == 0
+    return out
 
 
 def _num_samples(est: DocumentEstimate) -> int:
@@ -122,10 +119,9 @@ def estimate_corpus(
         return current
     stages = {t: [e.log_likelihood] for t, e in current.items()}
     for stage in range(1, MAX_STAGES):
-        planned, trusted = _allocation([current[t] for t in unique], settings, all_reduce)
-        wanted = dict(zip(unique, planned))
+        wanted = dict(zip(unique, _allocation([current[t] for t in unique], settings, all_reduce)))
         grow = [t for t in unique if wanted[t] > _num_samples(current[t])]
-        last = trusted or not all_reduce([float(len(grow))])[0] or stage == MAX_STAGES - 1
+        last = not all_reduce([float(len(grow))])[0] or stage == MAX_STAGES - 1
         what = f"{len(grow)} documents need more samples" if grow else "the same sizes afresh"
         for t in tqdm(
             unique, desc=f"precision target, stage {stage}{' (last)' * last}: {what}", disable=not progress
