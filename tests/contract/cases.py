@@ -58,6 +58,8 @@ class Case:
     no_peek: str = ""  # why the proposal has no peek=false ("" when it has one)
     stepwise: bool = False  # offers smc_init, smc_step, smc_reorder, smc_latents
     twisted_peek: str = ""  # why smc_step with peek=true draws from another proposal than proposal.sample
+    peek_draw_order: str = ""  # why smc_step with peek=true draws q's configurations in another order than
+    #                            proposal.sample: the same q, other draws for a seed (checked by frequencies)
     beam_is_k_best: bool = True  # beam(x, k): exactly the k of highest q (peek, τ = 1), best first
     num_draws: int = 20_000  # draws compared with q by chi-square
     q_atol: float = 1e-9  # Σ q = 1 and sampled log q = enumerated log q (float64 proposal arithmetic)
@@ -176,8 +178,11 @@ def rnng_case(name: str, count_eos: bool) -> Case:
     return Case(
         name=name, build=functools.partial(tiny_rnng, count_eos=count_eos),
         text="the dog saw a cat with a cat", short_text="the dog saw a cat", support=rnng_support,
-        log_q=proposal_log_prob, exact=rnng_exact, keys=rows_as_keys, expressible=rnng_expressible,
-        no_peek="the tree CRF proposal always reads the whole sentence", p_atol=1e-9,
+        log_q=proposal_log_prob, exact=rnng_exact, keys=rows_as_keys, expressible=rnng_expressible, p_atol=1e-9,
+        stepwise=True,
+        peek_draw_order="the tree CRF samples top down (proposal.sample), SMC with its left-to-right conditionals",
+        q_atol=1e-6,  # peek=false: log q teacher-forced in batches of other trees (float32 network)
+        stepwise_atol=1e-6,  # log_joint scores each distinct tree once, in another batch (float32 rounding)
     )  # fmt: skip
 
 

@@ -31,6 +31,7 @@ from torch import nn
 
 from ...tensors import distinct_rows
 from ..vocabulary import WordVocabulary, build_word_list
+from . import stepwise
 from .latents import SHIFT, check_actions, is_tree, right_branching, stack_sizes
 from .proposal import TreeCRFProposal
 
@@ -135,6 +136,7 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         self.proposal = TreeCRFProposal(
             V, self.bos_id, self.eos_id, proposal_dim or dim, proposal_hidden_size or hidden_size, dropout
         )
+        self.proposal.bind(self)  # peek=false draws from this model's own action distribution
 
     @classmethod
     def _from_pretrained(cls, *, strict: bool = True, **kwargs):
@@ -251,6 +253,21 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
             eos = torch.full((B,), self.eos_id, dtype=torch.long, device=dev)
             log_p = log_p + self.word_log_probs(end, torch.ones(B, dtype=torch.bool, device=dev), eos)
         return log_p
+
+    # --- the stepwise part (SMC): one step per word, resampling only where every particle has shifted it -----------
+    def smc_init(self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True):
+        """K particles with empty stacks for the sentence x [T] (``stepwise.py``)."""
+        return stepwise.init_particles(self, x, num_particles, temperature, peek)
+
+    def smc_step(self, state, t: int, generator: torch.Generator | None):
+        """The REDUCEs before word t, its SHIFT (and at the end the closing REDUCEs, </s>): (state, log w_t [K])."""
+        return stepwise.step_particles(self, state, t, generator)
+
+    def smc_reorder(self, state, ancestors: torch.Tensor):
+        return stepwise.reorder_particles(state, ancestors)
+
+    def smc_latents(self, state) -> torch.Tensor:
+        return stepwise.particle_latents(state)
 
     def word_log_probs(
         self, ctx: torch.Tensor, eos_allowed: torch.Tensor, target: torch.Tensor
