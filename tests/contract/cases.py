@@ -222,7 +222,8 @@ def tokenization_case(name: str, text: str, cover_end: bool, canonical_mix: floa
         exact=lambda model, x: model.log_marginal(x), keys=rows_as_keys, expressible=tokenization_expressible,
         no_peek="a segmentation proposal must read the text it spells",
         beam_is_k_best=False,  # ranked by p(z), the canonical segmentation always kept
-        num_draws=4_000, q_atol=1e-6,
+        num_draws=4_000, q_atol=1e-6, stepwise=True,
+        stepwise_atol=1e-5,  # the steps' logits come from per-history caches, log_prob's from whole rows (float32)
     )  # fmt: skip
 
 

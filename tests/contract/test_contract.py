@@ -369,15 +369,18 @@ def test_smc_without_resampling_weighs_what_importance_sampling_draws(case, peek
     kwargs = {"num_samples": 200, "temperature": temperature, "peek": peek, "seed": 4, "document": case.text}
     lw_is = importance_log_weights(model, x, **kwargs)
     lw_smc, diag = smc_log_weights(model, x, resample_threshold=0.0, smc_runs=1, **kwargs)
-    assert diag.resampling_steps == 0 and np.unique(lw_is).size > 5
-    np.testing.assert_allclose(lw_smc, lw_is, rtol=0, atol=1e-6)
+    assert diag.resampling_steps == 0 and np.unique(lw_is).size >= min(
+        6, num_particles(case.support(model, x))
+    )
+    np.testing.assert_allclose(lw_smc, lw_is, rtol=0, atol=max(1e-6, case.stepwise_atol))
 
 
 @pytest.mark.parametrize("case,peek", rows(peek=(True, False)))
 def test_smc_is_unbiased(case, peek):
     """E[p̂] = p with resampling: over 300 seeds the mean p̂/p of K = 4 particles is 1 within 3 standard
-    errors, and E[log p̂] ≤ log p; at threshold 1 (every token) resampling really happens."""
-    threshold = 0.5 if peek else 1.0
+    errors, and E[log p̂] ≤ log p; at threshold 1 (every step: without peeking, and for a row that only peeks)
+    resampling really happens."""
+    threshold = 0.5 if peek and not case.no_peek else 1.0
     require_stepwise(case)
     model = built(case)
     x = model.tokenize(case.text)
@@ -388,7 +391,7 @@ def test_smc_is_unbiased(case, peek):
     assert_unbiased(log_p_hat, log_p)
     assert log_p_hat.mean() < log_p
     if threshold == 1.0:
-        assert np.mean([diag.resampling_steps for _, diag in runs]) > 0.5
+        assert np.mean([diag.resampling_steps for _, diag in runs]) > 0.25  # ties (ESS = K) never resample
 
 
 # ---------------------------------------------------------------- beam

@@ -31,7 +31,7 @@ from torch import nn
 
 from ...tensors import distinct_rows
 from ..vocabulary import WordVocabulary, build_word_list
-from . import stepwise
+from . import sampling, stepwise
 from .latents import SHIFT, check_actions, is_tree, right_branching, stack_sizes
 from .proposal import TreeCRFProposal
 
@@ -268,6 +268,17 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
 
     def smc_latents(self, state) -> torch.Tensor:
         return stepwise.particle_latents(state)
+
+    def sample_text(
+        self,
+        prefix_text: str,
+        max_tokens: int,
+        generator: torch.Generator | None = None,
+        stop: list[str] | None = None,
+    ) -> str:
+        """A continuation of the prefix drawn from p: the prefix's tree by a particle filter, then actions and words
+        until </s>, ``max_tokens`` words or a stop string (``sampling.py``)."""
+        return sampling.sample_text(self, prefix_text, max_tokens, generator, stop)
 
     def word_log_probs(
         self, ctx: torch.Tensor, eos_allowed: torch.Tensor, target: torch.Tensor

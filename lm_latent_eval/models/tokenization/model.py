@@ -16,6 +16,7 @@ from typing import ClassVar
 import torch
 
 from ...tensors import pad_rows
+from . import stepwise
 from .lattice import SegmentationLattice
 from .proposal import SegmentationProposal
 from .vocab import ByteTrie, token_bytes
@@ -215,6 +216,22 @@ class TokenizationLM(torch.nn.Module):
         if not rows:
             return float("-inf")
         return float(torch.logsumexp(self.score(rows), 0))
+
+    # ---- the stepwise part (SMC): step t covers the bytes of canonical tokens 0..t ---------------------------------
+
+    def smc_init(self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True):
+        """K particles with no token yet for the text spelled by x [T] (``stepwise.py``)."""
+        return stepwise.init_particles(self, x, num_particles, temperature, peek)
+
+    def smc_step(self, state, t: int, generator: torch.Generator | None):
+        """Tokens until every particle has spelled the bytes of x_0..x_t: (state, log w_t float64 [K])."""
+        return stepwise.step_particles(self, state, t, generator)
+
+    def smc_reorder(self, state, ancestors: torch.Tensor):
+        return stepwise.reorder_particles(state, ancestors)
+
+    def smc_latents(self, state) -> torch.Tensor:
+        return stepwise.particle_latents(state)
 
     @torch.no_grad()
     def sample_text(
