@@ -51,8 +51,11 @@ def estimates(model, text: str, k: int, peek: bool, threshold: float, seeds: int
 def line(label: str, log_p_hat: np.ndarray, log_p: float, steps: float, extra: str = "") -> str:
     ratio = np.exp(log_p_hat - log_p)
     se = ratio.std(ddof=1) / math.sqrt(ratio.size)
-    z = (ratio.mean() - 1) / se if se > 0 else 0.0
-    return f"| {label} | {ratio.mean():.4f} | {se:.4f} | {z:+.2f} | {steps:.2f} |{extra}"
+    if np.abs(log_p_hat - log_p).max() < 1e-6:  # one configuration: every estimate is exact
+        return f"| {label} | {ratio.mean():.4f} | 0 (exact) | – | {steps:.2f} |{extra}"
+    return (
+        f"| {label} | {ratio.mean():.4f} | {se:.4f} | {(ratio.mean() - 1) / se:+.2f} | {steps:.2f} |{extra}"
+    )
 
 
 def rnng_rows(k: int, seeds: int, thresholds: list[float]) -> None:

@@ -251,7 +251,7 @@ CAUSAL = Case(
     support=lambda model, x: torch.zeros(1, 1, dtype=torch.long),
     log_q=lambda model, x, z, temperature, peek: torch.zeros(z.shape[0], dtype=torch.float64),
     exact=chain_rule_log_p, keys=rows_as_keys,
-    why_nothing_outside="z is one trivial configuration that log_joint does not read", num_draws=1_000,
+    why_nothing_outside="z is one trivial configuration that log_joint does not read", num_draws=1_000, stepwise=True,
 )  # fmt: skip
 
 

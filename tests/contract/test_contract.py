@@ -388,7 +388,9 @@ def test_smc_is_unbiased(case, peek):
     runs = [smc_log_weights(model, x, num_samples=4, temperature=1.0, peek=peek, seed=s, document=case.text,
                             resample_threshold=threshold, smc_runs=1) for s in range(RUNS)]  # fmt: skip
     log_p_hat = np.array([log_mean_exp(lw) for lw, _ in runs])
-    assert_unbiased(log_p_hat, log_p)
+    assert_unbiased_or_exact(log_p_hat, log_p, case.p_atol)
+    if np.exp(log_p_hat - log_p).std() == 0:
+        return  # one configuration (a plain causal LM): every particle carries p exactly
     assert log_p_hat.mean() < log_p
     if threshold == 1.0:
         assert np.mean([diag.resampling_steps for _, diag in runs]) > 0.25  # ties (ESS = K) never resample

@@ -32,6 +32,7 @@ from torch import nn
 from ...tensors import distinct_rows
 from ..vocabulary import WordVocabulary, build_word_list
 from . import sampling, stepwise
+from .enumerate import exact_log_marginal
 from .latents import SHIFT, check_actions, is_tree, right_branching, stack_sizes
 from .proposal import TreeCRFProposal
 
@@ -92,6 +93,9 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
 
     prefix_probability = (
         False  # log_joint scores complete trees (and, with count_eos, the end of the sentence)
+    )
+    exact_marginal_tractable = (
+        False  # log_marginal lists every tree: sentences of ≤ 12 words (auto picks SMC)
     )
 
     # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help)
@@ -253,6 +257,12 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
             eos = torch.full((B,), self.eos_id, dtype=torch.long, device=dev)
             log_p = log_p + self.word_log_probs(end, torch.ones(B, dtype=torch.bool, device=dev), eos)
         return log_p
+
+    @torch.no_grad()
+    def log_marginal(self, x: torch.Tensor) -> float:
+        """Exact log p(x) = log Σ_z p(x, z) by listing every binary tree (``enumerate.py``): sentences of ≤ 12 words
+        (Catalan(11) = 58,786 trees); a clear error above."""
+        return exact_log_marginal(self, x)
 
     # --- the stepwise part (SMC): one step per word, resampling only where every particle has shifted it -----------
     def smc_init(self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True):
