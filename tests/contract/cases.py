@@ -27,7 +27,6 @@ from lm_latent_eval.models.entitynlm import LATENT_KEYS
 from lm_latent_eval.models.entitynlm import enumerate as entitynlm_enumerate
 from lm_latent_eval.models.kglm import enumerate as kglm_enumerate
 from lm_latent_eval.models.rnng.enumerate import enumerate_trees
-from lm_latent_eval.models.rnng.enumerate import exact_log_marginal as rnng_exact
 from lm_latent_eval.tensors import pad_rows
 
 Latents = Any
@@ -174,11 +173,17 @@ def rnng_expressible(model, x) -> torch.Tensor:
     return torch.tensor(list(itertools.product([0, 1], repeat=2 * model.proposal.words(x).numel() - 1)))
 
 
-def rnng_case(name: str, count_eos: bool) -> Case:
+def tiny_rnng_prefix():
+    """P(a sentence starts with x) of the tiny RNNG (the view loglikelihood answers from)."""
+    return tiny_rnng(count_eos=True).prefix_model()
+
+
+def rnng_case(name: str, count_eos: bool, build=None) -> Case:
     return Case(
-        name=name, build=functools.partial(tiny_rnng, count_eos=count_eos),
+        name=name, build=build or functools.partial(tiny_rnng, count_eos=count_eos),
         text="the dog saw a cat with a cat", short_text="the dog saw a cat", support=rnng_support,
-        log_q=proposal_log_prob, exact=rnng_exact, keys=rows_as_keys, expressible=rnng_expressible, p_atol=1e-9,
+        log_q=proposal_log_prob, exact=lambda model, x: model.log_marginal(x), keys=rows_as_keys,
+        expressible=rnng_expressible, p_atol=1e-9,
         stepwise=True,
         peek_draw_order="the tree CRF samples top down (proposal.sample), SMC with its left-to-right conditionals",
         q_atol=1e-6,  # peek=false: log q teacher-forced in batches of other trees (float32 network)
@@ -262,6 +267,7 @@ CASES = [
     ENTITYNLM,
     rnng_case("rnng", count_eos=True),
     rnng_case("rnng-without-eos", count_eos=False),
+    rnng_case("rnng-prefix", count_eos=False, build=tiny_rnng_prefix),  # trees scored up to the last SHIFT
     tokenization_case("tokenization", "théo sat.", cover_end=False, canonical_mix=0.0),  # é is two bytes
     tokenization_case("tokenization-canonical-mix", "théo sat.", cover_end=False, canonical_mix=0.9),
     tokenization_case("tokenization-cover-end", "a dog,", cover_end=True, canonical_mix=0.0),

@@ -378,7 +378,7 @@ def test_smc_without_resampling_weighs_what_importance_sampling_draws(case, peek
 @pytest.mark.parametrize("case,peek", rows(peek=(True, False)))
 def test_smc_is_unbiased(case, peek):
     """E[p̂] = p with resampling: over 300 seeds the mean p̂/p of K = 4 particles is 1 within 3 standard
-    errors, and E[log p̂] ≤ log p; at threshold 1 (every step: without peeking, and for a row that only peeks)
+    errors, and E[log p̂] ≤ log p (within 3 standard errors: the gap Var(p̂/p)/2 can be far below them); at threshold 1 (every step: without peeking, and for a row that only peeks)
     resampling really happens."""
     threshold = 0.5 if peek and not case.no_peek else 1.0
     require_stepwise(case)
@@ -388,10 +388,9 @@ def test_smc_is_unbiased(case, peek):
     runs = [smc_log_weights(model, x, num_samples=4, temperature=1.0, peek=peek, seed=s, document=case.text,
                             resample_threshold=threshold, smc_runs=1) for s in range(RUNS)]  # fmt: skip
     log_p_hat = np.array([log_mean_exp(lw) for lw, _ in runs])
-    assert_unbiased_or_exact(log_p_hat, log_p, case.p_atol)
+    assert_unbiased_or_exact(log_p_hat, log_p, case.p_atol)  # and mean log p̂ < log p + 3 SE (Jensen)
     if np.exp(log_p_hat - log_p).std() == 0:
         return  # one configuration (a plain causal LM): every particle carries p exactly
-    assert log_p_hat.mean() < log_p
     if threshold == 1.0:
         assert np.mean([diag.resampling_steps for _, diag in runs]) > 0.25  # ties (ESS = K) never resample
 

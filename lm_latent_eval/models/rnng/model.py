@@ -171,8 +171,15 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
     # --- p(x, z) ------------------------------------------------------------------------------------------------
     def log_joint(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """log p(x, z_k) for K trees: float64 [K]; −inf for an action sequence that is not a tree over x's words."""
+        return self.score_trees(x, z)
+
+    def score_trees(self, x: torch.Tensor, z: torch.Tensor, prefix: bool = False) -> torch.Tensor:
+        """``log_joint``; with ``prefix`` (x without </s>) only the actions up to the SHIFT of the last word count: the
+        joint of the words and the partial tree that the word-synchronous steps build (``prefix.py``)."""
         words = self.proposal.words(x)  # checks x; drops a final </s>
         with_eos = words.numel() < x.numel()
+        if prefix and with_eos:
+            raise ValueError("a prefix has no </s>")
         T = words.numel()
         z = check_actions(z.to(self.device), T)
         K = z.shape[0]
@@ -186,11 +193,14 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
             distinct, tree_of = distinct_rows(actions, MIN_ROWS)
         else:
             distinct, tree_of = actions, torch.arange(K, device=self.device)
-        log_p = self.score_batch(words.unsqueeze(0), distinct, with_eos)[tree_of]
+        log_p = self.score_batch(words.unsqueeze(0), distinct, with_eos, prefix)[tree_of]
         return log_p.masked_fill(~valid, float("-inf"))
 
-    def score_batch(self, words: torch.Tensor, actions: torch.Tensor, with_eos: bool) -> torch.Tensor:
-        """log p(x_b, z_b) for words [B|1, T] and valid trees actions [B, 2T − 1] (float32 math): float64 [B]."""
+    def score_batch(
+        self, words: torch.Tensor, actions: torch.Tensor, with_eos: bool, prefix: bool = False
+    ) -> torch.Tensor:
+        """log p(x_b, z_b) for words [B|1, T] and valid trees actions [B, 2T − 1] (float32 math): float64 [B]; with
+        ``prefix`` without the actions after the last SHIFT."""
         B, A = actions.shape
         T = words.shape[1]
         D, H, L = self.dim, self.hidden_size, self.num_layers
@@ -244,6 +254,9 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         impossible = torch.stack([torch.zeros_like(sizes, dtype=torch.bool), sizes < 2], -1)
         action_logits = self.action_head(ctx).float().masked_fill(impossible, float("-inf"))
         action_lp = action_logits.log_softmax(-1).gather(2, actions.unsqueeze(2)).squeeze(2)
+        if prefix:  # the REDUCEs that close the tree after the last word are not part of the prefix
+            shifted = torch.cumsum((actions == SHIFT).long(), 1)
+            action_lp = action_lp.masked_fill((shifted == T) & (actions != SHIFT), 0.0)
         log_p = action_lp.double().sum(1)
         # words at the SHIFT steps; </s> is possible only on one finished constituent of ≥ 1 word
         is_shift = actions == SHIFT
@@ -263,6 +276,13 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         """Exact log p(x) = log Σ_z p(x, z) by listing every binary tree (``enumerate.py``): sentences of ≤ 12 words
         (Catalan(11) = 58,786 trees); a clear error above."""
         return exact_log_marginal(self, x)
+
+    def prefix_model(self):
+        """This RNNG as P(a sentence starts with x): log_joint stops at the last SHIFT (``prefix.py``); what
+        ``loglikelihood(context, continuation)`` is answered from."""
+        from .prefix import RNNGPrefix
+
+        return RNNGPrefix(self)
 
     # --- the stepwise part (SMC): one step per word, resampling only where every particle has shifted it -----------
     def smc_init(self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True):

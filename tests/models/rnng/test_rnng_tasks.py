@@ -126,3 +126,28 @@ def test_lm_eval_cli_runs_latent_rnng_on_ptb_rnng_tiny(tmp_path):
     results = json.loads(next(out.rglob("results_*.json")).read_text())
     assert 1 < results["results"]["ptb_rnng_tiny"]["is_instance_perplexity,none"] < math.inf
     assert results["config"]["model"] == "latent_rnng" and results["config"]["count_eos"] is False
+
+
+def test_loglikelihood_is_a_prefix_probability_conditional():
+    """loglikelihood(context, continuation) = log P(a sentence starts with context ⊕ continuation) − log P(starts
+    with context): exact by enumeration (estimator=exact, ≤ 12 words), and SMC's estimate of the same; a
+    continuation's probability is at most 1, and so is the sum over the next word's choices."""
+    from lm_eval.api.instance import Instance
+
+    from lm_latent_eval.harness.backends import LatentRNNGEval
+
+    exact = LatentRNNGEval(estimator="exact", device="cpu")
+    view = exact.model.prefix_model()
+    context = "the dog saw"
+    words = [w for w in exact.model.vocab if w not in ("<s>", "</s>", "<unk>")]
+    requests = [Instance("loglikelihood", {}, (context, f" {w}"), i) for i, w in enumerate(words)]
+    values = [v for v, _ in exact.loglikelihood(requests, disable_tqdm=True)]
+    for w, v in zip(words, values):
+        expected = view.log_marginal(view.tokenize(f"{context} {w}")) - view.log_marginal(
+            view.tokenize(context)
+        )
+        assert v == pytest.approx(expected, abs=1e-9)
+    assert max(values) < 0 and math.fsum(math.exp(v) for v in values) < 1
+    smc = LatentRNNGEval(num_samples=200, target_se=0, seed=1, device="cpu")
+    (estimate, _), *_ = smc.loglikelihood(requests[:1], disable_tqdm=True)
+    assert estimate == pytest.approx(values[0], abs=0.05)
