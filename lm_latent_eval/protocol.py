@@ -75,7 +75,10 @@ class StepwiseLatentLM(Protocol):
     constant, ψ_{T−1} = 1, as the HMM does when peeking): the sum, hence the estimate's expectation, is unchanged,
     and the weights after token t then target p(x_≤t, z_≤t) ψ_t (twisted SMC).
     ``smc_reorder(state, ancestors)`` makes particle k continue the history of particle ``ancestors[k]``
-    (a CPU LongTensor [K]). The state is opaque to the estimator.
+    (a CPU LongTensor [K]). The state is opaque to the estimator. z_t may be several latent decisions: the RNNG's
+    step t draws the REDUCEs before word t and shifts it (word-synchronous), ``latent_tokenization``'s draws model
+    tokens until every particle has spelled the bytes of canonical tokens 0..t (byte-synchronous); the estimator
+    compares and may resample the particles after any step.
     """
 
     def smc_init(

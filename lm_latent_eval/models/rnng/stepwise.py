@@ -91,13 +91,14 @@ def init_particles(
     words = model.proposal.words(x)
     K, W, dev = int(num_particles), words.numel(), words.device
     D, H, L = model.dim, model.hidden_size, model.num_layers
-    zeros = torch.zeros(1, L, H, device=dev)
+    net = {"device": dev, "dtype": model.embedding.weight.dtype}  # the network's (bfloat16 included)
+    zeros = torch.zeros(1, L, H, **net)
     h0, c0 = model.stack_lstm(model.dropout(model.embedding.weight[model.bos_id]).unsqueeze(0), zeros, zeros)
-    state_h = torch.zeros(K, W + 1, L, H, device=dev)
-    state_c = torch.zeros(K, W + 1, L, H, device=dev)
+    state_h = torch.zeros(K, W + 1, L, H, **net)
+    state_c = torch.zeros(K, W + 1, L, H, **net)
     state_h[:, 0], state_c[:, 0] = h0, c0
     stacks = Stacks(
-        torch.zeros(K, W, D, device=dev), torch.zeros(K, W, D, device=dev), state_h, state_c,
+        torch.zeros(K, W, D, **net), torch.zeros(K, W, D, **net), state_h, state_c,
         torch.zeros(K, dtype=torch.long, device=dev),
     )  # fmt: skip
     crf = left = outside = None
@@ -205,8 +206,9 @@ def _shift(model, state: RNNGParticles, t: int) -> None:
     _record(state, torch.zeros_like(pos), shift=True)
 
 
-def _close(model, state: RNNGParticles) -> torch.Tensor:
-    """The s − 1 REDUCEs that finish every tree (p charges each): log p [K] float64 and the contexts after them."""
+def _close(model, state: RNNGParticles) -> tuple[torch.Tensor, torch.Tensor]:
+    """The s − 1 REDUCEs that finish every tree (p charges each): log p [K] float64 and the contexts after them
+    [K, H]."""
     r = state.stacks.size - 1
     chain = reduce_chain(model, state.stacks, int(r.max()))
     keep = torch.arange(chain.reduce_lp.shape[1], device=r.device)[None] < r[:, None]
