@@ -45,12 +45,15 @@ CORPORA = {
 
 
 def exact_values(model, xs) -> list[float] | None:
-    """log p(x) of every document where it can be computed: a tractable marginal, or every RNNG tree (≤ 12 words)."""
+    """log p(x) of every document where it can be computed (a tractable marginal, or every RNNG tree when every
+    sentence has ≤ 12 words), else None."""
     if has_tractable_marginal(model):
         return [model.log_marginal(x) for x in xs]
     if type(model).__name__ == "RNNG":
-        from lm_latent_eval.models.rnng.enumerate import exact_log_marginal
+        from lm_latent_eval.models.rnng.enumerate import MAX_WORDS, exact_log_marginal
 
+        if max(model.proposal.words(x).numel() for x in xs) > MAX_WORDS:
+            return None  # too many trees: relative to IS at the largest K instead
         return [exact_log_marginal(model, x) for x in xs]
     return None
 

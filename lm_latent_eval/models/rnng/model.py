@@ -30,6 +30,7 @@ from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
 from ...tensors import distinct_rows
+from ..stepwise_module import StepwiseFromModule
 from ..vocabulary import WordVocabulary, build_word_list
 from . import sampling, stepwise
 from .enumerate import exact_log_marginal
@@ -83,7 +84,13 @@ class StackLSTM(nn.Module):
         return torch.stack(hs, 1), torch.stack(cs, 1)
 
 
-class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=["latent-lm", "rnng"]):
+class RNNG(
+    nn.Module,
+    StepwiseFromModule,
+    PyTorchModelHubMixin,
+    library_name="lm-latent-eval",
+    tags=["latent-lm", "rnng"],
+):
     """Unlabeled binarized RNNG: ``tokenize``, ``log_joint(x, z)`` [K], ``proposal`` (tree CRF q(z | x)).
 
     x: LongTensor [T] of word ids (with a final </s> when the sentence end is counted). z: LongTensor [K, 2T_w − 1]
@@ -97,6 +104,7 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
     exact_marginal_tractable = (
         False  # log_marginal lists every tree: sentences of ≤ 12 words (auto picks SMC)
     )
+    stepwise_module = stepwise  # SMC, word-synchronous: step t draws the REDUCEs before word t and shifts it
 
     # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help)
     MODEL_ARGS: ClassVar[dict[str, tuple[type, str]]] = {
@@ -283,21 +291,6 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         from .prefix import RNNGPrefix
 
         return RNNGPrefix(self)
-
-    # --- the stepwise part (SMC): one step per word, resampling only where every particle has shifted it -----------
-    def smc_init(self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True):
-        """K particles with empty stacks for the sentence x [T] (``stepwise.py``)."""
-        return stepwise.init_particles(self, x, num_particles, temperature, peek)
-
-    def smc_step(self, state, t: int, generator: torch.Generator | None):
-        """The REDUCEs before word t, its SHIFT (and at the end the closing REDUCEs, </s>): (state, log w_t [K])."""
-        return stepwise.step_particles(self, state, t, generator)
-
-    def smc_reorder(self, state, ancestors: torch.Tensor):
-        return stepwise.reorder_particles(state, ancestors)
-
-    def smc_latents(self, state) -> torch.Tensor:
-        return stepwise.particle_latents(state)
 
     def sample_text(
         self,

@@ -16,6 +16,7 @@ from typing import ClassVar
 import torch
 
 from ...tensors import pad_rows
+from ..stepwise_module import StepwiseFromModule
 from . import stepwise
 from .lattice import SegmentationLattice
 from .proposal import SegmentationProposal
@@ -50,14 +51,17 @@ def windows(num_tokens: int, max_length: int) -> list[tuple[int, int, int]]:
             for s in range(0, num_tokens, max_length)]  # fmt: skip
 
 
-class TokenizationLM(torch.nn.Module):
+class TokenizationLM(torch.nn.Module, StepwiseFromModule):
     """p(x) = Σ_{z spells x} p(z) for a transformers causal LM over a byte-level BPE vocabulary."""
 
     # log_joint sums the segmentations that spell exactly x; P(a text starts with x) is ``with_cover_end()``, which
     # latent_tokenization's loglikelihood uses for contexts
     prefix_probability = False
     exact_marginal_tractable = (
-        False  # log_marginal enumerates segmentations: short texts only (auto picks IS)
+        False  # log_marginal enumerates segmentations: short texts only (auto picks SMC)
+    )
+    stepwise_module = (
+        stepwise  # SMC, byte-synchronous: step t draws tokens until the bytes of x_0..x_t are spelled
     )
 
     # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help)
@@ -216,22 +220,6 @@ class TokenizationLM(torch.nn.Module):
         if not rows:
             return float("-inf")
         return float(torch.logsumexp(self.score(rows), 0))
-
-    # ---- the stepwise part (SMC): step t covers the bytes of canonical tokens 0..t ---------------------------------
-
-    def smc_init(self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True):
-        """K particles with no token yet for the text spelled by x [T] (``stepwise.py``)."""
-        return stepwise.init_particles(self, x, num_particles, temperature, peek)
-
-    def smc_step(self, state, t: int, generator: torch.Generator | None):
-        """Tokens until every particle has spelled the bytes of x_0..x_t: (state, log w_t float64 [K])."""
-        return stepwise.step_particles(self, state, t, generator)
-
-    def smc_reorder(self, state, ancestors: torch.Tensor):
-        return stepwise.reorder_particles(state, ancestors)
-
-    def smc_latents(self, state) -> torch.Tensor:
-        return stepwise.particle_latents(state)
 
     @torch.no_grad()
     def sample_text(
