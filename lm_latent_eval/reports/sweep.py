@@ -357,7 +357,7 @@ def run(args: argparse.Namespace) -> int:
     peek_modes = {"both": (True, False), "peek": (True,), "no-peek": (False,)}[args.peek]
     if getattr(
         model.proposal, "always_peeks", False
-    ):  # e.g. the RNNG's tree CRF: no-peeking rows do not apply
+    ):  # a proposal that declares always_peeks = True: no-peeking rows do not apply
         if args.peek == "no-peek":
             raise SystemExit(
                 f"{type(model.proposal).__name__} always reads the whole text: no no-peeking proposal"
