@@ -1,13 +1,14 @@
 """SMC vs IS on a bundled corpus: spread of log p̂ over seeds at equal K, the K IS needs to match SMC, time per document.
 
-`python bench/bench_smc.py --model hmm` (or kglm, entitynlm once they have the stepwise part). For every document and
-seed, IS and SMC run back to back with the same K (side by side, so contention hits both alike); the table reports
-the across-seed standard deviation of log p̂ per document (mean and median over documents), the mean log p̂ (minus
-the exact value where the model has one; otherwise relative to IS at the largest K: since E log p̂ ≤ log p for both
-estimators, a higher mean is a smaller gap, which the SD alone does not show for heavy-tailed weights), and seconds
-per document. IS is also run at larger K (``--is-ks``) to find the
-K at which IS matches SMC's spread at K = 100: interpolated in log-log between measured K, or extrapolated from the
-largest measured K with the 1/√K law when IS never gets there (marked "≈").
+`python bench/bench_smc.py --model hmm` (or kglm, entitynlm, rnng, tokenization). For every document and seed, IS
+and SMC run back to back with the same K (side by side, so contention hits both alike); the table reports the
+across-seed standard deviation of log p̂ per document (mean and median over documents), the mean log p̂ (minus the
+exact value where the model has one: the HMM's forward algorithm, the RNNG's enumeration of every tree; otherwise
+relative to IS at the largest K: since E log p̂ ≤ log p for both estimators, a higher mean is a smaller gap, which
+the SD alone does not show for heavy-tailed weights), and seconds per document. For latent_tokenization it also
+prints the mean log p̂ above the canonical segmentation's log p(x, z*), a lower bound on log p(x). IS is also run
+at larger K (``--is-ks``) to find the K at which IS matches SMC's spread at K = 100: interpolated in log-log between
+measured K, or extrapolated from the largest measured K with the 1/√K law when IS never gets there (marked "≈").
 """
 
 from __future__ import annotations
@@ -31,13 +32,40 @@ from lm_latent_eval.estimators.importance import importance_log_weights
 from lm_latent_eval.estimators.smc import smc_log_weights
 from lm_latent_eval.models import load_model
 from lm_latent_eval.paths import DATA_DIR
+from lm_latent_eval.protocol import has_tractable_marginal
 from lm_latent_eval.reports.sweep import read_documents
 
 CORPORA = {
     "hmm": DATA_DIR / "corpus" / "tiny_test.jsonl",
     "kglm": DATA_DIR / "linked_tiny" / "test.jsonl",
     "entitynlm": DATA_DIR / "coref_tiny" / "test.jsonl",
+    "rnng": DATA_DIR / "ptb_tiny" / "test.txt",
+    "tokenization": DATA_DIR / "corpus" / "tiny_test.jsonl",
 }
+
+
+def exact_values(model, xs) -> list[float] | None:
+    """log p(x) of every document where it can be computed (a tractable marginal, or every RNNG tree when every
+    sentence has ≤ 12 words), else None."""
+    if has_tractable_marginal(model):
+        return [model.log_marginal(x) for x in xs]
+    if type(model).__name__ == "RNNG":
+        from lm_latent_eval.models.rnng.enumerate import MAX_WORDS, exact_log_marginal
+
+        if max(model.proposal.words(x).numel() for x in xs) > MAX_WORDS:
+            return None  # too many trees: relative to IS at the largest K instead
+        return [exact_log_marginal(model, x) for x in xs]
+    return None
+
+
+def run_is(model, x, k, tau, peek, seed, doc, device):
+    return importance_log_weights(model, x, num_samples=k, temperature=tau, peek=peek, seed=seed, document=doc,
+                                  device=device)  # fmt: skip
+
+
+def run_smc(model, x, k, tau, peek, seed, doc, threshold, runs, device):
+    return smc_log_weights(model, x, num_samples=k, temperature=tau, peek=peek, seed=seed, document=doc,
+                           resample_threshold=threshold, smc_runs=runs, device=device)  # fmt: skip
 
 
 def timed(fn, *args):
@@ -89,35 +117,19 @@ def main(argv=None):
     xs = [model.tokenize(d).to(args.device) for d in docs]
     keep = [i for i, x in enumerate(xs) if x.numel()]
     docs, xs = [docs[i] for i in keep], [xs[i] for i in keep]
-    exact = [model.log_marginal(x) for x in xs] if callable(getattr(model, "log_marginal", None)) else None
+    exact = exact_values(model, xs)
+    canonical = (
+        [float(model.log_joint(x, x[None])[0]) for x in xs]
+        if type(model).__name__ == "TokenizationLM"
+        else None
+    )
     ks = [int(k) for k in args.ks.split(",")]
     is_ks = [int(k) for k in args.is_ks.split(",") if k]
     peeks = {"true": [True], "false": [False], "both": [True, False]}[args.peek]
     tau = args.temperature
     for peek in peeks:  # warm-up: first calls pay for lazy initialization
-        importance_log_weights(
-            model,
-            xs[0],
-            num_samples=4,
-            temperature=tau,
-            peek=peek,
-            seed=0,
-            document=docs[0],
-            batch_size=None,
-            device=args.device,
-        )
-        smc_log_weights(
-            model,
-            xs[0],
-            num_samples=4,
-            temperature=tau,
-            peek=peek,
-            seed=0,
-            document=docs[0],
-            resample_threshold=args.resample_threshold,
-            smc_runs=args.smc_runs,
-            device=args.device,
-        )
+        run_is(model, xs[0], 4, tau, peek, 0, docs[0], args.device)
+        run_smc(model, xs[0], 4, tau, peek, 0, docs[0], args.resample_threshold, args.smc_runs, args.device)
     print(
         f"# SMC vs IS, {args.model} on {args.device} ({platform.processor() or platform.machine()}, torch "
         f"{torch.__version__}, {torch.get_num_threads()} threads), {len(docs)} documents, "
@@ -139,23 +151,12 @@ def main(argv=None):
             resampled = []
             for n, (x, doc) in enumerate(zip(xs, docs)):
                 for s in range(args.seeds):
-                    lw, t = timed(importance_log_weights, model, x, k, tau, peek, s, doc, None, args.device)
+                    lw, t = timed(run_is, model, x, k, tau, peek, s, doc, args.device)
                     ll["is"][n, s], secs["is"] = log_mean_exp(lw), secs["is"] + t
-                    (lw, d), t = timed(
-                        smc_log_weights,
-                        model,
-                        x,
-                        k,
-                        tau,
-                        peek,
-                        s,
-                        doc,
-                        args.resample_threshold,
-                        args.smc_runs,
-                        args.device,
-                    )
+                    (lw, d), t = timed(run_smc, model, x, k, tau, peek, s, doc, args.resample_threshold,
+                                       args.smc_runs, args.device)  # fmt: skip
                     ll["smc"][n, s], secs["smc"] = log_mean_exp(lw), secs["smc"] + t
-                    resampled.append(d["resampling_steps"])
+                    resampled.append(d.resampling_steps)
             sd_is[k], sd_smc[k] = spread(ll["is"]), spread(ll["smc"])
             means["IS", k], means["SMC", k] = ll["is"].mean(1), ll["smc"].mean(1)
             per_doc = {e: secs[e] / (len(docs) * args.seeds) for e in secs}
@@ -177,7 +178,7 @@ def main(argv=None):
             total = 0.0
             for n, (x, doc) in enumerate(zip(xs, docs)):
                 for s in range(seeds):
-                    lw, t = timed(importance_log_weights, model, x, k, tau, peek, s, doc, None, args.device)
+                    lw, t = timed(run_is, model, x, k, tau, peek, s, doc, args.device)
                     ll[n, s], total = log_mean_exp(lw), total + t
             sd_is[k] = spread(ll)
             means[f"IS ({seeds} seeds)", k] = ll.mean(1)
@@ -195,6 +196,15 @@ def main(argv=None):
                 f"\nMean log p̂ per document relative to {ref_name[0]} at K = {ref_name[1]:,} (higher = closer to "
                 "log p, since E log p̂ ≤ log p for both estimators), mean over documents: "
                 + ", ".join(f"{e} K={k:,}: {np.mean(v - ref):+.3f}" for (e, k), v in means.items())
+            )
+        if canonical is not None:
+            print(
+                "Mean log p̂ per document minus the canonical segmentation's log p(x, z*) (a lower bound on log p): "
+                + ", ".join(
+                    f"{e} K={k:,}: {np.mean(v - np.array(canonical)):+.4f}" for (e, k), v in means.items()
+                )
+                + f"; documents where SMC K={ks[0]}'s mean is below it: "
+                + f"{int((means['SMC', ks[0]] < np.array(canonical) - 1e-9).sum())} of {len(docs)}"
             )
         k0 = ks[0]
         measured = sorted(sd_is)

@@ -9,7 +9,9 @@ A model declares whether ``log_joint(x, z)`` is the log probability of the *pref
 end-of-text event; ``prefix_probability = True``): then Σ_z p(x, z) is the probability that a text starts with x and
 log p(context ⊕ continuation) − log p(context) is the log probability of the continuation given the context. A model
 that scores complete texts (an RNNG scores whole trees, often with an end-of-sentence event) declares False, and
-``loglikelihood(context, continuation)`` is refused for it rather than silently wrong.
+``loglikelihood(context, continuation)`` is refused for it rather than silently wrong, unless it offers
+``prefix_model()``: a view of itself whose ``log_joint`` is a prefix probability (the RNNG's stops at the last SHIFT),
+from which ``loglikelihood`` is then answered.
 """
 
 from __future__ import annotations
@@ -74,7 +76,10 @@ class StepwiseLatentLM(Protocol):
     constant, ψ_{T−1} = 1, as the HMM does when peeking): the sum, hence the estimate's expectation, is unchanged,
     and the weights after token t then target p(x_≤t, z_≤t) ψ_t (twisted SMC).
     ``smc_reorder(state, ancestors)`` makes particle k continue the history of particle ``ancestors[k]``
-    (a CPU LongTensor [K]). The state is opaque to the estimator.
+    (a CPU LongTensor [K]). The state is opaque to the estimator. z_t may be several latent decisions: the RNNG's
+    step t draws the REDUCEs before word t and shifts it (word-synchronous), ``latent_tokenization``'s draws model
+    tokens until every particle has spelled the bytes of canonical tokens 0..t (byte-synchronous); the estimator
+    compares and may resample the particles after any step.
     """
 
     def smc_init(
@@ -133,6 +138,20 @@ def missing_stepwise_methods(model: Any) -> list[str]:
 def has_stepwise(model: Any) -> bool:
     """True when the model offers the stepwise part (smc_init, smc_step, smc_reorder, smc_latents) that SMC needs."""
     return not missing_stepwise_methods(model)
+
+
+def prefix_view(model: Any) -> Any | None:
+    """The model whose Σ_z p(x, z) is the probability that a text starts with x: the model itself when it declares
+    ``prefix_probability = True``, else its ``prefix_model()`` where it offers one (which must declare True), else
+    None."""
+    if is_prefix_probability(model):
+        return model
+    view = model.prefix_model() if callable(getattr(model, "prefix_model", None)) else None
+    if view is not None and not is_prefix_probability(view):
+        raise TypeError(
+            f"{type(model).__name__}.prefix_model() returned a model that is not a prefix probability"
+        )
+    return view
 
 
 def has_exact_marginal(model: Any) -> bool:

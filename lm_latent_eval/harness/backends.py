@@ -31,7 +31,7 @@ from ..estimators.settings import AUTO_TARGET_SE
 from ..estimators.smc import require_stepwise
 from ..models import MODELS, checkpoint_hash, load_model, model_target, resolve_class
 from ..models.cuda_graphs import graphs_in_effect
-from ..protocol import has_stepwise, has_text_sampler, is_prefix_probability
+from ..protocol import has_stepwise, has_text_sampler, is_prefix_probability, prefix_view
 from . import rolling_estimates
 from .model_args import (
     BACKEND_ARGS,
@@ -286,11 +286,14 @@ class LatentLMEval(LM):
 
     # ---- requests ---------------------------------------------------------------------------------------------
 
-    def _estimate_all(self, texts: list[str], desc: str, disable_tqdm: bool) -> dict[str, DocumentEstimate]:
+    def _estimate_all(
+        self, texts: list[str], desc: str, disable_tqdm: bool, model=None
+    ) -> dict[str, DocumentEstimate]:
         """One estimate per distinct text (seeded from (seed, text), so order and batching never matter), with the
         precision target's later stages where set; the results store, if any, is read before and written after every
-        document's estimate."""
-        store = self.results_store
+        document's estimate. ``model``: another view of the model (a prefix view), whose estimates are not stored."""
+        model = self.model if model is None else model
+        store = self.results_store if model is self.model else None
         if store is not None:
             logger.info(
                 "%s: %d of %d documents loaded from %s (results_dir), the rest estimated",
@@ -304,13 +307,13 @@ class LatentLMEval(LM):
             stored = None if store is None else store.get(text, stage)
             if stored is not None:
                 return stored
-            est = estimate_document(self.model, text, settings, device=self._device, stage=stage)
+            est = estimate_document(model, text, settings, device=self._device, stage=stage)
             if store is not None:  # saved as soon as it is done: an interrupted run loses one document
                 store.put(est, stage)
             return est
 
         return estimate_corpus(
-            self.model,
+            model,
             texts,
             self.settings,
             self._device,
@@ -360,14 +363,15 @@ class LatentLMEval(LM):
         return [estimates[text].log_likelihood for text in texts]
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
-        """log p̂(context ⊕ continuation) − log p̂(context), one context estimate per distinct context; only for a
-        model whose log_joint is a prefix probability (``protocol.is_prefix_probability``), refused otherwise."""
-        self._require_prefix_probability()
+        """log p̂(context ⊕ continuation) − log p̂(context), one context estimate per distinct context; only from a
+        prefix probability: the model's own log_joint, or its ``prefix_model()`` (the RNNG's), refused otherwise
+        (``protocol.prefix_view``)."""
+        model = self._require_prefix_probability()
         pairs = [req.args for req in requests]
-        self._check_prefix_tokenization(pairs)
+        self._check_prefix_tokenization(pairs, model)
         texts = [ctx for ctx, _ in pairs] + [ctx + cont for ctx, cont in pairs]
         estimates = self._estimate_all(
-            texts, f"{self.settings.estimator} log p(context, continuation)", disable_tqdm
+            texts, f"{self.settings.estimator} log p(context, continuation)", disable_tqdm, model
         )
         self._warn_if_unreliable(estimates.values())
         if not self._warned_greedy:
@@ -388,12 +392,14 @@ class LatentLMEval(LM):
         rolling_estimates.record_conditionals(values)  # completion tasks count the continuation's tokens
         return [(values[pair][0], False) for pair in pairs]
 
-    def _require_prefix_probability(self) -> None:
-        """A clear error before any work when log p(context ⊕ continuation) − log p(context) would not be the
-        probability of the continuation given the context."""
+    def _require_prefix_probability(self):
+        """The model (or its prefix view) that loglikelihood estimates from; a clear error before any work when
+        log p(context ⊕ continuation) − log p(context) would not be the probability of the continuation given the
+        context."""
+        view = prefix_view(self.model)
+        if view is not None:
+            return view
         declared, name = is_prefix_probability(self.model), type(self.model).__name__
-        if declared:
-            return
         what = (
             "it scores complete texts (for example whole trees or an end-of-sentence event), so log p(context ⊕ "
             "continuation) − log p(context) is not the probability of the continuation given the context"
@@ -406,10 +412,10 @@ class LatentLMEval(LM):
             "Perplexity tasks (loglikelihood_rolling) are unaffected."
         )
 
-    def _check_prefix_tokenization(self, pairs) -> None:
+    def _check_prefix_tokenization(self, pairs, model) -> None:
         """Warn when tokens(context) is not a prefix of tokens(context ⊕ continuation): no longer a conditional."""
         for ctx, cont in dict.fromkeys(pairs):
-            x_ctx, x_full = self.model.tokenize(ctx), self.model.tokenize(ctx + cont)
+            x_ctx, x_full = model.tokenize(ctx), model.tokenize(ctx + cont)
             if x_full.numel() < x_ctx.numel() or not torch.equal(x_full[: x_ctx.numel()], x_ctx):
                 warnings.warn(
                     f"tokens of context {ctx[-40:]!r} are not a prefix of those of context+continuation "

@@ -1,7 +1,8 @@
 """A plain Hugging Face causal LM seen through the latent-LM contract: z is a single trivial configuration.
 
-With one latent value, p(x, z) = p(x), q(z | x) = 1, and every estimator (IS, beam, exact) returns the exact
-log p(x). It lets the plain-LM case run through our backend and be compared with lm-eval's ``hf`` backend.
+With one latent value, p(x, z) = p(x), q(z | x) = 1, and every estimator (IS, SMC, beam, exact) returns the exact
+log p(x); SMC's increments are the chain rule's log p(x_t | x_<t). It lets the plain-LM case run through our backend
+and be compared with lm-eval's ``hf`` backend.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class CausalLMAsLatent(torch.nn.Module):
             max_length or getattr(model.config, "n_positions", None) or model.config.max_position_embeddings
         )
         self.window_batch = int(window_batch)
-        self._memo = None  # (token ids, log p(x)) of the last document
+        self._memo = None  # (token ids, log p(x_t | x_<t) [T]) of the last document
 
     @classmethod
     def from_pretrained(cls, path: str, **kwargs):
@@ -69,16 +70,16 @@ class CausalLMAsLatent(torch.nn.Module):
         return [(s, min(num_tokens, s + self.max_length)) for s in range(0, num_tokens, self.max_length)]
 
     @torch.no_grad()
-    def log_marginal(self, x: torch.Tensor) -> float:
-        """Exact log p(x) = Σ_t log p(x_t | window before t), float64; windows of full length L go through the
-        network ``window_batch`` at a time (a fixed grouping, so the number never depends on lm-eval's batch_size)."""
+    def token_log_probs(self, x: torch.Tensor) -> torch.Tensor:
+        """log p(x_t | window before t) for every token, float64 [T]; windows of full length L go through the network
+        ``window_batch`` at a time (a fixed grouping, so the numbers never depend on lm-eval's batch_size)."""
         key = tuple(x.tolist())
         if self._memo is not None and self._memo[0] == key:  # log_joint asks once per particle chunk
             return self._memo[1]
         device = next(self.model.parameters()).device
         ids = torch.cat([torch.tensor([self.prefix_token]), x.cpu()]).to(device)
         blocks = self.windows(x.numel())
-        total = torch.zeros((), dtype=torch.float64, device=device)
+        out = torch.zeros(x.numel(), dtype=torch.float64)
         for b in range(0, len(blocks), self.window_batch):
             group = blocks[b : b + self.window_batch]
             # equal lengths: with T ≥ L every window is L long; with T < L there is one window
@@ -86,15 +87,37 @@ class CausalLMAsLatent(torch.nn.Module):
             logp = torch.log_softmax(self.model(inputs).logits.float(), -1)  # [W, L, V]
             for row, (s, e) in enumerate(group):
                 targets = ids[s + 1 : e + 1]
-                scored = logp[row, -(e - s) :].gather(-1, targets[:, None])[:, 0]
-                total += scored.double().sum()
-        value = float(total)
-        self._memo = (key, value)
-        return value
+                out[s:e] = logp[row, -(e - s) :].gather(-1, targets[:, None])[:, 0].double().cpu()
+        self._memo = (key, out)
+        return out
+
+    def log_marginal(self, x: torch.Tensor) -> float:
+        """Exact log p(x) = Σ_t log p(x_t | window before t), float64."""
+        return float(self.token_log_probs(x).sum())
 
     def log_joint(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """log p(x, z) = log p(x) for the single configuration: float64 [K]."""
         return torch.full((z.shape[0],), self.log_marginal(x), dtype=torch.float64)
+
+    # ---- the stepwise part (SMC): nothing to draw, the increment of token t is log p(x_t | x_<t) ----------------------
+
+    def smc_init(self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True):
+        """K identical particles of x [T]: (per-token log probabilities [T], K, tokens done)."""
+        return [self.token_log_probs(x), int(num_particles), 0]
+
+    def smc_step(self, state, t: int, generator: torch.Generator | None):
+        """(state, log p(x_t | x_<t) for every particle: float64 [K])."""
+        log_p, k, done = state
+        if t != done or not 0 <= t < log_p.numel():
+            raise ValueError(f"smc_step: expected token {done} of {log_p.numel()}, got t = {t}")
+        state[2] = t + 1
+        return state, log_p[t].expand(k).clone()
+
+    def smc_reorder(self, state, ancestors: torch.Tensor):
+        return state  # every particle is the same
+
+    def smc_latents(self, state) -> torch.Tensor:
+        return torch.zeros(state[1], 1, dtype=torch.long)
 
     @torch.no_grad()
     def sample_text(

@@ -18,7 +18,7 @@ from ..estimators import EstimatorSettings, estimate_document
 from ..estimators.corpus import corpus_estimate, pareto_k_shares
 from ..estimators.diagnostics import corpus_convergence_curve, pareto_k_threshold
 from ..estimators.smc import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS
-from ..protocol import has_stepwise
+from ..protocol import has_exact_marginal, has_stepwise, has_tractable_marginal
 from .plots import plot_convergence
 
 DEFAULT_TEMPERATURES = (0.5, 0.9, 1.0, 1.1, 2.0, 5.0)
@@ -43,6 +43,19 @@ def read_documents(path: str | Path) -> list[str]:
             raise InputError(f"{path}: no documents")
         return docs
     return read_texts(path, tokens_field=True)
+
+
+def exact_estimates(model, documents: list[str], device) -> list | None:
+    """The exact row where the model gives it: a tractable marginal, or an enumeration (short texts only: the RNNG's
+    trees, the tokenization LM's segmentations) that manages every document; None otherwise."""
+    if not has_exact_marginal(model):
+        return None
+    try:
+        return [estimate_document(model, d, EstimatorSettings(estimator="exact"), device) for d in documents]
+    except ValueError:
+        if has_tractable_marginal(model):
+            raise
+        return None  # a document too long to enumerate
 
 
 def run_sweep(
@@ -73,10 +86,7 @@ def run_sweep(
         EstimatorSettings("is", num_samples, t, seed=seed, batch_size=batch_size)
     total = len(documents) * ((1 + smc) * len(settings) + len(beam_sizes) + 1)
     bar = tqdm(total=total, desc="sweep", unit="doc", disable=not progress)
-    exact = None
-    if callable(getattr(model, "log_marginal", None)):
-        exact_settings = EstimatorSettings(estimator="exact")
-        exact = [estimate_document(model, d, exact_settings, device) for d in documents]
+    exact = exact_estimates(model, documents, device)
     bar.update(len(documents))
     num_tokens = None
     rows, log_weights_by_setting = [], {}
@@ -417,7 +427,7 @@ def run(args: argparse.Namespace) -> int:
     peek_modes = {"both": (True, False), "peek": (True,), "no-peek": (False,)}[args.peek]
     if getattr(
         model.proposal, "always_peeks", False
-    ):  # e.g. the RNNG's tree CRF: no-peeking rows do not apply
+    ):  # a proposal that declares always_peeks = True: no-peeking rows do not apply
         if args.peek == "no-peek":
             raise SystemExit(
                 f"{type(model.proposal).__name__} always reads the whole text: no no-peeking proposal"

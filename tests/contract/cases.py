@@ -31,7 +31,6 @@ from lm_latent_eval.models.entitynlm import enumerate as entitynlm_enumerate
 from lm_latent_eval.models.kglm import enumerate as kglm_enumerate
 from lm_latent_eval.models.lda.exact import all_assignments
 from lm_latent_eval.models.rnng.enumerate import enumerate_trees
-from lm_latent_eval.models.rnng.enumerate import exact_log_marginal as rnng_exact
 from lm_latent_eval.tensors import pad_rows
 
 Latents = Any
@@ -62,6 +61,8 @@ class Case:
     no_peek: str = ""  # why the proposal has no peek=false ("" when it has one)
     stepwise: bool = False  # offers smc_init, smc_step, smc_reorder, smc_latents
     twisted_peek: str = ""  # why smc_step with peek=true draws from another proposal than proposal.sample
+    peek_draw_order: str = ""  # why smc_step with peek=true draws q's configurations in another order than
+    #                            proposal.sample: the same q, other draws for a seed (checked by frequencies)
     beam_is_k_best: bool = True  # beam(x, k): exactly the k of highest q (peek, τ = 1), best first
     num_draws: int = 20_000  # draws compared with q by chi-square
     q_atol: float = 1e-9  # Σ q = 1 and sampled log q = enumerated log q (float64 proposal arithmetic)
@@ -176,12 +177,21 @@ def rnng_expressible(model, x) -> torch.Tensor:
     return torch.tensor(list(itertools.product([0, 1], repeat=2 * model.proposal.words(x).numel() - 1)))
 
 
-def rnng_case(name: str, count_eos: bool) -> Case:
+def tiny_rnng_prefix():
+    """P(a sentence starts with x) of the tiny RNNG (the view loglikelihood answers from)."""
+    return tiny_rnng(count_eos=True).prefix_model()
+
+
+def rnng_case(name: str, count_eos: bool, build=None) -> Case:
     return Case(
-        name=name, build=functools.partial(tiny_rnng, count_eos=count_eos),
+        name=name, build=build or functools.partial(tiny_rnng, count_eos=count_eos),
         text="the dog saw a cat with a cat", short_text="the dog saw a cat", support=rnng_support,
-        log_q=proposal_log_prob, exact=rnng_exact, keys=rows_as_keys, expressible=rnng_expressible,
-        no_peek="the tree CRF proposal always reads the whole sentence", p_atol=1e-9,
+        log_q=proposal_log_prob, exact=lambda model, x: model.log_marginal(x), keys=rows_as_keys,
+        expressible=rnng_expressible, p_atol=1e-9,
+        stepwise=True,
+        peek_draw_order="the tree CRF samples top down (proposal.sample), SMC with its left-to-right conditionals",
+        q_atol=1e-6,  # peek=false: log q teacher-forced in batches of other trees (float32 network)
+        stepwise_atol=1e-6,  # log_joint scores each distinct tree once, in another batch (float32 rounding)
     )  # fmt: skip
 
 
@@ -234,7 +244,8 @@ def tokenization_case(name: str, text: str, cover_end: bool, canonical_mix: floa
         exact=lambda model, x: model.log_marginal(x), keys=rows_as_keys, expressible=tokenization_expressible,
         no_peek="a segmentation proposal must read the text it spells",
         beam_is_k_best=False,  # ranked by p(z), the canonical segmentation always kept
-        num_draws=4_000, q_atol=1e-6,
+        num_draws=4_000, q_atol=1e-6, stepwise=True,
+        stepwise_atol=1e-5,  # the steps' logits come from per-history caches, log_prob's from whole rows (float32)
     )  # fmt: skip
 
 
@@ -262,7 +273,7 @@ CAUSAL = Case(
     support=lambda model, x: torch.zeros(1, 1, dtype=torch.long),
     log_q=lambda model, x, z, temperature, peek: torch.zeros(z.shape[0], dtype=torch.float64),
     exact=chain_rule_log_p, keys=rows_as_keys,
-    why_nothing_outside="z is one trivial configuration that log_joint does not read", num_draws=1_000,
+    why_nothing_outside="z is one trivial configuration that log_joint does not read", num_draws=1_000, stepwise=True,
 )  # fmt: skip
 
 
@@ -274,6 +285,7 @@ CASES = [
     LDA,
     rnng_case("rnng", count_eos=True),
     rnng_case("rnng-without-eos", count_eos=False),
+    rnng_case("rnng-prefix", count_eos=False, build=tiny_rnng_prefix),  # trees scored up to the last SHIFT
     tokenization_case("tokenization", "théo sat.", cover_end=False, canonical_mix=0.0),  # é is two bytes
     tokenization_case("tokenization-canonical-mix", "théo sat.", cover_end=False, canonical_mix=0.9),
     tokenization_case("tokenization-cover-end", "a dog,", cover_end=True, canonical_mix=0.0),

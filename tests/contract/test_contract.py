@@ -311,18 +311,37 @@ def particle_histories(z) -> list:
 
 @pytest.mark.parametrize("case,peek,temperature", rows(peek=(True, False), temperature=(0.7, 1.0)))
 def test_stepwise_increments_sum_to_log_joint_minus_log_q(case, peek, temperature):
-    """smc_step draws, from the same random stream, the z that proposal.sample draws, and the increments of
-    each particle sum to log p(x, z) − log q_τ(z | x)."""
+    """smc_step draws, from the same random stream, the z that proposal.sample draws (where the row says it draws
+    them in the same order), and the increments of each particle sum to log p(x, z) − log q_τ(z | x)."""
     require_same_stepwise_proposal(case, peek)
     model = built(case)
     x = model.tokenize(case.text)
     z, total = run_steps(model, x, 64, temperature, peek, seed=3)
-    z_sampled, _ = model.proposal.sample(x, 64, temperature, peek, torch.Generator().manual_seed(3))
-    assert case.keys(z) == case.keys(z_sampled)
+    if not (peek and case.peek_draw_order):
+        z_sampled, _ = model.proposal.sample(x, 64, temperature, peek, torch.Generator().manual_seed(3))
+        assert case.keys(z) == case.keys(z_sampled)
     with torch.no_grad():
         expected = model.log_joint(x, z) - case.log_q(model, x, z, temperature, peek)
     assert torch.isfinite(total).all()
     torch.testing.assert_close(total, expected.to(torch.float64), rtol=0, atol=case.stepwise_atol)
+
+
+@pytest.mark.parametrize("case,temperature", rows(temperature=(0.7, 1.0)))
+def test_stepwise_draws_follow_q_where_their_order_differs(case, temperature):
+    """Where smc_step draws q's configurations in another order than proposal.sample (peek=true), the draws of
+    the stepwise path without resampling still follow q_τ(z | x): chi-square against the enumerated q."""
+    require_stepwise(case)
+    if not case.peek_draw_order:
+        pytest.skip(f"{case.name}: smc_step draws proposal.sample's configurations (previous test)")
+    model = built(case)
+    x = model.tokenize(case.short_text)
+    support = case.support(model, x)
+    index = index_of(case, support)
+    z, _ = run_steps(model, x, case.num_draws, temperature, True, seed=13)
+    with torch.no_grad():
+        log_q = case.log_q(model, x, support, temperature, True)
+    counts = np.bincount(rows_in(case, index, z), minlength=len(index))
+    assert_frequencies_match(counts, log_q.exp().numpy())
 
 
 @pytest.mark.parametrize("case,peek", rows(peek=(True, False)))
@@ -343,20 +362,25 @@ def test_smc_without_resampling_weighs_what_importance_sampling_draws(case, peek
     """Threshold 0: SMC's log weights are IS's for the same (seed, document), draw for draw."""
     temperature = 1.0 if peek else 0.7
     require_same_stepwise_proposal(case, peek)
+    if peek and case.peek_draw_order:
+        pytest.skip(f"{case.name}: {case.peek_draw_order} (the same q: previous tests)")
     model = built(case)
     x = model.tokenize(case.text)
     kwargs = {"num_samples": 200, "temperature": temperature, "peek": peek, "seed": 4, "document": case.text}
     lw_is = importance_log_weights(model, x, **kwargs)
     lw_smc, diag = smc_log_weights(model, x, resample_threshold=0.0, smc_runs=1, **kwargs)
-    assert diag.resampling_steps == 0 and np.unique(lw_is).size > 5
-    np.testing.assert_allclose(lw_smc, lw_is, rtol=0, atol=1e-6)
+    assert diag.resampling_steps == 0 and np.unique(lw_is).size >= min(
+        6, num_particles(case.support(model, x))
+    )
+    np.testing.assert_allclose(lw_smc, lw_is, rtol=0, atol=max(1e-6, case.stepwise_atol))
 
 
 @pytest.mark.parametrize("case,peek", rows(peek=(True, False)))
 def test_smc_is_unbiased(case, peek):
     """E[p̂] = p with resampling: over 300 seeds the mean p̂/p of K = 4 particles is 1 within 3 standard
-    errors, and E[log p̂] ≤ log p; at threshold 1 (every token) resampling really happens."""
-    threshold = 0.5 if peek else 1.0
+    errors, and E[log p̂] ≤ log p (within 3 standard errors: the gap Var(p̂/p)/2 can be far below them); at threshold 1 (every step: without peeking, and for a row that only peeks)
+    resampling really happens."""
+    threshold = 0.5 if peek and not case.no_peek else 1.0
     require_stepwise(case)
     model = built(case)
     x = model.tokenize(case.text)
@@ -364,10 +388,11 @@ def test_smc_is_unbiased(case, peek):
     runs = [smc_log_weights(model, x, num_samples=4, temperature=1.0, peek=peek, seed=s, document=case.text,
                             resample_threshold=threshold, smc_runs=1) for s in range(RUNS)]  # fmt: skip
     log_p_hat = np.array([log_mean_exp(lw) for lw, _ in runs])
-    assert_unbiased(log_p_hat, log_p)
-    assert log_p_hat.mean() < log_p
+    assert_unbiased_or_exact(log_p_hat, log_p, case.p_atol)  # and mean log p̂ < log p + 3 SE (Jensen)
+    if np.exp(log_p_hat - log_p).std() == 0:
+        return  # one configuration (a plain causal LM): every particle carries p exactly
     if threshold == 1.0:
-        assert np.mean([diag.resampling_steps for _, diag in runs]) > 0.5
+        assert np.mean([diag.resampling_steps for _, diag in runs]) > 0.25  # ties (ESS = K) never resample
 
 
 # ---------------------------------------------------------------- beam

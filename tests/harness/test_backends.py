@@ -512,15 +512,15 @@ print(get_model("latent_hmm").__name__)
 
 
 def test_loglikelihood_is_refused_where_log_joint_is_not_a_prefix_probability(monkeypatch):
-    """An RNNG scores complete trees: log p(context ⊕ continuation) − log p(context) is no conditional, so lm-eval's
-    loglikelihood is refused with the reason (perplexity tasks still run); a model that does not declare it is
-    refused too, with what to declare."""
-    from lm_latent_eval.harness.backends import LatentRNNGEval
-
+    """A model that scores complete texts and offers no prefix view: log p(context ⊕ continuation) − log p(context)
+    is no conditional, so lm-eval's loglikelihood is refused with the reason (perplexity tasks still run); a model
+    that does not declare it is refused too, with what to declare. (The RNNG answers from its prefix view:
+    tests/harness/test_builtin_tasks.py, tests/models/rnng/.)"""
     request = Instance("loglikelihood", {}, ("the cat", " sat"), 0)
-    with pytest.raises(ValueError, match="scores complete texts"):
-        LatentRNNGEval(device="cpu").loglikelihood([request], disable_tqdm=True)
     lm = LatentHMMEval(estimator="exact", device="cpu")
+    monkeypatch.setattr(type(lm.model), "prefix_probability", False)
+    with pytest.raises(ValueError, match="scores complete texts"):
+        lm.loglikelihood([request], disable_tqdm=True)
     monkeypatch.setattr(type(lm.model), "prefix_probability", None)
     with pytest.raises(ValueError, match="prefix_probability = True"):
         lm.loglikelihood([request], disable_tqdm=True)

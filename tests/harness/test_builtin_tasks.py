@@ -119,3 +119,48 @@ def test_gsm8k_generate_until_is_seeded_and_stops(tmp_path):
         for stop in gen_kwargs["until"]:
             assert stop not in s["resps"][0][0]
     assert 0.0 <= first["results"]["gsm8k_local"]["exact_match,strict-match"] <= 1.0
+
+
+def test_gsm8k_generate_until_runs_on_latent_rnng(tmp_path):
+    """generate_until on latent_rnng: the prefix's tree from a particle filter, then ancestral actions and words;
+    seeded by (seed, context), cut at the task's stop strings, words from the RNNG's vocabulary."""
+    from lm_latent_eval.harness.backends import LatentRNNGEval
+
+    manager = local_copy_of("gsm8k/gsm8k.yaml", "gsm8k_local", "gsm8k", ["train", "test"], tmp_path)
+    first = run(LatentRNNGEval(seed=7, device="cpu"), "gsm8k_local", manager)
+    again = run(LatentRNNGEval(seed=7, device="cpu"), "gsm8k_local", manager)
+    other = run(LatentRNNGEval(seed=8, device="cpu"), "gsm8k_local", manager)
+    responses = [s["resps"] for s in first["samples"]["gsm8k_local"]]
+    assert responses == [s["resps"] for s in again["samples"]["gsm8k_local"]]
+    assert responses != [s["resps"] for s in other["samples"]["gsm8k_local"]]
+    vocab = set(LatentRNNGEval(device="cpu").model.vocab)
+    for s in first["samples"]["gsm8k_local"]:
+        context, gen_kwargs = s["arguments"][0]
+        assert context.count("Question:") == 6
+        text = s["resps"][0][0]
+        assert all(stop not in text for stop in gen_kwargs["until"])
+        assert set(text.split()) <= vocab
+
+
+def test_arc_easy_on_latent_rnng_answers_from_prefix_probabilities(tmp_path):
+    """loglikelihood on latent_rnng: log P̂(a sentence starts with question ⊕ choice) − log P̂(starts with question),
+    both SMC estimates of the prefix view (RNNG.prefix_model()); acc follows their argmax."""
+    from lm_latent_eval.estimators import estimate_document
+    from lm_latent_eval.harness.backends import LatentRNNGEval
+
+    manager = local_copy_of(
+        "arc/arc_easy.yaml", "arc_easy_local", "ai2_arc_easy", ["train", "validation", "test"], tmp_path
+    )
+    lm = LatentRNNGEval(num_samples=16, target_se=0, seed=3, device="cpu")
+    assert lm.settings.estimator == "smc"
+    out = run(lm, "arc_easy_local", manager)
+    view = lm.model.prefix_model()
+    correct = 0
+    for s in out["samples"]["arc_easy_local"]:
+        lls = []
+        for (ctx, cont), resp in zip(s["arguments"], s["resps"]):
+            whole, context = (estimate_document(view, t, lm.settings) for t in (ctx + cont, ctx))
+            assert resp[0][0] == whole.log_likelihood - context.log_likelihood
+            lls.append(resp[0][0])
+        correct += int(max(range(len(lls)), key=lls.__getitem__) == s["target"])
+    assert out["results"]["arc_easy_local"]["acc,none"] == pytest.approx(correct / 4)

@@ -1,4 +1,4 @@
-"""The bundled KGLM, EntityNLM and RNNG in bfloat16 (CPU) and on CUDA (skipped without a device).
+"""The bundled KGLM, EntityNLM and RNNG in bfloat16 (CPU; IS and SMC) and on CUDA (skipped without a device).
 
 bfloat16 rounds the network only: log p(x, z) and log q(z | x) of the same z stay float64 and within bf16 rounding
 of float32. On CUDA the same z gets the CPU's numbers (float32 on other hardware: 1e-4 relative), the device
@@ -56,6 +56,23 @@ def test_bfloat16_network_keeps_float64_log_probabilities(name):
     tokens = x.numel()
     assert (low_p - log_p).abs().max() / tokens < 0.05 and (low_q - log_q).abs().max() / tokens < 0.05
     assert not torch.equal(low_p, log_p)  # the network really ran in bf16
+
+
+@pytest.mark.parametrize("name", sorted(CORPORA))
+def test_bfloat16_network_runs_smc(name):
+    """The stepwise kernels keep the network's dtype (bfloat16 stacks and states) and float64 weights: SMC in bf16
+    lands within bf16 rounding of float32's estimate."""
+    from lm_latent_eval.estimators.smc import smc_log_weights
+
+    doc = read_documents(CORPORA[name])[1]
+    estimates = []
+    for dtype in (None, torch.bfloat16):
+        model, _ = load_model(name, dtype=dtype)
+        x = model.tokenize(doc)
+        lw, _ = smc_log_weights(model, x, num_samples=64, seed=2, document=doc, smc_runs=1)
+        assert lw.dtype == np.float64 and np.isfinite(lw).all()
+        estimates.append(log_mean_exp(lw))
+    assert abs(estimates[0] - estimates[1]) / x.numel() < 0.05
 
 
 @needs_cuda

@@ -31,7 +31,10 @@ def enumerate_trees(num_words: int) -> torch.Tensor:
     if num_words == 0:
         return torch.zeros(1, 0, dtype=torch.long)
     if num_words > MAX_WORDS:
-        raise ValueError(f"{num_words} words: more than {MAX_WORDS} is too many trees to enumerate")
+        raise ValueError(
+            f"{num_words} words: more than {MAX_WORDS} is too many trees to enumerate (Catalan({num_words - 1}) = "
+            f"{catalan(num_words - 1):,}); use estimator=smc, is or beam"
+        )
     return torch.tensor(_trees(num_words), dtype=torch.long)
 
 

@@ -30,7 +30,10 @@ from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
 from ...tensors import distinct_rows
+from ..stepwise_module import StepwiseFromModule
 from ..vocabulary import WordVocabulary, build_word_list
+from . import sampling, stepwise
+from .enumerate import exact_log_marginal
 from .latents import SHIFT, check_actions, is_tree, right_branching, stack_sizes
 from .proposal import TreeCRFProposal
 
@@ -81,7 +84,13 @@ class StackLSTM(nn.Module):
         return torch.stack(hs, 1), torch.stack(cs, 1)
 
 
-class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=["latent-lm", "rnng"]):
+class RNNG(
+    nn.Module,
+    StepwiseFromModule,
+    PyTorchModelHubMixin,
+    library_name="lm-latent-eval",
+    tags=["latent-lm", "rnng"],
+):
     """Unlabeled binarized RNNG: ``tokenize``, ``log_joint(x, z)`` [K], ``proposal`` (tree CRF q(z | x)).
 
     x: LongTensor [T] of word ids (with a final </s> when the sentence end is counted). z: LongTensor [K, 2T_w − 1]
@@ -92,6 +101,10 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
     prefix_probability = (
         False  # log_joint scores complete trees (and, with count_eos, the end of the sentence)
     )
+    exact_marginal_tractable = (
+        False  # log_marginal lists every tree: sentences of ≤ 12 words (auto picks SMC)
+    )
+    stepwise_module = stepwise  # SMC, word-synchronous: step t draws the REDUCEs before word t and shifts it
 
     # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help)
     MODEL_ARGS: ClassVar[dict[str, tuple[type, str]]] = {
@@ -135,6 +148,7 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         self.proposal = TreeCRFProposal(
             V, self.bos_id, self.eos_id, proposal_dim or dim, proposal_hidden_size or hidden_size, dropout
         )
+        self.proposal.bind(self)  # peek=false draws from this model's own action distribution
 
     @classmethod
     def _from_pretrained(cls, *, strict: bool = True, **kwargs):
@@ -165,8 +179,15 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
     # --- p(x, z) ------------------------------------------------------------------------------------------------
     def log_joint(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """log p(x, z_k) for K trees: float64 [K]; −inf for an action sequence that is not a tree over x's words."""
+        return self.score_trees(x, z)
+
+    def score_trees(self, x: torch.Tensor, z: torch.Tensor, prefix: bool = False) -> torch.Tensor:
+        """``log_joint``; with ``prefix`` (x without </s>) only the actions up to the SHIFT of the last word count: the
+        joint of the words and the partial tree that the word-synchronous steps build (``prefix.py``)."""
         words = self.proposal.words(x)  # checks x; drops a final </s>
         with_eos = words.numel() < x.numel()
+        if prefix and with_eos:
+            raise ValueError("a prefix has no </s>")
         T = words.numel()
         z = check_actions(z.to(self.device), T)
         K = z.shape[0]
@@ -180,11 +201,14 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
             distinct, tree_of = distinct_rows(actions, MIN_ROWS)
         else:
             distinct, tree_of = actions, torch.arange(K, device=self.device)
-        log_p = self.score_batch(words.unsqueeze(0), distinct, with_eos)[tree_of]
+        log_p = self.score_batch(words.unsqueeze(0), distinct, with_eos, prefix)[tree_of]
         return log_p.masked_fill(~valid, float("-inf"))
 
-    def score_batch(self, words: torch.Tensor, actions: torch.Tensor, with_eos: bool) -> torch.Tensor:
-        """log p(x_b, z_b) for words [B|1, T] and valid trees actions [B, 2T − 1] (float32 math): float64 [B]."""
+    def score_batch(
+        self, words: torch.Tensor, actions: torch.Tensor, with_eos: bool, prefix: bool = False
+    ) -> torch.Tensor:
+        """log p(x_b, z_b) for words [B|1, T] and valid trees actions [B, 2T − 1] (float32 math): float64 [B]; with
+        ``prefix`` without the actions after the last SHIFT."""
         B, A = actions.shape
         T = words.shape[1]
         D, H, L = self.dim, self.hidden_size, self.num_layers
@@ -238,6 +262,9 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
         impossible = torch.stack([torch.zeros_like(sizes, dtype=torch.bool), sizes < 2], -1)
         action_logits = self.action_head(ctx).float().masked_fill(impossible, float("-inf"))
         action_lp = action_logits.log_softmax(-1).gather(2, actions.unsqueeze(2)).squeeze(2)
+        if prefix:  # the REDUCEs that close the tree after the last word are not part of the prefix
+            shifted = torch.cumsum((actions == SHIFT).long(), 1)
+            action_lp = action_lp.masked_fill((shifted == T) & (actions != SHIFT), 0.0)
         log_p = action_lp.double().sum(1)
         # words at the SHIFT steps; </s> is possible only on one finished constituent of ≥ 1 word
         is_shift = actions == SHIFT
@@ -251,6 +278,30 @@ class RNNG(nn.Module, PyTorchModelHubMixin, library_name="lm-latent-eval", tags=
             eos = torch.full((B,), self.eos_id, dtype=torch.long, device=dev)
             log_p = log_p + self.word_log_probs(end, torch.ones(B, dtype=torch.bool, device=dev), eos)
         return log_p
+
+    @torch.no_grad()
+    def log_marginal(self, x: torch.Tensor) -> float:
+        """Exact log p(x) = log Σ_z p(x, z) by listing every binary tree (``enumerate.py``): sentences of ≤ 12 words
+        (Catalan(11) = 58,786 trees); a clear error above."""
+        return exact_log_marginal(self, x)
+
+    def prefix_model(self):
+        """This RNNG as P(a sentence starts with x): log_joint stops at the last SHIFT (``prefix.py``); what
+        ``loglikelihood(context, continuation)`` is answered from."""
+        from .prefix import RNNGPrefix
+
+        return RNNGPrefix(self)
+
+    def sample_text(
+        self,
+        prefix_text: str,
+        max_tokens: int,
+        generator: torch.Generator | None = None,
+        stop: list[str] | None = None,
+    ) -> str:
+        """A continuation of the prefix drawn from p: the prefix's tree by a particle filter, then actions and words
+        until </s>, ``max_tokens`` words or a stop string (``sampling.py``)."""
+        return sampling.sample_text(self, prefix_text, max_tokens, generator, stop)
 
     def word_log_probs(
         self, ctx: torch.Tensor, eos_allowed: torch.Tensor, target: torch.Tensor

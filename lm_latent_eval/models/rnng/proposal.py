@@ -1,36 +1,40 @@
 """q(z | x): a tree CRF whose span scores come from a bidirectional LSTM over the whole sentence (as URNNG's
-inference network, Kim et al. 2019).
+inference network, Kim et al. 2019), and, with ``peek=False``, the generative model's own choice of REDUCEs
+before each word (``stepwise.py``).
 
 The encoder reads ``<s> w_1 .. w_T </s>`` (its own embedding); with forward states f_p and backward states b_p at
 padded positions p, the span of words i..j (0-based) has features [f_{j+1} − f_i ; b_{i+1} − b_{j+2}] and score
 s_ij = MLP(features). q_τ(z | x) ∝ exp(Σ_{(i,j) ∈ z} s_ij / τ) over binary trees (``tree_crf.py``): the temperature
 divides every span score, ``sample`` draws exactly from q_τ (top-down, all particles at once) and returns its exact
-log q_τ, ``beam`` returns the k best trees under q (τ = 1). q always reads the whole sentence: it has no
-no-peeking variant, and ``peek=False`` is an error. A trailing ``</s>`` in x (sentence end counted) is not part of
-the tree and is ignored by q.
+log q_τ, ``beam`` returns the k best trees under q (τ = 1); the CRF reads the whole sentence.
+
+``peek=False`` is the RNNG's no-peeking proposal, which reads x_≤t when it chooses the REDUCEs before word t: q_τ(r_t)
+∝ (p(REDUCE^{r_t} SHIFT, w_t | x_<t, z_<t))^{1/τ}, drawn word by word by the model's stepwise kernel (the SMC
+proposal of ``peek=false``, draw for draw). A trailing ``</s>`` in x (sentence end counted) is not part of the tree and
+is ignored by the CRF.
 """
 
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 from torch import nn
 
 from ..encoder_cache import DocumentCache
-from .latents import actions_from_spans, check_actions, is_tree, spans_from_actions
+from . import stepwise
+from .latents import SHIFT, actions_from_spans, check_actions, is_tree, right_branching, spans_from_actions
 from .tree_crf import inside, kbest_trees, log_partition, sample_trees, tree_scores
 
-NO_PEEKING = (
-    "the RNNG proposal (a tree CRF over the whole sentence) always reads all of x: it has no "
-    "no-peeking variant; use peek=true"
+UNBOUND = (
+    "peek=false draws from the generative RNNG's own action distribution, but this proposal belongs to no RNNG "
+    "(build it through RNNG(...), which binds it)"
 )
 
 
 class TreeCRFProposal(nn.Module):
     """q_τ(z | x) = exp(Σ_{(i,j) ∈ z} s_ij / τ − log Z_τ) with s from a BiLSTM span encoder."""
-
-    always_peeks = True  # no no-peeking variant: sweeps report peeking rows only
 
     def __init__(
         self, vocab_size: int, bos_id: int, eos_id: int, dim: int, hidden_size: int, dropout: float = 0.0
@@ -48,6 +52,18 @@ class TreeCRFProposal(nn.Module):
         )
         self.hidden_size = hidden_size
         self._doc_cache = DocumentCache()
+        self._generative = None
+
+    def bind(self, model) -> None:
+        """The RNNG whose action distribution ``peek=False`` uses (a weak reference: no module cycle, no state)."""
+        self._generative = weakref.ref(model)
+
+    def generative(self):
+        """The bound RNNG; a clear error when there is none or it no longer owns this proposal (a copy)."""
+        model = self._generative() if self._generative is not None else None
+        if model is None or model.proposal is not self:
+            raise ValueError(UNBOUND)
+        return model
 
     def train(self, mode: bool = True):
         self._doc_cache.clear()
@@ -86,9 +102,7 @@ class TreeCRFProposal(nn.Module):
         return self._doc_cache.get(self, w, lambda: self.span_scores_batch(w.unsqueeze(0))[0])
 
     @staticmethod
-    def _check(temperature: float, peek: bool) -> None:
-        if not peek:
-            raise ValueError(NO_PEEKING)
+    def _check(temperature: float) -> None:
         if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
             raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
 
@@ -96,13 +110,16 @@ class TreeCRFProposal(nn.Module):
     def log_prob(
         self, x: torch.Tensor, z: torch.Tensor, temperature: float = 1.0, peek: bool = True
     ) -> torch.Tensor:
-        """log q_τ(z_k | x) for K trees: float64 [K] (−inf for a sequence that is not a tree); differentiable."""
-        self._check(temperature, peek)
+        """log q_τ(z_k | x) for K trees: float64 [K] (−inf for a sequence that is not a tree); differentiable with
+        peeking (the CRF)."""
+        self._check(temperature)
         w = self.words(x)
         T = w.numel()
         z = check_actions(z.to(w.device), T)
         if T == 0:
             return torch.zeros(z.shape[0], dtype=torch.float64, device=w.device)
+        if not peek:
+            return self._no_peek_log_prob(x, z, temperature)
         s = self.span_scores(x) / temperature
         valid = is_tree(z, T)
         log_q = tree_scores(s, spans_from_actions(z, T)) - log_partition(s.unsqueeze(0))[0]
@@ -117,8 +134,9 @@ class TreeCRFProposal(nn.Module):
         peek: bool = True,
         generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """K trees z_k ~ q_τ(z | x), drawn all at once: (actions [K, 2T − 1], log q_τ(z_k | x) float64 [K])."""
-        self._check(temperature, peek)
+        """K trees z_k ~ q_τ(z | x): (actions [K, 2T − 1], log q_τ(z_k | x) float64 [K]); with peeking drawn from the
+        CRF all at once, without it word by word."""
+        self._check(temperature)
         w = self.words(x)
         T = w.numel()
         if T == 0:
@@ -126,9 +144,43 @@ class TreeCRFProposal(nn.Module):
                 torch.zeros(num_samples, 0, dtype=torch.long, device=w.device),
                 torch.zeros(num_samples, dtype=torch.float64, device=w.device),
             )
+        if not peek:
+            return self._no_peek_sample(x, num_samples, temperature, generator)
         beta = inside((self.span_scores(x) / temperature).unsqueeze(0))[0]
         spans, log_q = sample_trees(beta, num_samples, generator)
         return actions_from_spans(spans), log_q
+
+    @torch.no_grad()
+    def _no_peek_sample(self, x, num_samples, temperature, generator):
+        """The no-peeking proposal's draws: the stepwise kernel run without resampling (same random stream as SMC)."""
+        model = self.generative()
+        state = model.smc_init(x, num_samples, temperature, peek=False)
+        log_q = torch.zeros(num_samples, dtype=torch.float64, device=x.device)
+        for t in range(x.numel()):
+            state, _, step_q = stepwise.advance(
+                model, state, t, stepwise.uniforms(num_samples, generator, x.device)
+            )
+            log_q += step_q
+        return model.smc_latents(state), log_q
+
+    @torch.no_grad()
+    def _no_peek_log_prob(self, x, z, temperature):
+        """log q_τ(z | x) of the no-peeking proposal for trees z [K, 2T − 1] (−inf for non-trees): the stepwise
+        kernel forced along each tree."""
+        model = self.generative()
+        T = self.words(x).numel()
+        valid = is_tree(z, T)
+        trees = torch.where(valid[:, None], z, right_branching(T, 1, z.device))
+        shifts = (trees == SHIFT).nonzero()[:, 1].view(-1, T)  # position of each SHIFT
+        reduces = (
+            torch.diff(shifts, dim=1, prepend=shifts.new_full((z.shape[0], 1), -1)) - 1
+        )  # r_t before word t
+        state = model.smc_init(x, z.shape[0], temperature, peek=False)
+        log_q = torch.zeros(z.shape[0], dtype=torch.float64, device=z.device)
+        for t in range(x.numel()):
+            state, _, step_q = stepwise.advance(model, state, t, None, reduces[:, t] if t < T else None)
+            log_q += step_q
+        return log_q.masked_fill(~valid, float("-inf"))
 
     @torch.no_grad()
     def beam(self, x: torch.Tensor, beam_size: int) -> torch.Tensor:

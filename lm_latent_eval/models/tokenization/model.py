@@ -16,6 +16,8 @@ from typing import ClassVar
 import torch
 
 from ...tensors import pad_rows
+from ..stepwise_module import StepwiseFromModule
+from . import stepwise
 from .lattice import SegmentationLattice
 from .proposal import SegmentationProposal
 from .vocab import ByteTrie, token_bytes
@@ -49,14 +51,17 @@ def windows(num_tokens: int, max_length: int) -> list[tuple[int, int, int]]:
             for s in range(0, num_tokens, max_length)]  # fmt: skip
 
 
-class TokenizationLM(torch.nn.Module):
+class TokenizationLM(torch.nn.Module, StepwiseFromModule):
     """p(x) = Σ_{z spells x} p(z) for a transformers causal LM over a byte-level BPE vocabulary."""
 
     # log_joint sums the segmentations that spell exactly x; P(a text starts with x) is ``with_cover_end()``, which
     # latent_tokenization's loglikelihood uses for contexts
     prefix_probability = False
     exact_marginal_tractable = (
-        False  # log_marginal enumerates segmentations: short texts only (auto picks IS)
+        False  # log_marginal enumerates segmentations: short texts only (auto picks SMC)
+    )
+    stepwise_module = (
+        stepwise  # SMC, byte-synchronous: step t draws tokens until the bytes of x_0..x_t are spelled
     )
 
     # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help)

@@ -12,7 +12,6 @@ import pytest
 import torch
 from rnng_tiny import TEXT, tiny_rnng
 
-from lm_latent_eval.estimators import importance_log_weights
 from lm_latent_eval.models.rnng import RNNG
 from lm_latent_eval.models.rnng.enumerate import catalan, enumerate_trees, exact_log_marginal
 from lm_latent_eval.models.rnng.latents import actions_from_spans, is_tree, spans_from_actions
@@ -144,12 +143,13 @@ def test_generative_story_masks_and_sentence_end():
     assert counted.tokenize("the dog").tolist()[-1] == counted.eos_id
 
 
-def test_peek_false_and_bad_inputs_are_clear_errors(model):
+def test_bad_inputs_are_clear_errors(model):
     x = model.tokenize("the dog saw")
-    with pytest.raises(ValueError, match="always reads all of x"):
-        model.proposal.sample(x, 3, peek=False)
-    with pytest.raises(ValueError, match="always reads all of x"):
-        importance_log_weights(model, x, num_samples=3, temperature=1.0, peek=False, seed=0, document="d")
+    from lm_latent_eval.models.rnng import TreeCRFProposal
+
+    loose = TreeCRFProposal(len(model.vocab), model.bos_id, model.eos_id, 4, 4)  # belongs to no RNNG
+    with pytest.raises(ValueError, match="belongs to no RNNG"):
+        loose.sample(x, 3, peek=False)
     with pytest.raises(ValueError, match=r"2T-1=5"):
         model.log_joint(x, torch.zeros(2, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="SHIFT"):

@@ -44,15 +44,21 @@ def test_both_tasks_report_the_backends_own_estimates(tmp_path):
             assert metrics["is_corpus_perplexity,none"] >= 1.0
 
 
-def test_peek_false_is_a_clear_error():
+@pytest.mark.parametrize("estimator", ["is", "smc"])
+def test_every_estimator_runs_with_and_without_peeking(estimator):
+    """latent_rnng answers loglikelihood_rolling under IS and SMC, peek=true and false, with the estimates of
+    estimate_document (the no-peeking proposal is the model's own action distribution)."""
     from lm_latent_eval.harness.backends import LatentRNNGEval
 
-    lm = LatentRNNGEval(estimator="is", num_samples=4, peek=False, device="cpu")
-    with pytest.raises(ValueError, match="always reads all of x"):
-        lm.loglikelihood_rolling([type("R", (), {"args": ("the dog slept .",)})()], disable_tqdm=True)
+    text = "the dog slept ."
+    for peek in (True, False):
+        lm = LatentRNNGEval(estimator=estimator, num_samples=8, smc_runs=2, peek=peek, seed=4, device="cpu")
+        (value,) = lm.loglikelihood_rolling([type("R", (), {"args": (text,)})()], disable_tqdm=True)
+        assert value == estimate_document(lm.model, text, lm.settings).log_likelihood
+        assert math.isfinite(value) and value < 0
 
 
-def test_sweep_on_the_rnng_reads_trees_and_reports_peeking_rows_only(tmp_path, capsys):
+def test_sweep_on_the_rnng_reads_trees_and_reports_both_proposals(tmp_path):
     from lm_latent_eval.cli import main
     from lm_latent_eval.reports.sweep import read_documents
 
@@ -83,15 +89,7 @@ def test_sweep_on_the_rnng_reads_trees_and_reports_peeking_rows_only(tmp_path, c
         == 0
     )
     tables = (out / "tables.md").read_text()
-    assert (
-        "| τ = 2 |" in tables
-        and "No peeking" not in tables
-        and "peeking rows only" in capsys.readouterr().out
-    )
-    with pytest.raises(SystemExit, match="no no-peeking proposal"):
-        main(
-            ["sweep", "--model", "rnng", "--data", str(trees), "--peek", "no-peek", "--output-dir", str(out)]
-        )
+    assert "| τ = 2 |" in tables and "| No peeking, τ = 2 |" in tables
 
 
 @pytest.mark.slow
@@ -128,3 +126,28 @@ def test_lm_eval_cli_runs_latent_rnng_on_ptb_rnng_tiny(tmp_path):
     results = json.loads(next(out.rglob("results_*.json")).read_text())
     assert 1 < results["results"]["ptb_rnng_tiny"]["is_instance_perplexity,none"] < math.inf
     assert results["config"]["model"] == "latent_rnng" and results["config"]["count_eos"] is False
+
+
+def test_loglikelihood_is_a_prefix_probability_conditional():
+    """loglikelihood(context, continuation) = log P(a sentence starts with context ⊕ continuation) − log P(starts
+    with context): exact by enumeration (estimator=exact, ≤ 12 words), and SMC's estimate of the same; a
+    continuation's probability is at most 1, and so is the sum over the next word's choices."""
+    from lm_eval.api.instance import Instance
+
+    from lm_latent_eval.harness.backends import LatentRNNGEval
+
+    exact = LatentRNNGEval(estimator="exact", device="cpu")
+    view = exact.model.prefix_model()
+    context = "the dog saw"
+    words = [w for w in exact.model.vocab if w not in ("<s>", "</s>", "<unk>")]
+    requests = [Instance("loglikelihood", {}, (context, f" {w}"), i) for i, w in enumerate(words)]
+    values = [v for v, _ in exact.loglikelihood(requests, disable_tqdm=True)]
+    for w, v in zip(words, values):
+        expected = view.log_marginal(view.tokenize(f"{context} {w}")) - view.log_marginal(
+            view.tokenize(context)
+        )
+        assert v == pytest.approx(expected, abs=1e-9)
+    assert max(values) < 0 and math.fsum(math.exp(v) for v in values) < 1
+    smc = LatentRNNGEval(num_samples=200, target_se=0, seed=1, device="cpu")
+    (estimate, _), *_ = smc.loglikelihood(requests[:1], disable_tqdm=True)
+    assert estimate == pytest.approx(values[0], abs=0.05)

@@ -1,0 +1,305 @@
+"""The RNNG word by word, for SMC: a word-synchronous particle filter (Stern et al. 2017, Crabbé et al. 2019).
+
+Step t < T_w (word t) draws r_t ∈ {0..s−1}, the REDUCEs between the shift of word t − 1 and that of word t (s: the
+particle's stack size; r_0 = 0), applies them and shifts w_t. Its increment is
+
+    log w_t = Σ_{i<r} log p(REDUCE | h_i) + log p(SHIFT | h_r) + log p(w_t | h_r) − log q_τ(r_t | ·),
+
+h_i the stack LSTM's summary after i of the REDUCEs. So every particle has shifted the same words when the estimator
+compares and resamples them, and after step t the weights target p(x_≤t, z_≤t), whose sum over trees is the prefix
+probability of w_1..w_t. The sentence's end is part of the last step: with ``</s>`` counted, step T_w applies the
+s − 1 REDUCEs that close the tree (p charges each) and scores p(</s> | h); without it, step T_w − 1 closes the tree
+after shifting the last word. The increments of a particle sum to log p(x, z) − log q_τ(z | x) (float32 network math
+as ``log_joint``, summed in float64). Two proposals:
+
+- ``peek=False``: the generative model's own choice given the next word, q_τ(r) ∝ (p(REDUCE^r SHIFT | ·) p(w_t | h_r))^{1/τ}:
+  it reads x_≤t and the particle's tree. At τ = 1 it is the locally optimal proposal and the increment
+  log Σ_r p(REDUCE^r SHIFT, w_t | ·) = log p(w_t | x_<t, tree so far) does not depend on the draw. It is also
+  ``proposal.sample(peek=False)`` (IS), draw for draw.
+- ``peek=True``: the tree CRF's exact left-to-right conditional q_τ(r | x, z_<t) (``left_to_right.py``): it reads all of
+  x (BiLSTM span scores, inside scores of the unread words). The trees it draws follow the CRF's q_τ(z | x), the
+  distribution ``proposal.sample`` draws from top down (other draws for the same seed).
+
+Each step consumes one uniform per particle from the generator (inverse CDF).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ...tensors import inverse_cdf
+from .latents import REDUCE, SHIFT, num_actions
+from .left_to_right import LeftToRightCRF
+
+
+@dataclass
+class Stacks:
+    """The generative model's stacks of K particles: elements (tree-LSTM h, c) [K, W, D], the stack LSTM's states
+    [K, W + 1, L, H] (index n: after <s> and n elements) and the sizes [K]."""
+
+    elem_h: torch.Tensor
+    elem_c: torch.Tensor
+    state_h: torch.Tensor
+    state_c: torch.Tensor
+    size: torch.Tensor
+
+    def select(self, index: torch.Tensor) -> Stacks:
+        return Stacks(*(v[index] for v in (self.elem_h, self.elem_c, self.state_h, self.state_c, self.size)))
+
+
+@dataclass
+class ReduceChain:
+    """Up to R REDUCEs applied in turn to every particle's stack (entries past a stack's s − 1 are unused): the
+    contexts h_0..h_R [K, R + 1, H] (top layer), the constituents built [K, R, D] (h, c), the stack LSTM's states after
+    each [K, R, L, H] (h, c), log p(REDUCE | h_i) [K, R] and log p(SHIFT | h_i) [K, R + 1] (float64)."""
+
+    context: torch.Tensor
+    elem_h: torch.Tensor
+    elem_c: torch.Tensor
+    state_h: torch.Tensor
+    state_c: torch.Tensor
+    reduce_lp: torch.Tensor
+    shift_lp: torch.Tensor
+
+
+@dataclass
+class RNNGParticles:
+    """K particles of one sentence x [T] after its first t steps."""
+
+    x: torch.Tensor
+    words: torch.Tensor  # [W] without </s>
+    with_eos: bool
+    temperature: float
+    peek: bool
+    emb: torch.Tensor  # [W, D] word embeddings
+    stacks: Stacks
+    actions: torch.Tensor  # [K, 2W − 1]; the first ``num_actions`` of each row are drawn
+    num_actions: torch.Tensor  # [K]
+    crf: LeftToRightCRF | None  # peek: the CRF's tables
+    left: torch.Tensor | None  # peek: [K, W] left edge of every stack element
+    outside: torch.Tensor | None  # peek: [K, W, W] log G of every stack element
+    t: int = 0
+
+
+@torch.no_grad()
+def init_particles(
+    model, x: torch.Tensor, num_particles: int, temperature: float, peek: bool
+) -> RNNGParticles:
+    """K particles with empty stacks (the stack LSTM has read <s>) for the sentence x [T]."""
+    words = model.proposal.words(x)
+    K, W, dev = int(num_particles), words.numel(), words.device
+    D, H, L = model.dim, model.hidden_size, model.num_layers
+    net = {"device": dev, "dtype": model.embedding.weight.dtype}  # the network's (bfloat16 included)
+    zeros = torch.zeros(1, L, H, **net)
+    h0, c0 = model.stack_lstm(model.dropout(model.embedding.weight[model.bos_id]).unsqueeze(0), zeros, zeros)
+    state_h = torch.zeros(K, W + 1, L, H, **net)
+    state_c = torch.zeros(K, W + 1, L, H, **net)
+    state_h[:, 0], state_c[:, 0] = h0, c0
+    stacks = Stacks(
+        torch.zeros(K, W, D, **net), torch.zeros(K, W, D, **net), state_h, state_c,
+        torch.zeros(K, dtype=torch.long, device=dev),
+    )  # fmt: skip
+    crf = left = outside = None
+    if peek and W:
+        crf = LeftToRightCRF.build(model.proposal.span_scores(x), temperature)
+        left = torch.zeros(K, W, dtype=torch.long, device=dev)
+        outside = torch.full((K, W, W), float("-inf"), dtype=torch.float64, device=dev)
+    return RNNGParticles(
+        x, words, words.numel() < x.numel(), float(temperature), bool(peek), model.dropout(model.embedding(words)),
+        stacks, torch.zeros(K, num_actions(W), dtype=torch.long, device=dev),
+        torch.zeros(K, dtype=torch.long, device=dev), crf, left, outside,
+    )  # fmt: skip
+
+
+def reduce_chain(model, stacks: Stacks, steps: int) -> ReduceChain:
+    """Apply REDUCE ``steps`` times to every stack (as ``RNNG.score_batch`` does: compose the top two elements, push
+    the constituent on the state below them) and score the action at every context on the way."""
+    K = stacks.size.shape[0]
+    L = model.num_layers
+    rows = torch.arange(K, device=stacks.size.device)
+    top = stacks.state_h[rows, stacks.size]  # [K, L, H]
+    right_h = stacks.elem_h[rows, (stacks.size - 1).clamp(min=0)]
+    right_c = stacks.elem_c[rows, (stacks.size - 1).clamp(min=0)]
+    contexts, built_h, built_c, after_h, after_c = [top[:, L - 1]], [], [], [], []
+    for i in range(1, steps + 1):
+        pos = (stacks.size - 1 - i).clamp(min=0)  # the left child, where the constituent goes
+        right_h, right_c = model.compose(stacks.elem_h[rows, pos], stacks.elem_c[rows, pos], right_h, right_c)
+        h, c = model.stack_lstm(right_h, stacks.state_h[rows, pos], stacks.state_c[rows, pos])
+        built_h.append(right_h)
+        built_c.append(right_c)
+        after_h.append(h)
+        after_c.append(c)
+        contexts.append(h[:, L - 1])
+    context = torch.stack(contexts, 1)  # [K, R + 1, H]
+    size_after = stacks.size[:, None] - torch.arange(steps + 1, device=rows.device)
+    impossible = torch.stack([torch.zeros_like(size_after, dtype=torch.bool), size_after < 2], -1)
+    action_lp = (
+        model.action_head(model.dropout(context))
+        .float()
+        .masked_fill(impossible, float("-inf"))
+        .log_softmax(-1)
+    ).double()
+    stack = lambda parts, shape: torch.stack(parts, 1) if parts else context.new_zeros(K, 0, *shape)
+    D, H = model.dim, model.hidden_size
+    return ReduceChain(
+        context, stack(built_h, (D,)), stack(built_c, (D,)), stack(after_h, (L, H)), stack(after_c, (L, H)),
+        action_lp[:, :steps, REDUCE], action_lp[:, :, SHIFT],
+    )  # fmt: skip
+
+
+def _word_log_probs(model, state: RNNGParticles, context: torch.Tensor, size_before: torch.Tensor, t: int):
+    """log p(w_t | h) for contexts [N, H] whose stacks hold ``size_before`` [N] elements (</s> allowed on one
+    element after the first word, as ``score_batch``): float64 [N]."""
+    target = state.words[t].expand(context.shape[0])
+    return model.word_log_probs(model.dropout(context), (size_before == 1) & (t >= 1), target)
+
+
+def _apply(state: RNNGParticles, chain: ReduceChain, r: torch.Tensor) -> None:
+    """Make the r [K] REDUCEs of the chain part of every particle's stack (in place) and record them."""
+    st, rows = state.stacks, torch.arange(r.shape[0], device=r.device)
+    has = r >= 1
+    if has.any():
+        k, i = rows[has], r[has] - 1
+        pos = st.size[has] - r[has] - 1  # the left child's slot holds the constituent
+        st.elem_h[k, pos], st.elem_c[k, pos] = chain.elem_h[k, i], chain.elem_c[k, i]
+        st.state_h[k, pos + 1], st.state_c[k, pos + 1] = chain.state_h[k, i], chain.state_c[k, i]
+        st.size = st.size - r
+    _record(state, r, shift=False)
+
+
+def _record(state: RNNGParticles, r: torch.Tensor, shift: bool) -> None:
+    """Append r REDUCEs (and a SHIFT) to every particle's actions."""
+    width = int(r.max()) + shift if r.numel() else 0
+    if width == 0:
+        return
+    offsets = torch.arange(width, device=r.device)
+    keep = offsets[None] < r[:, None] + shift
+    cols = state.num_actions[:, None] + offsets
+    k = torch.arange(r.shape[0], device=r.device)[:, None].expand_as(cols)
+    state.actions[k[keep], cols[keep]] = torch.where(offsets[None] < r[:, None], REDUCE, SHIFT).expand_as(
+        cols
+    )[keep]
+    state.num_actions = state.num_actions + r + shift
+
+
+def _shift(model, state: RNNGParticles, t: int) -> None:
+    """Push word t on every stack (in place); with peeking also its outside vector G."""
+    st = state.stacks
+    K = st.size.shape[0]
+    rows = torch.arange(K, device=st.size.device)
+    pos = st.size
+    word = state.emb[t].expand(K, -1)
+    h, c = model.stack_lstm(word, st.state_h[rows, pos], st.state_c[rows, pos])
+    st.elem_h[rows, pos], st.elem_c[rows, pos] = word, torch.zeros_like(word)
+    st.state_h[rows, pos + 1], st.state_c[rows, pos + 1] = h, c
+    if state.crf is not None:
+        below = (pos - 1).clamp(min=0)
+        state.outside[rows, pos] = (
+            state.crf.push(t, state.left[rows, below], state.outside[rows, below])
+            if t
+            else state.crf.push(0, None, None).expand(K, -1)
+        )
+        state.left[rows, pos] = t
+    st.size = pos + 1
+    _record(state, torch.zeros_like(pos), shift=True)
+
+
+def _close(model, state: RNNGParticles) -> tuple[torch.Tensor, torch.Tensor]:
+    """The s − 1 REDUCEs that finish every tree (p charges each): log p [K] float64 and the contexts after them
+    [K, H]."""
+    r = state.stacks.size - 1
+    chain = reduce_chain(model, state.stacks, int(r.max()))
+    keep = torch.arange(chain.reduce_lp.shape[1], device=r.device)[None] < r[:, None]
+    log_p = torch.where(keep, chain.reduce_lp, 0.0).sum(1)
+    context = chain.context[torch.arange(r.shape[0], device=r.device), r]
+    _apply(state, chain, r)
+    return log_p, context
+
+
+def _draw(logits: torch.Tensor, u: torch.Tensor | None, forced: torch.Tensor | None):
+    """r ~ softmax(logits) [K, R] by inverse CDF from u [K] (or the given r), and its log probability [K]."""
+    log_q = torch.log_softmax(logits, -1)
+    r = forced if forced is not None else inverse_cdf(log_q.exp(), u)
+    return r, log_q.gather(1, r[:, None]).squeeze(1)
+
+
+@torch.no_grad()
+def advance(model, state: RNNGParticles, t: int, u: torch.Tensor | None, forced: torch.Tensor | None = None):
+    """Step t for every particle: (state, log p [K], log q_τ [K]) of what it drew (r from the uniforms u [K], or the
+    ``forced`` r [K]); the state is updated in place."""
+    W = state.words.numel()
+    if t != state.t or not 0 <= t < state.x.numel():
+        raise ValueError(f"smc_step: expected step {state.t} of {state.x.numel()}, got t = {t}")
+    state.t = t + 1
+    st = state.stacks
+    if t == W:  # </s>: close the tree, then the end of the sentence on its one element
+        log_p, context = _close(model, state)
+        eos = torch.full_like(st.size, model.eos_id)
+        end = model.word_log_probs(model.dropout(context), torch.ones_like(eos, dtype=torch.bool), eos)
+        return state, log_p + end, torch.zeros_like(log_p)
+    size_before = st.size.clone()
+    if state.peek and t > 0:
+        r, log_q = _draw(state.crf.reduce_logits(t, state.left, state.outside, st.size), u, forced)
+        chain = reduce_chain(model, st, int(r.max()))
+        log_p = _path_log_p(model, state, chain, r, size_before, t)
+    else:  # no peeking, and the first word (nothing to reduce)
+        chain = reduce_chain(model, st, max(int(st.size.max()) - 1, 0))
+        log_p_all = _candidate_log_p(model, state, chain, size_before, t)  # [K, R + 1]
+        r, log_q = _draw(log_p_all / state.temperature, u, forced)
+        log_p = log_p_all.gather(1, r[:, None]).squeeze(1)
+    _apply(state, chain, r)
+    _shift(model, state, t)
+    if t == W - 1 and not state.with_eos:  # the last word: close the tree in the same step
+        log_p = log_p + _close(model, state)[0]
+    return state, log_p, log_q
+
+
+def _path_log_p(model, state, chain: ReduceChain, r: torch.Tensor, size_before: torch.Tensor, t: int):
+    """log p of r REDUCEs, SHIFT and w_t along the chain: float64 [K]."""
+    rows = torch.arange(r.shape[0], device=r.device)
+    keep = torch.arange(chain.reduce_lp.shape[1], device=r.device)[None] < r[:, None]
+    word = _word_log_probs(model, state, chain.context[rows, r], size_before - r, t)
+    return torch.where(keep, chain.reduce_lp, 0.0).sum(1) + chain.shift_lp[rows, r] + word
+
+
+def _candidate_log_p(model, state, chain: ReduceChain, size_before: torch.Tensor, t: int) -> torch.Tensor:
+    """log p(REDUCE^r SHIFT w_t | ·) for every r = 0..R: float64 [K, R + 1] (−inf for r ≥ s)."""
+    K, R1, H = chain.context.shape
+    r = torch.arange(R1, device=size_before.device)
+    words = _word_log_probs(
+        model, state, chain.context.reshape(K * R1, H), (size_before[:, None] - r).reshape(-1), t
+    )
+    reduces = torch.cat([chain.reduce_lp.new_zeros(K, 1), torch.cumsum(chain.reduce_lp, 1)], 1)
+    log_p = reduces + chain.shift_lp + words.view(K, R1)
+    return log_p.masked_fill(r[None] >= size_before[:, None].clamp(min=1), float("-inf"))
+
+
+def uniforms(num_particles: int, generator: torch.Generator | None, device) -> torch.Tensor:
+    """The one uniform per particle that a step consumes: float64 [K] on ``device``, drawn on the generator's device."""
+    where = generator.device if generator is not None else torch.device("cpu")
+    return torch.rand(num_particles, generator=generator, device=where, dtype=torch.float64).to(device)
+
+
+def step_particles(model, state: RNNGParticles, t: int, generator) -> tuple[RNNGParticles, torch.Tensor]:
+    """smc_step: draw step t for every particle from one uniform each; (state, log p − log q_τ float64 [K])."""
+    state, log_p, log_q = advance(
+        model, state, t, uniforms(state.stacks.size.shape[0], generator, state.x.device)
+    )
+    return state, log_p - log_q
+
+
+def reorder_particles(state: RNNGParticles, ancestors: torch.Tensor) -> RNNGParticles:
+    """Particle k takes the stacks, actions and outside vectors of particle ancestors[k]."""
+    a = ancestors.to(state.x.device)
+    pick = lambda v: None if v is None else v[a]
+    return RNNGParticles(
+        state.x, state.words, state.with_eos, state.temperature, state.peek, state.emb, state.stacks.select(a),
+        state.actions[a], state.num_actions[a], state.crf, pick(state.left), pick(state.outside), state.t,
+    )  # fmt: skip
+
+
+def particle_latents(state: RNNGParticles) -> torch.Tensor:
+    """The actions drawn so far, [K, 2W − 1] (not yet drawn: SHIFT); ``log_joint``'s trees once every step is done."""
+    return state.actions.clone()
