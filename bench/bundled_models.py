@@ -28,6 +28,7 @@ CORPORA = {  # model -> its bundled test corpus
     "kglm": "linked_tiny/test.jsonl",
     "entitynlm": "coref_tiny/test.jsonl",
     "rnng": "ptb_tiny/test.txt",
+    "lda": "pydoc_topics/test.jsonl",
     "tokenization": "corpus/tiny_test.jsonl",
 }
 

@@ -1,5 +1,6 @@
 """The README's first command, run as written after the install (``lm_eval --model latent_kglm ...``): the table it
-prints, any warning it logs, and its wall time, written to bench/quickstart/output.md for the README to quote.
+prints, any warning it logs, its wall time, and the estimate card ``lm-latent-eval report`` writes from its output,
+written to bench/quickstart/output.md for the README and docs to quote.
 
     python bench/quickstart.py
 """
@@ -43,8 +44,21 @@ def main() -> None:
             env={**os.environ, "PYTHONPATH": str(REPO)},
         )
         seconds = time.perf_counter() - start
-    if proc.returncode != 0:
-        sys.exit(f"the README's command failed:\n{proc.stderr[-3000:]}")
+        if proc.returncode != 0:
+            sys.exit(f"the README's command failed:\n{proc.stderr[-3000:]}")
+        out = Path(tmp) / argv[argv.index("--output_path") + 1]
+        report = subprocess.run(
+            [sys.executable, "-m", "lm_latent_eval.cli", "report", str(out)],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        if report.returncode != 0:
+            sys.exit(f"lm-latent-eval report failed:\n{report.stderr[-3000:]}")
+        (card,) = (out / "cards").glob("*.md")
+        card_text = card.read_text(encoding="utf-8").strip()
     table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
     warnings = [
         line
@@ -60,6 +74,10 @@ def main() -> None:
             "",
             f"warnings: {len(warnings)}",
             *warnings,
+            "",
+            f"`lm-latent-eval report {argv[argv.index('--output_path') + 1]}` writes this card:",
+            "",
+            card_text,
         ]
     )
     OUTPUT.mkdir(parents=True, exist_ok=True)

@@ -97,7 +97,8 @@ class DocumentEstimate:
 
     def error(self) -> DocumentError:
         """log p̂, v̂ = estimated Var(p̂)/p² and whether v̂ can be trusted (see ``intervals``): exact estimates and
-        empty documents have v = 0; IS from the weights (``diagnostics.importance_error``); SMC from its runs (R ≥ 2);
+        empty documents have v = 0; IS from the weights (``diagnostics.importance_error``); SMC from its runs (R ≥ 2 of
+        at least MIN_RUN_SIZE particles, proposal temperature ≥ 1);
         a beam sum is a bound, not an estimate."""
         if self.num_tokens == 0 or self.estimator == "exact":
             return DocumentError(self.log_likelihood, 0.0, math.inf)
@@ -112,6 +113,11 @@ class DocumentEstimate:
                 reason = "one SMC run has no honest error estimate (use smc_runs ≥ 2)"
             elif min(d.run_sizes) < MIN_RUN_SIZE:
                 reason = f"SMC runs of fewer than {MIN_RUN_SIZE} particles cannot show the weights' tail"
+            elif d.temperature < 1.0:
+                reason = (
+                    f"a sharpened proposal (temperature {d.temperature:g} < 1) is lighter-tailed than the target: "
+                    "its runs can agree while all of them miss the same probability mass"
+                )
             return DocumentError(self.log_likelihood, d.relative_variance, d.smc_runs - 1.0, reason)
         return importance_error(self.log_weights)
 

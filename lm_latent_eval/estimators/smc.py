@@ -157,6 +157,7 @@ class SMCDiagnostics:
     resampling_steps: float
     ess_min: float
     ess_mean: float
+    temperature: float = 1.0  # of the proposal: below 1 it is lighter-tailed than at 1, and v̂ is not trusted
 
 
 @torch.no_grad()
@@ -283,10 +284,12 @@ def smc_log_weights(
         raise ValueError(
             f"{doc}: all {num_samples} particles have p(x, z) = 0: the proposal misses the support of the model"
         )
-    return log_weights, smc_diagnostics(runs, sizes, resample_threshold)
+    return log_weights, smc_diagnostics(runs, sizes, resample_threshold, temperature)
 
 
-def smc_diagnostics(runs: list[SMCRun], sizes: list[int], resample_threshold: float) -> SMCDiagnostics:
+def smc_diagnostics(
+    runs: list[SMCRun], sizes: list[int], resample_threshold: float, temperature: float = 1.0
+) -> SMCDiagnostics:
     """Resampling count, ESS over tokens (summed over runs: effective particles out of K), run spread and v̂."""
     sizes_arr = np.asarray(sizes, dtype=np.float64)
     run_ll = np.array([run.log_likelihood for run in runs], dtype=np.float64)
@@ -322,6 +325,7 @@ def smc_diagnostics(runs: list[SMCRun], sizes: list[int], resample_threshold: fl
         resampling_steps=float(np.mean([run.resampling_steps for run in runs])),
         ess_min=float(ess.min()) if ess.size else math.nan,
         ess_mean=float(ess.mean()) if ess.size else math.nan,
+        temperature=float(temperature),
     )
 
 

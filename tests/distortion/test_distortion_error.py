@@ -5,13 +5,12 @@ import importlib.util
 import json
 import shutil
 import socket
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
+from python_subprocess import run_python
 
 from lm_latent_eval import metrics_path
 from lm_latent_eval.distortion import error_curves as de
@@ -352,18 +351,9 @@ def test_metric_loads_from_installed_wheel_layout(tmp_path):
         print(json.dumps({"path": path, "package": lm_latent_eval.__file__, "mean_error": out["mean_error"]}))
         """
     )
-    env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
+    stdout = run_python(script, cwd=tmp_path, pythonpath=[site], env=env, timeout=300)
+    out = json.loads(stdout.strip().splitlines()[-1])
     assert out["path"] == str(site / "lm_latent_eval" / "metrics" / "distortion_error")
     assert out["package"].startswith(str(site))
     assert out["mean_error"] == 0.125

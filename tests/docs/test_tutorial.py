@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from python_subprocess import run_python
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "your-model.md"
@@ -35,17 +36,7 @@ def test_tutorial_runs_as_written(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]), "OMP_NUM_THREADS": "1"}
 
     def python(code: str) -> str:
-        proc = subprocess.run(
-            [sys.executable, "-c", code],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return proc.stdout
+        return run_python(code, cwd=tmp_path, pythonpath=[tmp_path, REPO])
 
     python(fit)
     assert (tmp_path / "topic_lm" / "model.safetensors").is_file()

@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from lm_latent_eval.estimators import DocumentEstimate, log_mean_exp
-from lm_latent_eval.estimators.corpus import corpus_estimate
+from lm_latent_eval.estimators.corpus import certified_log_likelihood, corpus_estimate
 from lm_latent_eval.estimators.diagnostics import (
     importance_error,
     pareto_k_threshold,
@@ -122,3 +122,24 @@ def test_sampling_standard_error_is_the_ratio_estimator():
     expected = math.sqrt(3 / 2 * np.sum((ll - r * t) ** 2)) / t.sum()
     assert sampling_standard_error(ll, t) == pytest.approx(expected)
     assert math.isnan(sampling_standard_error([-1.0], [3]))
+
+
+def test_smc_with_a_sharpened_proposal_prints_only_the_certified_bound(bundled_hmm, bundled_test_texts):
+    """τ = 0.5 on the HMM: every run draws the proposal's mode, the four runs agree, and a two-sided interval would
+    sit far from the truth (the committed HMM sweep's old τ = 0.5 rows); the statement is one-sided and holds."""
+    from lm_latent_eval.estimators import EstimatorSettings, estimate_document
+
+    texts = bundled_test_texts[:10]
+    truth = sum(float(bundled_hmm.log_marginal(bundled_hmm.tokenize(t))) for t in texts)
+    for tau, trusted in ((0.5, False), (1.0, True)):
+        settings = EstimatorSettings("smc", 100, temperature=tau, seed=0)
+        estimates = [estimate_document(bundled_hmm, t, settings) for t in texts]
+        assert all(e.error().trusted == trusted for e in estimates)
+    corpus = corpus_estimate(
+        estimates := [
+            estimate_document(bundled_hmm, t, EstimatorSettings("smc", 100, temperature=0.5, seed=0))
+            for t in texts
+        ]
+    )
+    assert not corpus.interval.two_sided and "sharpened proposal" in corpus.interval.reason
+    assert certified_log_likelihood(estimates) <= truth

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import math
 import shutil
-import subprocess
-import sys
 import textwrap
 import warnings
 
 import numpy as np
 import pytest
 from metric_helpers import REPO, block_network, load_metric_offline, readme_doctests, run_doctests
+from python_subprocess import run_python
 from scipy.special import logsumexp
 
 from lm_latent_eval.estimators import EstimatorSettings, estimate_document
@@ -213,24 +212,16 @@ def test_loading_from_the_wheel_layout_offline(tmp_path):
     env = {
         "PATH": "/usr/bin:/bin",
         "HOME": str(tmp_path),
-        "PYTHONPATH": str(site),
         "HF_HOME": str(tmp_path / "hf"),
         "HF_HUB_OFFLINE": "1",
         "HF_EVALUATE_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
         "OMP_NUM_THREADS": "1",
     }
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(WHEEL_CHECK), str(site)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    stdout = run_python(
+        textwrap.dedent(WHEEL_CHECK), str(site), cwd=tmp_path, pythonpath=[site], env=env, timeout=300
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = proc.stdout.split("\n")
+    lines = stdout.split("\n")
     assert "is_perplexity IsPerplexity" in lines and "contrastive_entropy ContrastiveEntropy" in lines
     expected = math.exp(-(logsumexp([-1.0, -2.0]) - math.log(2)))
-    assert f"{expected:.6f}".rstrip("0") in proc.stdout
+    assert f"{expected:.6f}".rstrip("0") in stdout

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +11,7 @@ import pytest
 import torch
 from hook_site import hook_site_dir
 from kglm_tiny import tiny_kglm
+from python_subprocess import run_python
 
 from lm_latent_eval.models import default_checkpoint
 from lm_latent_eval.models.kglm.enumerate import exact_log_marginal
@@ -138,17 +136,7 @@ def test_lm_eval_cli_runs_latent_kglm_on_linked_wikitext2_tiny(tmp_path):
         f" '--output_path', {str(out)!r}]\n"
         "cli_evaluate()\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_python(code, cwd=REPO, pythonpath=[REPO])
     results = json.loads(next(out.rglob("results_*.json")).read_text())
     metrics = results["results"]["linked_wikitext2_tiny"]
     assert (

@@ -4,6 +4,7 @@ with the sentence-end option recorded in the results' config."""
 import math
 
 import pytest
+from python_subprocess import run_python
 
 from lm_latent_eval.estimators import EstimatorSettings, estimate_document
 from lm_latent_eval.models.rnng.treebank import load_ptb, load_ptb_tiny
@@ -97,9 +98,6 @@ def test_lm_eval_cli_runs_latent_rnng_on_ptb_rnng_tiny(tmp_path):
     """`lm_eval --model latent_rnng --tasks ptb_rnng_tiny --include_path tasks` in a fresh interpreter that sees the
     package only through the start-up hook (as after pip install); count_eos=false is recorded in the results."""
     import json
-    import os
-    import subprocess
-    import sys
 
     from hook_site import REPO, hook_site_dir
 
@@ -112,17 +110,7 @@ def test_lm_eval_cli_runs_latent_rnng_on_ptb_rnng_tiny(tmp_path):
         f" '--batch_size', 'auto', '--output_path', {str(out)!r}]\n"
         "cli_evaluate()\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_python(code, cwd=REPO, pythonpath=[REPO])
     results = json.loads(next(out.rglob("results_*.json")).read_text())
     assert 1 < results["results"]["ptb_rnng_tiny"]["is_instance_perplexity,none"] < math.inf
     assert results["config"]["model"] == "latent_rnng" and results["config"]["count_eos"] is False
