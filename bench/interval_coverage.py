@@ -202,8 +202,9 @@ def main() -> None:
     parser.add_argument(
         "--settings",
         default="all",
-        help="'all', or comma-separated estimators (is, smc) and/or kinds (fixed, target): e.g. 'smc,target' runs "
-        "the SMC rows with the precision target (two runs into one --output with --resume then make one table)",
+        help="'all', or comma-separated estimators (is, smc), kinds (fixed, target) and/or modes (peek, nopeek): "
+        "e.g. 'smc,target' runs the SMC rows with the precision target (several runs, each into its own folder, "
+        "their coverage.json results joined into one --output, then --resume writes one table)",
     )
     parser.add_argument(
         "--target-repeats",
@@ -212,6 +213,7 @@ def main() -> None:
         help="seeds of the precision-target rows (default --repeats; they cost more)",
     )
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="corpus sizes N")
+    parser.add_argument("--ks", default="100,10", help="the K of the rows to run (comma-separated)")
     parser.add_argument(
         "--large-target-repeats",
         type=int,
@@ -231,20 +233,23 @@ def main() -> None:
     exact = np.array([float(model.log_marginal(model.tokenize(d))) for d in docs])
     sizes = tuple(int(n) for n in args.sizes.split(","))
     settings = [Setting(e, k, peek) for e in ("is", "smc") for k in (100, 10) for peek in (True, False)]
-    settings += [Setting("smc", 100, peek, smc_runs=1) for peek in (True, False)]  # the old SMC default
     settings += [  # the precision target, starting from the default K
         Setting(e, 100, peek, target_se=AUTO_TARGET_SE) for e in ("smc", "is") for peek in (True, False)
     ]
+    settings = [s for s in settings if str(s.num_samples) in args.ks.split(",")]
     if args.settings != "all":
         chosen = set(args.settings.split(","))
-        estimators, kinds = (
+        estimators, kinds, modes = (
             chosen & {"is", "smc"} or {"is", "smc"},
             chosen & {"fixed", "target"} or {"fixed", "target"},
+            chosen & {"peek", "nopeek"} or {"peek", "nopeek"},
         )
         settings = [
             s
             for s in settings
-            if s.estimator in estimators and ("target" if s.target_se else "fixed") in kinds
+            if s.estimator in estimators
+            and ("target" if s.target_se else "fixed") in kinds
+            and ("peek" if s.peek else "nopeek") in modes
         ]
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,9 @@ SMC: the larger of the spread of R ≥ 2 independent runs and their Lee-Whiteley
 G measures, in standard errors, the size of what the first-order correction leaves (terms of order v^{3/2}). The
 two-sided interval S̃ ± t·SE is printed only when every document's v̂ can be trusted (IS: Pareto k̂ defined and
 below the sample-size threshold min(1 − 1/log10 K, 0.7) of Vehtari et al. 2024; SMC: at least two runs) and
-G ≤ ``MAX_REMAINDER``. Otherwise no two-sided interval is honest and only the one-sided certified bound is given:
+G ≤ ``MAX_REMAINDER``; t has the Welch-Satterthwaite degrees of freedom (Σ v̂_n)² / Σ_n v̂_n² / ν_n of a sum of
+variance estimates with ν_n degrees of freedom each (IS: K − 1; SMC: R − 1), so a corpus whose error a few noisily
+estimated documents dominate gets the wider t it needs. Otherwise no two-sided interval is honest and only the one-sided certified bound is given:
 the product of independent unbiased document estimates is unbiased for the corpus probability, so by Markov's
 inequality P(S < Σ_n log p̂_n + log δ) ≤ δ for any proposal and any K. Coverage of both, measured against exact
 values at 10 to 1,000 documents: ``bench/interval_coverage.py`` (docs/estimators.md).
@@ -134,13 +136,22 @@ def log_likelihood_interval(
             f"errors, above {MAX_REMAINDER}); more samples per document would allow a two-sided interval"
         )
         return Interval(lower_certified, math.inf, math.nan, se, correction, remainder, level, reason)
-    dof = float(sum(e.degrees_of_freedom for e in errors))
+    dof = satterthwaite_degrees_of_freedom(v, [e.degrees_of_freedom for e in errors])
     q = (
         float(stats.t.ppf(0.5 + level / 2, dof))
         if math.isfinite(dof) and dof > 0
         else float(stats.norm.ppf(0.5 + level / 2))
     )
     return Interval(centre - q * se, centre + q * se, centre, se, correction, remainder, level)
+
+
+def satterthwaite_degrees_of_freedom(variances: Sequence[float], dofs: Sequence[float]) -> float:
+    """(Σ v_n)² / Σ_n v_n² / ν_n: the degrees of freedom of Σ_n v̂_n when each v̂_n has ν_n (Welch-Satterthwaite);
+    documents with v = 0 or ν = ∞ add nothing to the denominator; ∞ when nothing does."""
+    v, nu = np.asarray(variances, dtype=np.float64), np.asarray(dofs, dtype=np.float64)
+    noisy = (v > 0) & np.isfinite(nu)
+    denominator = float(np.sum(v[noisy] ** 2 / nu[noisy]))
+    return float(v.sum() ** 2 / denominator) if denominator > 0 else math.inf
 
 
 def sampling_standard_error(log_likelihoods: Sequence[float], num_tokens: Sequence[int]) -> float:

@@ -190,9 +190,10 @@ def smc_row(estimates, settings: EstimatorSettings) -> dict:
 
 
 def _statement(r: dict) -> str:
-    """``estimate ± Monte Carlo SE`` where a two-sided interval is honest, else the one-sided certified bound."""
+    """``estimate ± Monte Carlo SE`` (two significant digits: a small error never reads as 0) where a two-sided
+    interval is honest, else the one-sided certified bound."""
     lo, hi = r["perplexity_interval"]
-    return f"{r['perplexity']:.3f} ± {r['monte_carlo_stderr']:.3f}" if lo > 0 else f"≤ {hi:.3f} (one-sided)"
+    return f"{r['perplexity']:.3f} ± {r['monte_carlo_stderr']:.2g}" if lo > 0 else f"≤ {hi:.3f} (one-sided)"
 
 
 def smc_table_markdown(result: dict) -> str:

@@ -24,6 +24,7 @@ from lm_latent_eval.estimators.intervals import (
     certified_lower_bound,
     log_likelihood_interval,
     sampling_standard_error,
+    satterthwaite_degrees_of_freedom,
 )
 
 
@@ -52,15 +53,26 @@ def test_relative_variance_closed_form():
 
 
 def test_two_sided_interval_is_the_bias_corrected_delta_method():
-    """S̃ = Σ (log p̂ + v̂/2) ± t·√Σ v̂ with t on the summed degrees of freedom, when every error is trusted and the
-    remainder Σ v̂^{3/2} / √Σ v̂ is small."""
+    """S̃ = Σ (log p̂ + v̂/2) ± t·√Σ v̂ with t on the Welch-Satterthwaite degrees of freedom, when every error is
+    trusted and the remainder Σ v̂^{3/2} / √Σ v̂ is small."""
     errors = [DocumentError(-10.0, 0.01, 99.0), DocumentError(-20.0, 0.04, 99.0)]
     interval = log_likelihood_interval(errors)
-    se, q = math.sqrt(0.05), stats.t.ppf(0.975, 198)
+    dof = 0.05**2 / (0.01**2 / 99 + 0.04**2 / 99)
+    se, q = math.sqrt(0.05), stats.t.ppf(0.975, dof)
     assert interval.two_sided and interval.centre == pytest.approx(-30.0 + 0.025)
     assert interval.standard_error == pytest.approx(se)
     assert (interval.lower, interval.upper) == pytest.approx((-29.975 - q * se, -29.975 + q * se))
     assert interval.remainder == pytest.approx((0.01**1.5 + 0.04**1.5) / se)
+
+
+def test_satterthwaite_degrees_of_freedom_follow_the_documents_that_dominate():
+    """One document with v̂ from 4 SMC runs (ν = 3) dominating 99 precise ones: about 3 degrees of freedom, not the
+    300 a sum of ν would give; equal v̂ add their ν up; exact documents (ν = ∞, v = 0) add nothing."""
+    dominated = satterthwaite_degrees_of_freedom([1.0] + [1e-4] * 99, [3.0] * 100)
+    assert 3.0 < dominated < 3.3
+    assert satterthwaite_degrees_of_freedom([0.1] * 10, [3.0] * 10) == pytest.approx(30.0)
+    assert satterthwaite_degrees_of_freedom([0.1, 0.0], [3.0, math.inf]) == pytest.approx(3.0)
+    assert satterthwaite_degrees_of_freedom([0.0], [math.inf]) == math.inf
 
 
 def test_one_sided_when_an_error_cannot_be_trusted_or_the_correction_is_too_rough():
