@@ -179,6 +179,10 @@ def test_the_sweeps_and_benchmarks_are_quoted_behind_markers():
         "bench/kglm_sweep/tables.md",
         "bench/rnng_sweep/tables.md",
         "lm_latent_eval/data/interval_coverage/coverage.md",
+        "bench/kglm_reference/reference.md",
+        "bench/kglm_reference/seeds.md",
+        "bench/bundled_models/table.md",
+        "bench/quickstart/output.md",
         "bench/tokenization_gap/gap.md",
         "bench/RESULTS.md",
     ]:
