@@ -45,7 +45,15 @@ from .model_args import (
     resolve_device,
     settings_args,
 )
-from .provenance import NAMING_KEYS, hub_revision, import_root, num_parameters, package_path, parameter_dtype
+from .provenance import (
+    NAMING_KEYS,
+    NAMING_MODEL_ARGS,
+    hub_revision,
+    import_root,
+    num_parameters,
+    package_path,
+    parameter_dtype,
+)
 from .results_store import ResultsStore
 
 logger = logging.getLogger(__name__)
@@ -228,7 +236,9 @@ class LatentLMEval(LM):
         ):  # sentence-level models: is the end-of-sentence token scored and counted?
             info["count_eos"] = bool(self.model.count_eos)
         options = {
-            a.name: self.model_kwargs[a.name] for a in self.model_options if a.name in self.model_kwargs
+            a.name: self.model_kwargs[a.name]
+            for a in self.model_options
+            if a.name in self.model_kwargs and a.name not in NAMING_MODEL_ARGS
         }
         if options:  # the model's own options given in model_args (an LDA's alpha, unknown_words, ...) can change a number
             info["model_options"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items()}

@@ -8,6 +8,8 @@ import torch
 
 # get_model_info keys that name the model but never change a number (kept out of the results_dir run key)
 NAMING_KEYS = ("checkpoint", "model_name", "model_revision", "model_pythonpath", "cuda_graphs_requested")
+# model_args recorded under a naming key of their own (cuda_graphs → cuda_graphs_requested), not as model options
+NAMING_MODEL_ARGS = ("cuda_graphs",)
 
 
 def parameter_dtype(model) -> torch.dtype | None:

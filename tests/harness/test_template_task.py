@@ -13,9 +13,12 @@ from lm_eval.tasks import TaskManager
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "lm_latent_eval" / "data"
-# the contrastive tasks read utils.py beside them: their folder is the unit to copy
+# the contrastive tasks read utils.py beside them: their folder is the unit to copy; a completion task
+# (loglikelihood) names all it needs itself
 PERPLEXITY_TASKS = sorted(
-    p for p in (REPO / "tasks").glob("*/*.yaml") if p.parent.name != "contrastive_entropy"
+    p
+    for p in (REPO / "tasks").glob("*/*.yaml")
+    if p.parent.name != "contrastive_entropy" and "output_type: loglikelihood\n" not in p.read_text()
 )
 
 
