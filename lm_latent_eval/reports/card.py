@@ -87,8 +87,7 @@ def diagnostics(run: TaskRun, corpus: CorpusEstimate, progress: bool = True) -> 
         ess = np.array([effective_sample_size(lw) for lw in lws])
         khat = np.array([pareto_khat(lw) for lw in tqdm(lws, desc="Pareto k̂", disable=not progress)])
         above, undefined, _ = pareto_k_shares(docs)
-        summary |= {
-            "num_samples": int(min(lw.size for lw in lws)),
+        summary |= _sample_sizes([lw.size for lw in lws]) | {
             "ess_min": float(ess.min()),
             "ess_median": float(np.median(ess)),
             "ess_mean": float(ess.mean()),
@@ -98,8 +97,7 @@ def diagnostics(run: TaskRun, corpus: CorpusEstimate, progress: bool = True) -> 
         }
     elif corpus.estimator == "smc":
         d = [doc.diagnostics for doc in docs]
-        summary |= {
-            "num_samples": int(min(x.num_samples for x in d)),
+        summary |= _sample_sizes([x.num_samples for x in d]) | {
             "smc_runs": int(min(x.smc_runs for x in d)),
             "ess_min": float(min(x.ess_min for x in d)),
             "ess_mean": float(np.mean([x.ess_mean for x in d])),
@@ -107,6 +105,22 @@ def diagnostics(run: TaskRun, corpus: CorpusEstimate, progress: bool = True) -> 
         }
     summary["verdict"], summary["what_to_try"] = verdict(corpus, run.settings)
     return summary
+
+
+def _sample_sizes(sizes: list[int]) -> dict:
+    """The fewest, mean and most samples per document (they differ under a precision target)."""
+    return {
+        "num_samples": int(min(sizes)),
+        "num_samples_mean": float(np.mean(sizes)),
+        "num_samples_max": int(max(sizes)),
+    }
+
+
+def _k_text(d: dict) -> str:
+    """K = 100, or K = 100 to 25,600 (mean 3,462) where the precision target drew more for some documents."""
+    if d["num_samples"] == d.get("num_samples_max", d["num_samples"]):
+        return f"K = {d['num_samples']:,}"
+    return f"K = {d['num_samples']:,} to {d['num_samples_max']:,} (mean {d['num_samples_mean']:,.0f})"
 
 
 def verdict(corpus: CorpusEstimate, settings: dict) -> tuple[str, list[str]]:
@@ -337,13 +351,21 @@ def _fmt(x) -> str:
     return str(x)
 
 
+def _fmt_like(x, value) -> str:
+    """An interval end with the decimals of a 4-significant-digit ``value`` ([11.55, 11.60], not [11.55, 11.6])."""
+    if not isinstance(x, float) or not math.isfinite(x) or not isinstance(value, float) or value == 0:
+        return _fmt(x)
+    decimals = max(0, 3 - math.floor(math.log10(abs(value))))
+    return f"{x:.{decimals}f}"
+
+
 def _reliability_lines(d: dict) -> list[str]:
     """The IS or SMC diagnostics as Markdown bullets."""
     if d["estimator"] == "is":
         return [
             (
                 f"- effective sample size over documents: min {_fmt(d['ess_min'])}, median {_fmt(d['ess_median'])}, "
-                f"mean {_fmt(d['ess_mean'])} (of K = {d['num_samples']})"
+                f"mean {_fmt(d['ess_mean'])} (of {_k_text(d)})"
             ),
             (
                 f"- Pareto k̂: max {_fmt(d['pareto_k_max'])}; {d['num_pareto_k_above_threshold']} of "
@@ -353,7 +375,7 @@ def _reliability_lines(d: dict) -> list[str]:
         ]
     return [
         (
-            f"- {d['smc_runs']} independent runs of K = {d['num_samples']} particles in all per document; ESS over "
+            f"- {d['smc_runs']} independent runs of {_k_text(d)} particles in all per document; ESS over "
             f"tokens: min {_fmt(d['ess_min'])}, mean {_fmt(d['ess_mean'])}; resampling steps per run "
             f"{_fmt(d['resampling_steps'])}"
         )
@@ -372,7 +394,11 @@ def card_markdown(card: dict, plot_file: str | None = None) -> str:
         "|---|---|---|---|",
     ]
     for f in card["figures"]:
-        ci = "–" if f["ci95"] is None else f"[{_fmt(f['ci95'][0])}, {_fmt(f['ci95'][1])}]"
+        ci = (
+            "–"
+            if f["ci95"] is None
+            else f"[{_fmt_like(f['ci95'][0], f['value'])}, {_fmt_like(f['ci95'][1], f['value'])}]"
+        )
         lines.append(f"| {f['name']} | {_fmt(f['value'])} | {ci} | {f['kind']} |")
     notes = sorted({f["interval_note"] for f in card["figures"] if f.get("interval_note")})
     lines += [""] + [f"- {n}" for n in notes]
