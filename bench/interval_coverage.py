@@ -44,22 +44,22 @@ OUTPUT = Path(__file__).resolve().parents[1] / "lm_latent_eval" / "data" / "inte
 
 @dataclass(frozen=True)
 class Setting:
-    """One row group of the table: an estimator with its K, peeking mode and number of SMC runs."""
+    """One row group of the table: an estimator with its K, peeking mode and number of SMC runs (None: the
+    default, ``EstimatorSettings.runs``)."""
 
     estimator: str
     num_samples: int
     peek: bool
-    smc_runs: int = 4
+    smc_runs: int | None = None
     target_se: float | None = None
 
     @property
     def label(self) -> str:
-        runs = f", {self.smc_runs} run{'s' * (self.smc_runs > 1)}" if self.estimator == "smc" else ""
+        """The settings as resolved (under a precision target SMC's first K is raised to 25 particles per run)."""
+        s, _ = self.settings(0).resolve(None)  # an explicit estimator: the model is not read
+        runs = f", {s.smc_runs} run{'s' * (s.smc_runs > 1)}" if s.estimator == "smc" else ""
         target = f", target {self.target_se}" if self.target_se else ""
-        return (
-            f"{self.estimator.upper()}, K = {self.num_samples}{runs}{target}, "
-            f"{'peeking' if self.peek else 'no peeking'}"
-        )
+        return f"{s.estimator.upper()}, K = {s.num_samples}{runs}{target}, {'peeking' if self.peek else 'no peeking'}"
 
     def settings(self, seed: int) -> EstimatorSettings:
         return EstimatorSettings(
@@ -102,8 +102,10 @@ def _run(args) -> dict:
             [e.error() for e in estimates[:n]], lower_certified=certified_log_likelihood(estimates[:n])
         )
         out[n] = {
+            "seed": seed,
             "held": interval.lower <= truth <= interval.upper,
             "two_sided": interval.two_sided,
+            "z": (truth - interval.centre) / interval.standard_error if interval.two_sided else None,
             "width": interval.upper - interval.lower,
             "before": _before(estimates[:n], truth),
             "samples": float(np.mean([e.log_weights.size for e in estimates[:n]])),
@@ -148,6 +150,7 @@ def summarize(runs: list[dict], sizes=SIZES) -> dict:
             "mean_samples": float(np.mean([x["samples"] for x in r])),
             "before_coverage": float(np.mean([x["before"] for x in r])),
             "runs": len(r),
+            "runs_detail": r,  # per run: seed, held, two-sided, z = (truth − centre) / SE, ...
         }
     return rows
 
@@ -156,17 +159,17 @@ def markdown(results: list[dict]) -> str:
     """One row per setting and N."""
     lines = [
         (
-            "| setting | N | coverage (printed statement) | two-sided share | coverage when two-sided | "
+            "| setting | N | runs | coverage (printed statement) | two-sided share | coverage when two-sided | "
             "median two-sided width (nats) | certified bound held | mean K | before |"
         ),
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     pct = lambda x: "–" if x is None else f"{100 * x:.0f}%"
     for res in results:
         for n, row in res["rows"].items():
             width = "–" if row["median_two_sided_width"] is None else f"{row['median_two_sided_width']:.2f}"
             lines.append(
-                f"| {res['label']} | {n} | {pct(row['coverage'])} | {pct(row['two_sided_share'])} | "
+                f"| {res['label']} | {n} | {row['runs']} | {pct(row['coverage'])} | {pct(row['two_sided_share'])} | "
                 f"{pct(row['two_sided_coverage'])} | {width} | {pct(row['certified_coverage'])} | "
                 f"{row['mean_samples']:.0f} | {pct(row['before_coverage'])} |"
             )
@@ -192,6 +195,29 @@ def _done(path: Path, meta: dict) -> dict[str, dict]:
     data = json.loads(path.read_text())
     same = all(data["settings"].get(k) == json.loads(json.dumps(v)) for k, v in meta.items())
     return {r["label"]: r for r in data["results"]} if same else {}
+
+
+def join(output: Path, sources: list[Path]) -> None:
+    """``--join``: the settings of ``sources`` put into ``output/coverage.json``, each replacing the row group of the
+    same estimator, K asked for, peeking mode and target (so a new default replaces the old one) or, where the label
+    is the same, only the corpus sizes the source measured; each row keeps its own run count."""
+
+    def key(result: dict) -> tuple:
+        s = result["setting"]
+        return s["estimator"], s["num_samples"], s["peek"], s["target_se"]
+
+    data = json.loads((output / "coverage.json").read_text())
+    by_key = {key(r): r for r in data["results"]}
+    for source in sources:
+        for r in json.loads((source / "coverage.json").read_text())["results"]:
+            same = by_key.get(key(r), {}).get("label") == r["label"]
+            by_key[key(r)] = {**r, "rows": {**by_key[key(r)]["rows"], **r["rows"]}} if same else r
+    data["results"] = list(by_key.values())
+    data["settings"].pop("repeats", None)  # the rows now differ in seeds: each row's "runs" says how many
+    data["settings"].pop("target_repeats", None)
+    (output / "coverage.json").write_text(json.dumps(data, indent=1))
+    (output / "coverage.md").write_text(markdown(data["results"]) + "\n")
+    print(markdown(data["results"]))
 
 
 def main() -> None:
@@ -221,12 +247,22 @@ def main() -> None:
         help="seeds of the precision-target rows at more than 200 documents",
     )
     parser.add_argument(
+        "--join",
+        nargs="+",
+        metavar="DIR",
+        help="put the settings measured in these folders' coverage.json into --output's (each replacing the row group "
+        "of the same estimator, K asked for, peeking mode and target, in its place) and write its table; measures "
+        "nothing",
+    )
+    parser.add_argument(
         "--resume",
         action="store_true",
         help="keep the settings an earlier run of the same "
         "--repeats, --target-repeats and --sizes already wrote to --output",
     )
     args = parser.parse_args()
+    if args.join:
+        return join(Path(args.output), [Path(d) for d in args.join])
     start = time.perf_counter()
     docs = benchmark_corpus()
     model, _ = load_model("hmm")
