@@ -44,19 +44,18 @@ OUTPUT = Path(__file__).resolve().parents[1] / "lm_latent_eval" / "data" / "inte
 
 @dataclass(frozen=True)
 class Setting:
-    """One row group of the table: an estimator with its K, peeking mode and number of SMC runs (None: the
-    default, ``EstimatorSettings.runs``)."""
+    """One row group of the table: an estimator with its K, peeking mode and number of SMC runs."""
 
     estimator: str
     num_samples: int
     peek: bool
-    smc_runs: int | None = None
+    smc_runs: int = 4
     target_se: float | None = None
 
     @property
     def label(self) -> str:
-        """The settings as resolved (under a precision target SMC's first K is raised to 25 particles per run)."""
-        s, _ = self.settings(0).resolve(None)  # an explicit estimator: the model is not read
+        """The settings as ``resolve`` leaves them (an explicit estimator: the model is not read)."""
+        s, _ = self.settings(0).resolve(None)
         runs = f", {s.smc_runs} run{'s' * (s.smc_runs > 1)}" if s.estimator == "smc" else ""
         target = f", target {self.target_se}" if self.target_se else ""
         return f"{s.estimator.upper()}, K = {s.num_samples}{runs}{target}, {'peeking' if self.peek else 'no peeking'}"

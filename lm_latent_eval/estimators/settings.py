@@ -14,7 +14,7 @@ import torch
 from ..errors import InputError
 from ..protocol import has_stepwise, has_tractable_marginal
 from .importance import check_sampling_args, sample_block
-from .smc import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS, TARGET_RUN_SIZE, TARGET_SMC_RUNS, check_smc_args
+from .smc import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS, check_smc_args
 
 ESTIMATORS = ("auto", "is", "smc", "beam", "exact")
 SAMPLING_ESTIMATORS = ("is", "smc")  # the ones that draw K samples and return K log weights
@@ -49,12 +49,10 @@ class EstimatorSettings:
         default=DEFAULT_RESAMPLE_THRESHOLD,
         metadata=_help("SMC resamples when ESS < threshold · particles of a run; in [0, 1], 0 = never"),
     )
-    smc_runs: int | None = field(
-        default=None,
+    smc_runs: int = field(
+        default=DEFAULT_SMC_RUNS,
         metadata=_help(
-            "independent SMC runs per document (their spread is the Monte Carlo error; at least 2 for an interval; "
-            f"default {TARGET_SMC_RUNS} under a precision target, which then starts from at least {TARGET_RUN_SIZE} "
-            f"particles per run, else {DEFAULT_SMC_RUNS})"
+            "independent SMC runs per document (their spread is the Monte Carlo error; at least 2 for an interval)"
         ),
     )
     target_se: float | None = field(
@@ -78,7 +76,7 @@ class EstimatorSettings:
         if self.estimator in (*SAMPLING_ESTIMATORS, "auto"):  # auto may pick a sampling estimator
             check_sampling_args(self.num_samples, self.temperature, "settings")
         if self.estimator == "smc":
-            check_smc_args(self.resample_threshold, self.runs, self.num_samples)
+            check_smc_args(self.resample_threshold, self.smc_runs, self.num_samples)
         if self.estimator == "beam" and (not isinstance(self.beam_size, int) or self.beam_size <= 0):
             raise InputError(f"beam_size must be a positive integer, got {self.beam_size!r}")
         if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size <= 0):
@@ -94,23 +92,7 @@ class EstimatorSettings:
 
     def resolve(self, model) -> tuple[EstimatorSettings, str]:
         """The settings with ``auto`` replaced by the estimator it picks for ``model``, and why: exact where the model
-        has a tractable marginal, SMC (with the precision target) where it has the stepwise part, IS otherwise. Under
-        SMC the number of runs is filled in (``runs``) and, under a precision target, K raised to at least
-        ``TARGET_RUN_SIZE`` particles per run, the budget staying that of the K asked for."""
-        picked, why = self._pick(model)
-        if picked.estimator != "smc":
-            return picked, why
-        runs = picked.runs
-        if not picked.adaptive:
-            return dataclasses.replace(picked, smc_runs=runs), why
-        first = max(picked.num_samples, runs * TARGET_RUN_SIZE)
-        resolved = dataclasses.replace(
-            picked, smc_runs=runs, num_samples=first, max_samples=max(picked.sample_budget, first)
-        )
-        return resolved, f"{why}; SMC in {runs} runs of at least {first // runs} particles each"
-
-    def _pick(self, model) -> tuple[EstimatorSettings, str]:
-        """``auto`` replaced by the estimator it picks for ``model`` (see ``resolve``)."""
+        has a tractable marginal, SMC (with the precision target) where it has the stepwise part, IS otherwise."""
         if self.estimator != "auto":
             return self, f"estimator={self.estimator} as requested"
         name = type(model).__name__
@@ -128,15 +110,6 @@ class EstimatorSettings:
             dataclasses.replace(self, estimator="is", target_se=target),
             f"auto: IS, {name} has neither a tractable marginal nor the stepwise part (precision target {target})",
         )
-
-    @property
-    def runs(self) -> int:
-        """R, the independent SMC runs per document: ``smc_runs``, else TARGET_SMC_RUNS under a precision target
-        (four runs' spread understated Var(p̂) at 200 HMM documents: bench/smc_runs_coverage/) and DEFAULT_SMC_RUNS
-        at a fixed K."""
-        if self.smc_runs is not None:
-            return self.smc_runs
-        return TARGET_SMC_RUNS if self.adaptive else DEFAULT_SMC_RUNS
 
     @property
     def adaptive(self) -> bool:

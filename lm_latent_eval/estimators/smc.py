@@ -34,8 +34,6 @@ DEFAULT_RESAMPLE_THRESHOLD = 0.5  # resample when ESS < 0.5 · N
 DEFAULT_SMC_RUNS = (
     4  # independent runs per document: their spread is an honest Monte Carlo error (one run has none)
 )
-TARGET_SMC_RUNS = 8  # under a precision target: at 200 HMM documents four runs' spread understated Var(p̂)
-TARGET_RUN_SIZE = 25  # under a precision target, the first stage's particles per run at the least
 
 
 def check_smc_args(

@@ -16,25 +16,22 @@ from lm_latent_eval.estimators.intervals import certified_lower_bound
 from lm_latent_eval.estimators.settings import AUTO_TARGET_SE
 
 
-class StepwiseOnly:
-    """A model's stepwise part without its tractable marginal (so that ``auto`` picks SMC)."""
-
-    def __init__(self, model):
-        self.model = model
-
-    def __getattr__(self, name):
-        if name == "log_marginal":
-            raise AttributeError(name)
-        return getattr(self.model, name)
-
-
 def test_auto_picks_exact_then_smc_then_is_and_says_why(bundled_hmm, bundled_test_texts):
     settings = EstimatorSettings()
     assert settings.estimator == "auto"
     exact, why = settings.resolve(bundled_hmm)
     assert exact.estimator == "exact" and "tractable log_marginal" in why
 
-    smc, why = settings.resolve(StepwiseOnly(bundled_hmm))
+    class Stepwise:  # the HMM's stepwise part, no marginal
+        def __init__(self, model):
+            self.model = model
+
+        def __getattr__(self, name):
+            if name == "log_marginal":
+                raise AttributeError(name)
+            return getattr(self.model, name)
+
+    smc, why = settings.resolve(Stepwise(bundled_hmm))
     assert smc.estimator == "smc" and smc.target_se == AUTO_TARGET_SE and "stepwise part" in why
     plain, why = settings.resolve(WholeDocumentOnly(bundled_hmm))  # neither a marginal nor the stepwise part
     assert plain.estimator == "is" and plain.target_se == AUTO_TARGET_SE and "neither" in why
@@ -57,24 +54,6 @@ def test_settings_reject_a_bad_target_or_budget():
     assert "target_se" not in EstimatorSettings("smc").as_dict()
 
 
-def test_smc_runs_default_to_eight_under_a_precision_target(bundled_hmm):
-    """smc_runs unset: 4 runs at a fixed K; under a precision target 8 runs of at least 25 particles from the first
-    stage, with the budget of the K asked for; an explicit smc_runs is kept."""
-    stepwise = StepwiseOnly(bundled_hmm)
-    fixed, _ = EstimatorSettings("smc", 100).resolve(stepwise)
-    assert (fixed.smc_runs, fixed.num_samples) == (4, 100)
-    target, why = EstimatorSettings().resolve(stepwise)
-    assert (target.estimator, target.smc_runs, target.num_samples, target.sample_budget) == ("smc", 8, 200, 25600)
-    assert "8 runs of at least 25 particles" in why
-    large, _ = EstimatorSettings("smc", 1000, target_se=0.01).resolve(stepwise)
-    assert (large.smc_runs, large.num_samples) == (8, 1000)
-    explicit, _ = EstimatorSettings("smc", 100, target_se=0.01, smc_runs=4).resolve(stepwise)
-    assert (explicit.smc_runs, explicit.num_samples, explicit.sample_budget) == (4, 100, 25600)
-    assert explicit.resolve(stepwise)[0] == explicit  # resolving twice changes nothing
-    with pytest.raises(ValueError, match="cannot form smc_runs = 4 runs"):
-        EstimatorSettings("smc", 3)
-
-
 def test_precision_target_redraws_every_document_and_meets_the_target(bundled_hmm, bundled_test_texts):
     """With a target, every stage estimates every document afresh (fresh streams, sizes from the stage before), the
     last stage is kept with every stage's log p̂, and the corpus ends two-sided within the target."""
@@ -87,14 +66,12 @@ def test_precision_target_redraws_every_document_and_meets_the_target(bundled_hm
     )  # the pilot did not meet it; every document redrawn
     for text, e in out.items():
         assert e.stage_log_likelihoods[-1] == e.log_likelihood
-        pilot = estimate_document(  # K = 40 raised to 8 runs of 25 particles (resolve)
-            bundled_hmm, text, EstimatorSettings("smc", 200, peek=False, seed=5, smc_runs=8)
-        )
+        pilot = estimate_document(bundled_hmm, text, EstimatorSettings("smc", 40, peek=False, seed=5))
         assert e.stage_log_likelihoods[0] == pilot.log_likelihood  # stage 0 is the fixed-size estimate
     corpus = corpus_estimate([out[t] for t in texts])
     tokens = sum(e.num_tokens for e in out.values())
     assert corpus.interval.two_sided and corpus.interval.standard_error / tokens <= 0.003
-    assert max(e.log_weights.size for e in out.values()) > 200
+    assert max(e.log_weights.size for e in out.values()) > 40
 
 
 def test_precision_target_is_independent_of_order_and_duplicates(bundled_hmm, bundled_test_texts):
@@ -162,11 +139,15 @@ def test_a_pilot_that_meets_the_target_is_not_the_stage_reported(bundled_hmm, bu
         assert e.log_weights.size == 1000 and e.log_likelihood == last != pilot
 
 
-@pytest.mark.slow  # about 7 minutes
+@pytest.mark.slow  # about 5 minutes
+@pytest.mark.xfail(
+    strict=True,
+    reason="known defect (issue 18 stays open): SMC with the precision target covers 85% at 200 HMM documents in "
+    "lm_latent_eval/data/interval_coverage/coverage.md; the spread of four runs understates Var(p̂) there",
+)
 def test_smc_with_the_precision_target_covers_at_200_documents(bundled_hmm):
-    """The default for a stepwise model (SMC with target 0.002: K = 100 raised to 8 runs of 25 particles, peeking) on
-    200 documents with exact values: the printed 95% statement holds in at least 19 of 20 seeded runs (the coverage
-    benchmark's first 20 seeds). With the former 4 runs from K = 100 it held in 17 (bench/smc_runs_coverage/)."""
+    """The default for a stepwise model (SMC, K = 100 in four runs, target 0.002, peeking) on 200 documents with exact
+    values: the printed 95% statement should hold in at least 19 of 20 seeded runs (the benchmark's first 20 seeds)."""
     import sys
     from pathlib import Path
 
