@@ -21,11 +21,12 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
+from ...protocol import check_num_samples, check_temperature
 from ...tensors import distinct_rows
 from ..cuda_graphs import CUDA_GRAPHS_HELP, GraphsOfProposal, parse_cuda_graphs
 from ..encoder_cache import DocumentCache
 from ..kglm.awd_lstm import AWDLSTM, embedding_dropout
-from ..vocabulary import WordVocabulary, build_word_list
+from ..vocabulary import WordVocabulary, build_word_list, check_word_ids
 from .latents import (
     LATENT_KEYS,
     MIN_ROWS,
@@ -35,7 +36,7 @@ from .latents import (
     score_latents,
     without_autograd,
 )
-from .proposal import EntityNLMProposal, check_sample_args
+from .proposal import EntityNLMProposal
 from .stepwise import EntityNLMParticles, init_particles, particle_latents, reorder_particles, step_particles
 
 UNK, BOS = "@@UNKNOWN@@", "@@START@@"
@@ -164,10 +165,7 @@ class EntityNLM(
         return self.vocabulary.detokenize(x.tolist())
 
     def _check_x(self, x: torch.Tensor) -> torch.Tensor:
-        if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.dtype != torch.long:
-            raise ValueError(f"x must be a LongTensor [T], got {getattr(x, 'shape', type(x))}")
-        if x.numel() and (int(x.min()) < 0 or int(x.max()) >= len(self.vocab)):
-            raise ValueError(f"x holds ids outside [0, {len(self.vocab)}); use model.tokenize(text)")
+        check_word_ids(x, len(self.vocab))
         return x.to(self.device)
 
     # --- shared encoder -----------------------------------------------------------------------------------------
@@ -278,7 +276,8 @@ class EntityNLM(
         self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True
     ) -> EntityNLMParticles:
         """K particles before token 0 of x [T], drawing from q_τ (peeking or not) and scoring under p."""
-        check_sample_args(num_particles, temperature)
+        check_num_samples(num_particles)
+        check_temperature(temperature)
         return init_particles(self, self._check_x(x), num_particles, temperature, peek)
 
     def smc_step(

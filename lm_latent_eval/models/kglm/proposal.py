@@ -25,6 +25,7 @@ import math
 import torch
 from torch import nn
 
+from ...protocol import CheckedProposal
 from ..cuda_graphs import DEFAULT_CUDA_GRAPHS, TokenLoop, copy_fields, graphs_in_effect
 from ..encoder_cache import DocumentCache
 from .awd_lstm import AWDLSTM, embedding_dropout
@@ -47,7 +48,7 @@ from .latents import (
 from .stepwise import WindowState, sample_step
 
 
-class KGLMProposal(nn.Module):
+class KGLMProposal(CheckedProposal, nn.Module):
     """q_τ(z | x) = Π_t q(type_t | ·) q(entity_t | type_t, ·) from its own AWD-LSTM over x (peeking or not)."""
 
     # "true", "false" or "auto": the sampler's per-token step in a CUDA graph (models/cuda_graphs.py)
@@ -219,21 +220,11 @@ class KGLMProposal(nn.Module):
         return latent_log_prob(tabs.heads, z, temperature, head_tables=tabs)
 
     # --- sampling -----------------------------------------------------------------------------------------------
-    @torch.no_grad()
-    def sample(
-        self,
-        x: torch.Tensor,
-        num_samples: int,
-        temperature: float = 1.0,
-        peek: bool = True,
-        generator: torch.Generator | None = None,
-    ) -> tuple[dict, torch.Tensor]:
+    def _sample(self, x, num_samples, temperature, peek, generator) -> tuple[dict, torch.Tensor]:
         """Draw K configurations z_k ~ q_τ(z | x): (dict of LongTensor [K, T], log q_τ(z_k | x) float64 [K]).
 
         One ``stepwise.sample_step`` per token, each consuming ``torch.rand(K, 4)`` of ``generator`` (the stream of
         ``KGLM.smc_step``); with ``cuda_graphs`` in effect the step is replayed from a CUDA graph (``sample_static``)."""
-        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
-            raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
         K, T = int(num_samples), x.numel()
         device = self.token_embedding.weight.device
         z = self._empty_latents(K, T, device)
@@ -296,11 +287,8 @@ class KGLMProposal(nn.Module):
         return z, log_q
 
     # --- beam search --------------------------------------------------------------------------------------------
-    @torch.no_grad()
-    def beam(self, x: torch.Tensor, beam_size: int) -> dict:
+    def _beam(self, x: torch.Tensor, beam_size: int) -> dict:
         """Up to ``beam_size`` distinct configurations with the highest q(z | x) (peeking, τ = 1): dict of [k, T]."""
-        if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size <= 0:
-            raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
         device = self.token_embedding.weight.device
         T = x.numel()
         tables = self.tables
