@@ -29,6 +29,7 @@ from torch import nn
 from ..cuda_graphs import CUDA_GRAPHS_HELP, GraphsOfProposal, parse_cuda_graphs
 from ..encoder_cache import DocumentCache
 from ..vocabulary import WordVocabulary, build_word_list
+from . import sampling
 from .awd_lstm import AWDLSTM, embedding_dropout
 from .checkpoint import (
     GRAPH_FILE,
@@ -282,17 +283,8 @@ class KGLM(
         """The configurations drawn so far, as ``log_joint`` takes them: dict of LongTensor [K, T] (undrawn: none)."""
         return particle_latents(self.tables, state)
 
-    def sample_text(
-        self,
-        prefix_text: str,
-        max_tokens: int,
-        generator: torch.Generator | None = None,
-        stop: list[str] | None = None,
-    ) -> str:
-        """Ancestral sample of a continuation from p(· | prefix) (see ``sampling.py``), cut before a stop string."""
-        from .sampling import sample_text
-
-        return sample_text(self, prefix_text, max_tokens, generator, stop)
+    # ancestral sampling of a continuation from p(· | prefix), cut before a stop string: sampling.py
+    sample_text = sampling.sample_text
 
     def train(self, mode: bool = True):
         self._doc_cache.clear()

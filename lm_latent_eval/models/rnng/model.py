@@ -292,16 +292,9 @@ class RNNG(
 
         return RNNGPrefix(self)
 
-    def sample_text(
-        self,
-        prefix_text: str,
-        max_tokens: int,
-        generator: torch.Generator | None = None,
-        stop: list[str] | None = None,
-    ) -> str:
-        """A continuation of the prefix drawn from p: the prefix's tree by a particle filter, then actions and words
-        until </s>, ``max_tokens`` words or a stop string (``sampling.py``)."""
-        return sampling.sample_text(self, prefix_text, max_tokens, generator, stop)
+    # a continuation of the prefix drawn from p: the prefix's tree by a particle filter, then actions and words
+    # until </s>, ``max_tokens`` words or a stop string: sampling.py
+    sample_text = sampling.sample_text
 
     def word_log_probs(
         self, ctx: torch.Tensor, eos_allowed: torch.Tensor, target: torch.Tensor
