@@ -255,6 +255,19 @@ def select_particles(z: Latents, index: slice | torch.Tensor) -> Latents:
     return z
 
 
+def logsumexp_joint(model: LatentLM, x: torch.Tensor, z: Latents, batch_size: int = 4096) -> float:
+    """log Σ_k p(x, z_k) over the K configurations z (e.g. every one of an enumerated support), scored
+    ``batch_size`` at a time: float64; a ValueError when ``log_joint`` returns NaN."""
+    n = num_particles(z)
+    parts = [
+        model.log_joint(x, select_particles(z, slice(s, s + batch_size))) for s in range(0, n, batch_size)
+    ]
+    value = float(torch.logsumexp(torch.cat(parts), 0))
+    if math.isnan(value):
+        raise ValueError("exact_log_marginal: log_joint returned NaN")
+    return value
+
+
 def _leaves(z: Latents):
     if isinstance(z, dict):
         for v in z.values():
