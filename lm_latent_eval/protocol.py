@@ -255,9 +255,11 @@ def select_particles(z: Latents, index: slice | torch.Tensor) -> Latents:
     return z
 
 
-def logsumexp_joint(model: LatentLM, x: torch.Tensor, z: Latents, batch_size: int = 4096) -> float:
-    """log Σ_k p(x, z_k) over the K configurations z (e.g. every one of an enumerated support), scored
-    ``batch_size`` at a time: float64; a ValueError when ``log_joint`` returns NaN."""
+def enumerated_log_marginal(model: LatentLM, x: torch.Tensor, z: Latents, batch_size: int = 4096) -> float:
+    """log p(x) = log Σ_z p(x, z) over z, every configuration of the support listed once, scored ``batch_size`` at
+    a time: float64, 0.0 for the empty text; a ValueError when ``log_joint`` returns NaN."""
+    if x.numel() == 0:
+        return 0.0
     n = num_particles(z)
     parts = [
         model.log_joint(x, select_particles(z, slice(s, s + batch_size))) for s in range(0, n, batch_size)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ...protocol import logsumexp_joint
+from ...protocol import enumerated_log_marginal
 from .latents import LATENT_KEYS
 
 MAX_CONFIGURATIONS = 200_000
@@ -52,7 +52,5 @@ def exact_log_marginal(
     model, x: torch.Tensor, max_configurations: int = MAX_CONFIGURATIONS, batch_size: int = 4096
 ) -> float:
     """log Σ_z p(x, z) over every configuration of ``enumerate_latents``, float64 (0.0 for T = 0)."""
-    if x.numel() == 0:
-        return 0.0
     z = enumerate_latents(x.numel(), model.max_entities, model.max_mention_length, max_configurations)
-    return logsumexp_joint(model, x, z, batch_size)
+    return enumerated_log_marginal(model, x, z, batch_size)
