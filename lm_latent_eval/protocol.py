@@ -51,20 +51,17 @@ class CheckedProposal:
 
     @torch.no_grad()
     def sample(
-        self,
-        x: torch.Tensor,
-        num_samples: int,
-        temperature: float = 1.0,
-        peek: bool = True,
-        generator: torch.Generator | None = None,
+        self, x, num_samples, temperature=1.0, peek=True, generator=None
     ) -> tuple[Latents, torch.Tensor]:
-        """Draw K configurations z_k ~ q_τ(z | x); return (z [K, ...], log q_τ(z_k | x) [K]) under the tempered q."""
+        """``Proposal.sample`` (types there): (z [K, ...], log q_τ(z_k | x) [K]) from ``_sample`` once the arguments
+        passed ``check_proposal_args``."""
         check_proposal_args(x, num_samples, temperature)
         return self._sample(x, num_samples, temperature, peek, generator)
 
     @torch.no_grad()
-    def beam(self, x: torch.Tensor, beam_size: int) -> Latents:
-        """Return up to ``beam_size`` *distinct* configurations with the highest q(z | x) (peeking, τ = 1)."""
+    def beam(self, x, beam_size) -> Latents:
+        """``Proposal.beam``: up to ``beam_size`` distinct configurations from ``_beam`` once the arguments passed
+        ``check_beam_args``."""
         check_beam_args(x, beam_size)
         return self._beam(x, beam_size)
 
