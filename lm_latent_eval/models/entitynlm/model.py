@@ -25,7 +25,7 @@ from ...protocol import check_num_samples, check_temperature
 from ...tensors import distinct_rows
 from ..cuda_graphs import CUDA_GRAPHS_HELP, GraphsOfProposal, parse_cuda_graphs
 from ..encoder_cache import DocumentCache
-from ..kglm.awd_lstm import AWDLSTM, embedding_dropout
+from ..kglm.awd_lstm import AWDLSTMDropouts, embedding_dropout
 from ..vocabulary import WordVocabulary, build_word_list, check_word_ids
 from .latents import (
     LATENT_KEYS,
@@ -108,8 +108,9 @@ class EntityNLM(
         self.dim, self.chunk_size, self.dropoute = dim, int(chunk_size), dropoute
         self.max_entities, self.max_mention_length = int(max_entities), int(max_mention_length)
         V = len(self.vocab)
+        dropouts = AWDLSTMDropouts(dropout=dropout, dropouti=dropouti, dropoute=dropoute, wdrop=wdrop)
         self.token_embedding = nn.Embedding(V, dim)
-        self.encoder = AWDLSTM(dim, hidden_size, dim, num_layers, wdrop, dropouti, dropout)
+        self.encoder = dropouts.encoder(dim, hidden_size, dim, num_layers)
         self.heads = EntityHeads(dim, self.max_entities, self.max_mention_length)
         self.entity_output = nn.Linear(dim, dim, bias=False)  # W_e
         self.vocab_output = nn.Linear(dim, V)  # W_vocab, b
@@ -125,10 +126,7 @@ class EntityNLM(
             num_layers=proposal_num_layers or num_layers,
             max_entities=self.max_entities,
             max_mention_length=self.max_mention_length,
-            dropout=dropout,
-            dropouti=dropouti,
-            dropoute=dropoute,
-            wdrop=wdrop,
+            dropouts=dropouts,
             chunk_size=chunk_size,
         )
         self._doc_cache = DocumentCache()

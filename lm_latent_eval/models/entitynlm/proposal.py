@@ -21,7 +21,7 @@ from torch import nn
 from ...protocol import CheckedProposal
 from ..cuda_graphs import DEFAULT_CUDA_GRAPHS, graphs_in_effect
 from ..encoder_cache import DocumentCache
-from ..kglm.awd_lstm import AWDLSTM, embedding_dropout
+from ..kglm.awd_lstm import AWDLSTMDropouts, embedding_dropout
 from ..vocabulary import check_word_ids
 from .latents import (
     LATENT_KEYS,
@@ -33,6 +33,8 @@ from .latents import (
     score_latents,
     without_autograd,
 )
+
+NO_DROPOUT = AWDLSTMDropouts()
 
 
 class EntityNLMProposal(CheckedProposal, nn.Module):
@@ -50,10 +52,7 @@ class EntityNLMProposal(CheckedProposal, nn.Module):
         num_layers: int,
         max_entities: int,
         max_mention_length: int,
-        dropout: float = 0.0,
-        dropouti: float = 0.0,
-        dropoute: float = 0.0,
-        wdrop: float = 0.0,
+        dropouts: AWDLSTMDropouts = NO_DROPOUT,
         chunk_size: int = 70,
     ):
         super().__init__()
@@ -61,10 +60,10 @@ class EntityNLMProposal(CheckedProposal, nn.Module):
             vocab_size,
             bos_id,
             int(chunk_size),
-            dropoute,
+            dropouts.dropoute,
         )
         self.token_embedding = nn.Embedding(vocab_size, dim)
-        self.encoder = AWDLSTM(dim, hidden_size, dim, num_layers, wdrop, dropouti, dropout)
+        self.encoder = dropouts.encoder(dim, hidden_size, dim, num_layers)
         self.heads = EntityHeads(dim, max_entities, max_mention_length)
         self.nopeek_heads = EntityHeads(dim, max_entities, max_mention_length)
         nn.init.uniform_(self.token_embedding.weight, -0.1, 0.1)

@@ -30,7 +30,7 @@ from ..cuda_graphs import CUDA_GRAPHS_HELP, GraphsOfProposal, parse_cuda_graphs
 from ..encoder_cache import DocumentCache
 from ..vocabulary import WordVocabulary, build_word_list
 from . import sampling
-from .awd_lstm import AWDLSTM, embedding_dropout
+from .awd_lstm import AWDLSTMDropouts, embedding_dropout
 from .checkpoint import (
     GRAPH_FILE,
     checkpoint_options,
@@ -133,12 +133,11 @@ class KGLM(
         )
         V = len(self.vocab)
 
+        dropouts = AWDLSTMDropouts(dropout=dropout, dropouti=dropouti, dropoute=dropoute, wdrop=wdrop)
         self.token_embedding = nn.Embedding(V, token_dim)
         self.entity_embedding = nn.Embedding(n_ent_rows, entity_dim)
         self.relation_embedding = nn.Embedding(n_rel_rows, entity_dim)
-        self.encoder = AWDLSTM(
-            token_dim, hidden_size, token_dim + 2 * entity_dim, num_layers, wdrop, dropouti, dropout
-        )
+        self.encoder = dropouts.encoder(token_dim, hidden_size, token_dim + 2 * entity_dim, num_layers)
         self.mention_type = nn.Linear(token_dim, 4)
         self.new_entity_bias = nn.Parameter(torch.zeros(n_ent_rows)) if new_entity_bias else None
         self.condense = nn.Linear(token_dim + entity_dim, token_dim)
@@ -163,10 +162,7 @@ class KGLM(
             new_entity_bias=new_entity_bias,
             num_entity_rows=n_ent_rows,
             num_relation_rows=n_rel_rows,
-            dropout=dropout,
-            dropouti=dropouti,
-            dropoute=dropoute,
-            wdrop=wdrop,
+            dropouts=dropouts,
             chunk_size=chunk_size,
             nopeek_heads=proposal_nopeek_heads,
             alias_index=self.alias_start_index() if proposal_alias_features else None,

@@ -28,7 +28,7 @@ from torch import nn
 from ...protocol import CheckedProposal
 from ..cuda_graphs import DEFAULT_CUDA_GRAPHS, TokenLoop, copy_fields, graphs_in_effect
 from ..encoder_cache import DocumentCache
-from .awd_lstm import AWDLSTM, embedding_dropout
+from .awd_lstm import AWDLSTMDropouts, embedding_dropout
 from .latents import (
     CONTINUING,
     NEW,
@@ -46,6 +46,10 @@ from .latents import (
     segment_logsumexp,
 )
 from .stepwise import WindowState, sample_step
+
+ORIGINAL_DROPOUTS = AWDLSTMDropouts(
+    dropout=0.4, dropouti=0.65, dropoute=0.1, wdrop=0.5
+)  # the original KGLM's
 
 
 class KGLMProposal(CheckedProposal, nn.Module):
@@ -68,10 +72,7 @@ class KGLMProposal(CheckedProposal, nn.Module):
         new_entity_bias: bool,
         num_entity_rows: int,
         num_relation_rows: int,
-        dropout: float = 0.4,
-        dropouti: float = 0.65,
-        dropoute: float = 0.1,
-        wdrop: float = 0.5,
+        dropouts: AWDLSTMDropouts = ORIGINAL_DROPOUTS,
         chunk_size: int = 70,
         nopeek_heads: bool = False,
         alias_index: dict[int, list[int]] | None = None,
@@ -85,13 +86,11 @@ class KGLMProposal(CheckedProposal, nn.Module):
             cutoff,
             chunk_size,
         )
-        self.dropoute = dropoute
+        self.dropoute = dropouts.dropoute
         self.token_embedding = nn.Embedding(vocab_size, token_dim)
         self.entity_embedding = nn.Embedding(num_entity_rows, entity_dim)
         self.relation_embedding = nn.Embedding(num_relation_rows, entity_dim)
-        self.encoder = AWDLSTM(
-            token_dim, hidden_size, token_dim + 2 * entity_dim, num_layers, wdrop, dropouti, dropout
-        )
+        self.encoder = dropouts.encoder(token_dim, hidden_size, token_dim + 2 * entity_dim, num_layers)
         self.mention_type = nn.Linear(token_dim, NUM_TYPES)
         self.new_entity_bias = nn.Parameter(torch.zeros(num_entity_rows)) if new_entity_bias else None
         nn.init.uniform_(self.token_embedding.weight, -0.1, 0.1)
