@@ -6,6 +6,7 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
+from ...protocol import check_text
 from .parameters import HMMParameters, forward_log_alpha
 from .proposal import HMMProposal
 from .stepwise import HMMParticles, init_particles, reorder_particles, step_particles
@@ -59,8 +60,7 @@ class HMMLanguageModel(
         return self.tokenizer.decode(ids)
 
     def _check_x(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() != 1:
-            raise ValueError(f"x must be a 1-d LongTensor [T], got shape {tuple(x.shape)}")
+        check_text(x)
         if x.numel() and (int(x.min()) < 0 or int(x.max()) >= len(self.vocab)):
             raise ValueError(
                 f"token ids must lie in [0, {len(self.vocab)}), got range [{int(x.min())}, {int(x.max())}]"
