@@ -116,14 +116,10 @@ class EntityNLMProposal(CheckedProposal, nn.Module):
         return self.log_prob_batch(self.encode(x).unsqueeze(0), z, temperature, peek)
 
     def log_prob_batch(
-        self,
-        states: torch.Tensor,
-        z: dict,
-        temperature: float = 1.0,
-        peek: bool = True,
-        mask: torch.Tensor | None = None,
+        self, states: torch.Tensor, z: dict, temperature: float = 1.0, peek: bool = True, mask=None
     ) -> torch.Tensor:
-        """log q_τ(z_k | x_k) from states [K|1, T + 1, D] (``mask`` [K, T]: real tokens): float64 [K]."""
+        """log q_τ(z_k | x_k) from states [K|1, T + 1, D]: float64 [K]. ``mask`` (bool [K, T], optional) marks the
+        real tokens of padded rows."""
         heads, h_label, h_update = self.views(states, peek)
         return score_latents(heads, h_label, h_update, z, temperature, mask)[0]
 
