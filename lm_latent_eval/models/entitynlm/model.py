@@ -23,6 +23,7 @@ from torch import nn
 
 from ...protocol import check_num_samples, check_temperature
 from ...tensors import distinct_rows
+from ..checkpoints import StrictLoading
 from ..cuda_graphs import CUDA_GRAPHS_HELP, GraphsOfProposal, parse_cuda_graphs
 from ..encoder_cache import DocumentCache
 from ..kglm.awd_lstm import AWDLSTMDropouts, embedding_dropout
@@ -56,6 +57,7 @@ def build_vocabulary(
 class EntityNLM(
     GraphsOfProposal,
     nn.Module,
+    StrictLoading,
     PyTorchModelHubMixin,
     library_name="lm-latent-eval",
     tags=["latent-lm", "entitynlm"],
@@ -139,11 +141,6 @@ class EntityNLM(
         model = super().from_pretrained(pretrained_model_name_or_path, **kwargs)
         model.cuda_graphs = setting
         return model
-
-    @classmethod
-    def _from_pretrained(cls, *, strict: bool = True, **kwargs):
-        """Load with strict=True: a checkpoint missing a parameter is an error, never a random init."""
-        return super()._from_pretrained(strict=strict, **kwargs)
 
     @property
     def device(self) -> torch.device:

@@ -7,6 +7,7 @@ from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
 from ...protocol import check_text
+from ..checkpoints import StrictLoading
 from .parameters import HMMParameters, forward_log_alpha
 from .proposal import HMMProposal
 from .stepwise import HMMParticles, init_particles, reorder_particles, step_particles
@@ -15,6 +16,7 @@ from .tokenizer import UNK, WordTokenizer
 
 class HMMLanguageModel(
     nn.Module,
+    StrictLoading,
     PyTorchModelHubMixin,
     library_name="lm-latent-eval",
     tags=["latent-variable-lm", "hmm"],
@@ -37,11 +39,6 @@ class HMMLanguageModel(
         self.hmm = HMMParameters(num_states, len(vocab), torch.Generator().manual_seed(seed))
         self.proposal = HMMProposal(num_states, len(vocab))
         self.proposal.load_state_dict(self.hmm.state_dict())
-
-    @classmethod
-    def _from_pretrained(cls, *, strict: bool = True, **kwargs):
-        """Load with strict=True: a checkpoint missing a parameter is an error, never a random init."""
-        return super()._from_pretrained(strict=strict, **kwargs)
 
     @property
     def vocab(self) -> list[str]:

@@ -30,6 +30,7 @@ from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
 from ...tensors import distinct_rows
+from ..checkpoints import StrictLoading
 from ..stepwise_module import StepwiseFromModule
 from ..vocabulary import WordVocabulary, build_word_list
 from . import sampling, stepwise
@@ -87,6 +88,7 @@ class StackLSTM(nn.Module):
 class RNNG(
     nn.Module,
     StepwiseFromModule,
+    StrictLoading,
     PyTorchModelHubMixin,
     library_name="lm-latent-eval",
     tags=["latent-lm", "rnng"],
@@ -149,11 +151,6 @@ class RNNG(
             V, self.bos_id, self.eos_id, proposal_dim or dim, proposal_hidden_size or hidden_size, dropout
         )
         self.proposal.bind(self)  # peek=false draws from this model's own action distribution
-
-    @classmethod
-    def _from_pretrained(cls, *, strict: bool = True, **kwargs):
-        """Load with strict=True: a checkpoint missing a parameter is an error, never a random init."""
-        return super()._from_pretrained(strict=strict, **kwargs)
 
     @property
     def device(self) -> torch.device:
