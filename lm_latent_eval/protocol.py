@@ -44,6 +44,34 @@ class Proposal(Protocol):
         ...
 
 
+class CheckedProposal:
+    """Base of the bundled proposals: ``sample`` and ``beam`` as the contract states them (``Proposal``), checking
+    their arguments (``check_proposal_args``, ``check_beam_args``) and running without autograd, then handing over
+    to the subclass's ``_sample`` and ``_beam``, which take the same arguments and return the same values."""
+
+    @torch.no_grad()
+    def sample(
+        self, x, num_samples, temperature=1.0, peek=True, generator=None
+    ) -> tuple[Latents, torch.Tensor]:
+        """``Proposal.sample`` (types there): (z [K, ...], log q_τ(z_k | x) [K]) from ``_sample`` once the arguments
+        passed ``check_proposal_args``."""
+        check_proposal_args(x, num_samples, temperature)
+        return self._sample(x, num_samples, temperature, peek, generator)
+
+    @torch.no_grad()
+    def beam(self, x, beam_size) -> Latents:
+        """``Proposal.beam``: up to ``beam_size`` distinct configurations from ``_beam`` once the arguments passed
+        ``check_beam_args``."""
+        check_beam_args(x, beam_size)
+        return self._beam(x, beam_size)
+
+    def _sample(self, x, num_samples, temperature, peek, generator) -> tuple[Latents, torch.Tensor]:
+        raise NotImplementedError
+
+    def _beam(self, x, beam_size) -> Latents:
+        raise NotImplementedError
+
+
 @runtime_checkable
 class LatentLM(Protocol):
     """A language model with hidden structure: p(x) = Σ_z p(x, z)."""
@@ -101,15 +129,39 @@ class StepwiseLatentLM(Protocol):
         ...
 
 
+def check_num_samples(num_samples: int, name: str = "num_samples") -> None:
+    """A ValueError naming ``name`` unless the number of samples or particles is a positive integer."""
+    if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {num_samples!r}")
+
+
+def check_temperature(temperature: float) -> None:
+    """A ValueError unless the temperature τ is a finite number > 0."""
+    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+
+
 def check_proposal_args(x: torch.Tensor, num_samples: int, temperature: float) -> None:
     """The arguments of ``Proposal.sample``: x a 1-d LongTensor [T], K a positive integer, τ a finite number > 0
     (a ValueError naming the bad one)."""
+    check_text(x)
+    check_num_samples(num_samples)
+    check_temperature(temperature)
+
+
+def check_beam_args(x: torch.Tensor, beam_size: int) -> None:
+    """The arguments of ``Proposal.beam``: x a 1-d LongTensor [T], ``beam_size`` a positive integer (a ValueError
+    naming the bad one)."""
+    check_text(x)
+    check_num_samples(beam_size, "beam_size")
+
+
+def check_text(x: torch.Tensor) -> None:
+    """A ValueError unless x is a 1-d tensor (the model's token ids [T])."""
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"x must be a 1-d LongTensor [T], got {type(x).__name__}")
     if x.dim() != 1:
         raise ValueError(f"x must be a 1-d LongTensor [T], got shape {tuple(x.shape)}")
-    if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
-        raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
-    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
 
 
 def is_latent_lm(obj: Any) -> bool:
@@ -198,6 +250,21 @@ def select_particles(z: Latents, index: slice | torch.Tensor) -> Latents:
     if isinstance(z, (tuple, list)):
         return type(z)(select_particles(v, index) for v in z)
     return z
+
+
+def enumerated_log_marginal(model: LatentLM, x: torch.Tensor, z: Latents, batch_size: int = 4096) -> float:
+    """log p(x) = log Σ_z p(x, z) over z, every configuration of the support listed once, scored ``batch_size`` at
+    a time: float64, 0.0 for the empty text; a ValueError when ``log_joint`` returns NaN."""
+    if x.numel() == 0:
+        return 0.0
+    n = num_particles(z)
+    parts = [
+        model.log_joint(x, select_particles(z, slice(s, s + batch_size))) for s in range(0, n, batch_size)
+    ]
+    value = float(torch.logsumexp(torch.cat(parts), 0))
+    if math.isnan(value):
+        raise ValueError("exact_log_marginal: log_joint returned NaN")
+    return value
 
 
 def _leaves(z: Latents):

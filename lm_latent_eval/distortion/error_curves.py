@@ -112,9 +112,11 @@ def _curve_from_groups(
     min_count: int,
     num_resamples: int,
     level: float,
-    rng: np.random.Generator,
+    rng: np.random.Generator | None,
 ) -> dict:
-    """Mean error with bootstrap CI per group of sequence indices; keeps groups with > min_count sequences."""
+    """Mean error with bootstrap CI per group of sequence indices; keeps groups with > min_count sequences (rng None:
+    a generator seeded with 0)."""
+    rng = np.random.default_rng(0) if rng is None else rng
     curve = {key: [] for key in extra}
     curve.update(count=[], mean_log_p_ref=[], mean_error=[], ci_low=[], ci_high=[])
     dropped_bins = dropped_sequences = 0
@@ -140,11 +142,15 @@ def _curve_from_groups(
     return curve
 
 
+def _check_num_bins(num_bins: int) -> None:
+    if not isinstance(num_bins, (int, np.integer)) or num_bins < 1:
+        raise ValueError(f"num_bins must be a positive integer, got {num_bins!r}")
+
+
 def equal_width_edges(reference_log_probs, num_bins: int) -> np.ndarray:
     """num_bins + 1 equal-width edges from min to max log p_L: float64 [B + 1] (one bin if all are equal)."""
     ref = np.asarray(reference_log_probs, dtype=np.float64)
-    if not isinstance(num_bins, (int, np.integer)) or num_bins < 1:
-        raise ValueError(f"num_bins must be a positive integer, got {num_bins!r}")
+    _check_num_bins(num_bins)
     lo, hi = float(ref.min()), float(ref.max())
     if lo == hi:
         return np.array([lo, hi])
@@ -173,7 +179,6 @@ def equal_width_curve(
     b = bin_index(ref, edges)
     groups = [np.flatnonzero(b == k) for k in range(len(edges) - 1)]
     extra = {"bin_left": edges[:-1].tolist(), "bin_right": edges[1:].tolist()}
-    rng = np.random.default_rng(0) if rng is None else rng
     return _curve_from_groups(groups, e, ref, extra, min_count, num_resamples, level, rng)
 
 
@@ -189,8 +194,7 @@ def equal_size_curve(
     """Mean error per bin of sequences sorted by log p_L, split into num_bins groups of (near) equal size."""
     ref = np.asarray(reference_log_probs, dtype=np.float64)
     e = np.asarray(errors, dtype=np.float64)
-    if not isinstance(num_bins, (int, np.integer)) or num_bins < 1:
-        raise ValueError(f"num_bins must be a positive integer, got {num_bins!r}")
+    _check_num_bins(num_bins)
     if ref.size < num_bins:
         raise ValueError(f"{num_bins} equal-size bins need at least {num_bins} sequences, got {ref.size}")
     groups = np.array_split(np.argsort(ref, kind="stable"), num_bins)
@@ -198,7 +202,6 @@ def equal_size_curve(
         "bin_left": [float(ref[g].min()) for g in groups],
         "bin_right": [float(ref[g].max()) for g in groups],
     }
-    rng = np.random.default_rng(0) if rng is None else rng
     return _curve_from_groups(groups, e, ref, extra, min_count, num_resamples, level, rng)
 
 
@@ -286,7 +289,6 @@ def length_curve(
     values = np.unique(n)
     groups = [np.flatnonzero(n == v) for v in values]
     extra = {"length": values.tolist(), "expected_error": (values * per_token).tolist()}
-    rng = np.random.default_rng(0) if rng is None else rng
     curve = _curve_from_groups(groups, e, np.zeros_like(e), extra, min_count, num_resamples, level, rng)
     del curve["mean_log_p_ref"]
     curve["mean_per_token_error"] = per_token

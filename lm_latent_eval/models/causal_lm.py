@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import torch
 
+from ..protocol import CheckedProposal
 
-class _TrivialProposal:
+
+class _TrivialProposal(CheckedProposal):
     """q(z | x) = 1 on the single configuration z = 0."""
 
-    def sample(self, x, num_samples, temperature=1.0, peek=True, generator=None):
+    def _sample(self, x, num_samples, temperature, peek, generator):
         """z [K, 1] of zeros, log q = 0 [K] (tempering a point mass leaves it a point mass)."""
         return torch.zeros(num_samples, 1, dtype=torch.long), torch.zeros(num_samples, dtype=torch.float64)
 
-    def beam(self, x, beam_size):
+    def _beam(self, x, beam_size):
         """The one configuration."""
         return torch.zeros(1, 1, dtype=torch.long)
 

@@ -7,6 +7,8 @@ import dataclasses
 import importlib
 import json
 import math
+import random
+import shutil
 from pathlib import Path
 
 from . import MODELS
@@ -54,6 +56,67 @@ def add_trainer_arguments(
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def seeded_rng(seed: int) -> random.Random:
+    """Seed torch's global generator (initial weights, dropout) with ``seed``; return a ``random.Random(seed)`` for
+    the order of the training batches."""
+    import torch
+
+    torch.manual_seed(seed)
+    return random.Random(seed)
+
+
+def shuffled_epoch(items: list, rng: random.Random, desc: str, progress: bool = True):
+    """``items`` shuffled in place by ``rng``, behind a progress bar named ``desc`` (none unless ``progress``)."""
+    from tqdm.auto import tqdm
+
+    rng.shuffle(items)
+    return tqdm(items, desc=desc, disable=not progress, leave=False)
+
+
+def gradient_step(optimizer, loss, model, grad_clip: float) -> None:
+    """One optimizer step down ``loss``: clear the gradients, backpropagate, clip the gradient norm of the model's
+    parameters to ``grad_clip``, step."""
+    import torch
+
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+
+
+def prefixed(prefix: str, numbers: dict) -> dict:
+    """``numbers`` with ``prefix`` before every key (e.g. the validation numbers as ``valid_*``)."""
+    return {f"{prefix}{k}": v for k, v in numbers.items()}
+
+
+def importance_sampled_ppl(model, documents: list, num_samples: int, seed: int = 0) -> float:
+    """Instance-level IS perplexity exp(−Σ_n log p̂(x_n) / Σ_n T_n) of (name, x [T]) documents, with K =
+    ``num_samples`` samples of the model's proposal (peeking, τ = 1) per document; the model is left in eval mode."""
+    from ..estimators import importance_log_weights, instance_ppl
+
+    model.eval()
+    weights = [
+        importance_log_weights(
+            model, x, num_samples=num_samples, seed=seed, document=name, device=model.device
+        )
+        for name, x in documents
+    ]
+    return instance_ppl(weights, [x.numel() for _, x in documents])
+
+
+def finish_training(best: BestParameters, config, output_dir, final=None) -> tuple:
+    """The end of a trainer: restore the parameters ``best`` kept, switch the model to eval mode, log the record
+    ``final()`` returns then (marked ``"final": True``; where ``final`` is given), save the checkpoint when
+    ``output_dir`` is given. Returns (model, history)."""
+    best.restore()
+    best.model.eval()
+    if final is not None:
+        best.log({"final": True, **final()})
+    if output_dir is not None:
+        save_checkpoint(best.model, output_dir, config, best.history)
+    return best.model, best.history
+
+
 def report_training(output, history: list[dict]) -> int:
     """Print the checkpoint folder and the last training record as one JSON line (the trainers' CLI output)."""
     print(json.dumps({"output": str(output), "final": history[-1] if history else None}))
@@ -96,6 +159,34 @@ def make_default_arguments(description: str, epochs: int | None, argv: list[str]
 def split_documents(docs: list, num_test: int, num_valid: int) -> tuple[list, list, list]:
     """(test, valid, train): the first ``num_test`` documents, the next ``num_valid``, the rest."""
     return docs[:num_test], docs[num_test : num_test + num_valid], docs[num_test + num_valid :]
+
+
+def default_settings(recipe, args: argparse.Namespace):
+    """The training settings of a ``make_default`` script: its ``recipe`` with the ``--epochs`` and ``--seed`` given."""
+    return dataclasses.replace(recipe, epochs=args.epochs, seed=args.seed)
+
+
+def fresh_folder(path: Path) -> Path:
+    """``path``, removed with its contents first where it exists (a bundled checkpoint is written anew)."""
+    if path.exists():
+        shutil.rmtree(path)
+    return path
+
+
+def write_card(folder: Path, card: str, splits: tuple[list, list, list], seed: int, final: dict) -> None:
+    """``folder``/README.md: ``card`` filled in with the sizes of the (test, valid, train) splits, the seed and the
+    final validation record (``gold``: valid_joint_ppl, ``k``: valid_samples, ``is_ppl``: valid_is_ppl)."""
+    test, valid, train = splits
+    text = card.format(
+        train=len(train),
+        valid=len(valid),
+        test=len(test),
+        seed=seed,
+        gold=final["valid_joint_ppl"],
+        k=final["valid_samples"],
+        is_ppl=final["valid_is_ppl"],
+    )
+    (folder / "README.md").write_text(text)
 
 
 class BestParameters:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+import torch
+
 
 def build_word_list(
     documents: Iterable[Iterable[str]],
@@ -30,6 +32,14 @@ def build_word_list(
     if max_size is not None:
         words = words[: max(0, max_size - len(specials))]
     return [*specials, *words]
+
+
+def check_word_ids(x: torch.Tensor, num_ids: int) -> None:
+    """A ValueError unless x is a 1-d LongTensor of ids in [0, ``num_ids``), as ``tokenize`` returns them."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.dtype != torch.long:
+        raise ValueError(f"x must be a LongTensor [T], got {getattr(x, 'shape', type(x))}")
+    if x.numel() and (int(x.min()) < 0 or int(x.max()) >= num_ids):
+        raise ValueError(f"x holds ids outside [0, {num_ids}); use model.tokenize(text)")
 
 
 class WordVocabulary:

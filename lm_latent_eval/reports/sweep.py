@@ -211,10 +211,16 @@ def smc_table_markdown(result: dict) -> str:
             f"| {name} | {_statement(r)} | {r['instance_ppl']:.3f} | {r['corpus_ppl']:.3f} "
             f"| {r['mean_ess']:.1f} | {r['min_ess']:.1f} | {r['mean_resampling_steps']:.2f} |"
         )
-    if "exact_ppl" in result:
-        e = result["exact_ppl"]
-        lines.append(f"| Exact ({result['exact_source']}) | {e:.3f} | {e:.3f} | {e:.3f} | | | |")
-    return "\n".join(lines)
+    return "\n".join(lines + _exact_row(result, empty_cells=3))
+
+
+def _exact_row(result: dict, empty_cells: int) -> list[str]:
+    """The row of the exact perplexity (where the result has one) under a table of perplexities: its value in the
+    first three value columns, then ``empty_cells`` empty cells; [] without an exact perplexity."""
+    if "exact_ppl" not in result:
+        return []
+    e = result["exact_ppl"]
+    return [f"| Exact ({result['exact_source']}) | {e:.3f} | {e:.3f} | {e:.3f} |" + " |" * empty_cells]
 
 
 def _proposal_rows(rows: list[dict], label: str = ""):
@@ -243,10 +249,7 @@ def table1_markdown(result: dict) -> str:
             f"| {name} | {r['corpus_ppl']:.3f} | {r['instance_ppl']:.3f} | {_statement(r)} "
             f"| {r['mean_ess']:.1f} | {r['num_pareto_k_above_threshold']} / {defined} |"
         )
-    if "exact_ppl" in result:
-        e = result["exact_ppl"]
-        lines.append(f"| Exact ({result['exact_source']}) | {e:.3f} | {e:.3f} | {e:.3f} | | |")
-    return "\n".join(lines)
+    return "\n".join(lines + _exact_row(result, empty_cells=2))
 
 
 def table2_markdown(result: dict) -> str:

@@ -4,6 +4,7 @@ import datasets
 import evaluate
 
 from lm_latent_eval.contrastive.entropy import report_from_sentence_scores
+from lm_latent_eval.metric_info import metric_info
 
 _CITATION = """\
 @inproceedings{arora-rangarajan-2016-contrastive,
@@ -16,6 +17,8 @@ _CITATION = """\
     url = "https://arxiv.org/abs/1601.00248",
 }
 """
+
+_URL = "https://arxiv.org/abs/1601.00248"
 
 _DESCRIPTION = """\
 Contrastive entropy measures how much more probable a model finds a test set T than the same test set passed
@@ -80,19 +83,12 @@ Examples:
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class ContrastiveEntropy(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {
-                    "original_score": datasets.Value("float64"),
-                    "distorted_scores": datasets.Sequence(datasets.Sequence(datasets.Value("float64"))),
-                    "num_words": datasets.Value("int64"),
-                }
-            ),
-            reference_urls=["https://arxiv.org/abs/1601.00248"],
-        )
+        features = {
+            "original_score": datasets.Value("float64"),
+            "distorted_scores": datasets.Sequence(datasets.Sequence(datasets.Value("float64"))),
+            "num_words": datasets.Value("int64"),
+        }
+        return metric_info(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION, features, _URL)
 
     def _compute(
         self, original_score, distorted_scores, num_words, levels=(0.1, 0.3, 0.5), base_level=0.1, unit="word"

@@ -12,6 +12,7 @@ from lm_latent_eval.distortion.error_curves import (
     NUM_RESAMPLES,
     distortion_report,
 )
+from lm_latent_eval.metric_info import metric_info
 
 _CITATION = """\
 @inproceedings{lebrun2022evaluating,
@@ -22,6 +23,8 @@ _CITATION = """\
   url       = {https://arxiv.org/abs/2203.12788}
 }
 """
+
+_URL = "https://arxiv.org/abs/2203.12788"
 
 _DESCRIPTION = """\
 Compares a language model p_M with a reference language p_L whose sequence probabilities are known (for
@@ -92,15 +95,8 @@ Examples:
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class DistortionError(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {"predictions": datasets.Value("float64"), "references": datasets.Value("float64")}
-            ),
-            reference_urls=["https://arxiv.org/abs/2203.12788"],
-        )
+        features = {"predictions": datasets.Value("float64"), "references": datasets.Value("float64")}
+        return metric_info(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION, features, _URL)
 
     def _compute(
         self,

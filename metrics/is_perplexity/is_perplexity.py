@@ -4,6 +4,7 @@ import datasets
 import evaluate
 
 from lm_latent_eval.estimators.report import weights_report
+from lm_latent_eval.metric_info import metric_info
 
 _CITATION = """\
 @inproceedings{logan-etal-2020-importance,
@@ -16,6 +17,8 @@ _CITATION = """\
     url = "https://aclanthology.org/2020.acl-main.196",
 }
 """
+
+_URL = "https://aclanthology.org/2020.acl-main.196"
 
 _DESCRIPTION = """\
 Perplexity of a latent-variable language model p(x) = Σ_z p(x, z) estimated by importance sampling. For document n
@@ -101,18 +104,11 @@ Examples:
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class IsPerplexity(evaluate.Metric):
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {
-                    "log_weights": datasets.Sequence(datasets.Value("float64")),
-                    "num_tokens": datasets.Value("int64"),
-                }
-            ),
-            reference_urls=["https://aclanthology.org/2020.acl-main.196"],
-        )
+        features = {
+            "log_weights": datasets.Sequence(datasets.Value("float64")),
+            "num_tokens": datasets.Value("int64"),
+        }
+        return metric_info(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION, features, _URL)
 
     def _compute(
         self,

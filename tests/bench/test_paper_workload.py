@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from python_subprocess import accelerate_launch, run_checked
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
@@ -95,12 +95,6 @@ def test_figures_depend_on_the_documents_only(model, capsys):
         assert all(s["word_pairs"] > 0 for r in whole["records"] for s in r["settings"])
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_processes_under_accelerate_launch_equal_one_process(tmp_path):
     pytest.importorskip("accelerate")
@@ -110,20 +104,7 @@ def test_two_processes_under_accelerate_launch_equal_one_process(tmp_path):
     one = tmp_path / "one.json"
     subprocess.run([sys.executable, script, *args, "--output", str(one)], env=env, check=True, timeout=600)
     two = tmp_path / "two.json"
-    launch = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(free_port()),
-    ]  # fmt: skip
-    proc = subprocess.run(
-        [*launch, script, *args, "--output", str(two)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    run_checked([*accelerate_launch(2), script, *args, "--output", str(two)], env=env, timeout=600, tail=4000)
     a, b = json.loads(one.read_text()), json.loads(two.read_text())
     assert b["processes"] == 2 and {r["rank"] for r in b["records"]} == {0, 1}
     assert [r["index"] for r in a["records"]] == [r["index"] for r in b["records"]]

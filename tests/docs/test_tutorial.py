@@ -7,12 +7,11 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from python_subprocess import run_python
+from python_subprocess import run_checked, run_python
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "your-model.md"
@@ -47,16 +46,7 @@ def test_tutorial_runs_as_written(tmp_path):
         .replace("lm_eval ", f"{sys.executable} -m lm_eval ")
         .replace("lm-latent-eval ", f"{sys.executable} -m lm_latent_eval.cli ")
     )
-    proc = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_checked(["bash", "-euo", "pipefail", "-c", script], env=env, timeout=900, cwd=tmp_path)
     cards = sorted((tmp_path / "out" / "cards").glob("*.json"))
     assert len(cards) == 2
     is_card = next(

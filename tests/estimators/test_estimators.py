@@ -30,6 +30,14 @@ def exact(model, text: str) -> float:
     return model.log_marginal(model.tokenize(text))
 
 
+def log_weights(model, text, k, seed, peek=True, tau=1.0) -> np.ndarray:
+    """importance_log_weights of one document: K log weights (the document's own text names its stream)."""
+    x = model.tokenize(text)
+    return importance_log_weights(
+        model, x, num_samples=k, temperature=tau, peek=peek, seed=seed, document=text
+    )
+
+
 def is_estimate(model, text, k, seed, peek=True, tau=1.0) -> float:
     return estimate_document(
         model, text, EstimatorSettings("is", num_samples=k, seed=seed, peek=peek, temperature=tau)
@@ -98,18 +106,7 @@ def test_instance_ppl_is_at_most_corpus_ppl_in_expectation(bundled_hmm, bundled_
     true_log_ppl = -sum(exact(bundled_hmm, d) for d in docs) / sum(tokens)
     inst, corp = [], []
     for seed in range(40):
-        lw = [
-            importance_log_weights(
-                bundled_hmm,
-                bundled_hmm.tokenize(d),
-                num_samples=16,
-                temperature=1.0,
-                peek=False,
-                seed=seed,
-                document=d,
-            )
-            for d in docs
-        ]
+        lw = [log_weights(bundled_hmm, d, 16, seed, peek=False) for d in docs]
         inst.append(math.log(instance_ppl(lw, tokens)))
         corp.append(math.log(corpus_ppl(lw, tokens)))
     inst, corp = np.array(inst), np.array(corp)
@@ -121,18 +118,7 @@ def test_instance_ppl_is_at_most_corpus_ppl_in_expectation(bundled_hmm, bundled_
 def test_no_peek_log_weights_vary_more_than_peek(bundled_hmm, bundled_test_texts):
     var = {}
     for peek in (True, False):
-        lw = [
-            importance_log_weights(
-                bundled_hmm,
-                bundled_hmm.tokenize(t),
-                num_samples=100,
-                temperature=1.0,
-                peek=peek,
-                seed=0,
-                document=t,
-            )
-            for t in bundled_test_texts
-        ]
+        lw = [log_weights(bundled_hmm, t, 100, 0, peek=peek) for t in bundled_test_texts]
         var[peek] = np.mean([np.var(w) for w in lw])
     assert var[False] > 2 * var[True] > 0
 
@@ -190,15 +176,7 @@ def test_unknown_words_map_to_unk_and_give_a_finite_estimate(bundled_hmm):
 @pytest.mark.parametrize("k,tau", [(0, 1.0), (-3, 1.0), (10, 0.0), (10, -0.5), (10, float("inf"))])
 def test_bad_sample_count_or_temperature_names_the_document(tiny_hmm, k, tau):
     with pytest.raises(ValueError, match="a b c a"):
-        importance_log_weights(
-            tiny_hmm,
-            tiny_hmm.tokenize(SHORT_DOC),
-            num_samples=k,
-            temperature=tau,
-            peek=True,
-            seed=0,
-            document=SHORT_DOC,
-        )
+        log_weights(tiny_hmm, SHORT_DOC, k, 0, peek=True, tau=tau)
     with pytest.raises(ValueError):
         EstimatorSettings("is", num_samples=k, temperature=tau)
 

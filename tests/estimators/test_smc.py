@@ -363,31 +363,11 @@ class _ZeroStep:
 
 def test_zero_weight_particles_are_dropped_and_nan_increments_named():
     model = _ZeroStep(make_tiny_hmm(), -math.inf)
-    lw, _ = smc_log_weights(
-        model,
-        model.tokenize(DOC),
-        num_samples=50,
-        temperature=1.0,
-        peek=False,
-        seed=0,
-        document=DOC,
-        resample_threshold=1.0,
-        smc_runs=1,
-    )
+    lw, _ = smc(model, DOC, k=50, threshold=1.0)
     assert np.isfinite(log_mean_exp(lw))
     with pytest.raises(ValueError, match="NaN or \\+inf .* token 2"):
         bad = _ZeroStep(make_tiny_hmm(), math.nan)
-        smc_log_weights(
-            bad,
-            bad.tokenize(DOC),
-            num_samples=50,
-            temperature=1.0,
-            peek=False,
-            seed=0,
-            document=DOC,
-            resample_threshold=1.0,
-            smc_runs=1,
-        )
+        smc(bad, DOC, k=50, threshold=1.0)
 
 
 def test_run_r_draws_from_importance_sampling_block_r(tiny_hmm):

@@ -13,8 +13,6 @@ import glob
 import json
 import os
 import re
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,6 +22,7 @@ lm_eval = pytest.importorskip("lm_eval")
 pytest.importorskip("accelerate")
 from hook_site import hook_site_dir
 from lm_eval.api.instance import Instance
+from python_subprocess import accelerate_launch, run_checked
 
 from lm_latent_eval.harness import backends
 from lm_latent_eval.harness.backends import LatentHMMEval
@@ -31,12 +30,6 @@ from lm_latent_eval.harness.backends import LatentHMMEval
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = [json.loads(line)["text"] for line in (REPO / "lm_latent_eval/data/corpus/tiny_test.jsonl").open()]
 MODEL_ARGS = "estimator=smc,num_samples=512,seed=4"  # 4 runs: a numeric Monte Carlo Stderr
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def environment(tmp_path: Path, site_dir: Path) -> dict:
@@ -56,8 +49,7 @@ def lm_eval_args(output: Path, model_args: str) -> list[str]:
 
 
 def run(cmd: list[str], env: dict, cwd: Path) -> tuple[dict, list[dict], str]:
-    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=900, check=False)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = run_checked(cmd, env=env, timeout=900, cwd=cwd, tail=4000)
     out = Path(cmd[cmd.index("--output_path") + 1])
     (results_file,) = glob.glob(str(out / "**" / "results_*.json"), recursive=True)
     (samples_file,) = glob.glob(str(out / "**" / "samples_latent_ppl_tiny_*.jsonl"), recursive=True)
@@ -70,13 +62,10 @@ def test_accelerate_launch_two_cpu_processes_equals_one_process(tmp_path, monkey
     env = environment(tmp_path, hook_site_dir(tmp_path))
     one, one_samples, _ = run([sys.executable, *lm_eval_args(tmp_path / "one", MODEL_ARGS)], env, tmp_path)
     store = tmp_path / "store"
-    launch = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(free_port()),
-    ]  # fmt: skip
     two, two_samples, stderr = run(
-        [*launch, *lm_eval_args(tmp_path / "two", f"{MODEL_ARGS},results_dir={store}")], env, tmp_path
+        [*accelerate_launch(2), *lm_eval_args(tmp_path / "two", f"{MODEL_ARGS},results_dir={store}")],
+        env,
+        tmp_path,
     )
     # two ranks, each estimating its own half of the 30 documents
     bars = re.findall(r"smc log p\(x\): 100%\|[^\r\n]*?(\d+)/(\d+)", stderr)  # tqdm may redraw a finished bar

@@ -59,28 +59,18 @@ def test_read_documents_rejects_records_without_text(tmp_path):
         read_documents(bad)
 
 
-def test_cli_writes_tables_json_and_plot(tmp_path, capsys):
+def _run_sweep_cli(tmp_path, num_documents: int, *options: str):
+    """``lm-latent-eval sweep`` on the first documents of the bundled test corpus (one per line of a text file) with
+    ``options``; it must return 0. The output folder."""
     data = tmp_path / "docs.txt"
-    data.write_text("\n".join(read_documents(DATA_DIR / "corpus" / "tiny_test.jsonl")[:2]))
+    data.write_text("\n".join(read_documents(DATA_DIR / "corpus" / "tiny_test.jsonl")[:num_documents]))
     out = tmp_path / "out"
-    assert (
-        main(
-            [
-                "sweep",
-                "--data",
-                str(data),
-                "--num-samples",
-                "8",
-                "--temperatures",
-                "1.0",
-                "--beam-sizes",
-                "1,2",
-                "--output-dir",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    assert main(["sweep", "--data", str(data), *options, "--output-dir", str(out)]) == 0
+    return out
+
+
+def test_cli_writes_tables_json_and_plot(tmp_path, capsys):
+    out = _run_sweep_cli(tmp_path, 2, "--num-samples", "8", "--temperatures", "1.0", "--beam-sizes", "1,2")
     result = json.loads((out / "sweep.json").read_text())
     assert result["num_documents"] == 2 and len(result["is"]) == 2
     assert (out / "convergence.png").stat().st_size > 10_000
@@ -111,28 +101,8 @@ def test_smc_rows_beside_the_is_rows(sweep_result):
 
 
 def test_cli_without_smc_rows(tmp_path):
-    data = tmp_path / "docs.txt"
-    data.write_text(read_documents(DATA_DIR / "corpus" / "tiny_test.jsonl")[0])
-    out = tmp_path / "out"
-    assert (
-        main(
-            [
-                "sweep",
-                "--data",
-                str(data),
-                "--num-samples",
-                "4",
-                "--temperatures",
-                "1.0",
-                "--beam-sizes",
-                "1",
-                "--no-smc",
-                "--output-dir",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    options = ("--num-samples", "4", "--temperatures", "1.0", "--beam-sizes", "1", "--no-smc")
+    out = _run_sweep_cli(tmp_path, 1, *options)
     assert "smc" not in json.loads((out / "sweep.json").read_text())
 
 

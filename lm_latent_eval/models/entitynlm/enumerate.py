@@ -8,10 +8,9 @@ L_{t−1} − 1).
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from ...protocol import enumerated_log_marginal
 from .latents import LATENT_KEYS
 
 MAX_CONFIGURATIONS = 200_000
@@ -53,14 +52,5 @@ def exact_log_marginal(
     model, x: torch.Tensor, max_configurations: int = MAX_CONFIGURATIONS, batch_size: int = 4096
 ) -> float:
     """log Σ_z p(x, z) over every configuration of ``enumerate_latents``, float64 (0.0 for T = 0)."""
-    if x.numel() == 0:
-        return 0.0
     z = enumerate_latents(x.numel(), model.max_entities, model.max_mention_length, max_configurations)
-    n = z["mention"].shape[0]
-    parts = [
-        model.log_joint(x, {k: v[s : s + batch_size] for k, v in z.items()}) for s in range(0, n, batch_size)
-    ]
-    value = float(torch.logsumexp(torch.cat(parts), 0))
-    if math.isnan(value):
-        raise ValueError("exact_log_marginal: log_joint returned NaN")
-    return value
+    return enumerated_log_marginal(model, x, z, batch_size)

@@ -7,9 +7,7 @@ nothing downloaded. Deterministic given the seed (up to floating-point differenc
 
 from __future__ import annotations
 
-import shutil
-
-from ..training import make_default_arguments, split_documents
+from ..training import default_settings, fresh_folder, make_default_arguments, split_documents, write_card
 from .conll import write_coref_jsonl
 from .synthetic import SyntheticConfig, generate_corpus
 from .train import TrainConfig, train_entitynlm
@@ -32,24 +30,10 @@ A test fixture for the estimators, not a model of English.
 def main(argv: list[str] | None = None) -> None:
     args = make_default_arguments(__doc__, TRAINING.epochs, argv)
     docs = generate_corpus(CORPUS, seed=args.seed)
-    test, valid, train = split_documents(docs, NUM_TEST, NUM_VALID)
-    config = TrainConfig(**{**TRAINING.__dict__, "epochs": args.epochs, "seed": args.seed})
-    out = args.output_dir / "entitynlm"
-    if out.exists():
-        shutil.rmtree(out)
-    _, history = train_entitynlm(train, valid, config, out)
-    final = history[-1]
-    (out / "README.md").write_text(
-        CARD.format(
-            train=len(train),
-            valid=len(valid),
-            test=len(test),
-            seed=args.seed,
-            gold=final["valid_joint_ppl"],
-            k=final["valid_samples"],
-            is_ppl=final["valid_is_ppl"],
-        )
-    )
+    splits = test, valid, train = split_documents(docs, NUM_TEST, NUM_VALID)
+    out = fresh_folder(args.output_dir / "entitynlm")
+    _, history = train_entitynlm(train, valid, default_settings(TRAINING, args), out)
+    write_card(out, CARD, splits, args.seed, history[-1])
     write_coref_jsonl(test, args.output_dir / "coref_tiny" / "test.jsonl")
     print(f"wrote {out} and {args.output_dir / 'coref_tiny'}; final: {history[-1]}")
 

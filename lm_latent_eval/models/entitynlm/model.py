@@ -21,11 +21,13 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
+from ...protocol import check_num_samples, check_temperature
 from ...tensors import distinct_rows
+from ..checkpoints import StrictLoading
 from ..cuda_graphs import CUDA_GRAPHS_HELP, GraphsOfProposal, parse_cuda_graphs
 from ..encoder_cache import DocumentCache
-from ..kglm.awd_lstm import AWDLSTM, embedding_dropout
-from ..vocabulary import WordVocabulary, build_word_list
+from ..kglm.awd_lstm import AWDLSTMDropouts, embedding_dropout
+from ..vocabulary import WordVocabulary, build_word_list, check_word_ids
 from .latents import (
     LATENT_KEYS,
     MIN_ROWS,
@@ -35,7 +37,7 @@ from .latents import (
     score_latents,
     without_autograd,
 )
-from .proposal import EntityNLMProposal, check_sample_args
+from .proposal import EntityNLMProposal
 from .stepwise import EntityNLMParticles, init_particles, particle_latents, reorder_particles, step_particles
 
 UNK, BOS = "@@UNKNOWN@@", "@@START@@"
@@ -55,6 +57,7 @@ def build_vocabulary(
 class EntityNLM(
     GraphsOfProposal,
     nn.Module,
+    StrictLoading,
     PyTorchModelHubMixin,
     library_name="lm-latent-eval",
     tags=["latent-lm", "entitynlm"],
@@ -107,8 +110,9 @@ class EntityNLM(
         self.dim, self.chunk_size, self.dropoute = dim, int(chunk_size), dropoute
         self.max_entities, self.max_mention_length = int(max_entities), int(max_mention_length)
         V = len(self.vocab)
+        dropouts = AWDLSTMDropouts(dropout=dropout, dropouti=dropouti, dropoute=dropoute, wdrop=wdrop)
         self.token_embedding = nn.Embedding(V, dim)
-        self.encoder = AWDLSTM(dim, hidden_size, dim, num_layers, wdrop, dropouti, dropout)
+        self.encoder = dropouts.encoder(dim, hidden_size, dim, num_layers)
         self.heads = EntityHeads(dim, self.max_entities, self.max_mention_length)
         self.entity_output = nn.Linear(dim, dim, bias=False)  # W_e
         self.vocab_output = nn.Linear(dim, V)  # W_vocab, b
@@ -124,10 +128,7 @@ class EntityNLM(
             num_layers=proposal_num_layers or num_layers,
             max_entities=self.max_entities,
             max_mention_length=self.max_mention_length,
-            dropout=dropout,
-            dropouti=dropouti,
-            dropoute=dropoute,
-            wdrop=wdrop,
+            dropouts=dropouts,
             chunk_size=chunk_size,
         )
         self._doc_cache = DocumentCache()
@@ -140,11 +141,6 @@ class EntityNLM(
         model = super().from_pretrained(pretrained_model_name_or_path, **kwargs)
         model.cuda_graphs = setting
         return model
-
-    @classmethod
-    def _from_pretrained(cls, *, strict: bool = True, **kwargs):
-        """Load with strict=True: a checkpoint missing a parameter is an error, never a random init."""
-        return super()._from_pretrained(strict=strict, **kwargs)
 
     @property
     def device(self) -> torch.device:
@@ -164,10 +160,7 @@ class EntityNLM(
         return self.vocabulary.detokenize(x.tolist())
 
     def _check_x(self, x: torch.Tensor) -> torch.Tensor:
-        if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.dtype != torch.long:
-            raise ValueError(f"x must be a LongTensor [T], got {getattr(x, 'shape', type(x))}")
-        if x.numel() and (int(x.min()) < 0 or int(x.max()) >= len(self.vocab)):
-            raise ValueError(f"x holds ids outside [0, {len(self.vocab)}); use model.tokenize(text)")
+        check_word_ids(x, len(self.vocab))
         return x.to(self.device)
 
     # --- shared encoder -----------------------------------------------------------------------------------------
@@ -278,7 +271,8 @@ class EntityNLM(
         self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True
     ) -> EntityNLMParticles:
         """K particles before token 0 of x [T], drawing from q_τ (peeking or not) and scoring under p."""
-        check_sample_args(num_particles, temperature)
+        check_num_samples(num_particles)
+        check_temperature(temperature)
         return init_particles(self, self._check_x(x), num_particles, temperature, peek)
 
     def smc_step(

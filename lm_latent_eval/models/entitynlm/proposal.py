@@ -15,14 +15,14 @@ p(x, z) > 0 can be drawn.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
+from ...protocol import CheckedProposal
 from ..cuda_graphs import DEFAULT_CUDA_GRAPHS, graphs_in_effect
 from ..encoder_cache import DocumentCache
-from ..kglm.awd_lstm import AWDLSTM, embedding_dropout
+from ..kglm.awd_lstm import AWDLSTMDropouts, embedding_dropout
+from ..vocabulary import check_word_ids
 from .latents import (
     LATENT_KEYS,
     EntityHeads,
@@ -34,16 +34,10 @@ from .latents import (
     without_autograd,
 )
 
-
-def check_sample_args(num_samples, temperature) -> None:
-    """A clear error unless K is a positive integer and τ a finite number > 0."""
-    if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
-        raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
-    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+NO_DROPOUT = AWDLSTMDropouts()
 
 
-class EntityNLMProposal(nn.Module):
+class EntityNLMProposal(CheckedProposal, nn.Module):
     """q_τ(z | x) = Π_t q(z_t | ·) from its own LSTM over x, peeking (labels x_t after reading it) or not."""
 
     # "true", "false" or "auto": the sampler's per-token step in a CUDA graph (models/cuda_graphs.py)
@@ -58,10 +52,7 @@ class EntityNLMProposal(nn.Module):
         num_layers: int,
         max_entities: int,
         max_mention_length: int,
-        dropout: float = 0.0,
-        dropouti: float = 0.0,
-        dropoute: float = 0.0,
-        wdrop: float = 0.0,
+        dropouts: AWDLSTMDropouts = NO_DROPOUT,
         chunk_size: int = 70,
     ):
         super().__init__()
@@ -69,10 +60,10 @@ class EntityNLMProposal(nn.Module):
             vocab_size,
             bos_id,
             int(chunk_size),
-            dropoute,
+            dropouts.dropoute,
         )
         self.token_embedding = nn.Embedding(vocab_size, dim)
-        self.encoder = AWDLSTM(dim, hidden_size, dim, num_layers, wdrop, dropouti, dropout)
+        self.encoder = dropouts.encoder(dim, hidden_size, dim, num_layers)
         self.heads = EntityHeads(dim, max_entities, max_mention_length)
         self.nopeek_heads = EntityHeads(dim, max_entities, max_mention_length)
         nn.init.uniform_(self.token_embedding.weight, -0.1, 0.1)
@@ -104,10 +95,7 @@ class EntityNLMProposal(nn.Module):
         return super().train(mode)
 
     def _check_x(self, x: torch.Tensor) -> torch.Tensor:
-        if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.dtype != torch.long:
-            raise ValueError(f"x must be a LongTensor [T], got {getattr(x, 'shape', type(x))}")
-        if x.numel() and (int(x.min()) < 0 or int(x.max()) >= self.vocab_size):
-            raise ValueError(f"x holds ids outside [0, {self.vocab_size}); use model.tokenize(text)")
+        check_word_ids(x, self.vocab_size)
         return x.to(self.token_embedding.weight.device)
 
     def views(self, states: torch.Tensor, peek: bool) -> tuple[EntityHeads, torch.Tensor, torch.Tensor]:
@@ -128,29 +116,16 @@ class EntityNLMProposal(nn.Module):
         return self.log_prob_batch(self.encode(x).unsqueeze(0), z, temperature, peek)
 
     def log_prob_batch(
-        self,
-        states: torch.Tensor,
-        z: dict,
-        temperature: float = 1.0,
-        peek: bool = True,
-        mask: torch.Tensor | None = None,
+        self, states: torch.Tensor, z: dict, temperature: float = 1.0, peek: bool = True, mask=None
     ) -> torch.Tensor:
-        """log q_τ(z_k | x_k) from states [K|1, T + 1, D] (``mask`` [K, T]: real tokens): float64 [K]."""
+        """log q_τ(z_k | x_k) from states [K|1, T + 1, D]: float64 [K]. ``mask`` (bool [K, T], optional) marks the
+        real tokens of padded rows."""
         heads, h_label, h_update = self.views(states, peek)
         return score_latents(heads, h_label, h_update, z, temperature, mask)[0]
 
     # --- sampling and beam search -------------------------------------------------------------------------------
-    @torch.no_grad()
-    def sample(
-        self,
-        x: torch.Tensor,
-        num_samples: int,
-        temperature: float = 1.0,
-        peek: bool = True,
-        generator: torch.Generator | None = None,
-    ) -> tuple[dict, torch.Tensor]:
+    def _sample(self, x, num_samples, temperature, peek, generator) -> tuple[dict, torch.Tensor]:
         """Draw K configurations z_k ~ q_τ(z | x): (dict of LongTensor [K, T], log q_τ(z_k | x) float64 [K])."""
-        check_sample_args(num_samples, temperature)
         x = self._check_x(x)
         if x.numel() == 0:
             empty = {k: torch.zeros(num_samples, 0, dtype=torch.long, device=x.device) for k in LATENT_KEYS}
@@ -162,11 +137,8 @@ class EntityNLMProposal(nn.Module):
             )
         return sample_latents(heads, h_label, h_update, num_samples, float(temperature), generator)
 
-    @torch.no_grad()
-    def beam(self, x: torch.Tensor, beam_size: int) -> dict:
+    def _beam(self, x: torch.Tensor, beam_size: int) -> dict:
         """Up to ``beam_size`` distinct configurations with the highest q(z | x) (peeking, τ = 1): dict of [k', T]."""
-        if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size <= 0:
-            raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
         x = self._check_x(x)
         if x.numel() == 0:
             return {k: torch.zeros(1, 0, dtype=torch.long, device=x.device) for k in LATENT_KEYS}

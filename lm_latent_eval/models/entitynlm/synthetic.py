@@ -25,11 +25,8 @@ PEOPLE = [
     ("aunt rose", "she", "her"),
 ]
 PLACES = [
-    ("the red house", "it", "it"),
-    ("the river", "it", "it"),
-    ("the old bridge", "it", "it"),
-    ("the market", "it", "it"),
-    ("the small boat", "it", "it"),
+    (place, "it", "it")
+    for place in ["the red house", "the river", "the old bridge", "the market", "the small boat"]
 ]
 MEET = ["saw", "helped", "called", "met", "followed"]
 VISIT = ["visited", "painted", "left", "found"]

@@ -12,21 +12,24 @@ from __future__ import annotations
 
 import argparse
 import math
-import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from ...errors import InputError
 from ..training import (
     BestParameters,
     add_trainer_arguments,
     config_from_args,
+    finish_training,
+    gradient_step,
+    importance_sampled_ppl,
+    prefixed,
     report_training,
-    save_checkpoint,
+    seeded_rng,
+    shuffled_epoch,
 )
 from .conll import CorefDocument, gold_latents, read_coref_jsonl
 from .latents import LATENT_KEYS
@@ -139,21 +142,6 @@ def evaluate_gold(model: EntityNLM, data: list, batch_size: int = 32) -> dict:
     }
 
 
-@torch.no_grad()
-def importance_sampled_ppl(model: EntityNLM, data: list, num_samples: int, seed: int = 0) -> float:
-    """Instance-level IS perplexity exp(−Σ_n log p̂(x_n) / Σ_n T_n) with K = ``num_samples`` peeking samples."""
-    from ...estimators import importance_log_weights, instance_ppl
-
-    model.eval()
-    weights = [
-        importance_log_weights(
-            model, x.to(model.device), num_samples=num_samples, seed=seed, document=name, device=model.device
-        )
-        for name, x, _ in data
-    ]
-    return instance_ppl(weights, [x.numel() for _, x, _ in data])
-
-
 def train_entitynlm(
     train_docs: list[CorefDocument],
     valid_docs: list[CorefDocument],
@@ -164,8 +152,7 @@ def train_entitynlm(
     """Fit p and q on ``train_docs``, keep the best validation state; returns (model in eval mode, epoch records)."""
     if not train_docs:
         raise InputError("train_entitynlm: no training documents")
-    torch.manual_seed(config.seed)
-    rng = random.Random(config.seed)
+    rng = seeded_rng(config.seed)
     vocab = build_vocabulary(
         [[t.lower() if config.lowercase else t for t in d.tokens] for d in train_docs],
         config.min_count,
@@ -188,15 +175,15 @@ def train_entitynlm(
     valid_data = prepare(valid_docs, model, "valid") if valid_docs else []
     history: list[dict] = []
     if valid_data:
-        history.append({"epoch": 0, **{f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items()}})
+        history.append({"epoch": 0, **prefixed("valid_", evaluate_gold(model, valid_data))})
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     best = BestParameters(model, history, progress)
     for epoch in range(1, config.epochs + 1):
         model.train()
-        batches = _batches(train_data, config.batch_size)
-        rng.shuffle(batches)
+        bar = shuffled_epoch(
+            _batches(train_data, config.batch_size), rng, f"epoch {epoch}/{config.epochs}", progress
+        )
         sums, tokens, start = [0.0, 0.0, 0.0], 0, time.time()
-        bar = tqdm(batches, desc=f"epoch {epoch}/{config.epochs}", disable=not progress, leave=False)
         for batch in bar:
             lp, qp, qn, n = batch_log_probs(model, batch)
             bad = ~(torch.isfinite(lp) & torch.isfinite(qp) & torch.isfinite(qn))
@@ -204,11 +191,7 @@ def train_entitynlm(
                 raise RuntimeError(
                     f"{batch[int(bad.nonzero()[0])][0]}: gold annotation outside the model's support"
                 )
-            loss = -(lp.sum() + qp.sum() + qn.sum()) / n
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            optimizer.step()
+            gradient_step(optimizer, -(lp.sum() + qp.sum() + qn.sum()) / n, model, config.grad_clip)
             sums = [s + float(v.detach().sum()) for s, v in zip(sums, (lp, qp, qn))]
             tokens += n
             bar.set_postfix(train_ppl=f"{math.exp(-sums[0] / tokens):.2f}")
@@ -220,22 +203,17 @@ def train_entitynlm(
             "seconds": round(time.time() - start, 2),
         }
         if valid_data:
-            record.update({f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items()})
+            record.update(prefixed("valid_", evaluate_gold(model, valid_data)))
         best.epoch_done(record, record.get("valid_joint_ppl", record["train_joint_ppl"]))
-    best.restore()
-    model.eval()
-    if valid_data and config.valid_samples > 0:
-        best.log(
-            {
-                "final": True,
-                "valid_is_ppl": importance_sampled_ppl(model, valid_data, config.valid_samples),
-                "valid_samples": config.valid_samples,
-                **{f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items()},
-            }
-        )
-    if output_dir is not None:
-        save_checkpoint(model, output_dir, config, history)
-    return model, history
+
+    def final_validation() -> dict:  # after the best parameters are restored
+        documents = [(name, x.to(model.device)) for name, x, _ in valid_data]
+        is_ppl = importance_sampled_ppl(model, documents, config.valid_samples)
+        gold = prefixed("valid_", evaluate_gold(model, valid_data))
+        return {"valid_is_ppl": is_ppl, "valid_samples": config.valid_samples, **gold}
+
+    final = final_validation if valid_data and config.valid_samples > 0 else None
+    return finish_training(best, config, output_dir, final)
 
 
 # --- `lm-latent-eval train entitynlm` ----------------------------------------------------------------------------

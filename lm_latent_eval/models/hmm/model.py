@@ -6,6 +6,8 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
+from ...protocol import check_text
+from ..checkpoints import StrictLoading
 from .parameters import HMMParameters, forward_log_alpha
 from .proposal import HMMProposal
 from .stepwise import HMMParticles, init_particles, reorder_particles, step_particles
@@ -14,6 +16,7 @@ from .tokenizer import UNK, WordTokenizer
 
 class HMMLanguageModel(
     nn.Module,
+    StrictLoading,
     PyTorchModelHubMixin,
     library_name="lm-latent-eval",
     tags=["latent-variable-lm", "hmm"],
@@ -37,11 +40,6 @@ class HMMLanguageModel(
         self.proposal = HMMProposal(num_states, len(vocab))
         self.proposal.load_state_dict(self.hmm.state_dict())
 
-    @classmethod
-    def _from_pretrained(cls, *, strict: bool = True, **kwargs):
-        """Load with strict=True: a checkpoint missing a parameter is an error, never a random init."""
-        return super()._from_pretrained(strict=strict, **kwargs)
-
     @property
     def vocab(self) -> list[str]:
         return self.tokenizer.vocab
@@ -59,8 +57,7 @@ class HMMLanguageModel(
         return self.tokenizer.decode(ids)
 
     def _check_x(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() != 1:
-            raise ValueError(f"x must be a 1-d LongTensor [T], got shape {tuple(x.shape)}")
+        check_text(x)
         if x.numel() and (int(x.min()) < 0 or int(x.max()) >= len(self.vocab)):
             raise ValueError(
                 f"token ids must lie in [0, {len(self.vocab)}), got range [{int(x.min())}, {int(x.max())}]"

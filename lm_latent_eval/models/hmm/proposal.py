@@ -6,12 +6,12 @@ import math
 
 import torch
 
-from ...protocol import check_proposal_args
+from ...protocol import CheckedProposal
 from ...tensors import tempered_draw as _draw
 from .parameters import HMMParameters, forward_log_alpha
 
 
-class HMMProposal(HMMParameters):
+class HMMProposal(CheckedProposal, HMMParameters):
     """q(z | x) from the mismatched HMM (π', A', B'); every z has q > 0, so it covers the model's support.
 
     peek=True:  forward-filter backward-sample, q(z | x) = q'(z_T | x) Π_t q'(z_t | z_{t+1}, x_≤t)
@@ -22,17 +22,8 @@ class HMMProposal(HMMParameters):
     tempered distribution.
     """
 
-    @torch.no_grad()
-    def sample(
-        self,
-        x: torch.Tensor,
-        num_samples: int,
-        temperature: float = 1.0,
-        peek: bool = True,
-        generator: torch.Generator | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sample(self, x, num_samples, temperature, peek, generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Draw z [K, T] ~ q_τ(z | x) and return it with log q_τ(z | x) float64 [K]."""
-        check_proposal_args(x, num_samples, temperature)
         device = self.initial_logits.device
         K, T = num_samples, x.shape[0]
         z = torch.zeros(K, T, dtype=torch.long, device=device)
@@ -54,13 +45,8 @@ class HMMProposal(HMMParameters):
                 log_q = log_q + lq
         return z, log_q
 
-    @torch.no_grad()
-    def beam(self, x: torch.Tensor, beam_size: int) -> torch.Tensor:
+    def _beam(self, x: torch.Tensor, beam_size: int) -> torch.Tensor:
         """The min(k, S^T) distinct z [k', T] with the highest q(z | x): k-best Viterbi on (π', A', B')."""
-        if x.dim() != 1:
-            raise ValueError(f"x must be a 1-d LongTensor [T], got shape {tuple(x.shape)}")
-        if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size <= 0:
-            raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
         device = self.initial_logits.device
         S, T, k = self.num_states, x.shape[0], beam_size
         if T == 0:

@@ -8,6 +8,8 @@ evaluation the module is a plain deterministic LSTM stack. ``state`` carries (h,
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -85,3 +87,21 @@ class AWDLSTM(nn.Module):
             out, state = self(inputs[:, s : s + chunk_size], state)
             outs.append(out)
         return torch.cat(outs, 1)
+
+
+@dataclass(frozen=True)
+class AWDLSTMDropouts:
+    """The four dropout rates of an AWD-LSTM language model, named as KGLM and EntityNLM name them: ``dropout`` on the
+    encoder's output, ``dropouti`` on its input, ``dropoute`` on whole rows of the token embedding, ``wdrop`` on the
+    recurrent weights. A model builds its encoder with them and hands them to its proposal."""
+
+    dropout: float = 0.0
+    dropouti: float = 0.0
+    dropoute: float = 0.0
+    wdrop: float = 0.0
+
+    def encoder(self, input_size: int, hidden_size: int, output_size: int, num_layers: int) -> AWDLSTM:
+        """An ``AWDLSTM`` with these rates (``dropoute`` is the embedding's, applied before the encoder)."""
+        return AWDLSTM(
+            input_size, hidden_size, output_size, num_layers, self.wdrop, self.dropouti, self.dropout
+        )

@@ -59,26 +59,20 @@ class KnowledgeGraph:
         ``entities`` / ``relations`` fix the numbering (listed names first); names only seen in edges or aliases are
         appended in the order met. A single string alias is split on whitespace.
         """
-        ent_names: list[str] = []
-        ent_ids: dict[str, int] = {}
-        rel_names: list[str] = []
+        ent_ids: dict[str, int] = {}  # name -> id, in the order first met (dicts keep it)
         rel_ids: dict[str, int] = {}
 
-        def ent(name: str) -> int:
+        def number(ids: dict[str, int], kind: str, name: str) -> int:
+            """The id of ``name`` among the ``kind`` names, the next free one when it is new."""
             if not isinstance(name, str):
-                raise TypeError(f"entity names must be strings, got {name!r}")
-            if name not in ent_ids:
-                ent_ids[name] = len(ent_names)
-                ent_names.append(name)
-            return ent_ids[name]
+                raise TypeError(f"{kind} names must be strings, got {name!r}")
+            return ids.setdefault(name, len(ids))
+
+        def ent(name: str) -> int:
+            return number(ent_ids, "entity", name)
 
         def rel(name: str) -> int:
-            if not isinstance(name, str):
-                raise TypeError(f"relation names must be strings, got {name!r}")
-            if name not in rel_ids:
-                rel_ids[name] = len(rel_names)
-                rel_names.append(name)
-            return rel_ids[name]
+            return number(rel_ids, "relation", name)
 
         for name in entities or ():
             ent(name)
@@ -99,7 +93,7 @@ class KnowledgeGraph:
             lst = alias_ids.setdefault(e, [])
             for form in forms:
                 lst.append(form.split() if isinstance(form, str) else [str(t) for t in form])
-        return cls(ent_names, rel_names, edge_ids, alias_ids)
+        return cls(list(ent_ids), list(rel_ids), edge_ids, alias_ids)
 
     # --- queries ------------------------------------------------------------------------------------------------
     @property

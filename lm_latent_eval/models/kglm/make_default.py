@@ -8,9 +8,7 @@ seed (up to floating-point differences across torch builds).
 
 from __future__ import annotations
 
-import shutil
-
-from ..training import make_default_arguments, split_documents
+from ..training import default_settings, fresh_folder, make_default_arguments, split_documents
 from .linked_wikitext import write_linked_jsonl
 from .synthetic import SyntheticConfig, generate_corpus
 from .train import TrainConfig, train_kglm
@@ -25,11 +23,8 @@ def main(argv: list[str] | None = None) -> None:
     args = make_default_arguments(__doc__, TRAINING.epochs, argv)
     graph, docs = generate_corpus(CORPUS, seed=args.seed)
     test, valid, train = split_documents(docs, NUM_TEST, NUM_VALID)
-    config = TrainConfig(**{**TRAINING.__dict__, "epochs": args.epochs, "seed": args.seed})
-    out = args.output_dir / "kglm"
-    if out.exists():
-        shutil.rmtree(out)
-    _, history = train_kglm(train, valid, graph, config, out)
+    out = fresh_folder(args.output_dir / "kglm")
+    _, history = train_kglm(train, valid, graph, default_settings(TRAINING, args), out)
     tiny = args.output_dir / "linked_tiny"
     tiny.mkdir(parents=True, exist_ok=True)
     write_linked_jsonl(test, tiny / "test.jsonl")

@@ -29,7 +29,8 @@ from torch import nn
 from ..cuda_graphs import CUDA_GRAPHS_HELP, GraphsOfProposal, parse_cuda_graphs
 from ..encoder_cache import DocumentCache
 from ..vocabulary import WordVocabulary, build_word_list
-from .awd_lstm import AWDLSTM, embedding_dropout
+from . import sampling
+from .awd_lstm import AWDLSTMDropouts, embedding_dropout
 from .checkpoint import (
     GRAPH_FILE,
     checkpoint_options,
@@ -132,12 +133,11 @@ class KGLM(
         )
         V = len(self.vocab)
 
+        dropouts = AWDLSTMDropouts(dropout=dropout, dropouti=dropouti, dropoute=dropoute, wdrop=wdrop)
         self.token_embedding = nn.Embedding(V, token_dim)
         self.entity_embedding = nn.Embedding(n_ent_rows, entity_dim)
         self.relation_embedding = nn.Embedding(n_rel_rows, entity_dim)
-        self.encoder = AWDLSTM(
-            token_dim, hidden_size, token_dim + 2 * entity_dim, num_layers, wdrop, dropouti, dropout
-        )
+        self.encoder = dropouts.encoder(token_dim, hidden_size, token_dim + 2 * entity_dim, num_layers)
         self.mention_type = nn.Linear(token_dim, 4)
         self.new_entity_bias = nn.Parameter(torch.zeros(n_ent_rows)) if new_entity_bias else None
         self.condense = nn.Linear(token_dim + entity_dim, token_dim)
@@ -162,10 +162,7 @@ class KGLM(
             new_entity_bias=new_entity_bias,
             num_entity_rows=n_ent_rows,
             num_relation_rows=n_rel_rows,
-            dropout=dropout,
-            dropouti=dropouti,
-            dropoute=dropoute,
-            wdrop=wdrop,
+            dropouts=dropouts,
             chunk_size=chunk_size,
             nopeek_heads=proposal_nopeek_heads,
             alias_index=self.alias_start_index() if proposal_alias_features else None,
@@ -282,17 +279,8 @@ class KGLM(
         """The configurations drawn so far, as ``log_joint`` takes them: dict of LongTensor [K, T] (undrawn: none)."""
         return particle_latents(self.tables, state)
 
-    def sample_text(
-        self,
-        prefix_text: str,
-        max_tokens: int,
-        generator: torch.Generator | None = None,
-        stop: list[str] | None = None,
-    ) -> str:
-        """Ancestral sample of a continuation from p(· | prefix) (see ``sampling.py``), cut before a stop string."""
-        from .sampling import sample_text
-
-        return sample_text(self, prefix_text, max_tokens, generator, stop)
+    # ancestral sampling of a continuation from p(· | prefix), cut before a stop string: sampling.py
+    sample_text = sampling.sample_text
 
     def train(self, mode: bool = True):
         self._doc_cache.clear()

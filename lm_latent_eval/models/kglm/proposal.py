@@ -25,9 +25,10 @@ import math
 import torch
 from torch import nn
 
+from ...protocol import CheckedProposal
 from ..cuda_graphs import DEFAULT_CUDA_GRAPHS, TokenLoop, copy_fields, graphs_in_effect
 from ..encoder_cache import DocumentCache
-from .awd_lstm import AWDLSTM, embedding_dropout
+from .awd_lstm import AWDLSTMDropouts, embedding_dropout
 from .latents import (
     CONTINUING,
     NEW,
@@ -46,8 +47,12 @@ from .latents import (
 )
 from .stepwise import WindowState, sample_step
 
+ORIGINAL_DROPOUTS = AWDLSTMDropouts(
+    dropout=0.4, dropouti=0.65, dropoute=0.1, wdrop=0.5
+)  # the original KGLM's
 
-class KGLMProposal(nn.Module):
+
+class KGLMProposal(CheckedProposal, nn.Module):
     """q_τ(z | x) = Π_t q(type_t | ·) q(entity_t | type_t, ·) from its own AWD-LSTM over x (peeking or not)."""
 
     # "true", "false" or "auto": the sampler's per-token step in a CUDA graph (models/cuda_graphs.py)
@@ -67,10 +72,7 @@ class KGLMProposal(nn.Module):
         new_entity_bias: bool,
         num_entity_rows: int,
         num_relation_rows: int,
-        dropout: float = 0.4,
-        dropouti: float = 0.65,
-        dropoute: float = 0.1,
-        wdrop: float = 0.5,
+        dropouts: AWDLSTMDropouts = ORIGINAL_DROPOUTS,
         chunk_size: int = 70,
         nopeek_heads: bool = False,
         alias_index: dict[int, list[int]] | None = None,
@@ -84,13 +86,11 @@ class KGLMProposal(nn.Module):
             cutoff,
             chunk_size,
         )
-        self.dropoute = dropoute
+        self.dropoute = dropouts.dropoute
         self.token_embedding = nn.Embedding(vocab_size, token_dim)
         self.entity_embedding = nn.Embedding(num_entity_rows, entity_dim)
         self.relation_embedding = nn.Embedding(num_relation_rows, entity_dim)
-        self.encoder = AWDLSTM(
-            token_dim, hidden_size, token_dim + 2 * entity_dim, num_layers, wdrop, dropouti, dropout
-        )
+        self.encoder = dropouts.encoder(token_dim, hidden_size, token_dim + 2 * entity_dim, num_layers)
         self.mention_type = nn.Linear(token_dim, NUM_TYPES)
         self.new_entity_bias = nn.Parameter(torch.zeros(num_entity_rows)) if new_entity_bias else None
         nn.init.uniform_(self.token_embedding.weight, -0.1, 0.1)
@@ -219,21 +219,11 @@ class KGLMProposal(nn.Module):
         return latent_log_prob(tabs.heads, z, temperature, head_tables=tabs)
 
     # --- sampling -----------------------------------------------------------------------------------------------
-    @torch.no_grad()
-    def sample(
-        self,
-        x: torch.Tensor,
-        num_samples: int,
-        temperature: float = 1.0,
-        peek: bool = True,
-        generator: torch.Generator | None = None,
-    ) -> tuple[dict, torch.Tensor]:
+    def _sample(self, x, num_samples, temperature, peek, generator) -> tuple[dict, torch.Tensor]:
         """Draw K configurations z_k ~ q_τ(z | x): (dict of LongTensor [K, T], log q_τ(z_k | x) float64 [K]).
 
         One ``stepwise.sample_step`` per token, each consuming ``torch.rand(K, 4)`` of ``generator`` (the stream of
         ``KGLM.smc_step``); with ``cuda_graphs`` in effect the step is replayed from a CUDA graph (``sample_static``)."""
-        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
-            raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
         K, T = int(num_samples), x.numel()
         device = self.token_embedding.weight.device
         z = self._empty_latents(K, T, device)
@@ -296,11 +286,8 @@ class KGLMProposal(nn.Module):
         return z, log_q
 
     # --- beam search --------------------------------------------------------------------------------------------
-    @torch.no_grad()
-    def beam(self, x: torch.Tensor, beam_size: int) -> dict:
+    def _beam(self, x: torch.Tensor, beam_size: int) -> dict:
         """Up to ``beam_size`` distinct configurations with the highest q(z | x) (peeking, τ = 1): dict of [k, T]."""
-        if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size <= 0:
-            raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
         device = self.token_embedding.weight.device
         T = x.numel()
         tables = self.tables

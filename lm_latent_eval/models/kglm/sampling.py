@@ -33,11 +33,7 @@ def _prefix_latents(model, x: torch.Tensor, generator) -> dict:
 
 @torch.no_grad()
 def sample_text(
-    model,
-    prefix_text: str,
-    max_tokens: int,
-    generator: torch.Generator | None = None,
-    stop: list[str] | None = None,
+    model, prefix_text: str, max_tokens: int, generator=None, stop: list[str] | None = None
 ) -> str:
     """A continuation of ``prefix_text`` drawn from p (led by a space when the prefix is non-empty), cut before the
     first ``stop`` string."""

@@ -20,15 +20,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from ...errors import InputError
 from ..training import (
     BestParameters,
     add_trainer_arguments,
     config_from_args,
+    gradient_step,
+    prefixed,
     report_training,
     save_checkpoint,
+    seeded_rng,
+    shuffled_epoch,
 )
 from .graph import KnowledgeGraph
 from .linked_wikitext import LinkedDocument, document_tensors, read_linked_jsonl
@@ -95,6 +98,13 @@ def evaluate_gold(model: KGLM, data: list[tuple]) -> dict:
     }
 
 
+def _valid_numbers(model: KGLM, data: list[tuple]) -> dict:
+    """``evaluate_gold``'s numbers as ``valid_*``, without the token count."""
+    gold = evaluate_gold(model, data)
+    del gold["tokens"]
+    return prefixed("valid_", gold)
+
+
 def train_kglm(
     train_docs: list[LinkedDocument],
     valid_docs: list[LinkedDocument],
@@ -109,8 +119,7 @@ def train_kglm(
     """
     if not train_docs:
         raise InputError("train_kglm: no training articles")
-    torch.manual_seed(config.seed)
-    rng = random.Random(config.seed)
+    rng = seeded_rng(config.seed)
     vocab = build_vocabulary([d.tokens for d in train_docs], config.min_count, config.max_vocab)
     model = KGLM(
         vocab,
@@ -133,12 +142,7 @@ def train_kglm(
     valid_data = _prepare(valid_docs, model, "valid") if valid_docs else []
     history: list[dict] = []
     if valid_data:  # the untrained model, for reference
-        history.append(
-            {
-                "epoch": 0,
-                **{f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items() if k != "tokens"},
-            }
-        )
+        history.append({"epoch": 0, **_valid_numbers(model, valid_data)})
     _fit(
         model,
         model.parameters(),
@@ -196,11 +200,9 @@ def _fit(
     best = BestParameters(model, history, progress)
     for epoch in range(1, epochs + 1):
         model.train()
-        order = list(range(len(train_data)))
-        rng.shuffle(order)
+        bar = shuffled_epoch(list(range(len(train_data))), rng, f"{stage} epoch {epoch}/{epochs}", progress)
         total_p = total_q = total_tokens = 0.0
         start = time.time()
-        bar = tqdm(order, desc=f"{stage} epoch {epoch}/{epochs}", disable=not progress, leave=False)
         for i in bar:
             title, x, z = train_data[i]
             T = x.numel()
@@ -211,11 +213,7 @@ def _fit(
                     f"train article {title!r}: gold annotations outside the model's support "
                     f"(log p = {float(log_p)}, log q = {float(log_q)})"
                 )
-            loss = -(log_p + log_q) / T
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            optimizer.step()
+            gradient_step(optimizer, -(log_p + log_q) / T, model, config.grad_clip)
             total_p += -float(log_p.detach())
             total_q += -float(log_q.detach())
             total_tokens += T
@@ -231,9 +229,7 @@ def _fit(
         if joint:
             record["train_joint_ppl"] = math.exp(total_p / total_tokens)
         if valid_data:
-            record.update(
-                {f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items() if k != "tokens"}
-            )
+            record.update(_valid_numbers(model, valid_data))
         if joint:
             score = record.get("valid_joint_ppl", record["train_joint_ppl"])
         else:

@@ -10,6 +10,7 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
+from ...protocol import check_text
 from .exact import exact_work, log_marginal_dp
 from .proposal import LDAProposal
 from .stepwise import LDAParticles, init_particles, reorder, step
@@ -181,8 +182,7 @@ class LDA(
         return self.tokenizer.decode(ids)
 
     def check_x(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() != 1:
-            raise ValueError(f"x must be a 1-d LongTensor [T], got shape {tuple(x.shape)}")
+        check_text(x)
         if x.numel() and (int(x.min()) < 0 or int(x.max()) >= len(self.vocab)):
             raise ValueError(
                 f"word ids must lie in [0, {len(self.vocab)}), got [{int(x.min())}, {int(x.max())}]"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from ...protocol import check_proposal_args
+from ...protocol import CheckedProposal
 from .stepwise import init_particles, step
 from .urn import counts_before
 
 
-class LDAProposal:
+class LDAProposal(CheckedProposal):
     """q_τ(z | x) = Π_t q_τ(z_t | x, z_<t), the conditionals of ``stepwise.py``: peek=True, q(z_t = k) ∝
     (n_k + α_k) Φ[k, x_t] (sees x_≤t; at τ = 1 the locally optimal proposal); peek=False, the urn prior
     (n_k + α_k) / (t + Σα). Uses the model's own Φ and α (it holds the model, not a copy)."""
@@ -21,17 +21,8 @@ class LDAProposal:
     def model(self):
         return self._model[0]
 
-    @torch.no_grad()
-    def sample(
-        self,
-        x: torch.Tensor,
-        num_samples: int,
-        temperature: float = 1.0,
-        peek: bool = True,
-        generator: torch.Generator | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sample(self, x, num_samples, temperature, peek, generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Draw z [K, T] ~ q_τ(z | x) and return it with log q_τ(z | x) float64 [K] (the SMC particles' draws)."""
-        check_proposal_args(x, num_samples, temperature)
         state = init_particles(self.model, self.model.check_x(x), num_samples, temperature, peek)
         log_q = torch.zeros(num_samples, dtype=torch.float64, device=state.z.device)
         for t in range(x.shape[0]):
@@ -51,15 +42,10 @@ class LDAProposal:
         log_q = torch.log_softmax(logits / temperature, -1).gather(-1, z[..., None]).squeeze(-1)
         return log_q.sum(1)
 
-    @torch.no_grad()
-    def beam(self, x: torch.Tensor, beam_size: int) -> torch.Tensor:
+    def _beam(self, x: torch.Tensor, beam_size: int) -> torch.Tensor:
         """Up to ``beam_size`` distinct z [k', T], best first: a left-to-right beam search over q's peeking factors
         (τ = 1), keeping the ``beam_size`` prefixes of highest q(z_≤t | x) after every token (all of them once
         ``beam_size`` ≥ topics^T). Configurations with q = 0 (Φ[k, x_t] = 0) are never kept."""
-        if x.dim() != 1:
-            raise ValueError(f"x must be a 1-d LongTensor [T], got shape {tuple(x.shape)}")
-        if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size <= 0:
-            raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
         x = self.model.check_x(x)
         alpha, log_phi = self.model.alpha.double(), self.model.log_phi_columns(x)
         topics = alpha.shape[0]

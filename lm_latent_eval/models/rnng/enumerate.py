@@ -11,6 +11,7 @@ from functools import cache
 
 import torch
 
+from ...protocol import enumerated_log_marginal
 from .latents import REDUCE, SHIFT
 
 MAX_WORDS = 12  # Catalan(11) = 58,786 trees
@@ -46,11 +47,5 @@ def catalan(n: int) -> int:
 @torch.no_grad()
 def exact_log_marginal(model, x: torch.Tensor, batch_size: int = 4096) -> float:
     """log Σ_z p(x, z) over every tree of the words of x, float64 (0.0 for T = 0)."""
-    if x.numel() == 0:
-        return 0.0
     z = enumerate_trees(model.proposal.words(x).numel()).to(x.device)
-    parts = [model.log_joint(x, z[s : s + batch_size]) for s in range(0, z.shape[0], batch_size)]
-    value = float(torch.logsumexp(torch.cat(parts), 0))
-    if math.isnan(value):
-        raise ValueError("exact_log_marginal: log_joint returned NaN")
-    return value
+    return enumerated_log_marginal(model, x, z, batch_size)

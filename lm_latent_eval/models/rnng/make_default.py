@@ -7,9 +7,7 @@ downloaded. Deterministic given the seed (up to floating-point differences acros
 
 from __future__ import annotations
 
-import shutil
-
-from ..training import make_default_arguments, split_documents
+from ..training import default_settings, fresh_folder, make_default_arguments, split_documents, write_card
 from .synthetic import SyntheticConfig, generate_treebank
 from .train import TrainConfig, train_rnng
 from .treebank import sentence_from_bracketed
@@ -33,24 +31,11 @@ def main(argv: list[str] | None = None) -> None:
     args = make_default_arguments(__doc__, TRAINING.epochs, argv)
     trees = generate_treebank(CORPUS, seed=args.seed)
     sents = [sentence_from_bracketed(t, f"synthetic tree {i}") for i, t in enumerate(trees)]
-    test, valid, train = split_documents(sents, NUM_TEST, NUM_VALID)
-    config = TrainConfig(**{**TRAINING.__dict__, "epochs": args.epochs, "seed": args.seed})
-    out = args.output_dir / "rnng"
-    if out.exists():
-        shutil.rmtree(out)
-    _, history = train_rnng(train, valid, config, out, progress=False)
+    splits = _, valid, train = split_documents(sents, NUM_TEST, NUM_VALID)
+    out = fresh_folder(args.output_dir / "rnng")
+    _, history = train_rnng(train, valid, default_settings(TRAINING, args), out, progress=False)
     final = history[-1]
-    (out / "README.md").write_text(
-        CARD.format(
-            train=len(train),
-            valid=len(valid),
-            test=len(test),
-            seed=args.seed,
-            gold=final["valid_joint_ppl"],
-            k=final["valid_samples"],
-            is_ppl=final["valid_is_ppl"],
-        )
-    )
+    write_card(out, CARD, splits, args.seed, final)
     test_file = args.output_dir / "ptb_tiny" / "test.txt"
     test_file.parent.mkdir(parents=True, exist_ok=True)
     test_file.write_text("".join(t + "\n" for t in trees[:NUM_TEST]), encoding="utf-8")

@@ -30,6 +30,7 @@ from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
 from ...tensors import distinct_rows
+from ..checkpoints import StrictLoading
 from ..stepwise_module import StepwiseFromModule
 from ..vocabulary import WordVocabulary, build_word_list
 from . import sampling, stepwise
@@ -87,6 +88,7 @@ class StackLSTM(nn.Module):
 class RNNG(
     nn.Module,
     StepwiseFromModule,
+    StrictLoading,
     PyTorchModelHubMixin,
     library_name="lm-latent-eval",
     tags=["latent-lm", "rnng"],
@@ -149,11 +151,6 @@ class RNNG(
             V, self.bos_id, self.eos_id, proposal_dim or dim, proposal_hidden_size or hidden_size, dropout
         )
         self.proposal.bind(self)  # peek=false draws from this model's own action distribution
-
-    @classmethod
-    def _from_pretrained(cls, *, strict: bool = True, **kwargs):
-        """Load with strict=True: a checkpoint missing a parameter is an error, never a random init."""
-        return super()._from_pretrained(strict=strict, **kwargs)
 
     @property
     def device(self) -> torch.device:
@@ -292,16 +289,9 @@ class RNNG(
 
         return RNNGPrefix(self)
 
-    def sample_text(
-        self,
-        prefix_text: str,
-        max_tokens: int,
-        generator: torch.Generator | None = None,
-        stop: list[str] | None = None,
-    ) -> str:
-        """A continuation of the prefix drawn from p: the prefix's tree by a particle filter, then actions and words
-        until </s>, ``max_tokens`` words or a stop string (``sampling.py``)."""
-        return sampling.sample_text(self, prefix_text, max_tokens, generator, stop)
+    # a continuation of the prefix drawn from p: the prefix's tree by a particle filter, then actions and words
+    # until </s>, ``max_tokens`` words or a stop string: sampling.py
+    sample_text = sampling.sample_text
 
     def word_log_probs(
         self, ctx: torch.Tensor, eos_allowed: torch.Tensor, target: torch.Tensor

@@ -16,13 +16,14 @@ is ignored by the CRF.
 
 from __future__ import annotations
 
-import math
 import weakref
 
 import torch
 from torch import nn
 
+from ...protocol import CheckedProposal, check_temperature
 from ..encoder_cache import DocumentCache
+from ..vocabulary import check_word_ids
 from . import stepwise
 from .latents import SHIFT, actions_from_spans, check_actions, is_tree, right_branching, spans_from_actions
 from .tree_crf import inside, kbest_trees, log_partition, sample_trees, tree_scores
@@ -33,7 +34,7 @@ UNBOUND = (
 )
 
 
-class TreeCRFProposal(nn.Module):
+class TreeCRFProposal(CheckedProposal, nn.Module):
     """q_τ(z | x) = exp(Σ_{(i,j) ∈ z} s_ij / τ − log Z_τ) with s from a BiLSTM span encoder."""
 
     def __init__(
@@ -72,10 +73,7 @@ class TreeCRFProposal(nn.Module):
     # --- span scores ---------------------------------------------------------------------------------------------
     def words(self, x: torch.Tensor) -> torch.Tensor:
         """The words of x [T] without a trailing </s>: [T_w]; an error for ids outside the vocabulary or inner </s>."""
-        if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.dtype != torch.long:
-            raise ValueError(f"x must be a LongTensor [T], got {getattr(x, 'shape', type(x))}")
-        if x.numel() and (int(x.min()) < 0 or int(x.max()) >= self.vocab_size):
-            raise ValueError(f"x holds ids outside [0, {self.vocab_size}); use model.tokenize(text)")
+        check_word_ids(x, self.vocab_size)
         x = x.to(self.embedding.weight.device)
         if x.numel() and int(x[-1]) == self.eos_id:
             x = x[:-1]
@@ -101,18 +99,13 @@ class TreeCRFProposal(nn.Module):
         w = self.words(x)
         return self._doc_cache.get(self, w, lambda: self.span_scores_batch(w.unsqueeze(0))[0])
 
-    @staticmethod
-    def _check(temperature: float) -> None:
-        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
-            raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
-
     # --- the contract -----------------------------------------------------------------------------------------------
     def log_prob(
         self, x: torch.Tensor, z: torch.Tensor, temperature: float = 1.0, peek: bool = True
     ) -> torch.Tensor:
         """log q_τ(z_k | x) for K trees: float64 [K] (−inf for a sequence that is not a tree); differentiable with
         peeking (the CRF)."""
-        self._check(temperature)
+        check_temperature(temperature)
         w = self.words(x)
         T = w.numel()
         z = check_actions(z.to(w.device), T)
@@ -125,18 +118,9 @@ class TreeCRFProposal(nn.Module):
         log_q = tree_scores(s, spans_from_actions(z, T)) - log_partition(s.unsqueeze(0))[0]
         return log_q.masked_fill(~valid, float("-inf"))
 
-    @torch.no_grad()
-    def sample(
-        self,
-        x: torch.Tensor,
-        num_samples: int,
-        temperature: float = 1.0,
-        peek: bool = True,
-        generator: torch.Generator | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sample(self, x, num_samples, temperature, peek, generator) -> tuple[torch.Tensor, torch.Tensor]:
         """K trees z_k ~ q_τ(z | x): (actions [K, 2T − 1], log q_τ(z_k | x) float64 [K]); with peeking drawn from the
         CRF all at once, without it word by word."""
-        self._check(temperature)
         w = self.words(x)
         T = w.numel()
         if T == 0:
@@ -182,11 +166,8 @@ class TreeCRFProposal(nn.Module):
             log_q += step_q
         return log_q.masked_fill(~valid, float("-inf"))
 
-    @torch.no_grad()
-    def beam(self, x: torch.Tensor, beam_size: int) -> torch.Tensor:
+    def _beam(self, x: torch.Tensor, beam_size: int) -> torch.Tensor:
         """The min(k, Catalan(T − 1)) most probable trees under q (τ = 1), best first: actions [k', 2T − 1]."""
-        if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size <= 0:
-            raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
         w = self.words(x)
         if w.numel() == 0:
             return torch.zeros(1, 0, dtype=torch.long, device=w.device)

@@ -13,21 +13,24 @@ from __future__ import annotations
 
 import argparse
 import math
-import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from ...errors import InputError
 from ..training import (
     BestParameters,
     add_trainer_arguments,
     config_from_args,
+    finish_training,
+    gradient_step,
+    importance_sampled_ppl,
+    prefixed,
     report_training,
-    save_checkpoint,
+    seeded_rng,
+    shuffled_epoch,
 )
 from .latents import spans_from_actions
 from .model import RNNG, build_vocabulary
@@ -107,22 +110,6 @@ def evaluate_gold(model: RNNG, data: list, batch_size: int = 64) -> dict:
     return {"joint_ppl": math.exp(-joint / max(tokens, 1)), "q_nll": -q / max(len(data), 1)}
 
 
-@torch.no_grad()
-def importance_sampled_ppl(model: RNNG, data: list, num_samples: int, seed: int = 0) -> float:
-    """Instance-level IS perplexity exp(−Σ_n log p̂(x_n) / Σ_n T_n) with K = ``num_samples`` trees per sentence."""
-    from ...estimators import importance_log_weights, instance_ppl
-
-    model.eval()
-    xs = [model.token_ids([model.vocab[i] for i in w.tolist()]) for _, w, _ in data]
-    weights = [
-        importance_log_weights(
-            model, x, num_samples=num_samples, seed=seed, document=name, device=model.device
-        )
-        for (name, _, _), x in zip(data, xs)
-    ]
-    return instance_ppl(weights, [x.numel() for x in xs])
-
-
 def train_rnng(
     train: list[Sentence],
     valid: list[Sentence],
@@ -133,8 +120,7 @@ def train_rnng(
     """Fit p and q on ``train``, keep the best validation state; returns (model in eval mode, epoch records)."""
     if not train:
         raise InputError("train_rnng: no training sentences")
-    torch.manual_seed(config.seed)
-    rng = random.Random(config.seed)
+    rng = seeded_rng(config.seed)
     vocab = build_vocabulary(
         [[w.lower() if config.lowercase else w for w in s.words] for s in train],
         config.min_count,
@@ -157,17 +143,13 @@ def train_rnng(
     best = BestParameters(model, history, progress)
     for epoch in range(1, config.epochs + 1):
         model.train()
-        batches = _batches(train_data, config.batch_size)
-        rng.shuffle(batches)
+        bar = shuffled_epoch(
+            _batches(train_data, config.batch_size), rng, f"epoch {epoch}/{config.epochs}", progress
+        )
         sums, tokens, sentences, start = [0.0, 0.0], 0, 0, time.time()
-        bar = tqdm(batches, desc=f"epoch {epoch}/{config.epochs}", disable=not progress, leave=False)
         for batch in bar:
             lp, lq, n = batch_log_probs(model, batch)
-            loss = -(lp.sum() + lq.sum()) / n
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            optimizer.step()
+            gradient_step(optimizer, -(lp.sum() + lq.sum()) / n, model, config.grad_clip)
             sums = [sums[0] + float(lp.detach().sum()), sums[1] + float(lq.detach().sum())]
             tokens, sentences = tokens + n, sentences + len(batch)
             bar.set_postfix(train_ppl=f"{math.exp(-sums[0] / tokens):.2f}")
@@ -178,22 +160,21 @@ def train_rnng(
             "seconds": round(time.time() - start, 2),
         }
         if valid_data:
-            record.update({f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items()})
+            record.update(prefixed("valid_", evaluate_gold(model, valid_data)))
         best.epoch_done(record, record.get("valid_joint_ppl", record["train_joint_ppl"]))
-    best.restore()
-    model.eval()
-    if valid_data and config.valid_samples > 0:
-        best.log(
-            {
-                "final": True,
-                "valid_is_ppl": importance_sampled_ppl(model, valid_data, config.valid_samples),
-                "valid_samples": config.valid_samples,
-                **{f"valid_{k}": v for k, v in evaluate_gold(model, valid_data).items()},
-            }
-        )
-    if output_dir is not None:
-        save_checkpoint(model, output_dir, config, history)
-    return model, history
+
+    def final_validation() -> (
+        dict
+    ):  # after the best parameters are restored; sentences with their </s> if counted
+        documents = [
+            (name, model.token_ids([model.vocab[i] for i in w.tolist()])) for name, w, _ in valid_data
+        ]
+        is_ppl = importance_sampled_ppl(model, documents, config.valid_samples)
+        gold = prefixed("valid_", evaluate_gold(model, valid_data))
+        return {"valid_is_ppl": is_ppl, "valid_samples": config.valid_samples, **gold}
+
+    final = final_validation if valid_data and config.valid_samples > 0 else None
+    return finish_training(best, config, output_dir, final)
 
 
 def read_split(path: str | Path, config: TrainConfig) -> list[Sentence]:

@@ -18,10 +18,11 @@ from __future__ import annotations
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from ...protocol import CheckedProposal
 from ...tensors import inverse_cdf, pad_rows
 
 
-class SegmentationProposal:
+class SegmentationProposal(CheckedProposal):
     """Sequential proposal over the segmentation lattice of one text (see the module docstring)."""
 
     def __init__(self, lm):
@@ -74,8 +75,7 @@ class SegmentationProposal:
 
     # ---- sampling -----------------------------------------------------------------------------------------------
 
-    @torch.no_grad()
-    def sample(self, x, num_samples, temperature=1.0, peek=True, generator=None):
+    def _sample(self, x, num_samples, temperature, peek, generator):
         """z [K, T_max] (token ids, padded with −1) ~ q_τ(z | x) and log q_τ(z | x) [K] (float64)."""
         if not peek:
             raise ValueError(
@@ -180,8 +180,7 @@ class SegmentationProposal:
 
     # ---- beam ---------------------------------------------------------------------------------------------------
 
-    @torch.no_grad()
-    def beam(self, x, beam_size):
+    def _beam(self, x, beam_size):
         """Up to ``beam_size`` distinct segmentations [k, T_max] of highest p(z) found by a byte-synchronous beam
         search (the best ``beam_size`` partial segmentations ending at each byte position are extended, each
         reading its parent's key/value cache plus one token); the canonical segmentation x is always among them,

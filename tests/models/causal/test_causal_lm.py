@@ -23,30 +23,8 @@ def test_long_text_is_scored_in_lm_evals_rolling_windows(causal, num_words):
     """With context 8, a long text is scored in the windows of lm-eval's hf backend (get_rolling_token_windows)."""
     from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
-    words = [
-        "the",
-        "cat",
-        "sat",
-        "on",
-        "the",
-        "mat",
-        "and",
-        "the",
-        "dog",
-        "ran",
-        "under",
-        "the",
-        "log",
-        "quickly",
-        ".",
-        "the",
-        "a",
-        "cat",
-        "dog",
-        "sat",
-        "ran",
-    ]
-    x = causal.tokenize(" ".join(words[:num_words]))
+    text = "the cat sat on the mat and the dog ran under the log quickly . the a cat dog sat ran"  # 21 words
+    x = causal.tokenize(" ".join(text.split()[:num_words]))
     assert x.numel() == num_words  # the word-level tokenizer: one token per word
     expected = 0.0
     for window in get_rolling_token_windows(x.tolist(), causal.prefix_token, max_seq_len=8, context_len=1):

@@ -10,6 +10,7 @@ import itertools
 import pytest
 import torch
 from entitynlm_tiny import TEXT, tiny_entitynlm
+from round_trip import draws_with_one_seed, reloaded
 
 from lm_latent_eval.estimators import beam_log_marginal, importance_log_weights, log_mean_exp
 from lm_latent_eval.models.entitynlm import LATENT_KEYS, EntityNLM
@@ -126,11 +127,9 @@ def test_tokenize_lower_cases_and_maps_unknown_words(model):
 
 
 def test_save_load_round_trip(model, tmp_path):
-    model.save_pretrained(tmp_path / "ckpt")
-    loaded = EntityNLM.from_pretrained(str(tmp_path / "ckpt")).eval()
+    loaded = reloaded(model, tmp_path / "ckpt")
     x = model.tokenize(TEXT)
-    z, log_q = model.proposal.sample(x, 16, 1.3, False, torch.Generator().manual_seed(5))
-    z2, log_q2 = loaded.proposal.sample(x, 16, 1.3, False, torch.Generator().manual_seed(5))
+    (z, log_q), (z2, log_q2) = draws_with_one_seed([model, loaded], x, 16, 1.3, peek=False, seed=5)
     assert all(torch.equal(z[k], z2[k]) for k in LATENT_KEYS) and torch.equal(log_q, log_q2)
     with torch.no_grad():
         assert torch.equal(model.log_joint(x, z), loaded.log_joint(x, z))

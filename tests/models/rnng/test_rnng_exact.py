@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 from rnng_tiny import TEXT, tiny_rnng
+from round_trip import draws_with_one_seed, reloaded
 
 from lm_latent_eval.models.rnng import RNNG
 from lm_latent_eval.models.rnng.enumerate import catalan, enumerate_trees, exact_log_marginal
@@ -184,11 +185,9 @@ def test_tokenize_and_one_word_sentences(model):
 
 
 def test_save_load_round_trip(model, tmp_path):
-    model.save_pretrained(tmp_path / "ckpt")
-    loaded = RNNG.from_pretrained(str(tmp_path / "ckpt")).eval()
+    loaded = reloaded(model, tmp_path / "ckpt")
     x = model.tokenize(TEXT)
-    z, log_q = model.proposal.sample(x, 16, 1.3, True, torch.Generator().manual_seed(5))
-    z2, log_q2 = loaded.proposal.sample(x, 16, 1.3, True, torch.Generator().manual_seed(5))
+    (z, log_q), (z2, log_q2) = draws_with_one_seed([model, loaded], x, 16, 1.3, peek=True, seed=5)
     assert torch.equal(z, z2) and torch.equal(log_q, log_q2)
     with torch.no_grad():
         assert torch.equal(model.log_joint(x, z), loaded.log_joint(x, z))
