@@ -71,6 +71,16 @@ class Setting:
         )
 
 
+def add_run_arguments(
+    parser: argparse.ArgumentParser, runs: int, num_samples: int, seeds: int, documents: int
+):
+    """The options of the scripts that rerun one SMC setting on the first ``--documents`` of ``benchmark_corpus``."""
+    parser.add_argument("--runs", type=int, default=runs, help="SMC runs per document")
+    parser.add_argument("--num-samples", type=int, default=num_samples, help="K, particles per document")
+    parser.add_argument("--seeds", type=int, default=seeds)
+    parser.add_argument("--documents", type=int, default=documents)
+
+
 def benchmark_corpus(num_documents: int = max(SIZES)) -> list[str]:
     """The bundled training corpus, then texts sampled from the HMM with the same lengths (seed 0)."""
     model, _ = load_model("hmm")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from interval_coverage import benchmark_corpus
+from interval_coverage import add_run_arguments, benchmark_corpus
 from tqdm.auto import tqdm
 
 from lm_latent_eval.estimators import EstimatorSettings
@@ -30,10 +30,7 @@ OUTPUT = Path(__file__).resolve().parent / "smc_runs_coverage"
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=8)
-    parser.add_argument("--num-samples", type=int, default=200)
-    parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--documents", type=int, default=200)
+    add_run_arguments(parser, runs=8, num_samples=200, seeds=20, documents=200)
     args = parser.parse_args()
     torch.set_num_threads(1)
     model, _ = load_model("hmm")
