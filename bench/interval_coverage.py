@@ -54,11 +54,12 @@ class Setting:
 
     @property
     def label(self) -> str:
-        """The settings as ``resolve`` leaves them (an explicit estimator: the model is not read)."""
-        s, _ = self.settings(0).resolve(None)
-        runs = f", {s.smc_runs} run{'s' * (s.smc_runs > 1)}" if s.estimator == "smc" else ""
+        runs = f", {self.smc_runs} run{'s' * (self.smc_runs > 1)}" if self.estimator == "smc" else ""
         target = f", target {self.target_se}" if self.target_se else ""
-        return f"{s.estimator.upper()}, K = {s.num_samples}{runs}{target}, {'peeking' if self.peek else 'no peeking'}"
+        return (
+            f"{self.estimator.upper()}, K = {self.num_samples}{runs}{target}, "
+            f"{'peeking' if self.peek else 'no peeking'}"
+        )
 
     def settings(self, seed: int) -> EstimatorSettings:
         return EstimatorSettings(

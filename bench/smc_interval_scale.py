@@ -41,7 +41,6 @@ def standardized_errors(
 ) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
     """z of the printed, jackknife and runs-only intervals for one seeded estimate of every document, with every
     document's log p̂ and v̂ (0 and 0 for a document without tokens)."""
-    runs = settings.smc_runs
     centre = {"printed": 0.0, "jackknife": 0.0, "runs only": 0.0}
     variance = dict.fromkeys(centre, 0.0)
     log_p, v = np.zeros(len(docs)), np.zeros(len(docs))
@@ -51,7 +50,9 @@ def standardized_errors(
             continue
         d = est.diagnostics
         log_p[i], v[i] = est.log_likelihood, d.relative_variance
-        run_ll = np.asarray(d.run_log_likelihoods)
+        run_ll, runs = np.asarray(d.run_log_likelihoods), len(d.run_sizes)
+        if len(set(d.run_sizes)) != 1:
+            raise ValueError(f"runs of sizes {d.run_sizes}: the jackknife below assumes equal runs")
         p = np.exp(run_ll - run_ll.max())
         leave_one_out = np.log((p.sum() - p) / (runs - 1)) + run_ll.max()  # equal run sizes
         centre["printed"] += est.log_likelihood + d.relative_variance / 2
