@@ -6,7 +6,13 @@ G = Σ v^{3/2} / √Σ v of the bias correction small (``intervals``), which max
 documents (G ≤ √(max v) √(Σ v) ≤ √N max v; ρ = 0.35, below the interval's 0.5). From c_n = v̂_n K_n (the relative
 variance per sample, K_n the samples drawn), the cheapest allocation meeting Σ c_n / K'_n ≤ V over cost Σ K'_n T_n is
 K'_n = √(c_n / T_n) · Σ_m √(c_m T_m) / V; each document gets max(that, c_n √N / ρ), at least twice what it had, at
-most ``max_samples``; a document whose v̂ cannot be trusted (IS weights PSIS cannot judge) doubles its samples. Then
+most ``max_samples``. c_n is the largest seen over the stages so far: a stage in which one SMC run found a latent
+path the others missed shows a large c_n, and the next stage, which may not find it, must not forget it. A document
+at least doubles its samples where its v̂ cannot be trusted (IS weights PSIS cannot judge, one SMC run carrying the
+estimate), and where this stage's bias-corrected log p̂ and the stage before's differ by more than their v̂ allow
+(|z| above the two-sided 5% / N Bonferroni quantile): two independent estimates that disagree say that one of them
+missed mass that its own samples cannot show. The target is met when Σ v̂ ≤ V, G ≤ 0.5, no document is in doubt
+and none is short of c_n √N / ρ samples by its largest c_n (unless at ``max_samples``). Then
 EVERY document is estimated afresh from new random streams with its new sample size, and only the newest stage is
 kept: each estimate's size was fixed before it was drawn, so it stays unbiased given the earlier stages (keeping the
 old estimates of the documents that needed no more would keep exactly those whose tail was not seen, a selection
@@ -19,9 +25,9 @@ keep the stages whose spread came out small by chance, and their intervals would
 covered well under 95% at 10 and 50 documents). The last stage reports the precision it achieved, two-sided or
 certified by its own gate.
 
-The allocation reads corpus-wide sums only (documents, tokens, Σ √(c T)), rounded to 9 significant digits, so with
-``all_reduce`` summing them over processes the samples of a document never depend on batching, order or the number
-of processes. Every stage's estimates are kept (``stage_log_likelihoods``): each stage's product of p̂ is unbiased
+The allocation reads corpus-wide sums only (documents, tokens, Σ √(c T), documents in doubt or short), rounded to 9
+significant digits, so with ``all_reduce`` summing them over processes the samples of a document never depend on
+batching, order or the number of processes. Every stage's estimates are kept (``stage_log_likelihoods``): each stage's product of p̂ is unbiased
 given the stages before, so the certified bound takes the best stage at δ / MAX_STAGES (a union bound).
 """
 
@@ -30,59 +36,112 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from scipy import stats
 from tqdm.auto import tqdm
 
 from .document import DocumentEstimate, estimate_document
-from .intervals import MAX_REMAINDER
+from .intervals import MAX_REMAINDER, DocumentError
 from .settings import EstimatorSettings
 
 ALLOCATION_REMAINDER = 0.35  # the G the allocation aims at (the interval accepts up to MAX_REMAINDER)
 MAX_STAGES = 6  # stage 0 and up to five rounds of fresh estimates
+AGREEMENT_LEVEL = (
+    0.05  # chance that some document of a well-estimated corpus is called in disagreement, per stage
+)
 
 
 def _round(value: float) -> float:
     return float(f"{value:.9g}")
 
 
-def _allocation(estimates: Sequence[DocumentEstimate], settings: EstimatorSettings, all_reduce) -> list[int]:
-    """Samples per document for the next stage (the current count where a document needs no more)."""
+def _allocation(
+    estimates: Sequence[DocumentEstimate],
+    earlier: Sequence[_History],
+    settings: EstimatorSettings,
+    all_reduce,
+) -> list[int]:
+    """Samples per document for the next stage (the current count where a document needs no more); ``earlier``
+    holds what the stages before said of each document, and is updated with this stage."""
     errors = [e.error() for e in estimates]
     sizes = [_num_samples(e) for e in estimates]
-    c = [
-        err.relative_variance * k if err.trusted and math.isfinite(err.relative_variance) else math.nan
-        for err, k in zip(errors, sizes)
-    ]
+    documents = _round(all_reduce([float(sum(e.num_tokens > 0 for e in estimates))])[0])
+    disagree = [h.disagrees(err, documents) for h, err in zip(earlier, errors)]
+    for h, err, k in zip(earlier, errors, sizes):
+        h.update(err, k)
+    c = [h.variance_per_sample for h in earlier]
     tokens = [e.num_tokens for e in estimates]
     v = [e.relative_variance for e in errors if e.trusted and math.isfinite(e.relative_variance)]
+    doubt = [not err.trusted or d for err, d in zip(errors, disagree)]
+    v_max = ALLOCATION_REMAINDER / math.sqrt(documents) if documents else math.inf
+    short = [  # below the per-document precision that keeps the remainder small, by the largest c seen
+        not math.isnan(ci) and ci / k > v_max and k < settings.sample_budget for ci, k in zip(c, sizes)
+    ]
     totals = all_reduce(
         [
             float(sum(tokens)),
-            float(sum(t > 0 for t in tokens)),
             sum(math.sqrt(ci * t) for ci, t in zip(c, tokens) if not math.isnan(ci)),
             sum(v),
             sum(x**1.5 for x in v),
-            float(sum(not e.trusted for e in errors)),
+            float(sum(doubt)),
+            float(sum(short)),
         ]
     )
-    total_tokens, documents, neyman, sum_v, sum_v15, untrusted = (_round(x) for x in totals)
+    total_tokens, neyman, sum_v, sum_v15, doubted, shorted = (_round(x) for x in totals)
     if total_tokens == 0:
         return sizes
     budget_v = (settings.target_se * total_tokens) ** 2
-    met = untrusted == 0 and sum_v <= budget_v and (sum_v == 0 or sum_v15 / math.sqrt(sum_v) <= MAX_REMAINDER)
+    met = (
+        doubted == 0
+        and shorted == 0
+        and sum_v <= budget_v
+        and (sum_v == 0 or sum_v15 / math.sqrt(sum_v) <= MAX_REMAINDER)
+    )
     if met:
         return sizes
-    v_max = ALLOCATION_REMAINDER / math.sqrt(documents)
     out = []
-    for ci, t, k, err in zip(c, tokens, sizes, errors):
+    for ci, t, k, err, d in zip(c, tokens, sizes, errors, doubt):
         if t == 0 or (err.trusted and err.relative_variance == 0):
             out.append(k)
-        elif math.isnan(ci):  # v̂ cannot be trusted: more samples are the only remedy
-            out.append(min(2 * k, settings.sample_budget))
-        else:
-            wanted = max(math.sqrt(ci / t) * neyman / budget_v, ci / v_max)
-            out.append(k if wanted <= k else min(max(math.ceil(wanted), 2 * k), settings.sample_budget))
+            continue
+        wanted = 0.0 if math.isnan(ci) else max(math.sqrt(ci / t) * neyman / budget_v, ci / v_max)
+        if d:  # v̂ cannot be trusted, or disagrees with the stage before: more samples are the only remedy
+            wanted = max(wanted, 2 * k)
+        out.append(k if wanted <= k else min(max(math.ceil(wanted), 2 * k), settings.sample_budget))
     return out
+
+
+@dataclass
+class _History:
+    """What the stages so far said of one document: the largest relative variance per sample c = v̂ K seen (an
+    untrusted v̂ counts too: it is then a lower bound), and the latest stage's error for the next one to agree with."""
+
+    variance_per_sample: float = math.nan
+    last: DocumentError | None = None
+
+    def update(self, err: DocumentError, num_samples: int) -> None:
+        if math.isfinite(err.relative_variance):
+            c = err.relative_variance * num_samples
+            self.variance_per_sample = (
+                c if math.isnan(self.variance_per_sample) else max(c, self.variance_per_sample)
+            )
+        self.last = err
+
+    def disagrees(self, err: DocumentError, documents: float) -> bool:
+        """Whether two independent stages' bias-corrected log p̂ differ by more than their v̂ allow: |z| above the
+        two-sided 1 − AGREEMENT_LEVEL / N quantile (Bonferroni over the N documents), a sign that one stage missed
+        a latent path the other found, which neither v̂ shows."""
+        a, b = self.last, err
+        if a is None or not all(math.isfinite(x) for x in (a.relative_variance, b.relative_variance)):
+            return False
+        spread = a.relative_variance + b.relative_variance
+        gap = (b.log_likelihood + b.relative_variance / 2) - (a.log_likelihood + a.relative_variance / 2)
+        if spread <= 0:
+            return gap != 0
+        return abs(gap) / math.sqrt(spread) > float(
+            stats.norm.isf(AGREEMENT_LEVEL / (2 * max(documents, 1.0)))
+        )
 
 
 def _num_samples(est: DocumentEstimate) -> int:
@@ -118,8 +177,9 @@ def estimate_corpus(
     if not settings.adaptive:
         return current
     stages = {t: [e.log_likelihood] for t, e in current.items()}
+    earlier = [_History() for _ in unique]
     for stage in range(1, MAX_STAGES):
-        wanted = dict(zip(unique, _allocation([current[t] for t in unique], settings, all_reduce)))
+        wanted = dict(zip(unique, _allocation([current[t] for t in unique], earlier, settings, all_reduce)))
         grow = [t for t in unique if wanted[t] > _num_samples(current[t])]
         last = not all_reduce([float(len(grow))])[0] or stage == MAX_STAGES - 1
         what = f"{len(grow)} documents need more samples" if grow else "the same sizes afresh"

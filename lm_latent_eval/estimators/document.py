@@ -24,6 +24,9 @@ from .smc import SMCDiagnostics, empty_document_diagnostics, smc_log_weights
 MIN_RUN_SIZE = (
     16  # SMC runs smaller than this give no trusted error (as IS at K ≤ 10, where PSIS's threshold is 0)
 )
+MAX_RUN_SHARE = (
+    0.8  # one SMC run carrying more of p̂ than this: v̂ sits at the runs' ceiling and is not trusted
+)
 
 
 @dataclass
@@ -98,7 +101,7 @@ class DocumentEstimate:
     def error(self) -> DocumentError:
         """log p̂, v̂ = estimated Var(p̂)/p² and whether v̂ can be trusted (see ``intervals``): exact estimates and
         empty documents have v = 0; IS from the weights (``diagnostics.importance_error``); SMC from its runs (R ≥ 2 of
-        at least MIN_RUN_SIZE particles, proposal temperature ≥ 1);
+        at least MIN_RUN_SIZE particles, none carrying more than MAX_RUN_SHARE of p̂, proposal temperature ≥ 1);
         a beam sum is a bound, not an estimate."""
         if self.num_tokens == 0 or self.estimator == "exact":
             return DocumentError(self.log_likelihood, 0.0, math.inf)
@@ -113,6 +116,11 @@ class DocumentEstimate:
                 reason = "one SMC run has no honest error estimate (use smc_runs ≥ 2)"
             elif min(d.run_sizes) < MIN_RUN_SIZE:
                 reason = f"SMC runs of fewer than {MIN_RUN_SIZE} particles cannot show the weights' tail"
+            elif d.largest_run_share > MAX_RUN_SHARE:
+                reason = (
+                    f"one SMC run carries over {MAX_RUN_SHARE:.0%} of p̂ (a latent path the other runs missed): "
+                    "the runs' spread cannot measure how rarely it is found; more particles per run are needed"
+                )
             elif d.temperature < 1.0:
                 reason = (
                     f"a sharpened proposal (temperature {d.temperature:g} < 1) is lighter-tailed than the target: "

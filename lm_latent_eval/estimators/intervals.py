@@ -9,7 +9,8 @@ SMC: the larger of the spread of R ≥ 2 independent runs and their Lee-Whiteley
 
 G measures, in standard errors, the size of what the first-order correction leaves (terms of order v^{3/2}). The
 two-sided interval S̃ ± t·SE is printed only when every document's v̂ can be trusted (IS: Pareto k̂ defined and
-below the sample-size threshold min(1 − 1/log10 K, 0.7) of Vehtari et al. 2024; SMC: at least two runs) and
+below the sample-size threshold min(1 − 1/log10 K, 0.7) of Vehtari et al. 2024; SMC: at least two runs, none
+carrying most of p̂, see ``DocumentEstimate.error``) and
 G ≤ ``MAX_REMAINDER``; t has the Welch-Satterthwaite degrees of freedom (Σ v̂_n)² / Σ_n v̂_n² / ν_n of a sum of
 variance estimates with ν_n degrees of freedom each (IS: K − 1; SMC: R − 1), so a corpus whose error a few noisily
 estimated documents dominate gets the wider t it needs. Otherwise no two-sided interval is honest and only the one-sided certified bound is given:

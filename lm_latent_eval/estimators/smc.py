@@ -159,6 +159,18 @@ class SMCDiagnostics:
     ess_mean: float
     temperature: float = 1.0  # of the proposal: below 1 it is lighter-tailed than at 1, and v̂ is not trusted
 
+    @property
+    def largest_run_share(self) -> float:
+        """max_r s_r p̂_r / p̂: the share of p̂ that the largest run carries (s_r = its share of the particles).
+
+        Near 1 one run found a latent path the others missed, and the runs' spread sits at its ceiling (for R equal
+        runs v̂ ≤ 1 whatever Var(p̂)/p² is): v̂ then measures how rarely that path is found only from below."""
+        run_ll = np.asarray(self.run_log_likelihoods, dtype=np.float64)
+        share = np.asarray(self.run_sizes, dtype=np.float64) / float(np.sum(self.run_sizes))
+        if not np.isfinite(self.log_likelihood):
+            return math.nan
+        return float(np.max(share * np.exp(run_ll - self.log_likelihood)))
+
 
 @torch.no_grad()
 def smc_block(

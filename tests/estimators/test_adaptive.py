@@ -9,11 +9,19 @@ import numpy as np
 import pytest
 from hmm_tiny import WholeDocumentOnly
 
-from lm_latent_eval.estimators import EstimatorSettings, estimate_document
-from lm_latent_eval.estimators.adaptive import MAX_STAGES, estimate_corpus
+from lm_latent_eval.estimators import DocumentEstimate, EstimatorSettings, estimate_document
+from lm_latent_eval.estimators.adaptive import (
+    ALLOCATION_REMAINDER,
+    MAX_STAGES,
+    _allocation,
+    _History,
+    estimate_corpus,
+)
 from lm_latent_eval.estimators.corpus import certified_log_likelihood, corpus_estimate
+from lm_latent_eval.estimators.document import MAX_RUN_SHARE
 from lm_latent_eval.estimators.intervals import certified_lower_bound
 from lm_latent_eval.estimators.settings import AUTO_TARGET_SE
+from lm_latent_eval.estimators.smc import SMCRun, smc_diagnostics
 
 
 def test_auto_picks_exact_then_smc_then_is_and_says_why(bundled_hmm, bundled_test_texts):
@@ -163,3 +171,56 @@ def test_smc_with_the_precision_target_covers_at_200_documents(bundled_hmm):
         interval = corpus_estimate([by_text[d] for d in docs]).interval
         held.append(interval.lower <= truth <= interval.upper)
     assert sum(held) >= 19, held
+
+
+def _smc_estimate(run_log_likelihoods, size=25, tokens=10, text="doc") -> DocumentEstimate:
+    """An SMC estimate of R runs of ``size`` particles whose weights are equal within a run (Lee-Whiteley v̂ 0)."""
+    runs = [SMCRun(np.full(size, ll), float(ll), 0, [], 0.0) for ll in run_log_likelihoods]
+    diag = smc_diagnostics(runs, [size] * len(runs), 0.5)
+    log_weights = np.concatenate([run.log_weights for run in runs])
+    return DocumentEstimate(text, tokens, diag.log_likelihood, "smc", log_weights, diag)
+
+
+def test_one_run_carrying_the_estimate_is_not_trusted():
+    """p̂ of four runs, one of them 5 nats above the rest: v̂ sits at the runs' ceiling (1), which says only that the
+    path that run found is rare, not how rare, so the document's error is not trusted; balanced runs are."""
+    lopsided = _smc_estimate([0.0, -5.0, -5.0, -5.0])
+    assert lopsided.diagnostics.largest_run_share == pytest.approx(1 / (1 + 3 * math.exp(-5)))
+    assert lopsided.diagnostics.relative_variance > 0.9
+    err = lopsided.error()
+    assert not err.trusted and "one SMC run carries" in err.reason
+    balanced = _smc_estimate([0.0, 0.2, -0.1, 0.1])
+    assert balanced.diagnostics.largest_run_share < MAX_RUN_SHARE and balanced.error().trusted
+
+
+def test_the_allocation_remembers_a_rare_path_an_earlier_stage_found():
+    """Stage s found a rare path (v̂ 0.1 at K = 100: c = 10 per sample); stage s + 1, at the same K, missed it and
+    its runs agree (v̂ ≈ 0). The next stage must still size the document by c = 10 (K ≥ c √N / 0.35), and the target
+    is not met while it is short of that."""
+    settings = EstimatorSettings(
+        "smc", 100, target_se=1.0
+    )  # a loose target: only the per-document rule binds
+    found = _smc_estimate([0.6, -0.4, -0.4, -0.4])
+    missed = _smc_estimate([-0.40, -0.41, -0.39, -0.40])
+    others = [_smc_estimate([-0.4, -0.41, -0.39, -0.4], text=f"other {i}") for i in range(3)]
+    earlier = [_History() for _ in range(4)]
+    first = _allocation([found, *others], earlier, settings, lambda v: v)
+    c = found.error().relative_variance * 100
+    assert first[0] >= c * math.sqrt(4) / ALLOCATION_REMAINDER
+    second = _allocation([missed, *others], earlier, settings, lambda v: v)
+    assert second[0] >= c * math.sqrt(4) / ALLOCATION_REMAINDER and second[1:] == [100, 100, 100]
+    fresh = _allocation([missed, *others], [_History() for _ in range(4)], settings, lambda v: v)
+    assert fresh == [100] * 4  # without the memory the missed stage looks converged
+
+
+def test_stages_that_disagree_beyond_their_errors_are_in_doubt():
+    """Two independent stages 2 nats apart whose runs each agree to 0.001 cannot both be right: the document at least
+    doubles its samples; stages within their errors do not."""
+    h = _History()
+    h.update(_smc_estimate([-10.0, -10.02, -9.98, -10.0]).error(), 100)
+    assert h.disagrees(_smc_estimate([-8.0, -8.02, -7.98, -8.0]).error(), documents=200)
+    assert not h.disagrees(_smc_estimate([-10.01, -10.02, -9.99, -10.0]).error(), documents=200)
+    settings = EstimatorSettings("smc", 100, target_se=1.0)
+    earlier = [_History()]
+    _allocation([_smc_estimate([-10.0, -10.02, -9.98, -10.0])], earlier, settings, lambda v: v)
+    assert _allocation([_smc_estimate([-8.0, -8.02, -7.98, -8.0])], earlier, settings, lambda v: v) == [200]
