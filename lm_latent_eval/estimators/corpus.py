@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 from .aggregate import corpus_log_likelihood, total_tokens
 from .document import DocumentEstimate
@@ -62,6 +63,16 @@ class CorpusEstimate:
     def perplexity_interval(self) -> tuple[float, float]:
         """(lower, upper) for the true perplexity; lower is 0 where the statement is one-sided."""
         return self.interval.perplexity(self.num_tokens)
+
+    @property
+    def interval_stderr(self) -> float:
+        """Half the width of the perplexity interval over the normal quantile (1.96 at 95%): lm-eval's Stderr column,
+        so that perplexity ± 1.96 · Stderr spans the printed interval, its t quantile and bias allowance included
+        (``monte_carlo_stderr`` is the Monte Carlo standard error alone); NaN where the statement is one-sided."""
+        if not self.interval.two_sided:
+            return math.nan
+        lower, upper = self.perplexity_interval
+        return (upper - lower) / 2 / float(stats.norm.ppf(0.5 + self.interval.level / 2))
 
 
 def corpus_estimator(estimates: Sequence[DocumentEstimate]) -> str:

@@ -5,10 +5,14 @@ N documents the bias grows like N while the Monte Carlo error grows like √N, s
 stops covering as a corpus grows. Here, per document n, v̂_n estimates v_n (IS: s²_w / (K w̄²) from the K weights;
 SMC: the larger of the spread of R ≥ 2 independent runs and their Lee-Whiteley estimates; exact: 0), and
 
-    S̃ = Σ_n (log p̂_n + v̂_n / 2),    SE = √Σ_n v̂_n,    G = Σ_n v̂_n^{3/2} / SE.
+    S̃ = Σ_n (log p̂_n + v̂_n / 2),    C = Σ_n v̂_n / 2,    SE = √Σ_n v̂_n,    G = Σ_n v̂_n^{3/2} / SE.
 
+The two-sided interval is S̃ ± (t·SE + C) = [Σ_n log p̂_n − t·SE, Σ_n log p̂_n + 2C + t·SE]: it allows the bias of
+Σ_n log p̂_n to be anywhere between 0 and twice its first-order estimate C. The lower end needs no correction at all,
+since E[log p̂] ≤ log p (Jensen); the upper end survives a v̂ that is half the true v (v̂ from a few runs or a
+heavy-tailed sample is typically too small, and more so once a gate has selected the runs whose v̂ came out small).
 G measures, in standard errors, the size of what the first-order correction leaves (terms of order v^{3/2}). The
-two-sided interval S̃ ± t·SE is printed only when every document's v̂ can be trusted (IS: Pareto k̂ defined and
+two-sided interval is printed only when every document's v̂ can be trusted (IS: Pareto k̂ defined and
 below the sample-size threshold min(1 − 1/log10 K, 0.7) of Vehtari et al. 2024; SMC: at least two runs, none
 carrying most of p̂, see ``DocumentEstimate.error``) and
 G ≤ ``MAX_REMAINDER``; t has the Welch-Satterthwaite degrees of freedom (Σ v̂_n)² / Σ_n v̂_n² / ν_n of a sum of
@@ -52,9 +56,10 @@ class DocumentError:
 
 @dataclass(frozen=True)
 class Interval:
-    """A ``level`` statement about S = Σ_n log p(x_n) (nats): two-sided [lower, upper] around the bias-corrected
-    ``centre`` with Monte Carlo ``standard_error`` (documents fixed), or one-sided [lower, +inf) certified by Markov's
-    inequality, with the ``reason`` no two-sided interval is honest."""
+    """A ``level`` statement about S = Σ_n log p(x_n) (nats): two-sided [lower, upper] = ``centre`` ± (t·SE + C) around
+    the bias-corrected ``centre`` with Monte Carlo ``standard_error`` SE (documents fixed) and ``bias_correction`` C
+    (see the module docstring), or one-sided [lower, +inf) certified by Markov's inequality, with the ``reason`` no
+    two-sided interval is honest."""
 
     lower: float
     upper: float
@@ -80,8 +85,9 @@ class Interval:
         """One line: what kind of interval this is and, for a one-sided one, why."""
         if self.two_sided:
             return (
-                f"two-sided {self.level:.0%} interval: bias-corrected estimate ± t·SE (correction "
-                f"{self.bias_correction:.3g} nats, remainder {self.remainder:.2f} SE)"
+                f"two-sided {self.level:.0%} interval: bias-corrected estimate ± (t·SE + correction), allowing the "
+                f"bias anywhere from 0 to twice its estimate (correction {self.bias_correction:.3g} nats, SE "
+                f"{self.standard_error:.3g} nats, remainder {self.remainder:.2f} SE)"
             )
         return f"one-sided {self.level:.0%} bound (certified by Markov's inequality): {self.reason}"
 
@@ -143,7 +149,8 @@ def log_likelihood_interval(
         if math.isfinite(dof) and dof > 0
         else float(stats.norm.ppf(0.5 + level / 2))
     )
-    return Interval(centre - q * se, centre + q * se, centre, se, correction, remainder, level)
+    half_width = q * se + correction  # the bias allowance: anywhere from 0 to twice the correction
+    return Interval(centre - half_width, centre + half_width, centre, se, correction, remainder, level)
 
 
 def satterthwaite_degrees_of_freedom(variances: Sequence[float], dofs: Sequence[float]) -> float:

@@ -159,10 +159,11 @@ def repeated_rows(items) -> list[str]:
 
 
 def perplexity_stderr(items) -> float | str:
-    """Monte Carlo standard error of ``perplexity`` (documents fixed): lm-eval's Stderr column; "N/A" where no
-    two-sided interval is honest (the certified ``perplexity_upper_bound`` still holds)."""
+    """lm-eval's Stderr column of ``perplexity`` (documents fixed): the 95% interval's half-width over 1.96, so that
+    perplexity ± 1.96 · Stderr is the honest interval (``CorpusEstimate.interval_stderr``); "N/A" where no two-sided
+    interval is honest (the certified ``perplexity_upper_bound`` still holds)."""
     corpus = _corpus(items)
-    return corpus.monte_carlo_stderr if corpus.interval.two_sided else "N/A"
+    return corpus.interval_stderr if corpus.interval.two_sided else "N/A"
 
 
 def perplexity_upper_bound(items) -> float:

@@ -131,7 +131,7 @@ def verdict(corpus: CorpusEstimate, settings: dict) -> tuple[str, list[str]]:
         return (
             "Reliable: every document's Monte Carlo error can be estimated and the bias correction is small "
             f"(remainder {corpus.interval.remainder:.2f} standard errors); quote the perplexity with its "
-            "interval."
+            "interval, which allows the bias anywhere from 0 to twice its estimate."
         ), []
     tries = []
     if corpus.estimator == "is":

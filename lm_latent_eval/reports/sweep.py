@@ -190,19 +190,18 @@ def smc_row(estimates, settings: EstimatorSettings) -> dict:
 
 
 def _statement(r: dict) -> str:
-    """``estimate ± Monte Carlo SE`` (two significant digits: a small error never reads as 0) where a two-sided
-    interval is honest, else the one-sided certified bound."""
+    """``estimate [lower, upper]`` where a two-sided interval is honest, else the one-sided certified bound."""
     lo, hi = r["perplexity_interval"]
-    return f"{r['perplexity']:.3f} ± {r['monte_carlo_stderr']:.2g}" if lo > 0 else f"≤ {hi:.3f} (one-sided)"
+    return f"{r['perplexity']:.3f} [{lo:.3f}, {hi:.3f}]" if lo > 0 else f"≤ {hi:.3f} (one-sided)"
 
 
 def smc_table_markdown(result: dict) -> str:
-    """SMC rows for the same proposals as Table 1: the perplexity ± its Monte Carlo SE (or the one-sided certified
+    """SMC rows for the same proposals as Table 1: the perplexity with its 95% interval (or the one-sided certified
     bound where no two-sided interval is honest), instance and corpus PPL, ESS over tokens, resampling."""
     first = result["smc"][0]
     header = (
         f"| Proposal (SMC, K={first['num_samples']}, resample when ESS < {first['resample_threshold']:g}·K, "
-        f"{first['smc_runs']} run(s)) | Perplexity (95%: ± SE or bound) | Instance PPL | Corpus PPL (runs) "
+        f"{first['smc_runs']} run(s)) | Perplexity (95% interval or bound) | Instance PPL | Corpus PPL (runs) "
         "| mean ESS over tokens | min ESS | resampling steps per document |"
     )
     lines = [header, "|---|---|---|---|---|---|---|"]
@@ -238,7 +237,7 @@ def table1_markdown(result: dict) -> str:
     k = result["is"][0]["num_samples"]
     lines = [
         (
-            f"| Proposal | Corpus PPL | Instance PPL | Perplexity (95%: ± SE or bound) | mean ESS (K={k}) "
+            f"| Proposal | Corpus PPL | Instance PPL | Perplexity (95% interval or bound) | mean ESS (K={k}) "
             f"| documents with k̂ ≥ {pareto_k_threshold(k):.2f} / with k̂ defined |"
         ),
         "|---|---|---|---|---|---|",
