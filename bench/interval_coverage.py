@@ -4,8 +4,8 @@ whose exact log p(x) the forward algorithm gives.
 Documents: the bundled training corpus (400 documents) followed by 600 texts sampled from the HMM itself with the
 same lengths, cycled (seed 0); a corpus of N documents is the first N. For every estimator (IS, SMC), K (the default
 100 and 10) and peeking mode with a fixed K (each of ``--repeats`` seeds estimates all documents once), and from
-K = 100 with the precision target of ``estimator=auto`` (target_se = 0.002; it allocates by corpus, so each N is its
-own run), the
+K = 100 (SMC also from K = 10) with the precision target of ``estimator=auto`` (target_se = 0.002; it allocates by
+corpus, so each N is its own run), the
 table gives, per N, the share of runs whose printed statement held: the two-sided interval contained the truth, or,
 where only the one-sided certified bound is honest, the truth was above it (``lm_latent_eval.estimators.intervals``).
 Beside it: the share of runs that could print a two-sided interval, the coverage of those, the coverage those
@@ -13,8 +13,9 @@ would have had without the bias allowance (S̃ ± t·SE instead of S̃ ± (t·SE
 the old method's coverage ("before": IS with the delta-method ``student`` interval, SMC with one run ± 1.96
 Lee-Whiteley standard errors).
 
-    python bench/interval_coverage.py --repeats 40 --target-repeats 20 --large-target-repeats 6 --jobs 2
-    # writes lm_latent_eval/data/interval_coverage/; --settings splits it over processes, --resume joins them
+    python bench/interval_coverage.py --jobs 2   # 200 seeds per fixed-K row, 100 / 100 / 40 / 20 per target row
+    # writes lm_latent_eval/data/interval_coverage/ (hours on 2 cores); --settings and --sizes split it into parts,
+    # --join puts the parts together
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from lm_latent_eval.models import load_model
 from lm_latent_eval.paths import DATA_DIR
 
 SIZES = (10, 50, 200, 1000)
+TARGET_REPEATS = "10:100,50:100,200:40,1000:20"  # seeds of the precision-target rows per corpus size
 OUTPUT = Path(__file__).resolve().parents[1] / "lm_latent_eval" / "data" / "interval_coverage"
 
 
@@ -201,15 +203,26 @@ def markdown(results: list[dict]) -> str:
 
 
 def _plan(setting: Setting, sizes: tuple[int, ...], args) -> list[tuple[int, tuple[int, ...]]]:
-    """(seed, corpus sizes) of every run of a setting: a fixed K measures every N in one run; a precision target
-    allocates by corpus, so each N is its own run, the largest N with fewer seeds (``--large-target-repeats``) and IS
-    only up to 200 documents (on the HMM its tied weights keep it one-sided, at up to 32 times the samples)."""
+    """(seed, corpus sizes) of every run of a setting: a fixed K measures every N in one run (``--repeats`` seeds); a
+    precision target allocates by corpus, so each N is its own run, with the seeds ``--target-repeats`` gives that N,
+    and IS only up to 200 documents (on the HMM its tied weights keep it one-sided, at up to 32 times the samples)."""
     if not setting.target_se:
         return [(seed, sizes) for seed in range(args.repeats)]
-    small = tuple(n for n in sizes if n <= 200)
-    large = tuple(n for n in sizes if n > 200) if setting.estimator == "smc" else ()
-    repeats = args.target_repeats or args.repeats
-    return [(seed, small + (large if seed < args.large_target_repeats else ())) for seed in range(repeats)]
+    seeds = target_repeats(args.target_repeats, sizes)
+    measured = [n for n in sizes if setting.estimator == "smc" or n <= 200]
+    plan = [(seed, tuple(n for n in measured if seed < seeds[n])) for seed in range(max(seeds.values()))]
+    return [(seed, ns) for seed, ns in plan if ns]
+
+
+def target_repeats(text: str, sizes: tuple[int, ...]) -> dict[int, int]:
+    """``--target-repeats``: seeds per corpus size from "N:seeds,..." pairs, or one number for every size."""
+    if ":" not in text:
+        return dict.fromkeys(sizes, int(text))
+    pairs = dict(tuple(int(x) for x in pair.split(":")) for pair in text.split(","))
+    missing = [n for n in sizes if n not in pairs]
+    if missing:
+        raise SystemExit(f"--target-repeats {text!r} gives no seeds for corpus sizes {missing}")
+    return {n: pairs[n] for n in sizes}
 
 
 def _done(path: Path, meta: dict) -> dict[str, dict]:
@@ -246,7 +259,7 @@ def join(output: Path, sources: list[Path]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=200, help="seeds of every fixed-K row")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (one thread each)")
     parser.add_argument("--output", default=str(OUTPUT))
     parser.add_argument(
@@ -258,18 +271,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--target-repeats",
-        type=int,
-        default=None,
-        help="seeds of the precision-target rows (default --repeats; they cost more)",
+        default=TARGET_REPEATS,
+        help="seeds of the precision-target rows per corpus size, as N:seeds pairs, or one number for every size "
+        f"(default {TARGET_REPEATS}: they cost more as N grows)",
     )
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="corpus sizes N")
     parser.add_argument("--ks", default="100,10", help="the K of the rows to run (comma-separated)")
-    parser.add_argument(
-        "--large-target-repeats",
-        type=int,
-        default=20,
-        help="seeds of the precision-target rows at more than 200 documents",
-    )
     parser.add_argument(
         "--join",
         nargs="+",
@@ -293,8 +300,10 @@ def main() -> None:
     exact = np.array([float(model.log_marginal(model.tokenize(d))) for d in docs])
     sizes = tuple(int(n) for n in args.sizes.split(","))
     settings = [Setting(e, k, peek) for e in ("is", "smc") for k in (100, 10) for peek in (True, False)]
-    settings += [  # the precision target, starting from the default K
-        Setting(e, 100, peek, target_se=AUTO_TARGET_SE) for e in ("smc", "is") for peek in (True, False)
+    settings += [  # the precision target, from the default K (SMC also from K = 10)
+        Setting(e, k, peek, target_se=AUTO_TARGET_SE)
+        for e, k in (("smc", 100), ("is", 100), ("smc", 10))
+        for peek in (True, False)
     ]
     settings = [s for s in settings if str(s.num_samples) in args.ks.split(",")]
     if args.settings != "all":
@@ -318,7 +327,7 @@ def main() -> None:
         "repeats": args.repeats,
         "level": 0.95,
         "model": "bundled HMM",
-        "target_repeats": args.target_repeats or args.repeats,
+        "target_repeats": args.target_repeats,
         "tokens": {n: int(sum(tokens[:n])) for n in sizes},
     }
     done = _done(out / "coverage.json", meta) if args.resume else {}

@@ -61,12 +61,13 @@ def _allocation(
     earlier: Sequence[_History],
     settings: EstimatorSettings,
     all_reduce,
+    documents: float,
 ) -> list[int]:
     """Samples per document for the next stage (the current count where a document needs no more); ``earlier``
-    holds what the stages before said of each document, and is updated with this stage."""
+    holds what the stages before said of each document, and is updated with this stage; ``documents`` counts the
+    corpus's documents with tokens over every process."""
     errors = [e.error() for e in estimates]
     sizes = [_num_samples(e) for e in estimates]
-    documents = _round(all_reduce([float(sum(e.num_tokens > 0 for e in estimates))])[0])
     disagree = [h.disagrees(err, documents) for h, err in zip(earlier, errors)]
     for h, err, k in zip(earlier, errors, sizes):
         h.update(err, k)
@@ -136,7 +137,7 @@ class _History:
         if a is None or not all(math.isfinite(x) for x in (a.relative_variance, b.relative_variance)):
             return False
         spread = a.relative_variance + b.relative_variance
-        gap = (b.log_likelihood + b.relative_variance / 2) - (a.log_likelihood + a.relative_variance / 2)
+        gap = b.corrected - a.corrected
         if spread <= 0:
             return gap != 0
         return abs(gap) / math.sqrt(spread) > float(
@@ -178,8 +179,10 @@ def estimate_corpus(
         return current
     stages = {t: [e.log_likelihood] for t, e in current.items()}
     earlier = [_History() for _ in unique]
+    documents = _round(all_reduce([float(sum(current[t].num_tokens > 0 for t in unique))])[0])
     for stage in range(1, MAX_STAGES):
-        wanted = dict(zip(unique, _allocation([current[t] for t in unique], earlier, settings, all_reduce)))
+        allocation = _allocation([current[t] for t in unique], earlier, settings, all_reduce, documents)
+        wanted = dict(zip(unique, allocation))
         grow = [t for t in unique if wanted[t] > _num_samples(current[t])]
         last = not all_reduce([float(len(grow))])[0] or stage == MAX_STAGES - 1
         what = f"{len(grow)} documents need more samples" if grow else "the same sizes afresh"

@@ -53,6 +53,11 @@ class DocumentError:
     def trusted(self) -> bool:
         return self.reason is None
 
+    @property
+    def corrected(self) -> float:
+        """The bias-corrected log p̂ + v̂/2 (E[log p̂] ≈ log p − v/2)."""
+        return self.log_likelihood + self.relative_variance / 2
+
 
 @dataclass(frozen=True)
 class Interval:

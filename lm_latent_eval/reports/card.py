@@ -332,6 +332,7 @@ def build_card(
         "figures": figures,
         "uncertainty": {
             "monte_carlo_stderr": corpus.monte_carlo_stderr,
+            "interval_stderr": corpus.interval_stderr,
             "sampling_stderr": corpus.sampling_stderr,
         },
         "diagnostics": diag,
@@ -411,8 +412,9 @@ def card_markdown(card: dict, plot_file: str | None = None) -> str:
         "## Uncertainty",
         "",
         (
-            f"- Monte Carlo standard error (documents fixed): {_fmt(u['monte_carlo_stderr'])} (– where no two-sided "
-            "interval is honest)"
+            f"- Monte Carlo standard error (documents fixed): {_fmt(u['monte_carlo_stderr'])}; the 95% interval's "
+            f"half-width / 1.96, its t quantile and bias allowance included (lm-eval's Stderr): "
+            f"{_fmt(u.get('interval_stderr', math.nan))} (– where no two-sided interval is honest)"
         ),
         f"- sampling standard error over documents (another sample of documents): {_fmt(u['sampling_stderr'])}",
     ]

@@ -32,7 +32,8 @@ one corpus sample, so every document needs the same K.
 Both are stochastic upper bounds on the true perplexity (E[log p̂] ≤ log p), biased by about Var(p̂/p)/2 per
 document: over many documents that bias outgrows the Monte Carlo error, so a ± around them would not cover the truth.
 The metric therefore reports the perplexity to quote with an honest 95% interval: two-sided around the bias-corrected
-estimate Σ_n (log p̂_n + v̂_n/2) where every document's weights allow it (Pareto k̂ defined and below
+estimate Σ_n (log p̂_n + v̂_n/2), wide enough for a bias anywhere from 0 to twice the correction, where every
+document's weights allow it (Pareto k̂ defined and below
 min(1 − 1/log10 K, 0.7)) and the correction's remainder is small, else one-sided: the certified bound (Markov's
 inequality on the unbiased product of the p̂_n) that the true perplexity exceeds with probability at most 5%, for
 any proposal and K. It also reports the Monte Carlo error (documents fixed) apart from the sampling error over

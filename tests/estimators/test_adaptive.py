@@ -199,12 +199,12 @@ def test_the_allocation_remembers_a_rare_path_an_earlier_stage_found():
     missed = _smc_estimate([-0.40, -0.41, -0.39, -0.40])
     others = [_smc_estimate([-0.4, -0.41, -0.39, -0.4], text=f"other {i}") for i in range(3)]
     earlier = [_History() for _ in range(4)]
-    first = _allocation([found, *others], earlier, settings, lambda v: v)
+    first = _allocation([found, *others], earlier, settings, lambda v: v, 4.0)
     c = found.error().relative_variance * 100
     assert first[0] >= c * math.sqrt(4) / ALLOCATION_REMAINDER
-    second = _allocation([missed, *others], earlier, settings, lambda v: v)
+    second = _allocation([missed, *others], earlier, settings, lambda v: v, 4.0)
     assert second[0] >= c * math.sqrt(4) / ALLOCATION_REMAINDER and second[1:] == [100, 100, 100]
-    fresh = _allocation([missed, *others], [_History() for _ in range(4)], settings, lambda v: v)
+    fresh = _allocation([missed, *others], [_History() for _ in range(4)], settings, lambda v: v, 4.0)
     assert fresh == [100] * 4  # without the memory the missed stage looks converged
 
 
@@ -217,5 +217,7 @@ def test_stages_that_disagree_beyond_their_errors_are_in_doubt():
     assert not h.disagrees(_smc_estimate([-10.01, -10.02, -9.99, -10.0]).error(), documents=200)
     settings = EstimatorSettings("smc", 100, target_se=1.0)
     earlier = [_History()]
-    _allocation([_smc_estimate([-10.0, -10.02, -9.98, -10.0])], earlier, settings, lambda v: v)
-    assert _allocation([_smc_estimate([-8.0, -8.02, -7.98, -8.0])], earlier, settings, lambda v: v) == [200]
+    _allocation([_smc_estimate([-10.0, -10.02, -9.98, -10.0])], earlier, settings, lambda v: v, 1.0)
+    assert _allocation([_smc_estimate([-8.0, -8.02, -7.98, -8.0])], earlier, settings, lambda v: v, 1.0) == [
+        200
+    ]
