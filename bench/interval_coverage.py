@@ -14,8 +14,9 @@ the old method's coverage ("before": IS with the delta-method ``student`` interv
 Lee-Whiteley standard errors).
 
     python bench/interval_coverage.py --jobs 2   # 200 seeds per fixed-K row, 100 / 100 / 40 / 20 per target row
-    # writes lm_latent_eval/data/interval_coverage/ (hours on 2 cores); --settings and --sizes split it into parts,
-    # --join puts the parts together
+    # writes lm_latent_eval/data/interval_coverage/: coverage.md (the table), coverage.json (its rows, which the
+    # cards quote) and runs.json (every run's record); hours on 2 cores: --settings, --ks and --sizes split it into
+    # parts, --join puts the parts together
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def _run(args) -> dict:
         )
         out[n] = {
             "seed": seed,
-            "held": interval.lower <= truth <= interval.upper,
+            "held": bool(interval.lower <= truth <= interval.upper),
             "two_sided": interval.two_sided,
             "z": (truth - interval.centre) / interval.standard_error if interval.two_sided else None,
             "held_without_allowance": (  # S̃ ± t·SE, the interval before the bias allowance
@@ -128,7 +129,7 @@ def _run(args) -> dict:
             "width": interval.upper - interval.lower,
             "before": _before(estimates[:n], truth),
             "samples": float(np.mean([e.log_weights.size for e in estimates[:n]])),
-            "certified_held": certified_log_likelihood(estimates[:n]) <= truth,
+            "certified_held": bool(certified_log_likelihood(estimates[:n]) <= truth),
         }
     return out
 
@@ -145,10 +146,10 @@ def _before(estimates: list[DocumentEstimate], truth: float) -> bool:
                 if math.isfinite(e.diagnostics.lee_whiteley_relative_variance)
             )
         )
-        return abs(ll - truth) <= 1.96 * se
+        return bool(abs(ll - truth) <= 1.96 * se)
     r2 = np.array([e.error().relative_variance for e in estimates])
     r2 = np.where(np.isnan(r2), 0.0, r2)
-    return abs(ll + r2.sum() / 2 - truth) <= 1.96 * math.sqrt(r2.sum())
+    return bool(abs(ll + r2.sum() / 2 - truth) <= 1.96 * math.sqrt(r2.sum()))
 
 
 def summarize(runs: list[dict], sizes=SIZES) -> dict:
@@ -174,7 +175,7 @@ def summarize(runs: list[dict], sizes=SIZES) -> dict:
             "mean_samples": float(np.mean([x["samples"] for x in r])),
             "before_coverage": float(np.mean([x["before"] for x in r])),
             "runs": len(r),
-            "runs_detail": r,  # per run: seed, held, two-sided, z = (truth − centre) / SE, ...
+            "runs_detail": r,  # per run (written to runs.json): seed, held, two-sided, z = (truth − centre) / SE, ...
         }
     return rows
 
@@ -226,12 +227,42 @@ def target_repeats(text: str, sizes: tuple[int, ...]) -> dict[int, int]:
 
 
 def _done(path: Path, meta: dict) -> dict[str, dict]:
-    """Results of an earlier run of the same configuration in ``path``, by setting label."""
-    if not path.is_file():
+    """Results of an earlier run of the same configuration in the folder ``path``, by setting label."""
+    if not (path / "coverage.json").is_file():
         return {}
-    data = json.loads(path.read_text())
+    data = load(path)
     same = all(data["settings"].get(k) == json.loads(json.dumps(v)) for k, v in meta.items())
     return {r["label"]: r for r in data["results"]} if same else {}
+
+
+def load(folder: Path) -> dict:
+    """``folder``'s coverage.json with each row's per-run records (``runs_detail``) put back from its runs.json."""
+    data = json.loads((folder / "coverage.json").read_text())
+    runs = json.loads((folder / "runs.json").read_text()) if (folder / "runs.json").is_file() else {}
+    for r in data["results"]:
+        for n, row in r["rows"].items():
+            row.setdefault("runs_detail", runs.get(r["label"], {}).get(n, []))
+    return data
+
+
+def write(folder: Path, data: dict) -> None:
+    """coverage.json (the summaries the cards read; shipped with the package), runs.json (every run's record: seed,
+    held, two-sided, z = (truth − centre) / SE, ...; kept out of the wheel) and the table coverage.md."""
+    runs = {r["label"]: {n: row["runs_detail"] for n, row in r["rows"].items()} for r in data["results"]}
+    summaries = [
+        {
+            **r,
+            "rows": {n: {k: v for k, v in row.items() if k != "runs_detail"} for n, row in r["rows"].items()},
+        }
+        for r in data["results"]
+    ]
+    (folder / "coverage.json").write_text(json.dumps({**data, "results": summaries}, indent=1))
+    (folder / "runs.json").write_text(
+        "{\n"
+        + ",\n".join(f"{json.dumps(label)}: {json.dumps(rows)}" for label, rows in runs.items())
+        + "\n}\n"
+    )
+    (folder / "coverage.md").write_text(markdown(data["results"]) + "\n")
 
 
 def join(output: Path, sources: list[Path]) -> None:
@@ -243,17 +274,16 @@ def join(output: Path, sources: list[Path]) -> None:
         s = result["setting"]
         return s["estimator"], s["num_samples"], s["peek"], s["target_se"]
 
-    data = json.loads((output / "coverage.json").read_text())
+    data = load(output)
     by_key = {key(r): r for r in data["results"]}
     for source in sources:
-        for r in json.loads((source / "coverage.json").read_text())["results"]:
+        for r in load(source)["results"]:
             same = by_key.get(key(r), {}).get("label") == r["label"]
             by_key[key(r)] = {**r, "rows": {**by_key[key(r)]["rows"], **r["rows"]}} if same else r
     data["results"] = list(by_key.values())
     data["settings"].pop("repeats", None)  # the rows now differ in seeds: each row's "runs" says how many
     data["settings"].pop("target_repeats", None)
-    (output / "coverage.json").write_text(json.dumps(data, indent=1))
-    (output / "coverage.md").write_text(markdown(data["results"]) + "\n")
+    write(output, data)
     print(markdown(data["results"]))
 
 
@@ -330,7 +360,7 @@ def main() -> None:
         "target_repeats": args.target_repeats,
         "tokens": {n: int(sum(tokens[:n])) for n in sizes},
     }
-    done = _done(out / "coverage.json", meta) if args.resume else {}
+    done = _done(out, meta) if args.resume else {}
     results = []
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
         for setting in settings:
@@ -348,10 +378,8 @@ def main() -> None:
             meta["seconds"] = (
                 time.perf_counter() - start
             )  # written after every setting: an interruption loses one
-            (out / "coverage.json").write_text(json.dumps({"settings": meta, "results": results}, indent=1))
-    table = markdown(results)
-    (out / "coverage.md").write_text(table + "\n")
-    print(table)
+            write(out, {"settings": meta, "results": results})
+    print(markdown(results))
 
 
 if __name__ == "__main__":
