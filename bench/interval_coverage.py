@@ -111,10 +111,9 @@ def _run(args) -> dict:
         if setting.target_se:
             by_text = estimate_corpus(model, docs[:n], setting.settings(seed), progress=False)
             estimates = [by_text[d] for d in docs[:n]]
-        truth = float(exact[:n].sum())
-        interval = log_likelihood_interval(
-            [e.error() for e in estimates[:n]], lower_certified=certified_log_likelihood(estimates[:n])
-        )
+        corpus, truth = estimates[:n], float(exact[:n].sum())
+        certified = certified_log_likelihood(corpus)
+        interval = log_likelihood_interval([e.error() for e in corpus], lower_certified=certified)
         out[n] = {
             "seed": seed,
             "held": bool(interval.lower <= truth <= interval.upper),
@@ -127,9 +126,9 @@ def _run(args) -> dict:
                 else None
             ),
             "width": interval.upper - interval.lower,
-            "before": _before(estimates[:n], truth),
-            "samples": float(np.mean([e.log_weights.size for e in estimates[:n]])),
-            "certified_held": bool(certified_log_likelihood(estimates[:n]) <= truth),
+            "before": _before(corpus, truth),
+            "samples": float(np.mean([e.log_weights.size for e in corpus])),
+            "certified_held": bool(certified <= truth),
         }
     return out
 
