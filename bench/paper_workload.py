@@ -57,6 +57,7 @@ from particles import sync
 
 from lm_latent_eval.estimators import importance_log_weights
 from lm_latent_eval.estimators.aggregate import log_mean_exp
+from lm_latent_eval.harness.backends import distributed_state
 from lm_latent_eval.reports.sweep import DEFAULT_TEMPERATURES
 
 SETTINGS = [(tau, True) for tau in DEFAULT_TEMPERATURES] + [(1.0, False)]  # Logan et al. (2020), Table 1
@@ -278,15 +279,6 @@ def warm_up(model, docs, device) -> float:
     importance_log_weights(model, model.tokenize(doc).to(device), num_samples=2, document=doc, device=device)
     sync(device)
     return time.perf_counter() - start
-
-
-def distributed_state(device):
-    """accelerate's process state under ``accelerate launch`` (WORLD_SIZE > 1), else None."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return None
-    from accelerate import PartialState
-
-    return PartialState(cpu=torch.device(device).type == "cpu")
 
 
 def gather_records(records: list[DocumentRecord], state) -> list[DocumentRecord]:
@@ -599,7 +591,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> dict | None:
     args = parse_args(argv)
-    state = distributed_state(args.device)
+    state = distributed_state(torch.device(args.device))
     rank, processes = (state.process_index, state.num_processes) if state is not None else (0, 1)
     device = (
         state.device if state is not None and args.device.startswith("cuda") else torch.device(args.device)

@@ -9,6 +9,7 @@ are handed to the perplexity tasks through ``rolling_estimates`` (see tasks/late
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -82,13 +83,19 @@ class NoTextSampler(UserError, NotImplementedError):
     """generate_until for a model without ``sample_text``."""
 
 
-def _distributed_state(device: torch.device):
-    """accelerate's process state under ``accelerate launch`` / torchrun (WORLD_SIZE > 1), else None."""
+def distributed_state(device: torch.device):
+    """accelerate's process state under ``accelerate launch`` / torchrun (WORLD_SIZE > 1), else None.
+
+    The process group is destroyed when the process exits: neither lm-eval nor accelerate does it, and a gloo group
+    left to the interpreter's teardown aborts now and then ("terminate called without an active exception",
+    SIGABRT) in a rank that finishes before the others, which fails the whole launch."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return None
     from accelerate import PartialState
 
-    return PartialState(cpu=device.type == "cpu")  # gloo process group on CPU, one GPU per process otherwise
+    state = PartialState(cpu=device.type == "cpu")  # gloo process group on CPU, one GPU per process otherwise
+    atexit.register(state.destroy_process_group)
+    return state
 
 
 @register_model("latent")
@@ -192,7 +199,7 @@ class LatentLMEval(LM):
     def _setup_device(self, device, dtype) -> None:
         """Device and dtype; under ``accelerate launch`` / torchrun also the rank, world size and the rank's GPU."""
         self._device = resolve_device(device)
-        self._state = _distributed_state(self._device)
+        self._state = distributed_state(self._device)
         if self._state is not None:  # lm-eval shards documents by rank; seeds depend on documents only
             self._rank, self._world_size = self._state.process_index, self._state.num_processes
             if self._device.type == "cuda":
