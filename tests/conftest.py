@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny HMM (exact enumeration feasible), the bundled HMM and its test corpus.
+"""Shared fixtures: a tiny HMM (exact enumeration feasible), the bundled HMM, its test corpus and the coverage
+benchmark's corpora.
 
 The helpers at the root of tests/ (is_checks, pins, hmm_tiny, kglm_tiny, ...) are importable from every test
 folder: this folder is put on sys.path here. Test modules have unique basenames (pytest's default import mode
@@ -45,3 +46,16 @@ def bundled_hmm() -> HMMLanguageModel:
 def bundled_test_texts() -> list[str]:
     with open(DATA_DIR / "corpus" / "tiny_test.jsonl", encoding="utf-8") as fh:
         return [json.loads(line)["text"] for line in fh if line.strip()]
+
+
+@pytest.fixture(scope="session")
+def coverage_corpus(bundled_hmm):
+    """bench/interval_coverage.py's corpus of N documents and its exact Σ_n log p(x_n) (forward algorithm), by N."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from interval_coverage import benchmark_corpus
+
+    def corpus(num_documents: int) -> tuple[list[str], float]:
+        docs = benchmark_corpus(num_documents)
+        return docs, sum(float(bundled_hmm.log_marginal(bundled_hmm.tokenize(d))) for d in docs)
+
+    return corpus

@@ -148,17 +148,10 @@ def test_a_pilot_that_meets_the_target_is_not_the_stage_reported(bundled_hmm, bu
 
 
 @pytest.mark.slow  # about 3.5 minutes on 2 cores
-def test_smc_with_the_precision_target_covers_at_200_documents(bundled_hmm):
+def test_smc_with_the_precision_target_covers_at_200_documents(bundled_hmm, coverage_corpus):
     """The default for a stepwise model (SMC, K = 100 in four runs, target 0.002, peeking) on 200 documents with exact
     values: the printed 95% statement should hold in at least 19 of 20 seeded runs (the benchmark's first 20 seeds)."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    from interval_coverage import benchmark_corpus
-
-    docs = benchmark_corpus(200)
-    truth = sum(float(bundled_hmm.log_marginal(bundled_hmm.tokenize(d))) for d in docs)
+    docs, truth = coverage_corpus(200)
     held = []
     for seed in range(20):
         s = EstimatorSettings("smc", 100, peek=True, target_se=AUTO_TARGET_SE, seed=seed)

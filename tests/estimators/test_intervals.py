@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lm_latent_eval.estimators import DocumentEstimate, log_mean_exp
+from lm_latent_eval.estimators import DocumentEstimate, EstimatorSettings, estimate_document, log_mean_exp
 from lm_latent_eval.estimators.corpus import certified_log_likelihood, corpus_estimate
 from lm_latent_eval.estimators.diagnostics import (
     importance_error,
@@ -182,21 +182,12 @@ def test_the_committed_coverage_benchmark_meets_the_bar_everywhere():
 
 
 @pytest.mark.slow  # about a minute: 200 seeds of 50 documents
-def test_the_bias_allowance_keeps_gated_smc_intervals_honest(bundled_hmm):
+def test_the_bias_allowance_keeps_gated_smc_intervals_honest(bundled_hmm, coverage_corpus):
     """SMC at a fixed K = 100 (four runs of 25) with peeking on 50 HMM documents: the remainder gate lets a run print a
     two-sided interval only when its v̂ came out small, which selects the runs whose v̂ understates the error. Centred
     intervals S̃ ± t·SE then covered about 80% of those runs; with the bias allowance, S̃ ± (t·SE + C), they cover
     (and every printed statement, two-sided or certified, holds in at least 94% of the runs)."""
-    import sys
-    from pathlib import Path
-
-    from lm_latent_eval.estimators import EstimatorSettings, estimate_document
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    from interval_coverage import benchmark_corpus
-
-    docs = benchmark_corpus(50)
-    truth = sum(float(bundled_hmm.log_marginal(bundled_hmm.tokenize(d))) for d in docs)
+    docs, truth = coverage_corpus(50)
     held, two_sided = [], []
     for seed in range(200):
         s = EstimatorSettings("smc", 100, peek=True, seed=seed)
