@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from lm_latent_eval.estimators import EstimatorSettings
+from lm_latent_eval.estimators import EstimatorSettings, resolve
 from lm_latent_eval.estimators.adaptive import estimate_corpus
 from lm_latent_eval.estimators.corpus import corpus_estimate
 from lm_latent_eval.models import load_model
@@ -36,7 +36,7 @@ CORPORA = {  # model -> its bundled test corpus
 def row(name: str) -> dict:
     model, _ = load_model(name)
     texts = read_documents(DATA_DIR / CORPORA[name])
-    settings, why = EstimatorSettings().resolve(model)
+    settings, why = resolve(EstimatorSettings(), model)
     start = time.perf_counter()
     estimates = estimate_corpus(model, texts, settings, progress=False)
     seconds = time.perf_counter() - start

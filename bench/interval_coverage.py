@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 from lm_latent_eval.estimators import DocumentEstimate, EstimatorSettings, estimate_document
 from lm_latent_eval.estimators.adaptive import estimate_corpus
 from lm_latent_eval.estimators.corpus import certified_log_likelihood
-from lm_latent_eval.estimators.intervals import log_likelihood_interval
+from lm_latent_eval.estimators.policy import DEFAULT_POLICY
 from lm_latent_eval.estimators.settings import AUTO_TARGET_SE
 from lm_latent_eval.models import load_model
 from lm_latent_eval.paths import DATA_DIR
@@ -113,7 +113,7 @@ def _run(args) -> dict:
             estimates = [by_text[d] for d in docs[:n]]
         corpus, truth = estimates[:n], float(exact[:n].sum())
         certified = certified_log_likelihood(corpus)
-        interval = log_likelihood_interval([e.error() for e in corpus], lower_certified=certified)
+        interval = DEFAULT_POLICY.interval([e.error() for e in corpus], lower_certified=certified)
         out[n] = {
             "seed": seed,
             "held": bool(interval.lower <= truth <= interval.upper),

@@ -4,7 +4,7 @@ One document of ``bench/interval_coverage.py``'s HMM corpus (``--document``, def
 forward algorithm), SMC with peeking in R runs at several K, ``--seeds`` seeded estimates each. Per K: the mean error
 of log p̂, the seeds whose bias-corrected estimate lies more than 1.96 of its own standard errors below the truth
 (z = (log p̂ + v̂/2 − log p) / √v̂ < −1.96) with their median error and median v̂, and the seeds in which one run
-carries over 80% of p̂ (``estimators.document.MAX_RUN_SHARE``). Runs that all miss the path agree with one another, so
+carries over 80% of p̂ (``UncertaintyPolicy.max_run_share``). Runs that all miss the path agree with one another, so
 their v̂ is near 0 and nothing in that estimate shows the miss: only another estimate that found the path does, which
 is why the precision target sizes a document by the largest variance per sample any stage has shown.
 
@@ -23,7 +23,9 @@ from interval_coverage import benchmark_corpus
 from tqdm.auto import tqdm
 
 from lm_latent_eval.estimators import EstimatorSettings, estimate_document
-from lm_latent_eval.estimators.document import MAX_RUN_SHARE
+from lm_latent_eval.estimators.policy import DEFAULT_POLICY
+
+MAX_RUN_SHARE = DEFAULT_POLICY.max_run_share
 from lm_latent_eval.models import load_model
 
 OUTPUT = Path(__file__).resolve().parent / "smc_runs_coverage" / "rare_path.md"

@@ -23,8 +23,9 @@ class MissingFileError(UserError, FileNotFoundError):
     """A file or folder the user named does not exist."""
 
 
-class UnsupportedError(UserError, TypeError):
-    """The model cannot do what was asked (e.g. SMC for a model without the stepwise part)."""
+class UnsupportedError(UserError, TypeError, ValueError):
+    """The model cannot do what was asked (e.g. SMC for a model without the stepwise part, the exact estimator for a
+    model without ``log_marginal``): a TypeError (the model lacks a method) and a ValueError (a setting it refuses)."""
 
 
 def one_line(err: BaseException) -> str:

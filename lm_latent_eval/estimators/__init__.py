@@ -1,35 +1,57 @@
-"""Estimators of log p(x) = log Σ_z p(x, z): importance sampling (``is``), sequential Monte Carlo (``smc``), beam lower
-bound (``beam``), ``exact``; their aggregation over documents, diagnostics and intervals.
+"""Estimators of log p(x) = log Σ_z p(x, z), one module each, registered by name in one table; their aggregation over
+documents, diagnostics and the uncertainty policy that decides every statement.
 
-Modules: ``settings`` (EstimatorSettings), ``document`` (estimate_document, DocumentEstimate), ``importance``,
-``smc``, ``marginal`` (beam, exact), ``seeding``, ``aggregate`` (perplexities), ``diagnostics`` (ESS, Pareto k̂),
-``bootstrap``, ``intervals``.
+Floors of the import graph (each imports only the ones above it):
+
+0. ``settings`` (EstimatorSettings: every choice, validated once), ``seeding`` (random streams), ``aggregate``
+   (log mean exp, the paper's perplexities), ``intervals`` (the math of an honest statement)
+1. ``diagnostics`` (ESS, Pareto k̂, convergence curves)
+2. ``policy`` (UncertaintyPolicy: level, trust gates, remainder test, certified bound)
+3. ``base`` (the Estimator base class and the DocumentEstimate record)
+4. ``importance`` (``is``), ``beam``, ``exact``; then ``smc``
+5. ``registry`` (ESTIMATORS, ``auto``'s choice, the settings each estimator records)
+6. ``document`` (estimate_document), ``corpus`` (a corpus's figures and statement)
+7. ``adaptive`` (the precision target: a strategy over the sampling estimators), ``report`` (the is_perplexity
+   metric's report from raw weights)
 """
 
 from __future__ import annotations
 
 from .aggregate import corpus_ppl, instance_ppl, log_mean_exp
-from .diagnostics import ISDiagnostics, summarize
-from .document import DocumentEstimate, estimate_document
-from .importance import importance_log_weights, sample_block
-from .marginal import beam_log_marginal, exact_log_marginal
-from .settings import ESTIMATORS, SAMPLING_ESTIMATORS, EstimatorSettings
-from .smc import SMCDiagnostics, smc_log_weights
+from .base import DocumentEstimate, Estimator
+from .beam import BeamEstimate, beam_log_marginal
+from .document import estimate_document
+from .exact import ExactEstimate, exact_log_marginal
+from .importance import ISDiagnostics, ISEstimate, importance_log_weights, summarize
+from .policy import DEFAULT_POLICY, UncertaintyPolicy
+from .registry import ESTIMATORS, estimator_named, recorded_settings, resolve
+from .seeding import sample_block
+from .settings import EstimatorSettings
+from .smc import SMCDiagnostics, SMCEstimate, smc_log_weights
 
 __all__ = [
+    "DEFAULT_POLICY",
     "ESTIMATORS",
-    "SAMPLING_ESTIMATORS",
+    "BeamEstimate",
     "DocumentEstimate",
+    "Estimator",
     "EstimatorSettings",
+    "ExactEstimate",
     "ISDiagnostics",
+    "ISEstimate",
     "SMCDiagnostics",
+    "SMCEstimate",
+    "UncertaintyPolicy",
     "beam_log_marginal",
     "corpus_ppl",
     "estimate_document",
+    "estimator_named",
     "exact_log_marginal",
     "importance_log_weights",
     "instance_ppl",
     "log_mean_exp",
+    "recorded_settings",
+    "resolve",
     "sample_block",
     "smc_log_weights",
     "summarize",

@@ -3,7 +3,7 @@
 Stage 0 estimates every document with ``num_samples``. With a target τ_se (nats per token) and T corpus tokens, the
 corpus needs Σ_n v_n ≤ V = (τ_se · T)² (v_n = Var(p̂_n)/p_n²) and, for an honest two-sided interval, the remainder
 G = Σ v^{3/2} / √Σ v of the bias correction small (``intervals``), which max_n v_n ≤ ρ / √N guarantees for N
-documents (G ≤ √(max v) √(Σ v) ≤ √N max v; ρ = 0.35, below the interval's 0.5). From c_n = v̂_n K_n (the relative
+documents (G ≤ √(max v) √(Σ v) ≤ √N max v; ρ = 0.35, below the interval's 0.5: ``UncertaintyPolicy``). From c_n = v̂_n K_n (the relative
 variance per sample, K_n the samples drawn), the cheapest allocation meeting Σ c_n / K'_n ≤ V over cost Σ K'_n T_n is
 K'_n = √(c_n / T_n) · Σ_m √(c_m T_m) / V; each document gets max(that, c_n √N / ρ), at least twice what it had, at
 most ``max_samples``. c_n is the largest seen over the stages so far: a stage in which one SMC run found a latent
@@ -20,7 +20,7 @@ that biases the corpus low).
 
 Which stage is reported is decided before it is drawn, never by looking at it: when stage s needs no more samples
 for any document (it met the target, or nothing can grow), stage s + 1 estimates every document once more, afresh, at
-the same sizes, and is the last; stage ``MAX_STAGES`` − 1 is the last in any case. Reporting stage s itself would
+the same sizes, and is the last; stage ``UncertaintyPolicy.max_stages`` − 1 is the last in any case. Reporting stage s itself would
 keep the stages whose spread came out small by chance, and their intervals would be too narrow (on the HMM they
 covered well under 95% at 10 and 50 documents). The last stage reports the precision it achieved, two-sided or
 certified by its own gate.
@@ -28,7 +28,7 @@ certified by its own gate.
 The allocation reads corpus-wide sums only (documents, tokens, Σ √(c T), documents in doubt or short), rounded to 9
 significant digits, so with ``all_reduce`` summing them over processes the samples of a document never depend on
 batching, order or the number of processes. Every stage's estimates are kept (``stage_log_likelihoods``): each stage's product of p̂ is unbiased
-given the stages before, so the certified bound takes the best stage at δ / MAX_STAGES (a union bound).
+given the stages before, so the certified bound takes the best stage at δ / max_stages (a union bound).
 """
 
 from __future__ import annotations
@@ -38,18 +38,14 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from scipy import stats
 from tqdm.auto import tqdm
 
-from .document import DocumentEstimate, estimate_document
-from .intervals import MAX_REMAINDER, DocumentError
+from .base import DocumentEstimate
+from .document import estimate_document
+from .intervals import DocumentError
+from .policy import DEFAULT_POLICY, UncertaintyPolicy
+from .registry import resolve, targets_precision
 from .settings import EstimatorSettings
-
-ALLOCATION_REMAINDER = 0.35  # the G the allocation aims at (the interval accepts up to MAX_REMAINDER)
-MAX_STAGES = 6  # stage 0 and up to five rounds of fresh estimates
-AGREEMENT_LEVEL = (
-    0.05  # chance that some document of a well-estimated corpus is called in disagreement, per stage
-)
 
 
 def _round(value: float) -> float:
@@ -62,23 +58,23 @@ def _allocation(
     settings: EstimatorSettings,
     all_reduce,
     documents: float,
+    policy: UncertaintyPolicy = DEFAULT_POLICY,
 ) -> list[int]:
     """Samples per document for the next stage (the current count where a document needs no more); ``earlier``
     holds what the stages before said of each document, and is updated with this stage; ``documents`` counts the
     corpus's documents with tokens over every process."""
-    errors = [e.error() for e in estimates]
-    sizes = [_num_samples(e) for e in estimates]
-    disagree = [h.disagrees(err, documents) for h, err in zip(earlier, errors)]
+    errors = [e.error(policy) for e in estimates]
+    sizes = [e.num_samples for e in estimates]
+    disagree = [h.disagrees(err, documents, policy) for h, err in zip(earlier, errors)]
     for h, err, k in zip(earlier, errors, sizes):
         h.update(err, k)
     c = [h.variance_per_sample for h in earlier]
     tokens = [e.num_tokens for e in estimates]
     v = [e.relative_variance for e in errors if e.trusted and math.isfinite(e.relative_variance)]
     doubt = [not err.trusted or d for err, d in zip(errors, disagree)]
-    v_max = ALLOCATION_REMAINDER / math.sqrt(documents) if documents else math.inf
-    short = [  # below the per-document precision that keeps the remainder small, by the largest c seen
-        not math.isnan(ci) and ci / k > v_max and k < settings.sample_budget for ci, k in zip(c, sizes)
-    ]
+    v_max = policy.document_variance_cap(documents)
+    # below the per-document precision that keeps the remainder small, by the largest c seen
+    short = [not math.isnan(ci) and ci / k > v_max and k < settings.sample_budget for ci, k in zip(c, sizes)]
     totals = all_reduce(
         [
             float(sum(tokens)),
@@ -93,12 +89,7 @@ def _allocation(
     if total_tokens == 0:
         return sizes
     budget_v = (settings.target_se * total_tokens) ** 2
-    met = (
-        doubted == 0
-        and shorted == 0
-        and sum_v <= budget_v
-        and (sum_v == 0 or sum_v15 / math.sqrt(sum_v) <= MAX_REMAINDER)
-    )
+    met = doubted == 0 and shorted == 0 and sum_v <= budget_v and policy.remainder_acceptable(sum_v, sum_v15)
     if met:
         return sizes
     out = []
@@ -107,7 +98,8 @@ def _allocation(
             out.append(k)
             continue
         wanted = 0.0 if math.isnan(ci) else max(math.sqrt(ci / t) * neyman / budget_v, ci / v_max)
-        if d:  # v̂ cannot be trusted, or disagrees with the stage before: more samples are the only remedy
+        # v̂ cannot be trusted, or disagrees with the stage before: more samples are the only remedy
+        if d:
             wanted = max(wanted, 2 * k)
         out.append(k if wanted <= k else min(max(math.ceil(wanted), 2 * k), settings.sample_budget))
     return out
@@ -129,10 +121,12 @@ class _History:
             )
         self.last = err
 
-    def disagrees(self, err: DocumentError, documents: float) -> bool:
-        """Whether two independent stages' bias-corrected log p̂ differ by more than their v̂ allow: |z| above the
-        two-sided 1 − AGREEMENT_LEVEL / N quantile (Bonferroni over the N documents), a sign that one stage missed
-        a latent path the other found, which neither v̂ shows."""
+    def disagrees(
+        self, err: DocumentError, documents: float, policy: UncertaintyPolicy = DEFAULT_POLICY
+    ) -> bool:
+        """Whether two independent stages' bias-corrected log p̂ differ by more than their v̂ allow: |z| above
+        ``policy.disagreement_quantile(documents)`` (Bonferroni over the N documents), a sign that one stage missed a latent path the
+        other found, which neither v̂ shows."""
         a, b = self.last, err
         if a is None or not all(math.isfinite(x) for x in (a.relative_variance, b.relative_variance)):
             return False
@@ -140,18 +134,12 @@ class _History:
         gap = b.corrected - a.corrected
         if spread <= 0:
             return gap != 0
-        return abs(gap) / math.sqrt(spread) > float(
-            stats.norm.isf(AGREEMENT_LEVEL / (2 * max(documents, 1.0)))
-        )
-
-
-def _num_samples(est: DocumentEstimate) -> int:
-    return 0 if est.log_weights is None else int(est.log_weights.size)
+        return abs(gap) / math.sqrt(spread) > policy.disagreement_quantile(documents)
 
 
 def _settings_for(settings: EstimatorSettings, num_samples: int) -> EstimatorSettings:
     """The same settings with K = num_samples (under SMC the same number of runs, each larger), no further target."""
-    return dataclasses.replace(settings, num_samples=num_samples, target_se=None)
+    return settings.replace(num_samples=num_samples, target_se=None)
 
 
 def estimate_corpus(
@@ -167,7 +155,8 @@ def estimate_corpus(
     it (see the module docstring). ``estimate(text, settings, stage)`` computes one estimate (default
     ``estimate_document``; the lm-eval backend passes one that reads and writes its results store); ``all_reduce``
     sums a list of floats over processes (default: this process only)."""
-    settings, _ = settings.resolve(model)
+    settings, _ = resolve(settings, model)
+    policy = UncertaintyPolicy.of(settings)
     estimate = estimate or (lambda text, s, stage: estimate_document(model, text, s, device, stage=stage))
     all_reduce = all_reduce or (lambda values: values)
     unique = list(dict.fromkeys(texts))
@@ -175,16 +164,18 @@ def estimate_corpus(
         t: estimate(t, settings, 0)
         for t in tqdm(unique, desc=f"{settings.estimator} log p(x)", disable=not progress)
     }
-    if not settings.adaptive:
+    if not targets_precision(settings):
         return current
     stages = {t: [e.log_likelihood] for t, e in current.items()}
     earlier = [_History() for _ in unique]
     documents = _round(all_reduce([float(sum(current[t].num_tokens > 0 for t in unique))])[0])
-    for stage in range(1, MAX_STAGES):
-        allocation = _allocation([current[t] for t in unique], earlier, settings, all_reduce, documents)
+    for stage in range(1, policy.max_stages):
+        allocation = _allocation(
+            [current[t] for t in unique], earlier, settings, all_reduce, documents, policy
+        )
         wanted = dict(zip(unique, allocation))
-        grow = [t for t in unique if wanted[t] > _num_samples(current[t])]
-        last = not all_reduce([float(len(grow))])[0] or stage == MAX_STAGES - 1
+        grow = [t for t in unique if wanted[t] > current[t].num_samples]
+        last = not all_reduce([float(len(grow))])[0] or stage == policy.max_stages - 1
         what = f"{len(grow)} documents need more samples" if grow else "the same sizes afresh"
         for t in tqdm(
             unique, desc=f"precision target, stage {stage}{' (last)' * last}: {what}", disable=not progress

@@ -15,20 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
-from .aggregate import corpus_log_likelihood, total_tokens
-from .document import DocumentEstimate
-from .intervals import LEVEL, Interval, certified_lower_bound, log_likelihood_interval
+from .aggregate import total_tokens
+from .base import DocumentEstimate, Estimator
+from .diagnostics import pareto_k_shares
+from .intervals import Interval
 from .intervals import sampling_standard_error as _sampling_se
-from .smc import runs_corpus_log_likelihood
-
-PERPLEXITY_KINDS = {
-    "is": "stochastic upper bound in expectation (E[log p̂] ≤ log p, so E[log PPL̂] ≥ log PPL)",
-    "smc": "stochastic upper bound in expectation (E[log p̂] ≤ log p, so E[log PPL̂] ≥ log PPL)",
-    "beam": "strict upper bound (the beam sum is ≤ p(x) for every document)",
-    "exact": "exact",
-}
+from .policy import DEFAULT_POLICY, UncertaintyPolicy
+from .registry import estimator_named
 
 
 @dataclass(frozen=True)
@@ -55,9 +49,14 @@ class CorpusEstimate:
     sampling_stderr: float
 
     @property
+    def method(self) -> Estimator:
+        """The estimator (``estimators.registry``) that made every document's estimate."""
+        return estimator_named(self.estimator)
+
+    @property
     def kind(self) -> str:
         """What kind of figure ``instance_perplexity`` is: exact, strict upper bound, or upper bound in expectation."""
-        return PERPLEXITY_KINDS.get(self.estimator, self.estimator)
+        return self.method.kind
 
     @property
     def perplexity_interval(self) -> tuple[float, float]:
@@ -72,59 +71,69 @@ class CorpusEstimate:
         if not self.interval.two_sided:
             return math.nan
         lower, upper = self.perplexity_interval
-        return (upper - lower) / 2 / float(stats.norm.ppf(0.5 + self.interval.level / 2))
+        return (upper - lower) / 2 / UncertaintyPolicy(level=self.interval.level).normal_quantile
 
 
-def corpus_estimator(estimates: Sequence[DocumentEstimate]) -> str:
+def corpus_estimator(estimates: Sequence[DocumentEstimate]) -> Estimator:
     """The one estimator that made every document's estimate; a clear error for a mixture."""
     names = {e.estimator for e in estimates}
     if len(names) != 1:
         raise ValueError(
             f"the documents' estimates come from different estimators {sorted(names)}; rerun them alike"
         )
-    return names.pop()
+    return estimator_named(names.pop())
 
 
 def corpus_log_likelihood_estimate(estimates: Sequence[DocumentEstimate]) -> float | None:
     """The paper's corpus-level log p̂ (p̂ of the whole corpus, unbiased): IS pairs sample k of every document, SMC
-    run r; both need the same samples for every document (None otherwise, e.g. after a precision target)."""
-    name = corpus_estimator(estimates)
-    if name == "smc" and len({tuple(e.diagnostics.run_sizes) for e in estimates}) == 1:
-        return runs_corpus_log_likelihood(
-            [e.diagnostics.run_log_likelihoods for e in estimates],
-            [e.diagnostics.run_sizes for e in estimates],
-        )
-    if name == "is" and len({e.log_weights.size for e in estimates}) == 1:
-        return corpus_log_likelihood([e.log_weights for e in estimates])
-    return (
-        None  # exact or beam (their corpus estimate is the instance level), or unequal K (precision target)
-    )
+    run r; both need the same samples for every document (None otherwise, e.g. after a precision target; exact and
+    beam runs have no samples to pair)."""
+    return corpus_estimator(estimates).corpus_log_likelihood(estimates)
 
 
 def certified_log_likelihood(
-    estimates: Sequence[DocumentEstimate], level: float = LEVEL, keys: Sequence | None = None
+    estimates: Sequence[DocumentEstimate],
+    policy: UncertaintyPolicy = DEFAULT_POLICY,
+    keys: Sequence | None = None,
 ) -> float:
-    """L with P(Σ_n log p(x_n) < L) ≤ 1 − level (``intervals.certified_lower_bound``). Under a precision target every
-    stage s estimated every document afresh, so each stage's product of p̂ is unbiased given the stages before; L is
-    the best stage's bound at δ / MAX_STAGES, which holds with probability ≥ 1 − δ by the union bound."""
+    """L with P(Σ_n log p(x_n) < L) ≤ δ: ``policy.certified_lower_bound`` of the estimates, or under a precision
+    target ``policy.staged_certified_bound`` over its stages."""
     stages = [e.stage_log_likelihoods for e in estimates]
     if any(s is None for s in stages):
-        return certified_lower_bound([e.log_likelihood for e in estimates], level, keys)
-    from .adaptive import MAX_STAGES
-
-    stage_level = 1.0 - (1.0 - level) / MAX_STAGES
-    return max(
-        certified_lower_bound([s[i] for s in stages], stage_level, keys) for i in range(min(map(len, stages)))
-    )
+        return policy.certified_lower_bound([e.log_likelihood for e in estimates], keys)
+    return policy.staged_certified_bound(stages, keys)
 
 
 def corpus_estimate(
-    estimates: Sequence[DocumentEstimate], level: float = LEVEL, keys: Sequence | None = None
+    estimates: Sequence[DocumentEstimate],
+    policy: UncertaintyPolicy = DEFAULT_POLICY,
+    keys: Sequence | None = None,
 ) -> CorpusEstimate:
-    """The corpus figures of N document estimates (``keys``: one per document, equal for repeated texts)."""
+    """The corpus figures of N document estimates.
+
+    Parameters
+    ----------
+    estimates : sequence of DocumentEstimate
+        One per document, all from one estimator.
+    policy : UncertaintyPolicy
+        Decides the statement (its level, trust gates and remainder test).
+    keys : sequence, optional
+        One per document, equal for repeated texts (they share a random stream).
+
+    Returns
+    -------
+    CorpusEstimate
+
+    Examples
+    --------
+    >>> from lm_latent_eval.estimators.exact import ExactEstimate
+    >>> corpus = corpus_estimate([ExactEstimate("a b", 2, -4.0), ExactEstimate("c", 1, -2.0)])
+    >>> round(corpus.perplexity, 4), corpus.interval.two_sided, corpus.monte_carlo_stderr
+    (7.3891, True, 0.0)
+    """
     if not estimates:
         raise ValueError("no documents")
-    name = corpus_estimator(estimates)
+    method = corpus_estimator(estimates)
     tokens = [e.num_tokens for e in estimates]
     total = total_tokens(tokens, len(estimates))
     ll = np.array([e.log_likelihood for e in estimates], dtype=np.float64)
@@ -133,14 +142,15 @@ def corpus_estimate(
         raise ValueError(f"document {bad}: log likelihood {ll[bad]} is not a valid log probability")
     instance = math.exp(-ll.sum() / total)
     sampling = _sampling_se(ll, tokens)
-    if name in ("exact", "beam"):
-        return _deterministic(name, len(estimates), total, float(ll.sum()), sampling, level)
-    corpus_ll = corpus_log_likelihood_estimate(estimates)
-    lower = certified_log_likelihood(estimates, level, keys)
-    interval = log_likelihood_interval([e.error() for e in estimates], level, keys, lower)
+    fixed = method.fixed_statement(float(ll.sum()), policy.level)
+    if fixed is not None:
+        return _fixed(method, len(estimates), total, fixed, sampling)
+    corpus_ll = method.corpus_log_likelihood(estimates)
+    lower = certified_log_likelihood(estimates, policy, keys)
+    interval = policy.interval([e.error(policy) for e in estimates], keys, lower)
     perplexity = math.exp(-(interval.centre if interval.two_sided else ll.sum()) / total)
     return CorpusEstimate(
-        estimator=name,
+        estimator=method.name,
         num_documents=len(estimates),
         num_tokens=total,
         instance_perplexity=instance,
@@ -149,54 +159,37 @@ def corpus_estimate(
         interval=interval,
         perplexity_upper_bound=math.exp(-lower / total),
         corpus_perplexity_upper_bound=(
-            None if corpus_ll is None else math.exp(-(corpus_ll + math.log(1.0 - level)) / total)
+            None if corpus_ll is None else math.exp(-(corpus_ll + math.log(policy.delta)) / total)
         ),
         monte_carlo_stderr=perplexity * interval.standard_error / total if interval.two_sided else math.nan,
         sampling_stderr=perplexity * sampling,
     )
 
 
-def _deterministic(name: str, documents: int, tokens: int, log_p: float, sampling: float, level: float):
-    """Exact or beam estimates: no Monte Carlo error; the figure is its own bound (beam: a certain upper bound)."""
-    perplexity = math.exp(-log_p / tokens)
-    if name == "exact":
-        interval = Interval(log_p, log_p, log_p, 0.0, 0.0, 0.0, level)
-    else:
-        reason = "a beam sum is a lower bound on S with certainty (the perplexity is at most the beam figure)"
-        interval = Interval(log_p, math.inf, math.nan, math.nan, math.nan, math.nan, level, reason)
+def _fixed(
+    method: Estimator, documents: int, tokens: int, interval: Interval, sampling: float
+) -> CorpusEstimate:
+    """A deterministic estimator's figures: no Monte Carlo error; the figure is its own bound."""
+    perplexity = math.exp(-interval.lower / tokens)
     return CorpusEstimate(
-        name,
-        documents,
-        tokens,
-        perplexity,
-        None,
-        perplexity,
-        interval,
-        perplexity,
-        None,
-        0.0 if name == "exact" else math.nan,
-        perplexity * sampling,
-    )
-
-
-def pareto_k_shares(estimates: Sequence[DocumentEstimate]) -> tuple[int, int, int]:
-    """(documents whose IS weights have Pareto k̂ at or above the threshold at their K, documents whose k̂ is
-    undefined, documents with IS weights and tokens): the counts behind both the table's shares and the warning."""
-    from .diagnostics import pareto_k_threshold, pareto_khat
-
-    weights = [e.importance_weights for e in estimates if e.importance_weights is not None]
-    khat = [(pareto_khat(lw), pareto_k_threshold(lw.size)) for lw in weights]
-    return (
-        sum(k >= t for k, t in khat if not math.isnan(k)),
-        sum(math.isnan(k) for k, _ in khat),
-        len(weights),
+        estimator=method.name,
+        num_documents=documents,
+        num_tokens=tokens,
+        instance_perplexity=perplexity,
+        corpus_perplexity=None,
+        perplexity=perplexity,
+        interval=interval,
+        perplexity_upper_bound=perplexity,
+        corpus_perplexity_upper_bound=None,
+        monte_carlo_stderr=interval.standard_error if interval.two_sided else math.nan,
+        sampling_stderr=perplexity * sampling,
     )
 
 
 def reliability_warning(estimates: Sequence[DocumentEstimate], advice: Sequence[str]) -> str | None:
     """Plain words when no two-sided interval of the perplexity is honest for these estimates, else None."""
     informative = [e for e in estimates if e.num_tokens > 0]
-    if not informative or corpus_estimator(informative) not in ("is", "smc"):
+    if not informative or not corpus_estimator(informative).draws_samples:
         return None
     corpus = corpus_estimate(informative)
     if corpus.interval.two_sided:

@@ -1,17 +1,16 @@
 """Per-document diagnostics of importance weights: ESS, Pareto k̂ (PSIS) and its sample-size threshold, the relative
-variance of p̂, an honest interval, the convergence curve; and the reliability warning of a batch of estimates."""
+variance of p̂, the convergence curve over K."""
 
 from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 from scipy.special import logsumexp
 
-from .aggregate import log_mean_exp
-from .intervals import DocumentError, log_likelihood_interval
+from .aggregate import corpus_ppl, instance_ppl, log_mean_exp
 
 PARETO_K_CAP = 0.7  # the largest threshold at any sample size (Vehtari et al. 2024)
 
@@ -57,6 +56,7 @@ def pareto_khat(log_weights: np.ndarray) -> float:
         return float("nan")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        # arviz takes about a second to import and only PSIS needs it
         import arviz
 
         _, khat = arviz.psislw(finite.copy())
@@ -78,68 +78,11 @@ def convergence_curve(log_weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ks, running[ks - 1] - np.log(ks)
 
 
-@dataclass
-class ISDiagnostics:
-    """Diagnostics of one document's K importance weights: ESS, Pareto k̂ and its threshold at K, v̂ = estimated
-    Var(p̂)/p², the honest 95% interval of log p (``intervals``; ``[lower, inf]`` where only the certified one-sided
-    bound is honest), and the convergence curve log p̂ from the first K' samples (K' = 1, 2, 4, ..., K)."""
-
-    num_samples: int
-    log_likelihood: float
-    ess: float
-    pareto_k: float
-    pareto_k_threshold: float
-    relative_variance: float
-    ci95: list[float]
-    convergence_k: list[int]
-    convergence_log_likelihood: list[float]
-
-
-def importance_error(log_weights: np.ndarray) -> DocumentError:
-    """log p̂, v̂ and whether v̂ can be trusted for one document's K importance weights: only where PSIS can fit
-    their tail and finds it light enough (k̂ defined and below the threshold at K), or every weight is equal."""
-    lw = np.asarray(log_weights, dtype=np.float64)
-    ll, k = float(log_mean_exp(lw)), lw.size
-    if np.ptp(lw[np.isfinite(lw)]) == 0.0:  # every weight equal: q ∝ p on what it drew, p̂ exact
-        return DocumentError(ll, 0.0, math.inf)
-    khat, threshold = pareto_khat(lw), pareto_k_threshold(k)
-    if math.isnan(khat):
-        reason = (
-            "importance weights too concentrated to fit their tail (Pareto k̂ undefined), so their variance "
-            "cannot be estimated from these samples"
-        )
-    elif khat >= threshold:
-        reason = f"heavy-tailed importance weights (Pareto k̂ ≥ {threshold:.2f}, the threshold at K = {k})"
-    else:
-        reason = None
-    return DocumentError(ll, relative_variance(lw), k - 1.0, reason)
-
-
-def summarize(log_weights: np.ndarray) -> ISDiagnostics:
-    """All diagnostics of one document's weights."""
-    lw = np.asarray(log_weights, dtype=np.float64)
-    interval = log_likelihood_interval([importance_error(lw)])
-    ks, curve = convergence_curve(lw)
-    return ISDiagnostics(
-        int(lw.size),
-        float(log_mean_exp(lw)),
-        effective_sample_size(lw),
-        pareto_khat(lw),
-        pareto_k_threshold(lw.size),
-        relative_variance(lw),
-        [interval.lower, interval.upper],
-        ks.tolist(),
-        curve.tolist(),
-    )
-
-
 def corpus_convergence_curve(log_weights, num_tokens) -> dict:
     """Instance- and corpus-level PPL from the first K' samples of every document, K' in ``convergence_sizes(min K)``.
 
     The corpus-level curve is None when documents have different sample counts.
     """
-    from .aggregate import corpus_ppl, instance_ppl
-
     sizes = convergence_sizes(min(len(lw) for lw in log_weights))
     equal_k = len({len(lw) for lw in log_weights}) == 1
     return {
@@ -153,3 +96,15 @@ def corpus_convergence_curve(log_weights, num_tokens) -> dict:
             else None
         ),
     }
+
+
+def pareto_k_shares(estimates: Sequence) -> tuple[int, int, int]:
+    """(documents whose IS weights have Pareto k̂ at or above the threshold at their K, documents whose k̂ is
+    undefined, documents with IS weights and tokens): the counts behind both the table's shares and the warning."""
+    weights = [e.importance_weights for e in estimates if e.importance_weights is not None]
+    khat = [(pareto_khat(lw), pareto_k_threshold(lw.size)) for lw in weights]
+    return (
+        sum(k >= t for k, t in khat if not math.isnan(k)),
+        sum(math.isnan(k) for k, _ in khat),
+        len(weights),
+    )

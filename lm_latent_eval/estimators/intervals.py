@@ -1,4 +1,4 @@
-"""Honest 95% statements about S = Σ_n log p(x_n), hence about perplexity, from the documents' estimates.
+"""The math of honest statements about S = Σ_n log p(x_n), hence about perplexity, from the documents' estimates.
 
 Every estimate of log p that averages weights is biased low: E[log p̂] ≈ log p − v/2 with v = Var(p̂)/p². Summed over
 N documents the bias grows like N while the Monte Carlo error grows like √N, so an interval centred on Σ_n log p̂_n
@@ -14,8 +14,8 @@ heavy-tailed sample is typically too small, and more so once a gate has selected
 G measures, in standard errors, the size of what the first-order correction leaves (terms of order v^{3/2}). The
 two-sided interval is printed only when every document's v̂ can be trusted (IS: Pareto k̂ defined and
 below the sample-size threshold min(1 − 1/log10 K, 0.7) of Vehtari et al. 2024; SMC: at least two runs, none
-carrying most of p̂, see ``DocumentEstimate.error``) and
-G ≤ ``MAX_REMAINDER``; t has the Welch-Satterthwaite degrees of freedom (Σ v̂_n)² / Σ_n v̂_n² / ν_n of a sum of
+carrying most of p̂): the gates of ``estimators.policy.UncertaintyPolicy``, which decides every statement) and
+G ≤ ``UncertaintyPolicy.max_remainder``; t has the Welch-Satterthwaite degrees of freedom (Σ v̂_n)² / Σ_n v̂_n² / ν_n of a sum of
 variance estimates with ν_n degrees of freedom each (IS: K − 1; SMC: R − 1), so a corpus whose error a few noisily
 estimated documents dominate gets the wider t it needs. Otherwise no two-sided interval is honest and only the one-sided certified bound is given:
 the product of independent unbiased document estimates is unbiased for the corpus probability, so by Markov's
@@ -31,12 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
-LEVEL = 0.95
-MAX_REMAINDER = (
-    0.5  # G above this: the bias correction's remainder may move S̃ by more than half a standard error
-)
+from .settings import DEFAULT_LEVEL
 
 
 @dataclass(frozen=True)
@@ -98,7 +94,7 @@ class Interval:
 
 
 def certified_lower_bound(
-    log_likelihoods: Sequence[float], level: float = LEVEL, keys: Sequence | None = None
+    log_likelihoods: Sequence[float], level: float = DEFAULT_LEVEL, keys: Sequence | None = None
 ) -> float:
     """L with P(S < L) ≤ 1 − level for S = Σ_n log p(x_n), from independent unbiased estimates log p̂_n.
 
@@ -120,42 +116,6 @@ def certified_lower_bound(
         groups[m] = groups.get(m, 0.0) + first[key]
     share = math.log(delta / len(groups))
     return float(sum(m * (total + share) for m, total in groups.items()))
-
-
-def log_likelihood_interval(
-    errors: Sequence[DocumentError],
-    level: float = LEVEL,
-    keys: Sequence | None = None,
-    lower_certified: float | None = None,
-) -> Interval:
-    """The honest ``level`` statement about S from the documents' errors (see the module docstring);
-    ``lower_certified`` replaces the certified bound of the errors' log p̂ (the caller's, e.g. over the stages of a
-    precision target)."""
-    ll = np.array([e.log_likelihood for e in errors], dtype=np.float64)
-    v = np.array([e.relative_variance for e in errors], dtype=np.float64)
-    if lower_certified is None:
-        lower_certified = certified_lower_bound(ll, level, keys)
-    untrusted = [e.reason for e in errors if not e.trusted]
-    if untrusted:
-        reason = f"{len(untrusted)} of {len(errors)} documents: {Counter(untrusted).most_common(1)[0][0]}"
-        return Interval(lower_certified, math.inf, math.nan, math.nan, math.nan, math.nan, level, reason)
-    se = float(math.sqrt(v.sum()))
-    centre, correction = float(ll.sum() + v.sum() / 2), float(v.sum() / 2)
-    remainder = float((v**1.5).sum() / se) if se > 0 else 0.0
-    if remainder > MAX_REMAINDER:
-        reason = (
-            f"the estimates are too imprecise for a bias correction (its remainder is {remainder:.2f} standard "
-            f"errors, above {MAX_REMAINDER}); more samples per document would allow a two-sided interval"
-        )
-        return Interval(lower_certified, math.inf, math.nan, se, correction, remainder, level, reason)
-    dof = satterthwaite_degrees_of_freedom(v, [e.degrees_of_freedom for e in errors])
-    q = (
-        float(stats.t.ppf(0.5 + level / 2, dof))
-        if math.isfinite(dof) and dof > 0
-        else float(stats.norm.ppf(0.5 + level / 2))
-    )
-    half_width = q * se + correction  # the bias allowance: anywhere from 0 to twice the correction
-    return Interval(centre - half_width, centre + half_width, centre, se, correction, remainder, level)
 
 
 def satterthwaite_degrees_of_freedom(variances: Sequence[float], dofs: Sequence[float]) -> float:

@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from .aggregate import as_log_weights, log_mean_exp, perplexity, total_tokens
-from .corpus import corpus_estimate, pareto_k_shares
-from .diagnostics import corpus_convergence_curve, effective_sample_size, pareto_k_threshold, pareto_khat
-from .document import DocumentEstimate
-from .intervals import LEVEL, log_likelihood_interval
+from .aggregate import as_log_weights, log_mean_exp, perplexity, stack_equal_k, total_tokens
+from .corpus import corpus_estimate
+from .diagnostics import (
+    corpus_convergence_curve,
+    effective_sample_size,
+    pareto_k_shares,
+    pareto_k_threshold,
+    pareto_khat,
+)
+from .importance import ISEstimate
+from .policy import UncertaintyPolicy
+from .settings import DEFAULT_LEVEL
 
 
 def weights_report(
-    log_weights, num_tokens, beam_log_likelihoods=None, corpus_level: bool = True, level: float = LEVEL
+    log_weights,
+    num_tokens,
+    beam_log_likelihoods=None,
+    corpus_level: bool = True,
+    level: float = DEFAULT_LEVEL,
 ) -> dict:
     """Instance- and corpus-level PPL (Logan et al. 2020, Eq. 5–6; corpus level needs equal K unless
     ``corpus_level=False``), the perplexity to quote with its honest ``level`` interval (``intervals``: two-sided
@@ -25,16 +36,16 @@ def weights_report(
         raise ValueError("no documents")
     total = total_tokens(num_tokens, len(lws))
     if corpus_level and len({lw.size for lw in lws}) != 1:
-        from .aggregate import stack_equal_k
-
-        stack_equal_k(lws)  # the clear error on unequal K
+        # the clear error on unequal K
+        stack_equal_k(lws)
     estimates = [
-        DocumentEstimate(f"document {n}", int(t), float(log_mean_exp(lw)), "is", lw)
+        ISEstimate(f"document {n}", int(t), float(log_mean_exp(lw)), lw)
         for n, (lw, t) in enumerate(zip(lws, num_tokens))
     ]
-    corpus = corpus_estimate(estimates, level)
+    policy = UncertaintyPolicy(level=level)
+    corpus = corpus_estimate(estimates, policy)
     above, undefined, informative = pareto_k_shares(estimates)
-    doc_ci = [log_likelihood_interval([e.error()], level) for e in estimates]
+    doc_ci = [policy.interval([e.error(policy)]) for e in estimates]
     report = {
         "perplexity": corpus.perplexity,
         "perplexity_ci": list(corpus.perplexity_interval),
@@ -58,13 +69,17 @@ def weights_report(
         "convergence": corpus_convergence_curve(lws, num_tokens),
     }
     if beam_log_likelihoods is not None:
-        beam = np.asarray(beam_log_likelihoods, dtype=np.float64)
-        if beam.shape != (len(lws),):
-            raise ValueError(f"got {beam.size} beam bounds for {len(lws)} documents")
-        lls = np.array(report["log_likelihoods"])
-        report |= {
-            "beam_perplexity": perplexity(beam, num_tokens),
-            "beam_log_likelihoods": beam.tolist(),
-            "share_below_beam_bound": float((lls < beam).mean()),
-        }
+        report |= _beam_report(beam_log_likelihoods, report["log_likelihoods"], num_tokens)
     return report
+
+
+def _beam_report(beam_log_likelihoods, log_likelihoods, num_tokens) -> dict:
+    """The strict bound exp(−Σ beam / Σ T) ≥ true PPL and the share of documents whose log p̂ is below their beam."""
+    beam = np.asarray(beam_log_likelihoods, dtype=np.float64)
+    if beam.shape != (len(log_likelihoods),):
+        raise ValueError(f"got {beam.size} beam bounds for {len(log_likelihoods)} documents")
+    return {
+        "beam_perplexity": perplexity(beam, num_tokens),
+        "beam_log_likelihoods": beam.tolist(),
+        "share_below_beam_bound": float((np.asarray(log_likelihoods) < beam).mean()),
+    }

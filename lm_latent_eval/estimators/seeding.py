@@ -1,4 +1,5 @@
-"""Per-document random streams: a document's samples depend only on (seed, document text, block index)."""
+"""Per-document random streams: a document's samples depend only on (seed, document text, block index), drawn in
+blocks of a fixed number of particles per device."""
 
 from __future__ import annotations
 
@@ -13,9 +14,8 @@ def document_seed(seed: int, document: str, block: int = 0) -> int:
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
-STAGE_STRIDE = (
-    2**32
-)  # blocks of stage s of the precision target are numbered from s · STAGE_STRIDE: fresh streams
+# blocks of stage s of the precision target are numbered from s · STAGE_STRIDE: fresh streams
+STAGE_STRIDE = 2**32
 
 
 def stage_block(block: int, stage: int = 0) -> int:
@@ -30,3 +30,21 @@ def document_generator(
     gen = torch.Generator(device=device)
     gen.manual_seed(document_seed(seed, document, block))
     return gen
+
+
+# particles drawn per random stream on the CPU; part of the seeding scheme (never batch_size)
+SAMPLE_BLOCK = 1024
+# on a GPU: each block is one token loop, and kernel launches, not K, set its time
+ACCELERATOR_SAMPLE_BLOCK = 16384
+
+
+def sample_block(device: torch.device | str = "cpu") -> int:
+    """Particles drawn per random stream on ``device`` (1,024 on the CPU, 16,384 on an accelerator). Samples depend on
+    the seed, the document and the device (a GPU's generators draw other numbers anyway), never on batch_size.
+
+    Examples
+    --------
+    >>> sample_block("cpu"), sample_block("cuda")
+    (1024, 16384)
+    """
+    return SAMPLE_BLOCK if torch.device(device).type == "cpu" else ACCELERATOR_SAMPLE_BLOCK

@@ -1,37 +1,90 @@
-"""Every choice that changes an estimate, as one frozen record: ``EstimatorSettings``.
+"""Every choice that changes an estimate, as one frozen, validated record: ``EstimatorSettings``.
 
-Each field carries a one-line ``help`` in its metadata; the lm-eval backends derive their accepted ``model_args``,
-their parsing and their error messages from these fields (harness/model_args.py), so a setting is declared once.
+This module is the floor of ``estimators/``: it imports no algorithm. Each field carries a one-line ``help`` in its
+metadata; the lm-eval backends derive their accepted ``model_args``, their parsing and their error messages from
+these fields (harness/model_args.py), so a setting is declared once. Each rule on a single value is checked once,
+here, in ``__post_init__``, with one exception type (``InputError``); the algorithms, proposals and models trust the
+record they are given. Which estimator a name means, and the rules that tie a setting to one estimator (SMC's
+particles per run), belong to the estimator table (``estimators.registry``), which also resolves ``auto``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from dataclasses import dataclass, field
 
-import torch
-
 from ..errors import InputError
-from ..protocol import has_stepwise, has_tractable_marginal
-from .importance import check_sampling_args, sample_block
-from .smc import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS, check_smc_args
 
-ESTIMATORS = ("auto", "is", "smc", "beam", "exact")
-SAMPLING_ESTIMATORS = ("is", "smc")  # the ones that draw K samples and return K log weights
+AUTO = "auto"  # the estimator name that the registry resolves per model
 AUTO_TARGET_SE = 0.002  # estimator=auto's precision target (nats per token) unless target_se is given
 MAX_SAMPLES_FACTOR = 256  # the precision target's default budget per document: 256 × num_samples
+DEFAULT_RESAMPLE_THRESHOLD = 0.5  # SMC resamples when ESS < 0.5 · N
+DEFAULT_SMC_RUNS = 4  # independent SMC runs per document: their spread is an honest Monte Carlo error
+DEFAULT_LEVEL = 0.95  # the level of every interval and certified bound unless ``level`` is given
 
 
 def _help(text: str) -> dict:
     return {"help": text}
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _positive_int(name: str, value) -> None:
+    if not _is_int(value) or value <= 0:
+        raise InputError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 @dataclass(frozen=True)
 class EstimatorSettings:
-    """Every choice that changes an estimate; recorded with each result."""
+    """Every choice that changes an estimate; recorded with each result.
+
+    Parameters
+    ----------
+    estimator : str
+        A name of the estimator table (``estimators.registry.ESTIMATORS``) or ``"auto"``.
+    num_samples : int
+        K, samples (IS) or particles (SMC) per document.
+    temperature : float
+        τ of the proposal, q_τ(z | x) ∝ q(z | x)^{1/τ}.
+    peek : bool
+        Whether the proposal reads the token it labels.
+    beam_size : int
+        k of the beam bound.
+    seed : int
+        With the document text, seeds every random stream.
+    batch_size : int or None
+        Particles per ``log_joint`` call (memory only; never changes a number).
+    resample_threshold : float
+        SMC resamples when ESS < threshold · particles of a run.
+    smc_runs : int
+        Independent SMC runs per document.
+    target_se : float or None
+        The precision target in nats per token (0: a fixed ``num_samples``).
+    max_samples : int or None
+        The precision target's budget per document.
+    level : float
+        The level of the two-sided interval; the certified bound holds with probability ≥ ``level``.
+
+    Examples
+    --------
+    >>> EstimatorSettings("is", num_samples=64).num_samples
+    64
+    >>> EstimatorSettings(num_samples=0)
+    Traceback (most recent call last):
+    ...
+    lm_latent_eval.errors.InputError: num_samples must be a positive integer, got 0
+    """
 
     estimator: str = field(
-        default="auto",
+        default=AUTO,
         metadata=_help(
             "auto (exact where the model has a tractable marginal, else smc where it is stepwise, else is), is, smc, "
             "beam or exact"
@@ -42,7 +95,8 @@ class EstimatorSettings:
     peek: bool = field(default=True, metadata=_help("whether the proposal reads the token it labels"))
     beam_size: int = field(default=10, metadata=_help("k of the beam bound"))
     seed: int = field(default=1234, metadata=_help("with the document text, seeds every random stream"))
-    batch_size: int | None = field(  # memory only; never changes a number
+    # memory only; never changes a number
+    batch_size: int | None = field(
         default=None, metadata=_help("particles per log_joint call (memory only; None: one sample block)")
     )
     resample_threshold: float = field(
@@ -69,79 +123,65 @@ class EstimatorSettings:
             f"the precision target's budget per document (default {MAX_SAMPLES_FACTOR} × num_samples)"
         ),
     )
+    level: float = field(
+        default=DEFAULT_LEVEL,
+        metadata=_help(
+            "level of the two-sided interval; the certified bound fails with probability at most 1 − level"
+        ),
+    )
 
     def __post_init__(self):
-        if self.estimator not in ESTIMATORS:
-            raise InputError(f"estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
-        if self.estimator in (*SAMPLING_ESTIMATORS, "auto"):  # auto may pick a sampling estimator
-            check_sampling_args(self.num_samples, self.temperature, "settings")
-        if self.estimator == "smc":
-            check_smc_args(self.resample_threshold, self.smc_runs, self.num_samples)
-        if self.estimator == "beam" and (not isinstance(self.beam_size, int) or self.beam_size <= 0):
-            raise InputError(f"beam_size must be a positive integer, got {self.beam_size!r}")
-        if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size <= 0):
-            raise InputError(f"batch_size must be a positive integer, got {self.batch_size!r}")
-        if self.target_se is not None and not (
-            isinstance(self.target_se, (int, float)) and self.target_se >= 0
-        ):
+        if not isinstance(self.estimator, str):
+            raise InputError(f"estimator must be a name, got {self.estimator!r}")
+        _positive_int("num_samples", self.num_samples)
+        if not (_number(self.temperature) and self.temperature > 0):
+            raise InputError(f"temperature must be a finite number > 0, got {self.temperature!r}")
+        _positive_int("beam_size", self.beam_size)
+        if self.batch_size is not None:
+            _positive_int("batch_size", self.batch_size)
+        if not (_number(self.resample_threshold) and 0.0 <= self.resample_threshold <= 1.0):
+            raise InputError(
+                "resample_threshold must be a number in [0, 1] (resample when ESS < threshold · particles), "
+                f"got {self.resample_threshold!r}"
+            )
+        _positive_int("smc_runs", self.smc_runs)
+        if self.target_se is not None and not (_number(self.target_se) and self.target_se >= 0):
             raise InputError(
                 f"target_se must be a number ≥ 0 (nats per token; 0: no target), got {self.target_se!r}"
             )
-        if self.max_samples is not None and (not isinstance(self.max_samples, int) or self.max_samples <= 0):
-            raise InputError(f"max_samples must be a positive integer, got {self.max_samples!r}")
-
-    def resolve(self, model) -> tuple[EstimatorSettings, str]:
-        """The settings with ``auto`` replaced by the estimator it picks for ``model``, and why: exact where the model
-        has a tractable marginal, SMC (with the precision target) where it has the stepwise part, IS otherwise."""
-        if self.estimator != "auto":
-            return self, f"estimator={self.estimator} as requested"
-        name = type(model).__name__
-        if has_tractable_marginal(model):
-            return dataclasses.replace(
-                self, estimator="exact"
-            ), f"auto: exact, {name} has a tractable log_marginal"
-        target = AUTO_TARGET_SE if self.target_se is None else self.target_se
-        if has_stepwise(model):
-            return (
-                dataclasses.replace(self, estimator="smc", target_se=target),
-                f"auto: SMC, {name} has the stepwise part (precision target {target} nats per token)",
-            )
-        return (
-            dataclasses.replace(self, estimator="is", target_se=target),
-            f"auto: IS, {name} has neither a tractable marginal nor the stepwise part (precision target {target})",
-        )
-
-    @property
-    def adaptive(self) -> bool:
-        """Whether the precision target draws more samples for the documents that need them."""
-        return self.samples and bool(self.target_se)
+        if self.max_samples is not None:
+            _positive_int("max_samples", self.max_samples)
+        if not (_number(self.level) and 0.0 < self.level < 1.0):
+            raise InputError(f"level must be a number strictly between 0 and 1, got {self.level!r}")
 
     @property
     def sample_budget(self) -> int:
-        """Samples per document the precision target may reach."""
+        """Samples per document the precision target may reach (``max_samples``, default 256 × ``num_samples``)."""
         return self.max_samples or MAX_SAMPLES_FACTOR * self.num_samples
 
-    @property
-    def samples(self) -> bool:
-        """Whether this estimator draws K samples (IS, SMC) and so has log weights and a random stream."""
-        return self.estimator in SAMPLING_ESTIMATORS
+    def replace(self, **changes) -> EstimatorSettings:
+        """A copy with ``changes`` (validated like any new record).
 
-    def as_dict(self, device: torch.device | str = "cpu") -> dict:
-        """The settings that matter for this estimator on ``device`` (batch_size excluded: it never changes a number)."""
-        d = dataclasses.asdict(self)
-        d.pop("batch_size")
-        if not self.samples:
-            for key in ("num_samples", "temperature", "peek", "seed"):
-                d.pop(key)
-        if self.estimator != "smc":
-            d.pop("resample_threshold")
-            d.pop("smc_runs")
-        if self.estimator != "beam":
-            d.pop("beam_size")
-        if not self.adaptive:
-            d.pop("target_se")
-            d.pop("max_samples")
-        else:
-            d["max_samples"] = self.sample_budget
-        d["sample_block"] = sample_block(device) if self.samples else None
-        return {k: v for k, v in d.items() if v is not None}
+        Examples
+        --------
+        >>> EstimatorSettings("is").replace(num_samples=8).num_samples
+        8
+        """
+        return dataclasses.replace(self, **changes)
+
+
+def checked_settings(document: str, **fields) -> EstimatorSettings:
+    """``EstimatorSettings(**fields)`` for the low-level functions that take loose arguments (``importance_log_weights``,
+    ``smc_log_weights``, ``beam_log_marginal``): a bad value is the same ``InputError``, naming the document.
+
+    Examples
+    --------
+    >>> checked_settings("a b", estimator="is", num_samples=-1)
+    Traceback (most recent call last):
+    ...
+    lm_latent_eval.errors.InputError: document 'a b': num_samples must be a positive integer, got -1
+    """
+    try:
+        return EstimatorSettings(**fields)
+    except InputError as err:
+        raise InputError(f"document {document[:60]!r}: {err}") from None

@@ -19,52 +19,23 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import torch
 
 from ..errors import InputError, UnsupportedError
-from ..protocol import missing_stepwise_methods
+from ..protocol import has_stepwise, missing_stepwise_methods
 from ..tensors import inverse_cdf
-from .importance import SAMPLE_BLOCK, check_sampling_args
-from .seeding import document_generator, stage_block
-
-DEFAULT_RESAMPLE_THRESHOLD = 0.5  # resample when ESS < 0.5 · N
-DEFAULT_SMC_RUNS = (
-    4  # independent runs per document: their spread is an honest Monte Carlo error (one run has none)
-)
-
-
-def check_smc_args(
-    resample_threshold: float, smc_runs: int, num_samples: int | None = None, doc: str = "settings"
-):
-    """Reject a threshold outside [0, 1], R ≤ 0, or K < R, with an error naming the document."""
-    if not (
-        isinstance(resample_threshold, (int, float))
-        and not isinstance(resample_threshold, bool)
-        and 0.0 <= resample_threshold <= 1.0
-    ):
-        raise InputError(
-            f"{doc}: resample_threshold must be a number in [0, 1] (resample when ESS < threshold · particles), "
-            f"got {resample_threshold!r}"
-        )
-    if not isinstance(smc_runs, (int, np.integer)) or isinstance(smc_runs, bool) or smc_runs <= 0:
-        raise InputError(f"{doc}: smc_runs must be a positive integer, got {smc_runs!r}")
-    if num_samples is not None and isinstance(num_samples, (int, np.integer)) and num_samples < smc_runs:
-        raise InputError(
-            f"{doc}: num_samples = {num_samples} particles cannot form smc_runs = {smc_runs} runs"
-        )
-
-
-def require_stepwise(model) -> None:
-    """A clear error when the model lacks the stepwise part of the contract that SMC needs."""
-    missing = missing_stepwise_methods(model)
-    if missing:
-        raise UnsupportedError(
-            f"estimator=smc needs the stepwise part of the contract, but {type(model).__name__} does not define "
-            f"{', '.join(missing)} (see lm_latent_eval.protocol.StepwiseLatentLM); use estimator=is, beam or exact"
-        )
+from .aggregate import log_mean_exp
+from .base import DocumentEstimate, Estimator, as_array, as_list, sample_sizes, sampling_advice
+from .importance import STOCHASTIC_BOUND
+from .intervals import DocumentError
+from .policy import DEFAULT_POLICY, UncertaintyPolicy
+from .seeding import SAMPLE_BLOCK, document_generator, stage_block
+from .settings import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS, EstimatorSettings, checked_settings
 
 
 def run_sizes(num_samples: int, smc_runs: int) -> list[int]:
@@ -99,7 +70,8 @@ def systematic_resample(log_w: torch.Tensor, generator: torch.Generator | None) 
     device = generator.device if generator is not None else "cpu"
     u = float(torch.rand((), generator=generator, device=device, dtype=torch.float64))
     cdf = torch.cumsum(torch.softmax(log_w.to("cpu", torch.float64), 0), 0)
-    cdf[-1] = 1.0  # rounding: the last particle closes the interval
+    # rounding: the last particle closes the interval
+    cdf[-1] = 1.0
     return inverse_cdf(None, (u + torch.arange(n, dtype=torch.float64)) / n, cumulative=cdf)
 
 
@@ -148,16 +120,19 @@ class SMCDiagnostics:
     smc_runs: int
     run_sizes: list[int]
     run_log_likelihoods: list[float]
-    run_relative_variances: list[float]  # Lee-Whiteley Var(p̂_r)/p̂_r² of every run
+    # Lee-Whiteley Var(p̂_r)/p̂_r² of every run
+    run_relative_variances: list[float]
     relative_variance: float
     lee_whiteley_relative_variance: float
     runs_relative_variance: float
     log_likelihood_se: float
-    run_log_likelihood_sd: float  # standard deviation of log p̂_r over the runs (R ≥ 2)
+    # standard deviation of log p̂_r over the runs (R ≥ 2)
+    run_log_likelihood_sd: float
     resampling_steps: float
     ess_min: float
     ess_mean: float
-    temperature: float = 1.0  # of the proposal: below 1 it is lighter-tailed than at 1, and v̂ is not trusted
+    # of the proposal: below 1 it is lighter-tailed than at 1, and v̂ is not trusted
+    temperature: float = 1.0
 
     @property
     def largest_run_share(self) -> float:
@@ -184,15 +159,18 @@ def smc_block(
     runs = [slice(starts[r], starts[r + 1]) for r in range(R)]
     state = model.smc_init(x, starts[-1], temperature=temperature, peek=peek)
     log_w = torch.zeros(starts[-1], dtype=torch.float64)
-    eve = torch.arange(starts[-1])  # Eve index: the first-generation ancestor of every particle
-    banked = [0.0] * R  # per run: Σ over finished epochs of log mean_k w_k
+    # Eve index: the first-generation ancestor of every particle
+    eve = torch.arange(starts[-1])
+    # per run: Σ over finished epochs of log mean_k w_k
+    banked = [0.0] * R
     ess, resampled = [[] for _ in runs], [0] * R
     for t in range(T):
         state, inc = model.smc_step(state, t, generator)
         log_w = log_w + _check_increment(inc, starts[-1], t, doc)
         ancestors = None
         for r, (run, log_ess) in enumerate(zip(runs, _runs_log_ess(log_w, sizes))):
-            if log_ess == -math.inf:  # every particle of the run has p = 0: its p̂ is 0 from here on
+            # every particle of the run has p = 0: its p̂ is 0 from here on
+            if log_ess == -math.inf:
                 ess[r].append(0.0)
                 continue
             ess[r].append(math.exp(log_ess))
@@ -246,13 +224,44 @@ def lee_whiteley_relative_variance(log_w: torch.Tensor, eve: torch.Tensor, num_r
     if n < 2:
         return math.nan
     W = torch.softmax(log_w, 0)
-    same_eve = float(
-        (torch.zeros(n, dtype=torch.float64).index_add_(0, eve, W) ** 2).sum()
-    )  # Σ_e (Σ_{E_i=e} W_i)²
+    # Σ_e (Σ_{E_i=e} W_i)²
+    same_eve = float((torch.zeros(n, dtype=torch.float64).index_add_(0, eve, W) ** 2).sum())
     return 1.0 - (n / (n - 1)) ** (num_resampling + 1) * (1.0 - same_eve)
 
 
 @torch.no_grad()
+def draw_smc_log_weights(
+    model,
+    x: torch.Tensor,
+    settings: EstimatorSettings,
+    document: str = "",
+    device: torch.device | str = "cpu",
+    progress=None,
+    stage: int = 0,
+) -> tuple[np.ndarray, SMCDiagnostics]:
+    """K final SMC log weights, float64 [K] (log p̂ = logsumexp − log K), and the run diagnostics of one document.
+
+    The weight of particle k of run r is log p̂_r(earlier epochs) + log w_k(last epoch), so mean_k exp = Σ_r N_r p̂_r / K.
+    """
+    doc = f"document {document[:60]!r}"
+    sizes = run_sizes(settings.num_samples, settings.smc_runs)
+    runs = []
+    for b, block in enumerate(blocks_of_runs(sizes)):
+        generator = document_generator(settings.seed, document, stage_block(b, stage), device=device)
+        runs += smc_block(
+            model, x, block, settings.temperature, settings.peek, settings.resample_threshold, generator, doc
+        )
+        if progress is not None:
+            progress.update(sum(block))
+    log_weights = np.concatenate([run.log_weights for run in runs])
+    if np.isneginf(log_weights).all():
+        raise ValueError(
+            f"{doc}: all {settings.num_samples} particles have p(x, z) = 0: the proposal misses the support of the "
+            "model"
+        )
+    return log_weights, smc_diagnostics(runs, sizes, settings.resample_threshold, settings.temperature)
+
+
 def smc_log_weights(
     model,
     x: torch.Tensor,
@@ -268,35 +277,41 @@ def smc_log_weights(
     progress=None,
     stage: int = 0,
 ) -> tuple[np.ndarray, SMCDiagnostics]:
-    """K final SMC log weights, float64 [K] (log p̂ = logsumexp − log K), and the run diagnostics of one document.
+    """``draw_smc_log_weights`` with loose arguments, validated as ``EstimatorSettings`` (an InputError naming the
+    document) and against the model (``UnsupportedError`` without the stepwise part).
 
-    The weight of particle k of run r is log p̂_r(earlier epochs) + log w_k(last epoch), so mean_k exp = Σ_r N_r p̂_r / K.
+    Parameters
+    ----------
+    model : StepwiseLatentLM
+        A model with the stepwise part of the contract.
+    x : torch.Tensor
+        The document's tokens, LongTensor [T].
+    num_samples, temperature, peek, seed, resample_threshold, smc_runs
+        As in ``EstimatorSettings``.
+    document : str
+        The document's text: with ``seed``, it seeds the random streams.
+
+    Returns
+    -------
+    tuple of numpy.ndarray and SMCDiagnostics
+        The K final log weights, float64 [K], and the runs' diagnostics.
+
+    Examples
+    --------
+    >>> from lm_latent_eval.models import load_model
+    >>> hmm, _ = load_model("hmm")
+    >>> x = hmm.tokenize("the cat sat")
+    >>> lw, diag = smc_log_weights(hmm, x, num_samples=64, seed=1, document="the cat sat")
+    >>> lw.shape, diag.smc_runs, abs(diag.log_likelihood - float(hmm.log_marginal(x))) < 0.2
+    ((64,), 4, True)
     """
-    doc = f"document {document[:60]!r}"
-    require_stepwise(model)
-    check_sampling_args(num_samples, temperature, doc)
-    check_smc_args(resample_threshold, smc_runs, num_samples, doc)
-    sizes = run_sizes(num_samples, smc_runs)
-    runs = []
-    for b, block in enumerate(blocks_of_runs(sizes)):
-        runs += smc_block(
-            model,
-            x,
-            block,
-            temperature,
-            peek,
-            resample_threshold,
-            document_generator(seed, document, stage_block(b, stage), device=device),
-            doc,
-        )
-        if progress is not None:
-            progress.update(sum(block))
-    log_weights = np.concatenate([run.log_weights for run in runs])
-    if np.isneginf(log_weights).all():
-        raise ValueError(
-            f"{doc}: all {num_samples} particles have p(x, z) = 0: the proposal misses the support of the model"
-        )
-    return log_weights, smc_diagnostics(runs, sizes, resample_threshold, temperature)
+    settings = checked_settings(
+        document, estimator="smc", num_samples=num_samples, temperature=temperature, peek=peek, seed=seed,
+        resample_threshold=resample_threshold, smc_runs=smc_runs,
+    )  # fmt: skip
+    SMC.require(model)
+    SMC.check(settings, document)
+    return draw_smc_log_weights(model, x, settings, document, device, progress, stage)
 
 
 def smc_diagnostics(
@@ -309,13 +324,14 @@ def smc_diagnostics(
     finite = run_ll[np.isfinite(run_ll)]
     log_p = float(np.log(np.sum(share * np.exp(run_ll - finite.max())))) + float(finite.max())
     ess = np.sum([run.ess for run in runs], axis=0) if runs[0].ess else np.zeros(0)
-    rel = np.exp(run_ll - log_p)  # p̂_r / p̂
+    # p̂_r / p̂
+    rel = np.exp(run_ll - log_p)
     # p̂ = Σ_r s_r p̂_r, independent runs: Var(p̂)/p̂² ≈ Σ_r s_r² (p̂_r/p̂)² v̂_r (delta method)
     lee_whiteley = float(np.sum(share**2 * rel**2 * np.array([run.relative_variance for run in runs])))
-    lee_whiteley = (
-        lee_whiteley if lee_whiteley >= 0 else math.nan
-    )  # a negative variance estimate says nothing
-    if len(runs) > 1:  # the same from the spread of the runs alone
+    # a negative variance estimate says nothing
+    lee_whiteley = lee_whiteley if lee_whiteley >= 0 else math.nan
+    # the same from the spread of the runs alone
+    if len(runs) > 1:
         runs_var = float(np.sum(share**2) * np.var(rel, ddof=1))
         spread = float(np.std(run_ll, ddof=1)) if np.isfinite(run_ll).all() else math.inf
         relative_variance = float(np.nanmax([runs_var, lee_whiteley]))
@@ -341,13 +357,6 @@ def smc_diagnostics(
     )
 
 
-def empty_document_diagnostics(num_samples: int, smc_runs: int, resample_threshold: float) -> SMCDiagnostics:
-    """SMC diagnostics of a 0-token document: every run's p̂ = 1 exactly, nothing resampled, no ESS."""
-    sizes = run_sizes(num_samples, smc_runs)
-    runs = [SMCRun(np.zeros(n), 0.0, 0, [], 0.0) for n in sizes]
-    return smc_diagnostics(runs, sizes, resample_threshold)
-
-
 def runs_corpus_log_likelihood(run_log_likelihoods, run_sizes_per_doc) -> float:
     """Corpus-level SMC: log Σ_r s_r Π_n p̂_{n,r}, run r of every document forming one corpus sample (unbiased)."""
     lls = [np.asarray(r, dtype=np.float64) for r in run_log_likelihoods]
@@ -358,6 +367,117 @@ def runs_corpus_log_likelihood(run_log_likelihoods, run_sizes_per_doc) -> float:
             f"(same num_samples and smc_runs); got run sizes {sorted(sizes)}"
         )
     share = np.asarray(sizes.pop(), dtype=np.float64)
-    joint = np.sum(lls, axis=0)  # [R]: log of Π_n p̂_{n,r}
+    # [R]: log of Π_n p̂_{n,r}
+    joint = np.sum(lls, axis=0)
     top = joint[np.isfinite(joint)].max() if np.isfinite(joint).any() else 0.0
     return float(top + np.log(np.sum(share / share.sum() * np.exp(joint - top))))
+
+
+@dataclass
+class SMCEstimate(DocumentEstimate):
+    """An SMC estimate: the K final particle log weights [K] (mean of exp = p̂; neither independent nor
+    exchangeable, so no ESS or k̂ of them) and the R runs' ``SMCDiagnostics``."""
+
+    estimator: ClassVar[str] = "smc"
+    log_weights: np.ndarray | None = None
+    diagnostics: SMCDiagnostics | None = field(default=None, kw_only=True)
+
+    def error(self, policy: UncertaintyPolicy = DEFAULT_POLICY) -> DocumentError:
+        """v̂ from the runs (``SMCDiagnostics.relative_variance``) with R − 1 degrees of freedom, trusted where
+        ``policy.smc_doubt`` finds nothing; v = 0 for a document without tokens."""
+        if self.num_tokens == 0:
+            return DocumentError(self.log_likelihood, 0.0, math.inf)
+        d = self.diagnostics
+        return DocumentError(self.log_likelihood, d.relative_variance, d.smc_runs - 1.0, policy.smc_doubt(d))
+
+    def to_json(self) -> dict:
+        return super().to_json() | {
+            "log_weights": as_list(self.log_weights),
+            "diagnostics": None if self.diagnostics is None else vars(self.diagnostics).copy(),
+        }
+
+    @classmethod
+    def from_json(cls, record: dict) -> SMCEstimate:
+        est = super().from_json(record)
+        diag = record.get("diagnostics")
+        est.log_weights = as_array(record.get("log_weights"))
+        est.diagnostics = None if diag is None else SMCDiagnostics(**diag)
+        return est
+
+
+class SequentialMonteCarlo(Estimator):
+    """``estimator=smc``: R independent particle filters per document (module docstring)."""
+
+    name = "smc"
+    result = SMCEstimate
+    kind = STOCHASTIC_BOUND
+    draws_samples = True
+    settings_fields = ("num_samples", "temperature", "peek", "seed", "resample_threshold", "smc_runs")
+
+    def missing(self, model) -> str | None:
+        missing = missing_stepwise_methods(model)
+        if not missing:
+            return None
+        return (
+            f"estimator=smc needs the stepwise part of the contract, but {type(model).__name__} does not define "
+            f"{', '.join(missing)} (see lm_latent_eval.protocol.StepwiseLatentLM); use estimator=is, beam or exact"
+        )
+
+    def require(self, model) -> None:
+        """``UnsupportedError`` (one line) when ``model`` lacks the stepwise part."""
+        reason = self.missing(model)
+        if reason is not None:
+            raise UnsupportedError(reason)
+
+    def auto_reason(self, model) -> str | None:
+        if not has_stepwise(model):
+            return None
+        return f"auto: SMC, {type(model).__name__} has the stepwise part"
+
+    def check(self, settings: EstimatorSettings, document: str | None = None) -> None:
+        """K particles must form at least ``smc_runs`` runs."""
+        if settings.num_samples < settings.smc_runs:
+            where = "settings" if document is None else f"document {document[:60]!r}"
+            raise InputError(
+                f"{where}: num_samples = {settings.num_samples} particles cannot form smc_runs = "
+                f"{settings.smc_runs} runs"
+            )
+
+    def advice(self, settings, model) -> list[str]:
+        runs = ["smc_runs=4 (runs give the Monte Carlo error)"] if settings.smc_runs < 2 else []
+        return runs + sampling_advice(settings)
+
+    def estimate(
+        self, model, x, document, settings, *, device="cpu", progress=None, stage=0, diagnostics=False
+    ):
+        lw, diag = draw_smc_log_weights(model, x, settings, document, device, progress, stage)
+        return SMCEstimate(document, int(x.numel()), float(log_mean_exp(lw)), lw, diagnostics=diag)
+
+    def empty(self, document, settings, model) -> SMCEstimate:
+        """Every run's p̂ = 1 exactly, nothing resampled, no ESS."""
+        sizes = run_sizes(settings.num_samples, settings.smc_runs)
+        runs = [SMCRun(np.zeros(n), 0.0, 0, [], 0.0) for n in sizes]
+        diag = smc_diagnostics(runs, sizes, settings.resample_threshold)
+        return SMCEstimate(document, 0, 0.0, np.zeros(settings.num_samples), diagnostics=diag)
+
+    def corpus_diagnostics(self, estimates: Sequence[SMCEstimate], progress: bool = False) -> dict:
+        """The runs per document, ESS over tokens (min, mean), resampling steps per run, samples per document."""
+        d = [e.diagnostics for e in estimates]
+        return sample_sizes([x.num_samples for x in d]) | {
+            "smc_runs": int(min(x.smc_runs for x in d)),
+            "ess_min": float(min(x.ess_min for x in d)),
+            "ess_mean": float(np.mean([x.ess_mean for x in d])),
+            "resampling_steps": float(np.mean([x.resampling_steps for x in d])),
+        }
+
+    def corpus_log_likelihood(self, estimates: Sequence[SMCEstimate]) -> float | None:
+        """Run r of every document forms one corpus sample: needs the same runs for every document."""
+        if len({tuple(e.diagnostics.run_sizes) for e in estimates}) != 1:
+            return None
+        return runs_corpus_log_likelihood(
+            [e.diagnostics.run_log_likelihoods for e in estimates],
+            [e.diagnostics.run_sizes for e in estimates],
+        )
+
+
+SMC = SequentialMonteCarlo()

@@ -27,12 +27,12 @@ from ..errors import InputError, UserError, install_excepthook
 from ..estimators import DocumentEstimate, estimate_document
 from ..estimators.adaptive import estimate_corpus
 from ..estimators.corpus import reliability_warning
+from ..estimators.importance import ImportanceSampling
+from ..estimators.registry import estimator_named, recorded_settings, resolve
 from ..estimators.seeding import document_generator
-from ..estimators.settings import AUTO_TARGET_SE
-from ..estimators.smc import require_stepwise
 from ..models import MODELS, checkpoint_hash, load_model, model_target, resolve_class
 from ..models.cuda_graphs import graphs_in_effect
-from ..protocol import has_stepwise, has_text_sampler, is_prefix_probability, prefix_view
+from ..protocol import has_text_sampler, is_prefix_probability, prefix_view
 from . import rolling_estimates
 from .model_args import (
     BACKEND_ARGS,
@@ -156,10 +156,11 @@ class LatentLMEval(LM):
         )
         self.checkpoint_sha256 = checkpoint_hash(self.checkpoint)
         self.pretrained = str(pretrained) if pretrained is not None else None
-        self.settings, self.estimator_choice = self.settings.resolve(self.model)
+        self.settings, self.estimator_choice = resolve(self.settings, self.model)
+        self.estimator = estimator_named(self.settings.estimator)
         logger.info("%s: %s", type(self).__name__, self.estimator_choice)
         if (
-            self.settings.estimator == "is"
+            isinstance(self.estimator, ImportanceSampling)
             and self.settings.batch_size == 1
             and self.settings.num_samples > 1
         ):
@@ -167,8 +168,6 @@ class LatentLMEval(LM):
                 "scoring 1 particle per log_joint call (lm-eval's default --batch_size 1); pass --batch_size auto "
                 "or a number for speed (the results do not change)"
             )
-        if self.settings.estimator == "smc":
-            require_stepwise(self.model)  # fail before any request: the model lacks the stepwise part
         self.results_store = None
         if (
             model_args.get("results_dir") is not None
@@ -228,7 +227,7 @@ class LatentLMEval(LM):
             "latent_model_class": f"{cls.__module__}:{cls.__qualname__}",
             "checkpoint": str(self.checkpoint),
             "checkpoint_sha256": self.checkpoint_sha256,
-            "estimator_settings": self.settings.as_dict(self._device),
+            "estimator_settings": recorded_settings(self.settings, self._device),
             "estimator_choice": self.estimator_choice,  # why this estimator (auto picks one per model)
             "device_type": self._device.type,  # random streams and float rounding differ between cpu and cuda
             "dtype": str(dtype).removeprefix("torch."),
@@ -349,20 +348,7 @@ class LatentLMEval(LM):
 
     def _warn_if_unreliable(self, estimates) -> None:
         """Log one plain-words warning for a batch of estimates when no two-sided interval of them is honest."""
-        s = self.settings
-        tries = []
-        if s.estimator == "is" and has_stepwise(self.model):
-            tries.append("sequential Monte Carlo (estimator=smc or auto)")
-        tries.append(
-            f"a precision target (target_se={AUTO_TARGET_SE})"
-            if not s.adaptive
-            else f"a larger budget (max_samples={4 * s.sample_budget})"
-        )
-        tries.append(f"more samples (num_samples={10 * s.num_samples})")
-        if s.estimator == "smc" and s.smc_runs < 2:
-            tries.insert(0, "smc_runs=4 (runs give the Monte Carlo error)")
-        if s.estimator == "is" and not s.peek:
-            tries.append("a peeking proposal (peek=true)")
+        tries = self.estimator.advice(self.settings, self.model)
         message = reliability_warning(list(estimates), tries)
         if message is not None:
             logger.warning("%s: %s", type(self).__name__, message)
@@ -491,7 +477,7 @@ class LatentTokenizationEval(LatentLMEval):
         if self.canonical:
             info["estimator_settings"] = {"estimator": "canonical"}
         info["max_length"] = self.model.max_length
-        if not self.canonical and self.settings.estimator == "is":
+        if not self.canonical and isinstance(self.estimator, ImportanceSampling):
             info["estimator_settings"]["canonical_mix"] = self.model.canonical_mix
         return info
 

@@ -16,9 +16,10 @@ import logging
 import math
 from pathlib import Path
 
-from ..estimators import DocumentEstimate
+from ..estimators import DocumentEstimate, SMCEstimate
 from ..estimators.corpus import CorpusEstimate, corpus_estimate
 from ..estimators.diagnostics import effective_sample_size, pareto_k_threshold, pareto_khat
+from ..estimators.registry import estimate_from_json
 from . import rolling_estimates
 
 PERPLEXITY_METRICS = (
@@ -80,7 +81,8 @@ def document_items(text: str, log_likelihood: float, num_words: int) -> dict:
             "is_pareto_k_share": float(khat >= threshold),
             "is_pareto_k_undefined": float(math.isnan(khat)),
         }
-    if est.estimator == "smc" and est.num_tokens > 0:  # SMC's own diagnostics, no row otherwise
+    # SMC's own diagnostics, no row otherwise
+    if isinstance(est, SMCEstimate) and est.num_tokens > 0:
         d = est.diagnostics
         items |= {
             "smc_resampling_steps": d.resampling_steps,
@@ -116,7 +118,7 @@ def _corpus(items) -> CorpusEstimate:
     if fingerprint not in _CACHE:
         _CACHE.clear()
         _CACHE[fingerprint] = corpus_estimate(
-            [DocumentEstimate.from_json(item) for item in items], keys=[item["key"] for item in items]
+            [estimate_from_json(item) for item in items], keys=[item["key"] for item in items]
         )
     return _CACHE[fingerprint]
 
@@ -138,7 +140,7 @@ def repeated_rows(items) -> list[str]:
     if corpus.corpus_perplexity is None:
         why = (
             "an exact or beam run has no samples to pair across documents"
-            if corpus.estimator in ("exact", "beam")
+            if not corpus.method.draws_samples
             else "the precision target drew different numbers of samples per document, so there is no joint corpus "
             "sample (Eq. 6)"
         )
@@ -188,7 +190,7 @@ def corpus_perplexity(items) -> float | str:
     corpus = _corpus(items)
     if corpus.corpus_perplexity is not None:
         return corpus.corpus_perplexity
-    return corpus.instance_perplexity if corpus.estimator in ("exact", "beam") else "N/A"
+    return "N/A" if corpus.method.draws_samples else corpus.instance_perplexity
 
 
 def _informative(items) -> list[float]:

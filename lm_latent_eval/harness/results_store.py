@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..estimators import DocumentEstimate
+from ..estimators.registry import estimate_from_json
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ class ResultsStore:
                     record[name] = f[name].copy() if bool(f[f"has_{name}"]) else None
             if record["document"] != text:
                 raise ValueError("the stored document text differs (hash collision or a foreign file)")
-            return DocumentEstimate.from_json(record)
+            return estimate_from_json(record)
         except Exception as err:  # noqa: BLE001  (any damage: say so and compute the document again)
             warnings.warn(
                 f"ignoring unreadable stored result {path} for document {text[:60]!r}: {err}", stacklevel=2

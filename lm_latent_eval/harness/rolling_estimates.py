@@ -20,6 +20,7 @@ import math
 
 from ..errors import UserError
 from ..estimators import DocumentEstimate
+from ..estimators.registry import estimate_from_json
 
 WHERE = "lm-latent-eval perplexity task"
 _ESTIMATES: dict[str, DocumentEstimate] = {}
@@ -63,7 +64,7 @@ def _kept(text: str) -> DocumentEstimate | None:
     for database in _KEPT:
         stored = database.get(_key(text))
         if stored is not None:
-            return DocumentEstimate.from_json(stored)
+            return estimate_from_json(stored)
     return None
 
 

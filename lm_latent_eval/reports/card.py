@@ -19,12 +19,14 @@ import math
 import shlex
 from pathlib import Path
 
-import numpy as np
-
 from ..errors import InputError
-from ..estimators.corpus import PERPLEXITY_KINDS, CorpusEstimate, corpus_estimate, pareto_k_shares
-from ..estimators.diagnostics import corpus_convergence_curve, effective_sample_size, pareto_khat
-from ..estimators.intervals import LEVEL
+from ..estimators.beam import BEAM
+from ..estimators.corpus import CorpusEstimate, corpus_estimate
+from ..estimators.diagnostics import corpus_convergence_curve
+from ..estimators.exact import EXACT
+from ..estimators.importance import ImportanceSampling
+from ..estimators.policy import UncertaintyPolicy
+from ..estimators.settings import DEFAULT_LEVEL
 from .coverage import measured_coverage
 from .lm_eval_output import TaskRun, read_runs
 
@@ -50,9 +52,9 @@ def sampled_figures(label: str, corpus: CorpusEstimate) -> list[dict]:
     figures = [
         _figure(f"{label}perplexity", corpus.perplexity, quote_kind, list(corpus.perplexity_interval), note),
         _figure(
-            f"{label}certified upper bound ({LEVEL:.0%})",
+            f"{label}certified upper bound ({interval.level:.0%})",
             corpus.perplexity_upper_bound,
-            "P(true perplexity > bound) ≤ 5% for any proposal and K (Markov's inequality)",
+            f"P(true perplexity > bound) ≤ {1 - interval.level:.0%} for any proposal and K (Markov's inequality)",
         ),
         _figure(f"{label}instance-level perplexity (Eq. 5)", corpus.instance_perplexity, corpus.kind),
     ]
@@ -80,40 +82,9 @@ def diagnostics(run: TaskRun, corpus: CorpusEstimate, progress: bool = True) -> 
         "monte_carlo_stderr": corpus.monte_carlo_stderr,
         "sampling_stderr": corpus.sampling_stderr,
     }
-    if corpus.estimator == "is":
-        from tqdm.auto import tqdm
-
-        lws = [d.log_weights for d in docs]
-        ess = np.array([effective_sample_size(lw) for lw in lws])
-        khat = np.array([pareto_khat(lw) for lw in tqdm(lws, desc="Pareto k̂", disable=not progress)])
-        above, undefined, _ = pareto_k_shares(docs)
-        summary |= _sample_sizes([lw.size for lw in lws]) | {
-            "ess_min": float(ess.min()),
-            "ess_median": float(np.median(ess)),
-            "ess_mean": float(ess.mean()),
-            "pareto_k_max": float(np.nanmax(khat)) if (~np.isnan(khat)).any() else math.nan,
-            "num_pareto_k_above_threshold": above,
-            "num_pareto_k_undefined": undefined,
-        }
-    elif corpus.estimator == "smc":
-        d = [doc.diagnostics for doc in docs]
-        summary |= _sample_sizes([x.num_samples for x in d]) | {
-            "smc_runs": int(min(x.smc_runs for x in d)),
-            "ess_min": float(min(x.ess_min for x in d)),
-            "ess_mean": float(np.mean([x.ess_mean for x in d])),
-            "resampling_steps": float(np.mean([x.resampling_steps for x in d])),
-        }
+    summary |= corpus.method.corpus_diagnostics(docs, progress)
     summary["verdict"], summary["what_to_try"] = verdict(corpus, run.settings)
     return summary
-
-
-def _sample_sizes(sizes: list[int]) -> dict:
-    """The fewest, mean and most samples per document (they differ under a precision target)."""
-    return {
-        "num_samples": int(min(sizes)),
-        "num_samples_mean": float(np.mean(sizes)),
-        "num_samples_max": int(max(sizes)),
-    }
 
 
 def _k_text(d: dict) -> str:
@@ -125,7 +96,7 @@ def _k_text(d: dict) -> str:
 
 def verdict(corpus: CorpusEstimate, settings: dict) -> tuple[str, list[str]]:
     """Plain words on whether the estimate can be quoted with its interval, and what to try when it cannot."""
-    if corpus.estimator in ("exact", "beam"):
+    if not corpus.method.draws_samples:
         return "Deterministic: no Monte Carlo error.", []
     if corpus.interval.two_sided:
         return (
@@ -134,7 +105,7 @@ def verdict(corpus: CorpusEstimate, settings: dict) -> tuple[str, list[str]]:
             "interval, which allows the bias anywhere from 0 to twice its estimate."
         ), []
     tries = []
-    if corpus.estimator == "is":
+    if isinstance(corpus.method, ImportanceSampling):
         tries.append(
             "SMC (estimator=smc or auto) where the model has the stepwise part: its runs give an honest error"
         )
@@ -260,7 +231,7 @@ def build_card(
     run: TaskRun,
     siblings: list[TaskRun] = (),
     beam_size: int | None = None,
-    level: float = LEVEL,
+    level: float = DEFAULT_LEVEL,
     device: str = "cpu",
     progress: bool = True,
 ) -> dict:
@@ -269,21 +240,24 @@ def build_card(
     if not docs:
         raise InputError(f"{run.samples_file}: no documents")
     keys = [hashlib.sha256(d.document.encode()).hexdigest() for d in docs]
-    corpus = corpus_estimate(docs, level, keys)
+    policy = UncertaintyPolicy(level=level)
+    corpus = corpus_estimate(docs, policy, keys)
     figures, diag, curve = [], None, None
-    if corpus.estimator in ("is", "smc"):
+    if corpus.method.draws_samples:
         plain = [d.without_unk_penalty() for d in docs]
         penalized = all(p is not None for p in plain)
         figures += sampled_figures("UPP (unknown-penalized): " if penalized else "", corpus)
         if penalized:
-            figures += sampled_figures("PPL (no unknown-word penalty): ", corpus_estimate(plain, level, keys))
+            figures += sampled_figures(
+                "PPL (no unknown-word penalty): ", corpus_estimate(plain, policy, keys)
+            )
         diag = diagnostics(run, corpus, progress)
-        if corpus.estimator == "is":
+        if all(d.importance_weights is not None for d in docs if d.num_tokens > 0):
             curve = corpus_convergence_curve([d.log_weights for d in docs], [d.num_tokens for d in docs])
     else:
         name = (
             "exact perplexity"
-            if run.estimator == "exact"
+            if corpus.method is EXACT
             else f"beam bound (k={run.settings.get('beam_size')})"
         )
         figures.append(_figure(name, corpus.instance_perplexity, corpus.kind))
@@ -293,37 +267,29 @@ def build_card(
         for s in siblings
         if s is not run
         and s.task == run.task
-        and s.estimator in ("beam", "exact")
+        and s.estimator in (BEAM.name, EXACT.name)
         and s.config.get("checkpoint_sha256") == run.config.get("checkpoint_sha256")
         and _same_documents(s, run)
     ]
     beam = exact = None
     for s in same:
         value = math.exp(-sum(d.log_likelihood for d in s.documents) / total)
-        if s.estimator == "exact":
+        if s.estimator == EXACT.name:
             exact = value
-            figures.append(
-                _figure(
-                    "exact perplexity", value, PERPLEXITY_KINDS["exact"], note=f"from {s.results_file.name}"
-                )
-            )
+            figures.append(_figure("exact perplexity", value, EXACT.kind, note=f"from {s.results_file.name}"))
         else:
             beam = value
             figures.append(
                 _figure(
                     f"beam bound (k={s.settings.get('beam_size')})",
                     value,
-                    PERPLEXITY_KINDS["beam"],
+                    BEAM.kind,
                     note=f"from {s.results_file.name}",
                 )
             )
-    if beam_size is not None and run.estimator != "beam":
+    if beam_size is not None and run.estimator != BEAM.name:
         beam = math.exp(-sum(recompute_beam(run, beam_size, device, progress)) / total)
-        figures.append(
-            _figure(
-                f"beam bound (k={beam_size})", beam, PERPLEXITY_KINDS["beam"], note="recomputed by report"
-            )
-        )
+        figures.append(_figure(f"beam bound (k={beam_size})", beam, BEAM.kind, note="recomputed by report"))
     return {
         "task": run.task,
         "model": _model_identity(run),
@@ -362,7 +328,7 @@ def _fmt_like(x, value) -> str:
 
 def _reliability_lines(d: dict) -> list[str]:
     """The IS or SMC diagnostics as Markdown bullets."""
-    if d["estimator"] == "is":
+    if "pareto_k_max" in d:
         return [
             (
                 f"- effective sample size over documents: min {_fmt(d['ess_min'])}, median {_fmt(d['ess_median'])}, "
@@ -497,7 +463,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", default=None, help="folder for the cards (default: <output_dir>/cards)")
     parser.add_argument("--beam-size", type=int, default=None, help="also compute the beam bound with this k")
     parser.add_argument(
-        "--level", type=float, default=LEVEL, help="level of the intervals and certified bounds"
+        "--level", type=float, default=DEFAULT_LEVEL, help="level of the intervals and certified bounds"
     )
     parser.add_argument("--device", default="cpu", help="for --beam-size")
 

@@ -56,14 +56,14 @@ def our_rows(model, texts: list[str], num_samples: int, seed: int) -> list[PeerR
         statement = corpus.interval
         cause = (
             "—"
-            if name == "exact"
+            if not corpus.method.draws_samples
             else (
                 f"95%: [{corpus.perplexity_interval[0]:.1f}, {corpus.perplexity_interval[1]:.1f}]"
                 if statement.two_sided
                 else f"certified ≤ {corpus.perplexity_upper_bound:.1f} (95%)"
             )
         )
-        value = corpus.perplexity if name != "exact" else corpus.instance_perplexity
+        value = corpus.perplexity
         rows.append(PeerRow(label, what, value, "", cause))
     return rows
 

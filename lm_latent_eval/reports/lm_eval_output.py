@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import InputError, MissingFileError
 from ..estimators import DocumentEstimate
+from ..estimators.registry import estimate_from_json, estimator_named
 from ..harness.perplexity_task import SAMPLES_FIELD
 
 
@@ -53,13 +54,7 @@ class TaskRun:
     @property
     def label(self) -> str:
         """A short name: model name and the settings that tell runs of one model apart."""
-        s = self.settings
-        if self.estimator == "is":
-            detail = f"IS K={s.get('num_samples')} τ={s.get('temperature')} {'peek' if s.get('peek') else 'no peek'}"
-        elif self.estimator == "beam":
-            detail = f"beam k={s.get('beam_size')}"
-        else:
-            detail = self.estimator
+        detail = estimator_named(self.estimator).describe(self.settings)
         return f"{Path(self.model_name).name} ({detail})"
 
 
@@ -86,7 +81,7 @@ def _read_documents(samples_file: Path) -> list[DocumentEstimate]:
                     f"{SAMPLES_FIELD!r}); rerun lm_eval with this version"
                 )
             text = str(row.get("target", row.get("doc", {}).get("text", "")))
-            docs.append(DocumentEstimate.from_json({**item, "document": text}))
+            docs.append(estimate_from_json({**item, "document": text}))
     return docs
 
 

@@ -17,7 +17,8 @@ from ..errors import InputError, MissingFileError
 from ..estimators import EstimatorSettings, estimate_document
 from ..estimators.corpus import corpus_estimate, pareto_k_shares
 from ..estimators.diagnostics import corpus_convergence_curve, pareto_k_threshold
-from ..estimators.smc import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS
+from ..estimators.registry import resolve
+from ..estimators.settings import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS
 from ..protocol import has_exact_marginal, has_stepwise, has_tractable_marginal
 from .plots import plot_convergence
 
@@ -439,9 +440,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"{type(model.proposal).__name__} always reads the whole text: peeking rows only")
         peek_modes = (True,)
     if args.smc and not has_stepwise(model):
-        from ..estimators.smc import require_stepwise
-
-        require_stepwise(model)  # the error names the missing methods
+        # the error names the missing methods
+        resolve(EstimatorSettings("smc"), model)
     result = run_sweep(
         model,
         read_documents(data),

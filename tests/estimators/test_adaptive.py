@@ -9,25 +9,31 @@ import numpy as np
 import pytest
 from hmm_tiny import WholeDocumentOnly
 
-from lm_latent_eval.estimators import DocumentEstimate, EstimatorSettings, estimate_document
-from lm_latent_eval.estimators.adaptive import (
-    ALLOCATION_REMAINDER,
-    MAX_STAGES,
-    _allocation,
-    _History,
-    estimate_corpus,
+from lm_latent_eval.estimators import (
+    DEFAULT_POLICY,
+    EstimatorSettings,
+    ISEstimate,
+    SMCEstimate,
+    estimate_document,
+    recorded_settings,
+    resolve,
 )
+from lm_latent_eval.estimators.adaptive import _allocation, _History, estimate_corpus
 from lm_latent_eval.estimators.corpus import certified_log_likelihood, corpus_estimate
-from lm_latent_eval.estimators.document import MAX_RUN_SHARE
 from lm_latent_eval.estimators.intervals import certified_lower_bound
+from lm_latent_eval.estimators.registry import targets_precision
 from lm_latent_eval.estimators.settings import AUTO_TARGET_SE
 from lm_latent_eval.estimators.smc import SMCRun, smc_diagnostics
+
+ALLOCATION_REMAINDER = DEFAULT_POLICY.allocation_remainder
+MAX_STAGES = DEFAULT_POLICY.max_stages
+MAX_RUN_SHARE = DEFAULT_POLICY.max_run_share
 
 
 def test_auto_picks_exact_then_smc_then_is_and_says_why(bundled_hmm, bundled_test_texts):
     settings = EstimatorSettings()
     assert settings.estimator == "auto"
-    exact, why = settings.resolve(bundled_hmm)
+    exact, why = resolve(settings, bundled_hmm)
     assert exact.estimator == "exact" and "tractable log_marginal" in why
 
     class Stepwise:  # the HMM's stepwise part, no marginal
@@ -39,13 +45,16 @@ def test_auto_picks_exact_then_smc_then_is_and_says_why(bundled_hmm, bundled_tes
                 raise AttributeError(name)
             return getattr(self.model, name)
 
-    smc, why = settings.resolve(Stepwise(bundled_hmm))
+    smc, why = resolve(settings, Stepwise(bundled_hmm))
     assert smc.estimator == "smc" and smc.target_se == AUTO_TARGET_SE and "stepwise part" in why
-    plain, why = settings.resolve(WholeDocumentOnly(bundled_hmm))  # neither a marginal nor the stepwise part
+    plain, why = resolve(settings, WholeDocumentOnly(bundled_hmm))  # neither a marginal nor the stepwise part
     assert plain.estimator == "is" and plain.target_se == AUTO_TARGET_SE and "neither" in why
-    assert EstimatorSettings(target_se=0.0).resolve(WholeDocumentOnly(bundled_hmm))[0].adaptive is False
-    explicit, why = EstimatorSettings("is", num_samples=8).resolve(bundled_hmm)
-    assert explicit.estimator == "is" and not explicit.adaptive and "as requested" in why
+    assert (
+        targets_precision(resolve(EstimatorSettings(target_se=0.0), WholeDocumentOnly(bundled_hmm))[0])
+        is False
+    )
+    explicit, why = resolve(EstimatorSettings("is", num_samples=8), bundled_hmm)
+    assert explicit.estimator == "is" and not targets_precision(explicit) and "as requested" in why
     est = estimate_document(
         bundled_hmm, bundled_test_texts[0], EstimatorSettings()
     )  # auto inside estimate_document
@@ -57,9 +66,9 @@ def test_settings_reject_a_bad_target_or_budget():
         with pytest.raises(ValueError):
             EstimatorSettings("smc", **bad)
     assert EstimatorSettings("smc", num_samples=50, target_se=0.01).sample_budget == 256 * 50
-    d = EstimatorSettings("smc", target_se=0.01, max_samples=999).as_dict()
+    d = recorded_settings(EstimatorSettings("smc", target_se=0.01, max_samples=999))
     assert d["target_se"] == 0.01 and d["max_samples"] == 999
-    assert "target_se" not in EstimatorSettings("smc").as_dict()
+    assert "target_se" not in recorded_settings(EstimatorSettings("smc"))
 
 
 def test_precision_target_redraws_every_document_and_meets_the_target(bundled_hmm, bundled_test_texts):
@@ -107,16 +116,14 @@ def test_all_reduce_sees_the_corpus_totals(bundled_hmm, bundled_test_texts):
 
 
 def test_certified_bound_takes_the_best_stage_at_delta_over_stages():
-    from lm_latent_eval.estimators import DocumentEstimate
-
     docs = [
-        DocumentEstimate("a", 3, -2.0, "smc", stage_log_likelihoods=[-3.0, -2.0]),
-        DocumentEstimate("b", 4, -5.0, "smc", stage_log_likelihoods=[-4.0, -5.0]),
+        SMCEstimate("a", 3, -2.0, stage_log_likelihoods=[-3.0, -2.0]),
+        SMCEstimate("b", 4, -5.0, stage_log_likelihoods=[-4.0, -5.0]),
     ]
     level = 1 - 0.05 / MAX_STAGES
     expected = max(certified_lower_bound([-3.0, -4.0], level), certified_lower_bound([-2.0, -5.0], level))
     assert certified_log_likelihood(docs) == pytest.approx(expected)
-    fixed = [DocumentEstimate("a", 3, -2.0, "is"), DocumentEstimate("b", 4, -5.0, "is")]
+    fixed = [ISEstimate("a", 3, -2.0), ISEstimate("b", 4, -5.0)]
     assert certified_log_likelihood(fixed) == pytest.approx(-7.0 + math.log(0.05))
 
 
@@ -161,12 +168,12 @@ def test_smc_with_the_precision_target_covers_at_200_documents(bundled_hmm, cove
     assert sum(held) >= 19, held
 
 
-def _smc_estimate(run_log_likelihoods, size=25, tokens=10, text="doc") -> DocumentEstimate:
+def _smc_estimate(run_log_likelihoods, size=25, tokens=10, text="doc") -> SMCEstimate:
     """An SMC estimate of R runs of ``size`` particles whose weights are equal within a run (Lee-Whiteley v̂ 0)."""
     runs = [SMCRun(np.full(size, ll), float(ll), 0, [], 0.0) for ll in run_log_likelihoods]
     diag = smc_diagnostics(runs, [size] * len(runs), 0.5)
     log_weights = np.concatenate([run.log_weights for run in runs])
-    return DocumentEstimate(text, tokens, diag.log_likelihood, "smc", log_weights, diag)
+    return SMCEstimate(text, tokens, diag.log_likelihood, log_weights, diagnostics=diag)
 
 
 def test_one_run_carrying_the_estimate_is_not_trusted():

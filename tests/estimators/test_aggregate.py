@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from lm_latent_eval.estimators import aggregate, diagnostics
+from lm_latent_eval.estimators import aggregate, diagnostics, summarize
 
 
 def test_log_mean_exp_matches_direct_mean():
@@ -96,7 +96,7 @@ def test_pareto_khat_separates_light_and_heavy_tails():
 def test_document_interval_covers_the_estimate_and_shrinks_with_k():
     """The per-document interval (the corpus method with one document) contains log p̂ and narrows as K grows."""
     rng = np.random.default_rng(3)
-    small, large = diagnostics.summarize(rng.normal(size=100)), diagnostics.summarize(rng.normal(size=10000))
+    small, large = summarize(rng.normal(size=100)), summarize(rng.normal(size=10000))
     for d in (small, large):
         assert d.ci95[0] <= d.log_likelihood + d.relative_variance / 2 <= d.ci95[1]
     assert (large.ci95[1] - large.ci95[0]) < (small.ci95[1] - small.ci95[0]) / 5
@@ -112,7 +112,7 @@ def test_convergence_curve_uses_prefixes_of_one_run():
 
 def test_summarize_reports_every_diagnostic():
     rng = np.random.default_rng(4)
-    out = diagnostics.summarize(rng.normal(size=64))
+    out = summarize(rng.normal(size=64))
     assert {
         "num_samples",
         "log_likelihood",

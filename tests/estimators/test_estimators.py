@@ -11,8 +11,8 @@ import torch
 from is_checks import assert_unbiased
 
 from lm_latent_eval.estimators import (
-    DocumentEstimate,
     EstimatorSettings,
+    ISEstimate,
     beam_log_marginal,
     corpus_ppl,
     estimate_document,
@@ -280,9 +280,7 @@ def test_reliability_warning_names_the_share_the_bound_and_what_to_try():
     rng = np.random.default_rng(0)
     heavy = [rng.exponential(2.0, 200) for _ in range(3)]  # w = U^(-2): Pareto tail with k = 2
     light = [rng.normal(0, 0.1, 200) for _ in range(1)]
-    estimates = [
-        DocumentEstimate(f"d{n}", 10, float(log_mean_exp(lw)), "is", lw) for n, lw in enumerate(heavy + light)
-    ]
+    estimates = [ISEstimate(f"d{n}", 10, float(log_mean_exp(lw)), lw) for n, lw in enumerate(heavy + light)]
     message = reliability_warning(estimates, ["more samples"])
     assert message.startswith("no two-sided interval of the perplexity is honest for these 4 documents")
     assert "3 of 4 documents (75%) have Pareto k̂ at or above the threshold" in message

@@ -10,22 +10,19 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lm_latent_eval.estimators import DocumentEstimate, EstimatorSettings, estimate_document, log_mean_exp
+from lm_latent_eval.estimators import EstimatorSettings, ISEstimate, estimate_document, log_mean_exp
 from lm_latent_eval.estimators.corpus import certified_log_likelihood, corpus_estimate
-from lm_latent_eval.estimators.diagnostics import (
-    importance_error,
-    pareto_k_threshold,
-    pareto_khat,
-    relative_variance,
-)
+from lm_latent_eval.estimators.diagnostics import pareto_k_threshold, pareto_khat, relative_variance
+from lm_latent_eval.estimators.importance import importance_error
 from lm_latent_eval.estimators.intervals import (
-    MAX_REMAINDER,
     DocumentError,
     certified_lower_bound,
-    log_likelihood_interval,
     sampling_standard_error,
     satterthwaite_degrees_of_freedom,
 )
+from lm_latent_eval.estimators.policy import DEFAULT_POLICY, log_likelihood_interval
+
+MAX_REMAINDER = DEFAULT_POLICY.max_remainder
 
 
 @pytest.mark.parametrize("k, threshold", [(100, 0.5), (1000, 1 - 1 / 3), (10_000, 0.7), (10, 0.0), (2, 0.0)])
@@ -123,7 +120,7 @@ def test_coverage_with_light_tailed_weights_at_corpus_scale():
         estimates = []
         for n in range(docs):
             lw = rng.normal(mu, sigma, 400)
-            estimates.append(DocumentEstimate(f"d{n}", 5, float(log_mean_exp(lw)), "is", lw))
+            estimates.append(ISEstimate(f"d{n}", 5, float(log_mean_exp(lw)), lw))
         interval = corpus_estimate(estimates).interval
         assert interval.two_sided
         hits.append(interval.lower <= truth <= interval.upper)

@@ -15,6 +15,8 @@ from lm_latent_eval.estimators import (
     estimate_document,
     importance_log_weights,
     log_mean_exp,
+    recorded_settings,
+    resolve,
 )
 from lm_latent_eval.estimators.smc import (
     lee_whiteley_relative_variance,
@@ -311,10 +313,10 @@ def test_the_error_of_an_smc_estimate_is_never_a_printed_zero(bundled_hmm, bundl
 # ---------------------------------------------------------------- settings and bad input
 
 
-def test_settings_record_smc_choices_and_leave_is_keys_unchanged():
-    d = EstimatorSettings("smc", resample_threshold=0.3, smc_runs=2).as_dict()
+def test_settings_record_smc_choices_and_leave_is_keys_unchanged(bundled_hmm):
+    d = recorded_settings(EstimatorSettings("smc", resample_threshold=0.3, smc_runs=2))
     assert d["resample_threshold"] == 0.3 and d["smc_runs"] == 2 and d["sample_block"] == 1024
-    assert "resample_threshold" not in EstimatorSettings("is").as_dict()
+    assert "resample_threshold" not in recorded_settings(EstimatorSettings("is"))
     for bad in (
         {"resample_threshold": 1.5},
         {"resample_threshold": -0.1},
@@ -322,8 +324,9 @@ def test_settings_record_smc_choices_and_leave_is_keys_unchanged():
         {"num_samples": 3, "smc_runs": 4},
         {"temperature": 0.0},
     ):
+        # a single value is refused by the record, SMC's K ≥ R when it is resolved for a model
         with pytest.raises(ValueError):
-            EstimatorSettings("smc", **bad)
+            resolve(EstimatorSettings("smc", **bad), bundled_hmm)
 
 
 def test_empty_document_under_smc(bundled_hmm):

@@ -31,7 +31,14 @@ from lm_eval.api.instance import Instance
 from lm_eval.api.model import CachingLM
 from lm_eval.tasks import TaskManager
 
-from lm_latent_eval.estimators import EstimatorSettings, corpus_ppl, estimate_document, instance_ppl
+from lm_latent_eval.estimators import (
+    EstimatorSettings,
+    ISEstimate,
+    corpus_ppl,
+    estimate_document,
+    instance_ppl,
+    recorded_settings,
+)
 from lm_latent_eval.estimators.diagnostics import pareto_khat
 from lm_latent_eval.harness import backends, rolling_estimates
 from lm_latent_eval.harness.backends import LatentHMMEval, LatentLMEval
@@ -368,7 +375,7 @@ def test_cli_results_record_model_checkpoint_and_estimator(cli_run):
     assert config["model"] == "latent_hmm"
     assert config["latent_model"] == "lm_latent_eval.models.hmm:HMMLanguageModel"
     assert config["checkpoint_sha256"] == checkpoint_hash(default_checkpoint("hmm"))
-    assert config["estimator_settings"] == EstimatorSettings("is", num_samples=32, seed=5).as_dict()
+    assert config["estimator_settings"] == recorded_settings(EstimatorSettings("is", num_samples=32, seed=5))
     metrics = results["results"]["latent_ppl_tiny"]
     for name in (
         "word_perplexity",
@@ -474,16 +481,13 @@ def test_cli_table_shows_the_honest_statement_of_the_perplexity(cli_run):
     and the sampling error over documents are the corpus estimate of the samples' own weights."""
     from lm_eval.utils import make_table
 
-    from lm_latent_eval.estimators import DocumentEstimate
     from lm_latent_eval.estimators.corpus import corpus_estimate
+    from lm_latent_eval.estimators.registry import estimate_from_json
 
     results, samples = cli_run
     metrics = results["results"]["latent_ppl_tiny"]
     corpus = corpus_estimate(
-        [
-            DocumentEstimate.from_json({**s["is_corpus_perplexity"], "document": s["doc"]["text"]})
-            for s in samples
-        ],
+        [estimate_from_json({**s["is_corpus_perplexity"], "document": s["doc"]["text"]}) for s in samples],
         keys=[s["is_corpus_perplexity"]["key"] for s in samples],
     )
     assert metrics["perplexity,none"] == pytest.approx(corpus.perplexity, rel=1e-12)
@@ -529,7 +533,6 @@ def test_loglikelihood_is_refused_where_log_joint_is_not_a_prefix_probability(mo
 def test_rows_that_repeat_a_number_are_explained(hmm_exact, caplog):
     """The quickstart table showed rows with one number (is_corpus = is_instance = word_perplexity, upp_* = ppl_* =
     is_*) without a word of why; the task now logs the reason for each repeat."""
-    from lm_latent_eval.estimators import DocumentEstimate
     from lm_latent_eval.harness import perplexity_task
 
     with caplog.at_level("INFO", logger="lm_latent_eval"):
@@ -541,7 +544,7 @@ def test_rows_that_repeat_a_number_are_explained(hmm_exact, caplog):
     words = ["a b c", "d e"]  # a word-level model (KGLM-like) whose samples paid no unknown-word penalty
     items = [
         perplexity_task._item(
-            DocumentEstimate(t, len(t.split()), -3.0, "is", np.full(4, -3.0), unk_penalty=np.zeros(4)), t
+            ISEstimate(t, len(t.split()), -3.0, np.full(4, -3.0), unk_penalty=np.zeros(4)), t
         )
         | {"num_words": len(t.split())}
         for t in words

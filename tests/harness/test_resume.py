@@ -19,6 +19,7 @@ lm_eval = pytest.importorskip("lm_eval")
 from lm_eval.api.instance import Instance
 from lm_eval.tasks import TaskManager
 
+from lm_latent_eval.estimators import recorded_settings
 from lm_latent_eval.harness import backends, results_store, rolling_estimates
 from lm_latent_eval.harness.backends import LatentHMMEval, LatentLMEval
 from lm_latent_eval.models import default_checkpoint
@@ -192,7 +193,7 @@ def test_stored_files_hold_text_tokens_estimate_and_weights(tmp_path):
     (value,) = lm.loglikelihood_rolling(rolling(DOCS[:1]), disable_tqdm=True)
     identity = json.loads((lm.results_store.folder / "identity.json").read_text())
     assert identity["checkpoint_sha256"] == lm.checkpoint_sha256
-    assert identity["estimator_settings"] == lm.settings.as_dict()
+    assert identity["estimator_settings"] == recorded_settings(lm.settings)
     assert identity["device_type"] == "cpu" and identity["dtype"] == "float32"
     assert lm.results_store.folder.name == results_store.run_key(identity)
     with np.load(lm.results_store.path(DOCS[0])) as f:

@@ -13,7 +13,7 @@ lm_eval = pytest.importorskip("lm_eval")
 from hmm_tiny import WholeDocumentOnly
 from lm_eval.tasks import TaskManager
 
-from lm_latent_eval.estimators import EstimatorSettings, estimate_document
+from lm_latent_eval.estimators import EstimatorSettings, estimate_document, recorded_settings
 from lm_latent_eval.estimators.corpus import corpus_estimate
 from lm_latent_eval.estimators.smc import runs_corpus_log_likelihood
 from lm_latent_eval.harness import backends, rolling_estimates
@@ -42,7 +42,7 @@ def test_task_reports_smc_perplexity_and_diagnostics_from_the_same_estimates(smc
     lm, out = smc_run
     res = out["results"]["latent_ppl_tiny"]
     settings = EstimatorSettings("smc", 40, 1.0, False, seed=5, resample_threshold=0.6, smc_runs=2)
-    assert lm.get_model_info()["estimator_settings"] == settings.as_dict()
+    assert lm.get_model_info()["estimator_settings"] == recorded_settings(settings)
     estimates = [
         estimate_document(lm.model, t, settings) for t in CORPUS
     ]  # a fresh run: same seeds, same numbers

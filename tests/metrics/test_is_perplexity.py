@@ -14,7 +14,7 @@ from python_subprocess import run_python
 from scipy.special import logsumexp
 
 from lm_latent_eval.estimators import EstimatorSettings, estimate_document
-from lm_latent_eval.estimators.marginal import beam_log_marginal
+from lm_latent_eval.estimators.beam import beam_log_marginal
 
 
 @pytest.fixture

@@ -111,13 +111,13 @@ def test_cuda_estimate_agrees_with_cpu_within_noise(name):
 
 
 def test_sample_block_is_per_device():
-    from lm_latent_eval.estimators import EstimatorSettings, sample_block
+    from lm_latent_eval.estimators import EstimatorSettings, recorded_settings, sample_block
 
     assert (
         sample_block("cpu") == 1024 and sample_block("cuda") == sample_block(torch.device("cuda:0")) == 16384
     )
-    assert EstimatorSettings("is").as_dict("cuda")["sample_block"] == 16384
-    assert EstimatorSettings("is").as_dict()["sample_block"] == 1024
+    assert recorded_settings(EstimatorSettings("is"), "cuda")["sample_block"] == 16384
+    assert recorded_settings(EstimatorSettings("is"))["sample_block"] == 1024
 
 
 @needs_cuda

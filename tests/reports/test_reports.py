@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import lm_latent_eval
-from lm_latent_eval.estimators import DocumentEstimate
+from lm_latent_eval.estimators import ExactEstimate, ISEstimate
 from lm_latent_eval.models import checkpoint_hash, default_checkpoint, load_model
 from lm_latent_eval.reports import card as card_mod
 from lm_latent_eval.reports import compare as compare_mod
@@ -189,7 +189,7 @@ def test_compare_refuses_different_documents(runs):
 
 def _synthetic_run(log_likelihoods, num_tokens) -> TaskRun:
     docs = [
-        DocumentEstimate(f"doc {n}", int(t), float(ll), "exact")
+        ExactEstimate(f"doc {n}", int(t), float(ll))
         for n, (ll, t) in enumerate(zip(log_likelihoods, num_tokens))
     ]
     return TaskRun(Path("results_x.json"), Path("samples_x.jsonl"), "t", {"config": {}}, docs)
@@ -230,11 +230,10 @@ def test_card_names_ppl_and_upp_for_a_penalized_model():
         penalty = rng.integers(0, 3, size=32).astype(float)
         plain = rng.normal(-30.0, 1.0, size=32)
         docs.append(
-            DocumentEstimate(
+            ISEstimate(
                 f"doc {n}",
                 10,
                 float(np.logaddexp.reduce(plain - penalty) - np.log(32)),
-                "is",
                 plain - penalty,
                 unk_penalty=penalty,
             )
@@ -299,9 +298,7 @@ def test_compare_across_tokenizations_shows_the_unit_of_its_test(tmp_path):
 
     def run(tokens_per_word: int, nats_per_word: float) -> TaskRun:
         docs = [
-            DocumentEstimate(
-                t, int(tokens_per_word * n), float(-nats_per_word * n + rng.normal(0, 0.1)), "exact"
-            )
+            ExactEstimate(t, int(tokens_per_word * n), float(-nats_per_word * n + rng.normal(0, 0.1)))
             for t, n in zip(texts, counts)
         ]
         return TaskRun(Path("results_x.json"), Path("samples_x.jsonl"), "t", {"config": {}}, docs)

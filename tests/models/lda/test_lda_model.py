@@ -9,7 +9,7 @@ import pytest
 import torch
 from lda_tiny import TEXT, WORDS, tiny_lda
 
-from lm_latent_eval.estimators import EstimatorSettings, estimate_document
+from lm_latent_eval.estimators import EstimatorSettings, estimate_document, resolve
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.lda import LDA
 from lm_latent_eval.models.lda.corpus import CORPUS_DIR, completion_halves, read_texts
@@ -77,7 +77,7 @@ def test_exact_refuses_beyond_its_cost_and_auto_picks_smc():
     assert model.log_marginal(model.tokenize("apple banana cherry date")) < 0
     with pytest.raises(ValueError, match="max_exact_work.*estimator=smc"):
         model.log_marginal(model.tokenize(TEXT))
-    settings, why = EstimatorSettings().resolve(model)
+    settings, why = resolve(EstimatorSettings(), model)
     assert settings.estimator == "smc" and "SMC" in why
 
 

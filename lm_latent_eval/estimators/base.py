@@ -1,0 +1,183 @@
+"""What every estimator is and returns: the ``Estimator`` base class and the ``DocumentEstimate`` record.
+
+An estimator is one object (one per module: ``importance``, ``smc``, ``beam``, ``exact``) registered by name in one
+table (``estimators.registry.ESTIMATORS``). It estimates log p(x) of one document (``estimate``), returns a typed
+record of its own family (a subclass of ``DocumentEstimate``) whose ``error`` states what the document contributes to
+a corpus statement, and says how its documents combine into a corpus figure (``corpus_log_likelihood``,
+``fixed_statement``). Adding an estimator is one module, one row of the table, its tests and its docs row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from ..protocol import LatentLM
+from .intervals import DocumentError, Interval
+from .policy import DEFAULT_POLICY, UncertaintyPolicy
+from .settings import AUTO_TARGET_SE, EstimatorSettings
+
+
+@dataclass
+class DocumentEstimate:
+    """log p̂(x) of one document over its ``num_tokens`` model tokens; each estimator family subclasses it.
+
+    ``stage_log_likelihoods``: under a precision target, log p̂ of every stage (each drawn afresh,
+    ``estimators.adaptive``); the last is the estimate.
+    """
+
+    estimator: ClassVar[str] = ""
+    document: str
+    num_tokens: int
+    log_likelihood: float
+    stage_log_likelihoods: list[float] | None = field(default=None, kw_only=True)
+
+    @property
+    def log_weights(self) -> np.ndarray | None:
+        """The K log weights whose mean of exp is p̂ (IS, SMC); None for a deterministic estimate."""
+        return None
+
+    @property
+    def importance_weights(self) -> np.ndarray | None:
+        """The K log weights when they are exchangeable IS samples with informative diagnostics (ESS, Pareto k̂)."""
+        return None
+
+    @property
+    def num_samples(self) -> int:
+        """Samples or particles drawn for this estimate (0 for a deterministic one)."""
+        return 0 if self.log_weights is None else int(self.log_weights.size)
+
+    def error(self, policy: UncertaintyPolicy = DEFAULT_POLICY) -> DocumentError:
+        """log p̂, v̂ = estimated Var(p̂)/p², its degrees of freedom, and whether ``policy`` trusts v̂."""
+        raise NotImplementedError
+
+    def without_unk_penalty(self) -> DocumentEstimate | None:
+        """The same samples scored without an unknown-word penalty (PPL rather than UPP); None when not recorded."""
+        return None
+
+    def to_json(self) -> dict:
+        """A JSON-ready record; ``estimators.registry.estimate_from_json`` reads it back (every family writes the same
+        keys, None where a field does not apply)."""
+        return {
+            "document": self.document,
+            "num_tokens": self.num_tokens,
+            "log_likelihood": self.log_likelihood,
+            "estimator": self.estimator,
+            "log_weights": None,
+            "diagnostics": None,
+            "unk_penalty": None,
+            "stage_log_likelihoods": self.stage_log_likelihoods,
+        }
+
+    @classmethod
+    def from_json(cls, record: dict) -> DocumentEstimate:
+        """The estimate written by ``to_json`` (the family's own fields are read by its subclass)."""
+        return cls(
+            str(record.get("document", "")),
+            int(record["num_tokens"]),
+            float(record["log_likelihood"]),
+            stage_log_likelihoods=record.get("stage_log_likelihoods"),
+        )
+
+
+def as_array(values) -> np.ndarray | None:
+    """float64 numpy array of a JSON list, or None."""
+    return None if values is None else np.asarray(values, dtype=np.float64)
+
+
+def as_list(values) -> list | None:
+    """A JSON list of a float64 array, or None."""
+    return None if values is None else np.asarray(values, np.float64).tolist()
+
+
+class Estimator:
+    """One estimator of log p(x) = log Σ_z p(x, z), registered by ``name`` in ``estimators.registry.ESTIMATORS``.
+
+    Class attributes: ``name`` (the ``estimator=`` value), ``result`` (its ``DocumentEstimate`` family), ``kind``
+    (what its perplexity is: exact, a strict or a stochastic bound), ``draws_samples`` (K samples from seeded random
+    streams), ``settings_fields`` (the ``EstimatorSettings`` fields that change its numbers).
+    """
+
+    name: ClassVar[str]
+    result: ClassVar[type[DocumentEstimate]]
+    kind: ClassVar[str]
+    draws_samples: ClassVar[bool] = False
+    settings_fields: ClassVar[tuple[str, ...]] = ()
+
+    def missing(self, model: Any) -> str | None:
+        """Why ``model`` cannot serve this estimator (one line naming the alternatives), or None."""
+        return None
+
+    def auto_reason(self, model: Any) -> str | None:
+        """Why ``estimator=auto`` picks this estimator for ``model``, or None when it does not."""
+        return None
+
+    def check(self, settings: EstimatorSettings) -> None:
+        """Rules tying two settings together for this estimator (InputError); single values are checked by
+        ``EstimatorSettings``."""
+
+    def estimate(
+        self,
+        model: LatentLM,
+        x: torch.Tensor,
+        document: str,
+        settings: EstimatorSettings,
+        *,
+        device: torch.device | str = "cpu",
+        progress=None,
+        stage: int = 0,
+        diagnostics: bool = False,
+    ) -> DocumentEstimate:
+        """log p̂(x) of one document with tokens x [T ≥ 1] on ``device``; ``stage`` > 0 draws from fresh random
+        streams (the precision target's later stages)."""
+        raise NotImplementedError
+
+    def empty(self, document: str, settings: EstimatorSettings, model: Any) -> DocumentEstimate:
+        """The estimate of a document without tokens: log p = 0 exactly."""
+        return self.result(document, 0, 0.0)
+
+    def advice(self, settings: EstimatorSettings, model: Any) -> list[str]:
+        """What to try, in order, when no two-sided interval of this estimator's estimates is honest."""
+        return []
+
+    def corpus_diagnostics(self, estimates: Sequence[DocumentEstimate], progress: bool = False) -> dict:
+        """What this estimator's diagnostics say about a corpus's documents with tokens (an estimate card's
+        reliability section): nothing for a deterministic estimator."""
+        return {}
+
+    def describe(self, settings: dict) -> str:
+        """A few words naming the estimator and the recorded settings that tell its runs apart."""
+        return self.name
+
+    def corpus_log_likelihood(self, estimates: Sequence[DocumentEstimate]) -> float | None:
+        """The paper's corpus-level log p̂ (one joint sample of the whole corpus, Logan et al. 2020 Eq. 6), or None
+        where no joint sample exists."""
+        return None
+
+    def fixed_statement(self, log_likelihood: float, level: float) -> Interval | None:
+        """The statement about S = Σ_n log p(x_n) of a deterministic estimator (its Σ log p̂ is exact or a certain
+        bound), or None for an estimator whose statement the uncertainty policy decides from the documents' errors."""
+        return None
+
+
+def sample_sizes(sizes: list[int]) -> dict:
+    """The fewest, mean and most samples per document (they differ under a precision target)."""
+    return {
+        "num_samples": int(min(sizes)),
+        "num_samples_mean": float(np.mean(sizes)),
+        "num_samples_max": int(max(sizes)),
+    }
+
+
+def sampling_advice(settings: EstimatorSettings) -> list[str]:
+    """What helps any sampling estimator: a precision target (or a larger budget under one), more samples."""
+    budget = (
+        f"a larger budget (max_samples={4 * settings.sample_budget})"
+        if settings.target_se
+        else f"a precision target (target_se={AUTO_TARGET_SE})"
+    )
+    return [budget, f"more samples (num_samples={10 * settings.num_samples})"]

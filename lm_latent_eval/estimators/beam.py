@@ -1,0 +1,112 @@
+"""The beam bound: log Σ_{z ∈ top-k of q} p(x, z) ≤ log p(x) (no q, no 1/k), equal once the beam covers the support."""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+
+from ..errors import UnsupportedError
+from ..protocol import LatentLM, num_particles
+from .base import DocumentEstimate, Estimator
+from .intervals import DocumentError, Interval
+from .policy import DEFAULT_POLICY, UncertaintyPolicy
+from .settings import checked_settings
+
+BEAM_NOT_AN_ESTIMATE = "a beam sum is a lower bound, not an estimate"
+
+
+class BeamEstimate(DocumentEstimate):
+    """A beam sum: a strict lower bound on log p(x), with no Monte Carlo error and no error estimate."""
+
+    estimator: ClassVar[str] = "beam"
+
+    def error(self, policy: UncertaintyPolicy = DEFAULT_POLICY) -> DocumentError:
+        if self.num_tokens == 0:
+            return DocumentError(self.log_likelihood, 0.0, math.inf)
+        return DocumentError(self.log_likelihood, math.nan, 0.0, BEAM_NOT_AN_ESTIMATE)
+
+
+class BeamBound(Estimator):
+    """``estimator=beam``: the ``beam_size`` configurations of highest q(z | x), their p(x, z) summed."""
+
+    name = "beam"
+    result = BeamEstimate
+    kind = "strict upper bound (the beam sum is ≤ p(x) for every document)"
+    settings_fields = ("beam_size",)
+
+    def missing(self, model) -> str | None:
+        if callable(getattr(model.proposal, "beam", None)):
+            return None
+        return (
+            f"estimator=beam needs proposal.beam(x, k), which {type(model).__name__} does not offer; use "
+            "estimator=auto, is, smc or exact"
+        )
+
+    def describe(self, settings: dict) -> str:
+        return f"beam k={settings.get('beam_size')}"
+
+    def estimate(
+        self, model, x, document, settings, *, device="cpu", progress=None, stage=0, diagnostics=False
+    ):
+        return BeamEstimate(document, int(x.numel()), beam_sum(model, x, settings.beam_size, document))
+
+    def fixed_statement(self, log_likelihood: float, level: float) -> Interval:
+        """Σ beam ≤ S with certainty: one-sided, the perplexity is at most the beam figure."""
+        reason = "a beam sum is a lower bound on S with certainty (the perplexity is at most the beam figure)"
+        return Interval(log_likelihood, math.inf, math.nan, math.nan, math.nan, math.nan, level, reason)
+
+
+BEAM = BeamBound()
+
+
+@torch.no_grad()
+def beam_sum(model: LatentLM, x: torch.Tensor, beam_size: int, document: str = "") -> float:
+    """log Σ_{z ∈ beam_k} p(x, z) of a validated ``beam_size``."""
+    doc = f"document {document[:60]!r}"
+    z = model.proposal.beam(x, beam_size)
+    k = num_particles(z)
+    if not 1 <= k <= beam_size:
+        raise ValueError(f"{doc}: beam returned {k} configurations for beam_size {beam_size}")
+    log_p = model.log_joint(x, z).detach().to("cpu", torch.float64)
+    if torch.isnan(log_p).any() or torch.isposinf(log_p).any():
+        raise ValueError(f"{doc}: log_joint returned NaN or +inf on the beam")
+    value = float(torch.logsumexp(log_p, 0))
+    if value == -math.inf:
+        raise ValueError(f"{doc}: every beam configuration has p(x, z) = 0: the proposal misses the support")
+    return value
+
+
+def beam_log_marginal(model: LatentLM, x: torch.Tensor, beam_size: int, document: str = "") -> float:
+    """log Σ_{z ∈ beam_k} p(x, z) ≤ log p(x), equal once the beam covers the support of p(· | x).
+
+    Parameters
+    ----------
+    model : LatentLM
+        A model whose proposal offers ``beam``.
+    x : torch.Tensor
+        The document's tokens, LongTensor [T].
+    beam_size : int
+        k, a positive integer (an InputError naming the document otherwise).
+    document : str
+        The document's text, for error messages.
+
+    Returns
+    -------
+    float
+        The beam sum, a lower bound on log p(x).
+
+    Examples
+    --------
+    >>> from lm_latent_eval.models import load_model
+    >>> hmm, _ = load_model("hmm")
+    >>> x = hmm.tokenize("the cat sat")
+    >>> beam_log_marginal(hmm, x, 4) <= float(hmm.log_marginal(x))
+    True
+    """
+    settings = checked_settings(document, estimator="beam", beam_size=beam_size)
+    reason = BEAM.missing(model)
+    if reason is not None:
+        raise UnsupportedError(reason)
+    return beam_sum(model, x, settings.beam_size, document)

@@ -1,0 +1,217 @@
+"""The uncertainty policy: the one object that decides every statement the package prints about log p and perplexity.
+
+``UncertaintyPolicy`` owns the level, the trust gates (when a document's v̂ = estimated Var(p̂)/p² may be believed:
+PSIS's k̂ for importance weights, the run rules for SMC), the remainder test of the bias correction, the bias
+allowance, the certified bound's δ = 1 − level and its union over the stages of a precision target, and the
+per-document precision the precision target allocates for. The interval (``interval``), the corpus statement
+(``estimators.corpus``), the certified bound and the precision target's allocation (``estimators.adaptive``) all
+consult the same instance, so a threshold is stated once. The math of the statement itself is in
+``estimators.intervals``.
+
+Error vocabulary (one name each, in code, results JSON, cards and docs): ``relative_variance`` v̂ of one document;
+``standard_error`` SE = √Σ v̂ of S = Σ log p̂ (nats); ``bias_correction`` C = Σ v̂ / 2; ``remainder`` G in standard
+errors; ``monte_carlo_stderr`` the perplexity's standard error with the documents fixed; ``interval_stderr`` the
+interval's half-width over the normal quantile (lm-eval's Stderr column); ``sampling_stderr`` the perplexity's
+standard error over documents drawn at random.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from .diagnostics import pareto_k_threshold, pareto_khat
+from .intervals import DocumentError, Interval, certified_lower_bound, satterthwaite_degrees_of_freedom
+from .settings import DEFAULT_LEVEL
+
+
+@dataclass(frozen=True)
+class UncertaintyPolicy:
+    """When a two-sided interval is honest, and what is printed otherwise.
+
+    Parameters
+    ----------
+    level : float
+        Level of the two-sided interval; the certified bound fails with probability at most δ = 1 − level.
+    max_remainder : float
+        Largest remainder G (in standard errors) of the first-order bias correction the interval accepts.
+    allocation_remainder : float
+        The G the precision target allocates samples for (below ``max_remainder``, so that it is met).
+    min_run_size : int
+        SMC runs smaller than this give no trusted error (as IS at K ≤ 10, where PSIS's threshold is 0).
+    max_run_share : float
+        One SMC run carrying more of p̂ than this: v̂ sits at the runs' ceiling and is not trusted.
+    max_stages : int
+        Stages of the precision target; the certified bound is a union bound over them.
+    agreement_level : float
+        Chance, per stage, that some document of a well-estimated corpus is called in disagreement.
+
+    Examples
+    --------
+    >>> policy = UncertaintyPolicy(level=0.9)
+    >>> round(policy.delta, 3)
+    0.1
+    >>> round(policy.certified_lower_bound([-1.0, -2.0]), 4)  # Σ log p̂ + log δ
+    -5.3026
+    """
+
+    level: float = DEFAULT_LEVEL
+    max_remainder: float = 0.5
+    allocation_remainder: float = 0.35
+    min_run_size: int = 16
+    max_run_share: float = 0.8
+    max_stages: int = 6
+    agreement_level: float = 0.05
+
+    @classmethod
+    def of(cls, settings) -> UncertaintyPolicy:
+        """The policy at the ``level`` an ``EstimatorSettings`` record asks for."""
+        return cls(level=settings.level)
+
+    @property
+    def delta(self) -> float:
+        """δ = 1 − level: the probability that a certified bound fails."""
+        return 1.0 - self.level
+
+    # ---- trust gates: may one document's v̂ be believed? ----------------------------------------------------------
+
+    def importance_doubt(self, log_weights: np.ndarray) -> str | None:
+        """Why the v̂ of K importance weights cannot be trusted, or None: PSIS must fit their tail (k̂ defined) and find
+        it light enough (k̂ below the threshold at K, Vehtari et al. 2024)."""
+        khat, threshold = pareto_khat(log_weights), pareto_k_threshold(len(log_weights))
+        if math.isnan(khat):
+            return (
+                "importance weights too concentrated to fit their tail (Pareto k̂ undefined), so their variance "
+                "cannot be estimated from these samples"
+            )
+        if khat >= threshold:
+            return f"heavy-tailed importance weights (Pareto k̂ ≥ {threshold:.2f}, the threshold at K = {len(log_weights)})"
+        return None
+
+    def smc_doubt(self, diagnostics) -> str | None:
+        """Why the v̂ of R independent SMC runs (``SMCDiagnostics``) cannot be trusted, or None: at least two runs of
+        at least ``min_run_size`` particles, none carrying more than ``max_run_share`` of p̂, a proposal temperature
+        of at least 1."""
+        d = diagnostics
+        if d.smc_runs < 2:
+            return "one SMC run has no honest error estimate (use smc_runs ≥ 2)"
+        if min(d.run_sizes) < self.min_run_size:
+            return f"SMC runs of fewer than {self.min_run_size} particles cannot show the weights' tail"
+        if d.largest_run_share > self.max_run_share:
+            return (
+                f"one SMC run carries over {self.max_run_share:.0%} of p̂ (a latent path the other runs missed): "
+                "the runs' spread cannot measure how rarely it is found; more particles per run are needed"
+            )
+        if d.temperature < 1.0:
+            return (
+                f"a sharpened proposal (temperature {d.temperature:g} < 1) is lighter-tailed than the target: "
+                "its runs can agree while all of them miss the same probability mass"
+            )
+        return None
+
+    # ---- the statements -----------------------------------------------------------------------------------------
+
+    def certified_lower_bound(self, log_likelihoods: Sequence[float], keys: Sequence | None = None) -> float:
+        """L with P(S < L) ≤ δ from independent unbiased log p̂_n (``intervals.certified_lower_bound``)."""
+        return certified_lower_bound(log_likelihoods, self.level, keys)
+
+    def staged_certified_bound(
+        self, stages: Sequence[Sequence[float]], keys: Sequence | None = None
+    ) -> float:
+        """The certified bound over the stages of a precision target: each stage's product of p̂ is unbiased given
+        the stages before, so the best stage's bound at δ / ``max_stages`` holds with probability ≥ 1 − δ (union
+        bound). ``stages[n]`` lists document n's log p̂ of every stage."""
+        stage_level = 1.0 - self.delta / self.max_stages
+        return max(
+            certified_lower_bound([s[i] for s in stages], stage_level, keys)
+            for i in range(min(map(len, stages)))
+        )
+
+    def interval(
+        self,
+        errors: Sequence[DocumentError],
+        keys: Sequence | None = None,
+        lower_certified: float | None = None,
+    ) -> Interval:
+        """The honest statement about S = Σ_n log p(x_n) from the documents' errors: two-sided S̃ ± (t·SE + C) where
+        every v̂ is trusted and the remainder G ≤ ``max_remainder``, else the one-sided certified bound with the
+        reason (``estimators.intervals``). ``lower_certified`` replaces the certified bound of the errors' log p̂
+        (the caller's, e.g. over the stages of a precision target).
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators.intervals import DocumentError
+        >>> statement = UncertaintyPolicy().interval([DocumentError(-3.0, 0.0, math.inf)])
+        >>> statement.two_sided, statement.lower, statement.upper
+        (True, -3.0, -3.0)
+        """
+        ll = np.array([e.log_likelihood for e in errors], dtype=np.float64)
+        v = np.array([e.relative_variance for e in errors], dtype=np.float64)
+        if lower_certified is None:
+            lower_certified = self.certified_lower_bound(ll, keys)
+        untrusted = [e.reason for e in errors if not e.trusted]
+        if untrusted:
+            reason = f"{len(untrusted)} of {len(errors)} documents: {Counter(untrusted).most_common(1)[0][0]}"
+            return Interval(
+                lower_certified, math.inf, math.nan, math.nan, math.nan, math.nan, self.level, reason
+            )
+        se = float(math.sqrt(v.sum()))
+        centre, correction = float(ll.sum() + v.sum() / 2), float(v.sum() / 2)
+        remainder = float((v**1.5).sum() / se) if se > 0 else 0.0
+        if remainder > self.max_remainder:
+            reason = (
+                f"the estimates are too imprecise for a bias correction (its remainder is {remainder:.2f} standard "
+                f"errors, above {self.max_remainder}); more samples per document would allow a two-sided interval"
+            )
+            return Interval(
+                lower_certified, math.inf, math.nan, se, correction, remainder, self.level, reason
+            )
+        dof = satterthwaite_degrees_of_freedom(v, [e.degrees_of_freedom for e in errors])
+        q = (
+            float(stats.t.ppf(0.5 + self.level / 2, dof))
+            if math.isfinite(dof) and dof > 0
+            else self.normal_quantile
+        )
+        # the bias allowance: anywhere from 0 to twice the correction
+        half_width = q * se + correction
+        return Interval(
+            centre - half_width, centre + half_width, centre, se, correction, remainder, self.level
+        )
+
+    @property
+    def normal_quantile(self) -> float:
+        """z_{(1 + level)/2} (1.96 at 95%): the width of lm-eval's Stderr column (``interval_stderr``)."""
+        return float(stats.norm.ppf(0.5 + self.level / 2))
+
+    # ---- the precision target's allocation ------------------------------------------------------------------------
+
+    def remainder_acceptable(self, sum_v: float, sum_v15: float) -> bool:
+        """Whether G = Σ v^{3/2} / √Σ v is at most ``max_remainder`` (the interval's own remainder test)."""
+        return sum_v == 0 or sum_v15 / math.sqrt(sum_v) <= self.max_remainder
+
+    def document_variance_cap(self, documents: float) -> float:
+        """The largest v_n that keeps G ≤ ``allocation_remainder`` for N documents: ρ / √N (G ≤ √N max v)."""
+        return self.allocation_remainder / math.sqrt(documents) if documents else math.inf
+
+    def disagreement_quantile(self, documents: float) -> float:
+        """|z| above which two independent stages of one document disagree: the two-sided 1 − agreement_level / N
+        quantile (Bonferroni over the N documents)."""
+        return float(stats.norm.isf(self.agreement_level / (2 * max(documents, 1.0))))
+
+
+DEFAULT_POLICY = UncertaintyPolicy()
+
+
+def log_likelihood_interval(
+    errors: Sequence[DocumentError],
+    level: float = DEFAULT_LEVEL,
+    keys: Sequence | None = None,
+    lower_certified: float | None = None,
+) -> Interval:
+    """``UncertaintyPolicy(level).interval(...)``: the honest ``level`` statement about S from the documents' errors."""
+    return UncertaintyPolicy(level=level).interval(errors, keys, lower_certified)

@@ -1,0 +1,120 @@
+"""The estimator table: every estimator by name, ``auto``'s choice, and the settings each one records.
+
+``ESTIMATORS`` is the one table that ``estimator=``, ``auto``, the backends, the tasks, the cards and the docs' tables
+read. Its order is ``auto``'s preference: the first estimator whose ``auto_reason(model)`` is not None is picked
+(exact where the model declares a tractable marginal, SMC where it has the stepwise part, IS otherwise; the beam
+bound is never picked).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..errors import InputError, UnsupportedError
+from .base import DocumentEstimate, Estimator
+from .beam import BEAM
+from .exact import EXACT
+from .importance import IMPORTANCE
+from .seeding import sample_block
+from .settings import AUTO, AUTO_TARGET_SE, DEFAULT_LEVEL, EstimatorSettings
+from .smc import SMC
+
+ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (EXACT, SMC, IMPORTANCE, BEAM)}
+
+
+def estimator_named(name: str) -> Estimator:
+    """The estimator registered as ``name`` (an InputError listing the names otherwise).
+
+    Examples
+    --------
+    >>> estimator_named("is").kind[:10]
+    'stochastic'
+    >>> estimator_named("bootstrap")
+    Traceback (most recent call last):
+    ...
+    lm_latent_eval.errors.InputError: estimator must be one of ('auto', 'exact', 'smc', 'is', 'beam'), got 'bootstrap'
+    """
+    if name not in ESTIMATORS:
+        raise InputError(f"estimator must be one of {(AUTO, *ESTIMATORS)}, got {name!r}")
+    return ESTIMATORS[name]
+
+
+def resolve(settings: EstimatorSettings, model: Any) -> tuple[EstimatorSettings, str]:
+    """The settings with ``auto`` replaced by the estimator it picks for ``model``, and why; the chosen estimator's
+    own rules checked, and its refusal of ``model`` (one line, ``UnsupportedError``) raised here, before any work.
+
+    Under ``auto`` a sampling estimator gets the precision target (``target_se``, default ``AUTO_TARGET_SE``).
+    Resolving a resolved record returns it unchanged.
+
+    Parameters
+    ----------
+    settings : EstimatorSettings
+        The requested settings.
+    model : LatentLM
+        The model to estimate with.
+
+    Returns
+    -------
+    tuple of EstimatorSettings and str
+        The resolved settings and one sentence saying why this estimator.
+
+    Examples
+    --------
+    >>> from lm_latent_eval.models import load_model
+    >>> hmm, _ = load_model("hmm")
+    >>> resolved, why = resolve(EstimatorSettings(), hmm)
+    >>> resolved.estimator, why
+    ('exact', 'auto: exact, HMMLanguageModel has a tractable log_marginal')
+    """
+    if settings.estimator != AUTO:
+        estimator = estimator_named(settings.estimator)
+        why = f"estimator={settings.estimator} as requested"
+    else:
+        estimator, why = next((e, e.auto_reason(model)) for e in ESTIMATORS.values() if e.auto_reason(model))
+        if estimator.draws_samples:
+            target = AUTO_TARGET_SE if settings.target_se is None else settings.target_se
+            settings = settings.replace(target_se=target)
+            why += f" (precision target {target} nats per token)"
+        settings = settings.replace(estimator=estimator.name)
+    reason = estimator.missing(model)
+    if reason is not None:
+        raise UnsupportedError(reason)
+    estimator.check(settings)
+    return settings, why
+
+
+def targets_precision(settings: EstimatorSettings) -> bool:
+    """Whether the precision target draws more samples for the documents that need them (a sampling estimator with
+    ``target_se`` > 0)."""
+    return estimator_named(settings.estimator).draws_samples and bool(settings.target_se)
+
+
+def recorded_settings(settings: EstimatorSettings, device: torch.device | str = "cpu") -> dict:
+    """The settings that change this estimator's numbers on ``device``, as recorded with every result (batch_size
+    never does; ``sample_block`` is the seeding scheme's block on ``device``).
+
+    Examples
+    --------
+    >>> recorded_settings(EstimatorSettings("beam", beam_size=4))
+    {'estimator': 'beam', 'beam_size': 4}
+    >>> recorded_settings(EstimatorSettings("is", num_samples=8, level=0.9))
+    {'estimator': 'is', 'num_samples': 8, 'temperature': 1.0, 'peek': True, 'seed': 1234, 'level': 0.9, 'sample_block': 1024}
+    """
+    estimator = estimator_named(settings.estimator)
+    record = {"estimator": settings.estimator}
+    record |= {name: getattr(settings, name) for name in estimator.settings_fields}
+    if targets_precision(settings):
+        record |= {"target_se": settings.target_se, "max_samples": settings.sample_budget}
+    # the level changes the statement, not the estimate: recorded where it is not the default
+    if settings.level != DEFAULT_LEVEL:
+        record["level"] = settings.level
+    if estimator.draws_samples:
+        record["sample_block"] = sample_block(device)
+    return record
+
+
+def estimate_from_json(record: dict) -> DocumentEstimate:
+    """The estimate a family's ``to_json`` wrote, read back by that family's record class."""
+    return estimator_named(record["estimator"]).result.from_json(record)
