@@ -1,9 +1,10 @@
-"""The contract table: one row per latent LM, a tiny instance of it whose support can be listed.
+"""The contract table: one row per latent LM, a tiny instance of it whose support can be listed or integrated.
 
 A row names how to build the model, which texts to try, how to list every z with p(x, z) > 0 (the support),
 how to compute log q_τ(z | x) and the exact log p(x) on it, and which parts of the contract apply (peek=false,
-the stepwise part, a beam that is an exact k-best). ``test_contract.py`` checks every property on every row;
-adding a model is adding a row here.
+the stepwise part, a beam that is an exact k-best). A row with a continuous latent has no support to list: it
+carries a quadrature instead (``integrate``), and its exact log p(x) and every sum over z become integrals.
+``test_contract.py`` checks every property on every row; adding a model is adding a row here.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import gaussian_tiny
 import torch
 from entitynlm_tiny import tiny_entitynlm
 from hmm_tiny import all_paths, make_tiny_hmm, tempered_log_q
@@ -42,20 +44,29 @@ class Case:
 
     ``support(model, x)``: every z with p(x, z) > 0, [M, ...] in ``log_joint``'s format (the models'
     enumerators). ``log_q(model, x, z, temperature, peek)``: log q_τ(z | x), float64 [M]
-    (``proposal.log_prob`` where it exists). ``exact(model, x)``: log p(x), computed without the proposal.
-    ``keys(z)``: one hashable key per configuration. ``expressible(model, x)``: configurations beyond the
-    support that ``log_joint`` accepts (it must give them −inf); None, with ``why_nothing_outside``, when the
-    model can express none.
+    (``proposal.log_prob`` where it exists; a log density for a continuous z). ``exact(model, x)``: log p(x),
+    computed without the proposal. ``keys(z)``: one hashable key per configuration. ``expressible(model, x)``:
+    configurations beyond the support that ``log_joint`` accepts (it must give them −inf); None, with
+    ``why_nothing_outside``, when the model can express none.
+
+    A continuous latent (``latent_support = "continuous"``): ``support`` None, with ``no_support`` saying why;
+    ``integrate(log_f, lo, hi)``: log ∫_lo^hi exp(log_f(z)) dz (log_f: z [N, ...] -> [N]), a quadrature
+    independent of the model's ``log_marginal``, for Σ q = 1, Σ p = p(x), the probability of a bin of draws and
+    E_q[w²]; ``heavy_tails(model, x, temperature, peek)``: why E_q[w²] is infinite ("" when finite).
     """
 
     name: str
     build: Callable[[], Any]
     text: str  # Σ q = 1, IS, SMC and beam, on a support of a few to hundreds of configurations
     short_text: str  # sampling frequencies and the configurations outside the support
-    support: Callable[[Any, torch.Tensor], Latents]
     log_q: Callable[..., torch.Tensor]
     exact: Callable[[Any, torch.Tensor], float]
     keys: Callable[[Latents], list[tuple]]
+    support: Callable[[Any, torch.Tensor], Latents] | None = None
+    no_support: str = ""  # why there is no support to list (a continuous latent); then ``integrate`` is set
+    integrate: Callable[..., float] | None = None
+    heavy_tails: Callable[..., str] | None = None
+    no_beam: str = ""  # why the proposal has no beam(x, k) ("" when it has one)
     expressible: Callable[[Any, torch.Tensor], Latents] | None = None
     why_nothing_outside: str = ""
     no_peek: str = ""  # why the proposal has no peek=false ("" when it has one)
@@ -68,6 +79,12 @@ class Case:
     q_atol: float = 1e-9  # Σ q = 1 and sampled log q = enumerated log q (float64 proposal arithmetic)
     p_atol: float = 1e-6  # beam and Σ p(x, z) against the exact log p(x) (float32 network, float64 sums)
     stepwise_atol: float = 1e-9  # Σ_t increments against log p(x, z) − log q(z | x) of the whole document
+
+    def __post_init__(self):
+        if self.support is None and not (self.no_support and self.integrate and self.heavy_tails):
+            raise ValueError(
+                f"{self.name}: a row without a support says why and carries integrate, heavy_tails"
+            )
 
     @property
     def peeks(self) -> tuple[bool, ...]:
@@ -277,6 +294,21 @@ CAUSAL = Case(
 )  # fmt: skip
 
 
+# ---------------------------------------------------------------- a continuous latent: z ~ N(0, 1), no beam
+
+
+GAUSSIAN = Case(
+    name="gaussian", build=gaussian_tiny.GaussianLatentLM, text="a b zebra e a d", short_text="a e b",
+    no_support="z ∈ ℝ (a continuous latent): integrals by quadrature instead of sums over a listed support",
+    integrate=gaussian_tiny.integrate, heavy_tails=gaussian_tiny.heavy_tails,
+    log_q=gaussian_tiny.reference_log_q,  # scipy's normal density around a mode found by Brent's method
+    exact=lambda model, x: model.log_marginal(x),  # Gauss–Hermite, 256 nodes
+    keys=lambda z: [tuple(row) for row in z.tolist()],
+    why_nothing_outside="every real z has p(x, z) > 0: there is nothing outside the support",
+    no_beam="a continuous latent has no configurations to rank", stepwise=True, p_atol=1e-9,
+)  # fmt: skip
+
+
 CASES = [
     HMM,
     kglm_case("kglm", proposal_features=False),
@@ -291,4 +323,5 @@ CASES = [
     tokenization_case("tokenization-cover-end", "a dog,", cover_end=True, canonical_mix=0.0),
     tokenization_case("tokenization-cover-end-mix", "a dog,", cover_end=True, canonical_mix=0.5),
     CAUSAL,
+    GAUSSIAN,
 ]

@@ -1,13 +1,15 @@
-"""Every latent LM against the contract (DESIGN.md sections 3, 4) on a tiny instance with a listable support.
+"""Every latent LM against the contract (DESIGN.md sections 3, 4) on a tiny instance with a listable support (or,
+for a continuous latent, a quadrature).
 
 One row per model in ``cases.py``; each property below runs on every row (over the peek modes the row has) and
 skips, naming the reason, where it does not apply (no stepwise part, nothing expressible outside the support,
-weights too heavy-tailed for a 3-SE check). Exact properties: q sums to one over the support, samples lie in
-it with q's frequencies and report their own log q, log_joint is float64 [K], −inf exactly outside the support
-and sums to the exact log p(x), beam ≤ exact with equality once the beam covers the support, stepwise
+no beam, weights too heavy-tailed for a 3-SE check). Exact properties: q sums to one over the support, samples
+lie in it with q's frequencies and report their own log q, log_joint is float64 [K], −inf exactly outside the
+support and sums to the exact log p(x), beam ≤ exact with equality once the beam covers the support, stepwise
 increments sum to log p(x, z) − log q(z | x), the empty text. Statistical properties (fixed seeds): IS and SMC
 estimates of p are unbiased (mean p̂/p within 3 standard errors over 300 seeds), IS converges to the exact
-value.
+value. For a continuous latent the sums over the support are integrals (the row's ``integrate``): q_τ integrates
+to one, p(x, z) to the exact p(x), and the draws fall into bins with the probabilities q_τ integrates to there.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 from cases import CASES, Case
 from is_checks import assert_frequencies_match, assert_unbiased, exact_is_standard_error
 
+from lm_latent_eval.errors import UnsupportedError
 from lm_latent_eval.estimators import (
     EstimatorSettings,
     beam_log_marginal,
@@ -31,17 +34,21 @@ from lm_latent_eval.estimators import (
 )
 from lm_latent_eval.estimators.smc import smc_log_weights
 from lm_latent_eval.protocol import (
+    has_beam,
     has_exact_marginal,
     has_stepwise,
     is_latent_lm,
     is_prefix_probability,
+    latent_support,
     missing_stepwise_methods,
     num_particles,
+    require_beam,
     select_particles,
 )
 
 TEMPERATURES = (0.5, 1.0, 2.0)
 RUNS = 300  # independent estimates per unbiasedness check
+BINS = 20  # a continuous latent's draws against q_τ: chi-square over this many bins
 MAX_RELATIVE_SD = 4.0  # of p̂/p at K = 4: beyond it 300 runs cannot estimate the spread a 3-SE check needs
 
 
@@ -85,6 +92,14 @@ def require_same_stepwise_proposal(case: Case, peek: bool) -> None:
         pytest.skip(f"{case.name}: {case.twisted_peek}")
 
 
+def configurations(case: Case, model, x):
+    """The enumerated support, or, for a continuous latent, 64 draws of q (peek, τ = 1, seed 0): z with p(x, z) > 0."""
+    if case.support is not None:
+        return case.support(model, x)
+    with torch.no_grad():
+        return model.proposal.sample(x, 64, 1.0, True, torch.Generator().manual_seed(0))[0]
+
+
 def index_of(case: Case, support) -> dict[tuple, int]:
     keys = case.keys(support)
     index = {key: i for i, key in enumerate(keys)}
@@ -110,6 +125,11 @@ def test_the_row_declares_what_the_model_offers(case):
     model = built(case)
     assert is_latent_lm(model)
     assert has_stepwise(model) == case.stepwise, f"missing: {missing_stepwise_methods(model)}"
+    assert (latent_support(model) == "continuous") == (case.support is None)
+    assert has_beam(model) == (not case.no_beam)
+    if case.no_beam:
+        with pytest.raises(UnsupportedError, match="no beam"):
+            require_beam(model)
     if case.no_peek:
         with pytest.raises(ValueError, match="peek"):
             model.proposal.sample(model.tokenize(case.text), 2, peek=False)
@@ -120,10 +140,16 @@ def test_the_row_declares_what_the_model_offers(case):
 
 @pytest.mark.parametrize("case,peek,temperature", rows(peek=(True, False), temperature=TEMPERATURES))
 def test_proposal_sums_to_one_over_the_support(case, peek, temperature):
-    """Σ_z q_τ(z | x) = 1 over the enumerated support, and q > 0 on every z with p(x, z) > 0 (q covers p)."""
+    """Σ_z q_τ(z | x) = 1 over the enumerated support, and q > 0 on every z with p(x, z) > 0 (q covers p); for a
+    continuous latent ∫ q_τ(z | x) dz = 1 (a log q off by a constant fails here)."""
     model = built(case)
     for text in (case.short_text, case.text):
         x = model.tokenize(text)
+        if case.support is None:
+            with torch.no_grad():
+                total = case.integrate(lambda z, x=x: case.log_q(model, x, z, temperature, peek))
+            assert total == pytest.approx(0.0, abs=case.q_atol)
+            continue
         support = case.support(model, x)
         if num_particles(support) == 1:
             pytest.skip(f"{case.name}: one configuration, whose q = 1 is the sampler's log q = 0 (next test)")
@@ -136,9 +162,12 @@ def test_proposal_sums_to_one_over_the_support(case, peek, temperature):
 @pytest.mark.parametrize("case,peek,temperature", rows(peek=(True, False), temperature=TEMPERATURES))
 def test_samples_lie_in_the_support_report_their_log_q_and_follow_q(case, peek, temperature):
     """Every draw has p(x, z) > 0, the log q returned with it is the enumerated log q_τ of that z, and the
-    draws' frequencies match q_τ (chi-square)."""
+    draws' frequencies match q_τ (chi-square); for a continuous latent, ``draws_follow_a_density``."""
     model = built(case)
     x = model.tokenize(case.short_text)
+    if case.support is None:
+        draws_follow_a_density(case, model, x, temperature, peek)
+        return
     support = case.support(model, x)
     index = index_of(case, support)
     n = case.num_draws
@@ -155,6 +184,31 @@ def test_samples_lie_in_the_support_report_their_log_q_and_follow_q(case, peek, 
         assert_frequencies_match(counts, log_q_support.exp().numpy())
 
 
+def draws_follow_a_density(case: Case, model, x, temperature: float, peek: bool) -> None:
+    """A continuous latent (z [K, 1]): every draw has p(x, z) > 0 and reports the row's log q_τ at it, and the
+    draws fall into BINS bins (edges: quantiles of 2,000 draws of another seed) with the probabilities that
+    exp(log q_τ) integrates to over them (chi-square): log q_τ is the density of what was sampled."""
+    n = case.num_draws
+    with torch.no_grad():
+        z, log_q = model.proposal.sample(x, n, temperature, peek, torch.Generator().manual_seed(11))
+        pilot, _ = model.proposal.sample(x, 2_000, temperature, peek, torch.Generator().manual_seed(12))
+        log_p = model.log_joint(x, z)
+        expected = case.log_q(model, x, z, temperature, peek)
+    assert z.shape == (n, 1) and log_q.shape == (n,) and log_q.dtype == torch.float64
+    assert torch.isfinite(log_p).all()
+    torch.testing.assert_close(log_q.cpu(), expected, rtol=0, atol=case.q_atol)
+    edges = np.quantile(pilot[:, 0].numpy(), np.linspace(0, 1, BINS + 1)[1:-1])
+    bounds = [-math.inf, *edges.tolist(), math.inf]
+
+    def log_q_of(z):
+        return case.log_q(model, x, z, temperature, peek)
+
+    probs = np.exp([case.integrate(log_q_of, lo, hi) for lo, hi in itertools.pairwise(bounds)])
+    assert probs.sum() == pytest.approx(1.0, abs=1e-9)
+    counts = np.bincount(np.searchsorted(edges, z[:, 0].numpy()), minlength=BINS)
+    assert_frequencies_match(counts, probs)
+
+
 # ---------------------------------------------------------------- the joint p(x, z)
 
 
@@ -164,7 +218,7 @@ def test_log_joint_is_float64_per_configuration(case):
     within the batch."""
     model = built(case)
     x = model.tokenize(case.text)
-    support = case.support(model, x)
+    support = configurations(case, model, x)
     m = num_particles(support)
     with torch.no_grad():
         log_p = model.log_joint(x, support)
@@ -177,10 +231,16 @@ def test_log_joint_is_float64_per_configuration(case):
 @pytest.mark.parametrize("case", rows())
 def test_log_joint_sums_to_the_exact_marginal_over_the_support(case):
     """logsumexp of log p(x, z) over the enumerated support = the exact log p(x), a probability (< 0) above
-    every single configuration."""
+    every single configuration; for a continuous latent log ∫ p(x, z) dz by the row's own quadrature."""
     model = built(case)
     for text in (case.short_text, case.text):
         x = model.tokenize(text)
+        if case.support is None:
+            exact = case.exact(model, x)
+            with torch.no_grad():
+                integral = case.integrate(lambda z, x=x: model.log_joint(x, z))
+            assert integral == pytest.approx(exact, abs=case.p_atol) and exact < 0
+            continue
         support = case.support(model, x)
         with torch.no_grad():
             log_p = model.log_joint(x, support)
@@ -238,13 +298,24 @@ def assert_unbiased_or_exact(log_p_hat: np.ndarray, log_p: float, atol: float) -
 
 
 def require_light_tails(case: Case, model, x, peek: bool, temperature: float) -> float:
-    """The standard deviation of p̂/p at K = 4, exact from the support; skips where it exceeds MAX_RELATIVE_SD
-    (heavy tails: the sample SD of 300 runs underestimates it and their mean lags below 1; the HMM without
-    peeking at τ = 0.5, SD 34, is still 4 SE low after 20,000 runs)."""
-    support = case.support(model, x)
-    with torch.no_grad():
-        log_q = case.log_q(model, x, support, temperature, peek)
-        sd = exact_is_standard_error(model.log_joint(x, support), log_q, case.exact(model, x), 4)
+    """The standard deviation of p̂/p at K = 4, exact from the support (for a continuous latent, from E_q[w²] by
+    quadrature where the row says it is finite); skips where it exceeds MAX_RELATIVE_SD (heavy tails: the sample
+    SD of 300 runs underestimates it and their mean lags below 1; the HMM without peeking at τ = 0.5, SD 34, is
+    still 4 SE low after 20,000 runs)."""
+    if case.support is None:
+        why = case.heavy_tails(model, x, temperature, peek)
+        if why:
+            pytest.skip(f"{case.name}: {why}")
+        with torch.no_grad():
+            second = case.integrate(
+                lambda z: 2 * model.log_joint(x, z) - case.log_q(model, x, z, temperature, peek)
+            )
+        sd = math.sqrt(max(0.0, math.expm1(second - 2 * case.exact(model, x))) / 4)
+    else:
+        support = case.support(model, x)
+        with torch.no_grad():
+            log_q = case.log_q(model, x, support, temperature, peek)
+            sd = exact_is_standard_error(model.log_joint(x, support), log_q, case.exact(model, x), 4)
     if sd > MAX_RELATIVE_SD:
         pytest.skip(f"{case.name}: SD of p̂/p at K = 4 is {sd:.1f} > {MAX_RELATIVE_SD}, too heavy-tailed")
     return sd
@@ -369,9 +440,8 @@ def test_smc_without_resampling_weighs_what_importance_sampling_draws(case, peek
     kwargs = {"num_samples": 200, "temperature": temperature, "peek": peek, "seed": 4, "document": case.text}
     lw_is = importance_log_weights(model, x, **kwargs)
     lw_smc, diag = smc_log_weights(model, x, resample_threshold=0.0, smc_runs=1, **kwargs)
-    assert diag.resampling_steps == 0 and np.unique(lw_is).size >= min(
-        6, num_particles(case.support(model, x))
-    )
+    distinct = 6 if case.support is None else min(6, num_particles(case.support(model, x)))
+    assert diag.resampling_steps == 0 and np.unique(lw_is).size >= distinct
     np.testing.assert_allclose(lw_smc, lw_is, rtol=0, atol=max(1e-6, case.stepwise_atol))
 
 
@@ -403,6 +473,8 @@ def test_beam_is_a_lower_bound_and_exact_once_it_covers_the_support(case):
     """beam(x, k) returns ≤ k distinct configurations of the support (from an exact k-best: the k of highest
     q, best first, nested in k); log Σ_beam p(x, z) ≤ log p(x), below it for k = 1, equal once k reaches the
     support size."""
+    if case.no_beam:
+        pytest.skip(f"{case.name} has no beam, {case.no_beam} (require_beam refuses it: the first test)")
     model = built(case)
     x = model.tokenize(case.text)
     support = case.support(model, x)
@@ -451,7 +523,12 @@ def test_empty_text_has_no_tokens_and_probability_one(case):
     if case.stepwise:
         z = model.smc_latents(model.smc_init(x, 3))
         assert torch.equal(model.log_joint(x, z).cpu(), torch.zeros(3, dtype=torch.float64))
-    estimators = ["is", "beam"] + ["smc"] * case.stepwise + ["exact"] * has_exact_marginal(model)
+    estimators = [
+        "is",
+        *["beam"] * has_beam(model),
+        *["smc"] * case.stepwise,
+        *["exact"] * has_exact_marginal(model),
+    ]
     for name in estimators:
         estimate = estimate_document(model, "", EstimatorSettings(name, num_samples=4))
         assert (estimate.num_tokens, estimate.log_likelihood) == (0, 0.0)

@@ -31,6 +31,7 @@ ROW_MODELS = {  # the docs' row label → the contract case of that model
     "`latent_tokenization`": "tokenization",
     "causal LM (`model=causal`)": "causal",
     "causal LM": "causal",
+    "continuous latent (tests' Gaussian)": "gaussian",
 }
 BY_NAME = {case.name: case for case in CASES}
 
