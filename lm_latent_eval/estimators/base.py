@@ -10,7 +10,7 @@ a corpus statement, and says how its documents combine into a corpus figure (``c
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 import numpy as np
@@ -31,6 +31,8 @@ class DocumentEstimate:
     """
 
     estimator: ClassVar[str] = ""
+    # the class of the family's ``diagnostics`` field, if it has one
+    diagnostics_type: ClassVar[type | None] = None
     document: str
     num_tokens: int
     log_likelihood: float
@@ -60,27 +62,34 @@ class DocumentEstimate:
         return None
 
     def to_json(self) -> dict:
-        """A JSON-ready record; ``estimators.registry.estimate_from_json`` reads it back (every family writes the same
-        keys, None where a field does not apply)."""
+        """A JSON-ready record; ``estimators.registry.estimate_from_json`` reads it back. Every family writes the
+        same keys (None where a field does not apply): arrays as lists, the diagnostics as a dict."""
+        diagnostics = getattr(self, "diagnostics", None)
         return {
             "document": self.document,
             "num_tokens": self.num_tokens,
             "log_likelihood": self.log_likelihood,
             "estimator": self.estimator,
-            "log_weights": None,
-            "diagnostics": None,
-            "unk_penalty": None,
+            "log_weights": as_list(self.log_weights),
+            "diagnostics": None if diagnostics is None else vars(diagnostics).copy(),
+            "unk_penalty": as_list(getattr(self, "unk_penalty", None)),
             "stage_log_likelihoods": self.stage_log_likelihoods,
         }
 
     @classmethod
     def from_json(cls, record: dict) -> DocumentEstimate:
-        """The estimate written by ``to_json`` (the family's own fields are read by its subclass)."""
+        """The estimate written by ``to_json``: the family's own fields (arrays as float64, the diagnostics as
+        ``diagnostics_type``) where the record class has them."""
+        names = {f.name for f in fields(cls)}
+        own = {name: as_array(record.get(name)) for name in ("log_weights", "unk_penalty") if name in names}
+        if "diagnostics" in names and record.get("diagnostics") is not None:
+            own["diagnostics"] = cls.diagnostics_type(**record["diagnostics"])
         return cls(
             str(record.get("document", "")),
             int(record["num_tokens"]),
             float(record["log_likelihood"]),
             stage_log_likelihoods=record.get("stage_log_likelihoods"),
+            **own,
         )
 
 

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from ..protocol import LatentLM, has_stepwise, has_unknown_word_penalty, num_particles, select_particles
 from .aggregate import corpus_log_likelihood, log_mean_exp
-from .base import DocumentEstimate, Estimator, as_array, as_list, sample_sizes, sampling_advice
+from .base import DocumentEstimate, Estimator, sample_sizes, sampling_advice
 from .diagnostics import (
     convergence_curve,
     effective_sample_size,
@@ -94,6 +94,7 @@ class ISEstimate(DocumentEstimate):
     """
 
     estimator: ClassVar[str] = "is"
+    diagnostics_type: ClassVar[type] = ISDiagnostics
     log_weights: np.ndarray | None = None
     unk_penalty: np.ndarray | None = None
     diagnostics: ISDiagnostics | None = field(default=None, kw_only=True)
@@ -119,24 +120,6 @@ class ISEstimate(DocumentEstimate):
         if plain is None:
             return None
         return ISEstimate(self.document, self.num_tokens, float(log_mean_exp(plain)), plain)
-
-    def to_json(self) -> dict:
-        return super().to_json() | {
-            "log_weights": as_list(self.log_weights),
-            "diagnostics": None if self.diagnostics is None else vars(self.diagnostics).copy(),
-            "unk_penalty": as_list(self.unk_penalty),
-        }
-
-    @classmethod
-    def from_json(cls, record: dict) -> ISEstimate:
-        est = super().from_json(record)
-        diag = record.get("diagnostics")
-        est.log_weights, est.unk_penalty = (
-            as_array(record.get("log_weights")),
-            as_array(record.get("unk_penalty")),
-        )
-        est.diagnostics = None if diag is None else ISDiagnostics(**diag)
-        return est
 
 
 class ImportanceSampling(Estimator):

@@ -30,7 +30,7 @@ from ..errors import InputError, UnsupportedError
 from ..protocol import has_stepwise, missing_stepwise_methods
 from ..tensors import inverse_cdf
 from .aggregate import log_mean_exp
-from .base import DocumentEstimate, Estimator, as_array, as_list, sample_sizes, sampling_advice
+from .base import DocumentEstimate, Estimator, sample_sizes, sampling_advice
 from .importance import STOCHASTIC_BOUND
 from .intervals import DocumentError
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
@@ -379,6 +379,7 @@ class SMCEstimate(DocumentEstimate):
     exchangeable, so no ESS or k̂ of them) and the R runs' ``SMCDiagnostics``."""
 
     estimator: ClassVar[str] = "smc"
+    diagnostics_type: ClassVar[type] = SMCDiagnostics
     log_weights: np.ndarray | None = None
     diagnostics: SMCDiagnostics | None = field(default=None, kw_only=True)
 
@@ -389,20 +390,6 @@ class SMCEstimate(DocumentEstimate):
             return DocumentError(self.log_likelihood, 0.0, math.inf)
         d = self.diagnostics
         return DocumentError(self.log_likelihood, d.relative_variance, d.smc_runs - 1.0, policy.smc_doubt(d))
-
-    def to_json(self) -> dict:
-        return super().to_json() | {
-            "log_weights": as_list(self.log_weights),
-            "diagnostics": None if self.diagnostics is None else vars(self.diagnostics).copy(),
-        }
-
-    @classmethod
-    def from_json(cls, record: dict) -> SMCEstimate:
-        est = super().from_json(record)
-        diag = record.get("diagnostics")
-        est.log_weights = as_array(record.get("log_weights"))
-        est.diagnostics = None if diag is None else SMCDiagnostics(**diag)
-        return est
 
 
 class SequentialMonteCarlo(Estimator):
