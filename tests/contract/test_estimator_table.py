@@ -17,7 +17,7 @@ import pytest
 import torch
 from cases import CASES
 
-from lm_latent_eval.estimators import EstimatorSettings, estimate_document
+from lm_latent_eval.estimators import EstimatorSettings, estimate_document, resolve
 from lm_latent_eval.protocol import has_text_sampler, prefix_view
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "estimators.md"
@@ -93,7 +93,7 @@ def params(table_index: int, column: str) -> list:
 
 @pytest.mark.parametrize("name,cell", params(0, "`auto` picks"))
 def test_auto_picks_what_the_table_says(models, name, cell):
-    settings, why = EstimatorSettings().resolve(model_of(models, name))
+    settings, why = resolve(EstimatorSettings(), model_of(models, name))
     assert cell == f"`{settings.estimator}`", why
 
 
