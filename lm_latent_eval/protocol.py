@@ -26,11 +26,12 @@ N(μ, τσ²), and a proposal that cannot temper declares ``tempers = False`` an
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from .errors import UnsupportedError
+from .errors import InputError, UnsupportedError
 
 Latents = Any  # tensor or nested tuple/list/dict of tensors with leading dimension K
 
@@ -180,8 +181,9 @@ def check_num_samples(num_samples: int, name: str = "num_samples") -> None:
 
     Raises
     ------
-    ValueError
-        Naming ``name``, unless ``num_samples`` is an int > 0 (a bool is refused).
+    lm_latent_eval.errors.InputError
+        (a ValueError) naming ``name``, unless ``num_samples`` is an integer > 0 (a bool is refused). The one
+        definition of this rule: ``EstimatorSettings`` applies it to every count it holds.
 
     Examples
     --------
@@ -189,10 +191,10 @@ def check_num_samples(num_samples: int, name: str = "num_samples") -> None:
     >>> check_num_samples(0, "beam_size")
     Traceback (most recent call last):
     ...
-    ValueError: beam_size must be a positive integer, got 0
+    lm_latent_eval.errors.InputError: beam_size must be a positive integer, got 0
     """
-    if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {num_samples!r}")
+    if not isinstance(num_samples, numbers.Integral) or isinstance(num_samples, bool) or num_samples <= 0:
+        raise InputError(f"{name} must be a positive integer, got {num_samples!r}")
 
 
 def check_temperature(temperature: float) -> None:
@@ -205,8 +207,8 @@ def check_temperature(temperature: float) -> None:
 
     Raises
     ------
-    ValueError
-        Unless τ is a finite int or float > 0.
+    lm_latent_eval.errors.InputError
+        (a ValueError) unless τ is a finite int or float > 0 (the one definition of this rule).
 
     Examples
     --------
@@ -214,10 +216,11 @@ def check_temperature(temperature: float) -> None:
     >>> check_temperature(0)
     Traceback (most recent call last):
     ...
-    ValueError: temperature must be a finite number > 0, got 0
+    lm_latent_eval.errors.InputError: temperature must be a finite number > 0, got 0
     """
-    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+    valid = isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
+    if not (valid and math.isfinite(temperature) and temperature > 0):
+        raise InputError(f"temperature must be a finite number > 0, got {temperature!r}")
 
 
 def check_proposal_args(x: torch.Tensor, num_samples: int, temperature: float) -> None:
@@ -243,7 +246,7 @@ def check_proposal_args(x: torch.Tensor, num_samples: int, temperature: float) -
     >>> check_proposal_args(torch.tensor([3, 1]), 8, -1.0)
     Traceback (most recent call last):
     ...
-    ValueError: temperature must be a finite number > 0, got -1.0
+    lm_latent_eval.errors.InputError: temperature must be a finite number > 0, got -1.0
     """
     check_text(x)
     check_num_samples(num_samples)
@@ -271,7 +274,7 @@ def check_beam_args(x: torch.Tensor, beam_size: int) -> None:
     >>> check_beam_args(torch.tensor([3, 1]), 2.5)
     Traceback (most recent call last):
     ...
-    ValueError: beam_size must be a positive integer, got 2.5
+    lm_latent_eval.errors.InputError: beam_size must be a positive integer, got 2.5
     """
     check_text(x)
     check_num_samples(beam_size, "beam_size")

@@ -8,7 +8,7 @@ from typing import ClassVar
 import torch
 
 from ..errors import UnsupportedError
-from ..protocol import LatentLM, num_particles
+from ..protocol import LatentLM, num_particles, require_beam
 from .base import DocumentEstimate, Estimator
 from .intervals import DocumentError, Interval
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
@@ -37,12 +37,12 @@ class BeamBound(Estimator):
     settings_fields = ("beam_size",)
 
     def missing(self, model) -> str | None:
-        if callable(getattr(model.proposal, "beam", None)):
-            return None
-        return (
-            f"estimator=beam needs proposal.beam(x, k), which {type(model).__name__} does not offer; use "
-            "estimator=auto, is, smc or exact"
-        )
+        """``protocol.require_beam``'s refusal: a continuous latent, or a proposal without ``beam(x, k)``."""
+        try:
+            require_beam(model)
+        except UnsupportedError as err:
+            return str(err)
+        return None
 
     def describe(self, settings: dict) -> str:
         return f"beam k={settings.get('beam_size')}"

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ..errors import InputError, UnsupportedError
+from ..protocol import check_tempering
 from .base import DocumentEstimate, Estimator
 from .beam import BEAM
 from .exact import EXACT
@@ -82,6 +83,8 @@ def resolve(settings: EstimatorSettings, model: Any) -> tuple[EstimatorSettings,
     if reason is not None:
         raise UnsupportedError(reason)
     estimator.check(settings)
+    if estimator.draws_samples:
+        check_tempering(model.proposal, settings.temperature)
     return settings, why
 
 

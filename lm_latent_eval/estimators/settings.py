@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 from dataclasses import dataclass, field
 
 from ..errors import InputError
+from ..protocol import check_num_samples, check_temperature
 
 AUTO = "auto"  # the estimator name that the registry resolves per model
 AUTO_TARGET_SE = 0.002  # estimator=auto's precision target (nats per token) unless target_se is given
@@ -27,15 +27,6 @@ DEFAULT_LEVEL = 0.95  # the level of every interval and certified bound unless `
 
 def _help(text: str) -> dict:
     return {"help": text}
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _positive_int(name: str, value) -> None:
-    if not _is_int(value) or value <= 0:
-        raise InputError(f"{name} must be a positive integer, got {value!r}")
 
 
 def _number(value) -> bool:
@@ -133,24 +124,23 @@ class EstimatorSettings:
     def __post_init__(self):
         if not isinstance(self.estimator, str):
             raise InputError(f"estimator must be a name, got {self.estimator!r}")
-        _positive_int("num_samples", self.num_samples)
-        if not (_number(self.temperature) and self.temperature > 0):
-            raise InputError(f"temperature must be a finite number > 0, got {self.temperature!r}")
-        _positive_int("beam_size", self.beam_size)
+        check_num_samples(self.num_samples)
+        check_temperature(self.temperature)
+        check_num_samples(self.beam_size, "beam_size")
         if self.batch_size is not None:
-            _positive_int("batch_size", self.batch_size)
+            check_num_samples(self.batch_size, "batch_size")
         if not (_number(self.resample_threshold) and 0.0 <= self.resample_threshold <= 1.0):
             raise InputError(
                 "resample_threshold must be a number in [0, 1] (resample when ESS < threshold · particles), "
                 f"got {self.resample_threshold!r}"
             )
-        _positive_int("smc_runs", self.smc_runs)
+        check_num_samples(self.smc_runs, "smc_runs")
         if self.target_se is not None and not (_number(self.target_se) and self.target_se >= 0):
             raise InputError(
                 f"target_se must be a number ≥ 0 (nats per token; 0: no target), got {self.target_se!r}"
             )
         if self.max_samples is not None:
-            _positive_int("max_samples", self.max_samples)
+            check_num_samples(self.max_samples, "max_samples")
         if not (_number(self.level) and 0.0 < self.level < 1.0):
             raise InputError(f"level must be a number strictly between 0 and 1, got {self.level!r}")
 

@@ -6,7 +6,7 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from ...protocol import check_text
+from ...protocol import check_num_samples, check_text
 from ..checkpoints import StrictLoading
 from .parameters import HMMParameters, forward_log_alpha
 from .proposal import HMMProposal
@@ -100,8 +100,7 @@ class HMMLanguageModel(
     ) -> HMMParticles:
         """K particles with empty histories for the text x [T]."""
         x = self._check_x(x)
-        if not isinstance(num_particles, int) or isinstance(num_particles, bool) or num_particles <= 0:
-            raise ValueError(f"num_particles must be a positive integer, got {num_particles!r}")
+        check_num_samples(num_particles, "num_particles")
         return init_particles(self, x, num_particles, temperature, peek)
 
     def smc_step(self, state: HMMParticles, t: int, generator: torch.Generator | None = None):

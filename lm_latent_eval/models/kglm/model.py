@@ -26,6 +26,7 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
+from ...protocol import check_temperature
 from ..cuda_graphs import CUDA_GRAPHS_HELP, GraphsOfProposal, parse_cuda_graphs
 from ..encoder_cache import DocumentCache
 from ..vocabulary import WordVocabulary, build_word_list
@@ -260,8 +261,7 @@ class KGLM(
         self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True
     ) -> KGLMParticles:
         """K empty particles for document x [T]: q_τ's and p's head tables, the window state and the z drawn so far."""
-        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
-            raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+        check_temperature(temperature)
         return init_particles(self, self._check_x(x), num_particles, temperature, peek)
 
     def smc_step(

@@ -10,7 +10,7 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from ...protocol import check_text
+from ...protocol import check_num_samples, check_text
 from .exact import exact_work, log_marginal_dp
 from .proposal import LDAProposal
 from .stepwise import LDAParticles, init_particles, reorder, step
@@ -228,8 +228,7 @@ class LDA(
 
     def smc_init(self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True):
         """K particles with empty histories for x [T]."""
-        if not isinstance(num_particles, int) or isinstance(num_particles, bool) or num_particles <= 0:
-            raise ValueError(f"num_particles must be a positive integer, got {num_particles!r}")
+        check_num_samples(num_particles, "num_particles")
         return init_particles(self, self.check_x(x), num_particles, temperature, peek)
 
     def smc_step(self, state: LDAParticles, t: int, generator: torch.Generator | None = None):
