@@ -152,9 +152,41 @@ def estimate_corpus(
     progress: bool = True,
 ) -> dict[str, DocumentEstimate]:
     """One estimate per distinct text: ``num_samples`` each, then, with a precision target, more for those that need
-    it (see the module docstring). ``estimate(text, settings, stage)`` computes one estimate (default
-    ``estimate_document``; the lm-eval backend passes one that reads and writes its results store); ``all_reduce``
-    sums a list of floats over processes (default: this process only)."""
+    it (see the module docstring).
+
+    Parameters
+    ----------
+    model : LatentLM
+        The model.
+    texts : sequence of str
+        The corpus (repeated texts are estimated once).
+    settings : EstimatorSettings
+        Resolved or ``auto``; a sampling estimator with ``target_se`` > 0 runs the precision target.
+    device : torch.device or str
+        Where the model runs.
+    estimate : callable, optional
+        ``estimate(text, settings, stage) -> DocumentEstimate`` (default ``estimate_document``; the lm-eval backend
+        passes one that reads and writes its results store).
+    all_reduce : callable, optional
+        Sums a list of floats over processes (default: this process only).
+    progress : bool
+        Progress bars.
+
+    Returns
+    -------
+    dict of str to DocumentEstimate
+        The last stage's estimate of every distinct text, with every stage's log p̂ (``stage_log_likelihoods``)
+        under a precision target.
+
+    Examples
+    --------
+    >>> from lm_latent_eval.models import load_model
+    >>> hmm, _ = load_model("hmm")
+    >>> texts = ["the cat sat", "a dog ran", "the cat sat"]
+    >>> out = estimate_corpus(hmm, texts, EstimatorSettings("smc", 32, target_se=0.05, seed=1), progress=False)
+    >>> len(out), all(len(e.stage_log_likelihoods) >= 2 for e in out.values())
+    (2, True)
+    """
     settings, _ = resolve(settings, model)
     policy = UncertaintyPolicy.of(settings)
     estimate = estimate or (lambda text, s, stage: estimate_document(model, text, s, device, stage=stage))

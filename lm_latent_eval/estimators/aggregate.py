@@ -29,7 +29,25 @@ def as_log_weights(log_weights, doc: str = "document") -> np.ndarray:
 
 
 def log_mean_exp(log_weights: np.ndarray, axis: int = -1) -> np.ndarray | float:
-    """log p̂ = logsumexp_k(log w_k) − log K, in float64."""
+    """log p̂ = logsumexp_k(log w_k) − log K, in float64.
+
+    Parameters
+    ----------
+    log_weights : array_like
+        log w_k along ``axis`` (K of them).
+    axis : int
+        The sample axis.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        log mean_k w_k.
+
+    Examples
+    --------
+    >>> round(float(log_mean_exp([0.0, math.log(3.0)])), 6)  # log((1 + 3) / 2)
+    0.693147
+    """
     lw = np.asarray(log_weights, dtype=np.float64)
     return logsumexp(lw, axis=axis) - math.log(lw.shape[axis])
 
@@ -62,7 +80,24 @@ def total_tokens(num_tokens: Sequence[int], n_docs: int) -> int:
 
 
 def instance_ppl(log_weights: Sequence, num_tokens: Sequence[int]) -> float:
-    """Instance-level PPL = exp(−Σ_n log p̂(x_n) / Σ_n T_n)."""
+    """Instance-level PPL = exp(−Σ_n log p̂(x_n) / Σ_n T_n) (Logan et al. 2020, Eq. 5).
+
+    Parameters
+    ----------
+    log_weights : sequence of array_like
+        Per document n, its K_n log weights.
+    num_tokens : sequence of int
+        T_n per document.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> round(instance_ppl([[-2.0, -2.0], [-4.0, -4.0]], [1, 2]), 4)  # exp(6 / 3)
+    7.3891
+    """
     total = total_tokens(num_tokens, len(log_weights))
     return math.exp(-float(instance_log_likelihoods(log_weights).sum()) / total)
 
@@ -73,7 +108,25 @@ def corpus_log_likelihood(log_weights: Sequence) -> float:
 
 
 def corpus_ppl(log_weights: Sequence, num_tokens: Sequence[int]) -> float:
-    """Corpus-level PPL = exp(−(logsumexp_k Σ_n log w_nk − log K) / Σ_n T_n)."""
+    """Corpus-level PPL = exp(−(logsumexp_k Σ_n log w_nk − log K) / Σ_n T_n) (Eq. 6): sample k of every document is
+    one joint sample of the corpus, so every document needs the same K.
+
+    Parameters
+    ----------
+    log_weights : sequence of array_like
+        Per document, K log weights.
+    num_tokens : sequence of int
+        T_n per document.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> round(corpus_ppl([[-2.0, -2.0], [-4.0, -4.0]], [1, 2]), 4)
+    7.3891
+    """
     total = total_tokens(num_tokens, len(log_weights))
     return math.exp(-corpus_log_likelihood(log_weights) / total)
 

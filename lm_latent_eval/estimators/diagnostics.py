@@ -17,14 +17,26 @@ PARETO_K_CAP = 0.7  # the largest threshold at any sample size (Vehtari et al. 2
 
 def pareto_k_threshold(num_samples: int) -> float:
     """The k̂ above which PSIS calls an estimate from S samples unreliable: min(1 − 1/log10 S, 0.7) (Vehtari et al.
-    2024): 0.5 at S = 100, 0.667 at 1,000, 0.7 from S ≈ 2,154 on; 0 at S ≤ 10 (too few samples to judge a tail)."""
+    2024): 0.5 at S = 100, 0.667 at 1,000, 0.7 from S ≈ 2,154 on; 0 at S ≤ 10 (too few samples to judge a tail).
+
+    Examples
+    --------
+    >>> pareto_k_threshold(100), pareto_k_threshold(10_000)
+    (0.5, 0.7)
+    """
     if num_samples <= 10:
         return 0.0
     return min(1.0 - 1.0 / math.log10(num_samples), PARETO_K_CAP)
 
 
 def relative_variance(log_weights: np.ndarray) -> float:
-    """v̂ = s²_w / (K w̄²), the estimate of Var(p̂)/p² from the K weights (p̂ = w̄); NaN for K = 1."""
+    """v̂ = s²_w / (K w̄²), the estimate of Var(p̂)/p² from the K weights (p̂ = w̄); NaN for K = 1.
+
+    Examples
+    --------
+    >>> round(relative_variance(np.log([1.0, 3.0])), 6)  # s² = 2, w̄ = 2: 2 / (2 · 4)
+    0.25
+    """
     lw = np.asarray(log_weights, dtype=np.float64)
     if lw.size < 2:
         return float("nan")
@@ -33,7 +45,23 @@ def relative_variance(log_weights: np.ndarray) -> float:
 
 
 def effective_sample_size(log_weights: np.ndarray) -> float:
-    """ESS = (Σ_k w_k)² / Σ_k w_k², computed from log weights."""
+    """ESS = (Σ_k w_k)² / Σ_k w_k², computed from log weights.
+
+    Parameters
+    ----------
+    log_weights : array_like
+        log w_k, [K].
+
+    Returns
+    -------
+    float
+        Between 1 and K.
+
+    Examples
+    --------
+    >>> effective_sample_size(np.zeros(17))
+    17.0
+    """
     lw = np.asarray(log_weights, dtype=np.float64)
     return float(math.exp(2.0 * logsumexp(lw) - logsumexp(2.0 * lw)))
 

@@ -102,6 +102,25 @@ def certified_lower_bound(
     ``key`` (a repeated text shares one random stream) are not independent: texts are grouped by how often they occur
     (m), each group's product is bounded at δ / (number of groups), and S ≥ Σ_m m (Σ_{n in group m} log p̂_n + log δ_m)
     then holds with probability ≥ 1 − δ by the union bound.
+
+    Parameters
+    ----------
+    log_likelihoods : sequence of float
+        log p̂_n per document.
+    level : float
+        1 − δ.
+    keys : sequence, optional
+        One per document, equal for repeated texts.
+
+    Returns
+    -------
+    float
+        L, in nats.
+
+    Examples
+    --------
+    >>> round(certified_lower_bound([-1.0, -2.0]), 4)  # −3 + log 0.05
+    -5.9957
     """
     ll = np.asarray(log_likelihoods, dtype=np.float64)
     delta = 1.0 - level
