@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from ..errors import UnsupportedError
 from ..protocol import LatentLM
 from .intervals import DocumentError, Interval
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
@@ -120,6 +121,12 @@ class Estimator:
     def missing(self, model: Any) -> str | None:
         """Why ``model`` cannot serve this estimator (one line naming the alternatives), or None."""
         return None
+
+    def require(self, model: Any) -> None:
+        """``UnsupportedError`` (one line, ``missing``'s reason) when ``model`` cannot serve this estimator."""
+        reason = self.missing(model)
+        if reason is not None:
+            raise UnsupportedError(reason)
 
     def auto_reason(self, model: Any) -> str | None:
         """Why ``estimator=auto`` picks this estimator for ``model``, or None when it does not."""

@@ -7,8 +7,7 @@ from typing import ClassVar
 
 import torch
 
-from ..errors import UnsupportedError
-from ..protocol import LatentLM, num_particles, require_beam
+from ..protocol import LatentLM, has_beam, latent_support, num_particles
 from .base import DocumentEstimate, Estimator
 from .intervals import DocumentError, Interval
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
@@ -37,12 +36,12 @@ class BeamBound(Estimator):
     settings_fields = ("beam_size",)
 
     def missing(self, model) -> str | None:
-        """``protocol.require_beam``'s refusal: a continuous latent, or a proposal without ``beam(x, k)``."""
-        try:
-            require_beam(model)
-        except UnsupportedError as err:
-            return str(err)
-        return None
+        """A continuous latent (no configurations to rank), or a proposal without ``beam(x, k)``."""
+        if has_beam(model):
+            return None
+        if latent_support(model) == "continuous":
+            return f"{type(model).__name__} has a continuous latent: no beam over configurations"
+        return f"{type(model).__name__}'s proposal has no beam(x, k)"
 
     def describe(self, settings: dict) -> str:
         return f"beam k={settings.get('beam_size')}"
@@ -106,7 +105,5 @@ def beam_log_marginal(model: LatentLM, x: torch.Tensor, beam_size: int, document
     True
     """
     settings = checked_settings(document, estimator="beam", beam_size=beam_size)
-    reason = BEAM.missing(model)
-    if reason is not None:
-        raise UnsupportedError(reason)
+    BEAM.require(model)
     return beam_sum(model, x, settings.beam_size, document)

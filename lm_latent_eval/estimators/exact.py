@@ -7,7 +7,6 @@ from typing import ClassVar
 
 import torch
 
-from ..errors import UnsupportedError
 from ..protocol import LatentLM, has_exact_marginal, has_tractable_marginal
 from .base import DocumentEstimate, Estimator
 from .intervals import DocumentError, Interval
@@ -33,10 +32,7 @@ class ExactMarginal(Estimator):
     def missing(self, model) -> str | None:
         if has_exact_marginal(model):
             return None
-        return (
-            f"{type(model).__name__} has no exact log_marginal(x); use estimator=auto (the best available), smc, "
-            "is or beam"
-        )
+        return f"{type(model).__name__} has no exact log_marginal(x)"
 
     def auto_reason(self, model) -> str | None:
         if not has_tractable_marginal(model):
@@ -81,9 +77,7 @@ def exact_log_marginal(model: LatentLM, x: torch.Tensor, document: str = "") -> 
     >>> round(exact_log_marginal(hmm, hmm.tokenize("the cat sat")), 4) < 0
     True
     """
-    reason = EXACT.missing(model)
-    if reason is not None:
-        raise UnsupportedError(reason)
+    EXACT.require(model)
     value = float(model.log_marginal(x))
     if math.isnan(value) or value == math.inf:
         raise ValueError(f"document {document[:60]!r}: log_marginal returned {value}")

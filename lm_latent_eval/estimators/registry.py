@@ -79,13 +79,30 @@ def resolve(settings: EstimatorSettings, model: Any) -> tuple[EstimatorSettings,
             settings = settings.replace(target_se=target)
             why += f" (precision target {target} nats per token)"
         settings = settings.replace(estimator=estimator.name)
-    reason = estimator.missing(model)
-    if reason is not None:
-        raise UnsupportedError(reason)
+    require(estimator, model)
     estimator.check(settings)
     if estimator.draws_samples:
         check_tempering(model.proposal, settings.temperature)
     return settings, why
+
+
+def require(estimator: Estimator, model: Any) -> None:
+    """An ``UnsupportedError`` in one line when ``model`` cannot serve ``estimator``: why, and which estimators it
+    can use (``auto`` first).
+
+    Examples
+    --------
+    >>> from lm_latent_eval.models import load_model
+    >>> kglm, _ = load_model("kglm")
+    >>> require(ESTIMATORS["exact"], kglm)
+    Traceback (most recent call last):
+    ...
+    lm_latent_eval.errors.UnsupportedError: KGLM has no exact log_marginal(x); use estimator=auto, or one of smc, is, beam
+    """
+    reason = estimator.missing(model)
+    if reason is not None:
+        usable = [e.name for e in ESTIMATORS.values() if e.missing(model) is None]
+        raise UnsupportedError(f"{reason}; use estimator=auto, or one of {', '.join(usable)}")
 
 
 def targets_precision(settings: EstimatorSettings) -> bool:

@@ -26,7 +26,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..errors import InputError, UnsupportedError
+from ..errors import InputError
 from ..protocol import has_stepwise, missing_stepwise_methods
 from ..tensors import inverse_cdf
 from .aggregate import log_mean_exp
@@ -407,14 +407,8 @@ class SequentialMonteCarlo(Estimator):
             return None
         return (
             f"estimator=smc needs the stepwise part of the contract, but {type(model).__name__} does not define "
-            f"{', '.join(missing)} (see lm_latent_eval.protocol.StepwiseLatentLM); use estimator=is, beam or exact"
+            f"{', '.join(missing)} (see lm_latent_eval.protocol.StepwiseLatentLM)"
         )
-
-    def require(self, model) -> None:
-        """``UnsupportedError`` (one line) when ``model`` lacks the stepwise part."""
-        reason = self.missing(model)
-        if reason is not None:
-            raise UnsupportedError(reason)
 
     def auto_reason(self, model) -> str | None:
         if not has_stepwise(model):
