@@ -24,7 +24,8 @@ def _jsonl_text(line: str, where: str, tokens_field: bool) -> str:
             f"{where}: expected a JSON object with a {TEXT_FIELD!r} field, got {type(record).__name__}"
         )
     if TEXT_FIELD not in record and tokens_field and isinstance(record.get("tokens"), list):
-        return " ".join(str(t) for t in record["tokens"] if t != "@@START@@")  # a Linked WikiText-2 article
+        # a Linked WikiText-2 article
+        return " ".join(str(t) for t in record["tokens"] if t != "@@START@@")
     if TEXT_FIELD not in record:
         also = " (nor Linked WikiText-2 'tokens')" if tokens_field else ""
         raise InputError(

@@ -25,8 +25,10 @@ def inverse_cdf(
     cdf = weights.cumsum(-1) if cumulative is None else cumulative
     dtype = torch.promote_types(cdf.dtype, u.dtype)
     cdf = cdf.to(dtype)
-    total = cdf[..., -1:]  # [..., 1]
-    target = u.to(dtype).unsqueeze(-1) * total  # [..., 1]
+    # [..., 1]
+    total = cdf[..., -1:]
+    # [..., 1]
+    target = u.to(dtype).unsqueeze(-1) * total
     drawn = torch.searchsorted(cdf, target, right=True)
     return torch.minimum(drawn, torch.searchsorted(cdf, total.contiguous())).squeeze(-1)
 
@@ -69,7 +71,8 @@ def distinct_rows(rows: torch.Tensor, min_rows: int = 1) -> tuple[torch.Tensor, 
         return rows, torch.zeros(0, dtype=torch.long, device=dev)
     keys, inverse = torch.unique(row_keys(rows), return_inverse=True)
     first = _first_of_each(inverse, keys.shape[0], K)
-    if not torch.equal(rows[first][inverse], rows):  # a hash collision
+    # a hash collision
+    if not torch.equal(rows[first][inverse], rows):
         _, inverse = torch.unique(rows, dim=0, return_inverse=True)
         first = _first_of_each(inverse, int(inverse.max()) + 1, K)
     order = first.argsort()

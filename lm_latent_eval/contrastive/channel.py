@@ -31,8 +31,10 @@ class Distortion:
     """One pass of the channel over one sentence: the output words and what happened at each position."""
 
     words: list[str]
-    operations: np.ndarray  # int8 [n]: KEEP / REPLACE / SWAP drawn for each input position
-    partners: np.ndarray  # int64 [n]: swap partner of each SWAP position (−1 elsewhere or when there is none)
+    # int8 [n]: KEEP / REPLACE / SWAP drawn for each input position
+    operations: np.ndarray
+    # int64 [n]: swap partner of each SWAP position (−1 elsewhere or when there is none)
+    partners: np.ndarray
 
     @property
     def text(self) -> str:
@@ -84,7 +86,8 @@ def distort_words(
         if n < 2:
             continue
         j = int(rng.integers(n - 1))
-        j += j >= i  # uniform over the other n − 1 positions
+        # uniform over the other n − 1 positions
+        j += j >= i
         partners[i] = j
         out[i], out[j] = out[j], out[i]
     replaced = np.flatnonzero(ops == REPLACE)

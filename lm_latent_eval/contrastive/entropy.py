@@ -26,7 +26,8 @@ DEFAULT_BASE_LEVEL = 0.1
 DEFAULT_NUM_DISTORTIONS = 10
 UNITS = ("word", "sentence")
 
-Scorer = Callable[[list[str]], Sequence[float]]  # S sentences -> S log scores log p̃(sentence)
+# S sentences -> S log scores log p̃(sentence)
+Scorer = Callable[[list[str]], Sequence[float]]
 
 
 def _as_scores(scores, what: str) -> np.ndarray:
@@ -155,7 +156,8 @@ def report_from_sentence_scores(
         )
     if any(isinstance(n, bool) or int(n) != n or n < 0 for n in num_words):
         raise ValueError("word counts must be non-negative integers")
-    grid = np.asarray(distorted_scores, dtype=np.float64)  # [S, L, R]
+    # [S, L, R]
+    grid = np.asarray(distorted_scores, dtype=np.float64)
     n = len(num_words) if unit == "sentence" else int(sum(int(w) for w in num_words))
     distorted = {d: [grid[:, j, r] for r in range(grid.shape[2])] for j, d in enumerate(levels)}
     report = contrastive_entropy_report(original_scores, distorted, n, base_level)

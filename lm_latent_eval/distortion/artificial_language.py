@@ -20,7 +20,8 @@ class LanguageSample:
 
     tokens: list[list[int]]
     token_log_probs: list[np.ndarray]
-    finished: np.ndarray  # bool [N]: EOS was drawn within max_length tokens
+    # bool [N]: EOS was drawn within max_length tokens
+    finished: np.ndarray
 
     @property
     def log_probs(self) -> np.ndarray:
@@ -77,14 +78,17 @@ def sample_language(
         inputs = torch.full((b, 1), bos_token_id, dtype=torch.long, device=device)
         drawn = torch.empty((b, max_length), dtype=torch.long, device=device)
         log_p = torch.zeros((b, max_length), dtype=torch.float64, device=device)
-        length = torch.full((b,), max_length, dtype=torch.long, device=device)  # tokens incl. EOS
+        # tokens incl. EOS
+        length = torch.full((b,), max_length, dtype=torch.long, device=device)
         alive = torch.ones(b, dtype=torch.bool, device=device)
         past = None
         for t in range(max_length):
             out = model(input_ids=inputs, past_key_values=past, use_cache=True)
             past = out.past_key_values
-            step_log_p = torch.log_softmax(out.logits[:, -1].double() / temperature, dim=-1)  # [b, V]
-            nxt = torch.multinomial(step_log_p.exp(), 1, generator=generator)  # [b, 1]
+            # [b, V]
+            step_log_p = torch.log_softmax(out.logits[:, -1].double() / temperature, dim=-1)
+            # [b, 1]
+            nxt = torch.multinomial(step_log_p.exp(), 1, generator=generator)
             drawn[:, t] = nxt[:, 0]
             log_p[:, t] = step_log_p.gather(1, nxt)[:, 0]
             ended = alive & (nxt[:, 0] == eos_token_id)
@@ -122,18 +126,21 @@ def score_sequences(
         return []
     _check_length(model, max(len(s) for s in sequences) + 1)
     device = next(model.parameters()).device
-    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))  # similar lengths share a batch
+    # similar lengths share a batch
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
     result: list[np.ndarray | None] = [None] * len(sequences)
     for start in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", disable=not progress):
         idx = order[start : start + batch_size]
-        width = max(len(sequences[i]) for i in idx) + 2  # BOS … EOS
+        # BOS … EOS
+        width = max(len(sequences[i]) for i in idx) + 2
         ids = torch.full((len(idx), width), eos_token_id, dtype=torch.long)
         mask = torch.zeros((len(idx), width), dtype=torch.long)
         for row, i in enumerate(idx):
             full = [bos_token_id, *sequences[i], eos_token_id]
             ids[row, : len(full)] = torch.tensor(full, dtype=torch.long)
             mask[row, : len(full)] = 1
-        ids, mask = ids.to(device), mask.to(device)  # right padding: real positions stay 0..n+1
+        # right padding: real positions stay 0..n+1
+        ids, mask = ids.to(device), mask.to(device)
         logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].double() / temperature
         log_p = torch.log_softmax(logits, dim=-1).gather(2, ids[:, 1:, None])[..., 0].cpu().numpy()
         for row, i in enumerate(idx):

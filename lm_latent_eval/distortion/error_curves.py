@@ -12,9 +12,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-NUM_RESAMPLES = 10_000  # bootstrap resamples per bin
+# bootstrap resamples per bin
+NUM_RESAMPLES = 10_000
 CONFIDENCE_LEVEL = 0.95
-MIN_COUNT = 10  # a bin is kept only with MORE than this many sequences
+# a bin is kept only with MORE than this many sequences
+MIN_COUNT = 10
 NUM_EQUAL_WIDTH_BINS = 20
 NUM_EQUAL_SIZE_BINS = 50
 NUM_RARITY_BINS = 10

@@ -13,7 +13,8 @@ from collections.abc import Hashable, Iterable, Sequence
 import numpy as np
 
 PERTURBATIONS = ("swap", "delete", "insert", "substitute")
-MEAN_RANDOM_LENGTH = 10.0  # length of a random Σ* sequence ~ Poisson(10)
+# length of a random Σ* sequence ~ Poisson(10)
+MEAN_RANDOM_LENGTH = 10.0
 
 
 def _generator(rng) -> np.random.Generator:

@@ -22,8 +22,10 @@ from . import plots
 from .artificial_language import max_positions, sample_language, score_sequences
 from .perturbations import MEAN_RANDOM_LENGTH, perturbation_chain, potential_productivity, random_sequences
 
-DEFAULT_MAX_LENGTH = 128  # tokens per sample when the reference declares no context window
-DEFAULT_MAX_TRUNCATED = 0.1  # share of samples without EOS that may be left out
+# tokens per sample when the reference declares no context window
+DEFAULT_MAX_LENGTH = 128
+# share of samples without EOS that may be left out
+DEFAULT_MAX_TRUNCATED = 0.1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -198,7 +200,8 @@ def _grid_columns(grid: dict) -> dict[str, list]:
 def run(args: argparse.Namespace) -> int:
     """Sample, perturb, score and write every curve; prints the headline numbers."""
     progress = not args.no_progress
-    out = Path(args.output_dir)  # made once there is something to write
+    # made once there is something to write
+    out = Path(args.output_dir)
     ref_model, ref_tok = load_causal_lm(args.reference, args.device, "--reference")
     model, model_tok = load_causal_lm(args.model, args.device)
     check_same_vocabulary(ref_tok, model_tok)
@@ -239,7 +242,8 @@ def run(args: argparse.Namespace) -> int:
     randoms = random_sequences(args.num_random_sequences, sigma, rng, args.random_mean_length)
     seqs += randoms
     source += ["random"] * len(randoms)
-    steps += [-1] * len(randoms)  # not derived from a sample
+    # not derived from a sample
+    steps += [-1] * len(randoms)
     parent += [-1] * len(randoms)
 
     ref_tokens = [language.token_log_probs[i] for i in keep] + score_sequences(
@@ -329,7 +333,8 @@ def run(args: argparse.Namespace) -> int:
             out / f"{name}.csv",
             _grid_columns(result) if name == "perturbation_grid" else _curve_columns(result),
         )
-        if _empty(result):  # an empty frame would read as "no error"
+        # an empty frame would read as "no error"
+        if _empty(result):
             warnings.warn(
                 f"{name}: every bin holds --min-count {args.min_count} sequences or fewer, so no figure is drawn "
                 f"(its CSV has no rows); {REMEDY[name]} or lower --min-count",
@@ -348,11 +353,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-REMEDY = {  # per figure: the option that draws its sequences, then the one that sets its bins (if any)
+# per figure: the option that draws its sequences, then the one that sets its bins (if any)
+REMEDY = {
     "equal_width_curve": "draw more --num-sequences, use fewer --num-bins",
     "random_equal_width_curve": "draw more --num-random-sequences, use fewer --num-bins",
     "equal_size_curve": "draw more --num-sequences, use fewer --num-equal-size-bins",
-    "length_curve": "draw more --num-sequences",  # a bin per length
+    # a bin per length
+    "length_curve": "draw more --num-sequences",
     "perturbation_grid": "draw more --num-sequences, use fewer --num-rarity-bins",
 }
 

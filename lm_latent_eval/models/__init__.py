@@ -141,9 +141,8 @@ def load_model(
                 f"{path.suffix} is a local file, not a Hugging Face Hub id"
             )
         path = hub_snapshot(str(pretrained))
-    with contextlib.redirect_stdout(
-        io.StringIO()
-    ):  # huggingface_hub prints "Loading weights from local directory"
+    # huggingface_hub prints "Loading weights from local directory"
+    with contextlib.redirect_stdout(io.StringIO()):
         lm = cls.from_pretrained(str(path), **kwargs)
     if dtype is not None and hasattr(lm, "to"):
         lm = lm.to(dtype=dtype)

@@ -31,7 +31,8 @@ class CausalLMAsLatent(torch.nn.Module):
     per forward pass.
     """
 
-    prefix_probability = True  # log_joint has no end-of-text event: Σ_z p(x, z) = P(a text starts with x)
+    # log_joint has no end-of-text event: Σ_z p(x, z) = P(a text starts with x)
+    prefix_probability = True
 
     def __init__(self, model, tokenizer, max_length: int | None = None, window_batch: int = 8):
         super().__init__()
@@ -49,7 +50,8 @@ class CausalLMAsLatent(torch.nn.Module):
             max_length or getattr(model.config, "n_positions", None) or model.config.max_position_embeddings
         )
         self.window_batch = int(window_batch)
-        self._memo = None  # (token ids, log p(x_t | x_<t) [T]) of the last document
+        # (token ids, log p(x_t | x_<t) [T]) of the last document
+        self._memo = None
 
     @classmethod
     def from_pretrained(cls, path: str, **kwargs):
@@ -76,7 +78,8 @@ class CausalLMAsLatent(torch.nn.Module):
         """log p(x_t | window before t) for every token, float64 [T]; windows of full length L go through the network
         ``window_batch`` at a time (a fixed grouping, so the numbers never depend on lm-eval's batch_size)."""
         key = tuple(x.tolist())
-        if self._memo is not None and self._memo[0] == key:  # log_joint asks once per particle chunk
+        # log_joint asks once per particle chunk
+        if self._memo is not None and self._memo[0] == key:
             return self._memo[1]
         device = next(self.model.parameters()).device
         ids = torch.cat([torch.tensor([self.prefix_token]), x.cpu()]).to(device)
@@ -86,7 +89,8 @@ class CausalLMAsLatent(torch.nn.Module):
             group = blocks[b : b + self.window_batch]
             # equal lengths: with T ≥ L every window is L long; with T < L there is one window
             inputs = torch.stack([ids[max(0, e - self.max_length) : e] for _, e in group])
-            logp = torch.log_softmax(self.model(inputs).logits.float(), -1)  # [W, L, V]
+            # [W, L, V]
+            logp = torch.log_softmax(self.model(inputs).logits.float(), -1)
             for row, (s, e) in enumerate(group):
                 targets = ids[s + 1 : e + 1]
                 out[s:e] = logp[row, -(e - s) :].gather(-1, targets[:, None])[:, 0].double().cpu()
@@ -116,7 +120,8 @@ class CausalLMAsLatent(torch.nn.Module):
         return state, log_p[t].expand(k).clone()
 
     def smc_reorder(self, state, ancestors: torch.Tensor):
-        return state  # every particle is the same
+        # every particle is the same
+        return state
 
     def smc_latents(self, state) -> torch.Tensor:
         return torch.zeros(state[1], 1, dtype=torch.long)

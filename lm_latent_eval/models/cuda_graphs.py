@@ -71,7 +71,8 @@ class TokenLoop:
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
-                step()  # warm-up, outside the capture: lazy tables, library handles, allocator pools
+                # warm-up, outside the capture: lazy tables, library handles, allocator pools
+                step()
             torch.cuda.current_stream().wait_stream(side)
             reset()
             self.graph = torch.cuda.CUDAGraph()

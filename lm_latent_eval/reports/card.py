@@ -30,7 +30,8 @@ from ..estimators.settings import DEFAULT_LEVEL
 from .coverage import measured_coverage
 from .lm_eval_output import TaskRun, read_runs
 
-ESS_FLOOR = 10.0  # fewer effective samples than this: the interval rests on a handful of weights
+# fewer effective samples than this: the interval rests on a handful of weights
+ESS_FLOOR = 10.0
 
 
 def _figure(name: str, value: float, kind: str, interval=None, note: str | None = None) -> dict:
@@ -137,9 +138,8 @@ def reproduce_command(run: TaskRun) -> str:
     for key, value in run.settings.items():
         if key != "sample_block":
             args.setdefault(key, value)
-    device = cfg.get(
-        "device_type"
-    )  # where it ran; lm-eval's own "device" is the --device asked for (cuda:0 default)
+    # where it ran; lm-eval's own "device" is the --device asked for (cuda:0 default)
+    device = cfg.get("device_type")
     if device is not None and "device" in args:
         args["device"] = device
     parts = [

@@ -45,9 +45,8 @@ def select_run(path: str | Path, task: str | None = None) -> TaskRun:
     writes a results file per run into the model's folder) count once: the newest, with a warning naming it."""
     runs = [r for r in read_runs(path) if task is None or r.task == task]
     if len(runs) > 1 and all(_same_run(runs[0], r) for r in runs[1:]):
-        newest = max(
-            runs, key=lambda r: r.results_file.name
-        )  # results_<ISO date>.json: the name sorts by time
+        # results_<ISO date>.json: the name sorts by time
+        newest = max(runs, key=lambda r: r.results_file.name)
         warnings.warn(
             f"{path} holds {len(runs)} runs of {newest.task} with the same model, settings and documents (reruns); "
             f"comparing the newest, {newest.results_file.name} (pass a results_*.json file to choose another)",
@@ -135,7 +134,8 @@ def paired_comparison(
         )
         unit, sides = "word", [_per_word(docs) for docs in sides]
     corpora = [corpus_estimate(docs) for docs in sides]
-    ll = np.stack([_corrected(docs, corpus) for docs, corpus in zip(sides, corpora)], axis=1)  # [N, 2]
+    # [N, 2]
+    ll = np.stack([_corrected(docs, corpus) for docs, corpus in zip(sides, corpora)], axis=1)
     tokens = np.array([[da.num_tokens, db.num_tokens] for da, db in zip(*sides)], dtype=np.float64)
     keep = tokens[:, 0] > 0
     ll, tokens = ll[keep], tokens[keep]
@@ -144,8 +144,10 @@ def paired_comparison(
         raise InputError("a paired test needs at least two non-empty documents")
 
     def delta(idx):
-        per_unit = ll[idx].sum(axis=-2) / tokens[idx].sum(axis=-2)  # [..., 2]: Σℓ / ΣT of A and B
-        return per_unit[..., 1] - per_unit[..., 0]  # log PPL_A − log PPL_B
+        # [..., 2]: Σℓ / ΣT of A and B
+        per_unit = ll[idx].sum(axis=-2) / tokens[idx].sum(axis=-2)
+        # log PPL_A − log PPL_B
+        return per_unit[..., 1] - per_unit[..., 0]
 
     rng = np.random.default_rng(seed)
     boot = np.concatenate(
@@ -157,7 +159,8 @@ def paired_comparison(
     alpha = (1.0 - level) / 2.0
     observed = float(delta(np.arange(n)))
     p_value = min(1.0, 2.0 * min((boot <= 0).mean(), (boot >= 0).mean()))
-    per_doc = ll / tokens  # [N, 2] log p̂ per unit
+    # [N, 2] log p̂ per unit
+    per_doc = ll / tokens
     return {
         "a": _summary(a, sides[0], corpora[0]),
         "b": _summary(b, sides[1], corpora[1]),
@@ -192,7 +195,8 @@ def comparison_markdown(c: dict) -> str:
     ]
     for key in sorted(set(a["settings"]) | set(b["settings"])):
         rows.append((key, a["settings"].get(key, "–"), b["settings"].get(key, "–")))
-    per = f"per {c['unit']}"  # the unit of every figure below and of the test
+    # the unit of every figure below and of the test
+    per = f"per {c['unit']}"
     rows += [
         (f"perplexity {per}", f"{a['perplexity']:.4f}", f"{b['perplexity']:.4f}"),
         ("95% statement", _statement(a), _statement(b)),

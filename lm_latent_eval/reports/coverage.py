@@ -17,7 +17,8 @@ def _results() -> list[dict]:
     if not COVERAGE_FILE.is_file():
         return []
     results = json.loads(COVERAGE_FILE.read_text(encoding="utf-8")).get("results", [])
-    return results if isinstance(results, list) else []  # (an older layout: not measured)
+    # an older layout (results not a list): not measured
+    return results if isinstance(results, list) else []
 
 
 def measured_coverage(estimator: str, num_documents: int) -> str:

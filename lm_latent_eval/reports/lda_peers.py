@@ -44,7 +44,8 @@ def our_rows(model, texts: list[str], num_samples: int, seed: int) -> list[PeerR
     for name, s in settings.items():
         try:
             corpus = corpus_estimate([estimate_document(model, t, s) for t in texts])
-        except ValueError as err:  # the exact DP refuses a long document
+        except ValueError as err:
+            # the exact DP refuses a long document
             rows.append(PeerRow(f"lm-latent-eval {name}", "", math.nan, "", str(err)))
             continue
         label = {"exact": "exact (dynamic program over topic counts)", "smc": f"SMC, K = {num_samples}"}.get(

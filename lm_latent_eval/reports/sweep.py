@@ -34,9 +34,8 @@ def read_documents(path: str | Path) -> list[str]:
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(f"{path}: no such file")
-    if path.suffix != ".jsonl" and path.read_text(encoding="utf-8").lstrip().startswith(
-        "("
-    ):  # PTB-style trees
+    # PTB-style trees
+    if path.suffix != ".jsonl" and path.read_text(encoding="utf-8").lstrip().startswith("("):
         from ..models.rnng.treebank import read_sentences
 
         docs = read_sentences(path)
@@ -56,7 +55,8 @@ def exact_estimates(model, documents: list[str], device) -> list | None:
     except ValueError:
         if has_tractable_marginal(model):
             raise
-        return None  # a document too long to enumerate
+        # a document too long to enumerate
+        return None
 
 
 def run_sweep(
@@ -80,7 +80,8 @@ def run_sweep(
 
     smc = has_stepwise(model) if smc is None else smc
     settings = [(peek, t) for peek in peek_modes for t in temperatures]
-    for peek, t in settings[:1] + settings[-1:]:  # a bad K, τ or SMC option: one error before any work
+    # a bad K, τ or SMC option: one error before any work
+    for peek, t in settings[:1] + settings[-1:]:
         EstimatorSettings("smc" if smc else "is", num_samples, t, peek, seed=seed, batch_size=batch_size,
                           resample_threshold=resample_threshold, smc_runs=smc_runs)  # fmt: skip
     for t in temperatures:
@@ -352,7 +353,8 @@ def convergence_figure(result: dict):
         ax.set_ylim(bottom, top)
         ax.set_title("peeking proposal" if peek else "no-peeking proposal", fontsize=10)
         ax.set_ylabel("IS perplexity (upper bound in expectation)")
-        if off:  # below the x axis: the curves that end above the panel, and where
+        # below the x axis: the curves that end above the panel, and where
+        if off:
             ax.text(
                 0.5, -0.17, _off_scale(rows, off), transform=ax.transAxes, ha="center", va="top", fontsize=7
             )
@@ -429,9 +431,8 @@ def run(args: argparse.Namespace) -> int:
     model, _ = load_model(args.model, args.pretrained, device=args.device)
     data = args.data or DATA_DIR / DEFAULT_DATA.get(args.model, "corpus/tiny_test.jsonl")
     peek_modes = {"both": (True, False), "peek": (True,), "no-peek": (False,)}[args.peek]
-    if getattr(
-        model.proposal, "always_peeks", False
-    ):  # a proposal that declares always_peeks = True: no-peeking rows do not apply
+    # a proposal that declares always_peeks = True: no-peeking rows do not apply
+    if getattr(model.proposal, "always_peeks", False):
         if args.peek == "no-peek":
             raise SystemExit(
                 f"{type(model.proposal).__name__} always reads the whole text: no no-peeking proposal"
@@ -460,9 +461,8 @@ def run(args: argparse.Namespace) -> int:
         result["exact_ppl"], result["exact_source"] = args.exact_ppl, "given by --exact-ppl"
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    from ..harness.provenance import (
-        package_path,
-    )  # bundled files as lm_latent_eval/data/...: no machine's path
+    # bundled files as lm_latent_eval/data/...: no machine's path
+    from ..harness.provenance import package_path
 
     result["config"] = {k: v for k, v in vars(args).items() if k != "func"} | {"data": package_path(data)}
     (out / "sweep.json").write_text(json.dumps(result, indent=1))

@@ -71,7 +71,8 @@ def document_from_record(record: dict, name: str = "document") -> CorefDocument:
     tokens, clusters = record.get("tokens"), record.get("clusters", {})
     if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
         raise InputError(f"{name}: 'tokens' must be a list of strings")
-    if isinstance(clusters, list):  # a list of clusters (AllenNLP's coref format) is accepted too
+    # a list of clusters (AllenNLP's coref format) is accepted too
+    if isinstance(clusters, list):
         clusters = {str(i): c for i, c in enumerate(clusters)}
     if not isinstance(clusters, dict):
         raise InputError(f"{name}: 'clusters' must be a dict {{id: [[start, end], ...]}}")

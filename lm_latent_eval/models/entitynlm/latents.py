@@ -48,8 +48,10 @@ from torch import nn
 from ...tensors import inverse_cdf
 
 LATENT_KEYS = ("mention", "entity", "length")
-SELECT_ROWS_ON = ("cpu",)  # devices where sample_step draws entity and length for the starting particles only
-MIN_ROWS = 4  # see rows_apart
+# devices where sample_step draws entity and length for the starting particles only
+SELECT_ROWS_ON = ("cpu",)
+# see rows_apart
+MIN_ROWS = 4
 
 
 @dataclass
@@ -57,11 +59,14 @@ class EntityMemory:
     """Dynamic entity state of K particles after some prefix of the document."""
 
     embeddings: torch.Tensor  # [K, M, D]
-    last_seen: torch.Tensor  # [K, M] position of each entity's latest mention token (unused slots: 0)
+    # [K, M] position of each entity's latest mention token (unused slots: 0)
+    last_seen: torch.Tensor
     count: torch.Tensor  # [K] entities introduced so far (n)
     prev_entity: torch.Tensor  # [K] E_{t−1}
-    prev_length: torch.Tensor  # [K] L_{t−1} (1: the next token starts a decision)
-    offsets: torch.Tensor  # [K] k·M: row of particle k's slot 0 in embeddings viewed as [K·M, D]
+    # [K] L_{t−1} (1: the next token starts a decision)
+    prev_length: torch.Tensor
+    # [K] k·M: row of particle k's slot 0 in embeddings viewed as [K·M, D]
+    offsets: torch.Tensor
 
     def row(self, entity: torch.Tensor, particles: torch.Tensor | None = None) -> torch.Tensor:
         """Embedding of entity slot ``entity`` [K] of each particle (values in 0..M−1): [K, D]; with ``particles``
@@ -140,11 +145,16 @@ class EntityHeads(nn.Module):
                 f"need max_entities >= 1 and max_mention_length >= 1, got {max_entities}, {max_mention_length}"
             )
         self.dim, self.max_entities, self.max_mention_length = dim, max_entities, max_mention_length
-        self.type_embedding = nn.Linear(dim, 2, bias=False)  # rows r_0, r_1 (r_1 also seeds new entities)
-        self.entity_bilinear = nn.Linear(dim, dim, bias=False)  # W_ent
-        self.distance_weight = nn.Parameter(torch.tensor(-1e-2))  # λ
-        self.length = nn.Linear(2 * dim, max_mention_length)  # W_len, b_len
-        self.delta = nn.Linear(dim, dim, bias=False)  # W_δ
+        # rows r_0, r_1 (r_1 also seeds new entities)
+        self.type_embedding = nn.Linear(dim, 2, bias=False)
+        # W_ent
+        self.entity_bilinear = nn.Linear(dim, dim, bias=False)
+        # λ
+        self.distance_weight = nn.Parameter(torch.tensor(-1e-2))
+        # W_len, b_len
+        self.length = nn.Linear(2 * dim, max_mention_length)
+        # W_δ
+        self.delta = nn.Linear(dim, dim, bias=False)
 
     def new_entity_embedding(self) -> torch.Tensor:
         """u_new = r_1 / ‖r_1‖: [D]."""
@@ -179,12 +189,14 @@ class EntityHeads(nn.Module):
     ) -> torch.Tensor:
         """log p(E = e | R = 1, h) over the M slots for h [K|1, D]: [K, M] (−inf for slots beyond the new one);
         with ``rows`` [n], of those particles only: [n, M] (the same numbers)."""
-        query = self.entity_bilinear(h)  # [K|1, D]
+        # [K|1, D]
+        query = self.entity_bilinear(h)
         embeddings, count, last_seen = memory.embeddings, memory.count, memory.last_seen
         if rows is not None:
             embeddings, count, last_seen = (v.index_select(0, rows) for v in (embeddings, count, last_seen))
             query = query if query.shape[0] == 1 else query.index_select(0, rows)
-        scores = (embeddings * query.unsqueeze(-2)).sum(-1).float()  # [K, M]
+        # [K, M]
+        scores = (embeddings * query.unsqueeze(-2)).sum(-1).float()
         slots = torch.arange(self.max_entities, device=scores.device)
         count = count.unsqueeze(-1)
         distance = (t - last_seen).float()
@@ -244,9 +256,8 @@ class EntityHeads(nn.Module):
         K, M, D = memory.embeddings.shape
         slot = entity.clamp(0, M - 1)
         count = torch.where(active & (entity == memory.count), memory.count + 1, memory.count)
-        if (
-            inplace and rows_apart(K, h) and active.device.type in SELECT_ROWS_ON
-        ):  # the active rows only (same numbers)
+        # the active rows only (same numbers)
+        if inplace and rows_apart(K, h) and active.device.type in SELECT_ROWS_ON:
             rows = active.nonzero().squeeze(1)
             flat = memory.row_index(slot.index_select(0, rows), rows)
             table = memory.embeddings.view(K * M, D)
@@ -254,7 +265,8 @@ class EntityHeads(nn.Module):
             table.index_copy_(0, flat, self.moved(table.index_select(0, flat), h, rows, K).to(table.dtype))
             memory.last_seen.view(-1).index_fill_(0, flat, t)
             return replace(memory, count=count)
-        e = memory.row(slot)  # [K, D]
+        # [K, D]
+        e = memory.row(slot)
         moved = self.moved(e, h).to(memory.embeddings.dtype)
         if inplace:
             flat = memory.offsets + slot
@@ -262,7 +274,8 @@ class EntityHeads(nn.Module):
             seen = memory.last_seen.view(-1)
             seen.index_copy_(0, flat, torch.where(active, t, seen.index_select(0, flat)))
             return replace(memory, count=count)
-        hit = (torch.arange(M, device=slot.device) == slot.unsqueeze(1)) & active.unsqueeze(1)  # [K, M]
+        # [K, M]
+        hit = (torch.arange(M, device=slot.device) == slot.unsqueeze(1)) & active.unsqueeze(1)
         return replace(
             memory,
             embeddings=torch.where(hit.unsqueeze(-1), moved.unsqueeze(1), memory.embeddings),
@@ -383,11 +396,15 @@ def entity_rows(
     M, D = heads.max_entities, h_label.shape[-1]
     grad = torch.is_grad_enabled()
     table = heads.new_entity_embedding().expand(K * M + 1, D).clone()
-    read = torch.arange(K, device=slot.device).unsqueeze(1) * M + slot  # [K, T]
+    # [K, T]
+    read = torch.arange(K, device=slot.device).unsqueeze(1) * M + slot
     write = torch.where(mention, read, K * M)
-    read, write = read.t().contiguous(), write.t().contiguous()  # [T, K]
-    queries = [heads.entity_bilinear(h_label[:, t]).unsqueeze(-2) for t in range(T)]  # [K|1, 1, D]
-    chosen = starts.nonzero()[:, 1].split(starts.sum(1).tolist())  # particles starting a mention, per token
+    # [T, K]
+    read, write = read.t().contiguous(), write.t().contiguous()
+    # [K|1, 1, D]
+    queries = [heads.entity_bilinear(h_label[:, t]).unsqueeze(-2) for t in range(T)]
+    # particles starting a mention, per token
+    chosen = starts.nonzero()[:, 1].split(starts.sum(1).tolist())
     scores, rows = [], [table.new_zeros(K, D)]
     for t in range(T):
         query = queries[t] if queries[t].shape[0] == 1 else queries[t].index_select(0, chosen[t])
@@ -430,23 +447,30 @@ def score_latents(
     if T == 0:
         total = torch.zeros(K, dtype=torch.float64, device=device)
         return total, (h_label.new_zeros(K, 0, D) if track_context else None)
-    R, E, L = R.t(), E.t(), L.t()  # token-major [T, K]
+    # token-major [T, K]
+    R, E, L = R.t(), E.t(), L.t()
     real = mask.t() if mask is not None else torch.ones_like(R, dtype=torch.bool)
     mention = (R == 1) & real
-    decide = (torch.cat([L.new_ones(1, K), L[:-1]]) == 1) & real  # the previous mention is over
+    # the previous mention is over
+    decide = (torch.cat([L.new_ones(1, K), L[:-1]]) == 1) & real
     slot = E.clamp(0, M - 1)
     starts = decide & mention
-    ent, rows = entity_rows(heads, h_label, h_update, slot.t(), mention.t(), starts)  # [N, M], [T + 1, K, D]
+    # [N, M], [T + 1, K, D]
+    ent, rows = entity_rows(heads, h_label, h_update, slot.t(), mention.t(), starts)
     # at the rows where a mention starts: latest mention of each slot before t (0 if none) and the number of
     # entities introduced before t (n_t = 1 + the largest E before t)
     starts = starts.view(-1)
-    steps = torch.arange(T, device=device).unsqueeze(1)  # [T, 1]
+    # [T, 1]
+    steps = torch.arange(T, device=device).unsqueeze(1)
     slots = torch.arange(M, device=device)
-    hit = (slot.unsqueeze(-1) == slots) & mention.unsqueeze(-1)  # [T, K, M]
+    # [T, K, M]
+    hit = (slot.unsqueeze(-1) == slots) & mention.unsqueeze(-1)
     seen = torch.where(hit, steps.unsqueeze(-1), 0).cummax(0).values.view(T * K, M)
     count = torch.where(mention, E + 1, 0).cummax(0).values.view(-1)
-    at = starts.nonzero().squeeze(1)  # flat (t, k) rows
-    before = (at - K).clamp(min=0)  # the same particle one token earlier (t > 0 wherever it is used)
+    # flat (t, k) rows
+    at = starts.nonzero().squeeze(1)
+    # the same particle one token earlier (t > 0 wherever it is used)
+    before = (at - K).clamp(min=0)
     t_at = at.div(K, rounding_mode="floor").unsqueeze(1)
     first = t_at == 0
     seen_at = torch.where(first, 0, seen.index_select(0, before))
@@ -467,13 +491,15 @@ def score_latents(
     length = torch.log_softmax(tempered(lengths, temperature), -1)
     length = length.gather(1, (L.reshape(-1, 1).index_select(0, at) - 1).clamp(0, Lmax - 1))
     type_lp = heads.type_log_probs(h_label, temperature).transpose(0, 1).expand(T, K, 2)
-    step = type_lp.gather(2, R.clamp(0, 1).unsqueeze(-1)).view(-1)  # [T·K]
+    # [T·K]
+    step = type_lp.gather(2, R.clamp(0, 1).unsqueeze(-1)).view(-1)
     step = step.index_add(0, at, (ent + length).squeeze(1)).view(T, K)
     total = torch.where(decide, step, 0.0).double().sum(0)
     total = total.masked_fill(~support, -math.inf)
     if not track_context:
         return total, None
-    last = torch.where(mention, steps, -1).cummax(0).values  # latest mention token ≤ t (−1: none yet)
+    # latest mention token ≤ t (−1: none yet)
+    last = torch.where(mention, steps, -1).cummax(0).values
     flat = (last + 1) * K + torch.arange(K, device=device)
     context = rows.view(-1, D).index_select(0, flat.view(-1)).view(T, K, D)
     return total, context.transpose(0, 1)
@@ -503,14 +529,14 @@ def sample_step(
         return _sample_step_all_rows(heads, memory, type_lp, h, h_next, t, temperature, u, decide)
     r = torch.where(decide, inverse_cdf(type_lp[0].double().exp(), u[:, 0]), 1)
     step = torch.where(decide, type_lp[0].index_select(0, r), 0.0).double()
-    at = (decide & (r == 1)).nonzero().squeeze(1)  # the particles starting a mention
+    # the particles starting a mention
+    at = (decide & (r == 1)).nonzero().squeeze(1)
     u_at = u.index_select(0, at)
     lp_ent = heads.entity_log_probs(h, memory, t, temperature, at)
     e_at = inverse_cdf(lp_ent.double().exp(), u_at[:, 1])
     e = torch.where(decide, -1, memory.prev_entity).index_copy_(0, at, e_at)
-    if rows_apart(
-        K, h
-    ):  # the product on the starting rows only gives each the numbers of the all-rows product
+    # the product on the starting rows only gives each the numbers of the all-rows product
+    if rows_apart(K, h):
         lp_len = heads.length_log_probs(h, padded(memory.row(e_at, at)), temperature)[: at.shape[0]]
     else:
         lp_len = heads.length_log_probs(h, memory.row(e.clamp(min=0)), temperature, at)
@@ -568,7 +594,8 @@ def sample_latents(
     memory = heads.initial_memory(K, device)
     log_q = torch.zeros(K, dtype=torch.float64, device=device)
     out = torch.empty(len(LATENT_KEYS), K, T, dtype=torch.long, device=device)
-    type_lp = heads.type_log_probs(h_label[0], temperature)  # [T, 2]
+    # [T, 2]
+    type_lp = heads.type_log_probs(h_label[0], temperature)
     for t in range(T):
         memory, zt, step = sample_step(
             heads, memory, type_lp[t : t + 1], h_label[:, t], h_update[:, t], t, temperature, generator
@@ -601,19 +628,22 @@ def sample_latents_static(
     memory = EntityMemory(**{f: getattr(empty, f).clone() for f in empty.__dataclass_fields__})
     log_q = torch.zeros(K, dtype=torch.float64, device=device)
     out = torch.zeros(len(LATENT_KEYS), K, T, dtype=torch.long, device=device)
-    type_lp = heads.type_log_probs(h_label[0], temperature)  # [T, 2]
+    # [T, 2]
+    type_lp = heads.type_log_probs(h_label[0], temperature)
     u = torch.full((K, 3), 0.5, dtype=torch.float64, device=device)
     t_now = torch.zeros(1, dtype=torch.long, device=device)
 
     def step() -> None:
-        h, h_next = (v.index_select(1, t_now).squeeze(1) for v in (h_label, h_update))  # [1, D] each
+        # [1, D] each
+        h, h_next = (v.index_select(1, t_now).squeeze(1) for v in (h_label, h_update))
         decide = memory.prev_length == 1
         moved, zt, lq = _sample_step_all_rows(
             heads, memory, type_lp.index_select(0, t_now), h, h_next, t_now.view(()), temperature, u, decide
         )
         log_q.add_(lq)
         out.index_copy_(2, t_now, torch.stack(zt).unsqueeze(2))
-        copy_fields(memory, moved)  # the embeddings and last mentions were moved in place already
+        # the embeddings and last mentions were moved in place already
+        copy_fields(memory, moved)
 
     def reset() -> None:
         copy_fields(memory, empty)
@@ -640,7 +670,8 @@ def beam_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Tens
     memory = heads.initial_memory(1, device)
     score = torch.zeros(1, dtype=torch.float64, device=device)
     hist = torch.zeros(1, 0, 3, dtype=torch.long, device=device)
-    type_lp = heads.type_log_probs(h_label[0])  # [T, 2]
+    # [T, 2]
+    type_lp = heads.type_log_probs(h_label[0])
     # the continuation choices of a decision step: (R, E, L) for column c of the candidate table
     choice = torch.tensor(
         [[0, -1, 1]] + [[1, e, ell] for e in range(M) for ell in range(1, Lmax + 1)], device=device
@@ -649,12 +680,15 @@ def beam_latents(heads: EntityHeads, h_label: torch.Tensor, h_update: torch.Tens
         B = score.shape[0]
         h = h_label[:, t]
         decide = memory.prev_length == 1
-        lp_ent = heads.entity_log_probs(h, memory, t).double()  # [B, M]
-        lp_len = heads.length_log_probs(h.unsqueeze(1), memory.embeddings).double()  # [B, M, Lmax]
+        # [B, M]
+        lp_ent = heads.entity_log_probs(h, memory, t).double()
+        # [B, M, Lmax]
+        lp_len = heads.length_log_probs(h.unsqueeze(1), memory.embeddings).double()
         mention = type_lp[t, 1].double() + lp_ent.unsqueeze(-1) + lp_len
         table = torch.cat([type_lp[t, 0].double().expand(B, 1), mention.reshape(B, M * Lmax)], 1)
         table = torch.where(decide.unsqueeze(1), table, -math.inf)
-        goes_on = torch.where(decide, -math.inf, 0.0).double().unsqueeze(1)  # column C: the ongoing mention
+        # column C: the ongoing mention
+        goes_on = torch.where(decide, -math.inf, 0.0).double().unsqueeze(1)
         cand = (score.unsqueeze(1) + torch.cat([table, goes_on], 1)).reshape(-1)
         finite = int(torch.isfinite(cand).sum())
         top, flat = cand.topk(min(beam_size, finite))

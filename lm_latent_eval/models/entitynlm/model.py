@@ -41,10 +41,10 @@ from .proposal import EntityNLMProposal
 from .stepwise import EntityNLMParticles, init_particles, particle_latents, reorder_particles, step_particles
 
 UNK, BOS = "@@UNKNOWN@@", "@@START@@"
-WORD_BLOCK = 1 << 22  # logits computed per block of the word softmax (rows × vocabulary), bounding memory
-WORD_GROUP = (
-    1 << 18
-)  # float64 logits normalised at once by word_log_probs (consecutive tokens; fits in cache)
+# logits computed per block of the word softmax (rows × vocabulary), bounding memory
+WORD_BLOCK = 1 << 22
+# float64 logits normalised at once by word_log_probs (consecutive tokens; fits in cache)
+WORD_GROUP = 1 << 18
 
 
 def build_vocabulary(
@@ -69,7 +69,8 @@ class EntityNLM(
     ℓ_max = ``max_mention_length``.
     """
 
-    prefix_probability = True  # log_joint has no end-of-text event: Σ_z p(x, z) = P(a text starts with x)
+    # log_joint has no end-of-text event: Σ_z p(x, z) = P(a text starts with x)
+    prefix_probability = True
 
     # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help)
     MODEL_ARGS: ClassVar[dict[str, tuple[type, str]]] = {
@@ -114,8 +115,10 @@ class EntityNLM(
         self.token_embedding = nn.Embedding(V, dim)
         self.encoder = dropouts.encoder(dim, hidden_size, dim, num_layers)
         self.heads = EntityHeads(dim, self.max_entities, self.max_mention_length)
-        self.entity_output = nn.Linear(dim, dim, bias=False)  # W_e
-        self.vocab_output = nn.Linear(dim, V)  # W_vocab, b
+        # W_e
+        self.entity_output = nn.Linear(dim, dim, bias=False)
+        # W_vocab, b
+        self.vocab_output = nn.Linear(dim, V)
         if tie_weights:
             self.vocab_output.weight = self.token_embedding.weight
         nn.init.uniform_(self.token_embedding.weight, -0.1, 0.1)
@@ -187,7 +190,8 @@ class EntityNLM(
         R, _, _ = check_latents(z, x.numel())
         if x.numel() == 0:
             return torch.zeros(R.shape[0], dtype=torch.float64, device=x.device)
-        states = self.encode(x).unsqueeze(0)  # [1, T + 1, D], shared by the K particles
+        # [1, T + 1, D], shared by the K particles
+        states = self.encode(x).unsqueeze(0)
         K, T = R.shape
         if K < MIN_ROWS:
             return self.log_joint_batch(states, x.unsqueeze(0), z)
@@ -205,7 +209,8 @@ class EntityNLM(
         latent, context = score_latents(
             self.heads, states[:, :-1], states[:, 1:], z, mask=mask, track_context=True
         )
-        words = self.word_log_probs(states[:, :-1], context, x)  # [K, T]
+        # [K, T]
+        words = self.word_log_probs(states[:, :-1], context, x)
         if mask is not None:
             words = words.masked_fill(~mask, 0.0)
         return latent + words.sum(-1)
@@ -225,14 +230,13 @@ class EntityNLM(
         out = []
         for first in range(0, T, per_group):
             stop = min(T, first + per_group)
-            if rows_apart(
-                K, context
-            ):  # one product over the group's rows gives each row its per-token numbers
-                tokens = (
-                    context[:, first:stop].transpose(0, 1).reshape(-1, context.shape[-1])
-                )  # token-major copy
+            # one product over the group's rows gives each row its per-token numbers
+            if rows_apart(K, context):
+                # token-major copy
+                tokens = context[:, first:stop].transpose(0, 1).reshape(-1, context.shape[-1])
                 logits = self.word_logits(h[:, first:stop].transpose(0, 1), tokens, rows, stop - first)
-            else:  # per token, a fresh (aligned) copy of its rows: BLAS may round differently on a misaligned slice
+            else:
+                # per token, a fresh (aligned) copy of its rows: BLAS may round differently on a misaligned slice
                 logits = torch.cat(
                     [
                         self.word_logits(
@@ -241,7 +245,8 @@ class EntityNLM(
                         for t in range(first, stop)
                     ]
                 )
-            logits = logits.double()  # [(stop − first)·K, V], token-major
+            # [(stop − first)·K, V], token-major
+            logits = logits.double()
             picked = logits.gather(1, target[:, first:stop].t().reshape(-1, 1)).squeeze(1)
             out.append((picked - logits.logsumexp(-1)).view(stop - first, K))
         return torch.cat(out).t()
@@ -249,9 +254,8 @@ class EntityNLM(
     def word_logits(self, h: torch.Tensor, context: torch.Tensor, rows: int, tokens: int = 1) -> torch.Tensor:
         """W_vocab (h_{t−1} + W_e e_t) + b for one token, h [K|1, D], e_t [K, D], in products of ≤ ``rows`` rows:
         float32 [K, V]; or for ``tokens`` n tokens at once, h [n, K|1, D], e_t token-major [n·K, D]: [n·K, V]."""
-        feats = (h + self.entity_output(context).view(tokens, -1, context.shape[-1])).view(
-            context.shape
-        )  # [n·K, D]
+        # [n·K, D]
+        feats = (h + self.entity_output(context).view(tokens, -1, context.shape[-1])).view(context.shape)
         parts = [self.vocab_output(feats[s : s + rows]) for s in range(0, feats.shape[0], rows)]
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 

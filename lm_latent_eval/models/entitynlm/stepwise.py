@@ -28,17 +28,22 @@ class EntityNLMParticles:
     x: torch.Tensor  # [T]
     temperature: float
     peek: bool
-    p_label: torch.Tensor  # [1, T, D] h_{t−1}: p labels z_t and generates x_t from it
+    # [1, T, D] h_{t−1}: p labels z_t and generates x_t from it
+    p_label: torch.Tensor
     p_update: torch.Tensor  # [1, T, D] h_t
     p_type: torch.Tensor  # [1, T, 2] log p(R_t | h_{t−1})
-    q_label: torch.Tensor  # [1, T, D] the proposal's labelling state (g_t peeking, g_{t−1} not)
+    # [1, T, D] the proposal's labelling state (g_t peeking, g_{t−1} not)
+    q_label: torch.Tensor
     q_update: torch.Tensor  # [1, T, D] g_t
     q_type: torch.Tensor  # [T, 2] log q_τ(R_t | ·)
     p_memory: EntityMemory  # [K, ...]
     q_memory: EntityMemory  # [K, ...]
-    context: torch.Tensor  # [K, D] entity embedding the previous token was generated with
-    latents: torch.Tensor  # [3, K, T] (R, E, L); columns ≥ t not drawn yet
-    t: int = 0  # next token
+    # [K, D] entity embedding the previous token was generated with
+    context: torch.Tensor
+    # [3, K, T] (R, E, L); columns ≥ t not drawn yet
+    latents: torch.Tensor
+    # next token
+    t: int = 0
 
 
 @torch.inference_mode()
@@ -47,7 +52,8 @@ def init_particles(
 ) -> EntityNLMParticles:
     """K empty particles for document x [T] (encoders run here, once, without grad as in ``proposal.sample``)."""
     K = int(num_particles)
-    states_p = model.encode(x).unsqueeze(0)  # [1, T + 1, D]
+    # [1, T + 1, D]
+    states_p = model.encode(x).unsqueeze(0)
     heads_q, q_label, q_update = model.proposal.views(model.proposal.encode(x).unsqueeze(0), peek)
     T, device = x.numel(), x.device
     return EntityNLMParticles(
@@ -94,6 +100,7 @@ def _step(model, state: EntityNLMParticles, t: int, generator) -> tuple[EntityNL
         state.temperature,
         generator,
     )
+    # z_t from q is on p's support
     p_memory, log_p, entity_emb = score_step(
         model.heads,
         state.p_memory,
@@ -104,7 +111,7 @@ def _step(model, state: EntityNLMParticles, t: int, generator) -> tuple[EntityNL
         r,
         e,
         ell,
-    )  # z_t from q is on p's support
+    )
     context = mention_context(state.context, entity_emb, r)
     log_p = log_p + model.word_step(state.p_label[:, t], context, state.x[t : t + 1])
     state.latents[:, :, t] = torch.stack([r, e, ell])

@@ -58,9 +58,8 @@ class TrainConfig:
     max_vocab: int | None = None
     lowercase: bool = True
     seed: int = 0
-    valid_samples: int = (
-        32  # IS particles per validation document for the final perplexity estimate (0: skip)
-    )
+    # IS particles per validation document for the final perplexity estimate (0: skip)
+    valid_samples: int = 32
 
 
 def _batch_tensors(model: EntityNLM, docs: list[tuple[str, torch.Tensor, dict]]) -> tuple:
@@ -206,7 +205,8 @@ def train_entitynlm(
             record.update(prefixed("valid_", evaluate_gold(model, valid_data)))
         best.epoch_done(record, record.get("valid_joint_ppl", record["train_joint_ppl"]))
 
-    def final_validation() -> dict:  # after the best parameters are restored
+    # after the best parameters are restored
+    def final_validation() -> dict:
         documents = [(name, x.to(model.device)) for name, x, _ in valid_data]
         is_ppl = importance_sampled_ppl(model, documents, config.valid_samples)
         gold = prefixed("valid_", evaluate_gold(model, valid_data))

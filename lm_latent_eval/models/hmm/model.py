@@ -28,7 +28,8 @@ class HMMLanguageModel(
     The vocabulary (``<unk>`` included) is part of config.json.
     """
 
-    prefix_probability = True  # log_joint has no end-of-text event: Σ_z p(x, z) = P(a text starts with x)
+    # log_joint has no end-of-text event: Σ_z p(x, z) = P(a text starts with x)
+    prefix_probability = True
 
     def __init__(self, vocab: list[str], num_states: int = 12, seed: int = 0):
         super().__init__()
@@ -132,7 +133,8 @@ class HMMLanguageModel(
         log_pi, log_A, log_B = self.hmm.log_probs()
         if x.numel():
             log_alpha = forward_log_alpha(log_pi, log_A, self.hmm.emission_scores(x))[-1]
-            next_state = torch.logsumexp(log_alpha[:, None] + log_A, 0)  # ∝ p(z_{T+1} | x)
+            # ∝ p(z_{T+1} | x)
+            next_state = torch.logsumexp(log_alpha[:, None] + log_A, 0)
         else:
             next_state = log_pi
         stops = [s.lower() for s in (stop or []) if s]

@@ -31,14 +31,17 @@ class HMMProposal(CheckedProposal, HMMParameters):
         if T == 0:
             return z, log_q
         log_pi, log_A, _ = self.log_probs()
-        emissions = self.emission_scores(x)  # [T, S]
-        if peek:  # z_T ∝ α_T(z_T), then z_t ∝ α_t(z_t) A'(z_t, z_{t+1}) (α: forward filter of q')
-            log_alpha = forward_log_alpha(log_pi, log_A, emissions)  # [T, S]
+        # [T, S]
+        emissions = self.emission_scores(x)
+        if peek:
+            # z_T ∝ α_T(z_T), then z_t ∝ α_t(z_t) A'(z_t, z_{t+1}) (α: forward filter of q', [T, S])
+            log_alpha = forward_log_alpha(log_pi, log_A, emissions)
             z[:, -1], log_q = _draw(log_alpha[-1].expand(K, -1), temperature, generator)
             for t in range(T - 2, -1, -1):
                 z[:, t], lq = _draw(log_alpha[t] + log_A[:, z[:, t + 1]].t(), temperature, generator)
                 log_q = log_q + lq
-        else:  # z_1 ∝ π'(z_1) B'(z_1, x_1), then z_t ∝ A'(z_{t-1}, z_t) B'(z_t, x_t)
+        else:
+            # z_1 ∝ π'(z_1) B'(z_1, x_1), then z_t ∝ A'(z_{t-1}, z_t) B'(z_t, x_t)
             z[:, 0], log_q = _draw((log_pi + emissions[0]).expand(K, -1), temperature, generator)
             for t in range(1, T):
                 z[:, t], lq = _draw(log_A[z[:, t - 1]] + emissions[t], temperature, generator)
@@ -56,10 +59,13 @@ class HMMProposal(CheckedProposal, HMMParameters):
         # score[j, r]: log q(x_≤t, z_≤t) of the r-th best prefix ending in state j (−inf: none)
         score = torch.full((S, k), -math.inf, dtype=torch.float64, device=device)
         score[:, 0] = log_pi + emissions[0]
-        back = []  # back[t-1][j, r] = flat index i * k + r' of the prefix extended into slot (j, r) at t
+        # back[t-1][j, r] = flat index i * k + r' of the prefix extended into slot (j, r) at t
+        back = []
         for t in range(1, T):
-            cand = (score[:, :, None] + log_A[:, None, :]).reshape(S * k, S)  # [(i, r'), j]
-            top, arg = cand.topk(k, dim=0)  # [k, S]
+            # [(i, r'), j]
+            cand = (score[:, :, None] + log_A[:, None, :]).reshape(S * k, S)
+            # [k, S]
+            top, arg = cand.topk(k, dim=0)
             score = top.t() + emissions[t][:, None]
             back.append(arg.t())
         top, flat = score.reshape(-1).topk(k)

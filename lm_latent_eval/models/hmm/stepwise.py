@@ -29,14 +29,20 @@ class HMMParticles:
     """K particles of one text: states drawn so far z [K, T] (columns < t filled) and the tables both sides need."""
 
     x: torch.Tensor  # [T] word ids
-    z: torch.Tensor  # [K, T] states; columns t, t+1, ... not drawn yet
-    t: int  # tokens done
+    # [K, T] states; columns t, t+1, ... not drawn yet
+    z: torch.Tensor
+    # tokens done
+    t: int
     temperature: float
-    log_p: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # model (log π [S], log A [S, S], log B [S, V])
-    q_first: torch.Tensor  # [S] proposal logits of z_1 before the emission: log π' (+ nothing)
+    # model (log π [S], log A [S, S], log B [S, V])
+    log_p: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    # [S] proposal logits of z_1 before the emission: log π' (+ nothing)
+    q_first: torch.Tensor
     q_trans: torch.Tensor  # [S, S] log A'
-    q_emit: torch.Tensor  # [T, S] log B'(j, x_t) (+ log β'_t(j) when peeking)
-    twist: torch.Tensor  # [T, S] log β'_t(j) when peeking, else 0
+    # [T, S] log B'(j, x_t) (+ log β'_t(j) when peeking)
+    q_emit: torch.Tensor
+    # [T, S] log β'_t(j) when peeking, else 0
+    twist: torch.Tensor
 
 
 def backward_log_beta(log_A: torch.Tensor, emissions: torch.Tensor) -> torch.Tensor:
@@ -55,7 +61,8 @@ def init_particles(
     """Empty histories for K particles; precomputes the proposal's emission (and look-ahead) scores once."""
     proposal = model.proposal
     q_pi, q_A, _ = proposal.log_probs()
-    emissions = proposal.emission_scores(x)  # [T, S]
+    # [T, S]
+    emissions = proposal.emission_scores(x)
     twist = backward_log_beta(q_A, emissions) if peek else torch.zeros_like(emissions)
     z = torch.zeros(num_particles, x.shape[0], dtype=torch.long, device=x.device)
     return HMMParticles(

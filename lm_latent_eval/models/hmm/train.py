@@ -26,7 +26,8 @@ from .tokenizer import build_vocab
 DEFAULT_TRAIN = DATA_DIR / "corpus" / "tiny_train.jsonl"
 
 
-Batch = tuple[torch.Tensor, torch.Tensor]  # token ids [N, T_max] (0-padded), lengths [N]
+# token ids [N, T_max] (0-padded), lengths [N]
+Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 def batches(docs: list[torch.Tensor], batch_size: int = 256) -> list[Batch]:
@@ -65,7 +66,8 @@ def perplexity(model: HMMLanguageModel, data: list[Batch]) -> float:
 
 def em_step(model: HMMLanguageModel, data: list[Batch], pseudo_count: float) -> float:
     """One Baum-Welch iteration in place; returns Σ_n log p(x_n) under the parameters before the update."""
-    log_probs = [p.detach().requires_grad_() for p in model.hmm.log_probs()]  # log π, log A, log B
+    # log π, log A, log B
+    log_probs = [p.detach().requires_grad_() for p in model.hmm.log_probs()]
     counts = [torch.zeros_like(p) for p in log_probs]
     total = 0.0
     for ids, lengths in data:

@@ -66,7 +66,8 @@ PARAMETER_MAP = {
     "_rnn._rnns.{i}.module.bias_hh_l0": "encoder.layers.{i}.bias_hh_l0",
     "_fc_mention_type.weight": "mention_type.weight",
     "_fc_mention_type.bias": "mention_type.bias",
-    "_fc_new_entity.weight": "entity_embedding.weight",  # tied to the entity embeddings (tie_weights=true)
+    # tied to the entity embeddings (tie_weights=true)
+    "_fc_new_entity.weight": "entity_embedding.weight",
     "_fc_new_entity.bias": "new_entity_bias",
     "_fc_condense.weight": "condense.weight",
     "_fc_condense.bias": "condense.bias",
@@ -124,7 +125,8 @@ def read_archive(path: str | Path) -> OriginalArchive:
     config = json.loads(files["config.json"].decode("utf-8"))
     try:
         state = torch.load(io.BytesIO(files["weights.th"]), map_location="cpu", weights_only=True)
-    except Exception as err:  # any failure of the restricted loader means: not plain tensors
+    except Exception as err:
+        # any failure of the restricted loader means: not plain tensors
         raise ValueError(f"{path}: weights.th is not a plain state dict of tensors ({err})") from err
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ValueError(f"{path}: weights.th does not hold a state dict of tensors")
@@ -156,7 +158,8 @@ def archive_graph(
     for ns in ("tokens", "entity_ids", "raw_entity_ids", "relations"):
         if ns not in vocabulary:
             raise ValueError(f"archive vocabulary lacks the {ns!r} namespace (not a KGLM archive?)")
-    entity_names = vocabulary.tokens["entity_ids"][1:]  # row owners first: name of row r is entity r - 1
+    # row owners first: name of row r is entity r - 1
+    entity_names = vocabulary.tokens["entity_ids"][1:]
     raw_names = [n for n in vocabulary.tokens["raw_entity_ids"][1:]]
     raw_known = set(raw_names)
 

@@ -59,7 +59,8 @@ class KnowledgeGraph:
         ``entities`` / ``relations`` fix the numbering (listed names first); names only seen in edges or aliases are
         appended in the order met. A single string alias is split on whitespace.
         """
-        ent_ids: dict[str, int] = {}  # name -> id, in the order first met (dicts keep it)
+        # name -> id, in the order first met (dicts keep it)
+        ent_ids: dict[str, int] = {}
         rel_ids: dict[str, int] = {}
 
         def number(ids: dict[str, int], kind: str, name: str) -> int:

@@ -99,7 +99,8 @@ class GraphTables(nn.Module):
 
     def row_of(self, entity: torch.Tensor) -> torch.Tensor:
         """Embedding row of each entity id, row 0 for -1 (no entity): same shape."""
-        return self._row_of[entity]  # -1 indexes the last entry, row 0
+        # -1 indexes the last entry, row 0
+        return self._row_of[entity]
 
     def owns_row(self, entity: torch.Tensor) -> torch.Tensor:
         """True where entity >= 0 is the owner of its embedding row (may be new / a parent): same shape."""
@@ -124,9 +125,12 @@ class LatentHeads:
     tables: GraphTables
     cutoff: int
     # optional per-position evidence added to logits (q's alias-match features; None for p): [T, num_entities]
-    new_entity_scores: torch.Tensor | None = None  # + to the logit of entity e as a new entity at t
-    parent_scores: torch.Tensor | None = None  # + to the logit of entity e as the parent at t
-    tail_scores: torch.Tensor | None = None  # + to the logit of every edge reaching entity e at t
+    # + to the logit of entity e as a new entity at t
+    new_entity_scores: torch.Tensor | None = None
+    # + to the logit of entity e as the parent at t
+    parent_scores: torch.Tensor | None = None
+    # + to the logit of every edge reaching entity e at t
+    tail_scores: torch.Tensor | None = None
 
     def type_logits(self) -> torch.Tensor:
         """[T, 4] float64."""
@@ -157,9 +161,12 @@ class LatentHeads:
         return logits.double()
 
 
-_LANE_TABLE_LIMIT = 1 << 22  # entries of the [T, cutoff, num_rows] parent-logit table built per call
-_NEW_TABLE_LIMIT = 1 << 22  # entries of the [T, num_rows] new-entity table built per call
-_LANE_CHUNK = 1 << 22  # floats of the window operand of one parent-lane product
+# entries of the [T, cutoff, num_rows] parent-logit table built per call
+_LANE_TABLE_LIMIT = 1 << 22
+# entries of the [T, num_rows] new-entity table built per call
+_NEW_TABLE_LIMIT = 1 << 22
+# floats of the window operand of one parent-lane product
+_LANE_CHUNK = 1 << 22
 
 
 def row_at(table: torch.Tensor, t: int | torch.Tensor) -> torch.Tensor:
@@ -189,12 +196,13 @@ def parent_lane_logits(heads: LatentHeads, rows: int, cutoff: int) -> torch.Tens
     T, De = h.shape
     dev = h.device
     j, c = torch.arange(rows, device=dev), torch.arange(cutoff, device=dev)
-    windows = E[
-        (j[:, None] + c[None, :]) % rows
-    ]  # [rows, C, De]: slot c of window j holds row (j + c) mod rows
+    # [rows, C, De]: slot c of window j holds row (j + c) mod rows
+    windows = E[(j[:, None] + c[None, :]) % rows]
     r = torch.arange(rows, device=dev)
-    unroll = ((r[None, :] - c[:, None]) % rows, c[:, None].expand(cutoff, rows))  # (window, slot) of (c, r)
-    step = max(1, _LANE_CHUNK // max(1, rows * cutoff * De))  # positions per product (bounded operand size)
+    # (window, slot) of (c, r)
+    unroll = ((r[None, :] - c[:, None]) % rows, c[:, None].expand(cutoff, rows))
+    # positions per product (bounded operand size)
+    step = max(1, _LANE_CHUNK // max(1, rows * cutoff * De))
     out = []
     for s in range(0, T, step):
         n = min(step, T - s)
@@ -213,15 +221,15 @@ class HeadTables:
     tables: GraphTables
     tau: float
     type_logits: torch.Tensor  # [T, 4] float64, divided by τ
-    type_lp: (
-        torch.Tensor
-    )  # [T, 4 patterns, 4] float64 log q_τ(type | t) for pattern = any parent + 2 · (mention at t-1)
+    # [T, 4 patterns, 4] float64 log q_τ(type | t) for pattern = any parent + 2 · (mention at t-1)
+    type_lp: torch.Tensor
     any_new: bool
-    new_entity_lp: (
-        torch.Tensor | None
-    )  # [T, rows] float64 log q_τ(new row | t), None when too large (computed per t)
-    lane_fits: bool  # the [T, C, rows] parent-logit table may be built (built on first use by many particles)
-    relation_logits: torch.Tensor  # [T, relation rows] float32: R_r · h_rel_t
+    # [T, rows] float64 log q_τ(new row | t), None when too large (computed per t)
+    new_entity_lp: torch.Tensor | None
+    # the [T, C, rows] parent-logit table may be built (built on first use by many particles)
+    lane_fits: bool
+    # [T, relation rows] float32: R_r · h_rel_t
+    relation_logits: torch.Tensor
     max_degree: int
 
     @classmethod
@@ -241,9 +249,8 @@ class HeadTables:
         max_degree = int(tables.degree.max()) if tables.degree.numel() else 0
         type_logits = heads.type_logits() / tau
         patterns = torch.arange(4, device=type_logits.device)
-        allowed = allowed_types(
-            any_new, patterns % 2 == 1, torch.where(patterns >= 2, CONTINUING, NONE)
-        )  # [4, 4]
+        # [4, 4]
+        allowed = allowed_types(any_new, patterns % 2 == 1, torch.where(patterns >= 2, CONTINUING, NONE))
         type_lp = torch.log_softmax(type_logits.unsqueeze(1).masked_fill(~allowed, -math.inf), -1)
         return cls(heads, tables, tau, type_logits, type_lp, any_new, new_lp, lane_fits, rel, max_degree)
 
@@ -398,12 +405,15 @@ def latent_log_prob(
 
     rows = tables.mention_rows(types, entity)
     padded = torch.cat([torch.zeros(K, cutoff, dtype=torch.long, device=device), rows], 1)
-    ok = (padded > 0) & tables.row_has_edges[padded]  # [K, cutoff + T]
+    # [K, cutoff + T]
+    ok = (padded > 0) & tables.row_has_edges[padded]
     # some window slot is a candidate iff some slot holds an owned row with edges (its last occurrence is one)
     seen = torch.cat([ok.new_zeros(K, 1, dtype=torch.long), ok.long().cumsum(1)], 1)
-    any_parent = (seen[:, cutoff : cutoff + T] - seen[:, :T]) > 0  # window of t = padded[t : t + cutoff]
+    # window of t = padded[t : t + cutoff]
+    any_parent = (seen[:, cutoff : cutoff + T] - seen[:, :T]) > 0
     pattern = tabs.type_pattern(any_parent, prev_type != NONE)
-    flat = (torch.arange(T, device=device) * 4 + pattern) * NUM_TYPES + types  # into type_lp [T, 4, 4]
+    # into type_lp [T, 4, 4]
+    flat = (torch.arange(T, device=device) * 4 + pattern) * NUM_TYPES + types
     total += tabs.type_lp.reshape(-1)[flat]
     valid &= torch.isfinite(total)
 
@@ -421,8 +431,10 @@ def latent_log_prob(
         ent = entity[k_rel, t_rel]
         prow = torch.where(par >= 0, tables.row_of(par), -1)
         slots = torch.arange(cutoff, device=device)
-        win = padded[k_rel.unsqueeze(1), t_rel.unsqueeze(1) + slots]  # [P, C]
-        later = torch.zeros_like(win, dtype=torch.bool)  # a later slot repeats the row
+        # [P, C]
+        win = padded[k_rel.unsqueeze(1), t_rel.unsqueeze(1) + slots]
+        # a later slot repeats the row
+        later = torch.zeros_like(win, dtype=torch.bool)
         for j in range(1, cutoff):
             later[:, : cutoff - j] |= win[:, : cutoff - j] == win[:, j:]
         cmask = ok[k_rel.unsqueeze(1), t_rel.unsqueeze(1) + slots] & ~later

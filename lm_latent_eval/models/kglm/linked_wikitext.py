@@ -33,7 +33,8 @@ NEW_RELATION = "@@NEW@@"
 REFLEXIVE_RELATION = "@@REFLEXIVE@@"
 DATE_ENTITY = "@@DATE@@"
 QUANTITY_ENTITY = "@@QUANTITY@@"
-MAX_PARENTS = 10  # the original reader keeps at most 10 (parent, relation) explanations per mention
+# the original reader keeps at most 10 (parent, relation) explanations per mention
+MAX_PARENTS = 10
 
 # mention types, as in the original model's 4-way mention-type softmax
 NONE, NEW, RELATED, CONTINUING = 0, 1, 2, 3
@@ -299,7 +300,8 @@ def gold_latents(doc: LinkedDocument, model, where: str | None = None) -> tuple[
     entity_row = tables.entity_row.tolist()
     row_entity = tables.row_entity.tolist()
     row_has_edges = tables.row_has_edges.tolist()
-    edges_to = {}  # parent id -> set of tails
+    # parent id -> set of tails
+    edges_to = {}
 
     def tails(p: int) -> set[int]:
         if p not in edges_to:
@@ -334,7 +336,8 @@ def gold_latents(doc: LinkedDocument, model, where: str | None = None) -> tuple[
             if t > 0 and types[t - 1] != NONE and doc.entity[t - 1] == doc.entity[t]:
                 types[t], ents[t], pars[t] = CONTINUING, ents[t - 1], pars[t - 1]
                 continue
-            kind = RELATED if doc.parents[t] else NEW  # its mention start was dropped
+            # its mention start was dropped
+            kind = RELATED if doc.parents[t] else NEW
         if kind == RELATED:
             window = [entity_row[ents[s]] for s in range(max(0, t - cutoff), t) if types[s] != NONE]
             candidates = [row_entity[r] for r in dict.fromkeys(window) if r > 0 and row_has_edges[r]]

@@ -71,7 +71,8 @@ class KGLM(
     z: dict of LongTensor [K, T] with keys mention_type / entity / parent / relation (see ``latents.py``).
     """
 
-    prefix_probability = True  # log_joint has no end-of-text event: Σ_z p(x, z) = P(a text starts with x)
+    # log_joint has no end-of-text event: Σ_z p(x, z) = P(a text starts with x)
+    prefix_probability = True
 
     # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help);
     # Path: an existing file, whose sha256 joins the run's identity
@@ -172,9 +173,8 @@ class KGLM(
         self._tables_cache = DocumentCache()
         self._alias_cache: dict = {}
         if isinstance(getattr(self, "_hub_mixin_config", None), dict):
-            self._hub_mixin_config.pop(
-                "knowledge_graph", None
-            )  # saved beside the weights as knowledge_graph.json
+            # saved beside the weights as knowledge_graph.json
+            self._hub_mixin_config.pop("knowledge_graph", None)
 
     def alias_start_index(self) -> dict[int, list[int]]:
         """Token id -> the entities having an alias that starts with that token (q's alias features)."""

@@ -130,8 +130,10 @@ def load_knowledge_graph_pickle(path: str | Path) -> dict[str, list[tuple[str, s
     return graph
 
 
-MAX_ALIASES = 4  # the original alias database keeps the first 4 aliases of an entity ...
-MAX_ALIAS_TOKENS = 8  # ... and the first 8 tokens of each
+# the original alias database keeps the first 4 aliases of an entity ...
+MAX_ALIASES = 4
+# ... and the first 8 tokens of each
+MAX_ALIAS_TOKENS = 8
 
 
 def knowledge_graph_from_pickles(

@@ -47,9 +47,8 @@ from .latents import (
 )
 from .stepwise import WindowState, sample_step
 
-ORIGINAL_DROPOUTS = AWDLSTMDropouts(
-    dropout=0.4, dropouti=0.65, dropoute=0.1, wdrop=0.5
-)  # the original KGLM's
+# the original KGLM's
+ORIGINAL_DROPOUTS = AWDLSTMDropouts(dropout=0.4, dropouti=0.65, dropoute=0.1, wdrop=0.5)
 
 
 class KGLMProposal(CheckedProposal, nn.Module):
@@ -78,7 +77,8 @@ class KGLMProposal(CheckedProposal, nn.Module):
         alias_index: dict[int, list[int]] | None = None,
     ):
         super().__init__()
-        object.__setattr__(self, "_tables", tables)  # owned (and moved across devices) by the KGLM
+        # owned (and moved across devices) by the KGLM
+        object.__setattr__(self, "_tables", tables)
         self.vocab_size, self.unk_id, self.bos_id = vocab_size, unk_id, bos_id
         self.token_dim, self.entity_dim, self.cutoff, self.chunk_size = (
             token_dim,
@@ -330,7 +330,8 @@ class KGLMProposal(CheckedProposal, nn.Module):
             if any_new:
                 nl = torch.log_softmax(heads.new_entity_logits(torch.tensor([t], device=device))[0], -1)
                 top = torch.topk(nl, min(beam_size, int(torch.isfinite(nl).sum())))
-                s = (score + lp[:, NEW]).unsqueeze(1) + top.values.unsqueeze(0)  # [B, k]
+                # [B, k]
+                s = (score + lp[:, NEW]).unsqueeze(1) + top.values.unsqueeze(0)
                 bb = ar.unsqueeze(1).expand_as(s)
                 ee = tables.row_entity[top.indices].unsqueeze(0).expand_as(s)
                 add(
@@ -343,9 +344,8 @@ class KGLMProposal(CheckedProposal, nn.Module):
             b_idx, c_idx = torch.nonzero(cand, as_tuple=True)
             if b_idx.numel():
                 t_b = torch.full((B,), t, dtype=torch.long, device=device)
-                plog = torch.log_softmax(
-                    heads.parent_logits(t_b, window).masked_fill(~cand, -math.inf), -1
-                )  # [B, C]
+                # [B, C]
+                plog = torch.log_softmax(heads.parent_logits(t_b, window).masked_fill(~cand, -math.inf), -1)
                 parents = tables.row_entity[window[b_idx, c_idx]]
                 p_lp = plog[b_idx, c_idx]
                 edges, pair = expand_edges(parents, tables)

@@ -47,7 +47,8 @@ def sample_text(
     inputs = torch.cat([x.new_tensor([model.bos_id]), model.input_ids(x)])
     emb = embedding_dropout(model.token_embedding.weight, inputs, 0.0, False)
     out, state = model.encoder(emb.unsqueeze(0))
-    h = out[0, -1:]  # [1, D]: state after the last prefix token
+    # [1, D]: state after the last prefix token
+    h = out[0, -1:]
     rows = [
         int(tables.row_of(torch.tensor(e, device=device))) if t != NONE else 0 for t, e in zip(types, ents)
     ]
@@ -61,7 +62,8 @@ def sample_text(
         window = torch.tensor(
             ([0] * C + rows)[len(rows) :] if C else [], dtype=torch.long, device=device
         ).unsqueeze(0)
-        cand = candidate_slots(window, tables)  # [1, C]
+        # [1, C]
+        cand = candidate_slots(window, tables)
         prev_type = torch.tensor([types[-1]], device=device) if types else None
         allowed = allowed_types(any_new, cand.any(-1), prev_type)[0]
         typ = _draw(heads.type_logits()[0].masked_fill(~allowed, -math.inf), generator)

@@ -39,11 +39,12 @@ from .latents import CONTINUING, NEW, NONE, RELATED, GraphTables, HeadTables, ca
 class WindowState:
     """What z_<t contributes to step t, for K particles: recent mention rows, parent candidates, previous mention."""
 
-    rows: torch.Tensor  # [K, C] embedding rows of the last C positions (0 = no mention), oldest first
-    cand: (
-        torch.Tensor
-    )  # [K, C] slot is a parent candidate (owned row with edges, last occurrence in the window)
-    num_ok: torch.Tensor  # [K] slots holding an owned row with edges (> 0 iff some slot is a candidate)
+    # [K, C] embedding rows of the last C positions (0 = no mention), oldest first
+    rows: torch.Tensor
+    # [K, C] slot is a parent candidate (owned row with edges, last occurrence in the window)
+    cand: torch.Tensor
+    # [K] slots holding an owned row with edges (> 0 iff some slot is a candidate)
+    num_ok: torch.Tensor
     prev_type: torch.Tensor  # [K]
     prev_ent: torch.Tensor  # [K]
     prev_par: torch.Tensor  # [K]
@@ -64,10 +65,12 @@ class WindowState:
         self, tables: GraphTables, typ: torch.Tensor, ent: torch.Tensor, par: torch.Tensor
     ) -> WindowState:
         """The state after z_t = (typ, ent, par) [K]: shift in the new row, drop earlier slots holding it."""
-        row = tables.row_of(ent)  # entity -1 (no mention) -> row 0
+        # entity -1 (no mention) -> row 0
+        row = tables.row_of(ent)
         if self.rows.shape[1] == 0:
             return WindowState(self.rows, self.cand, self.num_ok, typ, ent, par)
-        new_ok = tables.row_has_edges[row]  # row 0 has no edges
+        # row 0 has no edges
+        new_ok = tables.row_has_edges[row]
         cand = torch.cat([self.cand[:, 1:] & (self.rows[:, 1:] != row.unsqueeze(1)), new_ok.unsqueeze(1)], 1)
         rows = torch.cat([self.rows[:, 1:], row.unsqueeze(1)], 1)
         num_ok = self.num_ok + new_ok.long() - tables.row_has_edges[self.rows[:, 0]].long()
@@ -112,12 +115,14 @@ def sample_step(
     device = u.device
     t_vec = torch.full((K,), t, dtype=torch.long, device=device) if isinstance(t, int) else t.expand(K)
     pattern = _type_pattern(state)
-    typ = inverse_cdf(None, u[:, 0], cumulative=row_at(tabs.type_cdf, t)[pattern])  # [K]
+    # [K]
+    typ = inverse_cdf(None, u[:, 0], cumulative=row_at(tabs.type_cdf, t)[pattern])
     log_q = row_at(tabs.type_lp, t)[pattern].gather(1, typ.unsqueeze(1)).squeeze(1)
     none = torch.full((K,), -1, dtype=torch.long, device=device)
     ent, par = none, none
     if tabs.any_new:
-        nl, cdf = tabs.new_entity_draw_tables(t)  # [rows] each
+        # [rows] each
+        nl, cdf = tabs.new_entity_draw_tables(t)
         row = inverse_cdf(None, u[:, 1], cumulative=cdf)
         is_new = typ == NEW
         ent = torch.where(is_new, tables.row_entity[row], ent)
@@ -198,10 +203,13 @@ class KGLMParticles:
     x: torch.Tensor  # [T]
     q: HeadTables | None
     p: HeadTables | None
-    alias: tuple | None  # KGLM.alias_tables()
-    gen: tuple | None  # KGLM.generate_table() of p's states
+    # KGLM.alias_tables()
+    alias: tuple | None
+    # KGLM.generate_table() of p's states
+    gen: tuple | None
     window: WindowState
-    z: dict  # mention_type / entity / parent: LongTensor [K, T]
+    # mention_type / entity / parent: LongTensor [K, T]
+    z: dict
 
 
 @torch.no_grad()

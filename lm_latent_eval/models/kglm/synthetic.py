@@ -145,9 +145,11 @@ def make_knowledge_graph(config: SyntheticConfig, rng: random.Random) -> Knowled
                 names.add(word)
                 break
         kind = rng.choice(_KINDS)
-        forms = [[word, kind]]  # full name, e.g. "Kalovor River"
+        # full name, e.g. "Kalovor River"
+        forms = [[word, kind]]
         if rng.random() < 0.6:
-            forms.append([word])  # short name
+            # short name
+            forms.append([word])
         if rng.random() < 0.3:
             forms.append(["the", word, kind])
         aliases[e] = forms
@@ -175,7 +177,8 @@ class _Writer:
 
     def __init__(self, title: str):
         self.doc = LinkedDocument(title, [])
-        self.last_seen: dict[str, int] = {}  # entity -> index of its last mention token
+        # entity -> index of its last mention token
+        self.last_seen: dict[str, int] = {}
 
     def words(self, words: list[str]) -> None:
         for w in words:
@@ -226,9 +229,11 @@ def make_document(
                 [(r, t) for r, t in _named_edges(graph, parent) if r != REFLEXIVE_RELATION]
             )
             out.words(_filler(rng, 0, 2) + cues[rel])
-            recent = out.recent(config.cutoff)  # the cue words moved the window
+            # the cue words moved the window
+            recent = out.recent(config.cutoff)
             explanations = [(p, r) for p in recent for r, t in _named_edges(graph, p) if t == tail]
-            if (parent, rel) not in explanations:  # parent fell out of the window while the cue was written
+            # parent fell out of the window while the cue was written
+            if (parent, rel) not in explanations:
                 explanations = []
             if explanations:
                 parents, rels = zip(*explanations)
@@ -238,7 +243,8 @@ def make_document(
         elif u < config.p_related + config.p_reflexive and recent:
             out.words(_filler(rng, 1, 3))
             recent = out.recent(config.cutoff)
-            if recent:  # refer back to an entity still inside the window
+            # refer back to an entity still inside the window
+            if recent:
                 entity = rng.choice(recent)
                 aliases = graph.entity_aliases(graph.entity_id(entity))
                 out.mention(entity, min(aliases, key=len), (entity,), (REFLEXIVE_RELATION,))

@@ -59,10 +59,14 @@ class TrainConfig:
     max_vocab: int | None = None
     seed: int = 0
     chunk_size: int = 70
-    proposal_hidden_size: int | None = None  # q's own LSTM width (default: p's)
-    proposal_nopeek_heads: bool = True  # q's own no-peeking heads, trained on log q(z_t | x_<t, z_<t)
-    proposal_alias_features: bool = True  # peeking q reads "x_t starts an alias of e" features
-    proposal_epochs: int = 0  # extra epochs fitting q alone after p is fixed
+    # q's own LSTM width (default: p's)
+    proposal_hidden_size: int | None = None
+    # q's own no-peeking heads, trained on log q(z_t | x_<t, z_<t)
+    proposal_nopeek_heads: bool = True
+    # peeking q reads "x_t starts an alias of e" features
+    proposal_alias_features: bool = True
+    # extra epochs fitting q alone after p is fixed
+    proposal_epochs: int = 0
 
 
 def _prepare(docs: list[LinkedDocument], model: KGLM, name: str) -> list[tuple]:
@@ -141,7 +145,8 @@ def train_kglm(
     train_data = _prepare(train_docs, model, "train")
     valid_data = _prepare(valid_docs, model, "valid") if valid_docs else []
     history: list[dict] = []
-    if valid_data:  # the untrained model, for reference
+    # the untrained model, for reference
+    if valid_data:
         history.append({"epoch": 0, **_valid_numbers(model, valid_data)})
     _fit(
         model,

@@ -61,7 +61,8 @@ class Vocabulary:
             if lines and lines[-1] == "":
                 lines = lines[:-1]
             entries = [line.replace("@@NEWLINE@@", "\n") for line in lines]
-            if not any(namespace_matches(p, namespace) for p in patterns):  # padded namespace
+            # padded namespace
+            if not any(namespace_matches(p, namespace) for p in patterns):
                 if OOV_TOKEN not in entries:
                     raise ValueError(f"{where}: padded namespace {namespace!r} has no {OOV_TOKEN} line")
                 entries = [PADDING_TOKEN] + entries

@@ -28,10 +28,10 @@ from ...tensors import pad_rows
 from ..encoder_cache import parameter_versions
 from .awd_lstm import embedding_dropout
 
-_WORD_CHUNK = 1024  # (position, entity) pairs scored per generate-softmax call
-_GEN_TABLE_LIMIT = (
-    1 << 16
-)  # (position, row) pairs: up to this many, the generate terms of all of them are computed
+# (position, entity) pairs scored per generate-softmax call
+_WORD_CHUNK = 1024
+# (position, row) pairs: up to this many, the generate terms of all of them are computed
+_GEN_TABLE_LIMIT = 1 << 16
 # graphs of more entities encode their aliases ``_ALIAS_FORMS_PER_CALL`` forms per LSTM call instead of one entity per
 # call (the same numbers up to float32 rounding, which depends on the batch; smaller graphs keep the per-entity calls)
 _ALIAS_BATCH_ENTITIES = 4096
@@ -62,9 +62,8 @@ class WordDistribution:
     def encode_aliases(self, forms: list[list[str]]) -> tuple[torch.Tensor, torch.Tensor]:
         """tanh(W_copy · LSTM_alias(form)) of every token of the alias forms, in one packed LSTM call: (vectors
         [L, D_tok], x ids [L]), form after form."""
-        padded = pad_rows([self.vocabulary.ids(f) for f in forms]).to(
-            self.token_embedding.weight.device
-        )  # [A, L]
+        # [A, L]
+        padded = pad_rows([self.vocabulary.ids(f) for f in forms]).to(self.token_embedding.weight.device)
         L = padded.shape[1]
         mask = padded >= 0
         inputs = self.input_ids(padded.clamp(min=0))
@@ -95,9 +94,8 @@ class WordDistribution:
         offset = torch.zeros(N + 1, dtype=torch.long)
         length = torch.zeros(N + 1, dtype=torch.long)
         total = 0
-        if (
-            cacheable and N > _ALIAS_BATCH_ENTITIES
-        ):  # a large graph: its aliases in packed calls of many forms
+        # a large graph: its aliases in packed calls of many forms
+        if cacheable and N > _ALIAS_BATCH_ENTITIES:
             forms = [[f for f in self.graph.entity_aliases(e) if f] for e in range(N)]
             length[:N] = torch.tensor([sum(len(f) for f in fs) for fs in forms], dtype=torch.long)
             offset[:N] = length[:N].cumsum(0) - length[:N]
@@ -225,7 +223,8 @@ class WordDistribution:
         x_in = self.input_ids(x_t.view(1))
         if gen_table_t is not None:
             gen = tuple(v[rows] for v in gen_table_t)
-        elif R <= K:  # the generate terms of every row at t, gathered
+        elif R <= K:
+            # the generate terms of every row at t, gathered
             g = self._generate_terms(
                 h_type_t.expand(R, -1), torch.arange(R, device=entity.device), x_in.expand(R)
             )

@@ -16,10 +16,8 @@ from ...paths import DATA_DIR
 
 CORPUS_DIR = DATA_DIR / "pydoc_topics"
 NUM_HELD_OUT = 20
-HELD_OUT_TOKENS = (
-    20,
-    100,
-)  # held-out paragraphs have this many pattern tokens: the exact DP stays in seconds
+# held-out paragraphs have this many pattern tokens: the exact DP stays in seconds
+HELD_OUT_TOKENS = (20, 100)
 
 
 def pydoc_paragraphs() -> list[str]:

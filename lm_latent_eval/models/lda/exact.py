@@ -37,10 +37,13 @@ def _successor_ranks(counts: torch.Tensor, binom: torch.Tensor) -> torch.Tensor:
     if K == 1:
         return torch.zeros(S, 1, dtype=torch.long, device=counts.device)
     j = torch.arange(1, K, device=counts.device)
-    bars = counts[:, :-1].cumsum(1) + j - 1  # [S, K − 1]
+    # [S, K − 1]
+    bars = counts[:, :-1].cumsum(1) + j - 1
     zero = torch.zeros(S, 1, dtype=torch.long, device=counts.device)
-    kept = torch.cat([zero, binom[bars, j].cumsum(1)], 1)  # Σ_{j ≤ k} C(b_j, j)
-    moved = torch.cat([binom[bars + 1, j].flip(1).cumsum(1).flip(1), zero], 1)  # Σ_{j > k} C(b_j + 1, j)
+    # Σ_{j ≤ k} C(b_j, j)
+    kept = torch.cat([zero, binom[bars, j].cumsum(1)], 1)
+    # Σ_{j > k} C(b_j + 1, j)
+    moved = torch.cat([binom[bars + 1, j].flip(1).cumsum(1).flip(1), zero], 1)
     return kept + moved
 
 
@@ -52,13 +55,18 @@ def log_marginal_dp(log_phi: torch.Tensor, alpha: torch.Tensor) -> float:
     alpha = alpha.to(torch.float64)
     a0 = float(alpha.sum())
     binom = _binomials(T + K, K, dev)
-    counts = torch.zeros(1, K, dtype=torch.long, device=dev)  # the states after t tokens
-    f = torch.zeros(1, dtype=torch.float64, device=dev)  # log f_t(n) of each state
+    # the states after t tokens
+    counts = torch.zeros(1, K, dtype=torch.long, device=dev)
+    # log f_t(n) of each state
+    f = torch.zeros(1, dtype=torch.float64, device=dev)
     eye = torch.eye(K, dtype=torch.long, device=dev)
     for t in range(T):
-        size = math.comb(t + K, K - 1)  # states after t + 1 tokens
-        ranks = _successor_ranks(counts, binom)  # [S, K]
-        values = f[:, None] + torch.log(counts.double() + alpha) + log_phi[t]  # [S, K]: f_t(n) · urn · Φ
+        # states after t + 1 tokens
+        size = math.comb(t + K, K - 1)
+        # [S, K]
+        ranks = _successor_ranks(counts, binom)
+        # [S, K]: f_t(n) · urn · Φ
+        values = f[:, None] + torch.log(counts.double() + alpha) + log_phi[t]
         scattered = torch.full((K, size), -math.inf, dtype=torch.float64, device=dev)
         new_counts = torch.empty(size, K, dtype=torch.long, device=dev)
         for k in range(K):

@@ -30,7 +30,8 @@ import numpy as np
 FORMATS = ("checkpoint", "sklearn", "gensim", "tomotopy", "mallet")
 LOADER_ARGS = ("vocabulary", "alpha", "mallet_state", "topic_estimate")
 TOPIC_ESTIMATES = ("mean", "exp_expected_log")
-TOMOTOPY_LDA_MAGIC = b"LDA\0"  # the first bytes of LDAModel.save
+# the first bytes of LDAModel.save
+TOMOTOPY_LDA_MAGIC = b"LDA\0"
 MODEL_FILE_SUFFIXES = (".joblib", ".pkl", ".pickle", ".bin", ".txt", ".gz", ".model", ".lda")
 
 
@@ -45,7 +46,8 @@ def detect_format(path: str | Path) -> str:
     if not path.exists():
         if path.is_absolute() or str(path).startswith(".") or path.suffix in MODEL_FILE_SUFFIXES:
             raise FileNotFoundError(f"{path}: no such LDA model file or folder")
-        return "checkpoint"  # a Hugging Face Hub id: the Hub mixin downloads it (or says why not)
+        # a Hugging Face Hub id: the Hub mixin downloads it (or says why not)
+        return "checkpoint"
     if path.suffix in (".joblib", ".pkl", ".pickle"):
         return "sklearn"
     if Path(f"{path}.state").is_file() or Path(f"{path}.expElogbeta.npy").is_file():
@@ -243,7 +245,8 @@ def from_gensim(cls, lda, topic_estimate: str = "mean", source: str = "gensim", 
 def _tomotopy_file(cls, path: Path, options: dict, config: dict):
     with open(path, "rb") as fh:
         head = fh.read(4)
-    if head != TOMOTOPY_LDA_MAGIC:  # tomotopy aborts the process on a file it cannot parse: refuse it first
+    # tomotopy aborts the process on a file it cannot parse: refuse it first
+    if head != TOMOTOPY_LDA_MAGIC:
         raise ValueError(
             f"{path}: not a tomotopy LDAModel file (it starts with {head!r}, not {TOMOTOPY_LDA_MAGIC!r})"
         )

@@ -36,8 +36,10 @@ class LDA(
     topic-word prior η they came from, which scikit-learn's and gensim's own perplexity need (``reports/lda_peers``).
     """
 
-    prefix_probability = True  # no end-of-text event: Σ_z p(x, z) = P(a document starts with x)
-    exact_marginal_tractable = False  # the dynamic program only for few topics and short documents
+    # no end-of-text event: Σ_z p(x, z) = P(a document starts with x)
+    prefix_probability = True
+    # the dynamic program only for few topics and short documents
+    exact_marginal_tractable = False
 
     MODEL_ARGS: ClassVar[dict[str, tuple[type, str]]] = {
         "unknown_words": (
@@ -116,9 +118,8 @@ class LDA(
         if not torch.isfinite(phi).all() or (phi < 0).any() or (phi.sum(1) <= 0).any():
             raise ValueError("Φ must be finite and ≥ 0, with a positive sum in every topic")
         if not torch.allclose(phi.sum(1), torch.ones(K, dtype=torch.float64), rtol=0, atol=1e-12):
-            phi = phi / phi.sum(
-                1, keepdim=True
-            )  # normalized rows (a loaded checkpoint's are kept bit for bit)
+            # normalized rows (a loaded checkpoint's are kept bit for bit)
+            phi = phi / phi.sum(1, keepdim=True)
         never = (phi.max(0).values <= 0).nonzero().flatten()
         if never.numel():
             word = self.tokenizer.vocab[int(never[0])]

@@ -37,7 +37,8 @@ class LibraryFigure:
     perplexity: float
     reports: str
     cause: str
-    parts: dict = field(default_factory=dict)  # the figure's decomposition, where one helps
+    # the figure's decomposition, where one helps
+    parts: dict = field(default_factory=dict)
 
 
 def _variational_topics(model) -> tuple[np.ndarray, float]:
@@ -74,7 +75,8 @@ def document_term_matrix(tokenizer: LDATokenizer, texts: list[str]):
 
 def sklearn_lda(model, seed: int = 0):
     """A fitted-looking scikit-learn LatentDirichletAllocation with λ = the model's pseudo-counts, α, η."""
-    lam, eta = _variational_topics(model)  # the errors first: they hold without scikit-learn too
+    # the errors first: they hold without scikit-learn too
+    lam, eta = _variational_topics(model)
     alpha = symmetric_alpha(model)
     from scipy.special import digamma
     from sklearn.decomposition import LatentDirichletAllocation
@@ -107,7 +109,8 @@ def sklearn_perplexity(model, texts: list[str]) -> LibraryFigure:
     value = float(lda.perplexity(X))
     n = float(X.sum())
     global_term = topic_kl_term(*_variational_topics(model))
-    without = math.exp(math.log(value) + global_term / n)  # exp(−(ELBO − global) / N)
+    # exp(−(ELBO − global) / N)
+    without = math.exp(math.log(value) + global_term / n)
     return LibraryFigure(
         "scikit-learn", "LatentDirichletAllocation.perplexity(X)", value,
         "exp(−ELBO / N): a variational bound, with the topics' global KL term",
@@ -194,14 +197,15 @@ def left_to_right(
     from ...tensors import tempered_draw as draw
 
     alpha = model.alpha.to(torch.float64)
-    log_phi = model.log_phi_columns(model.check_x(x))  # [T, K]
+    # [T, K]
+    log_phi = model.log_phi_columns(model.check_x(x))
     counts = torch.zeros(num_particles, alpha.shape[0], dtype=torch.float64, device=log_phi.device)
     total = 0.0
     for t in range(log_phi.shape[0]):
-        logits = torch.log(counts + alpha) + log_phi[t]  # [R, K]
-        predictive = torch.logsumexp(logits, 1) - math.log(
-            t + float(alpha.sum())
-        )  # log p(x_t | x_<t, z_<t^r)
+        # [R, K]
+        logits = torch.log(counts + alpha) + log_phi[t]
+        # log p(x_t | x_<t, z_<t^r)
+        predictive = torch.logsumexp(logits, 1) - math.log(t + float(alpha.sum()))
         total += float(torch.logsumexp(predictive, 0)) - math.log(num_particles)
         topic, _ = draw(logits, 1.0, generator)
         counts[torch.arange(num_particles, device=counts.device), topic] += 1.0

@@ -15,7 +15,8 @@ class LDAProposal(CheckedProposal):
     (n_k + α_k) / (t + Σα). Uses the model's own Φ and α (it holds the model, not a copy)."""
 
     def __init__(self, model) -> None:
-        self._model = [model]  # in a list: not registered as a submodule of the model it belongs to
+        # in a list: not registered as a submodule of the model it belongs to
+        self._model = [model]
 
     @property
     def model(self):
@@ -35,9 +36,8 @@ class LDAProposal(CheckedProposal):
     ) -> torch.Tensor:
         """log q_τ(z | x) of given z [K, T]: float64 [K] (memory K × T × topics)."""
         x, z = self.model.check_x(x), self.model.check_z(x, z)
-        log_urn = torch.log(
-            counts_before(z, self.model.num_topics) + self.model.alpha.double()
-        )  # [K, T, topics]
+        # [K, T, topics]
+        log_urn = torch.log(counts_before(z, self.model.num_topics) + self.model.alpha.double())
         logits = log_urn + self.model.log_phi_columns(x) if peek else log_urn
         log_q = torch.log_softmax(logits / temperature, -1).gather(-1, z[..., None]).squeeze(-1)
         return log_q.sum(1)
@@ -53,7 +53,8 @@ class LDAProposal(CheckedProposal):
         counts = torch.zeros(1, topics, dtype=torch.float64, device=x.device)
         score = torch.zeros(1, dtype=torch.float64, device=x.device)
         for t in range(x.shape[0]):
-            log_q = torch.log_softmax(torch.log(counts + alpha) + log_phi[t], -1)  # [B, topics]
+            # [B, topics]
+            log_q = torch.log_softmax(torch.log(counts + alpha) + log_phi[t], -1)
             cand = (score[:, None] + log_q).reshape(-1)
             top, flat = cand.topk(min(beam_size, cand.numel()))
             keep = torch.isfinite(top)

@@ -25,7 +25,8 @@ class LDAParticles:
     x: torch.Tensor  # [T] word ids
     log_phi: torch.Tensor  # [T, topics] log Φ[k, x_t], float64
     alpha: torch.Tensor  # [topics] float64
-    alpha_sum: float  # Σα (kept on the host: no device sync per token)
+    # Σα (kept on the host: no device sync per token)
+    alpha_sum: float
     z: torch.Tensor  # [K, T]
     counts: torch.Tensor  # [K, topics] float64: n_k of z_<t
     t: int
@@ -38,7 +39,8 @@ def init_particles(
 ) -> LDAParticles:
     """K particles with empty histories over x [T] (the model's Φ columns of x gathered once)."""
     alpha = model.alpha.to(torch.float64)
-    log_phi = model.log_phi_columns(x)  # [T, topics]
+    # [T, topics]
+    log_phi = model.log_phi_columns(x)
     z = torch.zeros(num_particles, x.shape[0], dtype=torch.long, device=x.device)
     counts = torch.zeros(num_particles, alpha.shape[0], dtype=torch.float64, device=x.device)
     return LDAParticles(x, log_phi, alpha, float(alpha.sum()), z, counts, 0, float(temperature), bool(peek))
@@ -48,8 +50,10 @@ def step(state: LDAParticles, t: int, generator) -> tuple[torch.Tensor, torch.Te
     """Draw z_t for every particle: returns (log p(x_t, z_t | z_<t) [K], log q_τ(z_t | x, z_<t) [K]), float64."""
     if t != state.t or t >= state.x.shape[0]:
         raise ValueError(f"LDA particles: expected token {state.t} of {state.x.shape[0]}, got t = {t}")
-    log_urn = torch.log(state.counts + state.alpha)  # [K, topics]
-    log_phi = state.log_phi[t]  # [topics]
+    # [K, topics]
+    log_urn = torch.log(state.counts + state.alpha)
+    # [topics]
+    log_phi = state.log_phi[t]
     zt, log_q = draw(log_urn + log_phi if state.peek else log_urn, state.temperature, generator)
     log_p = log_urn.gather(1, zt[:, None]).squeeze(1) - math.log(t + state.alpha_sum) + log_phi[zt]
     state.z[:, t] = zt

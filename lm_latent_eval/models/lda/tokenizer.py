@@ -12,9 +12,8 @@ from collections.abc import Sequence
 
 import torch
 
-DEFAULT_TOKEN_PATTERN = (
-    r"(?u)\b\w\w+\b"  # scikit-learn's CountVectorizer default: words of two or more characters
-)
+# scikit-learn's CountVectorizer default: words of two or more characters
+DEFAULT_TOKEN_PATTERN = r"(?u)\b\w\w+\b"
 UNKNOWN_WORDS = ("drop", "error")
 
 

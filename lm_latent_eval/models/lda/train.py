@@ -35,11 +35,15 @@ class LDATrainingConfig:
     """Settings of ``lm-latent-eval train lda`` (recorded in training.json)."""
 
     num_topics: int = 4
-    alpha: float = 0.25  # α_k of every topic (scikit-learn's default 1/K for K = 4)
-    beta: float = 0.05  # η, the topic-word prior
+    # α_k of every topic (scikit-learn's default 1/K for K = 4)
+    alpha: float = 0.25
+    # η, the topic-word prior
+    beta: float = 0.05
     iterations: int = 400
-    average_last: int = 100  # sweeps whose posterior means of Φ are averaged
-    min_df: int = 3  # vocabulary: words in at least this many training documents
+    # sweeps whose posterior means of Φ are averaged
+    average_last: int = 100
+    # vocabulary: words in at least this many training documents
+    min_df: int = 3
     stop_words: bool = True
     token_pattern: str = DEFAULT_TOKEN_PATTERN
     seed: int = 0
@@ -70,7 +74,8 @@ def _collapsed_log_joint(doc_topic, topic_word, alpha: float, beta: float) -> fl
 @torch.no_grad()
 def gibbs(docs: list[torch.Tensor], vocab_size: int, config: LDATrainingConfig, progress: bool = True):
     """(λ = averaged n_kw + β [K, V] float64, history): the sampler of the module docstring."""
-    torch.manual_seed(config.seed)  # Dirichlet draws use the global generator
+    # Dirichlet draws use the global generator
+    torch.manual_seed(config.seed)
     K, D = config.num_topics, len(docs)
     lengths = torch.tensor([len(d) for d in docs])
     width = int(lengths.max()) if D else 0
@@ -98,7 +103,8 @@ def gibbs(docs: list[torch.Tensor], vocab_size: int, config: LDATrainingConfig, 
             history.append(record)
             if progress:
                 print(record, flush=True)
-        phi = torch.distributions.Dirichlet(topic_word + config.beta).sample()  # [K, V]
+        # [K, V]
+        phi = torch.distributions.Dirichlet(topic_word + config.beta).sample()
         for pos in range(width):
             rows = mask[:, pos].nonzero().flatten()
             old = z[rows, pos]

@@ -14,7 +14,8 @@ import torch
 from ...protocol import enumerated_log_marginal
 from .latents import REDUCE, SHIFT
 
-MAX_WORDS = 12  # Catalan(11) = 58,786 trees
+# Catalan(11) = 58,786 trees
+MAX_WORDS = 12
 
 
 @cache

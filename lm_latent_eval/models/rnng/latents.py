@@ -64,7 +64,8 @@ def spans_from_actions(actions: torch.Tensor, num_words: int) -> torch.Tensor:
     if T == 0:
         return spans
     rows = torch.arange(K, device=actions.device)
-    left = torch.zeros(K, T, dtype=torch.long, device=actions.device)  # left end of each stack element
+    # left end of each stack element
+    left = torch.zeros(K, T, dtype=torch.long, device=actions.device)
     size = torch.zeros(K, dtype=torch.long, device=actions.device)
     ptr = torch.zeros(K, dtype=torch.long, device=actions.device)
     for t in range(A):
@@ -89,9 +90,11 @@ def actions_from_spans(spans: torch.Tensor) -> torch.Tensor:
     K, T, _ = spans.shape
     if T == 0:
         return torch.zeros(K, 0, dtype=torch.long, device=spans.device)
-    reduces = spans.triu(1).sum(1)  # [K, T]: constituents (i < j) ending at j
+    # [K, T]: constituents (i < j) ending at j
+    reduces = spans.triu(1).sum(1)
     before = torch.cumsum(reduces, 1) - reduces
-    shift_at = torch.arange(T, device=spans.device) + before  # position of the SHIFT of word j
+    # position of the SHIFT of word j
+    shift_at = torch.arange(T, device=spans.device) + before
     actions = torch.full((K, 2 * T - 1), REDUCE, dtype=torch.long, device=spans.device)
     return actions.scatter(1, shift_at, SHIFT)
 

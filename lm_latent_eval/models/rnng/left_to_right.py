@@ -47,10 +47,12 @@ class LeftToRightCRF:
         ``TreeCRFProposal`` does, so both factorizations temper the same numbers)."""
         T = span_scores.shape[-1]
         upper = torch.ones(T, T, dtype=torch.bool, device=span_scores.device).triu()
-        scores = (span_scores / temperature).double().masked_fill(~upper, float("-inf"))  # as the CRF tempers
+        # as the CRF tempers
+        scores = (span_scores / temperature).double().masked_fill(~upper, float("-inf"))
         log_beta = inside(scores.unsqueeze(0))[0]
         # log M[l, c, b] = S(l, b) + log β(c + 1, b) for l ≤ c < b
-        shifted = torch.cat([log_beta[1:], log_beta.new_full((1, T), float("-inf"))])  # row c: β(c + 1, ·)
+        # row c: β(c + 1, ·)
+        shifted = torch.cat([log_beta[1:], log_beta.new_full((1, T), float("-inf"))])
         idx = torch.arange(T, device=scores.device)
         keep = (idx[:, None, None] <= idx[None, :, None]) & (idx[None, :, None] < idx[None, None, :])
         log_m = (scores[:, None, :] + shifted[None]).masked_fill(~keep, float("-inf"))
@@ -58,7 +60,8 @@ class LeftToRightCRF:
         eye = torch.full((T, T), float("-inf"), dtype=torch.float64, device=scores.device).fill_diagonal_(0.0)
         green = eye.expand(T, T, T).clone()
         for c in range(T - 2, -1, -1):
-            below = _log_matvec(green[:, c + 1 :].transpose(1, 2), log_m[:, c, c + 1 :])  # [T(l), T]
+            # [T(l), T]
+            below = _log_matvec(green[:, c + 1 :].transpose(1, 2), log_m[:, c, c + 1 :])
             green[:, c] = torch.logaddexp(eye[c].expand(T, T), below)
         return cls(scores, log_beta, green)
 
@@ -91,7 +94,8 @@ class LeftToRightCRF:
         # R_j = log Σ_{b ≥ t} exp(S(l_j, b)) β(t, b) G_j(b), for every element j
         close = torch.logsumexp(self.scores[left][..., t:] + self.log_beta[t, t:] + outside[..., t:], -1)
         r = torch.arange(S, device=left.device)
-        j = (size[:, None] - 1 - r).clamp(min=0)  # [K, S]: the element whose constituent stays open
+        # [K, S]: the element whose constituent stays open
+        j = (size[:, None] - 1 - r).clamp(min=0)
         # Σ_{i=1..r} S(l_{s−1−i}, t − 1): the reduce spans, cumulated from the top of the stack down
         reduce_score = self.scores[left, t - 1].gather(1, j)
         reduce_score = torch.where(r == 0, 0.0, reduce_score)

@@ -40,8 +40,10 @@ from .proposal import TreeCRFProposal
 
 UNK, BOS, EOS = "<unk>", "<s>", "</s>"
 SPECIAL = (UNK, BOS, EOS)
-WORD_BLOCK = 1 << 22  # word logits computed per block of (rows × vocabulary) entries, bounding memory
-MIN_ROWS = 4  # log_joint scores at least this many rows (see there)
+# word logits computed per block of (rows × vocabulary) entries, bounding memory
+WORD_BLOCK = 1 << 22
+# log_joint scores at least this many rows (see there)
+MIN_ROWS = 4
 
 
 def build_vocabulary(
@@ -100,13 +102,12 @@ class RNNG(
     H = ``hidden_size`` (stack LSTM), L = ``num_layers``.
     """
 
-    prefix_probability = (
-        False  # log_joint scores complete trees (and, with count_eos, the end of the sentence)
-    )
-    exact_marginal_tractable = (
-        False  # log_marginal lists every tree: sentences of ≤ 12 words (auto picks SMC)
-    )
-    stepwise_module = stepwise  # SMC, word-synchronous: step t draws the REDUCEs before word t and shifts it
+    # log_joint scores complete trees (and, with count_eos, the end of the sentence)
+    prefix_probability = False
+    # log_marginal lists every tree: sentences of ≤ 12 words (auto picks SMC)
+    exact_marginal_tractable = False
+    # SMC, word-synchronous: step t draws the REDUCEs before word t and shifts it
+    stepwise_module = stepwise
 
     # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help)
     MODEL_ARGS: ClassVar[dict[str, tuple[type, str]]] = {
@@ -140,7 +141,8 @@ class RNNG(
         self.stack_lstm = StackLSTM(dim, hidden_size, num_layers, dropout)
         self.compose = TreeLSTM(dim)
         self.dropout = nn.Dropout(dropout)
-        self.action_head = nn.Linear(hidden_size, 2)  # logits of SHIFT (0) and REDUCE (1)
+        # logits of SHIFT (0) and REDUCE (1)
+        self.action_head = nn.Linear(hidden_size, 2)
         self.word_head = nn.Linear(hidden_size, V)
         if tie_weights:
             if dim != hidden_size:
@@ -150,7 +152,8 @@ class RNNG(
         self.proposal = TreeCRFProposal(
             V, self.bos_id, self.eos_id, proposal_dim or dim, proposal_hidden_size or hidden_size, dropout
         )
-        self.proposal.bind(self)  # peek=false draws from this model's own action distribution
+        # peek=false draws from this model's own action distribution
+        self.proposal.bind(self)
 
     @property
     def device(self) -> torch.device:
@@ -181,7 +184,8 @@ class RNNG(
     def score_trees(self, x: torch.Tensor, z: torch.Tensor, prefix: bool = False) -> torch.Tensor:
         """``log_joint``; with ``prefix`` (x without </s>) only the actions up to the SHIFT of the last word count: the
         joint of the words and the partial tree that the word-synchronous steps build (``prefix.py``)."""
-        words = self.proposal.words(x)  # checks x; drops a final </s>
+        # checks x; drops a final </s>
+        words = self.proposal.words(x)
         with_eos = words.numel() < x.numel()
         if prefix and with_eos:
             raise ValueError("a prefix has no </s>")
@@ -211,7 +215,8 @@ class RNNG(
         D, H, L = self.dim, self.hidden_size, self.num_layers
         dev = actions.device
         rows = torch.arange(B, device=dev)
-        emb = self.dropout(self.embedding(words))  # [B|1, T, D]
+        # [B|1, T, D]
+        emb = self.dropout(self.embedding(words))
         word_table, word_row = emb.reshape(-1, D), rows * T if emb.shape[0] > 1 else torch.zeros_like(rows)
         # flat tables: row b·(T + 1) + n of state_h/state_c is the stack LSTM's (h, c) after <s> and n elements of
         # tree b (n = 0..T); row b·T + n of elem_h/elem_c is element n of tree b's stack
@@ -224,10 +229,10 @@ class RNNG(
         state_row, elem_row = rows * (T + 1), rows * T
         size = torch.zeros(B, dtype=torch.long, device=dev)
         ptr = torch.zeros(B, dtype=torch.long, device=dev)
-        any_reduce = (actions != SHIFT).any(0).tolist()  # steps where some tree composes (one host sync)
-        top = h0[:, L - 1].expand(
-            B, H
-        )  # last layer's h at the top of the stack: the context of the next action
+        # steps where some tree composes (one host sync)
+        any_reduce = (actions != SHIFT).any(0).tolist()
+        # last layer's h at the top of the stack: the context of the next action
+        top = h0[:, L - 1].expand(B, H)
         contexts = []
         for t in range(A):
             contexts.append(top)
@@ -235,31 +240,35 @@ class RNNG(
             left = (size - 2).clamp(min=0)
             word = word_table.index_select(0, word_row + ptr.clamp(max=T - 1))
             if any_reduce[t]:
-                pair = torch.cat(
-                    [elem_row + left, elem_row + (size - 1).clamp(min=0)]
-                )  # left and right children
+                # left and right children
+                pair = torch.cat([elem_row + left, elem_row + (size - 1).clamp(min=0)])
                 pair_h, pair_c = elem_h.index_select(0, pair), elem_c.index_select(0, pair)
                 comp_h, comp_c = self.compose(pair_h[:B], pair_c[:B], pair_h[B:], pair_c[B:])
                 new_h = torch.where(shift[:, None], word, comp_h)
                 new_c = torch.where(shift[:, None], torch.zeros_like(comp_c), comp_c)
             else:
                 new_h, new_c = word, torch.zeros_like(word)
-            pos = torch.where(shift, size, left)  # index of the new element
-            below = state_row + pos  # the state the new element is pushed on
+            # index of the new element
+            pos = torch.where(shift, size, left)
+            # the state the new element is pushed on
+            below = state_row + pos
             h, c = self.stack_lstm(new_h, state_h.index_select(0, below), state_c.index_select(0, below))
-            elem_h.index_copy_(0, elem_row + pos, new_h)  # in place: one row per tree, not the whole stack
+            # in place: one row per tree, not the whole stack
+            elem_h.index_copy_(0, elem_row + pos, new_h)
             elem_c.index_copy_(0, elem_row + pos, new_c)
             state_h.index_copy_(0, below + 1, h)
             state_c.index_copy_(0, below + 1, c)
             top = h[:, L - 1]
             size, ptr = pos + 1, ptr + shift.long()
-        ctx = self.dropout(torch.stack(contexts, 1))  # [B, A, H]
+        # [B, A, H]
+        ctx = self.dropout(torch.stack(contexts, 1))
         sizes = stack_sizes(actions)
         # actions: REDUCE impossible below two elements (SHIFT is then certain)
         impossible = torch.stack([torch.zeros_like(sizes, dtype=torch.bool), sizes < 2], -1)
         action_logits = self.action_head(ctx).float().masked_fill(impossible, float("-inf"))
         action_lp = action_logits.log_softmax(-1).gather(2, actions.unsqueeze(2)).squeeze(2)
-        if prefix:  # the REDUCEs that close the tree after the last word are not part of the prefix
+        # the REDUCEs that close the tree after the last word are not part of the prefix
+        if prefix:
             shifted = torch.cumsum((actions == SHIFT).long(), 1)
             action_lp = action_lp.masked_fill((shifted == T) & (actions != SHIFT), 0.0)
         log_p = action_lp.double().sum(1)
@@ -271,7 +280,8 @@ class RNNG(
             1
         )
         if with_eos:
-            end = self.dropout(state_h.view(B, T + 1, L, H)[:, 1, L - 1])  # the stack holds one element
+            # the stack holds one element
+            end = self.dropout(state_h.view(B, T + 1, L, H)[:, 1, L - 1])
             eos = torch.full((B,), self.eos_id, dtype=torch.long, device=dev)
             log_p = log_p + self.word_log_probs(end, torch.ones(B, dtype=torch.bool, device=dev), eos)
         return log_p

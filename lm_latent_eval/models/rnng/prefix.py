@@ -26,8 +26,10 @@ from .latents import REDUCE
 class RNNGPrefix:
     """P(a sentence starts with x) of an RNNG under the contract (the same network, trees and proposal)."""
 
-    prefix_probability = True  # no end of text unless x ends with </s>, which then ends the sentence
-    exact_marginal_tractable = False  # log_marginal lists every tree: ≤ 12 words
+    # no end of text unless x ends with </s>, which then ends the sentence
+    prefix_probability = True
+    # log_marginal lists every tree: ≤ 12 words
+    exact_marginal_tractable = False
 
     def __init__(self, rnng):
         self.rnng = rnng
@@ -68,7 +70,8 @@ class RNNGPrefix:
     # --- SMC: the RNNG's steps, stopped after the last word --------------------------------------------------------
     def smc_init(self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True):
         if not self._ends_sentence(x) and x.numel():
-            x = torch.cat([x, x.new_tensor([self.rnng.eos_id])])  # steps 0..T−1 never reach the closing step
+            # steps 0..T−1 never reach the closing step
+            x = torch.cat([x, x.new_tensor([self.rnng.eos_id])])
         return stepwise.init_particles(self.rnng, x, num_particles, temperature, peek)
 
     def smc_step(self, state, t: int, generator: torch.Generator | None):

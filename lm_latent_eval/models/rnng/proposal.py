@@ -87,10 +87,12 @@ class TreeCRFProposal(CheckedProposal, nn.Module):
         padded = torch.cat(
             [words.new_full((B, 1), self.bos_id), words, words.new_full((B, 1), self.eos_id)], 1
         )
-        states, _ = self.encoder(self.dropout(self.embedding(padded)))  # [B, T + 2, 2H]
+        # [B, T + 2, 2H]
+        states, _ = self.encoder(self.dropout(self.embedding(padded)))
         fwd, bwd = states[..., : self.hidden_size], states[..., self.hidden_size :]
         # span (i, j): f_{j+1} − f_i and b_{i+1} − b_{j+2}
-        fwd_diff = fwd[:, None, 1 : T + 1] - fwd[:, :T, None]  # [B, i, j]
+        # [B, i, j]
+        fwd_diff = fwd[:, None, 1 : T + 1] - fwd[:, :T, None]
         bwd_diff = bwd[:, 1 : T + 1, None] - bwd[:, None, 2 : T + 2]
         return self.span_mlp(self.dropout(torch.cat([fwd_diff, bwd_diff], -1))).squeeze(-1)
 
@@ -155,10 +157,10 @@ class TreeCRFProposal(CheckedProposal, nn.Module):
         T = self.words(x).numel()
         valid = is_tree(z, T)
         trees = torch.where(valid[:, None], z, right_branching(T, 1, z.device))
-        shifts = (trees == SHIFT).nonzero()[:, 1].view(-1, T)  # position of each SHIFT
-        reduces = (
-            torch.diff(shifts, dim=1, prepend=shifts.new_full((z.shape[0], 1), -1)) - 1
-        )  # r_t before word t
+        # position of each SHIFT
+        shifts = (trees == SHIFT).nonzero()[:, 1].view(-1, T)
+        # r_t before word t
+        reduces = torch.diff(shifts, dim=1, prepend=shifts.new_full((z.shape[0], 1), -1)) - 1
         state = model.smc_init(x, z.shape[0], temperature, peek=False)
         log_q = torch.zeros(z.shape[0], dtype=torch.float64, device=z.device)
         for t in range(x.numel()):

@@ -26,7 +26,8 @@ def _prefix_stack(model, words: torch.Tensor, generator) -> tuple[list, list]:
     """One stack after the prefix words [n], drawn from p(z | prefix) by the particle filter: (elements [(h, c)],
     stack LSTM states [(h, c)], each [1, ...]; states[j] after <s> and j elements)."""
     K = PREFIX_PARTICLES
-    x = torch.cat([words, words.new_tensor([model.eos_id])])  # a counted end: the steps stop before closing
+    # a counted end: the steps stop before closing
+    x = torch.cat([words, words.new_tensor([model.eos_id])])
     state = stepwise.init_particles(model, x, K, 1.0, peek=False)
     log_w = torch.zeros(K, dtype=torch.float64, device=words.device)
     for t in range(words.numel()):
@@ -66,7 +67,8 @@ def sample_text(
     out: list[str] = []
     text = ""
     while len(out) < max(0, int(max_tokens)):
-        h = states[-1][0][:, -1]  # [1, H]: the stack LSTM's top layer
+        # [1, H]: the stack LSTM's top layer
+        h = states[-1][0][:, -1]
         if len(elements) >= 2 and _draw(model.action_head(h)[0], generator) == REDUCE:
             (left_h, left_c), (right_h, right_c) = elements[-2:]
             composed = model.compose(left_h, left_c, right_h, right_c)

@@ -75,11 +75,15 @@ class RNNGParticles:
     peek: bool
     emb: torch.Tensor  # [W, D] word embeddings
     stacks: Stacks
-    actions: torch.Tensor  # [K, 2W − 1]; the first ``num_actions`` of each row are drawn
+    # [K, 2W − 1]; the first ``num_actions`` of each row are drawn
+    actions: torch.Tensor
     num_actions: torch.Tensor  # [K]
-    crf: LeftToRightCRF | None  # peek: the CRF's tables
-    left: torch.Tensor | None  # peek: [K, W] left edge of every stack element
-    outside: torch.Tensor | None  # peek: [K, W, W] log G of every stack element
+    # peek: the CRF's tables
+    crf: LeftToRightCRF | None
+    # peek: [K, W] left edge of every stack element
+    left: torch.Tensor | None
+    # peek: [K, W, W] log G of every stack element
+    outside: torch.Tensor | None
     t: int = 0
 
 
@@ -91,7 +95,8 @@ def init_particles(
     words = model.proposal.words(x)
     K, W, dev = int(num_particles), words.numel(), words.device
     D, H, L = model.dim, model.hidden_size, model.num_layers
-    net = {"device": dev, "dtype": model.embedding.weight.dtype}  # the network's (bfloat16 included)
+    # the network's (bfloat16 included)
+    net = {"device": dev, "dtype": model.embedding.weight.dtype}
     zeros = torch.zeros(1, L, H, **net)
     h0, c0 = model.stack_lstm(model.dropout(model.embedding.weight[model.bos_id]).unsqueeze(0), zeros, zeros)
     state_h = torch.zeros(K, W + 1, L, H, **net)
@@ -119,12 +124,14 @@ def reduce_chain(model, stacks: Stacks, steps: int) -> ReduceChain:
     K = stacks.size.shape[0]
     L = model.num_layers
     rows = torch.arange(K, device=stacks.size.device)
-    top = stacks.state_h[rows, stacks.size]  # [K, L, H]
+    # [K, L, H]
+    top = stacks.state_h[rows, stacks.size]
     right_h = stacks.elem_h[rows, (stacks.size - 1).clamp(min=0)]
     right_c = stacks.elem_c[rows, (stacks.size - 1).clamp(min=0)]
     contexts, built_h, built_c, after_h, after_c = [top[:, L - 1]], [], [], [], []
     for i in range(1, steps + 1):
-        pos = (stacks.size - 1 - i).clamp(min=0)  # the left child, where the constituent goes
+        # the left child, where the constituent goes
+        pos = (stacks.size - 1 - i).clamp(min=0)
         right_h, right_c = model.compose(stacks.elem_h[rows, pos], stacks.elem_c[rows, pos], right_h, right_c)
         h, c = model.stack_lstm(right_h, stacks.state_h[rows, pos], stacks.state_c[rows, pos])
         built_h.append(right_h)
@@ -132,7 +139,8 @@ def reduce_chain(model, stacks: Stacks, steps: int) -> ReduceChain:
         after_h.append(h)
         after_c.append(c)
         contexts.append(h[:, L - 1])
-    context = torch.stack(contexts, 1)  # [K, R + 1, H]
+    # [K, R + 1, H]
+    context = torch.stack(contexts, 1)
     size_after = stacks.size[:, None] - torch.arange(steps + 1, device=rows.device)
     impossible = torch.stack([torch.zeros_like(size_after, dtype=torch.bool), size_after < 2], -1)
     action_lp = (
@@ -162,7 +170,8 @@ def _apply(state: RNNGParticles, chain: ReduceChain, r: torch.Tensor) -> None:
     has = r >= 1
     if has.any():
         k, i = rows[has], r[has] - 1
-        pos = st.size[has] - r[has] - 1  # the left child's slot holds the constituent
+        # the left child's slot holds the constituent
+        pos = st.size[has] - r[has] - 1
         st.elem_h[k, pos], st.elem_c[k, pos] = chain.elem_h[k, i], chain.elem_c[k, i]
         st.state_h[k, pos + 1], st.state_c[k, pos + 1] = chain.state_h[k, i], chain.state_c[k, i]
         st.size = st.size - r
@@ -234,7 +243,8 @@ def advance(model, state: RNNGParticles, t: int, u: torch.Tensor | None, forced:
         raise ValueError(f"smc_step: expected step {state.t} of {state.x.numel()}, got t = {t}")
     state.t = t + 1
     st = state.stacks
-    if t == W:  # </s>: close the tree, then the end of the sentence on its one element
+    # </s>: close the tree, then the end of the sentence on its one element
+    if t == W:
         log_p, context = _close(model, state)
         eos = torch.full_like(st.size, model.eos_id)
         end = model.word_log_probs(model.dropout(context), torch.ones_like(eos, dtype=torch.bool), eos)
@@ -244,14 +254,17 @@ def advance(model, state: RNNGParticles, t: int, u: torch.Tensor | None, forced:
         r, log_q = _draw(state.crf.reduce_logits(t, state.left, state.outside, st.size), u, forced)
         chain = reduce_chain(model, st, int(r.max()))
         log_p = _path_log_p(model, state, chain, r, size_before, t)
-    else:  # no peeking, and the first word (nothing to reduce)
+    else:
+        # no peeking, and the first word (nothing to reduce)
         chain = reduce_chain(model, st, max(int(st.size.max()) - 1, 0))
-        log_p_all = _candidate_log_p(model, state, chain, size_before, t)  # [K, R + 1]
+        # [K, R + 1]
+        log_p_all = _candidate_log_p(model, state, chain, size_before, t)
         r, log_q = _draw(log_p_all / state.temperature, u, forced)
         log_p = log_p_all.gather(1, r[:, None]).squeeze(1)
     _apply(state, chain, r)
     _shift(model, state, t)
-    if t == W - 1 and not state.with_eos:  # the last word: close the tree in the same step
+    # the last word: close the tree in the same step
+    if t == W - 1 and not state.with_eos:
         log_p = log_p + _close(model, state)[0]
     return state, log_p, log_q
 

@@ -59,7 +59,8 @@ class TrainConfig:
     min_count: int = 1
     max_vocab: int | None = None
     seed: int = 0
-    valid_samples: int = 32  # IS trees per validation sentence for the final perplexity estimate (0: skip)
+    # IS trees per validation sentence for the final perplexity estimate (0: skip)
+    valid_samples: int = 32
 
 
 def prepare(sentences: list[Sentence], model: RNNG) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
@@ -163,9 +164,8 @@ def train_rnng(
             record.update(prefixed("valid_", evaluate_gold(model, valid_data)))
         best.epoch_done(record, record.get("valid_joint_ppl", record["train_joint_ppl"]))
 
-    def final_validation() -> (
-        dict
-    ):  # after the best parameters are restored; sentences with their </s> if counted
+    # after the best parameters are restored; sentences with their </s> if counted
+    def final_validation() -> dict:
         documents = [
             (name, model.token_ids([model.vocab[i] for i in w.tolist()])) for name, w, _ in valid_data
         ]

@@ -67,19 +67,23 @@ def sample_trees(
     rows = torch.arange(K, device=dev)
     stack_i = torch.zeros(K, T, dtype=torch.long, device=dev)
     stack_j = torch.full((K, T), T - 1, dtype=torch.long, device=dev)
-    top = torch.ones(K, dtype=torch.long, device=dev)  # one pending constituent: the root (0, T − 1)
+    # one pending constituent: the root (0, T − 1)
+    top = torch.ones(K, dtype=torch.long, device=dev)
     split_idx = torch.arange(T - 1, device=dev)
     for _ in range(T - 1):
         top = top - 1
         i, j = stack_i[rows, top], stack_j[rows, top]
         spans[rows, i, j] = True
-        logits = beta[i][:, : T - 1] + beta[:, j].t()[:, 1:].reshape(K, T - 1)  # β(i, k) + β(k + 1, j)
+        # β(i, k) + β(k + 1, j)
+        logits = beta[i][:, : T - 1] + beta[:, j].t()[:, 1:].reshape(K, T - 1)
         allowed = (split_idx >= i[:, None]) & (split_idx < j[:, None])
         logits = logits.masked_fill(~allowed, float("-inf"))
         logp = logits - torch.logsumexp(logits, 1, keepdim=True)
-        k = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)  # float64 probabilities
+        # float64 probabilities
+        k = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
         log_q += logp[rows, k]
-        for lo, hi in ((k + 1, j), (i, k)):  # push the children that still need a split
+        # push the children that still need a split
+        for lo, hi in ((k + 1, j), (i, k)):
             push = hi > lo
             stack_i[rows, top.clamp(max=T - 1)] = torch.where(push, lo, stack_i[rows, top.clamp(max=T - 1)])
             stack_j[rows, top.clamp(max=T - 1)] = torch.where(push, hi, stack_j[rows, top.clamp(max=T - 1)])
@@ -99,18 +103,20 @@ def kbest_trees(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
     best, back = [leaf], [None]
     for w in range(1, T):
         n = T - w
-        left = torch.stack([best[m][:n] for m in range(w)], 1)  # [n, w, k]: span (i, i + m)
-        right = torch.stack(
-            [best[w - 1 - m][m + 1 : m + 1 + n] for m in range(w)], 1
-        )  # span (i + m + 1, i + w)
-        cand = (left[..., :, None] + right[..., None, :]).reshape(n, -1)  # [n, w·k·k]
+        # [n, w, k]: span (i, i + m)
+        left = torch.stack([best[m][:n] for m in range(w)], 1)
+        # span (i + m + 1, i + w)
+        right = torch.stack([best[w - 1 - m][m + 1 : m + 1 + n] for m in range(w)], 1)
+        # [n, w·k·k]
+        cand = (left[..., :, None] + right[..., None, :]).reshape(n, -1)
         top = torch.topk(cand, min(k, cand.shape[1]), 1)
         vals = torch.full((n, k), float("-inf"), dtype=torch.float64, device=dev)
         vals[:, : top.values.shape[1]] = top.values
         best.append(vals + torch.diagonal(s, w)[:, None])
         flat = torch.zeros(n, k, dtype=torch.long, device=dev)
         flat[:, : top.indices.shape[1]] = top.indices
-        back.append(torch.stack([flat // (k * k), flat // k % k, flat % k], -1))  # [n, k, 3]
+        # [n, k, 3]
+        back.append(torch.stack([flat // (k * k), flat // k % k, flat % k], -1))
     root = best[T - 1][0]
     found = int(torch.isfinite(root).sum())
     back_cpu = [None] + [b.tolist() for b in back[1:]]

@@ -75,20 +75,23 @@ def _clean(node, remove_punctuation: bool, where: str):
     """Drop labels, empty elements (and punctuation); return a word, a list of cleaned children, or None if empty."""
     if not isinstance(node, list) or not node:
         raise InputError(f"{where}: empty brackets ()")
-    if len(node) == 2 and all(isinstance(p, str) for p in node):  # (tag word)
+    # (tag word)
+    if len(node) == 2 and all(isinstance(p, str) for p in node):
         tag, word = node
         if tag == EMPTY_TAG or (remove_punctuation and tag in PUNCTUATION_TAGS):
             return None
         return word
     if len(node) == 1 and isinstance(node[0], str):
         raise InputError(f"{where}: leaf ({node[0]}) without a tag or word")
-    children = node[1:] if isinstance(node[0], str) else node  # unlabeled root ( (S ...) )
+    # unlabeled root ( (S ...) )
+    children = node[1:] if isinstance(node[0], str) else node
     if any(isinstance(c, str) for c in children):
         raise InputError(f"{where}: a constituent mixes words and brackets: {node!r:.80}")
     kept = [c for c in (_clean(c, remove_punctuation, where) for c in children) if c is not None]
     if not kept:
         return None
-    return kept[0] if len(kept) == 1 else kept  # a unary chain collapses into its child
+    # a unary chain collapses into its child
+    return kept[0] if len(kept) == 1 else kept
 
 
 def _binarize(node, right: bool):

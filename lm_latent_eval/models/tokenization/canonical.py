@@ -13,7 +13,8 @@ import torch
 
 from .model import windows
 
-LOGIT_BUDGET = 2**27  # logits per forward pass (512 MiB in float32)
+# logits per forward pass (512 MiB in float32)
+LOGIT_BUDGET = 2**27
 
 
 def hf_encode(tokenizer, text: str, prefix_token: int) -> list[int]:

@@ -17,7 +17,8 @@ import torch
 
 from lm_latent_eval.paths import DATA_DIR
 
-TRAIN_FILE = DATA_DIR / "corpus" / "tiny_train.jsonl"  # read only
+# read only
+TRAIN_FILE = DATA_DIR / "corpus" / "tiny_train.jsonl"
 
 
 def train_tokenizer(texts: list[str], vocab_size: int = 512):

@@ -22,9 +22,12 @@ from .lattice import SegmentationLattice
 from .proposal import SegmentationProposal
 from .vocab import ByteTrie, token_bytes
 
-PAD = -1  # padding of z rows [K, T_max]
-SEQLEN_CONFIG_ATTRS = ("n_positions", "max_position_embeddings", "n_ctx")  # as lm-eval's resolve_max_length
-LOGIT_BUDGET = 2**27  # float32 logits per forward pass of log_joint (512 MiB)
+# padding of z rows [K, T_max]
+PAD = -1
+# as lm-eval's resolve_max_length
+SEQLEN_CONFIG_ATTRS = ("n_positions", "max_position_embeddings", "n_ctx")
+# float32 logits per forward pass of log_joint (512 MiB)
+LOGIT_BUDGET = 2**27
 
 
 def context_length(config, tokenizer, default: int = 2048) -> int:
@@ -57,12 +60,10 @@ class TokenizationLM(torch.nn.Module, StepwiseFromModule):
     # log_joint sums the segmentations that spell exactly x; P(a text starts with x) is ``with_cover_end()``, which
     # latent_tokenization's loglikelihood uses for contexts
     prefix_probability = False
-    exact_marginal_tractable = (
-        False  # log_marginal enumerates segmentations: short texts only (auto picks SMC)
-    )
-    stepwise_module = (
-        stepwise  # SMC, byte-synchronous: step t draws tokens until the bytes of x_0..x_t are spelled
-    )
+    # log_marginal enumerates segmentations: short texts only (auto picks SMC)
+    exact_marginal_tractable = False
+    # SMC, byte-synchronous: step t draws tokens until the bytes of x_0..x_t are spelled
+    stepwise_module = stepwise
 
     # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help)
     MODEL_ARGS: ClassVar[dict[str, tuple[type, str]]] = {
@@ -155,7 +156,8 @@ class TokenizationLM(torch.nn.Module, StepwiseFromModule):
         (``last_window_only``: the targets of each row's last window only)."""
         device, L, V = self.device, self.max_length, self.model.get_output_embeddings().weight.shape[0]
         out = torch.zeros(len(rows), dtype=torch.float64)
-        pieces = []  # (row, input ids, number of scored targets at the end)
+        # (row, input ids, number of scored targets at the end)
+        pieces = []
         for r, row in enumerate(rows):
             ids = [self.prefix_token, *row]
             for s, e, lo in windows(len(row), L)[-1:] if last_window_only else windows(len(row), L):
@@ -174,7 +176,8 @@ class TokenizationLM(torch.nn.Module, StepwiseFromModule):
             targets = torch.zeros((len(group), width), dtype=torch.long)
             mask = torch.zeros((len(group), width), dtype=torch.bool)
             for g, (_, inp, tgt) in enumerate(group):
-                inputs[g, : len(inp)] = torch.tensor(inp)  # right padding: causal attention never reads it
+                # right padding: causal attention never reads it
+                inputs[g, : len(inp)] = torch.tensor(inp)
                 targets[g, len(inp) - len(tgt) : len(inp)] = torch.tensor(tgt)
                 mask[g, len(inp) - len(tgt) : len(inp)] = True
             logp = torch.log_softmax(self.model(inputs.to(device)).logits.float(), -1)
@@ -199,7 +202,8 @@ class TokenizationLM(torch.nn.Module, StepwiseFromModule):
                 todo.append(k)
                 continue
             out[k], complete = cached
-            if not complete:  # the full blocks come from the decoder; the last window reads more left context
+            # the full blocks come from the decoder; the last window reads more left context
+            if not complete:
                 last.append(k)
         if todo:
             out[todo] = self.score([rows[k] for k in todo])

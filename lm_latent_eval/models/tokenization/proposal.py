@@ -114,12 +114,14 @@ class SegmentationProposal(CheckedProposal):
         token_log_p = torch.zeros((K, max(n, 1)), dtype=torch.float64, device=device)
         active = torch.arange(K, device=device)
         for t in range(n):
-            ids, ends, valid = self._edges(lattice, node_pos, device)  # [N, M]
+            # [N, M]
+            ids, ends, valid = self._edges(lattice, node_pos, device)
             scores = logits.gather(1, ids).double() / temperature
             node_log_q = torch.log_softmax(scores.masked_fill(~valid, float("-inf")), -1)
             node_log_q = self._mix_canonical(node_log_q, ids, node_pos, x)
             node_log_p = torch.log_softmax(logits, -1).gather(1, ids).double()
-            cdf = node_log_q.exp().cumsum(-1)  # per node; each particle draws from its node's row
+            # per node; each particle draws from its node's row
+            cdf = node_log_q.exp().cumsum(-1)
             a = particle_node[active]
             choice = inverse_cdf(None, uniforms[active, t], cumulative=cdf[a])
             tokens[active, t] = ids[a, choice]
@@ -133,7 +135,8 @@ class SegmentationProposal(CheckedProposal):
             width = ids.shape[1]
             children, particle_node[active] = torch.unique(a * width + choice, return_inverse=True)
             parent, edge = children // width, children % width
-            if (t + 1) % L == 0:  # a new block of the rolling windows: its first target sees only z_t
+            # a new block of the rolling windows: its first target sees only z_t
+            if (t + 1) % L == 0:
                 cache = None
             else:
                 cache.batch_select_indices(parent)
@@ -188,14 +191,12 @@ class SegmentationProposal(CheckedProposal):
         lattice = self.lm.lattice(x)
         canonical = x.tolist()
         n = lattice.n
-        reach = max(
-            len(b) for b in self.lm.vocab if b
-        )  # a hypothesis's cache is needed this many bytes ahead
+        # a hypothesis's cache is needed this many bytes ahead
+        reach = max(len(b) for b in self.lm.vocab if b)
         pools: list[dict[tuple, float]] = [{} for _ in range(n + 1)]
         pools[0][()] = 0.0
-        caches: dict[
-            tuple, tuple[int, list]
-        ] = {}  # hypothesis -> (its byte position, per-layer (keys, values))
+        # hypothesis -> (its byte position, per-layer (keys, values))
+        caches: dict[tuple, tuple[int, list]] = {}
         for i in range(n):
             if not pools[i]:
                 continue

@@ -39,19 +39,24 @@ class TokenizationParticles:
 
     x: torch.Tensor  # canonical ids [T]
     lattice: SegmentationLattice
-    boundaries: list[int]  # b_t, bytes spelled by x_0..x_t
+    # b_t, bytes spelled by x_0..x_t
+    boundaries: list[int]
     temperature: float
     node: torch.Tensor  # [K] node of each particle
     draws: torch.Tensor  # [K] uniforms slot k has used
-    log_p: torch.Tensor  # [K] Σ log p(z_j | block context), float64
-    block_log_p: torch.Tensor  # [K] the same over the tokens before the particle's current block
+    # [K] Σ log p(z_j | block context), float64
+    log_p: torch.Tensor
+    # [K] the same over the tokens before the particle's current block
+    block_log_p: torch.Tensor
     uniforms: torch.Tensor | None = None  # [K, n], drawn at step 0
-    histories: dict[int, tuple] = field(default_factory=dict)  # node -> its tokens
-    positions: dict[int, int] = field(default_factory=dict)  # node -> bytes spelled
-    logits: dict[int, torch.Tensor] = field(
-        default_factory=dict
-    )  # node -> next-token logits [V] (before the end)
-    caches: dict = field(default_factory=dict)  # history -> (position, per-layer key/value) of _extend_caches
+    # node -> its tokens
+    histories: dict[int, tuple] = field(default_factory=dict)
+    # node -> bytes spelled
+    positions: dict[int, int] = field(default_factory=dict)
+    # node -> next-token logits [V] (before the end)
+    logits: dict[int, torch.Tensor] = field(default_factory=dict)
+    # history -> (position, per-layer key/value) of _extend_caches
+    caches: dict = field(default_factory=dict)
     next_node: int = 1
     t: int = 0
 
@@ -114,7 +119,8 @@ def _draw_tokens(lm, state: TokenizationParticles, need: torch.Tensor) -> torch.
     nodes, inverse = torch.unique(state.node[need], return_inverse=True)
     nodes = nodes.tolist()
     positions = [state.positions[i] for i in nodes]
-    logits = torch.stack([state.logits[i] for i in nodes])  # [M, V]
+    # [M, V]
+    logits = torch.stack([state.logits[i] for i in nodes])
     ids, ends, valid = proposal._edges(state.lattice, positions, device)
     scores = logits.gather(1, ids).double() / state.temperature
     node_log_q = torch.log_softmax(scores.masked_fill(~valid, float("-inf")), -1)
@@ -124,9 +130,8 @@ def _draw_tokens(lm, state: TokenizationParticles, need: torch.Tensor) -> torch.
     choice = inverse_cdf(None, u, cumulative=node_log_q.exp().cumsum(-1)[inverse])
     log_p, log_q = node_log_p[inverse, choice], node_log_q[inverse, choice]
     lengths = torch.tensor([len(state.histories[i]) for i in state.node[need].tolist()], device=device)
-    starts_block = (lengths > 0) & (
-        lengths % lm.max_length == 0
-    )  # the token opens a new block of the windows
+    # the token opens a new block of the windows
+    starts_block = (lengths > 0) & (lengths % lm.max_length == 0)
     state.block_log_p[need] = torch.where(starts_block, state.log_p[need], state.block_log_p[need])
     state.log_p[need] += log_p
     state.draws[need] += 1

@@ -44,7 +44,8 @@ def token_bytes(tokenizer, vocab_size: int | None = None) -> list[bytes | None]:
             continue
         try:
             out[index] = bytes(decoder[ch] for ch in token)
-        except KeyError:  # a character outside the byte alphabet: not a byte-level token
+        except KeyError:
+            # a character outside the byte alphabet: not a byte-level token
             out[index] = None
     if vocab_size is not None:
         out = out[:vocab_size]
@@ -56,7 +57,8 @@ class ByteTrie:
 
     def __init__(self, vocab: list[bytes | None]):
         self.children: list[dict[int, int]] = [{}]
-        self.token_at: list[int] = [-1]  # token id whose bytes end exactly at this node (−1: none)
+        # token id whose bytes end exactly at this node (−1: none)
+        self.token_at: list[int] = [-1]
         for token, spelled in enumerate(vocab):
             if not spelled:
                 continue
