@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
+import logging
 import typing
 import warnings
 from dataclasses import dataclass
@@ -21,6 +22,11 @@ import torch
 
 from ..errors import InputError, MissingFileError
 from ..estimators import EstimatorSettings
+from ..models import MODELS, resolve_class
+
+logger = logging.getLogger(__name__)
+# what lm-eval's CLI passes as --device when the user gave none
+LM_EVAL_DEFAULT_DEVICE = "cuda:0"
 
 
 @dataclass(frozen=True)
@@ -47,7 +53,8 @@ BACKEND_ARGS = (
         "keep per-document results under this folder so a rerun resumes (off unless given)",
     ),
 )
-IGNORED_ARGS = ("max_batch_size",)  # passed by lm-eval to every model; batch_size is a particle count here
+# passed by lm-eval to every model; batch_size is a particle count here
+IGNORED_ARGS = ("max_batch_size",)
 
 
 class ModelArgsError(InputError):
@@ -73,7 +80,8 @@ def model_options(model_class) -> tuple[ModelArg, ...]:
     loader = getattr(model_class, "from_pretrained", None)
     if loader is None:
         return ()
-    params = list(inspect.signature(loader).parameters.values())[1:]  # past the path / Hub id
+    # past the path / Hub id
+    params = list(inspect.signature(loader).parameters.values())[1:]
     out = []
     for p in params:
         if p.default is inspect.Parameter.empty or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
@@ -177,3 +185,130 @@ def parse_dtype(dtype) -> torch.dtype | None:
             f"model_args dtype must name a torch dtype (float32, float64, bfloat16, ...), got {dtype!r}"
         )
     return value
+
+
+@dataclass(frozen=True)
+class BackendArgs:
+    """A backend's model_args, parsed and checked: the model to load and how, and the estimator settings.
+
+    ``model``: a name in ``MODELS`` or ``package.module:Class``; ``options``: the model's own accepted options
+    (``model_options``), ``model_kwargs`` those given (for ``from_pretrained``); ``settings`` before ``auto`` is
+    resolved; ``device`` as asked for (CUDA falls back to the CPU on a machine without it).
+    """
+
+    model: str
+    pretrained: str | None
+    settings: EstimatorSettings
+    options: tuple[ModelArg, ...]
+    model_kwargs: dict
+    device: torch.device
+    dtype: torch.dtype | None
+    results_dir: str | None
+
+
+def model_name(backend: str, fixed: str | None, given) -> str:
+    """The model a backend loads: its fixed model (``latent_<name>``), or model_args ``model`` for ``--model latent``."""
+    if fixed is not None and given not in (None, fixed):
+        raise ModelArgsError(f"{backend} always loads model={fixed!r}; use --model latent for {given!r}")
+    if (fixed or given) is None:
+        raise ModelArgsError(
+            f"--model latent needs model_args model=<one of {sorted(MODELS)} or package.module:Class>"
+        )
+    return fixed or str(given)
+
+
+def parse_backend_args(backend: str, fixed: str | None, given: dict) -> BackendArgs:
+    """``given`` (lm-eval's parsed ``--model_args`` plus ``device`` / ``batch_size``) as a ``BackendArgs``.
+
+    Parameters
+    ----------
+    backend : str
+        The backend class's name, for the errors.
+    fixed : str or None
+        The model the backend always loads (``LatentLMEval.MODEL``), None for ``--model latent``.
+    given : dict
+        The model_args.
+
+    Returns
+    -------
+    BackendArgs
+
+    Examples
+    --------
+    >>> args = parse_backend_args("LatentHMMEval", "hmm", {"num_samples": 8, "device": "cpu"})
+    >>> args.model, args.settings.num_samples, args.device.type
+    ('hmm', 8, 'cpu')
+    >>> parse_backend_args("LatentHMMEval", "hmm", {"num_sample": 8})
+    Traceback (most recent call last):
+    ...
+    lm_latent_eval.harness.model_args.ModelArgsError: unknown model_args ['num_sample'] for LatentHMMEval (did you mean num_sample → num_samples?)...
+    """
+    model = model_name(backend, fixed, given.get("model"))
+    options = model_options(resolve_class(model))
+    check_known(backend, given, (*BACKEND_ARGS, *settings_args(), *options))
+    try:
+        settings = parse_settings(given)
+    except ModelArgsError as err:
+        raise ModelArgsError(f"bad model_args for {backend}: {err}") from None
+    kwargs = {a.name: parse_value(a, given[a.name]) for a in options if given.get(a.name) is not None}
+    pretrained = given.get("pretrained")
+    # str(): lm-eval parses a folder named 2024 as an int
+    results_dir = given.get("results_dir")
+    return BackendArgs(
+        model=model,
+        pretrained=None if pretrained is None else str(pretrained),
+        settings=settings,
+        options=options,
+        model_kwargs=kwargs,
+        device=resolve_device(given.get("device")),
+        dtype=parse_dtype(given.get("dtype")),
+        results_dir=None if results_dir is None else str(results_dir),
+    )
+
+
+def with_cli_config(model_args: dict, cli: dict | None) -> dict:
+    """model_args with lm-eval's CLI ``--device`` / ``--batch_size`` (always passed) where model_args lack them.
+
+    model_args win, with a log line for each clash; lm-eval's own default ``--device cuda:0`` is dropped on a machine
+    without CUDA (nobody asked for it).
+
+    Examples
+    --------
+    >>> with_cli_config({"device": "cpu"}, {"device": "cuda:1", "batch_size": "4", "max_batch_size": None})
+    {'device': 'cpu', 'batch_size': '4'}
+    """
+    cli = {k: v for k, v in (cli or {}).items() if v is not None}
+    if cli.get("device") == LM_EVAL_DEFAULT_DEVICE and not torch.cuda.is_available():
+        del cli["device"]
+    for key in sorted(set(cli) & set(model_args)):
+        if str(cli[key]) != str(model_args[key]):
+            logger.info("model_args %s=%s overrides --%s %s", key, model_args[key], key, cli[key])
+    return {**cli, **model_args}
+
+
+def name_output_folder(model_args: dict, model: str | None) -> None:
+    """Add ``model=<model>`` to the model_args of a ``latent_<model>`` run given neither ``pretrained=`` nor
+    ``model=``: lm-eval names the output folder after one of them (else after a random id, the same one for every
+    model since lm-eval seeds Python's random).
+
+    Examples
+    --------
+    >>> model_args = {"num_samples": 8}
+    >>> name_output_folder(model_args, "hmm")
+    >>> model_args
+    {'num_samples': 8, 'model': 'hmm'}
+    """
+    if model is not None and not {"pretrained", "model"} & set(model_args):
+        model_args["model"] = model
+
+
+def backend_args_doc(model: str | None = None) -> str:
+    """The model_args of ``--model latent`` (``model=None``) or ``latent_<model>``: ``accepted_args_doc`` with the
+    model's own options (its ``MODEL_ARGS``).
+
+    Examples
+    --------
+    >>> print(backend_args_doc("hmm").splitlines()[1])
+        pretrained (str): local folder or Hugging Face Hub id (default: the bundled checkpoint)
+    """
+    return accepted_args_doc(() if model is None else model_options(resolve_class(model)))

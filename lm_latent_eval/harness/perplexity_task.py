@@ -1,9 +1,10 @@
-"""The lm-eval side of our perplexity tasks (tasks/latent_ppl_tiny and every task that includes it).
+"""The lm-eval side of our perplexity tasks (tasks/latent_ppl_tiny and every task built on it).
 
 ``document_items`` is what a task's ``process_results`` returns for one document: every metric's item, all from the
-SAME estimate the backend made (``rolling_estimates.lookup``), as JSON-ready dicts (lm-eval writes them to the
-samples file, where ``reports`` reads the per-document log weights back). The aggregations below turn the items of
-all documents into the corpus figures; the task YAML names them directly
+SAME estimate the backend made (read from the current ``EstimateExchange``), as JSON-ready dicts (lm-eval writes
+them to the samples file, where ``reports`` reads the per-document log weights back). The aggregations below turn
+the items of all documents into the corpus figures, at the run's ``level`` (the exchange carries the run's
+settings: ``UncertaintyPolicy.of(settings)``); the task YAML names them directly
 (``aggregation: !function lm_latent_eval.harness.perplexity_task.instance_perplexity``), as it names the corpus
 loader and ``process_results`` here: every function of the task is importable, so a copy of a task YAML works from
 any folder (a task over another corpus is ``class: !function lm_latent_eval.harness.template_task.PerplexityTask``).
@@ -16,11 +17,15 @@ import logging
 import math
 from pathlib import Path
 
+import datasets
+from lm_eval.api.task import ConfigurableTask
+
+from ..documents import TEXT_FIELD, read_texts
 from ..estimators import DocumentEstimate, SMCEstimate
-from ..estimators.corpus import CorpusEstimate, corpus_estimate
+from ..estimators.corpus import CorpusEstimate
 from ..estimators.diagnostics import effective_sample_size, pareto_k_threshold, pareto_khat
-from ..estimators.registry import estimate_from_json
-from . import rolling_estimates
+from ..paths import DATA_DIR
+from .exchange import EstimateExchange
 
 PERPLEXITY_METRICS = (
     "perplexity",
@@ -31,34 +36,26 @@ PERPLEXITY_METRICS = (
     "is_corpus_perplexity",
 )
 logger = logging.getLogger(__name__)
-SAMPLES_FIELD = "is_corpus_perplexity"  # the item reports read from the samples file (the whole estimate)
+# the item reports read from the samples file (the whole estimate)
+SAMPLES_FIELD = "is_corpus_perplexity"
 
 
 def load_corpus(data_file: str | None = None, **_metadata):
     """``custom_dataset`` of latent_ppl_tiny: a DatasetDict whose ``test`` split is the bundled tiny corpus, or
     ``--metadata '{"data_file": ...}'`` (.jsonl with a ``text`` field, or one document per line; an unusable line is
     an error naming the file and line). lm-eval also passes the other metadata and model_args; they are ignored."""
-    import datasets
-
-    from ..documents import TEXT_FIELD, read_texts
-    from ..paths import DATA_DIR
-
     path = Path(data_file) if data_file else DATA_DIR / "corpus" / "tiny_test.jsonl"
     return datasets.DatasetDict({"test": datasets.Dataset.from_dict({TEXT_FIELD: read_texts(path)})})
 
 
 def doc_to_target(doc: dict) -> str:
     """The document text scored by loglikelihood_rolling."""
-    from ..documents import TEXT_FIELD
-
     return doc[TEXT_FIELD]
 
 
 def process_results(doc: dict, results: list) -> dict:
     """``process_results`` of every perplexity task: the items of every metric, all from the backend's estimate of
     this very document."""
-    from lm_eval.api.task import ConfigurableTask
-
     text = doc_to_target(doc)
     (log_likelihood,) = results
     return document_items(text, log_likelihood, ConfigurableTask.count_words(text))
@@ -66,12 +63,11 @@ def process_results(doc: dict, results: list) -> dict:
 
 def document_items(text: str, log_likelihood: float, num_words: int) -> dict:
     """Per-document items of every metric of the task (``num_words``: lm-eval's whitespace word count)."""
-    est = rolling_estimates.lookup(text, log_likelihood)
+    est = EstimateExchange.current().document(text, log_likelihood)
     item = _item(est, text) | {"num_words": num_words}
     items = {"word_perplexity": (log_likelihood, num_words), **dict.fromkeys(PERPLEXITY_METRICS, item)}
-    weights = (
-        est.importance_weights
-    )  # ESS and k̂: IS weights of a document with tokens only (no row otherwise)
+    # ESS and k̂: IS weights of a document with tokens only (no row otherwise)
+    weights = est.importance_weights
     if weights is not None:
         khat, threshold = pareto_khat(weights), pareto_k_threshold(weights.size)
         ess = effective_sample_size(weights)
@@ -89,9 +85,8 @@ def document_items(text: str, log_likelihood: float, num_words: int) -> dict:
             "smc_ess_min": d.ess_min,
             "smc_ess_mean": d.ess_mean,
         }
-    plain = (
-        est.without_unk_penalty()
-    )  # a model with an unknown-word penalty (KGLM): PPL without it, UPP with it
+    # a model with an unknown-word penalty (KGLM): PPL without it, UPP with it
+    plain = est.without_unk_penalty()
     if plain is not None:
         plain_item = _item(plain, text)
         items |= {
@@ -105,25 +100,17 @@ def document_items(text: str, log_likelihood: float, num_words: int) -> dict:
 
 def _item(est: DocumentEstimate, text: str) -> dict:
     record = est.to_json()
-    record.pop("document")  # the samples file holds the document already
-    record["key"] = hashlib.sha256(text.encode()).hexdigest()[:16]  # repeated texts share a random stream
+    # the samples file holds the document already
+    record.pop("document")
+    # repeated texts share a random stream
+    record["key"] = hashlib.sha256(text.encode()).hexdigest()[:16]
     return record
 
 
 def _corpus(items) -> CorpusEstimate:
-    """The corpus estimate of a metric's items (cached: every metric of a task aggregates the same items)."""
-    fingerprint = tuple(
-        (i["key"], i["log_likelihood"], i["estimator"], len(i["log_weights"] or ())) for i in items
-    )
-    if fingerprint not in _CACHE:
-        _CACHE.clear()
-        _CACHE[fingerprint] = corpus_estimate(
-            [estimate_from_json(item) for item in items], keys=[item["key"] for item in items]
-        )
-    return _CACHE[fingerprint]
-
-
-_CACHE: dict[tuple, CorpusEstimate] = {}
+    """The corpus estimate of a metric's items under the run's policy (computed once by the exchange: every metric of
+    a task aggregates the same items)."""
+    return EstimateExchange.current().corpus(items)
 
 
 def perplexity(items) -> float:
@@ -161,15 +148,17 @@ def repeated_rows(items) -> list[str]:
 
 
 def perplexity_stderr(items) -> float | str:
-    """lm-eval's Stderr column of ``perplexity`` (documents fixed): the 95% interval's half-width over 1.96, so that
-    perplexity ± 1.96 · Stderr is the honest interval (``CorpusEstimate.interval_stderr``); "N/A" where no two-sided
-    interval is honest (the certified ``perplexity_upper_bound`` still holds)."""
+    """lm-eval's Stderr column of ``perplexity`` (documents fixed): the run's ``level`` interval's half-width over
+    its normal quantile (1.96 at 95%), so that perplexity ± 1.96 · Stderr is the honest interval
+    (``CorpusEstimate.interval_stderr``); "N/A" where no two-sided interval is honest (the certified
+    ``perplexity_upper_bound`` still holds)."""
     corpus = _corpus(items)
     return corpus.interval_stderr if corpus.interval.two_sided else "N/A"
 
 
 def perplexity_upper_bound(items) -> float:
-    """Certified: the true perplexity exceeds this with probability at most 5% (Markov's inequality)."""
+    """Certified: the true perplexity exceeds this with probability at most 1 − level (5% at the default 95%;
+    Markov's inequality)."""
     return _corpus(items).perplexity_upper_bound
 
 
@@ -215,5 +204,7 @@ def completion_items(doc: dict, results: list) -> dict:
     context), the continuation's model tokens), aggregated by lm-eval's ``weighted_perplexity`` into
     exp(−Σ log p̂ / Σ tokens)."""
     ((log_likelihood, _),) = results
-    tokens = rolling_estimates.completion_tokens(doc["context"], doc["continuation"], log_likelihood)
+    tokens = EstimateExchange.current().continuation_tokens(
+        doc["context"], doc["continuation"], log_likelihood
+    )
     return {"completion_perplexity": (log_likelihood, tokens)}

@@ -1,15 +1,128 @@
-"""What a run records about the model it evaluated: checkpoint path and hash, Hub commit, dtype, parameter count."""
+"""What a run records about the model it evaluated (lm-eval's ``get_model_info``, merged into ``results["config"]``):
+checkpoint path and hash, Hub commit, dtype, parameter count, the estimator settings and why ``auto`` chose them.
+
+``model_info`` builds the whole record; ``run_identity`` is its part that can change a number (the results store's
+run key and the ``--use_cache`` fingerprint compare it).
+"""
 
 from __future__ import annotations
 
 import os
+import sys
+import sysconfig
+from pathlib import Path
 
 import torch
+
+from .. import __version__
+from ..estimators import EstimatorSettings, recorded_settings
+from ..models import checkpoint_hash, model_target
+from ..models.cuda_graphs import graphs_in_effect
+from ..paths import DATA_DIR
+from .model_args import BackendArgs
 
 # get_model_info keys that name the model but never change a number (kept out of the results_dir run key)
 NAMING_KEYS = ("checkpoint", "model_name", "model_revision", "model_pythonpath", "cuda_graphs_requested")
 # model_args recorded under a naming key of their own (cuda_graphs → cuda_graphs_requested), not as model options
 NAMING_MODEL_ARGS = ("cuda_graphs",)
+
+
+def model_info(
+    args: BackendArgs,
+    model,
+    checkpoint: Path,
+    checkpoint_sha256: str,
+    settings: EstimatorSettings,
+    estimator_choice: str,
+    device: torch.device,
+) -> dict:
+    """Model identity and estimator settings of a backend: lm-eval's ``get_model_info``.
+
+    Besides our keys, the ones lm-eval's ``hf`` backend fills for leaderboards: ``model_name`` (``pretrained`` as
+    given, else the bundled checkpoint's package path), ``model_sha`` (sha256 of the checkpoint's files: we hash
+    content, the Hub commit is ``model_revision`` when the checkpoint came from the Hub cache), ``model_dtype`` (as
+    ``hf`` writes it, e.g. ``torch.float32``) and ``model_num_parameters`` (p and q).
+
+    Parameters
+    ----------
+    args : BackendArgs
+        The backend's parsed model_args.
+    model
+        The loaded latent LM.
+    checkpoint : Path
+        The folder it was loaded from, and ``checkpoint_sha256`` its hash (``models.checkpoint_hash``).
+    settings : EstimatorSettings
+        Resolved (``auto`` replaced by the estimator it chose, for the reason ``estimator_choice``).
+    device : torch.device
+        Where the model runs (random streams and float rounding differ between cpu and cuda).
+
+    Returns
+    -------
+    dict
+        JSON-ready.
+    """
+    cls = type(model)
+    dtype = args.dtype or parameter_dtype(model)
+    info = {
+        "model_name": args.pretrained or package_path(checkpoint),
+        "model_sha": checkpoint_sha256,
+        "model_revision": hub_revision(checkpoint),
+        "model_dtype": str(dtype),
+        "model_num_parameters": num_parameters(model),
+        "latent_model": model_target(args.model),
+        "latent_model_class": f"{cls.__module__}:{cls.__qualname__}",
+        "checkpoint": str(checkpoint),
+        "checkpoint_sha256": checkpoint_sha256,
+        "estimator_settings": recorded_settings(settings, device),
+        "estimator_choice": estimator_choice,
+        "device_type": device.type,
+        "dtype": str(dtype).removeprefix("torch."),
+        "lm_latent_eval_version": __version__,
+    }
+    # the model's code is importable only with this folder on PYTHONPATH
+    if (root := import_root(cls)) is not None:
+        info["model_pythonpath"] = root
+    # sentence-level models: is the end-of-sentence token scored and counted?
+    if hasattr(model, "count_eos"):
+        info["count_eos"] = bool(model.count_eos)
+    return info | model_options_info(args, model, device)
+
+
+def model_options_info(args: BackendArgs, model, device: torch.device) -> dict:
+    """The model's own options given in model_args (an LDA's alpha, unknown_words, ...: they can change a number),
+    the hashes of its own files, and whether its sampler's step runs from a CUDA graph (KGLM, EntityNLM)."""
+    info = {}
+    options = {
+        a.name: args.model_kwargs[a.name]
+        for a in args.options
+        if a.name in args.model_kwargs and a.name not in NAMING_MODEL_ARGS
+    }
+    if options:
+        info["model_options"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items()}
+    graphs = getattr(model, "cuda_graphs", None)
+    if graphs is not None:
+        info["cuda_graphs_requested"] = graphs
+        # a graph may round differently: it joins the results store's key
+        if graphs_in_effect(graphs, device):
+            info["cuda_graphs"] = True
+    if any(a.kind is Path for a in args.options):
+        info["model_files_sha256"] = {
+            a.name: checkpoint_hash(args.model_kwargs[a.name])
+            for a in args.options
+            if a.kind is Path and a.name in args.model_kwargs
+        }
+    return info
+
+
+def run_identity(info: dict) -> dict:
+    """The part of ``model_info`` that can change a number (``NAMING_KEYS`` left out): the results store's key.
+
+    Examples
+    --------
+    >>> run_identity({"checkpoint": "/tmp/a", "checkpoint_sha256": "ab", "model_name": "x"})
+    {'checkpoint_sha256': 'ab'}
+    """
+    return {k: v for k, v in info.items() if k not in NAMING_KEYS}
 
 
 def parameter_dtype(model) -> torch.dtype | None:
@@ -26,8 +139,6 @@ def num_parameters(model) -> int:
 
 def package_path(checkpoint) -> str:
     """``lm_latent_eval/data/<name>`` for a bundled checkpoint (machine-independent), else the path itself."""
-    from ..paths import DATA_DIR
-
     path = os.path.abspath(checkpoint)
     root = os.path.dirname(os.path.dirname(os.path.abspath(DATA_DIR)))
     return os.path.relpath(path, root) if path.startswith(os.path.abspath(DATA_DIR)) else str(checkpoint)
@@ -44,9 +155,6 @@ def import_root(cls) -> str | None:
     """The folder that must be on PYTHONPATH to import ``cls`` again (absolute): the sys.path entry holding its
     top-level module, for a class that is neither ours nor installed (e.g. ``model=my_pkg.mod:Cls`` found in the
     working directory, which ``python -m lm_eval`` puts on sys.path and the ``lm_eval`` script does not); else None."""
-    import sys
-    import sysconfig
-
     top = cls.__module__.split(".")[0]
     module = sys.modules.get(top)
     location = getattr(module, "__file__", None)

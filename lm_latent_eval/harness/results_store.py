@@ -27,9 +27,12 @@ from ..estimators.registry import estimate_from_json
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 3  # bump when the file layout changes (2: per-sample unknown-word penalty; 3: the estimator)
-SCALARS = ("document", "num_tokens", "log_likelihood", "estimator")  # (and every stage's log p̂ as JSON)
-ARRAYS = ("log_weights", "unk_penalty")  # float64 [K], with has_<name> telling None from an empty array
+# bump when the file layout changes (2: per-sample unknown-word penalty; 3: the estimator)
+FORMAT_VERSION = 3
+# (and every stage's log p̂ as JSON)
+SCALARS = ("document", "num_tokens", "log_likelihood", "estimator")
+# float64 [K], with has_<name> telling None from an empty array
+ARRAYS = ("log_weights", "unk_penalty")
 
 
 def run_key(identity: dict) -> str:
@@ -73,7 +76,8 @@ class ResultsStore:
         self.folder = Path(root).expanduser() / run_key(self.identity)
         self.folder.mkdir(parents=True, exist_ok=True)
         identity_file = self.folder / "identity.json"
-        if not identity_file.is_file():  # every rank writes the same bytes; the rename makes that safe
+        # every rank writes the same bytes; the rename makes that safe
+        if not identity_file.is_file():
             text = json.dumps(self.identity, sort_keys=True, indent=1).encode()
             _atomic_write(identity_file, lambda fh: fh.write(text))
 
@@ -120,4 +124,5 @@ class ResultsStore:
         return sum(self.path(text).is_file() for text in set(texts))
 
     def __len__(self) -> int:
-        return sum(1 for _ in self.folder.glob("*.npz"))  # every stage's file counts
+        # every stage's file counts
+        return sum(1 for _ in self.folder.glob("*.npz"))

@@ -8,28 +8,81 @@ A task YAML that ``include``s ``../latent_ppl_tiny/latent_ppl_tiny.yaml`` stops 
     custom_dataset: !function my_pkg.data.load        # or dataset_path / data_files, as in any lm-eval task
 
 gives the task every key of the bundled ``latent_ppl_tiny.yaml`` (metrics, aggregations, process_results), found
-through the installed package; the YAML's own keys win, as with ``include``.
+through the installed package. The YAML's own keys win, as with ``include``, except ``metric_list``, which merges
+with the template's by metric name: an entry naming one of the template's metrics updates that entry's keys (say,
+another ``aggregation``), an entry with a new name is added after them, and the template's other metrics stay. A
+task that adds one metric therefore lists only that one:
+
+    metric_list:
+      - metric: my_metric                # process_results must return an item for it
+        aggregation: !function my_pkg.metrics.my_aggregation
+        higher_is_better: false
 """
 
 from __future__ import annotations
 
 from lm_eval.api.task import ConfigurableTask
+from lm_eval.tasks._yaml_loader import load_yaml
 
-TEMPLATE = "latent_ppl_tiny/latent_ppl_tiny.yaml"  # under lm_latent_eval.tasks_path()
+from .. import tasks_path
+
+# under lm_latent_eval.tasks_path()
+TEMPLATE = "latent_ppl_tiny/latent_ppl_tiny.yaml"
 
 
 def template_config() -> dict:
     """The keys of the bundled perplexity task, its ``!function`` tags resolved (lm-eval's own YAML loader)."""
-    from lm_eval.tasks._yaml_loader import load_yaml
+    return load_yaml(f"{tasks_path()}/{TEMPLATE}")
 
-    import lm_latent_eval
 
-    return load_yaml(f"{lm_latent_eval.tasks_path()}/{TEMPLATE}")
+def merge_metric_lists(template: list[dict], own: list[dict]) -> list[dict]:
+    """``metric_list`` of a task built on the template: merged by metric name (``own`` updates or adds entries).
+
+    Examples
+    --------
+    >>> template = [{"metric": "a", "higher_is_better": False}, {"metric": "b", "higher_is_better": False}]
+    >>> merge_metric_lists(template, [{"metric": "b", "aggregation": "mean"}, {"metric": "c"}])
+    [{'metric': 'a', 'higher_is_better': False}, {'metric': 'b', 'higher_is_better': False, 'aggregation': 'mean'}, {'metric': 'c'}]
+    """
+    merged = {entry["metric"]: dict(entry) for entry in template}
+    for entry in own:
+        merged[entry["metric"]] = {**merged.get(entry["metric"], {}), **entry}
+    return list(merged.values())
+
+
+def task_config(own: dict, template: dict | None = None) -> dict:
+    """The config of a task built on the template: the template's keys, then the YAML's (``class`` dropped), with
+    ``metric_list`` merged by metric name (``merge_metric_lists``).
+
+    Examples
+    --------
+    >>> config = task_config({"task": "my_ppl", "metric_list": [{"metric": "my_metric", "higher_is_better": False}]})
+    >>> config["task"], len(config["metric_list"]) == len(template_config()["metric_list"]) + 1
+    ('my_ppl', True)
+    """
+    template = template_config() if template is None else template
+    own = {key: value for key, value in own.items() if key != "class"}
+    config = {**template, **own}
+    if "metric_list" in own and "metric_list" in template:
+        config["metric_list"] = merge_metric_lists(template["metric_list"], own["metric_list"])
+    return config
 
 
 class PerplexityTask(ConfigurableTask):
-    """``latent_ppl_tiny``'s metrics over the corpus the task YAML names (its keys override the template's)."""
+    """``latent_ppl_tiny``'s metrics over the corpus a task YAML names (``class:`` of the YAML).
+
+    Parameters
+    ----------
+    config : dict, optional
+        The task YAML's keys, as lm-eval passes them; they override the template's, and its ``metric_list`` merges
+        with the template's by metric name (``task_config``).
+
+    Examples
+    --------
+    >>> task = PerplexityTask({"task": "my_ppl"})
+    >>> task.config.task, "perplexity" in [m["metric"] for m in task.config.metric_list]
+    ('my_ppl', True)
+    """
 
     def __init__(self, config: dict | None = None) -> None:
-        own = {key: value for key, value in (config or {}).items() if key != "class"}
-        super().__init__(config={**template_config(), **own})
+        super().__init__(config=task_config(config or {}))

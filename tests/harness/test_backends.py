@@ -40,8 +40,9 @@ from lm_latent_eval.estimators import (
     recorded_settings,
 )
 from lm_latent_eval.estimators.diagnostics import pareto_khat
-from lm_latent_eval.harness import backends, rolling_estimates
+from lm_latent_eval.harness import backends
 from lm_latent_eval.harness.backends import LatentHMMEval, LatentLMEval
+from lm_latent_eval.harness.exchange import EstimateExchange
 from lm_latent_eval.models import checkpoint_hash, default_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -128,6 +129,49 @@ def test_hook_backends_match_entry_points_and_plugin_registrations():
     assert (REPO / "lm_latent_eval_hook.pth").read_text().strip() == "import _lm_latent_eval_hook"
 
 
+def test_every_latent_backend_is_built_from_its_row_of_the_model_table():
+    """One source of registration: each row of MODELS that names a backend is a ``latent_<name>`` target of the hook
+    (and so of pyproject, checked above), served by ``backends`` as a class fixed to that model, built on first use
+    and never written into the module's globals."""
+    from lm_eval.api.registry import get_model
+
+    from lm_latent_eval.harness import hook
+    from lm_latent_eval.models import MODELS
+
+    targets = hook.backend_targets()
+    assert set(targets) == {"latent"} | {f"latent_{n}" for n, e in MODELS.items() if e.backend is not None}
+    for name, entry in MODELS.items():
+        if entry.backend is None:
+            continue
+        cls = getattr(backends, entry.backend)
+        assert targets[f"latent_{name}"] == f"{backends.__name__}:{entry.backend}"
+        assert issubclass(cls, LatentLMEval) and cls.MODEL == name and cls.__name__ == entry.backend
+        assert get_model(f"latent_{name}") is cls is getattr(backends, entry.backend)
+    assert not {e.backend for e in MODELS.values()} & set(vars(backends))
+    with pytest.raises(AttributeError):
+        backends.LatentNoSuchEval  # noqa: B018
+
+
+def test_importing_the_backends_registers_them_and_does_nothing_else(tmp_path):
+    """No import-time side effect beyond registration: the excepthook is installed by the first backend built."""
+    code = """
+import sys
+hook = sys.excepthook
+import lm_latent_eval.harness.backends as backends
+from lm_eval.api.registry import model_registry
+assert sys.excepthook is hook
+assert "latent" in model_registry and "latent_hmm" in model_registry and "LatentHMMEval" not in vars(backends)
+backends.LatentHMMEval(estimator="exact", device="cpu")
+assert sys.excepthook is not hook and sys.excepthook.lm_latent_eval
+print("ok")
+"""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = python_with_hook(empty, code)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["ok"]
+
+
 # ---- backend ----------------------------------------------------------------------------------------------------
 
 
@@ -195,7 +239,7 @@ def test_results_do_not_depend_on_batch_size_or_request_order(hmm_is):
 
 def test_is_estimate_is_kept_with_its_weights_and_differs_by_seed(hmm_is):
     (value,) = hmm_is.loglikelihood_rolling([rolling(CORPUS[1])], disable_tqdm=True)
-    est = rolling_estimates.peek(CORPUS[1])
+    est = hmm_is.exchange.peek(CORPUS[1])
     assert est.log_weights.shape == (48,) and est.log_likelihood == value
     assert value == pytest.approx(logsumexp(est.log_weights) - math.log(48), abs=1e-12)
     (other,) = LatentHMMEval(estimator="is", num_samples=48, seed=12, device="cpu").loglikelihood_rolling(
@@ -325,7 +369,7 @@ def test_task_with_exact_estimator_reports_forward_algorithm_perplexity(hmm_exac
 @pytest.mark.parametrize("stale_table", [False, True])
 def test_task_refuses_results_that_are_not_from_the_latent_backend(hmm_exact, stale_table):
     """Another model's numbers are refused, also when this process still holds latent estimates of the same texts."""
-    rolling_estimates.clear()
+    EstimateExchange.current().clear()
     if stale_table:
         hmm_exact.loglikelihood_rolling([rolling(t) for t in CORPUS], disable_tqdm=True)
     match = "comes from another model or from a cache" if stale_table else "no estimate for document"

@@ -13,7 +13,6 @@ pytest.importorskip("lm_eval")
 from lm_eval.api.instance import Instance
 from tiny_models import make_tiny_gpt2
 
-from lm_latent_eval.harness import rolling_estimates
 from lm_latent_eval.harness.backends import LatentHMMEval, LatentLMEval
 
 TEXTS = ["The busy teacher waited.", "Anna saw the old dog. The dog slept."]
@@ -34,7 +33,7 @@ def test_hmm_in_low_precision_accumulates_in_float64(dtype):
     assert got == pytest.approx(ref, rel=0.05) and got != ref
     is_low = LatentHMMEval(estimator="is", num_samples=64, seed=2, device="cpu", dtype=dtype)
     is_low.loglikelihood_rolling(rolling(TEXTS[:1]), disable_tqdm=True)
-    weights = rolling_estimates.peek(TEXTS[0]).log_weights
+    weights = is_low.exchange.peek(TEXTS[0]).log_weights
     assert weights.dtype == np.float64 and np.isfinite(weights).all()
 
 

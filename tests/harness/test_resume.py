@@ -20,8 +20,9 @@ from lm_eval.api.instance import Instance
 from lm_eval.tasks import TaskManager
 
 from lm_latent_eval.estimators import recorded_settings
-from lm_latent_eval.harness import backends, results_store, rolling_estimates
+from lm_latent_eval.harness import backends, results_store
 from lm_latent_eval.harness.backends import LatentHMMEval, LatentLMEval
+from lm_latent_eval.harness.exchange import EstimateExchange
 from lm_latent_eval.models import default_checkpoint
 from lm_latent_eval.models.hmm import HMMLanguageModel
 
@@ -66,7 +67,7 @@ def uninterrupted():
     """log p̂ and log weights of DOCS from a run without results_dir."""
     lm = LatentHMMEval(**ARGS)
     values = lm.loglikelihood_rolling(rolling(DOCS), disable_tqdm=True)
-    return values, [rolling_estimates.peek(t).log_weights for t in DOCS]
+    return values, [lm.exchange.peek(t).log_weights for t in DOCS]
 
 
 def test_crashed_run_resumes_without_redoing_finished_documents(tmp_path, calls, uninterrupted):
@@ -81,7 +82,7 @@ def test_crashed_run_resumes_without_redoing_finished_documents(tmp_path, calls,
     assert calls == DOCS[4:]
     assert values == uninterrupted[0]  # bit for bit
     for text, weights in zip(DOCS, uninterrupted[1]):
-        assert np.array_equal(rolling_estimates.peek(text).log_weights, weights)
+        assert np.array_equal(lm.exchange.peek(text).log_weights, weights)
     calls.clear()  # a third run computes nothing at all
     assert (
         LatentHMMEval(**ARGS, results_dir=tmp_path).loglikelihood_rolling(rolling(DOCS), disable_tqdm=True)
@@ -94,7 +95,7 @@ KILLED_RUN = """
 import os, signal, sys
 import numpy as np
 from lm_eval.api.instance import Instance
-from lm_latent_eval.harness import backends, results_store, rolling_estimates
+from lm_latent_eval.harness import backends, results_store
 
 real_savez, count = np.savez, [0]
 def savez_then_die(fh, **arrays):  # the 5th document: write half a file, then SIGKILL mid-write
@@ -201,7 +202,7 @@ def test_stored_files_hold_text_tokens_estimate_and_weights(tmp_path):
         assert int(f["num_tokens"]) == lm.model.tokenize(DOCS[0]).numel()
         assert float(f["log_likelihood"]) == value
         assert f["log_weights"].shape == (32,)
-        assert np.array_equal(f["log_weights"], rolling_estimates.peek(DOCS[0]).log_weights)
+        assert np.array_equal(f["log_weights"], lm.exchange.peek(DOCS[0]).log_weights)
 
 
 def test_damaged_result_file_is_reported_and_recomputed(tmp_path, calls):
@@ -283,7 +284,7 @@ def test_use_cache_rerun_of_the_flagship_perplexity_task_gives_the_same_figures(
     first = evaluate()
     assert len(calls) == 4
     calls.clear()
-    rolling_estimates.record({})  # a new process: nothing of the first run in memory
+    EstimateExchange.current().clear()  # a new process: nothing of the first run in memory
     assert evaluate() == first and calls == []
 
 

@@ -16,7 +16,7 @@ from lm_eval.tasks import TaskManager
 from lm_latent_eval.estimators import EstimatorSettings, estimate_document, recorded_settings
 from lm_latent_eval.estimators.corpus import corpus_estimate
 from lm_latent_eval.estimators.smc import runs_corpus_log_likelihood
-from lm_latent_eval.harness import backends, rolling_estimates
+from lm_latent_eval.harness import backends
 from lm_latent_eval.harness.backends import LatentHMMEval, LatentLMEval
 from lm_latent_eval.harness.results_store import ResultsStore
 
@@ -72,7 +72,7 @@ def test_task_reports_smc_perplexity_and_diagnostics_from_the_same_estimates(smc
 def test_smc_estimates_are_resumed_with_their_diagnostics(
     tmp_path, smc_run
 ):  # smc_run fills the estimate table
-    est = rolling_estimates.peek(CORPUS[3])
+    est = smc_run[0].exchange.peek(CORPUS[3])
     store = ResultsStore(tmp_path, {"any": "identity"})
     store.put(est)
     back = store.get(CORPUS[3])

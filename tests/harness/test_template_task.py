@@ -60,3 +60,30 @@ def test_a_copied_task_yaml_builds_the_task_the_bundled_one_builds(yaml_file, tm
     assert [copied.doc_to_target(d) for d in copied.test_docs()] == [
         bundled.doc_to_target(d) for d in bundled.test_docs()
     ]
+
+
+def test_a_task_adds_one_metric_without_copying_the_others(tmp_path):
+    """``metric_list`` merges with the template's by metric name: the YAML lists only what it adds or changes."""
+    from lm_latent_eval.harness import perplexity_task
+    from lm_latent_eval.harness.template_task import template_config
+
+    folder = tmp_path / "my_tasks"
+    folder.mkdir()
+    (folder / "my_ppl.yaml").write_text(
+        "task: my_ppl\n"
+        "class: !function lm_latent_eval.harness.template_task.PerplexityTask\n"
+        "metric_list:\n"
+        "  - metric: perplexity\n"
+        "    aggregation: !function lm_latent_eval.harness.perplexity_task.instance_perplexity\n"
+        "  - metric: my_perplexity\n"
+        "    aggregation: !function lm_latent_eval.harness.perplexity_task.perplexity\n"
+        "    higher_is_better: false\n"
+    )
+    task = _built(folder, "my_ppl", {})
+    template = [m["metric"] for m in template_config()["metric_list"]]
+    assert [m["metric"] for m in task.config.metric_list] == [*template, "my_perplexity"]
+    (changed,) = [m for m in task.config.metric_list if m["metric"] == "perplexity"]
+    assert (
+        changed["aggregation"] is perplexity_task.instance_perplexity and changed["higher_is_better"] is False
+    )
+    assert task.aggregation()["my_perplexity"] is perplexity_task.perplexity

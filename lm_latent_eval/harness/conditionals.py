@@ -1,0 +1,111 @@
+"""The prefix-probability policy of ``loglikelihood``: log p̂(continuation | context) = log p̂(ctx ⊕ cont) − log p̂(ctx).
+
+That difference is the probability of the continuation given the context only when Σ_z p(x, z) is the probability
+that a text *starts with* x: the model's own ``log_joint`` where it declares ``prefix_probability = True``, or its
+``prefix_model()`` (the RNNG's); anything else is refused before any work (``protocol.prefix_view``). It is also no
+conditional of the continuation's tokens when tokens(ctx) are not a prefix of tokens(ctx ⊕ cont): a warning says so.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from ..errors import InputError
+from ..estimators import DocumentEstimate
+from ..protocol import is_prefix_probability, prefix_view
+from .exchange import Conditional
+
+Pair = tuple[str, str]
+NOT_GREEDY = (
+    "{owner}: is_greedy is not computed for latent LMs (always False), so metrics built on it (e.g. 'acc' of "
+    "loglikelihood tasks such as lambada) are meaningless; multiple-choice accuracy is unaffected"
+)
+
+
+def prefix_model(model):
+    """The model (or its prefix view) that ``loglikelihood`` estimates from.
+
+    Raises
+    ------
+    InputError
+        When log p(context ⊕ continuation) − log p(context) would not be the probability of the continuation given
+        the context (the model scores complete texts, or does not declare ``prefix_probability``).
+    """
+    view = prefix_view(model)
+    if view is not None:
+        return view
+    declared, name = is_prefix_probability(model), type(model).__name__
+    what = (
+        "it scores complete texts (for example whole trees or an end-of-sentence event), so log p(context ⊕ "
+        "continuation) − log p(context) is not the probability of the continuation given the context"
+        if declared is False
+        else "it does not declare whether log_joint is a prefix probability; set the "
+        "class attribute prefix_probability = True if Σ_z p(x, z) is the probability that a text starts with x"
+    )
+    raise InputError(
+        f"{name}: loglikelihood requests (multiple-choice and completion tasks) are refused: {what}. "
+        "Perplexity tasks (loglikelihood_rolling) are unaffected."
+    )
+
+
+def texts_to_estimate(model, pairs: list[Pair]) -> list[str]:
+    """Every context and every context ⊕ continuation of ``pairs``; warns (once per batch) when tokens(context) are
+    not a prefix of tokens(context ⊕ continuation): the difference is then no conditional of the continuation."""
+    for ctx, cont in dict.fromkeys(pairs):
+        x_ctx, x_full = model.tokenize(ctx), model.tokenize(ctx + cont)
+        if x_full.numel() < x_ctx.numel() or not torch.equal(x_full[: x_ctx.numel()], x_ctx):
+            # stacklevel 3: the caller of the backend's loglikelihood
+            warnings.warn(
+                f"tokens of context {ctx[-40:]!r} are not a prefix of those of context+continuation "
+                f"{(ctx + cont)[-60:]!r}: the loglikelihood is log p(context+continuation) - log p(context), "
+                "not a conditional of the continuation's tokens",
+                stacklevel=3,
+            )
+            break
+    return [ctx for ctx, _ in pairs] + [ctx + cont for ctx, cont in pairs]
+
+
+def conditionals(pairs: list[Pair], estimates: dict[str, DocumentEstimate]) -> dict[Pair, Conditional]:
+    """log p̂(ctx ⊕ cont) − log p̂(ctx) and the continuation's model tokens, per distinct pair.
+
+    Examples
+    --------
+    >>> from lm_latent_eval.estimators import ExactEstimate
+    >>> estimates = {"a": ExactEstimate("a", 1, -1.0), "a b": ExactEstimate("a b", 2, -3.5)}
+    >>> conditionals([("a", " b")], estimates)
+    {('a', ' b'): Conditional(log_likelihood=-2.5, num_tokens=1)}
+    """
+    return {
+        (ctx, cont): Conditional(
+            estimates[ctx + cont].log_likelihood - estimates[ctx].log_likelihood,
+            estimates[ctx + cont].num_tokens - estimates[ctx].num_tokens,
+        )
+        for ctx, cont in pairs
+    }
+
+
+class GreedyNotice:
+    """The warning, once per backend, that ``is_greedy`` (the second value of a loglikelihood answer) is not computed.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> notice = GreedyNotice("LatentHMMEval: is_greedy is not computed")
+    >>> with warnings.catch_warnings(record=True) as seen:
+    ...     warnings.simplefilter("always")
+    ...     notice.warn(); notice.warn()
+    >>> len(seen)
+    1
+    """
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        self.given = False
+
+    def warn(self) -> None:
+        if not self.given:
+            # stacklevel 3: the caller of the backend's loglikelihood
+            warnings.warn(self.message, stacklevel=3)
+            self.given = True

@@ -1,0 +1,198 @@
+"""The estimate exchange: how a latent backend hands its whole estimates to the perplexity tasks.
+
+lm-eval gives a task's ``process_results`` only the float the backend returned for a request. Our perplexity metrics
+need the whole estimate of each document (K log weights, SMC runs, diagnostics), a completion task needs the
+continuation's token count, and every aggregation needs the run's uncertainty policy (its ``level``). The backend
+and the tasks share them through one ``EstimateExchange``:
+
+* **created** per evaluation, by the backend when it is constructed (``EstimateExchange.begin(settings)``, with the
+  run's resolved ``EstimatorSettings``); it becomes the *current* exchange;
+* **filled** by the backend: ``loglikelihood_rolling`` puts each document's estimate (``put_documents``, which
+  replaces the previous batch), ``loglikelihood`` each (context, continuation)'s conditional and token count
+  (``put_conditionals``), ``set_cache_hook`` the ``--use_cache`` database (``keep_in``), in which ``put_documents``
+  also keeps the estimates, so that a rerun the cache answers without calling the backend still finds them. Filling
+  an exchange makes it current again (a process holding two backends: the tasks read the one that answered last);
+* **read** by the tasks, which lm-eval calls without context, through the one access point
+  ``EstimateExchange.current()``: ``process_results`` looks up each document's estimate (``document``) or a
+  continuation's tokens (``continuation_tokens``), the aggregations compute the corpus statement once under the
+  run's policy (``corpus``);
+* **ended** when the next evaluation's backend is constructed and its exchange becomes current (lm-eval has no
+  end-of-evaluation hook: the last aggregation cannot know it is the last). The old exchange then lives only as long
+  as its backend. ``clear()`` empties an exchange at once (a test, or a long-lived process that wants the memory).
+
+The exchange is process-local: each rank of a multi-process run fills and reads its own shard.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..errors import UserError
+from ..estimators import DEFAULT_POLICY, DocumentEstimate, EstimatorSettings, UncertaintyPolicy
+from ..estimators.corpus import CorpusEstimate, corpus_estimate
+from ..estimators.registry import estimate_from_json
+from .cache import EstimateCache
+
+WHERE = "lm-latent-eval perplexity task"
+
+
+class NoEstimateError(UserError, RuntimeError):
+    """A perplexity task got a number for which this process has no estimate (another model, or a foreign cache)."""
+
+
+@dataclass(frozen=True)
+class Conditional:
+    """What ``loglikelihood`` answered for one (context, continuation): log p̂(continuation | context) and the
+    model tokens of the continuation (a completion task's perplexity divides by them)."""
+
+    log_likelihood: float
+    num_tokens: int
+
+
+def _same(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12)
+
+
+class EstimateExchange:
+    """The estimates of one evaluation, from the backend that made them to the tasks that report them.
+
+    Parameters
+    ----------
+    settings : EstimatorSettings, optional
+        The run's resolved settings; the corpus statement is made at their ``level``
+        (``UncertaintyPolicy.of(settings)``). None: the default policy (95%).
+
+    Examples
+    --------
+    >>> from lm_latent_eval.estimators import EstimatorSettings, ExactEstimate
+    >>> exchange = EstimateExchange.begin(EstimatorSettings(estimator="exact", level=0.9))
+    >>> exchange.put_documents({"a b": ExactEstimate("a b", 2, -4.0)})
+    >>> EstimateExchange.current() is exchange, EstimateExchange.current().document("a b", -4.0).num_tokens
+    (True, 2)
+    >>> exchange.policy.level
+    0.9
+    >>> exchange.document("a b", -5.0)
+    Traceback (most recent call last):
+    ...
+    lm_latent_eval.harness.exchange.NoEstimateError: lm-latent-eval perplexity task: document 'a b': lm-eval received log p = -5.0 but ...
+    """
+
+    _current: ClassVar[EstimateExchange | None] = None
+
+    def __init__(self, settings: EstimatorSettings | None = None) -> None:
+        self.settings = settings
+        self._documents: dict[str, DocumentEstimate] = {}
+        self._conditionals: dict[tuple[str, str], Conditional] = {}
+        self._cache: EstimateCache | None = None
+        self._corpus: tuple[tuple, CorpusEstimate] | None = None
+
+    # ---- lifecycle ----------------------------------------------------------------------------------------------
+
+    @classmethod
+    def begin(cls, settings: EstimatorSettings | None = None) -> EstimateExchange:
+        """A new, empty exchange for an evaluation with these settings, made current."""
+        exchange = cls(settings)
+        exchange.make_current()
+        return exchange
+
+    @classmethod
+    def current(cls) -> EstimateExchange:
+        """The exchange the tasks read: the one filled or begun last in this process (an empty one if none was)."""
+        return cls._current if cls._current is not None else cls()
+
+    def make_current(self) -> None:
+        """Make this the exchange ``current()`` returns."""
+        EstimateExchange._current = self
+
+    def clear(self) -> None:
+        """Forget every estimate and the ``--use_cache`` database (a task then refuses every number)."""
+        self._documents.clear()
+        self._conditionals.clear()
+        self._cache = None
+        self._corpus = None
+
+    @property
+    def policy(self) -> UncertaintyPolicy:
+        """The run's uncertainty policy: ``UncertaintyPolicy.of(settings)``."""
+        return DEFAULT_POLICY if self.settings is None else UncertaintyPolicy.of(self.settings)
+
+    # ---- filled by the backend ----------------------------------------------------------------------------------
+
+    def keep_in(self, cache: EstimateCache | None) -> None:
+        """Keep the documents' estimates in lm-eval's ``--use_cache`` database too, and look them up there."""
+        if cache is not None:
+            self._cache = cache
+
+    def put_documents(self, estimates: dict[str, DocumentEstimate]) -> None:
+        """The estimates (by document text) of a ``loglikelihood_rolling`` batch, replacing the previous batch."""
+        self._documents = dict(estimates)
+        if self._cache is not None:
+            self._cache.put(estimates)
+        self.make_current()
+
+    def put_conditionals(self, values: dict[tuple[str, str], Conditional]) -> None:
+        """What a ``loglikelihood`` batch answered, by (context, continuation), replacing the previous batch."""
+        self._conditionals = dict(values)
+        self.make_current()
+
+    # ---- read by the tasks --------------------------------------------------------------------------------------
+
+    def peek(self, text: str) -> DocumentEstimate | None:
+        """The estimate of ``text`` from the latest batch, or None."""
+        return self._documents.get(text)
+
+    def document(self, text: str, log_likelihood: float) -> DocumentEstimate:
+        """The estimate of ``text`` whose log p̂ is the ``log_likelihood`` lm-eval handed to the task.
+
+        Raises
+        ------
+        NoEstimateError
+            Neither this exchange nor its ``--use_cache`` database has an estimate of the text, or the estimate
+            gives another value (a cache or another model produced the number lm-eval holds).
+        """
+        est = self._documents.get(text)
+        if est is None and self._cache is not None:
+            est = self._cache.get(text)
+        if est is None:
+            raise NoEstimateError(
+                f"{WHERE}: no estimate for document {text[:60]!r} in this process or its --use_cache database. "
+                "This task needs an lm-latent-eval backend (--model latent_hmm, latent_kglm, or --model latent "
+                "model=...); a --use_cache database written by another model or by an older lm-latent-eval lacks "
+                "the samples (use a new cache file)."
+            )
+        if not _same(est.log_likelihood, log_likelihood):
+            raise NoEstimateError(
+                f"{WHERE}: document {text[:60]!r}: lm-eval received log p = {log_likelihood!r} but the "
+                f"lm-latent-eval backend of this process estimated {est.log_likelihood!r}; the result comes from "
+                "another model or from a cache, so its samples are not available"
+            )
+        return est
+
+    def continuation_tokens(self, context: str, continuation: str, log_likelihood: float) -> int:
+        """The model tokens of ``continuation`` after ``context``, as counted by the backend that returned
+        ``log_likelihood`` for the pair; RuntimeError when this process did not (another model, or ``--use_cache``)."""
+        value = self._conditionals.get((context, continuation))
+        if value is None or not _same(value.log_likelihood, log_likelihood):
+            raise RuntimeError(
+                f"lm-latent-eval completion task: no estimate of the continuation {continuation[:40]!r} of context "
+                f"{context[-40:]!r} by a latent backend of this process (the task counts the continuation's tokens "
+                "with the model that scored it; it cannot use --use_cache or another model)"
+            )
+        return value.num_tokens
+
+    def corpus(self, items: list[dict]) -> CorpusEstimate:
+        """The corpus estimate of a perplexity metric's items (``perplexity_task.document_items``) under the run's
+        policy, computed once: every metric of a task aggregates the same items."""
+        fingerprint = (
+            self.policy,
+            *((i["key"], i["log_likelihood"], i["estimator"], len(i["log_weights"] or ())) for i in items),
+        )
+        if self._corpus is None or self._corpus[0] != fingerprint:
+            estimates = [estimate_from_json(item) for item in items]
+            self._corpus = (
+                fingerprint,
+                corpus_estimate(estimates, self.policy, keys=[i["key"] for i in items]),
+            )
+        return self._corpus[1]

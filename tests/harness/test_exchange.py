@@ -1,0 +1,72 @@
+"""The estimate exchange between a latent backend and the perplexity tasks: its lifecycle, and the run's ``level``
+reaching the corpus statement (the interval, the Stderr column and the certified bound)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+lm_eval = pytest.importorskip("lm_eval")
+from lm_eval.api.instance import Instance
+from lm_eval.tasks import TaskManager
+
+from lm_latent_eval.estimators import UncertaintyPolicy
+from lm_latent_eval.estimators.corpus import corpus_estimate
+from lm_latent_eval.estimators.registry import estimate_from_json
+from lm_latent_eval.harness.backends import LatentHMMEval
+from lm_latent_eval.harness.exchange import EstimateExchange, NoEstimateError
+
+REPO = Path(__file__).resolve().parents[2]
+CORPUS = [json.loads(line)["text"] for line in (REPO / "lm_latent_eval/data/corpus/tiny_test.jsonl").open()]
+
+
+def rolling(text: str) -> Instance:
+    return Instance("loglikelihood_rolling", {}, (text,), 0)
+
+
+def test_each_backend_begins_an_exchange_and_the_one_that_answers_last_is_read():
+    first = LatentHMMEval(estimator="exact", device="cpu")
+    assert EstimateExchange.current() is first.exchange
+    second = LatentHMMEval(estimator="exact", device="cpu")
+    assert EstimateExchange.current() is second.exchange is not first.exchange
+    (value,) = first.loglikelihood_rolling([rolling(CORPUS[0])], disable_tqdm=True)
+    assert EstimateExchange.current() is first.exchange
+    assert EstimateExchange.current().document(CORPUS[0], value).log_likelihood == value
+    assert second.exchange.peek(CORPUS[0]) is None
+    # a new batch replaces the previous one
+    first.loglikelihood_rolling([rolling(CORPUS[1])], disable_tqdm=True)
+    assert first.exchange.peek(CORPUS[0]) is None and first.exchange.peek(CORPUS[1]) is not None
+    first.exchange.clear()
+    with pytest.raises(NoEstimateError, match="no estimate for document"):
+        EstimateExchange.current().document(CORPUS[1], value)
+
+
+def test_level_in_model_args_sets_the_interval_the_stderr_column_and_the_bound():
+    """``--model_args level=0.9``: the task's statement is made at 90% (it was fixed at 95%)."""
+    manager = TaskManager(include_path=str(REPO / "tasks"), include_defaults=False)
+    out = lm_eval.simple_evaluate(
+        model="latent_hmm",
+        model_args="estimator=smc,num_samples=256,smc_runs=4,seed=1,level=0.9",
+        tasks=["latent_ppl_tiny"],
+        task_manager=manager,
+        bootstrap_iters=0,
+        device="cpu",
+        batch_size="auto",
+        log_samples=True,
+    )
+    metrics, samples = out["results"]["latent_ppl_tiny"], out["samples"]["latent_ppl_tiny"]
+    items = [s["is_corpus_perplexity"] for s in samples]
+    estimates = [estimate_from_json({**i, "document": s["doc"]["text"]}) for i, s in zip(items, samples)]
+    at = {
+        level: corpus_estimate(estimates, UncertaintyPolicy(level=level), keys=[i["key"] for i in items])
+        for level in (0.9, 0.95)
+    }
+    assert at[0.9].interval.two_sided and at[0.9].interval.level == 0.9
+    assert metrics["perplexity,none"] == pytest.approx(at[0.9].perplexity, rel=1e-12)
+    assert metrics["perplexity_stderr,none"] == pytest.approx(at[0.9].interval_stderr, rel=1e-12)
+    assert metrics["perplexity_upper_bound,none"] == pytest.approx(at[0.9].perplexity_upper_bound, rel=1e-12)
+    assert metrics["perplexity_stderr,none"] != pytest.approx(at[0.95].interval_stderr, rel=1e-6)
+    assert metrics["perplexity_upper_bound,none"] < at[0.95].perplexity_upper_bound
+    assert out["config"]["estimator_settings"]["level"] == 0.9
