@@ -188,7 +188,6 @@ def estimate_corpus(
     (2, True)
     """
     settings, _ = resolve(settings, model)
-    policy = UncertaintyPolicy.of(settings)
     estimate = estimate or (lambda text, s, stage: estimate_document(model, text, s, device, stage=stage))
     all_reduce = all_reduce or (lambda values: values)
     unique = list(dict.fromkeys(texts))
@@ -198,6 +197,14 @@ def estimate_corpus(
     }
     if not targets_precision(settings):
         return current
+    return _later_stages(current, settings, estimate, all_reduce, progress)
+
+
+def _later_stages(current: dict, settings: EstimatorSettings, estimate, all_reduce, progress: bool) -> dict:
+    """Stages 1, 2, ... of the precision target after stage 0's estimates ``current`` (module docstring): every
+    document estimated afresh at its allocated size until a stage needs no more samples, then once more."""
+    policy = UncertaintyPolicy.of(settings)
+    unique = list(current)
     stages = {t: [e.log_likelihood] for t, e in current.items()}
     earlier = [_History() for _ in unique]
     documents = _round(all_reduce([float(sum(current[t].num_tokens > 0 for t in unique))])[0])

@@ -109,23 +109,13 @@ def corpus_log_likelihood(log_weights: Sequence) -> float:
 
 def corpus_ppl(log_weights: Sequence, num_tokens: Sequence[int]) -> float:
     """Corpus-level PPL = exp(−(logsumexp_k Σ_n log w_nk − log K) / Σ_n T_n) (Eq. 6): sample k of every document is
-    one joint sample of the corpus, so every document needs the same K.
-
-    Parameters
-    ----------
-    log_weights : sequence of array_like
-        Per document, K log weights.
-    num_tokens : sequence of int
-        T_n per document.
-
-    Returns
-    -------
-    float
+    one joint sample of the corpus, so every document needs the same K (arguments as ``instance_ppl``).
 
     Examples
     --------
-    >>> round(corpus_ppl([[-2.0, -2.0], [-4.0, -4.0]], [1, 2]), 4)
-    7.3891
+    >>> paired = [[0.0, -2.0], [0.0, -2.0]]  # sample 0 good for both documents, sample 1 bad for both
+    >>> round(corpus_ppl(paired, [1, 1]), 4), round(instance_ppl(paired, [1, 1]), 4)
+    (1.4014, 1.7616)
     """
     total = total_tokens(num_tokens, len(log_weights))
     return math.exp(-corpus_log_likelihood(log_weights) / total)

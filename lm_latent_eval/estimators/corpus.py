@@ -136,18 +136,17 @@ def corpus_estimate(
     method = corpus_estimator(estimates)
     tokens = [e.num_tokens for e in estimates]
     total = total_tokens(tokens, len(estimates))
-    ll = np.array([e.log_likelihood for e in estimates], dtype=np.float64)
-    if np.isnan(ll).any() or np.isposinf(ll).any():
-        bad = int(np.flatnonzero(np.isnan(ll) | np.isposinf(ll))[0])
-        raise ValueError(f"document {bad}: log likelihood {ll[bad]} is not a valid log probability")
+    ll = _log_likelihoods(estimates)
     instance = math.exp(-ll.sum() / total)
     sampling = _sampling_se(ll, tokens)
     fixed = method.fixed_statement(float(ll.sum()), policy.level)
-    if fixed is not None:
-        return _fixed(method, len(estimates), total, fixed, sampling)
-    corpus_ll = method.corpus_log_likelihood(estimates)
-    lower = certified_log_likelihood(estimates, policy, keys)
-    interval = policy.interval([e.error(policy) for e in estimates], keys, lower)
+    if fixed is None:
+        corpus_ll = method.corpus_log_likelihood(estimates)
+        lower = certified_log_likelihood(estimates, policy, keys)
+        interval = policy.interval([e.error(policy) for e in estimates], keys, lower)
+    else:
+        # a deterministic estimator: its figure is its own bound (exact: a point; beam: a certain lower bound on S)
+        corpus_ll, lower, interval = None, fixed.lower, fixed
     perplexity = math.exp(-(interval.centre if interval.two_sided else ll.sum()) / total)
     return CorpusEstimate(
         estimator=method.name,
@@ -166,32 +165,24 @@ def corpus_estimate(
     )
 
 
-def _fixed(
-    method: Estimator, documents: int, tokens: int, interval: Interval, sampling: float
-) -> CorpusEstimate:
-    """A deterministic estimator's figures: no Monte Carlo error; the figure is its own bound."""
-    perplexity = math.exp(-interval.lower / tokens)
-    return CorpusEstimate(
-        estimator=method.name,
-        num_documents=documents,
-        num_tokens=tokens,
-        instance_perplexity=perplexity,
-        corpus_perplexity=None,
-        perplexity=perplexity,
-        interval=interval,
-        perplexity_upper_bound=perplexity,
-        corpus_perplexity_upper_bound=None,
-        monte_carlo_stderr=interval.standard_error if interval.two_sided else math.nan,
-        sampling_stderr=perplexity * sampling,
-    )
+def _log_likelihoods(estimates: Sequence[DocumentEstimate]) -> np.ndarray:
+    """log p̂ of every document, float64 [N]; a clear error naming the first that is not a log probability."""
+    ll = np.array([e.log_likelihood for e in estimates], dtype=np.float64)
+    if np.isnan(ll).any() or np.isposinf(ll).any():
+        bad = int(np.flatnonzero(np.isnan(ll) | np.isposinf(ll))[0])
+        raise ValueError(f"document {bad}: log likelihood {ll[bad]} is not a valid log probability")
+    return ll
 
 
-def reliability_warning(estimates: Sequence[DocumentEstimate], advice: Sequence[str]) -> str | None:
-    """Plain words when no two-sided interval of the perplexity is honest for these estimates, else None."""
+def reliability_warning(
+    estimates: Sequence[DocumentEstimate], advice: Sequence[str], policy: UncertaintyPolicy = DEFAULT_POLICY
+) -> str | None:
+    """Plain words when no two-sided interval of the perplexity is honest for these estimates (``policy`` decides),
+    else None."""
     informative = [e for e in estimates if e.num_tokens > 0]
     if not informative or not corpus_estimator(informative).draws_samples:
         return None
-    corpus = corpus_estimate(informative)
+    corpus = corpus_estimate(informative, policy)
     if corpus.interval.two_sided:
         return None
     above, undefined, n = pareto_k_shares(informative)
@@ -204,6 +195,6 @@ def reliability_warning(estimates: Sequence[DocumentEstimate], advice: Sequence[
     return (
         f"no two-sided interval of the perplexity is honest for these {len(informative)} documents: "
         f"{corpus.interval.reason}.{psis} The perplexity {corpus.instance_perplexity:.4g} is an upper bound in "
-        f"expectation (log p̂ is biased low); with 95% certainty the true perplexity is at most "
+        f"expectation (log p̂ is biased low); with {policy.level:.0%} certainty the true perplexity is at most "
         f"{corpus.perplexity_upper_bound:.4g}. Try " + ", ".join(advice) + "."
     )

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import stats
@@ -28,6 +28,10 @@ from scipy import stats
 from .diagnostics import pareto_k_threshold, pareto_khat
 from .intervals import DocumentError, Interval, certified_lower_bound, satterthwaite_degrees_of_freedom
 from .settings import DEFAULT_LEVEL
+
+
+def _why(text: str) -> dict:
+    return {"why": text}
 
 
 @dataclass(frozen=True)
@@ -61,12 +65,12 @@ class UncertaintyPolicy:
     """
 
     level: float = DEFAULT_LEVEL
-    max_remainder: float = 0.5
-    allocation_remainder: float = 0.35
-    min_run_size: int = 16
-    max_run_share: float = 0.8
-    max_stages: int = 6
-    agreement_level: float = 0.05
+    max_remainder: float = field(default=0.5, metadata=_why("the remainder may move S̃ by half an SE"))
+    allocation_remainder: float = field(default=0.35, metadata=_why("below max_remainder: the target is met"))
+    min_run_size: int = field(default=16, metadata=_why("as IS at K ≤ 10: too few to show a tail"))
+    max_run_share: float = field(default=0.8, metadata=_why("one run carrying p̂: v̂ at its ceiling"))
+    max_stages: int = field(default=6, metadata=_why("stage 0 and five rounds of fresh estimates"))
+    agreement_level: float = field(default=0.05, metadata=_why("false alarms per stage, whole corpus"))
 
     @classmethod
     def of(cls, settings) -> UncertaintyPolicy:

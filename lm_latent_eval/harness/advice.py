@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from ..estimators import DocumentEstimate, EstimatorSettings, estimator_named
 from ..estimators.corpus import reliability_warning
 from ..estimators.importance import ImportanceSampling
+from ..estimators.policy import UncertaintyPolicy
 
 logger = logging.getLogger(__name__)
 PACKAGE = __name__.split(".")[0]
@@ -47,9 +48,13 @@ def advise_on_settings(owner: str, settings: EstimatorSettings, choice: str) -> 
         )
 
 
-def warn_if_unreliable(owner: str, estimates: Iterable[DocumentEstimate], advice: list[str]) -> None:
-    """One warning for a batch of estimates when no two-sided interval of them is honest (``owner``: the backend)."""
-    message = reliability_warning(list(estimates), advice)
+def warn_if_unreliable(
+    owner: str, estimates: Iterable[DocumentEstimate], settings: EstimatorSettings, model
+) -> None:
+    """One warning for a batch of estimates when no two-sided interval of them is honest at the run's level, with the
+    estimator's advice for ``model`` (``owner``: the backend)."""
+    advice = estimator_named(settings.estimator).advice(settings, model)
+    message = reliability_warning(list(estimates), advice, UncertaintyPolicy.of(settings))
     if message is not None:
         logger.warning("%s: %s", owner, message)
 

@@ -32,7 +32,7 @@ from lm_eval.utils import simple_parse_args_string
 from ..errors import install_excepthook
 from ..estimators import DocumentEstimate, EstimatorSettings, estimate_document
 from ..estimators.adaptive import estimate_corpus
-from ..estimators.registry import estimator_named, resolve
+from ..estimators.registry import resolve
 from ..models import MODELS, checkpoint_hash, load_model, model_target
 from .advice import advise_on_settings, warn_about_empty_documents, warn_if_unreliable
 from .cache import EstimateCache
@@ -238,8 +238,7 @@ class DocumentBatches:
             model, texts, settings, self.device, store, self.processes.all_reduce, desc, progress
         )
         if check:
-            advice = estimator_named(settings.estimator).advice(settings, self.model)
-            warn_if_unreliable(self.owner, estimates.values(), advice)
+            warn_if_unreliable(self.owner, estimates.values(), settings, self.model)
         return estimates
 
 

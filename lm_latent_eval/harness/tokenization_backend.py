@@ -90,7 +90,8 @@ class LatentTokenizationEval(LatentLMEval):
             contexts[context] = estimate_document(
                 self._context_model, context, self.settings, device=self._device
             )
-        advice = estimator_named(self.settings.estimator).advice(self.settings, self.model)
-        warn_if_unreliable(type(self).__name__, [*joint.values(), *contexts.values()], advice)
+        warn_if_unreliable(
+            type(self).__name__, [*joint.values(), *contexts.values()], self.settings, self.model
+        )
         self.greedy.warn()
         return [(joint[c + k].log_likelihood - contexts[c].log_likelihood, False) for c, k in moved]
