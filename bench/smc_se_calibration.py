@@ -2,7 +2,7 @@
 
 For each case (bundled HMM documents: forward algorithm; tiny KGLM and EntityNLM of the tests: enumeration), runs SMC
 with K particles under ``--seeds`` seeds and prints the variance of p̂/p over the seeds beside the mean of the
-per-run estimate Var(p̂)/p̂² (Lee & Whiteley 2018) that SMC reports as ``log_likelihood_se``².
+per-run estimate Var(p̂)/p̂² (Lee & Whiteley 2018) that SMC reports as ``log_likelihood_stderr``².
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def row(name, model, text, log_p, k, peek, seeds):
         for s in range(seeds)
     ]
     ratio = np.exp(np.array([d["log_likelihood"] for d in runs]) - log_p)
-    estimate = np.mean([d["log_likelihood_se"] ** 2 for d in runs])
+    estimate = np.mean([d["log_likelihood_stderr"] ** 2 for d in runs])
     steps = np.mean([d["resampling_steps"] for d in runs])
     print(
         f"| {name} | {x.numel()} | {'peek' if peek else 'no peek'} | {k} | {ratio.var(ddof=1):.4f} | {estimate:.4f} "

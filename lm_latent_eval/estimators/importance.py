@@ -46,7 +46,7 @@ class ISDiagnostics:
     pareto_k: float
     pareto_k_threshold: float
     relative_variance: float
-    ci95: list[float]
+    interval: list[float]
     convergence_k: list[int]
     convergence_log_likelihood: list[float]
 

@@ -9,10 +9,13 @@ consult the same instance, so a threshold is stated once. The math of the statem
 ``estimators.intervals``.
 
 Error vocabulary (one name each, in code, results JSON, cards and docs): ``relative_variance`` v̂ of one document;
-``standard_error`` SE = √Σ v̂ of S = Σ log p̂ (nats); ``bias_correction`` C = Σ v̂ / 2; ``remainder`` G in standard
-errors; ``monte_carlo_stderr`` the perplexity's standard error with the documents fixed; ``interval_stderr`` the
-interval's half-width over the normal quantile (lm-eval's Stderr column); ``sampling_stderr`` the perplexity's
-standard error over documents drawn at random.
+``log_likelihood_stderr`` √v̂, the standard error of one document's log p̂ (SMC diagnostics); ``standard_error`` SE =
+√Σ v̂ of S = Σ log p̂ (nats); ``bias_correction`` C = Σ v̂ / 2; ``remainder`` G in standard errors; ``interval`` a
+statement [lower, upper] (``log_likelihood_interval`` of log p, ``perplexity_interval`` of perplexity; upper = inf
+where it is one-sided); ``monte_carlo_stderr`` the perplexity's standard error with the documents fixed;
+``interval_stderr`` the interval's half-width over the normal quantile (lm-eval's Stderr column of ``perplexity``);
+``sampling_stderr`` the perplexity's standard error over documents drawn at random (lm-eval's table row
+``perplexity_sampling_se``: a metric whose name ends in ``_stderr`` is read by lm-eval as another row's Stderr).
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def weights_report(
     doc_ci = [policy.interval([e.error(policy)]) for e in estimates]
     report = {
         "perplexity": corpus.perplexity,
-        "perplexity_ci": list(corpus.perplexity_interval),
+        "perplexity_interval": list(corpus.perplexity_interval),
         "interval": "two-sided" if corpus.interval.two_sided else "one-sided",
         "interval_note": corpus.interval.describe(),
         "perplexity_upper_bound": corpus.perplexity_upper_bound,
@@ -59,7 +59,7 @@ def weights_report(
         "corpus_perplexity_upper_bound": corpus.corpus_perplexity_upper_bound if corpus_level else None,
         "num_tokens": total,
         "log_likelihoods": [e.log_likelihood for e in estimates],
-        "log_likelihood_ci": [[i.lower, i.upper] for i in doc_ci],
+        "log_likelihood_interval": [[i.lower, i.upper] for i in doc_ci],
         "num_samples": [int(lw.size) for lw in lws],
         "ess": [effective_sample_size(lw) for lw in lws],
         "pareto_k": [pareto_khat(lw) for lw in lws],

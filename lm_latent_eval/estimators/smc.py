@@ -110,7 +110,7 @@ class SMCDiagnostics:
     spread of the runs (``runs_relative_variance``: unbiased for Var(p̂) given finite variance) and the runs' pooled
     Lee-Whiteley estimates (``lee_whiteley_relative_variance``: from each run's genealogy, too small when weights are
     heavy-tailed, NaN when the estimator goes negative); with one run the Lee-Whiteley estimate alone.
-    ``log_likelihood_se`` = √v̂ (delta method). ESS over tokens is summed over runs (effective particles out of K);
+    ``log_likelihood_stderr`` = √v̂ (delta method). ESS over tokens is summed over runs (effective particles out of K);
     ``resampling_steps`` is per run, mean over runs.
     """
 
@@ -125,7 +125,7 @@ class SMCDiagnostics:
     relative_variance: float
     lee_whiteley_relative_variance: float
     runs_relative_variance: float
-    log_likelihood_se: float
+    log_likelihood_stderr: float
     # standard deviation of log p̂_r over the runs (R ≥ 2)
     run_log_likelihood_sd: float
     resampling_steps: float
@@ -348,7 +348,7 @@ def smc_diagnostics(
         relative_variance=relative_variance,
         lee_whiteley_relative_variance=lee_whiteley,
         runs_relative_variance=runs_var,
-        log_likelihood_se=math.sqrt(relative_variance) if relative_variance >= 0 else math.nan,
+        log_likelihood_stderr=math.sqrt(relative_variance) if relative_variance >= 0 else math.nan,
         run_log_likelihood_sd=spread,
         resampling_steps=float(np.mean([run.resampling_steps for run in runs])),
         ess_min=float(ess.min()) if ess.size else math.nan,

@@ -27,8 +27,8 @@ from ..estimators.registry import estimate_from_json
 
 logger = logging.getLogger(__name__)
 
-# bump when the file layout changes (2: per-sample unknown-word penalty; 3: the estimator)
-FORMAT_VERSION = 3
+# bump when the file layout changes (2: per-sample unknown-word penalty; 3: the estimator; 4: log_likelihood_stderr)
+FORMAT_VERSION = 4
 # (and every stage's log p̂ as JSON)
 SCALARS = ("document", "num_tokens", "log_likelihood", "estimator")
 # float64 [K], with has_<name> telling None from an empty array

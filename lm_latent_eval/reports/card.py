@@ -19,7 +19,10 @@ import math
 import shlex
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
 from ..errors import InputError
+from ..estimators import EstimatorSettings, estimate_document
 from ..estimators.beam import BEAM
 from ..estimators.corpus import CorpusEstimate, corpus_estimate
 from ..estimators.diagnostics import corpus_convergence_curve
@@ -27,15 +30,17 @@ from ..estimators.exact import EXACT
 from ..estimators.importance import ImportanceSampling
 from ..estimators.policy import UncertaintyPolicy
 from ..estimators.settings import DEFAULT_LEVEL
+from ..models import checkpoint_hash, load_model
 from .coverage import measured_coverage
 from .lm_eval_output import TaskRun, read_runs
+from .plots import plot_convergence
 
 # fewer effective samples than this: the interval rests on a handful of weights
 ESS_FLOOR = 10.0
 
 
 def _figure(name: str, value: float, kind: str, interval=None, note: str | None = None) -> dict:
-    fig = {"name": name, "value": value, "kind": kind, "ci95": interval}
+    fig = {"name": name, "value": value, "kind": kind, "interval": interval}
     if note:
         fig["interval_note"] = note
     return fig
@@ -196,11 +201,6 @@ def _model_identity(run: TaskRun) -> dict:
 
 def recompute_beam(run: TaskRun, beam_size: int, device: str = "cpu", progress: bool = True) -> list[float]:
     """Beam bounds log Σ_{z ∈ top-k of q} p(x, z) for the run's documents, from its recorded checkpoint (sha256 checked)."""
-    from tqdm.auto import tqdm
-
-    from ..estimators import EstimatorSettings, estimate_document
-    from ..models import checkpoint_hash, load_model
-
     cfg = run.config
     if not cfg.get("latent_model") or not cfg.get("checkpoint"):
         raise InputError(
@@ -363,8 +363,8 @@ def card_markdown(card: dict, plot_file: str | None = None) -> str:
     for f in card["figures"]:
         ci = (
             "–"
-            if f["ci95"] is None
-            else f"[{_fmt_like(f['ci95'][0], f['value'])}, {_fmt_like(f['ci95'][1], f['value'])}]"
+            if f["interval"] is None
+            else f"[{_fmt_like(f['interval'][0], f['value'])}, {_fmt_like(f['interval'][1], f['value'])}]"
         )
         lines.append(f"| {f['name']} | {_fmt(f['value'])} | {ci} | {f['kind']} |")
     notes = sorted({f["interval_note"] for f in card["figures"] if f.get("interval_note")})
@@ -409,12 +409,11 @@ def save_plot(card: dict, path: Path) -> bool:
     """Convergence PNG (PPL against K; beam and exact lines when known); False when the run is not IS."""
     if card["convergence"] is None:
         return False
+    # matplotlib only where a figure is drawn; the backend is chosen before pyplot is imported
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from .plots import plot_convergence
 
     fig, ax = plt.subplots(figsize=(5.5, 4))
     plot_convergence(

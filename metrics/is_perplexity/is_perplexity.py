@@ -52,11 +52,11 @@ Args:
     confidence_level (`float`, default 0.95): level of the interval and of the certified bound.
 Returns:
     perplexity (`float`: bias-corrected where the interval is two-sided, else the instance level),
-    perplexity_ci (`[lo, hi]`; lo is 0 for a one-sided statement), interval (`"two-sided"` or `"one-sided"`),
+    perplexity_interval (`[lo, hi]`; lo is 0 for a one-sided statement), interval (`"two-sided"` or `"one-sided"`),
     interval_note (`str`: which, and why), perplexity_upper_bound (`float`: certified), monte_carlo_stderr
     (`float`, NaN when one-sided), sampling_stderr (`float`: over documents),
     instance_perplexity (`float`), corpus_perplexity (`float` or None), corpus_perplexity_upper_bound,
-    num_tokens (`int`), log_likelihoods (`list`: log p̂ per document), log_likelihood_ci (`list` of `[lo, hi]`,
+    num_tokens (`int`), log_likelihoods (`list`: log p̂ per document), log_likelihood_interval (`list` of `[lo, hi]`,
     same method per document), num_samples (`list`: K per document), ess (`list`), pareto_k (`list`),
     pareto_k_threshold (`list`: min(1 − 1/log10 K, 0.7) per document), share_pareto_k_above_threshold (`float`),
     num_pareto_k_undefined (`int`), convergence (`dict`: num_samples, instance_perplexity and corpus_perplexity over

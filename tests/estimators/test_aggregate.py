@@ -98,8 +98,8 @@ def test_document_interval_covers_the_estimate_and_shrinks_with_k():
     rng = np.random.default_rng(3)
     small, large = summarize(rng.normal(size=100)), summarize(rng.normal(size=10000))
     for d in (small, large):
-        assert d.ci95[0] <= d.log_likelihood + d.relative_variance / 2 <= d.ci95[1]
-    assert (large.ci95[1] - large.ci95[0]) < (small.ci95[1] - small.ci95[0]) / 5
+        assert d.interval[0] <= d.log_likelihood + d.relative_variance / 2 <= d.interval[1]
+    assert (large.interval[1] - large.interval[0]) < (small.interval[1] - small.interval[0]) / 5
 
 
 def test_convergence_curve_uses_prefixes_of_one_run():
@@ -120,7 +120,7 @@ def test_summarize_reports_every_diagnostic():
         "pareto_k",
         "pareto_k_threshold",
         "relative_variance",
-        "ci95",
+        "interval",
         "convergence_k",
     } <= set(vars(out))
     assert out.num_samples == 64 and 1.0 <= out.ess <= 64.0

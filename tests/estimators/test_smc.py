@@ -173,7 +173,7 @@ def test_diagnostics_are_within_their_ranges(tiny_hmm):
     assert lw.shape == (40,) and diag.log_likelihood == pytest.approx(log_mean_exp(lw), abs=1e-12)
     assert 1.0 <= diag.ess_min <= diag.ess_mean <= 40.0
     assert diag.smc_runs == 1 and math.isnan(diag.run_log_likelihood_sd)
-    assert 0 < diag.log_likelihood_se < 1
+    assert 0 < diag.log_likelihood_stderr < 1
 
 
 def test_lee_whiteley_without_resampling_is_the_is_variance_estimate():
@@ -235,7 +235,7 @@ def test_lee_whiteley_standard_error_matches_the_spread_over_seeds(bundled_hmm, 
     truth = bundled_hmm.log_marginal(bundled_hmm.tokenize(text))
     runs = [smc(bundled_hmm, text, k=100, seed=s) for s in range(400)]
     ratio = np.exp(np.array([d.log_likelihood for _, d in runs]) - truth)
-    estimated = np.mean([d.log_likelihood_se**2 for _, d in runs])
+    estimated = np.mean([d.log_likelihood_stderr**2 for _, d in runs])
     assert np.mean([d.resampling_steps for _, d in runs]) >= 1
     assert estimated == pytest.approx(ratio.var(), rel=0.25)
 
@@ -305,7 +305,7 @@ def test_the_error_of_an_smc_estimate_is_never_a_printed_zero(bundled_hmm, bundl
     text = bundled_test_texts[3]
     one = [smc(bundled_hmm, text, k=20, seed=s, threshold=1.0, runs=1)[1] for s in range(30)]
     assert np.std([d.log_likelihood for d in one]) > 0.05  # the estimate varies over seeds...
-    assert all(d.log_likelihood_se != 0.0 for d in one)  # ... so no run may claim it does not
+    assert all(d.log_likelihood_stderr != 0.0 for d in one)  # ... so no run may claim it does not
     four = [smc(bundled_hmm, text, k=80, seed=s, threshold=1.0, runs=4)[1] for s in range(10)]
     assert all(d.relative_variance >= d.runs_relative_variance > 0 for d in four)
 
@@ -333,7 +333,7 @@ def test_empty_document_under_smc(bundled_hmm):
     est = estimate_document(bundled_hmm, "", EstimatorSettings("smc", num_samples=8))
     assert est.num_tokens == 0 and est.log_likelihood == 0.0 and est.estimator == "smc"
     assert (
-        est.diagnostics.log_likelihood_se == 0.0 and est.diagnostics.resampling_steps == 0.0
+        est.diagnostics.log_likelihood_stderr == 0.0 and est.diagnostics.resampling_steps == 0.0
     )  # p̂ = 1 exactly
     real = estimate_document(bundled_hmm, "a b", EstimatorSettings("smc", num_samples=8))
     assert type(est.diagnostics) is type(real.diagnostics)  # the same diagnostics as any document

@@ -76,13 +76,13 @@ def test_metric_equals_the_formulas_on_random_inputs(metric):
     assert out["interval"] == "one-sided" and "certified" in out["interval_note"]
     bound = math.exp(-(log_phat.sum() + math.log(0.05)) / total)
     assert out["perplexity_upper_bound"] == pytest.approx(bound, rel=1e-12)
-    assert out["perplexity_ci"] == [0.0, pytest.approx(bound, rel=1e-12)] and math.isnan(
+    assert out["perplexity_interval"] == [0.0, pytest.approx(bound, rel=1e-12)] and math.isnan(
         out["monte_carlo_stderr"]
     )
     assert out["corpus_perplexity_upper_bound"] == pytest.approx(
         math.exp(-(logsumexp(joint) - math.log(64) + math.log(0.05)) / total), rel=1e-12
     )
-    assert all(lo <= hi for lo, hi in out["log_likelihood_ci"]) and out["sampling_stderr"] > 0
+    assert all(lo <= hi for lo, hi in out["log_likelihood_interval"]) and out["sampling_stderr"] > 0
 
 
 def test_constant_weights_are_an_exact_estimate(metric):
@@ -91,7 +91,9 @@ def test_constant_weights_are_an_exact_estimate(metric):
     exact = math.exp(-sum(c) / 8)
     assert out["instance_perplexity"] == pytest.approx(exact, rel=1e-12)
     assert out["corpus_perplexity"] == pytest.approx(exact, rel=1e-12)
-    assert out["interval"] == "two-sided" and out["perplexity_ci"] == pytest.approx([exact, exact], rel=1e-12)
+    assert out["interval"] == "two-sided" and out["perplexity_interval"] == pytest.approx(
+        [exact, exact], rel=1e-12
+    )
     assert out["perplexity"] == pytest.approx(exact, rel=1e-12) and out["monte_carlo_stderr"] == 0.0
     assert out["ess"] == pytest.approx([16.0] * 3) and out["pareto_k"] == [0.0] * 3
 

@@ -109,7 +109,7 @@ def test_card_figures_match_lm_eval_and_bounds(runs, tmp_path):
     assert quoted["value"] == pytest.approx(metrics["perplexity,none"], rel=1e-12)
     assert bound["value"] == pytest.approx(metrics["perplexity_upper_bound,none"], rel=1e-12)
     assert bound["value"] > quoted["value"]
-    lo, hi = quoted["ci95"]
+    lo, hi = quoted["interval"]
     assert (lo == 0.0 and hi == pytest.approx(bound["value"])) or lo < quoted["value"] < hi
     assert "measured coverage" in quoted["interval_note"] or "not measured" in quoted["interval_note"]
     assert card["uncertainty"]["sampling_stderr"] > 0
