@@ -7,6 +7,7 @@ import importlib
 import sys
 import warnings
 
+from . import metrics_path, tasks_path
 from .errors import UserError, one_line
 
 # subcommand -> (module, one-line help)
@@ -46,9 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print a bundled resource folder."""
-    import lm_latent_eval
-
-    print(lm_latent_eval.tasks_path() if args.command == "tasks-path" else lm_latent_eval.metrics_path())
+    print(tasks_path() if args.command == "tasks-path" else metrics_path())
     return 0
 
 

@@ -19,7 +19,12 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
+import torch
+from tqdm.auto import tqdm
 
+from ..estimators import EstimatorSettings, estimate_document
+from ..models import MODELS, load_model
+from ..protocol import is_latent_lm
 from .channel import DEFAULT_LEVELS, check_level, distortion_set, normalize_whitespace
 
 DEFAULT_BASE_LEVEL = 0.1
@@ -203,7 +208,7 @@ def causal_lm_scorer(
     The prefix is the tokenizer's BOS token (EOS when there is none), as lm-eval's ``hf`` backend does for an empty
     context; no end-of-text event is scored. A text longer than the model's context is an error, not truncated.
     """
-    import torch
+    # kept local (~0.8 s): only this scorer needs transformers; the contrastive_entropy metric does not
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
@@ -251,14 +256,8 @@ def latent_lm_scorer(model, settings=None, device: str = "cpu", pretrained: str 
 
     A name loads ``pretrained`` (local folder or Hub id; default: the bundled checkpoint) with ``models.load_model``.
     """
-    from tqdm.auto import tqdm
-
-    from ..estimators import EstimatorSettings, estimate_document
-
     settings = settings or EstimatorSettings()
     if isinstance(model, str):
-        from ..models import load_model
-
         model, _ = load_model(model, pretrained, device=device)
 
     def score(texts: list[str]) -> list[float]:
@@ -274,9 +273,6 @@ def make_scorer(
     model, settings=None, device: str = "cpu", pretrained: str | None = None, batch_size: int = 16
 ) -> Scorer:
     """A scorer from a callable, a latent LM instance, one of our model names / ``pkg.mod:Cls``, or a causal LM path/Hub id."""
-    from ..models import MODELS
-    from ..protocol import is_latent_lm
-
     if is_latent_lm(model):
         return latent_lm_scorer(model, settings, device)
     if callable(model):

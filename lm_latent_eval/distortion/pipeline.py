@@ -15,8 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..errors import InputError
+from ..models import hub_snapshot
 from . import error_curves as de
 from . import plots
 from .artificial_language import max_positions, sample_language, score_sequences
@@ -90,10 +92,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def load_causal_lm(name_or_path: str, device: str, what: str = "--model"):
     """(model in eval mode on ``device``, tokenizer) from a local folder or a Hub id (a name that is neither is one
     clean error, ``models.hub_snapshot``)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from ..models import hub_snapshot
-
     if not Path(name_or_path).exists():
         name_or_path = str(hub_snapshot(name_or_path, what))
 

@@ -25,7 +25,7 @@ class ModelEntry:
 
 
 # The one table of our latent LMs: adding a model is one row here (plus its lm_eval.models entry point in pyproject,
-# which tests/test_backends.py checks against this table, and a task under tasks/).
+# which tests/harness/test_backends.py checks against this table, and a task under tasks/).
 MODELS = {
     "hmm": ModelEntry(
         "lm_latent_eval.models.hmm:HMMLanguageModel", "LatentHMMEval", "lm_latent_eval.models.hmm.train"
@@ -104,6 +104,7 @@ LOCAL_FILE_SUFFIXES = (
 def hub_snapshot(name: str, what: str = "pretrained") -> Path:
     """The local folder of Hub model ``name`` (downloaded if needed); MissingFileError saying that no folder and no
     Hub model of that name exists, or why the Hub could not be asked, in one line (``what``: the option's name)."""
+    # kept local: this registry stays cheap to import (CONTRIBUTING.md)
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError, RepositoryNotFoundError
 

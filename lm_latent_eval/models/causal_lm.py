@@ -8,6 +8,7 @@ and be compared with lm-eval's ``hf`` backend.
 from __future__ import annotations
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..protocol import CheckedProposal
 
@@ -56,8 +57,6 @@ class CausalLMAsLatent(torch.nn.Module):
     @classmethod
     def from_pretrained(cls, path: str, **kwargs):
         """Load model and tokenizer with transformers' Auto classes (local dir or Hub id)."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         return cls(AutoModelForCausalLM.from_pretrained(path, **kwargs), AutoTokenizer.from_pretrained(path))
 
     def tokenize(self, text: str) -> torch.Tensor:

@@ -11,6 +11,9 @@ import random
 import shutil
 from pathlib import Path
 
+import torch
+from tqdm.auto import tqdm
+
 from . import MODELS
 
 # model name -> trainer module with ``add_arguments(parser)`` and ``run(args)`` (the ``trainer`` column of MODELS).
@@ -59,16 +62,12 @@ def add_trainer_arguments(
 def seeded_rng(seed: int) -> random.Random:
     """Seed torch's global generator (initial weights, dropout) with ``seed``; return a ``random.Random(seed)`` for
     the order of the training batches."""
-    import torch
-
     torch.manual_seed(seed)
     return random.Random(seed)
 
 
 def shuffled_epoch(items: list, rng: random.Random, desc: str, progress: bool = True):
     """``items`` shuffled in place by ``rng``, behind a progress bar named ``desc`` (none unless ``progress``)."""
-    from tqdm.auto import tqdm
-
     rng.shuffle(items)
     return tqdm(items, desc=desc, disable=not progress, leave=False)
 
@@ -76,8 +75,6 @@ def shuffled_epoch(items: list, rng: random.Random, desc: str, progress: bool = 
 def gradient_step(optimizer, loss, model, grad_clip: float) -> None:
     """One optimizer step down ``loss``: clear the gradients, backpropagate, clip the gradient norm of the model's
     parameters to ``grad_clip``, step."""
-    import torch
-
     optimizer.zero_grad()
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
@@ -92,6 +89,7 @@ def prefixed(prefix: str, numbers: dict) -> dict:
 def importance_sampled_ppl(model, documents: list, num_samples: int, seed: int = 0) -> float:
     """Instance-level IS perplexity exp(−Σ_n log p̂(x_n) / Σ_n T_n) of (name, x [T]) documents, with K =
     ``num_samples`` samples of the model's proposal (peeking, τ = 1) per document; the model is left in eval mode."""
+    # kept local (~0.6 s): every trainer imports this module, and `train --help` imports every trainer (above)
     from ..estimators import importance_log_weights, instance_ppl
 
     model.eval()
@@ -201,8 +199,6 @@ class BestParameters:
         """Append ``record`` to the history (and print it as JSON when showing progress)."""
         self.history.append(record)
         if self.progress:
-            from tqdm.auto import tqdm
-
             tqdm.write(json.dumps(record))
 
     def epoch_done(self, record: dict, score: float) -> None:

@@ -269,6 +269,7 @@ def comparison_markdown(c: dict) -> str:
 def comparison_figure(c: dict):
     """Left: per-document log p̂ per unit, B against A, with the diagonal; right: bootstrap distribution of Δ. The
     title names A and B (model and settings), the task and the unit."""
+    # matplotlib only where a figure is drawn: paired_comparison and the Markdown do not need it
     from matplotlib.figure import Figure
 
     per_doc = np.asarray(c["per_document_log_p_per_unit"])

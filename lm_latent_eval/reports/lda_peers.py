@@ -19,6 +19,10 @@ from pathlib import Path
 
 from ..estimators import EstimatorSettings, estimate_document
 from ..estimators.corpus import corpus_estimate
+from ..models import load_model
+from ..models.lda import LDA, peers
+from ..models.lda.corpus import CORPUS_DIR, read_texts
+from ..models.lda.loaders import from_tomotopy
 
 
 @dataclass(frozen=True)
@@ -71,8 +75,6 @@ def our_rows(model, texts: list[str], num_samples: int, seed: int) -> list[PeerR
 
 def library_rows(model, texts: list[str], tomotopy_train: list[str] | None, particles: int) -> list[PeerRow]:
     """scikit-learn, gensim, MALLET-style and (with training texts) tomotopy: one row each, or why not."""
-    from ..models.lda import peers
-
     calls = [
         ("scikit-learn", lambda: peers.sklearn_perplexity(model, texts)),
         ("gensim", lambda: peers.gensim_perplexity(model, texts)),
@@ -97,9 +99,6 @@ def library_rows(model, texts: list[str], tomotopy_train: list[str] | None, part
 def _tomotopy(model, texts: list[str], train: list[str]):
     """tomotopy's own model (same vocabulary, K, α and η as ``model``'s): its infer figure, with our exact value of
     that model in the cause."""
-    from ..models.lda import LDA, peers
-    from ..models.lda.loaders import from_tomotopy
-
     alpha = float(model.alpha.mean())
     eta = float(model.eta) if math.isfinite(float(model.eta)) else 0.01
     mdl = peers.train_tomotopy(train, model.tokenizer, model.num_topics, alpha, eta)
@@ -143,9 +142,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..models import load_model
-    from ..models.lda.corpus import CORPUS_DIR, read_texts
-
     options = {k: v for k, v in {"lda_format": args.lda_format, "alpha": args.alpha}.items() if v is not None}
     try:
         model, _ = load_model("lda", args.pretrained, **options)

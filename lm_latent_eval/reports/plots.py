@@ -9,6 +9,7 @@ import numpy as np
 
 def _axes(ax):
     if ax is None:
+        # pyplot only when the caller passes no axes of its own
         import matplotlib.pyplot as plt
 
         _, ax = plt.subplots(figsize=(5, 3.5))

@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ..documents import read_texts
 from ..errors import InputError, MissingFileError
@@ -19,6 +20,10 @@ from ..estimators.corpus import corpus_estimate, pareto_k_shares
 from ..estimators.diagnostics import corpus_convergence_curve, pareto_k_threshold
 from ..estimators.registry import resolve
 from ..estimators.settings import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS
+from ..harness.provenance import package_path
+from ..models import load_model
+from ..models.rnng.treebank import read_sentences
+from ..paths import DATA_DIR
 from ..protocol import has_exact_marginal, has_stepwise, has_tractable_marginal
 from .plots import plot_convergence
 
@@ -36,8 +41,6 @@ def read_documents(path: str | Path) -> list[str]:
         raise MissingFileError(f"{path}: no such file")
     # PTB-style trees
     if path.suffix != ".jsonl" and path.read_text(encoding="utf-8").lstrip().startswith("("):
-        from ..models.rnng.treebank import read_sentences
-
         docs = read_sentences(path)
         if not docs:
             raise InputError(f"{path}: no documents")
@@ -76,8 +79,6 @@ def run_sweep(
 ) -> dict:
     """Every row of Table 1 (IS, and SMC when ``smc``: default whenever the model is stepwise) and Table 2 plus
     convergence curves, as a JSON-ready dict."""
-    from tqdm.auto import tqdm
-
     smc = has_stepwise(model) if smc is None else smc
     settings = [(peek, t) for peek in peek_modes for t in temperatures]
     # a bad K, τ or SMC option: one error before any work
@@ -296,6 +297,7 @@ def _title(result: dict) -> str:
 
 
 def _legend_handles(result: dict, colors: dict, beam: dict | None) -> list:
+    # matplotlib only where a figure is drawn: run_sweep and the tables do not need it
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=c, label=f"τ = {t:g}") for t, c in colors.items()]
@@ -313,6 +315,7 @@ def _legend_handles(result: dict, colors: dict, beam: dict | None) -> list:
 
 def save_convergence_plot(result: dict, path: str | Path) -> None:
     """``convergence_figure`` as a PNG."""
+    # matplotlib only where a figure is drawn (convergence_figure chooses the backend first)
     import matplotlib.pyplot as plt
 
     fig = convergence_figure(result)
@@ -324,6 +327,7 @@ def convergence_figure(result: dict):
     """IS perplexity against K, one panel per peeking mode (colour = τ, solid = instance, dashed = corpus level),
     with the exact value and the largest beam's bound as lines; each panel's linear y axis fits the curves being
     compared (``_panel_range``), those that end above it are named below it; title and legend outside the data."""
+    # matplotlib only where a figure is drawn; the backend is chosen before pyplot is imported
     import matplotlib
 
     matplotlib.use("Agg")
@@ -425,9 +429,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..models import load_model
-    from ..paths import DATA_DIR
-
     model, _ = load_model(args.model, args.pretrained, device=args.device)
     data = args.data or DATA_DIR / DEFAULT_DATA.get(args.model, "corpus/tiny_test.jsonl")
     peek_modes = {"both": (True, False), "peek": (True,), "no-peek": (False,)}[args.peek]
@@ -462,8 +463,6 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     # bundled files as lm_latent_eval/data/...: no machine's path
-    from ..harness.provenance import package_path
-
     result["config"] = {k: v for k, v in vars(args).items() if k != "func"} | {"data": package_path(data)}
     (out / "sweep.json").write_text(json.dumps(result, indent=1))
     tables = f"Table 1 (IS perplexity)\n\n{table1_markdown(result)}\n\n"

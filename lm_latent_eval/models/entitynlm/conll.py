@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from ...errors import InputError, MissingFileError
+from ...paths import DATA_DIR
 from .latents import LATENT_KEYS
 
 START = "@@START@@"
@@ -146,6 +147,7 @@ def write_coref_jsonl(docs: list[CorefDocument], path: str | Path) -> None:
 # --- datasets for the lm-eval tasks ------------------------------------------------------------------------------
 def coref_dataset(path: str | Path, split: str = "test"):
     """datasets.DatasetDict {split: rows {title, text}} of a CoNLL-2012 JSONL file; text = tokens joined by spaces."""
+    # kept local (~0.4 s): trainers import this module; `train --help` imports them all (models/training.py)
     import datasets
 
     path = Path(path)
@@ -166,6 +168,4 @@ def load_conll2012(data_file: str | None = None, **_metadata):
 
 def load_coref_tiny(**_metadata):
     """lm-eval ``custom_dataset`` of task ``coref_tiny``: the bundled synthetic test stories of the bundled EntityNLM."""
-    from ...paths import DATA_DIR
-
     return coref_dataset(DATA_DIR / "coref_tiny" / "test.jsonl")

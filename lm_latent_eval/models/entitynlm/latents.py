@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...tensors import inverse_cdf
+from ..cuda_graphs import TokenLoop, copy_fields
 
 LATENT_KEYS = ("mention", "entity", "length")
 # devices where sample_step draws entity and length for the starting particles only
@@ -89,8 +90,8 @@ def rows_apart(num_rows: int, row: torch.Tensor) -> bool:
     """Whether a matrix product gives each of ``num_rows`` rows like ``row`` the numbers it gets in any other batch
     of ≥ 4 such rows, so that a product over some particles' rows reproduces the all-particles one: float32 rows of
     a multiple of 16 values (whole 64-byte lines) in batches of ≥ 4 on the CPU (measured on its BLAS; 1–3 rows, or
-    rows of 6 or 10 values, round by position; tests/test_entitynlm_stepwise.py compares both paths). Not assumed
-    of accelerator libraries, which choose kernels by shape."""
+    rows of 6 or 10 values, round by position; tests/models/entitynlm/test_entitynlm_stepwise.py compares both
+    paths). Not assumed of accelerator libraries, which choose kernels by shape."""
     return (
         num_rows >= MIN_ROWS
         and row.shape[-1] % 16 == 0
@@ -620,8 +621,6 @@ def sample_latents_static(
     drawn (``_sample_step_all_rows``, the accelerator's step), its step captured in a CUDA graph and replayed per
     token when ``capture`` (models/cuda_graphs.py), else run eagerly: the uniforms of ``sample_step``, the same z and
     log q."""
-    from ..cuda_graphs import TokenLoop, copy_fields
-
     K, T = int(num_samples), h_label.shape[1]
     device = h_label.device
     empty = heads.initial_memory(K, device)

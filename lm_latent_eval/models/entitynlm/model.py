@@ -197,7 +197,8 @@ class EntityNLM(
             return self.log_joint_batch(states, x.unsqueeze(0), z)
         # each distinct z is scored once (draws from a peaked q repeat) and its value copied to its draws, in ≥ 4 rows
         # (1–3-row float32 products round differently); a draw is then scored at another row of a smaller batch, and
-        # float32 rows round by position, so log p moves within float32 rounding (tests/test_entitynlm_pinned.py)
+        # float32 rows round by position, so log p moves within float32 rounding
+        # (tests/models/entitynlm/test_entitynlm_pinned.py)
         distinct, index = distinct_rows(torch.cat([z[k] for k in LATENT_KEYS], 1), MIN_ROWS)
         distinct = dict(zip(LATENT_KEYS, (part.contiguous() for part in distinct.split(T, 1))))
         return self.log_joint_batch(states, x.unsqueeze(0), distinct)[index]
@@ -236,7 +237,8 @@ class EntityNLM(
                 tokens = context[:, first:stop].transpose(0, 1).reshape(-1, context.shape[-1])
                 logits = self.word_logits(h[:, first:stop].transpose(0, 1), tokens, rows, stop - first)
             else:
-                # per token, a fresh (aligned) copy of its rows: BLAS may round differently on a misaligned slice
+                # per token, a fresh (aligned) copy of its rows:
+                # BLAS may round differently on a misaligned slice
                 logits = torch.cat(
                     [
                         self.word_logits(

@@ -34,6 +34,7 @@ from ..training import (
 from .conll import CorefDocument, gold_latents, read_coref_jsonl
 from .latents import LATENT_KEYS
 from .model import EntityNLM, build_vocabulary
+from .synthetic import generate_corpus
 
 
 @dataclass
@@ -231,8 +232,6 @@ def run(args: argparse.Namespace) -> int:
     """Read (or generate) the data, train, save; print the final validation numbers."""
     config = config_from_args(TrainConfig, args)
     if args.synthetic:
-        from .synthetic import generate_corpus
-
         docs = generate_corpus(seed=config.seed)
         valid_docs, train_docs = docs[:30], docs[30:]
     elif args.train:

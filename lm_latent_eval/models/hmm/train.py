@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
 from ...documents import read_texts
 from ...errors import InputError
@@ -96,8 +97,6 @@ def train_hmm(
     progress: bool = True,
 ) -> HMMLanguageModel:
     """EM-train an HMM LM; its proposal is the EM parameters after ``proposal_iterations``, flattened."""
-    from tqdm.auto import tqdm
-
     if not 0 <= proposal_iterations <= iterations:
         raise InputError(
             f"need 0 <= proposal_iterations <= iterations, got {proposal_iterations} and {iterations}"

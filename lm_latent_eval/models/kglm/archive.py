@@ -49,7 +49,8 @@ from pathlib import Path
 import torch
 
 from .graph import KnowledgeGraph
-from .linked_wikitext import normalize_entity_id
+from .linked_wikitext import normalize_entity_id, tokenize_alias
+from .pickles import MAX_ALIAS_TOKENS, MAX_ALIASES, load_alias_pickle, load_knowledge_graph_pickle
 from .vocabulary import OOV_TOKEN, PADDING_TOKEN, Vocabulary
 
 GENERATIVE_TYPE = "kglm"
@@ -228,9 +229,6 @@ def _edges_and_aliases(
 ) -> tuple[dict[str, list[tuple[str, str]]], dict[str, list[list[str]]]]:
     """(head name -> [(relation name, tail name)], entity name -> alias token lists) from the original
     ``knowledge_graph.pkl`` or our JSON graph, with the aliases of ``alias_database`` (``alias.pkl``) when given."""
-    from .linked_wikitext import tokenize_alias
-    from .pickles import MAX_ALIAS_TOKENS, MAX_ALIASES, load_alias_pickle, load_knowledge_graph_pickle
-
     kg_path = Path(knowledge_graph)
     if kg_path.suffix == ".json":
         source = KnowledgeGraph.from_json(kg_path)

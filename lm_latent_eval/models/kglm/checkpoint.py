@@ -13,9 +13,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import safetensors.torch
 from huggingface_hub import hf_hub_download
 
 from ...errors import InputError, MissingFileError
+from .archive import load_original_kglm
 from .graph import KnowledgeGraph
 
 GRAPH_FILE = "knowledge_graph.json"
@@ -52,8 +54,6 @@ def load_original(
     options: dict | None = None,
 ):
     """``model_class`` (KGLM) from an original archive, with its graph, alias database and ``kglm-disc`` q."""
-    from .archive import load_original_kglm
-
     if options:
         raise InputError(f"{name}: options {sorted(options)} do not apply to an original KGLM archive")
     return load_original_kglm(
@@ -103,8 +103,6 @@ def load_checkpoint(
 ):
     """``model_class(**config, knowledge_graph=...)`` with every weight of model.safetensors, in eval mode; the graph
     is the checkpoint's knowledge_graph.json unless ``model_kwargs`` hold ``knowledge_graph``."""
-    import safetensors.torch
-
     weights, graph_file = checkpoint_files(
         model_id, "knowledge_graph" not in model_kwargs, **(download or {})
     )

@@ -18,6 +18,7 @@ and every per-token list is aligned with them.
 from __future__ import annotations
 
 import json
+import os
 import re
 import warnings
 from collections import Counter
@@ -25,7 +26,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from ...errors import InputError, MissingFileError
+from ...paths import DATA_DIR
+from .latents import canonical_relation
 
 START_TOKEN = "@@START@@"
 END_TOKEN = "@@END@@"
@@ -291,10 +296,6 @@ def gold_latents(doc: LinkedDocument, model, where: str | None = None) -> tuple[
     any candidate with such an edge; failing that, it becomes a new mention. The relation is the model's
     canonical label for (parent, entity).
     """
-    import torch
-
-    from .latents import canonical_relation
-
     where = where or repr(doc.title)
     graph, tables, cutoff = model.graph, model.tables, model.cutoff
     entity_row = tables.entity_row.tolist()
@@ -390,6 +391,7 @@ SPLIT_FILES = {"train": "train.jsonl", "validation": "valid.jsonl", "test": "tes
 def linked_dataset(data_dir: str | Path, splits: Iterable[str] = ("validation", "test")):
     """datasets.DatasetDict {split: rows {title, text}} from ``<data_dir>/{train,valid,test}.jsonl``; text is the
     article's tokens after ``@@START@@`` joined by spaces (what a KGLM tokenizes back into the same tokens)."""
+    # kept local (~0.4 s): trainers import this module; `train --help` imports them all (models/training.py)
     import datasets
 
     data_dir = Path(data_dir)
@@ -406,8 +408,6 @@ def linked_dataset(data_dir: str | Path, splits: Iterable[str] = ("validation", 
 def load_linked_wikitext2(data_dir: str | None = None, **_metadata):
     """lm-eval ``custom_dataset`` of task ``linked_wikitext2``: the user's Linked WikiText-2 folder, given as
     ``--metadata '{"data_dir": "..."}'`` or the ``LINKED_WIKITEXT2_DIR`` environment variable."""
-    import os
-
     data_dir = data_dir or os.environ.get(DATA_DIR_VARIABLE)
     if not data_dir:
         raise InputError(
@@ -419,6 +419,4 @@ def load_linked_wikitext2(data_dir: str | None = None, **_metadata):
 
 def load_linked_tiny(**_metadata):
     """lm-eval ``custom_dataset`` of task ``linked_wikitext2_tiny``: the bundled synthetic test articles."""
-    from ...paths import DATA_DIR
-
     return linked_dataset(DATA_DIR / "linked_tiny", splits=("test",))

@@ -13,6 +13,9 @@ import io
 import pickle
 from pathlib import Path
 
+from .graph import KnowledgeGraph
+from .linked_wikitext import tokenize_alias
+
 _ATOMS = (str, int, float, bool, type(None))
 
 
@@ -143,9 +146,6 @@ def knowledge_graph_from_pickles(
     max_alias_tokens: int | None = MAX_ALIAS_TOKENS,
 ):
     """KnowledgeGraph from the original pickles; alias strings are tokenized and cut as the original does (4 x 8)."""
-    from .graph import KnowledgeGraph
-    from .linked_wikitext import tokenize_alias
-
     edges = load_knowledge_graph_pickle(knowledge_graph_path)
     aliases = {}
     if alias_path is not None:

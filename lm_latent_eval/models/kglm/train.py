@@ -36,6 +36,8 @@ from ..training import (
 from .graph import KnowledgeGraph
 from .linked_wikitext import LinkedDocument, document_tensors, read_linked_jsonl
 from .model import KGLM, build_vocabulary
+from .pickles import knowledge_graph_from_pickles
+from .synthetic import write_corpus
 
 
 @dataclass
@@ -256,8 +258,6 @@ def load_graph_files(
     if knowledge_graph:
         return KnowledgeGraph.from_json(knowledge_graph)
     if kg_pickle:
-        from .pickles import knowledge_graph_from_pickles
-
         return knowledge_graph_from_pickles(kg_pickle, alias_pickle)
     raise InputError(
         "a knowledge graph is required: --knowledge-graph graph.json or --knowledge-graph-pickle kg.pkl"
@@ -284,8 +284,6 @@ def run(args: argparse.Namespace) -> int:
     """Read the data (or generate it), train, save; print the final validation numbers."""
     config = config_from_args(TrainConfig, args)
     if args.synthetic:
-        from .synthetic import write_corpus
-
         paths = write_corpus(args.synthetic, seed=config.seed)
         args.train, args.valid, args.knowledge_graph = (
             paths["train"],

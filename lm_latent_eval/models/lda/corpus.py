@@ -11,6 +11,7 @@ import json
 import random
 import re
 from pathlib import Path
+from pydoc_data.topics import topics
 
 from ...paths import DATA_DIR
 
@@ -23,8 +24,6 @@ HELD_OUT_TOKENS = (20, 100)
 def pydoc_paragraphs() -> list[str]:
     """Every paragraph (blank-line separated, whitespace collapsed) of every topic of ``pydoc_data.topics``, in the
     order of the sorted topic names."""
-    from pydoc_data.topics import topics
-
     paragraphs = []
     for name in sorted(topics):
         for block in re.split(r"\n\s*\n", topics[name]):
@@ -79,6 +78,7 @@ def completion_halves(text: str) -> tuple[str, str]:
 
 def load_pydoc_topics(data_file: str | None = None, **_metadata):
     """lm-eval ``custom_dataset``: the bundled held-out paragraphs (or ``data_file``) as a ``test`` split."""
+    # kept local (~0.4 s): trainers import this module; `train --help` imports them all (models/training.py)
     import datasets
 
     path = Path(data_file) if data_file else CORPUS_DIR / "test.jsonl"
@@ -87,6 +87,7 @@ def load_pydoc_topics(data_file: str | None = None, **_metadata):
 
 def load_pydoc_completion(data_file: str | None = None, **_metadata):
     """lm-eval ``custom_dataset``: each held-out paragraph as {text, context (first half), continuation}."""
+    # kept local (~0.4 s): trainers import this module; `train --help` imports them all (models/training.py)
     import datasets
 
     path = Path(data_file) if data_file else CORPUS_DIR / "test.jsonl"

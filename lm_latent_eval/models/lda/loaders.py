@@ -23,9 +23,11 @@ Only open files you trust: joblib, gensim and pickle files can run code when loa
 from __future__ import annotations
 
 import gzip
+import importlib
 from pathlib import Path
 
 import numpy as np
+from scipy.special import digamma
 
 FORMATS = ("checkpoint", "sklearn", "gensim", "tomotopy", "mallet")
 LOADER_ARGS = ("vocabulary", "alpha", "mallet_state", "topic_estimate")
@@ -73,8 +75,6 @@ def _is_number(text: str) -> bool:
 
 
 def _require(module: str, extra: str = "lda"):
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ImportError:
@@ -134,8 +134,6 @@ def _topics(pseudocounts: np.ndarray, estimate: str) -> np.ndarray:
     lam = np.asarray(pseudocounts, dtype=np.float64)
     if estimate == "mean":
         return lam / lam.sum(1, keepdims=True)
-    from scipy.special import digamma
-
     expected = np.exp(digamma(lam) - digamma(lam.sum(1, keepdims=True)))
     return expected / expected.sum(1, keepdims=True)
 

@@ -12,6 +12,7 @@ from torch import nn
 
 from ...protocol import check_num_samples, check_text
 from .exact import exact_work, log_marginal_dp
+from .loaders import LOADER_ARGS, detect_format, load_library_model
 from .proposal import LDAProposal
 from .stepwise import LDAParticles, init_particles, reorder, step
 from .tokenizer import DEFAULT_TOKEN_PATTERN, LDATokenizer
@@ -138,8 +139,6 @@ class LDA(
     ) -> LDA:
         """Our checkpoint folder (or Hub id), or a model file of scikit-learn, gensim, tomotopy or MALLET
         (``loaders.py``; ``lda_format`` auto-detected unless given)."""
-        from .loaders import LOADER_ARGS, detect_format, load_library_model
-
         fmt = detect_format(pretrained_model_name_or_path) if lda_format in (None, "auto") else lda_format
         if fmt != "checkpoint":
             return load_library_model(cls, fmt, pretrained_model_name_or_path, **kwargs)

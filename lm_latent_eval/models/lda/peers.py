@@ -24,7 +24,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from scipy.sparse import csr_matrix
+from scipy.special import digamma, gammaln
 
+from ...tensors import tempered_draw as draw
+from .stepwise import document_stream
 from .tokenizer import LDATokenizer
 
 
@@ -63,8 +67,6 @@ def symmetric_alpha(model) -> float:
 
 def document_term_matrix(tokenizer: LDATokenizer, texts: list[str]):
     """Counts of each vocabulary word in each text: scipy CSR [D, V] (what CountVectorizer would give)."""
-    from scipy.sparse import csr_matrix
-
     rows, cols = [], []
     for d, text in enumerate(texts):
         ids = tokenizer.encode(text).tolist()
@@ -78,7 +80,7 @@ def sklearn_lda(model, seed: int = 0):
     # the errors first: they hold without scikit-learn too
     lam, eta = _variational_topics(model)
     alpha = symmetric_alpha(model)
-    from scipy.special import digamma
+    # optional dependency (the lda extra)
     from sklearn.decomposition import LatentDirichletAllocation
 
     lda = LatentDirichletAllocation(
@@ -94,8 +96,6 @@ def sklearn_lda(model, seed: int = 0):
 
 def topic_kl_term(lam: np.ndarray, eta: float) -> float:
     """E_q[log p(β | η) − log q(β | λ)] summed over topics (the global term of the ELBO, ≤ 0)."""
-    from scipy.special import digamma, gammaln
-
     e_log_beta = digamma(lam) - digamma(lam.sum(1, keepdims=True))
     V = lam.shape[1]
     per_entry = ((eta - lam) * e_log_beta + gammaln(lam) - gammaln(eta)).sum()
@@ -122,6 +122,7 @@ def sklearn_perplexity(model, texts: list[str]) -> LibraryFigure:
 
 def gensim_lda(model, seed: int = 0):
     """A gensim LdaModel with λ = the model's pseudo-counts, α and η."""
+    # optional dependency (the lda extra)
     from gensim.corpora import Dictionary
     from gensim.models import LdaModel
 
@@ -160,6 +161,7 @@ def _bag(ids: list[int]) -> dict[int, int]:
 def train_tomotopy(texts: list[str], tokenizer: LDATokenizer, num_topics: int, alpha: float, eta: float,
                    iterations: int = 1000, seed: int = 0):  # fmt: skip
     """A tomotopy LDAModel trained on the texts' vocabulary words (collapsed Gibbs, ``iterations`` sweeps)."""
+    # optional dependency (the lda extra)
     import tomotopy as tp
 
     mdl = tp.LDAModel(k=num_topics, alpha=alpha, eta=eta, seed=seed)
@@ -194,8 +196,6 @@ def left_to_right(
     """MALLET's ``evaluate-topics`` estimate of log p(x) (``MarginalProbEstimator.evaluateLeftToRight``, no
     resampling): R particles draw z_t ∝ (n_k + α_k) Φ[k, x_t] left to right, and log p̂ = Σ_t log mean_r
     p(x_t | x_<t, z_<t^r) with p(x_t | ·) = Σ_k (n_k + α_k) Φ[k, x_t] / (t + Σα); no weights, no resampling."""
-    from ...tensors import tempered_draw as draw
-
     alpha = model.alpha.to(torch.float64)
     # [T, K]
     log_phi = model.log_phi_columns(model.check_x(x))
@@ -214,8 +214,6 @@ def left_to_right(
 
 def mallet_perplexity(model, texts: list[str], num_particles: int = 10, seed: int = 0) -> LibraryFigure:
     """exp(−Σ_d log p̂_d / N) from ``left_to_right`` with ``num_particles`` particles (seeded per document)."""
-    from .stepwise import document_stream
-
     total, n = 0.0, 0
     for text in texts:
         x = model.tokenize(text)

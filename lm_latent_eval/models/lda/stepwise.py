@@ -10,6 +10,7 @@ Wallach et al.'s (2009) left-to-right particle method, with the weights and resa
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 
@@ -71,7 +72,5 @@ def reorder(state: LDAParticles, ancestors: torch.Tensor) -> LDAParticles:
 
 def document_stream(seed: int, text: str) -> torch.Generator:
     """A CPU generator seeded by sha256(seed, text): per-document random streams for the peer evaluators."""
-    import hashlib
-
     digest = hashlib.sha256(f"{int(seed)}\x00{text}".encode()).digest()
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & (2**63 - 1))

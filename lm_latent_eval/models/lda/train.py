@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .tokenizer import DEFAULT_TOKEN_PATTERN
+from ..training import add_config_arguments, config_from_args, report_training, save_checkpoint
+from .corpus import CORPUS_DIR, read_texts
+from .model import LDA
+from .tokenizer import DEFAULT_TOKEN_PATTERN, LDATokenizer
 
 STOP_WORDS = frozenset(
     """a about above after again against all also an and any are as at be because been before being below between
@@ -51,9 +56,6 @@ class LDATrainingConfig:
 
 def build_vocabulary(texts: list[str], config: LDATrainingConfig) -> list[str]:
     """Sorted words of ``token_pattern`` in ≥ ``min_df`` documents, stop words out (``stop_words``)."""
-    import re
-    from collections import Counter
-
     pattern = re.compile(config.token_pattern)
     df = Counter(w for text in texts for w in set(pattern.findall(text.lower())))
     drop = STOP_WORDS if config.stop_words else frozenset()
@@ -118,9 +120,6 @@ def gibbs(docs: list[torch.Tensor], vocab_size: int, config: LDATrainingConfig, 
 
 def train_lda(texts: list[str], config: LDATrainingConfig, progress: bool = True):
     """(LDA, history) trained on ``texts`` (see the module docstring)."""
-    from .model import LDA
-    from .tokenizer import LDATokenizer
-
     vocab = build_vocabulary(texts, config)
     if not vocab:
         raise ValueError(f"no word occurs in {config.min_df} or more training documents: lower --min-df")
@@ -135,8 +134,6 @@ def train_lda(texts: list[str], config: LDATrainingConfig, progress: bool = True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..training import add_config_arguments
-
     parser.add_argument("--train", help=".jsonl (field 'text') or .txt (one document per line)")
     parser.add_argument("--bundled", action="store_true", help="train on the bundled pydoc_data train split")
     parser.add_argument("--output", required=True, help="checkpoint folder (Hub layout)")
@@ -145,9 +142,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..training import config_from_args, report_training, save_checkpoint
-    from .corpus import CORPUS_DIR, read_texts
-
     if bool(args.train) == bool(args.bundled):
         raise SystemExit("lm-latent-eval train lda: give exactly one of --train FILE and --bundled")
     path = CORPUS_DIR / "train.jsonl" if args.bundled else Path(args.train)

@@ -36,6 +36,7 @@ from ..vocabulary import WordVocabulary, build_word_list
 from . import sampling, stepwise
 from .enumerate import exact_log_marginal
 from .latents import SHIFT, check_actions, is_tree, right_branching, stack_sizes
+from .prefix import RNNGPrefix
 from .proposal import TreeCRFProposal
 
 UNK, BOS, EOS = "<unk>", "<s>", "</s>"
@@ -295,8 +296,6 @@ class RNNG(
     def prefix_model(self):
         """This RNNG as P(a sentence starts with x): log_joint stops at the last SHIFT (``prefix.py``); what
         ``loglikelihood(context, continuation)`` is answered from."""
-        from .prefix import RNNGPrefix
-
         return RNNGPrefix(self)
 
     # a continuation of the prefix drawn from p: the prefix's tree by a particle filter, then actions and words

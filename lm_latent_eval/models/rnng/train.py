@@ -34,8 +34,9 @@ from ..training import (
 )
 from .latents import spans_from_actions
 from .model import RNNG, build_vocabulary
+from .synthetic import generate_treebank
 from .tree_crf import log_partition, tree_scores
-from .treebank import Sentence, read_treebank
+from .treebank import Sentence, read_treebank, sentence_from_bracketed
 
 
 @dataclass
@@ -203,9 +204,6 @@ def run(args: argparse.Namespace) -> int:
     """Read (or generate) the trees, train, save; print the final validation numbers."""
     config = config_from_args(TrainConfig, args)
     if args.synthetic:
-        from .synthetic import generate_treebank
-        from .treebank import sentence_from_bracketed
-
         trees = generate_treebank(seed=config.seed)
         sents = [
             sentence_from_bracketed(

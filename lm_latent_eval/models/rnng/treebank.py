@@ -13,11 +13,13 @@ Malformed input is an error naming the file and tree.
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import InputError, MissingFileError
+from ...paths import DATA_DIR
 from .latents import actions_from_tree, bracketed
 
 PUNCTUATION_TAGS = frozenset({"''", "``", ".", ":", ",", "-LRB-", "-RRB-", "#", "$"})
@@ -177,8 +179,6 @@ def read_treebank(
     warn=None,
 ) -> list[Sentence]:
     """Every tree of a PTB-style file as a Sentence; trees left without words are skipped with a warning naming them."""
-    import warnings
-
     path = Path(path)
     out = []
     for line, text in split_trees(path.read_text(encoding="utf-8"), str(path)):
@@ -219,6 +219,7 @@ def read_sentences(path: str | Path, **options) -> list[str]:
 # --- datasets for the lm-eval tasks ------------------------------------------------------------------------------
 def sentence_dataset(path: str | Path, split: str = "test", **options):
     """datasets.DatasetDict {split: rows {text}} of a tree or plain-text file."""
+    # kept local (~0.4 s): trainers import this module; `train --help` imports them all (models/training.py)
     import datasets
 
     return datasets.DatasetDict(
@@ -251,6 +252,4 @@ def load_ptb(
 
 def load_ptb_tiny(**_metadata):
     """lm-eval ``custom_dataset`` of task ``ptb_rnng_tiny``: the bundled synthetic test treebank of the bundled RNNG."""
-    from ...paths import DATA_DIR
-
     return sentence_dataset(DATA_DIR / "ptb_tiny" / "test.txt")

@@ -14,7 +14,10 @@ import json
 import random
 
 import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
+from lm_latent_eval.models.training import make_default_arguments
 from lm_latent_eval.paths import DATA_DIR
 
 # read only
@@ -23,9 +26,6 @@ TRAIN_FILE = DATA_DIR / "corpus" / "tiny_train.jsonl"
 
 def train_tokenizer(texts: list[str], vocab_size: int = 512):
     """A byte-level BPE tokenizer (transformers fast tokenizer) trained on ``texts``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -37,8 +37,6 @@ def train_tokenizer(texts: list[str], vocab_size: int = 512):
 
 def train_model(tokenizer, texts: list[str], steps: int = 1500, batch: int = 16, seed: int = 0):
     """GPT-2 (2 layers, width 64, context 128) trained on the canonical tokens of ``texts``."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
     torch.manual_seed(seed)
     rng = random.Random(seed)
     config = GPT2Config(vocab_size=len(tokenizer), n_positions=128, n_embd=64, n_layer=2, n_head=2,
@@ -69,8 +67,6 @@ def train_model(tokenizer, texts: list[str], steps: int = 1500, batch: int = 16,
 
 
 def main(argv: list[str] | None = None) -> None:
-    from ..training import make_default_arguments
-
     args = make_default_arguments(__doc__, None, argv)
     texts = [json.loads(line)["text"] for line in TRAIN_FILE.read_text().splitlines() if line.strip()]
     tokenizer = train_tokenizer(texts)

@@ -14,6 +14,7 @@ import copy
 from typing import ClassVar
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ...tensors import pad_rows
 from ..stepwise_module import StepwiseFromModule
@@ -104,8 +105,6 @@ class TokenizationLM(torch.nn.Module, StepwiseFromModule):
     @classmethod
     def from_pretrained(cls, path: str, **kwargs):
         """Load model and tokenizer with transformers' Auto classes (local dir or Hub id)."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         return cls(AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path), **kwargs)
 
     def with_cover_end(self) -> TokenizationLM:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
+from transformers import DynamicCache
 
 from ...protocol import CheckedProposal
 from ...tensors import inverse_cdf, pad_rows
@@ -40,8 +41,6 @@ class SegmentationProposal(CheckedProposal):
 
     def _forward(self, tokens: torch.Tensor, cache):
         """Next-token logits [N, V] (float32) after feeding one token per node, and the updated cache."""
-        from transformers import DynamicCache
-
         if cache is None:
             cache = DynamicCache()
         out = self.lm.model(input_ids=tokens[:, None], past_key_values=cache, use_cache=True)
@@ -219,8 +218,6 @@ class SegmentationProposal(CheckedProposal):
         """Next-token logits [B, V] after each hypothesis, in the proposal's block context: its parent's cache plus
         its last token (a fresh cache at a block start); hypotheses whose parents' caches have equal length share
         one forward pass. Stores each hypothesis's cache in ``caches``."""
-        from transformers import DynamicCache
-
         device, L = self.lm.device, self.lm.max_length
         groups: dict[int, list[int]] = {}
         for b, h in enumerate(hyps):

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 
+from transformers.convert_slow_tokenizer import bytes_to_unicode
+
 
 def _byte_decoder() -> dict[str, int]:
     """The inverse of byte-level BPE's printable-unicode alphabet (one character per byte value)."""
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
     return {char: byte for byte, char in bytes_to_unicode().items()}
 
 
