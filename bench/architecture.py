@@ -22,10 +22,10 @@ COMPARISON = re.compile(
     rf"(estimator|\bname|\bs)\b[\w.\[\]\"']*\s*(==|!=|\bin\b|\bnot in\b)\s*\(?\s*[\"']{NAMES}[\"']"
     rf"|[\"']{NAMES}[\"']\s*(==|!=)"
 )
-# an inline check of K: a comparison of num_samples / num_particles with 0, or a call to a checker of it
-NUM_SAMPLES_CHECK = re.compile(
-    r"(num_samples|num_particles)\s*<=\s*0|check_(sampling|smc|num_samples|proposal)_args?\w*\(|check_num_samples\("
-)
+# the rule "K is a positive integer" written out: num_samples / num_particles compared with 0
+NUM_SAMPLES_RULE = re.compile(r"(num_samples|num_particles)\s*<=\s*0")
+# a call that applies the rule through a checker of K
+NUM_SAMPLES_CHECK = re.compile(r"check_(sampling|smc|proposal)_args\(|check_num_samples\(")
 SHARED_GLOBALS = ("_ESTIMATES", "_KEPT", "_CONDITIONALS", "_CACHE")
 
 
@@ -46,8 +46,9 @@ def string_comparisons(root: Path) -> int:
     return count
 
 
-def num_samples_checks(root: Path) -> list[str]:
-    """Function definitions that check num_samples (or K under another name) inline or by calling a checker."""
+def num_samples_checks(root: Path, pattern: re.Pattern = NUM_SAMPLES_CHECK) -> list[str]:
+    """Function definitions whose body matches ``pattern``: the rule on num_samples (or K under another name) written
+    out (``NUM_SAMPLES_RULE``), or applied through a checker (``NUM_SAMPLES_CHECK``)."""
     found = []
     for path in (root / "lm_latent_eval").rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -55,7 +56,7 @@ def num_samples_checks(root: Path) -> list[str]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 body = ast.get_source_segment(path.read_text(encoding="utf-8"), node) or ""
                 inner = "\n".join(body.splitlines()[1:])
-                if NUM_SAMPLES_CHECK.search(inner) or '_positive_int("num_samples"' in inner:
+                if pattern.search(inner):
                     found.append(f"{path.relative_to(root)}:{node.name}")
     return sorted(found)
 
@@ -137,7 +138,7 @@ def duplicate_pairs(root: Path) -> str:
 
 
 def report(root: Path) -> str:
-    checks = num_samples_checks(root)
+    rules, checks = num_samples_checks(root, NUM_SAMPLES_RULE), num_samples_checks(root)
     floors = estimator_floors(root)
     lines = [
         f"## {root}",
@@ -145,7 +146,8 @@ def report(root: Path) -> str:
         "| figure | value |",
         "|---|---|",
         f"| estimator-name string comparisons outside the estimator table | {string_comparisons(root)} |",
-        f"| functions that check num_samples | {len(checks)} ({', '.join(checks)}) |",
+        f"| places that write out the rule on num_samples | {len(rules)} ({', '.join(rules)}) |",
+        f"| functions that apply a checker of num_samples | {len(checks)} ({', '.join(checks)}) |",
         f"| LatentLMEval lines | {class_lines(root, 'lm_latent_eval/harness/backends.py', 'LatentLMEval')} |",
         f"| module globals shared between backend and tasks | {len(shared_globals(root))} |",
         f"| floors of estimators/ in the import graph | {max(floors.values()) + 1} |",

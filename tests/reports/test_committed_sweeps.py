@@ -36,8 +36,17 @@ def sweep_argv(config: dict, output_dir: Path) -> list[str]:
     return argv
 
 
+# float32 kernels round differently on another CPU (the committed RNNG and KGLM sweeps move by up to 3e-8 relative
+# between an Intel Xeon and an AMD EPYC with the same code, tests/pins.py); a Pareto k̂ (a tail fit) and SMC's
+# smallest ESS over tokens (after resampling) amplify that rounding (up to 1e-5 relative there). A change to a sampler
+# or an estimator moves figures by far more.
+FLOAT32_REL = 1e-6
+TAIL_FIT_REL = 1e-4
+
+
 def differences(fresh, committed, where: str = "sweep.json") -> list[str]:
-    """Where two JSON values differ beyond float round-off (another CPU may differ in the last bits)."""
+    """Where two JSON values differ beyond float32 round-off (another CPU rounds the models' float32 kernels
+    differently; ``TAIL_FIT_REL`` for Pareto k̂ and ESS)."""
     if isinstance(committed, dict) and isinstance(fresh, dict):
         if fresh.keys() != committed.keys():
             return [f"{where}: keys {sorted(fresh)} != {sorted(committed)}"]
@@ -49,7 +58,8 @@ def differences(fresh, committed, where: str = "sweep.json") -> list[str]:
             d for i, (f, c) in enumerate(zip(fresh, committed)) for d in differences(f, c, f"{where}[{i}]")
         ]
     both_numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (fresh, committed))
-    if both_numbers and math.isclose(fresh, committed, rel_tol=1e-9, abs_tol=1e-12):
+    rel = TAIL_FIT_REL if "pareto_k" in where or "ess" in where.rsplit(".", 1)[-1] else FLOAT32_REL
+    if both_numbers and math.isclose(fresh, committed, rel_tol=rel, abs_tol=1e-12):
         return []
     if both_numbers and math.isnan(fresh) and math.isnan(committed):
         return []
@@ -64,7 +74,7 @@ def test_sweep_argv_round_trips_the_recorded_options():
     argv = sweep_argv(config, Path("out"))
     assert argv[argv.index("--temperatures") + 1] == "0.5,1.0" and "--no-smc" in argv
     assert "--pretrained" not in argv and argv[argv.index("--exact-ppl") + 1] == "5.2234"
-    assert differences({"a": [1.0, 2.0]}, {"a": [1.0, 2.0 + 1e-13]}) == []
+    assert differences({"a": [1.0, 2.0]}, {"a": [1.0, 2.0 + 1e-7]}) == []
     assert differences({"a": [1.0, 2.001]}, {"a": [1.0, 2.0]}) == ["sweep.json.a[1]: 2.001 != committed 2.0"]
 
 
