@@ -33,7 +33,8 @@ class CorpusEstimate:
     estimate, an upper bound in expectation); ``interval``: the honest ``level`` statement about S;
     ``perplexity_upper_bound``: certified, P(true PPL > it) ≤ 1 − level, for any proposal and K (exact / beam runs:
     the figure itself); ``monte_carlo_stderr``: standard error of ``perplexity`` with the documents fixed (NaN
-    where no two-sided interval is honest); ``sampling_stderr``: its standard error over documents drawn at random.
+    where no two-sided interval is honest); ``sampling_stderr``: its standard error over documents drawn at random
+    (over the documents with tokens; NaN for fewer than two).
     """
 
     estimator: str
@@ -138,7 +139,10 @@ def corpus_estimate(
     total = total_tokens(tokens, len(estimates))
     ll = _log_likelihoods(estimates)
     instance = math.exp(-ll.sum() / total)
-    sampling = _sampling_se(ll, tokens)
+    # over the documents with tokens: an empty one adds no information, only a zero residual (one document with
+    # tokens beside empty ones gave a standard error of 0 where none can be estimated)
+    informative = np.asarray(tokens) > 0
+    sampling = _sampling_se(ll[informative], np.asarray(tokens)[informative])
     fixed = method.fixed_statement(float(ll.sum()), policy.level)
     if fixed is None:
         corpus_ll = method.corpus_log_likelihood(estimates)

@@ -62,8 +62,11 @@ def process_results(doc: dict, results: list) -> dict:
 
 
 def document_items(text: str, log_likelihood: float, num_words: int) -> dict:
-    """Per-document items of every metric of the task (``num_words``: lm-eval's whitespace word count)."""
+    """Per-document items of every metric of the task (``num_words``: lm-eval's whitespace word count, 0 for a
+    document without tokens: lm-eval counts "" as one word and "   " as two, which would divide its log p = 0.0 into
+    ``word_perplexity`` while ``perplexity`` rightly leaves the document out)."""
     est = EstimateExchange.current().document(text, log_likelihood)
+    num_words = num_words if est.num_tokens > 0 else 0
     item = _item(est, text) | {"num_words": num_words}
     items = {"word_perplexity": (log_likelihood, num_words), **dict.fromkeys(PERPLEXITY_METRICS, item)}
     # ESS and k̂: IS weights of a document with tokens only (no row otherwise)
@@ -162,9 +165,11 @@ def perplexity_upper_bound(items) -> float:
     return _corpus(items).perplexity_upper_bound
 
 
-def perplexity_sampling_se(items) -> float:
-    """Standard error of ``perplexity`` over documents drawn at random (what lm-eval's hf users compare with)."""
-    return _corpus(items).sampling_stderr
+def perplexity_sampling_se(items) -> float | str:
+    """Standard error of ``perplexity`` over documents drawn at random (what lm-eval's hf users compare with); "N/A"
+    where it cannot be estimated (fewer than two documents with tokens), as the table's other undefined cells."""
+    se = _corpus(items).sampling_stderr
+    return "N/A" if math.isnan(se) else se
 
 
 def instance_perplexity(items) -> float:
