@@ -181,9 +181,29 @@ def paired_comparison(
     }
 
 
+def strict_json(value):
+    """``value`` with every non-finite float replaced, so that strict JSON parsers read the file: NaN (a figure that
+    is undefined, e.g. the Monte Carlo stderr of a run with no two-sided interval) becomes null, ±inf the strings
+    "inf" / "-inf"."""
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict_json(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def _fmt(x, spec: str) -> str:
+    """``x`` formatted with ``spec``; N/A where it is undefined (None or NaN), as in lm-eval's table and the cards."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "N/A"
+    return format(x, spec)
+
+
 def _statement(side: dict) -> str:
     lo, hi = side["perplexity_interval"]
-    return f"[{lo:.4f}, {hi:.4f}]" if lo > 0 else f"≤ {hi:.4f} (one-sided)"
+    return f"[{_fmt(lo, '.4f')}, {_fmt(hi, '.4f')}]" if lo > 0 else f"≤ {_fmt(hi, '.4f')} (one-sided)"
 
 
 def comparison_markdown(c: dict) -> str:
@@ -198,20 +218,28 @@ def comparison_markdown(c: dict) -> str:
     # the unit of every figure below and of the test
     per = f"per {c['unit']}"
     rows += [
-        (f"perplexity {per}", f"{a['perplexity']:.4f}", f"{b['perplexity']:.4f}"),
+        (f"perplexity {per}", _fmt(a["perplexity"], ".4f"), _fmt(b["perplexity"], ".4f")),
         ("95% statement", _statement(a), _statement(b)),
-        ("certified upper bound", f"{a['perplexity_upper_bound']:.4f}", f"{b['perplexity_upper_bound']:.4f}"),
-        ("Monte Carlo stderr", f"{a['monte_carlo_stderr']:.4g}", f"{b['monte_carlo_stderr']:.4g}"),
-        ("sampling stderr (documents)", f"{a['sampling_stderr']:.4g}", f"{b['sampling_stderr']:.4g}"),
+        (
+            "certified upper bound",
+            _fmt(a["perplexity_upper_bound"], ".4f"),
+            _fmt(b["perplexity_upper_bound"], ".4f"),
+        ),
+        ("Monte Carlo stderr", _fmt(a["monte_carlo_stderr"], ".4g"), _fmt(b["monte_carlo_stderr"], ".4g")),
+        (
+            "sampling stderr (documents)",
+            _fmt(a["sampling_stderr"], ".4g"),
+            _fmt(b["sampling_stderr"], ".4g"),
+        ),
         (
             f"instance-level perplexity {per} (Eq. 5)",
-            f"{a['instance_perplexity']:.4f}",
-            f"{b['instance_perplexity']:.4f}",
+            _fmt(a["instance_perplexity"], ".4f"),
+            _fmt(b["instance_perplexity"], ".4f"),
         ),
     ]
-    for key in ("ess_mean", "num_pareto_k_above_threshold"):
+    for key, spec in (("ess_mean", ".1f"), ("num_pareto_k_above_threshold", "d")):
         if key in a or key in b:
-            rows.append((key, a.get(key, "–"), b.get(key, "–")))
+            rows.append((key, *(_fmt(side[key], spec) if key in side else "–" for side in (a, b))))
     lo, hi = c["ci"]
     better = "A" if c["delta_log_ppl"] < 0 else "B"
     unit_note = (
@@ -303,7 +331,8 @@ def comparison_figure(c: dict):
 
 
 def save_plot(c: dict, path: Path) -> None:
-    comparison_figure(c).savefig(path, dpi=120)
+    # bbox_inches="tight": the saved image holds every label (tight_layout alone left the x labels clipped)
+    comparison_figure(c).savefig(path, dpi=120, bbox_inches="tight")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -326,7 +355,9 @@ def run(args: argparse.Namespace) -> int:
     (out / "comparison.md").write_text(text)
     save_plot(c, out / "comparison.png")
     (out / "comparison.json").write_text(
-        json.dumps({k: v for k, v in c.items() if k != "bootstrap_delta"}, indent=1)
+        json.dumps(
+            strict_json({k: v for k, v in c.items() if k != "bootstrap_delta"}), indent=1, allow_nan=False
+        )
     )
     print(text)
     print(f"wrote {out / 'comparison.md'}, comparison.json, comparison.png")

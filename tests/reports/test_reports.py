@@ -176,7 +176,15 @@ def test_compare_is_vs_exact(runs, tmp_path):
         == 0
     )
     assert (tmp_path / "cmp" / "comparison.png").stat().st_size > 1000
-    assert "paired bootstrap" in (tmp_path / "cmp" / "comparison.md").read_text()
+    md = (tmp_path / "cmp" / "comparison.md").read_text()
+    assert "paired bootstrap" in md
+    # strict JSON (no bare NaN / Infinity): an undefined figure is null, and the table says N/A
+    text = (tmp_path / "cmp" / "comparison.json").read_text()
+    saved = json.loads(text, parse_constant=lambda name: pytest.fail(f"comparison.json holds {name}"))
+    assert saved["a"]["monte_carlo_stderr"] is None  # IS here has no honest two-sided interval
+    assert "nan" not in md.lower() and "| Monte Carlo stderr | " in md and "N/A" in md
+    ess_row = next(line for line in md.splitlines() if line.startswith("| ess_mean |"))
+    assert all(len(cell.split(".")[-1]) <= 2 for cell in ess_row.split("|")[2:4] if "." in cell)
 
 
 def test_compare_refuses_different_documents(runs):
