@@ -25,8 +25,10 @@ N(μ, τσ²), and a proposal that cannot temper declares ``tempers = False`` an
 
 from __future__ import annotations
 
+import importlib
 import math
 import numbers
+import warnings
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -473,10 +475,12 @@ def has_exact_marginal(model: Any) -> bool:
 
 
 def has_tractable_marginal(model: Any) -> bool:
-    """Whether ``log_marginal`` is cheap on any text, so that ``estimator=auto`` picks it.
+    """Whether the model declares its ``log_marginal`` cheap on any text, so that ``estimator=auto`` picks it.
 
-    A model whose exact marginal only works on short texts (an enumeration) declares
-    ``exact_marginal_tractable = False``.
+    A ``log_marginal`` is not trusted to be tractable by its existence: one that enumerates every z (trees,
+    segmentations) works on short texts only. The model declares ``exact_marginal_tractable = True`` (a forward
+    algorithm, a sum over a few values, a quadrature); without the declaration ``auto`` uses the sampling estimators,
+    and ``estimator=exact`` still calls ``log_marginal``.
 
     Parameters
     ----------
@@ -486,17 +490,17 @@ def has_tractable_marginal(model: Any) -> bool:
     Returns
     -------
     bool
-        True when the model has ``log_marginal`` and does not declare ``exact_marginal_tractable = False``.
+        True when the model has ``log_marginal`` and declares ``exact_marginal_tractable = True``.
 
     Examples
     --------
     >>> from types import SimpleNamespace
-    >>> has_tractable_marginal(SimpleNamespace(log_marginal=len))
+    >>> has_tractable_marginal(SimpleNamespace(log_marginal=len, exact_marginal_tractable=True))
     True
-    >>> has_tractable_marginal(SimpleNamespace(log_marginal=len, exact_marginal_tractable=False))
+    >>> has_tractable_marginal(SimpleNamespace(log_marginal=len))
     False
     """
-    return has_exact_marginal(model) and bool(getattr(model, "exact_marginal_tractable", True))
+    return has_exact_marginal(model) and bool(getattr(model, "exact_marginal_tractable", False))
 
 
 def has_unknown_word_penalty(model: Any) -> bool:
@@ -829,3 +833,21 @@ def _leaves(z: Latents):
             yield from _leaves(v)
     else:
         yield z
+
+
+# helpers an adapter may use, kept importable from here for a release after they moved: name -> their module
+MOVED = {"distinct_rows": "lm_latent_eval.tensors", "pad_rows": "lm_latent_eval.tensors"}
+
+
+def __getattr__(name: str) -> Any:
+    """``from lm_latent_eval.protocol import distinct_rows`` keeps working, with a DeprecationWarning naming the new
+    module (``lm_latent_eval.tensors``), for one release after the helper moved."""
+    if name not in MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"lm_latent_eval.protocol.{name} moved to {MOVED[name]}.{name}; import it from there (the old path goes "
+        "away in the next release)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(MOVED[name]), name)

@@ -110,3 +110,16 @@ def test_lm_eval_with_bad_model_args_prints_one_error_line(model_args, expected,
         line for line in proc.stderr.splitlines() if " INFO " not in line and " WARNING " not in line
     )
     assert expected in _one_error_line(errors, "lm_eval: error: ")
+
+
+def test_an_estimator_the_model_cannot_serve_is_one_line_when_the_backend_is_built():
+    """Issue 34, item 5: estimator=exact on KGLM was a 61-line traceback at the first request; it is refused when the
+    backend is built, as a UserError (lm_eval prints it as one line), naming auto and the estimators KGLM serves."""
+    from lm_latent_eval.errors import UnsupportedError
+    from lm_latent_eval.harness.backends import LatentKGLMEval
+
+    with pytest.raises(UnsupportedError) as caught:
+        LatentKGLMEval(estimator="exact", device="cpu")
+    message = str(caught.value)
+    assert isinstance(caught.value, UserError) and "\n" not in message
+    assert message == "KGLM has no exact log_marginal(x); use estimator=auto, or one of smc, is, beam"

@@ -63,3 +63,14 @@ def test_distinct_rows_and_pad_rows():
     assert torch.equal(distinct[index], rows)
     assert pad_rows([[3, 4, 5], [6]]).tolist() == [[3, 4, 5], [6, -1, -1]]
     assert pad_rows([[]], pad=0).tolist() == [[0]] and pad_rows([]).shape == (0, 1)
+
+
+def test_an_adapter_importing_distinct_rows_from_protocol_still_works_with_a_deprecation_warning():
+    """Issue 34, item 16: distinct_rows moved from lm_latent_eval.protocol to lm_latent_eval.tensors without a word;
+    the old import keeps working for a release, warning where the helper lives now."""
+    with pytest.warns(DeprecationWarning, match="lm_latent_eval.tensors.distinct_rows"):
+        from lm_latent_eval.protocol import distinct_rows as old
+
+    assert old is distinct_rows
+    with pytest.raises(ImportError):
+        from lm_latent_eval.protocol import no_such_helper  # noqa: F401

@@ -34,6 +34,8 @@ class CausalLMAsLatent(torch.nn.Module):
 
     # log_joint has no end-of-text event: Σ_z p(x, z) = P(a text starts with x)
     prefix_probability = True
+    # one configuration: log_marginal is the LM's own log-likelihood
+    exact_marginal_tractable = True
 
     def __init__(self, model, tokenizer, max_length: int | None = None, window_batch: int = 8):
         super().__init__()

@@ -221,3 +221,24 @@ def test_stages_that_disagree_beyond_their_errors_are_in_doubt():
     assert _allocation([_smc_estimate([-8.0, -8.02, -7.98, -8.0])], earlier, settings, lambda v: v, 1.0) == [
         200
     ]
+
+
+def test_auto_picks_exact_only_where_the_model_declares_its_marginal_tractable(bundled_hmm):
+    """Issue 34, item 6: a log_marginal that enumerates (the URNNG adapter's, Catalan many trees) was picked by auto
+    because it existed. Without ``exact_marginal_tractable = True`` auto uses the sampling estimators; estimator=exact
+    still calls log_marginal."""
+
+    class Undeclared:
+        def __init__(self, model):
+            self.model = model
+
+        def __getattr__(self, name):
+            if name == "exact_marginal_tractable":
+                raise AttributeError(name)
+            return getattr(self.model, name)
+
+    model = Undeclared(bundled_hmm)
+    assert callable(model.log_marginal)
+    assert resolve(EstimatorSettings(), model)[0].estimator == "smc"
+    assert resolve(EstimatorSettings(), bundled_hmm)[0].estimator == "exact"
+    assert resolve(EstimatorSettings("exact"), model)[0].estimator == "exact"

@@ -30,6 +30,8 @@ class HMMLanguageModel(
 
     # log_joint has no end-of-text event: Σ_z p(x, z) = P(a text starts with x)
     prefix_probability = True
+    # log_marginal is the forward algorithm: O(T · states²) on any text
+    exact_marginal_tractable = True
 
     def __init__(self, vocab: list[str], num_states: int = 12, seed: int = 0):
         super().__init__()
