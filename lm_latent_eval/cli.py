@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 import warnings
@@ -51,6 +52,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _did_you_mean(unknown: list[str], parser: argparse.ArgumentParser) -> str:
+    """ " (did you mean --num-samples?)" for the unknown options close to one the subcommand accepts, else ""."""
+    options = [name for action in parser._actions for name in action.option_strings]
+    hints = [
+        f"{given} → {match[0]}"
+        for given in unknown
+        if given.startswith("--")
+        and (match := difflib.get_close_matches(given.split("=", 1)[0], options, n=1, cutoff=0.7))
+    ]
+    return f" (did you mean {', '.join(hints)}?)" if hints else ""
+
+
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:
     """Warnings of the console script as ``lm-latent-eval: warning: <message>`` (no source line)."""
     return f"lm-latent-eval: warning: {' '.join(str(message).split())}\n"
@@ -65,7 +78,11 @@ def main(argv: list[str] | None = None) -> int:
         # only the chosen subcommand's module is imported (keeps --help and path lookups fast)
         if argv and argv[0] == name:
             importlib.import_module(module).add_arguments(p)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        parser.error(
+            f"unrecognized arguments: {' '.join(unknown)}{_did_you_mean(unknown, sub.choices[args.command])}"
+        )
     saved, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     try:
         return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)

@@ -123,3 +123,14 @@ def test_an_estimator_the_model_cannot_serve_is_one_line_when_the_backend_is_bui
     message = str(caught.value)
     assert isinstance(caught.value, UserError) and "\n" not in message
     assert message == "KGLM has no exact log_marginal(x); use estimator=auto, or one of smc, is, beam"
+
+
+def test_a_misspelled_cli_flag_gets_a_did_you_mean(capsys):
+    """Issue 34, item 15: a misspelled model_arg got "did you mean", a misspelled flag of a subcommand did not."""
+    with pytest.raises(SystemExit) as caught:
+        main(["sweep", "--num-smaples", "10"])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith(
+        "unrecognized arguments: --num-smaples 10 (did you mean --num-smaples → --num-samples?)"
+    )
