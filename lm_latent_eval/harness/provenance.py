@@ -22,7 +22,15 @@ from ..paths import DATA_DIR
 from .model_args import BackendArgs
 
 # get_model_info keys that name the model but never change a number (kept out of the results_dir run key)
-NAMING_KEYS = ("checkpoint", "model_name", "model_revision", "model_pythonpath", "cuda_graphs_requested")
+NAMING_KEYS = (
+    "checkpoint",
+    "model_name",
+    "model_revision",
+    "model_pythonpath",
+    "cuda_graphs_requested",
+    # which GPU of a machine: device_type is the part that can change a number
+    "model_device",
+)
 # model_args recorded under a naming key of their own (cuda_graphs → cuda_graphs_requested), not as model options
 NAMING_MODEL_ARGS = ("cuda_graphs",)
 
@@ -76,6 +84,9 @@ def model_info(
         "estimator_settings": recorded_settings(settings, device),
         "estimator_choice": estimator_choice,
         "device_type": device.type,
+        # where the model ran: lm-eval writes its own config.device after this record, as its --device was given
+        # (its CLI default cuda:0 even on a machine without CUDA, where the run used the CPU)
+        "model_device": str(device),
         "dtype": str(dtype).removeprefix("torch."),
         "lm_latent_eval_version": __version__,
     }
@@ -105,12 +116,14 @@ def model_options_info(args: BackendArgs, model, device: torch.device) -> dict:
         # a graph may round differently: it joins the results store's key
         if graphs_in_effect(graphs, device):
             info["cuda_graphs"] = True
-    if any(a.kind is Path for a in args.options):
-        info["model_files_sha256"] = {
-            a.name: checkpoint_hash(args.model_kwargs[a.name])
-            for a in args.options
-            if a.kind is Path and a.name in args.model_kwargs
-        }
+    # only files given: those a checkpoint holds are in checkpoint_sha256
+    files = {
+        a.name: checkpoint_hash(args.model_kwargs[a.name])
+        for a in args.options
+        if a.kind is Path and a.name in args.model_kwargs
+    }
+    if files:
+        info["model_files_sha256"] = files
     return info
 
 

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
 lm_eval = pytest.importorskip("lm_eval")
 from lm_eval.tasks import TaskManager
@@ -54,3 +55,29 @@ def test_a_sampling_error_over_one_document_with_tokens_is_not_available(tmp_pat
     assert not any(
         isinstance(v, float) and math.isnan(v) for v in results["results"]["latent_ppl_tiny"].values()
     )
+
+
+def test_the_results_config_records_the_device_the_model_ran_on():
+    """lm-eval writes its ``--device`` argument as given (``cuda:0`` by default, even on a CPU-only machine) into
+    ``config.device`` after ``get_model_info``; ``model_device`` is where the model ran, beside ``device_type``."""
+    results = lm_eval.simple_evaluate(
+        model="latent_hmm",
+        model_args="estimator=exact",
+        tasks=["latent_ppl_tiny"],
+        task_manager=TaskManager(include_path=str(TASKS), include_defaults=False),
+        bootstrap_iters=0,
+        limit=2,
+        device="cuda:0",
+    )
+    config = results["config"]
+    expected = "cuda:0" if torch.cuda.is_available() else "cpu"
+    assert config["model_device"] == expected and config["device_type"] == expected.split(":")[0]
+
+
+def test_model_files_are_hashed_only_where_given():
+    """A model with file options (KGLM's original-archive files) run without them: no empty ``model_files_sha256``
+    beside ``checkpoint_sha256`` (the files the checkpoint holds are in its hash)."""
+    from lm_latent_eval.harness.backends import LatentKGLMEval
+
+    info = LatentKGLMEval(estimator="is", num_samples=4, device="cpu").get_model_info()
+    assert info["checkpoint_sha256"] and "model_files_sha256" not in info
