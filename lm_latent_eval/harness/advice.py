@@ -13,7 +13,6 @@ from collections.abc import Iterable
 
 from ..estimators import DocumentEstimate, EstimatorSettings, estimator_named
 from ..estimators.corpus import reliability_warning
-from ..estimators.importance import ImportanceSampling
 from ..estimators.policy import UncertaintyPolicy
 
 logger = logging.getLogger(__name__)
@@ -32,20 +31,10 @@ def log_like_lm_eval() -> None:
 
 
 def advise_on_settings(owner: str, settings: EstimatorSettings, choice: str) -> None:
-    """Log the estimator a backend (``owner``) runs and why (``choice``: ``auto``'s reason), and a warning when lm-eval's
-    default ``--batch_size 1`` scores one IS particle per ``log_joint`` call (slow; the numbers are the same); from now
-    on through lm-eval's handler (``log_like_lm_eval``)."""
+    """Log the estimator a backend (``owner``) runs and why (``choice``: ``auto``'s reason); from now on through
+    lm-eval's handler (``log_like_lm_eval``)."""
     log_like_lm_eval()
     logger.info("%s: %s", owner, choice)
-    if (
-        isinstance(estimator_named(settings.estimator), ImportanceSampling)
-        and settings.batch_size == 1
-        and settings.num_samples > 1
-    ):
-        logger.warning(
-            "scoring 1 particle per log_joint call (lm-eval's default --batch_size 1); pass --batch_size auto "
-            "or a number for speed (the results do not change)"
-        )
 
 
 def warn_if_unreliable(

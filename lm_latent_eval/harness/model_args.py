@@ -27,6 +27,8 @@ from ..models import MODELS, resolve_class
 logger = logging.getLogger(__name__)
 # what lm-eval's CLI passes as --device when the user gave none
 LM_EVAL_DEFAULT_DEVICE = "cuda:0"
+# what lm-eval's CLI passes as --batch_size when the user gave none (a string); it cannot tell it from --batch_size 1
+LM_EVAL_DEFAULT_BATCH_SIZE = "1"
 
 
 @dataclass(frozen=True)
@@ -269,17 +271,24 @@ def parse_backend_args(backend: str, fixed: str | None, given: dict) -> BackendA
 def with_cli_config(model_args: dict, cli: dict | None) -> dict:
     """model_args with lm-eval's CLI ``--device`` / ``--batch_size`` (always passed) where model_args lack them.
 
-    model_args win, with a log line for each clash; lm-eval's own default ``--device cuda:0`` is dropped on a machine
-    without CUDA (nobody asked for it).
+    model_args win, with a log line for each clash. lm-eval's own defaults are dropped, since nobody asked for them:
+    ``--device cuda:0`` on a machine without CUDA, and ``--batch_size 1`` always (it would score one particle per
+    ``log_joint`` call, up to 10x slower; our batch is a block of particles, not lm-eval's batch of requests, and
+    the numbers never depend on it): the block is then ``auto``. A memory-limited user asks for one particle per
+    call in model_args (``batch_size=1``), which lm-eval's CLI cannot tell from its default.
 
     Examples
     --------
     >>> with_cli_config({"device": "cpu"}, {"device": "cuda:1", "batch_size": "4", "max_batch_size": None})
     {'device': 'cpu', 'batch_size': '4'}
+    >>> with_cli_config({}, {"batch_size": "1"}), with_cli_config({"batch_size": 1}, {"batch_size": "1"})
+    ({}, {'batch_size': 1})
     """
     cli = {k: v for k, v in (cli or {}).items() if v is not None}
     if cli.get("device") == LM_EVAL_DEFAULT_DEVICE and not torch.cuda.is_available():
         del cli["device"]
+    if str(cli.get("batch_size")).strip() == LM_EVAL_DEFAULT_BATCH_SIZE:
+        del cli["batch_size"]
     for key in sorted(set(cli) & set(model_args)):
         if str(cli[key]) != str(model_args[key]):
             logger.info("model_args %s=%s overrides --%s %s", key, model_args[key], key, cli[key])
