@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import math
 import shlex
 from pathlib import Path
 
 from tqdm.auto import tqdm
+
+import lm_latent_eval
 
 from ..errors import InputError
 from ..estimators import EstimatorSettings, estimate_document
@@ -132,6 +135,44 @@ def _format_value(value) -> str:
     return str(value)
 
 
+BUNDLED_TASKS = '"$(lm-latent-eval tasks-path)"'
+
+
+def _task_yaml(run: TaskRun) -> Path | None:
+    """The task YAML the run read: lm-eval records it as the task config's ``metadata.config_source`` (None where the
+    results file does not say, or the task had no YAML)."""
+    source = (run.results.get("configs", {}).get(run.task, {}).get("metadata") or {}).get("config_source")
+    return Path(source) if source and source != "inline" else None
+
+
+def include_path(run: TaskRun) -> str | None:
+    """The ``--include_path`` that finds the run's task again: the bundled tasks (as ``$(lm-latent-eval tasks-path)``)
+    for one of ours or where the results file does not say, nothing for one of lm-eval's own tasks, else the folder of
+    the user's YAML (a copy of a bundled task that keeps its name must not run the bundled one)."""
+    yaml = _task_yaml(run)
+    if yaml is None or yaml.is_relative_to(Path(lm_latent_eval.tasks_path())):
+        return BUNDLED_TASKS
+    # lm-eval's own tasks (found without importing lm_eval, which is slow to import)
+    lm_eval_spec = importlib.util.find_spec("lm_eval")
+    if (
+        lm_eval_spec
+        and lm_eval_spec.origin
+        and yaml.is_relative_to(Path(lm_eval_spec.origin).parent / "tasks")
+    ):
+        return None
+    return str(yaml.parent)
+
+
+def reproduce_note(run: TaskRun) -> str | None:
+    """What the reader must know before running the card's command (None where nothing)."""
+    if _task_yaml(run) is None:
+        return (
+            f"The results file does not name the YAML of task {run.task!r} (lm-eval's metadata.config_source), so the "
+            "command assumes the bundled tasks; for a task of your own, replace the --include_path folder with yours."
+        )
+    return None
+
+
 def reproduce_command(run: TaskRun) -> str:
     """The lm_eval command line that reproduces the run, with every estimator setting spelled out, on the device type
     the run used (random streams differ between CPU and GPU), with the PYTHONPATH the model's code needed."""
@@ -156,9 +197,10 @@ def reproduce_command(run: TaskRun) -> str:
         ",".join(f"{k}={_format_value(v)}" for k, v in args.items()),
         "--tasks",
         run.task,
-        "--include_path",
-        '"$(lm-latent-eval tasks-path)"',
     ]
+    include = include_path(run)
+    if include is not None:
+        parts += ["--include_path", include]
     metadata = {
         k: v
         for k, v in (run.results.get("configs", {}).get(run.task, {}).get("metadata") or {}).items()
@@ -306,6 +348,7 @@ def build_card(
         "exact_perplexity": exact,
         "beam_perplexity": beam,
         "reproduce": reproduce_command(run),
+        "reproduce_note": reproduce_note(run),
         "sources": {"results": str(run.results_file), "samples": str(run.samples_file)},
     }
 
@@ -399,6 +442,7 @@ def card_markdown(card: dict, plot_file: str | None = None) -> str:
         card["reproduce"],
         "```",
         "",
+        *([card["reproduce_note"], ""] if card.get("reproduce_note") else []),
         f"Source: `{card['sources']['results']}`, `{card['sources']['samples']}`.",
         "",
     ]

@@ -150,6 +150,41 @@ def test_report_cli_writes_cards_and_reproduce_command_reproduces(runs, tmp_path
         assert again[key] == first[key]
 
 
+def test_reproduce_command_names_the_folder_of_a_users_task(tmp_path):
+    """A user's copy of a task, in their own folder and keeping its name: the card's command includes that folder
+    (lm-eval records the YAML it read as metadata.config_source), not the bundled tasks, and runs the same numbers."""
+    mine = tmp_path / "my_tasks"
+    mine.mkdir()
+    yaml = (Path(lm_latent_eval.tasks_path()) / "latent_ppl_tiny" / "latent_ppl_tiny.yaml").read_text()
+    (mine / "latent_ppl_tiny.yaml").write_text(yaml)
+    out = tmp_path / "out"
+    run_lm_eval(
+        ["--model", "latent_hmm", "--model_args", f"pretrained={HMM},estimator=exact", "--tasks", "latent_ppl_tiny",
+         "--include_path", str(mine), "--limit", "2", "--device", "cpu", "--output_path", str(out), "--log_samples"]
+    )  # fmt: skip
+    (run,) = read_runs(out)
+    argv = shlex.split(card_mod.reproduce_command(run))
+    assert argv[argv.index("--include_path") + 1] == str(mine)
+    assert "tasks-path" not in card_mod.reproduce_command(run)
+    argv[argv.index("OUT")] = str(tmp_path / "again")
+    run_lm_eval(argv[1:])
+    (again,) = read_runs(tmp_path / "again")
+    assert again.results["configs"]["latent_ppl_tiny"]["metadata"]["config_source"] == str(
+        mine / "latent_ppl_tiny.yaml"
+    )
+    assert again.metrics["perplexity,none"] == run.metrics["perplexity,none"]
+
+
+def test_reproduce_command_without_the_tasks_yaml_says_so():
+    """A results file that does not name the task's YAML: the card says which folder its command assumes."""
+    run = _synthetic_run([-3.0, -4.0], [2, 3])
+    run.results["configs"] = {"t": {"metadata": {"version": 1}}}
+    command = card_mod.reproduce_command(run)
+    assert '--include_path "$(lm-latent-eval tasks-path)"' in command
+    note = card_mod.reproduce_note(run)
+    assert note and "does not name" in note and "--include_path" in note
+
+
 def test_compare_is_vs_exact(runs, tmp_path):
     """Same documents: Δ equals the difference of lm-eval's log perplexities; outputs written."""
     from lm_latent_eval.cli import main
