@@ -34,6 +34,10 @@ COMMANDS = {
         "lm_latent_eval.distortion.pipeline",
         "distortion-error curves of a model against a reference LM",
     ),
+    "check-model": (
+        "lm_latent_eval.model_check",
+        "check a latent LM against the contract on short texts (shapes, log q, estimators, prefix declaration)",
+    ),
     "tasks-path": (
         "lm_latent_eval.cli",
         "print the folder of the bundled lm-eval tasks (for --include_path)",
