@@ -92,7 +92,7 @@ class LatentLMEval(LM):
         )
         self.checkpoint_sha256 = checkpoint_hash(self.checkpoint)
         self.settings, self.estimator_choice = resolve(args.settings, self.model)
-        advise_on_settings(name, self.settings, self.estimator_choice)
+        advise_on_settings(name, self.settings, self.estimator_choice, args.given_settings)
         self.results_store = open_results_store(args.results_dir, self.get_model_info())
         self.batches = DocumentBatches(name, self.model, self._device, self.results_store, self.processes)
         self.greedy = GreedyNotice(NOT_GREEDY.format(owner=name))

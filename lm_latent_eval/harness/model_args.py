@@ -195,7 +195,8 @@ class BackendArgs:
 
     ``model``: a name in ``MODELS`` or ``package.module:Class``; ``options``: the model's own accepted options
     (``model_options``), ``model_kwargs`` those given (for ``from_pretrained``); ``settings`` before ``auto`` is
-    resolved; ``device`` as asked for (CUDA falls back to the CPU on a machine without it).
+    resolved, ``given_settings`` those of its fields that model_args gave (as given: a setting the chosen estimator
+    ignores is named in a warning); ``device`` as asked for (CUDA falls back to the CPU on a machine without it).
     """
 
     model: str
@@ -206,6 +207,7 @@ class BackendArgs:
     device: torch.device
     dtype: torch.dtype | None
     results_dir: str | None
+    given_settings: dict = dataclasses.field(default_factory=dict)
 
 
 def model_name(backend: str, fixed: str | None, given) -> str:
@@ -265,6 +267,7 @@ def parse_backend_args(backend: str, fixed: str | None, given: dict) -> BackendA
         device=resolve_device(given.get("device")),
         dtype=parse_dtype(given.get("dtype")),
         results_dir=None if results_dir is None else str(results_dir),
+        given_settings={a.name: given[a.name] for a in settings_args() if given.get(a.name) is not None},
     )
 
 
