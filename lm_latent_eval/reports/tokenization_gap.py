@@ -47,8 +47,8 @@ def measure(
             runs.append(estimate_document(lm, text, settings, device=device))
         diag = summarize(runs[0].log_weights)
         rows.append({"text": text, "bytes": len(text.encode()), "tokens": beam.num_tokens, "canonical": c,
-                     "beam": beam.log_likelihood, "is": [r.log_likelihood for r in runs], "ess": diag["ess"],
-                     "pareto_k": diag["pareto_k"]})  # fmt: skip
+                     "beam": beam.log_likelihood, "is": [r.log_likelihood for r in runs], "ess": diag.ess,
+                     "pareto_k": diag.pareto_k})  # fmt: skip
     return {"documents": rows}
 
 
@@ -115,6 +115,7 @@ def main(argv=None):
         )
     )
     if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(result, indent=1))
 
 
