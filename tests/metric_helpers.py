@@ -51,11 +51,13 @@ def run_doctests(name: str) -> None:
 
 
 def readme_doctests(name: str) -> None:
-    """Every ```python block of the metric card with >>> prompts passes, the blocks sharing one namespace."""
-    text = (Path(lm_latent_eval.metrics_path(name)) / "README.md").read_text(encoding="utf-8")
-    blocks = [b for b in _FENCE.findall(text) if ">>>" in b]
-    result = _run("\n".join(blocks), f"{name}/README.md")
+    """The metric card's examples pass as ``python -m doctest README.md`` runs them: the whole page, one namespace, no
+    option flags (an expected output runs up to the next blank line, so a closing fence right after it would be read
+    as part of the output)."""
+    path = Path(lm_latent_eval.metrics_path(name)) / "README.md"
+    result = doctest.testfile(str(path), module_relative=False, report=True, verbose=False)
     assert result.attempted > 0 and result.failed == 0, result
+    assert result.attempted == sum(b.count(">>>") for b in _FENCE.findall(path.read_text(encoding="utf-8")))
 
 
 def task_utils(family: str = "contrastive_entropy"):

@@ -251,10 +251,13 @@ def causal_lm_scorer(
     return score
 
 
-def latent_lm_scorer(model, settings=None, device: str = "cpu", pretrained: str | None = None) -> Scorer:
+def latent_lm_scorer(
+    model, settings=None, device: str = "cpu", pretrained: str | None = None, progress: bool = True
+) -> Scorer:
     """A scorer log p̂(text) from a latent LM of ours (instance, registered name or ``pkg.mod:Cls``) via the estimators.
 
     A name loads ``pretrained`` (local folder or Hub id; default: the bundled checkpoint) with ``models.load_model``.
+    ``progress``: a progress bar over the sentences of each call (on stderr).
     """
     settings = settings or EstimatorSettings()
     if isinstance(model, str):
@@ -263,22 +266,28 @@ def latent_lm_scorer(model, settings=None, device: str = "cpu", pretrained: str 
     def score(texts: list[str]) -> list[float]:
         return [
             estimate_document(model, t, settings, device=device).log_likelihood
-            for t in tqdm(texts, desc="scoring sentences", leave=False)
+            for t in tqdm(texts, desc="scoring sentences", leave=False, disable=not progress)
         ]
 
     return score
 
 
 def make_scorer(
-    model, settings=None, device: str = "cpu", pretrained: str | None = None, batch_size: int = 16
+    model,
+    settings=None,
+    device: str = "cpu",
+    pretrained: str | None = None,
+    batch_size: int = 16,
+    progress: bool = True,
 ) -> Scorer:
-    """A scorer from a callable, a latent LM instance, one of our model names / ``pkg.mod:Cls``, or a causal LM path/Hub id."""
+    """A scorer from a callable, a latent LM instance, one of our model names / ``pkg.mod:Cls``, or a causal LM path/Hub id.
+    ``progress``: a latent LM's progress bar over the sentences it scores (``False`` in a doctest or a log)."""
     if is_latent_lm(model):
-        return latent_lm_scorer(model, settings, device)
+        return latent_lm_scorer(model, settings, device, progress=progress)
     if callable(model):
         return model
     if isinstance(model, str) and (model in MODELS or ":" in model):
-        return latent_lm_scorer(model, settings, device, pretrained)
+        return latent_lm_scorer(model, settings, device, pretrained, progress=progress)
     if isinstance(model, str):
         return causal_lm_scorer(model, device=device, batch_size=batch_size)
     raise TypeError(

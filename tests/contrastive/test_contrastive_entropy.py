@@ -176,9 +176,11 @@ def test_bad_input_names_the_sentence_and_level():
         contrastive_entropy([-1.0, -1.0], [-2.0], 3)
 
 
-def test_readme_and_docstring_examples_run(no_network):
+def test_readme_and_docstring_examples_run(no_network, capfd):
     run_doctests("contrastive_entropy")
+    capfd.readouterr()
     readme_doctests("contrastive_entropy")
+    assert "scoring sentences" not in capfd.readouterr().err  # the card's example prints no progress bar
 
 
 # ---------------------------------------------------------------- from models and through lm-eval
