@@ -83,6 +83,16 @@ def test_sampled_log_probs_match_independent_recomputation(reference_model):
     np.testing.assert_allclose([s.sum() for s in scored], logp, atol=1e-4)
 
 
+def test_sampling_uses_the_current_cache_api(reference_model, recwarn, capfd):
+    """No deprecation warning (warnings or transformers' logger) about ``past_key_values`` on every run."""
+    capfd.readouterr()
+    sample_language(
+        reference_model, 4, BOS, EOS, max_length=5, generator=torch.Generator().manual_seed(0), progress=False
+    )
+    messages = [str(w.message) for w in recwarn] + [capfd.readouterr().err]
+    assert not [m for m in messages if "past_key_values" in m or "deprecated" in m], messages
+
+
 @pytest.mark.parametrize("temperature", [0.5, 2.0])
 def test_sampling_frequencies_match_tempered_distribution(reference_model, temperature):
     """Two-token prefixes (x1, x2) drawn at T have probability p^T(x1 | BOS) p^T(x2 | BOS x1)."""
