@@ -8,8 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from matplotlib import colormaps
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
+from matplotlib.ticker import FormatStrFormatter
+
+NO_DATA = "0.7"  # grey: a cell of the perturbation grid with too few sequences
 
 
 def plot_error_curve(
@@ -37,17 +41,19 @@ def plot_error_curve(
 
 
 def plot_perturbation_grid(grid: dict, title: str = "mean error by rarity × perturbation steps"):
-    """Heat map of mean error per (log p_L bin, perturbation steps); blank cells had too few sequences."""
+    """Heat map of mean error per (log p_L bin, perturbation steps); grey cells had too few sequences."""
     fig = Figure(figsize=(6, 4.5))
     ax = fig.add_subplot()
     mean = np.array([[np.nan if v is None else v for v in row] for row in grid["mean_error"]], dtype=float)
     finite = mean[np.isfinite(mean)]
     bound = float(np.abs(finite).max()) if finite.size and np.abs(finite).max() > 0 else 1.0
+    # zero error is RdBu's white: a cell with no data is grey, so that the two cannot be confused
+    cmap = colormaps["RdBu"].with_extremes(bad=NO_DATA)
     image = ax.imshow(
         np.ma.masked_invalid(mean),
         aspect="auto",
         origin="lower",
-        cmap="RdBu",
+        cmap=cmap,
         norm=TwoSlopeNorm(vcenter=0.0, vmin=-bound, vmax=bound),
     )
     ax.set_xticks(range(len(grid["steps"])), [str(s) for s in grid["steps"]])
@@ -55,8 +61,10 @@ def plot_perturbation_grid(grid: dict, title: str = "mean error by rarity × per
     ax.set_yticks(range(len(centers)), [f"{c:.1f}" for c in centers])
     ax.set_xlabel("perturbation steps")
     ax.set_ylabel("log p_L(x), nats (bin centre)")
-    ax.set_title(title, fontsize=9)
-    fig.colorbar(image, ax=ax, label="mean error log p_M − log p_L, nats")
+    ax.set_title(f"{title}\n(grey: too few sequences)" if np.isnan(mean).any() else title, fontsize=9)
+    bar = fig.colorbar(image, ax=ax, label="mean error log p_M − log p_L, nats")
+    # each tick carries its own scale: the default offset text ("1e−5") is drawn at the title's height
+    bar.ax.yaxis.set_major_formatter(FormatStrFormatter("%.3g"))
     fig.tight_layout()
     return fig
 

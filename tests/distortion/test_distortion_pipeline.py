@@ -326,3 +326,29 @@ def test_a_figure_with_no_bin_left_is_not_drawn(tmp_path, lm_dirs):
         out, summary, _ = run_cli(tmp_path, lm_dirs["reference"], lm_dirs["model"], "--num-sequences", 60)
     assert summary["language"]["equal_width_curve"]["count"] == []
     assert not (out / "equal_width_curve.png").exists() and (out / "equal_width_curve.csv").exists()
+
+
+def test_perturbation_grid_keeps_the_title_clear_and_tells_no_data_from_zero(tmp_path):
+    """Errors of 1e-5 nats: the colour bar's ticks carry their own scale (no offset text drawn over the title); a cell
+    with too few sequences is grey, not the white of zero error."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.colors import to_rgba
+
+    from lm_latent_eval.distortion import plots
+
+    grid = {
+        "mean_error": [[1e-5, -2e-5, None], [0.0, 3e-5, 1.5e-5]],
+        "steps": [0, 1, 2],
+        "bin_left": [-10.0, -5.0],
+        "bin_right": [-5.0, 0.0],
+    }
+    fig = plots.plot_perturbation_grid(grid)
+    FigureCanvasAgg(fig).draw()
+    ax, bar = fig.axes
+    assert bar.yaxis.get_offset_text().get_text() == ""
+    assert all("e" in t.get_text() or t.get_text() in ("0", "") for t in bar.get_yticklabels())
+    (image,) = ax.get_images()
+    bad, zero = image.cmap.get_bad(), image.cmap(image.norm(0.0))
+    assert not np.allclose(bad, zero, atol=0.05) and not np.allclose(bad, to_rgba("white"), atol=0.05)
+    assert "grey" in ax.get_title()
+    plots.save_figure(fig, tmp_path / "grid.png")
