@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import InputError
 from ..estimators.corpus import CorpusEstimate, corpus_estimate, pareto_k_shares
 from ..estimators.diagnostics import effective_sample_size
-from .lm_eval_output import TaskRun, read_runs
+from .lm_eval_output import TaskRun, read_runs, strict_json
 
 
 class DocumentMismatch(InputError):
@@ -179,19 +179,6 @@ def paired_comparison(
         "per_document_log_p_per_unit": per_doc.tolist(),
         "bootstrap_delta": boot,
     }
-
-
-def strict_json(value):
-    """``value`` with every non-finite float replaced, so that strict JSON parsers read the file: NaN (a figure that
-    is undefined, e.g. the Monte Carlo stderr of a run with no two-sided interval) becomes null, ±inf the strings
-    "inf" / "-inf"."""
-    if isinstance(value, dict):
-        return {k: strict_json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [strict_json(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    return value
 
 
 def _fmt(x, spec: str) -> str:

@@ -133,7 +133,9 @@ def test_report_cli_writes_cards_and_reproduce_command_reproduces(runs, tmp_path
 
     assert main(["report", str(runs["is"]), "--output", str(tmp_path / "cards")]) == 0
     (md,) = (tmp_path / "cards").glob("*.md")
-    card = json.loads(md.with_suffix(".json").read_text())
+    card = json.loads(  # strict JSON: an undefined figure is null, never a bare NaN
+        md.with_suffix(".json").read_text(), parse_constant=lambda name: pytest.fail(f"the card holds {name}")
+    )
     assert md.with_suffix(".png").stat().st_size > 1000 and "## Reproduce" in md.read_text()
     command = card["reproduce"].replace(
         '"$(lm-latent-eval tasks-path)"', shlex.quote(str(lm_latent_eval.tasks_path()))
