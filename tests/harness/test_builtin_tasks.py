@@ -47,9 +47,15 @@ def hmm_exact():
     return LatentHMMEval(estimator="exact", device="cpu")
 
 
-def run(lm, task: str, manager: TaskManager) -> dict:
+def run(lm, task: str, manager: TaskManager, **kwargs) -> dict:
     return lm_eval.simple_evaluate(
-        model=lm, tasks=[task], task_manager=manager, bootstrap_iters=0, log_samples=True, random_seed=0
+        model=lm,
+        tasks=[task],
+        task_manager=manager,
+        bootstrap_iters=0,
+        log_samples=True,
+        random_seed=0,
+        **kwargs,
     )
 
 
@@ -127,9 +133,12 @@ def test_gsm8k_generate_until_runs_on_latent_rnng(tmp_path):
     from lm_latent_eval.harness.backends import LatentRNNGEval
 
     manager = local_copy_of("gsm8k/gsm8k.yaml", "gsm8k_local", "gsm8k", ["train", "test"], tmp_path)
-    first = run(LatentRNNGEval(seed=7, device="cpu"), "gsm8k_local", manager)
-    again = run(LatentRNNGEval(seed=7, device="cpu"), "gsm8k_local", manager)
-    other = run(LatentRNNGEval(seed=8, device="cpu"), "gsm8k_local", manager)
+    # sampling: gsm8k's greedy decoding would score 8 candidates per question by SMC (minutes; the greedy path is
+    # tested on the HMM above and in test_run_settings.py)
+    sampled = {"gen_kwargs": "do_sample=true,temperature=1.0"}
+    first = run(LatentRNNGEval(seed=7, device="cpu"), "gsm8k_local", manager, **sampled)
+    again = run(LatentRNNGEval(seed=7, device="cpu"), "gsm8k_local", manager, **sampled)
+    other = run(LatentRNNGEval(seed=8, device="cpu"), "gsm8k_local", manager, **sampled)
     responses = [s["resps"] for s in first["samples"]["gsm8k_local"]]
     assert responses == [s["resps"] for s in again["samples"]["gsm8k_local"]]
     assert responses != [s["resps"] for s in other["samples"]["gsm8k_local"]]

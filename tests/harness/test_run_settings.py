@@ -60,3 +60,51 @@ def test_settings_the_estimator_uses_raise_no_warning(caplog):
         )
         LatentHMMEval(estimator="exact", batch_size=4, device="cpu")
     assert ignored(caplog) == []
+
+
+def generate(lm, context: str, **gen_kwargs) -> str:
+    from lm_eval.api.instance import Instance
+
+    gen_kwargs = {"until": ["."], "max_gen_toks": 12} | gen_kwargs
+    (text,) = lm.generate_until([Instance("generate_until", {}, (context, gen_kwargs), 0)], disable_tqdm=True)
+    return text
+
+
+def test_greedy_decoding_returns_the_most_probable_of_the_seeded_samples():
+    """``do_sample: false`` (gsm8k and lm-eval's default) was dropped without a word: the text was one ancestral
+    sample. Now the most probable, under the run's estimator, of GREEDY_CANDIDATES seeded samples."""
+    from lm_latent_eval.estimators.seeding import document_generator
+    from lm_latent_eval.harness.generation import GENERATION_STREAM, GREEDY_CANDIDATES
+
+    lm = LatentHMMEval(estimator="exact", seed=3, device="cpu")
+    context = "Anna saw"
+    candidates = []
+    for i in range(GREEDY_CANDIDATES):
+        gen = document_generator(3, context, GENERATION_STREAM - i, device=lm.device)
+        text = lm.model.sample_text(context, 12, generator=gen, stop=["."])
+        candidates.append(text[: text.find(".")] if "." in text else text)
+    best = max(candidates, key=lambda c: lm.model.log_marginal(lm.model.tokenize(context + c)))
+    greedy = generate(lm, context, do_sample=False, temperature=0.0)
+    assert (
+        greedy == best == generate(lm, context, temperature=0.0)
+    )  # temperature 0 alone means greedy, as in hf
+    assert generate(lm, context, do_sample=True) == candidates[0] == generate(lm, context)
+
+
+@pytest.mark.parametrize(
+    "gen_kwargs, match",
+    [
+        ({"do_sample": True, "temperature": 0.7}, "temperature=0.7"),
+        ({"temperature": 1.3}, "temperature=1.3"),
+        ({"do_sample": True, "top_p": 0.9}, "top_p=0.9"),
+        ({"num_beams": 4}, "num_beams=4"),
+    ],
+)
+def test_a_generation_setting_the_model_cannot_honour_is_refused(gen_kwargs, match):
+    from lm_latent_eval.errors import UserError
+
+    lm = LatentHMMEval(estimator="exact", seed=3, device="cpu")
+    with pytest.raises(UserError, match=match) as err:
+        generate(lm, "Anna saw", **gen_kwargs)
+    assert "\n" not in str(err.value)
+    generate(lm, "Anna saw", do_sample=True, temperature=1.0, top_p=1.0, top_k=0)  # settings with no effect
