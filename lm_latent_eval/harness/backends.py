@@ -158,7 +158,10 @@ class LatentLMEval(LM):
         return [(values[pair].log_likelihood, False) for pair in pairs]
 
     def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
-        """Ancestral samples from p(· | context), seeded from (seed, context), cut at the first ``until`` string.
+        """Ancestral samples from p(· | context), seeded from (seed, context), cut at the first ``until`` string;
+        under ``do_sample: false`` (lm-eval's default) the most probable of ``generation.GREEDY_CANDIDATES`` such
+        samples under the run's estimator (``generation``: greedy decoding approximated; another temperature than 1
+        is refused).
 
         Parameters
         ----------
@@ -178,7 +181,19 @@ class LatentLMEval(LM):
         >>> "." in lm.generate_until([Instance("generate_until", {}, ("Anna", {"until": ["."]}), 0)])[0]
         False
         """
-        return generate(self.model, requests, self.settings.seed, self._device, not disable_tqdm)
+        return generate(
+            self.model, requests, self.settings.seed, self._device, not disable_tqdm, self._log_joint_texts
+        )
+
+    def _log_joint_texts(self, texts: list[str]) -> dict[str, float]:
+        """log p̂ of each text under the run's estimator, for greedy decoding's ranking: without the precision
+        target (whose corpus totals are summed over the processes, which hold different requests) and outside the
+        results store."""
+        settings = self.settings.replace(target_se=None)
+        estimates = estimate_texts(
+            self.model, texts, settings, self._device, None, lambda values: values, "greedy candidates", False
+        )
+        return {text: est.log_likelihood for text, est in estimates.items()}
 
     def get_model_info(self) -> dict:
         """Model identity and estimator settings; lm-eval merges them into ``results["config"]`` (``provenance``)."""
@@ -194,6 +209,10 @@ class LatentLMEval(LM):
         return self.processes.all_gather(tensor)
 
     def gather_object(self, obj, dst: int = 0) -> list | None:
+        """lm-eval's gather of every rank's samples and metrics after the requests (rank ``dst`` gets them): the
+        reliability warnings the ranks held back are made there too, once, about the whole corpus
+        (``DocumentBatches.warn_gathered``)."""
+        self.batches.warn_gathered(dst)
         return self.processes.gather_object(obj, dst)
 
     def barrier(self) -> None:
@@ -212,7 +231,9 @@ class DocumentBatches:
     store : ResultsStore or None
         model_args ``results_dir``'s store of the model's estimates.
     processes : Processes
-        The run's processes (the precision target sums its corpus totals over them).
+        The run's processes (the precision target sums its corpus totals over them). With several, each rank holds
+        its shard's reliability check back (``held``) until lm-eval gathers the results: rank 0 then warns once,
+        about every rank's estimates (``warn_gathered``), not each rank about its half.
     """
 
     def __init__(
@@ -225,6 +246,7 @@ class DocumentBatches:
             store,
             processes,
         )
+        self.held: list[tuple[str, EstimatorSettings, dict[str, DocumentEstimate]]] = []
 
     def estimate(
         self, texts: list[str], settings: EstimatorSettings, desc: str, progress: bool, model=None, check=True
@@ -237,9 +259,24 @@ class DocumentBatches:
         estimates = estimate_texts(
             model, texts, settings, self.device, store, self.processes.all_reduce, desc, progress
         )
-        if check:
+        if check and self.processes.world_size > 1:
+            self.held.append((desc, settings, estimates))
+        elif check:
             warn_if_unreliable(self.owner, estimates.values(), settings, self.model)
         return estimates
+
+    def warn_gathered(self, dst: int = 0) -> None:
+        """Every rank's held-back batches gathered on rank ``dst``, which warns once per kind of batch (``desc``:
+        the documents, or the contexts and continuations) about all ranks' estimates together. A collective: every
+        rank calls it at the same point (lm-eval's gather after the requests); a later call finds nothing held."""
+        if self.processes.world_size <= 1:
+            return
+        gathered, self.held = self.processes.gather_object(self.held, dst), []
+        merged: dict[str, tuple[EstimatorSettings, dict[str, DocumentEstimate]]] = {}
+        for desc, settings, estimates in (batch for rank in gathered or [] for batch in rank):
+            merged.setdefault(desc, (settings, {}))[1].update(estimates)
+        for settings, estimates in merged.values():
+            warn_if_unreliable(self.owner, estimates.values(), settings, self.model)
 
 
 def estimate_texts(
