@@ -139,10 +139,7 @@ def corpus_estimate(
     total = total_tokens(tokens, len(estimates))
     ll = _log_likelihoods(estimates)
     instance = math.exp(-ll.sum() / total)
-    # over the documents with tokens: an empty one adds no information, only a zero residual (one document with
-    # tokens beside empty ones gave a standard error of 0 where none can be estimated)
-    informative = np.asarray(tokens) > 0
-    sampling = _sampling_se(ll[informative], np.asarray(tokens)[informative])
+    sampling = _sampling_se(ll, tokens)
     fixed = method.fixed_statement(float(ll.sum()), policy.level)
     if fixed is None:
         corpus_ll = method.corpus_log_likelihood(estimates)

@@ -149,9 +149,11 @@ def satterthwaite_degrees_of_freedom(variances: Sequence[float], dofs: Sequence[
 def sampling_standard_error(log_likelihoods: Sequence[float], num_tokens: Sequence[int]) -> float:
     """Standard error of the per-token log-likelihood Σ_n ℓ_n / Σ_n T_n over documents drawn at random (the error
     lm-eval's ``hf`` users compare models with; the Monte Carlo error is separate): the ratio estimator's
-    √(N/(N−1) Σ_n (ℓ_n − r T_n)²) / Σ_n T_n, r = Σ ℓ / Σ T. NaN for one document."""
+    √(N/(N−1) Σ_n (ℓ_n − r T_n)²) / Σ_n T_n, r = Σ ℓ / Σ T, over the N documents with tokens (an empty document adds
+    no information, only a zero residual). NaN for fewer than two documents with tokens."""
     ll = np.asarray(log_likelihoods, dtype=np.float64)
     t = np.asarray(num_tokens, dtype=np.float64)
+    ll, t = ll[t > 0], t[t > 0]
     if ll.size < 2 or t.sum() == 0:
         return math.nan
     r = ll.sum() / t.sum()

@@ -127,14 +127,16 @@ def perplexity(items) -> float:
 def repeated_rows(items) -> list[str]:
     """One sentence per pair of rows of the task's table that show the same number, saying why."""
     corpus, notes = _corpus(items), []
-    if corpus.corpus_perplexity is None:
-        why = (
-            "an exact or beam run has no samples to pair across documents"
-            if not corpus.method.draws_samples
-            else "the precision target drew different numbers of samples per document, so there is no joint corpus "
-            "sample (Eq. 6)"
+    if corpus.corpus_perplexity is None and not corpus.method.draws_samples:
+        notes.append(
+            "is_corpus_perplexity repeats is_instance_perplexity: an exact or beam run has no samples to pair "
+            "across documents"
         )
-        notes.append(f"is_corpus_perplexity repeats is_instance_perplexity: {why}")
+    elif corpus.corpus_perplexity is None:
+        notes.append(
+            "is_corpus_perplexity is N/A: the precision target drew different numbers of samples per document, so "
+            "there is no joint corpus sample (Eq. 6)"
+        )
     if all(i.get("num_words") == i["num_tokens"] for i in items):
         notes.append(
             "word_perplexity repeats is_instance_perplexity: the model's tokens are the whitespace words"

@@ -90,13 +90,18 @@ def model_info(
         "dtype": str(dtype).removeprefix("torch."),
         "lm_latent_eval_version": __version__,
     }
-    # the model's code is importable only with this folder on PYTHONPATH
-    if (root := import_root(cls)) is not None:
+    return info | code_info(model) | model_options_info(args, model, device)
+
+
+def code_info(model) -> dict:
+    """Where the model's code is importable from (a folder for PYTHONPATH, when it is neither ours nor installed), and
+    for a sentence-level model whether the end-of-sentence token is scored and counted."""
+    info = {}
+    if (root := import_root(type(model))) is not None:
         info["model_pythonpath"] = root
-    # sentence-level models: is the end-of-sentence token scored and counted?
     if hasattr(model, "count_eos"):
         info["count_eos"] = bool(model.count_eos)
-    return info | model_options_info(args, model, device)
+    return info
 
 
 def model_options_info(args: BackendArgs, model, device: torch.device) -> dict:

@@ -599,3 +599,26 @@ def test_rows_that_repeat_a_number_are_explained(hmm_exact, caplog):
     )
     assert "upp_instance and upp_corpus repeat" in notes and "ppl_* repeat them too" in notes
     assert "is_corpus_perplexity repeats" not in notes  # IS with equal K has a corpus level
+
+
+def test_under_a_precision_target_the_log_says_the_corpus_row_is_na():
+    """Issue 34, item 11: the log said is_corpus_perplexity "repeats" is_instance_perplexity under a precision target,
+    where the table shows N/A."""
+    from lm_latent_eval.estimators import SMCEstimate
+    from lm_latent_eval.estimators.smc import SMCRun, smc_diagnostics
+    from lm_latent_eval.harness import perplexity_task
+
+    def estimate(text, size):
+        runs = [SMCRun(np.full(size, -3.0), -3.0, 0, [], 0.0) for _ in range(4)]
+        diag = smc_diagnostics(runs, [size] * 4, 0.5)
+        return SMCEstimate(text, 2, -3.0, np.full(4 * size, -3.0), diagnostics=diag)
+
+    items = [
+        perplexity_task._item(estimate("a b", 25), "a b"),
+        perplexity_task._item(estimate("c d", 50), "c d"),
+    ]
+    for item in items:
+        item["num_words"] = 2
+    notes = perplexity_task.repeated_rows(items)
+    assert any(n.startswith("is_corpus_perplexity is N/A: the precision target") for n in notes), notes
+    assert not any("is_corpus_perplexity repeats" in n for n in notes)
