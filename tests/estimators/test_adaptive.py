@@ -30,22 +30,26 @@ MAX_STAGES = DEFAULT_POLICY.max_stages
 MAX_RUN_SHARE = DEFAULT_POLICY.max_run_share
 
 
+class Without:
+    """A model with one attribute hidden (everything else the wrapped model's)."""
+
+    def __init__(self, model, hidden: str):
+        self.model, self.hidden = model, hidden
+
+    def __getattr__(self, name):
+        if name == self.hidden:
+            raise AttributeError(name)
+        return getattr(self.model, name)
+
+
 def test_auto_picks_exact_then_smc_then_is_and_says_why(bundled_hmm, bundled_test_texts):
     settings = EstimatorSettings()
     assert settings.estimator == "auto"
     exact, why = resolve(settings, bundled_hmm)
     assert exact.estimator == "exact" and "tractable log_marginal" in why
 
-    class Stepwise:  # the HMM's stepwise part, no marginal
-        def __init__(self, model):
-            self.model = model
-
-        def __getattr__(self, name):
-            if name == "log_marginal":
-                raise AttributeError(name)
-            return getattr(self.model, name)
-
-    smc, why = resolve(settings, Stepwise(bundled_hmm))
+    # the HMM's stepwise part, no marginal
+    smc, why = resolve(settings, Without(bundled_hmm, "log_marginal"))
     assert smc.estimator == "smc" and smc.target_se == AUTO_TARGET_SE and "stepwise part" in why
     plain, why = resolve(settings, WholeDocumentOnly(bundled_hmm))  # neither a marginal nor the stepwise part
     assert plain.estimator == "is" and plain.target_se == AUTO_TARGET_SE and "neither" in why
@@ -228,16 +232,7 @@ def test_auto_picks_exact_only_where_the_model_declares_its_marginal_tractable(b
     because it existed. Without ``exact_marginal_tractable = True`` auto uses the sampling estimators; estimator=exact
     still calls log_marginal."""
 
-    class Undeclared:
-        def __init__(self, model):
-            self.model = model
-
-        def __getattr__(self, name):
-            if name == "exact_marginal_tractable":
-                raise AttributeError(name)
-            return getattr(self.model, name)
-
-    model = Undeclared(bundled_hmm)
+    model = Without(bundled_hmm, "exact_marginal_tractable")
     assert callable(model.log_marginal)
     assert resolve(EstimatorSettings(), model)[0].estimator == "smc"
     assert resolve(EstimatorSettings(), bundled_hmm)[0].estimator == "exact"
