@@ -125,7 +125,7 @@ FAST = re.compile(
 AFTER = {
     ("docs/reports.md", "lm-latent-eval report out --beam-size 10"): (
         (
-            "lm_eval --model latent_hmm --model_args pretrained=lm_latent_eval/data/hmm,num_samples=1000 "
+            "lm_eval --model latent_hmm --model_args pretrained=lm_latent_eval/data/hmm,estimator=is,num_samples=1000 "
             "--tasks latent_ppl_tiny --include_path tasks --output_path out --log_samples"
         ),
     ),
