@@ -18,6 +18,8 @@ import json
 import math
 import re
 import shlex
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -295,3 +297,18 @@ def test_readme_is_an_entrance():
         '--include_path "$(lm-latent-eval tasks-path)" --batch_size auto --output_path lm_eval_out --log_samples\n'
         'pip install ".[test]" && python -m pytest\n```\n'
     )
+
+
+def test_the_test_command_names_each_skip_reason(tmp_path):
+    """The README's second command (plain ``python -m pytest`` with pyproject's addopts) lists every skipped test
+    with its reason, as the README says."""
+    (tmp_path / "test_skipping.py").write_text(
+        'import pytest\n\n\ndef test_x():\n    pytest.skip("the reason a user must see")\n', encoding="utf-8"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", str(REPO / "pyproject.toml"), "--rootdir", str(tmp_path),
+         "-n", "0", "-p", "no:cacheprovider", str(tmp_path / "test_skipping.py")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "SKIPPED [1]" in proc.stdout and "the reason a user must see" in proc.stdout
