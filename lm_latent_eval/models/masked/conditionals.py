@@ -1,0 +1,95 @@
+"""One network call per revealed set S: log p_θ(x_i | S) and the policy's log π(i | S) at every position.
+
+The mask predictor reads ids [B, T], the true token at the positions in S and the mask id elsewhere, and returns
+logits [B, T, V] (or an output with ``.logits``). The token distribution at a position is the softmax of its logits
+over the vocabulary without the mask id (a masked-diffusion sampler never writes the mask). States are scored in
+blocks of ``block_tokens // T`` rows, each distinct state once; logits in the network's dtype, the normalizer and
+everything after in float64.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ...tensors import distinct_rows
+from .policy import order_log_probs
+
+
+@dataclass
+class StepScores:
+    """What the model gives one step from N states S (revealed [N, T]): both float64 [N, T], −inf at i ∈ S.
+
+    ``log_token[n, i]`` = log p_θ(x_i | S_n); ``log_order[n, i]`` = log π(i | S_n). Their sum is
+    log p(σ_t = i, x_i | S_n), the factor of p(x, σ) for revealing position i next.
+    """
+
+    log_token: torch.Tensor
+    log_order: torch.Tensor
+
+    @property
+    def log_joint(self) -> torch.Tensor:
+        """log π(i | S) + log p_θ(x_i | S): float64 [N, T] (−inf at revealed positions)."""
+        return self.log_order + self.log_token
+
+
+def masked_ids(x: torch.Tensor, revealed: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """The network's input for N states: x at the revealed positions, ``mask_id`` elsewhere, LongTensor [N, T].
+
+    Examples
+    --------
+    >>> masked_ids(torch.tensor([5, 6, 7]), torch.tensor([[False, True, False]]), 1)
+    tensor([[1, 6, 1]])
+    """
+    return torch.where(revealed, x[None, :], torch.full_like(x, mask_id)[None, :])
+
+
+@torch.no_grad()
+def token_log_probs(model, x: torch.Tensor, revealed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log p_θ(x_i | S) [N, T], c_i = max_v log p_θ(v | S) [N, T]), float64, for N states (rows of ``revealed``).
+
+    Each distinct row is run through ``model.predict`` once, in blocks of ``model.block_tokens // T`` rows; the
+    count of rows run is added to ``model.network_rows``.
+    """
+    T = revealed.shape[1]
+    distinct, index = distinct_rows(revealed.to(torch.uint8))
+    rows = max(1, model.block_tokens // max(T, 1))
+    mask_index = torch.tensor([model.mask_id], device=x.device)
+    token, conf = [], []
+    for start in range(0, distinct.shape[0], rows):
+        block = distinct[start : start + rows].bool()
+        logits = model.predict(masked_ids(x, block, model.mask_id)).float()
+        logits = logits.index_fill(-1, mask_index, -math.inf)
+        log_z = torch.logsumexp(logits, -1).double()
+        picked = logits.gather(-1, x.expand(block.shape[0], T)[..., None]).squeeze(-1).double()
+        token.append(picked - log_z)
+        conf.append(logits.amax(-1).double() - log_z)
+        model.network_rows += block.shape[0]
+    return torch.cat(token)[index], torch.cat(conf)[index]
+
+
+def step_scores(model, x: torch.Tensor, revealed: torch.Tensor, need_tokens: bool = True) -> StepScores:
+    """log p_θ(x_i | S) and log π(i | S) for N states (revealed BoolTensor [N, T]) under the model's policy.
+
+    With ``need_tokens=False`` under the uniform policy no network runs (log_token is 0: the caller reads only
+    log_order, as the uniform proposal does).
+
+    Examples
+    --------
+    >>> class Fixed(torch.nn.Module):  # logits ignore the input: p(token 0) = 1/3, p(token 1) = 2/3 everywhere
+    ...     policy, policy_temperature, mask_id, block_tokens, network_rows = "uniform", 1.0, 2, 64, 0
+    ...     def predict(self, ids):
+    ...         return torch.log(torch.tensor([1.0, 2.0, 5.0])).expand(*ids.shape, 3)
+    >>> s = step_scores(Fixed(), torch.tensor([0, 1]), torch.tensor([[False, False], [True, False]]))
+    >>> s.log_joint.exp()
+    tensor([[0.1667, 0.3333],
+            [0.0000, 0.6667]], dtype=torch.float64)
+    """
+    if not need_tokens and model.policy == "uniform":
+        zeros = torch.zeros(revealed.shape, dtype=torch.float64, device=revealed.device)
+        return StepScores(zeros, order_log_probs("uniform", None, revealed))
+    log_token, confidence = token_log_probs(model, x, revealed)
+    log_order = order_log_probs(model.policy, confidence, revealed, model.policy_temperature)
+    return StepScores(log_token.masked_fill(revealed, -math.inf), log_order)

@@ -1,0 +1,85 @@
+"""The bundled masked-diffusion LM: ``MaskPredictor`` over a word vocabulary, saved as config.json + model.safetensors."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from huggingface_hub import PyTorchModelHubMixin
+
+from ..checkpoints import StrictLoading
+from ..hmm.tokenizer import UNK
+from .model import MaskedOrderLM
+from .network import MaskPredictor
+
+MASK = "<mask>"
+
+
+class MaskedDiffusionLM(
+    MaskedOrderLM,
+    StrictLoading,
+    PyTorchModelHubMixin,
+    library_name="lm-latent-eval",
+    tags=["latent-variable-lm", "masked-diffusion"],
+):
+    """A word-level masked-diffusion LM (MDLM-style objective, ``train.py``) under the order-latent contract.
+
+    Parameters
+    ----------
+    vocab : list of str
+        The words, ``<unk>`` and ``<mask>`` among them (the mask id is the position of ``<mask>``).
+    d_model, num_layers, num_heads, max_length, dropout
+        The ``MaskPredictor``'s shape.
+    policy, policy_temperature, max_exact_tokens
+        As in ``MaskedOrderLM`` (options of ``from_pretrained``: lm-eval's model_args set them).
+    """
+
+    MODEL_ARGS: ClassVar[dict[str, tuple[type, str]]] = {
+        "policy": (str, "order policy π(i | S): uniform (default; p(σ) = 1/T!) or confidence"),
+        "policy_temperature": (float, "temperature of the confidence policy (0: deterministic; default 1)"),
+        "max_exact_tokens": (
+            int,
+            "refuse estimator=exact beyond this many tokens (2^T network rows; default 16)",
+        ),
+    }
+
+    def __init__(
+        self,
+        vocab: list[str],
+        d_model: int = 64,
+        num_layers: int = 2,
+        num_heads: int = 4,
+        max_length: int = 64,
+        dropout: float = 0.0,
+        policy: str = "uniform",
+        policy_temperature: float = 1.0,
+        max_exact_tokens: int = 16,
+    ):
+        if MASK not in vocab or UNK not in vocab:
+            raise ValueError(f"vocab must contain {UNK!r} and {MASK!r}")
+        predictor = MaskPredictor(len(vocab), d_model, num_layers, num_heads, max_length, dropout)
+        super().__init__(
+            predictor, vocab.index(MASK), vocab, policy, policy_temperature, max_exact_tokens, max_length
+        )
+
+
+def tiny_masked_lm(
+    seed: int = 0, policy: str = "uniform", policy_temperature: float = 1.0, dtype=torch.float64
+) -> MaskedDiffusionLM:
+    """A random-weight ``MaskedDiffusionLM`` over the words a, b, c, d (ids 2..5; 0 ``<unk>``, 1 ``<mask>``) for tests
+    and examples: d_model 16, one layer, texts of at most 8 tokens, output weights N(0, 1) so that the conditionals
+    are far from uniform; float64 by default (exact sums agree to 1e-12), in eval mode.
+
+    Examples
+    --------
+    >>> model = tiny_masked_lm(seed=0)
+    >>> model.tokenize("a b zebra").tolist()
+    [2, 3, 0]
+    """
+    vocab = [UNK, MASK, "a", "b", "c", "d"]
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = MaskedDiffusionLM(vocab, d_model=16, num_layers=1, num_heads=2, max_length=8,
+                                  policy=policy, policy_temperature=policy_temperature)  # fmt: skip
+        torch.nn.init.normal_(model.predictor.output.weight, std=1.0)
+    return model.to(dtype).eval()

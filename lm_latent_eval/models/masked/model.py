@@ -1,0 +1,134 @@
+"""A masked (or masked-diffusion) LM as a latent LM: the latent z is the order σ in which the T positions are revealed.
+
+All T positions start masked; step t reveals one position σ_t, drawn from an order policy π (``policy.py``), and
+writes its token from the network's conditional given the positions revealed so far:
+
+    p(x, σ) = Π_t π(σ_t | S_{t−1}) p_θ(x_{σ_t} | x at S_{t−1} revealed, the rest masked),   S_t = {σ_1, ..., σ_t},
+
+and p(x) = Σ_σ p(x, σ) is the probability that the model's own one-token-per-step sampler writes x among the texts
+of length T (not a prefix probability: ``prefix_probability = False``). The published Monte Carlo ELBO
+E_{σ ~ uniform} log p(x | σ) is importance sampling with K = 1 and the uniform proposal.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ...errors import UnsupportedError
+from ..hmm.tokenizer import UNK, split_words
+from ..stepwise_module import StepwiseFromModule
+from ..vocabulary import WordVocabulary, check_word_ids
+from . import stepwise
+from .exact import dp_log_marginal
+from .orders import check_orders, order_scores, picked
+from .policy import check_policy
+from .proposal import MaskedOrderProposal
+
+# orders scored per block of log_joint: K · T² booleans of states and float64 tables stay near 2^20 entries each
+STATE_ENTRIES = 1 << 20
+
+
+class MaskedOrderLM(StepwiseFromModule, nn.Module):
+    """Any mask predictor (ids [B, L], the mask id at masked positions -> logits [B, L, V]) as a latent LM over orders.
+
+    Parameters
+    ----------
+    predictor : nn.Module
+        The network; its output is the logits or has them as ``.logits`` (a Hugging Face masked LM).
+    mask_id : int
+        The id the network reads at a masked position; its logit is left out of every token distribution.
+    vocab : list of str
+        The words of the ids (``<unk>`` and ``vocab[mask_id]`` among them); ``tokenize`` lower-cases and splits off
+        punctuation, and a word outside the list is ``<unk>``.
+    policy : str
+        ``uniform`` (p(σ) = 1/T!, the default) or ``confidence`` (``policy.py``).
+    policy_temperature : float
+        τ_π of the confidence policy (0: deterministic).
+    max_exact_tokens : int
+        The longest text ``log_marginal`` sums over its 2^T revealed sets.
+    max_length : int or None
+        The longest text the network reads (None: no limit).
+    block_tokens : int
+        Network rows per call × T: the memory of one call.
+    """
+
+    # p(x) is a distribution over texts of length T, not the probability that a text starts with x
+    prefix_probability = False
+    # the dynamic program costs 2^T network rows: short texts only (``max_exact_tokens``)
+    exact_marginal_tractable = False
+    stepwise_module = stepwise
+
+    def __init__(self, predictor, mask_id, vocab, policy="uniform", policy_temperature=1.0, max_exact_tokens=16,
+                 max_length=None, block_tokens=8192):  # fmt: skip
+        super().__init__()
+        check_policy(policy, policy_temperature)
+        mask_word = vocab[mask_id]
+        self.words = WordVocabulary(vocab, UNK, specials=(mask_word,), lowercase=True, reserved=(mask_word,))
+        self.predictor, self.mask_id = predictor, int(mask_id)
+        self.policy, self.policy_temperature = policy, float(policy_temperature)
+        self.max_exact_tokens, self.max_length, self.block_tokens = max_exact_tokens, max_length, block_tokens
+        # network rows run so far (one row = one revealed set of one text): the cost figure of the benchmarks
+        self.network_rows = 0
+        self.proposal = MaskedOrderProposal(self)
+
+    @property
+    def vocab(self) -> list[str]:
+        return self.words.words
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.predictor.parameters()).device
+
+    def predict(self, ids: torch.Tensor) -> torch.Tensor:
+        """The network's logits [B, L, V] for ids [B, L]."""
+        out = self.predictor(ids)
+        return getattr(out, "logits", out)
+
+    def tokenize(self, text: str) -> torch.Tensor:
+        """LongTensor [T] of word ids (lower-cased, punctuation split off; unknown words -> ``<unk>``)."""
+        return torch.tensor(self.words.ids(split_words(text)), dtype=torch.long)
+
+    def detokenize(self, ids) -> str:
+        """The words of the ids joined by spaces."""
+        return self.words.detokenize(int(i) for i in ids)
+
+    def check_text(self, x: torch.Tensor) -> torch.Tensor:
+        """x on the model's device; ValueError for ids outside the vocabulary or the mask id, UnsupportedError for
+        a text longer than the network reads."""
+        check_word_ids(x, len(self.vocab))
+        if bool((x == self.mask_id).any()):
+            raise ValueError(f"x holds the mask id {self.mask_id}; use model.tokenize(text)")
+        if self.max_length is not None and x.numel() > self.max_length:
+            raise UnsupportedError(
+                f"{type(self).__name__} reads texts of at most {self.max_length} tokens, got {x.numel()}"
+            )
+        return x.to(self.device)
+
+    @torch.no_grad()
+    def log_joint(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """log p(x, σ_k) for K orders z [K, T]: float64 [K], −inf for a row that is not a permutation."""
+        x = self.check_text(x)
+        T = x.numel()
+        z = check_orders(z, T).to(self.device)
+        if T == 0:
+            return torch.zeros(z.shape[0], dtype=torch.float64, device=self.device)
+        rows = max(1, STATE_ENTRIES // (T * T))
+        out = []
+        for start in range(0, z.shape[0], rows):
+            valid, order, scores = order_scores(self, x, z[start : start + rows])
+            out.append(picked(scores.log_joint, order).masked_fill(~valid, -math.inf))
+        return torch.cat(out)
+
+    def log_marginal(self, x: torch.Tensor) -> float:
+        """log p(x) = log Σ_σ p(x, σ), exact by the dynamic program over revealed sets (``exact.py``); an
+        UnsupportedError beyond ``max_exact_tokens`` tokens."""
+        return dp_log_marginal(self, self.check_text(x))
+
+    def extra_repr(self) -> str:
+        return (
+            f"vocab_size={len(self.vocab)}, mask_id={self.mask_id}, policy={self.policy!r}, "
+            f"policy_temperature={self.policy_temperature}"
+        )

@@ -1,0 +1,84 @@
+"""The masked LM's stepwise part for SMC: every particle reveals one position per step.
+
+At step t a particle in state S (its revealed set) draws the next position i from q_τ(i | S, x) ∝ exp(ℓ_i / τ) over
+the masked positions:
+
+- peek=True:  ℓ_i = log π(i | S) + log p_θ(x_i | S) (it reads the true token at i; at τ = 1 the locally optimal
+  proposal, and for the uniform policy q(i | S) ∝ p_θ(x_i | S));
+- peek=False: ℓ_i = log π(i | S), the order prior itself (uniform orders for the uniform policy: the ELBO's
+  proposal), which never reads a masked token.
+
+The increment is log π(i | S) + log p_θ(x_i | S) − log q_τ(i | S, x); over the T steps they sum to
+log p(x, σ) − log q_τ(σ | x). ``proposal.sample`` runs these very steps (``draw_step``), so both draw the same orders
+from one random stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ...protocol import check_num_samples, check_temperature
+from ...tensors import tempered_draw
+from .conditionals import step_scores
+
+
+@dataclass
+class OrderParticles:
+    """K particles of one text: the orders drawn so far and the sets they revealed."""
+
+    x: torch.Tensor  # [T] word ids
+    order: torch.Tensor  # [K, T] positions; columns t, t+1, ... not drawn yet
+    revealed: torch.Tensor  # [K, T] bool
+    t: int  # steps done
+    temperature: float
+    peek: bool
+
+
+def init_particles(model, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True):
+    """K particles with nothing revealed, for the text x [T]."""
+    x = model.check_text(x)
+    check_num_samples(num_particles, "num_particles")
+    check_temperature(temperature)
+    K, T = num_particles, x.numel()
+    order = torch.zeros(K, T, dtype=torch.long, device=x.device)
+    revealed = torch.zeros(K, T, dtype=torch.bool, device=x.device)
+    return OrderParticles(x, order, revealed, 0, float(temperature), bool(peek))
+
+
+@torch.no_grad()
+def draw_step(model, state: OrderParticles, generator, need_tokens: bool = True):
+    """Reveal one position per particle: (state, log π(i | S) + log p_θ(x_i | S) [K], log q_τ(i | S, x) [K]), float64.
+
+    ``need_tokens=False`` (the uniform proposal without peeking) skips the network; the first value is then
+    meaningless.
+    """
+    scores = step_scores(model, state.x, state.revealed, need_tokens or state.peek)
+    logits = scores.log_joint if state.peek else scores.log_order
+    position, log_q = tempered_draw(logits, state.temperature, generator)
+    log_p = scores.log_joint.gather(-1, position[:, None]).squeeze(-1)
+    state.order[:, state.t] = position
+    state.revealed[torch.arange(position.shape[0], device=position.device), position] = True
+    state.t += 1
+    return state, log_p, log_q
+
+
+def step_particles(model, state: OrderParticles, t: int, generator) -> tuple[OrderParticles, torch.Tensor]:
+    """Reveal position σ_t of every particle; return log π(σ_t | S) + log p_θ(x_σ_t | S) − log q_τ(σ_t | S, x)."""
+    if t != state.t or t >= state.x.numel():
+        raise ValueError(f"smc_step: expected step {state.t} of {state.x.numel()}, got t = {t}")
+    state, log_p, log_q = draw_step(model, state, generator)
+    return state, log_p - log_q
+
+
+def reorder_particles(state: OrderParticles, ancestors: torch.Tensor) -> OrderParticles:
+    """Particle k continues the history of particle ancestors[k]."""
+    ancestors = ancestors.to(state.order.device)
+    state.order, state.revealed = state.order[ancestors], state.revealed[ancestors]
+    return state
+
+
+def particle_latents(state: OrderParticles) -> torch.Tensor:
+    """The positions revealed so far, z [K, t] (``log_joint``'s orders once t = T)."""
+    return state.order[:, : state.t]
