@@ -32,12 +32,12 @@ PERPLEXITY_METRICS = (
     "perplexity_stderr",
     "perplexity_upper_bound",
     "perplexity_sampling_se",
-    "is_instance_perplexity",
-    "is_corpus_perplexity",
+    "instance_perplexity",
+    "corpus_perplexity",
 )
 logger = logging.getLogger(__name__)
 # the item reports read from the samples file (the whole estimate)
-SAMPLES_FIELD = "is_corpus_perplexity"
+SAMPLES_FIELD = "corpus_perplexity"
 
 
 def load_corpus(data_file: str | None = None, **_metadata):
@@ -129,23 +129,23 @@ def repeated_rows(items) -> list[str]:
     corpus, notes = _corpus(items), []
     if corpus.corpus_perplexity is None and not corpus.method.draws_samples:
         notes.append(
-            "is_corpus_perplexity repeats is_instance_perplexity: an exact or beam run has no samples to pair "
+            "corpus_perplexity repeats instance_perplexity: an exact or beam run has no samples to pair "
             "across documents"
         )
     elif corpus.corpus_perplexity is None:
         notes.append(
-            "is_corpus_perplexity is N/A: the precision target drew different numbers of samples per document, so "
+            "corpus_perplexity is N/A: the precision target drew different numbers of samples per document, so "
             "there is no joint corpus sample (Eq. 6)"
         )
     if all(i.get("num_words") == i["num_tokens"] for i in items):
         notes.append(
-            "word_perplexity repeats is_instance_perplexity: the model's tokens are the whitespace words"
+            "word_perplexity repeats instance_perplexity: the model's tokens are the whitespace words"
         )
     penalties = [i.get("unk_penalty") for i in items]
     if all(p is not None for p in penalties):
         unpenalized = not any(any(p) for p in penalties)
         notes.append(
-            "upp_instance and upp_corpus repeat is_instance_perplexity and is_corpus_perplexity: for a model with an "
+            "upp_instance and upp_corpus repeat instance_perplexity and corpus_perplexity: for a model with an "
             "unknown-word penalty those are the UPP"
             + ("; ppl_* repeat them too: no sample paid an unknown-word penalty" if unpenalized else "")
         )

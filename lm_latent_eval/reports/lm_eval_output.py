@@ -3,7 +3,7 @@
 lm-eval 0.4.13 writes, per run, one results file (``results``, ``config`` with our ``get_model_info()``, top-level
 ``model_name``) and one samples file per task with one JSON line per document; our perplexity tasks put the
 document's whole estimate (token count, log p̂, estimator, K log weights, SMC diagnostics, unknown-word penalties) in
-its ``is_corpus_perplexity`` field (``DocumentEstimate.to_json``).
+its ``corpus_perplexity`` field (``DocumentEstimate.to_json``).
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ def _read_documents(samples_file: Path) -> list[DocumentEstimate]:
             if not line.strip():
                 continue
             row = json.loads(line)
-            item = row.get(SAMPLES_FIELD)
+            # samples files of 0.x runs name the field as the IS figure did
+            item = row.get(SAMPLES_FIELD, row.get("is_corpus_perplexity"))
             if not isinstance(item, dict):
                 raise NotAPerplexityTask(
                     f"{samples_file}: line {n + 1} has no {SAMPLES_FIELD!r} field: not the samples of an lm-latent-eval "

@@ -359,10 +359,10 @@ def test_task_with_exact_estimator_reports_forward_algorithm_perplexity(hmm_exac
     res = out["results"]["latent_ppl_tiny"]
     total_ll = sum(log_forward(hmm_exact.model, t) for t in CORPUS)
     total_tokens = sum(int(hmm_exact.model.tokenize(t).numel()) for t in CORPUS)
-    assert res["is_instance_perplexity,none"] == pytest.approx(math.exp(-total_ll / total_tokens), rel=1e-9)
-    assert res["is_corpus_perplexity,none"] == pytest.approx(res["is_instance_perplexity,none"], rel=1e-12)
+    assert res["instance_perplexity,none"] == pytest.approx(math.exp(-total_ll / total_tokens), rel=1e-9)
+    assert res["corpus_perplexity,none"] == pytest.approx(res["instance_perplexity,none"], rel=1e-12)
     assert "is_ess_mean,none" not in res  # no importance weights: IS diagnostics do not apply, no row
-    assert res["perplexity,none"] == res["perplexity_upper_bound,none"] == res["is_instance_perplexity,none"]
+    assert res["perplexity,none"] == res["perplexity_upper_bound,none"] == res["instance_perplexity,none"]
     assert res["perplexity_stderr,none"] == 0.0  # exact: no Monte Carlo error
 
 
@@ -423,8 +423,8 @@ def test_cli_results_record_model_checkpoint_and_estimator(cli_run):
     metrics = results["results"]["latent_ppl_tiny"]
     for name in (
         "word_perplexity",
-        "is_instance_perplexity",
-        "is_corpus_perplexity",
+        "instance_perplexity",
+        "corpus_perplexity",
         "is_ess_mean",
         "is_ess_min",
         "is_pareto_k_undefined",
@@ -441,22 +441,22 @@ def test_cli_metrics_are_recomputable_from_the_saved_log_weights(cli_run):
     results, samples = cli_run
     metrics = results["results"]["latent_ppl_tiny"]
     assert [s["doc"]["text"] for s in samples] == CORPUS
-    weights = [np.array(s["is_corpus_perplexity"]["log_weights"]) for s in samples]
-    tokens = [s["is_corpus_perplexity"]["num_tokens"] for s in samples]
+    weights = [np.array(s["corpus_perplexity"]["log_weights"]) for s in samples]
+    tokens = [s["corpus_perplexity"]["num_tokens"] for s in samples]
     assert all(w.shape == (32,) for w in weights)
     for s, w in zip(
         samples, weights
     ):  # the log-likelihood lm-eval got is the log-mean-exp of the saved weights
         assert float(s["resps"][0][0]) == pytest.approx(logsumexp(w) - math.log(32), abs=1e-12)
-    assert metrics["is_instance_perplexity,none"] == pytest.approx(instance_ppl(weights, tokens), rel=1e-12)
-    assert metrics["is_corpus_perplexity,none"] == pytest.approx(corpus_ppl(weights, tokens), rel=1e-12)
+    assert metrics["instance_perplexity,none"] == pytest.approx(instance_ppl(weights, tokens), rel=1e-12)
+    assert metrics["corpus_perplexity,none"] == pytest.approx(corpus_ppl(weights, tokens), rel=1e-12)
     khats = [pareto_khat(w) for w in weights]
     assert metrics["is_pareto_k_undefined,none"] == pytest.approx(np.mean(np.isnan(khats)))
     # guaranteed on every run: log-mean-exp >= mean (Jensen on the sample), so both IS perplexities are at most
     # exp(-Σ_n mean_k log w_nk / Σ_n T_n)
     elbo_ppl = math.exp(-sum(w.mean() for w in weights) / sum(tokens))
-    assert metrics["is_instance_perplexity,none"] <= elbo_ppl * (1 + 1e-12)
-    assert metrics["is_corpus_perplexity,none"] <= elbo_ppl * (1 + 1e-12)
+    assert metrics["instance_perplexity,none"] <= elbo_ppl * (1 + 1e-12)
+    assert metrics["corpus_perplexity,none"] <= elbo_ppl * (1 + 1e-12)
 
 
 def test_cli_weights_are_reproducible_in_process(cli_run):
@@ -465,7 +465,7 @@ def test_cli_weights_are_reproducible_in_process(cli_run):
     lm = LatentHMMEval(estimator="is", num_samples=32, seed=5, device="cpu")
     for s in samples[:5]:
         est = estimate_document(lm.model, s["doc"]["text"], lm.settings)
-        assert np.array_equal(est.log_weights, np.array(s["is_corpus_perplexity"]["log_weights"]))
+        assert np.array_equal(est.log_weights, np.array(s["corpus_perplexity"]["log_weights"]))
 
 
 @pytest.mark.slow
@@ -531,8 +531,8 @@ def test_cli_table_shows_the_honest_statement_of_the_perplexity(cli_run):
     results, samples = cli_run
     metrics = results["results"]["latent_ppl_tiny"]
     corpus = corpus_estimate(
-        [estimate_from_json({**s["is_corpus_perplexity"], "document": s["doc"]["text"]}) for s in samples],
-        keys=[s["is_corpus_perplexity"]["key"] for s in samples],
+        [estimate_from_json({**s["corpus_perplexity"], "document": s["doc"]["text"]}) for s in samples],
+        keys=[s["corpus_perplexity"]["key"] for s in samples],
     )
     assert metrics["perplexity,none"] == pytest.approx(corpus.perplexity, rel=1e-12)
     assert metrics["perplexity_upper_bound,none"] == pytest.approx(corpus.perplexity_upper_bound, rel=1e-12)
@@ -576,7 +576,7 @@ def test_loglikelihood_is_refused_where_log_joint_is_not_a_prefix_probability(mo
 
 def test_rows_that_repeat_a_number_are_explained(hmm_exact, caplog):
     """The quickstart table showed rows with one number (is_corpus = is_instance = word_perplexity, upp_* = ppl_* =
-    is_*) without a word of why; the task now logs the reason for each repeat."""
+    is_*; now corpus_perplexity and instance_perplexity) without a word of why; the task now logs the reason for each repeat."""
     from lm_latent_eval.harness import perplexity_task
 
     with caplog.at_level("INFO", logger="lm_latent_eval"):
@@ -584,7 +584,7 @@ def test_rows_that_repeat_a_number_are_explained(hmm_exact, caplog):
             model=hmm_exact, tasks=["latent_ppl_tiny"], limit=3, bootstrap_iters=0,
             task_manager=TaskManager(include_path=str(TASKS), include_defaults=False),
         )  # fmt: skip
-    assert "is_corpus_perplexity repeats is_instance_perplexity: an exact or beam run" in caplog.text
+    assert "corpus_perplexity repeats instance_perplexity: an exact or beam run" in caplog.text
     words = ["a b c", "d e"]  # a word-level model (KGLM-like) whose samples paid no unknown-word penalty
     items = [
         perplexity_task._item(
@@ -595,14 +595,14 @@ def test_rows_that_repeat_a_number_are_explained(hmm_exact, caplog):
     ]
     notes = " ".join(perplexity_task.repeated_rows(items))
     assert (
-        "word_perplexity repeats is_instance_perplexity: the model's tokens are the whitespace words" in notes
+        "word_perplexity repeats instance_perplexity: the model's tokens are the whitespace words" in notes
     )
     assert "upp_instance and upp_corpus repeat" in notes and "ppl_* repeat them too" in notes
-    assert "is_corpus_perplexity repeats" not in notes  # IS with equal K has a corpus level
+    assert "corpus_perplexity repeats" not in notes  # IS with equal K has a corpus level
 
 
 def test_under_a_precision_target_the_log_says_the_corpus_row_is_na():
-    """Issue 34, item 11: the log said is_corpus_perplexity "repeats" is_instance_perplexity under a precision target,
+    """Issue 34, item 11: the log said corpus_perplexity "repeats" instance_perplexity under a precision target,
     where the table shows N/A."""
     from lm_latent_eval.estimators import SMCEstimate
     from lm_latent_eval.estimators.smc import SMCRun, smc_diagnostics
@@ -620,5 +620,5 @@ def test_under_a_precision_target_the_log_says_the_corpus_row_is_na():
     for item in items:
         item["num_words"] = 2
     notes = perplexity_task.repeated_rows(items)
-    assert any(n.startswith("is_corpus_perplexity is N/A: the precision target") for n in notes), notes
-    assert not any("is_corpus_perplexity repeats" in n for n in notes)
+    assert any(n.startswith("corpus_perplexity is N/A: the precision target") for n in notes), notes
+    assert not any("corpus_perplexity repeats" in n for n in notes)

@@ -57,7 +57,7 @@ def test_level_in_model_args_sets_the_interval_the_stderr_column_and_the_bound()
         log_samples=True,
     )
     metrics, samples = out["results"]["latent_ppl_tiny"], out["samples"]["latent_ppl_tiny"]
-    items = [s["is_corpus_perplexity"] for s in samples]
+    items = [s["corpus_perplexity"] for s in samples]
     estimates = [estimate_from_json({**i, "document": s["doc"]["text"]}) for i, s in zip(items, samples)]
     at = {
         level: corpus_estimate(estimates, UncertaintyPolicy(level=level), keys=[i["key"] for i in items])

@@ -48,12 +48,12 @@ def test_task_reports_smc_perplexity_and_diagnostics_from_the_same_estimates(smc
     ]  # a fresh run: same seeds, same numbers
     tokens = sum(e.num_tokens for e in estimates)
     ll = sum(e.log_likelihood for e in estimates)
-    assert res["is_instance_perplexity,none"] == pytest.approx(math.exp(-ll / tokens), rel=1e-12)
+    assert res["instance_perplexity,none"] == pytest.approx(math.exp(-ll / tokens), rel=1e-12)
     corpus = runs_corpus_log_likelihood(
         [e.diagnostics.run_log_likelihoods for e in estimates], [e.diagnostics.run_sizes for e in estimates]
     )
-    assert res["is_corpus_perplexity,none"] == pytest.approx(math.exp(-corpus / tokens), rel=1e-12)
-    assert res["is_corpus_perplexity,none"] != pytest.approx(res["is_instance_perplexity,none"], rel=1e-6)
+    assert res["corpus_perplexity,none"] == pytest.approx(math.exp(-corpus / tokens), rel=1e-12)
+    assert res["corpus_perplexity,none"] != pytest.approx(res["instance_perplexity,none"], rel=1e-6)
     diags = [e.diagnostics for e in estimates if e.num_tokens]
     assert res["smc_ess_min,none"] == pytest.approx(min(d.ess_min for d in diags))
     assert res["smc_resampling_steps,none"] == pytest.approx(np.mean([d.resampling_steps for d in diags]))

@@ -102,8 +102,8 @@ def test_card_figures_match_lm_eval_and_bounds(runs, tmp_path):
     figures = {f["name"]: f for f in card["figures"]}
     metrics = peek.metrics
     inst, corp = figures["instance-level perplexity (Eq. 5)"], figures["corpus-level perplexity (Eq. 6)"]
-    assert inst["value"] == pytest.approx(metrics["is_instance_perplexity,none"], rel=1e-12)
-    assert corp["value"] == pytest.approx(metrics["is_corpus_perplexity,none"], rel=1e-12)
+    assert inst["value"] == pytest.approx(metrics["instance_perplexity,none"], rel=1e-12)
+    assert corp["value"] == pytest.approx(metrics["corpus_perplexity,none"], rel=1e-12)
     assert inst["kind"].startswith("stochastic upper bound")
     quoted, bound = figures["perplexity"], figures["certified upper bound (95%)"]
     assert quoted["value"] == pytest.approx(metrics["perplexity,none"], rel=1e-12)
@@ -115,7 +115,7 @@ def test_card_figures_match_lm_eval_and_bounds(runs, tmp_path):
     assert card["uncertainty"]["sampling_stderr"] > 0
     exact = figures["exact perplexity"]["value"]
     (exact_run,) = [r for r in all_runs if r.estimator == "exact"]
-    assert exact == pytest.approx(exact_run.metrics["is_instance_perplexity,none"], rel=1e-12)
+    assert exact == pytest.approx(exact_run.metrics["instance_perplexity,none"], rel=1e-12)
     assert figures["exact perplexity"]["kind"] == "exact" and card["exact_perplexity"] == exact
     beam = figures["beam bound (k=4)"]
     assert beam["kind"].startswith("strict upper bound") and beam["value"] >= exact * (1 - 1e-12)
@@ -148,7 +148,7 @@ def test_report_cli_writes_cards_and_reproduce_command_reproduces(runs, tmp_path
         _results(tmp_path / "again")["results"]["latent_ppl_tiny"],
         _results(runs["is"])["results"]["latent_ppl_tiny"],
     )
-    for key in ("is_instance_perplexity,none", "is_corpus_perplexity,none", "is_ess_mean,none"):
+    for key in ("instance_perplexity,none", "corpus_perplexity,none", "is_ess_mean,none"):
         assert again[key] == first[key]
 
 
@@ -193,8 +193,8 @@ def test_compare_is_vs_exact(runs, tmp_path):
 
     a, b = compare_mod.select_run(runs["is"]), compare_mod.select_run(runs["exact"])
     c = compare_mod.paired_comparison(a, b, num_resamples=2000)
-    expected = math.log(a.metrics["is_instance_perplexity,none"]) - math.log(
-        b.metrics["is_instance_perplexity,none"]
+    expected = math.log(a.metrics["instance_perplexity,none"]) - math.log(
+        b.metrics["instance_perplexity,none"]
     )
     assert c["delta_log_ppl"] == pytest.approx(expected, rel=1e-9) and c["unit"] == "model token"
     assert c["ci"][0] <= c["delta_log_ppl"] <= c["ci"][1] and 0 < c["p_value"] <= 1

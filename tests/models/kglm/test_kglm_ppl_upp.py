@@ -46,7 +46,7 @@ def test_estimate_carries_both_from_one_run():
 
 
 def test_lm_eval_task_reports_ppl_and_upp(tmp_path):
-    """linked_wikitext2_tiny names both figures; UPP = is_*_perplexity, PPL = the unpenalized model's perplexity."""
+    """linked_wikitext2_tiny names both figures; UPP = instance_perplexity and corpus_perplexity, PPL = the unpenalized model's perplexity."""
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
@@ -72,10 +72,10 @@ def test_lm_eval_task_reports_ppl_and_upp(tmp_path):
 
     both = run()
     for level in ("instance", "corpus"):
-        assert both[f"upp_{level},none"] == pytest.approx(both[f"is_{level}_perplexity,none"], rel=1e-12)
+        assert both[f"upp_{level},none"] == pytest.approx(both[f"{level}_perplexity,none"], rel=1e-12)
         assert both[f"ppl_{level},none"] < both[f"upp_{level},none"]
     lm.model.unk_penalty = 0.0
     plain = run()
     for level in ("instance", "corpus"):
-        assert both[f"ppl_{level},none"] == pytest.approx(plain[f"is_{level}_perplexity,none"], rel=1e-9)
+        assert both[f"ppl_{level},none"] == pytest.approx(plain[f"{level}_perplexity,none"], rel=1e-9)
         assert math.isfinite(plain[f"ppl_{level},none"])

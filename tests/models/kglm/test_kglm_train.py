@@ -136,6 +136,6 @@ def test_linked_wikitext2_tiny_task_runs():
         limit=3,
     )
     metrics = results["results"]["linked_wikitext2_tiny"]
-    instance, corpus = metrics["is_instance_perplexity,none"], metrics["is_corpus_perplexity,none"]
+    instance, corpus = metrics["instance_perplexity,none"], metrics["corpus_perplexity,none"]
     assert math.isfinite(instance) and math.isfinite(corpus) and instance > 1 and corpus > 1
     assert metrics["is_ess_min,none"] >= 1
