@@ -134,3 +134,27 @@ def test_a_misspelled_cli_flag_gets_a_did_you_mean(capsys):
     assert err[-1].endswith(
         "unrecognized arguments: --num-smaples 10 (did you mean --num-smaples → --num-samples?)"
     )
+
+
+@pytest.mark.parametrize(
+    ("loader", "argument"),
+    [
+        ("lm_latent_eval.harness.perplexity_task:load_corpus", "data_file"),
+        ("lm_latent_eval.models.rnng.treebank:load_ptb", "data_file"),
+        ("lm_latent_eval.models.entitynlm.conll:load_conll2012", "data_file"),
+        ("lm_latent_eval.models.kglm.linked_wikitext:load_linked_wikitext2", "data_dir"),
+        ("lm_latent_eval.models.lda.corpus:load_pydoc_topics", "data_file"),
+        ("lm_latent_eval.models.lda.corpus:load_pydoc_completion", "data_file"),
+    ],
+)
+def test_every_task_loader_refuses_a_missing_file_as_a_user_error(loader, argument, tmp_path):
+    """Issue 34, item 15: ptb_rnng with a data_file that does not exist printed a 54-line FileNotFoundError (it read
+    the file to sniff its format before checking it). Every task's custom_dataset gives a UserError (one line under
+    lm_eval) that names the path."""
+    import importlib
+
+    module, name = loader.split(":")
+    missing = tmp_path / "nope" / "test.txt"
+    with pytest.raises(UserError, match=str(missing).replace("\\", "\\\\")) as caught:
+        getattr(importlib.import_module(module), name)(**{argument: str(missing)})
+    assert "\n" not in str(caught.value)

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from pydoc_data.topics import topics
 
+from ...documents import read_texts
 from ...paths import DATA_DIR
 
 CORPUS_DIR = DATA_DIR / "pydoc_topics"
@@ -49,23 +50,6 @@ def write_jsonl(path: Path, texts: list[str]) -> None:
     path.write_text(
         "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts), encoding="utf-8"
     )
-
-
-def read_texts(path: str | Path) -> list[str]:
-    """Documents of a ``.jsonl`` file (field ``text``) or a ``.txt`` file (one per non-empty line)."""
-    path = Path(path)
-    lines = path.read_text(encoding="utf-8").splitlines()
-    if path.suffix == ".jsonl":
-        out = []
-        for n, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                out.append(str(json.loads(line)["text"]))
-            except (json.JSONDecodeError, KeyError, TypeError):
-                raise ValueError(f"{path}:{n}: expected a JSON object with a 'text' field") from None
-        return out
-    return [line for line in lines if line.strip()]
 
 
 def completion_halves(text: str) -> tuple[str, str]:

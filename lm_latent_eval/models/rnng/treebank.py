@@ -240,6 +240,8 @@ def load_ptb(
             'ptb_rnng: say which file to evaluate: --metadata \'{"data_file": "/path/test.txt"}\' '
             "(PTB-style trees or one sentence per line)"
         )
+    if not Path(data_file).is_file():
+        raise MissingFileError(f"ptb_rnng: data_file {data_file}: no such file")
     options = {
         "remove_punctuation": remove_punctuation,
         "lowercase": lowercase,
