@@ -32,6 +32,8 @@ from lm_latent_eval.models.entitynlm import LATENT_KEYS
 from lm_latent_eval.models.entitynlm import enumerate as entitynlm_enumerate
 from lm_latent_eval.models.kglm import enumerate as kglm_enumerate
 from lm_latent_eval.models.lda.exact import all_assignments
+from lm_latent_eval.models.masked import tiny_masked_lm
+from lm_latent_eval.models.masked.orders import all_orders
 from lm_latent_eval.models.rnng.enumerate import enumerate_trees
 from lm_latent_eval.tensors import pad_rows
 
@@ -309,6 +311,27 @@ GAUSSIAN = Case(
 )  # fmt: skip
 
 
+# ---------------------------------------------------------------- masked LMs: z = the order positions are revealed in
+
+
+def masked_expressible(model, x) -> torch.Tensor:
+    """Every sequence of T positions in [0, T): the T! orders and the rows that repeat a position."""
+    return torch.tensor(list(itertools.product(range(x.numel()), repeat=x.numel())))
+
+
+def masked_case(name: str, policy: str, policy_temperature: float = 1.0, dtype=torch.float64) -> Case:
+    return Case(
+        name=name, build=functools.partial(tiny_masked_lm, 0, policy, policy_temperature, dtype),
+        text="a c b d a", short_text="c a b", support=lambda model, x: all_orders(x.numel()),
+        log_q=proposal_log_prob, exact=lambda model, x: model.log_marginal(x), keys=rows_as_keys,
+        expressible=masked_expressible, stepwise=True,
+        beam_is_k_best=False,  # a beam search over partial orders ranked by p(x, σ_≤t)
+        p_atol=1e-9 if dtype == torch.float64 else 1e-6,
+        q_atol=1e-9 if dtype == torch.float64 else 1e-6,
+        stepwise_atol=1e-9 if dtype == torch.float64 else 1e-6,  # float32: states scored in other batches
+    )  # fmt: skip
+
+
 CASES = [
     HMM,
     kglm_case("kglm", proposal_features=False),
@@ -324,4 +347,7 @@ CASES = [
     tokenization_case("tokenization-cover-end-mix", "a dog,", cover_end=True, canonical_mix=0.5),
     CAUSAL,
     GAUSSIAN,
+    masked_case("masked", "uniform"),  # p(σ) = 1/T!: the mixture over all orders
+    masked_case("masked-confidence", "confidence", 0.5),  # the max-probability order at a temperature
+    masked_case("masked-float32", "uniform", dtype=torch.float32),  # the network in float32 (sums in float64)
 ]

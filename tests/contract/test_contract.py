@@ -567,6 +567,11 @@ def test_declared_prefix_probability_is_what_the_model_computes(case):
             "no finite sum over ids is 1; that log_joint has no end-of-text event is the stepwise test's "
             "log p(x, z) = Σ_t log p(x_t, z_t | x_<t, z_<t)"
         )
+    if case.name.startswith("masked"):
+        pytest.skip(
+            "declared False: p(x) is a distribution over the texts of each length T (tests/models/masked checks "
+            "that it sums to 1 over them), so p(context w) and p(context) are over different lengths"
+        )
     if getattr(model, "count_eos", False):
         pytest.skip("x ends with </s>: no next word to sum over")
     context = model.tokenize(case.short_text)[:2]
