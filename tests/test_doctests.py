@@ -1,4 +1,5 @@
-"""The Examples sections of the public API run as doctests: the contract, the estimators and the harness entry points.
+"""The Examples sections of the public API run as doctests: the contract, the estimators, the harness entry points and
+the masked LM's modules.
 
 A module added to one of these packages is collected here automatically; an example that no longer prints what it
 shows fails this test (``python -m pytest tests/test_doctests.py -n 0 -v`` names the example)."""
@@ -13,8 +14,9 @@ import pytest
 
 import lm_latent_eval.estimators
 import lm_latent_eval.harness
+import lm_latent_eval.models.masked
 
-PACKAGES = (lm_latent_eval.estimators, lm_latent_eval.harness)
+PACKAGES = (lm_latent_eval.estimators, lm_latent_eval.harness, lm_latent_eval.models.masked)
 MODULES = [
     "lm_latent_eval.protocol",
     *(f"{p.__name__}.{m.name}" for p in PACKAGES for m in pkgutil.iter_modules(p.__path__)),

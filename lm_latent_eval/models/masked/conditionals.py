@@ -4,7 +4,8 @@ The mask predictor reads ids [B, T], the true token at the positions in S and th
 logits [B, T, V] (or an output with ``.logits``). The token distribution at a position is the softmax of its logits
 over the vocabulary without the mask id (a masked-diffusion sampler never writes the mask). States are scored in
 blocks of ``block_tokens // T`` rows, each distinct state once; logits in the network's dtype, the normalizer and
-everything after in float64.
+everything after in float64
+(logits of a half-precision network widened to float32 first).
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ def token_log_probs(model, x: torch.Tensor, revealed: torch.Tensor) -> tuple[tor
     token, conf = [], []
     for start in range(0, distinct.shape[0], rows):
         block = distinct[start : start + rows].bool()
-        logits = model.predict(masked_ids(x, block, model.mask_id)).float()
+        logits = model.predict(masked_ids(x, block, model.mask_id))
+        # float32 at least (a bfloat16 network's logits widened), float64 kept
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
         logits = logits.index_fill(-1, mask_index, -math.inf)
         log_z = torch.logsumexp(logits, -1).double()
         picked = logits.gather(-1, x.expand(block.shape[0], T)[..., None]).squeeze(-1).double()

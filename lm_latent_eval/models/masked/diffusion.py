@@ -64,11 +64,15 @@ class MaskedDiffusionLM(
 
 
 def tiny_masked_lm(
-    seed: int = 0, policy: str = "uniform", policy_temperature: float = 1.0, dtype=torch.float64
+    seed: int = 0,
+    policy: str = "uniform",
+    policy_temperature: float = 1.0,
+    dtype=torch.float64,
+    output_std: float = 0.25,
 ) -> MaskedDiffusionLM:
     """A random-weight ``MaskedDiffusionLM`` over the words a, b, c, d (ids 2..5; 0 ``<unk>``, 1 ``<mask>``) for tests
-    and examples: d_model 16, one layer, texts of at most 8 tokens, output weights N(0, 1) so that the conditionals
-    are far from uniform; float64 by default (exact sums agree to 1e-12), in eval mode.
+    and examples: d_model 16, one layer, texts of at most 8 tokens, output weights N(0, ``output_std``²): conditionals
+    far enough from uniform that orders differ, near enough that importance weights stay light-tailed; float64 by default (exact sums agree to 1e-12), in eval mode.
 
     Examples
     --------
@@ -81,5 +85,5 @@ def tiny_masked_lm(
         torch.manual_seed(seed)
         model = MaskedDiffusionLM(vocab, d_model=16, num_layers=1, num_heads=2, max_length=8,
                                   policy=policy, policy_temperature=policy_temperature)  # fmt: skip
-        torch.nn.init.normal_(model.predictor.output.weight, std=1.0)
+        torch.nn.init.normal_(model.predictor.output.weight, std=output_std)
     return model.to(dtype).eval()
