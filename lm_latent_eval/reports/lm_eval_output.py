@@ -91,13 +91,14 @@ def read_runs(path: str | Path) -> list[TaskRun]:
     """Every (results file, task) under ``path`` (a folder searched recursively, or one results_*.json file).
 
     A task without its samples file is an error that says to rerun with ``--log_samples``; a task whose samples
-    carry no log weights (not one of our perplexity tasks) is skipped with a warning naming it.
+    carry no log weights (not one of our perplexity tasks) is skipped with a warning naming it; when no task under
+    ``path`` is one of them, that is an InputError naming the tasks found.
     """
     path = Path(path)
     files = [path] if path.is_file() else sorted(path.rglob("results_*.json"))
     if not files:
         raise MissingFileError(f"{path}: no lm-eval results_*.json (run lm_eval with --output_path {path})")
-    runs = []
+    runs, skipped = [], []
     for results_file in files:
         results = json.loads(results_file.read_text(encoding="utf-8"))
         date = results_file.stem.removeprefix("results_")
@@ -111,7 +112,15 @@ def read_runs(path: str | Path) -> list[TaskRun]:
             try:
                 runs.append(TaskRun(results_file, samples, task, results, _read_documents(samples)))
             except NotAPerplexityTask as err:
-                warnings.warn(f"skipping task {task!r}: {err}", stacklevel=2)
+                skipped.append((task, err))
+    if not runs:
+        raise InputError(
+            f"{path}: no lm-latent-eval perplexity task among its results "
+            f"({', '.join(sorted({task for task, _ in skipped})) or 'none'}): report and compare read the "
+            "per-document estimates of latent_ppl_tiny and the tasks built on it"
+        )
+    for task, err in skipped:
+        warnings.warn(f"skipping task {task!r}: {err}", stacklevel=2)
     return runs
 
 

@@ -449,3 +449,22 @@ def test_default_run_is_named_after_its_model_on_the_device_it_used(tmp_path, ca
     command = json.loads(card_file.read_text())["reproduce"]
     device = "cuda" if torch.cuda.is_available() else "cpu"
     assert f"--device {device}" in command and "model=hmm" in command
+
+
+@pytest.mark.parametrize("command", ["report", "compare"])
+def test_a_folder_without_perplexity_tasks_is_one_error_line(command, tmp_path, capsys):
+    """Issue 34, item 15: ``report`` on a folder whose tasks are not perplexity tasks wrote no card and exited 0. Now
+    it exits 2 with one line naming the tasks found (a real lm-eval layout: results and samples of arc_easy)."""
+    from lm_latent_eval.cli import main
+
+    run = tmp_path / "out" / "some__model"
+    run.mkdir(parents=True)
+    date = "2026-11-24T00-00-00.000000"
+    (run / f"results_{date}.json").write_text(json.dumps({"results": {"arc_easy": {"acc,none": 0.5}}}))
+    (run / f"samples_arc_easy_{date}.jsonl").write_text(json.dumps({"doc_id": 0, "acc": 1.0}) + "\n")
+    folder = str(tmp_path / "out")
+    argv = [command, folder] if command == "report" else [command, folder, folder]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no lm-latent-eval perplexity task among its results (arc_easy)" in err[0]
+    assert not (tmp_path / "out" / "cards").exists()
