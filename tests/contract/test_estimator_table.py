@@ -32,6 +32,8 @@ ROW_MODELS = {  # the docs' row label → the contract case of that model
     "causal LM (`model=causal`)": "causal",
     "causal LM": "causal",
     "continuous latent (tests' Gaussian)": "gaussian",
+    "masked LM (`latent_masked`; z = the reveal order)": "masked",
+    "masked LM": "masked",
 }
 BY_NAME = {case.name: case for case in CASES}
 
