@@ -3,6 +3,7 @@ traceback; every other exception keeps its traceback (it may be a bug)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -158,3 +159,31 @@ def test_every_task_loader_refuses_a_missing_file_as_a_user_error(loader, argume
     with pytest.raises(UserError, match=str(missing).replace("\\", "\\\\")) as caught:
         getattr(importlib.import_module(module), name)(**{argument: str(missing)})
     assert "\n" not in str(caught.value)
+
+
+def _leaf_parsers(parser: argparse.ArgumentParser):
+    """``parser``, or each of its sub-parsers where it has some (``train <model>``)."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield parser
+    for action in subs:
+        for sub in action.choices.values():
+            yield from _leaf_parsers(sub)
+
+
+@pytest.mark.parametrize("command", ["sweep", "report", "compare", "train", "lda-peers", "distortion"])
+def test_every_subcommand_that_writes_files_takes_output(command):
+    """Issue 34, item 15: the subcommands mixed ``--output`` and ``--output-dir``. Every one that writes files takes
+    ``--output``; sweep and distortion accept ``--output-dir``, their former name, as the same option."""
+    import importlib
+
+    from lm_latent_eval.cli import COMMANDS
+
+    parser = argparse.ArgumentParser()
+    importlib.import_module(COMMANDS[command][0]).add_arguments(parser)
+    for leaf in _leaf_parsers(parser):
+        options = [set(a.option_strings) for a in leaf._actions]
+        assert any("--output" in o for o in options), f"{command}: {leaf.prog}"
+        assert all("--output" in o for o in options if "--output-dir" in o), f"{command}: {leaf.prog}"
+    if command == "sweep":
+        assert parser.parse_args(["--output-dir", "x"]).output_dir == parser.parse_args(["--output", "x"]).output_dir

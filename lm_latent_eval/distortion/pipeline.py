@@ -34,7 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the distortion subcommand."""
     parser.add_argument("--reference", required=True, help="reference causal LM p_L: local folder or Hub id")
     parser.add_argument("--model", required=True, help="evaluated causal LM p_M: local folder or Hub id")
-    parser.add_argument("--output-dir", required=True, type=Path)
+    parser.add_argument(
+        "--output", "--output-dir", dest="output_dir", required=True, type=Path, help="folder for the curves"
+    )
     parser.add_argument("--num-sequences", type=int, default=1000, help="samples drawn from p_L")
     parser.add_argument("--temperature", type=float, default=1.0, help="softmax temperature T of p_L")
     parser.add_argument(

@@ -403,7 +403,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="particles per log_joint call (memory only; default one sample block)",
     )
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--output-dir", default="sweep_out")
+    parser.add_argument(
+        "--output", "--output-dir", dest="output_dir", default="sweep_out", help="folder for the tables and plots"
+    )
     parser.add_argument(
         "--smc",
         action=argparse.BooleanOptionalAction,

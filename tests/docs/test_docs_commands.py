@@ -93,7 +93,7 @@ PLACEHOLDER = re.compile(
 SKIPS = [
     (
         re.compile(
-            r"--output-dir bench/(hmm|rnng|kglm)_sweep$|^lm-latent-eval lda-peers .*--output bench/lda_peers$"
+            r"--output bench/(hmm|rnng|kglm)_sweep$|^lm-latent-eval lda-peers .*--output bench/lda_peers$"
         ),
         (
             "regenerates a committed output: tests/reports/test_committed_sweeps.py and test_committed_lda_peers.py run "
