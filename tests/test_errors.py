@@ -186,4 +186,7 @@ def test_every_subcommand_that_writes_files_takes_output(command):
         assert any("--output" in o for o in options), f"{command}: {leaf.prog}"
         assert all("--output" in o for o in options if "--output-dir" in o), f"{command}: {leaf.prog}"
     if command == "sweep":
-        assert parser.parse_args(["--output-dir", "x"]).output_dir == parser.parse_args(["--output", "x"]).output_dir
+        assert (
+            parser.parse_args(["--output-dir", "x"]).output_dir
+            == parser.parse_args(["--output", "x"]).output_dir
+        )
