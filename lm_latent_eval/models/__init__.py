@@ -42,6 +42,10 @@ MODELS = {
         "lm_latent_eval.models.rnng:RNNG", "LatentRNNGEval", "lm_latent_eval.models.rnng.train"
     ),
     "lda": ModelEntry("lm_latent_eval.models.lda:LDA", "LatentLDAEval", "lm_latent_eval.models.lda.train"),
+    # masked-diffusion LMs, z = the order in which the positions are revealed
+    "masked": ModelEntry(
+        "lm_latent_eval.models.masked:MaskedDiffusionLM", "LatentMaskedEval", "lm_latent_eval.models.masked.train"
+    ),
     # any Hugging Face causal LM, z = its tokenizations; and the same LM with a trivial z
     "tokenization": ModelEntry("lm_latent_eval.models.tokenization:TokenizationLM", "LatentTokenizationEval"),
     "causal": ModelEntry("lm_latent_eval.models.causal_lm:CausalLMAsLatent"),

@@ -16,6 +16,7 @@ SCRIPTS = [
     "lm_latent_eval.models.rnng.make_default",
     "lm_latent_eval.models.lda.make_default",
     "lm_latent_eval.models.tokenization.make_default",
+    "lm_latent_eval.models.masked.make_default",
 ]
 
 
