@@ -37,26 +37,31 @@ def one_line(err: BaseException) -> str:
     return " ".join(message.split())
 
 
-def excepthook(kind, value, traceback, previous=None) -> None:
-    """``sys.excepthook`` that prints a UserError as ``lm_eval: error: <message>`` and hands every other exception
-    to ``previous`` (the hook that was installed before)."""
+def excepthook(kind, value, traceback, previous=None, interrupt_hint: str | None = None) -> None:
+    """``sys.excepthook`` that prints a UserError as ``lm_eval: error: <message>``, a KeyboardInterrupt as
+    ``lm_eval: interrupted; <interrupt_hint>`` where a hint is set (how to resume the run), and hands every other
+    exception to ``previous`` (the hook that was installed before)."""
     if isinstance(value, UserError):
         print(f"{_program()}: error: {one_line(value)}", file=sys.stderr)
+        return
+    if isinstance(value, KeyboardInterrupt) and interrupt_hint:
+        print(f"{_program()}: interrupted; {interrupt_hint}", file=sys.stderr)
         return
     (previous or sys.__excepthook__)(kind, value, traceback)
 
 
-def install_excepthook() -> None:
-    """Make ``excepthook`` the process's hook, once (the previous one handles every exception that is not ours)."""
-    if getattr(sys.excepthook, "lm_latent_eval", False):
-        return
-    previous = sys.excepthook
+def install_excepthook(interrupt_hint: str | None = None) -> None:
+    """Make ``excepthook`` the process's hook, once (the previous one handles every exception that is not ours);
+    ``interrupt_hint``: what a Ctrl-C prints after "interrupted;" (the last backend built sets it)."""
+    if not getattr(sys.excepthook, "lm_latent_eval", False):
+        previous = sys.excepthook
 
-    def hook(kind, value, traceback):
-        excepthook(kind, value, traceback, previous)
+        def hook(kind, value, traceback):
+            excepthook(kind, value, traceback, previous, hook.interrupt_hint)
 
-    hook.lm_latent_eval = True
-    sys.excepthook = hook
+        hook.lm_latent_eval = True
+        sys.excepthook = hook
+    sys.excepthook.interrupt_hint = interrupt_hint
 
 
 def _program() -> str:

@@ -19,6 +19,7 @@ entry points hold, all from MODELS), and does nothing else.
 
 from __future__ import annotations
 
+import collections
 import functools
 import importlib
 import logging
@@ -43,7 +44,7 @@ from .generation import generate
 from .hook import register_backends
 from .model_args import name_output_folder, parse_backend_args, with_cli_config
 from .provenance import model_info, run_identity
-from .results_store import ResultsStore
+from .results_store import ResultsStore, stage_tally
 
 __all__ = ["DocumentBatches", "LatentLMEval", "distributed_state", "estimate_texts", "model_backend"]
 logger = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ class LatentLMEval(LM):
         self.settings, self.estimator_choice = resolve(args.settings, self.model)
         advise_on_settings(name, self.settings, self.estimator_choice, args.given_settings)
         self.results_store = open_results_store(args.results_dir, self.get_model_info())
+        install_excepthook(resume_hint(self.results_store))
         self.batches = DocumentBatches(name, self.model, self._device, self.results_store, self.processes)
         self.greedy = GreedyNotice(NOT_GREEDY.format(owner=name))
         self.exchange = EstimateExchange.begin(self.settings)
@@ -287,11 +289,14 @@ def estimate_texts(
     every document's estimate (an interrupted run loses one document)."""
     if store is not None:
         loaded, distinct = store.count_stored(texts), len(set(texts))
-        message = "%s: %d of %d documents loaded from %s (results_dir), the rest estimated"
+        message = "%s: %d of %d documents have their first estimate stored in %s (results_dir)"
         logger.info(message, desc, loaded, distinct, store.folder)
+    # (stage, loaded from the store?) -> estimates
+    tally = collections.Counter()
 
     def estimate(text: str, settings: EstimatorSettings, stage: int) -> DocumentEstimate:
         stored = None if store is None else store.get(text, stage)
+        tally[stage, stored is not None] += 1
         if stored is not None:
             return stored
         est = estimate_document(model, text, settings, device=device, stage=stage)
@@ -299,7 +304,20 @@ def estimate_texts(
             store.put(est, stage)
         return est
 
-    return estimate_corpus(model, texts, settings, device, estimate, all_reduce, progress=progress)
+    estimates = estimate_corpus(model, texts, settings, device, estimate, all_reduce, progress=progress)
+    if store is not None:
+        logger.info("%s: %s", desc, stage_tally(tally))
+    return estimates
+
+
+def resume_hint(store: ResultsStore | None) -> str:
+    """What a Ctrl-C prints: how to resume (with a results store, every finished document is kept)."""
+    if store is None:
+        return (
+            "add results_dir=DIR to --model_args to make a run resumable: a rerun of the same command then loads "
+            "every document already estimated"
+        )
+    return f"rerun the same command to resume: the documents estimated so far are kept in {store.folder}"
 
 
 def open_results_store(folder: str | None, info: dict) -> ResultsStore | None:

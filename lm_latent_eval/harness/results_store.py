@@ -12,6 +12,7 @@ document) never corrupt each other.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import logging
@@ -126,3 +127,18 @@ class ResultsStore:
     def __len__(self) -> int:
         # every stage's file counts
         return sum(1 for _ in self.folder.glob("*.npz"))
+
+
+def stage_tally(tally: collections.Counter) -> str:
+    """What a run with a results store did at each stage, in words: "stage 1: 20 loaded; stage 2: 7 loaded, 4
+    estimated" (a resumed run loads what the interrupted one finished, and estimates the rest)."""
+    stages = sorted({stage for stage, _ in tally})
+    return "; ".join(
+        f"stage {stage + 1}: "
+        + ", ".join(
+            f"{n} {word}"
+            for word, n in (("loaded", tally[stage, True]), ("estimated", tally[stage, False]))
+            if n
+        )
+        for stage in stages
+    )

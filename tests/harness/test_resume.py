@@ -300,4 +300,26 @@ def test_results_files_get_the_umask_mode_and_a_resumed_run_says_how_many_it_loa
         LatentHMMEval(**ARGS, results_dir=tmp_path).loglikelihood_rolling(
             rolling(DOCS[:5]), disable_tqdm=True
         )
-    assert "3 of 5 documents loaded from" in caplog.text
+    assert "3 of 5 documents have their first estimate stored in" in caplog.text
+    assert "stage 1: 3 loaded, 2 estimated" in caplog.text
+
+
+def test_a_resumed_precision_target_says_what_it_loaded_at_each_stage(tmp_path, caplog):
+    """Issue 34, item 17: a resumed run logged "20 of 20 documents loaded" while the precision target's later stages
+    still ran. The log now counts per stage what was loaded and what was estimated: all of it loaded on a rerun of a
+    finished run, and, when the later stages' files are gone (an interrupt after stage 1), those stages estimated."""
+    args = {**ARGS, "estimator": "smc", "num_samples": 8, "target_se": 0.002}
+    first = LatentHMMEval(**args, results_dir=tmp_path)
+    first.loglikelihood_rolling(rolling(DOCS), disable_tqdm=True)
+    later = sorted(first.results_store.folder.glob("*.stage*.npz"))
+    assert later, "the target did not go past its first stage: nothing to test"
+    with caplog.at_level("INFO", logger="lm_latent_eval"):
+        LatentHMMEval(**args, results_dir=tmp_path).loglikelihood_rolling(rolling(DOCS), disable_tqdm=True)
+    assert "estimated" not in caplog.text.split("have their first estimate stored")[1]
+    caplog.clear()
+    for path in later:
+        path.unlink()
+    with caplog.at_level("INFO", logger="lm_latent_eval"):
+        LatentHMMEval(**args, results_dir=tmp_path).loglikelihood_rolling(rolling(DOCS), disable_tqdm=True)
+    tally = caplog.text.split("have their first estimate stored")[1]
+    assert f"stage 1: {len(set(DOCS))} loaded; stage 2: " in tally and " estimated" in tally
