@@ -7,12 +7,13 @@ sampled from is exactly the tempered softmax (no top-k / top-p defaults from a g
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
+
+from ..models.causal_lm import cache_step
 
 
 @dataclass
@@ -44,16 +45,6 @@ def max_positions(model) -> int | None:
         if isinstance(value, int) and value > 0:
             return value
     return None
-
-
-def _cache_step(model, inputs: torch.Tensor, cache):
-    """One cached forward step: (outputs, the cache to pass next). transformers ≥ 5.x names the cache ``cache`` (its
-    ``past_key_values`` is deprecated, with a warning on every call); earlier versions name it ``past_key_values``."""
-    if "cache" in inspect.signature(model.forward).parameters:
-        out = model(input_ids=inputs, cache=cache, use_cache=True)
-        return out, out.cache
-    out = model(input_ids=inputs, past_key_values=cache, use_cache=True)
-    return out, out.past_key_values
 
 
 def _check_length(model, max_length: int) -> None:
@@ -94,7 +85,7 @@ def sample_language(
         alive = torch.ones(b, dtype=torch.bool, device=device)
         past = None
         for t in range(max_length):
-            out, past = _cache_step(model, inputs, past)
+            out, past = cache_step(model, inputs, past)
             # [b, V]
             step_log_p = torch.log_softmax(out.logits[:, -1].double() / temperature, dim=-1)
             # [b, 1]

@@ -7,6 +7,8 @@ and be compared with lm-eval's ``hf`` backend.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -144,3 +146,13 @@ class CausalLMAsLatent(torch.nn.Module):
             pad_token_id=self.tokenizer.eos_token_id,
         )
         return self.tokenizer.decode(out[0, ids.numel() :], skip_special_tokens=True)
+
+
+def cache_step(model, inputs: torch.Tensor, cache):
+    """One cached forward step: (outputs, the cache to pass next). transformers ≥ 5.x names the cache ``cache`` (its
+    ``past_key_values`` is deprecated, with a warning on every call); earlier versions name it ``past_key_values``."""
+    if "cache" in inspect.signature(model.forward).parameters:
+        out = model(input_ids=inputs, cache=cache, use_cache=True)
+        return out, out.cache
+    out = model(input_ids=inputs, past_key_values=cache, use_cache=True)
+    return out, out.past_key_values

@@ -21,6 +21,7 @@ from transformers import DynamicCache
 
 from ...protocol import CheckedProposal
 from ...tensors import inverse_cdf, pad_rows
+from ..causal_lm import cache_step
 
 
 class SegmentationProposal(CheckedProposal):
@@ -43,8 +44,8 @@ class SegmentationProposal(CheckedProposal):
         """Next-token logits [N, V] (float32) after feeding one token per node, and the updated cache."""
         if cache is None:
             cache = DynamicCache()
-        out = self.lm.model(input_ids=tokens[:, None], past_key_values=cache, use_cache=True)
-        return out.logits[:, -1].float(), out.past_key_values
+        out, cache = cache_step(self.lm.model, tokens[:, None], cache)
+        return out.logits[:, -1].float(), cache
 
     def _boundaries(self, x) -> dict[int, int]:
         """Byte position → the canonical token starting there (cached on the lattice)."""
@@ -234,8 +235,8 @@ class SegmentationProposal(CheckedProposal):
                 layers = zip(*(caches[hyps[b][:-1]][1] for b in members))
                 cache = DynamicCache(ddp_cache_data=[(torch.cat([k for k, _ in layer]), torch.cat([v for _, v in layer]))
                                                      for layer in layers])  # fmt: skip
-            out = self.lm.model(input_ids=tokens[:, None], past_key_values=cache, use_cache=True)
-            kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+            out, cache = cache_step(self.lm.model, tokens[:, None], cache)
+            kv = [(layer.keys, layer.values) for layer in cache.layers]
             for row, b in enumerate(members):
                 logits[b] = out.logits[row, -1].float()
                 caches[hyps[b]] = (position, [(k[row : row + 1], v[row : row + 1]) for k, v in kv])

@@ -175,3 +175,15 @@ def test_clear_errors_for_unsupported_tokenizers_and_impossible_requests(lm, tmp
         lm.proposal.sample(x, 2, peek=False)
     empty = estimate_document(lm, "", EstimatorSettings(estimator="is", num_samples=4))
     assert empty.num_tokens == 0 and empty.log_likelihood == 0.0
+
+
+def test_the_proposal_and_beam_use_the_current_cache_api(lm):
+    """transformers 5.x deprecates ``past_key_values`` with a FutureWarning on every forward call; the proposal and
+    the beam pass their KV cache as ``cache=`` where the model names it so (``models.causal_lm.cache_step``)."""
+    import warnings
+
+    x = lm.tokenize("a dog,")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        lm.proposal.sample(x, 4, generator=torch.Generator().manual_seed(0))
+        lm.proposal.beam(x, 2)
