@@ -8,9 +8,13 @@ the masked positions:
 - peek=False: ℓ_i = log π(i | S), the order prior itself (uniform orders for the uniform policy: the ELBO's
   proposal), which never reads a masked token.
 
-The increment is log π(i | S) + log p_θ(x_i | S) − log q_τ(i | S, x); over the T steps they sum to
-log p(x, σ) − log q_τ(σ | x). ``proposal.sample`` runs these very steps (``draw_step``), so both draw the same orders
-from one random stream.
+The increment is log π(i | S) + log p_θ(x_i | S) − log q_τ(i | S, x), plus a telescoping look-ahead term
+log ψ(S ∪ {i}) − log ψ(S) with ψ(S) = Π_{j ∉ S} p_θ(x_j | S), the model's own one-call guess of how likely the tokens
+still masked are (ψ(∅) taken as 1, ψ of the full set = 1). Over the T steps the increments sum to
+log p(x, σ) − log q_τ(σ | x); the weights after step t then target p(x_S, σ_≤t) ψ(S) (twisted SMC) instead of
+p(x_S, σ_≤t), which prefers the particles that revealed easy tokens first and misleads resampling. ψ(S ∪ {i}) comes
+from the network row of the new state, which the next step reads anyway: no extra network call. ``proposal.sample``
+runs these very draws (``draw_step``), so both draw the same orders from one random stream.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import torch
 
 from ...protocol import check_num_samples, check_temperature
 from ...tensors import tempered_draw
-from .conditionals import step_scores
+from .conditionals import StepScores, step_scores
 
 
 @dataclass
@@ -34,6 +38,8 @@ class OrderParticles:
     t: int  # steps done
     temperature: float
     peek: bool
+    scores: StepScores | None = None  # the network's scores at the current revealed sets (None: not run yet)
+    log_twist: torch.Tensor | None = None  # [K] log ψ(S) of the current sets (None: ψ(∅) = 1)
 
 
 def init_particles(model, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True):
@@ -54,7 +60,8 @@ def draw_step(model, state: OrderParticles, generator, need_tokens: bool = True)
     ``need_tokens=False`` (the uniform proposal without peeking) skips the network; the first value is then
     meaningless.
     """
-    scores = step_scores(model, state.x, state.revealed, need_tokens or state.peek)
+    scores = state.scores or step_scores(model, state.x, state.revealed, need_tokens or state.peek)
+    state.scores = None
     logits = scores.log_joint if state.peek else scores.log_order
     position, log_q = tempered_draw(logits, state.temperature, generator)
     log_p = scores.log_joint.gather(-1, position[:, None]).squeeze(-1)
@@ -65,17 +72,29 @@ def draw_step(model, state: OrderParticles, generator, need_tokens: bool = True)
 
 
 def step_particles(model, state: OrderParticles, t: int, generator) -> tuple[OrderParticles, torch.Tensor]:
-    """Reveal position σ_t of every particle; return log π(σ_t | S) + log p_θ(x_σ_t | S) − log q_τ(σ_t | S, x)."""
+    """Reveal position σ_t of every particle; return log π(σ_t | S) + log p_θ(x_σ_t | S) − log q_τ(σ_t | S, x) +
+    log ψ(S ∪ {σ_t}) − log ψ(S), float64 [K]."""
     if t != state.t or t >= state.x.numel():
         raise ValueError(f"smc_step: expected step {state.t} of {state.x.numel()}, got t = {t}")
     state, log_p, log_q = draw_step(model, state, generator)
-    return state, log_p - log_q
+    before = 0.0 if state.log_twist is None else state.log_twist
+    if state.t < state.x.numel():
+        # the next step's scores, computed here for the look-ahead
+        state.scores = step_scores(model, state.x, state.revealed)
+        state.log_twist = state.scores.log_token.masked_fill(state.revealed, 0.0).sum(-1)
+    else:
+        state.log_twist = torch.zeros_like(log_p)
+    return state, log_p - log_q + state.log_twist - before
 
 
 def reorder_particles(state: OrderParticles, ancestors: torch.Tensor) -> OrderParticles:
     """Particle k continues the history of particle ancestors[k]."""
     ancestors = ancestors.to(state.order.device)
     state.order, state.revealed = state.order[ancestors], state.revealed[ancestors]
+    if state.scores is not None:
+        state.scores = StepScores(state.scores.log_token[ancestors], state.scores.log_order[ancestors])
+    if state.log_twist is not None:
+        state.log_twist = state.log_twist[ancestors]
     return state
 
 

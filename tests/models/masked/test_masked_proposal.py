@@ -12,6 +12,7 @@ import torch
 from lm_latent_eval.errors import UnsupportedError
 from lm_latent_eval.estimators import beam_log_marginal, importance_log_weights
 from lm_latent_eval.models.masked import MaskedDiffusionLM, tiny_masked_lm
+from lm_latent_eval.models.masked.conditionals import step_scores
 from lm_latent_eval.models.masked.orders import all_orders
 
 TEXTS = ["a b", "c a d", "b b a c", "d a c b a"]
@@ -121,3 +122,28 @@ def test_save_and_load_keep_every_number_and_take_the_policy_as_an_option(tmp_pa
     confident = MaskedDiffusionLM.from_pretrained(str(tmp_path), policy="confidence", policy_temperature=0.0)
     assert (confident.policy, confident.policy_temperature) == ("confidence", 0.0)
     assert int(torch.isfinite(confident.log_joint(x, orders)).sum()) == 1
+
+
+@pytest.mark.parametrize("peek", [True, False])
+def test_the_look_ahead_twist_is_exact_at_the_last_step(peek):
+    """ψ(S) = Π_{j ∉ S} p_θ(x_j | S) is the exact remaining likelihood when one position is left, so the last step's
+    increment is 0; the first step's is log π + log p_θ(x_i | ∅) − log q + log ψ({i}) (ψ(∅) = 1), by hand."""
+    model = tiny_masked_lm(seed=5)
+    x = model.tokenize("a b c d")
+    state = model.smc_init(x, 8, 1.0, peek)
+    generator = torch.Generator().manual_seed(1)
+    state, first = model.smc_step(state, 0, generator)
+    position = state.order[:, 0]
+    empty = torch.zeros(1, 4, dtype=torch.bool)
+    with torch.no_grad():
+        at_empty = step_scores(model, x, empty)
+        after = step_scores(model, x, state.revealed)
+    q_logits = at_empty.log_joint[0] if peek else at_empty.log_order[0]
+    log_q = torch.log_softmax(q_logits, -1)[position]
+    twist = after.log_token.masked_fill(state.revealed, 0.0).sum(-1)
+    expected = at_empty.log_joint[0, position] - log_q + twist
+    torch.testing.assert_close(first, expected, rtol=0, atol=1e-12)
+    for t in (1, 2):
+        state, _ = model.smc_step(state, t, generator)
+    state, last = model.smc_step(state, 3, generator)
+    torch.testing.assert_close(last, torch.zeros(8, dtype=torch.float64), rtol=0, atol=1e-12)
