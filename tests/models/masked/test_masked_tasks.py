@@ -1,0 +1,51 @@
+"""The bundled masked-diffusion LM through lm-eval: ``masked_ppl_tiny`` with estimator=exact, is and smc."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from lm_latent_eval.estimators import EstimatorSettings, estimate_document
+from lm_latent_eval.models.masked.corpus import TEST_FILE, read_sentences
+
+LIMIT = 4
+
+
+def run_task(**model_args) -> tuple[dict, object]:
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    import lm_latent_eval
+    from lm_latent_eval.harness.backends import LatentMaskedEval
+
+    lm = LatentMaskedEval(device="cpu", **model_args)
+    results = lm_eval.simple_evaluate(
+        model=lm,
+        tasks=["masked_ppl_tiny"],
+        limit=LIMIT,
+        task_manager=TaskManager(include_path=lm_latent_eval.tasks_path()),
+    )
+    return results["results"]["masked_ppl_tiny"], lm
+
+
+def exact_perplexity(model) -> float:
+    """exp(−Σ log p(x) / Σ T) over the first LIMIT held-out sentences, by the dynamic program."""
+    estimates = [
+        estimate_document(model, s, EstimatorSettings("exact")) for s in read_sentences(TEST_FILE)[:LIMIT]
+    ]
+    return math.exp(-sum(e.log_likelihood for e in estimates) / sum(e.num_tokens for e in estimates))
+
+
+def test_the_task_reports_the_exact_perplexity_with_estimator_exact():
+    metrics, lm = run_task(estimator="exact")
+    assert metrics["perplexity,none"] == pytest.approx(exact_perplexity(lm.model), rel=1e-12)
+
+
+@pytest.mark.parametrize("estimator", ["is", "smc"])
+def test_sampling_estimators_run_the_task_and_land_near_the_exact_value(estimator):
+    """Uniform orders (peek=false), K = 100: within 5% of the exact perplexity, and the certified bound above it."""
+    metrics, lm = run_task(estimator=estimator, num_samples=100, peek=False)
+    exact = exact_perplexity(lm.model)
+    assert metrics["perplexity,none"] == pytest.approx(exact, rel=0.05)
+    assert metrics["perplexity_upper_bound,none"] >= exact
