@@ -35,7 +35,8 @@ from ..estimators.policy import UncertaintyPolicy
 from ..estimators.settings import DEFAULT_LEVEL
 from ..models import checkpoint_hash, load_model
 from .coverage import measured_coverage
-from .lm_eval_output import TaskRun, read_runs, strict_json
+from .json_files import write_json
+from .lm_eval_output import TaskRun, read_runs
 from .plots import plot_convergence
 
 # fewer effective samples than this: the interval rests on a handful of weights
@@ -493,7 +494,7 @@ def write_cards(output_dir: str | Path, out: str | Path | None = None, **kwargs)
         files = [out / f"{stem}.md", out / f"{stem}.json"]
         if save_plot(card, out / f"{stem}.png"):
             files.append(out / f"{stem}.png")
-        files[1].write_text(json.dumps(strict_json(card), indent=1, default=float, allow_nan=False))
+        write_json(files[1], card)
         files[0].write_text(card_markdown(card, files[2].name if len(files) > 2 else None))
         written.append(files)
     return written

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import warnings
 from pathlib import Path
@@ -22,7 +21,8 @@ import numpy as np
 from ..errors import InputError
 from ..estimators.corpus import CorpusEstimate, corpus_estimate, pareto_k_shares
 from ..estimators.diagnostics import effective_sample_size
-from .lm_eval_output import TaskRun, read_runs, strict_json
+from .json_files import write_json
+from .lm_eval_output import TaskRun, read_runs
 
 
 class DocumentMismatch(InputError):
@@ -341,11 +341,7 @@ def run(args: argparse.Namespace) -> int:
     text = comparison_markdown(c) + "\n![comparison](comparison.png)\n"
     (out / "comparison.md").write_text(text)
     save_plot(c, out / "comparison.png")
-    (out / "comparison.json").write_text(
-        json.dumps(
-            strict_json({k: v for k, v in c.items() if k != "bootstrap_delta"}), indent=1, allow_nan=False
-        )
-    )
+    write_json(out / "comparison.json", {k: v for k, v in c.items() if k != "bootstrap_delta"})
     print(text)
     print(f"wrote {out / 'comparison.md'}, comparison.json, comparison.png")
     return 0

@@ -11,7 +11,6 @@ tomotopy model trained on ``--tomotopy-train``; each library row with the cause 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from dataclasses import asdict, dataclass
@@ -23,6 +22,7 @@ from ..models import load_model
 from ..models.lda import LDA, peers
 from ..models.lda.corpus import CORPUS_DIR, read_texts
 from ..models.lda.loaders import from_tomotopy
+from .json_files import write_json
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,5 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.output)
         out.mkdir(parents=True, exist_ok=True)
         (out / "table.md").write_text(table + "\n", encoding="utf-8")
-        (out / "results.json").write_text(
-            json.dumps([asdict(r) for r in rows], indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
-        )
+        write_json(out / "results.json", [asdict(r) for r in rows])
     return 0

@@ -9,7 +9,6 @@ its ``corpus_perplexity`` field (``DocumentEstimate.to_json``).
 from __future__ import annotations
 
 import json
-import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,18 +121,3 @@ def read_runs(path: str | Path) -> list[TaskRun]:
     for task, err in skipped:
         warnings.warn(f"skipping task {task!r}: {err}", stacklevel=2)
     return runs
-
-
-def strict_json(value):
-    """``value`` with every non-finite float replaced, so that strict JSON parsers read the files the reports write
-    (cards, comparisons): NaN (a figure that is undefined, e.g. the Monte Carlo stderr of a run with no two-sided
-    interval) becomes null, ±inf the strings "inf" / "-inf"; numpy scalars and arrays become Python numbers and lists."""
-    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):
-        value = value.tolist()
-    if isinstance(value, dict):
-        return {k: strict_json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [strict_json(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    return value

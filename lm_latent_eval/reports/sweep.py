@@ -5,7 +5,6 @@ K-convergence plot, all from one run per proposal setting."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import textwrap
 from pathlib import Path
@@ -25,6 +24,7 @@ from ..models import load_model
 from ..models.rnng.treebank import read_sentences
 from ..paths import DATA_DIR
 from ..protocol import has_exact_marginal, has_stepwise, has_tractable_marginal
+from .json_files import write_json
 from .plots import plot_convergence
 
 DEFAULT_TEMPERATURES = (0.5, 0.9, 1.0, 1.1, 2.0, 5.0)
@@ -470,7 +470,7 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     # bundled files as lm_latent_eval/data/...: no machine's path
     result["config"] = {k: v for k, v in vars(args).items() if k != "func"} | {"data": package_path(data)}
-    (out / "sweep.json").write_text(json.dumps(result, indent=1))
+    write_json(out / "sweep.json", result)
     tables = f"Table 1 (IS perplexity)\n\n{table1_markdown(result)}\n\n"
     if result.get("smc"):
         tables += f"Table 1, SMC rows (same proposals)\n\n{smc_table_markdown(result)}\n\n"

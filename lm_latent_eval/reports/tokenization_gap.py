@@ -25,6 +25,7 @@ from ..estimators import EstimatorSettings, estimate_document, summarize
 from ..models import load_model
 from ..models.tokenization import canonical
 from ..paths import DATA_DIR
+from .json_files import write_json
 
 DEFAULT_DATA = DATA_DIR / "corpus" / "tiny_test.jsonl"
 
@@ -115,8 +116,7 @@ def main(argv=None):
         )
     )
     if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(json.dumps(result, indent=1))
+        write_json(args.output, result)
 
 
 if __name__ == "__main__":

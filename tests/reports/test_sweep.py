@@ -71,8 +71,10 @@ def _run_sweep_cli(tmp_path, num_documents: int, *options: str):
 
 def test_cli_writes_tables_json_and_plot(tmp_path, capsys):
     out = _run_sweep_cli(tmp_path, 2, "--num-samples", "8", "--temperatures", "1.0", "--beam-sizes", "1,2")
-    result = json.loads((out / "sweep.json").read_text())
-    assert result["num_documents"] == 2 and len(result["is"]) == 2
+    text = (out / "sweep.json").read_text()
+    # strict JSON: an undefined figure (k̂ of tied weights, the stderr of a one-sided row) is null, never bare NaN
+    result = json.loads(text, parse_constant=lambda name: pytest.fail(f"sweep.json holds bare {name}"))
+    assert result["num_documents"] == 2 and len(result["is"]) == 2 and "null" in text
     assert (out / "convergence.png").stat().st_size > 10_000
     assert "Table 2" in capsys.readouterr().out
 
