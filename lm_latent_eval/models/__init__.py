@@ -44,7 +44,9 @@ MODELS = {
     "lda": ModelEntry("lm_latent_eval.models.lda:LDA", "LatentLDAEval", "lm_latent_eval.models.lda.train"),
     # masked-diffusion LMs, z = the order in which the positions are revealed
     "masked": ModelEntry(
-        "lm_latent_eval.models.masked:MaskedDiffusionLM", "LatentMaskedEval", "lm_latent_eval.models.masked.train"
+        "lm_latent_eval.models.masked:MaskedDiffusionLM",
+        "LatentMaskedEval",
+        "lm_latent_eval.models.masked.train",
     ),
     # any Hugging Face causal LM, z = its tokenizations; and the same LM with a trivial z
     "tokenization": ModelEntry("lm_latent_eval.models.tokenization:TokenizationLM", "LatentTokenizationEval"),
