@@ -1,4 +1,4 @@
-"""The bundled masked-diffusion LM: ``MaskPredictor`` over a word vocabulary, saved as config.json + model.safetensors."""
+"""The bundled masked-diffusion LM: ``MaskPredictor`` over a word vocabulary (config.json + model.safetensors)."""
 
 from __future__ import annotations
 
@@ -70,9 +70,10 @@ def tiny_masked_lm(
     dtype=torch.float64,
     output_std: float = 0.25,
 ) -> MaskedDiffusionLM:
-    """A random-weight ``MaskedDiffusionLM`` over the words a, b, c, d (ids 2..5; 0 ``<unk>``, 1 ``<mask>``) for tests
-    and examples: d_model 16, one layer, texts of at most 8 tokens, output weights N(0, ``output_std``²): conditionals
-    far enough from uniform that orders differ, near enough that importance weights stay light-tailed; float64 by default (exact sums agree to 1e-12), in eval mode.
+    """A random-weight ``MaskedDiffusionLM`` over the words a, b, c, d (ids 2..5; 0 ``<unk>``, 1 ``<mask>``) for
+    tests and examples: d_model 16, one layer, texts of at most 8 tokens, output weights N(0, ``output_std``²):
+    conditionals far enough from uniform that orders differ, near enough that importance weights stay light-tailed;
+    float64 by default (exact sums agree to 1e-12), in eval mode.
 
     Examples
     --------
