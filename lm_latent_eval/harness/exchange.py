@@ -86,7 +86,8 @@ class EstimateExchange:
         self._documents: dict[str, DocumentEstimate] = {}
         self._conditionals: dict[tuple[str, str], Conditional] = {}
         self._cache: EstimateCache | None = None
-        self._corpus: tuple[tuple, CorpusEstimate] | None = None
+        # corpus statements by their items' fingerprint (a task with an unknown-word penalty has two)
+        self._corpora: dict[tuple, CorpusEstimate] = {}
 
     # ---- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -111,7 +112,7 @@ class EstimateExchange:
         self._documents.clear()
         self._conditionals.clear()
         self._cache = None
-        self._corpus = None
+        self._corpora.clear()
 
     @property
     def policy(self) -> UncertaintyPolicy:
@@ -182,17 +183,46 @@ class EstimateExchange:
             )
         return value.num_tokens
 
+    @staticmethod
+    def reference(item: dict, field: str) -> dict:
+        """A metric's item that stands for ``item``, the whole estimate the metric ``field`` carries for the same
+        document: the fields that identify it (its key, log p̂, estimator and number of log weights), so that lm-eval's
+        samples file holds each estimate once. ``corpus`` reads a list of references as the list they stand for."""
+        return {"same_as": field, **_identity(item)}
+
     def corpus(self, items: list[dict]) -> CorpusEstimate:
-        """The corpus estimate of a perplexity metric's items (``perplexity_task.document_items``) under the run's
-        policy, computed once: every metric of a task aggregates the same items."""
-        fingerprint = (
-            self.policy,
-            *((i["key"], i["log_likelihood"], i["estimator"], len(i["log_weights"] or ())) for i in items),
-        )
-        if self._corpus is None or self._corpus[0] != fingerprint:
+        """The corpus estimate of a perplexity metric's items (``perplexity_task.document_items``: whole estimates,
+        or ``reference``s to them) under the run's policy, computed once per list of documents: every metric of a
+        task aggregates the same documents, the metric carrying the whole estimates first.
+
+        Raises
+        ------
+        NoEstimateError
+            ``items`` are references whose whole estimates were not aggregated before them.
+        """
+        fingerprint = (self.policy, *(tuple(_identity(i).values()) for i in items))
+        if fingerprint not in self._corpora:
+            if any("same_as" in i for i in items):
+                raise NoEstimateError(
+                    f"{WHERE}: this metric's items refer to the estimates of {items[0]['same_as']!r}, which lm-eval "
+                    "has not aggregated first (a task must list that metric; lm-eval aggregates in the order "
+                    "process_results returns)"
+                )
             estimates = [estimate_from_json(item) for item in items]
-            self._corpus = (
-                fingerprint,
-                corpus_estimate(estimates, self.policy, keys=[i["key"] for i in items]),
+            self._corpora[fingerprint] = corpus_estimate(
+                estimates, self.policy, keys=[i["key"] for i in items]
             )
-        return self._corpus[1]
+        return self._corpora[fingerprint]
+
+
+def _identity(item: dict) -> dict:
+    """What identifies a document's estimate in a metric's item, whole or a reference."""
+    if "same_as" in item:
+        return {k: item[k] for k in ("key", "log_likelihood", "estimator", "num_log_weights")}
+    num = len(item["log_weights"] or ())
+    return {
+        "key": item["key"],
+        "log_likelihood": item["log_likelihood"],
+        "estimator": item["estimator"],
+        "num_log_weights": num,
+    }

@@ -27,8 +27,12 @@ from ..estimators.diagnostics import effective_sample_size, pareto_k_threshold, 
 from ..paths import DATA_DIR
 from .exchange import EstimateExchange
 
+# the metric whose item is the document's whole estimate (what reports read from the samples file); the other
+# metrics of the same statement carry a reference to it (``EstimateExchange.reference``), so lm-eval's samples file
+# holds each estimate once
+SAMPLES_FIELD = "perplexity"
 PERPLEXITY_METRICS = (
-    "perplexity",
+    SAMPLES_FIELD,
     "perplexity_stderr",
     "perplexity_upper_bound",
     "perplexity_sampling_se",
@@ -36,8 +40,6 @@ PERPLEXITY_METRICS = (
     "corpus_perplexity",
 )
 logger = logging.getLogger(__name__)
-# the item reports read from the samples file (the whole estimate)
-SAMPLES_FIELD = "corpus_perplexity"
 
 
 def load_corpus(data_file: str | None = None, **_metadata):
@@ -65,10 +67,15 @@ def document_items(text: str, log_likelihood: float, num_words: int) -> dict:
     """Per-document items of every metric of the task (``num_words``: lm-eval's whitespace word count, 0 for a
     document without tokens: lm-eval counts "" as one word and "   " as two, which would divide its log p = 0.0 into
     ``word_perplexity`` while ``perplexity`` rightly leaves the document out)."""
-    est = EstimateExchange.current().document(text, log_likelihood)
+    exchange = EstimateExchange.current()
+    est = exchange.document(text, log_likelihood)
     num_words = num_words if est.num_tokens > 0 else 0
     item = _item(est, text) | {"num_words": num_words}
-    items = {"word_perplexity": (log_likelihood, num_words), **dict.fromkeys(PERPLEXITY_METRICS, item)}
+    # the whole estimate once, first: lm-eval aggregates the metrics in this order, and the references' aggregations
+    # find the corpus statement the first one computed
+    same = exchange.reference(item, SAMPLES_FIELD)
+    items = {SAMPLES_FIELD: item, **dict.fromkeys(PERPLEXITY_METRICS[1:], same)}
+    items["word_perplexity"] = (log_likelihood, num_words)
     # ESS and k̂: IS weights of a document with tokens only (no row otherwise)
     weights = est.importance_weights
     if weights is not None:
@@ -94,9 +101,9 @@ def document_items(text: str, log_likelihood: float, num_words: int) -> dict:
         plain_item = _item(plain, text)
         items |= {
             "ppl_instance": plain_item,
-            "ppl_corpus": plain_item,
-            "upp_instance": item,
-            "upp_corpus": item,
+            "ppl_corpus": exchange.reference(plain_item, "ppl_instance"),
+            "upp_instance": same,
+            "upp_corpus": same,
         }
     return items
 

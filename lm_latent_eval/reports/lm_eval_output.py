@@ -69,8 +69,7 @@ def _read_documents(samples_file: Path) -> list[DocumentEstimate]:
             if not line.strip():
                 continue
             row = json.loads(line)
-            # samples files of 0.x runs name the field as the IS figure did
-            item = row.get(SAMPLES_FIELD, row.get("is_corpus_perplexity"))
+            item = row.get(SAMPLES_FIELD)
             if not isinstance(item, dict):
                 raise NotAPerplexityTask(
                     f"{samples_file}: line {n + 1} has no {SAMPLES_FIELD!r} field: not the samples of an lm-latent-eval "

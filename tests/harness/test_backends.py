@@ -437,12 +437,30 @@ def test_cli_results_record_model_checkpoint_and_estimator(cli_run):
     assert math.isnan(share) if undefined == 1.0 else 0.0 <= share <= 1.0
 
 
+def test_the_samples_file_holds_each_estimate_once(cli_run):
+    """Issue 33, item 5: the samples file repeated each document's whole estimate once per metric (six times; 10 MB
+    for the README's 20 documents). The ``perplexity`` field holds it; every other field of the same statement holds
+    a reference naming that field and the document."""
+    _, samples = cli_run
+    for s in samples:
+        whole = [name for name, value in s.items() if isinstance(value, dict) and "log_weights" in value]
+        assert whole == ["perplexity"], whole
+        for name in (
+            "perplexity_stderr",
+            "perplexity_upper_bound",
+            "instance_perplexity",
+            "corpus_perplexity",
+        ):
+            assert s[name]["same_as"] == "perplexity" and s[name]["key"] == s["perplexity"]["key"], name
+            assert s[name]["log_likelihood"] == s["perplexity"]["log_likelihood"], name
+
+
 def test_cli_metrics_are_recomputable_from_the_saved_log_weights(cli_run):
     results, samples = cli_run
     metrics = results["results"]["latent_ppl_tiny"]
     assert [s["doc"]["text"] for s in samples] == CORPUS
-    weights = [np.array(s["corpus_perplexity"]["log_weights"]) for s in samples]
-    tokens = [s["corpus_perplexity"]["num_tokens"] for s in samples]
+    weights = [np.array(s["perplexity"]["log_weights"]) for s in samples]
+    tokens = [s["perplexity"]["num_tokens"] for s in samples]
     assert all(w.shape == (32,) for w in weights)
     for s, w in zip(
         samples, weights
@@ -465,7 +483,7 @@ def test_cli_weights_are_reproducible_in_process(cli_run):
     lm = LatentHMMEval(estimator="is", num_samples=32, seed=5, device="cpu")
     for s in samples[:5]:
         est = estimate_document(lm.model, s["doc"]["text"], lm.settings)
-        assert np.array_equal(est.log_weights, np.array(s["corpus_perplexity"]["log_weights"]))
+        assert np.array_equal(est.log_weights, np.array(s["perplexity"]["log_weights"]))
 
 
 @pytest.mark.slow
@@ -531,8 +549,8 @@ def test_cli_table_shows_the_honest_statement_of_the_perplexity(cli_run):
     results, samples = cli_run
     metrics = results["results"]["latent_ppl_tiny"]
     corpus = corpus_estimate(
-        [estimate_from_json({**s["corpus_perplexity"], "document": s["doc"]["text"]}) for s in samples],
-        keys=[s["corpus_perplexity"]["key"] for s in samples],
+        [estimate_from_json({**s["perplexity"], "document": s["doc"]["text"]}) for s in samples],
+        keys=[s["perplexity"]["key"] for s in samples],
     )
     assert metrics["perplexity,none"] == pytest.approx(corpus.perplexity, rel=1e-12)
     assert metrics["perplexity_upper_bound,none"] == pytest.approx(corpus.perplexity_upper_bound, rel=1e-12)
@@ -594,9 +612,7 @@ def test_rows_that_repeat_a_number_are_explained(hmm_exact, caplog):
         for t in words
     ]
     notes = " ".join(perplexity_task.repeated_rows(items))
-    assert (
-        "word_perplexity repeats instance_perplexity: the model's tokens are the whitespace words" in notes
-    )
+    assert "word_perplexity repeats instance_perplexity: the model's tokens are the whitespace words" in notes
     assert "upp_instance and upp_corpus repeat" in notes and "ppl_* repeat them too" in notes
     assert "corpus_perplexity repeats" not in notes  # IS with equal K has a corpus level
 

@@ -57,7 +57,7 @@ def test_level_in_model_args_sets_the_interval_the_stderr_column_and_the_bound()
         log_samples=True,
     )
     metrics, samples = out["results"]["latent_ppl_tiny"], out["samples"]["latent_ppl_tiny"]
-    items = [s["corpus_perplexity"] for s in samples]
+    items = [s["perplexity"] for s in samples]
     estimates = [estimate_from_json({**i, "document": s["doc"]["text"]}) for i, s in zip(items, samples)]
     at = {
         level: corpus_estimate(estimates, UncertaintyPolicy(level=level), keys=[i["key"] for i in items])
@@ -70,3 +70,20 @@ def test_level_in_model_args_sets_the_interval_the_stderr_column_and_the_bound()
     assert metrics["perplexity_stderr,none"] != pytest.approx(at[0.95].interval_stderr, rel=1e-6)
     assert metrics["perplexity_upper_bound,none"] < at[0.95].perplexity_upper_bound
     assert out["config"]["estimator_settings"]["level"] == 0.9
+
+
+def test_references_read_as_the_estimates_they_stand_for():
+    """A metric's items may be references to another metric's whole estimates (the samples file holds each estimate
+    once): they give the same corpus statement once the whole estimates were aggregated, and a clear error before."""
+    from lm_latent_eval.estimators import EstimatorSettings, ISEstimate
+
+    exchange = EstimateExchange.begin(EstimatorSettings(estimator="is", num_samples=4))
+    whole = []
+    for n, text in enumerate(["a b", "c d e"]):
+        est = ISEstimate(text, 2 + n, -3.0 - n, log_weights=[-3.0 - n, -3.5 - n, -2.5 - n, -3.1 - n])
+        whole.append({**est.to_json(), "key": f"k{n}"})
+    refs = [EstimateExchange.reference(item, "perplexity") for item in whole]
+    assert all(r["same_as"] == "perplexity" and "log_weights" not in r for r in refs)
+    with pytest.raises(NoEstimateError, match="refer to the estimates of 'perplexity'"):
+        exchange.corpus(refs)
+    assert exchange.corpus(refs) is exchange.corpus(whole) if exchange.corpus(whole) else False

@@ -80,8 +80,8 @@ def test_accelerate_launch_two_cpu_processes_equals_one_process(tmp_path, monkey
                 value if isinstance(value, str) else pytest.approx(value, rel=1e-12, nan_ok=True)
             ), key
     assert [s["resps"] for s in two_samples] == [s["resps"] for s in one_samples]  # per document, bit for bit
-    assert [s["corpus_perplexity"]["log_weights"] for s in two_samples] == [
-        s["corpus_perplexity"]["log_weights"] for s in one_samples
+    assert [s["perplexity"]["log_weights"] for s in two_samples] == [
+        s["perplexity"]["log_weights"] for s in one_samples
     ]
 
     # both ranks wrote into one results folder: a later single-process run computes nothing and agrees
