@@ -45,6 +45,7 @@ from .hook import register_backends
 from .model_args import name_output_folder, parse_backend_args, with_cli_config
 from .provenance import model_info, run_identity
 from .results_store import ResultsStore, stage_tally
+from .threads import use_threads
 
 __all__ = ["DocumentBatches", "LatentLMEval", "distributed_state", "estimate_texts", "model_backend"]
 logger = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ class LatentLMEval(LM):
         self.model_kwargs, self.processes = args.model_kwargs, Processes(args.device)
         self._rank, self._world_size = self.processes.rank, self.processes.world_size
         self._device = self.processes.device
+        use_threads(args.threads, self._device, name)
         self.model, self.checkpoint = load_model(
             args.model, args.pretrained, device=self._device, dtype=args.dtype, **args.model_kwargs
         )

@@ -54,6 +54,11 @@ BACKEND_ARGS = (
         str,
         "keep per-document results under this folder so a rerun resumes (off unless given)",
     ),
+    ModelArg(
+        "threads",
+        int,
+        "CPU threads for torch (default: torch's count, fewer where other processes keep cores busy)",
+    ),
 )
 # passed by lm-eval to every model; batch_size is a particle count here
 IGNORED_ARGS = ("max_batch_size",)
@@ -145,6 +150,14 @@ def parse_batch_size(value) -> int | None:
     return parse_value(ModelArg("batch_size", int, ""), value)
 
 
+def parse_threads(value) -> int | None:
+    """model_args ``threads``: a positive integer, or None (the default: ``harness.threads.choose_threads``)."""
+    threads = parse_value(ModelArg("threads", int, ""), value)
+    if threads is not None and threads < 1:
+        raise ModelArgsError(f"model_args threads must be a positive integer, got {value!r}")
+    return threads
+
+
 def parse_settings(given: dict) -> EstimatorSettings:
     """EstimatorSettings from the settings fields present in ``given`` (the rest keep their defaults)."""
     values = {}
@@ -207,6 +220,7 @@ class BackendArgs:
     device: torch.device
     dtype: torch.dtype | None
     results_dir: str | None
+    threads: int | None = None
     given_settings: dict = dataclasses.field(default_factory=dict)
 
 
@@ -267,6 +281,7 @@ def parse_backend_args(backend: str, fixed: str | None, given: dict) -> BackendA
         device=resolve_device(given.get("device")),
         dtype=parse_dtype(given.get("dtype")),
         results_dir=None if results_dir is None else str(results_dir),
+        threads=parse_threads(given.get("threads")),
         given_settings={a.name: given[a.name] for a in settings_args() if given.get(a.name) is not None},
     )
 

@@ -1,0 +1,45 @@
+"""model_args threads and the default thread count (harness/threads.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lm_latent_eval.harness import threads
+from lm_latent_eval.harness.model_args import ModelArgsError, parse_backend_args
+
+
+@pytest.fixture
+def keep_torch_threads(monkeypatch):
+    """Restore torch's thread count; no thread variable in the environment unless a test sets one."""
+    before = torch.get_num_threads()
+    for name in threads.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(("cores", "load", "expected"), [(2, 0.1, 2), (2, 2.2, 1), (8, 3.4, 5), (4, 9.0, 1)])
+def test_the_default_leaves_busy_cores_alone(cores, load, expected, monkeypatch, keep_torch_threads):
+    """Issue 33, item 6: torch's one thread per core spins when other processes keep cores busy (158 s against 56 s
+    with one thread for the README's command on a loaded 2-core machine). The default lowers torch's count to the
+    cores the 1-minute load average leaves free."""
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (load, load, load))
+    torch.set_num_threads(cores)
+    threads.use_threads(None, torch.device("cpu"), "test")
+    assert torch.get_num_threads() == expected
+
+
+def test_explicit_threads_and_a_chosen_environment_win(monkeypatch, keep_torch_threads):
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (50.0, 50.0, 50.0))
+    threads.use_threads(3, torch.device("cpu"), "test")
+    assert torch.get_num_threads() == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert threads.choose_threads(None, torch.device("cpu")) == (
+        None,
+        "torch's 3 CPU threads (OMP_NUM_THREADS=2)",
+    )
+    assert parse_backend_args("LatentHMMEval", "hmm", {"threads": "2"}).threads == 2
+    with pytest.raises(ModelArgsError, match="threads must be a positive integer"):
+        parse_backend_args("LatentHMMEval", "hmm", {"threads": 0})
