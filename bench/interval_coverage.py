@@ -25,6 +25,7 @@ import argparse
 import json
 import math
 import multiprocessing
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -41,9 +42,13 @@ from lm_latent_eval.estimators.settings import AUTO_TARGET_SE
 from lm_latent_eval.models import load_model
 from lm_latent_eval.paths import DATA_DIR
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from interval_coverage_models import SmallSupportLM, small_support_corpus
+
 SIZES = (10, 50, 200, 1000)
 TARGET_REPEATS = "10:100,50:100,200:40,1000:20"  # seeds of the precision-target rows per corpus size
 OUTPUT = Path(__file__).resolve().parents[1] / "lm_latent_eval" / "data" / "interval_coverage"
+MODEL_LABELS = {"hmm": "bundled HMM", "small_support": "small support (4 topics), near-exact q"}
 
 
 @dataclass(frozen=True)
@@ -55,13 +60,15 @@ class Setting:
     peek: bool
     smc_runs: int = 4
     target_se: float | None = None
+    model: str = "hmm"
 
     @property
     def label(self) -> str:
         runs = f", {self.smc_runs} run{'s' * (self.smc_runs > 1)}" if self.estimator == "smc" else ""
         target = f", target {self.target_se}" if self.target_se else ""
+        model = "" if self.model == "hmm" else f"{MODEL_LABELS[self.model]}: "
         return (
-            f"{self.estimator.upper()}, K = {self.num_samples}{runs}{target}, "
+            f"{model}{self.estimator.upper()}, K = {self.num_samples}{runs}{target}, "
             f"{'peeking' if self.peek else 'no peeking'}"
         )
 
@@ -86,6 +93,16 @@ def add_run_arguments(
     parser.add_argument("--documents", type=int, default=documents)
 
 
+def load_bench_model(name: str):
+    """The model of a row group: the bundled HMM, or the small-support test model (``interval_coverage_models``)."""
+    return SmallSupportLM() if name == "small_support" else load_model("hmm")[0]
+
+
+def bench_corpus(name: str, num_documents: int = max(SIZES)) -> list[str]:
+    """The corpus of a row group's model (``benchmark_corpus`` for the HMM)."""
+    return small_support_corpus(num_documents) if name == "small_support" else benchmark_corpus(num_documents)
+
+
 def benchmark_corpus(num_documents: int = max(SIZES)) -> list[str]:
     """The bundled training corpus, then texts sampled from the HMM with the same lengths (seed 0)."""
     model, _ = load_model("hmm")
@@ -103,7 +120,7 @@ def _run(args) -> dict:
     A fixed K estimates the documents once (a corpus of N is the first N); a precision target runs each N apart."""
     setting, seed, docs, exact, sizes = args
     torch.set_num_threads(1)
-    model, _ = load_model("hmm")
+    model = load_bench_model(setting.model)
     if not setting.target_se:
         estimates = [estimate_document(model, d, setting.settings(seed)) for d in docs[: max(sizes)]]
     out = {}
@@ -118,7 +135,13 @@ def _run(args) -> dict:
             "seed": seed,
             "held": bool(interval.lower <= truth <= interval.upper),
             "two_sided": interval.two_sided,
-            "z": (truth - interval.centre) / interval.standard_error if interval.two_sided else None,
+            "z": (
+                (truth - interval.centre) / interval.standard_error
+                if interval.two_sided and interval.standard_error > 0
+                else None
+            ),
+            # a point: every document's log p proven (IS draws that covered q's support)
+            "exact": interval.two_sided and interval.upper == interval.lower,
             "held_without_allowance": (  # S̃ ± t·SE, the interval before the bias allowance
                 abs(truth - interval.centre)
                 <= (interval.upper - interval.lower) / 2 - interval.bias_correction
@@ -172,6 +195,7 @@ def summarize(runs: list[dict], sizes=SIZES) -> dict:
             "median_two_sided_width": float(np.median([x["width"] for x in two])) if two else None,
             "certified_coverage": float(np.mean([x["certified_held"] for x in r])),
             "mean_samples": float(np.mean([x["samples"] for x in r])),
+            "exact_share": float(np.mean([x.get("exact", False) for x in r])),
             "before_coverage": float(np.mean([x["before"] for x in r])),
             "runs": len(r),
             "runs_detail": r,  # per run (written to runs.json): seed, held, two-sided, z = (truth − centre) / SE, ...
@@ -204,13 +228,11 @@ def markdown(results: list[dict]) -> str:
 
 def _plan(setting: Setting, sizes: tuple[int, ...], args) -> list[tuple[int, tuple[int, ...]]]:
     """(seed, corpus sizes) of every run of a setting: a fixed K measures every N in one run (``--repeats`` seeds); a
-    precision target allocates by corpus, so each N is its own run, with the seeds ``--target-repeats`` gives that N,
-    and IS only up to 200 documents (on the HMM its tied weights keep it one-sided, at up to 32 times the samples)."""
+    precision target allocates by corpus, so each N is its own run, with the seeds ``--target-repeats`` gives that N."""
     if not setting.target_se:
         return [(seed, sizes) for seed in range(args.repeats)]
     seeds = target_repeats(args.target_repeats, sizes)
-    measured = [n for n in sizes if setting.estimator == "smc" or n <= 200]
-    plan = [(seed, tuple(n for n in measured if seed < seeds[n])) for seed in range(max(seeds.values()))]
+    plan = [(seed, tuple(n for n in sizes if seed < seeds[n])) for seed in range(max(seeds.values()))]
     return [(seed, ns) for seed, ns in plan if ns]
 
 
@@ -271,7 +293,7 @@ def join(output: Path, sources: list[Path]) -> None:
 
     def key(result: dict) -> tuple:
         s = result["setting"]
-        return s["estimator"], s["num_samples"], s["peek"], s["target_se"]
+        return s["estimator"], s["num_samples"], s["peek"], s["target_se"], s.get("model", "hmm")
 
     data = load(output)
     by_key = {key(r): r for r in data["results"]}
@@ -284,6 +306,43 @@ def join(output: Path, sources: list[Path]) -> None:
     data["settings"].pop("target_repeats", None)
     write(output, data)
     print(markdown(data["results"]))
+
+
+def _corpus(name: str) -> tuple[list[str], np.ndarray, list[int]]:
+    """A model's corpus, the exact log p(x_n) of its documents and their token counts."""
+    docs, model = bench_corpus(name), load_bench_model(name)
+    exact = np.array([float(model.log_marginal(model.tokenize(d))) for d in docs])
+    return docs, exact, [int(model.tokenize(d).numel()) for d in docs]
+
+
+def _chosen_settings(args) -> list[Setting]:
+    """The row groups ``--models``, ``--ks`` and ``--settings`` ask for: on the HMM IS and SMC at K = 100 and 10, both
+    peeking modes, fixed K and the precision target (IS from K = 100, SMC from 100 and 10); on the small-support
+    model IS at K = 100 with its peeking proposal, fixed K and the precision target."""
+    settings = [Setting(e, k, peek) for e in ("is", "smc") for k in (100, 10) for peek in (True, False)]
+    settings += [  # the precision target, from the default K (SMC also from K = 10)
+        Setting(e, k, peek, target_se=AUTO_TARGET_SE)
+        for e, k in (("smc", 100), ("is", 100), ("smc", 10))
+        for peek in (True, False)
+    ]
+    settings += [Setting("is", 100, True, target_se=t, model="small_support") for t in (None, AUTO_TARGET_SE)]
+    settings = [s for s in settings if str(s.num_samples) in args.ks.split(",")]
+    settings = [s for s in settings if s.model in args.models.split(",")]
+    if args.settings == "all":
+        return settings
+    chosen = set(args.settings.split(","))
+    estimators, kinds, modes = (
+        chosen & {"is", "smc"} or {"is", "smc"},
+        chosen & {"fixed", "target"} or {"fixed", "target"},
+        chosen & {"peek", "nopeek"} or {"peek", "nopeek"},
+    )
+    return [
+        s
+        for s in settings
+        if s.estimator in estimators
+        and ("target" if s.target_se else "fixed") in kinds
+        and ("peek" if s.peek else "nopeek") in modes
+    ]
 
 
 def main() -> None:
@@ -307,6 +366,12 @@ def main() -> None:
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="corpus sizes N")
     parser.add_argument("--ks", default="100,10", help="the K of the rows to run (comma-separated)")
     parser.add_argument(
+        "--models",
+        default=",".join(MODEL_LABELS),
+        help="the models of the rows to run (comma-separated): hmm (the bundled HMM), small_support "
+        "(interval_coverage_models.SmallSupportLM)",
+    )
+    parser.add_argument(
         "--join",
         nargs="+",
         metavar="DIR",
@@ -324,41 +389,20 @@ def main() -> None:
     if args.join:
         return join(Path(args.output), [Path(d) for d in args.join])
     start = time.perf_counter()
-    docs = benchmark_corpus()
-    model, _ = load_model("hmm")
-    exact = np.array([float(model.log_marginal(model.tokenize(d))) for d in docs])
     sizes = tuple(int(n) for n in args.sizes.split(","))
-    settings = [Setting(e, k, peek) for e in ("is", "smc") for k in (100, 10) for peek in (True, False)]
-    settings += [  # the precision target, from the default K (SMC also from K = 10)
-        Setting(e, k, peek, target_se=AUTO_TARGET_SE)
-        for e, k in (("smc", 100), ("is", 100), ("smc", 10))
-        for peek in (True, False)
-    ]
-    settings = [s for s in settings if str(s.num_samples) in args.ks.split(",")]
-    if args.settings != "all":
-        chosen = set(args.settings.split(","))
-        estimators, kinds, modes = (
-            chosen & {"is", "smc"} or {"is", "smc"},
-            chosen & {"fixed", "target"} or {"fixed", "target"},
-            chosen & {"peek", "nopeek"} or {"peek", "nopeek"},
-        )
-        settings = [
-            s
-            for s in settings
-            if s.estimator in estimators
-            and ("target" if s.target_se else "fixed") in kinds
-            and ("peek" if s.peek else "nopeek") in modes
-        ]
+    settings = _chosen_settings(args)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    tokens = [int(model.tokenize(d).numel()) for d in docs]
+    corpora = {name: _corpus(name) for name in dict.fromkeys(s.model for s in settings)}
     meta = {
         "repeats": args.repeats,
         "level": 0.95,
         "model": "bundled HMM",
         "target_repeats": args.target_repeats,
-        "tokens": {n: int(sum(tokens[:n])) for n in sizes},
+        "tokens": {n: int(sum(corpora.get("hmm", _corpus("hmm"))[2][:n])) for n in sizes},
     }
+    if "small_support" in corpora:
+        meta["small_support_tokens"] = {n: int(sum(corpora["small_support"][2][:n])) for n in sizes}
     done = _done(out, meta) if args.resume else {}
     results = []
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
@@ -368,6 +412,7 @@ def main() -> None:
             ):  # --resume: measured by an earlier, interrupted run with the same settings
                 results.append(done[setting.label])
                 continue
+            docs, exact, _ = corpora[setting.model]
             jobs = [(setting, seed, docs, exact, n) for seed, n in _plan(setting, sizes, args)]
             runs = list(tqdm(pool.imap_unordered(_run, jobs), total=len(jobs), desc=setting.label))
             results.append(

@@ -8,7 +8,7 @@ Floors of the import graph (each imports only the ones above it):
 1. ``diagnostics`` (ESS, Pareto k̂, convergence curves)
 2. ``policy`` (UncertaintyPolicy: level, trust gates, remainder test, certified bound)
 3. ``base`` (the Estimator base class and the DocumentEstimate record)
-4. ``importance`` (``is``), ``beam``, ``exact``; then ``smc``
+4. ``beam``, ``exact``, ``smc``; then ``importance`` (``is``: tied weights are read as SMC runs, ``smc.importance_runs``)
 5. ``registry`` (ESTIMATORS, ``auto``'s choice, the settings each estimator records)
 6. ``document`` (estimate_document), ``corpus`` (a corpus's figures and statement)
 7. ``adaptive`` (the precision target: a strategy over the sampling estimators), ``report`` (the is_perplexity

@@ -20,7 +20,9 @@ that biases the corpus low).
 
 Which stage is reported is decided before it is drawn, never by looking at it: when stage s needs no more samples
 for any document (it met the target, or nothing can grow), stage s + 1 estimates every document once more, afresh, at
-the same sizes, and is the last; stage ``UncertaintyPolicy.max_stages`` − 1 is the last in any case. Reporting stage s itself would
+the same sizes, and is the last. A stage in which every document's log p is proven (its draws covered the proposal's
+support: ``UncertaintyPolicy.support_covered``) is reported at once, and nothing more is drawn: its statement is the
+exact value, true whichever stage gave it, so stopping on it selects nothing; stage ``UncertaintyPolicy.max_stages`` − 1 is the last in any case. Reporting stage s itself would
 keep the stages whose spread came out small by chance, and their intervals would be too narrow (on the HMM they
 covered well under 95% at 10 and 50 documents). The last stage reports the precision it achieved, two-sided or
 certified by its own gate.
@@ -137,6 +139,15 @@ class _History:
         return abs(gap) / math.sqrt(spread) > policy.disagreement_quantile(documents)
 
 
+def _all_exact(estimates, policy: UncertaintyPolicy, all_reduce) -> bool:
+    """Whether every document's log p is proven, not estimated (``DocumentError.exact``: IS draws that covered the
+    proposal's support), over every process. Then the statement is the exact value and no stage can improve it, so
+    the precision target stops: a proven value is the same whichever stage gave it, so stopping on it selects
+    nothing (unlike stopping on a small spread, which is why a settled corpus gets one more fresh stage)."""
+    inexact = sum(not e.error(policy).exact for e in estimates if e.num_tokens > 0)
+    return not all_reduce([float(inexact)])[0]
+
+
 def _settings_for(settings: EstimatorSettings, num_samples: int) -> EstimatorSettings:
     """The same settings with K = num_samples (under SMC the same number of runs, each larger), no further target."""
     return settings.replace(num_samples=num_samples, target_se=None)
@@ -209,6 +220,8 @@ def _later_stages(current: dict, settings: EstimatorSettings, estimate, all_redu
     earlier = [_History() for _ in unique]
     documents = _round(all_reduce([float(sum(current[t].num_tokens > 0 for t in unique))])[0])
     for stage in range(1, policy.max_stages):
+        if _all_exact(current.values(), policy, all_reduce):
+            break
         allocation = _allocation(
             [current[t] for t in unique], earlier, settings, all_reduce, documents, policy
         )

@@ -22,6 +22,8 @@ from .intervals import DocumentError, Interval
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
 from .settings import AUTO_TARGET_SE, EstimatorSettings
 
+STOCHASTIC_BOUND = "stochastic upper bound in expectation (E[log p̂] ≤ log p, so E[log PPL̂] ≥ log PPL)"
+
 
 @dataclass
 class DocumentEstimate:
@@ -34,6 +36,8 @@ class DocumentEstimate:
     estimator: ClassVar[str] = ""
     # the class of the family's ``diagnostics`` field, if it has one
     diagnostics_type: ClassVar[type | None] = None
+    # the class of the family's ``distinct_draws`` field (IS: ``importance.DistinctDraws``), if it has one
+    distinct_draws_type: ClassVar[type | None] = None
     document: str
     num_tokens: int
     log_likelihood: float
@@ -47,6 +51,12 @@ class DocumentEstimate:
     @property
     def importance_weights(self) -> np.ndarray | None:
         """The K log weights when they are exchangeable IS samples with informative diagnostics (ESS, Pareto k̂)."""
+        return None
+
+    @property
+    def certain_lower_bound(self) -> float | None:
+        """A lower bound on log p(x) that holds with certainty (IS: log Σ_{z ∈ D} p(x, z) over the distinct draws D,
+        ``importance.DistinctDraws``), or None where the estimate gives none."""
         return None
 
     @property
@@ -75,6 +85,9 @@ class DocumentEstimate:
             "diagnostics": None if diagnostics is None else vars(diagnostics).copy(),
             "unk_penalty": as_list(getattr(self, "unk_penalty", None)),
             "stage_log_likelihoods": self.stage_log_likelihoods,
+            "distinct_draws": None
+            if getattr(self, "distinct_draws", None) is None
+            else vars(self.distinct_draws).copy(),
         }
 
     @classmethod
@@ -85,6 +98,8 @@ class DocumentEstimate:
         own = {name: as_array(record.get(name)) for name in ("log_weights", "unk_penalty") if name in names}
         if "diagnostics" in names and record.get("diagnostics") is not None:
             own["diagnostics"] = cls.diagnostics_type(**record["diagnostics"])
+        if "distinct_draws" in names and record.get("distinct_draws") is not None:
+            own["distinct_draws"] = cls.distinct_draws_type(**record["distinct_draws"])
         return cls(
             str(record.get("document", "")),
             int(record["num_tokens"]),

@@ -2,10 +2,24 @@
 
 E[p̂] = p (unbiased); E[log p̂] ≤ log p, so IS perplexity is an upper bound in expectation. Samples are drawn in
 fixed-size blocks of particles, each from its own random stream (``seeding``), and scored ``batch_size`` at a time.
+
+What one document's draws say about its error (``importance_error``), in order:
+
+1. **The support covered** (``DistinctDraws``, ``UncertaintyPolicy.support_covered``): the distinct draws D carry
+   all of q's mass, Σ_{z ∈ D} q_τ(z | x) = 1, so every z with q > 0, hence every z with p(x, z) > 0, is in D and
+   Σ_{z ∈ D} p(x, z) = p(x): log p exactly, v = 0. Short of that, Σ_{z ∈ D} p(x, z) ≤ p(x) with certainty.
+2. **Every weight equal**: q ∝ p on what it drew, v̂ = 0.
+3. **PSIS can fit the tail** (k̂ defined): v̂ = s²_w / (K w̄²) with K − 1 degrees of freedom, trusted when k̂ is below
+   the threshold at K (``UncertaintyPolicy.importance_doubt``).
+4. **Tied weights** (k̂ undefined: the largest weights take fewer than 5 values): the K independent draws as R
+   independent batches, judged exactly as SMC's R runs are (``smc.importance_runs``,
+   ``UncertaintyPolicy.tied_importance_doubt``): v̂ the larger of the batches' spread and their IS v̂, R − 1 degrees
+   of freedom.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -13,11 +27,19 @@ from typing import ClassVar
 
 import numpy as np
 import torch
+from scipy.special import logsumexp
 from tqdm.auto import tqdm
 
-from ..protocol import LatentLM, has_stepwise, has_unknown_word_penalty, num_particles, select_particles
+from ..protocol import (
+    LatentLM,
+    has_stepwise,
+    has_unknown_word_penalty,
+    latent_support,
+    num_particles,
+    select_particles,
+)
 from .aggregate import corpus_log_likelihood, log_mean_exp
-from .base import DocumentEstimate, Estimator, sample_sizes, sampling_advice
+from .base import STOCHASTIC_BOUND, DocumentEstimate, Estimator, sample_sizes, sampling_advice
 from .diagnostics import (
     convergence_curve,
     effective_sample_size,
@@ -26,12 +48,77 @@ from .diagnostics import (
     pareto_khat,
     relative_variance,
 )
-from .intervals import DocumentError
+from .intervals import DocumentError, proven_rounding
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
 from .seeding import document_generator, sample_block, stage_block
 from .settings import EstimatorSettings, checked_settings
+from .smc import importance_runs
 
-STOCHASTIC_BOUND = "stochastic upper bound in expectation (E[log p̂] ≤ log p, so E[log PPL̂] ≥ log PPL)"
+__all__ = ["STOCHASTIC_BOUND", "DistinctDraws", "ISDiagnostics", "ISEstimate", "importance_error"]
+
+
+def _clusters(values: np.ndarray, order: np.ndarray, tolerance: float) -> np.ndarray:
+    """Cluster ids of ``values`` [K] visited in ``order``: a new cluster wherever two neighbours differ by more than
+    ``tolerance`` (−inf values form one cluster of their own)."""
+    v = np.asarray(values, dtype=np.float64)[order]
+    with np.errstate(invalid="ignore"):
+        gaps = np.diff(v)
+    gaps = np.where(np.isneginf(v[:-1]) & np.isneginf(v[1:]), 0.0, gaps)
+    return np.concatenate([[0], np.cumsum(~(gaps <= tolerance))])
+
+
+@dataclass(frozen=True)
+class DistinctDraws:
+    """The distinct configurations D among one document's K draws: how much of q_τ(· | x) they cover and the sum of
+    p(x, z) over them (float64 logs), recorded when the weights are drawn (the weights alone lose log q).
+
+    The estimators never look inside z, so a configuration is known by its pair (log p(x, z), log q_τ(z | x)):
+    draws whose two values agree to ``MERGE_TOLERANCE`` (relative to the largest magnitude, float32 rounding of
+    sums over tokens) count as one, with the smaller of each value. Merging can only understate what D covers:
+    the same z always merges (its values differ by rounding only), and two different z that merge are counted once.
+    Hence ``log_covered_mass`` ≤ log Σ_{z ∈ D} q_τ(z | x) ≤ 0 and ``log_likelihood`` ≤ log Σ_{z ∈ D} p(x, z) ≤ log p(x),
+    the last with certainty (every term of p(x) = Σ_z p(x, z) is ≥ 0). If the merged mass reaches 1 − ε, every z
+    outside the counted ones (a z never drawn, or a second z merged into a drawn one) has q-mass ≤ ε, so for
+    ε below float32 rounding (``UncertaintyPolicy.support_covered``) D is q's support and ``log_likelihood`` is
+    log p(x) itself, since q_τ(z | x) > 0 wherever p(x, z) > 0 (importance sampling's own requirement; q_τ and q
+    share their support). A continuous latent has no such sum (log q is a density): no record.
+
+    Examples
+    --------
+    >>> log_q = np.log([0.5, 0.25, 0.25, 0.5])  # z = a, b, c, a; a and b, c differ in p
+    >>> log_p = np.log([0.2, 0.1, 0.05, 0.2])
+    >>> d = DistinctDraws.of(log_p, log_q)
+    >>> d.num_distinct, round(float(np.exp(d.log_covered_mass)), 6), round(float(np.exp(d.log_likelihood)), 6)
+    (3, 1.0, 0.35)
+    """
+
+    MERGE_TOLERANCE: ClassVar[float] = 1e-4
+
+    num_distinct: int
+    log_covered_mass: float
+    log_likelihood: float
+    temperature: float = 1.0
+
+    @classmethod
+    def of(cls, log_p: np.ndarray, log_q: np.ndarray, temperature: float = 1.0) -> DistinctDraws:
+        """The record of K draws' log p(x, z_k) [K] and log q_τ(z_k | x) [K] (``temperature``: τ they were drawn at)."""
+        log_p, log_q = np.asarray(log_p, np.float64), np.asarray(log_q, np.float64)
+        tol_q = cls.MERGE_TOLERANCE * (1.0 + float(np.max(np.abs(log_q))))
+        finite_p = log_p[np.isfinite(log_p)]
+        tol_p = cls.MERGE_TOLERANCE * (1.0 + float(np.max(np.abs(finite_p), initial=0.0)))
+        by_q = np.argsort(log_q, kind="stable")
+        q_cluster = np.empty(log_q.size, dtype=np.int64)
+        q_cluster[by_q] = _clusters(log_q, by_q, tol_q)
+        order = np.lexsort((log_p, q_cluster))
+        p_ids = _clusters(log_p, order, tol_p)
+        new = np.concatenate([[True], (np.diff(q_cluster[order]) != 0) | (np.diff(p_ids) != 0)])
+        group = np.cumsum(new) - 1
+        n = int(group[-1]) + 1
+        q_min = np.full(n, np.inf)
+        p_min = np.full(n, np.inf)
+        np.minimum.at(q_min, group, log_q[order])
+        np.minimum.at(p_min, group, log_p[order])
+        return cls(n, float(logsumexp(q_min)), float(logsumexp(p_min)), float(temperature))
 
 
 @dataclass
@@ -51,20 +138,63 @@ class ISDiagnostics:
     convergence_log_likelihood: list[float]
 
 
-def importance_error(log_weights: np.ndarray, policy: UncertaintyPolicy = DEFAULT_POLICY) -> DocumentError:
-    """log p̂, v̂ = s²_w / (K w̄²) with K − 1 degrees of freedom, and whether ``policy`` trusts v̂
-    (``UncertaintyPolicy.importance_doubt``); every weight equal means q ∝ p on what it drew: p̂ exact, v = 0.
+def importance_error(
+    log_weights: np.ndarray,
+    policy: UncertaintyPolicy = DEFAULT_POLICY,
+    draws: DistinctDraws | None = None,
+    num_tokens: int = 1,
+) -> DocumentError:
+    """What one document's K log weights [K] contribute to a corpus statement (module docstring, cases 1–4).
+
+    Parameters
+    ----------
+    log_weights : numpy.ndarray
+        log w_k, float64 [K].
+    policy : UncertaintyPolicy
+        Its gates decide whether v̂ is trusted.
+    draws : DistinctDraws, optional
+        The distinct draws' q-mass and Σ p(x, z), recorded when the weights were drawn; without them (weights
+        alone, as the ``is_perplexity`` metric gets them) the support is never taken as covered, and tied weights
+        are judged as drawn at temperature 1.
+    num_tokens : int
+        T, for the float32 rounding of a proven log p (``intervals.proven_rounding``).
+
+    Returns
+    -------
+    DocumentError
+        Every weight equal: p̂, v = 0. Otherwise p̂ with v̂ = s²_w / (K w̄²) on K − 1 degrees of freedom, gated by
+        PSIS, or, where ties leave k̂ undefined, v̂ of R independent batches on R − 1, gated as SMC's runs. Support
+        covered: the same, with log p itself as ``proven``.
 
     Examples
     --------
     >>> importance_error(np.full(8, -3.0))
     DocumentError(log_likelihood=-3.0, relative_variance=0.0, degrees_of_freedom=inf, reason=None)
+    >>> tied = np.log(np.tile([1.0, 2.0, 3.0, 4.0], 25))  # four values: PSIS cannot fit a tail
+    >>> err = importance_error(tied)
+    >>> err.trusted, err.degrees_of_freedom, round(err.log_likelihood, 4) == round(math.log(2.5), 4)
+    (True, 3.0, True)
     """
     lw = np.asarray(log_weights, dtype=np.float64)
+    err = _estimated_error(lw, policy, 1.0 if draws is None else draws.temperature)
+    if policy.support_covered(draws):
+        rounding = proven_rounding(draws.log_likelihood, num_tokens)
+        return dataclasses.replace(err, proven=draws.log_likelihood, rounding=rounding)
+    return err
+
+
+def _estimated_error(lw: np.ndarray, policy: UncertaintyPolicy, temperature: float) -> DocumentError:
+    """p̂ and v̂ of K log weights [K] (``importance_error``'s cases 2–4: equal weights, PSIS, batches)."""
     ll = float(log_mean_exp(lw))
     if np.ptp(lw[np.isfinite(lw)]) == 0.0:
         return DocumentError(ll, 0.0, math.inf)
-    return DocumentError(ll, relative_variance(lw), lw.size - 1.0, policy.importance_doubt(lw))
+    khat = pareto_khat(lw)
+    if math.isnan(khat) and lw.size >= 2:
+        runs = importance_runs(lw, temperature)
+        return DocumentError(
+            ll, runs.relative_variance, runs.smc_runs - 1.0, policy.tied_importance_doubt(runs)
+        )
+    return DocumentError(ll, relative_variance(lw), lw.size - 1.0, policy.importance_doubt(lw, khat))
 
 
 def summarize(log_weights: np.ndarray, policy: UncertaintyPolicy = DEFAULT_POLICY) -> ISDiagnostics:
@@ -91,23 +221,34 @@ class ISEstimate(DocumentEstimate):
 
     ``unk_penalty`` [K]: for a model with an unknown-word penalty (``has_unknown_word_penalty``), the nats that
     log_joint subtracted from each sample; the log weights include it (UPP), ``log_weights + unk_penalty`` do not (PPL).
+    ``distinct_draws``: what the distinct draws cover (``DistinctDraws``; None for a continuous latent or weights
+    given without their log q).
     """
 
     estimator: ClassVar[str] = "is"
     diagnostics_type: ClassVar[type] = ISDiagnostics
+    distinct_draws_type: ClassVar[type] = DistinctDraws
     log_weights: np.ndarray | None = None
     unk_penalty: np.ndarray | None = None
     diagnostics: ISDiagnostics | None = field(default=None, kw_only=True)
+    distinct_draws: DistinctDraws | None = field(default=None, kw_only=True)
 
     @property
     def importance_weights(self) -> np.ndarray | None:
         """The K log weights of a document with tokens (exchangeable IS samples)."""
         return self.log_weights if self.num_tokens > 0 else None
 
+    @property
+    def certain_lower_bound(self) -> float | None:
+        """log Σ_{z ∈ D} p(x, z) ≤ log p(x) over the distinct draws D (0 without tokens; None where not recorded)."""
+        if self.num_tokens == 0:
+            return 0.0
+        return None if self.distinct_draws is None else self.distinct_draws.log_likelihood
+
     def error(self, policy: UncertaintyPolicy = DEFAULT_POLICY) -> DocumentError:
         if self.num_tokens == 0:
-            return DocumentError(self.log_likelihood, 0.0, math.inf)
-        return importance_error(self.log_weights, policy)
+            return DocumentError(self.log_likelihood, 0.0, math.inf, proven=0.0)
+        return importance_error(self.log_weights, policy, self.distinct_draws, self.num_tokens)
 
     def log_weights_without_unk_penalty(self) -> np.ndarray | None:
         """log p(x, z_k) − log q(z_k | x) without the unknown-word penalty [K]; None when it was not recorded."""
@@ -143,9 +284,20 @@ class ImportanceSampling(Estimator):
         self, model, x, document, settings, *, device="cpu", progress=None, stage=0, diagnostics=False
     ):
         penalty = np.zeros(settings.num_samples) if has_unknown_word_penalty(model) else None
-        lw = draw_log_weights(model, x, settings, document, device, progress, penalty, stage)
+        # log q of every draw, for what the distinct draws cover (a density for a continuous z: not recorded)
+        log_q = np.empty(settings.num_samples) if latent_support(model) == "discrete" else None
+        lw = draw_log_weights(model, x, settings, document, device, progress, penalty, stage, log_q)
         diag = summarize(lw) if diagnostics else None
-        return ISEstimate(document, int(x.numel()), float(log_mean_exp(lw)), lw, penalty, diagnostics=diag)
+        draws = None if log_q is None else DistinctDraws.of(lw + log_q, log_q, settings.temperature)
+        return ISEstimate(
+            document,
+            int(x.numel()),
+            float(log_mean_exp(lw)),
+            lw,
+            penalty,
+            diagnostics=diag,
+            distinct_draws=draws,
+        )
 
     def empty(self, document, settings, model) -> ISEstimate:
         """K zero log weights: every p̂ = 1 exactly."""
@@ -218,10 +370,12 @@ def draw_log_weights(
     progress=None,
     unknown_penalty: np.ndarray | None = None,
     stage: int = 0,
+    log_q_out: np.ndarray | None = None,
 ) -> np.ndarray:
     """The K = ``settings.num_samples`` log importance weights of one document, float64 [K], in
     O(block + batch_size) model memory. ``unknown_penalty`` (float64 [K], optional) is filled with each sample's
-    ``model.unknown_word_penalty`` (nats); ``stage`` > 0 draws from fresh random streams."""
+    ``model.unknown_word_penalty`` (nats), ``log_q_out`` (float64 [K], optional) with each sample's log q_τ(z_k | x);
+    ``stage`` > 0 draws from fresh random streams."""
     doc = f"document {document[:60]!r}"
     k_total, block_size = settings.num_samples, sample_block(device)
     chunk = settings.batch_size or block_size
@@ -235,6 +389,8 @@ def draw_log_weights(
         if num_particles(z) != k:
             raise ValueError(f"{doc}: proposal returned {num_particles(z)} samples, asked for {k}")
         log_q = _check_log_q(log_q, k, doc)
+        if log_q_out is not None:
+            log_q_out[start : start + k] = log_q.numpy()
         for s in range(0, k, chunk):
             e = min(k, s + chunk)
             part = select_particles(z, slice(s, e))

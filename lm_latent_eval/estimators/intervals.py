@@ -12,15 +12,22 @@ The two-sided interval is S̃ ± (t·SE + C) = [Σ_n log p̂_n − t·SE, Σ_n l
 since E[log p̂] ≤ log p (Jensen); the upper end survives a v̂ that is half the true v (v̂ from a few runs or a
 heavy-tailed sample is typically too small, and more so once a gate has selected the runs whose v̂ came out small).
 G measures, in standard errors, the size of what the first-order correction leaves (terms of order v^{3/2}). The
-two-sided interval is printed only when every document's v̂ can be trusted (IS: Pareto k̂ defined and
-below the sample-size threshold min(1 − 1/log10 K, 0.7) of Vehtari et al. 2024; SMC: at least two runs, none
-carrying most of p̂): the gates of ``estimators.policy.UncertaintyPolicy``, which decides every statement) and
+two-sided interval is printed only when every document's v̂ can be trusted (IS: Pareto k̂ below the sample-size
+threshold min(1 − 1/log10 K, 0.7) of Vehtari et al. 2024, or, where tied weights leave k̂ undefined, SMC's run gates
+applied to R independent batches of the draws; SMC: at least two runs, none carrying most of p̂): the gates of
+``estimators.policy.UncertaintyPolicy``, which decides every statement) and
 G ≤ ``UncertaintyPolicy.max_remainder``; t has the Welch-Satterthwaite degrees of freedom (Σ v̂_n)² / Σ_n v̂_n² / ν_n of a sum of
 variance estimates with ν_n degrees of freedom each (IS: K − 1; SMC: R − 1), so a corpus whose error a few noisily
 estimated documents dominate gets the wider t it needs. Otherwise no two-sided interval is honest and only the one-sided certified bound is given:
 the product of independent unbiased document estimates is unbiased for the corpus probability, so by Markov's
 inequality P(S < Σ_n log p̂_n + log δ) ≤ δ for any proposal and any K. Coverage of both, measured against exact
 values at 10 to 1,000 documents: ``bench/interval_coverage.py`` (docs/estimators.md).
+
+Where every document's log p is proven (IS draws whose distinct configurations carry all of q's mass, so that
+Σ_{z ∈ D} p(x, z) = p(x): ``importance.DistinctDraws``), the statement is the exact S, with the float32 rounding of the
+model's log p(x, z) either side (``proven_rounding``); the policy's ``interval`` proves that this all-or-nothing rule
+never lowers the coverage. The distinct draws also raise the certified bound to Σ_n log Σ_{z ∈ D_n} p(x_n, z) where that
+is larger (a bound that holds with certainty).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -38,12 +45,23 @@ from .settings import DEFAULT_LEVEL
 @dataclass(frozen=True)
 class DocumentError:
     """What one document contributes to a corpus statement: log p̂, v̂ = estimated Var(p̂)/p², the degrees of freedom
-    of v̂ (K − 1 for IS, R − 1 for R SMC runs; inf when exact), and whether v̂ can be trusted (``reason`` if not)."""
+    of v̂ (K − 1 for IS, R − 1 for R SMC runs or IS batches; inf when exact), whether v̂ can be trusted (``reason``
+    if not), and, where the draws prove it, log p itself (``proven``: IS draws that covered the proposal's support,
+    ``UncertaintyPolicy.support_covered``; 0 for a document without tokens). A proven value is used only where every
+    document of a corpus has one (``UncertaintyPolicy.interval`` says why); otherwise the estimate and its v̂ are."""
 
     log_likelihood: float
     relative_variance: float
     degrees_of_freedom: float
     reason: str | None = None
+    proven: float | None = field(default=None, repr=False)
+    # nats either side of ``proven``: the float32 rounding of the model's own log p(x, z) (``proven_rounding``)
+    rounding: float = field(default=0.0, repr=False)
+
+    @property
+    def exact(self) -> bool:
+        """Whether log p is proven (``proven``), not only estimated."""
+        return self.proven is not None
 
     @property
     def trusted(self) -> bool:
@@ -91,6 +109,22 @@ class Interval:
                 f"{self.standard_error:.3g} nats, remainder {self.remainder:.2f} SE)"
             )
         return f"one-sided {self.level:.0%} bound (certified by Markov's inequality): {self.reason}"
+
+
+FLOAT32_EPSILON = 2.0**-23
+
+
+def proven_rounding(log_likelihood: float, num_tokens: int) -> float:
+    """How far a log p computed in float32 may be from the exact one: T ε₃₂ (1 + |log p|) for a sum over T tokens,
+    ε₃₂ = 2⁻²³ (the contract's log_joint does float32 math; each of its T additions rounds at most ε₃₂ of a partial
+    sum no larger than |log p| in magnitude, plus each term's own rounding).
+
+    Examples
+    --------
+    >>> round(proven_rounding(-40.0, 30), 6)
+    0.000147
+    """
+    return FLOAT32_EPSILON * max(int(num_tokens), 1) * (1.0 + abs(log_likelihood))
 
 
 def certified_lower_bound(

@@ -55,6 +55,9 @@ class UncertaintyPolicy:
         One SMC run carrying more of p̂ than this: v̂ sits at the runs' ceiling and is not trusted.
     max_stages : int
         Stages of the precision target; the certified bound is a union bound over them.
+    support_tolerance : float
+        How far from 1 the q-mass of a document's distinct draws may be for them to count as q's whole support
+        (``support_covered``): the rounding of float32 probabilities that sum to 1.
     agreement_level : float
         Chance, per stage, that some document of a well-estimated corpus is called in disagreement.
 
@@ -74,6 +77,9 @@ class UncertaintyPolicy:
     max_run_share: float = field(default=0.8, metadata=_why("one run carrying p̂: v̂ at its ceiling"))
     max_stages: int = field(default=6, metadata=_why("stage 0 and five rounds of fresh estimates"))
     agreement_level: float = field(default=0.05, metadata=_why("false alarms per stage, whole corpus"))
+    support_tolerance: float = field(
+        default=1e-6, metadata=_why("float32 rounding of probabilities that sum to 1")
+    )
 
     @classmethod
     def of(cls, settings) -> UncertaintyPolicy:
@@ -87,10 +93,11 @@ class UncertaintyPolicy:
 
     # ---- trust gates: may one document's v̂ be believed? ----------------------------------------------------------
 
-    def importance_doubt(self, log_weights: np.ndarray) -> str | None:
+    def importance_doubt(self, log_weights: np.ndarray, khat: float | None = None) -> str | None:
         """Why the v̂ of K importance weights cannot be trusted, or None: PSIS must fit their tail (k̂ defined) and find
-        it light enough (k̂ below the threshold at K, Vehtari et al. 2024)."""
-        khat, threshold = pareto_khat(log_weights), pareto_k_threshold(len(log_weights))
+        it light enough (k̂ below the threshold at K, Vehtari et al. 2024). ``khat``: k̂ if already computed."""
+        khat = pareto_khat(log_weights) if khat is None else khat
+        threshold = pareto_k_threshold(len(log_weights))
         if math.isnan(khat):
             return (
                 "importance weights too concentrated to fit their tail (Pareto k̂ undefined), so their variance "
@@ -104,22 +111,52 @@ class UncertaintyPolicy:
         """Why the v̂ of R independent SMC runs (``SMCDiagnostics``) cannot be trusted, or None: at least two runs of
         at least ``min_run_size`` particles, none carrying more than ``max_run_share`` of p̂, a proposal temperature
         of at least 1."""
-        d = diagnostics
+        return self._runs_doubt(
+            diagnostics, "SMC run", "SMC runs", "particles", "more particles per run are needed"
+        )
+
+    def tied_importance_doubt(self, runs) -> str | None:
+        """Why the v̂ of importance weights whose tail PSIS cannot fit (ties: k̂ undefined) cannot be trusted, or None.
+
+        The K independent draws are read as R independent batches (``smc.importance_runs``: SMC runs that never
+        resample), and judged by the gates of SMC's runs (``smc_doubt``): batches of at least ``min_run_size`` draws,
+        none carrying more than ``max_run_share`` of p̂, a proposal temperature of at least 1. Ties are no obstacle
+        to them: a batch's p̂_r is unbiased whatever values the weights take, and a configuration found by one batch
+        only (a large weight the others missed) shows as that batch's share of p̂.
+        """
+        doubt = self._runs_doubt(runs, "IS batch", "IS batches", "draws", "more samples are needed")
+        if doubt is None:
+            return None
+        return f"importance weights too concentrated to fit their tail (Pareto k̂ undefined), and {doubt}"
+
+    def _runs_doubt(self, d, run: str, runs: str, units: str, remedy: str) -> str | None:
+        """The gates of R independent runs (``SMCDiagnostics``), worded for ``run`` (singular) and ``runs``."""
         if d.smc_runs < 2:
-            return "one SMC run has no honest error estimate (use smc_runs ≥ 2)"
+            return f"one {run} has no honest error estimate (use smc_runs ≥ 2)"
         if min(d.run_sizes) < self.min_run_size:
-            return f"SMC runs of fewer than {self.min_run_size} particles cannot show the weights' tail"
+            return f"{runs} of fewer than {self.min_run_size} {units} cannot show the weights' tail"
         if d.largest_run_share > self.max_run_share:
             return (
-                f"one SMC run carries over {self.max_run_share:.0%} of p̂ (a latent path the other runs missed): "
-                "the runs' spread cannot measure how rarely it is found; more particles per run are needed"
+                f"one {run} carries over {self.max_run_share:.0%} of p̂ (a latent path the other {runs} missed): "
+                f"the {runs}' spread cannot measure how rarely it is found; {remedy}"
             )
         if d.temperature < 1.0:
             return (
                 f"a sharpened proposal (temperature {d.temperature:g} < 1) is lighter-tailed than the target: "
-                "its runs can agree while all of them miss the same probability mass"
+                f"its {runs} can agree while all of them miss the same probability mass"
             )
         return None
+
+    def support_covered(self, draws) -> bool:
+        """Whether the distinct draws D of one document (``importance.DistinctDraws``) carry all of the proposal's
+        mass: |Σ_{z ∈ D} q(z | x) − 1| ≤ ``support_tolerance``.
+
+        Then no z with q(z | x) > 0 is missing from D, and since q(z | x) > 0 wherever p(x, z) > 0 (what importance
+        sampling itself needs to be unbiased), Σ_{z ∈ D} p(x, z) = Σ_z p(x, z) = p(x): the document's log p is known
+        exactly, with no sampling error (``importance.DistinctDraws`` says why merging draws can only understate
+        the covered mass, never overstate it).
+        """
+        return draws is not None and abs(math.expm1(draws.log_covered_mass)) <= self.support_tolerance
 
     # ---- the statements -----------------------------------------------------------------------------------------
 
@@ -145,10 +182,11 @@ class UncertaintyPolicy:
         keys: Sequence | None = None,
         lower_certified: float | None = None,
     ) -> Interval:
-        """The honest statement about S = Σ_n log p(x_n) from the documents' errors: two-sided S̃ ± (t·SE + C) where
-        every v̂ is trusted and the remainder G ≤ ``max_remainder``, else the one-sided certified bound with the
-        reason (``estimators.intervals``). ``lower_certified`` replaces the certified bound of the errors' log p̂
-        (the caller's, e.g. over the stages of a precision target).
+        """The honest statement about S = Σ_n log p(x_n) from the documents' errors: the exact S where every
+        document's log p is proven (``DocumentError.proven``), else two-sided S̃ ± (t·SE + C) where every v̂ is
+        trusted and the remainder G ≤ ``max_remainder``, else the one-sided certified bound with the reason
+        (``estimators.intervals``). ``lower_certified`` replaces the certified bound of the errors' log p̂ (the
+        caller's, e.g. over the stages of a precision target).
 
         Examples
         --------
@@ -157,6 +195,8 @@ class UncertaintyPolicy:
         >>> statement.two_sided, statement.lower, statement.upper
         (True, -3.0, -3.0)
         """
+        if errors and all(e.exact for e in errors):
+            return self.proven_statement(errors)
         ll = np.array([e.log_likelihood for e in errors], dtype=np.float64)
         v = np.array([e.relative_variance for e in errors], dtype=np.float64)
         if lower_certified is None:
@@ -189,6 +229,21 @@ class UncertaintyPolicy:
         return Interval(
             centre - half_width, centre + half_width, centre, se, correction, remainder, self.level
         )
+
+    def proven_statement(self, errors: Sequence[DocumentError]) -> Interval:
+        """The exact S = Σ_n proven log p(x_n), ± the float32 rounding of each (``DocumentError.rounding``), for
+        documents whose every log p is proven.
+
+        All or nothing: a proven value replaces the estimates only where every document has one (``interval``). Let
+        A be that event and C the event that the statement from the estimates alone holds. On A the exact S holds
+        with certainty, so P(the printed statement holds) = P(A) + P(C ∩ not A) ≥ P(A) + P(C) − P(A) = P(C): proving
+        some documents never lowers the coverage, whatever A depends on. Mixing per document would: a document's
+        draws miss part of q's support exactly when they missed its configurations, so the estimates of the
+        documents left unproven are a selection, biased high (measured: a near-exact proposal over 4 topics, 1,000
+        documents, 0 of 2 runs covered), and proving the others takes away the variance that covered that bias.
+        """
+        total, rounding = float(sum(e.proven for e in errors)), float(sum(e.rounding for e in errors))
+        return Interval(total - rounding, total + rounding, total, 0.0, 0.0, 0.0, self.level)
 
     @property
     def normal_quantile(self) -> float:

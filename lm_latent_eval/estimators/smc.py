@@ -30,8 +30,7 @@ from ..errors import InputError
 from ..protocol import has_stepwise, missing_stepwise_methods
 from ..tensors import inverse_cdf
 from .aggregate import log_mean_exp
-from .base import DocumentEstimate, Estimator, sample_sizes, sampling_advice
-from .importance import STOCHASTIC_BOUND
+from .base import STOCHASTIC_BOUND, DocumentEstimate, Estimator, sample_sizes, sampling_advice
 from .intervals import DocumentError
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
 from .seeding import SAMPLE_BLOCK, document_generator, stage_block
@@ -355,6 +354,38 @@ def smc_diagnostics(
         ess_mean=float(ess.mean()) if ess.size else math.nan,
         temperature=float(temperature),
     )
+
+
+def importance_runs(log_weights: np.ndarray, temperature: float = 1.0) -> SMCDiagnostics:
+    """K independent importance weights [K] read as R independent runs: consecutive batches of
+    ``run_sizes(K, DEFAULT_SMC_RUNS)`` draws, each an SMC run that never resamples (threshold 0).
+
+    IS draws are independent, so the batches are independent, and batch r's p̂_r = mean of its weights is unbiased;
+    p̂ = Σ_r (N_r / K) p̂_r is IS's own estimate. A run without resampling has Lee-Whiteley estimate
+    (N Σ W² − 1)/(N − 1) = s²_w / (N w̄²), the batch's IS v̂ (``diagnostics.relative_variance``). So this is, draw
+    for draw, SMC with ``resample_threshold=0``, and ``smc_diagnostics`` gives the same v̂ (the larger of the batches'
+    spread and their pooled IS v̂, R − 1 degrees of freedom) that ``UncertaintyPolicy.smc_doubt`` judges for SMC.
+    Consecutive batches, never interleaved: a proposal that returned its draws in some order (sorted by weight, say)
+    makes them differ more, not less, so their spread errs large.
+
+    Examples
+    --------
+    >>> d = importance_runs(np.log(np.tile([1.0, 3.0], 50)))
+    >>> d.smc_runs, d.run_sizes, round(d.log_likelihood, 6) == round(math.log(2.0), 6), round(d.largest_run_share, 3)
+    (4, [25, 25, 25, 25], True, 0.255)
+    """
+    lw = np.asarray(log_weights, dtype=np.float64)
+    sizes = run_sizes(lw.size, DEFAULT_SMC_RUNS)
+    bounds = np.cumsum([0, *sizes])
+    runs = []
+    for a, b in itertools.pairwise(bounds):
+        w = torch.from_numpy(lw[a:b])
+        if b == a or torch.isneginf(w).all():
+            runs.append(SMCRun(lw[a:b], -math.inf, 0, [], 0.0))
+            continue
+        ll = float(torch.logsumexp(w, 0)) - math.log(b - a)
+        runs.append(SMCRun(lw[a:b], ll, 0, [], lee_whiteley_relative_variance(w, torch.arange(b - a), 0)))
+    return smc_diagnostics(runs, sizes, 0.0, temperature)
 
 
 def runs_corpus_log_likelihood(run_log_likelihoods, run_sizes_per_doc) -> float:
