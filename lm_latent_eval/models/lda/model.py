@@ -18,6 +18,9 @@ from .stepwise import LDAParticles, init_particles, reorder, step
 from .tokenizer import DEFAULT_TOKEN_PATTERN, LDATokenizer
 from .urn import log_prior, topic_counts
 
+# the proposal's view of the words ahead (lookahead.py): none (the urn, Wallach et al.) or cvb0 (twisted SMC)
+LOOKAHEADS = ("cvb0", "none")
+DEFAULT_LOOKAHEAD = "cvb0"
 # K² C(T + K, K) of the exact dynamic program: K = 4 up to T = 165 tokens (seconds), K = 8 up to T = 22
 DEFAULT_MAX_EXACT_WORK = 500_000_000
 
@@ -46,6 +49,14 @@ class LDA(
         "unknown_words": (
             str,
             "drop (default, as LDA libraries do: perplexity per vocabulary token) or error",
+        ),
+        "lookahead": (
+            str,
+            (
+                "cvb0 (default): the proposal and SMC's targets see the words ahead (expected topic counts of a "
+                "CVB0 fit: twisted SMC) or none: the urn times the token's topic probability (Wallach et al.'s "
+                "left-to-right)"
+            ),
         ),
         "max_exact_work": (
             int,
@@ -78,12 +89,16 @@ class LDA(
         max_exact_work: int = DEFAULT_MAX_EXACT_WORK,
         has_pseudocounts: bool = False,
         source: str = "lm-latent-eval",
+        lookahead: str = DEFAULT_LOOKAHEAD,
     ):
         super().__init__()
         if not isinstance(num_topics, int) or num_topics <= 0:
             raise ValueError(f"num_topics must be a positive integer, got {num_topics!r}")
         self.tokenizer = LDATokenizer(vocab, token_pattern, lowercase, unknown_words)
         self.num_topics, self.max_exact_work, self.source = num_topics, int(max_exact_work), source
+        if lookahead not in LOOKAHEADS:
+            raise ValueError(f"lookahead must be one of {', '.join(LOOKAHEADS)}, got {lookahead!r}")
+        self.lookahead = lookahead
         V = len(vocab)
         self.register_buffer("phi", torch.full((num_topics, V), 1.0 / max(V, 1), dtype=torch.float64))
         self.register_buffer("alpha", torch.full((num_topics,), 1.0 / num_topics, dtype=torch.float64))
@@ -241,11 +256,14 @@ class LDA(
         return reorder(state, ancestors)
 
     def smc_latents(self, state: LDAParticles) -> torch.Tensor:
-        """The topics drawn so far, z [K, t]."""
-        return state.z[:, : state.t]
+        """The topics drawn so far, z [K, t] (with a lookahead: of the tokens drawn so far, in the document's order; all
+        of z once every step is done)."""
+        if state.lookahead is None:
+            return state.z[:, : state.t]
+        return state.z[:, state.lookahead.order[: state.t].sort().values]
 
     def extra_repr(self) -> str:
         return (
             f"num_topics={self.num_topics}, vocab_size={len(self.vocab)}, "
-            f"unknown_words={self.tokenizer.unknown_words!r}, source={self.source!r}"
+            f"unknown_words={self.tokenizer.unknown_words!r}, lookahead={self.lookahead!r}, source={self.source!r}"
         )

@@ -6,6 +6,11 @@ At token t (counts n^{<t} of the particle's own draws) the proposal draws z_t fr
 and the model's factor is p(x_t, z_t | z_<t) = (n_{z_t} + α_{z_t}) / (t + Σα) · Φ[z_t, x_t]. At τ = 1 with peeking the
 incremental weight is p(x_t | x_<t, z_<t) = Σ_k (n_k + α_k) Φ[k, x_t] / (t + Σα), whatever z_t was drawn: SMC is then
 Wallach et al.'s (2009) left-to-right particle method, with the weights and resampling that make it unbiased.
+
+With a lookahead (the model's ``lookahead="cvb0"``, peek=True only) step t draws the topic of token π(t) (the most
+confidently placed tokens first; p(z) is exchangeable), ℓ_k = log(n_k + α_k + m_k^{(t)}) + log Φ[k, x_π(t)] with m^{(t)}
+the expected topic counts of the tokens after step t, and the increment carries the twist ψ_t / ψ_{t−1} of
+``lookahead.py``: SMC's targets then see the whole document, and the increments still sum to log p(x, z) − log q(z | x).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from ...tensors import tempered_draw as draw
+from .lookahead import Lookahead, build_lookahead, log_twist, proposal_logits
 
 
 @dataclass
@@ -33,6 +39,11 @@ class LDAParticles:
     t: int
     temperature: float
     peek: bool
+    # the words ahead (``lookahead.py``), or None: the urn proposal of Wallach et al.
+    lookahead: Lookahead | None = None
+    # with a lookahead: S_s = Σ_k n_k Φ[k, x_s] [K, T] and log ψ_{t−1} [K] of every particle
+    explained: torch.Tensor | None = None
+    log_psi: torch.Tensor | None = None
 
 
 def init_particles(
@@ -44,29 +55,61 @@ def init_particles(
     log_phi = model.log_phi_columns(x)
     z = torch.zeros(num_particles, x.shape[0], dtype=torch.long, device=x.device)
     counts = torch.zeros(num_particles, alpha.shape[0], dtype=torch.float64, device=x.device)
-    return LDAParticles(x, log_phi, alpha, float(alpha.sum()), z, counts, 0, float(temperature), bool(peek))
+    state = LDAParticles(x, log_phi, alpha, float(alpha.sum()), z, counts, 0, float(temperature), bool(peek))
+    if peek and model.lookahead == "cvb0":
+        state.lookahead = build_lookahead(log_phi, alpha)
+        state.explained = torch.zeros(num_particles, x.shape[0], dtype=torch.float64, device=x.device)
+        state.log_psi = torch.zeros(num_particles, dtype=torch.float64, device=x.device)
+    return state
 
 
 def step(state: LDAParticles, t: int, generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw z_t for every particle: returns (log p(x_t, z_t | z_<t) [K], log q_τ(z_t | x, z_<t) [K]), float64."""
     if t != state.t or t >= state.x.shape[0]:
         raise ValueError(f"LDA particles: expected token {state.t} of {state.x.shape[0]}, got t = {t}")
+    if state.lookahead is not None:
+        return _twisted_step(state, t, generator)
     # [K, topics]
     log_urn = torch.log(state.counts + state.alpha)
     # [topics]
     log_phi = state.log_phi[t]
     zt, log_q = draw(log_urn + log_phi if state.peek else log_urn, state.temperature, generator)
     log_p = log_urn.gather(1, zt[:, None]).squeeze(1) - math.log(t + state.alpha_sum) + log_phi[zt]
-    state.z[:, t] = zt
+    _advance(state, t, zt)
+    return log_p, log_q
+
+
+def _twisted_step(state: LDAParticles, t: int, generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """The lookahead's step t, token π(t): its topic z ~ q_τ ∝ ((α + n + m^{(t)}) Φ[:, x_π(t)])^{1/τ}; returns
+    (log p(x_π(t), z | the topics of steps < t) + log ψ_t − log ψ_{t−1} [K] (no ψ_{−1} at t = 0), log q_τ(z) [K]), as
+    ``lookahead.py`` defines them."""
+    ahead = state.lookahead
+    logits = proposal_logits(state.counts, state.alpha, ahead, t)
+    zt, log_q = draw(logits, state.temperature, generator)
+    log_urn = torch.log(state.counts.gather(1, zt[:, None]).squeeze(1) + state.alpha[zt])
+    log_p = log_urn - math.log(t + state.alpha_sum) + ahead.log_phi[t, zt]
+    # [K, T]: S_s gains Φ[z_t, x_π(s)]
+    state.explained += ahead.phi[:, zt].t()
+    log_psi = log_twist(state.explained, ahead, t)
+    log_p = log_p + log_psi - state.log_psi
+    state.log_psi = log_psi
+    _advance(state, t, zt, int(ahead.order[t]))
+    return log_p, log_q
+
+
+def _advance(state: LDAParticles, t: int, zt: torch.Tensor, token: int | None = None) -> None:
+    """Record the topics zt [K] of step t (of token ``token``, default t) and count them."""
+    state.z[:, t if token is None else token] = zt
     state.counts[torch.arange(zt.shape[0], device=zt.device), zt] += 1.0
     state.t = t + 1
-    return log_p, log_q
 
 
 def reorder(state: LDAParticles, ancestors: torch.Tensor) -> LDAParticles:
     """Particle k takes the history (topics and counts) of particle ancestors[k]."""
     ancestors = ancestors.to(state.z.device)
     state.z, state.counts = state.z[ancestors], state.counts[ancestors]
+    if state.lookahead is not None:
+        state.explained, state.log_psi = state.explained[ancestors], state.log_psi[ancestors]
     return state
 
 

@@ -1,0 +1,110 @@
+"""The lookahead of LDA's proposal and SMC targets: what the words ahead say about the topics (twisted SMC).
+
+Left to right, the urn proposal q(z_t = k) ∝ (n_k + α_k) Φ[k, x_t] sees only x_≤t, so at 50-200 topics its early
+draws ignore the rest of the document and SMC's weights degenerate. The lookahead fits topic responsibilities r_s
+[topics] (rows summing to 1) to every token of the document by CVB0 (Asuncion et al. 2009: r_s ∝ (α + N − r_s) ⊙
+Φ[:, x_s], N = Σ_s r_s), fixed before any particle is drawn, and draws the topics in the order π of decreasing
+confidence max_k r_sk (stable): with θ integrated out the tokens are exchangeable, p(z) = Π_t p(z_π(t) | z_π(<t)) in
+any order, so the particles may settle the unambiguous words first and meet the ambiguous ones with their topics
+known. Below, t counts steps and "token t" is token π(t); m^{(t)} = Σ_{s>t} r_s, the expected topic counts of the
+tokens after step t. Then
+
+- the proposal is q_τ(z_t = k | z_<t) ∝ ((n_k + α_k + m_k^{(t)}) Φ[k, x_t])^{1/τ}: the urn, with the words ahead
+  counted as soft pseudo-counts;
+- SMC's intermediate targets are γ_t(z_≤t) = p(x_≤t, z_≤t) ψ_t(z_≤t) with the twist
+
+      ψ_t(z_≤t) = Π_{s>t} Σ_k (α_k + n_k + Σ_{t<s'<s} r_s'k) Φ[k, x_s] / (Σα + s),    n = topic counts of z_≤t,
+
+  the chain rule p(x_>t | z_≤t) = Π_{s>t} p(x_s | x_(t,s), z_≤t) with the topics of the tokens between t and s
+  counted softly: each factor is the urn's predictive probability of token s, a mixture over topics, so a particle
+  that explains the words ahead by other topics than the fit's is still credited. ψ_{T−1} = 1.
+
+Any positive ψ fixed before the particles are drawn keeps SMC unbiased (twisted SMC; γ_T = p(x, z), so the estimate
+is of p(x)), and the first token's increment does not divide by ψ_{−1}, so the increments
+
+    log p(x_t, z_t | z_<t) + log ψ_t(z_≤t) − log ψ_{t−1}(z_<t) − log q_τ(z_t | z_<t)
+
+telescope to log p(x, z) − log q(z | x) exactly (the contract). With S_s = Σ_k n_k Φ[k, x_s] kept per particle (one
+gather per token), a step costs O(K T) for K particles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# CVB0 sweeps (at most) and the change in N below which the fit stops
+SWEEPS, TOLERANCE = 50, 1e-4
+
+
+@dataclass
+class Lookahead:
+    """The lookahead of one document x [T], in the order π of its steps (``order`` [T]: step t draws the topic of
+    token π(t)): ``ahead`` [T, topics] = m^{(t)} (expected topic counts of the tokens after step t), ``phi`` and
+    ``log_phi`` [T, topics] = Φ[k, x_π(s)] and its log, ``base`` [T, T] = Σ_k (α_k + Σ_{t<s'<s} r_s'k) Φ[k, x_s] (row t, column s > t)
+    and ``log_norm`` [T] = log(Σα + s)."""
+
+    order: torch.Tensor
+    ahead: torch.Tensor
+    phi: torch.Tensor
+    log_phi: torch.Tensor
+    base: torch.Tensor
+    log_norm: float
+
+
+def cvb0_responsibilities(log_phi: torch.Tensor, alpha: torch.Tensor, sweeps: int = SWEEPS) -> torch.Tensor:
+    """r [T, topics] at the CVB0 fixed point r_s ∝ (α + N − r_s) ⊙ Φ[:, x_s], N = Σ_s r_s (Jacobi updates from
+    r_s ∝ α ⊙ Φ[:, x_s]; deterministic given x, as a twist must be fixed before the particles are drawn).
+
+    Parameters
+    ----------
+    log_phi : torch.Tensor
+        log Φ[k, x_s], float64 [T, topics].
+    alpha : torch.Tensor
+        α, float64 [topics].
+    """
+    phi = torch.exp(log_phi - log_phi.max(1, keepdim=True).values)
+    r = phi * alpha
+    r = r / r.sum(1, keepdim=True)
+    for _ in range(sweeps):
+        counts = r.sum(0)
+        new = (alpha + counts - r).clamp_min(0.0) * phi
+        new = new / new.sum(1, keepdim=True)
+        done = float((new.sum(0) - counts).abs().max()) < TOLERANCE
+        r = new
+        if done:
+            break
+    return r
+
+
+def build_lookahead(log_phi: torch.Tensor, alpha: torch.Tensor) -> Lookahead:
+    """The lookahead of a document from log Φ[k, x_t] [T, topics] and α [topics] (module docstring)."""
+    T = log_phi.shape[0]
+    r = cvb0_responsibilities(log_phi, alpha) if T else torch.zeros_like(log_phi)
+    # the most confident tokens first (stable: ties keep the document's order)
+    order = torch.argsort(-r.max(1).values, stable=True) if T else torch.zeros(0, dtype=torch.long)
+    r, log_phi = r[order], log_phi[order]
+    # m^{(t)} = Σ_{s>t} r_s: the reverse cumulative sum, shifted by one (m^{(T−1)} = 0 exactly)
+    ahead = torch.cat([r[1:].flip(0).cumsum(0).flip(0), torch.zeros_like(r[:1])])
+    phi = log_phi.exp()
+    # M_s = Σ_{s'<s} r_s' [T + 1, topics]
+    before = torch.cat([torch.zeros_like(r[:1]), r.cumsum(0)])
+    # [T, T]: Σ_k (α_k + M_s,k − M_{t+1},k) Φ[k, x_s]
+    base = ((alpha + before[:T]) * phi).sum(1) - before[1:] @ phi.t()
+    log_norm = torch.log(float(alpha.sum()) + torch.arange(T, dtype=torch.float64, device=phi.device))
+    # ≥ Σ_k α_k Φ[k, x_s] > 0, whatever the rounding of the difference of cumulative sums
+    return Lookahead(order, ahead, phi, log_phi, torch.maximum(base, (alpha * phi).sum(1)), log_norm)
+
+
+def proposal_logits(counts: torch.Tensor, alpha: torch.Tensor, lookahead: Lookahead, t: int) -> torch.Tensor:
+    """log(α + n + m^{(t)}) + log Φ[:, x_π(t)] for the counts n [K, topics] of the steps before t: q's logits at step t,
+    [K, topics]."""
+    return torch.log(counts + alpha + lookahead.ahead[t]) + lookahead.log_phi[t]
+
+
+def log_twist(explained: torch.Tensor, lookahead: Lookahead, t: int) -> torch.Tensor:
+    """log ψ_t = Σ_{s>t} log((base[t, s] + S_s) / (Σα + s)) from S [K, T] (S_s = Σ_k n_k Φ[k, x_s] over z_≤t):
+    float64 [K] (0 at the last token)."""
+    ahead = lookahead.base[t, t + 1 :] + explained[:, t + 1 :]
+    return torch.log(ahead).sum(1) - lookahead.log_norm[t + 1 :].sum()
