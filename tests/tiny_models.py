@@ -98,3 +98,27 @@ def make_tiny_bpe_gpt2(path: str | Path, corpus=BPE_CORPUS, vocab_size: int = 30
     GPT2LMHeadModel(config).save_pretrained(path)
     fast.save_pretrained(path)
     return path
+
+
+BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def make_tiny_bert(
+    path: str | Path, words=WORDS, seed: int = 0, hidden_size: int = 16, max_position: int = 24
+) -> Path:
+    """A random-weight BERT-architecture masked LM (``BertForMaskedLM``, one layer) with a WordPiece tokenizer over
+    [PAD], [UNK], [CLS], [SEP], [MASK] + ``words`` (ids in that order), both built here and saved to ``path``."""
+    import torch
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    vocab = list(dict.fromkeys([*BERT_SPECIALS, *words]))
+    tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=hidden_size, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=2 * hidden_size, max_position_embeddings=max_position,
+                        pad_token_id=0)  # fmt: skip
+    BertForMaskedLM(config).eval().save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

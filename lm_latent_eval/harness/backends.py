@@ -37,9 +37,17 @@ from ..estimators.registry import resolve
 from ..models import MODELS, checkpoint_hash, load_model, model_target
 from .advice import advise_on_settings, warn_about_empty_documents, warn_if_unreliable
 from .cache import EstimateCache
-from .conditionals import NOT_GREEDY, GreedyNotice, conditionals, prefix_model, texts_to_estimate
+from .conditionals import (
+    NOT_GREEDY,
+    GreedyNotice,
+    conditionals,
+    has_conditional_model,
+    prefix_model,
+    texts_to_estimate,
+    view_estimates,
+)
 from .distributed import Processes, distributed_state
-from .exchange import EstimateExchange
+from .exchange import Conditional, EstimateExchange
 from .generation import generate
 from .hook import register_backends
 from .model_args import name_output_folder, parse_backend_args, with_cli_config
@@ -131,7 +139,9 @@ class LatentLMEval(LM):
         return [estimates[text].log_likelihood for text in texts]
 
     def loglikelihood(self, requests: list[Instance], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
-        """log p̂(context ⊕ continuation) − log p̂(context), from a prefix probability only (``conditionals``).
+        """log p̂(continuation | context): from the model's view of the context revealed where it offers
+        ``conditional_model`` (the masked LMs), else log p̂(context ⊕ continuation) − log p̂(context) from a prefix
+        probability only (``conditionals``).
 
         Parameters
         ----------
@@ -152,14 +162,31 @@ class LatentLMEval(LM):
         >>> value < 0, greedy, lm.exchange.continuation_tokens("Anna saw", " the dog.", value)
         (True, False, 3)
         """
-        pairs, view = [req.args for req in requests], prefix_model(self.model)
-        texts = texts_to_estimate(view, pairs)
-        desc = f"{self.settings.estimator} log p(context, continuation)"
-        estimates = self.batches.estimate(texts, self.settings, desc, not disable_tqdm, view)
+        pairs = [req.args for req in requests]
+        if has_conditional_model(self.model):
+            values = self._view_conditionals(pairs, not disable_tqdm)
+        else:
+            view = prefix_model(self.model)
+            texts = texts_to_estimate(view, pairs)
+            desc = f"{self.settings.estimator} log p(context, continuation)"
+            values = conditionals(
+                pairs, self.batches.estimate(texts, self.settings, desc, not disable_tqdm, view)
+            )
         self.greedy.warn()
-        values = conditionals(pairs, estimates)
         self.exchange.put_conditionals(values)
         return [(values[pair].log_likelihood, False) for pair in pairs]
+
+    def _view_conditionals(self, pairs: list[tuple[str, str]], progress: bool) -> dict:
+        """log p̂(continuation | context) from the model's conditional views (``conditionals.view_estimates``), one
+        reliability warning for them all."""
+
+        def estimate(view, texts):
+            desc = f"{self.settings.estimator} log p(continuation | context)"
+            return self.batches.estimate(texts, self.settings, desc, False, view, check=False)
+
+        estimates = view_estimates(self.model, pairs, estimate, progress)
+        warn_if_unreliable(type(self).__name__, estimates.values(), self.settings, self.model)
+        return {pair: Conditional(e.log_likelihood, e.num_tokens) for pair, e in estimates.items()}
 
     def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
         """Ancestral samples from p(· | context), seeded from (seed, context), cut at the first ``until`` string;

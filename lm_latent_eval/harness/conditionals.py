@@ -1,7 +1,12 @@
 """The prefix-probability policy of ``loglikelihood``: log p̂(continuation | context) = log p̂(ctx ⊕ cont) − log p̂(ctx).
 
-That difference is the probability of the continuation given the context only when Σ_z p(x, z) is the probability
-that a text *starts with* x: the model's own ``log_joint`` where it declares ``prefix_probability = True``, or its
+A model that offers ``conditional_model(context)`` (the masked LMs: the context revealed, the continuation's
+positions marginalized over their reveal orders) answers instead from that view: each continuation is one document
+of the context's view (``view_estimates``), estimated by the run's estimator, so the conditional is exact under
+``estimator=exact`` and normalized over the continuations of its length.
+
+Otherwise the difference is the probability of the continuation given the context only when Σ_z p(x, z) is the
+probability that a text *starts with* x: the model's own ``log_joint`` where it declares ``prefix_probability = True``, or its
 ``prefix_model()`` (the RNNG's); anything else is refused before any work (``protocol.prefix_view``). It is also no
 conditional of the continuation's tokens when tokens(ctx) are not a prefix of tokens(ctx ⊕ cont): a warning says so.
 """
@@ -11,6 +16,7 @@ from __future__ import annotations
 import warnings
 
 import torch
+from tqdm import tqdm
 
 from ..errors import InputError
 from ..estimators import DocumentEstimate
@@ -48,6 +54,45 @@ def prefix_model(model):
         f"{name}: loglikelihood requests (multiple-choice and completion tasks) are refused: {what}. "
         "Perplexity tasks (loglikelihood_rolling) are unaffected."
     )
+
+
+def has_conditional_model(model) -> bool:
+    """Whether ``model`` offers ``conditional_model(context)``: a latent LM of the continuations given the context.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> has_conditional_model(SimpleNamespace(conditional_model=lambda context: None)), has_conditional_model(None)
+    (True, False)
+    """
+    return callable(getattr(model, "conditional_model", None))
+
+
+def view_estimates(
+    model, pairs: list[Pair], estimate, progress: bool = False
+) -> dict[Pair, DocumentEstimate]:
+    """log p̂(continuation | context) of every distinct pair from the context's view ``model.conditional_model(ctx)``:
+    ``estimate(view, texts)`` estimates its documents ctx ⊕ cont (each seeded from its whole text), one call per
+    distinct context.
+
+    Examples
+    --------
+    >>> from lm_latent_eval.estimators import EstimatorSettings, estimate_document
+    >>> from lm_latent_eval.models import load_model
+    >>> masked, _ = load_model("masked")
+    >>> run = lambda view, texts: {t: estimate_document(view, t, EstimatorSettings("exact")) for t in texts}
+    >>> out = view_estimates(masked, [("anna saw", " the dog.")], run)
+    >>> out["anna saw", " the dog."].num_tokens, round(out["anna saw", " the dog."].log_likelihood, 4)
+    (3, -2.2778)
+    """
+    by_context: dict[str, list[str]] = {}
+    for ctx, cont in dict.fromkeys(pairs):
+        by_context.setdefault(ctx, []).append(cont)
+    out = {}
+    for ctx, conts in tqdm(by_context.items(), desc="contexts", disable=not progress):
+        estimates = estimate(model.conditional_model(ctx), [ctx + cont for cont in conts])
+        out.update({(ctx, cont): estimates[ctx + cont] for cont in conts})
+    return out
 
 
 def texts_to_estimate(model, pairs: list[Pair]) -> list[str]:

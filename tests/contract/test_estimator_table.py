@@ -18,6 +18,7 @@ import torch
 from cases import CASES
 
 from lm_latent_eval.estimators import EstimatorSettings, estimate_document, resolve
+from lm_latent_eval.harness.conditionals import has_conditional_model
 from lm_latent_eval.protocol import has_text_sampler, prefix_view
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "estimators.md"
@@ -147,7 +148,8 @@ def test_generate_until_cells(models, name, cell):
 
 @pytest.mark.parametrize("name,cell", params(1, "`loglikelihood` (context, continuation)"))
 def test_loglikelihood_cells(models, name, cell):
-    """yes: a prefix probability to difference (own or prefix_model()), or the tokenization LM's own contexts."""
+    """yes: a prefix probability to difference (own or prefix_model()), a view of the context revealed
+    (conditional_model: the masked LMs), or the tokenization LM's own contexts."""
     model = model_of(models, name)
-    answers = prefix_view(model) is not None or name == "tokenization"
+    answers = prefix_view(model) is not None or has_conditional_model(model) or name == "tokenization"
     assert answers == verdict(cell)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import ClassVar
 
 import torch
 from huggingface_hub import PyTorchModelHubMixin
 
+from ...errors import InputError
 from ..checkpoints import StrictLoading
 from ..hmm.tokenizer import UNK
 from .model import MaskedOrderLM
@@ -41,6 +44,11 @@ class MaskedDiffusionLM(
             int,
             "refuse estimator=exact beyond this many tokens (2^T network rows; default 16)",
         ),
+        "mask_token": (
+            str,
+            "(Hugging Face checkpoints) the token or id read at a masked position (default: the tokenizer's mask)",
+        ),
+        "trust_remote_code": (bool, "(Hugging Face checkpoints) passed to transformers' Auto classes"),
     }
 
     def __init__(
@@ -61,6 +69,31 @@ class MaskedDiffusionLM(
         super().__init__(
             predictor, vocab.index(MASK), vocab, policy, policy_temperature, max_exact_tokens, max_length
         )
+
+    @classmethod
+    def from_pretrained(
+        cls, pretrained_model_name_or_path, *, mask_token=None, trust_remote_code=False, **kwargs
+    ):
+        """Our checkpoint (config.json + model.safetensors), or a Hugging Face masked LM or masked-diffusion
+        checkpoint (``hf.HFMaskedLM``: ``mask_token`` and ``trust_remote_code`` apply to it only)."""
+        if is_transformers_checkpoint(pretrained_model_name_or_path):
+            from .hf import HFMaskedLM
+
+            return HFMaskedLM.from_pretrained(
+                str(pretrained_model_name_or_path), mask_token, trust_remote_code, **kwargs
+            )
+        if mask_token is not None or trust_remote_code:
+            raise InputError(
+                "mask_token and trust_remote_code apply to Hugging Face checkpoints only, not to "
+                f"{pretrained_model_name_or_path} (a lm-latent-eval masked-diffusion checkpoint)"
+            )
+        return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+
+
+def is_transformers_checkpoint(path: str | Path) -> bool:
+    """Whether ``path`` is a transformers checkpoint folder (its config.json names a ``model_type``), not ours."""
+    config = Path(path) / "config.json"
+    return config.is_file() and "model_type" in json.loads(config.read_text(encoding="utf-8"))
 
 
 def tiny_masked_lm(

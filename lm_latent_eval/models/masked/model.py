@@ -12,6 +12,7 @@ E_{σ ~ uniform} log p(x | σ) is importance sampling with K = 1 and the uniform
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -26,6 +27,7 @@ from .exact import dp_log_marginal
 from .orders import check_orders, order_scores, picked
 from .policy import check_policy
 from .proposal import MaskedOrderProposal
+from .sampling import sample_continuation
 
 # orders scored per block of log_joint: K · T² booleans of states and float64 tables stay near 2^20 entries each
 STATE_ENTRIES = 1 << 20
@@ -40,9 +42,10 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
         The network; its output is the logits or has them as ``.logits`` (a Hugging Face masked LM).
     mask_id : int
         The id the network reads at a masked position; its logit is left out of every token distribution.
-    vocab : list of str
+    vocab : list of str or None
         The words of the ids (``<unk>`` and ``vocab[mask_id]`` among them); ``tokenize`` lower-cases and splits off
-        punctuation, and a word outside the list is ``<unk>``.
+        punctuation, and a word outside the list is ``<unk>``. None: a subclass tokenizes (``text_ids``,
+        ``id_text`` and ``vocab_size``: the Hugging Face checkpoints of ``hf.py``).
     policy : str
         ``uniform`` (p(σ) = 1/T!, the default) or ``confidence`` (``policy.py``).
     policy_temperature : float
@@ -50,7 +53,7 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
     max_exact_tokens : int
         The longest text ``log_marginal`` sums over its 2^T revealed sets.
     max_length : int or None
-        The longest text the network reads (None: no limit).
+        The longest input the network reads, a conditional's revealed context included (None: no limit).
     block_tokens : int
         Network rows per call × T: the memory of one call.
     """
@@ -65,13 +68,18 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
                  max_length=None, block_tokens=8192):  # fmt: skip
         super().__init__()
         check_policy(policy, policy_temperature)
-        mask_word = vocab[mask_id]
-        self.words = WordVocabulary(vocab, UNK, specials=(mask_word,), lowercase=True, reserved=(mask_word,))
+        if vocab is not None:
+            mask_word = vocab[mask_id]
+            self.words = WordVocabulary(
+                vocab, UNK, specials=(mask_word,), lowercase=True, reserved=(mask_word,)
+            )
         self.predictor, self.mask_id = predictor, int(mask_id)
         self.policy, self.policy_temperature = policy, float(policy_temperature)
         self.max_exact_tokens, self.max_length, self.block_tokens = max_exact_tokens, max_length, block_tokens
         # network rows run so far (one row = one revealed set of one text): the cost figure of the benchmarks
         self.network_rows = 0
+        # a conditional view's revealed context (``conditional_model``): ids [C] read before the text, and its text
+        self.context_ids, self.context_text = None, None
         self.proposal = MaskedOrderProposal(self)
 
     @property
@@ -79,15 +87,27 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
         return self.words.words
 
     @property
+    def vocab_size(self) -> int:
+        """V, the ids a text may hold (the mask id among them, refused in a text)."""
+        return len(self.vocab)
+
+    @property
     def device(self) -> torch.device:
         return next(self.predictor.parameters()).device
 
-    def predict(self, ids: torch.Tensor) -> torch.Tensor:
+    def network_logits(self, ids: torch.Tensor) -> torch.Tensor:
         """The network's logits [B, L, V] for ids [B, L]."""
         out = self.predictor(ids)
         return getattr(out, "logits", out)
 
-    def tokenize(self, text: str) -> torch.Tensor:
+    def predict(self, ids: torch.Tensor) -> torch.Tensor:
+        """Logits [B, T, V] for the text ids [B, T], read after the revealed context of a conditional view."""
+        if self.context_ids is None or self.context_ids.numel() == 0:
+            return self.network_logits(ids)
+        context = self.context_ids.to(ids.device).expand(ids.shape[0], -1)
+        return self.network_logits(torch.cat([context, ids], 1))[:, context.shape[1] :]
+
+    def text_ids(self, text: str) -> torch.Tensor:
         """LongTensor [T] of word ids (lower-cased, punctuation split off; unknown words -> ``<unk>``)."""
         return torch.tensor(self.words.ids(split_words(text)), dtype=torch.long)
 
@@ -95,17 +115,54 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
         """The words of the ids joined by spaces."""
         return self.words.detokenize(int(i) for i in ids)
 
+    def tokenize(self, text: str) -> torch.Tensor:
+        """The text's ids [T] (``text_ids``); in a conditional view, ``text`` is context ⊕ continuation and the ids
+        are the continuation's (``conditional_model``)."""
+        if self.context_text is None:
+            return self.text_ids(text)
+        if not text.startswith(self.context_text):
+            raise ValueError(f"a conditional view of context {self.context_text[-40:]!r} got another text")
+        full, context = self.text_ids(text), self.context_ids.cpu()
+        if full.numel() >= context.numel() and torch.equal(full[: context.numel()], context):
+            return full[context.numel() :]
+        # the tokens of the context are no prefix of the whole text's: the continuation tokenized alone
+        return self.text_ids(text[len(self.context_text) :])
+
     def check_text(self, x: torch.Tensor) -> torch.Tensor:
         """x on the model's device; ValueError for ids outside the vocabulary or the mask id, UnsupportedError for
-        a text longer than the network reads."""
-        check_word_ids(x, len(self.vocab))
+        a text (with a conditional view's context) longer than the network reads."""
+        check_word_ids(x, self.vocab_size)
         if bool((x == self.mask_id).any()):
             raise ValueError(f"x holds the mask id {self.mask_id}; use model.tokenize(text)")
-        if self.max_length is not None and x.numel() > self.max_length:
+        context = 0 if self.context_ids is None else self.context_ids.numel()
+        if self.max_length is not None and x.numel() + context > self.max_length:
             raise UnsupportedError(
-                f"{type(self).__name__} reads texts of at most {self.max_length} tokens, got {x.numel()}"
+                f"{type(self).__name__} reads inputs of at most {self.max_length} tokens, got {x.numel() + context}"
+                + (f" ({context} of them the revealed context)" if context else "")
             )
         return x.to(self.device)
+
+    def conditional_model(self, context: str) -> MaskedOrderLM:
+        """The model of a continuation given ``context`` revealed: a view sharing this network whose documents are
+        context ⊕ continuation texts, whose x is the continuation's ids, and whose latent is the order of the
+        continuation's positions, all masked at first, the context's ids read before them:
+
+            p(x_cont | x_ctx) = Σ_σ Π_t π(σ_t | S_{t−1}) p_θ(x_{σ_t} | x_ctx and x at S_{t−1} revealed, the rest masked),
+
+        a distribution over the continuations of T tokens (Σ over the vocabulary = 1 at T = 1). Every estimator
+        applies to the view (``log_marginal``: the dynamic program over the continuation's revealed sets).
+        """
+        view = copy.copy(self)
+        view.context_text, view.context_ids = context, self.text_ids(context).to(self.device)
+        view.proposal = MaskedOrderProposal(view)
+        return view
+
+    def sample_text(self, prefix_text: str, max_tokens: int, generator=None, stop=None) -> str:
+        """A continuation of ``prefix_text`` from the model's own sampler (``sampling.sample_continuation``): as
+        many masked positions as ``max_tokens`` (at most what the network reads after the prefix), revealed one per
+        step under the order policy, cut before the first ``stop`` string."""
+        text = sample_continuation(self, prefix_text, max_tokens, generator)
+        return text[: min((text.find(s) for s in stop or [] if s and s in text), default=len(text))]
 
     @torch.no_grad()
     def log_joint(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
@@ -129,6 +186,6 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
 
     def extra_repr(self) -> str:
         return (
-            f"vocab_size={len(self.vocab)}, mask_id={self.mask_id}, policy={self.policy!r}, "
+            f"vocab_size={self.vocab_size}, mask_id={self.mask_id}, policy={self.policy!r}, "
             f"policy_temperature={self.policy_temperature}"
         )

@@ -1,0 +1,125 @@
+"""``latent_masked``'s three request types, on the bundled model and on a random-weight BERT built here (offline):
+loglikelihood from the context's view (its positions revealed, the continuation's marginalized over orders),
+normalized over the vocabulary; loglikelihood_rolling; generate_until by the model's own unmasking sampler."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from lm_eval.api.instance import Instance
+from tiny_models import make_tiny_bert
+
+from lm_latent_eval.harness.backends import LatentMaskedEval
+from lm_latent_eval.models.masked.exact import brute_force_log_marginal
+from lm_latent_eval.models.masked.hf import HFMaskedLM
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory, monkeypatch_module):
+    return make_tiny_bert(tmp_path_factory.mktemp("bert"))
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        yield mp
+
+
+def loglikelihood(lm, pairs):
+    return [
+        v
+        for v, _ in lm.loglikelihood([Instance("loglikelihood", {}, p, i) for i, p in enumerate(pairs)], True)
+    ]
+
+
+def one_token_words(model) -> list[str]:
+    """The vocabulary's entries that tokenize back to their own single id."""
+    words = [model.detokenize([i]) for i in range(model.vocab_size) if i != model.mask_id]
+    return [
+        w for i, w in enumerate(words) if model.tokenize(" " + w).tolist() == [model.tokenize(" " + w)[0]]
+    ]
+
+
+def test_the_bert_checkpoint_loads_with_its_tokenizer_mask_and_special_tokens(bert_dir):
+    lm = LatentMaskedEval(pretrained=str(bert_dir), estimator="exact", device="cpu")
+    model = lm.model
+    assert isinstance(model, HFMaskedLM)
+    assert model.mask_id == model.tokenizer.mask_token_id == 4
+    # [CLS] before the text, [SEP] after it; the text's own ids only are revealed
+    assert model.special_before.tolist() == [2] and model.special_after.tolist() == [3]
+    assert model.tokenize("The cat sat.").tolist() == [5, 7, 9, 18]
+    assert model.max_length == 22
+
+
+@torch.no_grad()
+def test_the_bert_log_joint_is_the_product_of_its_masked_conditionals(bert_dir):
+    """log p(x, σ) by hand: [CLS] x [SEP] with the unrevealed positions set to [MASK], softmax without [MASK]."""
+    model = LatentMaskedEval(pretrained=str(bert_dir), device="cpu").model
+    x, order = model.tokenize("the cat sat"), torch.tensor([2, 0, 1])
+    ids, total = torch.tensor([2, 4, 4, 4, 3]), -math.log(6)
+    for position in order.tolist():
+        logits = model.predictor(input_ids=ids[None]).logits[0, 1 + position].double()
+        logits[4] = -math.inf
+        total += float(torch.log_softmax(logits, -1)[x[position]])
+        ids[1 + position] = x[position]
+    assert float(model.log_joint(x, order[None])) == pytest.approx(total, abs=1e-5)
+    assert model.log_marginal(x) == pytest.approx(brute_force_log_marginal(model, x), abs=1e-12)
+
+
+@pytest.mark.parametrize("which", ["bundled", "bert"])
+def test_a_one_token_conditional_sums_to_one_over_the_vocabulary(which, bert_dir):
+    args = {"pretrained": str(bert_dir)} if which == "bert" else {}
+    lm = LatentMaskedEval(estimator="exact", device="cpu", **args)
+    view = lm.model.conditional_model("the cat")
+    every = [
+        view.log_marginal(torch.tensor([v])) for v in range(lm.model.vocab_size) if v != lm.model.mask_id
+    ]
+    # the network's float32 normalizer: 1 within float32 rounding
+    assert float(torch.logsumexp(torch.tensor(every), 0)) == pytest.approx(0.0, abs=1e-6)
+    words = one_token_words(lm.model)
+    assert len(words) > 10
+    values = loglikelihood(lm, [("the cat", " " + w) for w in words])
+    by_id = {int(lm.model.tokenize(" " + w)[0]): v for w, v in zip(words, values)}
+    assert all(
+        by_id[v] == pytest.approx(float(view.log_marginal(torch.tensor([v]))), abs=1e-12) for v in by_id
+    )
+
+
+def test_loglikelihood_marginalizes_the_continuation_over_its_orders_given_the_context_revealed():
+    """exact: the dynamic program over the continuation's revealed sets equals brute force over its 3! orders; is
+    with uniform orders lands near it; the answer is the conditional, not a difference of two joints."""
+    lm = LatentMaskedEval(estimator="exact", device="cpu")
+    [value] = loglikelihood(lm, [("anna saw", " the dog.")])
+    view = lm.model.conditional_model("anna saw")
+    x = view.tokenize("anna saw the dog.")
+    assert x.tolist() == lm.model.tokenize("the dog.").tolist()
+    assert value == pytest.approx(brute_force_log_marginal(view, x), abs=1e-12)
+    assert lm.exchange.continuation_tokens("anna saw", " the dog.", value) == 3
+    sampled = LatentMaskedEval(estimator="is", num_samples=400, peek=False, device="cpu", seed=0)
+    assert loglikelihood(sampled, [("anna saw", " the dog.")])[0] == pytest.approx(value, abs=0.05)
+
+
+def test_loglikelihood_rolling_is_the_document_estimate(bert_dir):
+    lm = LatentMaskedEval(pretrained=str(bert_dir), estimator="exact", device="cpu")
+    [value] = lm.loglikelihood_rolling(
+        [Instance("loglikelihood_rolling", {}, ("the cat sat on the mat.",), 0)], True
+    )
+    assert value == pytest.approx(
+        lm.model.log_marginal(lm.model.tokenize("the cat sat on the mat.")), abs=1e-12
+    )
+
+
+@pytest.mark.parametrize("which", ["bundled", "bert"])
+def test_generate_until_unmasks_a_continuation_seeded_by_the_context(which, bert_dir):
+    args = {"pretrained": str(bert_dir)} if which == "bert" else {}
+    lm = LatentMaskedEval(device="cpu", seed=5, **args)
+    request = Instance(
+        "generate_until", {}, ("the cat", {"until": ["\n"], "max_gen_toks": 5, "do_sample": True}), 0
+    )
+    [text] = lm.generate_until([request], True)
+    [again] = lm.generate_until([request], True)
+    assert text == again and text.startswith(" ")
+    assert len(lm.model.tokenize(text)) == 5
