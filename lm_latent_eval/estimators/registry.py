@@ -3,7 +3,7 @@
 ``ESTIMATORS`` is the one table that ``estimator=``, ``auto``, the backends, the tasks, the cards and the docs' tables
 read. Its order is ``auto``'s preference: the first estimator whose ``auto_reason(model)`` is not None is picked
 (exact where the model declares a tractable marginal, SMC where it has the stepwise part, IS otherwise; the beam
-bound is never picked).
+bound and the masked LMs' ELBO are never picked).
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ from ..errors import InputError, UnsupportedError
 from ..protocol import check_tempering
 from .base import DocumentEstimate, Estimator
 from .beam import BEAM
+from .elbo import ELBO
 from .exact import EXACT
 from .importance import IMPORTANCE
 from .seeding import sample_block
 from .settings import AUTO, AUTO_TARGET_SE, DEFAULT_LEVEL, EstimatorSettings
 from .smc import SMC
 
-ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (EXACT, SMC, IMPORTANCE, BEAM)}
+ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (EXACT, SMC, IMPORTANCE, BEAM, ELBO)}
 
 
 def estimator_named(name: str) -> Estimator:
@@ -35,7 +36,7 @@ def estimator_named(name: str) -> Estimator:
     >>> estimator_named("bootstrap")
     Traceback (most recent call last):
     ...
-    lm_latent_eval.errors.InputError: estimator must be one of ('auto', 'exact', 'smc', 'is', 'beam'), got 'bootstrap'
+    lm_latent_eval.errors.InputError: estimator must be one of ('auto', 'exact', 'smc', 'is', 'beam', 'elbo'), got 'bootstrap'
     """
     if name not in ESTIMATORS:
         raise InputError(f"estimator must be one of {(AUTO, *ESTIMATORS)}, got {name!r}")

@@ -23,6 +23,8 @@ MAX_SAMPLES_FACTOR = 256  # the precision target's default budget per document: 
 DEFAULT_RESAMPLE_THRESHOLD = 0.5  # SMC resamples when ESS < 0.5 · N
 DEFAULT_SMC_RUNS = 4  # independent SMC runs per document: their spread is an honest Monte Carlo error
 DEFAULT_LEVEL = 0.95  # the level of every interval and certified bound unless ``level`` is given
+# the masks of estimator=elbo: LLaDA's count of masked positions, MDLM's masking ratio, Dream's left-to-right order
+ELBO_MASKS = ("count", "ratio", "left_to_right")
 
 
 def _help(text: str) -> dict:
@@ -63,6 +65,8 @@ class EstimatorSettings:
         The precision target's budget per document.
     level : float
         The level of the two-sided interval; the certified bound holds with probability ≥ ``level``.
+    elbo_masks : str
+        The masks of ``estimator=elbo`` (one of ``ELBO_MASKS``).
 
     Examples
     --------
@@ -121,6 +125,14 @@ class EstimatorSettings:
         ),
     )
 
+    elbo_masks: str = field(
+        default="count",
+        metadata=_help(
+            "estimator=elbo's masks: count (LLaDA: l ~ U{1..T} positions masked, weight T/l), ratio (MDLM: "
+            "t ~ U(0, 1), each position masked w.p. t, weight 1/t) or left_to_right (Dream: one order)"
+        ),
+    )
+
     def __post_init__(self):
         if not isinstance(self.estimator, str):
             raise InputError(f"estimator must be a name, got {self.estimator!r}")
@@ -143,6 +155,8 @@ class EstimatorSettings:
             check_num_samples(self.max_samples, "max_samples")
         if not (_number(self.level) and 0.0 < self.level < 1.0):
             raise InputError(f"level must be a number strictly between 0 and 1, got {self.level!r}")
+        if self.elbo_masks not in ELBO_MASKS:
+            raise InputError(f"elbo_masks must be one of {ELBO_MASKS}, got {self.elbo_masks!r}")
 
     @property
     def sample_budget(self) -> int:

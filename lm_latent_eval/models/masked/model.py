@@ -23,6 +23,7 @@ from ..hmm.tokenizer import UNK, split_words
 from ..stepwise_module import StepwiseFromModule
 from ..vocabulary import WordVocabulary, check_word_ids
 from . import stepwise
+from .conditionals import step_scores
 from .exact import dp_log_marginal
 from .orders import check_orders, order_scores, picked
 from .policy import check_policy
@@ -178,6 +179,12 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
             valid, order, scores = order_scores(self, x, z[start : start + rows])
             out.append(picked(scores.log_joint, order).masked_fill(~valid, -math.inf))
         return torch.cat(out)
+
+    def masked_token_log_probs(self, x: torch.Tensor, revealed: torch.Tensor) -> torch.Tensor:
+        """log p_θ(x_i | x at S revealed, the rest masked) for N states (revealed BoolTensor [N, T]): float64 [N, T],
+        −inf at the revealed positions (``estimator=elbo``'s terms)."""
+        x = self.check_text(x)
+        return step_scores(self, x, revealed.to(self.device)).log_token
 
     def log_marginal(self, x: torch.Tensor) -> float:
         """log p(x) = log Σ_σ p(x, σ), exact by the dynamic program over revealed sets (``exact.py``); an

@@ -1,0 +1,171 @@
+"""The masked-diffusion papers' Monte Carlo ELBO (``estimator=elbo``): a named baseline, a lower bound on log p(x).
+
+For a masked LM whose order policy is uniform (``models/masked``), the ELBO of the reveal order σ with q = p(σ) is
+
+    ELBO(x) = E_σ log p(x | σ) = E_M [ w(M) Σ_{i ∈ M} log p_θ(x_i | x outside M revealed, M masked) ] ≤ log p(x),
+
+and the anchors draw the masked set M three ways (``elbo_masks``), each term an unbiased draw of the same ELBO:
+
+- ``count`` (LLaDA's evaluation, its lm-eval wrapper): l ~ U{1, …, T}, l positions masked uniformly, w = T / l;
+- ``ratio`` (MDLM, LLaDA's training loss): t ~ U(0, 1), each position masked with probability t, w = 1 / t. Same mean,
+  but its variance is infinite (P(one position masked) ≈ T t near t = 0, where the term is ≈ 1 / t), so its standard
+  error does not settle as K grows;
+- ``left_to_right`` (Dream's ``ar_ftb``): the one order revealing the positions left to right; the estimate is
+  log p(x, σ_LR) = log p(x | σ_LR) − log T!, a lower bound with certainty, and the record keeps log p(x | σ_LR), the
+  likelihood Dream reports (that of a sampler that always reveals left to right, not a bound on this model's p(x)).
+
+The estimate is the mean of the K terms, with its standard error. E[ELBÔ] ≤ log p(x): its perplexity is an upper
+bound in expectation, never an interval on log p, and no certified bound (``fixed_statement``: one-sided, at −∞).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from .base import DocumentEstimate, Estimator, as_array, as_list
+from .intervals import DocumentError, Interval
+from .policy import DEFAULT_POLICY, UncertaintyPolicy
+from .seeding import document_generator, stage_block
+
+ELBO_NOT_AN_ESTIMATE = "an ELBO is a lower bound on log p(x), not an estimate of it"
+ELBO_NOT_CERTIFIED = (
+    "the Monte Carlo ELBO is a lower bound on S in expectation only (E[ELBO estimate] ≤ log p for every document): "
+    "its perplexity is an upper bound on average over seeds, with no certified bound"
+)
+# the random stream of estimator=elbo (IS uses blocks 0, 1, ...; generate_until −1, −2, ...)
+ELBO_STREAM = 2**31
+
+
+@dataclass
+class ELBOEstimate(DocumentEstimate):
+    """A Monte Carlo ELBO: ``log_likelihood`` is the mean of the K ``samples`` (float64 [K]); ``order_log_likelihood``
+    (``left_to_right`` only) is log p(x | σ_LR), Dream's figure."""
+
+    estimator: ClassVar[str] = "elbo"
+    samples: np.ndarray | None = None
+    order_log_likelihood: float | None = None
+
+    @property
+    def standard_error(self) -> float:
+        """The Monte Carlo standard error of the mean, s / √K (0 for one order; NaN for K = 1)."""
+        if self.samples is None or self.samples.size < 2:
+            return math.nan if self.order_log_likelihood is None and self.num_tokens else 0.0
+        return float(np.std(self.samples, ddof=1) / math.sqrt(self.samples.size))
+
+    def error(self, policy: UncertaintyPolicy = DEFAULT_POLICY) -> DocumentError:
+        if self.num_tokens == 0:
+            return DocumentError(self.log_likelihood, 0.0, math.inf)
+        return DocumentError(self.log_likelihood, math.nan, 0.0, ELBO_NOT_AN_ESTIMATE)
+
+    def to_json(self) -> dict:
+        return super().to_json() | {
+            "samples": as_list(self.samples),
+            "order_log_likelihood": self.order_log_likelihood,
+        }
+
+    @classmethod
+    def from_json(cls, record: dict) -> ELBOEstimate:
+        estimate = super().from_json(record)
+        estimate.samples, estimate.order_log_likelihood = (
+            as_array(record.get("samples")),
+            record.get("order_log_likelihood"),
+        )
+        return estimate
+
+
+def count_masks(K: int, T: int, generator: torch.Generator, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """LLaDA's masks: l ~ U{1..T}, l positions masked uniformly; (masked BoolTensor [K, T], weights T / l float64 [K]).
+
+    Examples
+    --------
+    >>> masked, weight = count_masks(4, 3, torch.Generator().manual_seed(0), "cpu")
+    >>> bool((masked.sum(1) * weight == 3).all())
+    True
+    """
+    count = torch.randint(1, T + 1, (K,), generator=generator, device=device)
+    rank = torch.rand(K, T, generator=generator, device=device).argsort(1).argsort(1)
+    return rank < count[:, None], T / count.double()
+
+
+def ratio_masks(K: int, T: int, generator: torch.Generator, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """MDLM's masks: t ~ U(0, 1], each position masked with probability t; (masked [K, T], weights 1 / t [K])."""
+    t = 1.0 - torch.rand(K, generator=generator, device=device, dtype=torch.float64)
+    return torch.rand(K, T, generator=generator, device=device, dtype=torch.float64) < t[:, None], 1.0 / t
+
+
+def masked_terms(model, x: torch.Tensor, masked: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """w_k Σ_{i ∈ M_k} log p_θ(x_i | x outside M_k revealed): float64 [K] (0 where nothing is masked)."""
+    log_token = model.masked_token_log_probs(x, ~masked).to(weight.device)
+    return weight * log_token.masked_fill(~masked, 0.0).sum(1)
+
+
+def left_to_right(model, x: torch.Tensor) -> float:
+    """log p(x | σ_LR) = Σ_t log p_θ(x_t | x_<t revealed, the rest masked)."""
+    T = x.numel()
+    revealed = torch.ones(T, T, dtype=torch.bool, device=x.device).tril(-1)
+    return float(model.masked_token_log_probs(x, revealed).diagonal().sum())
+
+
+class MaskedELBO(Estimator):
+    """``estimator=elbo``: the masked LMs' Monte Carlo ELBO with ``num_samples`` draws of ``elbo_masks`` masks."""
+
+    name = "elbo"
+    result = ELBOEstimate
+    kind = "upper bound in expectation (the Monte Carlo ELBO: E[ELBO estimate] ≤ log p(x) for every document)"
+    settings_fields = ("num_samples", "seed", "elbo_masks")
+
+    def missing(self, model) -> str | None:
+        """Not a masked LM (no ``masked_token_log_probs``), or an order policy other than uniform."""
+        name = type(model).__name__
+        if not callable(getattr(model, "masked_token_log_probs", None)):
+            return f"{name} is not a masked LM: the ELBO needs masked_token_log_probs(x, revealed)"
+        if getattr(model, "policy", "uniform") != "uniform":
+            return f"the masking ELBO bounds log p(x) of the uniform order policy only; {name} has policy={model.policy}"
+        return None
+
+    def describe(self, settings: dict) -> str:
+        if settings.get("elbo_masks") == "left_to_right":
+            return "elbo left_to_right"
+        return f"elbo {settings.get('elbo_masks')} K={settings.get('num_samples')}"
+
+    def estimate(
+        self, model, x, document, settings, *, device="cpu", progress=None, stage=0, diagnostics=False
+    ):
+        T = int(x.numel())
+        if settings.elbo_masks == "left_to_right":
+            order = left_to_right(model, x)
+            bound = order - math.lgamma(T + 1)
+            return ELBOEstimate(document, T, bound, samples=np.array([bound]), order_log_likelihood=order)
+        generator = document_generator(settings.seed, document, stage_block(ELBO_STREAM, stage), device)
+        draw = count_masks if settings.elbo_masks == "count" else ratio_masks
+        masked, weight = draw(settings.num_samples, T, generator, x.device)
+        samples = masked_terms(model, x, masked, weight).cpu().numpy()
+        if progress is not None:
+            progress.update(settings.num_samples)
+        return ELBOEstimate(document, T, float(samples.mean()), samples=samples)
+
+    def fixed_statement(self, log_likelihood: float, level: float) -> Interval:
+        """No statement about S: E[ELBO] ≤ S holds for the expectation, not for one draw (``ELBO_NOT_CERTIFIED``)."""
+        return Interval(
+            -math.inf, math.inf, math.nan, math.nan, math.nan, math.nan, level, ELBO_NOT_CERTIFIED
+        )
+
+
+ELBO = MaskedELBO()
+
+
+def corpus_elbo(estimates) -> tuple[float, float]:
+    """Σ_n ELBÔ_n and its standard error √(Σ_n SE_n²) (documents independent).
+
+    Examples
+    --------
+    >>> corpus_elbo([ELBOEstimate("a", 1, -2.0, samples=np.array([-1.0, -3.0]))])
+    (-2.0, 1.0)
+    """
+    total = float(sum(e.log_likelihood for e in estimates))
+    return total, math.sqrt(sum(e.standard_error**2 for e in estimates if e.num_tokens))
