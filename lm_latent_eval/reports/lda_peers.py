@@ -56,7 +56,7 @@ def our_rows(model, texts: list[str], num_samples: int, seed: int) -> list[PeerR
             name, f"IS, K = {num_samples}"
         )
         what = {"exact": "log p(x) summed exactly", "smc": "unbiased p̂ per document, 4 runs, resampling"}.get(
-            name, "unbiased p̂ per document (the peeking urn proposal)"
+            name, "unbiased p̂ per document (the model's peeking proposal)"
         )
         statement = corpus.interval
         cause = (

@@ -13,7 +13,7 @@ import functools
 import itertools
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +225,9 @@ LDA = Case(
     why_nothing_outside="Φ > 0 in this row: every topic assignment has p(x, z) > 0 (zeros in Φ: tests/models/lda)",
     stepwise=True, beam_is_k_best=False,  # a left-to-right beam search over q's factors
 )  # fmt: skip
+# the default above draws with the lookahead (twisted SMC, topics most-confident token first); this row, the urn
+# proposal of Wallach et al. in the document's order
+LDA_URN = replace(LDA, name="lda-urn", build=functools.partial(tiny_lda, lookahead="none"))
 
 
 # ---------------------------------------------------------------- tokenization: z = the tokens spelling x
@@ -338,6 +341,7 @@ CASES = [
     kglm_case("kglm-q-features", proposal_features=True),  # q with its own no-peeking heads, alias features
     ENTITYNLM,
     LDA,
+    LDA_URN,
     rnng_case("rnng", count_eos=True),
     rnng_case("rnng-without-eos", count_eos=False),
     rnng_case("rnng-prefix", count_eos=False, build=tiny_rnng_prefix),  # trees scored up to the last SHIFT

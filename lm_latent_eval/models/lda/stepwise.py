@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ...tensors import inverse_cdf
 from ...tensors import tempered_draw as draw
 from .lookahead import Lookahead, build_lookahead, log_twist, proposal_logits
 
@@ -84,8 +85,7 @@ def _twisted_step(state: LDAParticles, t: int, generator) -> tuple[torch.Tensor,
     (log p(x_π(t), z | the topics of steps < t) + log ψ_t − log ψ_{t−1} [K] (no ψ_{−1} at t = 0), log q_τ(z) [K]), as
     ``lookahead.py`` defines them."""
     ahead = state.lookahead
-    logits = proposal_logits(state.counts, state.alpha, ahead, t)
-    zt, log_q = draw(logits, state.temperature, generator)
+    zt, log_q = _draw_twisted(state, t, generator)
     log_urn = torch.log(state.counts.gather(1, zt[:, None]).squeeze(1) + state.alpha[zt])
     log_p = log_urn - math.log(t + state.alpha_sum) + ahead.log_phi[t, zt]
     # [K, T]: S_s gains Φ[z_t, x_π(s)]
@@ -95,6 +95,20 @@ def _twisted_step(state: LDAParticles, t: int, generator) -> tuple[torch.Tensor,
     state.log_psi = log_psi
     _advance(state, t, zt, int(ahead.order[t]))
     return log_p, log_q
+
+
+def _draw_twisted(state: LDAParticles, t: int, generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """z ~ q_τ ∝ ((α + n + m^{(t)}) Φ[:, x_π(t)])^{1/τ} for every particle: (z [K], log q_τ(z) [K]). At τ = 1 from the
+    unnormalized probabilities w = (n + α + m^{(t)}) Φ directly (no log or exp of K × topics numbers): the same
+    uniform per particle and inverse-CDF draw as ``tempered_draw``, and log q = log w_z − log Σ w."""
+    ahead = state.lookahead
+    if state.temperature != 1.0:
+        return draw(proposal_logits(state.counts, state.alpha, ahead, t), state.temperature, generator)
+    # [K, topics]
+    w = (state.counts + (state.alpha + ahead.ahead[t])) * ahead.phi[t]
+    u = torch.rand(w.shape[0], generator=generator, dtype=w.dtype, device=w.device)
+    zt = inverse_cdf(w, u)
+    return zt, torch.log(w.gather(1, zt[:, None]).squeeze(1)) - torch.log(w.sum(1))
 
 
 def _advance(state: LDAParticles, t: int, zt: torch.Tensor, token: int | None = None) -> None:
