@@ -8,13 +8,15 @@ What one document's draws say about its error (``importance_error``), in order:
 1. **The support covered** (``DistinctDraws``, ``UncertaintyPolicy.support_covered``): the distinct draws D carry
    all of q's mass, Σ_{z ∈ D} q_τ(z | x) = 1, so every z with q > 0, hence every z with p(x, z) > 0, is in D and
    Σ_{z ∈ D} p(x, z) = p(x): log p exactly, v = 0. Short of that, Σ_{z ∈ D} p(x, z) ≤ p(x) with certainty.
-2. **Every weight equal**: q ∝ p on what it drew, v̂ = 0.
+2. **Every weight equal** (to float32 rounding) over at least two distinct configurations: q ∝ p on what it drew,
+   v̂ = 0 (or the rounding's). One configuration drawn K times says nothing of the rest: case 4 judges it.
 3. **PSIS can fit the tail** (k̂ defined): v̂ = s²_w / (K w̄²) with K − 1 degrees of freedom, trusted when k̂ is below
    the threshold at K (``UncertaintyPolicy.importance_doubt``).
 4. **Tied weights** (k̂ undefined: the largest weights take fewer than 5 values): the K independent draws as R
    independent batches, judged exactly as SMC's R runs are (``smc.importance_runs``,
    ``UncertaintyPolicy.tied_importance_doubt``): v̂ the larger of the batches' spread and their IS v̂, R − 1 degrees
-   of freedom.
+   of freedom, trusted only where the distinct draws leave less of q unseen than one draw carries (K · unseen mass
+   ≤ 1): ties say the proposal keeps drawing the same few z, which is information only where they cover q.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from .diagnostics import (
     pareto_khat,
     relative_variance,
 )
-from .intervals import DocumentError, proven_rounding
+from .intervals import FLOAT32_EPSILON, DocumentError, proven_rounding
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
 from .seeding import document_generator, sample_block, stage_block
 from .settings import EstimatorSettings, checked_settings
@@ -98,10 +100,20 @@ class DistinctDraws:
     log_covered_mass: float
     log_likelihood: float
     temperature: float = 1.0
+    # nats: the float32 rounding of a log weight (``intervals.FLOAT32_EPSILON`` · T · (1 + |log p| + |log q|))
+    rounding: float = 0.0
+
+    @property
+    def unseen_mass(self) -> float:
+        """1 − Σ_{z ∈ D} q_τ(z | x): the proposal's mass that no draw landed on (≥ 0)."""
+        return max(0.0, -math.expm1(self.log_covered_mass))
 
     @classmethod
-    def of(cls, log_p: np.ndarray, log_q: np.ndarray, temperature: float = 1.0) -> DistinctDraws:
-        """The record of K draws' log p(x, z_k) [K] and log q_τ(z_k | x) [K] (``temperature``: τ they were drawn at)."""
+    def of(
+        cls, log_p: np.ndarray, log_q: np.ndarray, temperature: float = 1.0, num_tokens: int = 1
+    ) -> DistinctDraws:
+        """The record of K draws' log p(x, z_k) [K] and log q_τ(z_k | x) [K] (``temperature``: τ they were drawn at;
+        ``num_tokens``: T of the document, for ``rounding``)."""
         log_p, log_q = np.asarray(log_p, np.float64), np.asarray(log_q, np.float64)
         tol_q = cls.MERGE_TOLERANCE * (1.0 + float(np.max(np.abs(log_q))))
         finite_p = log_p[np.isfinite(log_p)]
@@ -118,7 +130,9 @@ class DistinctDraws:
         p_min = np.full(n, np.inf)
         np.minimum.at(q_min, group, log_q[order])
         np.minimum.at(p_min, group, log_p[order])
-        return cls(n, float(logsumexp(q_min)), float(logsumexp(p_min)), float(temperature))
+        size = 1.0 + float(np.max(np.abs(finite_p), initial=0.0)) + float(np.max(np.abs(log_q)))
+        rounding = FLOAT32_EPSILON * max(int(num_tokens), 1) * size
+        return cls(n, float(logsumexp(q_min)), float(logsumexp(p_min)), float(temperature), rounding)
 
 
 @dataclass
@@ -171,29 +185,38 @@ def importance_error(
     >>> importance_error(np.full(8, -3.0))
     DocumentError(log_likelihood=-3.0, relative_variance=0.0, degrees_of_freedom=inf, reason=None)
     >>> tied = np.log(np.tile([1.0, 2.0, 3.0, 4.0], 25))  # four values: PSIS cannot fit a tail
-    >>> err = importance_error(tied)
+    >>> importance_error(tied).trusted  # without log q, what the draws left unseen is unknown
+    False
+    >>> draws = DistinctDraws(4, math.log1p(-0.001), math.log(2.5), 1.0)  # 0.1% of q unseen: under 1/K
+    >>> err = importance_error(tied, draws=draws)
     >>> err.trusted, err.degrees_of_freedom, round(err.log_likelihood, 4) == round(math.log(2.5), 4)
     (True, 3.0, True)
     """
     lw = np.asarray(log_weights, dtype=np.float64)
-    err = _estimated_error(lw, policy, 1.0 if draws is None else draws.temperature)
+    err = _estimated_error(lw, policy, draws)
     if policy.support_covered(draws):
         rounding = proven_rounding(draws.log_likelihood, num_tokens)
         return dataclasses.replace(err, proven=draws.log_likelihood, rounding=rounding)
     return err
 
 
-def _estimated_error(lw: np.ndarray, policy: UncertaintyPolicy, temperature: float) -> DocumentError:
+def _estimated_error(lw: np.ndarray, policy: UncertaintyPolicy, draws: DistinctDraws | None) -> DocumentError:
     """p̂ and v̂ of K log weights [K] (``importance_error``'s cases 2–4: equal weights, PSIS, batches)."""
     ll = float(log_mean_exp(lw))
-    if np.ptp(lw[np.isfinite(lw)]) == 0.0:
+    spread = float(np.ptp(lw[np.isfinite(lw)]))
+    # equal weights say q ∝ p only over two or more distinct configurations (one drawn K times says nothing)
+    evidenced = draws is None or draws.num_distinct >= 2
+    if spread == 0.0 and evidenced:
         return DocumentError(ll, 0.0, math.inf)
-    khat = pareto_khat(lw)
+    if draws is not None and evidenced and spread <= draws.rounding:
+        # equal up to float32 rounding: v̂ (as small as the rounding) trusted, no tail to fit
+        return DocumentError(ll, relative_variance(lw), lw.size - 1.0)
+    # one configuration drawn K times: no tail, nothing to fit; judged as tied
+    khat = math.nan if spread == 0.0 else pareto_khat(lw)
     if math.isnan(khat) and lw.size >= 2:
-        runs = importance_runs(lw, temperature)
-        return DocumentError(
-            ll, runs.relative_variance, runs.smc_runs - 1.0, policy.tied_importance_doubt(runs)
-        )
+        runs = importance_runs(lw, 1.0 if draws is None else draws.temperature)
+        doubt = policy.tied_importance_doubt(runs, draws)
+        return DocumentError(ll, runs.relative_variance, runs.smc_runs - 1.0, doubt)
     return DocumentError(ll, relative_variance(lw), lw.size - 1.0, policy.importance_doubt(lw, khat))
 
 
@@ -288,7 +311,9 @@ class ImportanceSampling(Estimator):
         log_q = np.empty(settings.num_samples) if latent_support(model) == "discrete" else None
         lw = draw_log_weights(model, x, settings, document, device, progress, penalty, stage, log_q)
         diag = summarize(lw) if diagnostics else None
-        draws = None if log_q is None else DistinctDraws.of(lw + log_q, log_q, settings.temperature)
+        draws = (
+            None if log_q is None else DistinctDraws.of(lw + log_q, log_q, settings.temperature, x.numel())
+        )
         return ISEstimate(
             document,
             int(x.numel()),

@@ -79,28 +79,49 @@ def test_distinct_draws_never_overstate_what_they_cover():
     assert twins.num_distinct == 1 and not DEFAULT_POLICY.support_covered(twins)
 
 
-def test_tied_weights_get_a_two_sided_interval_that_covers():
-    """Weights that take 4 values (k̂ undefined) with a known mean: the interval over 20 documents is two-sided in
-    every run and covers Σ log p in at least 90% of 150 runs (95% nominal)."""
+def _discrete_draws(rng, q, w, k):
+    """K draws of a latent with q-probabilities ``q`` and weights ``w`` = p/q: (log weights [K], DistinctDraws)."""
+    z = rng.choice(len(q), k, p=q)
+    log_q, log_p = np.log(q[z]), np.log(q[z] * w[z])
+    return log_p - log_q, DistinctDraws.of(log_p, log_q)
+
+
+def test_tied_weights_that_cover_q_get_a_two_sided_interval_that_covers():
+    """A latent of 4 likely values and 400 rare ones (together 0.02% of q): weights that take few values (k̂
+    undefined) and leave under one draw's worth of q unseen. Over 20 documents the interval is two-sided in every run
+    and covers Σ log p in at least 90% of 150 runs (95% nominal)."""
     rng = np.random.default_rng(0)
-    values, probs = np.array([0.2, 0.9, 1.0, 1.6]), np.array([0.1, 0.4, 0.4, 0.1])
-    truth = 20 * math.log(float(values @ probs))
+    q = np.r_[np.array([0.1, 0.4, 0.4, 0.0998]), np.full(400, 0.0002 / 400)]
+    w = np.r_[np.array([0.2, 0.9, 1.0, 1.6]), np.full(400, 1.0)]
+    truth = 20 * math.log(float(q @ w))
     held, two_sided = 0, 0
     for _ in range(150):
-        errors = [importance_error(np.log(rng.choice(values, 100, p=probs))) for _ in range(20)]
+        errors = [
+            importance_error(lw, draws=d) for lw, d in (_discrete_draws(rng, q, w, 100) for _ in range(20))
+        ]
         interval = DEFAULT_POLICY.interval(errors)
         two_sided += interval.two_sided
         held += interval.lower <= truth <= interval.upper
     assert two_sided == 150 and held >= 135
 
 
+def test_tied_weights_that_leave_q_unseen_are_not_trusted():
+    """The RNNG's tree CRF: one tree drawn 1,000 times (every weight equal), 0.45% of q never drawn, and there 29% of
+    p(x). Neither the equal weights nor the batches may be trusted: more than one draw's worth of q is unseen."""
+    q0, w0 = 0.9955, 0.77 / 0.9955
+    lw = np.full(1000, math.log(w0))
+    draws = DistinctDraws.of(lw + math.log(q0), np.full(1000, math.log(q0)))
+    err = importance_error(lw, draws=draws)
+    assert not err.trusted and "unseen" in err.reason
+
+
 def test_a_batch_that_carries_most_of_p_hat_is_not_trusted():
     """A rare large weight found by one batch only: the largest-run-share gate refuses v̂, as for SMC."""
     lw = np.log(np.r_[np.full(99, 1.0), 1e4])
     assert importance_runs(lw).largest_run_share > DEFAULT_POLICY.max_run_share
-    err = importance_error(lw)
+    err = importance_error(lw, draws=DistinctDraws(2, math.log1p(-0.001), -1.0))  # q nearly covered
     assert not err.trusted and "carries over 80%" in err.reason
-    sharpened = DistinctDraws(2, -0.5, -1.0, temperature=0.5)  # tied weights drawn from a sharpened proposal
+    sharpened = DistinctDraws(2, math.log1p(-0.001), -1.0, temperature=0.5)  # from a sharpened proposal
     assert "sharpened" in importance_error(np.log(np.tile([1.0, 2.0], 50)), draws=sharpened).reason
 
 
@@ -137,9 +158,13 @@ def test_proven_documents_count_only_when_every_document_is_proven():
     texts = small_support_corpus(3)
     estimates = [estimate_document(model, t, EstimatorSettings("is", 100, seed=2)) for t in texts]
     x = model.tokenize(texts[0])
-    partial = ISEstimate(texts[0], int(x.numel()), estimates[0].log_likelihood, estimates[0].log_weights)
+    missed = DistinctDraws(3, math.log(0.95), estimates[0].distinct_draws.log_likelihood - 0.1)
+    partial = ISEstimate(
+        texts[0], int(x.numel()), estimates[0].log_likelihood, estimates[0].log_weights, distinct_draws=missed
+    )
+    assert not partial.error().exact and all(e.error().exact for e in estimates[1:])
     interval = corpus_estimate([partial, *estimates[1:]]).interval
-    assert interval.two_sided and interval.standard_error > 0
+    assert interval.centre != corpus_estimate(estimates).interval.centre  # no proven value mixed in
 
 
 def test_the_precision_target_stops_once_every_document_is_proven():
