@@ -46,6 +46,8 @@ class Lookahead:
     and ``log_norm`` [T] = log(Σα + s)."""
 
     order: torch.Tensor
+    # π on the host (no device sync per step)
+    steps: list[int]
     ahead: torch.Tensor
     phi: torch.Tensor
     log_phi: torch.Tensor
@@ -94,7 +96,9 @@ def build_lookahead(log_phi: torch.Tensor, alpha: torch.Tensor) -> Lookahead:
     base = ((alpha + before[:T]) * phi).sum(1) - before[1:] @ phi.t()
     log_norm = torch.log(float(alpha.sum()) + torch.arange(T, dtype=torch.float64, device=phi.device))
     # ≥ Σ_k α_k Φ[k, x_s] > 0, whatever the rounding of the difference of cumulative sums
-    return Lookahead(order, ahead, phi, log_phi, torch.maximum(base, (alpha * phi).sum(1)), log_norm)
+    return Lookahead(
+        order, order.tolist(), ahead, phi, log_phi, torch.maximum(base, (alpha * phi).sum(1)), log_norm
+    )
 
 
 def proposal_logits(counts: torch.Tensor, alpha: torch.Tensor, lookahead: Lookahead, t: int) -> torch.Tensor:

@@ -93,7 +93,7 @@ def _twisted_step(state: LDAParticles, t: int, generator) -> tuple[torch.Tensor,
     log_psi = log_twist(state.explained, ahead, t)
     log_p = log_p + log_psi - state.log_psi
     state.log_psi = log_psi
-    _advance(state, t, zt, int(ahead.order[t]))
+    _advance(state, t, zt, ahead.steps[t])
     return log_p, log_q
 
 
