@@ -17,6 +17,7 @@ import torch
 
 from ...tensors import distinct_rows
 from .policy import order_log_probs
+from .windows import closed_positions, current_window, window_size, window_spans
 
 
 @dataclass
@@ -52,15 +53,25 @@ def token_log_probs(model, x: torch.Tensor, revealed: torch.Tensor) -> tuple[tor
     """(log p_θ(x_i | S) [N, T], c_i = max_v log p_θ(v | S) [N, T]), float64, for N states (rows of ``revealed``).
 
     Each distinct row is run through ``model.predict`` once, in blocks of ``model.block_tokens // T`` rows; the
-    count of rows run is added to ``model.network_rows``.
+    count of rows run is added to ``model.network_rows``. A text longer than the network reads is scored window by
+    window (``windows.py``): a state's row reads its current window after the one before it, and its entries outside
+    the current window are 0 (the policy gives them probability 0).
     """
-    T = revealed.shape[1]
     distinct, index = distinct_rows(revealed.to(torch.uint8))
+    distinct = distinct.bool()
+    size = window_size(model, revealed.shape[1])
+    token, conf = scored_rows(model, x, distinct) if size is None else windowed_rows(model, x, distinct, size)
+    return token[index], conf[index]
+
+
+def scored_rows(model, x: torch.Tensor, revealed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``token_log_probs`` of distinct states of a text the network reads whole."""
+    T = revealed.shape[1]
     rows = max(1, model.block_tokens // max(T, 1))
     mask_index = torch.tensor([model.mask_id], device=x.device)
     token, conf = [], []
-    for start in range(0, distinct.shape[0], rows):
-        block = distinct[start : start + rows].bool()
+    for start in range(0, revealed.shape[0], rows):
+        block = revealed[start : start + rows]
         logits = model.predict(masked_ids(x, block, model.mask_id))
         # float32 at least (a bfloat16 network's logits widened), float64 kept
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
@@ -70,7 +81,24 @@ def token_log_probs(model, x: torch.Tensor, revealed: torch.Tensor) -> tuple[tor
         token.append(picked - log_z)
         conf.append(logits.amax(-1).double() - log_z)
         model.network_rows += block.shape[0]
-    return torch.cat(token)[index], torch.cat(conf)[index]
+    return torch.cat(token), torch.cat(conf)
+
+
+def windowed_rows(
+    model, x: torch.Tensor, revealed: torch.Tensor, size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``token_log_probs`` of distinct states of a text in windows of ``size``: each state's current window scored
+    after the window before it; 0 elsewhere."""
+    token = torch.zeros(revealed.shape, dtype=torch.float64, device=x.device)
+    conf = torch.zeros_like(token)
+    window = current_window(revealed, size)
+    spans = window_spans(x.numel(), size)
+    for j in window.unique().tolist():
+        rows = (window == j).nonzero().squeeze(1)
+        start, mid, end = spans[j]
+        t, c = scored_rows(model, x[start:end], revealed[rows, start:end])
+        token[rows, mid:end], conf[rows, mid:end] = t[:, mid - start :], c[:, mid - start :]
+    return token, conf
 
 
 def step_scores(model, x: torch.Tensor, revealed: torch.Tensor, need_tokens: bool = True) -> StepScores:
@@ -83,6 +111,7 @@ def step_scores(model, x: torch.Tensor, revealed: torch.Tensor, need_tokens: boo
     --------
     >>> class Fixed(torch.nn.Module):  # logits ignore the input: p(token 0) = 1/3, p(token 1) = 2/3 everywhere
     ...     policy, policy_temperature, mask_id, block_tokens, network_rows = "uniform", 1.0, 2, 64, 0
+    ...     max_length, context_ids = None, None
     ...     def predict(self, ids):
     ...         return torch.log(torch.tensor([1.0, 2.0, 5.0])).expand(*ids.shape, 3)
     >>> s = step_scores(Fixed(), torch.tensor([0, 1]), torch.tensor([[False, False], [True, False]]))
@@ -90,9 +119,10 @@ def step_scores(model, x: torch.Tensor, revealed: torch.Tensor, need_tokens: boo
     tensor([[0.1667, 0.3333],
             [0.0000, 0.6667]], dtype=torch.float64)
     """
+    closed = closed_positions(model, revealed)
     if not need_tokens and model.policy == "uniform":
         zeros = torch.zeros(revealed.shape, dtype=torch.float64, device=revealed.device)
-        return StepScores(zeros, order_log_probs("uniform", None, revealed))
+        return StepScores(zeros, order_log_probs("uniform", None, closed))
     log_token, confidence = token_log_probs(model, x, revealed)
-    log_order = order_log_probs(model.policy, confidence, revealed, model.policy_temperature)
+    log_order = order_log_probs(model.policy, confidence, closed, model.policy_temperature)
     return StepScores(log_token.masked_fill(revealed, -math.inf), log_order)

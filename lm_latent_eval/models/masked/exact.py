@@ -19,6 +19,7 @@ from ...errors import UnsupportedError
 from ...protocol import enumerated_log_marginal
 from .conditionals import step_scores
 from .orders import all_orders
+from .windows import window_size, window_spans
 
 
 def check_exact_length(model, length: int) -> None:
@@ -32,14 +33,15 @@ def check_exact_length(model, length: int) -> None:
 
 @torch.no_grad()
 def dp_log_marginal(model, x: torch.Tensor) -> float:
-    """log p(x) by the dynamic program over revealed sets (float64 sums; 0.0 for T = 0).
+    """log p(x) by the dynamic program over revealed sets (float64 sums; 0.0 for T = 0); a text longer than the
+    network reads is the sum over its windows (``windows.py``) of log p(window j | window j − 1 revealed).
 
     Parameters
     ----------
     model : MaskedOrderLM
         The masked LM (its network, mask id and order policy).
     x : torch.Tensor
-        The text, LongTensor [T] with T ≤ ``model.max_exact_tokens``.
+        The text, LongTensor [T] with T (or each window) ≤ ``model.max_exact_tokens``.
 
     Returns
     -------
@@ -49,28 +51,38 @@ def dp_log_marginal(model, x: torch.Tensor) -> float:
     Raises
     ------
     lm_latent_eval.errors.UnsupportedError
-        When T > ``model.max_exact_tokens``.
+        When T (or a window) > ``model.max_exact_tokens``.
     """
     T = x.numel()
     if T == 0:
         return 0.0
-    check_exact_length(model, T)
-    device = x.device
-    bits = 1 << torch.arange(T, device=device)
-    sets = torch.arange(1 << T, device=device)
-    # [2^T, T]: position i is in set S
+    size = window_size(model, T)
+    check_exact_length(model, T if size is None else size)
+    if size is None:
+        return window_dp(model, x, 0)
+    return sum(window_dp(model, x[start:end], mid - start) for start, mid, end in window_spans(T, size))
+
+
+def window_dp(model, x: torch.Tensor, fixed: int) -> float:
+    """log Σ over the orders of positions fixed, ..., L − 1 of x [L] of their factors, the first ``fixed`` positions
+    revealed throughout (the network reads all of x)."""
+    n, device = x.numel() - fixed, x.device
+    bits = 1 << torch.arange(n, device=device)
+    sets = torch.arange(1 << n, device=device)
+    # [2^n, n]: free position i is in set S
     member = (sets[:, None] & bits) != 0
-    # log π(i | S) + log p_θ(x_i | S) of every state but the full one: [2^T − 1, T]
-    factor = step_scores(model, x, member[:-1]).log_joint
-    alpha = torch.full((1 << T,), -math.inf, dtype=torch.float64, device=device)
+    revealed = torch.cat([torch.ones(1 << n, fixed, dtype=torch.bool, device=device), member], 1)
+    # log π(i | S) + log p_θ(x_i | S) of every state but the full one: [2^n − 1, n]
+    factor = step_scores(model, x, revealed[:-1]).log_joint[:, fixed:]
+    alpha = torch.full((1 << n,), -math.inf, dtype=torch.float64, device=device)
     alpha[0] = 0.0
     size = member.sum(1)
-    for t in range(1, T + 1):
+    for t in range(1, n + 1):
         layer = sets[size == t]
         has = member[layer]
-        # S ∖ i for each i ∈ S (0 where i ∉ S, masked below): [n, T]
+        # S ∖ i for each i ∈ S (0 where i ∉ S, masked below): [m, n]
         before = torch.where(has, layer[:, None] ^ bits, 0)
-        terms = alpha[before] + factor[before, torch.arange(T, device=device)]
+        terms = alpha[before] + factor[before, torch.arange(n, device=device)]
         alpha[layer] = torch.logsumexp(terms.masked_fill(~has, -math.inf), 1)
     return float(alpha[-1])
 

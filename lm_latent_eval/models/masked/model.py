@@ -29,6 +29,7 @@ from .orders import check_orders, order_scores, picked
 from .policy import check_policy
 from .proposal import MaskedOrderProposal
 from .sampling import sample_continuation
+from .windows import room, window_size
 
 # orders scored per block of log_joint: K · T² booleans of states and float64 tables stay near 2^20 entries each
 STATE_ENTRIES = 1 << 20
@@ -130,17 +131,14 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
         return self.text_ids(text[len(self.context_text) :])
 
     def check_text(self, x: torch.Tensor) -> torch.Tensor:
-        """x on the model's device; ValueError for ids outside the vocabulary or the mask id, UnsupportedError for
-        a text (with a conditional view's context) longer than the network reads."""
+        """x on the model's device; ValueError for ids outside the vocabulary or the mask id, UnsupportedError when
+        a conditional view's context leaves the network fewer than 2 positions (a longer text is read in windows,
+        ``windows.py``)."""
         check_word_ids(x, self.vocab_size)
         if bool((x == self.mask_id).any()):
             raise ValueError(f"x holds the mask id {self.mask_id}; use model.tokenize(text)")
-        context = 0 if self.context_ids is None else self.context_ids.numel()
-        if self.max_length is not None and x.numel() + context > self.max_length:
-            raise UnsupportedError(
-                f"{type(self).__name__} reads inputs of at most {self.max_length} tokens, got {x.numel() + context}"
-                + (f" ({context} of them the revealed context)" if context else "")
-            )
+        # a text longer than the network reads is read in windows; refused when the context leaves no room
+        window_size(self, x.numel())
         return x.to(self.device)
 
     def conditional_model(self, context: str) -> MaskedOrderLM:
@@ -184,6 +182,11 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
         """log p_θ(x_i | x at S revealed, the rest masked) for N states (revealed BoolTensor [N, T]): float64 [N, T],
         −inf at the revealed positions (``estimator=elbo``'s terms)."""
         x = self.check_text(x)
+        if window_size(self, x.numel()) is not None:
+            raise UnsupportedError(
+                f"{type(self).__name__}: masks over a text of {x.numel()} tokens, longer than the network reads "
+                f"({room(self)}): the ELBO is written for one window"
+            )
         return step_scores(self, x, revealed.to(self.device)).log_token
 
     def log_marginal(self, x: torch.Tensor) -> float:
