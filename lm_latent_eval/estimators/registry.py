@@ -8,6 +8,7 @@ bound and the masked LMs' ELBO are never picked).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import torch
@@ -85,6 +86,33 @@ def resolve(settings: EstimatorSettings, model: Any) -> tuple[EstimatorSettings,
     if estimator.draws_samples:
         check_tempering(model.proposal, settings.temperature)
     return settings, why
+
+
+def with_model_defaults(
+    settings: EstimatorSettings, model: Any, given: Collection[str] = ()
+) -> tuple[EstimatorSettings, str]:
+    """The settings with the model's own defaults (its class attribute ``default_settings``, {field: value}) for
+    every field the user did not give (``given``: the names given), and a clause naming those applied ("" if none).
+
+    A model declares there what its measured behaviour asks for where the package default serves it badly (the
+    masked LMs: ``peek=False``, uniform orders). The backends apply it before ``resolve``; the settings recorded with
+    the results are the ones that ran.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> model = SimpleNamespace(default_settings={"peek": False})
+    >>> settings, why = with_model_defaults(EstimatorSettings(), model)
+    >>> settings.peek, why
+    (False, "; peek=False by the model's default_settings")
+    >>> with_model_defaults(EstimatorSettings(), model, given={"peek"})[0].peek
+    True
+    """
+    own = {k: v for k, v in (getattr(model, "default_settings", None) or {}).items() if k not in set(given)}
+    if not own:
+        return settings, ""
+    applied = ", ".join(f"{k}={v}" for k, v in own.items())
+    return settings.replace(**own), f"; {applied} by the model's default_settings"
 
 
 def require(estimator: Estimator, model: Any) -> None:

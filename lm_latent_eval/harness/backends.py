@@ -33,7 +33,7 @@ from lm_eval.utils import simple_parse_args_string
 from ..errors import install_excepthook
 from ..estimators import DocumentEstimate, EstimatorSettings, estimate_document
 from ..estimators.adaptive import estimate_corpus
-from ..estimators.registry import resolve
+from ..estimators.registry import resolve, with_model_defaults
 from ..models import MODELS, checkpoint_hash, load_model, model_target
 from .advice import advise_on_settings, warn_about_empty_documents, warn_if_unreliable
 from .cache import EstimateCache
@@ -102,7 +102,9 @@ class LatentLMEval(LM):
             args.model, args.pretrained, device=self._device, dtype=args.dtype, **args.model_kwargs
         )
         self.checkpoint_sha256 = checkpoint_hash(self.checkpoint)
-        self.settings, self.estimator_choice = resolve(args.settings, self.model)
+        settings, own = with_model_defaults(args.settings, self.model, args.given_settings)
+        self.settings, self.estimator_choice = resolve(settings, self.model)
+        self.estimator_choice += own
         advise_on_settings(name, self.settings, self.estimator_choice, args.given_settings)
         self.results_store = open_results_store(args.results_dir, self.get_model_info())
         install_excepthook(resume_hint(self.results_store))

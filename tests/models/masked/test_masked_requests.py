@@ -123,3 +123,12 @@ def test_generate_until_unmasks_a_continuation_seeded_by_the_context(which, bert
     [again] = lm.generate_until([request], True)
     assert text == again and text.startswith(" ")
     assert len(lm.model.tokenize(text)) == 5
+
+
+def test_uniform_orders_are_the_default_unless_peek_is_given():
+    """MaskedOrderLM.default_settings: peek=False where model_args do not name peek, recorded with why."""
+    lm = LatentMaskedEval(device="cpu")
+    assert lm.settings.peek is False and lm.get_model_info()["estimator_settings"]["peek"] is False
+    assert lm.estimator_choice.endswith("; peek=False by the model's default_settings")
+    given = LatentMaskedEval(device="cpu", peek=True)
+    assert given.settings.peek is True and "default_settings" not in given.estimator_choice
