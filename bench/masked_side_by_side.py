@@ -1,0 +1,202 @@
+"""The bundled masked-diffusion LM on its held-out sentences: the anchors' ELBO figures beside the perplexity itself.
+
+Per method, the perplexity per token and bits per byte of the 43 distinct held-out sentences of ``masked_ppl_tiny``
+(every one within the exact dynamic program's reach), the statement each method allows (an interval or a bound), the
+network rows and forward calls it ran and its seconds, all on the real network, in one process:
+
+- ELBO with 1 and 128 mask draws (``estimator=elbo``, LLaDA's count masks; 128 with MDLM's ratio masks too): a
+  lower bound on log p in expectation, shown with its own 95% interval (an interval on the ELBO, not on log p);
+- one left-to-right order (Dream's ``ar_ftb``): log p(x | σ_LR), the likelihood of a sampler that always reveals left
+  to right, and log p(x, σ_LR), a certain lower bound on this model's log p(x);
+- the confidence policy at τ_π = 0 (the deterministic max-confidence order, DUEL's case): its own exact likelihood, a
+  different sampler's;
+- IS and SMC at K = 100 and 1,000 over uniform orders (``peek=false``, a fixed K), the package's defaults (``auto``
+  with the model's ``default_settings``: SMC over uniform orders with the precision target), and the exact dynamic
+  program (the truth).
+
+The coverage of the default statement over 50 seeds is ``bench/masked_coverage.py``'s (``coverage.md`` here).
+
+    python bench/masked_side_by_side.py        # writes bench/masked_side_by_side/table.md
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+
+from lm_latent_eval.documents import read_texts
+from lm_latent_eval.estimators import EstimatorSettings
+from lm_latent_eval.estimators.adaptive import estimate_corpus
+from lm_latent_eval.estimators.corpus import corpus_estimate
+from lm_latent_eval.estimators.elbo import corpus_elbo
+from lm_latent_eval.estimators.registry import with_model_defaults
+from lm_latent_eval.models import load_model
+from lm_latent_eval.models.masked.corpus import TEST_FILE
+
+OUTPUT = Path(__file__).resolve().parent / "masked_side_by_side"
+Z95 = 1.959963984540054
+
+
+class Cost:
+    """Network rows (``model.network_rows``), forward calls (a hook on the network) and seconds of one method."""
+
+    def __init__(self, model) -> None:
+        self.model, self.calls = model, 0
+        model.predictor.register_forward_hook(lambda *_: setattr(self, "calls", self.calls + 1))
+
+    def run(self, fn):
+        rows, calls, start = self.model.network_rows, self.calls, time.perf_counter()
+        out = fn()
+        return out, self.model.network_rows - rows, self.calls - calls, time.perf_counter() - start
+
+
+def per_token(log_likelihood: float, tokens: int, nbytes: int) -> tuple[float, float]:
+    """(perplexity per token, bits per byte) of a corpus log-likelihood."""
+    return math.exp(-log_likelihood / tokens), -log_likelihood / math.log(2) / nbytes
+
+
+def ppl_range(lower_ll: float, upper_ll: float, tokens: int) -> str:
+    """'[a, b]' perplexities of a log-likelihood range."""
+    return f"[{math.exp(-upper_ll / tokens):.3f}, {math.exp(-lower_ll / tokens):.3f}]"
+
+
+def statement(corpus) -> str:
+    """The package's printed statement: the two-sided interval, or the certified bound."""
+    lower, upper = corpus.perplexity_interval
+    if corpus.interval.two_sided:
+        return f"{corpus.perplexity:.3f} in [{lower:.3f}, {upper:.3f}] (95%), certified ≤ {corpus.perplexity_upper_bound:.3f}"
+    return f"≤ {corpus.perplexity_upper_bound:.3f} certified (one-sided: no honest interval)"
+
+
+def sampled_row(model, texts, cost, name: str, settings: EstimatorSettings, nbytes: int) -> list:
+    """A row of IS, SMC or the defaults: the corpus statement of ``estimate_corpus`` as the perplexity task prints it."""
+    estimates, rows, calls, seconds = cost.run(
+        lambda: estimate_corpus(model, texts, settings, progress=False)
+    )
+    corpus = corpus_estimate([estimates[t] for t in texts])
+    ll = sum(estimates[t].log_likelihood for t in texts)
+    figure = corpus.perplexity if corpus.interval.two_sided else math.exp(-ll / corpus.num_tokens)
+    bpb = math.log(figure) * corpus.num_tokens / math.log(2) / nbytes
+    return [name, f"{figure:.3f}", f"{bpb:.4f}", statement(corpus), rows, calls, seconds]
+
+
+def elbo_row(model, texts, cost, name: str, settings: EstimatorSettings, nbytes: int) -> list:
+    """A row of estimator=elbo: Σ ELBÔ with its own 95% interval (over the ELBO, not log p)."""
+    estimates, rows, calls, seconds = cost.run(
+        lambda: estimate_corpus(model, texts, settings, progress=False)
+    )
+    tokens = sum(e.num_tokens for e in estimates.values())
+    total, se = corpus_elbo([estimates[t] for t in texts])
+    ppl, bpb = per_token(total, tokens, nbytes)
+    said = f"≥ true PPL in expectation; the ELBO's own 95% interval {ppl_range(total - Z95 * se, total + Z95 * se, tokens)}"
+    if not math.isfinite(se):
+        said = "≥ true PPL in expectation; one draw per sentence: no standard error"
+    if settings.elbo_masks == "left_to_right":
+        dream = sum(estimates[t].order_log_likelihood for t in texts)
+        said = f"≥ true PPL with certainty (log p(x, σ_LR)); Dream's figure log p(x \\| σ_LR): {per_token(dream, tokens, nbytes)[0]:.3f}"
+    return [name, f"{ppl:.3f}", f"{bpb:.4f}", said, rows, calls, seconds]
+
+
+def exact_row(model, texts, cost, name: str, nbytes: int, note: str) -> list:
+    estimates, rows, calls, seconds = cost.run(
+        lambda: estimate_corpus(model, texts, EstimatorSettings("exact"), progress=False)
+    )
+    tokens = sum(e.num_tokens for e in estimates.values())
+    ppl, bpb = per_token(sum(e.log_likelihood for e in estimates.values()), tokens, nbytes)
+    return [name, f"{ppl:.3f}", f"{bpb:.4f}", note, rows, calls, seconds]
+
+
+def machine() -> str:
+    cpu = subprocess.run(["lscpu"], check=False, capture_output=True, text=True).stdout
+    model = next(
+        (line.split(":", 1)[1].strip() for line in cpu.splitlines() if line.startswith("Model name")), "?"
+    )
+    load = os.getloadavg()[0]
+    return f"{model}, {os.cpu_count()} cores (nproc), torch {torch.__version__} (1 thread), Python {platform.python_version()}, load average {load:.1f}"
+
+
+def rows_of(model, confident, texts, nbytes: int) -> list[list]:
+    """Every method's row, in the table's order."""
+    cost, confident_cost = Cost(model), Cost(confident)
+    out = [
+        elbo_row(model, texts, cost, "ELBO, 1 mask draw (count)", EstimatorSettings("elbo", 1), nbytes),
+        elbo_row(
+            model, texts, cost, "ELBO, 128 mask draws (count, LLaDA)", EstimatorSettings("elbo", 128), nbytes
+        ),
+        elbo_row(
+            model,
+            texts,
+            cost,
+            "ELBO, 128 mask draws (ratio, MDLM)",
+            EstimatorSettings("elbo", 128, elbo_masks="ratio"),
+            nbytes,
+        ),
+        elbo_row(
+            model,
+            texts,
+            cost,
+            "one left-to-right order (Dream)",
+            EstimatorSettings("elbo", elbo_masks="left_to_right"),
+            nbytes,
+        ),
+        exact_row(
+            confident,
+            texts,
+            confident_cost,
+            "confidence policy, τ_π = 0 (DUEL)",
+            nbytes,
+            "exact, of another sampler (the deterministic max-confidence order)",
+        ),
+    ]
+    for estimator in ("is", "smc"):
+        for k in (100, 1000):
+            settings = EstimatorSettings(estimator, k, peek=False, target_se=0)
+            out.append(
+                sampled_row(
+                    model, texts, cost, f"{estimator.upper()}, K = {k}, uniform orders", settings, nbytes
+                )
+            )
+    # as the backend resolves them: the model's default_settings (uniform orders), then auto (SMC, precision target)
+    defaults, _ = with_model_defaults(EstimatorSettings(), model)
+    out.append(
+        sampled_row(
+            model, texts, cost, "package defaults (auto: SMC, uniform orders, target)", defaults, nbytes
+        )
+    )
+    out.append(
+        exact_row(model, texts, cost, "exact (dynamic program over revealed sets)", nbytes, "the truth")
+    )
+    return out
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    model, _ = load_model("masked")
+    confident, _ = load_model("masked", policy="confidence", policy_temperature=0.0)
+    texts = list(dict.fromkeys(read_texts(TEST_FILE)))
+    nbytes = sum(len(t.encode("utf-8")) for t in texts)
+    tokens = sum(model.tokenize(t).numel() for t in texts)
+    table = rows_of(model, confident, texts, nbytes)
+    lines = [
+        (
+            f"Bundled masked-diffusion LM (`latent_masked`), the {len(texts)} distinct held-out sentences of "
+            f"`masked_ppl_tiny` ({tokens} tokens, {nbytes} bytes; seed 1234). Machine: {machine()}."
+        ),
+        "",
+        "| method | perplexity per token | bits per byte | statement | network rows | forward calls | seconds |",
+        "|---|---|---|---|---|---|---|",
+        *(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:,} | {r[5]:,} | {r[6]:.1f} |" for r in table),
+    ]
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    (OUTPUT / "table.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
