@@ -1,0 +1,187 @@
+"""Coverage of the statements printed for ``latent_masked`` against the exact dynamic program, over many seeds.
+
+For each setting (the package defaults; ``peek=false``; ...) and each seed, the corpus statement of the bundled masked
+LM on its held-out sentences (``estimate_corpus`` then ``corpus_estimate``, as the perplexity task prints it) is held
+to the exact Σ_n log p(x_n) of the dynamic program over revealed sets: whether the two-sided interval (where one is
+printed) covers it, and whether the certified bound holds.
+
+Every network row an estimator asks for is one of the 2^T revealed sets of its text, which the dynamic program scores
+anyway: the seeds read each set's log p_θ(x_i | S) and confidence from a table (``StateTables``, the same float64
+values ``conditionals.token_log_probs`` returns) instead of rerunning the network; the draws are unchanged.
+
+    python bench/masked_coverage.py --seeds 50 --setting default --output bench/masked_side_by_side/coverage.json
+    python bench/masked_coverage.py --seeds 50 --setting peek=true --output bench/masked_side_by_side/coverage_peek.json
+
+``default``: the model_args a user gives none of (``auto``, and the model's ``default_settings``: uniform orders).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from lm_latent_eval.documents import read_texts
+from lm_latent_eval.estimators.adaptive import estimate_corpus
+from lm_latent_eval.estimators.corpus import corpus_estimate
+from lm_latent_eval.estimators.registry import resolve, with_model_defaults
+from lm_latent_eval.harness.model_args import parse_settings
+from lm_latent_eval.models import load_model
+from lm_latent_eval.models.masked import conditionals
+from lm_latent_eval.models.masked.corpus import TEST_FILE
+
+OUTPUT = Path(__file__).resolve().parent / "masked_side_by_side"
+
+
+class StateTables:
+    """log p_θ(x_i | S) and c_i = max_v log p_θ(v | S) of every revealed set S of every text: float64 [2^T, T] each,
+    row S = Σ_{i ∈ S} 2^i (computed once, by the network, in blocks)."""
+
+    def __init__(self, model, texts: list[str]) -> None:
+        self.tables = {}
+        for text in tqdm(texts, desc="state tables"):
+            x = model.check_text(model.tokenize(text))
+            T = x.numel()
+            member = (torch.arange(1 << T)[:, None] & (1 << torch.arange(T))) != 0
+            self.tables[tuple(x.tolist())] = conditionals.token_log_probs(model, x, member)
+
+    def lookup(self, model, x: torch.Tensor, revealed: torch.Tensor):
+        """``token_log_probs``'s answer from the table; ``model.network_rows`` counts the distinct rows as the
+        network would have run them."""
+        token, confidence = self.tables[tuple(x.tolist())]
+        rows = (revealed.long() << torch.arange(revealed.shape[1])).sum(1)
+        model.network_rows += int(rows.unique().numel())
+        return token[rows], confidence[rows]
+
+    @contextlib.contextmanager
+    def installed(self):
+        """``conditionals.token_log_probs`` reads the tables inside the block."""
+        original = conditionals.token_log_probs
+        conditionals.token_log_probs = self.lookup
+        try:
+            yield
+        finally:
+            conditionals.token_log_probs = original
+
+
+def seed_statement(model, texts, settings, truth: float) -> dict:
+    """One seed's corpus statement and whether it holds against the truth S."""
+    start, rows = time.perf_counter(), model.network_rows
+    estimates = estimate_corpus(model, texts, settings, progress=False)
+    corpus = corpus_estimate([estimates[t] for t in texts])
+    interval = corpus.interval
+    return {
+        "seed": settings.seed,
+        "perplexity": corpus.perplexity,
+        "two_sided": interval.two_sided,
+        "covered": interval.two_sided and interval.lower <= truth <= interval.upper,
+        "lower": interval.lower,
+        "upper": interval.upper,
+        "bound_holds": corpus.perplexity_upper_bound >= math.exp(-truth / corpus.num_tokens),
+        "perplexity_upper_bound": corpus.perplexity_upper_bound,
+        "samples_mean": sum(e.num_samples for e in estimates.values()) / len(estimates),
+        "network_rows": model.network_rows - rows,
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def summary(given: dict, why: str, runs: list[dict]) -> dict:
+    """The coverage figures of the seeds run so far."""
+    two_sided = [r for r in runs if r["two_sided"]]
+    return {
+        "model_args": given,
+        "resolved": why,
+        "seeds": len(runs),
+        "two_sided": len(two_sided),
+        "covered": sum(r["covered"] for r in two_sided),
+        "missed_share": (len(two_sided) - sum(r["covered"] for r in two_sided)) / len(runs),
+        "bound_held": sum(r["bound_holds"] for r in runs),
+        "runs": runs,
+    }
+
+
+def coverage(model, texts, given: dict, seeds: range, truth: float, save) -> dict:
+    """The statements of ``seeds`` under the model_args ``given``, resolved as the backend does (the model's
+    ``default_settings`` for what ``given`` does not name, then ``auto``); ``save(summary)`` after every seed."""
+    settings, own = with_model_defaults(parse_settings(given), model, given)
+    settings, why = resolve(settings, model)
+    runs = []
+    for s in tqdm(seeds, desc=str(given)):
+        runs.append(seed_statement(model, texts, settings.replace(seed=s), truth))
+        save(summary(given, why + own, runs))
+    return summary(given, why + own, runs)
+
+
+def write_summary(path: Path) -> None:
+    """``coverage.md``: one row per setting of every ``coverage*.json`` beside it."""
+    rows = []
+    for file in sorted(path.parent.glob("coverage*.json")):
+        results = json.loads(file.read_text())
+        for r in results["settings"]:
+            args = ",".join(f"{k}={v}" for k, v in r["model_args"].items()) or "(none: the defaults)"
+            rows.append(
+                f"| {args} | {r['resolved']} | {r['seeds']} ({r['runs'][0]['seed']}–{r['runs'][-1]['seed']}) | {r['two_sided']} | {r['covered']} of {r['two_sided']} | "
+                f"{r['missed_share']:.1%} | {r['bound_held']} of {r['seeds']} |"
+            )
+    head = (
+        f"Statements for `latent_masked` on the {results['documents']} distinct held-out sentences of `masked_ppl_tiny`, "
+        "held to the exact dynamic program (`bench/masked_coverage.py`).\n\n"
+        "| model_args | resolved | seeds | two-sided | two-sided covering the truth | seeds missed | certified bound held |\n"
+        "|---|---|---|---|---|---|---|\n"
+    )
+    path.write_text(head + "\n".join(rows) + "\n", encoding="utf-8")
+
+
+def parse_setting(text: str) -> dict:
+    """``default`` -> {}; ``peek=false,num_samples=1000`` -> model_args as lm-eval parses them."""
+    if text == "default":
+        return {}
+    return {k: v for k, _, v in (item.partition("=") for item in text.split(","))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, default=50)
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--setting", action="append", default=None, help="model_args, or 'default'")
+    parser.add_argument("--output", type=Path, default=OUTPUT / "coverage.json")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    model, _ = load_model("masked")
+    texts = list(dict.fromkeys(read_texts(TEST_FILE)))
+    truth = sum(model.log_marginal(model.tokenize(t)) for t in texts)
+    tables = StateTables(model, texts)
+    results = {"documents": len(texts), "truth_log_likelihood": truth, "settings": []}
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+
+    def save(done: list[dict], current: dict) -> None:
+        args.output.write_text(json.dumps(results | {"settings": [*done, current]}, indent=1) + "\n")
+        write_summary(args.output.parent / "coverage.md")
+
+    with tables.installed():
+        for setting in args.setting or ["default", "peek=true"]:
+            done = list(results["settings"])
+            summary_ = coverage(
+                model,
+                texts,
+                parse_setting(setting),
+                range(args.first_seed, args.first_seed + args.seeds),
+                truth,
+                lambda s, d=done: save(d, s),
+            )
+            results["settings"].append(summary_)
+    for r in results["settings"]:
+        print(
+            f"{r['model_args'] or 'defaults'}: two-sided {r['two_sided']}/{r['seeds']}, covered {r['covered']}, "
+            f"missed {r['missed_share']:.1%} of seeds; certified bound held {r['bound_held']}/{r['seeds']}"
+        )
+
+
+if __name__ == "__main__":
+    main()
