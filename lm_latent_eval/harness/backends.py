@@ -49,7 +49,12 @@ from .conditionals import (
 from .distributed import Processes, distributed_state
 from .exchange import Conditional, EstimateExchange
 from .generation import generate
-from .hook import register_backends
+
+try:
+    from .hook import register_backends
+except ModuleNotFoundError:
+    # an installed wheel ships hook.py only at site-packages root (pyproject's force-include), where the .pth runs it
+    from _lm_latent_eval_hook import register_backends
 from .model_args import name_output_folder, parse_backend_args, with_cli_config
 from .provenance import model_info, run_identity
 from .results_store import ResultsStore, stage_tally

@@ -638,3 +638,24 @@ def test_under_a_precision_target_the_log_says_the_corpus_row_is_na():
     notes = perplexity_task.repeated_rows(items)
     assert any(n.startswith("corpus_perplexity is N/A: the precision target") for n in notes), notes
     assert not any("corpus_perplexity repeats" in n for n in notes)
+
+
+def test_the_backends_import_where_the_wheel_put_the_hook(tmp_path):
+    """The wheel ships harness/hook.py only at site-packages root (``_lm_latent_eval_hook``, pyproject's
+    force-include), so ``lm_latent_eval.harness.hook`` does not exist in an installed package: importing the backends
+    failed there (the README's first command on a fresh machine), while every test, run from the checkout, passed."""
+    from hook_site import hook_site_dir
+
+    site_dir = hook_site_dir(tmp_path)
+    code = (
+        "import sys, site\n"
+        f"site.addsitedir({str(site_dir)!r})\n"
+        "sys.modules['lm_latent_eval.harness.hook'] = None  # as in the wheel: no such module\n"
+        "import lm_latent_eval.harness.backends as b\n"
+        "import lm_eval.api.registry as r\n"
+        "assert r.get_model('latent_hmm') is b.LatentHMMEval\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
