@@ -1,9 +1,9 @@
 """How many CPU threads torch uses for a run: model_args ``threads``, or a count the machine can give now.
 
 torch starts one intra-op thread per physical core. On a shared machine whose cores other processes keep busy, those
-threads wait on each other and spin: the README's first command took 158 s with torch's default on a 2-core machine
-running two other busy processes, and 56 s with one thread (34 s either way on the quiet machine; bench/RESULTS.md,
-"Threads on a shared machine"). By default (``threads`` not given) a CPU run therefore takes torch's count, lowered to
+threads wait on each other and spin: the README's first command took 355 s with torch's default on a 2-core machine
+running two other busy processes, and 104 s with the count chosen here (62 s and 57 s on the quieter machine;
+``python bench/threads.py``, bench/threads/output.md). By default (``threads`` not given) a CPU run therefore takes torch's count, lowered to
 the cores the 1-minute load average leaves free (at least one); an environment that sets ``OMP_NUM_THREADS`` or
 ``MKL_NUM_THREADS`` has chosen already and is left alone, as is a CUDA run (its kernels do not use them).
 """
