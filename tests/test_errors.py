@@ -200,11 +200,13 @@ def test_ctrl_c_says_how_to_resume(capsys, tmp_path, monkeypatch):
 
     monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
     LatentHMMEval(device="cpu")
+    capsys.readouterr()  # what building the backend logged (a handler an earlier test closed may complain here)
     hint = sys.excepthook.interrupt_hint
     excepthook(KeyboardInterrupt, KeyboardInterrupt(), None, interrupt_hint=hint)
     line = _one_error_line(capsys.readouterr().err.split(": ", 1)[1], "interrupted; add results_dir=DIR")
     assert "a rerun of the same command then loads every document already estimated" in line
     lm = LatentHMMEval(device="cpu", results_dir=str(tmp_path))
+    capsys.readouterr()
     excepthook(KeyboardInterrupt, KeyboardInterrupt(), None, interrupt_hint=sys.excepthook.interrupt_hint)
     line = _one_error_line(capsys.readouterr().err.split(": ", 1)[1], "interrupted; rerun the same command")
     assert str(lm.results_store.folder) in line
