@@ -1,0 +1,135 @@
+"""SMC / IS time per particle·token on every bundled model with the stepwise part (issue 33, item 2).
+
+`python bench/smc_cost.py` (one thread). For each model (``--models``) the same documents are estimated with
+importance sampling (``importance_log_weights``) and with SMC (``smc_log_weights``, default settings: resampling when
+ESS < 0.5·N, 4 independent runs) at the same K and seed; IS and SMC repeats alternate (IS, SMC, IS, SMC, ...), so load
+from other processes hits both alike. Both draw K particles per document (SMC's runs split the K), so both do
+K × T particle·tokens per document; the table gives the best-of-repeats particle·tokens/s of each and the ratio of
+SMC's time to IS's. The markdown table goes to ``--output`` (default bench/smc_cost/output.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bundled_models import CORPORA
+from particles import timed
+
+from lm_latent_eval.estimators.importance import importance_log_weights
+from lm_latent_eval.estimators.smc import smc_log_weights
+from lm_latent_eval.models import load_model
+from lm_latent_eval.paths import DATA_DIR
+from lm_latent_eval.protocol import has_stepwise
+from lm_latent_eval.reports.sweep import read_documents
+
+OUTPUT = Path(__file__).resolve().parent / "smc_cost" / "output.md"
+# model -> (its bundled test corpus, documents timed): about a second per estimator and repeat at K = 1,000
+DOCUMENTS = {
+    "hmm": (CORPORA["hmm"], 30),
+    "kglm": (CORPORA["kglm"], 5),
+    "entitynlm": (CORPORA["entitynlm"], 6),
+    "rnng": (CORPORA["rnng"], 10),
+    "lda": (CORPORA["lda"], 30),
+    "masked": ("masked_tiny/test.jsonl", 4),
+    "tokenization": (CORPORA["tokenization"], 5),
+}
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else ``platform``'s guess."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def run_is(model, xs, docs, k):
+    for x, doc in zip(xs, docs):
+        importance_log_weights(model, x, num_samples=k, seed=0, document=doc)
+
+
+def run_smc(model, xs, docs, k):
+    for x, doc in zip(xs, docs):
+        smc_log_weights(model, x, num_samples=k, seed=0, document=doc)
+
+
+def model_rows(name: str, ks: list[int], repeats: int, num_docs: int | None) -> list[str]:
+    """One table row per K: best-of-``repeats`` particle·tokens/s of IS and SMC, alternated, and SMC s / IS s."""
+    model, _ = load_model(name)
+    if not has_stepwise(model):
+        return [f"| {name} | - | no stepwise part | | | | | |"]
+    path, default_docs = DOCUMENTS[name]
+    docs = [d for d in read_documents(str(DATA_DIR / path)) if d.strip()][: num_docs or default_docs]
+    xs = [model.tokenize(d) for d in docs]
+    tokens = sum(int(x.numel()) for x in xs)
+    # warm-up: lazy tables, caches and first-call costs
+    run_is(model, xs[:1], docs[:1], 8)
+    run_smc(model, xs[:1], docs[:1], 8)
+    rows = []
+    for k in ks:
+        best = {"is": float("inf"), "smc": float("inf")}
+        for _ in range(repeats):
+            best["is"] = min(best["is"], timed(lambda: run_is(model, xs, docs, k), "cpu")[0])
+            best["smc"] = min(best["smc"], timed(lambda: run_smc(model, xs, docs, k), "cpu")[0])
+        rate = {e: k * tokens / s for e, s in best.items()}
+        rows.append(
+            f"| {name} | {k:,} | {len(docs)} | {tokens} | {best['is']:.3f} | {best['smc']:.3f} | "
+            f"{rate['is'] / 1e6:.3f} M | {rate['smc'] / 1e6:.3f} M | {best['smc'] / best['is']:.2f}x |"
+        )
+        print(rows[-1], flush=True)
+    return rows
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--models", default="hmm,kglm,entitynlm,rnng,lda,masked,tokenization")
+    p.add_argument("--ks", default="1000,4000")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--num-docs", type=int, default=None, help="documents per model (default: per-model table)"
+    )
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--label", default="", help="a word for the heading (before / after)")
+    p.add_argument("--output", default=str(OUTPUT))
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    ks = [int(k) for k in args.ks.split(",")]
+    start = time.perf_counter()
+    head = (
+        f"# SMC / IS cost per particle·token{f' ({args.label})' if args.label else ''}\n\n"
+        f"{cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
+        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, load average at the start "
+        f"{'/'.join(f'{v:.2f}' for v in os.getloadavg())}; seed 0, SMC defaults (ESS < 0.5·N, 4 runs); "
+        f"best of {args.repeats} alternating IS/SMC repeats.\n\n"
+        "| model | K | documents | tokens | IS s | SMC s | IS particle·tokens/s | SMC particle·tokens/s | "
+        "SMC / IS |\n|---|---|---|---|---|---|---|---|---|"
+    )
+    print(head, flush=True)
+    rows = []
+    for name in args.models.split(","):
+        rows += model_rows(name, ks, args.repeats, args.num_docs)
+    tail = (
+        f"\n{time.perf_counter() - start:.0f} s in all; load average at the end "
+        f"{'/'.join(f'{v:.2f}' for v in os.getloadavg())}."
+    )
+    print(tail)
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join([head, *rows, tail]) + "\n")
+
+
+if __name__ == "__main__":
+    main()
