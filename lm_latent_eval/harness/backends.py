@@ -220,18 +220,26 @@ class LatentLMEval(LM):
         False
         """
         return generate(
-            self.model, requests, self.settings.seed, self._device, not disable_tqdm, self._log_joint_texts
+            self.model, requests, self.settings.seed, self._device, not disable_tqdm, self._greedy_scores
         )
 
-    def _log_joint_texts(self, texts: list[str]) -> dict[str, float]:
-        """log p̂ of each text under the run's estimator, for greedy decoding's ranking: without the precision
-        target (whose corpus totals are summed over the processes, which hold different requests) and outside the
-        results store."""
+    def _greedy_scores(self, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], float]:
+        """log p̂(continuation | context) of each candidate under the run's estimator, for greedy decoding's ranking:
+        from the context's view where the model offers ``conditional_model`` (the masked LMs, whose log p̂(context ⊕
+        continuation) is no prefix probability and ranks candidates differently), else log p̂(context ⊕
+        continuation) (the context shared: the same ranking); without the precision target (whose corpus totals are
+        summed over the processes, which hold different requests) and outside the results store."""
         settings = self.settings.replace(target_se=None)
-        estimates = estimate_texts(
-            self.model, texts, settings, self._device, None, lambda values: values, "greedy candidates", False
-        )
-        return {text: est.log_likelihood for text, est in estimates.items()}
+
+        def estimate(model, texts):
+            return estimate_texts(
+                model, texts, settings, self._device, None, lambda values: values, "greedy candidates", False
+            )
+
+        if has_conditional_model(self.model):
+            return {pair: e.log_likelihood for pair, e in view_estimates(self.model, pairs, estimate).items()}
+        estimates = estimate(self.model, sorted({ctx + cont for ctx, cont in pairs}))
+        return {(ctx, cont): estimates[ctx + cont].log_likelihood for ctx, cont in pairs}
 
     def get_model_info(self) -> dict:
         """Model identity and estimator settings; lm-eval merges them into ``results["config"]`` (``provenance``)."""

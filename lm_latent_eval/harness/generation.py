@@ -4,8 +4,8 @@ batching never change one, cut at the first ``until`` string, under the request'
 * ``do_sample: true`` (or no ``do_sample`` and no ``temperature``): one ancestral sample from p(· | context).
 * ``do_sample: false``, or ``temperature: 0`` without ``do_sample`` (as lm-eval's ``hf`` reads it; lm-eval's default
   and gsm8k's): greedy decoding, approximated by the most probable of ``GREEDY_CANDIDATES`` seeded ancestral samples,
-  each scored by the run's estimator as log p̂(context ⊕ continuation) (the context is shared, so this ranks the
-  conditionals; ties go to the first sample). A latent LM has no tractable argmax over continuations.
+  each scored by the run's estimator as log p̂(continuation | context), as ``loglikelihood`` scores it (ties go to the
+  first sample). A latent LM has no tractable argmax over continuations.
 * ``sample_text`` samples at temperature 1 only: another temperature under sampling, and any other setting that
   would change the decoding (``top_p``, ``top_k``, ``num_beams``, ...), is refused with one line, never ignored.
 """
@@ -76,10 +76,11 @@ def generate(
     seed: int,
     device: torch.device,
     progress: bool = True,
-    score: Callable[[list[str]], dict[str, float]] | None = None,
+    score: Callable[[list[tuple[str, str]]], dict[tuple[str, str], float]] | None = None,
 ) -> list[str]:
     """One continuation per lm-eval request, ``args == (context, gen_kwargs)``: ``until`` strings, ``max_gen_toks``,
-    ``do_sample`` and ``temperature`` (``is_greedy``); ``score``: log p̂ of each text, for greedy decoding.
+    ``do_sample`` and ``temperature`` (``is_greedy``); ``score``: log p̂(continuation | context) of each
+    (context, continuation) pair, for greedy decoding.
 
     Raises
     ------
@@ -103,12 +104,12 @@ def generate(
             [sample(model, context, gen_kwargs, seed, device, GENERATION_STREAM - i) for i in range(count)]
         )
     # every greedy request's candidates scored in one batch
-    texts = sorted(
-        {request.args[0] + c for request, cs, g in zip(requests, candidates, greedy) if g for c in cs}
+    pairs = sorted(
+        {(request.args[0], c) for request, cs, g in zip(requests, candidates, greedy) if g for c in cs}
     )
-    scores = score(texts) if texts else {}
+    scores = score(pairs) if pairs else {}
     return [
-        max(cs, key=lambda c, ctx=request.args[0]: scores[ctx + c]) if g else cs[0]
+        max(cs, key=lambda c, ctx=request.args[0]: scores[ctx, c]) if g else cs[0]
         for request, cs, g in zip(requests, candidates, greedy)
     ]
 

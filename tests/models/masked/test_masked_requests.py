@@ -137,3 +137,29 @@ def test_uniform_orders_are_the_default_unless_peek_is_given():
     assert lm.estimator_choice.endswith("; peek=False by the model's default_settings")
     given = LatentMaskedEval(device="cpu", peek=True)
     assert given.settings.peek is True and "default_settings" not in given.estimator_choice
+
+
+def test_greedy_generate_until_ranks_the_candidates_by_their_conditional_given_the_context():
+    """do_sample: false picks the seeded sample of highest log p(continuation | context revealed), as loglikelihood
+    scores it; it ranked them by log p(context ⊕ continuation), which for a masked LM (no prefix probability) is
+    another order: on this context the two disagree."""
+    from lm_latent_eval.estimators.seeding import document_generator
+    from lm_latent_eval.harness.generation import GENERATION_STREAM, GREEDY_CANDIDATES
+
+    lm = LatentMaskedEval(estimator="exact", seed=3, device="cpu")
+    model, context, gen_kwargs = lm.model, "anna", {"until": ["\n"], "max_gen_toks": 4}
+    candidates = [
+        model.sample_text(
+            context, 4, generator=document_generator(3, context, GENERATION_STREAM - i), stop=["\n"]
+        )
+        for i in range(GREEDY_CANDIDATES)
+    ]
+    view = model.conditional_model(context)
+    conditional = {c: view.log_marginal(view.tokenize(context + c)) for c in candidates}
+    whole = {c: model.log_marginal(model.tokenize(context + c)) for c in candidates}
+    best = max(candidates, key=conditional.get)
+    assert best != max(candidates, key=whole.get)
+    for greedy in [{"do_sample": False}, {"temperature": 0.0}]:
+        request = Instance("generate_until", {}, (context, gen_kwargs | greedy), 0)
+        assert lm.generate_until([request], True) == [best]
+    assert loglikelihood(lm, [(context, best)]) == [pytest.approx(conditional[best], abs=1e-12)]
