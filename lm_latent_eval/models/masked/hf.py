@@ -17,6 +17,8 @@ from ...errors import InputError
 from .model import MaskedOrderLM
 
 PROBE = "a"  # a text whose ids show where the tokenizer puts its special tokens
+# the configuration fields that name the longest input, by family (first found wins)
+POSITION_FIELDS = ("max_position_embeddings", "max_sequence_length", "n_positions")
 
 
 def special_tokens_around(tokenizer) -> tuple[list[int], list[int]]:
@@ -55,10 +57,41 @@ def mask_token_id(tokenizer, mask_token: str | int | None) -> int:
     raise InputError(f"model_args mask_token={mask_token!r} is neither a token of the tokenizer nor an id")
 
 
+def max_positions(config) -> int | None:
+    """The longest input the network reads: the configuration's ``max_position_embeddings`` (BERT, Dream),
+    ``max_sequence_length`` (LLaDA) or ``n_positions``; None where it names none.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> max_positions(SimpleNamespace(max_sequence_length=4096)), max_positions(SimpleNamespace())
+    (4096, None)
+    """
+    for name in POSITION_FIELDS:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def load_config(path: str, trust_remote_code: bool):
+    """``AutoConfig`` of the checkpoint; an ``InputError`` naming model_args ``trust_remote_code=True`` when the
+    checkpoint's configuration is its own code (``auto_map``) and it was not given."""
+    try:
+        return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except ValueError as err:
+        if trust_remote_code or "trust_remote_code" not in str(err):
+            raise
+        raise InputError(
+            f"{path} holds its own modeling code (config.json's auto_map): read it, and if you trust it pass "
+            "model_args trust_remote_code=True"
+        ) from None
+
+
 def load_network(path: str, trust_remote_code: bool):
     """``AutoModelForMaskedLM``, or ``AutoModel`` for a masked-diffusion checkpoint that registers no masked-LM head
     (its forward must return logits)."""
-    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    config = load_config(path, trust_remote_code)
     try:
         return AutoModelForMaskedLM.from_pretrained(path, config=config, trust_remote_code=trust_remote_code)
     except ValueError:
@@ -83,7 +116,7 @@ class HFMaskedLM(MaskedOrderLM):
     def __init__(self, network, tokenizer, mask_token=None, policy="uniform", policy_temperature=1.0,
                  max_exact_tokens=16, block_tokens=8192):  # fmt: skip
         before, after = special_tokens_around(tokenizer)
-        positions = getattr(network.config, "max_position_embeddings", None)
+        positions = max_positions(network.config)
         max_length = None if positions is None else positions - len(before) - len(after)
         super().__init__(network, mask_token_id(tokenizer, mask_token), None, policy, policy_temperature,
                          max_exact_tokens, max_length, block_tokens)  # fmt: skip
@@ -94,8 +127,9 @@ class HFMaskedLM(MaskedOrderLM):
     @classmethod
     def from_pretrained(cls, path: str, mask_token=None, trust_remote_code: bool = False, **kwargs):
         """Network and tokenizer from a local folder (or a Hub snapshot), ``trust_remote_code`` passed through."""
+        network = load_network(path, trust_remote_code)
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-        return cls(load_network(path, trust_remote_code), tokenizer, mask_token, **kwargs)
+        return cls(network, tokenizer, mask_token, **kwargs)
 
     @property
     def vocab_size(self) -> int:
