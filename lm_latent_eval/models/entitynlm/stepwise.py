@@ -129,8 +129,8 @@ def reorder_particles(state: EntityNLMParticles, ancestors: torch.Tensor) -> Ent
             **state.__dict__,
             "p_memory": state.p_memory.select(a),
             "q_memory": state.q_memory.select(a),
-            "context": state.context[a],
-            "latents": state.latents[:, a],
+            "context": state.context.index_select(0, a),
+            "latents": state.latents.index_select(1, a),
         }
     )
 

@@ -92,5 +92,5 @@ def step_particles(state: HMMParticles, t: int, generator) -> tuple[HMMParticles
 
 def reorder_particles(state: HMMParticles, ancestors: torch.Tensor) -> HMMParticles:
     """Particle k takes the history of particle ancestors[k]."""
-    state.z = state.z[ancestors.to(state.z.device)]
+    state.z = state.z.index_select(0, ancestors.to(state.z.device))
     return state

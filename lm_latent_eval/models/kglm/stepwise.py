@@ -83,14 +83,8 @@ class WindowState:
 
     def select(self, index: torch.Tensor) -> WindowState:
         """Particle k takes the state of particle index[k]."""
-        return WindowState(
-            self.rows[index],
-            self.cand[index],
-            self.num_ok[index],
-            self.prev_type[index],
-            self.prev_ent[index],
-            self.prev_par[index],
-        )
+        # index_select: a gather of whole rows, several times faster on the CPU than advanced indexing
+        return WindowState(*(getattr(self, f).index_select(0, index) for f in self.__dataclass_fields__))
 
 
 def _type_pattern(state: WindowState) -> torch.Tensor:
@@ -160,9 +154,18 @@ def sample_step(
 
 
 def score_step(
-    tabs: HeadTables, state: WindowState, t: int, typ: torch.Tensor, ent: torch.Tensor, par: torch.Tensor
+    tabs: HeadTables,
+    state: WindowState,
+    t: int,
+    typ: torch.Tensor,
+    ent: torch.Tensor,
+    par: torch.Tensor,
+    subset_on_cpu: bool = True,
 ) -> torch.Tensor:
-    """log π(z_t | z_<t) of given z_t (type, entity, parent [K]) under these heads: float64 [K], -inf off the support."""
+    """log π(z_t | z_<t) of given z_t (type, entity, parent [K]) under these heads: float64 [K], -inf off the support.
+
+    The parent and edge terms count only for particles that drew "related"; on the CPU only those go through the
+    parent and edge heads (as in ``sample_step``: row by row the same numbers), elsewhere every particle, masked."""
     tables = tabs.tables
     K = typ.shape[0]
     device = typ.device
@@ -176,24 +179,47 @@ def score_step(
         nl = tabs.new_entity_log_probs(t_vec[:1])[0]
         total = total + torch.where(is_new, nl[tables.entity_row[ent.clamp(min=0)]], 0.0)
     if state.rows.shape[1] > 0:
-        plog = _parent_log_probs(tabs, state, t_vec)
-        prow = tables.row_of(par)
-        hit = (state.rows == prow.unsqueeze(1)) & state.cand
-        ok = is_rel & hit.any(-1) & tables.owns_row(par) & (ent >= 0)
-        parent_lp = plog.masked_fill(~hit, -math.inf).logsumexp(-1)
-        if tabs.max_degree > 0:
-            edges, _, elog = tabs.parent_edges(t_vec, par, ok)
-            norm = elog.logsumexp(-1)
-            reach = elog.masked_fill(tables.edge_tail[edges] != ent.unsqueeze(1), -math.inf).logsumexp(-1)
-            rel_lp = reach - norm
-        else:
-            rel_lp = torch.full_like(parent_lp, -math.inf)
-        ok = ok & torch.isfinite(rel_lp) & torch.isfinite(parent_lp)
-        total = total + torch.where(ok, parent_lp + rel_lp, 0.0)
-        valid &= ~is_rel | ok
+        sub = torch.nonzero(is_rel, as_tuple=True)[0] if subset_on_cpu and device.type == "cpu" else None
+        if sub is None:
+            rel_term, ok = _related_log_prob(tabs, state, t_vec, is_rel, ent, par)
+            total = total + rel_term
+            valid &= ~is_rel | ok
+        elif sub.numel():
+            rel_term, ok = _related_log_prob(
+                tabs, state.select(sub), t_vec[sub], is_rel[sub], ent[sub], par[sub]
+            )
+            total = total.index_add(0, sub, rel_term)
+            valid = valid.index_put((sub,), valid[sub] & ok)
     else:
         valid &= ~is_rel
     return total.masked_fill(~valid, -math.inf)
+
+
+def _related_log_prob(
+    tabs: HeadTables,
+    state: WindowState,
+    t_vec: torch.Tensor,
+    is_rel: torch.Tensor,
+    ent: torch.Tensor,
+    par: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log π(parent slot) + log π(edge to ent | parent) of a "related" z_t [P] (0 elsewhere) and whether it lies on the
+    support [P]: the parent must be a candidate of the window with an edge to the entity."""
+    tables = tabs.tables
+    plog = _parent_log_probs(tabs, state, t_vec)
+    prow = tables.row_of(par)
+    hit = (state.rows == prow.unsqueeze(1)) & state.cand
+    ok = is_rel & hit.any(-1) & tables.owns_row(par) & (ent >= 0)
+    parent_lp = plog.masked_fill(~hit, -math.inf).logsumexp(-1)
+    if tabs.max_degree > 0:
+        edges, _, elog = tabs.parent_edges(t_vec, par, ok)
+        norm = elog.logsumexp(-1)
+        reach = elog.masked_fill(tables.edge_tail[edges] != ent.unsqueeze(1), -math.inf).logsumexp(-1)
+        rel_lp = reach - norm
+    else:
+        rel_lp = torch.full_like(parent_lp, -math.inf)
+    ok = ok & torch.isfinite(rel_lp) & torch.isfinite(parent_lp)
+    return torch.where(ok, parent_lp + rel_lp, 0.0), ok
 
 
 @dataclass
@@ -258,7 +284,7 @@ def reorder_particles(state: KGLMParticles, ancestors: torch.Tensor) -> KGLMPart
         state.alias,
         state.gen,
         state.window.select(index),
-        {k: v[index] for k, v in state.z.items()},
+        {k: v.index_select(0, index) for k, v in state.z.items()},
     )
 
 

@@ -215,7 +215,8 @@ class WordDistribution:
         alias,
         gen_table_t: tuple | None = None,
     ) -> torch.Tensor:
-        """log p(x_t | h_t, entity_k) for one position and K particles' entities [K]: float64 [K] (no host sync);
+        """log p(x_t | h_t, entity_k) for one position and K particles' entities [K]: float64 [K] (no host sync off the
+        CPU; on the CPU the copy terms are computed once per distinct entity);
         ``gen_table_t``: row t of ``generate_table`` (then the numbers equal ``word_log_prob``'s)."""
         K = entity.numel()
         R = self.tables.num_rows
@@ -231,7 +232,14 @@ class WordDistribution:
             gen = tuple(v[rows] for v in g)
         else:
             gen = self._generate_terms(h_type_t.expand(K, -1), rows, x_in.expand(K))
-        copy = self._copy_terms(h_type_t.expand(K, -1).contiguous(), entity, x_t.view(1).expand(K), alias)
+        if entity.device.type == "cpu":
+            # the copy terms of each distinct entity among the K (as ``word_log_prob``), gathered; a sync elsewhere
+            ents, inv = torch.unique(entity, return_inverse=True)
+            U = ents.numel()
+            copy = self._copy_terms(h_type_t.expand(U, -1).contiguous(), ents, x_t.view(1).expand(U), alias)
+            copy = tuple(v[inv] for v in copy)
+        else:
+            copy = self._copy_terms(h_type_t.expand(K, -1).contiguous(), entity, x_t.view(1).expand(K), alias)
         return self._combine_word_terms(x_t.view(1).expand(K), gen, copy)
 
     def unknown_word_penalty(self, x: torch.Tensor, z: dict) -> torch.Tensor:

@@ -121,9 +121,11 @@ def _advance(state: LDAParticles, t: int, zt: torch.Tensor, token: int | None = 
 def reorder(state: LDAParticles, ancestors: torch.Tensor) -> LDAParticles:
     """Particle k takes the history (topics and counts) of particle ancestors[k]."""
     ancestors = ancestors.to(state.z.device)
-    state.z, state.counts = state.z[ancestors], state.counts[ancestors]
+    # index_select: a gather of whole rows, several times faster on the CPU than advanced indexing
+    state.z, state.counts = state.z.index_select(0, ancestors), state.counts.index_select(0, ancestors)
     if state.lookahead is not None:
-        state.explained, state.log_psi = state.explained[ancestors], state.log_psi[ancestors]
+        state.explained = state.explained.index_select(0, ancestors)
+        state.log_psi = state.log_psi.index_select(0, ancestors)
     return state
 
 

@@ -46,7 +46,9 @@ class Stacks:
     size: torch.Tensor
 
     def select(self, index: torch.Tensor) -> Stacks:
-        return Stacks(*(v[index] for v in (self.elem_h, self.elem_c, self.state_h, self.state_c, self.size)))
+        # index_select: a gather of whole rows, several times faster on the CPU than advanced indexing
+        fields = (self.elem_h, self.elem_c, self.state_h, self.state_c, self.size)
+        return Stacks(*(v.index_select(0, index) for v in fields))
 
 
 @dataclass
@@ -306,10 +308,10 @@ def step_particles(model, state: RNNGParticles, t: int, generator) -> tuple[RNNG
 def reorder_particles(state: RNNGParticles, ancestors: torch.Tensor) -> RNNGParticles:
     """Particle k takes the stacks, actions and outside vectors of particle ancestors[k]."""
     a = ancestors.to(state.x.device)
-    pick = lambda v: None if v is None else v[a]
+    pick = lambda v: None if v is None else v.index_select(0, a)
     return RNNGParticles(
         state.x, state.words, state.with_eos, state.temperature, state.peek, state.emb, state.stacks.select(a),
-        state.actions[a], state.num_actions[a], state.crf, pick(state.left), pick(state.outside), state.t,
+        pick(state.actions), pick(state.num_actions), state.crf, pick(state.left), pick(state.outside), state.t,
     )  # fmt: skip
 
 

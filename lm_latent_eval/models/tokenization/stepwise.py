@@ -186,7 +186,8 @@ def _forget_unreached(state: TokenizationParticles) -> None:
 def reorder_particles(state: TokenizationParticles, ancestors: torch.Tensor) -> TokenizationParticles:
     """Particle k takes the history (node and log p sums) of particle ancestors[k]; slot k keeps its uniforms."""
     a = ancestors.to(state.node.device)
-    state.node, state.log_p, state.block_log_p = state.node[a], state.log_p[a], state.block_log_p[a]
+    state.node, state.log_p = state.node.index_select(0, a), state.log_p.index_select(0, a)
+    state.block_log_p = state.block_log_p.index_select(0, a)
     _forget_unreached(state)
     return state
 
