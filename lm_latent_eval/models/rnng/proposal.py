@@ -140,7 +140,7 @@ class TreeCRFProposal(CheckedProposal, nn.Module):
     def _no_peek_sample(self, x, num_samples, temperature, generator):
         """The no-peeking proposal's draws: the stepwise kernel run without resampling (same random stream as SMC)."""
         model = self.generative()
-        state = model.smc_init(x, num_samples, temperature, peek=False)
+        state = stepwise.plain_particles(model, x, num_samples, temperature, peek=False)
         log_q = torch.zeros(num_samples, dtype=torch.float64, device=x.device)
         for t in range(x.numel()):
             state, _, step_q = stepwise.advance(
@@ -161,7 +161,7 @@ class TreeCRFProposal(CheckedProposal, nn.Module):
         shifts = (trees == SHIFT).nonzero()[:, 1].view(-1, T)
         # r_t before word t
         reduces = torch.diff(shifts, dim=1, prepend=shifts.new_full((z.shape[0], 1), -1)) - 1
-        state = model.smc_init(x, z.shape[0], temperature, peek=False)
+        state = stepwise.plain_particles(model, x, z.shape[0], temperature, peek=False)
         log_q = torch.zeros(z.shape[0], dtype=torch.float64, device=z.device)
         for t in range(x.numel()):
             state, _, step_q = stepwise.advance(model, state, t, None, reduces[:, t] if t < T else None)

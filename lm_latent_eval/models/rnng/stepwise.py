@@ -26,6 +26,7 @@ Each step consumes one uniform per particle from the generator (inverse CDF).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -90,10 +91,20 @@ class RNNGParticles:
 
 
 @torch.no_grad()
-def init_particles(
+def init_particles(model, x: torch.Tensor, num_particles: int, temperature: float, peek: bool):
+    """smc_init: K particles with empty stacks for the sentence x [T]; on the CPU (``rows_apart``) stored as
+    ``DistinctHistories`` of one history, else ``plain_particles``."""
+    if not rows_apart(model, x):
+        return plain_particles(model, x, num_particles, temperature, peek)
+    one = plain_particles(model, x, 1, temperature, peek)
+    return DistinctHistories(one, torch.zeros(int(num_particles), dtype=torch.long, device=x.device))
+
+
+@torch.no_grad()
+def plain_particles(
     model, x: torch.Tensor, num_particles: int, temperature: float, peek: bool
 ) -> RNNGParticles:
-    """K particles with empty stacks (the stack LSTM has read <s>) for the sentence x [T]."""
+    """K particles with empty stacks (the stack LSTM has read <s>) for the sentence x [T], one row each."""
     words = model.proposal.words(x)
     K, W, dev = int(num_particles), words.numel(), words.device
     D, H, L = model.dim, model.hidden_size, model.num_layers
@@ -297,17 +308,128 @@ def uniforms(num_particles: int, generator: torch.Generator | None, device) -> t
     return torch.rand(num_particles, generator=generator, device=where, dtype=torch.float64).to(device)
 
 
-def step_particles(model, state: RNNGParticles, t: int, generator) -> tuple[RNNGParticles, torch.Tensor]:
-    """smc_step: draw step t for every particle from one uniform each; (state, log p − log q_τ float64 [K])."""
-    state, log_p, log_q = advance(
-        model, state, t, uniforms(state.stacks.size.shape[0], generator, state.x.device)
-    )
+def step_particles(model, state, t: int, generator) -> tuple[RNNGParticles | DistinctHistories, torch.Tensor]:
+    """smc_step: draw step t for every particle from one uniform each; (state, log p − log q_τ float64 [K]).
+
+    On the CPU (``rows_apart``) the particles are kept as ``DistinctHistories``: the network runs once per distinct
+    history, with the same numbers as ``advance`` on every particle."""
+    K = state.rows.shape[0] if isinstance(state, DistinctHistories) else state.stacks.size.shape[0]
+    u = uniforms(K, generator, state.x.device)
+    if isinstance(state, DistinctHistories) or rows_apart(model, state.x):
+        state, log_p, log_q = distinct_advance(model, DistinctHistories.of(state), t, u)
+    else:
+        state, log_p, log_q = advance(model, state, t, u)
     return state, log_p - log_q
 
 
-def reorder_particles(state: RNNGParticles, ancestors: torch.Tensor) -> RNNGParticles:
-    """Particle k takes the stacks, actions and outside vectors of particle ancestors[k]."""
+# the fewest rows a matrix product runs on in distinct_advance (BLAS rounds a row of a 1-3-row product by position)
+MIN_ROWS = 4
+
+
+def rows_apart(model, x: torch.Tensor) -> bool:
+    """Whether a product over some particles' rows gives each row the numbers of the all-particles product: float32
+    rows of a multiple of 16 values in batches of ≥ ``MIN_ROWS`` on the CPU (measured on its BLAS, as the EntityNLM's
+    ``latents.rows_apart``; tests/models/rnng/test_rnng_distinct.py compares both paths)."""
+    return (
+        x.device.type == "cpu"
+        and model.embedding.weight.dtype == torch.float32
+        and model.dim % 16 == 0
+        and model.hidden_size % 16 == 0
+    )
+
+
+@dataclass
+class DistinctHistories:
+    """K particles stored once per distinct history: particle k's stacks, actions and outside vectors are row
+    ``rows[k]`` of ``state`` (H ≤ K rows, H distinct action sequences, as the IS scorer keeps only distinct trees).
+
+    Resampling only rewrites ``rows`` (O(K), no copy of the stacks). Reading a per-particle field (``actions``,
+    ``num_actions``, ``left``, ``outside``, ``stacks``) gives it for the K particles; every other field is
+    ``state``'s."""
+
+    state: RNNGParticles
+    rows: torch.Tensor  # [K] into state's rows
+
+    _PER_PARTICLE: ClassVar[tuple[str, ...]] = ("actions", "num_actions", "left", "outside")
+
+    @classmethod
+    def of(cls, state: RNNGParticles | DistinctHistories) -> DistinctHistories:
+        """The particles of ``state`` stored once per distinct history (itself when it already is)."""
+        if isinstance(state, DistinctHistories):
+            return state
+        if state.t == 0:
+            # nothing drawn yet: one history
+            zeros = torch.zeros_like(state.num_actions)
+            return cls(reorder_particles(state, zeros[:1]), zeros)
+        history = torch.cat([state.actions, state.num_actions[:, None]], 1)
+        _, inverse = torch.unique(history, dim=0, return_inverse=True)
+        return cls(reorder_particles(state, _first_of_groups(inverse, int(inverse.max()) + 1)), inverse)
+
+    def __getattr__(self, name: str):
+        if name.startswith("_") or name in ("state", "rows"):
+            # copy and pickle look for hooks before the fields exist
+            raise AttributeError(name)
+        value = getattr(self.state, name)
+        if name == "stacks":
+            return value.select(self.rows)
+        if name in self._PER_PARTICLE and value is not None:
+            return value.index_select(0, self.rows)
+        return value
+
+
+def _padded(index: torch.Tensor) -> torch.Tensor:
+    """index [n] followed by copies of its first entry up to ``MIN_ROWS`` entries."""
+    n = index.shape[0]
+    return index if n >= MIN_ROWS else torch.cat([index, index[:1].expand(MIN_ROWS - n)])
+
+
+def _first_of_groups(inverse: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """The first member of each group: for group ids inverse [K] (0..num_groups−1), the smallest k of each [G]."""
+    K = inverse.shape[0]
+    first = torch.full((num_groups,), K, dtype=torch.long, device=inverse.device)
+    return first.scatter_reduce_(
+        0, inverse, torch.arange(K, device=inverse.device), "amin", include_self=True
+    )
+
+
+@torch.no_grad()
+def distinct_advance(model, particles: DistinctHistories, t: int, u: torch.Tensor):
+    """``advance`` computed once per distinct history: q_τ(r_t | ·) for each of the H histories the particles hold,
+    r_t ~ its history's row with each particle's own uniform u [K], then the REDUCEs, SHIFT and scores once per
+    distinct (history, r_t) pair, which become the new histories. The same numbers as ``advance(model, state, t, u)``
+    on the K particles (products run on ≥ ``MIN_ROWS`` rows); returns (DistinctHistories, log p [K], log q_τ [K])."""
+    used, inverse = torch.unique(particles.rows, return_inverse=True)
+    state = particles.state
+    if t == state.words.numel():
+        # nothing drawn: the end of the sentence
+        sub, log_p, log_q = advance(model, reorder_particles(state, _padded(used)), t, None)
+        return DistinctHistories(sub, inverse), log_p.index_select(0, inverse), log_q.index_select(0, inverse)
+    logits = proposal_logits(model, reorder_particles(state, _padded(used)), t)
+    r, log_q = _draw(logits.index_select(0, inverse), u, None)
+    # the distinct (history, r) pairs: the particles' histories after step t
+    _, pair = torch.unique(inverse * logits.shape[1] + r, return_inverse=True)
+    first = _padded(_first_of_groups(pair, int(pair.max()) + 1))
+    sub = reorder_particles(state, particles.rows.index_select(0, first))
+    sub, log_p, _ = advance(model, sub, t, None, forced=r.index_select(0, first))
+    return DistinctHistories(sub, pair), log_p.index_select(0, pair), log_q
+
+
+def proposal_logits(model, state: RNNGParticles, t: int) -> torch.Tensor:
+    """The logits that step t < T_w draws r_t from, [K, R] (``advance``: the CRF's left-to-right conditional when
+    peeking after the first word, else log p(REDUCE^r SHIFT w_t | ·) / τ)."""
+    st = state.stacks
+    if state.peek and t > 0:
+        return state.crf.reduce_logits(t, state.left, state.outside, st.size)
+    chain = reduce_chain(model, st, max(int(st.size.max()) - 1, 0))
+    return _candidate_log_p(model, state, chain, st.size.clone(), t) / state.temperature
+
+
+def reorder_particles(state: RNNGParticles | DistinctHistories, ancestors: torch.Tensor):
+    """Particle k takes the stacks, actions and outside vectors of particle ancestors[k] (of ``DistinctHistories``:
+    its row index only)."""
     a = ancestors.to(state.x.device)
+    if isinstance(state, DistinctHistories):
+        return DistinctHistories(state.state, state.rows.index_select(0, a))
     pick = lambda v: None if v is None else v.index_select(0, a)
     return RNNGParticles(
         state.x, state.words, state.with_eos, state.temperature, state.peek, state.emb, state.stacks.select(a),
@@ -315,6 +437,6 @@ def reorder_particles(state: RNNGParticles, ancestors: torch.Tensor) -> RNNGPart
     )  # fmt: skip
 
 
-def particle_latents(state: RNNGParticles) -> torch.Tensor:
+def particle_latents(state: RNNGParticles | DistinctHistories) -> torch.Tensor:
     """The actions drawn so far, [K, 2W − 1] (not yet drawn: SHIFT); ``log_joint``'s trees once every step is done."""
     return state.actions.clone()
