@@ -9,6 +9,7 @@ a corpus statement, and says how its documents combine into a corpus figure (``c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
@@ -193,6 +194,11 @@ class Estimator:
         """The statement about S = Σ_n log p(x_n) of a deterministic estimator (its Σ log p̂ is exact or a certain
         bound), or None for an estimator whose statement the uncertainty policy decides from the documents' errors."""
         return None
+
+    def bound_stderr(self, estimates: Sequence[DocumentEstimate]) -> float:
+        """The Monte Carlo standard error (nats, documents fixed) of Σ_n log p̂_n for an estimator whose figure is a
+        bound on S that it reports with its own standard error and no interval on S (the ELBO), else NaN."""
+        return math.nan
 
 
 def sample_sizes(sizes: list[int]) -> dict:

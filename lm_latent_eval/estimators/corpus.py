@@ -33,7 +33,9 @@ class CorpusEstimate:
     estimate, an upper bound in expectation); ``interval``: the honest ``level`` statement about S;
     ``perplexity_upper_bound``: certified, P(true PPL > it) ≤ 1 − level, for any proposal and K (exact / beam runs:
     the figure itself); ``monte_carlo_stderr``: standard error of ``perplexity`` with the documents fixed (NaN
-    where no two-sided interval is honest); ``sampling_stderr``: its standard error over documents drawn at random
+    where no two-sided interval is honest, except for a bound the estimator reports with its own error, the ELBO's:
+    the standard error of that bound, ``Estimator.bound_stderr``, no interval on the true perplexity);
+    ``sampling_stderr``: its standard error over documents drawn at random
     (over the documents with tokens; NaN for fewer than two).
     """
 
@@ -166,7 +168,9 @@ def corpus_estimate(
         corpus_perplexity_upper_bound=(
             None if corpus_ll is None else math.exp(-(corpus_ll + math.log(policy.delta)) / total)
         ),
-        monte_carlo_stderr=perplexity * interval.standard_error / total if interval.two_sided else math.nan,
+        monte_carlo_stderr=perplexity
+        * (interval.standard_error if interval.two_sided else method.bound_stderr(estimates))
+        / total,
         sampling_stderr=perplexity * sampling,
     )
 

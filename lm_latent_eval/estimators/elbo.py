@@ -16,6 +16,9 @@ and the anchors draw the masked set M three ways (``elbo_masks``), each term an 
 
 The estimate is the mean of the K terms, with its standard error. E[ELBÔ] ≤ log p(x): its perplexity is an upper
 bound in expectation, never an interval on log p, and no certified bound (``fixed_statement``: one-sided, at −∞).
+A corpus's figure exp(−Σ_n ELBÔ_n / T) carries the standard error of the bound, exp(·) · √(Σ_n SE_n²) / T
+(``bound_stderr``: ``CorpusEstimate.monte_carlo_stderr``, lm-eval's Stderr of ``perplexity``), which measures how far
+the figure may be from the ELBO's expectation, not from the true perplexity (at or below both).
 """
 
 from __future__ import annotations
@@ -148,6 +151,10 @@ class MaskedELBO(Estimator):
         if progress is not None:
             progress.update(settings.num_samples)
         return ELBOEstimate(document, T, float(samples.mean()), samples=samples)
+
+    def bound_stderr(self, estimates) -> float:
+        """√(Σ_n SE_n²): the Monte Carlo standard error of Σ_n ELBÔ_n (``corpus_elbo``), the error of the bound."""
+        return corpus_elbo(estimates)[1]
 
     def fixed_statement(self, log_likelihood: float, level: float) -> Interval:
         """No statement about S: E[ELBO] ≤ S holds for the expectation, not for one draw (``ELBO_NOT_CERTIFIED``)."""

@@ -134,10 +134,12 @@ def perplexity(items) -> float:
 def repeated_rows(items) -> list[str]:
     """One sentence per pair of rows of the task's table that show the same number, saying why."""
     corpus, notes = _corpus(items), []
+    if not corpus.interval.two_sided and not math.isnan(corpus.monte_carlo_stderr):
+        notes.append(bound_label(corpus))
     if corpus.corpus_perplexity is None and not corpus.method.draws_samples:
         notes.append(
-            "corpus_perplexity repeats instance_perplexity: an exact or beam run has no samples to pair "
-            "across documents"
+            f"corpus_perplexity repeats instance_perplexity: an estimator={corpus.estimator} run has no samples to "
+            "pair across documents"
         )
     elif corpus.corpus_perplexity is None:
         notes.append(
@@ -159,13 +161,26 @@ def repeated_rows(items) -> list[str]:
     return notes
 
 
+def bound_label(corpus: CorpusEstimate) -> str:
+    """What ``perplexity`` and its Stderr are for a bound reported with its own standard error (the ELBO's)."""
+    return (
+        f"perplexity {corpus.perplexity:.4f} ± {corpus.monte_carlo_stderr:.4f} (Stderr) is a bound, not an estimate "
+        f"of the true perplexity: estimator={corpus.estimator} is an {corpus.kind}, so the figure estimates a "
+        "perplexity at or above the true one; its Stderr is the Monte Carlo error of that bound, never an interval "
+        f"on the true perplexity (perplexity_upper_bound {corpus.perplexity_upper_bound:.4g}: no certified bound)"
+    )
+
+
 def perplexity_stderr(items) -> float | str:
     """lm-eval's Stderr column of ``perplexity`` (documents fixed): the run's ``level`` interval's half-width over
     its normal quantile (1.96 at 95%), so that perplexity ± 1.96 · Stderr is the honest interval
-    (``CorpusEstimate.interval_stderr``); "N/A" where no two-sided interval is honest (the certified
-    ``perplexity_upper_bound`` still holds)."""
+    (``CorpusEstimate.interval_stderr``); for a bound reported with its own error (``estimator=elbo``) that error,
+    ``CorpusEstimate.monte_carlo_stderr``, the ELBO's and no interval on the true perplexity (``repeated_rows``
+    says so); "N/A" where no two-sided interval is honest (the certified ``perplexity_upper_bound`` still holds)."""
     corpus = _corpus(items)
-    return corpus.interval_stderr if corpus.interval.two_sided else "N/A"
+    if corpus.interval.two_sided:
+        return corpus.interval_stderr
+    return "N/A" if math.isnan(corpus.monte_carlo_stderr) else corpus.monte_carlo_stderr
 
 
 def perplexity_upper_bound(items) -> float:

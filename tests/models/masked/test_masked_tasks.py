@@ -49,3 +49,28 @@ def test_sampling_estimators_run_the_task_and_land_near_the_exact_value(estimato
     exact = exact_perplexity(lm.model)
     assert metrics["perplexity,none"] == pytest.approx(exact, rel=0.05)
     assert metrics["perplexity_upper_bound,none"] >= exact
+
+
+def test_the_elbo_reports_its_standard_error_labelled_as_a_bound_never_an_interval(caplog):
+    """estimator=elbo: lm-eval's Stderr of perplexity is the ELBO's Monte Carlo error, exp(−Σ ELBÔ / T) · √(Σ SE²) / T
+    (it printed N/A), and the run says the figure is a bound with that error, not an interval on the true perplexity."""
+    import logging
+
+    import numpy as np
+
+    from lm_latent_eval.estimators.elbo import corpus_elbo
+
+    with caplog.at_level(logging.INFO, logger="lm_latent_eval"):
+        metrics, lm = run_task(estimator="elbo", num_samples=16, seed=2)
+    settings = EstimatorSettings("elbo", num_samples=16, seed=2)
+    estimates = [estimate_document(lm.model, s, settings) for s in read_sentences(TEST_FILE)[:LIMIT]]
+    total, se = corpus_elbo(estimates)
+    tokens = sum(e.num_tokens for e in estimates)
+    figure = math.exp(-total / tokens)
+    assert se > 0 and np.isfinite(se)
+    assert metrics["perplexity,none"] == pytest.approx(figure, rel=1e-12)
+    assert metrics["perplexity_stderr,none"] == pytest.approx(figure * se / tokens, rel=1e-12)
+    assert metrics["perplexity_upper_bound,none"] == math.inf  # no certified bound
+    [label] = [r.getMessage() for r in caplog.records if "is a bound, not an estimate" in r.getMessage()]
+    assert f"perplexity {figure:.4f} ± {figure * se / tokens:.4f} (Stderr)" in label
+    assert "never an interval on the true perplexity" in label and "upper bound in expectation" in label
