@@ -50,7 +50,8 @@ def _runs_log_ess(log_w: torch.Tensor, sizes: list[int]) -> list[float]:
     if len(set(sizes)) == 1:
         w = log_w.view(len(sizes), sizes[0])
         out = 2.0 * torch.logsumexp(w, 1) - torch.logsumexp(2.0 * w, 1)
-        return torch.where(torch.isneginf(w).all(1), -math.inf, out).tolist()
+        # NaN (−inf − −inf) exactly where every weight is 0: log_w holds no NaN or +inf (_check_increment)
+        return [v if v == v else -math.inf for v in out.tolist()]
     bounds = np.cumsum([0, *sizes])
     return [
         _log_ess(log_w[a:b]) if not torch.isneginf(log_w[a:b]).all() else -math.inf
@@ -80,6 +81,9 @@ def _check_increment(inc: torch.Tensor, n: int, t: int, doc: str) -> torch.Tenso
         raise ValueError(
             f"{doc}: smc_step returned {tuple(inc.shape)} incremental weights at token {t} for {n} particles"
         )
+    # max is NaN with any NaN and +inf with any +inf: one reduction on the usual path
+    if float(inc.max()) < math.inf:
+        return inc
     bad = torch.isnan(inc) | torch.isposinf(inc)
     if bad.any():
         raise ValueError(
@@ -181,7 +185,7 @@ def smc_block(
                 resampled[r] += 1
         if ancestors is not None:
             state = model.smc_reorder(state, ancestors)
-            eve = eve[ancestors]
+            eve = eve.index_select(0, ancestors)
     return [
         _finished_run(log_w[run], eve[run] - run.start, banked[r], resampled[r], ess[r])
         for r, run in enumerate(runs)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ...tensors import inverse_cdf
 from ...tensors import tempered_draw as _draw
 
 
@@ -83,11 +84,26 @@ def step_particles(state: HMMParticles, t: int, generator) -> tuple[HMMParticles
         log_p = log_pi[zt] + log_B[zt, state.x[0]] + state.twist[0, zt]
     else:
         prev = state.z[:, t - 1]
-        zt, log_q = _draw(state.q_trans[prev] + state.q_emit[t], state.temperature, generator)
+        zt, log_q = draw_by_row(state.q_trans + state.q_emit[t], prev, state.temperature, generator)
         log_p = log_A[prev, zt] + log_B[zt, state.x[t]] + state.twist[t, zt] - state.twist[t - 1, prev]
     state.z[:, t] = zt
     state.t = t + 1
     return state, log_p - log_q
+
+
+def draw_by_row(
+    logits: torch.Tensor, rows: torch.Tensor, temperature: float, generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``tempered_draw(logits[rows], τ, generator)`` for a table logits [S, n] and row indices rows [K]: the softmax,
+    exp and cumulative sums run on the S rows of the table and are gathered (row-wise operations, so the same numbers
+    and draws) when S < K, else on the K gathered rows."""
+    K = rows.shape[0]
+    if logits.shape[0] >= K:
+        return _draw(logits[rows], temperature, generator)
+    log_p = torch.log_softmax(logits / temperature, -1)
+    u = torch.rand(K, generator=generator, dtype=log_p.dtype, device=log_p.device)
+    idx = inverse_cdf(None, u, cumulative=log_p.exp().cumsum(-1).index_select(0, rows))
+    return idx, log_p[rows, idx]
 
 
 def reorder_particles(state: HMMParticles, ancestors: torch.Tensor) -> HMMParticles:
