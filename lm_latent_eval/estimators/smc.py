@@ -51,7 +51,7 @@ def _runs_log_ess(log_w: torch.Tensor, sizes: list[int]) -> list[float]:
         w = log_w.view(len(sizes), sizes[0])
         out = 2.0 * torch.logsumexp(w, 1) - torch.logsumexp(2.0 * w, 1)
         # NaN (−inf − −inf) exactly where every weight is 0: log_w holds no NaN or +inf (_check_increment)
-        return [v if v == v else -math.inf for v in out.tolist()]
+        return [-math.inf if math.isnan(v) else v for v in out.tolist()]
     bounds = np.cumsum([0, *sizes])
     return [
         _log_ess(log_w[a:b]) if not torch.isneginf(log_w[a:b]).all() else -math.inf
