@@ -1,6 +1,6 @@
 """What every estimator is and returns: the ``Estimator`` base class and the ``DocumentEstimate`` record.
 
-An estimator is one object (one per module: ``importance``, ``smc``, ``beam``, ``exact``) registered by name in one
+An estimator is one object (one per module: ``importance``, ``smc``, ``beam``, ``exact``, ``elbo``) registered by name in one
 table (``estimators.registry.ESTIMATORS``). It estimates log p(x) of one document (``estimate``), returns a typed
 record of its own family (a subclass of ``DocumentEstimate``) whose ``error`` states what the document contributes to
 a corpus statement, and says how its documents combine into a corpus figure (``corpus_log_likelihood``,
