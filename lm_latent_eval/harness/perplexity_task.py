@@ -138,8 +138,8 @@ def repeated_rows(items) -> list[str]:
         notes.append(bound_label(corpus))
     if corpus.corpus_perplexity is None and not corpus.method.draws_samples:
         notes.append(
-            f"corpus_perplexity repeats instance_perplexity: an estimator={corpus.estimator} run has no samples to "
-            "pair across documents"
+            f"corpus_perplexity repeats instance_perplexity: an estimator={corpus.estimator} run has no importance "
+            "samples to pair across documents"
         )
     elif corpus.corpus_perplexity is None:
         notes.append(
