@@ -1,0 +1,145 @@
+"""The SMC fast paths of issue 33 (item 2) change no number: each is compared with the path it replaces, on the bundled
+models, and seeded SMC log weights and diagnostics must be bit-identical.
+
+- HMM: ``draw_by_row`` (softmax and cumulative sums of the [S, S] table, gathered by the previous state) against
+  ``tempered_draw`` of the K gathered rows; SMC against SMC with the reference draw, next to the exact log p(x).
+- RNNG: ``DistinctHistories`` (the network once per distinct history) against one row per particle.
+- KGLM: the parent and edge terms of the particles that drew "related" only, against every particle, masked.
+- EntityNLM: entity and length heads on the particles starting a mention only, against every particle.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from lm_latent_eval.estimators.smc import _check_increment, _runs_log_ess, smc_log_weights
+from lm_latent_eval.models import load_model
+from lm_latent_eval.models.hmm import stepwise as hmm_stepwise
+from lm_latent_eval.models.rnng import stepwise as rnng_stepwise
+from lm_latent_eval.tensors import tempered_draw
+
+TEXTS = {
+    "hmm": "the cat sat on the mat and the dog ran",
+    "rnng": "the dog saw a cat with a telescope",
+    "kglm": "Barack Obama was born in Honolulu , Hawaii . He was the president of the United States .",
+    "entitynlm": "John met Mary . He gave her a book and she thanked him .",
+}
+# (num_samples, resample_threshold): the default, resampling at every token, and two blocks of runs
+SETTINGS = [(64, 0.5), (64, 1.0), (1100, 0.5)]
+
+
+def smc_runs(model, text: str, peek: bool) -> list[tuple[np.ndarray, tuple]]:
+    """SMC log weights and diagnostics of ``text`` under every setting of SETTINGS, seed 3."""
+    x = model.tokenize(text)
+    out = []
+    for k, threshold in SETTINGS:
+        lw, d = smc_log_weights(
+            model, x, num_samples=k, seed=3, document=text, peek=peek, resample_threshold=threshold
+        )
+        out.append((lw, (d.ess_min, d.ess_mean, d.resampling_steps, d.run_log_likelihoods)))
+    return out
+
+
+def assert_identical(fast, reference) -> None:
+    for (lw, diag), (lw_ref, diag_ref) in zip(fast, reference, strict=True):
+        assert np.array_equal(lw, lw_ref)
+        assert diag == diag_ref
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    return {}
+
+
+def bundled_model(cache: dict, name: str):
+    if name not in cache:
+        cache[name] = load_model(name)[0]
+    return cache[name]
+
+
+def test_draw_by_row_is_tempered_draw_of_the_gathered_rows():
+    """Same indices and log probabilities for the same generator state, at τ = 1 and τ ≠ 1."""
+    logits = torch.randn(12, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    rows = torch.randint(0, 12, (500,), generator=torch.Generator().manual_seed(1))
+    for tau in (1.0, 0.7):
+        fast = hmm_stepwise.draw_by_row(logits, rows, tau, torch.Generator().manual_seed(2))
+        reference = tempered_draw(logits[rows], tau, torch.Generator().manual_seed(2))
+        assert torch.equal(fast[0], reference[0]) and torch.equal(fast[1], reference[1])
+
+
+@pytest.mark.parametrize("peek", [True, False])
+def test_hmm_smc_is_unchanged_by_the_table_draw(bundled, monkeypatch, peek):
+    """SMC on the bundled HMM with ``draw_by_row`` and with the K-row reference draw: the same weights, close to
+    the exact log p(x)."""
+    model = bundled_model(bundled, "hmm")
+    fast = smc_runs(model, TEXTS["hmm"], peek)
+    monkeypatch.setattr(
+        hmm_stepwise, "draw_by_row", lambda logits, rows, tau, gen: tempered_draw(logits[rows], tau, gen)
+    )
+    assert_identical(fast, smc_runs(model, TEXTS["hmm"], peek))
+    exact = float(model.log_marginal(model.tokenize(TEXTS["hmm"])))
+    lw = fast[-1][0]
+    assert abs(float(np.logaddexp.reduce(lw)) - math.log(lw.size) - exact) < 0.1
+
+
+@pytest.mark.parametrize("peek", [True, False])
+def test_rnng_distinct_histories_are_one_row_per_particle(bundled, monkeypatch, peek):
+    """The bundled RNNG (float32 rows of 32 values: ``rows_apart``) with particles stored per distinct history and
+    with one row per particle (``advance`` on all K): the same weights; the per-particle view reads like a plain
+    state."""
+    model = bundled_model(bundled, "rnng")
+    x = model.tokenize(TEXTS["rnng"])
+    assert rnng_stepwise.rows_apart(model, x)
+    state = model.smc_init(x, 32, 1.0, peek)
+    assert isinstance(state, rnng_stepwise.DistinctHistories) and state.state.actions.shape[0] == 1
+    gen = torch.Generator().manual_seed(0)
+    for t in range(3):
+        state, _ = model.smc_step(state, t, gen)
+    state = model.smc_reorder(state, torch.arange(32).flip(0))
+    assert state.actions.shape[0] == 32 and state.stacks.size.shape == (32,)
+    assert state.state.actions.shape[0] <= 32
+    fast = smc_runs(model, TEXTS["rnng"], peek)
+    monkeypatch.setattr(rnng_stepwise, "rows_apart", lambda model, x: False)
+    assert isinstance(model.smc_init(x, 32, 1.0, peek), rnng_stepwise.RNNGParticles)
+    assert_identical(fast, smc_runs(model, TEXTS["rnng"], peek))
+
+
+def test_kglm_related_terms_of_the_related_particles_only(bundled, monkeypatch):
+    """KGLM's score_step with the parent and edge heads on the "related" particles only, and on every particle."""
+    from lm_latent_eval.models.kglm import stepwise as kglm_stepwise
+
+    model = bundled_model(bundled, "kglm")
+    fast = smc_runs(model, TEXTS["kglm"], True)
+    all_rows = kglm_stepwise.score_step
+
+    def every_particle(*args, **kwargs):
+        return all_rows(*args, **kwargs, subset_on_cpu=False)
+
+    monkeypatch.setattr(kglm_stepwise, "score_step", every_particle)
+    assert_identical(fast, smc_runs(model, TEXTS["kglm"], True))
+
+
+def test_entitynlm_heads_of_the_starting_particles_only(bundled, monkeypatch):
+    """EntityNLM's steps with the entity and length heads on the particles starting a mention only (the CPU's
+    ``SELECT_ROWS_ON``), and on every particle (the accelerator path)."""
+    from lm_latent_eval.models.entitynlm import latents
+
+    model = bundled_model(bundled, "entitynlm")
+    fast = smc_runs(model, TEXTS["entitynlm"], True)
+    monkeypatch.setattr(latents, "SELECT_ROWS_ON", ())
+    assert_identical(fast, smc_runs(model, TEXTS["entitynlm"], True))
+
+
+def test_increment_check_and_run_ess_on_the_fast_path():
+    """One reduction finds NaN and +inf increments; runs whose weights are all 0 have log ESS −inf."""
+    ok = torch.tensor([0.0, -math.inf, -1.0], dtype=torch.float64)
+    assert torch.equal(_check_increment(ok, 3, 0, "doc"), ok)
+    for bad in (math.nan, math.inf):
+        with pytest.raises(ValueError, match="NaN or \\+inf"):
+            _check_increment(torch.tensor([0.0, bad, -1.0], dtype=torch.float64), 3, 0, "doc")
+    log_w = torch.tensor([-math.inf, -math.inf, 0.0, 0.0], dtype=torch.float64)
+    assert _runs_log_ess(log_w, [2, 2]) == [-math.inf, pytest.approx(math.log(2.0))]
