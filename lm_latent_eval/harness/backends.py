@@ -35,7 +35,7 @@ from ..estimators import DocumentEstimate, EstimatorSettings, estimate_document
 from ..estimators.adaptive import estimate_corpus
 from ..estimators.registry import resolve, with_model_defaults
 from ..models import MODELS, checkpoint_hash, load_model, model_target
-from .advice import advise_on_settings, warn_about_empty_documents, warn_if_unreliable
+from .advice import advise_on_settings, log_like_lm_eval, warn_about_empty_documents, warn_if_unreliable
 from .cache import EstimateCache
 from .conditionals import (
     NOT_GREEDY,
@@ -97,6 +97,7 @@ class LatentLMEval(LM):
     def __init__(self, **model_args) -> None:
         super().__init__()
         install_excepthook()
+        log_like_lm_eval()  # from the first line on: the thread count below is logged through lm-eval's handler
         name = type(self).__name__
         self.args = args = parse_backend_args(name, self.MODEL, model_args)
         self.model_kwargs, self.processes = args.model_kwargs, Processes(args.device)

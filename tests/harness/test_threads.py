@@ -43,3 +43,24 @@ def test_explicit_threads_and_a_chosen_environment_win(monkeypatch, keep_torch_t
     assert parse_backend_args("LatentHMMEval", "hmm", {"threads": "2"}).threads == 2
     with pytest.raises(ModelArgsError, match="threads must be a positive integer"):
         parse_backend_args("LatentHMMEval", "hmm", {"threads": 0})
+
+
+def test_the_thread_count_reaches_lm_evals_log(monkeypatch, keep_torch_threads):
+    """The backend chose its threads before it attached our logger to lm-eval's handler, so the line never showed
+    under `lm_eval` (bench/threads.py's "what the backend logged" column read "?")."""
+    import logging
+
+    from lm_latent_eval.harness.backends import LatentHMMEval
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    ours, theirs = logging.getLogger("lm_latent_eval"), logging.getLogger("lm_eval")
+    monkeypatch.setattr(ours, "handlers", [])
+    monkeypatch.setattr(ours, "level", logging.NOTSET)
+    monkeypatch.setattr(theirs, "handlers", [handler])
+    monkeypatch.setattr(theirs, "level", logging.INFO)
+    LatentHMMEval(device="cpu")
+    assert any("CPU thread" in r.getMessage() and r.name.endswith("threads") for r in records), [
+        r.getMessage() for r in records
+    ]
