@@ -248,9 +248,17 @@ def _draw(logits: torch.Tensor, u: torch.Tensor | None, forced: torch.Tensor | N
 
 
 @torch.no_grad()
-def advance(model, state: RNNGParticles, t: int, u: torch.Tensor | None, forced: torch.Tensor | None = None):
+def advance(
+    model,
+    state: RNNGParticles,
+    t: int,
+    u: torch.Tensor | None,
+    forced: torch.Tensor | None = None,
+    logits: torch.Tensor | None = None,
+):
     """Step t for every particle: (state, log p [K], log q_τ [K]) of what it drew (r from the uniforms u [K], or the
-    ``forced`` r [K]); the state is updated in place."""
+    ``forced`` r [K]); the state is updated in place. ``logits``: ``proposal_logits`` of these particles when the
+    caller has them (the peeking branch then does not compute them again)."""
     W = state.words.numel()
     if t != state.t or not 0 <= t < state.x.numel():
         raise ValueError(f"smc_step: expected step {state.t} of {state.x.numel()}, got t = {t}")
@@ -264,7 +272,9 @@ def advance(model, state: RNNGParticles, t: int, u: torch.Tensor | None, forced:
         return state, log_p + end, torch.zeros_like(log_p)
     size_before = st.size.clone()
     if state.peek and t > 0:
-        r, log_q = _draw(state.crf.reduce_logits(t, state.left, state.outside, st.size), u, forced)
+        if logits is None:
+            logits = state.crf.reduce_logits(t, state.left, state.outside, st.size)
+        r, log_q = _draw(logits, u, forced)
         chain = reduce_chain(model, st, int(r.max()))
         log_p = _path_log_p(model, state, chain, r, size_before, t)
     else:
@@ -410,7 +420,8 @@ def distinct_advance(model, particles: DistinctHistories, t: int, u: torch.Tenso
     _, pair = torch.unique(inverse * logits.shape[1] + r, return_inverse=True)
     first = _padded(_first_of_groups(pair, int(pair.max()) + 1))
     sub = reorder_particles(state, particles.rows.index_select(0, first))
-    sub, log_p, _ = advance(model, sub, t, None, forced=r.index_select(0, first))
+    known = logits.index_select(0, inverse.index_select(0, first)) if state.peek and t > 0 else None
+    sub, log_p, _ = advance(model, sub, t, None, forced=r.index_select(0, first), logits=known)
     return DistinctHistories(sub, pair), log_p.index_select(0, pair), log_q
 
 
