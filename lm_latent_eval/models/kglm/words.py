@@ -216,10 +216,16 @@ class WordDistribution:
         gen_table_t: tuple | None = None,
     ) -> torch.Tensor:
         """log p(x_t | h_t, entity_k) for one position and K particles' entities [K]: float64 [K] (no host sync off the
-        CPU; on the CPU the copy terms are computed once per distinct entity);
+        CPU; on the CPU computed once per distinct entity);
         ``gen_table_t``: row t of ``generate_table`` (then the numbers equal ``word_log_prob``'s)."""
         K = entity.numel()
         R = self.tables.num_rows
+        # on the CPU every term is computed once per distinct entity among the K (as ``word_log_prob`` does per
+        # distinct pair) and the result gathered; elsewhere per particle (no sync)
+        inv = None
+        if entity.device.type == "cpu":
+            entity, inv = torch.unique(entity, return_inverse=True)
+        U = entity.numel()
         rows = self.tables.row_of(entity)
         x_in = self.input_ids(x_t.view(1))
         if gen_table_t is not None:
@@ -231,16 +237,10 @@ class WordDistribution:
             )
             gen = tuple(v[rows] for v in g)
         else:
-            gen = self._generate_terms(h_type_t.expand(K, -1), rows, x_in.expand(K))
-        if entity.device.type == "cpu":
-            # the copy terms of each distinct entity among the K (as ``word_log_prob``), gathered; a sync elsewhere
-            ents, inv = torch.unique(entity, return_inverse=True)
-            U = ents.numel()
-            copy = self._copy_terms(h_type_t.expand(U, -1).contiguous(), ents, x_t.view(1).expand(U), alias)
-            copy = tuple(v[inv] for v in copy)
-        else:
-            copy = self._copy_terms(h_type_t.expand(K, -1).contiguous(), entity, x_t.view(1).expand(K), alias)
-        return self._combine_word_terms(x_t.view(1).expand(K), gen, copy)
+            gen = self._generate_terms(h_type_t.expand(U, -1), rows, x_in.expand(U))
+        copy = self._copy_terms(h_type_t.expand(U, -1).contiguous(), entity, x_t.view(1).expand(U), alias)
+        out = self._combine_word_terms(x_t.view(1).expand(U), gen, copy)
+        return out if inv is None else out.index_select(0, inv)
 
     def unknown_word_penalty(self, x: torch.Tensor, z: dict) -> torch.Tensor:
         """Nats ``log_joint`` subtracts for unknown words: unk_penalty · #{t: x_t out of vocabulary and not an alias
