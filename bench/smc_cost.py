@@ -5,7 +5,8 @@ importance sampling (``importance_log_weights``) and with SMC (``smc_log_weights
 ESS < 0.5·N, 4 independent runs) at the same K and seed; IS and SMC repeats alternate (IS, SMC, IS, SMC, ...), so load
 from other processes hits both alike. Both draw K particles per document (SMC's runs split the K), so both do
 K × T particle·tokens per document; the table gives the best-of-repeats particle·tokens/s of each and the ratio of
-SMC's time to IS's. The markdown table goes to ``--output`` (default bench/smc_cost/output.md).
+SMC's time to IS's. The markdown table goes to ``--output`` (default bench/smc_cost/output.md). ``--revision REV``
+times the package as it was at a git revision (the "before": `--revision 02ba024 --output bench/smc_cost/before.md`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import subprocess
 import sys
+import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,6 +46,26 @@ DOCUMENTS = {
     "masked": ("masked_tiny/test.jsonl", 4),
     "tokenization": (CORPORA["tokenization"], 5),
 }
+
+
+def package_revision() -> str:
+    """Where the timed package comes from: the revision ``--revision`` extracted, else this checkout's commit (with
+    "+ changes" when its lm_latent_eval differs from it)."""
+    if os.environ.get("SMC_COST_REVISION"):
+        import lm_latent_eval
+
+        # the extracted copy, not this checkout
+        assert lm_latent_eval.__file__.startswith(os.environ["PYTHONPATH"]), lm_latent_eval.__file__
+        return f"at revision {os.environ['SMC_COST_REVISION']}"
+    repo = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=repo, capture_output=True, text=True, check=False
+        ).stdout.strip()
+
+    dirty = git("status", "--porcelain", "lm_latent_eval")
+    return f"at revision {git('rev-parse', '--short', 'HEAD')}{' + changes' if dirty else ''}"
 
 
 def cpu_name() -> str:
@@ -93,6 +116,23 @@ def model_rows(name: str, ks: list[int], repeats: int, num_docs: int | None) -> 
     return rows
 
 
+def run_at_revision(revision: str, argv: list[str]) -> None:
+    """This script, run on the package of ``revision`` (``git archive``) in a child process; the rest as given."""
+    repo = Path(__file__).resolve().parents[1]
+    rest = [a for i, a in enumerate(argv) if a != "--revision" and (i == 0 or argv[i - 1] != "--revision")]
+    rest = [a for a in rest if not a.startswith("--revision=")]
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", revision], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(
+            ["git", "archive", commit, "lm_latent_eval"], cwd=repo, capture_output=True, check=True
+        )
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        env = os.environ | {"PYTHONPATH": tmp, "SMC_COST_REVISION": commit}
+        subprocess.run([sys.executable, __file__, *rest], env=env, check=True)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--models", default="hmm,kglm,entitynlm,rnng,lda,masked,tokenization")
@@ -104,12 +144,20 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--label", default="", help="a word for the heading (before / after)")
     p.add_argument("--output", default=str(OUTPUT))
+    p.add_argument(
+        "--revision",
+        default=None,
+        help="time lm_latent_eval as it was at this git revision (extracted to a temporary folder; the 'before')",
+    )
     args = p.parse_args(argv)
+    if args.revision:
+        return run_at_revision(args.revision, argv if argv is not None else sys.argv[1:])
     torch.set_num_threads(args.threads)
     ks = [int(k) for k in args.ks.split(",")]
     start = time.perf_counter()
     head = (
         f"# SMC / IS cost per particle·token{f' ({args.label})' if args.label else ''}\n\n"
+        f"lm_latent_eval {package_revision()}; "
         f"{cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
         f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, load average at the start "
         f"{'/'.join(f'{v:.2f}' for v in os.getloadavg())}; seed 0, SMC defaults (ESS < 0.5·N, 4 runs); "
