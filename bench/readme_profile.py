@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quickstart import REPO, readme_command  # noqa: E402
+from quickstart import REPO, readme_command
 
 OUTPUT = Path(__file__).resolve().parent / "readme_profile"
 # a finished tqdm bar: "<desc>: 100%|...| 20/20 [00:07<00:00, ...]"
@@ -134,20 +134,28 @@ def main() -> None:
             runs = [(label, run_once(path)) for _ in range(args.repeats) for label, path in checkouts.items()]
         finally:
             if args.before:
-                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(worktree)], check=False)
+                subprocess.run(
+                    ["git", "-C", str(REPO), "worktree", "remove", "--force", str(worktree)], check=False
+                )
     index = task_index_seconds(REPO / "tasks")
     lines = [
-        f"`{readme_command()}` on {platform.machine()} ({os.cpu_count()} cores), "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; runs alternate, load average at each run's end.",
+        (
+            f"`{readme_command()}` on {platform.machine()} ({os.cpu_count()} cores), "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; runs alternate, load average at each run's end."
+        ),
         "",
-        "| code | wall s | start-up and finish s | estimation s | stages (s each) | samples / document (mean / max) "
-        "| particle·tokens (reported stage) | perplexity | upper bound | load |",
+        (
+            "| code | wall s | start-up and finish s | estimation s | stages (s each) | samples / document (mean / max) "
+            "| particle·tokens (reported stage) | perplexity | upper bound | load |"
+        ),
         "|---|---|---|---|---|---|---|---|---|---|",
         *(_row(label, r) for label, r in runs),
         "",
-        f"lm-eval's task index alone, in a fresh process: {index['with_builtin_tasks']:.1f} s with its built-in "
-        f"tasks (what `lm_eval` builds before it loads any model), {index['include_path_only']:.2f} s with only "
-        "the include path.",
+        (
+            f"lm-eval's task index alone, in a fresh process: {index['with_builtin_tasks']:.1f} s with its built-in "
+            f"tasks (what `lm_eval` builds before it loads any model), {index['include_path_only']:.2f} s with only "
+            "the include path."
+        ),
     ]
     OUTPUT.mkdir(exist_ok=True)
     (OUTPUT / "output.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
