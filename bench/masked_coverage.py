@@ -9,8 +9,12 @@ Every network row an estimator asks for is one of the 2^T revealed sets of its t
 anyway: the seeds read each set's log p_θ(x_i | S) and confidence from a table (``StateTables``, the same float64
 values ``conditionals.token_log_probs`` returns) instead of rerunning the network; the draws are unchanged.
 
-    python bench/masked_coverage.py --seeds 50 --setting default --output bench/masked_side_by_side/coverage.json
+    python bench/masked_coverage.py --seeds 100 --setting default --output bench/masked_side_by_side/coverage.json
+    python bench/masked_coverage.py --seeds 100 --first-seed 100 --setting default \
+        --output bench/masked_side_by_side/coverage_seeds100_199.json
     python bench/masked_coverage.py --seeds 50 --setting peek=true --output bench/masked_side_by_side/coverage_peek.json
+
+(the two runs of the defaults side by side, one per core; ``coverage.md`` pools their seeds in its last row).
 
 ``default``: the model_args a user gives none of (``auto``, and the model's ``default_settings``: uniform orders).
 """
@@ -118,16 +122,38 @@ def coverage(model, texts, given: dict, seeds: range, truth: float, save) -> dic
     return summary(given, why + own, runs)
 
 
+def summary_row(args: str, r: dict, seeds: str) -> str:
+    """One row of ``coverage.md``."""
+    return (
+        f"| {args} | {r['resolved']} | {seeds} | {r['two_sided']} | {r['covered']} of {r['two_sided']} | "
+        f"{r['missed_share']:.1%} | {r['bound_held']} of {r['seeds']} |"
+    )
+
+
+def pooled(settings: list[dict]) -> dict:
+    """The figures of one setting's runs over several files (their seeds disjoint)."""
+    runs = [run for r in settings for run in r["runs"]]
+    if len({run["seed"] for run in runs}) != len(runs):
+        raise ValueError("pooled: the files repeat a seed")
+    return summary(settings[0]["model_args"], settings[0]["resolved"], runs)
+
+
 def write_summary(path: Path) -> None:
-    """``coverage.md``: one row per setting of every ``coverage*.json`` beside it."""
-    rows = []
+    """``coverage.md``: one row per setting of every ``coverage*.json`` beside it, then, for a setting run in several
+    files (seed ranges), one row pooling their seeds."""
+    rows, by_setting = [], {}
     for file in sorted(path.parent.glob("coverage*.json")):
         results = json.loads(file.read_text())
         for r in results["settings"]:
             args = ",".join(f"{k}={v}" for k, v in r["model_args"].items()) or "(none: the defaults)"
             rows.append(
-                f"| {args} | {r['resolved']} | {r['seeds']} ({r['runs'][0]['seed']}–{r['runs'][-1]['seed']}) | {r['two_sided']} | {r['covered']} of {r['two_sided']} | "
-                f"{r['missed_share']:.1%} | {r['bound_held']} of {r['seeds']} |"
+                summary_row(args, r, f"{r['seeds']} ({r['runs'][0]['seed']}–{r['runs'][-1]['seed']})")
+            )
+            by_setting.setdefault((args, r["resolved"]), []).append(r)
+    for (args, _), settings in by_setting.items():
+        if len(settings) > 1:
+            rows.append(
+                summary_row(f"**{args}, every seed above**", pooled(settings), f"{pooled(settings)['seeds']}")
             )
     head = (
         f"Statements for `latent_masked` on the {results['documents']} distinct held-out sentences of `masked_ppl_tiny`, "
