@@ -156,6 +156,7 @@ def corpus_estimate(
         # a deterministic estimator: its figure is its own bound (exact: a point; beam: a certain lower bound on S)
         corpus_ll, lower, interval = None, fixed.lower, fixed
     perplexity = math.exp(-(interval.centre if interval.two_sided else ll.sum()) / total)
+    se = interval.standard_error if interval.two_sided else method.bound_stderr(estimates)  # nats
     return CorpusEstimate(
         estimator=method.name,
         num_documents=len(estimates),
@@ -168,9 +169,7 @@ def corpus_estimate(
         corpus_perplexity_upper_bound=(
             None if corpus_ll is None else math.exp(-(corpus_ll + math.log(policy.delta)) / total)
         ),
-        monte_carlo_stderr=perplexity
-        * (interval.standard_error if interval.two_sided else method.bound_stderr(estimates))
-        / total,
+        monte_carlo_stderr=perplexity * se / total,
         sampling_stderr=perplexity * sampling,
     )
 

@@ -41,7 +41,7 @@ def advise_on_settings(
     unused = ignored_settings(settings, given or {})
     if unused:
         listing = ", ".join(f"{name}={given[name]}" for name in unused)
-        uses = sorted(settings_used(settings) - {"estimator", "batch_size"})
+        uses = sorted(settings_used(settings) - {"estimator", "batch_size", "seed"})
         what = f"it uses {', '.join(uses)}" if uses else "it draws no samples and takes no settings"
         if not estimator_named(settings.estimator).draws_samples:
             what += " (estimator=is or estimator=smc draws samples)"
@@ -54,10 +54,11 @@ def advise_on_settings(
 
 def settings_used(settings: EstimatorSettings) -> set[str]:
     """The ``EstimatorSettings`` fields that can matter to a run of the resolved ``settings.estimator``: its own
-    ``settings_fields``, the precision target and the statement's level for a sampling estimator, and the particle
-    block (memory only, and usually lm-eval's ``--batch_size``)."""
+    ``settings_fields``, the precision target and the statement's level for a sampling estimator, the particle
+    block (memory only, and usually lm-eval's ``--batch_size``) and the seed (``generate_until`` samples with it
+    whatever the estimator)."""
     estimator = estimator_named(settings.estimator)
-    used = {"estimator", "batch_size", *estimator.settings_fields}
+    used = {"estimator", "batch_size", "seed", *estimator.settings_fields}
     if estimator.draws_samples:
         used |= {"target_se", "level"}
         if settings.target_se:
@@ -70,7 +71,7 @@ def ignored_settings(settings: EstimatorSettings, given: Iterable[str]) -> list[
 
     Examples
     --------
-    >>> ignored_settings(EstimatorSettings("exact"), ["num_samples", "estimator"])
+    >>> ignored_settings(EstimatorSettings("exact"), ["num_samples", "estimator", "seed"])  # seed: generate_until
     ['num_samples']
     >>> ignored_settings(EstimatorSettings("is"), ["num_samples", "seed", "max_samples"])
     ['max_samples']

@@ -270,6 +270,19 @@ def recompute_beam(run: TaskRun, beam_size: int, device: str = "cpu", progress: 
     ]
 
 
+def _stderr_line(u: dict) -> str:
+    """What lm-eval's Stderr of ``perplexity`` held (``harness.perplexity_task.perplexity_stderr``): the interval's
+    half-width / 1.96, the Monte Carlo error of a bound reported with its own error (``estimator=elbo``), or nothing."""
+    mc, interval = u["monte_carlo_stderr"], u.get("interval_stderr", math.nan)
+    if not math.isnan(interval):
+        return (f"- Monte Carlo standard error (documents fixed): {_fmt(mc)}; the 95% interval's half-width / 1.96, "
+                f"its t quantile and bias allowance included (lm-eval's Stderr): {_fmt(interval)}")  # fmt: skip
+    if not math.isnan(mc):
+        return (f"- Monte Carlo standard error of the bound (documents fixed; lm-eval's Stderr): {_fmt(mc)}: how far "
+                "another run's bound may fall, not an interval on the true perplexity")  # fmt: skip
+    return "- Monte Carlo standard error: – (no two-sided interval is honest here; lm-eval's Stderr is N/A)"
+
+
 def build_card(
     run: TaskRun,
     siblings: list[TaskRun] = (),
@@ -421,11 +434,7 @@ def card_markdown(card: dict, plot_file: str | None = None) -> str:
         "",
         "## Uncertainty",
         "",
-        (
-            f"- Monte Carlo standard error (documents fixed): {_fmt(u['monte_carlo_stderr'])}; the 95% interval's "
-            f"half-width / 1.96, its t quantile and bias allowance included (lm-eval's Stderr): "
-            f"{_fmt(u.get('interval_stderr', math.nan))} (– where no two-sided interval is honest)"
-        ),
+        _stderr_line(u),
         f"- sampling standard error over documents (another sample of documents): {_fmt(u['sampling_stderr'])}",
     ]
     d = card["diagnostics"]
