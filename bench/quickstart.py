@@ -28,25 +28,30 @@ def readme_command() -> str:
     return line[line.index("lm_eval ") :]
 
 
+def run_readme_command(cwd: str, checkout: Path = REPO) -> tuple[subprocess.CompletedProcess, float, Path]:
+    """The README's ``lm_eval`` command run in ``cwd`` with the package and tasks of ``checkout``: the finished
+    process, its wall seconds and its output folder (exits with lm-eval's error where it fails)."""
+    argv = shlex.split(readme_command().replace('"$(lm-latent-eval tasks-path)"', str(checkout / "tasks")))
+    argv[argv.index("lm_eval") : argv.index("lm_eval") + 1] = ["-m", "lm_eval"]
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(checkout)},
+    )
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit(f"the README's command failed from {checkout}:\n{proc.stderr[-3000:]}")
+    return proc, seconds, Path(cwd) / argv[argv.index("--output_path") + 1]
+
+
 def main() -> None:
     command = readme_command()
     with tempfile.TemporaryDirectory() as tmp:
-        argv = shlex.split(command.replace('"$(lm-latent-eval tasks-path)"', str(REPO / "tasks")))
-        argv[argv.index("lm_eval")] = "-m"
-        argv.insert(argv.index("-m") + 1, "lm_eval")
-        start = time.perf_counter()
-        proc = subprocess.run(
-            [sys.executable, *argv],
-            cwd=tmp,
-            capture_output=True,
-            text=True,
-            check=False,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-        )
-        seconds = time.perf_counter() - start
-        if proc.returncode != 0:
-            sys.exit(f"the README's command failed:\n{proc.stderr[-3000:]}")
-        out = Path(tmp) / argv[argv.index("--output_path") + 1]
+        proc, seconds, out = run_readme_command(tmp)
         report = subprocess.run(
             [sys.executable, "-m", "lm_latent_eval.cli", "report", str(out)],
             cwd=tmp,
@@ -75,7 +80,7 @@ def main() -> None:
             f"warnings: {len(warnings)}",
             *warnings,
             "",
-            f"`lm-latent-eval report {argv[argv.index('--output_path') + 1]}` writes this card:",
+            f"`lm-latent-eval report {out.name}` writes this card:",
             "",
             card_text,
         ]

@@ -19,7 +19,6 @@ import json
 import os
 import platform
 import re
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quickstart import REPO, readme_command
+from quickstart import REPO, readme_command, run_readme_command
 
 OUTPUT = Path(__file__).resolve().parent / "readme_profile"
 # a finished tqdm bar: "<desc>: 100%|...| 20/20 [00:07<00:00, ...]"
@@ -55,22 +54,8 @@ def stages(stderr: str) -> list[tuple[str, int]]:
 
 def run_once(checkout: Path) -> dict:
     """The README command from ``checkout``: wall time, stages, samples per document, printed figures."""
-    command = readme_command()
     with tempfile.TemporaryDirectory() as tmp:
-        argv = shlex.split(command.replace('"$(lm-latent-eval tasks-path)"', str(checkout / "tasks")))
-        argv[argv.index("lm_eval") : argv.index("lm_eval") + 1] = ["-m", "lm_eval"]
-        start = time.perf_counter()
-        proc = subprocess.run(
-            [sys.executable, *argv],
-            cwd=tmp,
-            capture_output=True,
-            text=True,
-            check=False,
-            env={**os.environ, "PYTHONPATH": str(checkout)},
-        )
-        wall = time.perf_counter() - start
-        if proc.returncode != 0:
-            sys.exit(f"the README's command failed from {checkout}:\n{proc.stderr[-3000:]}")
+        proc, wall, _ = run_readme_command(tmp, checkout)
         (samples_file,) = Path(tmp).glob("**/samples_*.jsonl")
         samples = [
             json.loads(line)["perplexity"] for line in samples_file.read_text(encoding="utf-8").splitlines()
