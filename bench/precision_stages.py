@@ -60,6 +60,7 @@ def main() -> None:
         adaptive._allocation = allocation
     last_seconds = time.perf_counter() - clock[0]
     corpus = corpus_estimate([final[t] for t in texts])
+    tokens = sum(e.num_tokens for e in final.values())
     low, high = corpus.perplexity_interval
     lines = [
         f"# The precision target on the README's estimation (bundled KGLM, 20 test documents, {settings})",
@@ -69,15 +70,19 @@ def main() -> None:
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {time.perf_counter() - start:.1f} s in all."
         ),
         "",
-        "| stage | seconds | particle·tokens | documents growing |",
-        "|---|---|---|---|",
+        f"The target allows Σ v̂ ≤ (target_se · T)² = {(settings.target_se * tokens) ** 2:.2f} nats².",
+        "",
+        "| stage | seconds | particle·tokens | documents growing | Σ v̂ (nats²) |",
+        "|---|---|---|---|---|",
     ]
     for s, stage in enumerate(stages):
         kt = sum(t * k for t, k, *_ in stage["rows"])
         grow = sum(k2 > k for _, k, _, _, k2, _ in stage["rows"])
-        lines.append(f"| {s} | {stage['seconds']:.1f} | {kt / 1e6:.2f} M | {grow} |")
+        sum_v = sum(v for _, _, v, *_ in stage["rows"])
+        lines.append(f"| {s} | {stage['seconds']:.1f} | {kt / 1e6:.2f} M | {grow} | {sum_v:.2f} |")
     kt = sum(e.num_samples * e.num_tokens for e in final.values())
-    lines += [f"| {len(stages)} (reported) | {last_seconds:.1f} | {kt / 1e6:.2f} M | – |", ""]
+    sum_v = sum(e.error(DEFAULT_POLICY).relative_variance for e in final.values())
+    lines += [f"| {len(stages)} (reported) | {last_seconds:.1f} | {kt / 1e6:.2f} M | – | {sum_v:.2f} |", ""]
     lines += [
         (
             f"Reported: perplexity [{low:.4f}, {high:.4f}] (two-sided: {corpus.interval.two_sided}), certified bound "
@@ -86,7 +91,7 @@ def main() -> None:
         "",
         (
             "Per document, K → K next (v̂, c = the largest v̂·K so far; * where v̂ was not trusted); the per-document cap on "
-            f"v̂ is {stages[0]['cap']:.4f} (ρ/√N):"
+            f"v̂ is {stages[0]['cap']:.4f} ({DEFAULT_POLICY.allocation_remainder} / √N):"
         ),
         "",
         "| T | " + " | ".join(f"stage {s}" for s in range(len(stages))) + " |",

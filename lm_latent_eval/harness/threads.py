@@ -1,8 +1,8 @@
 """How many CPU threads torch uses for a run: model_args ``threads``, or a count the machine can give now.
 
 torch starts one intra-op thread per physical core. On a shared machine whose cores other processes keep busy, those
-threads wait on each other and spin: the README's first command took 355 s with torch's default on a 2-core machine
-running two other busy processes, and 104 s with the count chosen here (62 s and 57 s on the quieter machine;
+threads wait on each other and spin: the README's first command took 165 s with torch's default on a 2-core machine
+running two other busy processes, and 68 s with the count chosen here (37 s and 36 s on the quieter machine;
 ``python bench/threads.py``, bench/threads/output.md). By default (``threads`` not given) a CPU run therefore takes torch's count, lowered to
 the cores the 1-minute load average leaves free (at least one); an environment that sets ``OMP_NUM_THREADS`` or
 ``MKL_NUM_THREADS`` has chosen already and is left alone, as is a CUDA run (its kernels do not use them).
