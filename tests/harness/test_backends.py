@@ -602,7 +602,10 @@ def test_rows_that_repeat_a_number_are_explained(hmm_exact, caplog):
             model=hmm_exact, tasks=["latent_ppl_tiny"], limit=3, bootstrap_iters=0,
             task_manager=TaskManager(include_path=str(TASKS), include_defaults=False),
         )  # fmt: skip
-    assert "corpus_perplexity repeats instance_perplexity: an estimator=exact run has no importance samples" in caplog.text
+    assert (
+        "corpus_perplexity repeats instance_perplexity: an estimator=exact run has no importance samples"
+        in caplog.text
+    )
     words = ["a b c", "d e"]  # a word-level model (KGLM-like) whose samples paid no unknown-word penalty
     items = [
         perplexity_task._item(
