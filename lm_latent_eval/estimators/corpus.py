@@ -67,6 +67,12 @@ class CorpusEstimate:
         return self.interval.perplexity(self.num_tokens)
 
     @property
+    def bound_with_error(self) -> bool:
+        """Whether ``perplexity`` is a bound the estimator reports with its own standard error and no interval on the
+        true perplexity (the ELBO, ``Estimator.bound_stderr``): one-sided, with a finite ``monte_carlo_stderr``."""
+        return not self.interval.two_sided and not math.isnan(self.monte_carlo_stderr)
+
+    @property
     def interval_stderr(self) -> float:
         """Half the width of the perplexity interval over the normal quantile (1.96 at 95%): lm-eval's Stderr column,
         so that perplexity ± 1.96 · Stderr spans the printed interval, its t quantile and bias allowance included

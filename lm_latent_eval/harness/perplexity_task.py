@@ -134,7 +134,7 @@ def perplexity(items) -> float:
 def repeated_rows(items) -> list[str]:
     """One sentence per pair of rows of the task's table that show the same number, saying why."""
     corpus, notes = _corpus(items), []
-    if not corpus.interval.two_sided and not math.isnan(corpus.monte_carlo_stderr):
+    if corpus.bound_with_error:
         notes.append(bound_label(corpus))
     if corpus.corpus_perplexity is None and not corpus.method.draws_samples:
         notes.append(
@@ -180,7 +180,7 @@ def perplexity_stderr(items) -> float | str:
     corpus = _corpus(items)
     if corpus.interval.two_sided:
         return corpus.interval_stderr
-    return "N/A" if math.isnan(corpus.monte_carlo_stderr) else corpus.monte_carlo_stderr
+    return corpus.monte_carlo_stderr if corpus.bound_with_error else "N/A"
 
 
 def perplexity_upper_bound(items) -> float:
