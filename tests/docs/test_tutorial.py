@@ -57,6 +57,8 @@ def test_tutorial_runs_as_written(tmp_path):
     assert 1 < exact < len(json.loads((tmp_path / "topic_lm" / "config.json").read_text())["vocab"])
     # K = 100 samples of a 4-topic posterior: IS is close to exact (a loose check; the estimators have their own)
     assert math.isclose(figures["instance-level perplexity (Eq. 5)"], exact, rel_tol=0.05)
-    assert figures["certified upper bound (95%)"] >= figures["instance-level perplexity (Eq. 5)"]
+    # the certified bound holds for the true perplexity (P ≥ 95%; with certainty where the distinct draws' Σ p(x, z)
+    # sets it), not for the estimate: that Σ can prove the truth lies below an IS estimate, so the two are not ordered
+    assert figures["certified upper bound (95%)"] >= exact * (1 - 1e-9)
     out = python(metrics)
     assert f"instance-level PPL {figures['instance-level perplexity (Eq. 5)']:.2f}" in out
