@@ -836,7 +836,11 @@ def _leaves(z: Latents):
 
 
 # helpers an adapter may use, kept importable from here for a release after they moved: name -> their module
-MOVED = {"distinct_rows": "lm_latent_eval.tensors", "pad_rows": "lm_latent_eval.tensors"}
+MOVED = {
+    "distinct_rows": "lm_latent_eval.tensors",
+    "row_keys": "lm_latent_eval.tensors",
+    "pad_rows": "lm_latent_eval.tensors",
+}
 
 
 def __getattr__(name: str) -> Any:

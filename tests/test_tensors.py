@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lm_latent_eval.tensors import distinct_rows, inverse_cdf, pad_rows
+from lm_latent_eval.tensors import distinct_rows, inverse_cdf, pad_rows, row_keys
 
 
 def brute_force(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -72,5 +72,9 @@ def test_an_adapter_importing_distinct_rows_from_protocol_still_works_with_a_dep
         from lm_latent_eval.protocol import distinct_rows as old
 
     assert old is distinct_rows
+    with pytest.warns(DeprecationWarning, match="lm_latent_eval.tensors.row_keys"):
+        from lm_latent_eval.protocol import row_keys as old_keys  # moved in the same commit
+
+    assert old_keys is row_keys
     with pytest.raises(ImportError):
         from lm_latent_eval.protocol import no_such_helper  # noqa: F401
