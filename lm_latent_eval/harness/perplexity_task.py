@@ -65,11 +65,12 @@ def process_results(doc: dict, results: list) -> dict:
 
 def document_items(text: str, log_likelihood: float, num_words: int) -> dict:
     """Per-document items of every metric of the task (``num_words``: lm-eval's whitespace word count, 0 for a
-    document without tokens: lm-eval counts "" as one word and "   " as two, which would divide its log p = 0.0 into
-    ``word_perplexity`` while ``perplexity`` rightly leaves the document out)."""
+    document without tokens or words: lm-eval counts "" as one word and "   " as two, which would divide its log p =
+    0.0 into ``word_perplexity`` while ``perplexity`` rightly leaves the document out; a model that scores whitespace
+    keeps its log p in the numerator, over no word)."""
     exchange = EstimateExchange.current()
     est = exchange.document(text, log_likelihood)
-    num_words = num_words if est.num_tokens > 0 else 0
+    num_words = num_words if est.num_tokens > 0 and text.split() else 0
     item = _item(est, text) | {"num_words": num_words}
     # the whole estimate once, first: lm-eval aggregates the metrics in this order, and the references' aggregations
     # find the corpus statement the first one computed

@@ -11,10 +11,11 @@ import pytest
 import torch
 
 lm_eval = pytest.importorskip("lm_eval")
+from lm_eval.api.instance import Instance
 from lm_eval.tasks import TaskManager
 from lm_eval.utils import make_table
 
-from lm_latent_eval.harness.backends import LatentHMMEval
+from lm_latent_eval.harness.backends import LatentHMMEval, LatentLMEval
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "tasks"
@@ -81,3 +82,24 @@ def test_model_files_are_hashed_only_where_given():
 
     info = LatentKGLMEval(estimator="is", num_samples=4, device="cpu").get_model_info()
     assert info["checkpoint_sha256"] and "model_files_sha256" not in info
+
+
+def test_a_whitespace_document_with_tokens_counts_no_words(tmp_path):
+    """A model that scores whitespace (the tokenization model: "   " is three character tokens) keeps the document's
+    log p in word_perplexity's numerator, but "   " holds no word (lm-eval counts two)."""
+    texts = ["the cat sat", "   "]
+    data = tmp_path / "corpus.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    lm = LatentLMEval(model="tokenization", device="cpu", estimator="exact")
+    log_p = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (t,), 0) for t in texts])
+    assert lm.exchange.document("   ", log_p[1]).num_tokens > 0
+    results = lm_eval.simple_evaluate(
+        model=lm,
+        tasks=["latent_ppl_tiny"],
+        task_manager=TaskManager(
+            include_path=str(TASKS), include_defaults=False, metadata={"data_file": str(data)}
+        ),
+        bootstrap_iters=0,
+    )
+    metrics = results["results"]["latent_ppl_tiny"]
+    assert metrics["word_perplexity,none"] == pytest.approx(math.exp(-sum(log_p) / 3), rel=1e-9)
