@@ -483,3 +483,47 @@ def test_card_says_what_lm_evals_stderr_held(monte_carlo, interval, says, never)
     the 95% interval's half-width / 1.96 (an interval the ELBO never gives)."""
     line = card_mod._stderr_line({"monte_carlo_stderr": monte_carlo, "interval_stderr": interval})
     assert says in line and never not in line
+
+
+def test_comparison_figure_holds_every_label_inside_it(tmp_path):
+    """Issue 34 (9): the figure's x label ran past its right edge (clipped). As drawn, every title, label and tick
+    label lies inside the figure, and the two panels' texts do not overlap each other or the title."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    rng = np.random.default_rng(2)
+    tokens = rng.integers(5, 40, size=30)
+    base = -3.0 * tokens + rng.normal(0, 5, size=30)
+    a, b = (
+        _synthetic_run(base + rng.normal(0, 1, size=30), tokens),
+        _synthetic_run(base - 0.05 * tokens, tokens),
+    )
+    c = compare_mod.paired_comparison(a, b, num_resamples=300)
+    c["unit"] = "model token"  # the longest unit a real run shows
+    fig = compare_mod.comparison_figure(c)
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    box = fig.bbox
+
+    def drawn_ticks(ax):  # matplotlib keeps tick labels just outside the view; it does not draw them
+        (x0, x1), (y0, y1) = sorted(ax.get_xlim()), sorted(ax.get_ylim())
+        return [t for t in ax.get_xticklabels() if x0 <= t.get_position()[0] <= x1] + [
+            t for t in ax.get_yticklabels() if y0 <= t.get_position()[1] <= y1
+        ]
+
+    texts = [fig._suptitle] + [
+        t
+        for ax in fig.axes
+        for t in (ax.title, ax.xaxis.label, ax.yaxis.label, *drawn_ticks(ax))
+        if t.get_text()
+    ]
+    for t in texts:
+        e = t.get_window_extent(renderer)
+        assert box.x0 - 1 <= e.x0 and e.x1 <= box.x1 + 1 and box.y0 - 1 <= e.y0 and e.y1 <= box.y1 + 1, (
+            f"{t.get_text()!r} at {e} runs outside the figure {box}"
+        )
+    left, right = (ax.get_tightbbox(renderer) for ax in fig.axes)
+    assert not left.overlaps(right), (left, right)
+    title = fig._suptitle.get_window_extent(renderer)
+    assert not any(title.overlaps(ax.get_tightbbox(renderer)) for ax in fig.axes)
+    compare_mod.save_plot(c, tmp_path / "comparison.png")  # and saved as drawn
+    assert (tmp_path / "comparison.png").stat().st_size > 1000
