@@ -66,3 +66,45 @@ def test_the_command_prints_one_row_per_check_and_exits_0(capsys):
     assert main(["check-model", "--model", "hmm"]) == 0
     rows = capsys.readouterr().out.splitlines()
     assert [r.split()[0] for r in rows] == ["texts", "shapes", "log", "estimators", "prefix"]
+
+
+def test_a_vocabulary_file_is_the_whole_vocabulary_so_a_complete_text_model_declared_a_prefix_fails(
+    tmp_path, monkeypatch, capsys
+):
+    """docs/other-code-base.md has a user without a ``vocab`` attribute pass ``--words`` with the model's whole
+    vocabulary; the check read that file as "some words", so a sum far below 1 (URNNG's 0.71, the RNNG's 0.04) passed a
+    True declaration. Now the file is the whole vocabulary unless ``--partial-words`` says otherwise."""
+    rnng = load_model("rnng")[0]
+    words = tmp_path / "vocab.txt"
+    words.write_text("".join(f"{w}\n" for w in rnng.vocab if w.strip()))
+    monkeypatch.setattr(type(rnng), "prefix_probability", True)
+    assert main(["check-model", "--model", "rnng", "--words", str(words)]) == 1
+    row = next(r for r in capsys.readouterr().out.splitlines() if r.startswith("prefix"))
+    assert "FAILED" in row and "whole vocabulary" in row and "declare False" in row
+    # a partial list cannot show a sum below 1 to be wrong, only one above 1
+    assert main(["check-model", "--model", "rnng", "--words", str(words), "--partial-words"]) == 0
+
+
+def test_the_tutorials_check_model_command_passes_on_its_topic_model(tmp_path, monkeypatch, capsys):
+    """docs/your-model.md's tutorial runs ``check-model`` on its TopicLM (the whole tutorial, with lm_eval, is a slow
+    test): the page's command, run as written in this process on the page's module (saved unfitted), passes."""
+    import re
+    import shlex
+    import sys
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "your-model.md").read_text(encoding="utf-8")
+    section = page.split("## Tutorial: evaluate your own latent LM", 1)[1].split("\n## ", 1)[0]
+    (_, module), _, (_, shell), _ = re.findall(r"```(\w+)\n(.*?)```", section, flags=re.DOTALL)
+    (tmp_path / "my_latent_lm.py").write_text(module)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("my_latent_lm", None)
+    from my_latent_lm import TopicLM
+
+    TopicLM(["<unk>", "the", "cat", "sat", "on", "mat", "a", "dog", "ran"]).save_pretrained("topic_lm")
+    (command,) = [line for line in shell.splitlines() if "lm-latent-eval check-model" in line]
+    assert main(shlex.split(command.split("lm-latent-eval ", 1)[1])) == 0
+    rows = {r.split("  ")[0]: r for r in capsys.readouterr().out.splitlines()}
+    assert all(" passed " in row for row in rows.values()), rows
+    assert "whole vocabulary = 1.000" in rows["prefix declaration"]

@@ -113,3 +113,25 @@ def test_worked_example_commands_run_as_written(adapter_dir):
     exact = math.exp(-sum(_exact(model, t) for t in DOCS) / tokens)
     value = next(f["value"] for f in card["figures"] if f["name"].startswith("instance-level perplexity"))
     assert value == pytest.approx(exact, rel=1e-5)  # τ = 1: the proposal is the posterior
+
+
+def test_the_worked_examples_check_model_command_passes_on_the_adapter(adapter_dir, capsys):
+    """The page's ``check-model`` line, run as written (in this process), on the adapter it builds: no check fails,
+    the prefix declaration checked over their whole vocabulary."""
+    import shlex
+
+    from lm_latent_eval.cli import main
+
+    (_, _, _, (_, shell)) = example_blocks()
+    lines = shell.splitlines()
+    (command,) = [line for line in lines if "lm-latent-eval check-model" in line]
+    for line in lines[: lines.index(command)]:
+        if line.startswith("printf "):  # the files it reads
+            subprocess.run(["bash", "-euo", "pipefail", "-c", line], cwd=adapter_dir, check=True)
+    args = shlex.split(command.split("lm-latent-eval ", 1)[1])
+    assert main(args) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert not any(" FAILED " in row for row in rows), (
+        rows
+    )  # "estimators agree" skipped: IS only, no log_marginal
+    assert "whole vocabulary = 1.00" in next(r for r in rows if r.startswith("prefix"))
