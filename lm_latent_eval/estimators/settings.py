@@ -81,7 +81,7 @@ class EstimatorSettings:
     estimator: str = field(
         default=AUTO,
         metadata=_help(
-            "auto (exact where the model has a tractable marginal, else smc where it is stepwise, else is), is, smc, "
+            "auto (exact where the model declares a tractable marginal, else smc where it is stepwise, else is), is, smc, "
             "beam or exact"
         ),
     )

@@ -237,3 +237,47 @@ def test_auto_picks_exact_only_where_the_model_declares_its_marginal_tractable(b
     assert resolve(EstimatorSettings(), model)[0].estimator == "smc"
     assert resolve(EstimatorSettings(), bundled_hmm)[0].estimator == "exact"
     assert resolve(EstimatorSettings("exact"), model)[0].estimator == "exact"
+
+
+class SmallMarginalLM(WholeDocumentOnly):
+    """A whole-document HMM (no stepwise part) whose ``log_marginal`` is given, tractable as declared per subclass."""
+
+    def log_marginal(self, x):
+        return self.model.log_marginal(x)
+
+
+class DeclaredIntractable(SmallMarginalLM):
+    exact_marginal_tractable = False
+
+
+class DeclaredTractable(SmallMarginalLM):
+    exact_marginal_tractable = True
+
+
+@pytest.mark.parametrize(
+    ("model_class", "expected"),
+    [(DeclaredIntractable, "is"), (SmallMarginalLM, "is"), (DeclaredTractable, "exact")],
+)
+def test_auto_uses_a_log_marginal_only_where_declared_tractable(bundled_hmm, model_class, expected):
+    """Issue 34, item 6: a model with a ``log_marginal`` declared intractable (or not declared) gets the sampling
+    estimators under auto (IS here: no stepwise part), with the precision target; ``estimator=exact`` still runs it."""
+    model = model_class(bundled_hmm)
+    settings, why = resolve(EstimatorSettings(), model)
+    assert settings.estimator == expected, why
+    assert (settings.target_se == AUTO_TARGET_SE) == (expected != "exact")
+    x = model.tokenize("Anna saw the dog.")
+    exact = estimate_document(model, "Anna saw the dog.", EstimatorSettings("exact"))
+    assert exact.log_likelihood == pytest.approx(float(bundled_hmm.log_marginal(x)), abs=1e-9)
+
+
+def test_the_bundled_models_keep_their_choice_under_auto():
+    """Declared tractable: the HMM (exact); a log_marginal declared intractable (the tokenization model's
+    enumeration over segmentations, the RNNG's over trees, the masked LM's over revealed sets): not exact."""
+    from lm_latent_eval.models import load_model
+
+    chosen = {}
+    for name in ("hmm", "tokenization", "rnng", "masked", "lda", "kglm"):
+        model, _ = load_model(name)
+        chosen[name] = resolve(EstimatorSettings(), model)[0].estimator
+    assert chosen["hmm"] == "exact"
+    assert all(chosen[name] != "exact" for name in chosen if name != "hmm"), chosen
