@@ -95,9 +95,10 @@ def test_greedy_decoding_returns_the_most_probable_of_the_seeded_samples():
 @pytest.mark.parametrize(
     "gen_kwargs, match",
     [
-        ({"do_sample": True, "temperature": 0.7}, "temperature=0.7"),
-        ({"temperature": 1.3}, "temperature=1.3"),
+        ({"do_sample": True, "temperature": 0.0}, "temperature=0.0"),
+        ({"temperature": -1.0}, "temperature=-1.0"),
         ({"do_sample": True, "top_p": 0.9}, "top_p=0.9"),
+        ({"top_k": 40}, "top_k=40"),
         ({"num_beams": 4}, "num_beams=4"),
     ],
 )
@@ -109,3 +110,43 @@ def test_a_generation_setting_the_model_cannot_honour_is_refused(gen_kwargs, mat
         generate(lm, "Anna saw", **gen_kwargs)
     assert "\n" not in str(err.value)
     generate(lm, "Anna saw", do_sample=True, temperature=1.0, top_p=1.0, top_k=0)  # settings with no effect
+
+
+def test_a_sampling_temperature_resamples_the_seeded_candidates_by_their_tempered_probability():
+    """``temperature: 0.7`` under sampling was refused (and before that dropped): now one of the GREEDY_CANDIDATES
+    seeded samples, drawn with probability ∝ p̂(c | context)^{1/τ − 1} (``tempered_pick``, from its own stream of
+    (seed, context)); a temperature near 0 gives the greedy pick."""
+    from lm_latent_eval.estimators.seeding import document_generator
+    from lm_latent_eval.harness.generation import GENERATION_STREAM, GREEDY_CANDIDATES, tempered_pick
+
+    lm = LatentHMMEval(estimator="exact", seed=3, device="cpu")
+    context = "Anna saw"
+    candidates = []
+    for i in range(GREEDY_CANDIDATES):
+        gen = document_generator(3, context, GENERATION_STREAM - i, device=lm.device)
+        text = lm.model.sample_text(context, 12, generator=gen, stop=["."])
+        candidates.append(text[: text.find(".")] if "." in text else text)
+    scores = [float(lm.model.log_marginal(lm.model.tokenize(context + c))) for c in candidates]
+    assert len(set(candidates)) > 1
+    for tau in (0.5, 2.0):
+        pick = tempered_pick(
+            scores, tau, document_generator(3, context, GENERATION_STREAM - GREEDY_CANDIDATES)
+        )
+        assert generate(lm, context, do_sample=True, temperature=tau) == candidates[pick]
+        assert generate(lm, context, temperature=tau) == candidates[pick]  # do_sample unset: sampling
+    assert generate(lm, context, do_sample=True, temperature=1e-4) == generate(lm, context, do_sample=False)
+
+
+@pytest.mark.parametrize("tau", [0.5, 2.0])
+def test_tempered_pick_draws_each_candidate_with_probability_proportional_to_its_tempered_weight(tau):
+    """P(pick i) = softmax((1/τ − 1) · score)_i: candidates sampled from p, resampled toward p^{1/τ}."""
+    import torch
+
+    from lm_latent_eval.harness.generation import tempered_pick
+
+    scores = [-1.0, -2.0, -3.0, -0.5]
+    gen, n = torch.Generator().manual_seed(0), 20000
+    counts = torch.bincount(torch.tensor([tempered_pick(scores, tau, gen) for _ in range(n)]), minlength=4)
+    expected = torch.softmax(torch.tensor(scores, dtype=torch.float64) * (1 / tau - 1), 0)
+    sd = (expected * (1 - expected) / n).sqrt()
+    assert ((counts / n - expected).abs() <= 4 * sd).all(), (counts / n, expected)
