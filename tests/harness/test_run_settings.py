@@ -5,12 +5,16 @@ or refused."""
 from __future__ import annotations
 
 import logging
+import re
+from pathlib import Path
 
 import pytest
 
 lm_eval = pytest.importorskip("lm_eval")
 
 from lm_latent_eval.harness.backends import LatentHMMEval
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("cli", ["1", 1])
@@ -61,6 +65,48 @@ def test_settings_the_estimator_uses_raise_no_warning(caplog):
         )
         LatentHMMEval(estimator="exact", batch_size=4, device="cpu")
     assert ignored(caplog) == []
+
+
+def documented_lm_eval_runs() -> list[tuple[str, str, str]]:
+    """(file, backend, model_args) of every ``lm_eval --model latent* ... --model_args ...`` the docs quote."""
+    runs = []
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        text = page.read_text(encoding="utf-8").replace("\\\n", " ")
+        for command in re.findall(r"lm_eval [^\n`]*", text):
+            backend = re.search(r"--model (latent\w*)", command)
+            model_args = re.search(r"--model_args (\S+)", command)
+            if backend and model_args:
+                runs.append((page.name, backend.group(1), model_args.group(1)))
+    return runs
+
+
+def test_no_documented_command_gives_a_setting_its_estimator_ignores():
+    """docs/lm-eval.md's first command gave num_samples, temperature and peek to the HMM under auto, which runs the
+    exact marginal: none of them had an effect (the same mistake as the estimate-card example of item 10)."""
+    from lm_eval.utils import simple_parse_args_string
+
+    from lm_latent_eval.estimators import resolve
+    from lm_latent_eval.harness.advice import ignored_settings
+    from lm_latent_eval.harness.model_args import parse_settings, settings_args
+    from lm_latent_eval.models import load_model
+
+    runs = documented_lm_eval_runs()
+    assert len(runs) > 10
+    names = {a.name for a in settings_args()}
+    wrong = []
+    for page, backend, model_args in runs:
+        given = simple_parse_args_string(model_args)
+        if given.get("estimator") == "canonical" or not names & set(given):
+            continue
+        settings = parse_settings(given)
+        if settings.estimator == "auto":
+            if "pretrained" in given or backend == "latent":
+                continue  # a placeholder model: auto's choice depends on it
+            settings = resolve(settings, load_model(backend.removeprefix("latent_"))[0])[0]
+        unused = ignored_settings(settings, [n for n in given if n in names])
+        if unused:
+            wrong.append(f"{page}: --model {backend} --model_args {model_args}: {unused} ignored")
+    assert wrong == []
 
 
 def generate(lm, context: str, **gen_kwargs) -> str:
