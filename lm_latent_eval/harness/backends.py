@@ -111,7 +111,8 @@ class LatentLMEval(LM):
         settings, own = with_model_defaults(args.settings, self.model, args.given_settings)
         self.settings, self.estimator_choice = resolve(settings, self.model)
         self.estimator_choice += own
-        advise_on_settings(name, self.settings, self.estimator_choice, args.given_settings)
+        if self._rank == 0:  # the same on every rank: said once
+            advise_on_settings(name, self.settings, self.estimator_choice, args.given_settings)
         self.results_store = open_results_store(args.results_dir, self.get_model_info())
         install_excepthook(resume_hint(self.results_store))
         self.batches = DocumentBatches(name, self.model, self._device, self.results_store, self.processes)
@@ -193,7 +194,7 @@ class LatentLMEval(LM):
             return self.batches.estimate(texts, self.settings, desc, False, view, check=False)
 
         estimates = view_estimates(self.model, pairs, estimate, progress)
-        warn_if_unreliable(type(self).__name__, estimates.values(), self.settings, self.model)
+        self.batches.check("log p(continuation | context)", self.settings, estimates)
         return {pair: Conditional(e.log_likelihood, e.num_tokens) for pair, e in estimates.items()}
 
     def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
@@ -306,11 +307,17 @@ class DocumentBatches:
         estimates = estimate_texts(
             model, texts, settings, self.device, store, self.processes.all_reduce, desc, progress
         )
-        if check and self.processes.world_size > 1:
-            self.held.append((desc, settings, estimates))
-        elif check:
-            warn_if_unreliable(self.owner, estimates.values(), settings, self.model)
+        if check:
+            self.check(desc, settings, estimates)
         return estimates
+
+    def check(self, desc: str, settings: EstimatorSettings, estimates: dict) -> None:
+        """One warning, with the estimator's advice, when no two-sided interval of ``estimates`` is honest; under
+        several processes held back (``held``, by ``desc``) until lm-eval's gather (``warn_gathered``)."""
+        if self.processes.world_size > 1:
+            self.held.append((desc, settings, estimates))
+        else:
+            warn_if_unreliable(self.owner, estimates.values(), settings, self.model)
 
     def warn_gathered(self, dst: int = 0) -> None:
         """Every rank's held-back batches gathered on rank ``dst``, which warns once per kind of batch (``desc``:

@@ -151,6 +151,57 @@ def test_ranks_warn_once_about_the_whole_corpus_after_the_gather(caplog):
     assert f"{whole.instance_perplexity:.4g}" in message and f"{whole.perplexity_upper_bound:.4g}" in message
 
 
+def test_a_masked_lms_conditionals_warn_once_after_the_gather(caplog):
+    """The masked LMs' loglikelihood (the context's view, ``_view_conditionals``) warned on each rank about its own
+    pairs, bypassing the held-back check of the documents; now it is held for the gather too."""
+    from lm_latent_eval.harness.backends import LatentLMEval
+
+    hot = {
+        "model": "masked",
+        "estimator": "is",
+        "num_samples": 4,
+        "temperature": 3.0,
+        "seed": 3,
+        "device": "cpu",
+    }
+    pairs = [
+        [("Anna saw", " the dog."), ("The cat", " sat down.")],
+        [("A dog", " ran."), ("Bob", " saw Anna.")],
+    ]
+    ranks = [LatentLMEval(**hot), LatentLMEval(**hot)]
+    ranks[1].batches.processes = TwoRanks()
+    with caplog.at_level("WARNING", logger="lm_latent_eval"):
+        ranks[1].loglikelihood([Instance("loglikelihood", {}, p, 0) for p in pairs[1]], disable_tqdm=True)
+        ranks[0].batches.processes = TwoRanks(other=[ranks[1].batches.held])
+        ranks[0].loglikelihood([Instance("loglikelihood", {}, p, 0) for p in pairs[0]], disable_tqdm=True)
+        assert not [r for r in caplog.records if "two-sided" in r.getMessage()]  # no warning about one shard
+        ranks[0].gather_object({"metrics": 1})
+    (message,) = [r.getMessage() for r in caplog.records if "two-sided" in r.getMessage()]
+    assert "these 4 documents" in message
+
+
+class SecondRank:
+    """The processes of rank 1 of two (no process group: nothing here calls a collective)."""
+
+    rank, world_size = 1, 2
+
+    def __init__(self, device) -> None:
+        self.device = device
+
+
+def test_only_rank_0_names_the_estimator_and_the_settings_it_ignores(monkeypatch, caplog):
+    """Every rank logged the estimator auto chose and warned about the same ignored model_args: said once now."""
+    with caplog.at_level("INFO", logger="lm_latent_eval"):
+        LatentHMMEval(num_samples=1000, device="cpu")
+    assert [r for r in caplog.records if "no effect" in r.getMessage()]
+    caplog.clear()
+    monkeypatch.setattr(backends, "Processes", SecondRank)
+    with caplog.at_level("INFO", logger="lm_latent_eval"):
+        lm = LatentHMMEval(num_samples=1000, device="cpu")
+    assert lm.rank == 1 and lm.settings.estimator == "exact"
+    assert not [r for r in caplog.records if "no effect" in r.getMessage() or "auto: exact" in r.getMessage()]
+
+
 def rolling(text: str) -> Instance:
     return Instance("loglikelihood_rolling", {}, (text,), 0)
 
