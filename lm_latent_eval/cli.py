@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import re
 import sys
 import warnings
+from typing import ClassVar
 
 from . import metrics_path, tasks_path
 from .errors import UserError, one_line
@@ -56,16 +58,82 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+# former spellings of options, still accepted: old -> new (a warning names the new one)
+DEPRECATED_OPTIONS = {"--output-dir": "--output"}
+
+
+def _options(parser: argparse.ArgumentParser) -> list[str]:
+    """The long options of ``parser`` and of its sub-parsers (``train <model>``), without duplicates."""
+    names = []
+    for action in parser._actions:
+        names += [n for n in action.option_strings if n.startswith("--")]
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                names += _options(sub)
+    return list(dict.fromkeys(names))
+
+
+def _unknown_options(argv, options: list[str]) -> list[str]:
+    """The ``--name`` (or ``--name=value``) tokens of ``argv`` that name none of ``options`` (nor abbreviate one, as
+    argparse allows)."""
+    unknown = []
+    for token in argv:
+        name = token.split("=", 1)[0]
+        if token == "--" or not name.startswith("--"):
+            continue
+        if not any(option.startswith(name) for option in options):
+            unknown.append(name)
+    return unknown
+
+
 def _did_you_mean(unknown: list[str], parser: argparse.ArgumentParser) -> str:
-    """ " (did you mean --num-samples?)" for the unknown options close to one the subcommand accepts, else ""."""
-    options = [name for action in parser._actions for name in action.option_strings]
+    """ " (did you mean --num-smaples → --num-samples?)" for the unknown options (``--name`` or ``--name=value``) close
+    to an option of ``parser`` or of its sub-parsers, else ""."""
+    options = _options(parser)
     hints = [
-        f"{given} → {match[0]}"
-        for given in unknown
-        if given.startswith("--")
-        and (match := difflib.get_close_matches(given.split("=", 1)[0], options, n=1, cutoff=0.7))
+        f"{name} → {match[0]}"
+        for name in dict.fromkeys(u.split("=", 1)[0] for u in unknown if u.startswith("--"))
+        if (match := difflib.get_close_matches(name, options, n=1, cutoff=0.7))
     ]
     return f" (did you mean {', '.join(hints)}?)" if hints else ""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose errors name the closest option to each misspelled one, whatever the error: an
+    unrecognized argument, or a required option missing because it was misspelled (``--refrence x`` gives "required:
+    --reference"). Sub-parsers (``train <model>``) are of this class too (argparse makes them ``type(parser)``)."""
+
+    argv: ClassVar[tuple[str, ...]] = ()  # the command line being parsed (set by main)
+
+    def error(self, message: str):
+        if "did you mean" not in message:
+            choice = re.search(r"invalid choice: '([^']*)'", message)
+            if choice:  # a misspelled subcommand (or model of train)
+                names = [
+                    n for a in self._actions if isinstance(a, argparse._SubParsersAction) for n in a.choices
+                ]
+                match = difflib.get_close_matches(choice[1], names, n=1, cutoff=0.6)
+                message += f" (did you mean {match[0]}?)" if match else ""
+            else:
+                message += _did_you_mean(_unknown_options(self.argv, _options(self)), self)
+        super().error(message)
+
+
+def _renamed_options(argv: list[str]) -> list[str]:
+    """``argv`` with each former option name (``DEPRECATED_OPTIONS``) replaced by its new one, with a warning."""
+    out = []
+    for token in argv:
+        name, eq, value = token.partition("=")
+        if name in DEPRECATED_OPTIONS:
+            new = DEPRECATED_OPTIONS[name]
+            warnings.warn(
+                f"{name} is deprecated and will be removed in a later release: use {new} (the same option)",
+                FutureWarning,
+                stacklevel=3,
+            )
+            token = new + eq + value
+        out.append(token)
+    return out
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:
@@ -74,27 +142,31 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="lm-latent-eval", description=__doc__)
+    parser = _Parser(prog="lm-latent-eval", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    argv = sys.argv[1:] if argv is None else argv
-    for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        # only the chosen subcommand's module is imported (keeps --help and path lookups fast)
-        if argv and argv[0] == name:
-            importlib.import_module(module).add_arguments(p)
-    args, unknown = parser.parse_known_args(argv)
-    if unknown:
-        parser.error(
-            f"unrecognized arguments: {' '.join(unknown)}{_did_you_mean(unknown, sub.choices[args.command])}"
-        )
+    argv = sys.argv[1:] if argv is None else list(argv)
     saved, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     try:
-        return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
-    # our errors' messages are the whole story (and an OSError names its file); anything else may be a bug: traceback
-    except (UserError, OSError) as err:
-        print(f"lm-latent-eval {args.command}: error: {one_line(err)}", file=sys.stderr)
-        return 2
+        argv = _renamed_options(argv)
+        for name, (module, help_text) in COMMANDS.items():
+            p = sub.add_parser(name, help=help_text, description=help_text)
+            # only the chosen subcommand's module is imported (keeps --help and path lookups fast)
+            if argv and argv[0] == name:
+                importlib.import_module(module).add_arguments(p)
+        _Parser.argv = tuple(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:
+            parser.error(
+                f"unrecognized arguments: {' '.join(unknown)}{_did_you_mean(unknown, sub.choices[args.command])}"
+            )
+        try:
+            return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
+        # our errors' messages are the whole story (and an OSError names its file); anything else may be a bug
+        except (UserError, OSError) as err:
+            print(f"lm-latent-eval {args.command}: error: {one_line(err)}", file=sys.stderr)
+            return 2
     finally:
+        _Parser.argv = ()
         warnings.formatwarning = saved
 
 

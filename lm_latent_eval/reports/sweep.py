@@ -405,7 +405,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument(
         "--output",
-        "--output-dir",
         dest="output_dir",
         default="sweep_out",
         help="folder for the tables and plots",

@@ -21,7 +21,7 @@ OPTIONS = ["model", "pretrained", "data", "num_samples", "temperatures", "peek",
 
 def sweep_argv(config: dict, output_dir: Path) -> list[str]:
     """The `lm-latent-eval sweep` command line that sweep.json's ``config`` records (run from the repository root)."""
-    argv = ["sweep", "--output-dir", str(output_dir)]
+    argv = ["sweep", "--output", str(output_dir)]
     for key in OPTIONS:
         value = config[key]
         option = "--" + key.replace("_", "-")

@@ -65,7 +65,7 @@ def _run_sweep_cli(tmp_path, num_documents: int, *options: str):
     data = tmp_path / "docs.txt"
     data.write_text("\n".join(read_documents(DATA_DIR / "corpus" / "tiny_test.jsonl")[:num_documents]))
     out = tmp_path / "out"
-    assert main(["sweep", "--data", str(data), *options, "--output-dir", str(out)]) == 0
+    assert main(["sweep", "--data", str(data), *options, "--output", str(out)]) == 0
     return out
 
 
