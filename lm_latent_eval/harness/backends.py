@@ -85,7 +85,9 @@ class LatentLMEval(LM):
 
     @classmethod
     def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> LatentLMEval:
-        """lm-eval's constructor: model_args win over the CLI's ``--device`` / ``--batch_size``."""
+        """lm-eval's constructor: model_args win over the CLI's ``--device`` / ``--batch_size`` (the lines saying so
+        through lm-eval's handler)."""
+        log_like_lm_eval()
         name_output_folder(arg_dict, cls.MODEL)
         return cls(**with_cli_config(arg_dict, additional_config))
 

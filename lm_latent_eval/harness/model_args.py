@@ -307,6 +307,11 @@ def with_cli_config(model_args: dict, cli: dict | None) -> dict:
         del cli["device"]
     if str(cli.get("batch_size")).strip() == LM_EVAL_DEFAULT_BATCH_SIZE:
         del cli["batch_size"]
+        if "batch_size" not in model_args:
+            logger.info(
+                "--batch_size 1 (lm-eval's default) does not set the particle block: auto (one sample block; the "
+                "numbers never depend on it); model_args batch_size=N sets it"
+            )
     for key in sorted(set(cli) & set(model_args)):
         if str(cli[key]) != str(model_args[key]):
             logger.info("model_args %s=%s overrides --%s %s", key, model_args[key], key, cli[key])

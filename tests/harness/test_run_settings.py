@@ -26,6 +26,20 @@ def test_lm_evals_default_batch_size_does_not_choose_the_particle_block(cli, cap
     assert not [r for r in caplog.records if "particle" in r.getMessage()]
 
 
+def test_the_dropped_default_batch_size_is_logged(caplog):
+    """A user who typed ``--batch_size 1`` (which lm-eval cannot tell from its default) reads why it was not used."""
+    with caplog.at_level(logging.INFO, logger="lm_latent_eval"):
+        LatentHMMEval.create_from_arg_obj({"estimator": "is"}, {"batch_size": "1", "device": "cpu"})
+    (line,) = [r.getMessage() for r in caplog.records if "--batch_size 1" in r.getMessage()]
+    assert "particle block" in line and "model_args batch_size=N" in line
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="lm_latent_eval"):
+        LatentHMMEval.create_from_arg_obj(
+            {"estimator": "is", "batch_size": 1}, {"batch_size": "1", "device": "cpu"}
+        )
+    assert not [r for r in caplog.records if "--batch_size 1" in r.getMessage()]
+
+
 def test_a_batch_size_asked_for_still_sets_the_particle_block():
     """model_args ``batch_size=1`` (a memory-limited user) and any other ``--batch_size`` are kept."""
     one = LatentHMMEval.create_from_arg_obj(
