@@ -94,6 +94,17 @@ def test_results_json_has_leaderboard_fields(runs):
     }
 
 
+def test_results_json_holds_no_stderr_of_a_stderr(runs):
+    """Issue 34 (13): lm-eval files a ``<metric>_stderr`` key beside every metric, so ``perplexity_stderr`` (the
+    Stderr of ``perplexity``, a metric of its own) brought a ``perplexity_stderr_stderr`` of N/A into the results.
+    Every other key stays: perplexity's Stderr, and the N/A Stderr of the metrics that have none."""
+    for run in runs.values():
+        metrics = _results(run)["results"]["latent_ppl_tiny"]
+        assert not [key for key in metrics if "_stderr_stderr" in key], sorted(metrics)
+        assert "perplexity_stderr,none" in metrics and "perplexity,none" in metrics
+        assert metrics["perplexity_upper_bound_stderr,none"] == "N/A"
+
+
 def test_card_figures_match_lm_eval_and_bounds(runs, tmp_path):
     """Card values equal lm-eval's metrics; the exact run joins the card; kinds, settings and identity are stated."""
     all_runs = read_runs(runs["is"].parent)  # both runs side by side
