@@ -14,7 +14,6 @@ from tqdm import tqdm
 from ..estimators import estimate_document, estimator_named
 from ..estimators.importance import ImportanceSampling
 from ..models.tokenization import canonical
-from .advice import warn_if_unreliable
 from .backends import LatentLMEval
 from .conditionals import GreedyNotice
 
@@ -90,8 +89,11 @@ class LatentTokenizationEval(LatentLMEval):
             contexts[context] = estimate_document(
                 self._context_model, context, self.settings, device=self._device
             )
-        warn_if_unreliable(
-            type(self).__name__, [*joint.values(), *contexts.values()], self.settings, self.model
-        )
+        # one warning about every pair, held under several processes until lm-eval's gather (as the documents)
+        checked = {
+            **{("joint", t): e for t, e in joint.items()},
+            **{("context", c): e for c, e in contexts.items()},
+        }
+        self.batches.check("log p(continuation | context)", self.settings, checked)
         self.greedy.warn()
         return [(joint[c + k].log_likelihood - contexts[c].log_likelihood, False) for c, k in moved]

@@ -180,6 +180,25 @@ def test_a_masked_lms_conditionals_warn_once_after_the_gather(caplog):
     assert "these 4 documents" in message
 
 
+def test_the_tokenization_backends_conditionals_warn_once_after_the_gather(caplog):
+    """latent_tokenization's loglikelihood (joint text and context estimates) warned on each rank about its own pairs;
+    now it is held for lm-eval's gather like the documents."""
+    from lm_latent_eval.harness.backends import LatentTokenizationEval
+
+    hot = {"estimator": "is", "num_samples": 2, "temperature": 3.0, "seed": 3, "device": "cpu"}
+    pairs = [[("The cat", " sat."), ("A dog", " ran.")], [("Bob saw", " Anna."), ("It was", " late.")]]
+    ranks = [LatentTokenizationEval(**hot), LatentTokenizationEval(**hot)]
+    ranks[1].batches.processes = TwoRanks()
+    with caplog.at_level("WARNING", logger="lm_latent_eval"):
+        ranks[1].loglikelihood([Instance("loglikelihood", {}, p, 0) for p in pairs[1]], disable_tqdm=True)
+        ranks[0].batches.processes = TwoRanks(other=[ranks[1].batches.held])
+        ranks[0].loglikelihood([Instance("loglikelihood", {}, p, 0) for p in pairs[0]], disable_tqdm=True)
+        assert not [r for r in caplog.records if "two-sided" in r.getMessage()]  # no warning about one shard
+        ranks[0].gather_object({"metrics": 1})
+    (message,) = [r.getMessage() for r in caplog.records if "two-sided" in r.getMessage()]
+    assert "these 8 documents" in message  # 4 joint texts and 4 contexts, both ranks
+
+
 class SecondRank:
     """The processes of rank 1 of two (no process group: nothing here calls a collective)."""
 
