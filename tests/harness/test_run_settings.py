@@ -71,6 +71,18 @@ def test_a_setting_the_chosen_estimator_ignores_is_named_once(caplog):
     assert "num_samples=8" in message and "beam_size" not in message.split("no effect")[0]
 
 
+def test_settings_canonical_ignores_are_named_under_canonical(caplog):
+    """latent_tokenization runs estimator=canonical as exact: its ignored settings were said to have no effect under
+    "estimator=exact (as requested)", an estimator the user never asked for."""
+    from lm_latent_eval.harness.backends import LatentTokenizationEval
+
+    with caplog.at_level(logging.WARNING, logger="lm_latent_eval"):
+        LatentTokenizationEval(estimator="canonical", num_samples=7, seed=3, device="cpu")
+    (message,) = ignored(caplog)
+    assert "num_samples=7" in message and "estimator=canonical" in message and "exact" not in message
+    assert "seed" not in message
+
+
 def test_settings_the_estimator_uses_raise_no_warning(caplog):
     with caplog.at_level(logging.WARNING, logger="lm_latent_eval"):
         LatentHMMEval(estimator="is", num_samples=8, seed=3, temperature=1.5, level=0.9, device="cpu")
