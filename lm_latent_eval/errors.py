@@ -45,7 +45,8 @@ def excepthook(kind, value, traceback, previous=None, interrupt_hint: str | None
         print(f"{_program()}: error: {one_line(value)}", file=sys.stderr)
         return
     if isinstance(value, KeyboardInterrupt) and interrupt_hint:
-        print(f"{_program()}: interrupted; {interrupt_hint}", file=sys.stderr)
+        # on a line of its own: a Ctrl-C usually lands in the middle of a progress bar's line
+        print(f"\n{_program()}: interrupted; {interrupt_hint}", file=sys.stderr)
         return
     (previous or sys.__excepthook__)(kind, value, traceback)
 

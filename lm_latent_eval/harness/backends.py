@@ -202,8 +202,8 @@ class LatentLMEval(LM):
     def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
         """Ancestral samples from p(· | context), seeded from (seed, context), cut at the first ``until`` string;
         under ``do_sample: false`` (lm-eval's default) the most probable of ``generation.GREEDY_CANDIDATES`` such
-        samples under the run's estimator (``generation``: greedy decoding approximated; another temperature than 1
-        is refused).
+        samples under the run's estimator (``generation``: greedy decoding approximated), and under a temperature
+        τ ≠ 1 one of them drawn ∝ p̂(continuation | context)^(1/τ − 1) (``generation.tempered_pick``).
 
         Parameters
         ----------
