@@ -30,6 +30,7 @@ NAMING_KEYS = (
     "cuda_graphs_requested",
     # which GPU of a machine: device_type is the part that can change a number
     "model_device",
+    "working_directory",
 )
 # model_args recorded under a naming key of their own (cuda_graphs → cuda_graphs_requested), not as model options
 NAMING_MODEL_ARGS = ("cuda_graphs",)
@@ -87,6 +88,9 @@ def model_info(
         # where the model ran: lm-eval writes its own config.device after this record, as its --device was given
         # (its CLI default cuda:0 even on a machine without CUDA, where the run used the CPU)
         "model_device": str(device),
+        # what the relative paths of the run are relative to: lm-eval records the task YAML it read
+        # (metadata.config_source) under the --include_path as given; the card's Reproduce command needs it absolute
+        "working_directory": os.getcwd(),
         "dtype": str(dtype).removeprefix("torch."),
         "lm_latent_eval_version": __version__,
     }

@@ -143,7 +143,11 @@ def _task_yaml(run: TaskRun) -> Path | None:
     """The task YAML the run read: lm-eval records it as the task config's ``metadata.config_source`` (None where the
     results file does not say, or the task had no YAML)."""
     source = (run.results.get("configs", {}).get(run.task, {}).get("metadata") or {}).get("config_source")
-    return Path(source) if source and source != "inline" else None
+    if not source or source == "inline":
+        return None
+    # relative to the folder lm_eval ran in (a relative --include_path), which the backend records
+    path, where = Path(source), run.config.get("working_directory")
+    return Path(where) / path if where and not path.is_absolute() else path
 
 
 def include_path(run: TaskRun) -> str | None:
@@ -151,7 +155,7 @@ def include_path(run: TaskRun) -> str | None:
     for one of ours or where the results file does not say, nothing for one of lm-eval's own tasks, else the folder of
     the user's YAML (a copy of a bundled task that keeps its name must not run the bundled one)."""
     yaml = _task_yaml(run)
-    if yaml is None or yaml.is_relative_to(Path(lm_latent_eval.tasks_path())):
+    if yaml is None or yaml.resolve().is_relative_to(Path(lm_latent_eval.tasks_path()).resolve()):
         return BUNDLED_TASKS
     # lm-eval's own tasks (found without importing lm_eval, which is slow to import)
     lm_eval_spec = importlib.util.find_spec("lm_eval")
@@ -166,10 +170,16 @@ def include_path(run: TaskRun) -> str | None:
 
 def reproduce_note(run: TaskRun) -> str | None:
     """What the reader must know before running the card's command (None where nothing)."""
-    if _task_yaml(run) is None:
+    yaml = _task_yaml(run)
+    if yaml is None:
         return (
             f"The results file does not name the YAML of task {run.task!r} (lm-eval's metadata.config_source), so the "
             "command assumes the bundled tasks; for a task of your own, replace the --include_path folder with yours."
+        )
+    if not yaml.is_absolute():
+        return (
+            f"The --include_path {include_path(run)} is relative to the folder lm_eval ran in, which the results file "
+            "does not name (a run made before lm-latent-eval recorded its working_directory): run it from there."
         )
     return None
 

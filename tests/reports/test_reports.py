@@ -188,6 +188,44 @@ def test_reproduce_command_names_the_folder_of_a_users_task(tmp_path):
     assert again.metrics["perplexity,none"] == run.metrics["perplexity,none"]
 
 
+def test_reproduce_command_names_a_relative_include_path_from_anywhere(tmp_path, monkeypatch):
+    """Issue 34 (8): ``--include_path my_tasks`` (relative, as the docs write ``--include_path tasks``): lm-eval records
+    the YAML as ``my_tasks/...``; the backend records the folder lm_eval ran in, so the card's command names the
+    folder absolutely and runs from another folder (as ``report`` may)."""
+    ran_in, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    (ran_in / "my_tasks").mkdir(parents=True)
+    elsewhere.mkdir()
+    yaml = (Path(lm_latent_eval.tasks_path()) / "latent_ppl_tiny" / "latent_ppl_tiny.yaml").read_text()
+    (ran_in / "my_tasks" / "latent_ppl_tiny.yaml").write_text(yaml)
+    monkeypatch.chdir(ran_in)
+    run_lm_eval(
+        ["--model", "latent_hmm", "--model_args", f"pretrained={HMM},estimator=exact", "--tasks", "latent_ppl_tiny",
+         "--include_path", "my_tasks", "--limit", "2", "--device", "cpu", "--output_path", "out", "--log_samples"]
+    )  # fmt: skip
+    monkeypatch.chdir(elsewhere)
+    (run,) = read_runs(ran_in / "out")
+    assert (
+        run.results["configs"]["latent_ppl_tiny"]["metadata"]["config_source"]
+        == "my_tasks/latent_ppl_tiny.yaml"
+    )
+    argv = shlex.split(card_mod.reproduce_command(run))
+    assert argv[argv.index("--include_path") + 1] == str(ran_in / "my_tasks")
+    assert card_mod.reproduce_note(run) is None
+    argv[argv.index("OUT")] = str(tmp_path / "again")
+    run_lm_eval(argv[1:])
+    (again,) = read_runs(tmp_path / "again")
+    assert again.metrics["perplexity,none"] == run.metrics["perplexity,none"]
+
+
+def test_reproduce_command_of_a_relative_include_path_without_the_working_directory_says_so():
+    """A results file of an older run: a relative task YAML and no working_directory; the card says where to run it."""
+    run = _synthetic_run([-3.0, -4.0], [2, 3])
+    run.results["configs"] = {"t": {"metadata": {"config_source": "my_tasks/t.yaml"}}}
+    assert " --include_path my_tasks " in card_mod.reproduce_command(run)
+    note = card_mod.reproduce_note(run)
+    assert note and "relative to the folder lm_eval ran in" in note
+
+
 def test_reproduce_command_without_the_tasks_yaml_says_so():
     """A results file that does not name the task's YAML: the card says which folder its command assumes."""
     run = _synthetic_run([-3.0, -4.0], [2, 3])
