@@ -23,11 +23,20 @@ from python_subprocess import run_checked
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = sorted((REPO / "docs").glob("*.md"))
-INLINE = re.compile(r"`((?:lm-latent-eval|lm_eval|python -m|python bench/)[^`]*)`")
+INLINE = re.compile(
+    r"`((?:lm-latent-eval|lm_eval|python -m|python bench/|pip install|accelerate launch|torchrun)[^`]*)`"
+)
 # inline code that names a program or subcommand in prose (`lm-latent-eval report`, `python -m lm_eval`), not a command
 NAME_ONLY = re.compile(
-    r"^(lm-latent-eval( (?!tasks-path|metrics-path)[a-z-]+)?|lm_eval(\.\w+)?|python -m lm_eval)$"
+    r"^(lm-latent-eval( (?!tasks-path|metrics-path)[a-z-]+)?|lm_eval(\.\w+)?|python -m lm_eval|accelerate launch)$"
 )
+# what starts a shell command in a page: a program (after optional VAR=value assignments) and at least one argument
+COMMAND_LIKE = re.compile(
+    r"^(?:[A-Z_]+=\S*\s+)*(?:lm-latent-eval|lm_eval|python3?|pip|accelerate|torchrun|pytest|bash|uv|conda|git)\s+\S"
+)
+# the languages of the pages' fenced blocks: shell blocks are read for commands, python and yaml blocks are run by
+# the tests of their pages (test_tutorial, test_other_code_base, the metric cards' doctests) or are configuration
+FENCES = {"bash", "sh", "shell", "python", "yaml"}
 
 
 @dataclass(frozen=True)
@@ -103,7 +112,14 @@ SKIPS = [
     (re.compile(r"--device cuda|bench/gpu\.py"), "needs a GPU"),
     (re.compile(r"\bgpt2\b"), "downloads gpt2 from the Hugging Face Hub"),
     (re.compile(r"--tasks \S*(wikitext|arc_easy|gsm8k)"), "downloads an lm-eval dataset"),
-    (re.compile(r"^accelerate launch"), "several processes: tests/harness runs accelerate launch on the HMM"),
+    (
+        re.compile(r"^(accelerate launch|torchrun)\b"),
+        "several processes: tests/harness runs accelerate launch on the HMM",
+    ),
+    (
+        re.compile(r"^pip install\b"),
+        "installs into the environment the tests run in (.ci/run installs the package with pip before the tests)",
+    ),
     (PLACEHOLDER, "a template: it holds a placeholder or a user's own file"),
     (
         re.compile(r"make_default"),
@@ -181,6 +197,40 @@ def test_commands_are_found():
     for (page, text), needs in AFTER.items():
         page_texts = {c.text for c in quoted_commands([REPO / page])}
         assert text in page_texts and set(needs) <= page_texts, (page, text)
+
+
+def test_every_command_a_page_quotes_is_found():
+    """Issue 34 (1): every command docs/*.md quote is run by a test or skipped with its reason, so the reader must see
+    each one: every inline code span and every line of a shell block that starts like a shell command (a program and
+    an argument) is one of ``quoted_commands``, and no fenced block hides commands in a language the reader skips."""
+    found = {(c.page, c.text) for c in quoted_commands()}
+    missed, fences = [], set()
+    for page in PAGES:
+        name = str(page.relative_to(REPO))
+        fence = None
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            if line.startswith("```"):
+                fence = line[3:].strip() if fence is None else None
+                if fence is not None:
+                    fences.add((name, number, fence))
+                continue
+            spans = [m.group(1).strip() for m in re.finditer(r"`([^`]+)`", line)] if fence is None else []
+            for text in spans:
+                if COMMAND_LIKE.match(text) and not NAME_ONLY.match(text) and (name, text) not in found:
+                    missed.append(f"{name}:{number}: {text}")
+    assert not missed, "commands the reader does not see (so no test runs or excuses them):\n" + "\n".join(
+        missed
+    )
+    odd = [f"{page}:{number}: ```{fence}" for page, number, fence in sorted(fences) if fence not in FENCES]
+    assert not odd, "fenced blocks in a language whose commands nothing reads:\n" + "\n".join(odd)
+
+
+def test_every_quoted_command_is_run_or_excused():
+    """Each command is run (fast, or marked slow) or skipped with a reason that names why and where else it is
+    covered: never dropped without a word."""
+    for command in quoted_commands():
+        reason = skip_reason(command)
+        assert reason is None or len(reason.split()) >= 3, (command.id, reason)
 
 
 def test_the_skip_rules_keep_the_runnable_commands():
