@@ -54,7 +54,7 @@ def test_empty_document_warning_names_file_and_line(tmp_path):
 
 def test_sweep_with_a_bad_data_file_is_one_line(tmp_path, capsys):
     path = _jsonl(tmp_path, json.dumps({"body": "no text here"}))
-    assert main(["sweep", "--data", str(path), "--output-dir", str(tmp_path / "out")]) == 2
+    assert main(["sweep", "--data", str(path), "--output", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert (
         err

@@ -144,7 +144,7 @@ def run_cli(tmp_path, reference, model, *extra, rc=0) -> tuple[Path, dict, list[
             str(reference),
             "--model",
             str(model),
-            "--output-dir",
+            "--output",
             str(out),
             "--device",
             "cpu",

@@ -83,7 +83,7 @@ def test_sweep_on_the_rnng_reads_trees_and_reports_both_proposals(tmp_path):
                 "1,2",
                 "--beam-sizes",
                 "1,100",
-                "--output-dir",
+                "--output",
                 str(out),
             ]
         )
