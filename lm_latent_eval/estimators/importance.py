@@ -263,10 +263,15 @@ class ISEstimate(DocumentEstimate):
 
     @property
     def certain_lower_bound(self) -> float | None:
-        """log Σ_{z ∈ D} p(x, z) ≤ log p(x) over the distinct draws D (0 without tokens; None where not recorded)."""
+        """log Σ_{z ∈ D} p(x, z) ≤ log p(x) over the distinct draws D, less the float32 rounding of the model's
+        log p(x, z) (``intervals.proven_rounding``: without it, a D that covers the support gives log p itself, which
+        rounding can put above the true value); 0 without tokens, None where not recorded."""
         if self.num_tokens == 0:
             return 0.0
-        return None if self.distinct_draws is None else self.distinct_draws.log_likelihood
+        if self.distinct_draws is None:
+            return None
+        covered = self.distinct_draws.log_likelihood
+        return covered - proven_rounding(covered, self.num_tokens)
 
     def error(self, policy: UncertaintyPolicy = DEFAULT_POLICY) -> DocumentError:
         if self.num_tokens == 0:

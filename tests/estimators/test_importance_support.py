@@ -17,6 +17,7 @@ from lm_latent_eval.estimators import EstimatorSettings, ISEstimate, estimate_do
 from lm_latent_eval.estimators.adaptive import estimate_corpus
 from lm_latent_eval.estimators.corpus import certified_log_likelihood, corpus_estimate
 from lm_latent_eval.estimators.importance import DistinctDraws, importance_error
+from lm_latent_eval.estimators.intervals import proven_rounding
 from lm_latent_eval.estimators.policy import DEFAULT_POLICY
 from lm_latent_eval.estimators.registry import estimate_from_json
 from lm_latent_eval.estimators.smc import importance_runs
@@ -147,7 +148,10 @@ def test_a_small_support_is_proven_exactly():
     corpus = corpus_estimate(estimates)
     assert corpus.interval.two_sided and corpus.interval.lower <= truth <= corpus.interval.upper
     assert (corpus.interval.upper - corpus.interval.lower) / corpus.num_tokens < 2e-5  # nats per token
-    assert certified_log_likelihood(estimates) == pytest.approx(truth, abs=1e-9)
+    # the exact value less the float32 rounding allowed for each document's log p(x, z): certain, and that tight
+    rounding = sum(proven_rounding(e.distinct_draws.log_likelihood, e.num_tokens) for e in estimates)
+    # (a bound equal to the exact value failed in CI: float32 rounding put the tutorial's Σ p(x, z) above log p)
+    assert truth - rounding - 1e-9 <= certified_log_likelihood(estimates) <= truth - rounding / 2
     again = estimate_from_json(estimates[0].to_json())  # what the samples file and the results store keep
     assert again.distinct_draws == estimates[0].distinct_draws and again.error().exact
 
