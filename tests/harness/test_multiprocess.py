@@ -151,24 +151,25 @@ def test_ranks_warn_once_about_the_whole_corpus_after_the_gather(caplog):
     assert f"{whole.instance_perplexity:.4g}" in message and f"{whole.perplexity_upper_bound:.4g}" in message
 
 
-def test_a_masked_lms_conditionals_warn_once_after_the_gather(caplog):
-    """The masked LMs' loglikelihood (the context's view, ``_view_conditionals``) warned on each rank about its own
-    pairs, bypassing the held-back check of the documents; now it is held for the gather too."""
-    from lm_latent_eval.harness.backends import LatentLMEval
-
-    hot = {
-        "model": "masked",
-        "estimator": "is",
-        "num_samples": 4,
-        "temperature": 3.0,
-        "seed": 3,
-        "device": "cpu",
-    }
+@pytest.mark.parametrize(
+    ("backend", "settings", "documents"),
+    [
+        # the context's view (``_view_conditionals``): one estimate per pair
+        ("LatentLMEval", {"model": "masked", "num_samples": 4}, 4),
+        # the joint texts and the contexts: two estimates per pair
+        ("LatentTokenizationEval", {"num_samples": 2}, 8),
+    ],
+)
+def test_conditionals_warn_once_after_the_gather(caplog, backend, settings, documents):
+    """The masked LMs' and the tokenization model's loglikelihood warned on each rank about its own pairs, bypassing
+    the held-back check of the documents; now they are held for lm-eval's gather too."""
+    cls = getattr(backends, backend)
+    hot = {**settings, "estimator": "is", "temperature": 3.0, "seed": 3, "device": "cpu"}
     pairs = [
         [("Anna saw", " the dog."), ("The cat", " sat down.")],
         [("A dog", " ran."), ("Bob", " saw Anna.")],
     ]
-    ranks = [LatentLMEval(**hot), LatentLMEval(**hot)]
+    ranks = [cls(**hot), cls(**hot)]
     ranks[1].batches.processes = TwoRanks()
     with caplog.at_level("WARNING", logger="lm_latent_eval"):
         ranks[1].loglikelihood([Instance("loglikelihood", {}, p, 0) for p in pairs[1]], disable_tqdm=True)
@@ -177,26 +178,7 @@ def test_a_masked_lms_conditionals_warn_once_after_the_gather(caplog):
         assert not [r for r in caplog.records if "two-sided" in r.getMessage()]  # no warning about one shard
         ranks[0].gather_object({"metrics": 1})
     (message,) = [r.getMessage() for r in caplog.records if "two-sided" in r.getMessage()]
-    assert "these 4 documents" in message
-
-
-def test_the_tokenization_backends_conditionals_warn_once_after_the_gather(caplog):
-    """latent_tokenization's loglikelihood (joint text and context estimates) warned on each rank about its own pairs;
-    now it is held for lm-eval's gather like the documents."""
-    from lm_latent_eval.harness.backends import LatentTokenizationEval
-
-    hot = {"estimator": "is", "num_samples": 2, "temperature": 3.0, "seed": 3, "device": "cpu"}
-    pairs = [[("The cat", " sat."), ("A dog", " ran.")], [("Bob saw", " Anna."), ("It was", " late.")]]
-    ranks = [LatentTokenizationEval(**hot), LatentTokenizationEval(**hot)]
-    ranks[1].batches.processes = TwoRanks()
-    with caplog.at_level("WARNING", logger="lm_latent_eval"):
-        ranks[1].loglikelihood([Instance("loglikelihood", {}, p, 0) for p in pairs[1]], disable_tqdm=True)
-        ranks[0].batches.processes = TwoRanks(other=[ranks[1].batches.held])
-        ranks[0].loglikelihood([Instance("loglikelihood", {}, p, 0) for p in pairs[0]], disable_tqdm=True)
-        assert not [r for r in caplog.records if "two-sided" in r.getMessage()]  # no warning about one shard
-        ranks[0].gather_object({"metrics": 1})
-    (message,) = [r.getMessage() for r in caplog.records if "two-sided" in r.getMessage()]
-    assert "these 8 documents" in message  # 4 joint texts and 4 contexts, both ranks
+    assert f"these {documents} documents" in message
 
 
 class SecondRank:

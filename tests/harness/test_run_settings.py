@@ -143,19 +143,27 @@ def generate(lm, context: str, **gen_kwargs) -> str:
     return text
 
 
-def test_greedy_decoding_returns_the_most_probable_of_the_seeded_samples():
-    """``do_sample: false`` (gsm8k and lm-eval's default) was dropped without a word: the text was one ancestral
-    sample. Now the most probable, under the run's estimator, of GREEDY_CANDIDATES seeded samples."""
+def seeded_candidates(lm, context: str) -> list[str]:
+    """The GREEDY_CANDIDATES seeded samples ``generate_until`` chooses from, drawn here as it draws them (seed 3, cut at
+    the first ".")."""
     from lm_latent_eval.estimators.seeding import document_generator
     from lm_latent_eval.harness.generation import GENERATION_STREAM, GREEDY_CANDIDATES
 
-    lm = LatentHMMEval(estimator="exact", seed=3, device="cpu")
-    context = "Anna saw"
     candidates = []
     for i in range(GREEDY_CANDIDATES):
         gen = document_generator(3, context, GENERATION_STREAM - i, device=lm.device)
         text = lm.model.sample_text(context, 12, generator=gen, stop=["."])
         candidates.append(text[: text.find(".")] if "." in text else text)
+    return candidates
+
+
+def test_greedy_decoding_returns_the_most_probable_of_the_seeded_samples():
+    """``do_sample: false`` (gsm8k and lm-eval's default) was dropped without a word: the text was one ancestral
+    sample. Now the most probable, under the run's estimator, of GREEDY_CANDIDATES seeded samples."""
+
+    lm = LatentHMMEval(estimator="exact", seed=3, device="cpu")
+    context = "Anna saw"
+    candidates = seeded_candidates(lm, context)
     best = max(candidates, key=lambda c: lm.model.log_marginal(lm.model.tokenize(context + c)))
     greedy = generate(lm, context, do_sample=False, temperature=0.0)
     assert (
@@ -193,11 +201,7 @@ def test_a_sampling_temperature_resamples_the_seeded_candidates_by_their_tempere
 
     lm = LatentHMMEval(estimator="exact", seed=3, device="cpu")
     context = "Anna saw"
-    candidates = []
-    for i in range(GREEDY_CANDIDATES):
-        gen = document_generator(3, context, GENERATION_STREAM - i, device=lm.device)
-        text = lm.model.sample_text(context, 12, generator=gen, stop=["."])
-        candidates.append(text[: text.find(".")] if "." in text else text)
+    candidates = seeded_candidates(lm, context)
     scores = [float(lm.model.log_marginal(lm.model.tokenize(context + c))) for c in candidates]
     assert len(set(candidates)) > 1
     for tau in (0.5, 2.0):
