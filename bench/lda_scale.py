@@ -34,7 +34,8 @@ from lm_latent_eval.estimators.corpus import corpus_estimate
 from lm_latent_eval.estimators.smc import smc_log_weights
 from lm_latent_eval.models.lda import LDA
 
-OUTPUT = Path(__file__).resolve().parent / "lda_scale"
+# --output sets it for this process and the spawned workers (they import this module afresh)
+OUTPUT = Path(os.environ.get("LDA_SCALE_OUTPUT", Path(__file__).resolve().parent / "lda_scale"))
 WORDS, TOKENS, ALPHA, ETA = 2000, 100, 0.1, 0.05
 
 
@@ -174,8 +175,11 @@ def table(rows: list[dict], header: str) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--topics", default="4,50,100,200", help="4 or fewer: the exact dynamic program's check"
+        "--topics",
+        default="4,50,100,200",
+        help="the 20-document rows (4 or fewer: the exact dynamic program's check; empty: none)",
     )
+    parser.add_argument("--output", type=Path, default=None, help="folder of table.md and rows.jsonl")
     parser.add_argument("--large", type=int, default=1000, help="documents of the large rows (0: none)")
     parser.add_argument("--large-topics", default="50,100,200")
     parser.add_argument("--coverage-seeds", type=int, default=5)
@@ -191,6 +195,10 @@ def main() -> None:
         "--append", action="store_true", help="add to rows.jsonl (another run at the same time)"
     )
     args = parser.parse_args()
+    global OUTPUT
+    if args.output is not None:
+        OUTPUT = args.output.resolve()
+        os.environ["LDA_SCALE_OUTPUT"] = str(OUTPUT)
     if args.table_only:
         rows = [json.loads(line) for line in (OUTPUT / "rows.jsonl").read_text(encoding="utf-8").splitlines()]
         # the first row of each setting and seed (two runs at once may both have reached it)
@@ -200,8 +208,12 @@ def main() -> None:
     OUTPUT.mkdir(exist_ok=True)
     if not args.append:
         (OUTPUT / "rows.jsonl").write_text("", encoding="utf-8")
-    topics = [int(t) for t in args.topics.split(",")]
-    jobs = [("small", (topics, args.coverage_seeds, args.reference_samples, args.urn_max_topics))]
+    topics = [int(t) for t in args.topics.split(",") if t]
+    jobs = (
+        [("small", (topics, args.coverage_seeds, args.reference_samples, args.urn_max_topics))]
+        if topics
+        else []
+    )
     if args.large:
         jobs.append(("large", ([int(t) for t in args.large_topics.split(",")], args.large)))
     start = time.perf_counter()

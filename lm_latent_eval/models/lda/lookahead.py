@@ -30,7 +30,7 @@ gather per token), a step costs O(K T) for K particles.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -43,7 +43,9 @@ class Lookahead:
     """The lookahead of one document x [T], in the order π of its steps (``order`` [T]: step t draws the topic of
     token π(t)): ``ahead`` [T, topics] = m^{(t)} (expected topic counts of the tokens after step t), ``phi`` and
     ``log_phi`` [T, topics] = Φ[k, x_π(s)] and its log, ``base`` [T, T] = Σ_k (α_k + Σ_{t<s'<s} r_s'k) Φ[k, x_s] (row t, column s > t)
-    and ``log_norm`` [T] = log(Σα + s)."""
+    and ``log_norm`` [T] = log(Σα + s); ``phi_by_topic`` [topics, T] is ``phi`` transposed, contiguous: a step gathers
+    the rows of its particles' topics from it (``index_select``), ten times faster on the CPU than indexing the
+    columns of ``phi``."""
 
     order: torch.Tensor
     # π on the host (no device sync per step)
@@ -53,6 +55,10 @@ class Lookahead:
     log_phi: torch.Tensor
     base: torch.Tensor
     log_norm: float
+    phi_by_topic: torch.Tensor = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.phi_by_topic = self.phi.t().contiguous()
 
 
 def cvb0_responsibilities(log_phi: torch.Tensor, alpha: torch.Tensor, sweeps: int = SWEEPS) -> torch.Tensor:

@@ -89,7 +89,7 @@ def _twisted_step(state: LDAParticles, t: int, generator) -> tuple[torch.Tensor,
     log_urn = torch.log(state.counts.gather(1, zt[:, None]).squeeze(1) + state.alpha[zt])
     log_p = log_urn - math.log(t + state.alpha_sum) + ahead.log_phi[t, zt]
     # [K, T]: S_s gains Φ[z_t, x_π(s)]
-    state.explained += ahead.phi[:, zt].t()
+    state.explained += ahead.phi_by_topic.index_select(0, zt)
     log_psi = log_twist(state.explained, ahead, t)
     log_p = log_p + log_psi - state.log_psi
     state.log_psi = log_psi
