@@ -4,13 +4,13 @@ Times ``proposal.sample`` on 10 bundled documents with (a) the eager kernel as s
 that drew "related" go through the parent and edge heads), (b) the eager sync-free kernel (every particle through
 every head, the GPU path), (c) (b) under ``torch.compile(dynamic=True)``; then checks that (c) draws the same z."""
 
-import functools
 import json
 import sys
 import time
 
 import torch
 
+from lm_latent_eval import tensors
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.kglm import proposal as prop_mod
 from lm_latent_eval.models.kglm import stepwise
@@ -23,9 +23,25 @@ docs = [
 ][:10]
 xs = [m.tokenize(d) for d in docs]
 K = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+
+
+def every_row(step):
+    """``step`` on the accelerator's path, on the CPU too: every particle through every head, masked
+    (``tensors.SELECT_ROWS_ON`` emptied while it runs)."""
+
+    def on_every_row(*args):
+        saved, tensors.SELECT_ROWS_ON = tensors.SELECT_ROWS_ON, ()
+        try:
+            return step(*args)
+        finally:
+            tensors.SELECT_ROWS_ON = saved
+
+    return on_every_row
+
+
 eager_sync = stepwise.sample_step
-eager_nosync = functools.partial(stepwise.sample_step, subset_on_cpu=False)
-_compiled = torch.compile(functools.partial(stepwise.sample_step, subset_on_cpu=False), dynamic=True)
+eager_nosync = every_row(stepwise.sample_step)
+_compiled = every_row(torch.compile(stepwise.sample_step, dynamic=True))
 
 
 def compiled(tabs, state, t, u):  # t as a 0-d tensor: one graph for every position (no per-t specialization)

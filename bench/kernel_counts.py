@@ -95,21 +95,18 @@ def count(fn) -> KernelCounter:
 
 @contextlib.contextmanager
 def accelerator_paths():
-    """The code a GPU runs, on the CPU: KGLM's sampler sends every particle through the parent and edge heads,
+    """The code a GPU runs, on the CPU: KGLM's sampler and scorer send every particle through the parent and edge heads,
     EntityNLM draws every particle's entity and length and moves memory rows for all particles."""
-    import functools
-
+    from lm_latent_eval import tensors
     from lm_latent_eval.models.entitynlm import latents, model
-    from lm_latent_eval.models.kglm import proposal, stepwise
 
-    saved = (proposal.sample_step, latents.SELECT_ROWS_ON, latents.rows_apart, model.rows_apart)
-    proposal.sample_step = functools.partial(stepwise.sample_step, subset_on_cpu=False)
-    latents.SELECT_ROWS_ON = ()
+    saved = (tensors.SELECT_ROWS_ON, latents.rows_apart, model.rows_apart)
+    tensors.SELECT_ROWS_ON = ()
     latents.rows_apart = model.rows_apart = lambda *args: False
     try:
         yield
     finally:
-        proposal.sample_step, latents.SELECT_ROWS_ON, latents.rows_apart, model.rows_apart = saved
+        tensors.SELECT_ROWS_ON, latents.rows_apart, model.rows_apart = saved
 
 
 @dataclass

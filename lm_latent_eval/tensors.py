@@ -10,6 +10,22 @@ from collections.abc import Sequence
 
 import torch
 
+# devices where a step computes only the rows that need it (selected by a data-dependent index, whose size the host
+# must read: free on the CPU, a synchronisation on an accelerator), rather than every row, masked; the same numbers
+SELECT_ROWS_ON = ("cpu",)
+
+
+def selects_rows(device: torch.device | str) -> bool:
+    """Whether a step on ``device`` computes only the rows that need it (``SELECT_ROWS_ON``): row by row the same
+    numbers as every row, masked, which keeps an accelerator's loop free of host synchronisation.
+
+    Examples
+    --------
+    >>> selects_rows("cpu"), selects_rows(torch.device("meta"))
+    (True, False)
+    """
+    return torch.device(device).type in SELECT_ROWS_ON
+
 
 def inverse_cdf(
     weights: torch.Tensor | None, u: torch.Tensor, cumulative: torch.Tensor | None = None

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from lm_latent_eval import tensors
 from lm_latent_eval.estimators.smc import _check_increment, _runs_log_ess, smc_log_weights
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.hmm import stepwise as hmm_stepwise
@@ -109,28 +110,20 @@ def test_rnng_distinct_histories_are_one_row_per_particle(bundled, monkeypatch, 
 
 
 def test_kglm_related_terms_of_the_related_particles_only(bundled, monkeypatch):
-    """KGLM's score_step with the parent and edge heads on the "related" particles only, and on every particle."""
-    from lm_latent_eval.models.kglm import stepwise as kglm_stepwise
-
+    """KGLM's sample_step and score_step with the parent and edge heads on the "related" particles only (the CPU's
+    ``tensors.SELECT_ROWS_ON``), and on every particle (the accelerator path)."""
     model = bundled_model(bundled, "kglm")
     fast = smc_runs(model, TEXTS["kglm"], True)
-    all_rows = kglm_stepwise.score_step
-
-    def every_particle(*args, **kwargs):
-        return all_rows(*args, **kwargs, subset_on_cpu=False)
-
-    monkeypatch.setattr(kglm_stepwise, "score_step", every_particle)
+    monkeypatch.setattr(tensors, "SELECT_ROWS_ON", ())
     assert_identical(fast, smc_runs(model, TEXTS["kglm"], True))
 
 
 def test_entitynlm_heads_of_the_starting_particles_only(bundled, monkeypatch):
     """EntityNLM's steps with the entity and length heads on the particles starting a mention only (the CPU's
-    ``SELECT_ROWS_ON``), and on every particle (the accelerator path)."""
-    from lm_latent_eval.models.entitynlm import latents
-
+    ``tensors.SELECT_ROWS_ON``), and on every particle (the accelerator path)."""
     model = bundled_model(bundled, "entitynlm")
     fast = smc_runs(model, TEXTS["entitynlm"], True)
-    monkeypatch.setattr(latents, "SELECT_ROWS_ON", ())
+    monkeypatch.setattr(tensors, "SELECT_ROWS_ON", ())
     assert_identical(fast, smc_runs(model, TEXTS["entitynlm"], True))
 
 

@@ -45,12 +45,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...tensors import inverse_cdf
+from ...tensors import inverse_cdf, selects_rows
 from ..cuda_graphs import TokenLoop, copy_fields
 
 LATENT_KEYS = ("mention", "entity", "length")
-# devices where sample_step draws entity and length for the starting particles only
-SELECT_ROWS_ON = ("cpu",)
 # see rows_apart
 MIN_ROWS = 4
 
@@ -261,7 +259,7 @@ class EntityHeads(nn.Module):
         slot = entity.clamp(0, M - 1)
         count = torch.where(active & (entity == memory.count), memory.count + 1, memory.count)
         # the active rows only (same numbers)
-        if inplace and rows_apart(K, h) and active.device.type in SELECT_ROWS_ON:
+        if inplace and rows_apart(K, h) and selects_rows(active.device):
             rows = active.nonzero().squeeze(1)
             flat = memory.row_index(slot.index_select(0, rows), rows)
             table = memory.embeddings.view(K * M, D)
@@ -332,7 +330,7 @@ def score_step(
     entity_emb = memory.row(slot)
     step = type_lp.expand(K, 2).gather(1, r.clamp(0, 1).unsqueeze(1)).squeeze(1)
     length_index = (ell - 1).clamp(0, Lmax - 1).unsqueeze(1)
-    if r.device.type in SELECT_ROWS_ON:
+    if selects_rows(r.device):
         # the particles starting a mention only, with the numbers of the all-rows products (as sample_step)
         at = (decide & mention).nonzero().squeeze(1)
         slot_at = slot.index_select(0, at)
@@ -541,7 +539,7 @@ def sample_step(
     K = memory.count.shape[0]
     u = torch.rand((K, 3), generator=generator, device=memory.embeddings.device, dtype=torch.float64)
     decide = memory.prev_length == 1
-    if decide.device.type not in SELECT_ROWS_ON:
+    if not selects_rows(decide.device):
         return _sample_step_all_rows(heads, memory, type_lp, h, h_next, t, temperature, u, decide)
     r = torch.where(decide, inverse_cdf(type_lp[0].double().exp(), u[:, 0]), 1)
     step = torch.where(decide, type_lp[0].index_select(0, r), 0.0).double()

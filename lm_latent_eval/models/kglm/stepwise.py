@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...tensors import inverse_cdf
+from ...tensors import inverse_cdf, selects_rows
 from .latents import CONTINUING, NEW, NONE, RELATED, GraphTables, HeadTables, canonical_relation, row_at
 
 
@@ -99,9 +99,7 @@ def _parent_log_probs(tabs: HeadTables, state: WindowState, t_vec: torch.Tensor)
     return torch.where(state.cand, plog, -math.inf)
 
 
-def sample_step(
-    tabs: HeadTables, state: WindowState, t: int | torch.Tensor, u: torch.Tensor, subset_on_cpu: bool = True
-):
+def sample_step(tabs: HeadTables, state: WindowState, t: int | torch.Tensor, u: torch.Tensor):
     """z_t ~ q_τ(z_t | x, z_<t) for K particles from uniforms u [K, 4]: (type, entity, parent [K], log q_τ(z_t) [K]).
     t: an int, or a one-element LongTensor (the position buffer of a CUDA graph; the same numbers)."""
     tables = tabs.tables
@@ -125,7 +123,7 @@ def sample_step(
         is_rel = typ == RELATED
         # on the CPU a host sync costs nothing: only the particles that drew "related" go through the parent and
         # edge heads (row-wise the same numbers); elsewhere every particle does, masked, to keep the loop sync-free
-        sub = torch.nonzero(is_rel, as_tuple=True)[0] if subset_on_cpu and u.device.type == "cpu" else None
+        sub = torch.nonzero(is_rel, as_tuple=True)[0] if selects_rows(u.device) else None
         if sub is None or sub.numel():
             pick_rows = (lambda v: v) if sub is None else (lambda v: v[sub])
             sub_state = state if sub is None else state.select(sub)
@@ -160,7 +158,6 @@ def score_step(
     typ: torch.Tensor,
     ent: torch.Tensor,
     par: torch.Tensor,
-    subset_on_cpu: bool = True,
 ) -> torch.Tensor:
     """log π(z_t | z_<t) of given z_t (type, entity, parent [K]) under these heads: float64 [K], -inf off the support.
 
@@ -179,7 +176,7 @@ def score_step(
         nl = tabs.new_entity_log_probs(t_vec[:1])[0]
         total = total + torch.where(is_new, nl[tables.entity_row[ent.clamp(min=0)]], 0.0)
     if state.rows.shape[1] > 0:
-        sub = torch.nonzero(is_rel, as_tuple=True)[0] if subset_on_cpu and device.type == "cpu" else None
+        sub = torch.nonzero(is_rel, as_tuple=True)[0] if selects_rows(device) else None
         if sub is None:
             rel_term, ok = _related_log_prob(tabs, state, t_vec, is_rel, ent, par)
             total = total + rel_term

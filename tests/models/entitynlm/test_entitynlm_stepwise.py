@@ -102,14 +102,14 @@ def test_stepwise_errors_and_empty_document(cases):
 def test_all_rows_sampler_draws_what_the_cpu_row_selection_draws(cases, name, monkeypatch):
     """sample_step on an accelerator draws entity and length for every particle (no host sync); the CPU draws them
     for the particles starting a mention only. Both must give the same z and log q (run here on the CPU)."""
-    from lm_latent_eval.models.entitynlm import latents
+    from lm_latent_eval import tensors
 
     model, text = cases[name]
     x = model.tokenize(text)
     for peek, temperature in [(True, 1.0), (False, 0.7)]:
         z, log_q = model.proposal.sample(x, 300, temperature, peek, torch.Generator().manual_seed(11))
         with monkeypatch.context() as m:
-            m.setattr(latents, "SELECT_ROWS_ON", ())
+            m.setattr(tensors, "SELECT_ROWS_ON", ())
             z_all, log_q_all = model.proposal.sample(
                 x, 300, temperature, peek, torch.Generator().manual_seed(11)
             )

@@ -10,6 +10,7 @@ import pytest
 import torch
 from kglm_tiny import tiny_kglm
 
+from lm_latent_eval import tensors
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.kglm.enumerate import enumerate_latents, exact_log_marginal
 from lm_latent_eval.paths import DATA_DIR
@@ -123,7 +124,14 @@ def test_sync_free_kernel_equals_cpu_kernel(peek):
     related = 0
     for t in range(x.numel()):
         u = torch.rand(K, 4, generator=gen, dtype=torch.float64)
-        draws = [sample_step(tabs, states[i], t, u, subset_on_cpu=bool(i)) for i in range(2)]
+        draws = []
+        for select_rows in (
+            False,
+            True,
+        ):  # every particle, masked (the accelerator path), then the related ones
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(tensors, "SELECT_ROWS_ON", ("cpu",) if select_rows else ())
+                draws.append(sample_step(tabs, states[len(draws)], t, u))
         for a, b in zip(*draws):
             assert torch.equal(a, b) if a.dtype == torch.long else torch.allclose(a, b, atol=1e-12, rtol=0)
         related += int((draws[0][0] == 2).sum())
