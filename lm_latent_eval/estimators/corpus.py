@@ -73,6 +73,17 @@ class CorpusEstimate:
         return not self.interval.two_sided and not math.isnan(self.monte_carlo_stderr)
 
     @property
+    def reported_stderr(self) -> tuple[float, str | None]:
+        """What lm-eval's Stderr column of ``perplexity`` holds, and what kind of figure it is: (``interval_stderr``,
+        "interval") where the statement is two-sided, (``monte_carlo_stderr``, "bound") for a bound reported with its
+        own error (``bound_with_error``: the ELBO), else (NaN, None): no standard error to show (N/A)."""
+        if self.interval.two_sided:
+            return self.interval_stderr, "interval"
+        if self.bound_with_error:
+            return self.monte_carlo_stderr, "bound"
+        return math.nan, None
+
+    @property
     def interval_stderr(self) -> float:
         """Half the width of the perplexity interval over the normal quantile (1.96 at 95%): lm-eval's Stderr column,
         so that perplexity ± 1.96 · Stderr spans the printed interval, its t quantile and bias allowance included

@@ -182,10 +182,8 @@ def perplexity_stderr(items) -> float | str:
     (``CorpusEstimate.interval_stderr``); for a bound reported with its own error (``estimator=elbo``) that error,
     ``CorpusEstimate.monte_carlo_stderr``, the ELBO's and no interval on the true perplexity (``repeated_rows``
     says so); "N/A" where no two-sided interval is honest (the certified ``perplexity_upper_bound`` still holds)."""
-    corpus = _corpus(items)
-    if corpus.interval.two_sided:
-        return corpus.interval_stderr
-    return corpus.monte_carlo_stderr if corpus.bound_with_error else "N/A"
+    value, kind = _corpus(items).reported_stderr
+    return "N/A" if kind is None else value
 
 
 def perplexity_upper_bound(items) -> float:

@@ -283,11 +283,11 @@ def recompute_beam(run: TaskRun, beam_size: int, device: str = "cpu", progress: 
 def _stderr_line(u: dict) -> str:
     """What lm-eval's Stderr of ``perplexity`` held (``harness.perplexity_task.perplexity_stderr``): the interval's
     half-width / 1.96, the Monte Carlo error of a bound reported with its own error (``estimator=elbo``), or nothing."""
-    mc, interval = u["monte_carlo_stderr"], u.get("interval_stderr", math.nan)
-    if not math.isnan(interval):
+    mc, kind = u["monte_carlo_stderr"], u["stderr_kind"]
+    if kind == "interval":
         return (f"- Monte Carlo standard error (documents fixed): {_fmt(mc)}; the 95% interval's half-width / 1.96, "
-                f"its t quantile and bias allowance included (lm-eval's Stderr): {_fmt(interval)}")  # fmt: skip
-    if not math.isnan(mc):
+                f"its t quantile and bias allowance included (lm-eval's Stderr): {_fmt(u['interval_stderr'])}")  # fmt: skip
+    if kind == "bound":
         return (f"- Monte Carlo standard error of the bound (documents fixed; lm-eval's Stderr): {_fmt(mc)}: how far "
                 "another run's bound may fall, not an interval on the true perplexity")  # fmt: skip
     return "- Monte Carlo standard error: – (no two-sided interval is honest here; lm-eval's Stderr is N/A)"
@@ -365,6 +365,8 @@ def build_card(
         "uncertainty": {
             "monte_carlo_stderr": corpus.monte_carlo_stderr,
             "interval_stderr": corpus.interval_stderr,
+            # what lm-eval's Stderr held: "interval", "bound" (its own error) or None (N/A)
+            "stderr_kind": corpus.reported_stderr[1],
             "sampling_stderr": corpus.sampling_stderr,
         },
         "diagnostics": diag,

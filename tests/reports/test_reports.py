@@ -520,17 +520,19 @@ def test_a_folder_without_perplexity_tasks_is_one_error_line(command, tmp_path, 
 
 
 @pytest.mark.parametrize(
-    ("monte_carlo", "interval", "says", "never"),
+    ("monte_carlo", "interval", "kind", "says", "never"),
     [
-        (0.0094, 0.0120, "half-width / 1.96", "of the bound"),
-        (0.34, math.nan, "not an interval on the true perplexity", "half-width"),
-        (math.nan, math.nan, "lm-eval's Stderr is N/A", "half-width"),
+        (0.0094, 0.0120, "interval", "half-width / 1.96", "of the bound"),
+        (0.34, math.nan, "bound", "not an interval on the true perplexity", "half-width"),
+        (math.nan, math.nan, None, "lm-eval's Stderr is N/A", "half-width"),
     ],
 )
-def test_card_says_what_lm_evals_stderr_held(monte_carlo, interval, says, never):
+def test_card_says_what_lm_evals_stderr_held(monte_carlo, interval, kind, says, never):
     """Issue 31: under estimator=elbo lm-eval's Stderr is the bound's own Monte Carlo error, and the card called it
-    the 95% interval's half-width / 1.96 (an interval the ELBO never gives)."""
-    line = card_mod._stderr_line({"monte_carlo_stderr": monte_carlo, "interval_stderr": interval})
+    the 95% interval's half-width / 1.96 (an interval the ELBO never gives). The kind comes from the one decision
+    that also fills lm-eval's Stderr (``CorpusEstimate.reported_stderr``)."""
+    u = {"monte_carlo_stderr": monte_carlo, "interval_stderr": interval, "stderr_kind": kind}
+    line = card_mod._stderr_line(u)
     assert says in line and never not in line
 
 
