@@ -19,12 +19,8 @@ class LDAProposal(CheckedProposal):
     (it holds the model, not a copy)."""
 
     def __init__(self, model) -> None:
-        # in a list: not registered as a submodule of the model it belongs to
-        self._model = [model]
-
-    @property
-    def model(self):
-        return self._model[0]
+        # the model itself (a proposal is no nn.Module: nothing is registered, copied or saved twice)
+        self.model = model
 
     def _sample(self, x, num_samples, temperature, peek, generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Draw z [K, T] ~ q_τ(z | x) and return it with log q_τ(z | x) float64 [K] (the SMC particles' draws)."""

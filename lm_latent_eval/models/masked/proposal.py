@@ -21,12 +21,8 @@ class MaskedOrderProposal(CheckedProposal):
     """
 
     def __init__(self, model) -> None:
-        # in a list: not registered as a submodule of the model it belongs to
-        self._model = [model]
-
-    @property
-    def model(self):
-        return self._model[0]
+        # the model itself (a proposal is no nn.Module: nothing is registered, copied or saved twice)
+        self.model = model
 
     def _sample(self, x, num_samples, temperature, peek, generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Orders z [K, T] ~ q_τ(σ | x) with log q_τ(σ | x) float64 [K]."""
