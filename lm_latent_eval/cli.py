@@ -155,10 +155,8 @@ def main(argv: list[str] | None = None) -> int:
                 importlib.import_module(module).add_arguments(p)
         _Parser.argv = tuple(argv)
         args, unknown = parser.parse_known_args(argv)
-        if unknown:
-            parser.error(
-                f"unrecognized arguments: {' '.join(unknown)}{_did_you_mean(unknown, sub.choices[args.command])}"
-            )
+        if unknown:  # _Parser.error names the closest option to each
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         try:
             return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
         # our errors' messages are the whole story (and an OSError names its file); anything else may be a bug

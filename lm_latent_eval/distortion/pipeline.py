@@ -1,6 +1,6 @@
 """``lm-latent-eval distortion``: sample a language from p_L at temperature T, score with p_M, write curves.
 
-Writes to --output-dir: sequences.csv (one row per scored sequence), summary.json (settings and every result),
+Writes to --output: sequences.csv (one row per scored sequence), summary.json (settings and every result),
 <curve>.csv for each curve, and <curve>.png plots.
 """
 
@@ -34,9 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the distortion subcommand."""
     parser.add_argument("--reference", required=True, help="reference causal LM p_L: local folder or Hub id")
     parser.add_argument("--model", required=True, help="evaluated causal LM p_M: local folder or Hub id")
-    parser.add_argument(
-        "--output", "--output-dir", dest="output_dir", required=True, type=Path, help="folder for the curves"
-    )
+    parser.add_argument("--output", dest="output_dir", required=True, type=Path, help="folder for the curves")
     parser.add_argument("--num-sequences", type=int, default=1000, help="samples drawn from p_L")
     parser.add_argument("--temperature", type=float, default=1.0, help="softmax temperature T of p_L")
     parser.add_argument(

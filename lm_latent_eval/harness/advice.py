@@ -31,11 +31,16 @@ def log_like_lm_eval() -> None:
 
 
 def advise_on_settings(
-    owner: str, settings: EstimatorSettings, choice: str, given: dict | None = None
+    owner: str,
+    settings: EstimatorSettings,
+    choice: str,
+    given: dict | None = None,
+    requested: str | None = None,
 ) -> None:
     """Log the estimator a backend (``owner``) runs and why (``choice``: ``auto``'s reason), and one warning naming
-    the settings model_args gave (``given``) that this estimator ignores; from now on through lm-eval's handler
-    (``log_like_lm_eval``)."""
+    the settings model_args gave (``given``) that this estimator ignores, under the name the user asked for
+    (``requested``, where the backend runs it as another: latent_tokenization's canonical as exact); from now on
+    through lm-eval's handler (``log_like_lm_eval``)."""
     log_like_lm_eval()
     logger.info("%s: %s", owner, choice)
     unused = ignored_settings(settings, given or {})
@@ -48,7 +53,7 @@ def advise_on_settings(
         verb = "has" if len(unused) == 1 else "have"
         logger.warning(
             "%s: model_args %s %s no effect under estimator=%s (%s): %s",
-            owner, listing, verb, settings.estimator, choice, what,
+            owner, listing, verb, requested or settings.estimator, choice, what,
         )  # fmt: skip
 
 

@@ -82,6 +82,8 @@ class LatentLMEval(LM):
     """
 
     MODEL: str | None = None
+    # the estimator the user asked for where the backend runs it as another (latent_tokenization: canonical as exact)
+    requested_estimator: str | None = None
 
     @classmethod
     def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> LatentLMEval:
@@ -112,9 +114,13 @@ class LatentLMEval(LM):
         self.checkpoint_sha256 = checkpoint_hash(self.checkpoint)
         settings, own = with_model_defaults(args.settings, self.model, args.given_settings)
         self.settings, self.estimator_choice = resolve(settings, self.model)
+        if self.requested_estimator:
+            self.estimator_choice = f"estimator={self.requested_estimator} as requested"
         self.estimator_choice += own
         if self._rank == 0:  # the same on every rank: said once
-            advise_on_settings(name, self.settings, self.estimator_choice, args.given_settings)
+            advise_on_settings(
+                name, self.settings, self.estimator_choice, args.given_settings, self.requested_estimator
+            )
         self.results_store = open_results_store(args.results_dir, self.get_model_info())
         install_excepthook(resume_hint(self.results_store))
         self.batches = DocumentBatches(name, self.model, self._device, self.results_store, self.processes)

@@ -11,13 +11,11 @@ import warnings
 
 from tqdm import tqdm
 
-from ..estimators import EstimatorSettings, estimate_document, estimator_named
+from ..estimators import estimate_document, estimator_named
 from ..estimators.importance import ImportanceSampling
 from ..models.tokenization import canonical
-from .advice import ignored_settings, logger
 from .backends import LatentLMEval
 from .conditionals import GreedyNotice
-from .model_args import settings_args
 
 
 def hf_whitespace(context: str, continuation: str) -> tuple[str, str]:
@@ -46,20 +44,10 @@ class LatentTokenizationEval(LatentLMEval):
 
     def __init__(self, **model_args) -> None:
         self.canonical = model_args.get("estimator") == "canonical"
-        unused = []
-        if (
-            self.canonical
-        ):  # hf's one forward pass per window, run as exact: its sampling settings said unused here
+        if self.canonical:  # lm-eval's hf backend (one forward pass per window), run as the exact estimator
             model_args["estimator"] = "exact"
-            setting_names = {a.name for a in settings_args()}
-            unused = [f"{k}={model_args.pop(k)}" for k in ignored_settings(EstimatorSettings("exact"), model_args)
-                      if k in setting_names]  # fmt: skip
+            self.requested_estimator = "canonical"
         super().__init__(**model_args)
-        if unused and self._rank == 0:
-            logger.warning(
-                "%s: model_args %s %s no effect under estimator=canonical (lm-eval's hf backend: one tokenization, "
-                "nothing sampled)", type(self).__name__, ", ".join(unused), "has" if len(unused) == 1 else "have",
-            )  # fmt: skip
         self._context_model = self.model.with_cover_end()
         self.greedy = GreedyNotice(
             "latent_tokenization: is_greedy is only computed by estimator=canonical (False here)"
