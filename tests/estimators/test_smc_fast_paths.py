@@ -4,7 +4,9 @@ models, and seeded SMC log weights and diagnostics must be bit-identical.
 - HMM: ``draw_by_row`` (softmax and cumulative sums of the [S, S] table, gathered by the previous state) against
   ``tempered_draw`` of the K gathered rows; SMC against SMC with the reference draw, next to the exact log p(x).
 - RNNG: ``DistinctHistories`` (the network once per distinct history) against one row per particle.
-- KGLM: the parent and edge terms of the particles that drew "related" only, against every particle, masked.
+- KGLM: the parent and edge terms of the particles that drew "related" only, against every particle, masked; p's
+  latent terms from the proposal's draw (``drawn_log_prob``) and the words from the per-document table, against
+  ``score_step`` and ``word_log_prob_step`` per token.
 - EntityNLM: entity and length heads on the particles starting a mention only, against every particle.
 """
 
@@ -20,6 +22,7 @@ from lm_latent_eval import tensors
 from lm_latent_eval.estimators.smc import _check_increment, _runs_log_ess, smc_log_weights
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.hmm import stepwise as hmm_stepwise
+from lm_latent_eval.models.kglm import stepwise as kglm_stepwise
 from lm_latent_eval.models.rnng import stepwise as rnng_stepwise
 from lm_latent_eval.tensors import tempered_draw
 
@@ -116,6 +119,33 @@ def test_kglm_related_terms_of_the_related_particles_only(bundled, monkeypatch):
     fast = smc_runs(model, TEXTS["kglm"], True)
     monkeypatch.setattr(tensors, "SELECT_ROWS_ON", ())
     assert_identical(fast, smc_runs(model, TEXTS["kglm"], True))
+
+
+@pytest.mark.parametrize("select_rows", [True, False], ids=["related-rows", "masked"])
+@pytest.mark.parametrize("peek", [True, False])
+def test_kglm_p_terms_from_the_draw_and_the_word_table(bundled, monkeypatch, select_rows, peek):
+    """KGLM's SMC step with p's latent terms read off the proposal's draw (``drawn_log_prob``) and the word terms
+    gathered from ``word_log_prob_table``, against ``score_step`` on the drawn z_t and ``word_log_prob_step``: the
+    same weights (K = 64 and 1,100 use the table, the graph having 60 entities)."""
+    model = bundled_model(bundled, "kglm")
+    if not select_rows:
+        monkeypatch.setattr(tensors, "SELECT_ROWS_ON", ())
+    assert model.smc_init(model.tokenize(TEXTS["kglm"]), 64, 1.0, peek).words is not None
+    fast = smc_runs(model, TEXTS["kglm"], peek)
+    draw_step, window = kglm_stepwise.draw_step, {}
+
+    def recording_draw_step(tabs, state, t, u):
+        window["state"] = state
+        return draw_step(tabs, state, t, u)
+
+    monkeypatch.setattr(kglm_stepwise, "draw_step", recording_draw_step)
+    monkeypatch.setattr(
+        kglm_stepwise,
+        "drawn_log_prob",
+        lambda tabs, d, t: kglm_stepwise.score_step(tabs, window["state"], t, d.typ, d.ent, d.par),
+    )
+    monkeypatch.setattr(kglm_stepwise, "WORD_TABLE_LIMIT", 0)
+    assert_identical(fast, smc_runs(model, TEXTS["kglm"], peek))
 
 
 def test_entitynlm_heads_of_the_starting_particles_only(bundled, monkeypatch):

@@ -9,8 +9,10 @@ per-particle last-occurrence mask updated in O(cutoff) per token instead of a so
 ``sample_step`` draws z_t ~ q_τ(z_t | x, z_<t) by inverse CDF from four uniforms per particle (type, new entity,
 parent slot, edge), so a document consumes ``torch.rand(K, 4)`` per token in token order whether it is sampled
 whole (``KGLMProposal.sample``) or step by step (``KGLM.smc_step``). ``score_step`` is log π(z_t | z_<t) of given
-z_t under any heads (p's prior factors or q's). The float32 dot products are computed exactly as the
-whole-document scorer computes them (same kernels and shapes), so both paths give the same numbers.
+z_t under any heads (p's prior factors or q's); ``drawn_log_prob`` gives its numbers for the z_t that ``draw_step``
+(``sample_step`` with a record of the draw) has just drawn, reusing what the draw found (pattern, rows, slot,
+edges). The float32 dot products are computed exactly as the whole-document scorer computes them (same kernels and
+shapes), so both paths give the same numbers.
 
 On the CPU, where a host sync costs nothing, ``sample_step`` sends only the particles that drew "related" through
 the parent and edge heads (``torch.nonzero``; the same numbers row by row); on other devices every particle goes
@@ -18,7 +20,9 @@ through them, masked, so the token loop never waits for the device.
 
 ``KGLMParticles`` and the functions after it are the model's stepwise interface for SMC (``KGLM.smc_init``,
 ``smc_step``, ``smc_reorder``, ``smc_latents``): each step draws z_t ~ q_τ(z_t | x, z_<t) for every particle and
-returns the increment log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t) (float64 [K]). Each increment is a proper
+returns the increment log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t) (float64 [K]): p's latent term by
+``drawn_log_prob``, its word term gathered from the document's ``word_log_prob_table`` (every position and entity,
+built in ``init_particles`` when there are no more entities than particles). Each increment is a proper
 conditional (an entity is scored once, at its first token; a continuation scores its type and its word), so the T
 increments sum to log p(x, z) − log q_τ(z | x); with the same generator seed the steps draw exactly the z of
 ``proposal.sample``.
@@ -33,6 +37,9 @@ import torch
 
 from ...tensors import inverse_cdf, selects_rows
 from .latents import CONTINUING, NEW, NONE, RELATED, GraphTables, HeadTables, canonical_relation, row_at
+
+# (position, entity) pairs of the per-document word table (KGLM.word_log_prob_table)
+WORD_TABLE_LIMIT = 1 << 16
 
 
 @dataclass
@@ -92,16 +99,64 @@ def _type_pattern(state: WindowState) -> torch.Tensor:
     return HeadTables.type_pattern(state.num_ok > 0, state.prev_type != NONE)
 
 
-def _parent_log_probs(tabs: HeadTables, state: WindowState, t_vec: torch.Tensor) -> torch.Tensor:
-    """log q_τ(parent slot) [K, C] over candidate slots (-inf elsewhere; all -inf without candidates)."""
-    plog = tabs.parent_logits(t_vec, state.rows).masked_fill(~state.cand, -math.inf) / tabs.tau
+def _parent_log_probs(
+    tabs: HeadTables, rows: torch.Tensor, cand: torch.Tensor, t_vec: torch.Tensor
+) -> torch.Tensor:
+    """log q_τ(parent slot) [K, C] over candidate slots of windows rows [K, C] (candidates: cand [K, C]; -inf
+    elsewhere; all -inf without candidates)."""
+    plog = tabs.parent_logits(t_vec, rows).masked_fill(~cand, -math.inf) / tabs.tau
     plog = torch.log_softmax(plog, -1)
-    return torch.where(state.cand, plog, -math.inf)
+    return torch.where(cand, plog, -math.inf)
+
+
+@dataclass
+class RelatedDraw:
+    """How ``draw_step`` drew the parent and the entity of the particles it sent through the parent and edge heads
+    (the P that drew "related" on the CPU, every particle, masked, elsewhere): what scoring the same z_t under other
+    heads reuses. Tensors [P] or [P, ...]."""
+
+    # [P] indices of these particles among the K (None: all K, in order)
+    sub: torch.Tensor | None
+    # [P] the particle drew "related" (all True when ``sub`` selects them)
+    mask: torch.Tensor
+    t_vec: torch.Tensor  # [P]
+    rows: torch.Tensor  # [P, C] window rows
+    cand: torch.Tensor  # [P, C] parent candidates
+    slot: torch.Tensor  # [P] the parent's window slot
+    parent: torch.Tensor  # [P]
+    tail: torch.Tensor  # [P] the entity
+    edges: torch.Tensor  # [P, D] the parent's edges, padded
+    valid: torch.Tensor  # [P, D] real edges
+    elsewhere: torch.Tensor  # [P, D] the edge does not end at the drawn entity
+    log_q: torch.Tensor  # [P] log q_τ(slot) + log q_τ(entity | parent), 0 where not related
+
+
+@dataclass
+class StepDraw:
+    """z_t = (type, entity, parent) [K] drawn by ``draw_step`` with its log q_τ(z_t | x, z_<t) float64 [K], and what
+    the draw found on the way (allowed-type pattern, the new entity's row, the related draw)."""
+
+    typ: torch.Tensor
+    ent: torch.Tensor
+    par: torch.Tensor
+    log_q: torch.Tensor
+    t_vec: torch.Tensor  # [K]
+    pattern: torch.Tensor  # [K] index into HeadTables.type_lp's second axis
+    # [K] (None when no entity can be new): drew "new", and the row every particle draws for a new entity
+    is_new: torch.Tensor | None
+    new_row: torch.Tensor | None
+    related: RelatedDraw | None
 
 
 def sample_step(tabs: HeadTables, state: WindowState, t: int | torch.Tensor, u: torch.Tensor):
     """z_t ~ q_τ(z_t | x, z_<t) for K particles from uniforms u [K, 4]: (type, entity, parent [K], log q_τ(z_t) [K]).
     t: an int, or a one-element LongTensor (the position buffer of a CUDA graph; the same numbers)."""
+    d = draw_step(tabs, state, t, u)
+    return d.typ, d.ent, d.par, d.log_q
+
+
+def draw_step(tabs: HeadTables, state: WindowState, t: int | torch.Tensor, u: torch.Tensor) -> StepDraw:
+    """``sample_step``'s draw, with the record of it that ``drawn_log_prob`` scores under other heads."""
     tables = tabs.tables
     K = u.shape[0]
     device = u.device
@@ -111,7 +166,7 @@ def sample_step(tabs: HeadTables, state: WindowState, t: int | torch.Tensor, u: 
     typ = inverse_cdf(None, u[:, 0], cumulative=row_at(tabs.type_cdf, t)[pattern])
     log_q = row_at(tabs.type_lp, t)[pattern].gather(1, typ.unsqueeze(1)).squeeze(1)
     none = torch.full((K,), -1, dtype=torch.long, device=device)
-    ent, par = none, none
+    ent, par, is_new, row, related = none, none, None, None, None
     if tabs.any_new:
         # [rows] each
         nl, cdf = tabs.new_entity_draw_tables(t)
@@ -125,30 +180,73 @@ def sample_step(tabs: HeadTables, state: WindowState, t: int | torch.Tensor, u: 
         # edge heads (row-wise the same numbers); elsewhere every particle does, masked, to keep the loop sync-free
         sub = torch.nonzero(is_rel, as_tuple=True)[0] if selects_rows(u.device) else None
         if sub is None or sub.numel():
-            pick_rows = (lambda v: v) if sub is None else (lambda v: v[sub])
-            sub_state = state if sub is None else state.select(sub)
-            rel_mask = pick_rows(is_rel)
-            plog = _parent_log_probs(tabs, sub_state, pick_rows(t_vec))
-            slot = inverse_cdf(torch.where(rel_mask.unsqueeze(1), plog, 0.0).exp(), pick_rows(u[:, 2]))
-            parent = tables.row_entity[sub_state.rows.gather(1, slot.unsqueeze(1)).squeeze(1)]
-            edges, _, elog = tabs.parent_edges(pick_rows(t_vec), parent, rel_mask)
-            norm = elog.logsumexp(-1)
-            pick = inverse_cdf(torch.where(rel_mask.unsqueeze(1), elog, 0.0).exp(), pick_rows(u[:, 3]))
-            tail = tables.edge_tail[edges.gather(1, pick.unsqueeze(1)).squeeze(1)]
-            reach = elog.masked_fill(tables.edge_tail[edges] != tail.unsqueeze(1), -math.inf).logsumexp(-1)
-            rel_lq = torch.where(rel_mask, plog.gather(1, slot.unsqueeze(1)).squeeze(1) + reach - norm, 0.0)
+            related = _draw_related(tabs, state, t_vec, is_rel, sub, u)
             if sub is None:
-                ent = torch.where(is_rel, tail, ent)
-                par = torch.where(is_rel, parent, par)
-                log_q = log_q + rel_lq
+                ent = torch.where(is_rel, related.tail, ent)
+                par = torch.where(is_rel, related.parent, par)
+                log_q = log_q + related.log_q
             else:
                 ent, par = ent.clone(), par.clone()
-                ent[sub], par[sub] = tail, parent
-                log_q = log_q.index_add(0, sub, rel_lq)
+                ent[sub], par[sub] = related.tail, related.parent
+                log_q = log_q.index_add(0, sub, related.log_q)
     cont = typ == CONTINUING
     ent = torch.where(cont, state.prev_ent, ent)
     par = torch.where(cont, state.prev_par, par)
-    return typ, ent, par, log_q
+    return StepDraw(typ, ent, par, log_q, t_vec, pattern, is_new, row, related)
+
+
+def _draw_related(
+    tabs: HeadTables,
+    state: WindowState,
+    t_vec: torch.Tensor,
+    is_rel: torch.Tensor,
+    sub: torch.Tensor | None,
+    u: torch.Tensor,
+) -> RelatedDraw:
+    """Parent slot and entity of a "related" z_t for the particles ``sub`` (None: every particle, masked by is_rel)
+    from their uniforms u[:, 2] and u[:, 3]: parent slot ~ q_τ(slot | window), then an edge of the parent ∝ q_τ."""
+    tables = tabs.tables
+    pick_rows = (lambda v: v) if sub is None else (lambda v: v[sub])
+    rows = state.rows if sub is None else state.rows.index_select(0, sub)
+    cand = state.cand if sub is None else state.cand.index_select(0, sub)
+    rel_mask, t_rel = pick_rows(is_rel), pick_rows(t_vec)
+    plog = _parent_log_probs(tabs, rows, cand, t_rel)
+    slot = inverse_cdf(torch.where(rel_mask.unsqueeze(1), plog, 0.0).exp(), pick_rows(u[:, 2]))
+    parent = tables.row_entity[rows.gather(1, slot.unsqueeze(1)).squeeze(1)]
+    edges, valid, elog = tabs.parent_edges(t_rel, parent, rel_mask)
+    norm = elog.logsumexp(-1)
+    pick = inverse_cdf(torch.where(rel_mask.unsqueeze(1), elog, 0.0).exp(), pick_rows(u[:, 3]))
+    tail = tables.edge_tail[edges.gather(1, pick.unsqueeze(1)).squeeze(1)]
+    elsewhere = tables.edge_tail[edges] != tail.unsqueeze(1)
+    reach = elog.masked_fill(elsewhere, -math.inf).logsumexp(-1)
+    log_q = torch.where(rel_mask, plog.gather(1, slot.unsqueeze(1)).squeeze(1) + reach - norm, 0.0)
+    return RelatedDraw(sub, rel_mask, t_rel, rows, cand, slot, parent, tail, edges, valid, elsewhere, log_q)
+
+
+def drawn_log_prob(tabs: HeadTables, draw: StepDraw, t: int) -> torch.Tensor:
+    """log π(z_t | z_<t) under these heads (p's prior factors, in SMC) of the z_t that ``draw_step`` drew from q_τ:
+    float64 [K], ``score_step``'s numbers for it, from what the draw found (allowed-type pattern, new entity row,
+    parent slot and edges, the edges reaching the entity) instead of finding it again.
+
+    A drawn z_t lies on q_τ's support, which is p's (the same masks): its structural checks all pass, and its parent
+    is the one candidate slot holding the parent's row (so the log-sum over matching slots is that slot's term,
+    exactly); a non-finite parent or edge term (a degenerate head) gives -inf, as there."""
+    total = tabs.type_lp[t][draw.pattern, draw.typ]
+    if tabs.any_new:
+        nl = tabs.new_entity_log_probs(draw.t_vec[:1])[0]
+        total = total + torch.where(draw.is_new, nl[draw.new_row], 0.0)
+    rel = draw.related
+    if rel is not None:
+        parent_lp = (
+            _parent_log_probs(tabs, rel.rows, rel.cand, rel.t_vec).gather(1, rel.slot.unsqueeze(1)).squeeze(1)
+        )
+        elog = tabs.edge_logits(rel.t_vec, rel.edges).masked_fill(~rel.valid, -math.inf)
+        rel_lp = elog.masked_fill(rel.elsewhere, -math.inf).logsumexp(-1) - elog.logsumexp(-1)
+        term = torch.nan_to_num(parent_lp + rel_lp, nan=-math.inf, posinf=-math.inf, neginf=-math.inf)
+        total = (
+            total + torch.where(rel.mask, term, 0.0) if rel.sub is None else total.index_add(0, rel.sub, term)
+        )
+    return total
 
 
 def score_step(
@@ -203,7 +301,7 @@ def _related_log_prob(
     """log π(parent slot) + log π(edge to ent | parent) of a "related" z_t [P] (0 elsewhere) and whether it lies on the
     support [P]: the parent must be a candidate of the window with an edge to the entity."""
     tables = tabs.tables
-    plog = _parent_log_probs(tabs, state, t_vec)
+    plog = _parent_log_probs(tabs, state.rows, state.cand, t_vec)
     prow = tables.row_of(par)
     hit = (state.rows == prow.unsqueeze(1)) & state.cand
     ok = is_rel & hit.any(-1) & tables.owns_row(par) & (ent >= 0)
@@ -230,6 +328,8 @@ class KGLMParticles:
     alias: tuple | None
     # KGLM.generate_table() of p's states
     gen: tuple | None
+    # KGLM.word_log_prob_table() [T, N + 1] where it pays (N + 1 ≤ K, a bounded table), else None (per step)
+    words: torch.Tensor | None
     window: WindowState
     # mention_type / entity / parent: LongTensor [K, T]
     z: dict
@@ -241,17 +341,20 @@ def init_particles(
 ) -> KGLMParticles:
     """K empty particles for document x [T]: q_τ's and p's head tables, the window state and the z drawn so far."""
     K, T, device = int(num_particles), x.numel(), x.device
-    q_tabs = p_tabs = alias = gen = None
+    q_tabs = p_tabs = alias = gen = words = None
     if T:
         q_tabs = model.proposal.head_tables(x, temperature, peek)
         p_tabs = model.head_tables(x)
         alias = model.alias_tables()
         gen = model.generate_table(p_tabs.heads.h_type, x)
+        N = model.tables.num_entities
+        if gen is not None and N + 1 <= K and T * (N + 1) <= WORD_TABLE_LIMIT:
+            words = model.word_log_prob_table(p_tabs.heads.h_type, x, alias, gen)
     z = {
         k: torch.full((K, T), v, dtype=torch.long, device=device)
         for k, v in (("mention_type", NONE), ("entity", -1), ("parent", -1))
     }
-    return KGLMParticles(x, q_tabs, p_tabs, alias, gen, WindowState.empty(K, model.cutoff, device), z)
+    return KGLMParticles(x, q_tabs, p_tabs, alias, gen, words, WindowState.empty(K, model.cutoff, device), z)
 
 
 @torch.no_grad()
@@ -262,13 +365,17 @@ def step_particles(
     float64 [K]). Consumes ``torch.rand(K, 4)`` of ``generator``, as ``proposal.sample`` does at token t."""
     K = state.window.prev_type.shape[0]
     u = torch.rand(K, 4, generator=generator, device=state.x.device, dtype=torch.float64)
-    typ, ent, par, log_q = sample_step(state.q, state.window, t, u)
-    log_prior = score_step(state.p, state.window, t, typ, ent, par)
-    gen_t = None if state.gen is None else tuple(v[t] for v in state.gen)
-    log_word = model.word_log_prob_step(state.p.heads.h_type[t], state.x[t], ent, state.alias, gen_t)
+    draw = draw_step(state.q, state.window, t, u)
+    typ, ent, par = draw.typ, draw.ent, draw.par
+    log_prior = drawn_log_prob(state.p, draw, t)
+    if state.words is not None:
+        log_word = state.words[t].index_select(0, ent + 1)
+    else:
+        gen_t = None if state.gen is None else tuple(v[t] for v in state.gen)
+        log_word = model.word_log_prob_step(state.p.heads.h_type[t], state.x[t], ent, state.alias, gen_t)
     state.window = state.window.advance(model.tables, typ, ent, par)
     state.z["mention_type"][:, t], state.z["entity"][:, t], state.z["parent"][:, t] = typ, ent, par
-    return state, log_prior + log_word - log_q
+    return state, log_prior + log_word - draw.log_q
 
 
 def reorder_particles(state: KGLMParticles, ancestors: torch.Tensor) -> KGLMParticles:
@@ -280,6 +387,7 @@ def reorder_particles(state: KGLMParticles, ancestors: torch.Tensor) -> KGLMPart
         state.p,
         state.alias,
         state.gen,
+        state.words,
         state.window.select(index),
         {k: v.index_select(0, index) for k, v in state.z.items()},
     )

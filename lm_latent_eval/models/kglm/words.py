@@ -242,6 +242,20 @@ class WordDistribution:
         out = self._combine_word_terms(x_t.view(1).expand(U), gen, copy)
         return out if inv is None else out.index_select(0, inv)
 
+    def word_log_prob_table(
+        self, h_type: torch.Tensor, x: torch.Tensor, alias, gen_table: tuple
+    ) -> torch.Tensor:
+        """log p(x_t | h_t, e) of every position t and entity e ∈ {−1 (none), 0, .., N − 1}: float64 [T, N + 1], entity
+        e in column e + 1, so that a step reads its particles' terms with one gather. The numbers of
+        ``word_log_prob_step`` with row t of ``gen_table`` (``generate_table``): the same generate terms, and copy
+        terms from the same per-pair products."""
+        T, N = x.numel(), self.graph.num_entities
+        t = torch.arange(T, device=x.device).repeat_interleave(N + 1)
+        entity = torch.arange(-1, N, device=x.device).repeat(T)
+        gen = tuple(v[t, self.tables.row_of(entity)] for v in gen_table)
+        copy = self._copy_terms(h_type[t], entity, x[t], alias)
+        return self._combine_word_terms(x[t], gen, copy).view(T, N + 1)
+
     def unknown_word_penalty(self, x: torch.Tensor, z: dict) -> torch.Tensor:
         """Nats ``log_joint`` subtracts for unknown words: unk_penalty · #{t: x_t out of vocabulary and not an alias
         word of entity_t} per configuration, float64 [K]; log_joint + this = log p(x, z) without the penalty (PPL)."""
