@@ -28,25 +28,32 @@ def selects_rows(device: torch.device | str) -> bool:
 
 
 def inverse_cdf(
-    weights: torch.Tensor | None, u: torch.Tensor, cumulative: torch.Tensor | None = None
+    weights: torch.Tensor | None,
+    u: torch.Tensor,
+    cumulative: torch.Tensor | None = None,
+    per_row: bool = False,
 ) -> torch.Tensor:
     """The inverse-CDF draw i = min{i : Σ_{j≤i} w_j > u · Σ_j w_j} of each row of weights, one uniform u per row.
 
     weights: w ≥ 0, [..., n], unnormalised, in the dtype the caller chose for the cumulative sum. u: [...] in [0, 1)
-    (the batch shape of weights; any shape when weights is one-dimensional, shared by every u). ``cumulative``:
+    (the batch shape of weights; any shape when weights is one-dimensional, shared by every u); with ``per_row``,
+    [..., m]: m uniforms for each row (systematic resampling of several runs at once). ``cumulative``:
     Σ_{j≤i} w_j [..., n] when the caller has it already (a cached table); then ``weights`` may be None.
-    Returns LongTensor [...]. The comparison runs in the wider of u's and the cumulative sum's dtypes (a float32
-    cumulative sum is widened exactly). Never an index past the last positive weight: where u · Σ_j w_j does not fall
-    below the total (all weights zero, or u rounded to 1), the first i whose cumulative sum reaches the total."""
+    Returns LongTensor [...] ([..., m] with ``per_row``). The comparison runs in the wider of u's and the cumulative
+    sum's dtypes (a float32 cumulative sum is widened exactly). Never an index past the last positive weight: where
+    u · Σ_j w_j does not fall below the total (all weights zero, or u rounded to 1), the first i whose cumulative sum
+    reaches the total."""
     cdf = weights.cumsum(-1) if cumulative is None else cumulative
     dtype = torch.promote_types(cdf.dtype, u.dtype)
     cdf = cdf.to(dtype)
     # [..., 1]
     total = cdf[..., -1:]
-    # [..., 1]
-    target = u.to(dtype).unsqueeze(-1) * total
-    drawn = torch.searchsorted(cdf, target, right=True)
-    return torch.minimum(drawn, torch.searchsorted(cdf, total.contiguous())).squeeze(-1)
+    # [..., 1], or [..., m] per row
+    target = u.to(dtype) * total if per_row else u.to(dtype).unsqueeze(-1) * total
+    drawn = torch.minimum(
+        torch.searchsorted(cdf, target, right=True), torch.searchsorted(cdf, total.contiguous())
+    )
+    return drawn if per_row else drawn.squeeze(-1)
 
 
 def tempered_draw(logits: torch.Tensor, temperature: float, generator) -> tuple[torch.Tensor, torch.Tensor]:

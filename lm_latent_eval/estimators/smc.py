@@ -65,14 +65,40 @@ def _log_ess(log_w: torch.Tensor) -> float:
 
 
 def systematic_resample(log_w: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """N ancestors: a_k = min{i : Σ_{j≤i} W_j > (u + k) / N}, one u ~ U[0, 1); E[#children of i] = N W_i. [N] CPU."""
-    n = log_w.shape[0]
+    """N ancestors: a_k = min{i : Σ_{j≤i} W_j > (u + k) / N}, one u ~ U[0, 1); E[#children of i] = N W_i. [N] CPU.
+
+    log_w [..., N]: each row resampled on its own (row by row the numbers of resampling it alone), its u drawn from
+    the generator in row order: [..., N]."""
+    n = log_w.shape[-1]
     device = generator.device if generator is not None else "cpu"
-    u = float(torch.rand((), generator=generator, device=device, dtype=torch.float64))
-    cdf = torch.cumsum(torch.softmax(log_w.to("cpu", torch.float64), 0), 0)
+    u = torch.tensor(
+        [
+            float(torch.rand((), generator=generator, device=device, dtype=torch.float64))
+            for _ in range(log_w.shape[:-1].numel())
+        ],
+        dtype=torch.float64,
+    ).view(*log_w.shape[:-1], 1)
+    cdf = torch.cumsum(torch.softmax(log_w.to("cpu", torch.float64), -1), -1)
     # rounding: the last particle closes the interval
-    cdf[-1] = 1.0
-    return inverse_cdf(None, (u + torch.arange(n, dtype=torch.float64)) / n, cumulative=cdf)
+    cdf[..., -1] = 1.0
+    return inverse_cdf(None, (u + torch.arange(n, dtype=torch.float64)) / n, cumulative=cdf, per_row=True)
+
+
+def _resample_runs(
+    log_w: torch.Tensor, starts: list[int], sizes: list[int], chosen: list[int], generator
+) -> torch.Tensor:
+    """Ancestors of every particle of the block [Σ N_r]: runs ``chosen`` resampled systematically among their own
+    particles (in run order, one u each), the others their own ancestors; runs of equal size in one batch."""
+    ancestors = torch.arange(starts[-1])
+    if len(set(sizes)) == 1:
+        rows = torch.tensor(chosen)
+        picked = systematic_resample(log_w.view(len(sizes), sizes[0]).index_select(0, rows), generator)
+        ancestors.view(len(sizes), sizes[0])[rows] = picked + (rows * sizes[0]).unsqueeze(1)
+        return ancestors
+    for r in chosen:
+        run = slice(starts[r], starts[r + 1])
+        ancestors[run] = systematic_resample(log_w[run], generator) + run.start
+    return ancestors
 
 
 def _check_increment(inc: torch.Tensor, n: int, t: int, doc: str) -> torch.Tensor:
@@ -170,20 +196,21 @@ def smc_block(
     for t in range(T):
         state, inc = model.smc_step(state, t, generator)
         log_w = log_w + _check_increment(inc, starts[-1], t, doc)
-        ancestors = None
-        for r, (run, log_ess) in enumerate(zip(runs, _runs_log_ess(log_w, sizes))):
+        chosen = []
+        for r, log_ess in enumerate(_runs_log_ess(log_w, sizes)):
             # every particle of the run has p = 0: its p̂ is 0 from here on
             if log_ess == -math.inf:
                 ess[r].append(0.0)
                 continue
             ess[r].append(math.exp(log_ess))
             if t < T - 1 and ess[r][-1] < resample_threshold * sizes[r]:
-                banked[r] += float(torch.logsumexp(log_w[run], 0)) - math.log(sizes[r])
-                ancestors = torch.arange(starts[-1]) if ancestors is None else ancestors
-                ancestors[run] = systematic_resample(log_w[run], generator) + run.start
-                log_w[run] = 0.0
+                banked[r] += float(torch.logsumexp(log_w[runs[r]], 0)) - math.log(sizes[r])
                 resampled[r] += 1
-        if ancestors is not None:
+                chosen.append(r)
+        if chosen:
+            ancestors = _resample_runs(log_w, starts, sizes, chosen, generator)
+            for r in chosen:
+                log_w[runs[r]] = 0.0
             state = model.smc_reorder(state, ancestors)
             eve = eve.index_select(0, ancestors)
     return [

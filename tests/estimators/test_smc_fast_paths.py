@@ -8,6 +8,7 @@ models, and seeded SMC log weights and diagnostics must be bit-identical.
   latent terms from the proposal's draw (``drawn_log_prob``) and the words from the per-document table, against
   ``score_step`` and ``word_log_prob_step`` per token.
 - EntityNLM: entity and length heads on the particles starting a mention only, against every particle.
+- The SMC loop: the runs that resample at one token resampled as one batch, against one run at a time.
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ import pytest
 import torch
 
 from lm_latent_eval import tensors
-from lm_latent_eval.estimators.smc import _check_increment, _runs_log_ess, smc_log_weights
+from lm_latent_eval.estimators.smc import (
+    _check_increment,
+    _runs_log_ess,
+    smc_log_weights,
+    systematic_resample,
+)
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.hmm import stepwise as hmm_stepwise
 from lm_latent_eval.models.kglm import stepwise as kglm_stepwise
@@ -166,3 +172,13 @@ def test_increment_check_and_run_ess_on_the_fast_path():
             _check_increment(torch.tensor([0.0, bad, -1.0], dtype=torch.float64), 3, 0, "doc")
     log_w = torch.tensor([-math.inf, -math.inf, 0.0, 0.0], dtype=torch.float64)
     assert _runs_log_ess(log_w, [2, 2]) == [-math.inf, pytest.approx(math.log(2.0))]
+
+
+def test_systematic_resampling_of_several_runs_is_each_run_alone():
+    """Rows of log weights resampled at once (one u per row, in row order) get the ancestors that resampling each row
+    alone gives, from the same generator state."""
+    log_w = torch.randn(3, 250, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 3
+    together = systematic_resample(log_w, torch.Generator().manual_seed(1))
+    gen = torch.Generator().manual_seed(1)
+    alone = torch.stack([systematic_resample(row, gen) for row in log_w])
+    assert together.shape == (3, 250) and torch.equal(together, alone)
