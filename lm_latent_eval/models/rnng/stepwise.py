@@ -178,7 +178,7 @@ def _word_log_probs(model, state: RNNGParticles, context: torch.Tensor, size_bef
 
 
 def _apply(state: RNNGParticles, chain: ReduceChain, r: torch.Tensor) -> None:
-    """Make the r [K] REDUCEs of the chain part of every particle's stack (in place) and record them."""
+    """Make the r [K] REDUCEs of the chain part of every particle's stack (in place; ``_record`` records them)."""
     st, rows = state.stacks, torch.arange(r.shape[0], device=r.device)
     has = r >= 1
     if has.any():
@@ -188,26 +188,19 @@ def _apply(state: RNNGParticles, chain: ReduceChain, r: torch.Tensor) -> None:
         st.elem_h[k, pos], st.elem_c[k, pos] = chain.elem_h[k, i], chain.elem_c[k, i]
         st.state_h[k, pos + 1], st.state_c[k, pos + 1] = chain.state_h[k, i], chain.state_c[k, i]
         st.size = st.size - r
-    _record(state, r, shift=False)
 
 
 def _record(state: RNNGParticles, r: torch.Tensor, shift: bool) -> None:
-    """Append r REDUCEs (and a SHIFT) to every particle's actions."""
-    width = int(r.max()) + shift if r.numel() else 0
-    if width == 0:
-        return
-    offsets = torch.arange(width, device=r.device)
-    keep = offsets[None] < r[:, None] + shift
-    cols = state.num_actions[:, None] + offsets
-    k = torch.arange(r.shape[0], device=r.device)[:, None].expand_as(cols)
-    state.actions[k[keep], cols[keep]] = torch.where(offsets[None] < r[:, None], REDUCE, SHIFT).expand_as(
-        cols
-    )[keep]
-    state.num_actions = state.num_actions + r + shift
+    """Append r REDUCEs (and a SHIFT) to every particle's actions: REDUCE written over the entries not drawn yet,
+    which hold SHIFT (0) already."""
+    cols = torch.arange(state.actions.shape[1], device=r.device)
+    end = state.num_actions + r
+    state.actions.masked_fill_((cols >= state.num_actions[:, None]) & (cols < end[:, None]), REDUCE)
+    state.num_actions = end + shift
 
 
 def _shift(model, state: RNNGParticles, t: int) -> None:
-    """Push word t on every stack (in place); with peeking also its outside vector G."""
+    """Push word t on every stack (in place; ``_record`` records it); with peeking also its outside vector G."""
     st = state.stacks
     K = st.size.shape[0]
     rows = torch.arange(K, device=st.size.device)
@@ -225,7 +218,6 @@ def _shift(model, state: RNNGParticles, t: int) -> None:
         )
         state.left[rows, pos] = t
     st.size = pos + 1
-    _record(state, torch.zeros_like(pos), shift=True)
 
 
 def _close(model, state: RNNGParticles) -> tuple[torch.Tensor, torch.Tensor]:
@@ -237,6 +229,7 @@ def _close(model, state: RNNGParticles) -> tuple[torch.Tensor, torch.Tensor]:
     log_p = torch.where(keep, chain.reduce_lp, 0.0).sum(1)
     context = chain.context[torch.arange(r.shape[0], device=r.device), r]
     _apply(state, chain, r)
+    _record(state, r, shift=False)
     return log_p, context
 
 
@@ -286,6 +279,7 @@ def advance(
         log_p = log_p_all.gather(1, r[:, None]).squeeze(1)
     _apply(state, chain, r)
     _shift(model, state, t)
+    _record(state, r, shift=True)
     # the last word: close the tree in the same step
     if t == W - 1 and not state.with_eos:
         log_p = log_p + _close(model, state)[0]
@@ -414,7 +408,7 @@ def distinct_advance(model, particles: DistinctHistories, t: int, u: torch.Tenso
         # nothing drawn: the end of the sentence
         sub, log_p, log_q = advance(model, reorder_particles(state, _padded(used)), t, None)
         return DistinctHistories(sub, inverse), log_p.index_select(0, inverse), log_q.index_select(0, inverse)
-    logits = proposal_logits(model, reorder_particles(state, _padded(used)), t)
+    logits = proposal_logits(model, state, t, _padded(used))
     r, log_q = _draw(logits.index_select(0, inverse), u, None)
     # the distinct (history, r) pairs: the particles' histories after step t
     _, pair = torch.unique(inverse * logits.shape[1] + r, return_inverse=True)
@@ -425,14 +419,18 @@ def distinct_advance(model, particles: DistinctHistories, t: int, u: torch.Tenso
     return DistinctHistories(sub, pair), log_p.index_select(0, pair), log_q
 
 
-def proposal_logits(model, state: RNNGParticles, t: int) -> torch.Tensor:
-    """The logits that step t < T_w draws r_t from, [K, R] (``advance``: the CRF's left-to-right conditional when
-    peeking after the first word, else log p(REDUCE^r SHIFT w_t | ·) / τ)."""
-    st = state.stacks
+def proposal_logits(model, state: RNNGParticles, t: int, rows: torch.Tensor) -> torch.Tensor:
+    """The logits that step t < T_w draws r_t from for the particles ``rows`` [n] of state, [n, R] (``advance``: the
+    CRF's left-to-right conditional when peeking after the first word, which reads only their stack sizes, left
+    edges and outside vectors; else log p(REDUCE^r SHIFT w_t | ·) / τ)."""
     if state.peek and t > 0:
-        return state.crf.reduce_logits(t, state.left, state.outside, st.size)
-    chain = reduce_chain(model, st, max(int(st.size.max()) - 1, 0))
-    return _candidate_log_p(model, state, chain, st.size.clone(), t) / state.temperature
+        left, outside, size = (
+            v.index_select(0, rows) for v in (state.left, state.outside, state.stacks.size)
+        )
+        return state.crf.reduce_logits(t, left, outside, size)
+    sub = reorder_particles(state, rows)
+    chain = reduce_chain(model, sub.stacks, max(int(sub.stacks.size.max()) - 1, 0))
+    return _candidate_log_p(model, sub, chain, sub.stacks.size.clone(), t) / state.temperature
 
 
 def reorder_particles(state: RNNGParticles | DistinctHistories, ancestors: torch.Tensor):
