@@ -7,7 +7,8 @@ models, and seeded SMC log weights and diagnostics must be bit-identical.
 - KGLM: the parent and edge terms of the particles that drew "related" only, against every particle, masked; p's
   latent terms from the proposal's draw (``drawn_log_prob``) and the words from the per-document table, against
   ``score_step`` and ``word_log_prob_step`` per token.
-- EntityNLM: entity and length heads on the particles starting a mention only, against every particle.
+- EntityNLM: entity and length heads on the particles starting a mention only, against every particle; p's step
+  reusing what q's draw found (``DrawnStep``), against finding it again.
 - The SMC loop: the runs that resample at one token resampled as one batch, against one run at a time.
 """
 
@@ -27,6 +28,7 @@ from lm_latent_eval.estimators.smc import (
     systematic_resample,
 )
 from lm_latent_eval.models import load_model
+from lm_latent_eval.models.entitynlm import stepwise as entitynlm_stepwise
 from lm_latent_eval.models.hmm import stepwise as hmm_stepwise
 from lm_latent_eval.models.kglm import stepwise as kglm_stepwise
 from lm_latent_eval.models.rnng import stepwise as rnng_stepwise
@@ -161,6 +163,17 @@ def test_entitynlm_heads_of_the_starting_particles_only(bundled, monkeypatch):
     fast = smc_runs(model, TEXTS["entitynlm"], True)
     monkeypatch.setattr(tensors, "SELECT_ROWS_ON", ())
     assert_identical(fast, smc_runs(model, TEXTS["entitynlm"], True))
+
+
+@pytest.mark.parametrize("peek", [True, False])
+def test_entitynlm_p_scores_with_the_record_of_the_draw(bundled, monkeypatch, peek):
+    """EntityNLM's SMC step scoring z_t under p with what q's draw found (``DrawnStep``: decisions, the particles
+    starting a mention, the memory write) and with ``score_step`` finding it again: the same weights."""
+    model = bundled_model(bundled, "entitynlm")
+    fast = smc_runs(model, TEXTS["entitynlm"], peek)
+    draw_step = entitynlm_stepwise.draw_step
+    monkeypatch.setattr(entitynlm_stepwise, "draw_step", lambda *args: (*draw_step(*args)[:3], None))
+    assert_identical(fast, smc_runs(model, TEXTS["entitynlm"], peek))
 
 
 def test_increment_check_and_run_ess_on_the_fast_path():

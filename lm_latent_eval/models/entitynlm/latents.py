@@ -26,7 +26,8 @@ prefix, so a mention may be cut off by the end of x (L_T > 1).
 
 Memory per particle: embeddings [K, M, D] (every unused slot holds u_new, so the new-entity score is the score of
 slot n), position of each entity's latest mention [K, M], entity count [K]. Per-token kernels: ``score_step``
-(log p or log q of given z_t), ``sample_step`` (draw z_t ~ q_τ) and the model's ``word_step``; ``sample_latents``
+(log p or log q of given z_t; given ``draw_step``'s record of a draw, it reuses what the draw found),
+``sample_step`` (draw z_t ~ q_τ) and the model's ``word_step``; ``sample_latents``
 and the stepwise SMC particles (``stepwise.py``) loop over tokens calling them. ``score_latents`` (given z) runs
 only the memory token by token (``entity_rows``) and takes the softmaxes once over all tokens, giving each row the
 numbers ``score_step`` gives it (a product over some particles' rows, or over several tokens' rows at once, only
@@ -85,6 +86,47 @@ class EntityMemory:
         }
         M = self.embeddings.shape[1]
         return EntityMemory(**fields, offsets=torch.arange(index.shape[0], device=index.device) * M)
+
+
+@dataclass
+class MemoryWrite:
+    """What z_t = (R_t, E_t) changes in an entity memory besides the embeddings: the entity slots [K] and the entity
+    count after x_t [K], and, for ``EntityHeads.update``'s rows path, the particles mentioning an entity [m] with their
+    rows of the [K·M, D] table (found on first use). The same for every memory that has followed the same z (p's and
+    q's in SMC), so one record serves both."""
+
+    slot: torch.Tensor
+    count: torch.Tensor
+    active: torch.Tensor
+    offsets: torch.Tensor
+    num_slots: int
+    _mentions: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @classmethod
+    def of(cls, memory: EntityMemory, entity: torch.Tensor, active: torch.Tensor) -> MemoryWrite:
+        M = memory.embeddings.shape[1]
+        count = torch.where(active & (entity == memory.count), memory.count + 1, memory.count)
+        return cls(entity.clamp(0, M - 1), count, active, memory.offsets, M)
+
+    def mentions(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the particles mentioning an entity [m], their entities' rows of the [K·M, D] table [m])."""
+        if self._mentions is None:
+            rows = self.active.nonzero().squeeze(1)
+            self._mentions = rows, self.offsets.index_select(0, rows) + self.slot.index_select(0, rows)
+        return self._mentions
+
+
+@dataclass
+class DrawnStep:
+    """What ``draw_step`` found while drawing z_t on the CPU, for scoring the same z_t under p (``score_step``): the
+    particles at a decision [K], those starting a mention [n] with their entity slots and lengths − 1 [n], and the
+    memory write of z_t."""
+
+    decide: torch.Tensor
+    at: torch.Tensor
+    entity: torch.Tensor
+    length: torch.Tensor
+    write: MemoryWrite
 
 
 def rows_apart(num_rows: int, row: torch.Tensor) -> bool:
@@ -249,19 +291,21 @@ class EntityHeads(nn.Module):
         h: torch.Tensor,
         t: int,
         inplace: bool = False,
+        write: MemoryWrite | None = None,
     ) -> EntityMemory:
         """Memory after x_t: entity [K] (where ``active`` [K]) is moved toward h_t [K|1, D] (eqs. 7-8).
 
         ``inplace`` writes the moved rows into ``memory``'s own tensors (O(K·D), no grad; the caller owns them)
         instead of building a new [K, M, D] table; both give the same numbers. On the CPU it moves only the active
-        rows where ``rows_apart`` holds (else all K, writing the inactive ones back unchanged)."""
+        rows where ``rows_apart`` holds (else all K, writing the inactive ones back unchanged). ``write``: the
+        ``MemoryWrite`` of (entity, active) when the caller has it (another memory of the same z)."""
         K, M, D = memory.embeddings.shape
-        slot = entity.clamp(0, M - 1)
-        count = torch.where(active & (entity == memory.count), memory.count + 1, memory.count)
+        if write is None or write.num_slots != M:
+            write = MemoryWrite.of(memory, entity, active)
+        slot, count = write.slot, write.count
         # the active rows only (same numbers)
         if inplace and rows_apart(K, h) and selects_rows(active.device):
-            rows = active.nonzero().squeeze(1)
-            flat = memory.row_index(slot.index_select(0, rows), rows)
+            rows, flat = write.mentions()
             table = memory.embeddings.view(K * M, D)
             h = h if h.shape[0] == 1 else h.index_select(0, rows)
             table.index_copy_(0, flat, self.moved(table.index_select(0, flat), h, rows, K).to(table.dtype))
@@ -312,6 +356,7 @@ def score_step(
     ell: torch.Tensor,
     temperature: float = 1.0,
     real: torch.Tensor | None = None,
+    drawn: DrawnStep | None = None,
 ) -> tuple[EntityMemory, torch.Tensor, torch.Tensor]:
     """One token of ``score_latents``: (memory after x_t, log factor of z_t float64 [K] (0 inside a mention),
     entity embedding of z_t before its update [K, D]); whether z_t is allowed at all is ``on_support``'s job.
@@ -319,34 +364,41 @@ def score_step(
     type_lp: log q_τ(R_t | h) [K|1, 2]; h, h_next: labelling state and h_t [K|1, D]; r, e, ell: z_t [K];
     real: [K] real tokens (padding adds nothing and changes nothing). No host synchronisation off the CPU; on the
     CPU only the particles starting a mention go through the entity and length heads (the same numbers, as in
-    ``sample_step``). Without grad the memory is updated in place."""
+    ``sample_step``). Without grad the memory is updated in place. ``drawn``: ``draw_step``'s record of this z_t
+    (SMC scoring q's draw under p; ``real`` None), whose decisions, starting particles and memory write it reuses."""
     K = r.shape[0]
     M, Lmax = heads.max_entities, heads.max_mention_length
-    decide = memory.prev_length == 1
-    mention = r == 1
-    if real is not None:
-        decide, mention = decide & real, mention & real
-    slot = e.clamp(0, M - 1)
+    if drawn is not None and drawn.write.num_slots == M:
+        decide, mention, slot, write = drawn.decide, drawn.write.active, drawn.write.slot, drawn.write
+    else:
+        decide, mention, drawn, write = memory.prev_length == 1, r == 1, None, None
+        if real is not None:
+            decide, mention = decide & real, mention & real
+        slot = e.clamp(0, M - 1)
     entity_emb = memory.row(slot)
     step = type_lp.expand(K, 2).gather(1, r.clamp(0, 1).unsqueeze(1)).squeeze(1)
-    length_index = (ell - 1).clamp(0, Lmax - 1).unsqueeze(1)
     if selects_rows(r.device):
         # the particles starting a mention only, with the numbers of the all-rows products (as sample_step)
-        at = (decide & mention).nonzero().squeeze(1)
-        slot_at = slot.index_select(0, at)
+        if drawn is None:
+            at = (decide & mention).nonzero().squeeze(1)
+            slot_at = slot.index_select(0, at)
+            length_at = (ell - 1).clamp(0, Lmax - 1).index_select(0, at)
+        else:
+            at, slot_at, length_at = drawn.at, drawn.entity, drawn.length
         ent = heads.entity_log_probs(h, memory, t, temperature, at).gather(1, slot_at.unsqueeze(1)).squeeze(1)
         if rows_apart(K, h):
             lp_len = heads.length_log_probs(h, padded(memory.row(slot_at, at)), temperature)[: at.shape[0]]
         else:
             lp_len = heads.length_log_probs(h, entity_emb, temperature, at)
-        length = lp_len.gather(1, length_index.index_select(0, at)).squeeze(1)
+        length = lp_len.gather(1, length_at.unsqueeze(1)).squeeze(1)
         step = step + step.new_zeros(K).index_copy_(0, at, ent + length)
     else:
+        length_index = (ell - 1).clamp(0, Lmax - 1).unsqueeze(1)
         ent = heads.entity_log_probs(h, memory, t, temperature).gather(1, slot.unsqueeze(1)).squeeze(1)
         length = heads.length_log_probs(h, entity_emb, temperature).gather(1, length_index)
         step = step + torch.where(decide & mention, ent + length.squeeze(1), 0.0)
     step = torch.where(decide, step, 0.0).double()
-    memory = heads.update(memory, e, mention, h_next, t, inplace=not torch.is_grad_enabled())
+    memory = heads.update(memory, e, mention, h_next, t, inplace=not torch.is_grad_enabled(), write=write)
     if real is None:
         return replace(memory, prev_entity=e, prev_length=ell), step, entity_emb
     memory = replace(
@@ -536,15 +588,30 @@ def sample_step(
     only where a mention starts). type_lp: [1, 2]; h, h_next: [1, D]. The memory is updated in place. On an
     accelerator every particle's entity and length are drawn (no host synchronisation); on the CPU, where
     synchronising costs nothing, only those of the particles starting a mention, with the same numbers."""
+    return draw_step(heads, memory, type_lp, h, h_next, t, temperature, generator)[:3]
+
+
+def draw_step(
+    heads: EntityHeads,
+    memory: EntityMemory,
+    type_lp: torch.Tensor,
+    h: torch.Tensor,
+    h_next: torch.Tensor,
+    t: int,
+    temperature: float,
+    generator: torch.Generator | None,
+) -> tuple[EntityMemory, tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor, DrawnStep | None]:
+    """``sample_step`` and, on the CPU, the ``DrawnStep`` record of the draw (None on an accelerator)."""
     K = memory.count.shape[0]
     u = torch.rand((K, 3), generator=generator, device=memory.embeddings.device, dtype=torch.float64)
     decide = memory.prev_length == 1
     if not selects_rows(decide.device):
-        return _sample_step_all_rows(heads, memory, type_lp, h, h_next, t, temperature, u, decide)
+        return (*_sample_step_all_rows(heads, memory, type_lp, h, h_next, t, temperature, u, decide), None)
     r = torch.where(decide, inverse_cdf(type_lp[0].double().exp(), u[:, 0]), 1)
     step = torch.where(decide, type_lp[0].index_select(0, r), 0.0).double()
     # the particles starting a mention
-    at = (decide & (r == 1)).nonzero().squeeze(1)
+    mention = r == 1
+    at = (decide & mention).nonzero().squeeze(1)
     u_at = u.index_select(0, at)
     lp_ent = heads.entity_log_probs(h, memory, t, temperature, at)
     e_at = inverse_cdf(lp_ent.double().exp(), u_at[:, 1])
@@ -558,8 +625,10 @@ def sample_step(
     ell = torch.where(decide, 1, memory.prev_length - 1).index_copy_(0, at, l_at + 1)
     picked = lp_ent.gather(1, e_at.unsqueeze(1)).squeeze(1) + lp_len.gather(1, l_at.unsqueeze(1)).squeeze(1)
     step = step.index_add_(0, at, picked.double())
-    memory = heads.update(memory, e, r == 1, h_next, t, inplace=True)
-    return replace(memory, prev_entity=e, prev_length=ell), (r, e, ell), step
+    write = MemoryWrite.of(memory, e, mention)
+    memory = heads.update(memory, e, mention, h_next, t, inplace=True, write=write)
+    drawn = DrawnStep(decide, at, e_at, l_at, write)
+    return replace(memory, prev_entity=e, prev_length=ell), (r, e, ell), step, drawn
 
 
 def _sample_step_all_rows(

@@ -9,16 +9,33 @@ another row, which moves log p within float32 rounding), so that the increment
 
 is a proper conditional and Σ_t log w_t = log p(x, z) − log q_τ(z | x) for the drawn z. The same generator gives
 the same z as ``proposal.sample`` (which runs the same ``sample_step`` token by token); encoders run once per
-document (cached), and nothing in a step synchronises with the host.
+document (cached), and nothing in a step synchronises with the host. On the CPU, p's ``score_step`` reuses what
+q's draw found (``draw_step``'s ``DrawnStep``: decisions, the particles starting a mention, the memory write, which
+p's and q's memories share), and the per-token inputs are views taken once (``TokenInputs``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
-from .latents import LATENT_KEYS, EntityMemory, mention_context, sample_step, score_step
+from .latents import LATENT_KEYS, EntityMemory, draw_step, mention_context, score_step
+
+
+class TokenInputs(NamedTuple):
+    """What step t reads besides the particles, views of the document's tensors taken once in ``init_particles``."""
+
+    q_type: torch.Tensor  # [1, 2] log q_τ(R_t | ·)
+    # [1, D] the proposal's labelling state (g_t peeking, g_{t−1} not)
+    q_label: torch.Tensor
+    q_update: torch.Tensor  # [1, D] g_t
+    p_type: torch.Tensor  # [1, 2] log p(R_t | h_{t−1})
+    # [1, D] h_{t−1}: p labels z_t and generates x_t from it
+    p_label: torch.Tensor
+    p_update: torch.Tensor  # [1, D] h_t
+    x: torch.Tensor  # [1] x_t
 
 
 @dataclass
@@ -28,14 +45,8 @@ class EntityNLMParticles:
     x: torch.Tensor  # [T]
     temperature: float
     peek: bool
-    # [1, T, D] h_{t−1}: p labels z_t and generates x_t from it
-    p_label: torch.Tensor
-    p_update: torch.Tensor  # [1, T, D] h_t
-    p_type: torch.Tensor  # [1, T, 2] log p(R_t | h_{t−1})
-    # [1, T, D] the proposal's labelling state (g_t peeking, g_{t−1} not)
-    q_label: torch.Tensor
-    q_update: torch.Tensor  # [1, T, D] g_t
-    q_type: torch.Tensor  # [T, 2] log q_τ(R_t | ·)
+    # per token
+    inputs: list[TokenInputs]
     p_memory: EntityMemory  # [K, ...]
     q_memory: EntityMemory  # [K, ...]
     # [K, D] entity embedding the previous token was generated with
@@ -56,16 +67,22 @@ def init_particles(
     states_p = model.encode(x).unsqueeze(0)
     heads_q, q_label, q_update = model.proposal.views(model.proposal.encode(x).unsqueeze(0), peek)
     T, device = x.numel(), x.device
+    per_token = (
+        # [T, 2] -> [1, 2] each
+        heads_q.type_log_probs(q_label[0], float(temperature)).split(1),
+        q_label.unbind(1),
+        q_update.unbind(1),
+        # [1, T, 2] -> [1, 2] each
+        model.heads.type_log_probs(states_p[:, :-1]).unbind(1),
+        states_p[:, :-1].unbind(1),
+        states_p[:, 1:].unbind(1),
+        x.split(1),
+    )
     return EntityNLMParticles(
         x=x,
         temperature=float(temperature),
         peek=bool(peek),
-        p_label=states_p[:, :-1],
-        p_update=states_p[:, 1:],
-        p_type=model.heads.type_log_probs(states_p[:, :-1]),
-        q_label=q_label,
-        q_update=q_update,
-        q_type=heads_q.type_log_probs(q_label[0], float(temperature)),
+        inputs=[TokenInputs(*parts) for parts in zip(*per_token)],
         p_memory=model.heads.initial_memory(K, device),
         q_memory=heads_q.initial_memory(K, device),
         context=states_p.new_zeros(K, states_p.shape[-1]),
@@ -90,30 +107,16 @@ def _step(model, state: EntityNLMParticles, t: int, generator) -> tuple[EntityNL
             f"smc_step: expected token t = {state.t} of a {state.x.numel()}-token document, got t = {t}"
         )
     heads_q = model.proposal.heads if state.peek else model.proposal.nopeek_heads
-    q_memory, (r, e, ell), log_q = sample_step(
-        heads_q,
-        state.q_memory,
-        state.q_type[t : t + 1],
-        state.q_label[:, t],
-        state.q_update[:, t],
-        t,
-        state.temperature,
-        generator,
+    now = state.inputs[t]
+    q_memory, (r, e, ell), log_q, drawn = draw_step(
+        heads_q, state.q_memory, now.q_type, now.q_label, now.q_update, t, state.temperature, generator
     )
     # z_t from q is on p's support
     p_memory, log_p, entity_emb = score_step(
-        model.heads,
-        state.p_memory,
-        state.p_type[:, t],
-        state.p_label[:, t],
-        state.p_update[:, t],
-        t,
-        r,
-        e,
-        ell,
+        model.heads, state.p_memory, now.p_type, now.p_label, now.p_update, t, r, e, ell, drawn=drawn
     )
     context = mention_context(state.context, entity_emb, r)
-    log_p = log_p + model.word_step(state.p_label[:, t], context, state.x[t : t + 1])
+    log_p = log_p + model.word_step(now.p_label, context, now.x)
     state.latents[:, :, t] = torch.stack([r, e, ell])
     state = EntityNLMParticles(
         **{**state.__dict__, "p_memory": p_memory, "q_memory": q_memory, "context": context, "t": t + 1}
