@@ -1,12 +1,14 @@
-"""The README's first command on a quiet and on a loaded machine, with torch's default threads and with the default
-the backend chooses (``harness/threads.py``): wall time and the printed perplexity of each, side by side.
+"""The README's first command on a quiet and on a loaded machine, with torch's default threads, with the threads the
+backend chooses in one process, and with the backend's whole default (``harness/threads.py``: the chosen threads,
+and the documents shared out to one process per thread): wall time and the printed perplexity of each, side by side.
 
-    python bench/threads.py            # writes bench/threads/output.md (about 6 minutes on 2 cores)
+    python bench/threads.py            # writes bench/threads/output.md (about 7 minutes on 2 cores)
 
 "Loaded" is the machine with ``--busy`` (default 2) other processes spinning on the CPU, started ``--warm`` seconds
 (default 60) before the command so that the 1-minute load average has seen them, as on a shared node whose other jobs
-have been running. "torch's default" passes ``threads=<torch's count>`` in model_args (one thread per core: what the
-backend did before it chose); "chosen" passes nothing.
+have been running. "torch's default" passes ``threads=<torch's count>,workers=1`` in model_args (one thread per core
+in one process: what the backend did before it chose); "chosen, one process" passes ``workers=1``; "default" passes
+nothing.
 """
 
 from __future__ import annotations
@@ -36,13 +38,14 @@ def spin() -> None:
         pass
 
 
-def run_readme(threads: int | None) -> tuple[float, str, str]:
-    """(seconds, the perplexity line, the thread line the backend logged) of the README's command."""
+def run_readme(model_args: str) -> tuple[float, str, str]:
+    """(seconds, the perplexity line, the thread line the backend logged) of the README's command, with
+    ``model_args`` (none where empty)."""
     command = readme_command().replace('"$(lm-latent-eval tasks-path)"', str(REPO / "tasks"))
     argv = shlex.split(command)
     argv[argv.index("lm_eval") : argv.index("lm_eval") + 1] = ["-m", "lm_eval"]
-    if threads is not None:
-        argv += ["--model_args", f"threads={threads}"]
+    if model_args:
+        argv += ["--model_args", model_args]
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
@@ -64,17 +67,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warm", type=float, default=60.0)
     args = parser.parse_args(argv)
     default = torch.get_num_threads()
+    settings = (
+        ("torch's default", f"threads={default},workers=1"),
+        ("chosen, one process", "workers=1"),
+        ("default", ""),
+    )
     rows = []
-    for label, threads in (("torch's default", default), ("chosen", None)):
-        rows.append(("quiet", label, *run_readme(threads), os.getloadavg()[0]))
+    for label, model_args in settings:
+        rows.append(("quiet", label, *run_readme(model_args), os.getloadavg()[0]))
     procs = [multiprocessing.Process(target=spin, daemon=True) for _ in range(args.busy)]
     for p in procs:
         p.start()
     time.sleep(args.warm)
     try:
-        for label, threads in (("torch's default", default), ("chosen", None)):
+        for label, model_args in settings:
             load = os.getloadavg()[0]
-            rows.append((f"{args.busy} busy processes", label, *run_readme(threads), load))
+            rows.append((f"{args.busy} busy processes", label, *run_readme(model_args), load))
     finally:
         for p in procs:
             p.terminate()
@@ -86,15 +94,18 @@ def main(argv: list[str] | None = None) -> None:
         "",
         "`python bench/threads.py`",
         "",
-        "| machine | threads | wall s | load average at start | what the backend logged | perplexity row |",
+        "| machine | threads and processes | wall s | load average at start | what the backend logged | perplexity row |",
         "|---|---|---|---|---|---|",
     ]
     lines += [
         f"| {m} | {label} | {s:.0f} | {load:.1f} | {log} | `{row}` |" for m, label, s, row, log, load in rows
     ]
     for machine in ("quiet", f"{args.busy} busy processes"):
-        before, after = (r[2] for r in rows if r[0] == machine)
-        lines.append(f"\n{machine}: torch's default / chosen = {before / after:.2f}x")
+        before, one_process, after = (r[2] for r in rows if r[0] == machine)
+        lines.append(
+            f"\n{machine}: torch's default / default = {before / after:.2f}x; "
+            f"chosen threads in one process / default = {one_process / after:.2f}x"
+        )
     OUTPUT.mkdir(exist_ok=True)
     (OUTPUT / "output.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))

@@ -11,7 +11,8 @@ Floors of the import graph (each imports only the ones above it):
 4. ``beam``, ``exact``, ``smc``; then ``importance`` (``is``: tied weights are read as SMC runs, ``smc.importance_runs``)
 5. ``registry`` (ESTIMATORS, ``auto``'s choice, the settings each estimator records)
 6. ``document`` (estimate_document), ``corpus`` (a corpus's figures and statement)
-7. ``adaptive`` (the precision target: a strategy over the sampling estimators), ``report`` (the is_perplexity
+7. ``workers`` (a stage's documents estimated side by side in forked CPU processes: the same numbers)
+8. ``adaptive`` (the precision target: a strategy over the sampling estimators), ``report`` (the is_perplexity
    metric's report from raw weights)
 """
 

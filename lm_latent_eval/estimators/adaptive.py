@@ -39,15 +39,22 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-
-from tqdm.auto import tqdm
+from typing import Protocol
 
 from .base import DocumentEstimate
-from .document import estimate_document
 from .intervals import DocumentError
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
 from .registry import resolve, targets_precision
 from .settings import EstimatorSettings
+from .workers import DocumentWorkers
+
+
+class DocumentStore(Protocol):
+    """Where estimates are kept between runs, by text and stage (``harness.results_store.ResultsStore``)."""
+
+    def get(self, text: str, stage: int = 0) -> DocumentEstimate | None: ...
+
+    def put(self, estimate: DocumentEstimate, stage: int = 0) -> None: ...
 
 
 def _round(value: float) -> float:
@@ -158,9 +165,10 @@ def estimate_corpus(
     texts: Sequence[str],
     settings: EstimatorSettings,
     device="cpu",
-    estimate: Callable | None = None,
     all_reduce: Callable[[list[float]], list[float]] | None = None,
     progress: bool = True,
+    store: DocumentStore | None = None,
+    workers: int = 1,
 ) -> dict[str, DocumentEstimate]:
     """One estimate per distinct text: ``num_samples`` each, then, with a precision target, more for those that need
     it (see the module docstring).
@@ -175,13 +183,16 @@ def estimate_corpus(
         Resolved or ``auto``; a sampling estimator with ``target_se`` > 0 runs the precision target.
     device : torch.device or str
         Where the model runs.
-    estimate : callable, optional
-        ``estimate(text, settings, stage) -> DocumentEstimate`` (default ``estimate_document``; the lm-eval backend
-        passes one that reads and writes its results store).
     all_reduce : callable, optional
         Sums a list of floats over processes (default: this process only).
     progress : bool
         Progress bars.
+    store : DocumentStore, optional
+        Estimates kept between runs (the lm-eval backend's ``results_dir``): a document's estimate at a stage is
+        read from it where present, else computed and written to it at once.
+    workers : int
+        Processes that estimate a stage's documents side by side on the CPU (``workers.DocumentWorkers``: the
+        same numbers as one process, bit for bit).
 
     Returns
     -------
@@ -199,19 +210,29 @@ def estimate_corpus(
     (2, True)
     """
     settings, _ = resolve(settings, model)
-    estimate = estimate or (lambda text, s, stage: estimate_document(model, text, s, device, stage=stage))
     all_reduce = all_reduce or (lambda values: values)
     unique = list(dict.fromkeys(texts))
-    current = {
-        t: estimate(t, settings, 0)
-        for t in tqdm(unique, desc=f"{settings.estimator} log p(x)", disable=not progress)
-    }
-    if not targets_precision(settings):
-        return current
-    return _later_stages(current, settings, estimate, all_reduce, progress)
+    with DocumentWorkers(model, device, workers) as pool:
+
+        def stage(
+            jobs: list[tuple[str, EstimatorSettings]], number: int, desc: str
+        ) -> dict[str, DocumentEstimate]:
+            """Every job's (text, settings) estimate at stage ``number``, in the jobs' order."""
+            found = {t: store.get(t, number) for t, _ in jobs} if store is not None else {}
+            todo = [(t, s) for t, s in jobs if found.get(t) is None]
+            for text, estimate in pool.estimate(todo, number, desc, progress and bool(todo)):
+                if store is not None:
+                    store.put(estimate, number)
+                found[text] = estimate
+            return {t: found[t] for t, _ in jobs}
+
+        current = stage([(t, settings) for t in unique], 0, f"{settings.estimator} log p(x)")
+        if not targets_precision(settings):
+            return current
+        return _later_stages(current, settings, stage, all_reduce)
 
 
-def _later_stages(current: dict, settings: EstimatorSettings, estimate, all_reduce, progress: bool) -> dict:
+def _later_stages(current: dict, settings: EstimatorSettings, stage: Callable, all_reduce) -> dict:
     """Stages 1, 2, ... of the precision target after stage 0's estimates ``current`` (module docstring): every
     document estimated afresh at its allocated size until a stage needs no more samples, then once more."""
     policy = UncertaintyPolicy.of(settings)
@@ -219,7 +240,7 @@ def _later_stages(current: dict, settings: EstimatorSettings, estimate, all_redu
     stages = {t: [e.log_likelihood] for t, e in current.items()}
     earlier = [_History() for _ in unique]
     documents = _round(all_reduce([float(sum(current[t].num_tokens > 0 for t in unique))])[0])
-    for stage in range(1, policy.max_stages):
+    for number in range(1, policy.max_stages):
         if _all_exact(current.values(), policy, all_reduce):
             break
         allocation = _allocation(
@@ -227,12 +248,11 @@ def _later_stages(current: dict, settings: EstimatorSettings, estimate, all_redu
         )
         wanted = dict(zip(unique, allocation))
         grow = [t for t in unique if wanted[t] > current[t].num_samples]
-        last = not all_reduce([float(len(grow))])[0] or stage == policy.max_stages - 1
+        last = not all_reduce([float(len(grow))])[0] or number == policy.max_stages - 1
         what = f"{len(grow)} documents need more samples" if grow else "the same sizes afresh"
-        for t in tqdm(
-            unique, desc=f"precision target, stage {stage}{' (last)' * last}: {what}", disable=not progress
-        ):
-            current[t] = estimate(t, _settings_for(settings, wanted[t]), stage)
+        desc = f"precision target, stage {number}{' (last)' * last}: {what}"
+        current = stage([(t, _settings_for(settings, wanted[t])) for t in unique], number, desc)
+        for t in unique:
             stages[t].append(current[t].log_likelihood)
         if last:
             break

@@ -19,7 +19,6 @@ entry points hold, all from MODELS), and does nothing else.
 
 from __future__ import annotations
 
-import collections
 import functools
 import importlib
 import logging
@@ -31,7 +30,7 @@ from lm_eval.api.model import LM
 from lm_eval.utils import simple_parse_args_string
 
 from ..errors import install_excepthook
-from ..estimators import DocumentEstimate, EstimatorSettings, estimate_document
+from ..estimators import DocumentEstimate, EstimatorSettings
 from ..estimators.adaptive import estimate_corpus
 from ..estimators.registry import resolve, with_model_defaults
 from ..models import MODELS, checkpoint_hash, load_model, model_target
@@ -58,7 +57,7 @@ except ModuleNotFoundError:
 from .model_args import name_output_folder, parse_backend_args, with_cli_config
 from .provenance import model_info, run_identity
 from .results_store import ResultsStore, stage_tally
-from .threads import use_threads
+from .threads import use_cores
 
 __all__ = ["DocumentBatches", "LatentLMEval", "distributed_state", "estimate_texts", "model_backend"]
 logger = logging.getLogger(__name__)
@@ -107,7 +106,7 @@ class LatentLMEval(LM):
         self.model_kwargs, self.processes = args.model_kwargs, Processes(args.device)
         self._rank, self._world_size = self.processes.rank, self.processes.world_size
         self._device = self.processes.device
-        use_threads(args.threads, self._device, name)
+        workers = use_cores(args.threads, args.workers, self._device, name, self._world_size)
         self.model, self.checkpoint = load_model(
             args.model, args.pretrained, device=self._device, dtype=args.dtype, **args.model_kwargs
         )
@@ -123,7 +122,9 @@ class LatentLMEval(LM):
             )
         self.results_store = open_results_store(args.results_dir, self.get_model_info())
         install_excepthook(resume_hint(self.results_store))
-        self.batches = DocumentBatches(name, self.model, self._device, self.results_store, self.processes)
+        self.batches = DocumentBatches(
+            name, self.model, self._device, self.results_store, self.processes, workers
+        )
         self.greedy = GreedyNotice(NOT_GREEDY.format(owner=name))
         self.exchange = EstimateExchange.begin(self.settings)
 
@@ -243,8 +244,9 @@ class LatentLMEval(LM):
 
         def estimate(model, texts):
             return estimate_texts(
-                model, texts, settings, self._device, None, lambda values: values, "greedy candidates", False
-            )
+                model, texts, settings, self._device, None, lambda values: values, "greedy candidates", False,
+                self.batches.workers,
+            )  # fmt: skip
 
         if has_conditional_model(self.model):
             return {pair: e.log_likelihood for pair, e in view_estimates(self.model, pairs, estimate).items()}
@@ -290,18 +292,15 @@ class DocumentBatches:
         The run's processes (the precision target sums its corpus totals over them). With several, each rank holds
         its shard's reliability check back (``held``) until lm-eval gathers the results: rank 0 then warns once,
         about every rank's estimates (``warn_gathered``), not each rank about its half.
+    workers : int
+        Processes that estimate a batch's documents side by side (``harness.threads.choose_workers``).
     """
 
     def __init__(
-        self, owner: str, model, device: torch.device, store: ResultsStore | None, processes
+        self, owner: str, model, device: torch.device, store: ResultsStore | None, processes, workers: int = 1
     ) -> None:
-        self.owner, self.model, self.device, self.store, self.processes = (
-            owner,
-            model,
-            device,
-            store,
-            processes,
-        )
+        self.owner, self.model, self.device, self.store = owner, model, device, store
+        self.processes, self.workers = processes, workers
         self.held: list[tuple[str, EstimatorSettings, dict[str, DocumentEstimate]]] = []
 
     def estimate(
@@ -313,7 +312,15 @@ class DocumentBatches:
         model = self.model if model is None else model
         store = self.store if model is self.model else None
         estimates = estimate_texts(
-            model, texts, settings, self.device, store, self.processes.all_reduce, desc, progress
+            model,
+            texts,
+            settings,
+            self.device,
+            store,
+            self.processes.all_reduce,
+            desc,
+            progress,
+            self.workers,
         )
         if check:
             self.check(desc, settings, estimates)
@@ -342,31 +349,29 @@ class DocumentBatches:
 
 
 def estimate_texts(
-    model, texts: list[str], settings: EstimatorSettings, device, store, all_reduce, desc: str, progress: bool
+    model,
+    texts: list[str],
+    settings: EstimatorSettings,
+    device,
+    store,
+    all_reduce,
+    desc: str,
+    progress: bool,
+    workers: int = 1,
 ) -> dict[str, DocumentEstimate]:
-    """One estimate per distinct text (seeded from (seed, text), so order and batching never matter), with the
-    precision target's later stages where set; the results store ``store``, if any, is read before and written after
-    every document's estimate (an interrupted run loses one document)."""
+    """One estimate per distinct text (seeded from (seed, text), so order, batching and ``workers`` never matter),
+    with the precision target's later stages where set; the results store ``store``, if any, is read before and
+    written after every document's estimate (an interrupted run loses at most the documents in progress)."""
     if store is not None:
         loaded, distinct = store.count_stored(texts), len(set(texts))
         message = "%s: %d of %d documents have their first estimate stored in %s (results_dir)"
         logger.info(message, desc, loaded, distinct, store.folder)
-    # (stage, loaded from the store?) -> estimates
-    tally = collections.Counter()
-
-    def estimate(text: str, settings: EstimatorSettings, stage: int) -> DocumentEstimate:
-        stored = None if store is None else store.get(text, stage)
-        tally[stage, stored is not None] += 1
-        if stored is not None:
-            return stored
-        est = estimate_document(model, text, settings, device=device, stage=stage)
-        if store is not None:
-            store.put(est, stage)
-        return est
-
-    estimates = estimate_corpus(model, texts, settings, device, estimate, all_reduce, progress=progress)
+    before = store.tally.copy() if store is not None else None
+    estimates = estimate_corpus(
+        model, texts, settings, device, all_reduce, progress=progress, store=store, workers=workers
+    )
     if store is not None:
-        logger.info("%s: %s", desc, stage_tally(tally))
+        logger.info("%s: %s", desc, stage_tally(store.tally - before))
     return estimates
 
 

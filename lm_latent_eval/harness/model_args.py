@@ -59,6 +59,12 @@ BACKEND_ARGS = (
         int,
         "CPU threads for torch (default: torch's count, fewer where other processes keep cores busy)",
     ),
+    ModelArg(
+        "workers",
+        int,
+        "processes that estimate documents side by side on the CPU, the threads shared among them (default: one "
+        "per thread; 1: one process with every thread); the numbers are the same for any count",
+    ),
 )
 # passed by lm-eval to every model; batch_size is a particle count here
 IGNORED_ARGS = ("max_batch_size",)
@@ -150,12 +156,12 @@ def parse_batch_size(value) -> int | None:
     return parse_value(ModelArg("batch_size", int, ""), value)
 
 
-def parse_threads(value) -> int | None:
-    """model_args ``threads``: a positive integer, or None (the default: ``harness.threads.choose_threads``)."""
-    threads = parse_value(ModelArg("threads", int, ""), value)
-    if threads is not None and threads < 1:
-        raise ModelArgsError(f"model_args threads must be a positive integer, got {value!r}")
-    return threads
+def parse_count(name: str, value) -> int | None:
+    """model_args ``threads`` or ``workers``: a positive integer, or None (the default: ``harness.threads``)."""
+    count = parse_value(ModelArg(name, int, ""), value)
+    if count is not None and count < 1:
+        raise ModelArgsError(f"model_args {name} must be a positive integer, got {value!r}")
+    return count
 
 
 def parse_settings(given: dict) -> EstimatorSettings:
@@ -221,6 +227,7 @@ class BackendArgs:
     dtype: torch.dtype | None
     results_dir: str | None
     threads: int | None = None
+    workers: int | None = None
     given_settings: dict = dataclasses.field(default_factory=dict)
 
 
@@ -281,7 +288,8 @@ def parse_backend_args(backend: str, fixed: str | None, given: dict) -> BackendA
         device=resolve_device(given.get("device")),
         dtype=parse_dtype(given.get("dtype")),
         results_dir=None if results_dir is None else str(results_dir),
-        threads=parse_threads(given.get("threads")),
+        threads=parse_count("threads", given.get("threads")),
+        workers=parse_count("workers", given.get("workers")),
         given_settings={a.name: given[a.name] for a in settings_args() if given.get(a.name) is not None},
     )
 

@@ -70,9 +70,11 @@ def _atomic_write(path: Path, write) -> None:
 
 
 class ResultsStore:
-    """Document estimates of one run configuration: ``get(text)`` → DocumentEstimate or None, ``put(estimate)``."""
+    """Document estimates of one run configuration: ``get(text)`` → DocumentEstimate or None, ``put(estimate)``;
+    ``tally`` counts, by (stage, loaded?), the estimates it gave (loaded) and took (estimated)."""
 
     def __init__(self, root: str | Path, identity: dict):
+        self.tally: collections.Counter = collections.Counter()
         self.identity = {**identity, "results_format": FORMAT_VERSION}
         self.folder = Path(root).expanduser() / run_key(self.identity)
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -101,7 +103,9 @@ class ResultsStore:
                     record[name] = f[name].copy() if bool(f[f"has_{name}"]) else None
             if record["document"] != text:
                 raise ValueError("the stored document text differs (hash collision or a foreign file)")
-            return estimate_from_json(record)
+            estimate = estimate_from_json(record)
+            self.tally[stage, True] += 1
+            return estimate
         except Exception as err:  # noqa: BLE001  (any damage: say so and compute the document again)
             warnings.warn(
                 f"ignoring unreadable stored result {path} for document {text[:60]!r}: {err}", stacklevel=2
@@ -119,6 +123,7 @@ class ResultsStore:
             arrays[f"has_{name}"] = np.array(record[name] is not None)
             arrays[name] = np.asarray(record[name] if record[name] is not None else [], dtype=np.float64)
         _atomic_write(self.path(estimate.document, stage), lambda fh: np.savez(fh, **arrays))
+        self.tally[stage, False] += 1
 
     def count_stored(self, texts) -> int:
         """How many of the distinct ``texts`` have a stored estimate (first stage)."""

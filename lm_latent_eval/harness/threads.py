@@ -1,4 +1,5 @@
-"""How many CPU threads torch uses for a run: model_args ``threads``, or a count the machine can give now.
+"""How many CPU threads torch uses for a run (model_args ``threads``, or a count the machine can give now), and in how
+many processes the documents are estimated (model_args ``workers``, by default one per thread).
 
 torch starts one intra-op thread per physical core. On a shared machine whose cores other processes keep busy, those
 threads wait on each other and spin: the README's first command took 165 s with torch's default on a 2-core machine
@@ -6,6 +7,13 @@ running two other busy processes, and 68 s with the count chosen here (37 s and 
 ``python bench/threads.py``, bench/threads/output.md). By default (``threads`` not given) a CPU run therefore takes torch's count, lowered to
 the cores the 1-minute load average leaves free (at least one); an environment that sets ``OMP_NUM_THREADS`` or
 ``MKL_NUM_THREADS`` has chosen already and is left alone, as is a CUDA run (its kernels do not use them).
+
+Those threads gain little inside one document: the bundled models run thousands of small operations per token,
+where torch finds nothing to share among threads (36 s with one thread, 37 s with two). Documents, in contrast, are
+independent, and their estimates do not depend on who computes them (``estimators.workers``). So on the CPU of a
+one-process run the documents are by default estimated in one forked process per thread, each with one thread
+(``python bench/workers.py``, bench/workers/output.md); ``workers=1`` keeps every thread in one process (a large
+network whose matrix products do use threads), and under several processes (``accelerate launch``) each rank is one.
 """
 
 from __future__ import annotations
@@ -14,6 +22,8 @@ import logging
 import os
 
 import torch
+
+from ..estimators.workers import usable_workers
 
 logger = logging.getLogger(__name__)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -72,9 +82,50 @@ def choose_threads(requested: int | None, device: torch.device) -> tuple[int | N
     )
 
 
-def use_threads(requested: int | None, device: torch.device, owner: str) -> None:
-    """Set torch's intra-op thread count for the run (``choose_threads``) and log it once."""
-    count, why = choose_threads(requested, device)
+def choose_workers(requested: int | None, device: torch.device, world_size: int = 1) -> tuple[int, str]:
+    """Processes that estimate documents side by side (``estimators.workers.DocumentWorkers``), and why, in words:
+    model_args ``workers``, else one per torch thread on the CPU of a one-process run, else 1.
+
+    Parameters
+    ----------
+    requested : int or None
+        model_args ``workers``; None for the default.
+    device : torch.device
+        Where the model runs (processes are forked on the CPU only).
+    world_size : int
+        The run's processes (``accelerate launch``): each rank is one already.
+
+    Returns
+    -------
+    (int, str)
+
+    Examples
+    --------
+    >>> choose_workers(3, torch.device("cpu"))[0] == usable_workers(3, "cpu")
+    True
+    >>> choose_workers(None, torch.device("cpu"), world_size=2)
+    (1, 'one process per rank')
+    """
+    if requested is not None:
+        count = usable_workers(requested, device)
+        return count, f"workers={requested} (model_args)" + (" can only be 1 here" * (count < requested))
+    if world_size > 1:
+        return 1, "one process per rank"
+    count = usable_workers(torch.get_num_threads(), device)
+    return count, "one per thread (model_args workers=N sets it)" if count > 1 else "one process"
+
+
+def use_cores(
+    threads: int | None, workers: int | None, device: torch.device, owner: str, world_size: int = 1
+) -> int:
+    """Set torch's intra-op thread count for the run (``choose_threads``), choose the processes that estimate
+    documents (``choose_workers``), log both in one line, and return the processes."""
+    count, why = choose_threads(threads, device)
     if count is not None:
         torch.set_num_threads(count)
-    logger.info("%s: %s", owner, why)
+    processes, how = choose_workers(workers, device, world_size)
+    logger.info(
+        "%s: %s; documents estimated in %d process(es) of %d thread(s): %s",
+        owner, why, processes, max(1, torch.get_num_threads() // processes), how,
+    )  # fmt: skip
+    return processes

@@ -38,6 +38,7 @@ from lm_latent_eval.estimators import (
     estimate_document,
     instance_ppl,
     recorded_settings,
+    workers,
 )
 from lm_latent_eval.estimators.diagnostics import pareto_khat
 from lm_latent_eval.harness import backends
@@ -177,7 +178,8 @@ print("ok")
 
 @pytest.fixture(scope="module")
 def hmm_is():
-    return LatentHMMEval(estimator="is", num_samples=48, seed=11, device="cpu", batch_size="16")
+    # one process (workers=1): a test counts the calls of estimate_document
+    return LatentHMMEval(estimator="is", num_samples=48, seed=11, device="cpu", batch_size="16", workers=1)
 
 
 @pytest.fixture(scope="module")
@@ -197,13 +199,13 @@ def test_loglikelihood_is_difference_with_one_shared_context_estimate(hmm_is, mo
     context = "The busy teacher"
     continuations = [" waited.", " slept.", " saw the dog."]
     calls = []
-    real = backends.estimate_document
+    real = workers.estimate_document
 
     def counting(model, text, settings, **kw):
         calls.append(text)
         return real(model, text, settings, **kw)
 
-    monkeypatch.setattr(backends, "estimate_document", counting)
+    monkeypatch.setattr(workers, "estimate_document", counting)
     got = hmm_is.loglikelihood([pair(context, c) for c in continuations] * 2, disable_tqdm=True)
     assert calls.count(context) == 1 and len(calls) == 1 + len(continuations)
     ctx = real(hmm_is.model, context, hmm_is.settings).log_likelihood

@@ -24,6 +24,7 @@ from hook_site import hook_site_dir
 from lm_eval.api.instance import Instance
 from python_subprocess import accelerate_launch, run_checked
 
+from lm_latent_eval.estimators import workers
 from lm_latent_eval.harness import backends
 from lm_latent_eval.harness.backends import LatentHMMEval
 
@@ -88,9 +89,9 @@ def test_accelerate_launch_two_cpu_processes_equals_one_process(tmp_path, monkey
     (folder,) = [p for p in store.iterdir() if p.is_dir()]
     assert len(list(folder.glob("*.npz"))) == len(CORPUS)
     calls = []
-    real = backends.estimate_document
-    monkeypatch.setattr(backends, "estimate_document", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
-    lm = LatentHMMEval(estimator="smc", num_samples=512, seed=4, device="cpu", results_dir=store)
+    real = workers.estimate_document
+    monkeypatch.setattr(workers, "estimate_document", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    lm = LatentHMMEval(estimator="smc", num_samples=512, seed=4, device="cpu", results_dir=store, workers=1)
     values = lm.loglikelihood_rolling(
         [Instance("loglikelihood_rolling", {}, (s["doc"]["text"],), 0) for s in one_samples],
         disable_tqdm=True,

@@ -1,6 +1,6 @@
 """Resumable runs (model_args ``results_dir=``) and lm-eval's ``--use_cache``: no stale number is ever reused.
 
-Documents are counted through ``backends.estimate_document``, the one place the backend computes an estimate.
+Documents are counted through ``workers.estimate_document``, the one place the backend computes an estimate.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ lm_eval = pytest.importorskip("lm_eval")
 from lm_eval.api.instance import Instance
 from lm_eval.tasks import TaskManager
 
-from lm_latent_eval.estimators import recorded_settings
-from lm_latent_eval.harness import backends, results_store
+from lm_latent_eval.estimators import recorded_settings, workers
+from lm_latent_eval.harness import results_store
 from lm_latent_eval.harness.backends import LatentHMMEval, LatentLMEval
 from lm_latent_eval.harness.exchange import EstimateExchange
 from lm_latent_eval.models import default_checkpoint
@@ -29,7 +29,8 @@ from lm_latent_eval.models.hmm import HMMLanguageModel
 REPO = Path(__file__).resolve().parents[2]
 CORPUS_FILE = REPO / "lm_latent_eval/data/corpus/tiny_test.jsonl"
 DOCS = [json.loads(line)["text"] for line in CORPUS_FILE.open()][:10]
-ARGS = {"estimator": "is", "num_samples": 32, "seed": 3, "device": "cpu", "batch_size": "auto"}
+# one process (workers=1): the tests count, and crash, the calls of estimate_document
+ARGS = {"estimator": "is", "num_samples": 32, "seed": 3, "device": "cpu", "batch_size": "auto", "workers": 1}
 
 
 class ShiftedHMM(HMMLanguageModel):
@@ -46,7 +47,7 @@ def rolling(texts):
 @pytest.fixture
 def calls(monkeypatch):
     """Texts passed to estimate_document, in order; ``calls.fail_after = n`` raises on call n + 1 (a crash)."""
-    real = backends.estimate_document
+    real = workers.estimate_document
 
     class Counter(list):
         fail_after = None
@@ -58,7 +59,7 @@ def calls(monkeypatch):
             return real(model, text, settings, **kw)
 
     counter = Counter()
-    monkeypatch.setattr(backends, "estimate_document", counter)
+    monkeypatch.setattr(workers, "estimate_document", counter)
     return counter
 
 

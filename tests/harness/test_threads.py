@@ -1,10 +1,11 @@
-"""model_args threads and the default thread count (harness/threads.py)."""
+"""model_args threads and workers, and their defaults (harness/threads.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from lm_latent_eval.estimators.workers import usable_workers
 from lm_latent_eval.harness import threads
 from lm_latent_eval.harness.model_args import ModelArgsError, parse_backend_args
 
@@ -27,13 +28,13 @@ def test_the_default_leaves_busy_cores_alone(cores, load, expected, monkeypatch,
     monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
     monkeypatch.setattr(threads.os, "getloadavg", lambda: (load, load, load))
     torch.set_num_threads(cores)
-    threads.use_threads(None, torch.device("cpu"), "test")
+    assert threads.use_cores(None, None, torch.device("cpu"), "test") == usable_workers(expected, "cpu")
     assert torch.get_num_threads() == expected
 
 
 def test_explicit_threads_and_a_chosen_environment_win(monkeypatch, keep_torch_threads):
     monkeypatch.setattr(threads.os, "getloadavg", lambda: (50.0, 50.0, 50.0))
-    threads.use_threads(3, torch.device("cpu"), "test")
+    threads.use_cores(3, 1, torch.device("cpu"), "test")
     assert torch.get_num_threads() == 3
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     assert threads.choose_threads(None, torch.device("cpu")) == (
@@ -43,6 +44,21 @@ def test_explicit_threads_and_a_chosen_environment_win(monkeypatch, keep_torch_t
     assert parse_backend_args("LatentHMMEval", "hmm", {"threads": "2"}).threads == 2
     with pytest.raises(ModelArgsError, match="threads must be a positive integer"):
         parse_backend_args("LatentHMMEval", "hmm", {"threads": 0})
+
+
+def test_workers_default_to_one_per_thread_on_one_cpu_process(keep_torch_threads):
+    """The documents are estimated in one process per thread (each with one thread) on the CPU of a one-process
+    run; model_args workers wins; an accelerator or several ranks keep one process."""
+    cpu = torch.device("cpu")
+    torch.set_num_threads(2)
+    assert threads.choose_workers(None, cpu)[0] == usable_workers(2, cpu)
+    assert threads.choose_workers(1, cpu) == (1, "workers=1 (model_args)")
+    assert threads.choose_workers(None, cpu, world_size=2) == (1, "one process per rank")
+    assert threads.choose_workers(None, torch.device("cuda"))[0] == 1
+    assert threads.choose_workers(3, torch.device("cuda")) == (1, "workers=3 (model_args) can only be 1 here")
+    assert parse_backend_args("LatentHMMEval", "hmm", {"workers": "2"}).workers == 2
+    with pytest.raises(ModelArgsError, match="workers must be a positive integer"):
+        parse_backend_args("LatentHMMEval", "hmm", {"workers": -1})
 
 
 def test_the_thread_count_reaches_lm_evals_log(monkeypatch, keep_torch_threads):

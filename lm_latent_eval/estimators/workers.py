@@ -1,0 +1,166 @@
+"""Documents estimated side by side: a stage's documents shared out to forked CPU processes, one torch thread each.
+
+Every document's estimate is a function of (model, text, settings, stage) alone: its random streams are seeded from
+(seed, text, stage) (``seeding``), never from the order documents are estimated in or the process that draws them.
+So estimating a stage's documents in W processes gives the same numbers, bit for bit, as estimating them one after
+another with the same torch threads per process; only the wall time changes. (The thread count itself can move the
+last float32 digits of a network whose matrix products torch splits over threads, W processes or one: the bundled
+transformer's log weights moved by 9e-6 nats between one thread and two; the KGLM's, the HMM's and LDA's not at all.) The bundled models step thousands of small tensors per token, where torch's
+intra-op threads find nothing to share (the README's first command took 37 s with 2 threads and 36 s with one,
+bench/threads/output.md); documents, in contrast, are independent work of seconds each. The processes are forked
+from this one (Linux and other POSIX systems with ``fork``), so they share the loaded model's memory until one
+writes it, and none is started for a model that runs on an accelerator (W = 1 there).
+
+Each process takes its share of this one's torch threads (at least one). A stage's documents go out largest first (samples × characters, a proxy for samples × tokens), each to the next
+free process, so one long document does not start last and leave the other processes idle while it runs.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from typing import Self
+
+import torch
+from tqdm.auto import tqdm
+
+from .base import DocumentEstimate
+from .document import estimate_document
+from .settings import EstimatorSettings
+
+# what a forked process estimates with: set in the parent before the pool forks, read (inherited) by the children
+_INHERITED: dict[str, object] = {}
+
+
+def fork_available() -> bool:
+    """Whether this platform can fork processes (``multiprocessing``'s ``fork`` start method).
+
+    Examples
+    --------
+    >>> isinstance(fork_available(), bool)
+    True
+    """
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
+def usable_workers(requested: int, device) -> int:
+    """How many processes estimate documents side by side: ``requested``, or 1 where the model runs on an
+    accelerator (a forked process cannot share its context) or the platform cannot fork.
+
+    Examples
+    --------
+    >>> usable_workers(2, "cpu") == (2 if fork_available() else 1)
+    True
+    >>> usable_workers(4, "cuda")
+    1
+    """
+    if torch.device(device).type != "cpu" or not fork_available():
+        return 1
+    return max(1, int(requested))
+
+
+def _start_worker(threads: int) -> None:
+    """A worker's start: its share of this process's torch threads (W workers share the cores they would use), and
+    Ctrl-C left to this process (which stops the workers: ``DocumentWorkers.__exit__``)."""
+    torch.set_num_threads(threads)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _estimate_inherited(text: str, settings: EstimatorSettings, stage: int) -> DocumentEstimate:
+    model, device = _INHERITED["model"], _INHERITED["device"]
+    return estimate_document(model, text, settings, device=device, stage=stage)
+
+
+class DocumentWorkers:
+    """Estimates documents in ``workers`` forked processes (or in this one, for ``workers`` = 1); a context manager
+    that starts the processes on entry and stops them on exit.
+
+    Parameters
+    ----------
+    model : LatentLM
+        The model (shared with the processes by fork, never pickled).
+    device : torch.device or str
+        Where the model runs; anything but the CPU estimates in this process.
+    workers : int
+        Processes (``usable_workers`` decides how many can be used).
+
+    Examples
+    --------
+    >>> from lm_latent_eval.models import load_model
+    >>> hmm, _ = load_model("hmm")
+    >>> jobs = [("the cat sat", EstimatorSettings("is", 50, seed=1)), ("a dog ran", EstimatorSettings("is", 80, seed=1))]
+    >>> with DocumentWorkers(hmm, "cpu", 2) as pool:
+    ...     side_by_side = dict(pool.estimate(jobs, stage=0, desc="", progress=False))
+    >>> with DocumentWorkers(hmm, "cpu", 1) as pool:
+    ...     in_turn = dict(pool.estimate(jobs, stage=0, desc="", progress=False))
+    >>> all((side_by_side[t].log_weights == in_turn[t].log_weights).all() for t, _ in jobs)
+    True
+    """
+
+    def __init__(self, model, device="cpu", workers: int = 1) -> None:
+        self.model, self.device = model, device
+        self.workers = usable_workers(workers, device)
+        self._pool: ProcessPoolExecutor | None = None
+
+    def __enter__(self) -> Self:
+        if self.workers > 1:
+            _INHERITED.update(model=self.model, device=self.device)
+            self._others = set(multiprocessing.active_children())
+            self._pool = ProcessPoolExecutor(
+                self.workers,
+                mp_context=multiprocessing.get_context("fork"),
+                initializer=_start_worker,
+                initargs=(max(1, torch.get_num_threads() // self.workers),),
+            )
+        return self
+
+    def __exit__(self, error_type, error, traceback) -> None:
+        """Stop the processes: after their last document, or at once when an error (or Ctrl-C) ends the stage."""
+        if self._pool is None:
+            return
+        if error_type is not None:
+            # the pool then finds its processes gone and stops without waiting for their documents
+            for process in set(multiprocessing.active_children()) - self._others:
+                process.terminate()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool = None
+        _INHERITED.clear()
+
+    def estimate(
+        self, jobs: Sequence[tuple[str, EstimatorSettings]], stage: int, desc: str, progress: bool
+    ) -> Iterator[tuple[str, DocumentEstimate]]:
+        """(text, estimate) of every job (text, its settings) at ``stage``, in the order they finish.
+
+        Parameters
+        ----------
+        jobs : sequence of (str, EstimatorSettings)
+            The documents and their settings (resolved: each with its own ``num_samples``).
+        stage : int
+            The precision target's stage (seeds fresh random streams for stage > 0).
+        desc : str
+            The progress bar's label.
+        progress : bool
+            Show a progress bar.
+
+        Returns
+        -------
+        iterator of (str, DocumentEstimate)
+        """
+        bar = tqdm(total=len(jobs), desc=desc, disable=not progress)
+        try:
+            if self._pool is None:
+                for text, settings in jobs:
+                    yield text, estimate_document(self.model, text, settings, device=self.device, stage=stage)
+                    bar.update(1)
+                return
+            largest_first = sorted(jobs, key=lambda job: -job[1].num_samples * max(len(job[0]), 1))
+            pending = {self._pool.submit(_estimate_inherited, t, s, stage): t for t, s in largest_first}
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield pending.pop(future), future.result()
+                    bar.update(1)
+        finally:
+            bar.close()

@@ -1,0 +1,102 @@
+"""Documents estimated side by side in forked processes (estimators/workers.py): the same numbers, bit for bit, as
+one process; errors and Ctrl-C reach the caller as they would from one process."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from lm_latent_eval.errors import InputError
+from lm_latent_eval.estimators import EstimatorSettings, workers
+from lm_latent_eval.estimators.adaptive import estimate_corpus
+from lm_latent_eval.harness.results_store import ResultsStore
+
+pytestmark = pytest.mark.skipif(not workers.fork_available(), reason="this platform cannot fork")
+
+
+@pytest.mark.parametrize("estimator", ["is", "smc"])
+def test_side_by_side_equals_one_process_through_every_stage(bundled_hmm, bundled_test_texts, estimator):
+    """Under the precision target (several stages, sizes per document) two processes give every stage's log p̂
+    and the reported log weights of every document exactly as one process does."""
+    texts = bundled_test_texts[:12]
+    settings = EstimatorSettings(estimator, 16, seed=5, target_se=0.01)
+    alone = estimate_corpus(bundled_hmm, texts, settings, progress=False)
+    shared = estimate_corpus(bundled_hmm, texts, settings, progress=False, workers=2)
+    assert list(shared) == list(alone)
+    assert max(len(e.stage_log_likelihoods) for e in alone.values()) >= 2
+    for text, e in alone.items():
+        assert shared[text].stage_log_likelihoods == e.stage_log_likelihoods
+        assert np.array_equal(shared[text].log_weights, e.log_weights)
+
+
+def test_a_documents_error_reaches_the_caller_unchanged(bundled_hmm, bundled_test_texts, monkeypatch):
+    """A document's InputError raised in a worker arrives as the same InputError with the same message."""
+    bad = bundled_test_texts[3]
+    real = workers.estimate_document
+
+    def failing(model, text, settings, **kwargs):
+        if text == bad:
+            raise InputError(f"document {text[:20]!r}: cannot be estimated")
+        return real(model, text, settings, **kwargs)
+
+    # set before the fork: the workers inherit it
+    monkeypatch.setattr(workers, "estimate_document", failing)
+    with pytest.raises(InputError, match="cannot be estimated"):
+        estimate_corpus(
+            bundled_hmm, bundled_test_texts[:6], EstimatorSettings("is", 8), progress=False, workers=2
+        )
+
+
+def test_the_store_is_written_and_read_by_the_caller(bundled_hmm, bundled_test_texts, tmp_path):
+    """With a results store, the estimates the workers return are stored (by this process) and a rerun loads
+    them all, equal to what was stored."""
+    texts, settings = bundled_test_texts[:5], EstimatorSettings("smc", 16, seed=2)
+    store = ResultsStore(tmp_path, {"test": 1})
+    first = estimate_corpus(bundled_hmm, texts, settings, progress=False, store=store, workers=2)
+    assert store.tally == {(0, False): 5}
+    again = estimate_corpus(bundled_hmm, texts, settings, progress=False, store=store, workers=2)
+    assert store.tally == {(0, False): 5, (0, True): 5}
+    assert all(np.array_equal(again[t].log_weights, first[t].log_weights) for t in texts)
+
+
+def test_an_accelerator_keeps_one_process():
+    assert workers.usable_workers(4, "cuda") == 1 and workers.usable_workers(0, "cpu") == 1
+
+
+def test_ctrl_c_stops_the_workers_at_once_without_their_tracebacks(tmp_path):
+    """Ctrl-C reaches this process only (the workers ignore it), which stops the workers mid-document: no worker's
+    KeyboardInterrupt traceback, no process left behind, and no wait for the documents in progress."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import multiprocessing, signal
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            from lm_latent_eval.estimators import EstimatorSettings
+            from lm_latent_eval.estimators.adaptive import estimate_corpus
+            from lm_latent_eval.models import load_model
+            model, _ = load_model("hmm")
+            texts = [f"the cat sat on the mat number {i}" for i in range(8)]
+            print("started", flush=True)
+            try:
+                estimate_corpus(model, texts, EstimatorSettings("smc", 2_000_000), progress=False, workers=2)
+            except KeyboardInterrupt:
+                print("interrupted", len(multiprocessing.active_children()), flush=True)
+            """
+        )
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout.readline().strip() == "started"
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert out.strip() == "interrupted 0", (out, err)
+    assert "Traceback" not in err, err
