@@ -102,7 +102,9 @@ def _resample_runs(
 
 
 def _check_increment(inc: torch.Tensor, n: int, t: int, doc: str) -> torch.Tensor:
-    inc = inc.detach().to("cpu", torch.float64)
+    """The increments as float64 on the CPU (under no_grad: no graph to detach from), checked for shape, NaN, +inf."""
+    if inc.dtype != torch.float64 or inc.device.type != "cpu":
+        inc = inc.to("cpu", torch.float64)
     if inc.shape != (n,):
         raise ValueError(
             f"{doc}: smc_step returned {tuple(inc.shape)} incremental weights at token {t} for {n} particles"
