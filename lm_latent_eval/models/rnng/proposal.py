@@ -26,6 +26,7 @@ from ..encoder_cache import DocumentCache
 from ..vocabulary import check_word_ids
 from . import stepwise
 from .latents import SHIFT, actions_from_spans, check_actions, is_tree, right_branching, spans_from_actions
+from .left_to_right import LeftToRightCRF
 from .tree_crf import inside, kbest_trees, log_partition, sample_trees, tree_scores
 
 UNBOUND = (
@@ -53,6 +54,7 @@ class TreeCRFProposal(CheckedProposal, nn.Module):
         )
         self.hidden_size = hidden_size
         self._doc_cache = DocumentCache()
+        self._crf_cache = DocumentCache()
         self._generative = None
 
     def bind(self, model) -> None:
@@ -68,6 +70,7 @@ class TreeCRFProposal(CheckedProposal, nn.Module):
 
     def train(self, mode: bool = True):
         self._doc_cache.clear()
+        self._crf_cache.clear()
         return super().train(mode)
 
     # --- span scores ---------------------------------------------------------------------------------------------
@@ -100,6 +103,16 @@ class TreeCRFProposal(CheckedProposal, nn.Module):
         """s [T_w, T_w] for one sentence x [T]; computed once per sentence in evaluation (no grad)."""
         w = self.words(x)
         return self._doc_cache.get(self, w, lambda: self.span_scores_batch(w.unsqueeze(0))[0])
+
+    def left_to_right(self, x: torch.Tensor, temperature: float) -> LeftToRightCRF:
+        """The CRF's left-to-right factorization at temperature τ (SMC's peeking proposal, ``stepwise.py``); built
+        once per sentence and τ in evaluation, for every block of particles."""
+        return self._crf_cache.get(
+            self,
+            self.words(x),
+            lambda: LeftToRightCRF.build(self.span_scores(x), temperature),
+            (float(temperature),),
+        )
 
     # --- the contract -----------------------------------------------------------------------------------------------
     def log_prob(

@@ -121,7 +121,7 @@ def plain_particles(
     )  # fmt: skip
     crf = left = outside = None
     if peek and W:
-        crf = LeftToRightCRF.build(model.proposal.span_scores(x), temperature)
+        crf = model.proposal.left_to_right(x, temperature)
         left = torch.zeros(K, W, dtype=torch.long, device=dev)
         outside = torch.full((K, W, W), float("-inf"), dtype=torch.float64, device=dev)
     return RNNGParticles(
