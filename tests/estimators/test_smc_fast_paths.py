@@ -8,7 +8,8 @@ models, and seeded SMC log weights and diagnostics must be bit-identical.
   latent terms from the proposal's draw (``drawn_log_prob``) and the words from the per-document table, against
   ``score_step`` and ``word_log_prob_step`` per token.
 - EntityNLM: entity and length heads on the particles starting a mention only, against every particle; p's step
-  reusing what q's draw found (``DrawnStep``), against finding it again.
+  reusing what q's draw found (``DrawnStep``), against finding it again; resampling records ancestors instead of
+  copying every particle's z so far.
 - The SMC loop: the runs that resample at one token resampled as one batch, against one run at a time.
 """
 
@@ -174,6 +175,25 @@ def test_entitynlm_p_scores_with_the_record_of_the_draw(bundled, monkeypatch, pe
     draw_step = entitynlm_stepwise.draw_step
     monkeypatch.setattr(entitynlm_stepwise, "draw_step", lambda *args: (*draw_step(*args)[:3], None))
     assert_identical(fast, smc_runs(model, TEXTS["entitynlm"], peek))
+
+
+def test_entitynlm_latents_follow_the_recorded_ancestors(bundled):
+    """EntityNLM's particles keep each token's z_t and the ancestors of each resampling: after resampling twice at
+    one token, and again later, every particle holds its ancestors' z so far."""
+    model = bundled_model(bundled, "entitynlm")
+    x = model.tokenize(TEXTS["entitynlm"])
+    K, gen = 16, torch.Generator().manual_seed(0)
+    state = model.smc_reorder(model.smc_init(x, K, 1.0, True), torch.arange(K).flip(0))
+    for t in range(x.numel()):
+        state, _ = model.smc_step(state, t, gen)
+        if t in (2, 5):
+            for seed in (1, 2):
+                ancestors = torch.randint(0, K, (K,), generator=torch.Generator().manual_seed(seed + t))
+                before = model.smc_latents(state)
+                state = model.smc_reorder(state, ancestors)
+                after = model.smc_latents(state)
+                assert all(torch.equal(after[k], before[k][ancestors]) for k in after)
+    assert model.smc_latents(state)["mention"].shape == (K, x.numel())
 
 
 def test_increment_check_and_run_ess_on_the_fast_path():

@@ -51,8 +51,10 @@ class EntityNLMParticles:
     q_memory: EntityMemory  # [K, ...]
     # [K, D] entity embedding the previous token was generated with
     context: torch.Tensor
-    # [3, K, T] (R, E, L); columns ≥ t not drawn yet
-    latents: torch.Tensor
+    # per drawn token t: z_t = (R_t, E_t, L_t) [3, K] of the particles as they were after step t, and the ancestors
+    # [K] of a resampling after it (None: none); ``particle_latents`` follows them back (resampling copies no history)
+    drawn: tuple[torch.Tensor, ...] = ()
+    ancestors: tuple[torch.Tensor | None, ...] = ()
     # next token
     t: int = 0
 
@@ -66,7 +68,7 @@ def init_particles(
     # [1, T + 1, D]
     states_p = model.encode(x).unsqueeze(0)
     heads_q, q_label, q_update = model.proposal.views(model.proposal.encode(x).unsqueeze(0), peek)
-    T, device = x.numel(), x.device
+    device = x.device
     per_token = (
         # [T, 2] -> [1, 2] each
         heads_q.type_log_probs(q_label[0], float(temperature)).split(1),
@@ -86,7 +88,6 @@ def init_particles(
         p_memory=model.heads.initial_memory(K, device),
         q_memory=heads_q.initial_memory(K, device),
         context=states_p.new_zeros(K, states_p.shape[-1]),
-        latents=torch.zeros(len(LATENT_KEYS), K, T, dtype=torch.long, device=device),
     )
 
 
@@ -95,7 +96,7 @@ def step_particles(
 ) -> tuple[EntityNLMParticles, torch.Tensor]:
     """Draw z_t for every particle and score it: (state after token t, log w_t float64 [K]).
 
-    The state passed in is consumed (its memories and latents are updated in place, under inference mode)."""
+    The state passed in is consumed (its memories are updated in place, under inference mode)."""
     with torch.inference_mode():
         state, log_w = _step(model, state, t, generator)
     return state, log_w.clone()
@@ -117,9 +118,16 @@ def _step(model, state: EntityNLMParticles, t: int, generator) -> tuple[EntityNL
     )
     context = mention_context(state.context, entity_emb, r)
     log_p = log_p + model.word_step(now.p_label, context, now.x)
-    state.latents[:, :, t] = torch.stack([r, e, ell])
     state = EntityNLMParticles(
-        **{**state.__dict__, "p_memory": p_memory, "q_memory": q_memory, "context": context, "t": t + 1}
+        **{
+            **state.__dict__,
+            "p_memory": p_memory,
+            "q_memory": q_memory,
+            "context": context,
+            "drawn": (*state.drawn, torch.stack([r, e, ell])),
+            "ancestors": (*state.ancestors, None),
+            "t": t + 1,
+        }
     )
     return state, log_p - log_q
 
@@ -133,11 +141,32 @@ def reorder_particles(state: EntityNLMParticles, ancestors: torch.Tensor) -> Ent
             "p_memory": state.p_memory.select(a),
             "q_memory": state.q_memory.select(a),
             "context": state.context.index_select(0, a),
-            "latents": state.latents.index_select(1, a),
+            "ancestors": _after_resampling(state.ancestors, a),
         }
     )
 
 
+def _after_resampling(ancestors: tuple, a: torch.Tensor) -> tuple:
+    """The ancestors after the last drawn token once particle k takes the history of particle a[k] (composed with a
+    resampling there already: particle k then descends from that one's ancestor a[k])."""
+    if not ancestors:
+        return ancestors
+    last = ancestors[-1]
+    return (*ancestors[:-1], a if last is None else last.index_select(0, a))
+
+
 def particle_latents(state: EntityNLMParticles) -> dict:
     """The configurations drawn so far, as ``log_joint`` and ``proposal.sample`` take them: dict of [K, t]."""
-    return {k: state.latents[i, :, : state.t].clone() for i, k in enumerate(LATENT_KEYS)}
+    K = state.context.shape[0]
+    # particle k's index among the particles after step t, from the last token back
+    index, columns = None, []
+    for z_t, ancestors in zip(reversed(state.drawn), reversed(state.ancestors)):
+        if ancestors is not None:
+            index = ancestors if index is None else ancestors.index_select(0, index)
+        columns.append(z_t if index is None else z_t.index_select(1, index))
+    latents = (
+        torch.stack(columns[::-1], 2)
+        if columns
+        else torch.zeros(len(LATENT_KEYS), K, 0, dtype=torch.long, device=state.context.device)
+    )
+    return {k: latents[i].clone() for i, k in enumerate(LATENT_KEYS)}
