@@ -119,13 +119,15 @@ class MemoryWrite:
 @dataclass
 class DrawnStep:
     """What ``draw_step`` found while drawing z_t on the CPU, for scoring the same z_t under p (``score_step``): the
-    particles at a decision [K], those starting a mention [n] with their entity slots and lengths − 1 [n], and the
-    memory write of z_t."""
+    particles at a decision [K], those starting a mention [n] with their entity slots and lengths − 1 [n], what the
+    entity head read of the memory's bookkeeping for them, and the memory write of z_t."""
 
     decide: torch.Tensor
     at: torch.Tensor
     entity: torch.Tensor
     length: torch.Tensor
+    # EntityHeads.entity_choice of the starting particles
+    choice: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     write: MemoryWrite
 
 
@@ -223,6 +225,19 @@ class EntityHeads(nn.Module):
         """log p(R = r | h) for h [..., D]: [..., 2]."""
         return torch.log_softmax(tempered(self.type_embedding(h).float(), temperature), -1)
 
+    def entity_choice(
+        self, memory: EntityMemory, t: int, rows: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """What the entity head reads of a memory's bookkeeping (the same in every memory that has followed the same
+        z): (existing entities: slot < n [K, M], slots past the new one: slot > n [K, M], t − latest mention [K, M]
+        float32); with ``rows`` [n], of those particles only ([n, M] each)."""
+        count, last_seen = memory.count, memory.last_seen
+        if rows is not None:
+            count, last_seen = count.index_select(0, rows), last_seen.index_select(0, rows)
+        slots = torch.arange(self.max_entities, device=count.device)
+        count = count.unsqueeze(-1)
+        return slots < count, slots > count, (t - last_seen).float()
+
     def entity_log_probs(
         self,
         h: torch.Tensor,
@@ -230,22 +245,22 @@ class EntityHeads(nn.Module):
         t: int,
         temperature: float = 1.0,
         rows: torch.Tensor | None = None,
+        choice: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """log p(E = e | R = 1, h) over the M slots for h [K|1, D]: [K, M] (−inf for slots beyond the new one);
-        with ``rows`` [n], of those particles only: [n, M] (the same numbers)."""
+        with ``rows`` [n], of those particles only: [n, M] (the same numbers). ``choice``: ``entity_choice`` of the
+        same particles when the caller has it."""
         # [K|1, D]
         query = self.entity_bilinear(h)
-        embeddings, count, last_seen = memory.embeddings, memory.count, memory.last_seen
+        embeddings = memory.embeddings
         if rows is not None:
-            embeddings, count, last_seen = (v.index_select(0, rows) for v in (embeddings, count, last_seen))
+            embeddings = embeddings.index_select(0, rows)
             query = query if query.shape[0] == 1 else query.index_select(0, rows)
+        existing, beyond, distance = choice if choice is not None else self.entity_choice(memory, t, rows)
         # [K, M]
         scores = (embeddings * query.unsqueeze(-2)).sum(-1).float()
-        slots = torch.arange(self.max_entities, device=scores.device)
-        count = count.unsqueeze(-1)
-        distance = (t - last_seen).float()
-        scores = scores + torch.where(slots < count, self.distance_weight.float() * distance, 0.0)
-        scores = tempered(scores, temperature).masked_fill(slots > count, -math.inf)
+        scores = scores + torch.where(existing, self.distance_weight.float() * distance, 0.0)
+        scores = tempered(scores, temperature).masked_fill(beyond, -math.inf)
         return torch.log_softmax(scores, -1)
 
     def length_log_probs(
@@ -383,9 +398,11 @@ def score_step(
             at = (decide & mention).nonzero().squeeze(1)
             slot_at = slot.index_select(0, at)
             length_at = (ell - 1).clamp(0, Lmax - 1).index_select(0, at)
+            choice = None
         else:
-            at, slot_at, length_at = drawn.at, drawn.entity, drawn.length
-        ent = heads.entity_log_probs(h, memory, t, temperature, at).gather(1, slot_at.unsqueeze(1)).squeeze(1)
+            at, slot_at, length_at, choice = drawn.at, drawn.entity, drawn.length, drawn.choice
+        ent = heads.entity_log_probs(h, memory, t, temperature, at, choice)
+        ent = ent.gather(1, slot_at.unsqueeze(1)).squeeze(1)
         if rows_apart(K, h):
             lp_len = heads.length_log_probs(h, padded(memory.row(slot_at, at)), temperature)[: at.shape[0]]
         else:
@@ -613,7 +630,8 @@ def draw_step(
     mention = r == 1
     at = (decide & mention).nonzero().squeeze(1)
     u_at = u.index_select(0, at)
-    lp_ent = heads.entity_log_probs(h, memory, t, temperature, at)
+    choice = heads.entity_choice(memory, t, at)
+    lp_ent = heads.entity_log_probs(h, memory, t, temperature, at, choice)
     e_at = inverse_cdf(lp_ent.double().exp(), u_at[:, 1])
     e = torch.where(decide, -1, memory.prev_entity).index_copy_(0, at, e_at)
     # the product on the starting rows only gives each the numbers of the all-rows product
@@ -627,7 +645,7 @@ def draw_step(
     step = step.index_add_(0, at, picked.double())
     write = MemoryWrite.of(memory, e, mention)
     memory = heads.update(memory, e, mention, h_next, t, inplace=True, write=write)
-    drawn = DrawnStep(decide, at, e_at, l_at, write)
+    drawn = DrawnStep(decide, at, e_at, l_at, choice, write)
     return replace(memory, prev_entity=e, prev_length=ell), (r, e, ell), step, drawn
 
 
