@@ -36,6 +36,7 @@ given the stages before, so the certified bound takes the best stage at δ / max
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -213,23 +214,25 @@ def estimate_corpus(
     all_reduce = all_reduce or (lambda values: values)
     unique = list(dict.fromkeys(texts))
     with DocumentWorkers(model, device, workers) as pool:
-
-        def stage(
-            jobs: list[tuple[str, EstimatorSettings]], number: int, desc: str
-        ) -> dict[str, DocumentEstimate]:
-            """Every job's (text, settings) estimate at stage ``number``, in the jobs' order."""
-            found = {t: store.get(t, number) for t, _ in jobs} if store is not None else {}
-            todo = [(t, s) for t, s in jobs if found.get(t) is None]
-            for text, estimate in pool.estimate(todo, number, desc, progress and bool(todo)):
-                if store is not None:
-                    store.put(estimate, number)
-                found[text] = estimate
-            return {t: found[t] for t, _ in jobs}
-
+        stage = functools.partial(_stage, pool, store, progress)
         current = stage([(t, settings) for t in unique], 0, f"{settings.estimator} log p(x)")
         if not targets_precision(settings):
             return current
         return _later_stages(current, settings, stage, all_reduce)
+
+
+def _stage(
+    pool: DocumentWorkers, store: DocumentStore | None, progress: bool, jobs: list, number: int, desc: str
+) -> dict[str, DocumentEstimate]:
+    """Every job's (text, settings) estimate at stage ``number``, in the jobs' order: read from ``store`` where
+    there, else estimated by ``pool`` and written to ``store`` as each finishes."""
+    found = {t: store.get(t, number) for t, _ in jobs} if store is not None else {}
+    todo = [(t, s) for t, s in jobs if found.get(t) is None]
+    for text, estimate in pool.estimate(todo, number, desc, progress and bool(todo)):
+        if store is not None:
+            store.put(estimate, number)
+        found[text] = estimate
+    return {t: found[t] for t, _ in jobs}
 
 
 def _later_stages(current: dict, settings: EstimatorSettings, stage: Callable, all_reduce) -> dict:
