@@ -5,8 +5,7 @@ and the documents shared out to one process per thread): wall time and the print
     python bench/threads.py            # writes bench/threads/output.md (about 7 minutes on 2 cores)
 
 "Loaded" is the machine with ``--busy`` (default 2) other processes spinning on the CPU, started ``--warm`` seconds
-(default 60) before the command so that the 1-minute load average has seen them, as on a shared node whose other jobs
-have been running. "torch's default" passes ``threads=<torch's count>,workers=1`` in model_args (one thread per core
+(default 60) before the command, as on a shared node whose other jobs have been running. "torch's default" passes ``threads=<torch's count>,workers=1`` in model_args (one thread per core
 in one process: what the backend did before it chose); "chosen, one process" passes ``workers=1``; "default" passes
 nothing.
 """

@@ -4,15 +4,15 @@ many processes the documents are estimated (model_args ``workers``, by default o
 torch starts one intra-op thread per physical core. On a shared machine whose cores other processes keep busy, those
 threads wait on each other and spin: the README's first command took 165 s with torch's default on a 2-core machine
 running two other busy processes, and 68 s with the count chosen here (37 s and 36 s on the quieter machine;
-``python bench/threads.py``, bench/threads/output.md). By default (``threads`` not given) a CPU run therefore takes torch's count, lowered to
-the cores the 1-minute load average leaves free (at least one); an environment that sets ``OMP_NUM_THREADS`` or
+``python bench/threads.py``, bench/threads/output.md). By default (``threads`` not given) a CPU run therefore takes
+torch's count, lowered to the cores other processes leave free now (``busy_cores``: at least one); an environment that sets ``OMP_NUM_THREADS`` or
 ``MKL_NUM_THREADS`` has chosen already and is left alone, as is a CUDA run (its kernels do not use them).
 
 Those threads gain little inside one document: the bundled models run thousands of small operations per token,
 where torch finds nothing to share among threads (36 s with one thread, 37 s with two). Documents, in contrast, are
 independent, and their estimates do not depend on who computes them (``estimators.workers``). So on the CPU of a
 one-process run the documents are by default estimated in one forked process per thread, each with one thread
-(``python bench/workers.py``, bench/workers/output.md); ``workers=1`` keeps every thread in one process (a large
+(``python bench/threads.py`` again); ``workers=1`` keeps every thread in one process (a large
 network whose matrix products do use threads), and under several processes (``accelerate launch``) each rank is one.
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 import torch
 
@@ -29,8 +30,50 @@ logger = logging.getLogger(__name__)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
+# what /proc/stat counts as busy: user, nice, system (idle and iowait are not), irq, softirq, steal
+_BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
+SAMPLE_SECONDS = 0.25
+
+
+def _cpu_ticks(stat: str = "/proc/stat") -> tuple[int, int, int]:
+    """(busy, total) clock ticks of every CPU since boot (the first line of /proc/stat), and the CPUs it counts."""
+    with open(stat, encoding="ascii") as fh:
+        lines = fh.read().splitlines()
+    fields = [int(v) for v in lines[0].split()[1:9]]
+    cpus = sum(line.startswith("cpu") and line[3:4].isdigit() for line in lines)
+    return sum(fields[i] for i in _BUSY_FIELDS), sum(fields), cpus
+
+
+def busy_cores(seconds: float = SAMPLE_SECONDS, stat: str = "/proc/stat") -> float:
+    """How many cores other processes keep busy now.
+
+    Where /proc/stat exists (Linux): the busy share of every CPU's clock ticks over ``seconds`` while this process
+    sleeps, times the CPUs, so that neither this process's own start-up (lm-eval's task index is 6 s of one core)
+    nor a run that ended a moment ago counts, as both did in the 1-minute load average; elsewhere that load average
+    (0 where the platform has none either).
+
+    Examples
+    --------
+    >>> 0.0 <= busy_cores(0.05) <= (os.cpu_count() or 1)
+    True
+    """
+    try:
+        busy0, total0, _ = _cpu_ticks(stat)
+        time.sleep(seconds)
+        busy1, total1, cpus = _cpu_ticks(stat)
+        return cpus * (busy1 - busy0) / (total1 - total0) if total1 > total0 else 0.0
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        # no load average on this platform either: assume a quiet machine
+        return 0.0
+
+
 def free_cores() -> int:
-    """The cores this process may use (its CPU affinity) minus the 1-minute load average, at least 1.
+    """The cores this process may use (its CPU affinity) minus those other processes keep busy now
+    (``busy_cores``), at least 1.
 
     Examples
     --------
@@ -38,12 +81,7 @@ def free_cores() -> int:
     True
     """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        # no load average on this platform: assume a quiet machine
-        load = 0.0
-    return max(1, cores - round(load))
+    return max(1, cores - round(busy_cores()))
 
 
 def choose_threads(requested: int | None, device: torch.device) -> tuple[int | None, str]:
@@ -75,11 +113,8 @@ def choose_threads(requested: int | None, device: torch.device) -> tuple[int | N
     if chosen is not None:
         return None, f"torch's {torch.get_num_threads()} CPU threads ({chosen}={os.environ[chosen]})"
     count = min(torch.get_num_threads(), free_cores())
-    return (
-        count,
-        f"{count} CPU thread(s): torch's {torch.get_num_threads()}, fewer where the load average "
-        + ("keeps cores busy (model_args threads=N sets it)"),
-    )
+    why = f"torch's {torch.get_num_threads()}, fewer where other processes keep cores busy"
+    return count, f"{count} CPU thread(s): {why} (model_args threads=N sets it)"
 
 
 def choose_workers(requested: int | None, device: torch.device, world_size: int = 1) -> tuple[int, str]:

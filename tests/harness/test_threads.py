@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import time
+
 import pytest
 import torch
 
@@ -24,16 +28,49 @@ def keep_torch_threads(monkeypatch):
 def test_the_default_leaves_busy_cores_alone(cores, load, expected, monkeypatch, keep_torch_threads):
     """Issue 33, item 6: torch's one thread per core spins when other processes keep cores busy (158 s against 56 s
     with one thread for the README's command on a loaded 2-core machine). The default lowers torch's count to the
-    cores the 1-minute load average leaves free."""
+    cores other processes leave free (``busy_cores``)."""
     monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
-    monkeypatch.setattr(threads.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(threads, "busy_cores", lambda: load)
     torch.set_num_threads(cores)
     assert threads.use_cores(None, None, torch.device("cpu"), "test") == usable_workers(expected, "cpu")
     assert torch.get_num_threads() == expected
 
 
+def test_busy_cores_is_the_busy_share_of_the_cpus_ticks_while_this_process_sleeps(tmp_path, monkeypatch):
+    """/proc/stat's ticks before and after the sample (user, nice, system, irq, softirq, steal are busy; idle and
+    iowait are not): 150 busy of 200 ticks on 2 CPUs is 1.5 cores."""
+    stat = tmp_path / "stat"
+    cpus = "cpu0 1 2 3 4\ncpu1 1 2 3 4\nintr 5\n"
+    stat.write_text("cpu  100 0 100 800 0 0 0 0 0 0\n" + cpus)
+    monkeypatch.setattr(
+        threads.time, "sleep", lambda s: stat.write_text("cpu  200 10 120 850 0 10 10 0 0 0\n" + cpus)
+    )
+    assert threads.busy_cores(stat=str(stat)) == pytest.approx(1.5)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="no /proc/stat on this platform")
+def test_busy_cores_sees_a_spinning_process_and_not_this_ones_past():
+    """A process spinning on a core counts (about 1 core); this process's own work before the sample does not."""
+    end = time.perf_counter() + 1.0
+    while time.perf_counter() < end:  # this process, busy until the sample starts
+        pass
+    spinner = multiprocessing.get_context("fork").Process(target=_spin, daemon=True)
+    spinner.start()
+    try:
+        time.sleep(0.2)
+        assert threads.busy_cores(0.5) >= 0.7
+    finally:
+        spinner.terminate()
+        spinner.join()
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
 def test_explicit_threads_and_a_chosen_environment_win(monkeypatch, keep_torch_threads):
-    monkeypatch.setattr(threads.os, "getloadavg", lambda: (50.0, 50.0, 50.0))
+    monkeypatch.setattr(threads, "busy_cores", lambda: 50.0)
     threads.use_cores(3, 1, torch.device("cpu"), "test")
     assert torch.get_num_threads() == 3
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
