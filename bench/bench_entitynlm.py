@@ -22,8 +22,8 @@ def compile_kernels() -> tuple:
 
     from lm_latent_eval.models.entitynlm import latents
 
-    eager = latents.sample_step, latents.score_step
-    latents.sample_step = torch.compile(latents.sample_step, dynamic=True)
+    eager = latents.draw_step, latents.score_step
+    latents.draw_step = torch.compile(latents.draw_step, dynamic=True)
     latents.score_step = torch.compile(latents.score_step, dynamic=True)
     return eager
 
@@ -36,10 +36,10 @@ def compiled_difference(eager_kernels: tuple, model_dir, doc: str, k: int = 1000
 
     model = EntityNLM.from_pretrained(str(model_dir)).eval()
     x = model.tokenize(doc)
-    compiled = latents.sample_step, latents.score_step
-    latents.sample_step, latents.score_step = eager_kernels
+    compiled = latents.draw_step, latents.score_step
+    latents.draw_step, latents.score_step = eager_kernels
     eager = importance_log_weights(model, x, num_samples=k, seed=0, document=doc)
-    latents.sample_step, latents.score_step = compiled
+    latents.draw_step, latents.score_step = compiled
     return float(abs(importance_log_weights(model, x, num_samples=k, seed=0, document=doc) - eager).max())
 
 

@@ -63,10 +63,12 @@ def reference(model, texts: list[str], samples: int) -> dict:
     return {"log_likelihood": total, "stderr": math.sqrt(var), "seconds": time.perf_counter() - start}
 
 
-def auto_row(model, texts: list[str], seed: int, truth: float | None) -> dict:
-    """estimator=auto on ``texts``: seconds, mean samples per document, the statement, whether it holds for truth."""
+def auto_row(model, texts: list[str], seed: int, truth: float | None, workers: int = 1) -> dict:
+    """estimator=auto on ``texts`` (their documents in ``workers`` processes): seconds, mean samples per document,
+    the statement, whether it holds for truth."""
     start = time.perf_counter()
-    by_text = estimate_corpus(model, texts, EstimatorSettings("auto", seed=seed), progress=False)
+    settings = EstimatorSettings("auto", seed=seed)
+    by_text = estimate_corpus(model, texts, settings, progress=False, workers=workers)
     corpus = corpus_estimate([by_text[t] for t in texts])
     interval, tokens = corpus.interval, sum(e.num_tokens for e in by_text.values())
     low, high = corpus.perplexity_interval
@@ -110,14 +112,14 @@ def small_rows(topics_list, coverage_seeds, reference_samples, urn_max_topics) -
     return rows
 
 
-def large_rows(topics_list, documents) -> list[dict]:
-    """estimator=auto with the lookahead on ``documents`` documents of every topic count."""
+def large_rows(topics_list, documents, workers: int = 1) -> list[dict]:
+    """estimator=auto with the lookahead on ``documents`` documents of every topic count, in ``workers`` processes."""
     rows = []
     for topics in topics_list:
         params, texts = synthetic(topics, documents)
         model = LDA.from_parameters(**params, lookahead="cvb0")
         rows.append(_keep({"topics": topics, "documents": documents, "lookahead": "cvb0", "seed": 0,
-                           "reference": None} | auto_row(model, texts, 0, None)))  # fmt: skip
+                           "reference": None, "workers": workers} | auto_row(model, texts, 0, None, workers)))  # fmt: skip
     return rows
 
 
@@ -184,6 +186,13 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=None, help="folder of table.md and rows.jsonl")
     parser.add_argument("--large", type=int, default=1000, help="documents of the large rows (0: none)")
     parser.add_argument("--large-topics", default="50,100,200")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes that estimate the large rows' documents side by side (with --topics '' only: the large "
+        "rows then run in this process, which may start them)",
+    )
     parser.add_argument("--coverage-seeds", type=int, default=5)
     parser.add_argument("--reference-samples", type=int, default=16_384)
     parser.add_argument(
@@ -217,10 +226,13 @@ def main() -> None:
         else []
     )
     if args.large:
-        jobs.append(("large", ([int(t) for t in args.large_topics.split(",")], args.large)))
+        jobs.append(("large", ([int(t) for t in args.large_topics.split(",")], args.large, args.workers)))
     start = time.perf_counter()
-    with multiprocessing.get_context("spawn").Pool(len(jobs)) as pool:
-        rows = [row for part in pool.map(_worker, jobs) for row in part]
+    if len(jobs) == 1:
+        rows = _worker(jobs[0])
+    else:
+        with multiprocessing.get_context("spawn").Pool(len(jobs)) as pool:
+            rows = [row for part in pool.map(_worker, jobs) for row in part]
     write(rows, f"{time.perf_counter() - start:.0f} s in all")
 
 

@@ -1,18 +1,21 @@
-"""Documents estimated side by side: a stage's documents shared out to forked CPU processes, one torch thread each.
+"""Documents estimated side by side: a stage's documents shared out to forked CPU processes.
 
 Every document's estimate is a function of (model, text, settings, stage) alone: its random streams are seeded from
 (seed, text, stage) (``seeding``), never from the order documents are estimated in or the process that draws them.
 So estimating a stage's documents in W processes gives the same numbers, bit for bit, as estimating them one after
 another with the same torch threads per process; only the wall time changes. (The thread count itself can move the
 last float32 digits of a network whose matrix products torch splits over threads, W processes or one: the bundled
-transformer's log weights moved by 9e-6 nats between one thread and two; the KGLM's, the HMM's and LDA's not at all.) The bundled models step thousands of small tensors per token, where torch's
-intra-op threads find nothing to share (the README's first command took 37 s with 2 threads and 36 s with one,
-bench/threads/output.md); documents, in contrast, are independent work of seconds each. The processes are forked
-from this one (Linux and other POSIX systems with ``fork``), so they share the loaded model's memory until one
+transformer's log weights moved by 9e-6 nats between one thread and two; the KGLM's and the HMM's not at all.)
+
+The bundled models step thousands of small tensors per token, where torch's intra-op threads find nothing to share:
+the README's first command took 28 s with two threads in one process and 18 s with one thread in each of two
+processes (bench/threads/output.md). Documents, in contrast, are independent work of seconds each. The processes are
+forked from this one (Linux and other POSIX systems with ``fork``), so they share the loaded model's memory until one
 writes it, and none is started for a model that runs on an accelerator (W = 1 there).
 
-Each process takes its share of this one's torch threads (at least one). A stage's documents go out largest first (samples × characters, a proxy for samples × tokens), each to the next
-free process, so one long document does not start last and leave the other processes idle while it runs.
+Each process takes its share of this one's torch threads (at least one). A stage's documents go out largest first
+(samples × characters, a proxy for samples × tokens), each to the next free process, so one long document does not
+start last and leave the other processes idle while it runs.
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ def fork_available() -> bool:
 
 def usable_workers(requested: int, device) -> int:
     """How many processes estimate documents side by side: ``requested``, or 1 where the model runs on an
-    accelerator (a forked process cannot share its context) or the platform cannot fork.
+    accelerator (a forked process cannot share its context), the platform cannot fork, or this process is a
+    daemon (a ``multiprocessing.Pool`` worker, which may not start processes).
 
     Examples
     --------
@@ -56,7 +60,8 @@ def usable_workers(requested: int, device) -> int:
     >>> usable_workers(4, "cuda")
     1
     """
-    if torch.device(device).type != "cpu" or not fork_available():
+    # a daemonic process (a multiprocessing.Pool's worker) may not start processes of its own
+    if torch.device(device).type != "cpu" or not fork_available() or multiprocessing.current_process().daemon:
         return 1
     return max(1, int(requested))
 

@@ -2,18 +2,18 @@
 many processes the documents are estimated (model_args ``workers``, by default one per thread).
 
 torch starts one intra-op thread per physical core. On a shared machine whose cores other processes keep busy, those
-threads wait on each other and spin: the README's first command took 165 s with torch's default on a 2-core machine
-running two other busy processes, and 68 s with the count chosen here (37 s and 36 s on the quieter machine;
-``python bench/threads.py``, bench/threads/output.md). By default (``threads`` not given) a CPU run therefore takes
-torch's count, lowered to the cores other processes leave free now (``busy_cores``: at least one); an environment that sets ``OMP_NUM_THREADS`` or
+threads wait on each other and spin: the README's first command took 159 s with torch's default on a 2-core machine
+running two other busy processes, and 41 s with the count chosen here (``python bench/threads.py``,
+bench/threads/output.md). By default (``threads`` not given) a CPU run therefore takes torch's count, lowered to the
+cores other processes leave free now (``busy_cores``; at least one); an environment that sets ``OMP_NUM_THREADS`` or
 ``MKL_NUM_THREADS`` has chosen already and is left alone, as is a CUDA run (its kernels do not use them).
 
 Those threads gain little inside one document: the bundled models run thousands of small operations per token,
-where torch finds nothing to share among threads (36 s with one thread, 37 s with two). Documents, in contrast, are
-independent, and their estimates do not depend on who computes them (``estimators.workers``). So on the CPU of a
-one-process run the documents are by default estimated in one forked process per thread, each with one thread
-(``python bench/threads.py`` again); ``workers=1`` keeps every thread in one process (a large
-network whose matrix products do use threads), and under several processes (``accelerate launch``) each rank is one.
+where torch finds nothing to share among threads (on the quiet machine 28 s with two threads in one process).
+Documents, in contrast, are independent, and their estimates do not depend on who computes them
+(``estimators.workers``). So on the CPU of a one-process run the documents are by default estimated in one forked
+process per thread, each with one thread (18 s); ``workers=1`` keeps every thread in one process (a large network
+whose matrix products do use threads), and under several processes (``accelerate launch``) each rank is one.
 """
 
 from __future__ import annotations

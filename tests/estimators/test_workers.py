@@ -3,6 +3,7 @@ one process; errors and Ctrl-C reach the caller as they would from one process."
 
 from __future__ import annotations
 
+import multiprocessing
 import signal
 import subprocess
 import sys
@@ -65,8 +66,12 @@ def test_the_store_is_written_and_read_by_the_caller(bundled_hmm, bundled_test_t
     assert all(np.array_equal(again[t].log_weights, first[t].log_weights) for t in texts)
 
 
-def test_an_accelerator_keeps_one_process():
+def test_an_accelerator_or_a_daemon_keeps_one_process():
+    """A CUDA model cannot be shared by fork; a multiprocessing.Pool's worker (a daemon) may not start processes."""
     assert workers.usable_workers(4, "cuda") == 1 and workers.usable_workers(0, "cpu") == 1
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(workers.usable_workers, (2, "cpu")) == 1
+    assert workers.usable_workers(2, "cpu") == 2
 
 
 def test_ctrl_c_stops_the_workers_at_once_without_their_tracebacks(tmp_path):

@@ -27,7 +27,7 @@ prefix, so a mention may be cut off by the end of x (L_T > 1).
 Memory per particle: embeddings [K, M, D] (every unused slot holds u_new, so the new-entity score is the score of
 slot n), position of each entity's latest mention [K, M], entity count [K]. Per-token kernels: ``score_step``
 (log p or log q of given z_t; given ``draw_step``'s record of a draw, it reuses what the draw found),
-``sample_step`` (draw z_t ~ q_τ) and the model's ``word_step``; ``sample_latents``
+``draw_step`` (draw z_t ~ q_τ) and the model's ``word_step``; ``sample_latents``
 and the stepwise SMC particles (``stepwise.py``) loop over tokens calling them. ``score_latents`` (given z) runs
 only the memory token by token (``entity_rows``) and takes the softmaxes once over all tokens, giving each row the
 numbers ``score_step`` gives it (a product over some particles' rows, or over several tokens' rows at once, only
@@ -379,7 +379,7 @@ def score_step(
     type_lp: log q_τ(R_t | h) [K|1, 2]; h, h_next: labelling state and h_t [K|1, D]; r, e, ell: z_t [K];
     real: [K] real tokens (padding adds nothing and changes nothing). No host synchronisation off the CPU; on the
     CPU only the particles starting a mention go through the entity and length heads (the same numbers, as in
-    ``sample_step``). Without grad the memory is updated in place. ``drawn``: ``draw_step``'s record of this z_t
+    ``draw_step``). Without grad the memory is updated in place. ``drawn``: ``draw_step``'s record of this z_t
     (SMC scoring q's draw under p; ``real`` None), whose decisions, starting particles and memory write it reuses."""
     K = r.shape[0]
     M, Lmax = heads.max_entities, heads.max_mention_length
@@ -393,7 +393,7 @@ def score_step(
     entity_emb = memory.row(slot)
     step = type_lp.expand(K, 2).gather(1, r.clamp(0, 1).unsqueeze(1)).squeeze(1)
     if selects_rows(r.device):
-        # the particles starting a mention only, with the numbers of the all-rows products (as sample_step)
+        # the particles starting a mention only, with the numbers of the all-rows products (as draw_step)
         if drawn is None:
             at = (decide & mention).nonzero().squeeze(1)
             slot_at = slot.index_select(0, at)
@@ -588,26 +588,6 @@ def score_latents(
     return total, context.transpose(0, 1)
 
 
-def sample_step(
-    heads: EntityHeads,
-    memory: EntityMemory,
-    type_lp: torch.Tensor,
-    h: torch.Tensor,
-    h_next: torch.Tensor,
-    t: int,
-    temperature: float,
-    generator: torch.Generator | None,
-) -> tuple[EntityMemory, tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
-    """z_t ~ q_τ(z_t | ·) for K particles: (memory after x_t, (R_t, E_t, L_t) each [K], log q_τ(z_t | ·)
-    float64 [K]).
-
-    One uniform draw [K, 3] per token (inverse CDF for type, entity and length; the entity and length draws count
-    only where a mention starts). type_lp: [1, 2]; h, h_next: [1, D]. The memory is updated in place. On an
-    accelerator every particle's entity and length are drawn (no host synchronisation); on the CPU, where
-    synchronising costs nothing, only those of the particles starting a mention, with the same numbers."""
-    return draw_step(heads, memory, type_lp, h, h_next, t, temperature, generator)[:3]
-
-
 def draw_step(
     heads: EntityHeads,
     memory: EntityMemory,
@@ -618,7 +598,13 @@ def draw_step(
     temperature: float,
     generator: torch.Generator | None,
 ) -> tuple[EntityMemory, tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor, DrawnStep | None]:
-    """``sample_step`` and, on the CPU, the ``DrawnStep`` record of the draw (None on an accelerator)."""
+    """z_t ~ q_τ(z_t | ·) for K particles: (memory after x_t, (R_t, E_t, L_t) each [K], log q_τ(z_t | ·)
+    float64 [K], and on the CPU the ``DrawnStep`` record of the draw for ``score_step``, None on an accelerator).
+
+    One uniform draw [K, 3] per token (inverse CDF for type, entity and length; the entity and length draws count
+    only where a mention starts). type_lp: [1, 2]; h, h_next: [1, D]. The memory is updated in place. On an
+    accelerator every particle's entity and length are drawn (no host synchronisation); on the CPU, where
+    synchronising costs nothing, only those of the particles starting a mention, with the same numbers."""
     K = memory.count.shape[0]
     u = torch.rand((K, 3), generator=generator, device=memory.embeddings.device, dtype=torch.float64)
     decide = memory.prev_length == 1
@@ -660,7 +646,7 @@ def _sample_step_all_rows(
     u: torch.Tensor,
     decide: torch.Tensor,
 ) -> tuple[EntityMemory, tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
-    """``sample_step`` on an accelerator: entity and length drawn for every particle, no host synchronisation."""
+    """``draw_step`` on an accelerator: entity and length drawn for every particle, no host synchronisation."""
     K = decide.shape[0]
     r = torch.where(decide, inverse_cdf(type_lp[0].double().exp(), u[:, 0]), 1)
     starting = decide & (r == 1)
@@ -689,7 +675,7 @@ def sample_latents(
 ) -> tuple[dict, torch.Tensor]:
     """z_k ~ Π_t q_τ(z_t | ·) (each factor's logits divided by τ): (dict of LongTensor [K, T], log q_τ float64 [K]).
 
-    h_label, h_update: [1, T, D] (shared by all particles). Token t consumes the stream as ``sample_step``."""
+    h_label, h_update: [1, T, D] (shared by all particles). Token t consumes the stream as ``draw_step``."""
     K, T = int(num_samples), h_label.shape[1]
     device = h_label.device
     memory = heads.initial_memory(K, device)
@@ -698,7 +684,7 @@ def sample_latents(
     # [T, 2]
     type_lp = heads.type_log_probs(h_label[0], temperature)
     for t in range(T):
-        memory, zt, step = sample_step(
+        memory, zt, step, _ = draw_step(
             heads, memory, type_lp[t : t + 1], h_label[:, t], h_update[:, t], t, temperature, generator
         )
         log_q += step
@@ -719,7 +705,7 @@ def sample_latents_static(
 ) -> tuple[dict, torch.Tensor]:
     """``sample_latents`` over static buffers (u, t, the memory, z, log q) with every particle's entity and length
     drawn (``_sample_step_all_rows``, the accelerator's step), its step captured in a CUDA graph and replayed per
-    token when ``capture`` (models/cuda_graphs.py), else run eagerly: the uniforms of ``sample_step``, the same z and
+    token when ``capture`` (models/cuda_graphs.py), else run eagerly: the uniforms of ``draw_step``, the same z and
     log q."""
     K, T = int(num_samples), h_label.shape[1]
     device = h_label.device

@@ -1,6 +1,6 @@
 """EntityNLM one token at a time, for sequential Monte Carlo: K particles advance together and are reordered.
 
-Token t of particle k draws z_t ~ q_τ(z_t | x, z_<t) (the proposal's ``sample_step``: a mention's type, entity and
+Token t of particle k draws z_t ~ q_τ(z_t | x, z_<t) (the proposal's ``draw_step``: a mention's type, entity and
 length are drawn at its first token; its later tokens are forced, q = 1) and scores it under p with the numbers
 ``log_joint`` gives each row (``score_step`` and ``word_step``; ``log_joint`` scores each distinct z once, at
 another row, which moves log p within float32 rounding), so that the increment
@@ -8,7 +8,7 @@ another row, which moves log p within float32 rounding), so that the increment
     log w_t = log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t)
 
 is a proper conditional and Σ_t log w_t = log p(x, z) − log q_τ(z | x) for the drawn z. The same generator gives
-the same z as ``proposal.sample`` (which runs the same ``sample_step`` token by token); encoders run once per
+the same z as ``proposal.sample`` (which runs the same ``draw_step`` token by token); encoders run once per
 document (cached), and nothing in a step synchronises with the host. On the CPU, p's ``score_step`` reuses what
 q's draw found (``draw_step``'s ``DrawnStep``: decisions, the particles starting a mention, the memory write, which
 p's and q's memories share), and the per-token inputs are views taken once (``TokenInputs``).

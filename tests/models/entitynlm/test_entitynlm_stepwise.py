@@ -100,7 +100,7 @@ def test_stepwise_errors_and_empty_document(cases):
 
 @pytest.mark.parametrize("name", ["bundled", "tiny"])
 def test_all_rows_sampler_draws_what_the_cpu_row_selection_draws(cases, name, monkeypatch):
-    """sample_step on an accelerator draws entity and length for every particle (no host sync); the CPU draws them
+    """draw_step on an accelerator draws entity and length for every particle (no host sync); the CPU draws them
     for the particles starting a mention only. Both must give the same z and log q (run here on the CPU)."""
     from lm_latent_eval import tensors
 
