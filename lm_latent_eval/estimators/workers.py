@@ -5,7 +5,8 @@ Every document's estimate is a function of (model, text, settings, stage) alone:
 So estimating a stage's documents in W processes gives the same numbers, bit for bit, as estimating them one after
 another with the same torch threads per process; only the wall time changes. (The thread count itself can move the
 last float32 digits of a network whose matrix products torch splits over threads, W processes or one: the bundled
-transformer's log weights moved by 9e-6 nats between one thread and two; the KGLM's and the HMM's not at all.)
+transformer's log weights moved by 9e-6 nats between one thread and two; the KGLM's, the HMM's and LDA's not at
+all.)
 
 The bundled models step thousands of small tensors per token, where torch's intra-op threads find nothing to share:
 the README's first command took 28 s with two threads in one process and 18 s with one thread in each of two
