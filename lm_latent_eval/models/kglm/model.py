@@ -171,6 +171,9 @@ class KGLM(
         )
         self._doc_cache = DocumentCache()
         self._tables_cache = DocumentCache()
+        # SMC's per-document word tables (step_word_tables), for every block of particles of a document
+        self._generate_cache = DocumentCache()
+        self._word_table_cache = DocumentCache()
         self._alias_cache: dict = {}
         if isinstance(getattr(self, "_hub_mixin_config", None), dict):
             # saved beside the weights as knowledge_graph.json
@@ -257,6 +260,20 @@ class KGLM(
         )
 
     # --- stepwise interface (SMC; stepwise.py) ---------------------------------------------------------------------
+    def step_word_tables(
+        self, x: torch.Tensor, alias, with_words: bool
+    ) -> tuple[tuple | None, torch.Tensor | None]:
+        """The word tables SMC's steps read for document x: ``generate_table`` of p's states, and, where asked for
+        (and the generate table exists), ``word_log_prob_table``; each built once per document in eval without grad,
+        not once per block of particles."""
+        h_type = self.head_tables(x).heads.h_type
+        gen = self._generate_cache.get(self, x, lambda: self.generate_table(h_type, x))
+        if gen is None or not with_words:
+            return gen, None
+        return gen, self._word_table_cache.get(
+            self, x, lambda: self.word_log_prob_table(h_type, x, alias, gen)
+        )
+
     def smc_init(
         self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True
     ) -> KGLMParticles:
@@ -283,8 +300,8 @@ class KGLM(
     sample_text = sampling.sample_text
 
     def train(self, mode: bool = True):
-        self._doc_cache.clear()
-        self._tables_cache.clear()
+        for cache in (self._doc_cache, self._tables_cache, self._generate_cache, self._word_table_cache):
+            cache.clear()
         self._alias_cache = {}
         return super().train(mode)
 

@@ -346,10 +346,8 @@ def init_particles(
         q_tabs = model.proposal.head_tables(x, temperature, peek)
         p_tabs = model.head_tables(x)
         alias = model.alias_tables()
-        gen = model.generate_table(p_tabs.heads.h_type, x)
         N = model.tables.num_entities
-        if gen is not None and N + 1 <= K and T * (N + 1) <= WORD_TABLE_LIMIT:
-            words = model.word_log_prob_table(p_tabs.heads.h_type, x, alias, gen)
+        gen, words = model.step_word_tables(x, alias, N + 1 <= K and T * (N + 1) <= WORD_TABLE_LIMIT)
     z = {
         k: torch.full((K, T), v, dtype=torch.long, device=device)
         for k, v in (("mention_type", NONE), ("entity", -1), ("parent", -1))
