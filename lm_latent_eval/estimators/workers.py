@@ -67,6 +67,17 @@ def usable_workers(requested: int, device) -> int:
     return max(1, int(requested))
 
 
+def worker_threads(workers: int) -> int:
+    """Each of ``workers`` processes' share of this process's torch threads, at least one.
+
+    Examples
+    --------
+    >>> worker_threads(1) == torch.get_num_threads()
+    True
+    """
+    return max(1, torch.get_num_threads() // workers)
+
+
 def _start_worker(threads: int) -> None:
     """A worker's start: its share of this process's torch threads (W workers share the cores they would use), and
     Ctrl-C left to this process (which stops the workers: ``DocumentWorkers.__exit__``)."""
@@ -118,7 +129,7 @@ class DocumentWorkers:
                 self.workers,
                 mp_context=multiprocessing.get_context("fork"),
                 initializer=_start_worker,
-                initargs=(max(1, torch.get_num_threads() // self.workers),),
+                initargs=(worker_threads(self.workers),),
             )
         return self
 

@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from ..estimators.workers import usable_workers
+from ..estimators.workers import usable_workers, worker_threads
 
 logger = logging.getLogger(__name__)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -161,6 +161,6 @@ def use_cores(
     processes, how = choose_workers(workers, device, world_size)
     logger.info(
         "%s: %s; documents estimated in %d process(es) of %d thread(s): %s",
-        owner, why, processes, max(1, torch.get_num_threads() // processes), how,
+        owner, why, processes, worker_threads(processes), how,
     )  # fmt: skip
     return processes
