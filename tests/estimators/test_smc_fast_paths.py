@@ -121,6 +121,24 @@ def test_rnng_distinct_histories_are_one_row_per_particle(bundled, monkeypatch, 
     assert_identical(fast, smc_runs(model, TEXTS["rnng"], peek))
 
 
+@pytest.mark.parametrize("peek", [True, False])
+def test_rnng_compact_histories_are_their_own_table(bundled, monkeypatch, peek):
+    """After a step the RNNG's histories are the rows of its state (``DistinctHistories.compact``: no unique over
+    the K particles, no copy); the same weights as finding the distinct histories again at every step."""
+    model = bundled_model(bundled, "rnng")
+    state = model.smc_init(model.tokenize(TEXTS["rnng"]), 32, 1.0, peek)
+    state, _ = model.smc_step(state, 0, torch.Generator().manual_seed(0))
+    assert state.compact and model.smc_reorder(state, torch.arange(32)).compact is False
+    fast = smc_runs(model, TEXTS["rnng"], peek)
+    advance = rnng_stepwise.distinct_advance
+
+    def not_compact(model, particles, t, u):
+        return advance(model, rnng_stepwise.DistinctHistories(particles.state, particles.rows), t, u)
+
+    monkeypatch.setattr(rnng_stepwise, "distinct_advance", not_compact)
+    assert_identical(fast, smc_runs(model, TEXTS["rnng"], peek))
+
+
 def test_kglm_related_terms_of_the_related_particles_only(bundled, monkeypatch):
     """KGLM's sample_step and score_step with the parent and edge heads on the "related" particles only (the CPU's
     ``tensors.SELECT_ROWS_ON``), and on every particle (the accelerator path)."""

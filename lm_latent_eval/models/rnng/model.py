@@ -145,6 +145,11 @@ class RNNG(
         # logits of SHIFT (0) and REDUCE (1)
         self.action_head = nn.Linear(hidden_size, 2)
         self.word_head = nn.Linear(hidden_size, V)
+        # added to the word logits: row 1 where </s> is allowed (−inf at <s>), row 0 where not (−inf at <s>, </s>)
+        word_mask = torch.zeros(2, V)
+        word_mask[:, self.bos_id] = float("-inf")
+        word_mask[0, self.eos_id] = float("-inf")
+        self.register_buffer("word_mask", word_mask, persistent=False)
         if tie_weights:
             if dim != hidden_size:
                 raise ValueError(f"tie_weights needs dim == hidden_size, got {dim} and {hidden_size}")
@@ -310,13 +315,15 @@ class RNNG(
         rows = max(1, WORD_BLOCK // V)
         parts = []
         for s in range(0, N, rows):
-            logits = self.word_head(ctx[s : s + rows]).float()
-            masked = torch.zeros_like(logits, dtype=torch.bool)
-            masked[:, self.bos_id] = True
-            masked[:, self.eos_id] = ~eos_allowed[s : s + rows]
-            logits = logits.masked_fill(masked, float("-inf"))
+            # x + 0 = x and x − inf = −inf: masked_fill's numbers
+            logits = (
+                self.word_head(ctx[s : s + rows]).float()
+                + self.word_mask.float()[eos_allowed[s : s + rows].long()]
+            )
             lp = logits.gather(1, target[s : s + rows, None]).squeeze(1) - logits.logsumexp(-1)
             parts.append(lp.double())
+        if len(parts) == 1:
+            return parts[0]
         return torch.cat(parts) if parts else ctx.new_zeros(0, dtype=torch.float64)
 
     def extra_repr(self) -> str:

@@ -78,9 +78,8 @@ class RNNGParticles:
     peek: bool
     emb: torch.Tensor  # [W, D] word embeddings
     stacks: Stacks
-    # [K, 2W − 1]; the first ``num_actions`` of each row are drawn
-    actions: torch.Tensor
-    num_actions: torch.Tensor  # [K]
+    # [K, W + 1]: column t < W the REDUCEs drawn before word t, column W those that close the tree (0 until drawn)
+    reduces: torch.Tensor
     # peek: the CRF's tables
     crf: LeftToRightCRF | None
     # peek: [K, W] left edge of every stack element
@@ -88,6 +87,23 @@ class RNNGParticles:
     # peek: [K, W, W] log G of every stack element
     outside: torch.Tensor | None
     t: int = 0
+
+    @property
+    def num_actions(self) -> torch.Tensor:
+        """The actions drawn so far, per particle: [K]."""
+        return self.reduces.sum(1) + min(self.t, self.words.numel())
+
+    @property
+    def actions(self) -> torch.Tensor:
+        """The actions drawn so far as a tree's [K, 2W − 1] (SHIFT past ``num_actions``): r_0 REDUCEs, SHIFT,
+        r_1 REDUCEs, SHIFT, ..., then the closing REDUCEs."""
+        shifted = min(self.t, self.words.numel())
+        out = self.reduces.new_zeros(self.reduces.shape[0], num_actions(self.words.numel()))
+        cols = torch.arange(out.shape[1], device=out.device)
+        out.masked_fill_(cols < self.num_actions[:, None], REDUCE)
+        # word s is shifted after the s words and Σ_{u ≤ s} r_u REDUCEs before it
+        at = torch.cumsum(self.reduces[:, :shifted], 1) + cols[:shifted]
+        return out.scatter_(1, at, SHIFT)
 
 
 @torch.no_grad()
@@ -126,8 +142,7 @@ def plain_particles(
         outside = torch.full((K, W, W), float("-inf"), dtype=torch.float64, device=dev)
     return RNNGParticles(
         x, words, words.numel() < x.numel(), float(temperature), bool(peek), model.dropout(model.embedding(words)),
-        stacks, torch.zeros(K, num_actions(W), dtype=torch.long, device=dev),
-        torch.zeros(K, dtype=torch.long, device=dev), crf, left, outside,
+        stacks, torch.zeros(K, W + 1, dtype=torch.long, device=dev), crf, left, outside,
     )  # fmt: skip
 
 
@@ -139,9 +154,11 @@ def reduce_chain(model, stacks: Stacks, steps: int) -> ReduceChain:
     rows = torch.arange(K, device=stacks.size.device)
     # [K, L, H]
     top = stacks.state_h[rows, stacks.size]
-    right_h = stacks.elem_h[rows, (stacks.size - 1).clamp(min=0)]
-    right_c = stacks.elem_c[rows, (stacks.size - 1).clamp(min=0)]
     contexts, built_h, built_c, after_h, after_c = [top[:, L - 1]], [], [], [], []
+    if steps:
+        # the top element: the first REDUCE's right child
+        last = (stacks.size - 1).clamp(min=0)
+        right_h, right_c = stacks.elem_h[rows, last], stacks.elem_c[rows, last]
     for i in range(1, steps + 1):
         # the left child, where the constituent goes
         pos = (stacks.size - 1 - i).clamp(min=0)
@@ -162,12 +179,14 @@ def reduce_chain(model, stacks: Stacks, steps: int) -> ReduceChain:
         .masked_fill(impossible, float("-inf"))
         .log_softmax(-1)
     ).double()
-    stack = lambda parts, shape: torch.stack(parts, 1) if parts else context.new_zeros(K, 0, *shape)
-    D, H = model.dim, model.hidden_size
+    if steps:
+        built_h, built_c, after_h, after_c = (torch.stack(v, 1) for v in (built_h, built_c, after_h, after_c))
+    else:
+        built_h = built_c = context.new_zeros(K, 0, model.dim)
+        after_h = after_c = context.new_zeros(K, 0, L, model.hidden_size)
     return ReduceChain(
-        context, stack(built_h, (D,)), stack(built_c, (D,)), stack(after_h, (L, H)), stack(after_c, (L, H)),
-        action_lp[:, :steps, REDUCE], action_lp[:, :, SHIFT],
-    )  # fmt: skip
+        context, built_h, built_c, after_h, after_c, action_lp[:, :steps, REDUCE], action_lp[:, :, SHIFT]
+    )
 
 
 def _word_log_probs(model, state: RNNGParticles, context: torch.Tensor, size_before: torch.Tensor, t: int):
@@ -178,11 +197,10 @@ def _word_log_probs(model, state: RNNGParticles, context: torch.Tensor, size_bef
 
 
 def _apply(state: RNNGParticles, chain: ReduceChain, r: torch.Tensor) -> None:
-    """Make the r [K] REDUCEs of the chain part of every particle's stack (in place; ``_record`` records them)."""
-    st, rows = state.stacks, torch.arange(r.shape[0], device=r.device)
-    has = r >= 1
+    """Make the r [K] REDUCEs of the chain part of every particle's stack (in place; the caller records r in ``reduces``)."""
+    st, has = state.stacks, r >= 1
     if has.any():
-        k, i = rows[has], r[has] - 1
+        k, i = torch.arange(r.shape[0], device=r.device)[has], r[has] - 1
         # the left child's slot holds the constituent
         pos = st.size[has] - r[has] - 1
         st.elem_h[k, pos], st.elem_c[k, pos] = chain.elem_h[k, i], chain.elem_c[k, i]
@@ -190,17 +208,8 @@ def _apply(state: RNNGParticles, chain: ReduceChain, r: torch.Tensor) -> None:
         st.size = st.size - r
 
 
-def _record(state: RNNGParticles, r: torch.Tensor, shift: bool) -> None:
-    """Append r REDUCEs (and a SHIFT) to every particle's actions: REDUCE written over the entries not drawn yet,
-    which hold SHIFT (0) already."""
-    cols = torch.arange(state.actions.shape[1], device=r.device)
-    end = state.num_actions + r
-    state.actions.masked_fill_((cols >= state.num_actions[:, None]) & (cols < end[:, None]), REDUCE)
-    state.num_actions = end + shift
-
-
 def _shift(model, state: RNNGParticles, t: int) -> None:
-    """Push word t on every stack (in place; ``_record`` records it); with peeking also its outside vector G."""
+    """Push word t on every stack (in place); with peeking also its outside vector G."""
     st = state.stacks
     K = st.size.shape[0]
     rows = torch.arange(K, device=st.size.device)
@@ -229,7 +238,7 @@ def _close(model, state: RNNGParticles) -> tuple[torch.Tensor, torch.Tensor]:
     log_p = torch.where(keep, chain.reduce_lp, 0.0).sum(1)
     context = chain.context[torch.arange(r.shape[0], device=r.device), r]
     _apply(state, chain, r)
-    _record(state, r, shift=False)
+    state.reduces[:, -1] = r
     return log_p, context
 
 
@@ -279,7 +288,7 @@ def advance(
         log_p = log_p_all.gather(1, r[:, None]).squeeze(1)
     _apply(state, chain, r)
     _shift(model, state, t)
-    _record(state, r, shift=True)
+    state.reduces[:, t] = r
     # the last word: close the tree in the same step
     if t == W - 1 and not state.with_eos:
         log_p = log_p + _close(model, state)[0]
@@ -289,8 +298,11 @@ def advance(
 def _path_log_p(model, state, chain: ReduceChain, r: torch.Tensor, size_before: torch.Tensor, t: int):
     """log p of r REDUCEs, SHIFT and w_t along the chain: float64 [K]."""
     rows = torch.arange(r.shape[0], device=r.device)
-    keep = torch.arange(chain.reduce_lp.shape[1], device=r.device)[None] < r[:, None]
     word = _word_log_probs(model, state, chain.context[rows, r], size_before - r, t)
+    if not chain.reduce_lp.shape[1]:
+        # no REDUCE drawn (their sum would be 0 + ...)
+        return chain.shift_lp[:, 0] + word
+    keep = torch.arange(chain.reduce_lp.shape[1], device=r.device)[None] < r[:, None]
     return torch.where(keep, chain.reduce_lp, 0.0).sum(1) + chain.shift_lp[rows, r] + word
 
 
@@ -353,8 +365,11 @@ class DistinctHistories:
 
     state: RNNGParticles
     rows: torch.Tensor  # [K] into state's rows
+    # rows uses every row 0..H−1 of state, and state's rows past H are copies of row 0 (``_padded``): state is its own
+    # table of distinct histories (what distinct_advance returns; resampling can leave rows unused)
+    compact: bool = False
 
-    _PER_PARTICLE: ClassVar[tuple[str, ...]] = ("actions", "num_actions", "left", "outside")
+    _PER_PARTICLE: ClassVar[tuple[str, ...]] = ("reduces", "actions", "num_actions", "left", "outside")
 
     @classmethod
     def of(cls, state: RNNGParticles | DistinctHistories) -> DistinctHistories:
@@ -363,14 +378,13 @@ class DistinctHistories:
             return state
         if state.t == 0:
             # nothing drawn yet: one history
-            zeros = torch.zeros_like(state.num_actions)
+            zeros = torch.zeros_like(state.stacks.size)
             return cls(reorder_particles(state, zeros[:1]), zeros)
-        history = torch.cat([state.actions, state.num_actions[:, None]], 1)
-        _, inverse = torch.unique(history, dim=0, return_inverse=True)
+        _, inverse = torch.unique(state.reduces, dim=0, return_inverse=True)
         return cls(reorder_particles(state, _first_of_groups(inverse, int(inverse.max()) + 1)), inverse)
 
     def __getattr__(self, name: str):
-        if name.startswith("_") or name in ("state", "rows"):
+        if name.startswith("_") or name in ("state", "rows", "compact"):
             # copy and pickle look for hooks before the fields exist
             raise AttributeError(name)
         value = getattr(self.state, name)
@@ -384,7 +398,11 @@ class DistinctHistories:
 def _padded(index: torch.Tensor) -> torch.Tensor:
     """index [n] followed by copies of its first entry up to ``MIN_ROWS`` entries."""
     n = index.shape[0]
-    return index if n >= MIN_ROWS else torch.cat([index, index[:1].expand(MIN_ROWS - n)])
+    return index if n >= MIN_ROWS else index.index_select(0, _PADDING[n].to(index.device))
+
+
+# the positions of an n-entry index (1 ≤ n < MIN_ROWS) that ``_padded`` returns
+_PADDING = {n: torch.tensor([*range(n), *[0] * (MIN_ROWS - n)]) for n in range(1, MIN_ROWS)}
 
 
 def _first_of_groups(inverse: torch.Tensor, num_groups: int) -> torch.Tensor:
@@ -401,34 +419,48 @@ def distinct_advance(model, particles: DistinctHistories, t: int, u: torch.Tenso
     """``advance`` computed once per distinct history: q_τ(r_t | ·) for each of the H histories the particles hold,
     r_t ~ its history's row with each particle's own uniform u [K], then the REDUCEs, SHIFT and scores once per
     distinct (history, r_t) pair, which become the new histories. The same numbers as ``advance(model, state, t, u)``
-    on the K particles (products run on ≥ ``MIN_ROWS`` rows); returns (DistinctHistories, log p [K], log q_τ [K])."""
-    used, inverse = torch.unique(particles.rows, return_inverse=True)
+    on the K particles (products run on ≥ ``MIN_ROWS`` rows; log_softmax and the cumulative sum work row by row; the
+    exponentials of q_τ are taken on H rows, not K, and a vectorised exp may round the last entries of a batch
+    differently, which would move a draw only for a u within that last bit of a boundary); returns
+    (DistinctHistories, log p [K], log q_τ [K])."""
     state = particles.state
     if t == state.words.numel():
         # nothing drawn: the end of the sentence
+        used, inverse = torch.unique(particles.rows, return_inverse=True)
         sub, log_p, log_q = advance(model, reorder_particles(state, _padded(used)), t, None)
         return DistinctHistories(sub, inverse), log_p.index_select(0, inverse), log_q.index_select(0, inverse)
-    logits = proposal_logits(model, state, t, _padded(used))
-    r, log_q = _draw(logits.index_select(0, inverse), u, None)
+    if particles.compact:
+        # state's rows are the histories already
+        inverse, histories = particles.rows, None
+    else:
+        used, inverse = torch.unique(particles.rows, return_inverse=True)
+        histories = _padded(used)
+    logits = proposal_logits(model, state, t, histories)
+    # q_τ once per history; each particle draws from its history's cumulative row with its own uniform
+    log_q_rows = torch.log_softmax(logits, -1)
+    r = inverse_cdf(None, u, cumulative=log_q_rows.exp().cumsum(-1).index_select(0, inverse))
     # the distinct (history, r) pairs: the particles' histories after step t
-    _, pair = torch.unique(inverse * logits.shape[1] + r, return_inverse=True)
+    code = inverse * logits.shape[1] + r
+    log_q = log_q_rows.view(-1).index_select(0, code)
+    _, pair = torch.unique(code, return_inverse=True)
     first = _padded(_first_of_groups(pair, int(pair.max()) + 1))
     sub = reorder_particles(state, particles.rows.index_select(0, first))
     known = logits.index_select(0, inverse.index_select(0, first)) if state.peek and t > 0 else None
     sub, log_p, _ = advance(model, sub, t, None, forced=r.index_select(0, first), logits=known)
-    return DistinctHistories(sub, pair), log_p.index_select(0, pair), log_q
+    return DistinctHistories(sub, pair, compact=True), log_p.index_select(0, pair), log_q
 
 
-def proposal_logits(model, state: RNNGParticles, t: int, rows: torch.Tensor) -> torch.Tensor:
-    """The logits that step t < T_w draws r_t from for the particles ``rows`` [n] of state, [n, R] (``advance``: the
-    CRF's left-to-right conditional when peeking after the first word, which reads only their stack sizes, left
-    edges and outside vectors; else log p(REDUCE^r SHIFT w_t | ·) / τ)."""
+def proposal_logits(model, state: RNNGParticles, t: int, rows: torch.Tensor | None) -> torch.Tensor:
+    """The logits that step t < T_w draws r_t from for the particles ``rows`` [n] of state (None: all), [n, R]
+    (``advance``: the CRF's left-to-right conditional when peeking after the first word, which reads only their stack
+    sizes, left edges and outside vectors; else log p(REDUCE^r SHIFT w_t | ·) / τ)."""
     if state.peek and t > 0:
         left, outside, size = (
-            v.index_select(0, rows) for v in (state.left, state.outside, state.stacks.size)
+            v if rows is None else v.index_select(0, rows)
+            for v in (state.left, state.outside, state.stacks.size)
         )
         return state.crf.reduce_logits(t, left, outside, size)
-    sub = reorder_particles(state, rows)
+    sub = state if rows is None else reorder_particles(state, rows)
     chain = reduce_chain(model, sub.stacks, max(int(sub.stacks.size.max()) - 1, 0))
     return _candidate_log_p(model, sub, chain, sub.stacks.size.clone(), t) / state.temperature
 
@@ -442,10 +474,10 @@ def reorder_particles(state: RNNGParticles | DistinctHistories, ancestors: torch
     pick = lambda v: None if v is None else v.index_select(0, a)
     return RNNGParticles(
         state.x, state.words, state.with_eos, state.temperature, state.peek, state.emb, state.stacks.select(a),
-        pick(state.actions), pick(state.num_actions), state.crf, pick(state.left), pick(state.outside), state.t,
+        pick(state.reduces), state.crf, pick(state.left), pick(state.outside), state.t,
     )  # fmt: skip
 
 
 def particle_latents(state: RNNGParticles | DistinctHistories) -> torch.Tensor:
     """The actions drawn so far, [K, 2W − 1] (not yet drawn: SHIFT); ``log_joint``'s trees once every step is done."""
-    return state.actions.clone()
+    return state.actions
