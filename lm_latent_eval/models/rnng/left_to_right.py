@@ -89,10 +89,9 @@ class LeftToRightCRF:
     ) -> torch.Tensor:
         """Unnormalized log q_τ(r | x, z_<t) for r = 0..S−1 before word t ≥ 1: [K, S] (−inf for r ≥ size), from the
         left edges [K, S] and log G [K, S, T] of the stack elements and the stack sizes [K]."""
-        K, S = left.shape
-        rows = torch.arange(K, device=left.device)
+        S = left.shape[1]
         # R_j = log Σ_{b ≥ t} exp(S(l_j, b)) β(t, b) G_j(b), for every element j
-        close = torch.logsumexp(self.scores[left][..., t:] + self.log_beta[t, t:] + outside[..., t:], -1)
+        close = torch.logsumexp(self.scores[:, t:][left] + self.log_beta[t, t:] + outside[..., t:], -1)
         r = torch.arange(S, device=left.device)
         # [K, S]: the element whose constituent stays open
         j = (size[:, None] - 1 - r).clamp(min=0)
@@ -100,5 +99,5 @@ class LeftToRightCRF:
         reduce_score = self.scores[left, t - 1].gather(1, j)
         reduce_score = torch.where(r == 0, 0.0, reduce_score)
         cumulative = torch.cumsum(reduce_score, 1)
-        logits = cumulative + close[rows[:, None], j]
+        logits = cumulative + close.gather(1, j)
         return logits.masked_fill(r >= size[:, None], float("-inf"))
