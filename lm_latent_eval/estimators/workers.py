@@ -85,9 +85,12 @@ def _start_worker(threads: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _estimate_inherited(text: str, settings: EstimatorSettings, stage: int) -> DocumentEstimate:
+def _estimate_inherited(
+    text: str, settings: EstimatorSettings, stage: int, diagnostics: bool
+) -> DocumentEstimate:
+    """A forked worker's estimate, with the model and device it inherited."""
     model, device = _INHERITED["model"], _INHERITED["device"]
-    return estimate_document(model, text, settings, device=device, stage=stage)
+    return estimate_document(model, text, settings, device=device, diagnostics=diagnostics, stage=stage)
 
 
 class DocumentWorkers:
@@ -146,7 +149,12 @@ class DocumentWorkers:
         _INHERITED.clear()
 
     def estimate(
-        self, jobs: Sequence[tuple[str, EstimatorSettings]], stage: int, desc: str, progress: bool
+        self,
+        jobs: Sequence[tuple[str, EstimatorSettings]],
+        stage: int,
+        desc: str,
+        progress: bool,
+        diagnostics: bool = False,
     ) -> Iterator[tuple[str, DocumentEstimate]]:
         """(text, estimate) of every job (text, its settings) at ``stage``, in the order they finish.
 
@@ -160,6 +168,8 @@ class DocumentWorkers:
             The progress bar's label.
         progress : bool
             Show a progress bar.
+        diagnostics : bool
+            Under IS, also compute ``ISDiagnostics`` (``estimate_document``).
 
         Returns
         -------
@@ -169,11 +179,23 @@ class DocumentWorkers:
         try:
             if self._pool is None:
                 for text, settings in jobs:
-                    yield text, estimate_document(self.model, text, settings, device=self.device, stage=stage)
+                    yield (
+                        text,
+                        estimate_document(
+                            self.model,
+                            text,
+                            settings,
+                            device=self.device,
+                            diagnostics=diagnostics,
+                            stage=stage,
+                        ),
+                    )
                     bar.update(1)
                 return
             largest_first = sorted(jobs, key=lambda job: -job[1].num_samples * max(len(job[0]), 1))
-            pending = {self._pool.submit(_estimate_inherited, t, s, stage): t for t, s in largest_first}
+            pending = {
+                self._pool.submit(_estimate_inherited, t, s, stage, diagnostics): t for t, s in largest_first
+            }
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:

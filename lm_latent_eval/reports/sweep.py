@@ -7,9 +7,11 @@ from __future__ import annotations
 import argparse
 import math
 import textwrap
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import torch
 from tqdm.auto import tqdm
 
 from ..documents import read_texts
@@ -19,7 +21,9 @@ from ..estimators.corpus import corpus_estimate, pareto_k_shares
 from ..estimators.diagnostics import corpus_convergence_curve, pareto_k_threshold
 from ..estimators.registry import resolve
 from ..estimators.settings import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS
+from ..estimators.workers import DocumentWorkers
 from ..harness.provenance import package_path
+from ..harness.threads import choose_workers
 from ..models import load_model
 from ..models.rnng.treebank import read_sentences
 from ..paths import DATA_DIR
@@ -76,9 +80,11 @@ def run_sweep(
     smc: bool | None = None,
     resample_threshold: float = DEFAULT_RESAMPLE_THRESHOLD,
     smc_runs: int = DEFAULT_SMC_RUNS,
+    workers: int = 1,
 ) -> dict:
     """Every row of Table 1 (IS, and SMC when ``smc``: default whenever the model is stepwise) and Table 2 plus
-    convergence curves, as a JSON-ready dict."""
+    convergence curves, as a JSON-ready dict; each setting's documents estimated in ``workers`` processes
+    (``estimators.workers``: the same numbers as one process)."""
     smc = has_stepwise(model) if smc is None else smc
     settings = [(peek, t) for peek in peek_modes for t in temperatures]
     # a bad K, τ or SMC option: one error before any work
@@ -92,72 +98,31 @@ def run_sweep(
     exact = exact_estimates(model, documents, device)
     bar.update(len(documents))
     num_tokens = None
-    rows, log_weights_by_setting = [], {}
-    for peek, temperature in settings:
-        s = EstimatorSettings("is", num_samples, temperature, peek, seed=seed, batch_size=batch_size)
-        estimates = []
-        for doc in documents:
-            estimates.append(estimate_document(model, doc, s, device, diagnostics=True))
-            bar.update(1)
-        num_tokens = sum(e.num_tokens for e in estimates)
-        if num_tokens == 0:
-            raise InputError("every document is empty: perplexity is undefined")
-        lws = [e.log_weights for e in estimates]
-        curve = corpus_convergence_curve(lws, [e.num_tokens for e in estimates])
-        ks, inst_curve, corp_curve = (
-            curve["num_samples"],
-            curve["instance_perplexity"],
-            curve["corpus_perplexity"],
-        )
-        corpus = corpus_estimate(estimates)
-        above, _, _ = pareto_k_shares(estimates)
-        rows.append(
-            {
-                "peek": peek,
-                "temperature": temperature,
-                "num_samples": num_samples,
-                "corpus_ppl": corp_curve[-1],
-                "instance_ppl": inst_curve[-1],
-                "perplexity": corpus.perplexity,
-                "perplexity_interval": list(corpus.perplexity_interval),
-                "monte_carlo_stderr": corpus.monte_carlo_stderr,
-                "perplexity_upper_bound": corpus.perplexity_upper_bound,
-                "num_pareto_k_above_threshold": above,
-                "mean_ess": float(np.mean([e.diagnostics.ess for e in estimates if e.diagnostics])),
-                "pareto_k": [e.diagnostics.pareto_k if e.diagnostics else float("nan") for e in estimates],
-                "convergence_k": ks,
-                "convergence_instance_ppl": inst_curve,
-                "convergence_corpus_ppl": corp_curve,
-            }
-        )
-        log_weights_by_setting[f"{'peek' if peek else 'nopeek'}_t{temperature}"] = lws
-    smc_rows = []
-    for peek, temperature in settings if smc else ():
-        s = EstimatorSettings(
-            "smc",
-            num_samples,
-            temperature,
-            peek,
-            seed=seed,
-            batch_size=batch_size,
-            resample_threshold=resample_threshold,
-            smc_runs=smc_runs,
-        )
-        estimates = []
-        for doc in documents:
-            estimates.append(estimate_document(model, doc, s, device))
-            bar.update(1)
-        smc_rows.append(smc_row(estimates, s))
-    beam_rows = []
-    for k in beam_sizes:
-        s = EstimatorSettings("beam", beam_size=k)
-        total_ll = 0.0
-        for doc in documents:
-            total_ll += estimate_document(model, doc, s, device).log_likelihood
-            bar.update(1)
-        beam_rows.append(
-            {"beam_size": k, "log_likelihood": total_ll, "ppl_upper_bound": math.exp(-total_ll / num_tokens)}
-        )
+    rows, smc_rows, beam_rows = [], [], []
+    with DocumentWorkers(model, device, workers) as pool:
+        for peek, temperature in settings:
+            s = EstimatorSettings("is", num_samples, temperature, peek, seed=seed, batch_size=batch_size)
+            estimates = _estimates(pool, documents, s, bar, diagnostics=True)
+            num_tokens = sum(e.num_tokens for e in estimates)
+            if num_tokens == 0:
+                raise InputError("every document is empty: perplexity is undefined")
+            rows.append(is_row(estimates, peek, temperature, num_samples))
+        for peek, temperature in settings if smc else ():
+            s = EstimatorSettings("smc", num_samples, temperature, peek, seed=seed, batch_size=batch_size,
+                                  resample_threshold=resample_threshold, smc_runs=smc_runs)  # fmt: skip
+            smc_rows.append(smc_row(_estimates(pool, documents, s, bar), s))
+        for k in beam_sizes:
+            # summed in the documents' order
+            total_ll = 0.0
+            for e in _estimates(pool, documents, EstimatorSettings("beam", beam_size=k), bar):
+                total_ll += e.log_likelihood
+            beam_rows.append(
+                {
+                    "beam_size": k,
+                    "log_likelihood": total_ll,
+                    "ppl_upper_bound": math.exp(-total_ll / num_tokens),
+                }
+            )
     bar.close()
     result = {"num_documents": len(documents), "num_tokens": num_tokens, "is": rows, "beam": beam_rows}
     if smc:
@@ -166,6 +131,45 @@ def run_sweep(
         result["exact_ppl"] = math.exp(-sum(e.log_likelihood for e in exact) / num_tokens)
         result["exact_source"] = "the model's log_marginal"
     return result
+
+
+def _estimates(
+    pool: DocumentWorkers, documents: list[str], settings: EstimatorSettings, bar, diagnostics=False
+):
+    """Every document's estimate under ``settings`` (estimated by ``pool``), in the documents' order; a repeated
+    text is estimated once (its random streams are seeded by its text: the same estimate)."""
+    times = Counter(documents)
+    found = {}
+    for text, estimate in pool.estimate([(t, settings) for t in times], 0, "", False, diagnostics):
+        found[text] = estimate
+        bar.update(times[text])
+    return [found[d] for d in documents]
+
+
+def is_row(estimates, peek: bool, temperature: float, num_samples: int) -> dict:
+    """One IS row of Table 1: corpus and instance perplexity at K and along K, the statement, Pareto k̂ and ESS."""
+    lws = [e.log_weights for e in estimates]
+    curve = corpus_convergence_curve(lws, [e.num_tokens for e in estimates])
+    corp_curve = curve["corpus_perplexity"]
+    corpus = corpus_estimate(estimates)
+    above, _, _ = pareto_k_shares(estimates)
+    return {
+        "peek": peek,
+        "temperature": temperature,
+        "num_samples": num_samples,
+        "corpus_ppl": corp_curve[-1],
+        "instance_ppl": curve["instance_perplexity"][-1],
+        "perplexity": corpus.perplexity,
+        "perplexity_interval": list(corpus.perplexity_interval),
+        "monte_carlo_stderr": corpus.monte_carlo_stderr,
+        "perplexity_upper_bound": corpus.perplexity_upper_bound,
+        "num_pareto_k_above_threshold": above,
+        "mean_ess": float(np.mean([e.diagnostics.ess for e in estimates if e.diagnostics])),
+        "pareto_k": [e.diagnostics.pareto_k if e.diagnostics else float("nan") for e in estimates],
+        "convergence_k": curve["num_samples"],
+        "convergence_instance_ppl": curve["instance_perplexity"],
+        "convergence_corpus_ppl": corp_curve,
+    }
 
 
 def smc_row(estimates, settings: EstimatorSettings) -> dict:
@@ -425,6 +429,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--smc-runs", type=int, default=DEFAULT_SMC_RUNS, help="independent SMC runs per document"
     )
     parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes that estimate a setting's documents side by side on the CPU (default: one per torch "
+        "thread); the numbers do not depend on it",
+    )
+    parser.add_argument(
         "--exact-ppl",
         type=float,
         default=None,
@@ -434,6 +445,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.workers is not None and args.workers < 1:
+        raise InputError(f"--workers must be a positive integer, got {args.workers}")
     model, _ = load_model(args.model, args.pretrained, device=args.device)
     data = args.data or DATA_DIR / DEFAULT_DATA.get(args.model, "corpus/tiny_test.jsonl")
     peek_modes = {"both": (True, False), "peek": (True,), "no-peek": (False,)}[args.peek]
@@ -462,13 +475,16 @@ def run(args: argparse.Namespace) -> int:
         smc=args.smc,
         resample_threshold=args.resample_threshold,
         smc_runs=args.smc_runs,
+        workers=choose_workers(args.workers, torch.device(args.device))[0],
     )
     if args.exact_ppl is not None and "exact_ppl" not in result:
         result["exact_ppl"], result["exact_source"] = args.exact_ppl, "given by --exact-ppl"
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     # bundled files as lm_latent_eval/data/...: no machine's path
-    result["config"] = {k: v for k, v in vars(args).items() if k != "func"} | {"data": package_path(data)}
+    # what the numbers depend on (not the processes that computed them)
+    options = {k: v for k, v in vars(args).items() if k not in ("func", "workers")}
+    result["config"] = options | {"data": package_path(data)}
     write_json(out / "sweep.json", result)
     tables = f"Table 1 (IS perplexity)\n\n{table1_markdown(result)}\n\n"
     if result.get("smc"):

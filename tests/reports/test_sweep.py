@@ -108,6 +108,26 @@ def test_cli_without_smc_rows(tmp_path):
     assert "smc" not in json.loads((out / "sweep.json").read_text())
 
 
+def test_documents_side_by_side_give_the_same_sweep(sweep_result):
+    """``workers`` = 2 (each setting's documents in two forked processes, a repeated text estimated once): the sweep
+    of one process, every figure equal."""
+    model, _ = load_model("hmm")
+    docs = read_documents(DATA_DIR / "corpus" / "tiny_test.jsonl")[:4]
+    side_by_side = run_sweep(model, docs, temperatures=(1.0, 2.0), beam_sizes=(1, 4, 16), num_samples=32,
+                             progress=False, workers=2)  # fmt: skip
+    assert json.dumps(side_by_side, sort_keys=True) == json.dumps(sweep_result, sort_keys=True)
+    repeated = run_sweep(model, docs[:2] + docs[:1], temperatures=(1.0,), peek_modes=(True,), beam_sizes=(1,),
+                         num_samples=8, progress=False, workers=2)  # fmt: skip
+    alone = run_sweep(model, docs[:2] + docs[:1], temperatures=(1.0,), peek_modes=(True,), beam_sizes=(1,),
+                      num_samples=8, progress=False)  # fmt: skip
+    assert repeated["num_documents"] == 3 and json.dumps(repeated) == json.dumps(alone)
+
+
+def test_cli_rejects_a_worker_count_below_one(tmp_path, capsys):
+    assert main(["sweep", "--workers", "0", "--output", str(tmp_path / "out")]) != 0
+    assert "--workers must be a positive integer, got 0" in capsys.readouterr().err
+
+
 def _synthetic_sweep(finals: dict[float, tuple[float, float]], exact: float | None) -> dict:
     """A sweep result whose peeking IS curves (K = 1..64) fall to the given (instance, corpus) finals."""
     ks = [1, 2, 4, 8, 16, 32, 64]
