@@ -179,17 +179,10 @@ class DocumentWorkers:
         try:
             if self._pool is None:
                 for text, settings in jobs:
-                    yield (
-                        text,
-                        estimate_document(
-                            self.model,
-                            text,
-                            settings,
-                            device=self.device,
-                            diagnostics=diagnostics,
-                            stage=stage,
-                        ),
+                    estimate = estimate_document(
+                        self.model, text, settings, device=self.device, diagnostics=diagnostics, stage=stage
                     )
+                    yield text, estimate
                     bar.update(1)
                 return
             largest_first = sorted(jobs, key=lambda job: -job[1].num_samples * max(len(job[0]), 1))
