@@ -76,8 +76,16 @@ def row_keys(rows: torch.Tensor) -> torch.Tensor:
     return (rows.long() * _row_codes(rows.shape[1]).to(rows.device)).sum(1)
 
 
-def _first_of_each(inverse: torch.Tensor, num_groups: int, K: int) -> torch.Tensor:
-    """Index of the first of the K rows in each of ``num_groups`` groups (row k in group inverse[k]): [num_groups]."""
+def first_of_each(inverse: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """The first member of each group: for group ids inverse [K] (values 0..num_groups − 1, each taken), the
+    smallest k of each group, [num_groups].
+
+    Examples
+    --------
+    >>> first_of_each(torch.tensor([1, 0, 1, 2, 0]), 3).tolist()
+    [1, 0, 3]
+    """
+    K = inverse.shape[0]
     order = torch.arange(K, device=inverse.device)
     return torch.full((num_groups,), K, device=inverse.device).scatter_reduce(0, inverse, order, "amin")
 
@@ -93,11 +101,11 @@ def distinct_rows(rows: torch.Tensor, min_rows: int = 1) -> tuple[torch.Tensor, 
     if K == 0:
         return rows, torch.zeros(0, dtype=torch.long, device=dev)
     keys, inverse = torch.unique(row_keys(rows), return_inverse=True)
-    first = _first_of_each(inverse, keys.shape[0], K)
+    first = first_of_each(inverse, keys.shape[0])
     # a hash collision
     if not torch.equal(rows[first][inverse], rows):
         _, inverse = torch.unique(rows, dim=0, return_inverse=True)
-        first = _first_of_each(inverse, int(inverse.max()) + 1, K)
+        first = first_of_each(inverse, int(inverse.max()) + 1)
     order = first.argsort()
     rank = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=dev))
     distinct = rows[first[order]]

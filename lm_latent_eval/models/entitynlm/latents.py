@@ -92,8 +92,7 @@ class EntityMemory:
 class MemoryWrite:
     """What z_t = (R_t, E_t) changes in an entity memory besides the embeddings: the entity slots [K] and the entity
     count after x_t [K], and, for ``EntityHeads.update``'s rows path, the particles mentioning an entity [m] with their
-    rows of the [K·M, D] table (found on first use). The same for every memory that has followed the same z (p's and
-    q's in SMC), so one record serves both."""
+    rows of the [K·M, D] table (found on first use)."""
 
     slot: torch.Tensor
     count: torch.Tensor
@@ -114,21 +113,6 @@ class MemoryWrite:
             rows = self.active.nonzero().squeeze(1)
             self._mentions = rows, self.offsets.index_select(0, rows) + self.slot.index_select(0, rows)
         return self._mentions
-
-
-@dataclass
-class DrawnStep:
-    """What ``draw_step`` found while drawing z_t on the CPU, for scoring the same z_t under p (``score_step``): the
-    particles at a decision [K], those starting a mention [n] with their entity slots and lengths − 1 [n], what the
-    entity head read of the memory's bookkeeping for them, and the memory write of z_t."""
-
-    decide: torch.Tensor
-    at: torch.Tensor
-    entity: torch.Tensor
-    length: torch.Tensor
-    # EntityHeads.entity_choice of the starting particles
-    choice: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-    write: MemoryWrite
 
 
 def rows_apart(num_rows: int, row: torch.Tensor) -> bool:
@@ -245,18 +229,16 @@ class EntityHeads(nn.Module):
         t: int,
         temperature: float = 1.0,
         rows: torch.Tensor | None = None,
-        choice: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """log p(E = e | R = 1, h) over the M slots for h [K|1, D]: [K, M] (−inf for slots beyond the new one);
-        with ``rows`` [n], of those particles only: [n, M] (the same numbers). ``choice``: ``entity_choice`` of the
-        same particles when the caller has it."""
+        with ``rows`` [n], of those particles only: [n, M] (the same numbers)."""
         # [K|1, D]
         query = self.entity_bilinear(h)
         embeddings = memory.embeddings
         if rows is not None:
             embeddings = embeddings.index_select(0, rows)
             query = query if query.shape[0] == 1 else query.index_select(0, rows)
-        existing, beyond, distance = choice if choice is not None else self.entity_choice(memory, t, rows)
+        existing, beyond, distance = self.entity_choice(memory, t, rows)
         # [K, M]
         scores = (embeddings * query.unsqueeze(-2)).sum(-1).float()
         scores = scores + torch.where(existing, self.distance_weight.float() * distance, 0.0)
@@ -306,25 +288,25 @@ class EntityHeads(nn.Module):
         h: torch.Tensor,
         t: int,
         inplace: bool = False,
-        write: MemoryWrite | None = None,
     ) -> EntityMemory:
         """Memory after x_t: entity [K] (where ``active`` [K]) is moved toward h_t [K|1, D] (eqs. 7-8).
 
         ``inplace`` writes the moved rows into ``memory``'s own tensors (O(K·D), no grad; the caller owns them)
         instead of building a new [K, M, D] table; both give the same numbers. On the CPU it moves only the active
-        rows where ``rows_apart`` holds (else all K, writing the inactive ones back unchanged). ``write``: the
-        ``MemoryWrite`` of (entity, active) when the caller has it (another memory of the same z)."""
+        rows where ``rows_apart`` holds (else all K, writing the inactive ones back unchanged)."""
         K, M, D = memory.embeddings.shape
-        if write is None or write.num_slots != M:
-            write = MemoryWrite.of(memory, entity, active)
+        write = MemoryWrite.of(memory, entity, active)
         slot, count = write.slot, write.count
         # the active rows only (same numbers)
         if inplace and rows_apart(K, h) and selects_rows(active.device):
             rows, flat = write.mentions()
-            table = memory.embeddings.view(K * M, D)
-            h = h if h.shape[0] == 1 else h.index_select(0, rows)
-            table.index_copy_(0, flat, self.moved(table.index_select(0, flat), h, rows, K).to(table.dtype))
-            memory.last_seen.view(-1).index_fill_(0, flat, t)
+            if rows.numel():
+                table = memory.embeddings.view(K * M, D)
+                h = h if h.shape[0] == 1 else h.index_select(0, rows)
+                table.index_copy_(
+                    0, flat, self.moved(table.index_select(0, flat), h, rows, K).to(table.dtype)
+                )
+                memory.last_seen.view(-1).index_fill_(0, flat, t)
             return replace(memory, count=count)
         # [K, D]
         e = memory.row(slot)
@@ -371,7 +353,6 @@ def score_step(
     ell: torch.Tensor,
     temperature: float = 1.0,
     real: torch.Tensor | None = None,
-    drawn: DrawnStep | None = None,
 ) -> tuple[EntityMemory, torch.Tensor, torch.Tensor]:
     """One token of ``score_latents``: (memory after x_t, log factor of z_t float64 [K] (0 inside a mention),
     entity embedding of z_t before its update [K, D]); whether z_t is allowed at all is ``on_support``'s job.
@@ -379,43 +360,38 @@ def score_step(
     type_lp: log q_τ(R_t | h) [K|1, 2]; h, h_next: labelling state and h_t [K|1, D]; r, e, ell: z_t [K];
     real: [K] real tokens (padding adds nothing and changes nothing). No host synchronisation off the CPU; on the
     CPU only the particles starting a mention go through the entity and length heads (the same numbers, as in
-    ``draw_step``). Without grad the memory is updated in place. ``drawn``: ``draw_step``'s record of this z_t
-    (SMC scoring q's draw under p; ``real`` None), whose decisions, starting particles and memory write it reuses."""
+    ``draw_step``). Without grad the memory is updated in place."""
     K = r.shape[0]
     M, Lmax = heads.max_entities, heads.max_mention_length
-    if drawn is not None and drawn.write.num_slots == M:
-        decide, mention, slot, write = drawn.decide, drawn.write.active, drawn.write.slot, drawn.write
-    else:
-        decide, mention, drawn, write = memory.prev_length == 1, r == 1, None, None
-        if real is not None:
-            decide, mention = decide & real, mention & real
-        slot = e.clamp(0, M - 1)
+    decide, mention = memory.prev_length == 1, r == 1
+    if real is not None:
+        decide, mention = decide & real, mention & real
+    slot = e.clamp(0, M - 1)
     entity_emb = memory.row(slot)
     step = type_lp.expand(K, 2).gather(1, r.clamp(0, 1).unsqueeze(1)).squeeze(1)
     if selects_rows(r.device):
         # the particles starting a mention only, with the numbers of the all-rows products (as draw_step)
-        if drawn is None:
-            at = (decide & mention).nonzero().squeeze(1)
-            slot_at = slot.index_select(0, at)
-            length_at = (ell - 1).clamp(0, Lmax - 1).index_select(0, at)
-            choice = None
-        else:
-            at, slot_at, length_at, choice = drawn.at, drawn.entity, drawn.length, drawn.choice
-        ent = heads.entity_log_probs(h, memory, t, temperature, at, choice)
-        ent = ent.gather(1, slot_at.unsqueeze(1)).squeeze(1)
-        if rows_apart(K, h):
-            lp_len = heads.length_log_probs(h, padded(memory.row(slot_at, at)), temperature)[: at.shape[0]]
-        else:
-            lp_len = heads.length_log_probs(h, entity_emb, temperature, at)
-        length = lp_len.gather(1, length_at.unsqueeze(1)).squeeze(1)
-        step = step + step.new_zeros(K).index_copy_(0, at, ent + length)
+        at = (decide & mention).nonzero().squeeze(1)
+        slot_at = slot.index_select(0, at)
+        length_at = (ell - 1).clamp(0, Lmax - 1).index_select(0, at)
+        if at.numel():
+            ent = heads.entity_log_probs(h, memory, t, temperature, at)
+            ent = ent.gather(1, slot_at.unsqueeze(1)).squeeze(1)
+            if rows_apart(K, h):
+                lp_len = heads.length_log_probs(h, padded(memory.row(slot_at, at)), temperature)[
+                    : at.shape[0]
+                ]
+            else:
+                lp_len = heads.length_log_probs(h, entity_emb, temperature, at)
+            length = lp_len.gather(1, length_at.unsqueeze(1)).squeeze(1)
+            step = step + step.new_zeros(K).index_copy_(0, at, ent + length)
     else:
         length_index = (ell - 1).clamp(0, Lmax - 1).unsqueeze(1)
         ent = heads.entity_log_probs(h, memory, t, temperature).gather(1, slot.unsqueeze(1)).squeeze(1)
         length = heads.length_log_probs(h, entity_emb, temperature).gather(1, length_index)
         step = step + torch.where(decide & mention, ent + length.squeeze(1), 0.0)
     step = torch.where(decide, step, 0.0).double()
-    memory = heads.update(memory, e, mention, h_next, t, inplace=not torch.is_grad_enabled(), write=write)
+    memory = heads.update(memory, e, mention, h_next, t, inplace=not torch.is_grad_enabled())
     if real is None:
         return replace(memory, prev_entity=e, prev_length=ell), step, entity_emb
     memory = replace(
@@ -597,9 +573,9 @@ def draw_step(
     t: int,
     temperature: float,
     generator: torch.Generator | None,
-) -> tuple[EntityMemory, tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor, DrawnStep | None]:
+) -> tuple[EntityMemory, tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
     """z_t ~ q_τ(z_t | ·) for K particles: (memory after x_t, (R_t, E_t, L_t) each [K], log q_τ(z_t | ·)
-    float64 [K], and on the CPU the ``DrawnStep`` record of the draw for ``score_step``, None on an accelerator).
+    float64 [K]).
 
     One uniform draw [K, 3] per token (inverse CDF for type, entity and length; the entity and length draws count
     only where a mention starts). type_lp: [1, 2]; h, h_next: [1, D]. The memory is updated in place. On an
@@ -609,15 +585,14 @@ def draw_step(
     u = torch.rand((K, 3), generator=generator, device=memory.embeddings.device, dtype=torch.float64)
     decide = memory.prev_length == 1
     if not selects_rows(decide.device):
-        return (*_sample_step_all_rows(heads, memory, type_lp, h, h_next, t, temperature, u, decide), None)
+        return _sample_step_all_rows(heads, memory, type_lp, h, h_next, t, temperature, u, decide)
     r = torch.where(decide, inverse_cdf(type_lp[0].double().exp(), u[:, 0]), 1)
     step = torch.where(decide, type_lp[0].index_select(0, r), 0.0).double()
     # the particles starting a mention
     mention = r == 1
     at = (decide & mention).nonzero().squeeze(1)
     u_at = u.index_select(0, at)
-    choice = heads.entity_choice(memory, t, at)
-    lp_ent = heads.entity_log_probs(h, memory, t, temperature, at, choice)
+    lp_ent = heads.entity_log_probs(h, memory, t, temperature, at)
     e_at = inverse_cdf(lp_ent.double().exp(), u_at[:, 1])
     e = torch.where(decide, -1, memory.prev_entity).index_copy_(0, at, e_at)
     # the product on the starting rows only gives each the numbers of the all-rows product
@@ -629,10 +604,8 @@ def draw_step(
     ell = torch.where(decide, 1, memory.prev_length - 1).index_copy_(0, at, l_at + 1)
     picked = lp_ent.gather(1, e_at.unsqueeze(1)).squeeze(1) + lp_len.gather(1, l_at.unsqueeze(1)).squeeze(1)
     step = step.index_add_(0, at, picked.double())
-    write = MemoryWrite.of(memory, e, mention)
-    memory = heads.update(memory, e, mention, h_next, t, inplace=True, write=write)
-    drawn = DrawnStep(decide, at, e_at, l_at, choice, write)
-    return replace(memory, prev_entity=e, prev_length=ell), (r, e, ell), step, drawn
+    memory = heads.update(memory, e, mention, h_next, t, inplace=True)
+    return replace(memory, prev_entity=e, prev_length=ell), (r, e, ell), step
 
 
 def _sample_step_all_rows(
@@ -684,7 +657,7 @@ def sample_latents(
     # [T, 2]
     type_lp = heads.type_log_probs(h_label[0], temperature)
     for t in range(T):
-        memory, zt, step, _ = draw_step(
+        memory, zt, step = draw_step(
             heads, memory, type_lp[t : t + 1], h_label[:, t], h_update[:, t], t, temperature, generator
         )
         log_q += step

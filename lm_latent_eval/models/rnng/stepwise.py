@@ -30,7 +30,7 @@ from typing import ClassVar
 
 import torch
 
-from ...tensors import inverse_cdf
+from ...tensors import first_of_each, inverse_cdf
 from .latents import REDUCE, SHIFT, num_actions
 from .left_to_right import LeftToRightCRF
 
@@ -381,7 +381,7 @@ class DistinctHistories:
             zeros = torch.zeros_like(state.stacks.size)
             return cls(reorder_particles(state, zeros[:1]), zeros)
         _, inverse = torch.unique(state.reduces, dim=0, return_inverse=True)
-        return cls(reorder_particles(state, _first_of_groups(inverse, int(inverse.max()) + 1)), inverse)
+        return cls(reorder_particles(state, first_of_each(inverse, int(inverse.max()) + 1)), inverse)
 
     def __getattr__(self, name: str):
         if name.startswith("_") or name in ("state", "rows", "compact"):
@@ -403,15 +403,6 @@ def _padded(index: torch.Tensor) -> torch.Tensor:
 
 # the positions of an n-entry index (1 ≤ n < MIN_ROWS) that ``_padded`` returns
 _PADDING = {n: torch.tensor([*range(n), *[0] * (MIN_ROWS - n)]) for n in range(1, MIN_ROWS)}
-
-
-def _first_of_groups(inverse: torch.Tensor, num_groups: int) -> torch.Tensor:
-    """The first member of each group: for group ids inverse [K] (0..num_groups−1), the smallest k of each [G]."""
-    K = inverse.shape[0]
-    first = torch.full((num_groups,), K, dtype=torch.long, device=inverse.device)
-    return first.scatter_reduce_(
-        0, inverse, torch.arange(K, device=inverse.device), "amin", include_self=True
-    )
 
 
 @torch.no_grad()
@@ -443,7 +434,7 @@ def distinct_advance(model, particles: DistinctHistories, t: int, u: torch.Tenso
     code = inverse * logits.shape[1] + r
     log_q = log_q_rows.view(-1).index_select(0, code)
     _, pair = torch.unique(code, return_inverse=True)
-    first = _padded(_first_of_groups(pair, int(pair.max()) + 1))
+    first = _padded(first_of_each(pair, int(pair.max()) + 1))
     sub = reorder_particles(state, particles.rows.index_select(0, first))
     known = logits.index_select(0, inverse.index_select(0, first)) if state.peek and t > 0 else None
     sub, log_p, _ = advance(model, sub, t, None, forced=r.index_select(0, first), logits=known)

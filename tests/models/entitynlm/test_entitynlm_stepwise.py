@@ -1,7 +1,8 @@
 """EntityNLM's stepwise (SMC) interface agrees with the whole-document path: for one generator seed, smc_step draws
-the z that proposal.sample draws, and its increments sum to log p(x, z) − log q_τ(z | x) (to 1e-9 with every draw
-scored at its own row, to float32 rounding against log_joint, which scores each distinct z once); reordering
-carries whole particle histories."""
+the z that proposal.sample draws, and its increments sum to log p(x, z) − log q_τ(z | x), in both layouts of the
+particles: one row per particle (the accelerator's, run here on the CPU) to 1e-9 against every draw scored at its
+own row, and one row per distinct history (the CPU's) to float32 rounding, as log_joint, which scores each distinct z
+once; reordering carries whole particle histories."""
 
 from __future__ import annotations
 
@@ -11,12 +12,11 @@ import pytest
 import torch
 from entitynlm_tiny import tiny_entitynlm
 
+from lm_latent_eval import tensors
 from lm_latent_eval.models.entitynlm import LATENT_KEYS, EntityNLM
 from lm_latent_eval.paths import DATA_DIR
 
-TOL = (
-    1e-9  # increments against log p − log q with every draw scored at its own row, as the stepwise path does
-)
+TOL = 1e-9  # increments against log p − log q with every draw scored at its own row, as the per-particle layout does
 REGROUPED_TOL = (
     1e-6  # relative to max(1, |log w|): log_joint scores each distinct z once, at another row of a
 )
@@ -45,10 +45,16 @@ def run_steps(model, x, K, temperature, peek, seed):
 @pytest.mark.parametrize("name", ["bundled", "tiny"])
 @pytest.mark.parametrize("K", [1, 3, 200])
 @pytest.mark.parametrize("peek,temperature", [(True, 1.0), (False, 0.7), (True, 1.6)])
-def test_increments_sum_to_the_whole_document_log_weight(cases, name, K, peek, temperature):
+@pytest.mark.parametrize("layout", ["distinct histories", "one row per particle"])
+def test_increments_sum_to_the_whole_document_log_weight(
+    cases, name, K, peek, temperature, layout, monkeypatch
+):
     model, text = cases[name]
     x = model.tokenize(text)
+    if layout == "one row per particle":
+        monkeypatch.setattr(tensors, "SELECT_ROWS_ON", ())
     state, total = run_steps(model, x, K, temperature, peek, seed=5)
+    assert (state.history is None) == (layout == "one row per particle")
     z = model.smc_latents(state)
     z_ref, log_q = model.proposal.sample(x, K, temperature, peek, torch.Generator().manual_seed(5))
     assert all(torch.equal(z[k], z_ref[k]) for k in LATENT_KEYS)
@@ -57,7 +63,11 @@ def test_increments_sum_to_the_whole_document_log_weight(cases, name, K, peek, t
         whole = model.log_joint(x, z) - log_q
         assert torch.allclose(log_q, model.proposal.log_prob(x, z, temperature, peek), atol=1e-6)
     assert torch.isfinite(total).all()
-    assert total.tolist() == pytest.approx(every_row.tolist(), abs=TOL, rel=0)
+    if layout == "one row per particle":
+        assert total.tolist() == pytest.approx(every_row.tolist(), abs=TOL, rel=0)
+    else:
+        # one row per distinct z drawn
+        assert state.context.shape[0] == len(torch.unique(torch.stack([z[k] for k in LATENT_KEYS], 1), dim=0))
     assert total.tolist() == pytest.approx(whole.tolist(), abs=REGROUPED_TOL, rel=REGROUPED_TOL)
 
 
