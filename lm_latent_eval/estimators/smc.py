@@ -48,9 +48,9 @@ def _runs_log_ess(log_w: torch.Tensor, sizes: list[int]) -> list[float]:
     """log ESS of each run's weights, the runs' particles consecutive in log_w [Σ N_r]; −inf for a run whose every
     weight is 0. Runs of equal size in one batched reduction (the HMM and other cheap models are loop-bound)."""
     if len(set(sizes)) == 1:
-        w = log_w.view(len(sizes), sizes[0])
-        out = 2.0 * torch.logsumexp(w, 1) - torch.logsumexp(2.0 * w, 1)
-        # NaN (−inf − −inf) exactly where every weight is 0: log_w holds no NaN or +inf (_check_increment)
+        normalised = torch.softmax(log_w.view(len(sizes), sizes[0]), 1)
+        out = -torch.log(torch.linalg.vecdot(normalised, normalised))
+        # NaN (softmax of −inf only) exactly where every weight is 0: log_w holds no NaN or +inf (_check_increment)
         return [-math.inf if math.isnan(v) else v for v in out.tolist()]
     bounds = np.cumsum([0, *sizes])
     return [
@@ -60,8 +60,9 @@ def _runs_log_ess(log_w: torch.Tensor, sizes: list[int]) -> list[float]:
 
 
 def _log_ess(log_w: torch.Tensor) -> float:
-    """log of (Σ w)² / Σ w² from log weights (float64)."""
-    return float(2.0 * torch.logsumexp(log_w, 0) - torch.logsumexp(2.0 * log_w, 0))
+    """log of (Σ w)² / Σ w² = −log Σ W² (W = w / Σ w) from log weights (float64)."""
+    normalised = torch.softmax(log_w, 0)
+    return float(-torch.log(torch.dot(normalised, normalised)))
 
 
 def systematic_resample(log_w: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
