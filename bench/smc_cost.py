@@ -5,7 +5,9 @@ importance sampling (``importance_log_weights``) and with SMC (``smc_log_weights
 ESS < 0.5·N, 4 independent runs) at the same K and seed; IS and SMC repeats alternate (IS, SMC, IS, SMC, ...), so load
 from other processes hits both alike. Both draw K particles per document (SMC's runs split the K), so both do
 K × T particle·tokens per document; the table gives the best-of-repeats particle·tokens/s of each and the ratio of
-SMC's time to IS's. The markdown table goes to ``--output`` (default bench/smc_cost/output.md). ``--revision REV``
+SMC's time to IS's. ``lda`` is the bundled LDA with its default twisted proposal (SMC also computes the twist ψ_t at
+every token, which IS does not need), ``lda_urn`` the same model with the urn proposal (``lookahead="none"``), where
+SMC and IS do the same arithmetic. The markdown table goes to ``--output`` (default bench/smc_cost/output.md). ``--revision REV``
 times the package as it was at a git revision (the "before": `--revision 02ba024 --output bench/smc_cost/before.md`).
 """
 
@@ -43,9 +45,15 @@ DOCUMENTS = {
     "entitynlm": (CORPORA["entitynlm"], 6),
     "rnng": (CORPORA["rnng"], 10),
     "lda": (CORPORA["lda"], 30),
+    "lda_urn": (CORPORA["lda"], 30),
     "masked": ("masked_tiny/test.jsonl", 4),
     "tokenization": (CORPORA["tokenization"], 5),
 }
+
+
+# rows that time a bundled model with other arguments: the LDA's urn proposal (Wallach et al.'s left-to-right, no
+# twist), where SMC does the arithmetic of IS, beside the default twisted proposal, where SMC also computes the twist
+VARIANTS = {"lda_urn": ("lda", {"lookahead": "none"})}
 
 
 def package_revision() -> str:
@@ -91,7 +99,8 @@ def run_smc(model, xs, docs, k):
 
 def model_rows(name: str, ks: list[int], repeats: int, num_docs: int | None) -> list[str]:
     """One table row per K: best-of-``repeats`` particle·tokens/s of IS and SMC, alternated, and SMC s / IS s."""
-    model, _ = load_model(name)
+    base, kwargs = VARIANTS.get(name, (name, {}))
+    model, _ = load_model(base, **kwargs)
     if not has_stepwise(model):
         return [f"| {name} | - | no stepwise part | | | | | |"]
     path, default_docs = DOCUMENTS[name]
@@ -135,7 +144,7 @@ def run_at_revision(revision: str, argv: list[str]) -> None:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--models", default="hmm,kglm,entitynlm,rnng,lda,masked,tokenization")
+    p.add_argument("--models", default="hmm,kglm,entitynlm,rnng,lda,lda_urn,masked,tokenization")
     p.add_argument("--ks", default="1000,4000")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument(

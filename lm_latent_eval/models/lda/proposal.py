@@ -7,7 +7,7 @@ import torch
 
 from ...protocol import CheckedProposal
 from .lookahead import build_lookahead
-from .stepwise import init_particles, step
+from .stepwise import init_particles, propose
 from .urn import counts_before
 
 
@@ -27,7 +27,7 @@ class LDAProposal(CheckedProposal):
         state = init_particles(self.model, self.model.check_x(x), num_samples, temperature, peek)
         log_q = torch.zeros(num_samples, dtype=torch.float64, device=state.z.device)
         for t in range(x.shape[0]):
-            log_q += step(state, t, generator)[1]
+            log_q += propose(state, t, generator)
         return state.z, log_q
 
     @torch.no_grad()

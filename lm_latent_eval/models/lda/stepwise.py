@@ -66,8 +66,7 @@ def init_particles(
 
 def step(state: LDAParticles, t: int, generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw z_t for every particle: returns (log p(x_t, z_t | z_<t) [K], log q_τ(z_t | x, z_<t) [K]), float64."""
-    if t != state.t or t >= state.x.shape[0]:
-        raise ValueError(f"LDA particles: expected token {state.t} of {state.x.shape[0]}, got t = {t}")
+    _check_token(state, t)
     if state.lookahead is not None:
         return _twisted_step(state, t, generator)
     # [K, topics]
@@ -78,6 +77,22 @@ def step(state: LDAParticles, t: int, generator) -> tuple[torch.Tensor, torch.Te
     log_p = log_urn.gather(1, zt[:, None]).squeeze(1) - math.log(t + state.alpha_sum) + log_phi[zt]
     _advance(state, t, zt)
     return log_p, log_q
+
+
+def propose(state: LDAParticles, t: int, generator) -> torch.Tensor:
+    """Draw z_t for every particle without scoring it under p: log q_τ(z_t | x, z_<t) [K], float64 (the proposal's
+    own draws: the same z and log q as ``step``, without the twist ψ that only the weights need)."""
+    if state.lookahead is None:
+        return step(state, t, generator)[1]
+    _check_token(state, t)
+    zt, log_q = _draw_twisted(state, t, generator)
+    _advance(state, t, zt, state.lookahead.steps[t])
+    return log_q
+
+
+def _check_token(state: LDAParticles, t: int) -> None:
+    if t != state.t or t >= state.x.shape[0]:
+        raise ValueError(f"LDA particles: expected token {state.t} of {state.x.shape[0]}, got t = {t}")
 
 
 def _twisted_step(state: LDAParticles, t: int, generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,7 +129,8 @@ def _draw_twisted(state: LDAParticles, t: int, generator) -> tuple[torch.Tensor,
 def _advance(state: LDAParticles, t: int, zt: torch.Tensor, token: int | None = None) -> None:
     """Record the topics zt [K] of step t (of token ``token``, default t) and count them."""
     state.z[:, t if token is None else token] = zt
-    state.counts[torch.arange(zt.shape[0], device=zt.device), zt] += 1.0
+    # scatter_add_: several times faster on the CPU than advanced indexing, the same (integer) counts
+    state.counts.scatter_add_(1, zt.unsqueeze(1), state.counts.new_ones(zt.shape[0], 1))
     state.t = t + 1
 
 
