@@ -42,7 +42,8 @@ class LDAParticles:
     peek: bool
     # the words ahead (``lookahead.py``), or None: the urn proposal of Wallach et al.
     lookahead: Lookahead | None = None
-    # with a lookahead: S_s = Σ_k n_k Φ[k, x_s] [K, T] and log ψ_{t−1} [K] of every particle
+    # with a lookahead: S_s = Σ_k n_k Φ[k, x_π(s)] [K, T] (kept for the steps s ≥ t only) and log ψ_{t−1} [K] of every
+    # particle
     explained: torch.Tensor | None = None
     log_psi: torch.Tensor | None = None
 
@@ -103,8 +104,8 @@ def _twisted_step(state: LDAParticles, t: int, generator) -> tuple[torch.Tensor,
     zt, log_q = _draw_twisted(state, t, generator)
     log_urn = torch.log(state.counts.gather(1, zt[:, None]).squeeze(1) + state.alpha[zt])
     log_p = log_urn - math.log(t + state.alpha_sum) + ahead.log_phi[t, zt]
-    # [K, T]: S_s gains Φ[z_t, x_π(s)]
-    state.explained += ahead.phi_by_topic.index_select(0, zt)
+    # [K, T − t − 1]: S_s gains Φ[z_t, x_π(s)] for the tokens ahead (the twists to come read no other column)
+    state.explained[:, t + 1 :] += ahead.phi_by_topic[:, t + 1 :].index_select(0, zt)
     log_psi = log_twist(state.explained, ahead, t)
     log_p = log_p + log_psi - state.log_psi
     state.log_psi = log_psi
