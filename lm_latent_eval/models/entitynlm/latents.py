@@ -25,10 +25,10 @@ peeking, h_t (after reading x_t) for the peeking q. M = ``max_entities`` bounds 
 prefix, so a mention may be cut off by the end of x (L_T > 1).
 
 Memory per particle: embeddings [K, M, D] (every unused slot holds u_new, so the new-entity score is the score of
-slot n), position of each entity's latest mention [K, M], entity count [K]. Per-token kernels: ``score_step``
-(log p or log q of given z_t; given ``draw_step``'s record of a draw, it reuses what the draw found),
-``draw_step`` (draw z_t ~ q_τ) and the model's ``word_step``; ``sample_latents``
-and the stepwise SMC particles (``stepwise.py``) loop over tokens calling them. ``score_latents`` (given z) runs
+slot n), position of each entity's latest mention [K, M], entity count [K] (a "particle" may be a row standing
+for several: SMC's particles on the CPU keep one row per distinct history, ``stepwise.py``). Per-token kernels:
+``score_step`` (log p or log q of given z_t), ``draw_step`` (draw z_t ~ q_τ) and the model's ``word_step``;
+``sample_latents`` and the stepwise SMC particles (``stepwise.py``) loop over tokens calling them. ``score_latents`` (given z) runs
 only the memory token by token (``entity_rows``) and takes the softmaxes once over all tokens, giving each row the
 numbers ``score_step`` gives it (a product over some particles' rows, or over several tokens' rows at once, only
 where that holds: ``rows_apart``). No Python loop over particles or entities and no host synchronisation inside a
