@@ -25,15 +25,15 @@ peeking, h_t (after reading x_t) for the peeking q. M = ``max_entities`` bounds 
 prefix, so a mention may be cut off by the end of x (L_T > 1).
 
 Memory per particle: embeddings [K, M, D] (every unused slot holds u_new, so the new-entity score is the score of
-slot n), position of each entity's latest mention [K, M], entity count [K] (a "particle" may be a row standing
-for several: SMC's particles on the CPU keep one row per distinct history, ``stepwise.py``). Per-token kernels:
+slot n), position of each entity's latest mention [K, M], entity count [K] (a "particle" may be a row standing for
+several: SMC's particles on the CPU keep one row per distinct history, ``stepwise.py``). Per-token kernels:
 ``score_step`` (log p or log q of given z_t), ``draw_step`` (draw z_t ~ q_τ) and the model's ``word_step``;
-``sample_latents`` and the stepwise SMC particles (``stepwise.py``) loop over tokens calling them. ``score_latents`` (given z) runs
-only the memory token by token (``entity_rows``) and takes the softmaxes once over all tokens, giving each row the
-numbers ``score_step`` gives it (a product over some particles' rows, or over several tokens' rows at once, only
-where that holds: ``rows_apart``). No Python loop over particles or entities and no host synchronisation inside a
-token loop. With gradients the memory is updated out of place (training); without, the touched rows are written in
-place (on the CPU only the rows of the entities mentioned at t are moved).
+``sample_latents`` and the stepwise SMC particles (``stepwise.py``) loop over tokens calling them. ``score_latents``
+(given z) runs only the memory token by token (``entity_rows``) and takes the softmaxes once over all tokens, giving
+each row the numbers ``score_step`` gives it (a product over some particles' rows, or over several tokens' rows at
+once, only where that holds: ``rows_apart``). No Python loop over particles or entities and no host synchronisation
+inside a token loop. With gradients the memory is updated out of place (training); without, the touched rows are
+written in place (on the CPU only the rows of the entities mentioned at t are moved).
 """
 
 from __future__ import annotations
@@ -86,33 +86,6 @@ class EntityMemory:
         }
         M = self.embeddings.shape[1]
         return EntityMemory(**fields, offsets=torch.arange(index.shape[0], device=index.device) * M)
-
-
-@dataclass
-class MemoryWrite:
-    """What z_t = (R_t, E_t) changes in an entity memory besides the embeddings: the entity slots [K] and the entity
-    count after x_t [K], and, for ``EntityHeads.update``'s rows path, the particles mentioning an entity [m] with their
-    rows of the [K·M, D] table (found on first use)."""
-
-    slot: torch.Tensor
-    count: torch.Tensor
-    active: torch.Tensor
-    offsets: torch.Tensor
-    num_slots: int
-    _mentions: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    @classmethod
-    def of(cls, memory: EntityMemory, entity: torch.Tensor, active: torch.Tensor) -> MemoryWrite:
-        M = memory.embeddings.shape[1]
-        count = torch.where(active & (entity == memory.count), memory.count + 1, memory.count)
-        return cls(entity.clamp(0, M - 1), count, active, memory.offsets, M)
-
-    def mentions(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(the particles mentioning an entity [m], their entities' rows of the [K·M, D] table [m])."""
-        if self._mentions is None:
-            rows = self.active.nonzero().squeeze(1)
-            self._mentions = rows, self.offsets.index_select(0, rows) + self.slot.index_select(0, rows)
-        return self._mentions
 
 
 def rows_apart(num_rows: int, row: torch.Tensor) -> bool:
@@ -295,12 +268,14 @@ class EntityHeads(nn.Module):
         instead of building a new [K, M, D] table; both give the same numbers. On the CPU it moves only the active
         rows where ``rows_apart`` holds (else all K, writing the inactive ones back unchanged)."""
         K, M, D = memory.embeddings.shape
-        write = MemoryWrite.of(memory, entity, active)
-        slot, count = write.slot, write.count
+        slot = entity.clamp(0, M - 1)
+        count = torch.where(active & (entity == memory.count), memory.count + 1, memory.count)
         # the active rows only (same numbers)
         if inplace and rows_apart(K, h) and selects_rows(active.device):
-            rows, flat = write.mentions()
+            rows = active.nonzero().squeeze(1)
             if rows.numel():
+                # their entities' rows of the [K·M, D] table
+                flat = memory.offsets.index_select(0, rows) + slot.index_select(0, rows)
                 table = memory.embeddings.view(K * M, D)
                 h = h if h.shape[0] == 1 else h.index_select(0, rows)
                 table.index_copy_(
@@ -372,9 +347,9 @@ def score_step(
     if selects_rows(r.device):
         # the particles starting a mention only, with the numbers of the all-rows products (as draw_step)
         at = (decide & mention).nonzero().squeeze(1)
-        slot_at = slot.index_select(0, at)
-        length_at = (ell - 1).clamp(0, Lmax - 1).index_select(0, at)
         if at.numel():
+            slot_at = slot.index_select(0, at)
+            length_at = (ell - 1).clamp(0, Lmax - 1).index_select(0, at)
             ent = heads.entity_log_probs(h, memory, t, temperature, at)
             ent = ent.gather(1, slot_at.unsqueeze(1)).squeeze(1)
             if rows_apart(K, h):
