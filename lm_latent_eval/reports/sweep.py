@@ -27,7 +27,7 @@ from ..harness.threads import choose_workers
 from ..models import load_model
 from ..models.rnng.treebank import read_sentences
 from ..paths import DATA_DIR
-from ..protocol import has_exact_marginal, has_stepwise, has_tractable_marginal
+from ..protocol import check_num_samples, has_exact_marginal, has_stepwise, has_tractable_marginal
 from .json_files import write_json
 from .plots import plot_convergence
 
@@ -445,8 +445,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.workers is not None and args.workers < 1:
-        raise InputError(f"--workers must be a positive integer, got {args.workers}")
+    if args.workers is not None:
+        check_num_samples(args.workers, "--workers")
     model, _ = load_model(args.model, args.pretrained, device=args.device)
     data = args.data or DATA_DIR / DEFAULT_DATA.get(args.model, "corpus/tiny_test.jsonl")
     peek_modes = {"both": (True, False), "peek": (True,), "no-peek": (False,)}[args.peek]
