@@ -2,6 +2,8 @@
 
     python bench/lda_scale_reference.py --workers 2   # about 40 minutes on 2 cores
     # writes bench/lda_scale/references/table.md and references.json
+    python bench/lda_scale_reference.py --rows NEW/rows.jsonl --reuse bench/lda_scale/references/references.json \
+        --output NEW/references   # new rows of the same corpora against the same long runs, in seconds
 
 ``bench/lda_scale.py`` prints, for 1,000 documents of its synthetic LDA, the statement of ``estimator=auto`` (its rows
 in ``--rows``, by default the current code's: 50 and 100 topics from ``bench/lda_scale/workers``, 200 from
@@ -73,7 +75,17 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=16_384, help="particles per document")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--output", type=Path, default=HERE / "references")
+    parser.add_argument(
+        "--reuse",
+        type=Path,
+        help="an earlier references.json: its long runs of the same topics and documents are taken, not rerun "
+        "(to check new rows of the same corpora)",
+    )
     args = parser.parse_args()
+    reused = {}
+    if args.reuse:
+        for r in json.loads(args.reuse.read_text(encoding="utf-8")):
+            reused[r["topics"], r["documents"]] = r["reference"]
     rows = {}
     for path in args.rows:
         for line in path.read_text(encoding="utf-8").splitlines():
@@ -85,7 +97,9 @@ def main() -> None:
     args.output.mkdir(parents=True, exist_ok=True)
     done = []
     for (topics, documents), row in sorted(rows.items()):
-        ref = large_reference(topics, documents, args.samples, args.workers)
+        ref = reused.get((topics, documents)) or large_reference(
+            topics, documents, args.samples, args.workers
+        )
         done.append(row | {"reference": ref, "holds": holds(row, ref)})
         print(json.dumps(done[-1]), flush=True)
     lines = [

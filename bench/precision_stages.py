@@ -44,10 +44,14 @@ OUTPUT = Path(__file__).resolve().parent / "precision_stages"
 TABLE_DOCUMENTS = 30
 
 
-def stage_remainder(variances) -> float:
-    """G = Σ v^{3/2} / √Σ v of a stage's finite v̂ (the remainder test's statistic, in standard errors)."""
+def stage_remainder(variances) -> str:
+    """The remainder test's statistics of a stage's finite v̂, as two table cells: G = Σ v^{3/2} / √Σ v (in standard
+    errors) and R / C = Σ v^{3/2} / (Σ v / 2) (against the bias correction)."""
     v = [x for x in variances if math.isfinite(x)]
-    return sum(x**1.5 for x in v) / math.sqrt(sum(v)) if sum(v) > 0 else 0.0
+    if sum(v) == 0:
+        return "0.00 | 0.00"
+    r = sum(x**1.5 for x in v)
+    return f"{r / math.sqrt(sum(v)):.2f} | {r / (sum(v) / 2):.2f}"
 
 
 def workload(args):
@@ -114,6 +118,12 @@ def main() -> None:
     corpus = corpus_estimate([final[t] for t in texts])
     tokens = sum(e.num_tokens for e in final.values())
     low, high = corpus.perplexity_interval
+    rho, share = DEFAULT_POLICY.allocation_remainder, DEFAULT_POLICY.allocation_remainder_share
+    cap_rule = (
+        f"{rho} / √N"
+        if stages[0]["cap"] == rho / math.sqrt(len(texts))
+        else f"({share} / 2)², as R ≤ {share} C"
+    )
     lines = [
         f"# The precision target on {title}",
         "",
@@ -126,14 +136,14 @@ def main() -> None:
         (
             f"The target allows Σ v̂ ≤ (target_se · T)² = {(settings.target_se * tokens) ** 2:,.2f} nats²; a "
             f"document is short when its largest c over K exceeds the per-document cap {stages[0]['cap']:.4f} "
-            f"({DEFAULT_POLICY.allocation_remainder} / √N)."
+            f"({cap_rule})."
         ),
         "",
         (
             "| stage | seconds | particle·tokens | samples / document | documents growing | short | v̂ not trusted "
-            "| Σ v̂ (nats²) | G (SE) |"
+            "| Σ v̂ (nats²) | G (SE) | R / C |"
         ),
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s, stage in enumerate(stages):
         rows = stage["rows"]
@@ -143,7 +153,7 @@ def main() -> None:
         lines.append(
             f"| {s} | {stage['seconds']:.1f} | {kt / 1e6:.2f} M | {sum(k for _, k, *_ in rows) / len(rows):,.0f} | "
             f"{grow} | {short} | {sum(not r[5] for r in rows)} | {sum(v for _, _, v, *_ in rows):.2f} | "
-            f"{stage_remainder(v for _, _, v, *_ in rows):.2f} |"
+            f"{stage_remainder(v for _, _, v, *_ in rows)} |"
         )
     kt = sum(e.num_samples * e.num_tokens for e in final.values())
     variances = [e.error(DEFAULT_POLICY).relative_variance for e in final.values()]
@@ -152,12 +162,12 @@ def main() -> None:
     lines += [
         (
             f"| {len(stages)} (reported) | {last_seconds:.1f} | {kt / 1e6:.2f} M | {reported:,.0f} | – | – | – | "
-            f"{sum(variances):.2f} | {stage_remainder(variances):.2f} |"
+            f"{sum(variances):.2f} | {stage_remainder(variances)} |"
         ),
         "",
         (
             f"Reported: perplexity [{low:.4f}, {high:.4f}] (two-sided: {corpus.interval.two_sided}), certified bound "
-            f"{corpus.perplexity_upper_bound:.4f}, remainder {corpus.interval.remainder:.2f} SE. Samples per document "
+            f"{corpus.perplexity_upper_bound:.4f}, remainder {corpus.interval.remainder:.2f} SE, {corpus.interval.remainder_share:.2f} of the correction. Samples per document "
             f"over all stages: {drawn:,.0f}, {drawn / reported:.2f} times the reported stage's {reported:,.0f}."
         ),
     ]

@@ -2,17 +2,18 @@
 
 Stage 0 estimates every document with ``num_samples``. With a target τ_se (nats per token) and T corpus tokens, the
 corpus needs Σ_n v_n ≤ V = (τ_se · T)² (v_n = Var(p̂_n)/p_n²) and, for an honest two-sided interval, the remainder
-G = Σ v^{3/2} / √Σ v of the bias correction small (``intervals``), which max_n v_n ≤ ρ / √N guarantees for N
-documents (G ≤ √(max v) √(Σ v) ≤ √N max v; ρ = 0.35, below the interval's 0.5: ``UncertaintyPolicy``). From c_n = v̂_n K_n (the relative
+R = Σ v^{3/2} of the bias correction small (``intervals``), against SE (G = R / √Σ v) or against the correction
+C = Σ v / 2, which max_n v_n ≤ cap(N) = max(ρ / √N, (ρ / 2)²) guarantees for N documents (G ≤ √N max v and
+R / C ≤ 2 √(max v); ρ = 0.35, below the interval's 0.5: ``UncertaintyPolicy.document_variance_cap``). From c_n = v̂_n K_n (the relative
 variance per sample, K_n the samples drawn), the cheapest allocation meeting Σ c_n / K'_n ≤ V over cost Σ K'_n T_n is
-K'_n = √(c_n / T_n) · Σ_m √(c_m T_m) / V; each document gets max(that, c_n √N / ρ), at least twice what it had, at
+K'_n = √(c_n / T_n) · Σ_m √(c_m T_m) / V; each document gets max(that, c_n / cap(N)), at least twice what it had, at
 most ``max_samples``. c_n is the largest seen over the stages so far: a stage in which one SMC run found a latent
 path the others missed shows a large c_n, and the next stage, which may not find it, must not forget it. A document
 at least doubles its samples where its v̂ cannot be trusted (IS weights PSIS cannot judge, one SMC run carrying the
 estimate), and where this stage's bias-corrected log p̂ and the stage before's differ by more than their v̂ allow
 (|z| above the two-sided 5% / N Bonferroni quantile): two independent estimates that disagree say that one of them
-missed mass that its own samples cannot show. The target is met when Σ v̂ ≤ V, G ≤ 0.5, no document is in doubt
-and none is short of c_n √N / ρ samples by its largest c_n (unless at ``max_samples``). Then
+missed mass that its own samples cannot show. The target is met when Σ v̂ ≤ V, the remainder is acceptable, no document is in doubt
+and none is short of c_n / cap(N) samples by its largest c_n (unless at ``max_samples``). Then
 EVERY document is estimated afresh from new random streams with its new sample size, and only the newest stage is
 kept: each estimate's size was fixed before it was drawn, so it stays unbiased given the earlier stages (keeping the
 old estimates of the documents that needed no more would keep exactly those whose tail was not seen, a selection

@@ -16,7 +16,8 @@ two-sided interval is printed only when every document's v̂ can be trusted (IS:
 threshold min(1 − 1/log10 K, 0.7) of Vehtari et al. 2024, or, where tied weights leave k̂ undefined, SMC's run gates
 applied to R independent batches of the draws; SMC: at least two runs, none carrying most of p̂): the gates of
 ``estimators.policy.UncertaintyPolicy``, which decides every statement) and
-G ≤ ``UncertaintyPolicy.max_remainder``; t has the Welch-Satterthwaite degrees of freedom (Σ v̂_n)² / Σ_n v̂_n² / ν_n of a sum of
+the remainder R = Σ_n v̂_n^{3/2} small, against SE (G ≤ 0.5) or against the allowance (R ≤ C/2:
+``UncertaintyPolicy.remainder_acceptable``); t has the Welch-Satterthwaite degrees of freedom (Σ v̂_n)² / Σ_n v̂_n² / ν_n of a sum of
 variance estimates with ν_n degrees of freedom each (IS: K − 1; SMC: R − 1), so a corpus whose error a few noisily
 estimated documents dominate gets the wider t it needs. Otherwise no two-sided interval is honest and only the one-sided certified bound is given:
 the product of independent unbiased document estimates is unbiased for the corpus probability, so by Markov's
@@ -93,6 +94,13 @@ class Interval:
     def two_sided(self) -> bool:
         return math.isfinite(self.upper)
 
+    @property
+    def remainder_share(self) -> float:
+        """The remainder R = G · SE against the bias correction C (0 where C is 0)."""
+        return (
+            self.remainder * self.standard_error / self.bias_correction if self.bias_correction > 0 else 0.0
+        )
+
     def perplexity(self, num_tokens: int) -> tuple[float, float]:
         """The same statement about perplexity exp(−S/T): (lower, upper); lower is 0 for a one-sided statement."""
         return (
@@ -106,7 +114,7 @@ class Interval:
             return (
                 f"two-sided {self.level:.0%} interval: bias-corrected estimate ± (t·SE + correction), allowing the "
                 f"bias anywhere from 0 to twice its estimate (correction {self.bias_correction:.3g} nats, SE "
-                f"{self.standard_error:.3g} nats, remainder {self.remainder:.2f} SE)"
+                f"{self.standard_error:.3g} nats, remainder {self.remainder:.2f} SE or {self.remainder_share:.2f} of the correction)"
             )
         return f"one-sided {self.level:.0%} bound (certified by Markov's inequality): {self.reason}"
 

@@ -111,7 +111,8 @@ def verdict(corpus: CorpusEstimate, settings: dict) -> tuple[str, list[str]]:
     if corpus.interval.two_sided:
         return (
             "Reliable: every document's Monte Carlo error can be estimated and the bias correction is small "
-            f"(remainder {corpus.interval.remainder:.2f} standard errors); quote the perplexity with its "
+            f"(remainder {corpus.interval.remainder:.2f} standard errors, {corpus.interval.remainder_share:.2f} of the "
+            "correction); quote the perplexity with its "
             "interval, which allows the bias anywhere from 0 to twice its estimate."
         ), []
     tries = []

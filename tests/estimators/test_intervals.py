@@ -87,6 +87,18 @@ def test_one_sided_when_an_error_cannot_be_trusted_or_the_correction_is_too_roug
     assert interval.perplexity(10) == (0.0, pytest.approx(math.exp(-(interval.lower) / 10)))
 
 
+def test_a_remainder_small_against_the_correction_is_accepted_at_any_corpus_size():
+    """1,000 documents of v̂ = 0.04 each: G = Σ v̂^{3/2} / SE = 1.26 standard errors (G grows like √N), but the
+    remainder R = 8 nats is 0.4 of the correction C = 20 nats, so C ± R stays inside the allowance [0, 2C]: two-sided.
+    At v̂ = 0.09 R / C = 0.6: one-sided, the reason naming both measures."""
+    precise = log_likelihood_interval([DocumentError(-100.0, 0.04, 99.0)] * 1000)
+    assert precise.two_sided and precise.remainder == pytest.approx(8.0 / math.sqrt(40.0))
+    assert precise.remainder > MAX_REMAINDER and precise.remainder_share == pytest.approx(0.4)
+    assert precise.lower < -100_000.0 < precise.upper - 2 * precise.bias_correction
+    rough = log_likelihood_interval([DocumentError(-100.0, 0.09, 99.0)] * 1000)
+    assert not rough.two_sided and "of the correction" in rough.reason
+
+
 def test_certified_bound_splits_delta_over_groups_of_repeated_texts():
     """Texts that occur m times share one random stream: their group's bound is taken m times, at δ / (groups)."""
     ll, keys = [-1.0, -2.0, -1.0, -3.0], ["a", "b", "a", "c"]
