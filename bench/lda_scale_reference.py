@@ -107,6 +107,7 @@ def main() -> None:
             f"# Long-run references for bench/lda_scale.py's large rows ({platform.machine()}, torch "
             f"{torch.__version__}, {os.cpu_count()} cores, {args.workers} processes of one thread, load average "
             f"{os.getloadavg()[0]:.2f}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})"
+            + (f"; the long runs of {args.reuse} (their seconds are theirs)" if reused else "")
         ),
         "",
         (
