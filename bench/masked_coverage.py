@@ -138,11 +138,11 @@ def pooled(settings: list[dict]) -> dict:
     return summary(settings[0]["model_args"], settings[0]["resolved"], runs)
 
 
-def write_summary(path: Path) -> None:
-    """``coverage.md``: one row per setting of every ``coverage*.json`` beside it, then, for a setting run in several
-    files (seed ranges), one row pooling their seeds."""
+def write_summary(path: Path, output: Path) -> None:
+    """``coverage.md``: one row per setting of ``output`` and every ``coverage*.json`` beside it, then, for a setting
+    run in several files (seed ranges), one row pooling their seeds."""
     rows, by_setting = [], {}
-    for file in sorted(path.parent.glob("coverage*.json")):
+    for file in sorted({*path.parent.glob("coverage*.json"), output}):
         results = json.loads(file.read_text())
         for r in results["settings"]:
             args = ",".join(f"{k}={v}" for k, v in r["model_args"].items()) or "(none: the defaults)"
@@ -188,7 +188,7 @@ def main() -> None:
 
     def save(done: list[dict], current: dict) -> None:
         args.output.write_text(json.dumps(results | {"settings": [*done, current]}, indent=1) + "\n")
-        write_summary(args.output.parent / "coverage.md")
+        write_summary(args.output.parent / "coverage.md", args.output)
 
     with tables.installed():
         for setting in args.setting or ["default", "peek=true"]:
