@@ -119,7 +119,11 @@ def test_rnng_distinct_histories_are_one_row_per_particle(bundled, monkeypatch, 
     fast = smc_runs(model, TEXTS["rnng"], peek)
     monkeypatch.setattr(rnng_stepwise, "rows_apart", lambda model, x: False)
     assert isinstance(model.smc_init(x, 32, 1.0, peek), rnng_stepwise.RNNGParticles)
-    assert_identical(fast, smc_runs(model, TEXTS["rnng"], peek))
+    # bit for bit on an AMD EPYC's BLAS; an Intel Xeon's rounds the LSTM's rows by batch size (1e-8 nats here): the
+    # same draws and resampling steps, the numbers to float32 rounding
+    for (lw, diag), (lw_ref, diag_ref) in zip(fast, smc_runs(model, TEXTS["rnng"], peek), strict=True):
+        assert np.allclose(lw, lw_ref, rtol=1e-7, atol=0) and diag[2] == diag_ref[2]
+        assert np.allclose(diag[:2], diag_ref[:2], rtol=1e-6) and np.allclose(diag[3], diag_ref[3], rtol=1e-7)
 
 
 @pytest.mark.parametrize("peek", [True, False])

@@ -52,6 +52,7 @@ def test_pinned_log_weights_of_fixed_seeds():
     # the ESS never fell below K/2 on this text: no resampling, so SMC's weights are IS's, draw for draw, up to the
     # network's float32 rounding, which depends on how many revealed sets one call scores (SMC: one step's, IS: all
     # the orders'): logits differing by ~1e-6 in a few improbable entries move the float64 normalizer by ~3e-8 (the
-    # float32 normalizer, before, rounded that away)
+    # float32 normalizer, before, rounded that away; 1.8e-7 on an Intel Xeon's BLAS, whose kernels differ by batch
+    # size more often: still a few float32 ulps of |log w| ≈ 10)
     assert diagnostics.resampling_steps == 0
-    assert lw_smc.tolist() == pytest.approx(lw_is.tolist(), abs=1e-7)
+    assert lw_smc.tolist() == pytest.approx(lw_is.tolist(), abs=1e-6)
