@@ -11,7 +11,8 @@ for the precision asked (``bench/precision_stages.py``). Another reading of the 
 against the allowance, R ≤ C/2 (a v-weighted mean of √v̂ at most 1/4), which does not grow with N. This measures both
 on the bundled HMM, whose exact log p(x) the forward algorithm gives: SMC (4 runs, peeking) at fixed K over the first
 N of ``interval_coverage.benchmark_corpus``, every seed estimating all 1,000 documents once, and per K and N: the
-medians of max v̂, G and R / C, then for each rule (G ≤ 0.5, the gate today; R ≤ C/2; either; no remainder gate) the
+medians of max v̂, G and R / C, then for each rule (G ≤ 0.5, the gate before; R ≤ C/2; either, the gate now:
+``UncertaintyPolicy.remainder_acceptable``; no remainder gate) the
 share of seeds whose every v̂ was trusted and whose rule allowed a two-sided statement, and the coverage of those
 statements; and where the truth fell, (S − Σ log p̂) / C: 1 where v̂ is right on average and the first-order bias
 is the whole bias, 2 where the allowance ends.
@@ -43,6 +44,7 @@ from lda_scale import synthetic
 from lm_latent_eval.estimators import EstimatorSettings, estimate_document
 from lm_latent_eval.estimators.adaptive import estimate_corpus
 from lm_latent_eval.estimators.intervals import satterthwaite_degrees_of_freedom
+from lm_latent_eval.estimators.policy import DEFAULT_POLICY
 from lm_latent_eval.estimators.registry import resolve
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.lda import LDA
@@ -50,11 +52,12 @@ from lm_latent_eval.models.lda import LDA
 OUTPUT = Path(__file__).resolve().parent / "remainder_rules"
 REFERENCES = Path(__file__).resolve().parent / "lda_scale" / "references"
 SIZES = (10, 50, 200, 1000)
+# each rule of (Σ v̂, Σ v̂^{3/2}): whether it allows a two-sided statement
 RULES = {
-    "G ≤ 0.5 (today)": lambda g, r_over_c: g <= 0.5,
-    "R ≤ C/2": lambda g, r_over_c: r_over_c <= 0.5,
-    "either": lambda g, r_over_c: g <= 0.5 or r_over_c <= 0.5,
-    "no gate": lambda g, r_over_c: True,
+    "G ≤ 0.5 (before)": lambda sum_v, sum_v15: sum_v15 / math.sqrt(sum_v) <= DEFAULT_POLICY.max_remainder,
+    "R ≤ C/2": lambda sum_v, sum_v15: sum_v15 / (sum_v / 2) <= DEFAULT_POLICY.max_remainder_share,
+    "either (the policy now)": DEFAULT_POLICY.remainder_acceptable,
+    "no gate": lambda sum_v, sum_v15: True,
 }
 
 
@@ -116,8 +119,8 @@ def table(runs: list[dict], truth: dict[int, float], title: str, sizes=SIZES) ->
             cells = []
             for rule in RULES.values():
                 two, held = 0, 0
-                for x, gi, ri in zip(rows, g, r_over_c):
-                    if not (x["trusted"] and rule(gi, ri)):
+                for x in rows:
+                    if not (x["trusted"] and rule(x["sum_v"], x["sum_v15"])):
                         continue
                     two += 1
                     se, c = math.sqrt(x["sum_v"]), x["sum_v"] / 2

@@ -243,14 +243,14 @@ class UncertaintyPolicy:
             return Interval(
                 lower_certified, math.inf, math.nan, math.nan, math.nan, math.nan, self.level, reason
             )
-        se = float(math.sqrt(v.sum()))
-        centre, correction = float(ll.sum() + v.sum() / 2), float(v.sum() / 2)
-        remainder = float((v**1.5).sum() / se) if se > 0 else 0.0
-        if not self.remainder_acceptable(float(v.sum()), float((v**1.5).sum())):
-            share = remainder * se / correction
+        sum_v, sum_v15 = float(v.sum()), float((v**1.5).sum())
+        se, correction = math.sqrt(sum_v), sum_v / 2
+        centre = float(ll.sum()) + correction
+        remainder = sum_v15 / se if se > 0 else 0.0
+        if not self.remainder_acceptable(sum_v, sum_v15):
             reason = (
                 f"the estimates are too imprecise for a bias correction (its remainder is {remainder:.2f} standard "
-                f"errors, above {self.max_remainder}, and {share:.2f} of the correction, above "
+                f"errors, above {self.max_remainder}, and {sum_v15 / correction:.2f} of the correction, above "
                 f"{self.max_remainder_share}); more samples per document would allow a two-sided interval"
             )
             return Interval(
