@@ -73,6 +73,22 @@ class DocumentEstimate:
         """The same samples scored without an unknown-word penalty (PPL rather than UPP); None when not recorded."""
         return None
 
+    def diagnostic_items(self) -> dict[str, float]:
+        """This document's diagnostics as the perplexity task's metric items, by metric name (IS: ``is_ess_*``,
+        ``is_pareto_k_*``; SMC: ``smc_*``); empty where the family keeps none or the document has no tokens.
+
+        Returns
+        -------
+        dict of str to float
+            One item per diagnostic metric a task may keep (the task YAML names which).
+
+        Examples
+        --------
+        >>> DocumentEstimate("a b", 2, -3.0).diagnostic_items()
+        {}
+        """
+        return {}
+
     def to_json(self) -> dict:
         """A JSON-ready record; ``estimators.registry.estimate_from_json`` reads it back. Every family writes the
         same keys (None where a field does not apply): arrays as lists, the diagnostics as a dict."""
@@ -184,6 +200,11 @@ class Estimator:
     def describe(self, settings: dict) -> str:
         """A few words naming the estimator and the recorded settings that tell its runs apart."""
         return self.name
+
+    def figure_name(self, settings: dict) -> str:
+        """The name of this estimator's perplexity in a card's table of figures, from its recorded ``settings``
+        (``exact perplexity``; the beam: ``beam bound (k=10)``)."""
+        return f"{self.name} perplexity"
 
     def corpus_log_likelihood(self, estimates: Sequence[DocumentEstimate]) -> float | None:
         """The paper's corpus-level log p̂ (one joint sample of the whole corpus, Logan et al. 2020 Eq. 6), or None

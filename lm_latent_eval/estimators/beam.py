@@ -46,6 +46,9 @@ class BeamBound(Estimator):
     def describe(self, settings: dict) -> str:
         return f"beam k={settings.get('beam_size')}"
 
+    def figure_name(self, settings: dict) -> str:
+        return f"beam bound (k={settings.get('beam_size')})"
+
     def estimate(
         self, model, x, document, settings, *, device="cpu", progress=None, stage=0, diagnostics=False
     ):

@@ -278,6 +278,21 @@ class ISEstimate(DocumentEstimate):
             return DocumentError(self.log_likelihood, 0.0, math.inf, proven=0.0)
         return importance_error(self.log_weights, policy, self.distinct_draws, self.num_tokens)
 
+    def diagnostic_items(self) -> dict[str, float]:
+        """ESS and Pareto k̂ of the K weights of a document with tokens: ``is_ess_mean`` and ``is_ess_min`` (the
+        task aggregates them by mean and min), whether k̂ is at or above its threshold at K, whether it is undefined."""
+        weights = self.importance_weights
+        if weights is None:
+            return {}
+        khat, threshold = pareto_khat(weights), pareto_k_threshold(weights.size)
+        ess = effective_sample_size(weights)
+        return {
+            "is_ess_mean": ess,
+            "is_ess_min": ess,
+            "is_pareto_k_share": float(khat >= threshold),
+            "is_pareto_k_undefined": float(math.isnan(khat)),
+        }
+
     def log_weights_without_unk_penalty(self) -> np.ndarray | None:
         """log p(x, z_k) − log q(z_k | x) without the unknown-word penalty [K]; None when it was not recorded."""
         if self.log_weights is None or self.unk_penalty is None:

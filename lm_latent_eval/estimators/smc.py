@@ -456,6 +456,17 @@ class SMCEstimate(DocumentEstimate):
         d = self.diagnostics
         return DocumentError(self.log_likelihood, d.relative_variance, d.smc_runs - 1.0, policy.smc_doubt(d))
 
+    def diagnostic_items(self) -> dict[str, float]:
+        """Resampling steps per run and the ESS over tokens (least and mean) of a document with tokens."""
+        if self.num_tokens == 0:
+            return {}
+        d = self.diagnostics
+        return {
+            "smc_resampling_steps": d.resampling_steps,
+            "smc_ess_min": d.ess_min,
+            "smc_ess_mean": d.ess_mean,
+        }
+
 
 class SequentialMonteCarlo(Estimator):
     """``estimator=smc``: R independent particle filters per document (module docstring)."""

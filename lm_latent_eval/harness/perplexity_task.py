@@ -21,9 +21,8 @@ import datasets
 from lm_eval.api.task import ConfigurableTask
 
 from ..documents import TEXT_FIELD, read_texts
-from ..estimators import DocumentEstimate, SMCEstimate
+from ..estimators import DocumentEstimate
 from ..estimators.corpus import CorpusEstimate
-from ..estimators.diagnostics import effective_sample_size, pareto_k_threshold, pareto_khat
 from ..paths import DATA_DIR
 from .exchange import EstimateExchange
 from .metric_keys import drop_stderr_of_stderr
@@ -81,25 +80,8 @@ def document_items(text: str, log_likelihood: float, num_words: int) -> dict:
     same = exchange.reference(item, SAMPLES_FIELD)
     items = {SAMPLES_FIELD: item, **dict.fromkeys(PERPLEXITY_METRICS[1:], same)}
     items["word_perplexity"] = (log_likelihood, num_words)
-    # ESS and k̂: IS weights of a document with tokens only (no row otherwise)
-    weights = est.importance_weights
-    if weights is not None:
-        khat, threshold = pareto_khat(weights), pareto_k_threshold(weights.size)
-        ess = effective_sample_size(weights)
-        items |= {
-            "is_ess_mean": ess,
-            "is_ess_min": ess,
-            "is_pareto_k_share": float(khat >= threshold),
-            "is_pareto_k_undefined": float(math.isnan(khat)),
-        }
-    # SMC's own diagnostics, no row otherwise
-    if isinstance(est, SMCEstimate) and est.num_tokens > 0:
-        d = est.diagnostics
-        items |= {
-            "smc_resampling_steps": d.resampling_steps,
-            "smc_ess_min": d.ess_min,
-            "smc_ess_mean": d.ess_mean,
-        }
+    # the estimator family's own diagnostics (IS: ESS and k̂; SMC: resampling and ESS), no row otherwise
+    items |= est.diagnostic_items()
     # a model with an unknown-word penalty (KGLM): PPL without it, UPP with it
     plain = est.without_unk_penalty()
     if plain is not None:
