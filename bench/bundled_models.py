@@ -36,9 +36,10 @@ CORPORA = {  # model -> its bundled test corpus
 def row(name: str) -> dict:
     model, _ = load_model(name)
     texts = read_documents(DATA_DIR / CORPORA[name])
-    settings, why = resolve(EstimatorSettings(), model)
+    run = resolve(EstimatorSettings(), model)
+    settings, why = run.settings, run.reason
     start = time.perf_counter()
-    estimates = estimate_corpus(model, texts, settings, progress=False)
+    estimates = estimate_corpus(resolve(settings, model), texts, progress=False)
     seconds = time.perf_counter() - start
     corpus = corpus_estimate([estimates[t] for t in texts])
     sizes = [e.log_weights.size for e in estimates.values() if e.log_weights is not None]

@@ -38,6 +38,7 @@ from lm_latent_eval.estimators import DocumentEstimate, EstimatorSettings, estim
 from lm_latent_eval.estimators.adaptive import estimate_corpus
 from lm_latent_eval.estimators.corpus import certified_log_likelihood
 from lm_latent_eval.estimators.policy import DEFAULT_POLICY
+from lm_latent_eval.estimators.registry import resolve
 from lm_latent_eval.estimators.settings import AUTO_TARGET_SE
 from lm_latent_eval.models import load_model
 from lm_latent_eval.paths import DATA_DIR
@@ -126,7 +127,7 @@ def _run(args) -> dict:
     out = {}
     for n in sizes:
         if setting.target_se:
-            by_text = estimate_corpus(model, docs[:n], setting.settings(seed), progress=False)
+            by_text = estimate_corpus(resolve(setting.settings(seed), model), docs[:n], progress=False)
             estimates = [by_text[d] for d in docs[:n]]
         corpus, truth = estimates[:n], float(exact[:n].sum())
         certified = certified_log_likelihood(corpus)

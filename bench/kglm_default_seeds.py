@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from lm_latent_eval.estimators import EstimatorSettings
 from lm_latent_eval.estimators.adaptive import estimate_corpus
 from lm_latent_eval.estimators.corpus import corpus_estimate
+from lm_latent_eval.estimators.registry import resolve
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.kglm.linked_wikitext import load_linked_tiny
 
@@ -38,7 +39,7 @@ def main() -> None:
     rows = []
     for seed in tqdm([EstimatorSettings().seed, *range(1, args.seeds + 1)], desc="seeds"):
         start = time.perf_counter()
-        by_text = estimate_corpus(model, texts, EstimatorSettings(seed=seed), progress=False)
+        by_text = estimate_corpus(resolve(EstimatorSettings(seed=seed), model), texts, progress=False)
         corpus = corpus_estimate([by_text[t] for t in texts])
         lo, hi = corpus.perplexity_interval
         rows.append(

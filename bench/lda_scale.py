@@ -31,6 +31,7 @@ import torch
 from lm_latent_eval.estimators import EstimatorSettings
 from lm_latent_eval.estimators.adaptive import estimate_corpus
 from lm_latent_eval.estimators.corpus import corpus_estimate
+from lm_latent_eval.estimators.registry import resolve
 from lm_latent_eval.estimators.smc import smc_log_weights
 from lm_latent_eval.models.lda import LDA
 
@@ -68,7 +69,7 @@ def auto_row(model, texts: list[str], seed: int, truth: float | None, workers: i
     the statement, whether it holds for truth."""
     start = time.perf_counter()
     settings = EstimatorSettings("auto", seed=seed)
-    by_text = estimate_corpus(model, texts, settings, progress=False, workers=workers)
+    by_text = estimate_corpus(resolve(settings, model), texts, progress=False, workers=workers)
     corpus = corpus_estimate([by_text[t] for t in texts])
     interval, tokens = corpus.interval, sum(e.num_tokens for e in by_text.values())
     low, high = corpus.perplexity_interval

@@ -77,7 +77,7 @@ class StateTables:
 def seed_statement(model, texts, settings, truth: float) -> dict:
     """One seed's corpus statement and whether it holds against the truth S."""
     start, rows = time.perf_counter(), model.network_rows
-    estimates = estimate_corpus(model, texts, settings, progress=False)
+    estimates = estimate_corpus(resolve(settings, model), texts, progress=False)
     corpus = corpus_estimate([estimates[t] for t in texts])
     interval = corpus.interval
     return {
@@ -114,7 +114,8 @@ def coverage(model, texts, given: dict, seeds: range, truth: float, save) -> dic
     """The statements of ``seeds`` under the model_args ``given``, resolved as the backend does (the model's
     ``default_settings`` for what ``given`` does not name, then ``auto``); ``save(summary)`` after every seed."""
     settings, own = with_model_defaults(parse_settings(given), model, given)
-    settings, why = resolve(settings, model)
+    run = resolve(settings, model)
+    settings, why = run.settings, run.reason
     runs = []
     for s in tqdm(seeds, desc=str(given)):
         runs.append(seed_statement(model, texts, settings.replace(seed=s), truth))

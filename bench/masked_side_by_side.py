@@ -35,7 +35,7 @@ from lm_latent_eval.estimators import EstimatorSettings
 from lm_latent_eval.estimators.adaptive import estimate_corpus
 from lm_latent_eval.estimators.corpus import corpus_estimate
 from lm_latent_eval.estimators.elbo import corpus_elbo
-from lm_latent_eval.estimators.registry import with_model_defaults
+from lm_latent_eval.estimators.registry import resolve, with_model_defaults
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.masked.corpus import TEST_FILE
 
@@ -77,7 +77,7 @@ def statement(corpus) -> str:
 def sampled_row(model, texts, cost, name: str, settings: EstimatorSettings, nbytes: int) -> list:
     """A row of IS, SMC or the defaults: the corpus statement of ``estimate_corpus`` as the perplexity task prints it."""
     estimates, rows, calls, seconds = cost.run(
-        lambda: estimate_corpus(model, texts, settings, progress=False)
+        lambda: estimate_corpus(resolve(settings, model), texts, progress=False)
     )
     corpus = corpus_estimate([estimates[t] for t in texts])
     ll = sum(estimates[t].log_likelihood for t in texts)
@@ -89,7 +89,7 @@ def sampled_row(model, texts, cost, name: str, settings: EstimatorSettings, nbyt
 def elbo_row(model, texts, cost, name: str, settings: EstimatorSettings, nbytes: int) -> list:
     """A row of estimator=elbo: Σ ELBÔ with its own 95% interval (over the ELBO, not log p)."""
     estimates, rows, calls, seconds = cost.run(
-        lambda: estimate_corpus(model, texts, settings, progress=False)
+        lambda: estimate_corpus(resolve(settings, model), texts, progress=False)
     )
     tokens = sum(e.num_tokens for e in estimates.values())
     total, se = corpus_elbo([estimates[t] for t in texts])
@@ -105,7 +105,7 @@ def elbo_row(model, texts, cost, name: str, settings: EstimatorSettings, nbytes:
 
 def exact_row(model, texts, cost, name: str, nbytes: int, note: str) -> list:
     estimates, rows, calls, seconds = cost.run(
-        lambda: estimate_corpus(model, texts, EstimatorSettings("exact"), progress=False)
+        lambda: estimate_corpus(resolve(EstimatorSettings("exact"), model), texts, progress=False)
     )
     tokens = sum(e.num_tokens for e in estimates.values())
     ppl, bpb = per_token(sum(e.log_likelihood for e in estimates.values()), tokens, nbytes)

@@ -56,13 +56,15 @@ def gather(topics: int, documents: int, seeds: int, workers: int, path: Path) ->
     """Every document's (tokens, v̂, degrees of freedom, trusted, bias-corrected log p̂) at every K and seed."""
     params, texts = synthetic(topics, documents)
     model = LDA.from_parameters(**params, lookahead="cvb0")
-    base, _ = resolve(EstimatorSettings("auto", seed=0), model)
+    base = resolve(EstimatorSettings("auto", seed=0), model).settings
     records = []
     with open(path, "w", encoding="utf-8") as fh:
         for seed, k in itertools.product(range(seeds), SIZES):
             start = time.perf_counter()
             settings = base.replace(num_samples=k, target_se=None, seed=1000 + seed)
-            estimates = adaptive.estimate_corpus(model, texts, settings, progress=False, workers=workers)
+            estimates = adaptive.estimate_corpus(
+                resolve(settings, model), texts, progress=False, workers=workers
+            )
             errors = [estimates[t].error(DEFAULT_POLICY) for t in texts]
             record = {"seed": seed, "K": k, "seconds": time.perf_counter() - start,
                       "v": [e.relative_variance for e in errors], "dof": [e.degrees_of_freedom for e in errors],

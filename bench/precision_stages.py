@@ -91,7 +91,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     model, texts, settings, title, output = workload(args)
-    settings, _ = resolve(settings, model)
+    settings = resolve(settings, model).settings
     stages: list[dict] = []
     allocation = adaptive._allocation  # wrapped, not changed: the rows below are what it read and decided
 
@@ -111,7 +111,9 @@ def main() -> None:
     clock = [time.perf_counter()]
     start = clock[0]
     try:
-        final = adaptive.estimate_corpus(model, texts, settings, progress=False, workers=args.workers)
+        final = adaptive.estimate_corpus(
+            resolve(settings, model), texts, progress=False, workers=args.workers
+        )
     finally:
         adaptive._allocation = allocation
     last_seconds = time.perf_counter() - clock[0]

@@ -93,10 +93,10 @@ def _lda_runs(topics: int, documents: int, jobs: list[tuple[int, int]], workers:
     documents estimated by the settings ``estimator=auto`` resolves to at fixed K, in ``workers`` processes."""
     params, texts = synthetic(topics, documents)
     model = LDA.from_parameters(**params, lookahead="cvb0")
-    base, _ = resolve(EstimatorSettings("auto"), model)
+    base = resolve(EstimatorSettings("auto"), model).settings
     for k, seed in jobs:
         settings = base.replace(num_samples=k, target_se=None, seed=seed)
-        by_text = estimate_corpus(model, texts, settings, progress=False, workers=workers)
+        by_text = estimate_corpus(resolve(settings, model), texts, progress=False, workers=workers)
         yield {"K": k, "seed": seed, "sizes": _sums([by_text[t].error() for t in texts], (documents,))}
 
 

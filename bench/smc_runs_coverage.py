@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from lm_latent_eval.estimators import EstimatorSettings
 from lm_latent_eval.estimators.adaptive import estimate_corpus
 from lm_latent_eval.estimators.corpus import corpus_estimate
+from lm_latent_eval.estimators.registry import resolve
 from lm_latent_eval.estimators.settings import AUTO_TARGET_SE
 from lm_latent_eval.models import load_model
 
@@ -41,7 +42,7 @@ def main() -> None:
         settings = EstimatorSettings(
             "smc", args.num_samples, seed=seed, smc_runs=args.runs, target_se=AUTO_TARGET_SE
         )
-        by_text = estimate_corpus(model, docs, settings, progress=False)
+        by_text = estimate_corpus(resolve(settings, model), docs, progress=False)
         interval = corpus_estimate([by_text[d] for d in docs]).interval
         held.append(interval.lower <= truth <= interval.upper)
         two_sided.append(interval.two_sided)

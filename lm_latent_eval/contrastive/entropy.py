@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..estimators import EstimatorSettings, estimate_document
+from ..estimators import EstimatorSettings, resolve
 from ..models import MODELS, load_model
 from ..protocol import is_latent_lm
 from .channel import DEFAULT_LEVELS, check_level, distortion_set, normalize_whitespace
@@ -262,10 +262,11 @@ def latent_lm_scorer(
     settings = settings or EstimatorSettings()
     if isinstance(model, str):
         model, _ = load_model(model, pretrained, device=device)
+    estimator = resolve(settings, model)
 
     def score(texts: list[str]) -> list[float]:
         return [
-            estimate_document(model, t, settings, device=device).log_likelihood
+            estimator.estimate(t, device=device).log_likelihood
             for t in tqdm(texts, desc="scoring sentences", leave=False, disable=not progress)
         ]
 

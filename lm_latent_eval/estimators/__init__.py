@@ -19,7 +19,7 @@ Floors of the import graph (each imports only the ones above it):
 from __future__ import annotations
 
 from .aggregate import corpus_ppl, instance_ppl, log_mean_exp
-from .base import DocumentEstimate, Estimator
+from .base import DocumentEstimate, Estimator, ResolvedEstimator
 from .beam import BeamEstimate, beam_log_marginal
 from .document import estimate_document
 from .exact import ExactEstimate, exact_log_marginal
@@ -40,6 +40,7 @@ __all__ = [
     "ExactEstimate",
     "ISDiagnostics",
     "ISEstimate",
+    "ResolvedEstimator",
     "SMCDiagnostics",
     "SMCEstimate",
     "UncertaintyPolicy",

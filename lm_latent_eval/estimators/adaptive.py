@@ -43,10 +43,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from .base import DocumentEstimate
+from .base import DocumentEstimate, ResolvedEstimator
 from .intervals import DocumentError
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
-from .registry import resolve, targets_precision
+from .registry import targets_precision
 from .settings import EstimatorSettings
 from .workers import DocumentWorkers
 
@@ -157,15 +157,9 @@ def _all_exact(estimates, policy: UncertaintyPolicy, all_reduce) -> bool:
     return not all_reduce([float(inexact)])[0]
 
 
-def _settings_for(settings: EstimatorSettings, num_samples: int) -> EstimatorSettings:
-    """The same settings with K = num_samples (under SMC the same number of runs, each larger), no further target."""
-    return settings.replace(num_samples=num_samples, target_se=None)
-
-
 def estimate_corpus(
-    model,
+    estimator: ResolvedEstimator,
     texts: Sequence[str],
-    settings: EstimatorSettings,
     device="cpu",
     all_reduce: Callable[[list[float]], list[float]] | None = None,
     progress: bool = True,
@@ -177,12 +171,11 @@ def estimate_corpus(
 
     Parameters
     ----------
-    model : LatentLM
-        The model.
+    estimator : ResolvedEstimator
+        The estimator, its settings and the model (``registry.resolve``); a sampling estimator with ``target_se`` > 0
+        runs the precision target.
     texts : sequence of str
         The corpus (repeated texts are estimated once).
-    settings : EstimatorSettings
-        Resolved or ``auto``; a sampling estimator with ``target_se`` > 0 runs the precision target.
     device : torch.device or str
         Where the model runs.
     all_reduce : callable, optional
@@ -204,28 +197,29 @@ def estimate_corpus(
 
     Examples
     --------
+    >>> from lm_latent_eval.estimators import resolve
     >>> from lm_latent_eval.models import load_model
     >>> hmm, _ = load_model("hmm")
     >>> texts = ["the cat sat", "a dog ran", "the cat sat"]
-    >>> out = estimate_corpus(hmm, texts, EstimatorSettings("smc", 32, target_se=0.05, seed=1), progress=False)
+    >>> run = resolve(EstimatorSettings("smc", 32, target_se=0.05, seed=1), hmm)
+    >>> out = estimate_corpus(run, texts, progress=False)
     >>> len(out), all(len(e.stage_log_likelihoods) >= 2 for e in out.values())
     (2, True)
     """
-    settings, _ = resolve(settings, model)
     all_reduce = all_reduce or (lambda values: values)
     unique = list(dict.fromkeys(texts))
-    with DocumentWorkers(model, device, workers) as pool:
+    with DocumentWorkers(estimator.model, device, workers) as pool:
         stage = functools.partial(_stage, pool, store, progress)
-        current = stage([(t, settings) for t in unique], 0, f"{settings.estimator} log p(x)")
-        if not targets_precision(settings):
+        current = stage([(t, estimator) for t in unique], 0, f"{estimator.settings.estimator} log p(x)")
+        if not targets_precision(estimator.settings):
             return current
-        return _later_stages(current, settings, stage, all_reduce)
+        return _later_stages(current, estimator, stage, all_reduce)
 
 
 def _stage(
     pool: DocumentWorkers, store: DocumentStore | None, progress: bool, jobs: list, number: int, desc: str
 ) -> dict[str, DocumentEstimate]:
-    """Every job's (text, settings) estimate at stage ``number``, in the jobs' order: read from ``store`` where
+    """Every job's (text, estimator) estimate at stage ``number``, in the jobs' order: read from ``store`` where
     there, else estimated by ``pool`` and written to ``store`` as each finishes."""
     found = {t: store.get(t, number) for t, _ in jobs} if store is not None else {}
     todo = [(t, s) for t, s in jobs if found.get(t) is None]
@@ -236,9 +230,10 @@ def _stage(
     return {t: found[t] for t, _ in jobs}
 
 
-def _later_stages(current: dict, settings: EstimatorSettings, stage: Callable, all_reduce) -> dict:
+def _later_stages(current: dict, estimator: ResolvedEstimator, stage: Callable, all_reduce) -> dict:
     """Stages 1, 2, ... of the precision target after stage 0's estimates ``current`` (module docstring): every
     document estimated afresh at its allocated size until a stage needs no more samples, then once more."""
+    settings = estimator.settings
     policy = UncertaintyPolicy.of(settings)
     unique = list(current)
     stages = {t: [e.log_likelihood] for t, e in current.items()}
@@ -255,7 +250,7 @@ def _later_stages(current: dict, settings: EstimatorSettings, stage: Callable, a
         last = not all_reduce([float(len(grow))])[0] or number == policy.max_stages - 1
         what = f"{len(grow)} documents need more samples" if grow else "the same sizes afresh"
         desc = f"precision target, stage {number}{' (last)' * last}: {what}"
-        current = stage([(t, _settings_for(settings, wanted[t])) for t in unique], number, desc)
+        current = stage([(t, estimator.sized(wanted[t])) for t in unique], number, desc)
         for t in unique:
             stages[t].append(current[t].log_likelihood)
         if last:

@@ -9,6 +9,7 @@ a corpus statement, and says how its documents combine into a corpus figure (``c
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -220,6 +221,99 @@ class Estimator:
         """The Monte Carlo standard error (nats, documents fixed) of Σ_n log p̂_n for an estimator whose figure is a
         bound on S that it reports with its own standard error and no interval on S (the ELBO), else NaN."""
         return math.nan
+
+
+@dataclass(frozen=True)
+class ResolvedEstimator:
+    """An estimator bound to its settings and model, resolved once per run (``registry.resolve``: ``auto``
+    replaced by its choice, the estimator's own rules and its refusal of the model checked) and passed down to every
+    stage and document as it is; nothing below it looks the estimator up or checks the settings again.
+
+    Parameters
+    ----------
+    estimator : Estimator
+        The estimator of the table that runs.
+    settings : EstimatorSettings
+        Its settings (``settings.estimator`` is ``estimator.name``).
+    model : LatentLM
+        The model it estimates with.
+    reason : str
+        Why this estimator (one sentence, recorded with the results).
+
+    Examples
+    --------
+    >>> from lm_latent_eval.estimators import EstimatorSettings, resolve
+    >>> from lm_latent_eval.models import load_model
+    >>> hmm, _ = load_model("hmm")
+    >>> run = resolve(EstimatorSettings("is", num_samples=50, seed=3), hmm)
+    >>> est = run.estimate("the cat sat")
+    >>> type(est).__name__, est.num_tokens, est.log_weights.shape
+    ('ISEstimate', 3, (50,))
+    >>> run.sized(80).estimate("the cat sat").num_samples
+    80
+    """
+
+    estimator: Estimator
+    settings: EstimatorSettings
+    model: Any
+    reason: str = ""
+
+    def sized(self, num_samples: int) -> ResolvedEstimator:
+        """The same estimator with K = ``num_samples`` and no further precision target (a document of a later stage
+        of ``adaptive``'s precision target; under SMC the same number of runs, each larger)."""
+        settings = self.settings.replace(num_samples=num_samples, target_se=None)
+        self.estimator.check(settings)
+        return dataclasses.replace(self, settings=settings)
+
+    def on(self, model: Any) -> ResolvedEstimator:
+        """The same estimator and settings on another model (a view of this one: the prefix view of
+        ``loglikelihood``); refused in one line where that model cannot serve it."""
+        self.estimator.require(model)
+        return dataclasses.replace(self, model=model)
+
+    def estimate(
+        self,
+        text: str,
+        *,
+        device: torch.device | str = "cpu",
+        stage: int = 0,
+        diagnostics: bool = False,
+        progress=None,
+    ) -> DocumentEstimate:
+        """log p̂ of one document: its text tokenized by the model and estimated (``Estimator.estimate``); a text
+        without tokens has log p = 0 exactly (``Estimator.empty``).
+
+        Parameters
+        ----------
+        text : str
+            The document.
+        device : torch.device or str
+            Where the model runs; random streams differ between CPU and GPU.
+        stage : int
+            > 0 draws from fresh random streams (a later stage of the precision target, ``estimators.adaptive``).
+        diagnostics : bool
+            Under IS, also compute ``ISDiagnostics``.
+        progress : tqdm, optional
+            Updated with the samples drawn.
+
+        Returns
+        -------
+        DocumentEstimate
+            The record of the estimator's family (``ISEstimate``, ``SMCEstimate``, ``BeamEstimate``, ...).
+        """
+        x = self.model.tokenize(text)
+        if x.numel() == 0:
+            return self.estimator.empty(text, self.settings, self.model)
+        return self.estimator.estimate(
+            self.model,
+            x.to(device),
+            text,
+            self.settings,
+            device=device,
+            progress=progress,
+            stage=stage,
+            diagnostics=diagnostics,
+        )
 
 
 def sample_sizes(sizes: list[int]) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..protocol import LatentLM
 from .base import DocumentEstimate
-from .registry import estimator_named, resolve
+from .registry import resolve
 from .settings import EstimatorSettings
 
 
@@ -18,7 +18,8 @@ def estimate_document(
     stage: int = 0,
 ) -> DocumentEstimate:
     """Tokenize ``text`` and estimate its log probability with the estimator ``settings`` name (``auto`` resolved
-    for ``model``); an empty text has log p = 0 over 0 tokens.
+    for ``model``); an empty text has log p = 0 over 0 tokens. One call: ``resolve(settings, model).estimate(text)``
+    (a run of many documents resolves once and calls ``ResolvedEstimator.estimate`` for each).
 
     Parameters
     ----------
@@ -52,18 +53,6 @@ def estimate_document(
     >>> estimate_document(hmm, "", EstimatorSettings("exact")).log_likelihood
     0.0
     """
-    settings, _ = resolve(settings, model)
-    estimator = estimator_named(settings.estimator)
-    x = model.tokenize(text)
-    if x.numel() == 0:
-        return estimator.empty(text, settings, model)
-    return estimator.estimate(
-        model,
-        x.to(device),
-        text,
-        settings,
-        device=device,
-        progress=progress,
-        stage=stage,
-        diagnostics=diagnostics,
+    return resolve(settings, model).estimate(
+        text, device=device, stage=stage, diagnostics=diagnostics, progress=progress
     )

@@ -15,7 +15,7 @@ import torch
 
 from ..errors import InputError, UnsupportedError
 from ..protocol import check_tempering
-from .base import DocumentEstimate, Estimator
+from .base import DocumentEstimate, Estimator, ResolvedEstimator
 from .beam import BEAM
 from .elbo import ELBO
 from .exact import EXACT
@@ -44,12 +44,13 @@ def estimator_named(name: str) -> Estimator:
     return ESTIMATORS[name]
 
 
-def resolve(settings: EstimatorSettings, model: Any) -> tuple[EstimatorSettings, str]:
-    """The settings with ``auto`` replaced by the estimator it picks for ``model``, and why; the chosen estimator's
-    own rules checked, and its refusal of ``model`` (one line, ``UnsupportedError``) raised here, before any work.
+def resolve(settings: EstimatorSettings, model: Any) -> ResolvedEstimator:
+    """The estimator that runs for ``model``, bound to its settings and the model, resolved once per run: ``auto``
+    replaced by the estimator it picks, the chosen estimator's own rules checked, and its refusal of ``model`` (one
+    line, ``UnsupportedError``) raised here, before any work.
 
     Under ``auto`` a sampling estimator gets the precision target (``target_se``, default ``AUTO_TARGET_SE``).
-    Resolving a resolved record returns it unchanged.
+    Resolving a resolved record's settings returns the same settings.
 
     Parameters
     ----------
@@ -60,15 +61,15 @@ def resolve(settings: EstimatorSettings, model: Any) -> tuple[EstimatorSettings,
 
     Returns
     -------
-    tuple of EstimatorSettings and str
-        The resolved settings and one sentence saying why this estimator.
+    ResolvedEstimator
+        The estimator, its resolved settings, the model, and one sentence saying why this estimator (``reason``).
 
     Examples
     --------
     >>> from lm_latent_eval.models import load_model
     >>> hmm, _ = load_model("hmm")
-    >>> resolved, why = resolve(EstimatorSettings(), hmm)
-    >>> resolved.estimator, why
+    >>> run = resolve(EstimatorSettings(), hmm)
+    >>> run.settings.estimator, run.reason
     ('exact', 'auto: exact, HMMLanguageModel has a tractable log_marginal')
     """
     if settings.estimator != AUTO:
@@ -85,7 +86,7 @@ def resolve(settings: EstimatorSettings, model: Any) -> tuple[EstimatorSettings,
     estimator.check(settings)
     if estimator.draws_samples:
         check_tempering(model.proposal, settings.temperature)
-    return settings, why
+    return ResolvedEstimator(estimator, settings, model, why)
 
 
 def with_model_defaults(

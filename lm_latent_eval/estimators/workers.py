@@ -21,6 +21,7 @@ start last and leave the other processes idle while it runs.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import signal
 from collections.abc import Iterator, Sequence
@@ -30,9 +31,7 @@ from typing import Self
 import torch
 from tqdm.auto import tqdm
 
-from .base import DocumentEstimate
-from .document import estimate_document
-from .settings import EstimatorSettings
+from .base import DocumentEstimate, ResolvedEstimator
 
 # what a forked process estimates with: set in the parent before the pool forks, read (inherited) by the children
 _INHERITED: dict[str, object] = {}
@@ -86,11 +85,11 @@ def _start_worker(threads: int) -> None:
 
 
 def _estimate_inherited(
-    text: str, settings: EstimatorSettings, stage: int, diagnostics: bool
+    text: str, estimator: ResolvedEstimator, stage: int, diagnostics: bool
 ) -> DocumentEstimate:
-    """A forked worker's estimate, with the model and device it inherited."""
-    model, device = _INHERITED["model"], _INHERITED["device"]
-    return estimate_document(model, text, settings, device=device, diagnostics=diagnostics, stage=stage)
+    """A forked worker's estimate: ``estimator`` (sent without its model) on the model and device it inherited."""
+    bound = dataclasses.replace(estimator, model=_INHERITED["model"])
+    return bound.estimate(text, device=_INHERITED["device"], stage=stage, diagnostics=diagnostics)
 
 
 class DocumentWorkers:
@@ -110,7 +109,9 @@ class DocumentWorkers:
     --------
     >>> from lm_latent_eval.models import load_model
     >>> hmm, _ = load_model("hmm")
-    >>> jobs = [("the cat sat", EstimatorSettings("is", 50, seed=1)), ("a dog ran", EstimatorSettings("is", 80, seed=1))]
+    >>> from lm_latent_eval.estimators import EstimatorSettings, resolve
+    >>> run = resolve(EstimatorSettings("is", 50, seed=1), hmm)
+    >>> jobs = [("the cat sat", run), ("a dog ran", run.sized(80))]
     >>> with DocumentWorkers(hmm, "cpu", 2) as pool:
     ...     side_by_side = dict(pool.estimate(jobs, stage=0, desc="", progress=False))
     >>> with DocumentWorkers(hmm, "cpu", 1) as pool:
@@ -150,7 +151,7 @@ class DocumentWorkers:
 
     def estimate(
         self,
-        jobs: Sequence[tuple[str, EstimatorSettings]],
+        jobs: Sequence[tuple[str, ResolvedEstimator]],
         stage: int,
         desc: str,
         progress: bool,
@@ -160,8 +161,9 @@ class DocumentWorkers:
 
         Parameters
         ----------
-        jobs : sequence of (str, EstimatorSettings)
-            The documents and their settings (resolved: each with its own ``num_samples``).
+        jobs : sequence of (str, ResolvedEstimator)
+            The documents and the estimator each runs with (resolved once for this pool's model: each may have its
+            own ``num_samples``, ``ResolvedEstimator.sized``).
         stage : int
             The precision target's stage (seeds fresh random streams for stage > 0).
         desc : str
@@ -169,25 +171,33 @@ class DocumentWorkers:
         progress : bool
             Show a progress bar.
         diagnostics : bool
-            Under IS, also compute ``ISDiagnostics`` (``estimate_document``).
+            Under IS, also compute ``ISDiagnostics`` (``ResolvedEstimator.estimate``).
 
         Returns
         -------
         iterator of (str, DocumentEstimate)
         """
+        if any(e.model is not self.model for _, e in jobs):
+            raise ValueError(
+                "every job's estimator must be resolved for this pool's model (ResolvedEstimator.on)"
+            )
         bar = tqdm(total=len(jobs), desc=desc, disable=not progress)
         try:
             if self._pool is None:
-                for text, settings in jobs:
-                    estimate = estimate_document(
-                        self.model, text, settings, device=self.device, diagnostics=diagnostics, stage=stage
+                for text, estimator in jobs:
+                    yield (
+                        text,
+                        estimator.estimate(text, device=self.device, stage=stage, diagnostics=diagnostics),
                     )
-                    yield text, estimate
                     bar.update(1)
                 return
-            largest_first = sorted(jobs, key=lambda job: -job[1].num_samples * max(len(job[0]), 1))
+            largest_first = sorted(jobs, key=lambda job: -job[1].settings.num_samples * max(len(job[0]), 1))
+            # the estimator travels without its model: every process has the model already (forked)
             pending = {
-                self._pool.submit(_estimate_inherited, t, s, stage, diagnostics): t for t, s in largest_first
+                self._pool.submit(
+                    _estimate_inherited, t, dataclasses.replace(e, model=None), stage, diagnostics
+                ): t
+                for t, e in largest_first
             }
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)

@@ -30,7 +30,7 @@ from lm_eval.api.model import LM
 from lm_eval.utils import simple_parse_args_string
 
 from ..errors import install_excepthook
-from ..estimators import DocumentEstimate, EstimatorSettings
+from ..estimators import DocumentEstimate, EstimatorSettings, ResolvedEstimator
 from ..estimators.adaptive import estimate_corpus
 from ..estimators.registry import resolve, with_model_defaults
 from ..models import MODELS, checkpoint_hash, load_model, model_target
@@ -112,7 +112,9 @@ class LatentLMEval(LM):
         )
         self.checkpoint_sha256 = checkpoint_hash(self.checkpoint)
         settings, own = with_model_defaults(args.settings, self.model, args.given_settings)
-        self.settings, self.estimator_choice = resolve(settings, self.model)
+        # resolved once: every request, stage and document below runs this bound estimator
+        self.estimator = resolve(settings, self.model)
+        self.estimator_choice = self.estimator.reason
         if self.requested_estimator:
             self.estimator_choice = f"estimator={self.requested_estimator} as requested"
         self.estimator_choice += own
@@ -127,6 +129,11 @@ class LatentLMEval(LM):
         )
         self.greedy = GreedyNotice(NOT_GREEDY.format(owner=name))
         self.exchange = EstimateExchange.begin(self.settings)
+
+    @property
+    def settings(self) -> EstimatorSettings:
+        """The run's resolved settings (``estimator.settings``)."""
+        return self.estimator.settings
 
     def loglikelihood_rolling(self, requests: list[Instance], disable_tqdm: bool = False) -> list[float]:
         """log p̂(x) of each document; its whole estimate goes to ``exchange`` for the perplexity tasks.
@@ -151,7 +158,7 @@ class LatentLMEval(LM):
         (True, 'exact')
         """
         texts = [req.args[0] for req in requests]
-        estimates = self.batches.estimate(texts, self.settings, "log p(x)", not disable_tqdm)
+        estimates = self.batches.estimate(texts, self.estimator, "log p(x)", not disable_tqdm)
         self.exchange.put_documents(estimates)
         warn_about_empty_documents(estimates)
         return [estimates[text].log_likelihood for text in texts]
@@ -188,7 +195,7 @@ class LatentLMEval(LM):
             texts = texts_to_estimate(view, pairs)
             desc = f"{self.settings.estimator} log p(context, continuation)"
             values = conditionals(
-                pairs, self.batches.estimate(texts, self.settings, desc, not disable_tqdm, view)
+                pairs, self.batches.estimate(texts, self.estimator.on(view), desc, not disable_tqdm)
             )
         self.greedy.warn()
         self.exchange.put_conditionals(values)
@@ -200,7 +207,7 @@ class LatentLMEval(LM):
 
         def estimate(view, texts):
             desc = f"{self.settings.estimator} log p(continuation | context)"
-            return self.batches.estimate(texts, self.settings, desc, False, view, check=False)
+            return self.batches.estimate(texts, self.estimator.on(view), desc, False, check=False)
 
         estimates = view_estimates(self.model, pairs, estimate, progress)
         self.batches.check("log p(continuation | context)", self.settings, estimates)
@@ -240,11 +247,11 @@ class LatentLMEval(LM):
         continuation) is no prefix probability and ranks candidates differently), else log p̂(context ⊕
         continuation) (the context shared: the same ranking); without the precision target (whose corpus totals are
         summed over the processes, which hold different requests) and outside the results store."""
-        settings = self.settings.replace(target_se=None)
+        fixed = self.estimator.sized(self.settings.num_samples)
 
         def estimate(model, texts):
             return estimate_texts(
-                model, texts, settings, self._device, None, lambda values: values, "greedy candidates", False,
+                fixed.on(model), texts, self._device, None, lambda values: values, "greedy candidates", False,
                 self.batches.workers,
             )  # fmt: skip
 
@@ -304,17 +311,15 @@ class DocumentBatches:
         self.held: list[tuple[str, EstimatorSettings, dict[str, DocumentEstimate]]] = []
 
     def estimate(
-        self, texts: list[str], settings: EstimatorSettings, desc: str, progress: bool, model=None, check=True
+        self, texts: list[str], estimator: ResolvedEstimator, desc: str, progress: bool, check=True
     ) -> dict[str, DocumentEstimate]:
-        """One estimate per distinct text (``estimate_texts``); ``model``: a view of the model (its estimates are
-        not stored); ``check``: one warning, with the estimator's advice, when no two-sided interval of the batch
-        is honest."""
-        model = self.model if model is None else model
-        store = self.store if model is self.model else None
+        """One estimate per distinct text (``estimate_texts``) by the run's ``estimator``, on the model or on a view
+        of it (``ResolvedEstimator.on``: a view's estimates are not stored); ``check``: one warning, with the
+        estimator's advice, when no two-sided interval of the batch is honest."""
+        store = self.store if estimator.model is self.model else None
         estimates = estimate_texts(
-            model,
+            estimator,
             texts,
-            settings,
             self.device,
             store,
             self.processes.all_reduce,
@@ -323,7 +328,7 @@ class DocumentBatches:
             self.workers,
         )
         if check:
-            self.check(desc, settings, estimates)
+            self.check(desc, estimator.settings, estimates)
         return estimates
 
     def check(self, desc: str, settings: EstimatorSettings, estimates: dict) -> None:
@@ -349,9 +354,8 @@ class DocumentBatches:
 
 
 def estimate_texts(
-    model,
+    estimator: ResolvedEstimator,
     texts: list[str],
-    settings: EstimatorSettings,
     device,
     store,
     all_reduce,
@@ -368,7 +372,7 @@ def estimate_texts(
         logger.info(message, desc, loaded, distinct, store.folder)
     before = store.tally.copy() if store is not None else None
     estimates = estimate_corpus(
-        model, texts, settings, device, all_reduce, progress=progress, store=store, workers=workers
+        estimator, texts, device, all_reduce, progress=progress, store=store, workers=workers
     )
     if store is not None:
         logger.info("%s: %s", desc, stage_tally(store.tally - before))

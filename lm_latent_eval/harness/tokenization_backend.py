@@ -11,7 +11,7 @@ import warnings
 
 from tqdm import tqdm
 
-from ..estimators import estimate_document, estimator_named
+from ..estimators import estimator_named
 from ..estimators.importance import ImportanceSampling
 from ..models.tokenization import canonical
 from .backends import LatentLMEval
@@ -82,14 +82,13 @@ class LatentTokenizationEval(LatentLMEval):
         moved = [hf_whitespace(context, continuation) for context, continuation in pairs]
         desc = f"{self.settings.estimator} log p(context, continuation)"
         joint = self.batches.estimate(
-            [c + k for c, k in moved], self.settings, desc, not disable_tqdm, check=False
+            [c + k for c, k in moved], self.estimator, desc, not disable_tqdm, check=False
         )
         contexts = {}
         desc = f"{self.settings.estimator} log P(starts with context)"
+        on_contexts = self.estimator.on(self._context_model)
         for context in tqdm(list(dict.fromkeys(c for c, _ in moved)), desc=desc, disable=disable_tqdm):
-            contexts[context] = estimate_document(
-                self._context_model, context, self.settings, device=self._device
-            )
+            contexts[context] = on_contexts.estimate(context, device=self._device)
         # one warning about every pair, held under several processes until lm-eval's gather (as the documents)
         checked = {
             **{("joint", t): e for t, e in joint.items()},

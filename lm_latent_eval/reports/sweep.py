@@ -140,7 +140,8 @@ def _estimates(
     text is estimated once (its random streams are seeded by its text: the same estimate)."""
     times = Counter(documents)
     found = {}
-    for text, estimate in pool.estimate([(t, settings) for t in times], 0, "", False, diagnostics):
+    run = resolve(settings, pool.model)
+    for text, estimate in pool.estimate([(t, run) for t in times], 0, "", False, diagnostics):
         found[text] = estimate
         bar.update(times[text])
     return [found[d] for d in documents]

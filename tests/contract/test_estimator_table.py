@@ -96,7 +96,8 @@ def params(table_index: int, column: str) -> list:
 
 @pytest.mark.parametrize("name,cell", params(0, "`auto` picks"))
 def test_auto_picks_what_the_table_says(models, name, cell):
-    settings, why = resolve(EstimatorSettings(), model_of(models, name))
+    run = resolve(EstimatorSettings(), model_of(models, name))
+    settings, why = run.settings, run.reason
     assert cell == f"`{settings.estimator}`", why
 
 

@@ -45,19 +45,23 @@ class Without:
 def test_auto_picks_exact_then_smc_then_is_and_says_why(bundled_hmm, bundled_test_texts):
     settings = EstimatorSettings()
     assert settings.estimator == "auto"
-    exact, why = resolve(settings, bundled_hmm)
+    run = resolve(settings, bundled_hmm)
+    exact, why = run.settings, run.reason
     assert exact.estimator == "exact" and "tractable log_marginal" in why
 
     # the HMM's stepwise part, no marginal
-    smc, why = resolve(settings, Without(bundled_hmm, "log_marginal"))
+    run = resolve(settings, Without(bundled_hmm, "log_marginal"))
+    smc, why = run.settings, run.reason
     assert smc.estimator == "smc" and smc.target_se == AUTO_TARGET_SE and "stepwise part" in why
-    plain, why = resolve(settings, WholeDocumentOnly(bundled_hmm))  # neither a marginal nor the stepwise part
+    run = resolve(settings, WholeDocumentOnly(bundled_hmm))  # neither a marginal nor the stepwise part
+    plain, why = run.settings, run.reason
     assert plain.estimator == "is" and plain.target_se == AUTO_TARGET_SE and "neither" in why
     assert (
-        targets_precision(resolve(EstimatorSettings(target_se=0.0), WholeDocumentOnly(bundled_hmm))[0])
+        targets_precision(resolve(EstimatorSettings(target_se=0.0), WholeDocumentOnly(bundled_hmm)).settings)
         is False
     )
-    explicit, why = resolve(EstimatorSettings("is", num_samples=8), bundled_hmm)
+    run = resolve(EstimatorSettings("is", num_samples=8), bundled_hmm)
+    explicit, why = run.settings, run.reason
     assert explicit.estimator == "is" and not targets_precision(explicit) and "as requested" in why
     est = estimate_document(
         bundled_hmm, bundled_test_texts[0], EstimatorSettings()
@@ -80,7 +84,7 @@ def test_precision_target_redraws_every_document_and_meets_the_target(bundled_hm
     last stage is kept with every stage's log p̂, and the corpus ends two-sided within the target."""
     texts = bundled_test_texts[:12]
     settings = EstimatorSettings("smc", 40, peek=False, target_se=0.003, seed=5)
-    out = estimate_corpus(bundled_hmm, texts, settings, progress=False)
+    out = estimate_corpus(resolve(settings, bundled_hmm), texts, progress=False)
     stages = {len(e.stage_log_likelihoods) for e in out.values()}
     assert (
         len(stages) == 1 and 1 < stages.pop() <= MAX_STAGES
@@ -98,8 +102,8 @@ def test_precision_target_redraws_every_document_and_meets_the_target(bundled_hm
 def test_precision_target_is_independent_of_order_and_duplicates(bundled_hmm, bundled_test_texts):
     texts = bundled_test_texts[:6]
     settings = EstimatorSettings("smc", 40, peek=False, target_se=0.004, seed=2)
-    a = estimate_corpus(bundled_hmm, texts, settings, progress=False)
-    b = estimate_corpus(bundled_hmm, texts[::-1] + texts[:2], settings, progress=False)
+    a = estimate_corpus(resolve(settings, bundled_hmm), texts, progress=False)
+    b = estimate_corpus(resolve(settings, bundled_hmm), texts[::-1] + texts[:2], progress=False)
     for t in texts:
         np.testing.assert_array_equal(a[t].log_weights, b[t].log_weights)
 
@@ -115,7 +119,7 @@ def test_all_reduce_sees_the_corpus_totals(bundled_hmm, bundled_test_texts):
         seen.append(list(values))
         return [2 * v for v in values]
 
-    estimate_corpus(bundled_hmm, texts, settings, all_reduce=doubled, progress=False)
+    estimate_corpus(resolve(settings, bundled_hmm), texts, all_reduce=doubled, progress=False)
     assert seen and all(len(v) in (1, 6) for v in seen)
 
 
@@ -151,7 +155,7 @@ def test_a_pilot_that_meets_the_target_is_not_the_stage_reported(bundled_hmm, bu
     once more, at the same sizes, from fresh streams, and that second stage is the one reported."""
     texts = bundled_test_texts[:5]
     out = estimate_corpus(
-        bundled_hmm, texts, EstimatorSettings("smc", 1000, target_se=1.0, seed=3), progress=False
+        resolve(EstimatorSettings("smc", 1000, target_se=1.0, seed=3), bundled_hmm), texts, progress=False
     )
     for e in out.values():
         pilot, last = e.stage_log_likelihoods
@@ -166,7 +170,7 @@ def test_smc_with_the_precision_target_covers_at_200_documents(bundled_hmm, cove
     held = []
     for seed in range(20):
         s = EstimatorSettings("smc", 100, peek=True, target_se=AUTO_TARGET_SE, seed=seed)
-        by_text = estimate_corpus(bundled_hmm, docs, s, progress=False)
+        by_text = estimate_corpus(resolve(s, bundled_hmm), docs, progress=False)
         interval = corpus_estimate([by_text[d] for d in docs]).interval
         held.append(interval.lower <= truth <= interval.upper)
     assert sum(held) >= 19, held
@@ -234,9 +238,9 @@ def test_auto_picks_exact_only_where_the_model_declares_its_marginal_tractable(b
 
     model = Without(bundled_hmm, "exact_marginal_tractable")
     assert callable(model.log_marginal)
-    assert resolve(EstimatorSettings(), model)[0].estimator == "smc"
-    assert resolve(EstimatorSettings(), bundled_hmm)[0].estimator == "exact"
-    assert resolve(EstimatorSettings("exact"), model)[0].estimator == "exact"
+    assert resolve(EstimatorSettings(), model).settings.estimator == "smc"
+    assert resolve(EstimatorSettings(), bundled_hmm).settings.estimator == "exact"
+    assert resolve(EstimatorSettings("exact"), model).settings.estimator == "exact"
 
 
 class SmallMarginalLM(WholeDocumentOnly):
@@ -262,7 +266,8 @@ def test_auto_uses_a_log_marginal_only_where_declared_tractable(bundled_hmm, mod
     """Issue 34, item 6: a model with a ``log_marginal`` declared intractable (or not declared) gets the sampling
     estimators under auto (IS here: no stepwise part), with the precision target; ``estimator=exact`` still runs it."""
     model = model_class(bundled_hmm)
-    settings, why = resolve(EstimatorSettings(), model)
+    run = resolve(EstimatorSettings(), model)
+    settings, why = run.settings, run.reason
     assert settings.estimator == expected, why
     assert (settings.target_se == AUTO_TARGET_SE) == (expected != "exact")
     x = model.tokenize("Anna saw the dog.")
@@ -278,6 +283,6 @@ def test_the_bundled_models_keep_their_choice_under_auto():
     chosen = {}
     for name in ("hmm", "tokenization", "rnng", "masked", "lda", "kglm"):
         model, _ = load_model(name)
-        chosen[name] = resolve(EstimatorSettings(), model)[0].estimator
+        chosen[name] = resolve(EstimatorSettings(), model).settings.estimator
     assert chosen["hmm"] == "exact"
     assert all(chosen[name] != "exact" for name in chosen if name != "hmm"), chosen

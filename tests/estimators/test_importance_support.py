@@ -19,7 +19,7 @@ from lm_latent_eval.estimators.corpus import certified_log_likelihood, corpus_es
 from lm_latent_eval.estimators.importance import DistinctDraws, importance_error
 from lm_latent_eval.estimators.intervals import proven_rounding
 from lm_latent_eval.estimators.policy import DEFAULT_POLICY
-from lm_latent_eval.estimators.registry import estimate_from_json
+from lm_latent_eval.estimators.registry import estimate_from_json, resolve
 from lm_latent_eval.estimators.smc import importance_runs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -177,7 +177,7 @@ def test_the_precision_target_stops_once_every_document_is_proven():
     model = SmallSupportLM()
     texts = small_support_corpus(10)
     settings = EstimatorSettings("is", 100, seed=0, target_se=0.002)
-    out = estimate_corpus(model, texts, settings, progress=False)
+    out = estimate_corpus(resolve(settings, model), texts, progress=False)
     assert {e.num_samples for e in out.values()} == {100}
     assert {len(e.stage_log_likelihoods) for e in out.values()} == {1}
     truth = sum(float(model.log_marginal(model.tokenize(t))) for t in texts)

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from lm_latent_eval.errors import InputError
-from lm_latent_eval.estimators import EstimatorSettings, workers
+from lm_latent_eval.estimators import EstimatorSettings, ResolvedEstimator, workers
 from lm_latent_eval.estimators.adaptive import estimate_corpus
+from lm_latent_eval.estimators.registry import resolve
 from lm_latent_eval.harness.results_store import ResultsStore
 
 pytestmark = pytest.mark.skipif(not workers.fork_available(), reason="this platform cannot fork")
@@ -27,8 +28,8 @@ def test_side_by_side_equals_one_process_through_every_stage(bundled_hmm, bundle
     and the reported log weights of every document exactly as one process does."""
     texts = bundled_test_texts[:12]
     settings = EstimatorSettings(estimator, 16, seed=5, target_se=0.01)
-    alone = estimate_corpus(bundled_hmm, texts, settings, progress=False)
-    shared = estimate_corpus(bundled_hmm, texts, settings, progress=False, workers=2)
+    alone = estimate_corpus(resolve(settings, bundled_hmm), texts, progress=False)
+    shared = estimate_corpus(resolve(settings, bundled_hmm), texts, progress=False, workers=2)
     assert list(shared) == list(alone)
     assert max(len(e.stage_log_likelihoods) for e in alone.values()) >= 2
     for text, e in alone.items():
@@ -39,18 +40,21 @@ def test_side_by_side_equals_one_process_through_every_stage(bundled_hmm, bundle
 def test_a_documents_error_reaches_the_caller_unchanged(bundled_hmm, bundled_test_texts, monkeypatch):
     """A document's InputError raised in a worker arrives as the same InputError with the same message."""
     bad = bundled_test_texts[3]
-    real = workers.estimate_document
+    real = ResolvedEstimator.estimate
 
-    def failing(model, text, settings, **kwargs):
+    def failing(self, text, **kwargs):
         if text == bad:
             raise InputError(f"document {text[:20]!r}: cannot be estimated")
-        return real(model, text, settings, **kwargs)
+        return real(self, text, **kwargs)
 
     # set before the fork: the workers inherit it
-    monkeypatch.setattr(workers, "estimate_document", failing)
+    monkeypatch.setattr(ResolvedEstimator, "estimate", failing)
     with pytest.raises(InputError, match="cannot be estimated"):
         estimate_corpus(
-            bundled_hmm, bundled_test_texts[:6], EstimatorSettings("is", 8), progress=False, workers=2
+            resolve(EstimatorSettings("is", 8), bundled_hmm),
+            bundled_test_texts[:6],
+            progress=False,
+            workers=2,
         )
 
 
@@ -59,9 +63,9 @@ def test_the_store_is_written_and_read_by_the_caller(bundled_hmm, bundled_test_t
     them all, equal to what was stored."""
     texts, settings = bundled_test_texts[:5], EstimatorSettings("smc", 16, seed=2)
     store = ResultsStore(tmp_path, {"test": 1})
-    first = estimate_corpus(bundled_hmm, texts, settings, progress=False, store=store, workers=2)
+    first = estimate_corpus(resolve(settings, bundled_hmm), texts, progress=False, store=store, workers=2)
     assert store.tally == {(0, False): 5}
-    again = estimate_corpus(bundled_hmm, texts, settings, progress=False, store=store, workers=2)
+    again = estimate_corpus(resolve(settings, bundled_hmm), texts, progress=False, store=store, workers=2)
     assert store.tally == {(0, False): 5, (0, True): 5}
     assert all(np.array_equal(again[t].log_weights, first[t].log_weights) for t in texts)
 
@@ -83,14 +87,14 @@ def test_ctrl_c_stops_the_workers_at_once_without_their_tracebacks(tmp_path):
             """
             import multiprocessing, signal
             signal.signal(signal.SIGINT, signal.default_int_handler)
-            from lm_latent_eval.estimators import EstimatorSettings
+            from lm_latent_eval.estimators import EstimatorSettings, resolve
             from lm_latent_eval.estimators.adaptive import estimate_corpus
             from lm_latent_eval.models import load_model
             model, _ = load_model("hmm")
             texts = [f"the cat sat on the mat number {i}" for i in range(8)]
             print("started", flush=True)
             try:
-                estimate_corpus(model, texts, EstimatorSettings("smc", 2_000_000), progress=False, workers=2)
+                estimate_corpus(resolve(EstimatorSettings("smc", 2_000_000), model), texts, progress=False, workers=2)
             except KeyboardInterrupt:
                 print("interrupted", len(multiprocessing.active_children()), flush=True)
             """

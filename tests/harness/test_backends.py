@@ -34,11 +34,11 @@ from lm_eval.tasks import TaskManager
 from lm_latent_eval.estimators import (
     EstimatorSettings,
     ISEstimate,
+    ResolvedEstimator,
     corpus_ppl,
     estimate_document,
     instance_ppl,
     recorded_settings,
-    workers,
 )
 from lm_latent_eval.estimators.diagnostics import pareto_khat
 from lm_latent_eval.harness import backends
@@ -178,7 +178,7 @@ print("ok")
 
 @pytest.fixture(scope="module")
 def hmm_is():
-    # one process (workers=1): a test counts the calls of estimate_document
+    # one process (workers=1): a test counts the estimates made
     return LatentHMMEval(estimator="is", num_samples=48, seed=11, device="cpu", batch_size="16", workers=1)
 
 
@@ -199,18 +199,18 @@ def test_loglikelihood_is_difference_with_one_shared_context_estimate(hmm_is, mo
     context = "The busy teacher"
     continuations = [" waited.", " slept.", " saw the dog."]
     calls = []
-    real = workers.estimate_document
+    real = ResolvedEstimator.estimate
 
-    def counting(model, text, settings, **kw):
+    def counting(self, text, **kw):
         calls.append(text)
-        return real(model, text, settings, **kw)
+        return real(self, text, **kw)
 
-    monkeypatch.setattr(workers, "estimate_document", counting)
+    monkeypatch.setattr(ResolvedEstimator, "estimate", counting)
     got = hmm_is.loglikelihood([pair(context, c) for c in continuations] * 2, disable_tqdm=True)
     assert calls.count(context) == 1 and len(calls) == 1 + len(continuations)
-    ctx = real(hmm_is.model, context, hmm_is.settings).log_likelihood
+    ctx = estimate_document(hmm_is.model, context, hmm_is.settings).log_likelihood
     for (value, greedy), c in zip(got, continuations * 2):
-        assert value == real(hmm_is.model, context + c, hmm_is.settings).log_likelihood - ctx
+        assert value == estimate_document(hmm_is.model, context + c, hmm_is.settings).log_likelihood - ctx
         assert greedy is False
 
 
@@ -257,7 +257,7 @@ def test_is_rolling_is_unbiased_for_p_and_biased_down_in_log_p():
     exact = log_forward(lm.model, text)
     estimates = []
     for seed in range(200):
-        lm.settings = dataclasses.replace(lm.settings, seed=seed)
+        lm.estimator = dataclasses.replace(lm.estimator, settings=lm.settings.replace(seed=seed))
         estimates.append(lm.loglikelihood_rolling([rolling(text)], disable_tqdm=True)[0])
     assert_unbiased(estimates, exact, num_se=4)
     assert np.std(estimates) > 0  # the proposal is mismatched: the estimates really vary

@@ -1,6 +1,6 @@
 """Resumable runs (model_args ``results_dir=``) and lm-eval's ``--use_cache``: no stale number is ever reused.
 
-Documents are counted through ``workers.estimate_document``, the one place the backend computes an estimate.
+Documents are counted through ``ResolvedEstimator.estimate``, the one place the backend computes an estimate.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ lm_eval = pytest.importorskip("lm_eval")
 from lm_eval.api.instance import Instance
 from lm_eval.tasks import TaskManager
 
-from lm_latent_eval.estimators import recorded_settings, workers
+from lm_latent_eval.estimators import ResolvedEstimator, recorded_settings
 from lm_latent_eval.harness import results_store
 from lm_latent_eval.harness.backends import LatentHMMEval, LatentLMEval
 from lm_latent_eval.harness.exchange import EstimateExchange
@@ -29,7 +29,7 @@ from lm_latent_eval.models.hmm import HMMLanguageModel
 REPO = Path(__file__).resolve().parents[2]
 CORPUS_FILE = REPO / "lm_latent_eval/data/corpus/tiny_test.jsonl"
 DOCS = [json.loads(line)["text"] for line in CORPUS_FILE.open()][:10]
-# one process (workers=1): the tests count, and crash, the calls of estimate_document
+# one process (workers=1): the tests count, and crash, the estimates made
 ARGS = {"estimator": "is", "num_samples": 32, "seed": 3, "device": "cpu", "batch_size": "auto", "workers": 1}
 
 
@@ -46,20 +46,22 @@ def rolling(texts):
 
 @pytest.fixture
 def calls(monkeypatch):
-    """Texts passed to estimate_document, in order; ``calls.fail_after = n`` raises on call n + 1 (a crash)."""
-    real = workers.estimate_document
+    """Texts estimated (``ResolvedEstimator.estimate``), in order; ``calls.fail_after = n`` raises on call n + 1 (a
+    crash)."""
+    real = ResolvedEstimator.estimate
 
     class Counter(list):
         fail_after = None
 
-        def __call__(self, model, text, settings, **kw):
-            if self.fail_after is not None and len(self) >= self.fail_after:
-                raise RuntimeError("simulated crash")
-            self.append(text)
-            return real(model, text, settings, **kw)
-
     counter = Counter()
-    monkeypatch.setattr(workers, "estimate_document", counter)
+
+    def counting(self, text, **kw):
+        if counter.fail_after is not None and len(counter) >= counter.fail_after:
+            raise RuntimeError("simulated crash")
+        counter.append(text)
+        return real(self, text, **kw)
+
+    monkeypatch.setattr(ResolvedEstimator, "estimate", counting)
     return counter
 
 

@@ -128,7 +128,7 @@ def test_no_documented_command_gives_a_setting_its_estimator_ignores():
         if settings.estimator == "auto":
             if "pretrained" in given or backend == "latent":
                 continue  # a placeholder model: auto's choice depends on it
-            settings = resolve(settings, load_model(backend.removeprefix("latent_"))[0])[0]
+            settings = resolve(settings, load_model(backend.removeprefix("latent_"))[0]).settings
         unused = ignored_settings(settings, [n for n in given if n in names])
         if unused:
             wrong.append(f"{page}: --model {backend} --model_args {model_args}: {unused} ignored")

@@ -77,7 +77,8 @@ def test_exact_refuses_beyond_its_cost_and_auto_picks_smc():
     assert model.log_marginal(model.tokenize("apple banana cherry date")) < 0
     with pytest.raises(ValueError, match="max_exact_work.*estimator=smc"):
         model.log_marginal(model.tokenize(TEXT))
-    settings, why = resolve(EstimatorSettings(), model)
+    run = resolve(EstimatorSettings(), model)
+    settings, why = run.settings, run.reason
     assert settings.estimator == "smc" and "SMC" in why
 
 

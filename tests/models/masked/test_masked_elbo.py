@@ -96,7 +96,7 @@ def test_the_same_seed_draws_the_same_masks_and_the_record_round_trips(model):
 
 
 def test_auto_never_picks_it_and_other_models_are_refused():
-    assert resolve(EstimatorSettings(), tiny_masked_lm(seed=0))[0].estimator == "smc"
+    assert resolve(EstimatorSettings(), tiny_masked_lm(seed=0)).settings.estimator == "smc"
     with pytest.raises(UnsupportedError, match="uniform order policy only"):
         resolve(EstimatorSettings("elbo"), tiny_masked_lm(seed=0, policy="confidence"))
     hmm, _ = load_model("hmm")
