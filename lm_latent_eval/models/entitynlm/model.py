@@ -21,7 +21,7 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from ...protocol import check_num_samples, check_temperature
+from ...checks import check_num_samples, check_temperature
 from ...tensors import distinct_rows
 from ..checkpoints import StrictLoading
 from ..cuda_graphs import CUDA_GRAPHS_HELP, GraphsOfProposal, parse_cuda_graphs

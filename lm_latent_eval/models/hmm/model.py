@@ -6,7 +6,7 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from ...protocol import check_num_samples, check_text
+from ...checks import check_num_samples, check_text
 from ..checkpoints import StrictLoading
 from .parameters import HMMParameters, forward_log_alpha
 from .proposal import HMMProposal

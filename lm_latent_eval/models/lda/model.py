@@ -10,7 +10,7 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from ...protocol import check_num_samples, check_text
+from ...checks import check_num_samples, check_text
 from .exact import exact_work, log_marginal_dp
 from .loaders import LOADER_ARGS, detect_format, load_library_model
 from .proposal import LDAProposal

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...protocol import check_num_samples, check_temperature
+from ...checks import check_num_samples, check_temperature
 from ...tensors import tempered_draw
 from .conditionals import StepScores, step_scores
 
