@@ -322,8 +322,45 @@ def has_beam(model: Any) -> bool:
     )
 
 
+def missing_beam(model: Any) -> str | None:
+    """Why the model has no beam over configurations (the reason ``require_beam`` states), or None when it has one.
+
+    Parameters
+    ----------
+    model : Any
+        A latent LM.
+
+    Returns
+    -------
+    str or None
+        None when ``has_beam(model)``; else one clause naming the model: "<Model> has a continuous latent: no beam
+        over configurations" or "<Model>'s proposal has no beam(x, k)". It names no estimator: the estimator table
+        (``estimators.registry.require``) adds the ones the model can use.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> class Gaussian:
+    ...     latent_support = "continuous"
+    ...     proposal = SimpleNamespace(sample=print)
+    >>> missing_beam(Gaussian())
+    'Gaussian has a continuous latent: no beam over configurations'
+    >>> print(missing_beam(SimpleNamespace(proposal=SimpleNamespace(sample=print, beam=print))))
+    None
+    """
+    if has_beam(model):
+        return None
+    if latent_support(model) == "continuous":
+        return f"{type(model).__name__} has a continuous latent: no beam over configurations"
+    return f"{type(model).__name__}'s proposal has no beam(x, k)"
+
+
 def require_beam(model: Any) -> None:
-    """Refuse ``estimator=beam`` for a model without a beam, in one line naming what to use instead.
+    """Refuse a beam over configurations for a model without one, in one line saying why.
+
+    Which estimators the model can use instead is the estimator table's to say: ``estimator=beam`` is refused by
+    ``estimators.registry.require``, whose message adds them to this reason ("...; use estimator=auto, or one of
+    exact, is").
 
     Parameters
     ----------
@@ -333,33 +370,20 @@ def require_beam(model: Any) -> None:
     Raises
     ------
     lm_latent_eval.errors.UnsupportedError
-        (a ``TypeError`` and a ``UserError``) unless ``has_beam(model)``: "<Model> has a continuous latent: no beam
-        over configurations; use estimator=..." or "<Model>'s proposal has no beam(x, k); use estimator=...",
-        listing is and, where the model offers them, smc and exact.
+        (a ``TypeError`` and a ``UserError``) unless ``has_beam(model)``, with ``missing_beam``'s reason.
 
     Examples
     --------
     >>> from types import SimpleNamespace
-    >>> class Gaussian:
-    ...     latent_support = "continuous"
-    ...     proposal = SimpleNamespace(sample=print)
-    ...     log_marginal = print
-    >>> require_beam(Gaussian())
+    >>> require_beam(SimpleNamespace(proposal=SimpleNamespace(sample=print)))
     Traceback (most recent call last):
     ...
-    lm_latent_eval.errors.UnsupportedError: Gaussian has a continuous latent: no beam over configurations; use estimator=is or exact
+    lm_latent_eval.errors.UnsupportedError: SimpleNamespace's proposal has no beam(x, k)
     >>> require_beam(SimpleNamespace(proposal=SimpleNamespace(sample=print, beam=print)))
     """
-    if has_beam(model):
-        return
-    name = type(model).__name__
-    alternatives = ["is", *["smc"] * has_stepwise(model), *["exact"] * has_exact_marginal(model)]
-    usable = ", ".join(alternatives[:-1]) + " or " * (len(alternatives) > 1) + alternatives[-1]
-    if latent_support(model) == "continuous":
-        raise UnsupportedError(
-            f"{name} has a continuous latent: no beam over configurations; use estimator={usable}"
-        )
-    raise UnsupportedError(f"{name}'s proposal has no beam(x, k); use estimator={usable}")
+    reason = missing_beam(model)
+    if reason is not None:
+        raise UnsupportedError(reason)
 
 
 def can_temper(proposal: Any) -> bool:
