@@ -43,7 +43,7 @@ from .capabilities import (
     prefix_view,
     require_beam,
 )
-from .checked import CheckedProposal, CheckedSampler
+from .checked import CheckedProposal, CheckedSampler, CheckedStepwise
 from .contract import SMC_METHODS, BeamProposal, LatentLM, Latents, Proposal, StepwiseLatentLM
 from .particles import enumerated_log_marginal, num_particles, select_particles
 
@@ -53,6 +53,7 @@ __all__ = [
     "BeamProposal",
     "CheckedProposal",
     "CheckedSampler",
+    "CheckedStepwise",
     "LatentLM",
     "Latents",
     "Proposal",

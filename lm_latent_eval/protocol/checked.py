@@ -1,9 +1,11 @@
-"""The bases of the bundled proposals: the contract's ``sample`` and ``beam`` with their arguments checked once.
+"""The bases of the bundled models: ``sample``, ``beam`` and ``smc_init`` with their arguments checked once.
 
 A proposal built on ``CheckedSampler`` (a continuous latent) or ``CheckedProposal`` (a discrete one, with a beam)
-implements ``_sample`` and ``_beam``; the public methods check the arguments (``lm_latent_eval.checks``; τ ≠ 1 refused
-where the proposal declares ``tempers = False``), turn autograd off and hand over. Behind the boundary the model trusts
-its arguments.
+implements ``_sample`` and ``_beam``; a model built on ``CheckedStepwise`` implements ``_smc_init`` (and the other
+stepwise methods as the contract states them). The public methods check the arguments (``lm_latent_eval.checks``;
+τ ≠ 1 refused where the proposal declares ``tempers = False``), turn autograd off and hand over. Behind the boundary
+the model trusts its arguments. The bases are a convenience, not part of the contract: a model of one's own may
+implement ``sample`` or ``smc_init`` directly.
 """
 
 from __future__ import annotations
@@ -48,4 +50,23 @@ class CheckedProposal(CheckedSampler):
         return self._beam(x, beam_size)
 
     def _beam(self, x, beam_size) -> Latents:
+        raise NotImplementedError
+
+
+class CheckedStepwise:
+    """Base of the bundled models' stepwise part (``StepwiseLatentLM``): ``smc_init`` as the contract states it,
+    checking its arguments once (``check_proposal_args``: x [T], K, τ; τ ≠ 1 refused where the model's proposal
+    declares ``tempers = False``) and running without autograd, then handing over to the subclass's ``_smc_init``,
+    which takes the same arguments and returns the same state. ``smc_step``, ``smc_reorder`` and ``smc_latents`` are
+    the subclass's own: their arguments come from the estimator, not from the user."""
+
+    @torch.no_grad()
+    def smc_init(self, x, num_particles, temperature=1.0, peek=True):
+        """``StepwiseLatentLM.smc_init``: the state of K particles from ``_smc_init`` once the arguments passed
+        ``check_proposal_args`` and ``check_tempering``."""
+        check_proposal_args(x, num_particles, temperature)
+        check_tempering(getattr(self, "proposal", None), temperature)
+        return self._smc_init(x, num_particles, temperature, peek)
+
+    def _smc_init(self, x, num_particles, temperature, peek):
         raise NotImplementedError
