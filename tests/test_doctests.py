@@ -55,6 +55,8 @@ def test_the_public_api_has_examples():
     }
     for required in (
         "lm_latent_eval.checks",
+        "lm_latent_eval.protocol.contract",
+        "lm_latent_eval.protocol.checked",
         "lm_latent_eval.protocol.capabilities",
         "lm_latent_eval.protocol.particles",
         "lm_latent_eval.estimators.settings",

@@ -4,7 +4,9 @@ One module per job, every public name importable from here (``from lm_latent_eva
 
 - ``contract.py``: the types a model implements (``LatentLM``: ``tokenize``, ``log_joint``, ``proposal``; the
   proposal's ``Proposal.sample`` and optional ``BeamProposal.beam``; the optional stepwise part for SMC,
-  ``StepwiseLatentLM``), the shapes and the declarations (``prefix_probability``, ``latent_support``, ``tempers``).
+  ``StepwiseLatentLM``) and the other optional methods (``ExactMarginalLM.log_marginal``,
+  ``TextSamplerLM.sample_text``, ``PrefixModelLM.prefix_model``, ``UnknownWordPenaltyLM.unknown_word_penalty``), the
+  shapes and the declarations (``prefix_probability``, ``latent_support``, ``tempers``).
 - ``checked.py``: the bases of the bundled models (``CheckedSampler``, ``CheckedProposal``, ``CheckedStepwise``),
   whose public methods check their arguments once and hand over to the model's ``_sample``, ``_beam``, ``_smc_init``.
 - ``capabilities.py``: whether a model has an optional part (``has_stepwise``, ``has_exact_marginal``, ``has_beam``,
@@ -44,7 +46,18 @@ from .capabilities import (
     require_beam,
 )
 from .checked import CheckedProposal, CheckedSampler, CheckedStepwise
-from .contract import SMC_METHODS, BeamProposal, LatentLM, Latents, Proposal, StepwiseLatentLM
+from .contract import (
+    SMC_METHODS,
+    BeamProposal,
+    ExactMarginalLM,
+    LatentLM,
+    Latents,
+    PrefixModelLM,
+    Proposal,
+    StepwiseLatentLM,
+    TextSamplerLM,
+    UnknownWordPenaltyLM,
+)
 from .particles import enumerated_log_marginal, num_particles, select_particles
 
 __all__ = [
@@ -54,10 +67,14 @@ __all__ = [
     "CheckedProposal",
     "CheckedSampler",
     "CheckedStepwise",
+    "ExactMarginalLM",
     "LatentLM",
     "Latents",
+    "PrefixModelLM",
     "Proposal",
     "StepwiseLatentLM",
+    "TextSamplerLM",
+    "UnknownWordPenaltyLM",
     "can_temper",
     "check_beam_args",
     "check_num_samples",

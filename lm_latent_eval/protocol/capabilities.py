@@ -122,7 +122,8 @@ def has_stepwise(model: Any) -> bool:
 
 
 def prefix_view(model: Any) -> Any | None:
-    """The model whose Σ_z p(x, z) is the probability that a text starts with x.
+    """The model whose Σ_z p(x, z) is the probability that a text starts with x (itself, or its ``prefix_model()``:
+    ``PrefixModelLM``).
 
     Parameters
     ----------
@@ -162,7 +163,8 @@ def prefix_view(model: Any) -> Any | None:
 
 
 def has_exact_marginal(model: Any) -> bool:
-    """Whether the model offers ``log_marginal(x) = log Σ_z p(x, z)`` (a float; an integral for a continuous z).
+    """Whether the model offers ``log_marginal(x) = log Σ_z p(x, z)`` (a float; an integral for a continuous z;
+    ``ExactMarginalLM``).
 
     Parameters
     ----------
@@ -213,7 +215,8 @@ def has_tractable_marginal(model: Any) -> bool:
 
 
 def has_unknown_word_penalty(model: Any) -> bool:
-    """Whether ``log_joint`` subtracts a penalty for unknown words that the model reports per configuration.
+    """Whether ``log_joint`` subtracts a penalty for unknown words that the model reports per configuration
+    (``UnknownWordPenaltyLM``).
 
     With ``unknown_word_penalty(x, z) -> float64 [K]`` (nats), perplexity with (UPP) and without it (PPL) come from
     one run.
@@ -238,7 +241,8 @@ def has_unknown_word_penalty(model: Any) -> bool:
 
 
 def has_text_sampler(model: Any) -> bool:
-    """Whether the model offers ancestral sampling ``sample_text(prefix_text, max_tokens, generator) -> str``.
+    """Whether the model offers ancestral sampling ``sample_text(prefix_text, max_tokens, generator) -> str``
+    (``TextSamplerLM``).
 
     Parameters
     ----------

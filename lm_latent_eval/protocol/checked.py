@@ -27,13 +27,60 @@ class CheckedSampler:
     def sample(
         self, x, num_samples, temperature=1.0, peek=True, generator=None
     ) -> tuple[Latents, torch.Tensor]:
-        """``Proposal.sample`` (types there): (z [K, ...], log q_τ(z_k | x) [K]) from ``_sample`` once the arguments
-        passed ``check_proposal_args`` and ``check_tempering``."""
+        """``Proposal.sample``: ``_sample``'s draws once the arguments passed ``check_proposal_args`` and
+        ``check_tempering``.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The text, LongTensor [T].
+        num_samples : int
+            K > 0.
+        temperature : float
+            τ > 0 (τ ≠ 1 refused where the class declares ``tempers = False``).
+        peek : bool
+            Whether q may read the tokens after t.
+        generator : torch.Generator, optional
+            The random stream.
+
+        Returns
+        -------
+        tuple of Latents and torch.Tensor
+            z [K, ...] and log q_τ(z_k | x), float64 [K].
+
+        Raises
+        ------
+        lm_latent_eval.errors.InputError
+            For a K or τ out of range (a ValueError; x not 1-d: a ValueError too).
+
+        Examples
+        --------
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> isinstance(hmm.proposal, CheckedSampler)
+        True
+        >>> hmm.proposal.sample(hmm.tokenize("the cat"), 0)
+        Traceback (most recent call last):
+        ...
+        lm_latent_eval.errors.InputError: num_samples must be a positive integer, got 0
+        """
         check_proposal_args(x, num_samples, temperature)
         check_tempering(self, temperature)
         return self._sample(x, num_samples, temperature, peek, generator)
 
     def _sample(self, x, num_samples, temperature, peek, generator) -> tuple[Latents, torch.Tensor]:
+        """The subclass's sampler, called without autograd with checked arguments.
+
+        Parameters
+        ----------
+        x, num_samples, temperature, peek, generator
+            As ``sample``'s, already checked.
+
+        Returns
+        -------
+        tuple of Latents and torch.Tensor
+            z [K, ...] and log q_τ(z_k | x), float64 [K].
+        """
         raise NotImplementedError
 
 
@@ -44,12 +91,50 @@ class CheckedProposal(CheckedSampler):
 
     @torch.no_grad()
     def beam(self, x, beam_size) -> Latents:
-        """``BeamProposal.beam``: up to ``beam_size`` distinct configurations from ``_beam`` once the arguments passed
-        ``check_beam_args``."""
+        """``BeamProposal.beam``: ``_beam``'s configurations once the arguments passed ``check_beam_args``.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The text, LongTensor [T].
+        beam_size : int
+            k > 0.
+
+        Returns
+        -------
+        Latents
+            Up to k distinct configurations of highest q(z | x), [k', ...] with k' ≤ k.
+
+        Raises
+        ------
+        lm_latent_eval.errors.InputError
+            For a ``beam_size`` that is not a positive integer.
+
+        Examples
+        --------
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> hmm.proposal.beam(hmm.tokenize("the cat"), 2.5)
+        Traceback (most recent call last):
+        ...
+        lm_latent_eval.errors.InputError: beam_size must be a positive integer, got 2.5
+        """
         check_beam_args(x, beam_size)
         return self._beam(x, beam_size)
 
     def _beam(self, x, beam_size) -> Latents:
+        """The subclass's beam, called without autograd with checked arguments.
+
+        Parameters
+        ----------
+        x, beam_size
+            As ``beam``'s, already checked.
+
+        Returns
+        -------
+        Latents
+            Up to ``beam_size`` distinct configurations, best first.
+        """
         raise NotImplementedError
 
 
@@ -62,11 +147,54 @@ class CheckedStepwise:
 
     @torch.no_grad()
     def smc_init(self, x, num_particles, temperature=1.0, peek=True):
-        """``StepwiseLatentLM.smc_init``: the state of K particles from ``_smc_init`` once the arguments passed
-        ``check_proposal_args`` and ``check_tempering``."""
+        """``StepwiseLatentLM.smc_init``: ``_smc_init``'s particles once the arguments passed ``check_proposal_args``
+        and ``check_tempering`` (the messages of ``proposal.sample``).
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The text, LongTensor [T].
+        num_particles : int
+            K > 0.
+        temperature : float
+            τ > 0 (τ ≠ 1 refused where the model's proposal declares ``tempers = False``).
+        peek : bool
+            Whether the stepwise proposal may read the tokens after t.
+
+        Returns
+        -------
+        Any
+            The particles' state, for ``smc_step``.
+
+        Raises
+        ------
+        lm_latent_eval.errors.InputError
+            For a K or τ out of range (a ValueError; x not 1-d: a ValueError too).
+
+        Examples
+        --------
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> hmm.smc_init(hmm.tokenize("the cat"), 4, temperature=float("nan"))
+        Traceback (most recent call last):
+        ...
+        lm_latent_eval.errors.InputError: temperature must be a finite number > 0, got nan
+        """
         check_proposal_args(x, num_particles, temperature)
         check_tempering(getattr(self, "proposal", None), temperature)
         return self._smc_init(x, num_particles, temperature, peek)
 
     def _smc_init(self, x, num_particles, temperature, peek):
+        """The subclass's particles, built without autograd from checked arguments.
+
+        Parameters
+        ----------
+        x, num_particles, temperature, peek
+            As ``smc_init``'s, already checked.
+
+        Returns
+        -------
+        Any
+            The particles' state.
+        """
         raise NotImplementedError
