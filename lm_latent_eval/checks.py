@@ -85,7 +85,7 @@ def check_proposal_args(x: torch.Tensor, num_samples: int, temperature: float) -
     Raises
     ------
     ValueError
-        Naming the first bad argument.
+        Naming the first bad argument: x not a 1-d tensor (``check_text``), else an ``InputError`` for K or τ.
 
     Examples
     --------
@@ -113,7 +113,7 @@ def check_beam_args(x: torch.Tensor, beam_size: int) -> None:
     Raises
     ------
     ValueError
-        Naming the first bad argument.
+        x not a 1-d tensor (``check_text``); an ``InputError`` for a ``beam_size`` that is not a positive integer.
 
     Examples
     --------

@@ -32,21 +32,14 @@ class CheckedSampler:
 
         Parameters
         ----------
-        x : torch.Tensor
-            The text, LongTensor [T].
-        num_samples : int
-            K > 0.
-        temperature : float
-            τ > 0 (τ ≠ 1 refused where the class declares ``tempers = False``).
-        peek : bool
-            Whether q may read the tokens after t.
-        generator : torch.Generator, optional
-            The random stream.
+        x, num_samples, temperature, peek, generator
+            As ``Proposal.sample``'s: x [T], K > 0, τ > 0 (τ ≠ 1 refused where the class declares
+            ``tempers = False``).
 
         Returns
         -------
         tuple of Latents and torch.Tensor
-            z [K, ...] and log q_τ(z_k | x), float64 [K].
+            As ``Proposal.sample``: z [K, ...] and log q_τ(z_k | x), float64 [K].
 
         Raises
         ------
@@ -95,15 +88,13 @@ class CheckedProposal(CheckedSampler):
 
         Parameters
         ----------
-        x : torch.Tensor
-            The text, LongTensor [T].
-        beam_size : int
-            k > 0.
+        x, beam_size
+            As ``BeamProposal.beam``'s: x [T], k > 0.
 
         Returns
         -------
         Latents
-            Up to k distinct configurations of highest q(z | x), [k', ...] with k' ≤ k.
+            As ``BeamProposal.beam``: up to k distinct configurations, [k', ...] with k' ≤ k.
 
         Raises
         ------
@@ -152,24 +143,19 @@ class CheckedStepwise:
 
         Parameters
         ----------
-        x : torch.Tensor
-            The text, LongTensor [T].
-        num_particles : int
-            K > 0.
-        temperature : float
-            τ > 0 (τ ≠ 1 refused where the model's proposal declares ``tempers = False``).
-        peek : bool
-            Whether the stepwise proposal may read the tokens after t.
+        x, num_particles, temperature, peek
+            As ``StepwiseLatentLM.smc_init``'s: x [T], K > 0, τ > 0 (τ ≠ 1 refused where the model's proposal
+            declares ``tempers = False``).
 
         Returns
         -------
         Any
-            The particles' state, for ``smc_step``.
+            As ``StepwiseLatentLM.smc_init``: the particles' state, for ``smc_step``.
 
         Raises
         ------
         lm_latent_eval.errors.InputError
-            For a K or τ out of range (a ValueError; x not 1-d: a ValueError too).
+            With ``proposal.sample``'s message for the same K or τ (``check_proposal_args``).
 
         Examples
         --------

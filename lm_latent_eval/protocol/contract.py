@@ -49,32 +49,32 @@ class Proposal(Protocol):
     ) -> tuple[Latents, torch.Tensor]:
         """Draw K configurations z_k ~ q_τ(z | x) and score them under the tempered q.
 
-            Parameters
-            ----------
-            x : torch.Tensor
-                The text, LongTensor [T] of the model's ids (T = 0 allowed).
-            num_samples : int
-                K > 0.
-            temperature : float
-                τ > 0: draw from q_τ(z | x) ∝ q(z | x)^{1/τ}.
-            peek : bool
-                Whether q(z_t | ·) may read the tokens after t (False: a left-to-right proposal, where offered).
-            generator : torch.Generator, optional
-                The random stream (on the model's device).
+        Parameters
+        ----------
+        x : torch.Tensor
+            The text, LongTensor [T] of the model's ids (T = 0 allowed).
+        num_samples : int
+            K > 0.
+        temperature : float
+            τ > 0: draw from q_τ(z | x) ∝ q(z | x)^{1/τ}.
+        peek : bool
+            Whether q(z_t | ·) may read the tokens after t (False: a left-to-right proposal, where offered).
+        generator : torch.Generator, optional
+            The random stream (on the model's device).
 
-            Returns
-            -------
-            tuple of Latents and torch.Tensor
-                z, K configurations [K, ...] in ``log_joint``'s format, and log q_τ(z_k | x), float64 [K].
+        Returns
+        -------
+        tuple of Latents and torch.Tensor
+            z, K configurations [K, ...] in ``log_joint``'s format, and log q_τ(z_k | x), float64 [K].
 
-            Examples
-            --------
+        Examples
+        --------
         >>> from lm_latent_eval.models import load_model
         >>> hmm, _ = load_model("hmm")
-            >>> x = hmm.tokenize("the cat sat")
-            >>> z, log_q = hmm.proposal.sample(x, 4, generator=torch.Generator().manual_seed(0))
-            >>> z.shape, log_q.shape, log_q.dtype
-            (torch.Size([4, 3]), torch.Size([4]), torch.float64)
+        >>> x = hmm.tokenize("the cat sat")
+        >>> z, log_q = hmm.proposal.sample(x, 4, generator=torch.Generator().manual_seed(0))
+        >>> z.shape, log_q.shape, log_q.dtype
+        (torch.Size([4, 3]), torch.Size([4]), torch.float64)
         """
         ...
 
@@ -86,24 +86,24 @@ class BeamProposal(Proposal, Protocol):
     def beam(self, x: torch.Tensor, beam_size: int) -> Latents:
         """The configurations of highest q(z | x) (peeking, τ = 1), best first.
 
-            Parameters
-            ----------
-            x : torch.Tensor
-                The text, LongTensor [T].
-            beam_size : int
-                k > 0.
+        Parameters
+        ----------
+        x : torch.Tensor
+            The text, LongTensor [T].
+        beam_size : int
+            k > 0.
 
-            Returns
-            -------
-            Latents
-                Up to k *distinct* configurations, [k', ...] with k' ≤ k (fewer where the support is smaller).
+        Returns
+        -------
+        Latents
+            Up to k *distinct* configurations, [k', ...] with k' ≤ k (fewer where the support is smaller).
 
-            Examples
-            --------
+        Examples
+        --------
         >>> from lm_latent_eval.models import load_model
         >>> hmm, _ = load_model("hmm")
-            >>> hmm.proposal.beam(hmm.tokenize("the cat sat"), 3).shape
-            torch.Size([3, 3])
+        >>> hmm.proposal.beam(hmm.tokenize("the cat sat"), 3).shape
+        torch.Size([3, 3])
         """
         ...
 
@@ -121,48 +121,48 @@ class LatentLM(Protocol):
     def tokenize(self, text: str) -> torch.Tensor:
         """The model's token ids of any string.
 
-            Parameters
-            ----------
-            text : str
-                Any string, empty and unknown words included.
+        Parameters
+        ----------
+        text : str
+            Any string, empty and unknown words included.
 
-            Returns
-            -------
-            torch.Tensor
-                LongTensor [T] of the model's ids; T = 0 for a text without tokens.
+        Returns
+        -------
+        torch.Tensor
+            LongTensor [T] of the model's ids; T = 0 for a text without tokens.
 
-            Examples
-            --------
+        Examples
+        --------
         >>> from lm_latent_eval.models import load_model
         >>> hmm, _ = load_model("hmm")
-            >>> hmm.tokenize("the cat sat"), hmm.tokenize("")
-            (tensor([2, 7, 0]), tensor([], dtype=torch.int64))
+        >>> hmm.tokenize("the cat sat"), hmm.tokenize("")
+        (tensor([2, 7, 0]), tensor([], dtype=torch.int64))
         """
         ...
 
     def log_joint(self, x: torch.Tensor, z: Latents) -> torch.Tensor:
         """log p(x, z_k) for each of K configurations of one text.
 
-            Parameters
-            ----------
-            x : torch.Tensor
-                The text, LongTensor [T].
-            z : Latents
-                K configurations [K, ...] (as ``proposal.sample`` returns them).
+        Parameters
+        ----------
+        x : torch.Tensor
+            The text, LongTensor [T].
+        z : Latents
+            K configurations [K, ...] (as ``proposal.sample`` returns them).
 
-            Returns
-            -------
-            torch.Tensor
-                float64 [K]: log p(x, z_k) (a log density in z for a continuous latent); −inf where p(x, z_k) = 0.
+        Returns
+        -------
+        torch.Tensor
+            float64 [K]: log p(x, z_k) (a log density in z for a continuous latent); −inf where p(x, z_k) = 0.
 
-            Examples
-            --------
+        Examples
+        --------
         >>> from lm_latent_eval.models import load_model
         >>> hmm, _ = load_model("hmm")
-            >>> x = hmm.tokenize("the cat sat")
-            >>> log_p = hmm.log_joint(x, hmm.proposal.beam(x, 3))
-            >>> log_p.shape, log_p.dtype, bool((log_p < 0).all())
-            (torch.Size([3]), torch.float64, True)
+        >>> x = hmm.tokenize("the cat sat")
+        >>> log_p = hmm.log_joint(x, hmm.proposal.beam(x, 3))
+        >>> log_p.shape, log_p.dtype, bool((log_p < 0).all())
+        (torch.Size([3]), torch.float64, True)
         """
         ...
 
@@ -195,110 +195,110 @@ class StepwiseLatentLM(Protocol):
     ) -> Any:
         """K particles with empty histories for the text x.
 
-            Parameters
-            ----------
-            x : torch.Tensor
-                The text, LongTensor [T].
-            num_particles : int
-                K > 0.
-            temperature : float
-                τ > 0 of the stepwise proposal q_τ(z_t | x, z_<t).
-            peek : bool
-                Whether q(z_t | ·) may read the tokens after t.
+        Parameters
+        ----------
+        x : torch.Tensor
+            The text, LongTensor [T].
+        num_particles : int
+            K > 0.
+        temperature : float
+            τ > 0 of the stepwise proposal q_τ(z_t | x, z_<t).
+        peek : bool
+            Whether q(z_t | ·) may read the tokens after t.
 
-            Returns
-            -------
-            Any
-                The particles' state, opaque to the estimator (consumed by ``smc_step``).
+        Returns
+        -------
+        Any
+            The particles' state, opaque to the estimator (consumed by ``smc_step``).
 
-            Examples
-            --------
+        Examples
+        --------
         >>> from lm_latent_eval.models import load_model
         >>> hmm, _ = load_model("hmm")
-            >>> state = hmm.smc_init(hmm.tokenize("the cat sat"), 4)
-            >>> hmm.smc_latents(state).shape  # nothing drawn yet
-            torch.Size([4, 0])
+        >>> state = hmm.smc_init(hmm.tokenize("the cat sat"), 4)
+        >>> hmm.smc_latents(state).shape  # nothing drawn yet
+        torch.Size([4, 0])
         """
         ...
 
     def smc_step(self, state: Any, t: int, generator: torch.Generator | None) -> tuple[Any, torch.Tensor]:
         """Draw z_t ~ q_τ(z_t | x, z_<t) for every particle and weight it.
 
-            Parameters
-            ----------
-            state : Any
-                The particles after tokens 0..t−1 (a step may consume it).
-            t : int
-                The token to advance through, 0..T−1 in order.
-            generator : torch.Generator or None
-                The random stream.
+        Parameters
+        ----------
+        state : Any
+            The particles after tokens 0..t−1 (a step may consume it).
+        t : int
+            The token to advance through, 0..T−1 in order.
+        generator : torch.Generator or None
+            The random stream.
 
-            Returns
-            -------
-            tuple of Any and torch.Tensor
-                The state after token t, and log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t), float64 [K].
+        Returns
+        -------
+        tuple of Any and torch.Tensor
+            The state after token t, and log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t), float64 [K].
 
-            Examples
-            --------
+        Examples
+        --------
         >>> from lm_latent_eval.models import load_model
         >>> hmm, _ = load_model("hmm")
-            >>> state = hmm.smc_init(hmm.tokenize("the cat sat"), 4)
-            >>> state, log_w = hmm.smc_step(state, 0, torch.Generator().manual_seed(0))
-            >>> log_w.shape, log_w.dtype, hmm.smc_latents(state).shape
-            (torch.Size([4]), torch.float64, torch.Size([4, 1]))
+        >>> state = hmm.smc_init(hmm.tokenize("the cat sat"), 4)
+        >>> state, log_w = hmm.smc_step(state, 0, torch.Generator().manual_seed(0))
+        >>> log_w.shape, log_w.dtype, hmm.smc_latents(state).shape
+        (torch.Size([4]), torch.float64, torch.Size([4, 1]))
         """
         ...
 
     def smc_reorder(self, state: Any, ancestors: torch.Tensor) -> Any:
         """The particles after resampling: particle k continues the history of particle ``ancestors[k]``.
 
-            Parameters
-            ----------
-            state : Any
-                The particles.
-            ancestors : torch.Tensor
-                CPU LongTensor [K] of indices into the particles (repeats allowed).
+        Parameters
+        ----------
+        state : Any
+            The particles.
+        ancestors : torch.Tensor
+            CPU LongTensor [K] of indices into the particles (repeats allowed).
 
-            Returns
-            -------
-            Any
-                The reordered state (a step may reuse or consume ``state``).
+        Returns
+        -------
+        Any
+            The reordered state (a step may reuse or consume ``state``).
 
-            Examples
-            --------
+        Examples
+        --------
         >>> from lm_latent_eval.models import load_model
         >>> hmm, _ = load_model("hmm")
-            >>> x = hmm.tokenize("the cat sat")
-            >>> state, _ = hmm.smc_step(hmm.smc_init(x, 4), 0, torch.Generator().manual_seed(0))
-            >>> before, ancestors = hmm.smc_latents(state).clone(), torch.tensor([3, 3, 0, 1])
-            >>> torch.equal(hmm.smc_latents(hmm.smc_reorder(state, ancestors)), before[ancestors])
-            True
+        >>> x = hmm.tokenize("the cat sat")
+        >>> state, _ = hmm.smc_step(hmm.smc_init(x, 4), 0, torch.Generator().manual_seed(0))
+        >>> before, ancestors = hmm.smc_latents(state).clone(), torch.tensor([3, 3, 0, 1])
+        >>> torch.equal(hmm.smc_latents(hmm.smc_reorder(state, ancestors)), before[ancestors])
+        True
         """
         ...
 
     def smc_latents(self, state: Any) -> Latents:
         """The configurations drawn so far.
 
-            Parameters
-            ----------
-            state : Any
-                The particles after tokens 0..t−1.
+        Parameters
+        ----------
+        state : Any
+            The particles after tokens 0..t−1.
 
-            Returns
-            -------
-            Latents
-                z_<t of every particle, [K, ...]; once t = T, in the format ``log_joint`` accepts.
+        Returns
+        -------
+        Latents
+            z_<t of every particle, [K, ...]; once t = T, in the format ``log_joint`` accepts.
 
-            Examples
-            --------
+        Examples
+        --------
         >>> from lm_latent_eval.models import load_model
         >>> hmm, _ = load_model("hmm")
-            >>> x = hmm.tokenize("the cat sat")
-            >>> state, generator = hmm.smc_init(x, 4), torch.Generator().manual_seed(0)
-            >>> for t in range(x.numel()):
-            ...     state, _ = hmm.smc_step(state, t, generator)
-            >>> hmm.log_joint(x, hmm.smc_latents(state)).shape
-            torch.Size([4])
+        >>> x = hmm.tokenize("the cat sat")
+        >>> state, generator = hmm.smc_init(x, 4), torch.Generator().manual_seed(0)
+        >>> for t in range(x.numel()):
+        ...     state, _ = hmm.smc_step(state, t, generator)
+        >>> hmm.log_joint(x, hmm.smc_latents(state)).shape
+        torch.Size([4])
         """
         ...
 
@@ -311,22 +311,22 @@ class ExactMarginalLM(Protocol):
     def log_marginal(self, x: torch.Tensor) -> float:
         """log p(x) = log Σ_z p(x, z) (an integral for a continuous z), exactly.
 
-            Parameters
-            ----------
-            x : torch.Tensor
-                The text, LongTensor [T].
+        Parameters
+        ----------
+        x : torch.Tensor
+            The text, LongTensor [T].
 
-            Returns
-            -------
-            float
-                log p(x) in float64; 0.0 for T = 0.
+        Returns
+        -------
+        float
+            log p(x) in float64; 0.0 for T = 0.
 
-            Examples
-            --------
+        Examples
+        --------
         >>> from lm_latent_eval.models import load_model
         >>> hmm, _ = load_model("hmm")
-            >>> round(hmm.log_marginal(hmm.tokenize("the cat sat")), 2), hmm.log_marginal(hmm.tokenize(""))
-            (-15.7, 0.0)
+        >>> round(hmm.log_marginal(hmm.tokenize("the cat sat")), 2), hmm.log_marginal(hmm.tokenize(""))
+        (-15.7, 0.0)
         """
         ...
 
@@ -344,29 +344,29 @@ class TextSamplerLM(Protocol):
     ) -> str:
         """A continuation of ``prefix_text`` drawn from p(· | prefix) at temperature 1.
 
-            Parameters
-            ----------
-            prefix_text : str
-                The context.
-            max_tokens : int
-                At most this many tokens of the model.
-            generator : torch.Generator, optional
-                The random stream.
-            stop : list of str, optional
-                Cut the continuation before the first of these strings.
+        Parameters
+        ----------
+        prefix_text : str
+            The context.
+        max_tokens : int
+            At most this many tokens of the model.
+        generator : torch.Generator, optional
+            The random stream.
+        stop : list of str, optional
+            Cut the continuation before the first of these strings.
 
-            Returns
-            -------
-            str
-                The continuation only (not the prefix).
+        Returns
+        -------
+        str
+            The continuation only (not the prefix).
 
-            Examples
-            --------
+        Examples
+        --------
         >>> from lm_latent_eval.models import load_model
         >>> hmm, _ = load_model("hmm")
-            >>> text = hmm.sample_text("the cat", 5, torch.Generator().manual_seed(0))
-            >>> isinstance(text, str) and len(text.split()) <= 5
-            True
+        >>> text = hmm.sample_text("the cat", 5, torch.Generator().manual_seed(0))
+        >>> isinstance(text, str) and len(text.split()) <= 5
+        True
         """
         ...
 
@@ -405,10 +405,8 @@ class UnknownWordPenaltyLM(Protocol):
 
         Parameters
         ----------
-        x : torch.Tensor
-            The text, LongTensor [T].
-        z : Latents
-            K configurations [K, ...].
+        x, z
+            As ``LatentLM.log_joint``'s: the text [T] and K configurations [K, ...].
 
         Returns
         -------
