@@ -1,5 +1,5 @@
-"""The Examples sections of the public API run as doctests: the contract, the estimators, the harness entry points and
-the masked LM's modules.
+"""The Examples sections of the public API run as doctests: the contract (every module of ``protocol/``) and its
+argument rules (``checks``), the estimators, the harness entry points and the masked LM's modules.
 
 A module added to one of these packages is collected here automatically; an example that no longer prints what it
 shows fails this test (``python -m pytest tests/test_doctests.py -n 0 -v`` names the example)."""
@@ -15,10 +15,17 @@ import pytest
 import lm_latent_eval.estimators
 import lm_latent_eval.harness
 import lm_latent_eval.models.masked
+import lm_latent_eval.protocol
 
-PACKAGES = (lm_latent_eval.estimators, lm_latent_eval.harness, lm_latent_eval.models.masked)
+PACKAGES = (
+    lm_latent_eval.protocol,
+    lm_latent_eval.estimators,
+    lm_latent_eval.harness,
+    lm_latent_eval.models.masked,
+)
 MODULES = [
     "lm_latent_eval.protocol",
+    "lm_latent_eval.checks",
     "lm_latent_eval.reports.json_files",
     *(f"{p.__name__}.{m.name}" for p in PACKAGES for m in pkgutil.iter_modules(p.__path__)),
 ]
@@ -47,7 +54,11 @@ def test_the_public_api_has_examples():
         if any(t.examples for t in doctest.DocTestFinder().find(importlib.import_module(name), name))
     }
     for required in (
-        "lm_latent_eval.protocol",
+        "lm_latent_eval.checks",
+        "lm_latent_eval.protocol.contract",
+        "lm_latent_eval.protocol.checked",
+        "lm_latent_eval.protocol.capabilities",
+        "lm_latent_eval.protocol.particles",
         "lm_latent_eval.estimators.settings",
         "lm_latent_eval.estimators.policy",
         "lm_latent_eval.estimators.registry",

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import torch
 
-from ..protocol import LatentLM, has_beam, latent_support, num_particles
+from ..protocol import LatentLM, missing_beam, num_particles
 from .base import DocumentEstimate, Estimator
 from .intervals import DocumentError, Interval
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
@@ -36,12 +36,9 @@ class BeamBound(Estimator):
     settings_fields = ("beam_size",)
 
     def missing(self, model) -> str | None:
-        """A continuous latent (no configurations to rank), or a proposal without ``beam(x, k)``."""
-        if has_beam(model):
-            return None
-        if latent_support(model) == "continuous":
-            return f"{type(model).__name__} has a continuous latent: no beam over configurations"
-        return f"{type(model).__name__}'s proposal has no beam(x, k)"
+        """A continuous latent (no configurations to rank), or a proposal without ``beam(x, k)``
+        (``protocol.missing_beam``; ``registry.require`` adds the estimators the model can use)."""
+        return missing_beam(model)
 
     def describe(self, settings: dict) -> str:
         return f"beam k={settings.get('beam_size')}"

@@ -128,6 +128,18 @@ def require(estimator: Estimator, model: Any) -> None:
     Traceback (most recent call last):
     ...
     lm_latent_eval.errors.UnsupportedError: KGLM has no exact log_marginal(x); use estimator=auto, or one of smc, is, beam
+
+    A model whose latent is continuous has no beam (``protocol.missing_beam`` says why, this adds what it can use):
+
+    >>> from types import SimpleNamespace
+    >>> class Gaussian:
+    ...     latent_support = "continuous"
+    ...     proposal = SimpleNamespace(sample=print)
+    ...     log_marginal = print
+    >>> require(ESTIMATORS["beam"], Gaussian())
+    Traceback (most recent call last):
+    ...
+    lm_latent_eval.errors.UnsupportedError: Gaussian has a continuous latent: no beam over configurations; use estimator=auto, or one of exact, is
     """
     reason = estimator.missing(model)
     if reason is not None:

@@ -14,8 +14,8 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
+from ..checks import check_num_samples, check_temperature
 from ..errors import InputError
-from ..protocol import check_num_samples, check_temperature
 
 AUTO = "auto"  # the estimator name that the registry resolves per model
 AUTO_TARGET_SE = 0.002  # estimator=auto's precision target (nats per token) unless target_se is given

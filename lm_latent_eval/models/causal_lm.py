@@ -12,7 +12,7 @@ import inspect
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from ..protocol import CheckedProposal
+from ..protocol import CheckedProposal, CheckedStepwise
 
 
 class _TrivialProposal(CheckedProposal):
@@ -27,7 +27,7 @@ class _TrivialProposal(CheckedProposal):
         return torch.zeros(1, 1, dtype=torch.long)
 
 
-class CausalLMAsLatent(torch.nn.Module):
+class CausalLMAsLatent(torch.nn.Module, CheckedStepwise):
     """log p(x) = Σ_t log p(x_t | bos, x_<t) of a transformers causal LM, scored after a prefix token.
 
     Texts longer than the context length L go in lm-eval's disjoint windows (``windows``), ``window_batch`` windows
@@ -110,7 +110,7 @@ class CausalLMAsLatent(torch.nn.Module):
 
     # ---- the stepwise part (SMC): nothing to draw, the increment of token t is log p(x_t | x_<t) ----------------------
 
-    def smc_init(self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True):
+    def _smc_init(self, x: torch.Tensor, num_particles: int, temperature: float, peek: bool):
         """K identical particles of x [T]: (per-token log probabilities [T], K, tokens done)."""
         return [self.token_log_probs(x), int(num_particles), 0]
 

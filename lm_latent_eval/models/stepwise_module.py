@@ -7,16 +7,18 @@ from typing import ClassVar
 
 import torch
 
+from ..protocol import CheckedStepwise
 
-class StepwiseFromModule:
-    """``smc_init`` / ``smc_step`` / ``smc_reorder`` / ``smc_latents`` (``protocol.StepwiseLatentLM``) handed to
-    ``stepwise_module``'s ``init_particles``, ``step_particles``, ``reorder_particles`` and ``particle_latents``;
-    that module's docstring says what one step reads and draws."""
+
+class StepwiseFromModule(CheckedStepwise):
+    """``smc_init`` (its arguments checked by ``CheckedStepwise``) / ``smc_step`` / ``smc_reorder`` / ``smc_latents``
+    (``protocol.StepwiseLatentLM``) handed to ``stepwise_module``'s ``init_particles``, ``step_particles``,
+    ``reorder_particles`` and ``particle_latents``; that module's docstring says what one step reads and draws."""
 
     stepwise_module: ClassVar[ModuleType]
 
-    def smc_init(self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True):
-        """K particles for the text x [T], none of it read yet."""
+    def _smc_init(self, x: torch.Tensor, num_particles: int, temperature: float, peek: bool):
+        """K particles for the text x [T], none of it read yet (``CheckedStepwise.smc_init`` checked K and τ)."""
         return self.stepwise_module.init_particles(self, x, num_particles, temperature, peek)
 
     def smc_step(self, state, t: int, generator: torch.Generator | None):

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..checks import check_num_samples
 from ..documents import read_texts
 from ..errors import InputError, MissingFileError
 from ..estimators import EstimatorSettings, estimate_document
@@ -27,7 +28,7 @@ from ..harness.threads import choose_workers
 from ..models import load_model
 from ..models.rnng.treebank import read_sentences
 from ..paths import DATA_DIR
-from ..protocol import check_num_samples, has_exact_marginal, has_stepwise, has_tractable_marginal
+from ..protocol import has_exact_marginal, has_stepwise, has_tractable_marginal
 from .json_files import write_json
 from .plots import plot_convergence
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import re
 
 import numpy as np
 import pytest
@@ -31,6 +32,7 @@ from lm_latent_eval.estimators import (
     estimate_document,
     importance_log_weights,
     log_mean_exp,
+    resolve,
 )
 from lm_latent_eval.estimators.smc import smc_log_weights
 from lm_latent_eval.protocol import (
@@ -133,6 +135,19 @@ def test_the_row_declares_what_the_model_offers(case):
     if case.no_peek:
         with pytest.raises(ValueError, match="peek"):
             model.proposal.sample(model.tokenize(case.text), 2, peek=False)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.no_beam], ids=lambda c: c.name)
+def test_estimator_beam_on_a_model_without_a_beam_names_why_and_what_it_can_use(case):
+    """The contract states the reason (``require_beam``); the estimator table adds the estimators the model can use,
+    in one line: the protocol names no estimator."""
+    model = built(case)
+    with pytest.raises(UnsupportedError) as caught:
+        resolve(EstimatorSettings("beam"), model)
+    reason, usable = str(caught.value).split("; use estimator=auto, or one of ")
+    with pytest.raises(UnsupportedError, match=re.escape(reason)):
+        require_beam(model)
+    assert "is" in usable.split(", ") and "beam" not in usable.split(", ")
 
 
 # ---------------------------------------------------------------- the proposal q(z | x)

@@ -553,61 +553,66 @@ def draw_step(
     float64 [K]).
 
     One uniform draw [K, 3] per token (inverse CDF for type, entity and length; the entity and length draws count
-    only where a mention starts). type_lp: [1, 2]; h, h_next: [1, D]. The memory is updated in place. On an
-    accelerator every particle's entity and length are drawn (no host synchronisation); on the CPU, where
-    synchronising costs nothing, only those of the particles starting a mention, with the same numbers."""
+    only where a mention starts), then ``draw_step_with``. type_lp: [1, 2]; h, h_next: [1, D]. The memory is updated
+    in place. On an accelerator every particle's entity and length are drawn (no host synchronisation); on the CPU,
+    where synchronising costs nothing, only those of the particles starting a mention, with the same numbers."""
     K = memory.count.shape[0]
     u = torch.rand((K, 3), generator=generator, device=memory.embeddings.device, dtype=torch.float64)
-    decide = memory.prev_length == 1
-    if not selects_rows(decide.device):
-        return _sample_step_all_rows(heads, memory, type_lp, h, h_next, t, temperature, u, decide)
-    r = torch.where(decide, inverse_cdf(type_lp[0].double().exp(), u[:, 0]), 1)
-    step = torch.where(decide, type_lp[0].index_select(0, r), 0.0).double()
-    # the particles starting a mention
-    mention = r == 1
-    at = (decide & mention).nonzero().squeeze(1)
-    u_at = u.index_select(0, at)
-    lp_ent = heads.entity_log_probs(h, memory, t, temperature, at)
-    e_at = inverse_cdf(lp_ent.double().exp(), u_at[:, 1])
-    e = torch.where(decide, -1, memory.prev_entity).index_copy_(0, at, e_at)
-    # the product on the starting rows only gives each the numbers of the all-rows product
-    if rows_apart(K, h):
-        lp_len = heads.length_log_probs(h, padded(memory.row(e_at, at)), temperature)[: at.shape[0]]
-    else:
-        lp_len = heads.length_log_probs(h, memory.row(e.clamp(min=0)), temperature, at)
-    l_at = inverse_cdf(lp_len.double().exp(), u_at[:, 2])
-    ell = torch.where(decide, 1, memory.prev_length - 1).index_copy_(0, at, l_at + 1)
-    picked = lp_ent.gather(1, e_at.unsqueeze(1)).squeeze(1) + lp_len.gather(1, l_at.unsqueeze(1)).squeeze(1)
-    step = step.index_add_(0, at, picked.double())
-    memory = heads.update(memory, e, mention, h_next, t, inplace=True)
-    return replace(memory, prev_entity=e, prev_length=ell), (r, e, ell), step
+    every_row = not selects_rows(memory.prev_length.device)
+    return draw_step_with(heads, memory, type_lp, h, h_next, t, temperature, u, every_row)
 
 
-def _sample_step_all_rows(
+def draw_step_with(
     heads: EntityHeads,
     memory: EntityMemory,
     type_lp: torch.Tensor,
     h: torch.Tensor,
     h_next: torch.Tensor,
-    t: int,
+    t: int | torch.Tensor,
     temperature: float,
     u: torch.Tensor,
-    decide: torch.Tensor,
+    every_row: bool,
 ) -> tuple[EntityMemory, tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
-    """``draw_step`` on an accelerator: entity and length drawn for every particle, no host synchronisation."""
-    K = decide.shape[0]
+    """``draw_step`` from given uniforms u [K, 3] (columns: type, entity, length). ``every_row``: entity and length
+    drawn for every particle and kept where a mention starts, with no host synchronisation (an accelerator's step,
+    and the static buffers a CUDA graph captures: ``sample_latents_static``); else drawn for the particles starting
+    a mention only (the CPU's). Both give the same z and log q."""
+    K = u.shape[0]
+    decide = memory.prev_length == 1
     r = torch.where(decide, inverse_cdf(type_lp[0].double().exp(), u[:, 0]), 1)
-    starting = decide & (r == 1)
-    step = torch.where(decide, type_lp.expand(K, 2).gather(1, r.unsqueeze(1)).squeeze(1), 0.0).double()
-    lp_ent = heads.entity_log_probs(h, memory, t, temperature)
-    e_new = inverse_cdf(lp_ent.double().exp(), u[:, 1])
-    lp_len = heads.length_log_probs(h, memory.row(e_new), temperature)
-    l_new = inverse_cdf(lp_len.double().exp(), u[:, 2])
-    picked = lp_ent.gather(1, e_new.unsqueeze(1)).squeeze(1) + lp_len.gather(1, l_new.unsqueeze(1)).squeeze(1)
-    step = step + torch.where(starting, picked, 0.0).double()
-    e = torch.where(starting, e_new, torch.where(decide, -1, memory.prev_entity))
-    ell = torch.where(starting, l_new + 1, torch.where(decide, 1, memory.prev_length - 1))
-    memory = heads.update(memory, e, r == 1, h_next, t, inplace=True)
+    step = torch.where(decide, type_lp[0].index_select(0, r), 0.0).double()
+    # the particles starting a mention
+    mention = r == 1
+    if every_row:
+        starting = decide & mention
+        lp_ent = heads.entity_log_probs(h, memory, t, temperature)
+        e_new = inverse_cdf(lp_ent.double().exp(), u[:, 1])
+        lp_len = heads.length_log_probs(h, memory.row(e_new), temperature)
+        l_new = inverse_cdf(lp_len.double().exp(), u[:, 2])
+        picked = lp_ent.gather(1, e_new.unsqueeze(1)).squeeze(1) + lp_len.gather(
+            1, l_new.unsqueeze(1)
+        ).squeeze(1)
+        step = step + torch.where(starting, picked, 0.0).double()
+        e = torch.where(starting, e_new, torch.where(decide, -1, memory.prev_entity))
+        ell = torch.where(starting, l_new + 1, torch.where(decide, 1, memory.prev_length - 1))
+    else:
+        at = (decide & mention).nonzero().squeeze(1)
+        u_at = u.index_select(0, at)
+        lp_ent = heads.entity_log_probs(h, memory, t, temperature, at)
+        e_at = inverse_cdf(lp_ent.double().exp(), u_at[:, 1])
+        e = torch.where(decide, -1, memory.prev_entity).index_copy_(0, at, e_at)
+        # the product on the starting rows only gives each the numbers of the all-rows product
+        if rows_apart(K, h):
+            lp_len = heads.length_log_probs(h, padded(memory.row(e_at, at)), temperature)[: at.shape[0]]
+        else:
+            lp_len = heads.length_log_probs(h, memory.row(e.clamp(min=0)), temperature, at)
+        l_at = inverse_cdf(lp_len.double().exp(), u_at[:, 2])
+        ell = torch.where(decide, 1, memory.prev_length - 1).index_copy_(0, at, l_at + 1)
+        picked = lp_ent.gather(1, e_at.unsqueeze(1)).squeeze(1) + lp_len.gather(1, l_at.unsqueeze(1)).squeeze(
+            1
+        )
+        step = step.index_add_(0, at, picked.double())
+    memory = heads.update(memory, e, mention, h_next, t, inplace=True)
     return replace(memory, prev_entity=e, prev_length=ell), (r, e, ell), step
 
 
@@ -652,7 +657,7 @@ def sample_latents_static(
     capture: bool,
 ) -> tuple[dict, torch.Tensor]:
     """``sample_latents`` over static buffers (u, t, the memory, z, log q) with every particle's entity and length
-    drawn (``_sample_step_all_rows``, the accelerator's step), its step captured in a CUDA graph and replayed per
+    drawn (``draw_step_with`` on every row, the accelerator's step), its step captured in a CUDA graph and replayed per
     token when ``capture`` (models/cuda_graphs.py), else run eagerly: the uniforms of ``draw_step``, the same z and
     log q."""
     K, T = int(num_samples), h_label.shape[1]
@@ -669,9 +674,8 @@ def sample_latents_static(
     def step() -> None:
         # [1, D] each
         h, h_next = (v.index_select(1, t_now).squeeze(1) for v in (h_label, h_update))
-        decide = memory.prev_length == 1
-        moved, zt, lq = _sample_step_all_rows(
-            heads, memory, type_lp.index_select(0, t_now), h, h_next, t_now.view(()), temperature, u, decide
+        moved, zt, lq = draw_step_with(
+            heads, memory, type_lp.index_select(0, t_now), h, h_next, t_now.view(()), temperature, u, True
         )
         log_q.add_(lq)
         out.index_copy_(2, t_now, torch.stack(zt).unsqueeze(2))

@@ -21,7 +21,7 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from ...protocol import check_num_samples, check_temperature
+from ...protocol import CheckedStepwise
 from ...tensors import distinct_rows
 from ..checkpoints import StrictLoading
 from ..cuda_graphs import CUDA_GRAPHS_HELP, GraphsOfProposal, parse_cuda_graphs
@@ -55,6 +55,7 @@ def build_vocabulary(
 
 
 class EntityNLM(
+    CheckedStepwise,
     GraphsOfProposal,
     nn.Module,
     StrictLoading,
@@ -273,12 +274,11 @@ class EntityNLM(
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     # --- stepwise p and q, for sequential Monte Carlo (stepwise.py) ---------------------------------------------
-    def smc_init(
-        self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True
+    def _smc_init(
+        self, x: torch.Tensor, num_particles: int, temperature: float, peek: bool
     ) -> EntityNLMParticles:
-        """K particles before token 0 of x [T], drawing from q_τ (peeking or not) and scoring under p."""
-        check_num_samples(num_particles)
-        check_temperature(temperature)
+        """K particles before token 0 of x [T], drawing from q_τ (peeking or not) and scoring under p
+        (``CheckedStepwise.smc_init`` checked K and τ)."""
         return init_particles(self, self._check_x(x), num_particles, temperature, peek)
 
     def smc_step(

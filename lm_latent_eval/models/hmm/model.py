@@ -6,7 +6,8 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from ...protocol import check_num_samples, check_text
+from ...checks import check_text
+from ...protocol import CheckedStepwise
 from ..checkpoints import StrictLoading
 from .parameters import HMMParameters, forward_log_alpha
 from .proposal import HMMProposal
@@ -15,6 +16,7 @@ from .tokenizer import UNK, WordTokenizer
 
 
 class HMMLanguageModel(
+    CheckedStepwise,
     nn.Module,
     StrictLoading,
     PyTorchModelHubMixin,
@@ -98,13 +100,9 @@ class HMMLanguageModel(
 
     # ---- stepwise part for SMC (see stepwise.py for the proposal each peek mode uses) ---------------------------
 
-    def smc_init(
-        self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True
-    ) -> HMMParticles:
-        """K particles with empty histories for the text x [T]."""
-        x = self._check_x(x)
-        check_num_samples(num_particles, "num_particles")
-        return init_particles(self, x, num_particles, temperature, peek)
+    def _smc_init(self, x: torch.Tensor, num_particles: int, temperature: float, peek: bool) -> HMMParticles:
+        """K particles with empty histories for the text x [T] (``CheckedStepwise.smc_init`` checked K and τ)."""
+        return init_particles(self, self._check_x(x), num_particles, temperature, peek)
 
     def smc_step(self, state: HMMParticles, t: int, generator: torch.Generator | None = None):
         """Draw z_t ~ q_τ(z_t | z_{t-1}, x); return (state, log p(x_t, z_t | z_{t-1}) − log q_τ float64 [K])."""

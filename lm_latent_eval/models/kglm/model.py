@@ -26,7 +26,7 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from ...protocol import check_temperature
+from ...protocol import CheckedStepwise
 from ..cuda_graphs import CUDA_GRAPHS_HELP, GraphsOfProposal, parse_cuda_graphs
 from ..encoder_cache import DocumentCache
 from ..vocabulary import WordVocabulary, build_word_list
@@ -57,6 +57,7 @@ def build_vocabulary(
 
 
 class KGLM(
+    CheckedStepwise,
     WordDistribution,
     GraphsOfProposal,
     nn.Module,
@@ -274,11 +275,9 @@ class KGLM(
             self, x, lambda: self.word_log_prob_table(h_type, x, alias, gen)
         )
 
-    def smc_init(
-        self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True
-    ) -> KGLMParticles:
-        """K empty particles for document x [T]: q_τ's and p's head tables, the window state and the z drawn so far."""
-        check_temperature(temperature)
+    def _smc_init(self, x: torch.Tensor, num_particles: int, temperature: float, peek: bool) -> KGLMParticles:
+        """K empty particles for document x [T]: q_τ's and p's head tables, the window state and the z drawn so far
+        (``CheckedStepwise.smc_init`` checked K and τ)."""
         return init_particles(self, self._check_x(x), num_particles, temperature, peek)
 
     def smc_step(

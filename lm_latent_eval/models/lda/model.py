@@ -10,7 +10,8 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from ...protocol import check_num_samples, check_text
+from ...checks import check_text
+from ...protocol import CheckedStepwise
 from .exact import exact_work, log_marginal_dp
 from .loaders import LOADER_ARGS, detect_format, load_library_model
 from .proposal import LDAProposal
@@ -26,6 +27,7 @@ DEFAULT_MAX_EXACT_WORK = 500_000_000
 
 
 class LDA(
+    CheckedStepwise,
     nn.Module,
     PyTorchModelHubMixin,
     library_name="lm-latent-eval",
@@ -241,9 +243,8 @@ class LDA(
 
     # ---- stepwise part for SMC ------------------------------------------------------------------------------------
 
-    def smc_init(self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True):
-        """K particles with empty histories for x [T]."""
-        check_num_samples(num_particles, "num_particles")
+    def _smc_init(self, x: torch.Tensor, num_particles: int, temperature: float, peek: bool) -> LDAParticles:
+        """K particles with empty histories for x [T] (``CheckedStepwise.smc_init`` checked K and τ)."""
         return init_particles(self, self.check_x(x), num_particles, temperature, peek)
 
     def smc_step(self, state: LDAParticles, t: int, generator: torch.Generator | None = None):

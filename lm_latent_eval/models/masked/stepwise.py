@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import torch
 
-from ...protocol import check_num_samples, check_temperature
 from ...tensors import tempered_draw
 from .conditionals import StepScores, step_scores
 
@@ -43,10 +42,9 @@ class OrderParticles:
 
 
 def init_particles(model, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True):
-    """K particles with nothing revealed, for the text x [T]."""
+    """K particles with nothing revealed, for the text x [T] (K and τ checked by the caller: ``smc_init``,
+    ``proposal.sample``)."""
     x = model.check_text(x)
-    check_num_samples(num_particles, "num_particles")
-    check_temperature(temperature)
     K, T = num_particles, x.numel()
     order = torch.zeros(K, T, dtype=torch.long, device=x.device)
     revealed = torch.zeros(K, T, dtype=torch.bool, device=x.device)

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import torch
 
+from ...protocol import CheckedStepwise
 from . import stepwise
 from .enumerate import enumerate_trees
 from .latents import REDUCE
 
 
-class RNNGPrefix:
+class RNNGPrefix(CheckedStepwise):
     """P(a sentence starts with x) of an RNNG under the contract (the same network, trees and proposal)."""
 
     # no end of text unless x ends with </s>, which then ends the sentence
@@ -68,7 +69,8 @@ class RNNGPrefix:
         )
 
     # --- SMC: the RNNG's steps, stopped after the last word --------------------------------------------------------
-    def smc_init(self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True):
+    def _smc_init(self, x: torch.Tensor, num_particles: int, temperature: float, peek: bool):
+        """The RNNG's particles for x [T], with </s> appended unless x ends the sentence."""
         if not self._ends_sentence(x) and x.numel():
             # steps 0..T−1 never reach the closing step
             x = torch.cat([x, x.new_tensor([self.rnng.eos_id])])

@@ -1,0 +1,416 @@
+"""The contract's types: text x, hidden structure z, joint p(x, z), proposal q(z | x), and the optional stepwise part.
+
+Shapes: ``x`` is a ``LongTensor[T]`` of the model's own token ids; ``log_joint`` and ``log_q`` are ``[K]``; a latent
+configuration ``z`` is a tensor, or a (nested) tuple/list/dict of tensors, whose leading dimension is the particle
+dimension ``K`` (``Latents``; ``particles.py`` slices it).
+A model declares whether ``log_joint(x, z)`` is the log probability of the *prefix* x_1..x_T together with z (no
+end-of-text event; ``prefix_probability = True``): then Σ_z p(x, z) is the probability that a text starts with x and
+log p(context ⊕ continuation) − log p(context) is the log probability of the continuation given the context. A model
+that scores complete texts (an RNNG scores whole trees, often with an end-of-sentence event) declares False, and
+``loglikelihood(context, continuation)`` is refused for it rather than silently wrong, unless it offers
+``prefix_model()``: a view of itself whose ``log_joint`` is a prefix probability (the RNNG's stops at the last SHIFT),
+from which ``loglikelihood`` is then answered.
+
+The proposal's ``sample`` is required; its ``beam(x, k)`` is not (``BeamProposal``): a model whose latent is discrete
+offers a beam over configurations, a model whose latent is continuous (a text VAE's Gaussian z) declares
+``latent_support = "continuous"`` and has none. Temperature: ``sample(..., temperature=τ)`` draws from
+q_τ(z | x) ∝ q(z | x)^{1/τ} and returns log q_τ; a proposal over a discrete latent tempers by dividing every logit by
+τ, a Gaussian N(μ, σ²) by drawing from N(μ, τσ²), and a proposal that cannot temper declares ``tempers = False`` and
+refuses τ ≠ 1 (``capabilities.can_temper``, ``capabilities.check_tempering``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+Latents = Any  # tensor or nested tuple/list/dict of tensors with leading dimension K
+
+
+@runtime_checkable
+class Proposal(Protocol):
+    """q(z | x): samples latent configurations for a fixed text and scores them (the required part).
+
+    Tempering: ``sample(..., temperature=τ)`` draws from q_τ(z | x) ∝ q(z | x)^{1/τ} and returns log q_τ, the log
+    probability (a density for a continuous z) under the distribution actually sampled. A proposal over a discrete
+    latent divides every logit by τ; a Gaussian N(μ, σ²) draws from N(μ, τσ²), its q^{1/τ} normalized. A proposal
+    that cannot temper declares the class attribute ``tempers = False`` and refuses τ ≠ 1 (``check_tempering``);
+    without the attribute it is taken to temper (``can_temper``).
+    """
+
+    def sample(
+        self,
+        x: torch.Tensor,
+        num_samples: int,
+        temperature: float = 1.0,
+        peek: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> tuple[Latents, torch.Tensor]:
+        """Draw K configurations z_k ~ q_τ(z | x) and score them under the tempered q.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The text, LongTensor [T] of the model's ids (T = 0 allowed).
+        num_samples : int
+            K > 0.
+        temperature : float
+            τ > 0: draw from q_τ(z | x) ∝ q(z | x)^{1/τ}.
+        peek : bool
+            Whether q(z_t | ·) may read the tokens after t (False: a left-to-right proposal, where offered).
+        generator : torch.Generator, optional
+            The random stream (on the model's device).
+
+        Returns
+        -------
+        tuple of Latents and torch.Tensor
+            z, K configurations [K, ...] in ``log_joint``'s format, and log q_τ(z_k | x), float64 [K].
+
+        Examples
+        --------
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> x = hmm.tokenize("the cat sat")
+        >>> z, log_q = hmm.proposal.sample(x, 4, generator=torch.Generator().manual_seed(0))
+        >>> z.shape, log_q.shape, log_q.dtype
+        (torch.Size([4, 3]), torch.Size([4]), torch.float64)
+        """
+        ...
+
+
+@runtime_checkable
+class BeamProposal(Proposal, Protocol):
+    """A proposal over a discrete latent that also lists its best configurations (optional: ``has_beam``)."""
+
+    def beam(self, x: torch.Tensor, beam_size: int) -> Latents:
+        """The configurations of highest q(z | x) (peeking, τ = 1), best first.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The text, LongTensor [T].
+        beam_size : int
+            k > 0.
+
+        Returns
+        -------
+        Latents
+            Up to k *distinct* configurations, [k', ...] with k' ≤ k (fewer where the support is smaller).
+
+        Examples
+        --------
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> hmm.proposal.beam(hmm.tokenize("the cat sat"), 3).shape
+        torch.Size([3, 3])
+        """
+        ...
+
+
+@runtime_checkable
+class LatentLM(Protocol):
+    """A language model with hidden structure: p(x) = Σ_z p(x, z) (∫ p(x, z) dz for a continuous z).
+
+    Declared as class attributes: ``prefix_probability`` (below) and, optionally, ``latent_support``: "discrete"
+    (the default when absent) or "continuous" (z real-valued, p(x, z) a density in z: no beam, ``has_beam``).
+    """
+
+    proposal: Proposal
+
+    def tokenize(self, text: str) -> torch.Tensor:
+        """The model's token ids of any string.
+
+        Parameters
+        ----------
+        text : str
+            Any string, empty and unknown words included.
+
+        Returns
+        -------
+        torch.Tensor
+            LongTensor [T] of the model's ids; T = 0 for a text without tokens.
+
+        Examples
+        --------
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> hmm.tokenize("the cat sat"), hmm.tokenize("")
+        (tensor([2, 7, 0]), tensor([], dtype=torch.int64))
+        """
+        ...
+
+    def log_joint(self, x: torch.Tensor, z: Latents) -> torch.Tensor:
+        """log p(x, z_k) for each of K configurations of one text.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The text, LongTensor [T].
+        z : Latents
+            K configurations [K, ...] (as ``proposal.sample`` returns them).
+
+        Returns
+        -------
+        torch.Tensor
+            float64 [K]: log p(x, z_k) (a log density in z for a continuous latent); −inf where p(x, z_k) = 0.
+
+        Examples
+        --------
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> x = hmm.tokenize("the cat sat")
+        >>> log_p = hmm.log_joint(x, hmm.proposal.beam(x, 3))
+        >>> log_p.shape, log_p.dtype, bool((log_p < 0).all())
+        (torch.Size([3]), torch.float64, True)
+        """
+        ...
+
+    # declared (class attribute): whether Σ_z p(x, z) is the probability that a text starts with x
+    prefix_probability: bool
+
+
+SMC_METHODS = ("smc_init", "smc_step", "smc_reorder", "smc_latents")
+
+
+@runtime_checkable
+class StepwiseLatentLM(Protocol):
+    """Optional part for sequential Monte Carlo: advance K particles one token at a time, reorder after resampling.
+
+    For t = 0..T-1, ``smc_step`` draws z_t ~ q_τ(z_t | x, z_<t) for every particle and returns the log incremental
+    weight log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t); the T increments of one particle sum to
+    log p(x, z) − log q_τ(z | x) of the configuration z = ``smc_latents(state)`` it drew, in ``log_joint``'s format.
+    A model may add a telescoping look-ahead term log ψ_t(z_≤t) − log ψ_{t−1}(z_<t) to each increment (ψ_{−1}
+    constant, ψ_{T−1} = 1, as the HMM does when peeking): the sum, hence the estimate's expectation, is unchanged,
+    and the weights after token t then target p(x_≤t, z_≤t) ψ_t (twisted SMC).
+    ``smc_reorder(state, ancestors)`` makes particle k continue the history of particle ``ancestors[k]``
+    (a CPU LongTensor [K]). The state is opaque to the estimator. z_t may be several latent decisions: the RNNG's
+    step t draws the REDUCEs before word t and shifts it (word-synchronous), ``latent_tokenization``'s draws model
+    tokens until every particle has spelled the bytes of canonical tokens 0..t (byte-synchronous); the estimator
+    compares and may resample the particles after any step.
+    """
+
+    def smc_init(
+        self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True
+    ) -> Any:
+        """K particles with empty histories for the text x.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The text, LongTensor [T].
+        num_particles : int
+            K > 0.
+        temperature : float
+            τ > 0 of the stepwise proposal q_τ(z_t | x, z_<t).
+        peek : bool
+            Whether q(z_t | ·) may read the tokens after t.
+
+        Returns
+        -------
+        Any
+            The particles' state, opaque to the estimator (consumed by ``smc_step``).
+
+        Examples
+        --------
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> state = hmm.smc_init(hmm.tokenize("the cat sat"), 4)
+        >>> hmm.smc_latents(state).shape  # nothing drawn yet
+        torch.Size([4, 0])
+        """
+        ...
+
+    def smc_step(self, state: Any, t: int, generator: torch.Generator | None) -> tuple[Any, torch.Tensor]:
+        """Draw z_t ~ q_τ(z_t | x, z_<t) for every particle and weight it.
+
+        Parameters
+        ----------
+        state : Any
+            The particles after tokens 0..t−1 (a step may consume it).
+        t : int
+            The token to advance through, 0..T−1 in order.
+        generator : torch.Generator or None
+            The random stream.
+
+        Returns
+        -------
+        tuple of Any and torch.Tensor
+            The state after token t, and log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t), float64 [K].
+
+        Examples
+        --------
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> state = hmm.smc_init(hmm.tokenize("the cat sat"), 4)
+        >>> state, log_w = hmm.smc_step(state, 0, torch.Generator().manual_seed(0))
+        >>> log_w.shape, log_w.dtype, hmm.smc_latents(state).shape
+        (torch.Size([4]), torch.float64, torch.Size([4, 1]))
+        """
+        ...
+
+    def smc_reorder(self, state: Any, ancestors: torch.Tensor) -> Any:
+        """The particles after resampling: particle k continues the history of particle ``ancestors[k]``.
+
+        Parameters
+        ----------
+        state : Any
+            The particles.
+        ancestors : torch.Tensor
+            CPU LongTensor [K] of indices into the particles (repeats allowed).
+
+        Returns
+        -------
+        Any
+            The reordered state (a step may reuse or consume ``state``).
+
+        Examples
+        --------
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> x = hmm.tokenize("the cat sat")
+        >>> state, _ = hmm.smc_step(hmm.smc_init(x, 4), 0, torch.Generator().manual_seed(0))
+        >>> before, ancestors = hmm.smc_latents(state).clone(), torch.tensor([3, 3, 0, 1])
+        >>> torch.equal(hmm.smc_latents(hmm.smc_reorder(state, ancestors)), before[ancestors])
+        True
+        """
+        ...
+
+    def smc_latents(self, state: Any) -> Latents:
+        """The configurations drawn so far.
+
+        Parameters
+        ----------
+        state : Any
+            The particles after tokens 0..t−1.
+
+        Returns
+        -------
+        Latents
+            z_<t of every particle, [K, ...]; once t = T, in the format ``log_joint`` accepts.
+
+        Examples
+        --------
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> x = hmm.tokenize("the cat sat")
+        >>> state, generator = hmm.smc_init(x, 4), torch.Generator().manual_seed(0)
+        >>> for t in range(x.numel()):
+        ...     state, _ = hmm.smc_step(state, t, generator)
+        >>> hmm.log_joint(x, hmm.smc_latents(state)).shape
+        torch.Size([4])
+        """
+        ...
+
+
+@runtime_checkable
+class ExactMarginalLM(Protocol):
+    """Optional: exact marginalization (``has_exact_marginal``; ``has_tractable_marginal`` where it is declared
+    cheap on any text with ``exact_marginal_tractable = True``)."""
+
+    def log_marginal(self, x: torch.Tensor) -> float:
+        """log p(x) = log Σ_z p(x, z) (an integral for a continuous z), exactly.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The text, LongTensor [T].
+
+        Returns
+        -------
+        float
+            log p(x) in float64; 0.0 for T = 0.
+
+        Examples
+        --------
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> round(hmm.log_marginal(hmm.tokenize("the cat sat")), 2), hmm.log_marginal(hmm.tokenize(""))
+        (-15.7, 0.0)
+        """
+        ...
+
+
+@runtime_checkable
+class TextSamplerLM(Protocol):
+    """Optional: ancestral sampling of a continuation, for lm-eval's ``generate_until`` (``has_text_sampler``)."""
+
+    def sample_text(
+        self,
+        prefix_text: str,
+        max_tokens: int,
+        generator: torch.Generator | None = None,
+        stop: list[str] | None = None,
+    ) -> str:
+        """A continuation of ``prefix_text`` drawn from p(· | prefix) at temperature 1.
+
+        Parameters
+        ----------
+        prefix_text : str
+            The context.
+        max_tokens : int
+            At most this many tokens of the model.
+        generator : torch.Generator, optional
+            The random stream.
+        stop : list of str, optional
+            Cut the continuation before the first of these strings.
+
+        Returns
+        -------
+        str
+            The continuation only (not the prefix).
+
+        Examples
+        --------
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> text = hmm.sample_text("the cat", 5, torch.Generator().manual_seed(0))
+        >>> isinstance(text, str) and len(text.split()) <= 5
+        True
+        """
+        ...
+
+
+@runtime_checkable
+class PrefixModelLM(Protocol):
+    """Optional, for a model that scores complete texts (``prefix_probability = False``): a view of itself whose
+    Σ_z p(x, z) is the probability that a text starts with x (``prefix_view``)."""
+
+    def prefix_model(self) -> LatentLM:
+        """The same network, trees and proposal, scoring prefixes.
+
+        Returns
+        -------
+        LatentLM
+            A model that declares ``prefix_probability = True``; ``loglikelihood(context, continuation)`` is
+            answered from it.
+
+        Examples
+        --------
+        >>> from lm_latent_eval.models import load_model
+        >>> rnng, _ = load_model("rnng")
+        >>> rnng.prefix_probability, rnng.prefix_model().prefix_probability
+        (False, True)
+        """
+        ...
+
+
+@runtime_checkable
+class UnknownWordPenaltyLM(Protocol):
+    """Optional: a ``log_joint`` that subtracts a penalty for unknown words, reported per configuration, so that
+    perplexity with (UPP) and without it (PPL) come from one run (``has_unknown_word_penalty``; KGLM's)."""
+
+    def unknown_word_penalty(self, x: torch.Tensor, z: Latents) -> torch.Tensor:
+        """The nats ``log_joint`` subtracts for unknown words, per configuration.
+
+        Parameters
+        ----------
+        x, z
+            As ``LatentLM.log_joint``'s: the text [T] and K configurations [K, ...].
+
+        Returns
+        -------
+        torch.Tensor
+            float64 [K], ≥ 0; ``log_joint(x, z)`` + this is log p(x, z) without the penalty.
+        """
+        ...
