@@ -65,6 +65,12 @@ def install_excepthook(interrupt_hint: str | None = None) -> None:
     sys.excepthook.interrupt_hint = interrupt_hint
 
 
+def running_lm_eval() -> bool:
+    """Whether this process is lm-eval's command line (``lm_eval ...`` or ``python -m lm_eval ...``), whose
+    process-wide settings (the excepthook) the backend may make its own; a user's script keeps its own."""
+    return _program() == "lm_eval"
+
+
 def _program() -> str:
     """``lm_eval`` for ``python -m lm_eval`` and the ``lm_eval`` script, else the script's name."""
     script = sys.argv[0] if sys.argv and sys.argv[0] else "python"

@@ -227,11 +227,15 @@ def test_every_subcommand_that_writes_files_takes_output(command):
 
 def test_ctrl_c_says_how_to_resume(capsys, tmp_path, monkeypatch):
     """Issue 34, item 17: a Ctrl-C gave lm-eval's 40-line traceback with no hint that results_dir= makes a run
-    resumable. The backend sets the hint on the hook it installs; the hook prints it as one line instead of the
-    traceback."""
+    resumable. Under lm-eval's command line the backend sets the hint on the hook it installs; the hook prints it as
+    one line instead of the traceback."""
+    from lm_latent_eval import errors
     from lm_latent_eval.harness.backends import LatentHMMEval
 
     monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
+    LatentHMMEval(device="cpu")
+    assert sys.excepthook is sys.__excepthook__  # a user's script keeps its own hook
+    monkeypatch.setattr(errors, "_program", lambda: "lm_eval")  # as if run by lm_eval
     LatentHMMEval(device="cpu")
     capsys.readouterr()  # what building the backend logged (a handler an earlier test closed may complain here)
     hint = sys.excepthook.interrupt_hint

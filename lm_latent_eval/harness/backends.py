@@ -12,9 +12,11 @@ row of ``lm_latent_eval.models.MODELS`` that names a backend class.
 The ``latent_<name>`` classes (``LatentHMMEval``, ``LatentKGLMEval``, ...) are this module's attributes, built on
 first use from their row of MODELS by its ``__getattr__`` (PEP 562), the same class every time; a backend that
 answers requests its own way is defined in a module of its own (``OWN_MODULES``: ``LatentTokenizationEval`` in
-``tokenization_backend``) and served from here too. Importing this module registers every name with lm-eval as a
-lazy ``"backends:Class"`` placeholder (``hook.register_backends``: the targets the start-up hook and pyproject's
-entry points hold, all from MODELS), and does nothing else.
+``tokenization_backend``) and served from here too. Importing this module does nothing else: lm-eval finds the
+backends through the start-up hook (``hook.register_backends``, for lm-eval releases without plugin discovery) or
+pyproject's entry points, both from MODELS. Building a backend wraps lm-eval's per-task aggregation
+(``metric_keys.patch_lm_eval``, one line in the log) and, under lm-eval's command line only, makes the process's
+excepthook ours; torch's thread count is set only while it estimates (``threads.torch_threads``).
 """
 
 from __future__ import annotations
@@ -23,13 +25,12 @@ import functools
 import importlib
 import logging
 
-import lm_eval.api.registry
 import torch
 from lm_eval.api.instance import Instance
 from lm_eval.api.model import LM
 from lm_eval.utils import simple_parse_args_string
 
-from ..errors import install_excepthook
+from ..errors import install_excepthook, running_lm_eval
 from ..estimators import DocumentEstimate, EstimatorSettings, ResolvedEstimator
 from ..estimators.adaptive import estimate_corpus
 from ..estimators.registry import resolve, with_model_defaults
@@ -48,16 +49,11 @@ from .conditionals import (
 from .distributed import Processes, distributed_state
 from .exchange import Conditional, EstimateExchange
 from .generation import generate
-
-try:
-    from .hook import register_backends
-except ModuleNotFoundError:
-    # an installed wheel ships hook.py only at site-packages root (pyproject's force-include), where the .pth runs it
-    from _lm_latent_eval_hook import register_backends
+from .metric_keys import patch_lm_eval
 from .model_args import name_output_folder, parse_backend_args, with_cli_config
 from .provenance import model_info, run_identity
 from .results_store import ResultsStore, stage_tally
-from .threads import use_cores
+from .threads import Cores, plan_cores, torch_threads
 
 __all__ = ["DocumentBatches", "LatentLMEval", "distributed_state", "estimate_texts", "model_backend"]
 logger = logging.getLogger(__name__)
@@ -99,14 +95,18 @@ class LatentLMEval(LM):
 
     def __init__(self, **model_args) -> None:
         super().__init__()
-        install_excepthook()
+        if (
+            running_lm_eval()
+        ):  # the command line's process is the run's: user errors in one line, Ctrl-C resumable
+            install_excepthook()
         log_like_lm_eval()  # from the first line on: the thread count below is logged through lm-eval's handler
+        patch_lm_eval()
         name = type(self).__name__
         self.args = args = parse_backend_args(name, self.MODEL, model_args)
         self.model_kwargs, self.processes = args.model_kwargs, Processes(args.device)
         self._rank, self._world_size = self.processes.rank, self.processes.world_size
         self._device = self.processes.device
-        workers = use_cores(args.threads, args.workers, self._device, name, self._world_size)
+        cores = plan_cores(args.threads, args.workers, self._device, name, self._world_size)
         self.model, self.checkpoint = load_model(
             args.model, args.pretrained, device=self._device, dtype=args.dtype, **args.model_kwargs
         )
@@ -123,9 +123,10 @@ class LatentLMEval(LM):
                 name, self.settings, self.estimator_choice, args.given_settings, self.requested_estimator
             )
         self.results_store = open_results_store(args.results_dir, self.get_model_info())
-        install_excepthook(resume_hint(self.results_store))
+        if running_lm_eval():
+            install_excepthook(resume_hint(self.results_store))
         self.batches = DocumentBatches(
-            name, self.model, self._device, self.results_store, self.processes, workers
+            name, self.model, self._device, self.results_store, self.processes, cores
         )
         self.greedy = GreedyNotice(NOT_GREEDY.format(owner=name))
         self.exchange = EstimateExchange.begin(self.settings)
@@ -159,6 +160,7 @@ class LatentLMEval(LM):
         """
         texts = [req.args[0] for req in requests]
         estimates = self.batches.estimate(texts, self.estimator, "log p(x)", not disable_tqdm)
+        self.exchange.make_current()  # the tasks read the backend that answered last
         self.exchange.put_documents(estimates)
         warn_about_empty_documents(estimates)
         return [estimates[text].log_likelihood for text in texts]
@@ -198,6 +200,7 @@ class LatentLMEval(LM):
                 pairs, self.batches.estimate(texts, self.estimator.on(view), desc, not disable_tqdm)
             )
         self.greedy.warn()
+        self.exchange.make_current()
         self.exchange.put_conditionals(values)
         return [(values[pair].log_likelihood, False) for pair in pairs]
 
@@ -237,9 +240,10 @@ class LatentLMEval(LM):
         >>> "." in lm.generate_until([Instance("generate_until", {}, ("Anna", {"until": ["."]}), 0)])[0]
         False
         """
-        return generate(
-            self.model, requests, self.settings.seed, self._device, not disable_tqdm, self._greedy_scores
-        )
+        with torch_threads(self.batches.cores.threads):
+            return generate(
+                self.model, requests, self.settings.seed, self._device, not disable_tqdm, self._greedy_scores
+            )
 
     def _greedy_scores(self, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], float]:
         """log p̂(continuation | context) of each candidate under the run's estimator, for greedy decoding's ranking:
@@ -299,15 +303,16 @@ class DocumentBatches:
         The run's processes (the precision target sums its corpus totals over them). With several, each rank holds
         its shard's reliability check back (``held``) until lm-eval gathers the results: rank 0 then warns once,
         about every rank's estimates (``warn_gathered``), not each rank about its half.
-    workers : int
-        Processes that estimate a batch's documents side by side (``harness.threads.choose_workers``).
+    cores : Cores
+        torch's threads while it estimates and the processes that estimate a batch's documents side by side
+        (``harness.threads.plan_cores``).
     """
 
     def __init__(
-        self, owner: str, model, device: torch.device, store: ResultsStore | None, processes, workers: int = 1
+        self, owner: str, model, device: torch.device, store: ResultsStore | None, processes, cores: Cores
     ) -> None:
         self.owner, self.model, self.device, self.store = owner, model, device, store
-        self.processes, self.workers = processes, workers
+        self.processes, self.cores, self.workers = processes, cores, cores.workers
         self.held: list[tuple[str, EstimatorSettings, dict[str, DocumentEstimate]]] = []
 
     def estimate(
@@ -317,16 +322,10 @@ class DocumentBatches:
         of it (``ResolvedEstimator.on``: a view's estimates are not stored); ``check``: one warning, with the
         estimator's advice, when no two-sided interval of the batch is honest."""
         store = self.store if estimator.model is self.model else None
-        estimates = estimate_texts(
-            estimator,
-            texts,
-            self.device,
-            store,
-            self.processes.all_reduce,
-            desc,
-            progress,
-            self.workers,
-        )
+        with torch_threads(self.cores.threads):
+            estimates = estimate_texts(
+                estimator, texts, self.device, store, self.processes.all_reduce, desc, progress, self.workers
+            )
         if check:
             self.check(desc, estimator.settings, estimates)
         return estimates
@@ -426,6 +425,3 @@ def __getattr__(name: str) -> type[LatentLMEval]:
 
 def __dir__() -> list[str]:
     return sorted([*globals(), *_built_here(), *OWN_MODULES])
-
-
-register_backends(lm_eval.api.registry)

@@ -11,7 +11,8 @@ and the tasks share them through one ``EstimateExchange``:
   replaces the previous batch), ``loglikelihood`` each (context, continuation)'s conditional and token count
   (``put_conditionals``), ``set_cache_hook`` the ``--use_cache`` database (``keep_in``), in which ``put_documents``
   also keeps the estimates, so that a rerun the cache answers without calling the backend still finds them. Filling
-  an exchange makes it current again (a process holding two backends: the tasks read the one that answered last);
+  an exchange does not make it current: the backend does that, explicitly, as it starts to answer a batch
+  (``make_current``; a process holding two backends: the tasks read the one that answered last);
 * **read** by the tasks, which lm-eval calls without context, through the one access point
   ``EstimateExchange.current()``: ``process_results`` looks up each document's estimate (``document``) or a
   continuation's tokens (``continuation_tokens``), the aggregations compute the corpus statement once under the
@@ -100,8 +101,21 @@ class EstimateExchange:
 
     @classmethod
     def current(cls) -> EstimateExchange:
-        """The exchange the tasks read: the one filled or begun last in this process (an empty one if none was)."""
-        return cls._current if cls._current is not None else cls()
+        """The exchange the tasks read: the one begun, or made current by the backend answering, last in this
+        process.
+
+        Raises
+        ------
+        NoEstimateError
+            No exchange was begun in this process (no lm-latent-eval backend was built).
+        """
+        if cls._current is None:
+            raise NoEstimateError(
+                f"{WHERE}: no lm-latent-eval backend has begun an evaluation in this process; run the task with "
+                "--model latent_<name> (or build the backend before lm_eval.simple_evaluate), or call "
+                "EstimateExchange.begin(settings) first"
+            )
+        return cls._current
 
     def make_current(self) -> None:
         """Make this the exchange ``current()`` returns."""
@@ -131,12 +145,10 @@ class EstimateExchange:
         self._documents = dict(estimates)
         if self._cache is not None:
             self._cache.put(estimates)
-        self.make_current()
 
     def put_conditionals(self, values: dict[tuple[str, str], Conditional]) -> None:
         """What a ``loglikelihood`` batch answered, by (context, continuation), replacing the previous batch."""
         self._conditionals = dict(values)
-        self.make_current()
 
     # ---- read by the tasks --------------------------------------------------------------------------------------
 

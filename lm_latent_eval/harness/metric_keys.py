@@ -8,11 +8,20 @@ error), so lm-eval also wrote ``perplexity_stderr_stderr: "N/A"`` into every res
 that it leaves out the ``X_stderr_stderr`` key of a task that has both metrics ``X`` and ``X_stderr`` where that
 key holds no number; every other key, of every task, is left as lm-eval computed it. Where an lm-eval release has no
 such function the wrapper is not installed (the key is then only surplus).
+
+Nothing is wrapped on import: the backend wraps lm-eval when it is built (``patch_lm_eval``, once per process,
+for the lm-eval versions it was tested with, saying so in one line of the log).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.metadata
+import logging
+
+logger = logging.getLogger(__name__)
+# the lm-eval releases whose private _compute_task_aggregations the wrapper was tested on
+TESTED_LM_EVAL = "0.4."
 
 STDERR = "_stderr"
 
@@ -37,6 +46,40 @@ def stderr_of_stderr_keys(metrics, agg_metrics: dict) -> list[str]:
         if is_a_stderr and key in agg_metrics and not isinstance(agg_metrics[key], int | float):
             keys.append(key)
     return sorted(keys)
+
+
+def patch_lm_eval() -> bool:
+    """Wrap lm-eval's per-task aggregation (``drop_stderr_of_stderr``) where its version is one the wrapper was
+    tested on (``TESTED_LM_EVAL``), with one line in the log the first time; another version is left as it is, and
+    the log says so. Whether the wrapper is in place.
+
+    Returns
+    -------
+    bool
+        True where lm-eval's aggregation is wrapped (now or before).
+    """
+    version = importlib.metadata.version("lm_eval")
+    if not version.startswith(TESTED_LM_EVAL):
+        logger.info(
+            "lm-eval %s: its per-task aggregation is left as it is (the wrapper that leaves out a meaningless "
+            "perplexity_stderr_stderr key was tested on lm-eval %sx)",
+            version,
+            TESTED_LM_EVAL,
+        )
+        return False
+    from lm_eval import evaluator_utils
+
+    wrapped = getattr(
+        getattr(evaluator_utils, "_compute_task_aggregations", None), "drops_stderr_of_stderr", False
+    )
+    installed = drop_stderr_of_stderr()
+    if installed and not wrapped:
+        logger.info(
+            "lm-eval %s: evaluator_utils._compute_task_aggregations wrapped to leave out the X_stderr_stderr key "
+            "beside a task's own X_stderr metric (lm_latent_eval.harness.metric_keys)",
+            version,
+        )
+    return installed
 
 
 def drop_stderr_of_stderr() -> bool:

@@ -25,10 +25,6 @@ from ..estimators import DocumentEstimate
 from ..estimators.corpus import CorpusEstimate
 from ..paths import DATA_DIR
 from .exchange import EstimateExchange
-from .metric_keys import drop_stderr_of_stderr
-
-# perplexity_stderr is the Stderr of perplexity: lm-eval must not file a perplexity_stderr_stderr beside it
-drop_stderr_of_stderr()
 
 # the metric whose item is the document's whole estimate (what reports read from the samples file); the other
 # metrics of the same statement carry a reference to it (``EstimateExchange.reference``), so lm-eval's samples file

@@ -6,7 +6,9 @@ threads wait on each other and spin: the README's first command took 159 s with 
 running two other busy processes, and 41 s with the count chosen here (``python bench/threads.py``,
 bench/threads/output.md). By default (``threads`` not given) a CPU run therefore takes torch's count, lowered to the
 cores other processes leave free now (``busy_cores``; at least one); an environment that sets ``OMP_NUM_THREADS`` or
-``MKL_NUM_THREADS`` has chosen already and is left alone, as is a CUDA run (its kernels do not use them).
+``MKL_NUM_THREADS`` has chosen already and is left alone, as is a CUDA run (its kernels do not use them). The count
+is chosen when the backend is built (``plan_cores``, one line in the log) and set only while the backend estimates
+(``torch_threads``), then restored: a user's script keeps its own torch settings.
 
 Those threads gain little inside one document: the bundled models run thousands of small operations per token,
 where torch finds nothing to share among threads (on the quiet machine 28 s with two threads in one process).
@@ -18,13 +20,16 @@ whose matrix products do use threads), and under several processes (``accelerate
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
-from ..estimators.workers import usable_workers, worker_threads
+from ..estimators.workers import usable_workers
 
 logger = logging.getLogger(__name__)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -117,9 +122,12 @@ def choose_threads(requested: int | None, device: torch.device) -> tuple[int | N
     return count, f"{count} CPU thread(s): {why} (model_args threads=N sets it)"
 
 
-def choose_workers(requested: int | None, device: torch.device, world_size: int = 1) -> tuple[int, str]:
+def choose_workers(
+    requested: int | None, device: torch.device, world_size: int = 1, threads: int | None = None
+) -> tuple[int, str]:
     """Processes that estimate documents side by side (``estimators.workers.DocumentWorkers``), and why, in words:
-    model_args ``workers``, else one per torch thread on the CPU of a one-process run, else 1.
+    model_args ``workers``, else one per torch thread (``threads``, default torch's count) on the CPU of a
+    one-process run, else 1.
 
     Parameters
     ----------
@@ -129,6 +137,8 @@ def choose_workers(requested: int | None, device: torch.device, world_size: int 
         Where the model runs (processes are forked on the CPU only).
     world_size : int
         The run's processes (``accelerate launch``): each rank is one already.
+    threads : int or None
+        The run's torch threads (``choose_threads``); None: torch's count now.
 
     Returns
     -------
@@ -146,21 +156,59 @@ def choose_workers(requested: int | None, device: torch.device, world_size: int 
         return count, f"workers={requested} (model_args)" + (" can only be 1 here" * (count < requested))
     if world_size > 1:
         return 1, "one process per rank"
-    count = usable_workers(torch.get_num_threads(), device)
+    count = usable_workers(threads or torch.get_num_threads(), device)
     return count, "one per thread (model_args workers=N sets it)" if count > 1 else "one process"
 
 
-def use_cores(
+@dataclass(frozen=True)
+class Cores:
+    """What a backend's run uses of this machine's CPU: torch's intra-op ``threads`` while it estimates (None:
+    torch's count, left as it is) and the ``workers`` that estimate documents side by side."""
+
+    threads: int | None
+    workers: int
+
+
+def plan_cores(
     threads: int | None, workers: int | None, device: torch.device, owner: str, world_size: int = 1
-) -> int:
-    """Set torch's intra-op thread count for the run (``choose_threads``), choose the processes that estimate
-    documents (``choose_workers``), log both in one line, and return the processes."""
+) -> Cores:
+    """torch's thread count for the run (``choose_threads``) and the processes that estimate documents
+    (``choose_workers``), logged in one line; nothing is set here (``torch_threads`` sets the count while the backend
+    estimates).
+
+    Examples
+    --------
+    >>> plan_cores(3, 1, torch.device("cpu"), "doctest")
+    Cores(threads=3, workers=1)
+    """
     count, why = choose_threads(threads, device)
-    if count is not None:
-        torch.set_num_threads(count)
-    processes, how = choose_workers(workers, device, world_size)
+    processes, how = choose_workers(workers, device, world_size, count)
+    each = max(1, (count or torch.get_num_threads()) // processes)
     logger.info(
-        "%s: %s; documents estimated in %d process(es) of %d thread(s): %s",
-        owner, why, processes, worker_threads(processes), how,
-    )  # fmt: skip
-    return processes
+        "%s: %s; documents estimated in %d process(es) of %d thread(s): %s", owner, why, processes, each, how
+    )
+    return Cores(count, processes)
+
+
+@contextlib.contextmanager
+def torch_threads(count: int | None) -> Iterator[None]:
+    """torch's intra-op thread count set to ``count`` inside the block and restored after it (None: unchanged).
+
+    Examples
+    --------
+    >>> before = torch.get_num_threads()
+    >>> with torch_threads(1):
+    ...     torch.get_num_threads()
+    1
+    >>> torch.get_num_threads() == before
+    True
+    """
+    if count is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -16,6 +16,7 @@ from ..estimators.importance import ImportanceSampling
 from ..models.tokenization import canonical
 from .backends import LatentLMEval
 from .conditionals import GreedyNotice
+from .threads import torch_threads
 
 
 def hf_whitespace(context: str, continuation: str) -> tuple[str, str]:
@@ -87,8 +88,9 @@ class LatentTokenizationEval(LatentLMEval):
         contexts = {}
         desc = f"{self.settings.estimator} log P(starts with context)"
         on_contexts = self.estimator.on(self._context_model)
-        for context in tqdm(list(dict.fromkeys(c for c, _ in moved)), desc=desc, disable=disable_tqdm):
-            contexts[context] = on_contexts.estimate(context, device=self._device)
+        with torch_threads(self.batches.cores.threads):
+            for context in tqdm(list(dict.fromkeys(c for c, _ in moved)), desc=desc, disable=disable_tqdm):
+                contexts[context] = on_contexts.estimate(context, device=self._device)
         # one warning about every pair, held under several processes until lm-eval's gather (as the documents)
         checked = {
             **{("joint", t): e for t, e in joint.items()},

@@ -153,17 +153,24 @@ def test_every_latent_backend_is_built_from_its_row_of_the_model_table():
         backends.LatentNoSuchEval  # noqa: B018
 
 
-def test_importing_the_backends_registers_them_and_does_nothing_else(tmp_path):
-    """No import-time side effect beyond registration: the excepthook is installed by the first backend built."""
+def test_importing_or_building_a_backend_leaves_the_process_alone(tmp_path):
+    """Issue 42 item 5: importing the backends registers nothing (the start-up hook or the entry points do); building
+    one in a user's script wraps lm-eval's aggregation (one line in the log) but leaves the excepthook and torch's
+    thread count as the script set them (the count is set only while the backend estimates)."""
     code = """
-import sys
-hook = sys.excepthook
+import logging, sys
+sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != 'RegistryImportFinder']
+logging.basicConfig(level=logging.INFO)
+import torch
+hook, threads = sys.excepthook, torch.get_num_threads()
 import lm_latent_eval.harness.backends as backends
+from lm_eval import evaluator_utils
 from lm_eval.api.registry import model_registry
-assert sys.excepthook is hook
-assert "latent" in model_registry and "latent_hmm" in model_registry and "LatentHMMEval" not in vars(backends)
-backends.LatentHMMEval(estimator="exact", device="cpu")
-assert sys.excepthook is not hook and sys.excepthook.lm_latent_eval
+assert "latent_hmm" not in model_registry and "LatentHMMEval" not in vars(backends)
+assert not getattr(evaluator_utils._compute_task_aggregations, "drops_stderr_of_stderr", False)
+backends.LatentHMMEval(estimator="exact", device="cpu", threads=threads + 1)
+assert sys.excepthook is hook and torch.get_num_threads() == threads
+assert evaluator_utils._compute_task_aggregations.drops_stderr_of_stderr
 print("ok")
 """
     empty = tmp_path / "empty"
@@ -171,6 +178,7 @@ print("ok")
     proc = python_with_hook(empty, code)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["ok"]
+    assert "evaluator_utils._compute_task_aggregations wrapped" in proc.stderr
 
 
 # ---- backend ----------------------------------------------------------------------------------------------------

@@ -43,6 +43,19 @@ def test_each_backend_begins_an_exchange_and_the_one_that_answers_last_is_read()
         EstimateExchange.current().document(CORPUS[1], value)
 
 
+def test_without_a_begun_exchange_a_task_gets_one_clear_line(monkeypatch):
+    """Issue 42 item 5: an exchange becomes current only by ``begin`` (or by the backend answering a batch), never
+    by being filled; with none begun, a task's read says so at once instead of handing out an empty exchange."""
+    monkeypatch.setattr(EstimateExchange, "_current", None)
+    with pytest.raises(NoEstimateError, match="no lm-latent-eval backend has begun an evaluation"):
+        EstimateExchange.current()
+    filled = EstimateExchange()
+    filled.put_documents({})
+    with pytest.raises(NoEstimateError):
+        EstimateExchange.current()
+    assert EstimateExchange.begin() is EstimateExchange.current()
+
+
 def test_level_in_model_args_sets_the_interval_the_stderr_column_and_the_bound():
     """``--model_args level=0.9``: the task's statement is made at 90% (it was fixed at 95%)."""
     manager = TaskManager(include_path=str(REPO / "tasks"), include_defaults=False)

@@ -32,8 +32,12 @@ def test_the_default_leaves_busy_cores_alone(cores, load, expected, monkeypatch,
     monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
     monkeypatch.setattr(threads, "busy_cores", lambda: load)
     torch.set_num_threads(cores)
-    assert threads.use_cores(None, None, torch.device("cpu"), "test") == usable_workers(expected, "cpu")
-    assert torch.get_num_threads() == expected
+    plan = threads.plan_cores(None, None, torch.device("cpu"), "test")
+    assert plan == threads.Cores(expected, usable_workers(expected, "cpu"))
+    assert torch.get_num_threads() == cores  # chosen, not set: set only while the backend estimates
+    with threads.torch_threads(plan.threads):
+        assert torch.get_num_threads() == expected
+    assert torch.get_num_threads() == cores
 
 
 def test_busy_cores_is_the_busy_share_of_the_cpus_ticks_while_this_process_sleeps(tmp_path, monkeypatch):
@@ -71,8 +75,8 @@ def _spin() -> None:
 
 def test_explicit_threads_and_a_chosen_environment_win(monkeypatch, keep_torch_threads):
     monkeypatch.setattr(threads, "busy_cores", lambda: 50.0)
-    threads.use_cores(3, 1, torch.device("cpu"), "test")
-    assert torch.get_num_threads() == 3
+    assert threads.plan_cores(3, 1, torch.device("cpu"), "test") == threads.Cores(3, 1)
+    torch.set_num_threads(3)
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     assert threads.choose_threads(None, torch.device("cpu")) == (
         None,
