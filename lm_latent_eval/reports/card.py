@@ -1,13 +1,14 @@
 """``lm-latent-eval report <lm-eval output dir>``: one estimate card (Markdown, JSON, convergence PNG) per model × task.
 
-A card states the perplexity to quote with its honest 95% statement (two-sided where that is honest, else the
-certified one-sided bound, with the reason), the certified bound, the paper's instance- and corpus-level estimates and
-what kind of figure each is (exact, strict bound, or a stochastic upper bound in expectation), the Monte Carlo error
-and the sampling error over documents apart, the settings that produced them (estimator and why it was chosen, K, τ,
-peeking, seed), the model's identity (class, checkpoint sha256, dtype, device), the reliability diagnostics (IS: ESS,
-Pareto k̂ against its threshold; SMC: runs, ESS over tokens) with a plain-words verdict and what to try, and the
-command that reproduces the run. Everything comes from lm-eval's results and samples files
-(``--log_samples``); ``--beam-size`` additionally recomputes the beam bound from the recorded checkpoint.
+A card states the perplexity to quote with its honest statement at the ``--level`` asked for (95% by default;
+two-sided where that is honest, else the certified one-sided bound, with the reason), the certified bound, the
+paper's instance- and corpus-level estimates and what kind of figure each is (exact, strict bound, or a stochastic
+upper bound in expectation), the Monte Carlo error and the sampling error over documents apart, the settings that
+produced them (estimator and why it was chosen, K, τ, peeking, seed), the model's identity (class, checkpoint sha256,
+dtype, device), the reliability diagnostics (IS: ESS, Pareto k̂ against its threshold; SMC: runs, ESS over tokens)
+with a plain-words verdict and what to try, and the command that reproduces the run. Everything comes from lm-eval's
+results and samples files (``--log_samples``); ``--beam-size`` additionally recomputes the beam bound from the
+recorded checkpoint.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def _figure(name: str, value: float, kind: str, interval=None, note: str | None 
 
 
 def sampled_figures(label: str, corpus: CorpusEstimate) -> list[dict]:
-    """The perplexity to quote with its honest 95% statement, the certified bound and the paper's two estimates."""
+    """The perplexity to quote with its honest statement at the corpus's level, the certified bound and the paper's two estimates."""
     interval = corpus.interval
     quote_kind = (
         "bias-corrected estimate (Monte Carlo interval, documents fixed)"
@@ -126,8 +127,8 @@ def verdict(corpus: CorpusEstimate, settings: dict) -> tuple[str, list[str]]:
     if settings.get("peek") is False:
         tries.append("peek=true: a proposal that reads the token it labels is much closer to p(z | x)")
     return (
-        f"UNRELIABLE as a two-sided figure: {corpus.interval.reason}. Quote the certified bound: with 95% "
-        f"certainty the true perplexity is at most {corpus.perplexity_upper_bound:.4g}."
+        f"UNRELIABLE as a two-sided figure: {corpus.interval.reason}. Quote the certified bound: with "
+        f"{corpus.interval.level:.0%} certainty the true perplexity is at most {corpus.perplexity_upper_bound:.4g}."
     ), tries
 
 
@@ -283,11 +284,13 @@ def recompute_beam(run: TaskRun, beam_size: int, device: str = "cpu", progress: 
 
 def _stderr_line(u: dict) -> str:
     """What lm-eval's Stderr of ``perplexity`` held (``harness.perplexity_task.perplexity_stderr``): the interval's
-    half-width / 1.96, the Monte Carlo error of a bound reported with its own error (``estimator=elbo``), or nothing."""
+    half-width over the normal quantile of its level (1.96 at 95%), the Monte Carlo error of a bound reported with its
+    own error (``estimator=elbo``), or nothing."""
     mc, kind = u["monte_carlo_stderr"], u["stderr_kind"]
     if kind == "interval":
-        return (f"- Monte Carlo standard error (documents fixed): {_fmt(mc)}; the 95% interval's half-width / 1.96, "
-                f"its t quantile and bias allowance included (lm-eval's Stderr): {_fmt(u['interval_stderr'])}")  # fmt: skip
+        return (f"- Monte Carlo standard error (documents fixed): {_fmt(mc)}; the {u['level']:.0%} interval's half-width "
+                f"/ {u['normal_quantile']:.4g}, its t quantile and bias allowance included (lm-eval's Stderr): "
+                f"{_fmt(u['interval_stderr'])}")  # fmt: skip
     if kind == "bound":
         return (f"- Monte Carlo standard error of the bound (documents fixed; lm-eval's Stderr): {_fmt(mc)}: how far "
                 "another run's bound may fall, not an interval on the true perplexity")  # fmt: skip
@@ -364,6 +367,9 @@ def build_card(
         "corpus": {"num_documents": len(docs), "num_tokens": total},
         "figures": figures,
         "uncertainty": {
+            # the level of every statement, and the normal quantile that divides the interval in lm-eval's Stderr
+            "level": level,
+            "normal_quantile": policy.normal_quantile,
             "monte_carlo_stderr": corpus.monte_carlo_stderr,
             "interval_stderr": corpus.interval_stderr,
             # what lm-eval's Stderr held: "interval", "bound" (its own error) or None (N/A)
@@ -427,7 +433,7 @@ def card_markdown(card: dict, plot_file: str | None = None) -> str:
         "",
         f"{card['corpus']['num_documents']} documents, {card['corpus']['num_tokens']} model tokens.",
         "",
-        "| figure | value | 95% interval | what it is |",
+        f"| figure | value | {s['level']:.0%} interval | what it is |",
         "|---|---|---|---|",
     ]
     for f in card["figures"]:
