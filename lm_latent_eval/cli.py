@@ -20,7 +20,7 @@ COMMANDS = {
         "IS / beam table over temperatures x peeking x aggregation, K-convergence plot",
     ),
     "report": (
-        "lm_latent_eval.reports.card",
+        "lm_latent_eval.reports.card.cli",
         "estimate cards (Markdown, JSON, PNG) from an lm-eval output folder",
     ),
     "compare": (

@@ -16,6 +16,7 @@ from lm_latent_eval.estimators import ExactEstimate, ISEstimate
 from lm_latent_eval.models import checkpoint_hash, default_checkpoint, load_model
 from lm_latent_eval.reports import card as card_mod
 from lm_latent_eval.reports import compare as compare_mod
+from lm_latent_eval.reports.card import render as card_render
 from lm_latent_eval.reports.lm_eval_output import TaskRun, read_runs
 
 HMM = default_checkpoint("hmm")
@@ -533,7 +534,7 @@ def test_card_says_what_lm_evals_stderr_held(monte_carlo, interval, kind, says, 
     that also fills lm-eval's Stderr (``CorpusEstimate.reported_stderr``)."""
     u = {"monte_carlo_stderr": monte_carlo, "interval_stderr": interval, "stderr_kind": kind, "level": 0.95,
          "normal_quantile": 1.959963984540054}  # fmt: skip
-    line = card_mod._stderr_line(u)
+    line = card_render._stderr_line(u)
     assert says in line and never not in line
 
 
@@ -613,3 +614,16 @@ def test_card_states_the_level_and_quantile_it_was_built_at():
     assert f"the 90% interval's half-width / {z:.4g}," in text and f"{z:.4g}" == "1.645"
     assert "Quote the certified bound: with 90% certainty" in text
     assert "95%" not in text and "1.96" not in text
+
+
+def test_cards_what_to_try_is_the_estimators_own_advice():
+    """The card asks the run's estimator what to try (``Estimator.advice``, the model not loaded) instead of testing
+    which estimator it is: IS names SMC for a model with the stepwise part, then more samples, then peeking."""
+    rng = np.random.default_rng(1)
+    run = _is_card_run([rng.normal(-30.0, 4.0, size=64) for _ in range(8)])
+    tries = card_mod.build_card(run, progress=False)["diagnostics"]["what_to_try"]
+    assert tries == run.method.advice(run.estimator_settings, model=None)
+    assert (
+        tries[0].endswith("where the model has the stepwise part")
+        and tries[-1] == "a peeking proposal (peek=true)"
+    )
