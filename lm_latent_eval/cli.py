@@ -16,7 +16,7 @@ from .errors import UserError, one_line
 # subcommand -> (module, one-line help)
 COMMANDS = {
     "sweep": (
-        "lm_latent_eval.reports.sweep",
+        "lm_latent_eval.reports.sweep.cli",
         "IS / beam table over temperatures x peeking x aggregation, K-convergence plot",
     ),
     "report": (
