@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -20,14 +20,10 @@ from ...estimators.settings import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS
 from ...estimators.workers import DocumentWorkers
 from ...models.rnng.treebank import read_sentences
 from ...protocol import has_exact_marginal, has_stepwise, has_tractable_marginal
+from ..json_files import as_json, from_json, json_key
 
 DEFAULT_TEMPERATURES = (0.5, 0.9, 1.0, 1.1, 2.0, 5.0)
 DEFAULT_BEAM_SIZES = (1, 10, 100)
-
-
-def _json_key(key: str) -> dict:
-    """A field's key in sweep.json where it is not the field's name."""
-    return {"json": key}
 
 
 @dataclass
@@ -52,10 +48,10 @@ class SweepResult:
 
     num_documents: int
     num_tokens: int
-    is_rows: list[dict] = field(metadata=_json_key("is"))
-    beam_rows: list[dict] = field(metadata=_json_key("beam"))
-    smc_rows: list[dict] | None = field(default=None, metadata=_json_key("smc"))
-    exact_perplexity: float | None = field(default=None, metadata=_json_key("exact_ppl"))
+    is_rows: list[dict] = field(metadata=json_key("is"))
+    beam_rows: list[dict] = field(metadata=json_key("beam"))
+    smc_rows: list[dict] | None = field(default=None, metadata=json_key("smc"))
+    exact_perplexity: float | None = field(default=None, metadata=json_key("exact_ppl"))
     exact_source: str | None = None
     config: dict | None = None
 
@@ -67,11 +63,7 @@ class SweepResult:
         >>> SweepResult(2, 9, [], [{"beam_size": 1, "log_likelihood": -20.0, "ppl_upper_bound": 9.2}]).to_json()
         {'num_documents': 2, 'num_tokens': 9, 'is': [], 'beam': [{'beam_size': 1, 'log_likelihood': -20.0, 'ppl_upper_bound': 9.2}]}
         """
-        return {
-            f.metadata.get("json", f.name): getattr(self, f.name)
-            for f in fields(self)
-            if getattr(self, f.name) is not None
-        }
+        return as_json(self, skip_none=True)
 
     @classmethod
     def from_json(cls, record: dict) -> SweepResult:
@@ -79,16 +71,11 @@ class SweepResult:
 
         Examples
         --------
-        >>> SweepResult.from_json({"num_documents": 2, "num_tokens": 9, "is": [], "beam": [], "exact_ppl": 8.5})
-        SweepResult(num_documents=2, num_tokens=9, is_rows=[], beam_rows=[], smc_rows=None, exact_perplexity=8.5, exact_source=None, config=None)
+        >>> result = SweepResult(2, 9, [], [], exact_perplexity=8.5)
+        >>> SweepResult.from_json(result.to_json()) == result
+        True
         """
-        return cls(
-            **{
-                f.name: record[f.metadata.get("json", f.name)]
-                for f in fields(cls)
-                if f.metadata.get("json", f.name) in record
-            }
-        )
+        return from_json(cls, record)
 
 
 def read_documents(path: str | Path) -> list[str]:
