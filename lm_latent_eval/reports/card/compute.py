@@ -201,8 +201,35 @@ class Reference:
 def reference(
     method: Estimator, settings: dict, log_likelihood: float, num_tokens: int, level: float, note: str
 ) -> Reference | None:
-    """The ``Reference`` of a figure Σ log p̂ = ``log_likelihood`` over ``num_tokens`` tokens made by ``method`` with
-    the recorded ``settings``, or None where its statement is not certain (``certain_statement``)."""
+    """A figure as a card's reference, where it is known with certainty.
+
+    Parameters
+    ----------
+    method : Estimator
+        The estimator that made it.
+    settings : dict
+        Its recorded settings (they name the figure: ``Estimator.figure_name``).
+    log_likelihood : float
+        Σ_n log p̂(x_n), nats.
+    num_tokens : int
+        The corpus's tokens.
+    level : float
+        The card's level.
+    note : str
+        Where the figure comes from.
+
+    Returns
+    -------
+    Reference or None
+        None where the statement is not certain (``certain_statement``).
+
+    Examples
+    --------
+    >>> from lm_latent_eval.estimators import ESTIMATORS
+    >>> ref = reference(ESTIMATORS["beam"], {"beam_size": 4}, -20.0, 10, 0.95, "from results_x.json")
+    >>> ref.figure["name"], round(ref.figure["value"], 4), ref.statement.two_sided
+    ('beam bound (k=4)', 7.3891, False)
+    """
     statement = certain_statement(method, log_likelihood, level)
     if statement is None:
         return None
@@ -215,8 +242,24 @@ def _same_documents(a: TaskRun, b: TaskRun) -> bool:
 
 
 def sibling_references(run: TaskRun, siblings, num_tokens: int, level: float) -> list[Reference]:
-    """The figures known with certainty of the other runs of the same checkpoint, task and documents (exact, beam),
-    in the order of ``siblings``."""
+    """The figures known with certainty (exact, beam) of the other runs of the same checkpoint, task and documents.
+
+    Parameters
+    ----------
+    run : TaskRun
+        The card's run.
+    siblings : sequence of TaskRun
+        Runs that may join (``run`` among them is skipped).
+    num_tokens : int
+        The corpus's tokens.
+    level : float
+        The card's level.
+
+    Returns
+    -------
+    list of Reference
+        In the order of ``siblings``.
+    """
     same = [
         s
         for s in siblings

@@ -35,9 +35,20 @@ def _task_yaml(run: TaskRun) -> Path | None:
 
 
 def include_path(run: TaskRun) -> str | None:
-    """The ``--include_path`` that finds the run's task again: the bundled tasks (as ``$(lm-latent-eval tasks-path)``)
-    for one of ours or where the results file does not say, nothing for one of lm-eval's own tasks, else the folder of
-    the user's YAML (a copy of a bundled task that keeps its name must not run the bundled one)."""
+    """The ``--include_path`` that finds the run's task again.
+
+    Parameters
+    ----------
+    run : TaskRun
+        The run; lm-eval's results file names the task's YAML (``metadata.config_source``).
+
+    Returns
+    -------
+    str or None
+        The bundled tasks (as ``"$(lm-latent-eval tasks-path)"``) for one of ours or where the results file does not
+        say, None for one of lm-eval's own tasks, else the folder of the user's YAML (a copy of a bundled task that
+        keeps its name must not run the bundled one).
+    """
     yaml = _task_yaml(run)
     if yaml is None or yaml.resolve().is_relative_to(Path(lm_latent_eval.tasks_path()).resolve()):
         return BUNDLED_TASKS
@@ -53,7 +64,19 @@ def include_path(run: TaskRun) -> str | None:
 
 
 def reproduce_note(run: TaskRun) -> str | None:
-    """What the reader must know before running the card's command (None where nothing)."""
+    """What the reader must know before running the card's command.
+
+    Parameters
+    ----------
+    run : TaskRun
+        The run.
+
+    Returns
+    -------
+    str or None
+        Where the command's ``--include_path`` is a guess (the results file names no task YAML) or relative to a folder
+        the results file does not name, one sentence saying so; else None.
+    """
     yaml = _task_yaml(run)
     if yaml is None:
         return (
@@ -69,8 +92,28 @@ def reproduce_note(run: TaskRun) -> str | None:
 
 
 def reproduce_command(run: TaskRun) -> str:
-    """The lm_eval command line that reproduces the run, with every estimator setting spelled out, on the device type
-    the run used (random streams differ between CPU and GPU), with the PYTHONPATH the model's code needed."""
+    """The lm_eval command line that reproduces the run.
+
+    Parameters
+    ----------
+    run : TaskRun
+        The run, as its results file recorded it.
+
+    Returns
+    -------
+    str
+        The command, with every estimator setting spelled out, on the device type the run used (random streams
+        differ between CPU and GPU), with the PYTHONPATH the model's code needed, writing into ``OUT``.
+
+    Examples
+    --------
+    >>> config = {"model": "latent_hmm", "model_args": {"pretrained": "hmm"}, "limit": 6.0,
+    ...           "estimator_settings": {"estimator": "exact"}}
+    >>> run = TaskRun(Path("results_x.json"), Path("samples_x.jsonl"), "latent_ppl_tiny", {"config": config})
+    >>> print(reproduce_command(run))  # doctest: +NORMALIZE_WHITESPACE
+    lm_eval --model latent_hmm --model_args pretrained=hmm,estimator=exact --tasks latent_ppl_tiny
+    --include_path "$(lm-latent-eval tasks-path)" --limit 6 --output_path OUT --log_samples
+    """
     cfg = run.config
     args = cfg.get("model_args") or {}
     if isinstance(args, str):
