@@ -117,7 +117,7 @@ def exact_estimates(model, documents: list[str], device) -> list | None:
     Parameters
     ----------
     model : LatentLM
-        The model.
+        The model, with or without an exact marginal or an enumeration.
     documents : list of str
         The corpus.
     device : str or torch.device
