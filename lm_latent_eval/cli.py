@@ -16,11 +16,11 @@ from .errors import UserError, one_line
 # subcommand -> (module, one-line help)
 COMMANDS = {
     "sweep": (
-        "lm_latent_eval.reports.sweep",
+        "lm_latent_eval.reports.sweep.cli",
         "IS / beam table over temperatures x peeking x aggregation, K-convergence plot",
     ),
     "report": (
-        "lm_latent_eval.reports.card",
+        "lm_latent_eval.reports.card.cli",
         "estimate cards (Markdown, JSON, PNG) from an lm-eval output folder",
     ),
     "compare": (

@@ -27,6 +27,9 @@ MODULES = [
     "lm_latent_eval.protocol",
     "lm_latent_eval.checks",
     "lm_latent_eval.reports.json_files",
+    "lm_latent_eval.reports.card.compute",
+    "lm_latent_eval.reports.card.reproduce",
+    "lm_latent_eval.reports.sweep.compute",
     *(f"{p.__name__}.{m.name}" for p in PACKAGES for m in pkgutil.iter_modules(p.__path__)),
 ]
 # the start-up hook runs at interpreter start (it installs a finder when imported): nothing to run here

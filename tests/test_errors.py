@@ -53,12 +53,12 @@ def test_cli_errors_are_one_line_and_exit_2(argv, expected, capsys, tmp_path, mo
 
 def test_a_bug_keeps_its_traceback(monkeypatch):
     """Only our errors are shortened: an unexpected exception (here a TypeError from inside sweep) propagates."""
-    from lm_latent_eval.reports import sweep
+    from lm_latent_eval.reports.sweep import cli as sweep_cli
 
     def broken(args):
         raise TypeError("a bug")
 
-    monkeypatch.setattr(sweep, "run", broken)
+    monkeypatch.setattr(sweep_cli, "run", broken)
     with pytest.raises(TypeError, match="a bug"):
         main(["sweep"])
 

@@ -189,8 +189,9 @@ class Estimator:
         """The estimate of a document without tokens: log p = 0 exactly."""
         return self.result(document, 0, 0.0)
 
-    def advice(self, settings: EstimatorSettings, model: Any) -> list[str]:
-        """What to try, in order, when no two-sided interval of this estimator's estimates is honest."""
+    def advice(self, settings: EstimatorSettings, model: Any = None) -> list[str]:
+        """What to try, in order, when no two-sided interval of this estimator's estimates is honest (``model`` None:
+        not loaded, as in a report read from a run's files: advice that holds whatever the model)."""
         return []
 
     def corpus_diagnostics(self, estimates: Sequence[DocumentEstimate], progress: bool = False) -> dict:

@@ -318,8 +318,11 @@ class ImportanceSampling(Estimator):
     def auto_reason(self, model) -> str:
         return f"auto: IS, {type(model).__name__} has neither a tractable marginal nor the stepwise part"
 
-    def advice(self, settings, model) -> list[str]:
-        smc = ["sequential Monte Carlo (estimator=smc or auto)"] if has_stepwise(model) else []
+    def advice(self, settings, model=None) -> list[str]:
+        if model is None:
+            smc = ["sequential Monte Carlo (estimator=smc or auto) where the model has the stepwise part"]
+        else:
+            smc = ["sequential Monte Carlo (estimator=smc or auto)"] if has_stepwise(model) else []
         peek = [] if settings.peek else ["a peeking proposal (peek=true)"]
         return smc + sampling_advice(settings) + peek
 

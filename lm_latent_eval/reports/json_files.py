@@ -3,9 +3,45 @@ bare ``NaN`` or ``Infinity`` (which Python writes by default and strict parsers 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
+
+
+def json_key(key: str) -> dict:
+    """The metadata of a record's field whose key in a report's JSON file is not the field's name
+    (``field(metadata=json_key("is"))``; ``as_json`` and ``from_json`` read it)."""
+    return {"json_key": key}
+
+
+def as_json(record, skip_none: bool = False) -> dict:
+    """A dataclass ``record`` as a JSON object: its fields in order, each under its key (``json_key``, else its name);
+    with ``skip_none``, the fields that are None left out.
+
+    Examples
+    --------
+    >>> @dataclasses.dataclass
+    ... class Row:
+    ...     beam_size: int
+    ...     log_likelihood: float = dataclasses.field(metadata=json_key("ll"))
+    ...     note: str | None = None
+    >>> as_json(Row(4, -2.5), skip_none=True)
+    {'beam_size': 4, 'll': -2.5}
+    >>> from_json(Row, {"beam_size": 4, "ll": -2.5})
+    Row(beam_size=4, log_likelihood=-2.5, note=None)
+    """
+    return {
+        f.metadata.get("json_key", f.name): getattr(record, f.name)
+        for f in dataclasses.fields(record)
+        if not (skip_none and getattr(record, f.name) is None)
+    }
+
+
+def from_json(cls: type, obj: dict):
+    """The ``cls`` record that ``as_json`` wrote as ``obj`` (a field whose key is absent keeps its default)."""
+    names = {f.metadata.get("json_key", f.name): f.name for f in dataclasses.fields(cls)}
+    return cls(**{names[key]: value for key, value in obj.items() if key in names})
 
 
 def strict_json(value):

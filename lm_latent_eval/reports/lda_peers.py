@@ -16,7 +16,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..estimators import EstimatorSettings, estimate_document
+from ..estimators import EstimatorSettings, resolve
 from ..estimators.corpus import corpus_estimate
 from ..models import load_model
 from ..models.lda import LDA, peers
@@ -28,7 +28,7 @@ from .json_files import write_json
 @dataclass(frozen=True)
 class PeerRow:
     """One line of the table: a tool, what it reports, its perplexity (NaN: none), the call made, and the cause of its
-    gap to the exact value (or, for our estimators, the honest 95% statement)."""
+    gap to the exact value (or, for our estimators, the honest statement at the default level, 95%)."""
 
     tool: str
     reports: str
@@ -39,37 +39,37 @@ class PeerRow:
 
 def our_rows(model, texts: list[str], num_samples: int, seed: int) -> list[PeerRow]:
     """Exact (where every document is feasible), SMC and IS at K = num_samples: one row each."""
+    smc = EstimatorSettings("smc", num_samples=num_samples, seed=seed)
+    # (settings, the row's label, what it reports)
+    ours = [
+        (EstimatorSettings("exact"), "exact (dynamic program over topic counts)", "log p(x) summed exactly"),
+        (smc, f"SMC, K = {num_samples}", f"unbiased p̂ per document, {smc.smc_runs} runs, resampling"),
+        (
+            EstimatorSettings("is", num_samples=num_samples, seed=seed),
+            f"IS, K = {num_samples}",
+            "unbiased p̂ per document (the model's peeking proposal)",
+        ),
+    ]
     rows = []
-    settings = {
-        "exact": EstimatorSettings("exact"),
-        "smc": EstimatorSettings("smc", num_samples=num_samples, seed=seed),
-        "is": EstimatorSettings("is", num_samples=num_samples, seed=seed),
-    }
-    for name, s in settings.items():
+    for settings, label, what in ours:
         try:
-            corpus = corpus_estimate([estimate_document(model, t, s) for t in texts])
+            run = resolve(settings, model)
+            corpus = corpus_estimate([run.estimate(t) for t in texts])
         except ValueError as err:
             # the exact DP refuses a long document
-            rows.append(PeerRow(f"lm-latent-eval {name}", "", math.nan, "", str(err)))
+            rows.append(PeerRow(f"lm-latent-eval {settings.estimator}", "", math.nan, "", str(err)))
             continue
-        label = {"exact": "exact (dynamic program over topic counts)", "smc": f"SMC, K = {num_samples}"}.get(
-            name, f"IS, K = {num_samples}"
-        )
-        what = {"exact": "log p(x) summed exactly", "smc": "unbiased p̂ per document, 4 runs, resampling"}.get(
-            name, "unbiased p̂ per document (the model's peeking proposal)"
-        )
         statement = corpus.interval
         cause = (
             "—"
             if not corpus.method.draws_samples
             else (
-                f"95%: [{corpus.perplexity_interval[0]:.1f}, {corpus.perplexity_interval[1]:.1f}]"
+                f"{statement.level:.0%}: [{corpus.perplexity_interval[0]:.1f}, {corpus.perplexity_interval[1]:.1f}]"
                 if statement.two_sided
-                else f"certified ≤ {corpus.perplexity_upper_bound:.1f} (95%)"
+                else f"certified ≤ {corpus.perplexity_upper_bound:.1f} ({statement.level:.0%})"
             )
         )
-        value = corpus.perplexity
-        rows.append(PeerRow(label, what, value, "", cause))
+        rows.append(PeerRow(label, what, corpus.perplexity, "", cause))
     return rows
 
 
@@ -104,7 +104,8 @@ def _tomotopy(model, texts: list[str], train: list[str]):
     mdl = peers.train_tomotopy(train, model.tokenizer, model.num_topics, alpha, eta)
     figure = peers.tomotopy_perplexity(mdl, model.tokenizer, texts)
     own = from_tomotopy(LDA, mdl)
-    exact = corpus_estimate([estimate_document(own, t, EstimatorSettings("exact")) for t in texts])
+    exact_run = resolve(EstimatorSettings("exact"), own)
+    exact = corpus_estimate([exact_run.estimate(t) for t in texts])
     cause = f"{figure.cause}; the exact perplexity of that tomotopy model is {exact.instance_perplexity:.1f}"
     return peers.LibraryFigure(
         figure.tool, figure.call + " (its own model)", figure.perplexity, figure.reports, cause

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from ..errors import InputError, MissingFileError
-from ..estimators import DocumentEstimate
+from ..estimators import DocumentEstimate, Estimator, EstimatorSettings
 from ..estimators.registry import estimate_from_json, estimator_named
 from ..harness.perplexity_task import SAMPLES_FIELD
 
@@ -46,6 +46,19 @@ class TaskRun:
         return self.settings.get("estimator", "is")
 
     @property
+    def method(self) -> Estimator:
+        """The estimator (``estimators.registry``) the run used."""
+        return estimator_named(self.estimator)
+
+    @property
+    def estimator_settings(self) -> EstimatorSettings:
+        """The recorded settings as the record they were made from (what was not recorded at its default)."""
+        recorded = {
+            f.name: self.settings[f.name] for f in fields(EstimatorSettings) if f.name in self.settings
+        }
+        return EstimatorSettings(**(recorded | {"estimator": self.estimator}))
+
+    @property
     def model_name(self) -> str:
         return str(
             self.config.get("model_name") or self.results.get("model_name") or self.config.get("model")
@@ -54,7 +67,7 @@ class TaskRun:
     @property
     def label(self) -> str:
         """A short name: model name and the settings that tell runs of one model apart."""
-        detail = estimator_named(self.estimator).describe(self.settings)
+        detail = self.method.describe(self.settings)
         return f"{Path(self.model_name).name} ({detail})"
 
 

@@ -15,57 +15,78 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..estimators import EstimatorSettings, estimate_document, summarize
+from ..estimators import EstimatorSettings, resolve, summarize
 from ..models import load_model
 from ..models.tokenization import canonical
 from ..paths import DATA_DIR
-from .json_files import write_json
+from .json_files import as_json, json_key, write_json
 
 DEFAULT_DATA = DATA_DIR / "corpus" / "tiny_test.jsonl"
 
 
+@dataclass
+class GapDocument:
+    """One document's log-likelihoods (nats): canonical log p(x, z*), the beam bound and one IS estimate per seed, with
+    IS's diagnostics (seed 0)."""
+
+    text: str
+    bytes: int
+    tokens: int
+    canonical: float
+    beam_log_likelihood: float = field(metadata=json_key("beam"))
+    is_log_likelihoods: list[float] = field(metadata=json_key("is"))
+    ess: float
+    pareto_k: float
+
+
 def measure(
     lm, texts: list[str], num_samples: int, beam_size: int, seeds: int, temperature: float, device
-) -> dict:
+) -> list[GapDocument]:
     """Per-document canonical, beam and IS (one estimate per seed) log-likelihoods and IS diagnostics."""
     rows = []
     canon = canonical.loglikelihood_rolling(lm, texts)
-    for text, c in tqdm(list(zip(texts, canon)), desc="documents"):
-        beam = estimate_document(
-            lm, text, EstimatorSettings(estimator="beam", beam_size=beam_size), device=device
+    beam_bound = resolve(EstimatorSettings(estimator="beam", beam_size=beam_size), lm)
+    seeded = [
+        resolve(
+            EstimatorSettings(estimator="is", num_samples=num_samples, temperature=temperature, seed=seed), lm
         )
-        runs = []
-        for seed in range(seeds):
-            settings = EstimatorSettings(
-                estimator="is", num_samples=num_samples, temperature=temperature, seed=seed
-            )
-            runs.append(estimate_document(lm, text, settings, device=device))
+        for seed in range(seeds)
+    ]
+    for text, c in tqdm(list(zip(texts, canon)), desc="documents"):
+        beam = beam_bound.estimate(text, device=device)
+        runs = [run.estimate(text, device=device) for run in seeded]
         diag = summarize(runs[0].log_weights)
-        rows.append({"text": text, "bytes": len(text.encode()), "tokens": beam.num_tokens, "canonical": c,
-                     "beam": beam.log_likelihood, "is": [r.log_likelihood for r in runs], "ess": diag.ess,
-                     "pareto_k": diag.pareto_k})  # fmt: skip
-    return {"documents": rows}
+        rows.append(GapDocument(text, len(text.encode()), beam.num_tokens, c, beam.log_likelihood,
+                                [r.log_likelihood for r in runs], diag.ess, diag.pareto_k))  # fmt: skip
+    return rows
 
 
-def table(result: dict, num_samples: int, beam_size: int, proposal: str = "") -> str:
+def to_json(documents: list[GapDocument], settings: dict) -> dict:
+    """The output file's record: ``documents`` (one object per document, its fields under their JSON keys) and the
+    ``settings`` of the command."""
+    return {"documents": [as_json(d) for d in documents], "settings": settings}
+
+
+def table(docs: list[GapDocument], num_samples: int, beam_size: int, proposal: str = "") -> str:
     """Markdown: corpus totals of canonical, beam and IS (mean ± sd over seeds), gaps and IS diagnostics."""
-    docs = result["documents"]
-    n_bytes = sum(d["bytes"] for d in docs)
-    canon = sum(d["canonical"] for d in docs)
-    beam = sum(d["beam"] for d in docs)
-    is_totals = np.array([sum(d["is"][s] for d in docs) for s in range(len(docs[0]["is"]))])
+    n_bytes = sum(d.bytes for d in docs)
+    canon = sum(d.canonical for d in docs)
+    beam = sum(d.beam_log_likelihood for d in docs)
+    seeds = len(docs[0].is_log_likelihoods)
+    is_totals = np.array([sum(d.is_log_likelihoods[s] for d in docs) for s in range(seeds)])
     bpb = lambda ll: -ll / n_bytes / math.log(2)
-    ess = np.array([d["ess"] for d in docs])
-    khat = np.array([d["pareto_k"] for d in docs], dtype=np.float64)
+    ess = np.array([d.ess for d in docs])
+    khat = np.array([d.pareto_k for d in docs], dtype=np.float64)
     is_sd = is_totals.std(ddof=1) if len(is_totals) > 1 else 0.0
     lines = [
-        f"{len(docs)} documents, {sum(d['tokens'] for d in docs)} canonical tokens, {n_bytes} bytes",
+        f"{len(docs)} documents, {sum(d.tokens for d in docs)} canonical tokens, {n_bytes} bytes",
         "",
         "| estimate | log p (nats, corpus) | bits per byte | marginal − canonical (nats) | (% of −log p canonical) |",
         "|---|---|---|---|---|",
@@ -77,7 +98,7 @@ def table(result: dict, num_samples: int, beam_size: int, proposal: str = "") ->
         "",
         (f"IS diagnostics (seed 0): mean ESS {ess.mean():.1f} of {num_samples}, min ESS {ess.min():.1f}; "
          f"documents with Pareto k̂ > 0.7: {int((khat[np.isfinite(khat)] > 0.7).sum())} / {int(np.isfinite(khat).sum())}"
-         f" with k̂ defined; documents where beam > canonical: {sum(d['beam'] > d['canonical'] + 1e-6 for d in docs)}"
+         f" with k̂ defined; documents where beam > canonical: {sum(d.beam_log_likelihood > d.canonical + 1e-6 for d in docs)}"
          f" / {len(docs)}"),
     ]  # fmt: skip
     return "\n".join(lines)
@@ -106,17 +127,14 @@ def main(argv=None):
     dtype = getattr(torch, args.dtype) if args.dtype else None
     mix = {} if args.canonical_mix is None else {"canonical_mix": args.canonical_mix}
     lm, path = load_model("tokenization", args.pretrained, device=args.device, dtype=dtype, **mix)
-    result = measure(
+    docs = measure(
         lm, texts, args.num_samples, args.beam_size, args.seeds, args.temperature, torch.device(args.device)
     )
-    result["settings"] = {**vars(args), "checkpoint": str(path)}
     print(
-        table(
-            result, args.num_samples, args.beam_size, f", τ = {args.temperature:g}, ε = {lm.canonical_mix:g}"
-        )
+        table(docs, args.num_samples, args.beam_size, f", τ = {args.temperature:g}, ε = {lm.canonical_mix:g}")
     )
     if args.output:
-        write_json(args.output, result)
+        write_json(args.output, to_json(docs, {**vars(args), "checkpoint": str(path)}))
 
 
 if __name__ == "__main__":

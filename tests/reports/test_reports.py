@@ -16,6 +16,7 @@ from lm_latent_eval.estimators import ExactEstimate, ISEstimate
 from lm_latent_eval.models import checkpoint_hash, default_checkpoint, load_model
 from lm_latent_eval.reports import card as card_mod
 from lm_latent_eval.reports import compare as compare_mod
+from lm_latent_eval.reports.card import render as card_render
 from lm_latent_eval.reports.lm_eval_output import TaskRun, read_runs
 
 HMM = default_checkpoint("hmm")
@@ -531,8 +532,9 @@ def test_card_says_what_lm_evals_stderr_held(monte_carlo, interval, kind, says, 
     """Issue 31: under estimator=elbo lm-eval's Stderr is the bound's own Monte Carlo error, and the card called it
     the 95% interval's half-width / 1.96 (an interval the ELBO never gives). The kind comes from the one decision
     that also fills lm-eval's Stderr (``CorpusEstimate.reported_stderr``)."""
-    u = {"monte_carlo_stderr": monte_carlo, "interval_stderr": interval, "stderr_kind": kind}
-    line = card_mod._stderr_line(u)
+    u = {"monte_carlo_stderr": monte_carlo, "interval_stderr": interval, "stderr_kind": kind, "level": 0.95,
+         "normal_quantile": 1.959963984540054}  # fmt: skip
+    line = card_render._stderr_line(u)
     assert says in line and never not in line
 
 
@@ -578,3 +580,50 @@ def test_comparison_figure_holds_every_label_inside_it(tmp_path):
     assert not any(title.overlaps(ax.get_tightbbox(renderer)) for ax in fig.axes)
     compare_mod.save_plot(c, tmp_path / "comparison.png")  # and saved as drawn
     assert (tmp_path / "comparison.png").stat().st_size > 1000
+
+
+def _is_card_run(log_weights: list[np.ndarray]) -> TaskRun:
+    """An IS run without peeking whose documents (10 tokens each) have these log weights."""
+    docs = [
+        ISEstimate(f"doc {n}", 10, float(np.logaddexp.reduce(lw) - np.log(lw.size)), lw)
+        for n, lw in enumerate(log_weights)
+    ]
+    settings = {"estimator": "is", "num_samples": 64, "temperature": 1.0, "peek": False, "seed": 1}
+    results = {"config": {"estimator_settings": settings}}
+    return TaskRun(Path("results_x.json"), Path("samples_x.jsonl"), "t", results, docs)
+
+
+def test_card_states_the_level_and_quantile_it_was_built_at():
+    """Issue 42: ``report --level 0.9`` printed "95% interval", "half-width / 1.96" and "with 95% certainty" (fixed
+    text) beside figures computed at 90%. The level and the normal quantile come from the run's policy."""
+    from lm_latent_eval.estimators.policy import UncertaintyPolicy
+
+    rng = np.random.default_rng(0)
+    z = UncertaintyPolicy(level=0.9).normal_quantile
+    # bounded weights: a two-sided interval (its Stderr line); heavy-tailed ones: the certified bound (the verdict)
+    two_sided = _is_card_run([-30.0 + rng.uniform(0, 0.5, size=64) for _ in range(8)])
+    one_sided = _is_card_run([rng.normal(-30.0, 4.0, size=64) for _ in range(8)])
+    lines = []
+    for run in (two_sided, one_sided):
+        card = card_mod.build_card(run, level=0.9, progress=False)
+        md = card_mod.card_markdown(card)
+        # the coverage sentence quotes the benchmark of the 95% statements: not a statement of this card
+        lines += [line for line in md.splitlines() if "measured coverage" not in line]
+    text = "\n".join(lines)
+    assert "| figure | value | 90% interval | what it is |" in text
+    assert f"the 90% interval's half-width / {z:.4g}," in text and f"{z:.4g}" == "1.645"
+    assert "Quote the certified bound: with 90% certainty" in text
+    assert "95%" not in text and "1.96" not in text
+
+
+def test_cards_what_to_try_is_the_estimators_own_advice():
+    """The card asks the run's estimator what to try (``Estimator.advice``, the model not loaded) instead of testing
+    which estimator it is: IS names SMC for a model with the stepwise part, then more samples, then peeking."""
+    rng = np.random.default_rng(1)
+    run = _is_card_run([rng.normal(-30.0, 4.0, size=64) for _ in range(8)])
+    tries = card_mod.build_card(run, progress=False)["diagnostics"]["what_to_try"]
+    assert tries == run.method.advice(run.estimator_settings, model=None)
+    assert (
+        tries[0].endswith("where the model has the stepwise part")
+        and tries[-1] == "a peeking proposal (peek=true)"
+    )

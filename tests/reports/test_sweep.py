@@ -9,6 +9,7 @@ from lm_latent_eval.cli import main
 from lm_latent_eval.models import load_model
 from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.reports.sweep import (
+    SweepResult,
     convergence_figure,
     read_documents,
     run_sweep,
@@ -27,15 +28,15 @@ def sweep_result():
 
 
 def test_beam_bounds_are_below_the_exact_likelihood_and_grow_with_k(sweep_result):
-    beams = sweep_result["beam"]
+    beams = sweep_result.beam_rows
     for row in beams:
-        assert row["ppl_upper_bound"] >= sweep_result["exact_ppl"] * (1 - 1e-9)
+        assert row["ppl_upper_bound"] >= sweep_result.exact_perplexity * (1 - 1e-9)
     lls = [row["log_likelihood"] for row in beams]
     assert lls == sorted(lls)  # top-k sets are nested, so the bound only tightens
 
 
 def test_table1_rows_and_convergence_curves(sweep_result):
-    rows = sweep_result["is"]
+    rows = sweep_result.is_rows
     assert {(r["peek"], r["temperature"]) for r in rows} == {
         (True, 1.0),
         (True, 2.0),
@@ -83,9 +84,9 @@ def test_smc_rows_beside_the_is_rows(sweep_result):
     """The HMM is stepwise, so the sweep adds one SMC row per IS proposal, each with its honest 95% statement."""
     from lm_latent_eval.reports.sweep import smc_table_markdown
 
-    rows = sweep_result["smc"]
+    rows = sweep_result.smc_rows
     assert {(r["peek"], r["temperature"]) for r in rows} == {
-        (r["peek"], r["temperature"]) for r in sweep_result["is"]
+        (r["peek"], r["temperature"]) for r in sweep_result.is_rows
     }
     for r in rows:
         assert r["smc_runs"] == 4 and math.isfinite(
@@ -115,12 +116,14 @@ def test_documents_side_by_side_give_the_same_sweep(sweep_result):
     docs = read_documents(DATA_DIR / "corpus" / "tiny_test.jsonl")[:4]
     side_by_side = run_sweep(model, docs, temperatures=(1.0, 2.0), beam_sizes=(1, 4, 16), num_samples=32,
                              progress=False, workers=2)  # fmt: skip
-    assert json.dumps(side_by_side, sort_keys=True) == json.dumps(sweep_result, sort_keys=True)
+    assert json.dumps(side_by_side.to_json(), sort_keys=True) == json.dumps(
+        sweep_result.to_json(), sort_keys=True
+    )
     repeated = run_sweep(model, docs[:2] + docs[:1], temperatures=(1.0,), peek_modes=(True,), beam_sizes=(1,),
                          num_samples=8, progress=False, workers=2)  # fmt: skip
     alone = run_sweep(model, docs[:2] + docs[:1], temperatures=(1.0,), peek_modes=(True,), beam_sizes=(1,),
                       num_samples=8, progress=False)  # fmt: skip
-    assert repeated["num_documents"] == 3 and json.dumps(repeated) == json.dumps(alone)
+    assert repeated.num_documents == 3 and json.dumps(repeated.to_json()) == json.dumps(alone.to_json())
 
 
 def test_cli_rejects_a_worker_count_below_one(tmp_path, capsys):
@@ -128,7 +131,7 @@ def test_cli_rejects_a_worker_count_below_one(tmp_path, capsys):
     assert "--workers must be a positive integer, got 0" in capsys.readouterr().err
 
 
-def _synthetic_sweep(finals: dict[float, tuple[float, float]], exact: float | None) -> dict:
+def _synthetic_sweep(finals: dict[float, tuple[float, float]], exact: float | None) -> SweepResult:
     """A sweep result whose peeking IS curves (K = 1..64) fall to the given (instance, corpus) finals."""
     ks = [1, 2, 4, 8, 16, 32, 64]
     rows = [
@@ -149,7 +152,7 @@ def _synthetic_sweep(finals: dict[float, tuple[float, float]], exact: float | No
         "beam": [{"beam_size": 100, "ppl_upper_bound": 5.2235}],
     }
     result["config"] = {"model": "rnng", "pretrained": None, "data": "data/ptb_tiny/test.txt", "seed": 1234}
-    return result | ({"exact_ppl": exact} if exact is not None else {})
+    return SweepResult.from_json(result | ({"exact_ppl": exact} if exact is not None else {}))
 
 
 def test_convergence_figure_is_readable_where_the_estimates_are_compared():

@@ -1,0 +1,329 @@
+"""The rows of a sweep (``run_sweep``): IS over τ × {peek, no peek}, SMC for the same proposals (models with the
+stepwise part), beam bounds for several k and the exact value where the model gives it, as one ``SweepResult``."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ...documents import read_texts
+from ...errors import InputError, MissingFileError
+from ...estimators import EstimatorSettings, resolve
+from ...estimators.corpus import corpus_estimate, pareto_k_shares
+from ...estimators.diagnostics import corpus_convergence_curve
+from ...estimators.settings import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS
+from ...estimators.workers import DocumentWorkers
+from ...models.rnng.treebank import read_sentences
+from ...protocol import has_exact_marginal, has_stepwise, has_tractable_marginal
+from ..json_files import as_json, from_json, json_key
+
+DEFAULT_TEMPERATURES = (0.5, 0.9, 1.0, 1.1, 2.0, 5.0)
+DEFAULT_BEAM_SIZES = (1, 10, 100)
+
+
+@dataclass
+class SweepResult:
+    """Every row of a sweep (Logan et al. 2020, Tables 1 and 2), as ``sweep.json`` holds it (``to_json``).
+
+    Attributes
+    ----------
+    num_documents, num_tokens : int
+        The corpus.
+    is_rows : list of dict
+        One IS row per proposal (``is_row``): perplexities at K and along K, the statement, Pareto k̂ and ESS.
+    beam_rows : list of dict
+        One row per beam size k: ``beam_size``, ``log_likelihood`` (Σ beam sums) and ``ppl_upper_bound``.
+    smc_rows : list of dict or None
+        One SMC row per proposal (``smc_row``); None where SMC did not run.
+    exact_perplexity : float or None
+        The corpus's exact perplexity where known, and ``exact_source`` where it comes from.
+    config : dict or None
+        What the numbers depend on (the command line's options), set by ``lm-latent-eval sweep``.
+    """
+
+    num_documents: int
+    num_tokens: int
+    is_rows: list[dict] = field(metadata=json_key("is"))
+    beam_rows: list[dict] = field(metadata=json_key("beam"))
+    smc_rows: list[dict] | None = field(default=None, metadata=json_key("smc"))
+    exact_perplexity: float | None = field(default=None, metadata=json_key("exact_ppl"))
+    exact_source: str | None = None
+    config: dict | None = None
+
+    def to_json(self) -> dict:
+        """The JSON record of ``sweep.json``: the fields that are set, in order, under their JSON keys.
+
+        Examples
+        --------
+        >>> SweepResult(2, 9, [], [{"beam_size": 1, "log_likelihood": -20.0, "ppl_upper_bound": 9.2}]).to_json()
+        {'num_documents': 2, 'num_tokens': 9, 'is': [], 'beam': [{'beam_size': 1, 'log_likelihood': -20.0, 'ppl_upper_bound': 9.2}]}
+        """
+        return as_json(self, skip_none=True)
+
+    @classmethod
+    def from_json(cls, record: dict) -> SweepResult:
+        """The result ``to_json`` wrote (``sweep.json``).
+
+        Examples
+        --------
+        >>> result = SweepResult(2, 9, [], [], exact_perplexity=8.5)
+        >>> SweepResult.from_json(result.to_json()) == result
+        True
+        """
+        return from_json(cls, record)
+
+
+def read_documents(path: str | Path) -> list[str]:
+    """The documents of a file, errors naming the file and line.
+
+    Parameters
+    ----------
+    path : str or Path
+        A ``.jsonl`` file (field ``text``, or Linked WikiText-2 ``tokens``), a ``.txt`` file (one document per line),
+        or a file of PTB-style bracketed trees (one sentence per tree).
+
+    Returns
+    -------
+    list of str
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "docs.txt"
+    >>> _ = path.write_text("the cat sat\\na dog ran\\n")
+    >>> read_documents(path)
+    ['the cat sat', 'a dog ran']
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(f"{path}: no such file")
+    # PTB-style trees
+    if path.suffix != ".jsonl" and path.read_text(encoding="utf-8").lstrip().startswith("("):
+        docs = read_sentences(path)
+        if not docs:
+            raise InputError(f"{path}: no documents")
+        return docs
+    return read_texts(path, tokens_field=True)
+
+
+def exact_estimates(model, documents: list[str], device) -> list | None:
+    """The exact row where the model gives it.
+
+    Parameters
+    ----------
+    model : LatentLM
+        The model, with or without an exact marginal or an enumeration.
+    documents : list of str
+        The corpus.
+    device : str or torch.device
+        Where the model runs.
+
+    Returns
+    -------
+    list of DocumentEstimate or None
+        One exact estimate per document where the model has a tractable marginal, or an enumeration (short texts
+        only: the RNNG's trees, the tokenization LM's segmentations) that manages every document; None otherwise.
+    """
+    if not has_exact_marginal(model):
+        return None
+    try:
+        exact = resolve(EstimatorSettings(estimator="exact"), model)
+        return [exact.estimate(d, device=device) for d in documents]
+    except ValueError:
+        if has_tractable_marginal(model):
+            raise
+        # a document too long to enumerate
+        return None
+
+
+def run_sweep(
+    model,
+    documents: list[str],
+    temperatures=DEFAULT_TEMPERATURES,
+    peek_modes=(True, False),
+    beam_sizes=DEFAULT_BEAM_SIZES,
+    num_samples: int = 100,
+    seed: int = 1234,
+    batch_size: int | None = None,
+    device: str = "cpu",
+    progress: bool = True,
+    smc: bool | None = None,
+    resample_threshold: float = DEFAULT_RESAMPLE_THRESHOLD,
+    smc_runs: int = DEFAULT_SMC_RUNS,
+    workers: int = 1,
+) -> SweepResult:
+    """Every row of Table 1 (IS, and SMC when ``smc``) and Table 2 with the convergence curves.
+
+    Parameters
+    ----------
+    model : LatentLM
+        The model.
+    documents : list of str
+        The corpus.
+    temperatures : sequence of float
+        The proposal temperatures τ.
+    peek_modes : sequence of bool
+        Peeking and / or no-peeking proposals.
+    beam_sizes : sequence of int
+        The k of the beam bounds.
+    num_samples : int
+        K, samples (IS) or particles (SMC) per document.
+    seed : int
+        With each document's text, seeds its random streams.
+    batch_size : int, optional
+        Particles per ``log_joint`` call (memory only).
+    device : str
+        Where the model runs.
+    progress : bool
+        Show a progress bar.
+    smc : bool, optional
+        SMC rows beside the IS rows (default: whenever the model has the stepwise part).
+    resample_threshold, smc_runs
+        SMC's settings.
+    workers : int
+        Processes that estimate each setting's documents (``estimators.workers``: the same numbers as one).
+
+    Returns
+    -------
+    SweepResult
+    """
+    smc = has_stepwise(model) if smc is None else smc
+    settings = [(peek, t) for peek in peek_modes for t in temperatures]
+    # a bad K, τ or SMC option: one error before any work
+    for peek, t in settings[:1] + settings[-1:]:
+        EstimatorSettings("smc" if smc else "is", num_samples, t, peek, seed=seed, batch_size=batch_size,
+                          resample_threshold=resample_threshold, smc_runs=smc_runs)  # fmt: skip
+    for t in temperatures:
+        EstimatorSettings("is", num_samples, t, seed=seed, batch_size=batch_size)
+    total = len(documents) * ((1 + smc) * len(settings) + len(beam_sizes) + 1)
+    bar = tqdm(total=total, desc="sweep", unit="doc", disable=not progress)
+    exact = exact_estimates(model, documents, device)
+    bar.update(len(documents))
+    num_tokens = None
+    rows, smc_rows, beam_rows = [], [], []
+    with DocumentWorkers(model, device, workers) as pool:
+        for peek, temperature in settings:
+            s = EstimatorSettings("is", num_samples, temperature, peek, seed=seed, batch_size=batch_size)
+            estimates = _estimates(pool, documents, s, bar, diagnostics=True)
+            num_tokens = sum(e.num_tokens for e in estimates)
+            if num_tokens == 0:
+                raise InputError("every document is empty: perplexity is undefined")
+            rows.append(is_row(estimates, peek, temperature, num_samples))
+        for peek, temperature in settings if smc else ():
+            s = EstimatorSettings("smc", num_samples, temperature, peek, seed=seed, batch_size=batch_size,
+                                  resample_threshold=resample_threshold, smc_runs=smc_runs)  # fmt: skip
+            smc_rows.append(smc_row(_estimates(pool, documents, s, bar), s))
+        for k in beam_sizes:
+            # summed in the documents' order
+            total_ll = 0.0
+            for e in _estimates(pool, documents, EstimatorSettings("beam", beam_size=k), bar):
+                total_ll += e.log_likelihood
+            beam_rows.append(
+                {
+                    "beam_size": k,
+                    "log_likelihood": total_ll,
+                    "ppl_upper_bound": math.exp(-total_ll / num_tokens),
+                }
+            )
+    bar.close()
+    result = SweepResult(len(documents), num_tokens, rows, beam_rows, smc_rows if smc else None)
+    if exact is not None:
+        result.exact_perplexity = math.exp(-sum(e.log_likelihood for e in exact) / num_tokens)
+        result.exact_source = "the model's log_marginal"
+    return result
+
+
+def _estimates(
+    pool: DocumentWorkers, documents: list[str], settings: EstimatorSettings, bar, diagnostics=False
+):
+    """Every document's estimate under ``settings`` (estimated by ``pool``), in the documents' order; a repeated
+    text is estimated once (its random streams are seeded by its text: the same estimate)."""
+    times = Counter(documents)
+    found = {}
+    run = resolve(settings, pool.model)
+    for text, estimate in pool.estimate([(t, run) for t in times], 0, "", False, diagnostics):
+        found[text] = estimate
+        bar.update(times[text])
+    return [found[d] for d in documents]
+
+
+def is_row(estimates, peek: bool, temperature: float, num_samples: int) -> dict:
+    """One IS row of Table 1.
+
+    Parameters
+    ----------
+    estimates : list of ISEstimate
+        One per document, with diagnostics.
+    peek, temperature, num_samples
+        The proposal and K that made them.
+
+    Returns
+    -------
+    dict
+        Corpus and instance perplexity at K and along K (``convergence_*``), the perplexity with its statement
+        (``perplexity_interval``, ``perplexity_upper_bound``), Pareto k̂ per document and the mean ESS.
+    """
+    lws = [e.log_weights for e in estimates]
+    curve = corpus_convergence_curve(lws, [e.num_tokens for e in estimates])
+    corp_curve = curve["corpus_perplexity"]
+    corpus = corpus_estimate(estimates)
+    above, _, _ = pareto_k_shares(estimates)
+    return {
+        "peek": peek,
+        "temperature": temperature,
+        "num_samples": num_samples,
+        "corpus_ppl": corp_curve[-1],
+        "instance_ppl": curve["instance_perplexity"][-1],
+        "perplexity": corpus.perplexity,
+        "perplexity_interval": list(corpus.perplexity_interval),
+        "monte_carlo_stderr": corpus.monte_carlo_stderr,
+        "perplexity_upper_bound": corpus.perplexity_upper_bound,
+        "num_pareto_k_above_threshold": above,
+        "mean_ess": float(np.mean([e.diagnostics.ess for e in estimates if e.diagnostics])),
+        "pareto_k": [e.diagnostics.pareto_k if e.diagnostics else float("nan") for e in estimates],
+        "convergence_k": curve["num_samples"],
+        "convergence_instance_ppl": curve["instance_perplexity"],
+        "convergence_corpus_ppl": corp_curve,
+    }
+
+
+def smc_row(estimates, settings: EstimatorSettings) -> dict:
+    """One SMC row for a proposal of Table 1.
+
+    Parameters
+    ----------
+    estimates : list of SMCEstimate
+        One per document.
+    settings : EstimatorSettings
+        The SMC settings that made them.
+
+    Returns
+    -------
+    dict
+        The perplexity with its honest statement (``estimators.intervals``), the certified bound, instance and corpus
+        PPL (run r of every document is one corpus sample), ESS over tokens and resampling steps.
+    """
+    corpus = corpus_estimate(estimates)
+    informative = [e.diagnostics for e in estimates if e.num_tokens > 0]
+    return {
+        "peek": settings.peek,
+        "temperature": settings.temperature,
+        "num_samples": settings.num_samples,
+        "resample_threshold": settings.resample_threshold,
+        "smc_runs": settings.smc_runs,
+        "perplexity": corpus.perplexity,
+        "perplexity_interval": list(corpus.perplexity_interval),
+        "monte_carlo_stderr": corpus.monte_carlo_stderr,
+        "perplexity_upper_bound": corpus.perplexity_upper_bound,
+        "instance_ppl": corpus.instance_perplexity,
+        "corpus_ppl": corpus.corpus_perplexity,
+        "mean_ess": float(np.mean([d.ess_mean for d in informative])),
+        "min_ess": float(np.min([d.ess_min for d in informative])),
+        "mean_resampling_steps": float(np.mean([d.resampling_steps for d in informative])),
+        "log_likelihoods": [e.log_likelihood for e in estimates],
+    }
