@@ -1,6 +1,9 @@
-"""Architecture figures of a checkout (issue 30's before/after): estimator-name string comparisons outside the
-estimator table, places that check ``num_samples``, the lines of ``LatentLMEval``, mutable module globals shared
-between the backend and the tasks, the floors of ``estimators/`` in its import graph, and function-local imports.
+"""Architecture figures of a checkout (issues 30 and 42, before and after): estimator-name string comparisons outside the
+estimator table and, widened (issue 42), every place outside ``estimators/`` that branches on which estimator ran
+(comparisons with its name or object, ``isinstance`` tests on estimator and estimate classes, tables keyed by
+estimator names: ``estimator_references``), places that check ``num_samples``, the lines of ``LatentLMEval``, mutable
+module globals shared between the backend and the tasks and, widened, every place with process-wide mutable state
+(``process_wide_state``), the floors of ``estimators/`` in its import graph, and function-local imports.
 
     python bench/architecture.py [CHECKOUT ...]   # default: this checkout; pass an old worktree to compare
 
@@ -44,6 +47,177 @@ def string_comparisons(root: Path) -> int:
             if COMPARISON.search(code) and "cuda_graphs" not in code and "lda_format" not in code:
                 count += 1
     return count
+
+
+def _estimator_table(root: Path) -> tuple[set[str], set[str], set[str]]:
+    """What names an estimator in a checkout, read from its source (so an old checkout is read by its own table):
+    the names (``name = "..."`` in estimators/), the classes of the estimators and of their estimate records (every
+    subclass of ``Estimator`` or ``DocumentEstimate`` there, the bases excepted), and the module constants bound to an
+    estimator object (``EXACT = ExactMarginal()``)."""
+    names, classes, constants = set(), set(), set()
+    bases = {"Estimator", "DocumentEstimate"}
+    trees = [
+        ast.parse(p.read_text(encoding="utf-8"))
+        for p in (root / "lm_latent_eval" / "estimators").glob("*.py")
+    ]
+    for _ in range(3):  # subclasses of subclasses
+        for tree in trees:
+            for node in tree.body:
+                if isinstance(node, ast.ClassDef) and {getattr(b, "id", "") for b in node.bases} & (
+                    bases | classes
+                ):
+                    classes.add(node.name)
+    for tree in trees:
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name in classes:
+                for item in node.body:
+                    target = (
+                        item.targets[0] if isinstance(item, ast.Assign) else getattr(item, "target", None)
+                    )
+                    value = getattr(item, "value", None)
+                    if getattr(target, "id", "") == "name" and isinstance(value, ast.Constant):
+                        names.add(value.value)
+            elif (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Call)
+                and getattr(node.value.func, "id", "") in classes
+                and isinstance(node.targets[0], ast.Name)
+            ):
+                constants.add(node.targets[0].id)
+    return names, classes, constants
+
+
+def estimator_references(
+    root: Path,
+    names: set[str] | None = None,
+    classes: set[str] | None = None,
+    constants: set[str] | None = None,
+) -> list[str]:
+    """Every place outside ``lm_latent_eval/estimators/`` that branches on which estimator ran, as
+    ``path:line: what``: a comparison with an estimator's name (``== "smc"``, ``in ("is", "smc")``), a table keyed by
+    one (``{"is": ...}``, ``result["beam"]``), an ``isinstance`` test against an estimator's or an estimate's class,
+    and any use of a constant bound to an estimator object (``corpus.method is EXACT``, ``s.estimator == BEAM.name``).
+    Choosing an estimator by name where it is built (``EstimatorSettings("beam", ...)``) is not branching and is not
+    counted. ``names``, ``classes``, ``constants``: default, read from the checkout's estimators/ (``_estimator_table``).
+    """
+    found_names, found_classes, found_constants = _estimator_table(root)
+    names = found_names if names is None else names
+    classes = found_classes if classes is None else classes
+    constants = found_constants if constants is None else constants
+
+    def named(node) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in names
+        return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(named(e) for e in node.elts)
+
+    out = []
+    for path in sorted((root / "lm_latent_eval").rglob("*.py")):
+        if path.parent.name == "estimators" and path.parent.parent.name == "lm_latent_eval":
+            continue
+        where = path.relative_to(root)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            what = None
+            if isinstance(node, ast.Compare) and any(named(n) for n in (node.left, *node.comparators)):
+                what = "compares with an estimator's name"
+            elif isinstance(node, ast.Subscript) and named(node.slice):
+                what = "looks up a table by an estimator's name"
+            elif isinstance(node, ast.Dict) and any(k is not None and named(k) for k in node.keys):
+                what = "builds a table keyed by estimator names"
+            elif (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", "") == "isinstance"
+                and len(node.args) == 2
+            ):
+                if {getattr(n, "id", getattr(n, "attr", "")) for n in ast.walk(node.args[1])} & classes:
+                    what = "tests isinstance against an estimator's or estimate's class"
+            elif isinstance(node, ast.Name) and node.id in constants:
+                what = f"uses the estimator object {node.id}"
+            elif isinstance(node, ast.alias) and node.name in constants:
+                what = f"imports the estimator object {node.name}"
+            if what:
+                out.append(f"{where}:{getattr(node, 'lineno', 0)}: {what}")
+    return sorted(set(out))
+
+
+def process_wide_state(root: Path) -> list[str]:
+    """Process-wide mutable state in the package, as ``path:line: what``: a module-level container that the module
+    mutates (``X[k] = ...``, ``X.update(...)``, ...), a ``global`` statement, a class attribute rebound through the
+    class (``Exchange._current = ...``), an attribute of another module rebound (``sys.excepthook = ...``,
+    ``evaluator_utils._compute_task_aggregations = ...``) and the calls that change the process for everyone
+    (``torch.set_num_threads``, ``torch.manual_seed`` outside ``torch.random.fork_rng``, ``signal.signal``,
+    ``os.environ[...] = ...``).
+
+    A function run in a forked worker process (``estimators.workers._start_worker``) is counted like any other: the
+    count is of places, for a reader to judge."""
+    mutators = {
+        "append",
+        "extend",
+        "update",
+        "clear",
+        "pop",
+        "popitem",
+        "setdefault",
+        "add",
+        "discard",
+        "remove",
+    }
+    calls = {("torch", "set_num_threads"), ("signal", "signal"), ("torch", "manual_seed")}
+    out = []
+    for path in sorted((root / "lm_latent_eval").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        where = path.relative_to(root)
+        containers, modules, classes = (
+            set(),
+            set(),
+            {n.name for n in tree.body if isinstance(n, ast.ClassDef)},
+        )
+        for node in tree.body:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                value = node.value
+                mutable = isinstance(value, (ast.Dict, ast.List, ast.Set)) or (
+                    isinstance(value, ast.Call) and getattr(value.func, "id", "") in ("dict", "list", "set")
+                )
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                containers |= {t.id for t in targets if isinstance(t, ast.Name) and mutable}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules |= {(a.asname or a.name).split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                modules |= {a.asname or a.name for a in node.names if a.name[:1].islower()}
+        # what runs inside ``with torch.random.fork_rng(...)`` leaves the process's random state as it found it
+        forked = {
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.With)
+            and any("fork_rng" in ast.unparse(i.context_expr) for i in node.items)
+            for inner in ast.walk(node)
+        }
+        for node in ast.walk(tree):
+            what = None
+            if id(node) in forked:
+                continue
+            if isinstance(node, ast.Global):
+                what = f"global {', '.join(node.names)}"
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                base = getattr(node.func.value, "id", "")
+                if base in containers and node.func.attr in mutators:
+                    what = f"mutates the module's {base}"
+                elif (base, node.func.attr) in calls:
+                    what = f"{base}.{node.func.attr}(...)"
+            elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+                for t in node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]:
+                    if isinstance(t, ast.Subscript) and getattr(t.value, "id", "") in containers:
+                        what = f"mutates the module's {t.value.id}"
+                    elif isinstance(t, ast.Subscript) and ast.unparse(t.value) == "os.environ":
+                        what = "sets os.environ"
+                    elif isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name):
+                        if t.value.id in classes:
+                            what = f"rebinds the class attribute {t.value.id}.{t.attr}"
+                        elif t.value.id in modules:
+                            what = f"rebinds {t.value.id}.{t.attr}"
+            if what:
+                out.append(f"{where}:{node.lineno}: {what}")
+    return sorted(set(out))
 
 
 def num_samples_checks(root: Path, pattern: re.Pattern = NUM_SAMPLES_CHECK) -> list[str]:
@@ -139,6 +313,7 @@ def duplicate_pairs(root: Path) -> str:
 
 def report(root: Path) -> str:
     rules, checks = num_samples_checks(root, NUM_SAMPLES_RULE), num_samples_checks(root)
+    references, state = estimator_references(root), process_wide_state(root)
     floors = estimator_floors(root)
     lines = [
         f"## {root}",
@@ -146,10 +321,12 @@ def report(root: Path) -> str:
         "| figure | value |",
         "|---|---|",
         f"| estimator-name string comparisons outside the estimator table | {string_comparisons(root)} |",
+        f"| places outside estimators/ that branch on the estimator (widened) | {len(references)} |",
         f"| places that write out the rule on num_samples | {len(rules)} ({', '.join(rules)}) |",
         f"| functions that apply a checker of num_samples | {len(checks)} ({', '.join(checks)}) |",
         f"| LatentLMEval lines | {class_lines(root, 'lm_latent_eval/harness/backends.py', 'LatentLMEval')} |",
         f"| module globals shared between backend and tasks | {len(shared_globals(root))} |",
+        f"| places with process-wide mutable state (widened) | {len(state)} |",
         f"| floors of estimators/ in the import graph | {max(floors.values()) + 1} |",
         f"| function-local imports in estimators/ and harness/ | {local_imports(root)} |",
         f"| pairs of places sharing six or more lines (lm_latent_eval/) | {duplicate_pairs(root)} |",
@@ -158,6 +335,10 @@ def report(root: Path) -> str:
         + "; ".join(
             f"{f}: {', '.join(n for n, v in floors.items() if v == f)}" for f in sorted(set(floors.values()))
         ),
+        "",
+        "branching on the estimator: " + ("; ".join(references) or "none"),
+        "",
+        "process-wide mutable state: " + "; ".join(state),
         "",
     ]
     return "\n".join(lines)

@@ -128,7 +128,7 @@ def check_estimators(model, text: str, k: int = 1000) -> Check:
         )
         rows["stepwise IS"] = (smc.log_likelihood, smc.error().relative_variance)
     if has_tractable_marginal(model):
-        rows["exact"] = (float(model.log_marginal(model.tokenize(text))), 0.0)
+        rows["log_marginal"] = (float(model.log_marginal(model.tokenize(text))), 0.0)
     values = list(rows.values())
     worst = 0.0
     for i in range(len(values)):

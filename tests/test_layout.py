@@ -89,3 +89,26 @@ def test_no_function_in_estimators_or_harness_is_over_60_lines():
                     if lines > MAX_FUNCTION_LINES:
                         long.append(f"{folder}/{path.name}:{node.lineno} {node.name} ({lines} lines)")
     assert not long, long
+
+
+def test_no_module_outside_estimators_branches_on_which_estimator_ran():
+    """Issue 42: everything that differs by estimator is asked of the estimator object. For every estimator of the
+    table, no module outside ``lm_latent_eval/estimators/`` compares with its name or its object, keys a table by its
+    name, or tests ``isinstance`` against its class or its estimate's class (``bench/architecture.py``'s
+    ``estimator_references`` finds them; choosing an estimator where it is built, ``EstimatorSettings("beam")``, is
+    not branching)."""
+    import sys
+
+    from lm_latent_eval.estimators.registry import ESTIMATORS
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from architecture import estimator_references
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    for estimator in ESTIMATORS.values():
+        module = sys.modules[type(estimator).__module__]
+        constants = {name for name, value in vars(module).items() if value is estimator}
+        classes = {type(estimator).__name__, estimator.result.__name__}
+        found = estimator_references(REPO, {estimator.name}, classes, constants)
+        assert not found, f"estimator={estimator.name} named outside estimators/: {found}"

@@ -142,13 +142,16 @@ class Estimator:
 
     Class attributes: ``name`` (the ``estimator=`` value), ``result`` (its ``DocumentEstimate`` family), ``kind``
     (what its perplexity is: exact, a strict or a stochastic bound), ``draws_samples`` (K samples from seeded random
-    streams), ``settings_fields`` (the ``EstimatorSettings`` fields that change its numbers).
+    streams), ``draws_from_proposal`` (z from ``proposal.sample``), ``settings_fields`` (the ``EstimatorSettings`` fields that change its numbers).
     """
 
     name: ClassVar[str]
     result: ClassVar[type[DocumentEstimate]]
     kind: ClassVar[str]
     draws_samples: ClassVar[bool] = False
+    # whether z is drawn by the proposal's own ``sample`` (its options, such as latent_tokenization's canonical_mix,
+    # then change the numbers; SMC draws through the stepwise part instead)
+    draws_from_proposal: ClassVar[bool] = False
     settings_fields: ClassVar[tuple[str, ...]] = ()
 
     def missing(self, model: Any) -> str | None:

@@ -313,6 +313,7 @@ class ImportanceSampling(Estimator):
     result = ISEstimate
     kind = STOCHASTIC_BOUND
     draws_samples = True
+    draws_from_proposal = True
     settings_fields = ("num_samples", "temperature", "peek", "seed")
 
     def auto_reason(self, model) -> str:

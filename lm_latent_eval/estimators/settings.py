@@ -80,9 +80,10 @@ class EstimatorSettings:
 
     estimator: str = field(
         default=AUTO,
+        # the names are the estimator table's (estimators.registry.ESTIMATORS), which model_args lists after this
         metadata=_help(
-            "auto (exact where the model declares a tractable marginal, else smc where it is stepwise, else is), is, smc, "
-            "beam or exact"
+            "auto (exact where the model declares a tractable marginal, else smc where it is stepwise, else is) or a "
+            "name of the estimator table"
         ),
     )
     num_samples: int = field(default=100, metadata=_help("K, samples (IS) or particles (SMC) per document"))

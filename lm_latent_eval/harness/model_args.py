@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from ..errors import InputError, MissingFileError
-from ..estimators import EstimatorSettings
+from ..estimators import ESTIMATORS, EstimatorSettings
 from ..models import MODELS, resolve_class
 
 logger = logging.getLogger(__name__)
@@ -80,7 +80,10 @@ def settings_args() -> tuple[ModelArg, ...]:
     out = []
     for f in dataclasses.fields(EstimatorSettings):
         kind = next(t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None))
-        out.append(ModelArg(f.name, kind, f.metadata.get("help", "")))
+        help_text = f.metadata.get("help", "")
+        if f.name == "estimator":  # the names from the table itself, never a list written out
+            help_text += f": {', '.join(ESTIMATORS)}"
+        out.append(ModelArg(f.name, kind, help_text))
     return tuple(out)
 
 

@@ -11,8 +11,6 @@ import warnings
 
 from tqdm import tqdm
 
-from ..estimators import estimator_named
-from ..estimators.importance import ImportanceSampling
 from ..models.tokenization import canonical
 from .backends import LatentLMEval
 from .conditionals import GreedyNotice
@@ -65,7 +63,7 @@ class LatentTokenizationEval(LatentLMEval):
         if self.canonical:
             info["estimator_settings"] = {"estimator": "canonical"}
         info["max_length"] = self.model.max_length
-        if not self.canonical and isinstance(estimator_named(self.settings.estimator), ImportanceSampling):
+        if not self.canonical and self.estimator.estimator.draws_from_proposal:
             info["estimator_settings"]["canonical_mix"] = self.model.canonical_mix
         return info
 

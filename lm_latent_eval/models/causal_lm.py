@@ -136,15 +136,18 @@ class CausalLMAsLatent(torch.nn.Module, CheckedStepwise):
         """Ancestral sampling from p(· | prefix) at temperature 1 (generate with do_sample)."""
         device = next(self.model.parameters()).device
         ids = torch.cat([torch.tensor([self.prefix_token]), self.tokenize(prefix_text)]).to(device)
-        if generator is not None:
-            torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
-        out = self.model.generate(
-            ids[None],
-            do_sample=True,
-            max_new_tokens=max_tokens,
-            top_k=0,
-            pad_token_id=self.tokenizer.eos_token_id,
-        )
+        # generate draws from torch's global stream: seeded from ``generator`` in a fork of it, so the caller's
+        # global random state is left as it was
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            if generator is not None:
+                torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
+            out = self.model.generate(
+                ids[None],
+                do_sample=True,
+                max_new_tokens=max_tokens,
+                top_k=0,
+                pad_token_id=self.tokenizer.eos_token_id,
+            )
         return self.tokenizer.decode(out[0, ids.numel() :], skip_special_tokens=True)
 
 

@@ -230,12 +230,16 @@ class TokenizationLM(torch.nn.Module, StepwiseFromModule):
     ) -> str:
         """Ancestral sampling from p(· | prefix token ⊕ canonical tokens of the prefix) at temperature 1."""
         ids = torch.tensor([[self.prefix_token, *self.tokenize(prefix_text).tolist()]], device=self.device)
-        if generator is not None:
-            torch.manual_seed(
-                int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=generator.device))
-            )
-        out = self.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, max_new_tokens=max_tokens,
-                                  top_k=0, pad_token_id=self.tokenizer.eos_token_id)  # fmt: skip
+        # generate draws from torch's global stream: seeded from ``generator`` in a fork of it, so the caller's
+        # global random state is left as it was
+        with torch.random.fork_rng(devices=[ids.device] if ids.device.type == "cuda" else []):
+            if generator is not None:
+                torch.manual_seed(
+                    int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=generator.device))
+                )
+            out = self.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True,
+                                      max_new_tokens=max_tokens, top_k=0,
+                                      pad_token_id=self.tokenizer.eos_token_id)  # fmt: skip
         return self.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
 
     def segmentations(self, x: torch.Tensor) -> torch.Tensor:
