@@ -11,9 +11,10 @@ import logging
 import warnings
 from collections.abc import Iterable
 
-from ..estimators import DocumentEstimate, EstimatorSettings, estimator_named
+from ..estimators import DocumentEstimate, EstimatorSettings, ResolvedEstimator, estimator_named, resolve
 from ..estimators.corpus import reliability_warning
 from ..estimators.policy import UncertaintyPolicy
+from ..estimators.registry import with_model_defaults
 
 logger = logging.getLogger(__name__)
 PACKAGE = __name__.split(".")[0]
@@ -28,6 +29,39 @@ def log_like_lm_eval() -> None:
             ours.addHandler(handler)
         if ours.level == logging.NOTSET:
             ours.setLevel(theirs.level)
+
+
+def choose_estimator(
+    owner: str, args, model, requested: str | None = None, announce: bool = True
+) -> tuple[ResolvedEstimator, str]:
+    """The run's estimator, resolved once for ``model`` from the parsed model_args ``args`` (``BackendArgs``; the
+    model's own ``default_settings`` for what they did not give), and the sentence recorded as why it runs; logged,
+    with a warning about the settings it ignores, where ``announce`` (rank 0 of a multi-process run).
+
+    Parameters
+    ----------
+    owner : str
+        The backend's name, for the log.
+    args : BackendArgs
+        The parsed model_args (``settings``, ``given_settings``).
+    model : LatentLM
+        The loaded model.
+    requested : str, optional
+        The estimator the user asked for where the backend runs it as another (latent_tokenization's canonical).
+    announce : bool
+        Log the choice and the advice.
+
+    Returns
+    -------
+    (ResolvedEstimator, str)
+        The estimator bound to its settings and the model, and why it runs.
+    """
+    settings, own = with_model_defaults(args.settings, model, args.given_settings)
+    estimator = resolve(settings, model)
+    choice = (f"estimator={requested} as requested" if requested else estimator.reason) + own
+    if announce:
+        advise_on_settings(owner, estimator.settings, choice, args.given_settings, requested)
+    return estimator, choice
 
 
 def advise_on_settings(

@@ -27,15 +27,12 @@ import logging
 
 import torch
 from lm_eval.api.instance import Instance
-from lm_eval.api.model import LM
-from lm_eval.utils import simple_parse_args_string
 
 from ..errors import install_excepthook, running_lm_eval
 from ..estimators import DocumentEstimate, EstimatorSettings, ResolvedEstimator
 from ..estimators.adaptive import estimate_corpus
-from ..estimators.registry import resolve, with_model_defaults
 from ..models import MODELS, checkpoint_hash, load_model, model_target
-from .advice import advise_on_settings, log_like_lm_eval, warn_about_empty_documents, warn_if_unreliable
+from .advice import choose_estimator, log_like_lm_eval, warn_about_empty_documents, warn_if_unreliable
 from .cache import EstimateCache
 from .conditionals import (
     NOT_GREEDY,
@@ -46,11 +43,11 @@ from .conditionals import (
     texts_to_estimate,
     view_estimates,
 )
-from .distributed import Processes, distributed_state
+from .distributed import Processes, ProcessesLM, distributed_state
 from .exchange import Conditional, EstimateExchange
 from .generation import generate
 from .metric_keys import patch_lm_eval
-from .model_args import name_output_folder, parse_backend_args, with_cli_config
+from .model_args import ModelArgsLM, parse_backend_args
 from .provenance import model_info, run_identity
 from .results_store import ResultsStore, stage_tally
 from .threads import Cores, plan_cores, torch_threads
@@ -62,12 +59,11 @@ logger = logging.getLogger(__name__)
 OWN_MODULES = {"LatentTokenizationEval": "lm_latent_eval.harness.tokenization_backend"}
 
 
-class LatentLMEval(LM):
+class LatentLMEval(ModelArgsLM, ProcessesLM):
     """lm-eval backend over a latent LM: log p̂(x) by importance sampling, SMC, a beam bound or exact marginalization.
 
-    ``MODEL``: the model a ``latent_<name>`` class loads (None: model_args ``model=``); ``settings``: resolved (``auto``
-    replaced by the estimator it chose, for the reason ``estimator_choice``); ``exchange``: where each request's whole
-    estimates go for the tasks (begun here: one per evaluation; see the request methods' examples).
+    ``estimator``: resolved once (``auto`` replaced by its choice, for the reason ``estimator_choice``); ``exchange``:
+    where each request's whole estimates go for the tasks (begun here: one per evaluation).
 
     Parameters
     ----------
@@ -76,58 +72,29 @@ class LatentLMEval(LM):
         ``log_joint`` call: memory only). Accepted names: ``model_args.backend_args_doc``, docs/lm-eval.md.
     """
 
-    MODEL: str | None = None
     # the estimator the user asked for where the backend runs it as another (latent_tokenization: canonical as exact)
     requested_estimator: str | None = None
 
-    @classmethod
-    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> LatentLMEval:
-        """lm-eval's constructor: model_args win over the CLI's ``--device`` / ``--batch_size`` (the lines saying so
-        through lm-eval's handler)."""
-        log_like_lm_eval()
-        name_output_folder(arg_dict, cls.MODEL)
-        return cls(**with_cli_config(arg_dict, additional_config))
-
-    @classmethod
-    def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> LatentLMEval:
-        """``--model_args key=value,...`` parsed as lm-eval does, then ``create_from_arg_obj``."""
-        return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
-
     def __init__(self, **model_args) -> None:
         super().__init__()
-        if (
-            running_lm_eval()
-        ):  # the command line's process is the run's: user errors in one line, Ctrl-C resumable
-            install_excepthook()
-        log_like_lm_eval()  # from the first line on: the thread count below is logged through lm-eval's handler
-        patch_lm_eval()
+        join_lm_eval()
         name = type(self).__name__
         self.args = args = parse_backend_args(name, self.MODEL, model_args)
         self.model_kwargs, self.processes = args.model_kwargs, Processes(args.device)
-        self._rank, self._world_size = self.processes.rank, self.processes.world_size
         self._device = self.processes.device
-        cores = plan_cores(args.threads, args.workers, self._device, name, self._world_size)
+        cores = plan_cores(args.threads, args.workers, self._device, name, self.world_size)
         self.model, self.checkpoint = load_model(
             args.model, args.pretrained, device=self._device, dtype=args.dtype, **args.model_kwargs
         )
         self.checkpoint_sha256 = checkpoint_hash(self.checkpoint)
-        settings, own = with_model_defaults(args.settings, self.model, args.given_settings)
-        # resolved once: every request, stage and document below runs this bound estimator
-        self.estimator = resolve(settings, self.model)
-        self.estimator_choice = self.estimator.reason
-        if self.requested_estimator:
-            self.estimator_choice = f"estimator={self.requested_estimator} as requested"
-        self.estimator_choice += own
-        if self._rank == 0:  # the same on every rank: said once
-            advise_on_settings(
-                name, self.settings, self.estimator_choice, args.given_settings, self.requested_estimator
-            )
+        # resolved once (said once, on rank 0): every request, stage and document below runs this bound estimator
+        chosen = choose_estimator(name, args, self.model, self.requested_estimator, announce=self.rank == 0)
+        self.estimator, self.estimator_choice = chosen
         self.results_store = open_results_store(args.results_dir, self.get_model_info())
         if running_lm_eval():
             install_excepthook(resume_hint(self.results_store))
-        self.batches = DocumentBatches(
-            name, self.model, self._device, self.results_store, self.processes, cores
-        )
+        store = self.results_store
+        self.batches = DocumentBatches(name, self.model, self._device, store, self.processes, cores)
         self.greedy = GreedyNotice(NOT_GREEDY.format(owner=name))
         self.exchange = EstimateExchange.begin(self.settings)
 
@@ -191,30 +158,13 @@ class LatentLMEval(LM):
         """
         pairs = [req.args for req in requests]
         if has_conditional_model(self.model):
-            values = self._view_conditionals(pairs, not disable_tqdm)
+            values = self.batches.view_conditionals(self.estimator, pairs, not disable_tqdm)
         else:
-            view = prefix_model(self.model)
-            texts = texts_to_estimate(view, pairs)
-            desc = f"{self.settings.estimator} log p(context, continuation)"
-            values = conditionals(
-                pairs, self.batches.estimate(texts, self.estimator.on(view), desc, not disable_tqdm)
-            )
+            values = self.batches.prefix_conditionals(self.estimator, pairs, not disable_tqdm)
         self.greedy.warn()
         self.exchange.make_current()
         self.exchange.put_conditionals(values)
         return [(values[pair].log_likelihood, False) for pair in pairs]
-
-    def _view_conditionals(self, pairs: list[tuple[str, str]], progress: bool) -> dict:
-        """log p̂(continuation | context) from the model's conditional views (``conditionals.view_estimates``), one
-        reliability warning for them all."""
-
-        def estimate(view, texts):
-            desc = f"{self.settings.estimator} log p(continuation | context)"
-            return self.batches.estimate(texts, self.estimator.on(view), desc, False, check=False)
-
-        estimates = view_estimates(self.model, pairs, estimate, progress)
-        self.batches.check("log p(continuation | context)", self.settings, estimates)
-        return {pair: Conditional(e.log_likelihood, e.num_tokens) for pair, e in estimates.items()}
 
     def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
         """Ancestral samples from p(· | context), seeded from (seed, context), cut at the first ``until`` string;
@@ -241,28 +191,8 @@ class LatentLMEval(LM):
         False
         """
         with torch_threads(self.batches.cores.threads):
-            return generate(
-                self.model, requests, self.settings.seed, self._device, not disable_tqdm, self._greedy_scores
-            )
-
-    def _greedy_scores(self, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], float]:
-        """log p̂(continuation | context) of each candidate under the run's estimator, for greedy decoding's ranking:
-        from the context's view where the model offers ``conditional_model`` (the masked LMs, whose log p̂(context ⊕
-        continuation) is no prefix probability and ranks candidates differently), else log p̂(context ⊕
-        continuation) (the context shared: the same ranking); without the precision target (whose corpus totals are
-        summed over the processes, which hold different requests) and outside the results store."""
-        fixed = self.estimator.sized(self.settings.num_samples)
-
-        def estimate(model, texts):
-            return estimate_texts(
-                fixed.on(model), texts, self._device, None, lambda values: values, "greedy candidates", False,
-                self.batches.workers,
-            )  # fmt: skip
-
-        if has_conditional_model(self.model):
-            return {pair: e.log_likelihood for pair, e in view_estimates(self.model, pairs, estimate).items()}
-        estimates = estimate(self.model, sorted({ctx + cont for ctx, cont in pairs}))
-        return {(ctx, cont): estimates[ctx + cont].log_likelihood for ctx, cont in pairs}
+            scores = functools.partial(self.batches.greedy_scores, self.estimator)
+            return generate(self.model, requests, self.settings.seed, self._device, not disable_tqdm, scores)
 
     def get_model_info(self) -> dict:
         """Model identity and estimator settings; lm-eval merges them into ``results["config"]`` (``provenance``)."""
@@ -274,18 +204,10 @@ class LatentLMEval(LM):
         self.exchange.keep_in(EstimateCache.of(cache_hook, self.get_model_info()))
         super().set_cache_hook(cache_hook)
 
-    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        return self.processes.all_gather(tensor)
-
-    def gather_object(self, obj, dst: int = 0) -> list | None:
-        """lm-eval's gather of every rank's samples and metrics after the requests (rank ``dst`` gets them): the
-        reliability warnings the ranks held back are made there too, once, about the whole corpus
+    def before_gather(self, dst: int) -> None:
+        """The reliability warnings the ranks held back, made once on rank ``dst`` about the whole corpus
         (``DocumentBatches.warn_gathered``)."""
         self.batches.warn_gathered(dst)
-        return self.processes.gather_object(obj, dst)
-
-    def barrier(self) -> None:
-        self.processes.barrier()
 
 
 class DocumentBatches:
@@ -330,6 +252,52 @@ class DocumentBatches:
             self.check(desc, estimator.settings, estimates)
         return estimates
 
+    def prefix_conditionals(
+        self, estimator: ResolvedEstimator, pairs: list[tuple[str, str]], progress: bool
+    ) -> dict[tuple[str, str], Conditional]:
+        """log p̂(continuation | context) = log p̂(context ⊕ continuation) − log p̂(context) from the model's prefix
+        probability (``conditionals``: refused where the model has none)."""
+        view = prefix_model(self.model)
+        desc = f"{estimator.settings.estimator} log p(context, continuation)"
+        return conditionals(
+            pairs, self.estimate(texts_to_estimate(view, pairs), estimator.on(view), desc, progress)
+        )
+
+    def view_conditionals(
+        self, estimator: ResolvedEstimator, pairs: list[tuple[str, str]], progress: bool
+    ) -> dict[tuple[str, str], Conditional]:
+        """log p̂(continuation | context) from the model's conditional views (``conditionals.view_estimates``), one
+        reliability warning for them all."""
+
+        def estimate(view, texts):
+            desc = f"{estimator.settings.estimator} log p(continuation | context)"
+            return self.estimate(texts, estimator.on(view), desc, False, check=False)
+
+        estimates = view_estimates(self.model, pairs, estimate, progress)
+        self.check("log p(continuation | context)", estimator.settings, estimates)
+        return {pair: Conditional(e.log_likelihood, e.num_tokens) for pair, e in estimates.items()}
+
+    def greedy_scores(
+        self, estimator: ResolvedEstimator, pairs: list[tuple[str, str]]
+    ) -> dict[tuple[str, str], float]:
+        """log p̂(continuation | context) of each candidate under the run's estimator, for greedy decoding's ranking:
+        from the context's view where the model offers ``conditional_model`` (the masked LMs, whose log p̂(context ⊕
+        continuation) is no prefix probability and ranks candidates differently), else log p̂(context ⊕
+        continuation) (the context shared: the same ranking); without the precision target (whose corpus totals are
+        summed over the processes, which hold different requests) and outside the results store."""
+        fixed = estimator.sized(estimator.settings.num_samples)
+
+        def estimate(model, texts):
+            return estimate_texts(
+                fixed.on(model), texts, self.device, None, lambda values: values, "greedy candidates", False,
+                self.workers,
+            )  # fmt: skip
+
+        if has_conditional_model(self.model):
+            return {pair: e.log_likelihood for pair, e in view_estimates(self.model, pairs, estimate).items()}
+        estimates = estimate(self.model, sorted({ctx + cont for ctx, cont in pairs}))
+        return {(ctx, cont): estimates[ctx + cont].log_likelihood for ctx, cont in pairs}
+
     def check(self, desc: str, settings: EstimatorSettings, estimates: dict) -> None:
         """One warning, with the estimator's advice, when no two-sided interval of ``estimates`` is honest; under
         several processes held back (``held``, by ``desc``) until lm-eval's gather (``warn_gathered``)."""
@@ -350,6 +318,16 @@ class DocumentBatches:
             merged.setdefault(desc, (settings, {}))[1].update(estimates)
         for settings, estimates in merged.values():
             warn_if_unreliable(self.owner, estimates.values(), settings, self.model)
+
+
+def join_lm_eval() -> None:
+    """What building a backend does to the process: lm-eval's handler for our log (from the first line on), lm-eval's
+    per-task aggregation wrapped (``metric_keys.patch_lm_eval``, one line in the log) and, under lm-eval's command
+    line only, whose process is the run's, the excepthook that prints a user's error in one line."""
+    if running_lm_eval():
+        install_excepthook()
+    log_like_lm_eval()
+    patch_lm_eval()
 
 
 def estimate_texts(

@@ -13,6 +13,7 @@ import os
 import torch
 from accelerate import PartialState
 from accelerate.utils import gather
+from lm_eval.api.model import LM
 
 
 def distributed_state(device: torch.device) -> PartialState | None:
@@ -86,3 +87,33 @@ class Processes:
         """Wait for every process (lm-eval's ``LM.barrier``)."""
         if self.state is not None:
             self.state.wait_for_everyone()
+
+
+class ProcessesLM(LM):
+    """lm-eval's collective methods of a backend, answered by its run's ``processes`` (``Processes``); a subclass
+    that holds something back per rank until lm-eval's gather says what in ``before_gather``."""
+
+    processes: Processes
+
+    @property
+    def rank(self) -> int:
+        return self.processes.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.processes.world_size
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.processes.all_gather(tensor)
+
+    def gather_object(self, obj, dst: int = 0) -> list | None:
+        """lm-eval's gather of every rank's samples and metrics after the requests (rank ``dst`` gets them), after
+        ``before_gather`` on every rank."""
+        self.before_gather(dst)
+        return self.processes.gather_object(obj, dst)
+
+    def barrier(self) -> None:
+        self.processes.barrier()
+
+    def before_gather(self, dst: int) -> None:
+        """What every rank does just before lm-eval's gather (a collective: every rank calls it); nothing here."""

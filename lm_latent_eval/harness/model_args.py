@@ -19,10 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from lm_eval.api.model import LM
+from lm_eval.utils import simple_parse_args_string
 
 from ..errors import InputError, MissingFileError
 from ..estimators import ESTIMATORS, EstimatorSettings
 from ..models import MODELS, resolve_class
+from .advice import log_like_lm_eval
 
 logger = logging.getLogger(__name__)
 # what lm-eval's CLI passes as --device when the user gave none
@@ -355,3 +358,25 @@ def backend_args_doc(model: str | None = None) -> str:
         pretrained (str): local folder or Hugging Face Hub id (default: the bundled checkpoint)
     """
     return accepted_args_doc(() if model is None else model_options(resolve_class(model)))
+
+
+class ModelArgsLM(LM):
+    """The two constructors lm-eval calls (``--model_args`` as a string or a dict) over our model_args: parsed as
+    lm-eval parses them, the CLI's ``--device`` / ``--batch_size`` joined where model_args does not give them
+    (``with_cli_config``), and the output folder named after the model (``name_output_folder``). ``MODEL``: the
+    model a ``latent_<name>`` class loads (None: model_args ``model=``)."""
+
+    MODEL: str | None = None
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> ModelArgsLM:
+        """lm-eval's constructor: model_args win over the CLI's ``--device`` / ``--batch_size`` (the lines saying so
+        through lm-eval's handler)."""
+        log_like_lm_eval()
+        name_output_folder(arg_dict, cls.MODEL)
+        return cls(**with_cli_config(arg_dict, additional_config))
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> ModelArgsLM:
+        """``--model_args key=value,...`` parsed as lm-eval does, then ``create_from_arg_obj``."""
+        return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
