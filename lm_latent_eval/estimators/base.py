@@ -211,6 +211,12 @@ class Estimator:
         (``exact perplexity``; the beam: ``beam bound (k=10)``)."""
         return f"{self.name} perplexity"
 
+    def conditionals(self, model: Any, pairs: list[tuple[str, str]]) -> list[tuple[float, bool]] | None:
+        """(log p(continuation | context), greedy) per (context, continuation) where this estimator scores a
+        continuation its own way (``canonical``: the model's tooling, with ``is_greedy``), else None: the backend then
+        answers log p̂(context ⊕ continuation) − log p̂(context)."""
+        return None
+
     def corpus_log_likelihood(self, estimates: Sequence[DocumentEstimate]) -> float | None:
         """The paper's corpus-level log p̂ (one joint sample of the whole corpus, Logan et al. 2020 Eq. 6), or None
         where no joint sample exists."""

@@ -3,7 +3,7 @@
 ``ESTIMATORS`` is the one table that ``estimator=``, ``auto``, the backends, the tasks, the cards and the docs' tables
 read. Its order is ``auto``'s preference: the first estimator whose ``auto_reason(model)`` is not None is picked
 (exact where the model declares a tractable marginal, SMC where it has the stepwise part, IS otherwise; the beam
-bound and the masked LMs' ELBO are never picked).
+bound, the masked LMs' ELBO and the canonical configuration are never picked).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from ..errors import InputError, UnsupportedError
 from ..protocol import check_tempering
 from .base import DocumentEstimate, Estimator, ResolvedEstimator
 from .beam import BEAM
+from .canonical import CANONICAL
 from .elbo import ELBO
 from .exact import EXACT
 from .importance import IMPORTANCE
@@ -24,7 +25,7 @@ from .seeding import sample_block
 from .settings import AUTO, AUTO_TARGET_SE, DEFAULT_LEVEL, EstimatorSettings
 from .smc import SMC
 
-ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (EXACT, SMC, IMPORTANCE, BEAM, ELBO)}
+ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (EXACT, SMC, IMPORTANCE, BEAM, ELBO, CANONICAL)}
 
 
 def estimator_named(name: str) -> Estimator:
@@ -37,7 +38,7 @@ def estimator_named(name: str) -> Estimator:
     >>> estimator_named("bootstrap")
     Traceback (most recent call last):
     ...
-    lm_latent_eval.errors.InputError: estimator must be one of ('auto', 'exact', 'smc', 'is', 'beam', 'elbo'), got 'bootstrap'
+    lm_latent_eval.errors.InputError: estimator must be one of ('auto', 'exact', 'smc', 'is', 'beam', 'elbo', 'canonical'), got 'bootstrap'
     """
     if name not in ESTIMATORS:
         raise InputError(f"estimator must be one of {(AUTO, *ESTIMATORS)}, got {name!r}")

@@ -31,9 +31,7 @@ def log_like_lm_eval() -> None:
             ours.setLevel(theirs.level)
 
 
-def choose_estimator(
-    owner: str, args, model, requested: str | None = None, announce: bool = True
-) -> tuple[ResolvedEstimator, str]:
+def choose_estimator(owner: str, args, model, announce: bool = True) -> tuple[ResolvedEstimator, str]:
     """The run's estimator, resolved once for ``model`` from the parsed model_args ``args`` (``BackendArgs``; the
     model's own ``default_settings`` for what they did not give), and the sentence recorded as why it runs; logged,
     with a warning about the settings it ignores, where ``announce`` (rank 0 of a multi-process run).
@@ -46,8 +44,6 @@ def choose_estimator(
         The parsed model_args (``settings``, ``given_settings``).
     model : LatentLM
         The loaded model.
-    requested : str, optional
-        The estimator the user asked for where the backend runs it as another (latent_tokenization's canonical).
     announce : bool
         Log the choice and the advice.
 
@@ -58,9 +54,9 @@ def choose_estimator(
     """
     settings, own = with_model_defaults(args.settings, model, args.given_settings)
     estimator = resolve(settings, model)
-    choice = (f"estimator={requested} as requested" if requested else estimator.reason) + own
+    choice = estimator.reason + own
     if announce:
-        advise_on_settings(owner, estimator.settings, choice, args.given_settings, requested)
+        advise_on_settings(owner, estimator.settings, choice, args.given_settings)
     return estimator, choice
 
 
@@ -69,12 +65,10 @@ def advise_on_settings(
     settings: EstimatorSettings,
     choice: str,
     given: dict | None = None,
-    requested: str | None = None,
 ) -> None:
     """Log the estimator a backend (``owner``) runs and why (``choice``: ``auto``'s reason), and one warning naming
-    the settings model_args gave (``given``) that this estimator ignores, under the name the user asked for
-    (``requested``, where the backend runs it as another: latent_tokenization's canonical as exact); from now on
-    through lm-eval's handler (``log_like_lm_eval``)."""
+    the settings model_args gave (``given``) that this estimator ignores; from now on through lm-eval's handler
+    (``log_like_lm_eval``)."""
     log_like_lm_eval()
     logger.info("%s: %s", owner, choice)
     unused = ignored_settings(settings, given or {})
@@ -87,7 +81,7 @@ def advise_on_settings(
         verb = "has" if len(unused) == 1 else "have"
         logger.warning(
             "%s: model_args %s %s no effect under estimator=%s (%s): %s",
-            owner, listing, verb, requested or settings.estimator, choice, what,
+            owner, listing, verb, settings.estimator, choice, what,
         )  # fmt: skip
 
 

@@ -72,9 +72,6 @@ class LatentLMEval(ModelArgsLM, ProcessesLM):
         ``log_joint`` call: memory only). Accepted names: ``model_args.backend_args_doc``, docs/lm-eval.md.
     """
 
-    # the estimator the user asked for where the backend runs it as another (latent_tokenization: canonical as exact)
-    requested_estimator: str | None = None
-
     def __init__(self, **model_args) -> None:
         super().__init__()
         join_lm_eval()
@@ -88,8 +85,9 @@ class LatentLMEval(ModelArgsLM, ProcessesLM):
         )
         self.checkpoint_sha256 = checkpoint_hash(self.checkpoint)
         # resolved once (said once, on rank 0): every request, stage and document below runs this bound estimator
-        chosen = choose_estimator(name, args, self.model, self.requested_estimator, announce=self.rank == 0)
-        self.estimator, self.estimator_choice = chosen
+        self.estimator, self.estimator_choice = choose_estimator(
+            name, args, self.model, announce=self.rank == 0
+        )
         self.results_store = open_results_store(args.results_dir, self.get_model_info())
         if running_lm_eval():
             install_excepthook(resume_hint(self.results_store))

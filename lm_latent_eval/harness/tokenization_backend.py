@@ -1,17 +1,15 @@
 """``--model latent_tokenization``: any Hugging Face causal LM (byte-level BPE) as a latent LM over its tokenizations
 (lm_latent_eval/models/tokenization; default: the bundled tiny GPT-2).
 
-It answers requests its own way: ``estimator=canonical`` reproduces lm-eval's ``hf`` backend (one tokenization, the
-same windows, the same numbers), and its ``loglikelihood`` follows hf's whitespace convention.
+It answers requests its own way: its ``loglikelihood`` follows hf's whitespace convention, and under
+``estimator=canonical`` (the tokenizer's one segmentation, ``estimators.canonical``) reproduces lm-eval's ``hf``
+backend (the same windows, the same numbers, ``is_greedy``).
 """
 
 from __future__ import annotations
 
-import warnings
-
 from tqdm import tqdm
 
-from ..models.tokenization import canonical
 from .backends import LatentLMEval
 from .conditionals import GreedyNotice
 from .threads import torch_threads
@@ -42,42 +40,27 @@ class LatentTokenizationEval(LatentLMEval):
     MODEL = "tokenization"
 
     def __init__(self, **model_args) -> None:
-        self.canonical = model_args.get("estimator") == "canonical"
-        if self.canonical:  # lm-eval's hf backend (one forward pass per window), run as the exact estimator
-            model_args["estimator"] = "exact"
-            self.requested_estimator = "canonical"
         super().__init__(**model_args)
         self._context_model = self.model.with_cover_end()
         self.greedy = GreedyNotice(
             "latent_tokenization: is_greedy is only computed by estimator=canonical (False here)"
         )
-        if self.canonical and self.results_store is not None:
-            warnings.warn(
-                "results_dir is not used by estimator=canonical (one forward pass per window, nothing to resume)",
-                stacklevel=2,
-            )
 
     def get_model_info(self) -> dict:
-        """The base provenance, with estimator ``canonical`` and the model settings that can change a number."""
+        """The base provenance, with the model settings that can change a number."""
         info = super().get_model_info()
-        if self.canonical:
-            info["estimator_settings"] = {"estimator": "canonical"}
         info["max_length"] = self.model.max_length
-        if not self.canonical and self.estimator.estimator.draws_from_proposal:
+        if self.estimator.estimator.draws_from_proposal:
             info["estimator_settings"]["canonical_mix"] = self.model.canonical_mix
         return info
 
-    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
-        """log p̂(x) of each document; canonical: hf's rolling windows over the tokenizer's segmentation."""
-        if not self.canonical:
-            return super().loglikelihood_rolling(requests, disable_tqdm)
-        return canonical.loglikelihood_rolling(self.model, [req.args[0] for req in requests])
-
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
-        """canonical: hf's (log p(continuation tokens | context tokens), greedy); else the marginal conditional."""
+        """hf's (log p(continuation tokens | context tokens), greedy) where the estimator scores continuations its own
+        way (``canonical``); else the marginal conditional."""
         pairs = [req.args for req in requests]
-        if self.canonical:
-            return canonical.loglikelihood(self.model, pairs)
+        own = self.estimator.estimator.conditionals(self.model, pairs)
+        if own is not None:
+            return own
         moved = [hf_whitespace(context, continuation) for context, continuation in pairs]
         desc = f"{self.settings.estimator} log p(context, continuation)"
         joint = self.batches.estimate(

@@ -5,7 +5,8 @@ One module per job, every public name importable from here (``from lm_latent_eva
 - ``contract.py``: the types a model implements (``LatentLM``: ``tokenize``, ``log_joint``, ``proposal``; the
   proposal's ``Proposal.sample`` and optional ``BeamProposal.beam``; the optional stepwise part for SMC,
   ``StepwiseLatentLM``) and the other optional methods (``ExactMarginalLM.log_marginal``,
-  ``TextSamplerLM.sample_text``, ``PrefixModelLM.prefix_model``, ``UnknownWordPenaltyLM.unknown_word_penalty``), the
+  ``TextSamplerLM.sample_text``, ``PrefixModelLM.prefix_model``, ``UnknownWordPenaltyLM.unknown_word_penalty``,
+  ``CanonicalScoringLM.canonical_log_likelihood``), the
   shapes and the declarations (``prefix_probability``, ``latent_support``, ``tempers``).
 - ``checked.py``: the bases of the bundled models (``CheckedSampler``, ``CheckedProposal``, ``CheckedStepwise``),
   whose public methods check their arguments once and hand over to the model's ``_sample``, ``_beam``, ``_smc_init``.
@@ -32,6 +33,7 @@ from .capabilities import (
     can_temper,
     check_tempering,
     has_beam,
+    has_canonical_scoring,
     has_exact_marginal,
     has_stepwise,
     has_text_sampler,
@@ -49,6 +51,7 @@ from .checked import CheckedProposal, CheckedSampler, CheckedStepwise
 from .contract import (
     SMC_METHODS,
     BeamProposal,
+    CanonicalScoringLM,
     ExactMarginalLM,
     LatentLM,
     Latents,
@@ -64,6 +67,7 @@ __all__ = [
     "LATENT_SUPPORTS",
     "SMC_METHODS",
     "BeamProposal",
+    "CanonicalScoringLM",
     "CheckedProposal",
     "CheckedSampler",
     "CheckedStepwise",
@@ -84,6 +88,7 @@ __all__ = [
     "check_text",
     "enumerated_log_marginal",
     "has_beam",
+    "has_canonical_scoring",
     "has_exact_marginal",
     "has_stepwise",
     "has_text_sampler",

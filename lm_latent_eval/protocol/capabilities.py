@@ -55,7 +55,7 @@ def is_prefix_probability(model: Any) -> bool | None:
     Parameters
     ----------
     model : Any
-        A latent LM.
+        A latent LM, asked for its ``prefix_probability`` declaration.
 
     Returns
     -------
@@ -81,7 +81,7 @@ def missing_stepwise_methods(model: Any) -> list[str]:
     Parameters
     ----------
     model : Any
-        A latent LM.
+        A latent LM whose stepwise methods are listed.
 
     Returns
     -------
@@ -103,7 +103,7 @@ def has_stepwise(model: Any) -> bool:
     Parameters
     ----------
     model : Any
-        A latent LM.
+        A latent LM that may offer the stepwise part (SMC).
 
     Returns
     -------
@@ -128,7 +128,7 @@ def prefix_view(model: Any) -> Any | None:
     Parameters
     ----------
     model : Any
-        A latent LM.
+        A latent LM, a prefix probability itself or offering ``prefix_model()``.
 
     Returns
     -------
@@ -169,7 +169,7 @@ def has_exact_marginal(model: Any) -> bool:
     Parameters
     ----------
     model : Any
-        A latent LM.
+        A latent LM that may offer ``log_marginal``.
 
     Returns
     -------
@@ -196,7 +196,7 @@ def has_tractable_marginal(model: Any) -> bool:
     Parameters
     ----------
     model : Any
-        A latent LM.
+        A latent LM that may declare its ``log_marginal`` tractable.
 
     Returns
     -------
@@ -224,7 +224,7 @@ def has_unknown_word_penalty(model: Any) -> bool:
     Parameters
     ----------
     model : Any
-        A latent LM.
+        A latent LM that may report an unknown-word penalty.
 
     Returns
     -------
@@ -240,6 +240,29 @@ def has_unknown_word_penalty(model: Any) -> bool:
     return callable(getattr(model, "unknown_word_penalty", None))
 
 
+def has_canonical_scoring(model: Any) -> bool:
+    """Whether the model scores its canonical configuration z* its own tooling's way (``CanonicalScoringLM``:
+    ``canonical_log_likelihood``), for ``estimator=canonical``.
+
+    Parameters
+    ----------
+    model : Any
+        A latent LM that may have a canonical configuration.
+
+    Returns
+    -------
+    bool
+        True when ``model.canonical_log_likelihood`` is callable.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> has_canonical_scoring(SimpleNamespace(canonical_log_likelihood=len)), has_canonical_scoring(SimpleNamespace())
+    (True, False)
+    """
+    return callable(getattr(model, "canonical_log_likelihood", None))
+
+
 def has_text_sampler(model: Any) -> bool:
     """Whether the model offers ancestral sampling ``sample_text(prefix_text, max_tokens, generator) -> str``
     (``TextSamplerLM``).
@@ -247,7 +270,7 @@ def has_text_sampler(model: Any) -> bool:
     Parameters
     ----------
     model : Any
-        A latent LM.
+        A latent LM that may sample text (``sample_text``).
 
     Returns
     -------
@@ -269,7 +292,7 @@ def latent_support(model: Any) -> str:
     Parameters
     ----------
     model : Any
-        A latent LM.
+        A latent LM that may declare ``latent_support``.
 
     Returns
     -------
@@ -302,7 +325,7 @@ def has_beam(model: Any) -> bool:
     Parameters
     ----------
     model : Any
-        A latent LM.
+        A latent LM whose proposal may offer ``beam``.
 
     Returns
     -------
@@ -332,7 +355,7 @@ def missing_beam(model: Any) -> str | None:
     Parameters
     ----------
     model : Any
-        A latent LM.
+        A latent LM, asked why it has no beam.
 
     Returns
     -------
@@ -369,7 +392,7 @@ def require_beam(model: Any) -> None:
     Parameters
     ----------
     model : Any
-        A latent LM.
+        A latent LM that ``estimator=beam`` is to run on.
 
     Raises
     ------

@@ -414,3 +414,41 @@ class UnknownWordPenaltyLM(Protocol):
             float64 [K], ≥ 0; ``log_joint(x, z)`` + this is log p(x, z) without the penalty.
         """
         ...
+
+
+@runtime_checkable
+class CanonicalScoringLM(Protocol):
+    """Optional: the one configuration z* the model's own tooling scores, scored as that tooling scores it
+    (``has_canonical_scoring``; ``latent_tokenization``'s tokenizer segmentation, lm-eval's ``hf`` number), for
+    ``estimator=canonical``: log p(x, z*) ≤ log p(x)."""
+
+    def canonical_log_likelihood(self, text: str) -> float:
+        """log p(x, z*) of the text under its canonical configuration.
+
+        Parameters
+        ----------
+        text : str
+            The document (any string; 0.0 for one without tokens).
+
+        Returns
+        -------
+        float
+            log p(x, z*), ≤ log p(x).
+        """
+        ...
+
+    def canonical_conditionals(self, pairs: list[tuple[str, str]]) -> list[tuple[float, bool]]:
+        """(log p(continuation | context), whether greedy decoding writes the continuation) per pair, as the
+        tooling scores a continuation (hf: the continuation's tokens after the context's).
+
+        Parameters
+        ----------
+        pairs : list of (str, str)
+            (context, continuation) pairs.
+
+        Returns
+        -------
+        list of (float, bool)
+            One per pair, in order.
+        """
+        ...

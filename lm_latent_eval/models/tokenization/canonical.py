@@ -11,10 +11,19 @@ from __future__ import annotations
 
 import torch
 
-from .model import windows
-
 # logits per forward pass (512 MiB in float32)
 LOGIT_BUDGET = 2**27
+
+
+def windows(num_tokens: int, max_length: int) -> list[tuple[int, int, int]]:
+    """lm-eval's disjoint rolling windows (context_len = 1) over ids = prefix ⊕ z, z with n tokens.
+
+    Returns (s, e, lo): targets z_s..z_{e−1} (= ids[s+1 : e+1]) are scored from the input ids[lo : e], lo =
+    max(0, e − L). Blocks are [0, L), [L, 2L), ...; a full block's first target sees only the token before it,
+    the last block is read with up to L tokens of left context.
+    """
+    return [(s, min(num_tokens, s + max_length), max(0, min(num_tokens, s + max_length) - max_length))
+            for s in range(0, num_tokens, max_length)]  # fmt: skip
 
 
 def hf_encode(tokenizer, text: str, prefix_token: int) -> list[int]:

@@ -18,7 +18,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ...tensors import pad_rows
 from ..stepwise_module import StepwiseFromModule
-from . import stepwise
+from . import canonical, stepwise
+from .canonical import windows
 from .lattice import SegmentationLattice
 from .proposal import SegmentationProposal
 from .vocab import ByteTrie, token_bytes
@@ -42,17 +43,6 @@ def context_length(config, tokenizer, default: int = 2048) -> int:
     if model_max is not None and model_max < 10**29:
         return int(model_max)
     return default
-
-
-def windows(num_tokens: int, max_length: int) -> list[tuple[int, int, int]]:
-    """lm-eval's disjoint rolling windows (context_len = 1) over ids = prefix ⊕ z, z with n tokens.
-
-    Returns (s, e, lo): targets z_s..z_{e−1} (= ids[s+1 : e+1]) are scored from the input ids[lo : e], lo =
-    max(0, e − L). Blocks are [0, L), [L, 2L), ...; a full block's first target sees only the token before it,
-    the last block is read with up to L tokens of left context.
-    """
-    return [(s, min(num_tokens, s + max_length), max(0, min(num_tokens, s + max_length) - max_length))
-            for s in range(0, num_tokens, max_length)]  # fmt: skip
 
 
 class TokenizationLM(torch.nn.Module, StepwiseFromModule):
@@ -118,6 +108,16 @@ class TokenizationLM(torch.nn.Module, StepwiseFromModule):
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    def canonical_log_likelihood(self, text: str) -> float:
+        """log p(x, z*) of the tokenizer's own segmentation z*, as lm-eval's ``hf`` backend scores it (its rolling
+        windows, ``canonical.loglikelihood_rolling``): ``estimator=canonical``."""
+        return canonical.loglikelihood_rolling(self, [text])[0]
+
+    def canonical_conditionals(self, pairs: list[tuple[str, str]]) -> list[tuple[float, bool]]:
+        """(log p(continuation tokens | context tokens), greedy) per pair, as lm-eval's ``hf`` backend answers
+        ``loglikelihood`` (``canonical.loglikelihood``)."""
+        return canonical.loglikelihood(self, pairs)
 
     # ---- text and lattice ----------------------------------------------------------------------------------------
 

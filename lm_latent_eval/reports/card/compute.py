@@ -183,7 +183,7 @@ def certain_statement(method: Estimator, log_likelihood: float, level: float) ->
     >>> from lm_latent_eval.estimators import ESTIMATORS
     >>> [(name, certain_statement(e, -10.0, 0.95).two_sided) for name, e in ESTIMATORS.items()
     ...  if certain_statement(e, -10.0, 0.95) is not None]
-    [('exact', True), ('beam', False)]
+    [('exact', True), ('beam', False), ('canonical', False)]
     """
     statement = None if method.draws_samples else method.fixed_statement(log_likelihood, level)
     return statement if statement is not None and math.isfinite(statement.lower) else None
