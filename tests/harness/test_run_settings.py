@@ -72,8 +72,9 @@ def test_a_setting_the_chosen_estimator_ignores_is_named_once(caplog):
 
 
 def test_settings_canonical_ignores_are_named_under_canonical(caplog):
-    """latent_tokenization runs estimator=canonical as exact: its ignored settings were said to have no effect under
-    "estimator=exact (as requested)", an estimator the user never asked for."""
+    """latent_tokenization once ran estimator=canonical as exact: its ignored settings were said to have no effect
+    under "estimator=exact (as requested)", an estimator the user never asked for. canonical is now an estimator of
+    the table, and the warning names it."""
     from lm_latent_eval.harness.backends import LatentTokenizationEval
 
     with caplog.at_level(logging.WARNING, logger="lm_latent_eval"):
