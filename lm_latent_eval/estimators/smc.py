@@ -290,7 +290,7 @@ class SequentialMonteCarlo(Estimator):
                 f"{settings.smc_runs} runs"
             )
 
-    def advice(self, settings, model) -> list[str]:
+    def advice(self, settings, model=None) -> list[str]:
         runs = ["smc_runs=4 (runs give the Monte Carlo error)"] if settings.smc_runs < 2 else []
         return runs + sampling_advice(settings)
 
