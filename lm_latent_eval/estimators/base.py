@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from ..errors import UnsupportedError
+from ..errors import InputError, UnsupportedError
 from ..protocol import LatentLM
 from .intervals import DocumentError, Interval
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
@@ -33,6 +33,24 @@ class DocumentEstimate:
 
     ``stage_log_likelihoods``: under a precision target, log p̂ of every stage (each drawn afresh,
     ``estimators.adaptive``); the last is the estimate.
+
+    Examples
+    --------
+    The properties of an IS, an SMC and an exact estimate of one document:
+
+    >>> from lm_latent_eval.estimators import resolve
+    >>> from lm_latent_eval.models import load_model
+    >>> hmm, _ = load_model("hmm")
+    >>> est = {name: resolve(EstimatorSettings(name, num_samples=8), hmm).estimate("the cat sat")
+    ...        for name in ("is", "smc", "exact")}
+    >>> est["is"].log_weights.shape, est["smc"].log_weights.shape, est["exact"].log_weights is None
+    ((8,), (8,), True)
+    >>> est["is"].importance_weights.shape, est["smc"].importance_weights is None
+    ((8,), True)
+    >>> est["is"].certain_lower_bound <= est["exact"].log_likelihood, est["smc"].certain_lower_bound is None
+    (True, True)
+    >>> est["smc"].num_samples, est["exact"].num_samples
+    (8, 0)
     """
 
     estimator: ClassVar[str] = ""
@@ -53,16 +71,6 @@ class DocumentEstimate:
         -------
         numpy.ndarray or None
             float64 [K]: log w_k, with log p̂ = logsumexp_k log w_k − log K.
-
-        Examples
-        --------
-        >>> from lm_latent_eval.estimators import resolve
-        >>> from lm_latent_eval.models import load_model
-        >>> hmm, _ = load_model("hmm")
-        >>> resolve(EstimatorSettings("smc", num_samples=8), hmm).estimate("the cat sat").log_weights.shape
-        (8,)
-        >>> resolve(EstimatorSettings("exact"), hmm).estimate("the cat sat").log_weights is None
-        True
         """
         return None
 
@@ -75,16 +83,6 @@ class DocumentEstimate:
         numpy.ndarray or None
             float64 [K], ``log_weights`` of an IS estimate of a document with tokens; None otherwise (SMC's particles
             are neither independent nor exchangeable).
-
-        Examples
-        --------
-        >>> from lm_latent_eval.estimators import resolve
-        >>> from lm_latent_eval.models import load_model
-        >>> hmm, _ = load_model("hmm")
-        >>> resolve(EstimatorSettings("is", num_samples=8), hmm).estimate("the cat sat").importance_weights.shape
-        (8,)
-        >>> resolve(EstimatorSettings("smc", num_samples=8), hmm).estimate("the cat sat").importance_weights is None
-        True
         """
         return None
 
@@ -97,17 +95,6 @@ class DocumentEstimate:
         -------
         float or None
             The bound in nats.
-
-        Examples
-        --------
-        >>> from lm_latent_eval.estimators import resolve
-        >>> from lm_latent_eval.models import load_model
-        >>> hmm, _ = load_model("hmm")
-        >>> est = resolve(EstimatorSettings("is", num_samples=8), hmm).estimate("the cat sat")
-        >>> est.certain_lower_bound <= float(hmm.log_marginal(hmm.tokenize("the cat sat")))
-        True
-        >>> DocumentEstimate("a b", 2, -3.0).certain_lower_bound is None
-        True
         """
         return None
 
@@ -119,11 +106,6 @@ class DocumentEstimate:
         -------
         int
             K, the size of ``log_weights``.
-
-        Examples
-        --------
-        >>> DocumentEstimate("a b", 2, -3.0).num_samples
-        0
         """
         return 0 if self.log_weights is None else int(self.log_weights.size)
 
@@ -378,8 +360,54 @@ class Estimator:
         >>> ESTIMATORS["smc"].check(EstimatorSettings("smc", num_samples=3, smc_runs=4))
         Traceback (most recent call last):
         ...
-        lm_latent_eval.errors.InputError: settings: num_samples = 3 particles cannot form smc_runs = 4 runs
+        lm_latent_eval.errors.InputError: num_samples = 3 particles cannot form smc_runs = 4 runs
         """
+
+    def settings_for(self, model: Any, document: str, **fields: Any) -> EstimatorSettings:
+        """The settings of the low-level functions with loose arguments (``importance_log_weights``,
+        ``smc_log_weights``, ``beam_log_marginal``): ``EstimatorSettings(self.name, **fields)``, the model refused
+        where it cannot serve this estimator (``require``) and the estimator's rules checked (``check``); an
+        InputError names the document.
+
+        Parameters
+        ----------
+        model : LatentLM
+            The model to estimate with.
+        document : str
+            The document's text, named in an InputError.
+        **fields
+            ``EstimatorSettings`` fields other than ``estimator``.
+
+        Returns
+        -------
+        EstimatorSettings
+
+        Raises
+        ------
+        InputError
+            A bad value, or settings that break the estimator's rules.
+        UnsupportedError
+            Where ``missing(model)`` is not None.
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators.registry import ESTIMATORS
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> ESTIMATORS["smc"].settings_for(hmm, "a b", num_samples=8).smc_runs
+        4
+        >>> ESTIMATORS["is"].settings_for(hmm, "a b", num_samples=-1)
+        Traceback (most recent call last):
+        ...
+        lm_latent_eval.errors.InputError: document 'a b': num_samples must be a positive integer, got -1
+        """
+        try:
+            settings = EstimatorSettings(self.name, **fields)
+            self.require(model)
+            self.check(settings)
+        except InputError as err:
+            raise InputError(f"document {document[:60]!r}: {err}") from None
+        return settings
 
     def estimate(
         self,

@@ -472,7 +472,7 @@ def importance_log_weights(
     stage: int = 0,
 ) -> np.ndarray:
     """The K log importance weights of one document, float64 [K] (``draw_log_weights`` with loose arguments,
-    validated as ``EstimatorSettings``: a bad one is an InputError).
+    validated by ``Estimator.settings_for``: a bad one is an InputError naming the document).
 
     Parameters
     ----------
@@ -503,7 +503,8 @@ def importance_log_weights(
     >>> lw.shape, abs(float(log_mean_exp(lw)) - float(hmm.log_marginal(x))) < 0.2
     ((100,), True)
     """
-    settings = EstimatorSettings(
-        "is", num_samples=num_samples, temperature=temperature, peek=peek, seed=seed, batch_size=batch_size
-    )
+    settings = IMPORTANCE.settings_for(
+        model, document, num_samples=num_samples, temperature=temperature, peek=peek, seed=seed,
+        batch_size=batch_size,
+    )  # fmt: skip
     return draw_log_weights(model, x, settings, document, device, progress, unknown_penalty, stage)

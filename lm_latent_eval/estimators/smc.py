@@ -192,8 +192,9 @@ def smc_log_weights(
     progress=None,
     stage: int = 0,
 ) -> tuple[np.ndarray, SMCDiagnostics]:
-    """``draw_smc_log_weights`` with loose arguments, validated as ``EstimatorSettings`` and by the estimator
-    (``SMC.check``: an InputError) and against the model (``UnsupportedError`` without the stepwise part).
+    """``draw_smc_log_weights`` with loose arguments, validated as ``EstimatorSettings`` and by the estimator (an
+    InputError naming the document) and against the model (``UnsupportedError`` without the stepwise part;
+    ``Estimator.settings_for``).
 
     Parameters
     ----------
@@ -220,12 +221,10 @@ def smc_log_weights(
     >>> lw.shape, diag.smc_runs, abs(diag.log_likelihood - float(hmm.log_marginal(x))) < 0.2
     ((64,), 4, True)
     """
-    settings = EstimatorSettings(
-        "smc", num_samples=num_samples, temperature=temperature, peek=peek, seed=seed,
+    settings = SMC.settings_for(
+        model, document, num_samples=num_samples, temperature=temperature, peek=peek, seed=seed,
         resample_threshold=resample_threshold, smc_runs=smc_runs,
     )  # fmt: skip
-    SMC.require(model)
-    SMC.check(settings)
     return draw_smc_log_weights(model, x, settings, document, device, progress, stage)
 
 
@@ -286,7 +285,7 @@ class SequentialMonteCarlo(Estimator):
         """K particles must form at least ``smc_runs`` runs."""
         if settings.num_samples < settings.smc_runs:
             raise InputError(
-                f"settings: num_samples = {settings.num_samples} particles cannot form smc_runs = "
+                f"num_samples = {settings.num_samples} particles cannot form smc_runs = "
                 f"{settings.smc_runs} runs"
             )
 
