@@ -285,6 +285,10 @@ class Estimator:
         True
         >>> ESTIMATORS["elbo"].missing(hmm)
         'HMMLanguageModel is not a masked LM: the ELBO needs masked_token_log_probs(x, revealed)'
+        >>> ESTIMATORS["elbo"].require(hmm)
+        Traceback (most recent call last):
+        ...
+        lm_latent_eval.errors.UnsupportedError: HMMLanguageModel is not a masked LM: the ELBO needs masked_token_log_probs(x, revealed)
         """
         return None
 
@@ -301,15 +305,9 @@ class Estimator:
         UnsupportedError
             Where ``missing(model)`` is not None.
 
-        Examples
+        See Also
         --------
-        >>> from lm_latent_eval.estimators.registry import ESTIMATORS
-        >>> from lm_latent_eval.models import load_model
-        >>> hmm, _ = load_model("hmm")
-        >>> ESTIMATORS["elbo"].require(hmm)
-        Traceback (most recent call last):
-        ...
-        lm_latent_eval.errors.UnsupportedError: HMMLanguageModel is not a masked LM: the ELBO needs masked_token_log_probs(x, revealed)
+        missing : its example shows the refusal too.
         """
         reason = self.missing(model)
         if reason is not None:
