@@ -4,16 +4,19 @@ documents, diagnostics and the uncertainty policy that decides every statement.
 Floors of the import graph (each imports only the ones above it):
 
 0. ``settings`` (EstimatorSettings: every choice, validated once), ``seeding`` (random streams), ``aggregate``
-   (log mean exp, the paper's perplexities), ``intervals`` (the math of an honest statement)
-1. ``diagnostics`` (ESS, Pareto k̂, convergence curves)
-2. ``policy`` (UncertaintyPolicy: level, trust gates, remainder test, certified bound)
-3. ``base`` (the Estimator base class and the DocumentEstimate record)
-4. ``beam``, ``exact``, ``smc``; then ``importance`` (``is``: tied weights are read as SMC runs, ``smc.importance_runs``)
-5. ``registry`` (ESTIMATORS, ``auto``'s choice, the settings each estimator records)
-6. ``document`` (estimate_document), ``corpus`` (a corpus's figures and statement)
-7. ``workers`` (a stage's documents estimated side by side in forked CPU processes: the same numbers)
-8. ``adaptive`` (the precision target: a strategy over the sampling estimators), ``report`` (the is_perplexity
-   metric's report from raw weights)
+   (log mean exp, the paper's perplexities)
+1. ``intervals`` (the math of an honest statement), ``diagnostics`` (ESS, Pareto k̂, convergence curves),
+   ``resampling`` (SMC's runs, blocks, ESS and systematic resampling)
+2. ``policy`` (UncertaintyPolicy: level, trust gates, remainder test, certified bound), ``smc_variance`` (SMC's runs
+   and their variance estimators; IS's tied weights read as runs, ``importance_runs``)
+3. ``base`` (the Estimator base class, the DocumentEstimate record, ResolvedEstimator: an estimator bound to its
+   settings and model)
+4. ``beam``, ``exact``, ``importance`` (``is``), ``smc`` (the particle filter), ``elbo``, ``canonical``;
+   ``workers`` (a stage's documents estimated side by side in forked CPU processes: the same numbers)
+5. ``registry`` (ESTIMATORS, ``auto``'s choice, ``resolve``, the settings each estimator records)
+6. ``document`` (estimate_document), ``corpus`` (a corpus's figures and statement), ``adaptive`` (the precision
+   target: a strategy over the sampling estimators)
+7. ``report`` (the is_perplexity metric's report from raw weights)
 """
 
 from __future__ import annotations

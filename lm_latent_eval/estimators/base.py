@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from ..errors import UnsupportedError
+from ..errors import InputError, UnsupportedError
 from ..protocol import LatentLM
 from .intervals import DocumentError, Interval
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
@@ -33,6 +33,24 @@ class DocumentEstimate:
 
     ``stage_log_likelihoods``: under a precision target, log p̂ of every stage (each drawn afresh,
     ``estimators.adaptive``); the last is the estimate.
+
+    Examples
+    --------
+    The properties of an IS, an SMC and an exact estimate of one document:
+
+    >>> from lm_latent_eval.estimators import resolve
+    >>> from lm_latent_eval.models import load_model
+    >>> hmm, _ = load_model("hmm")
+    >>> est = {name: resolve(EstimatorSettings(name, num_samples=8), hmm).estimate("the cat sat")
+    ...        for name in ("is", "smc", "exact")}
+    >>> est["is"].log_weights.shape, est["smc"].log_weights.shape, est["exact"].log_weights is None
+    ((8,), (8,), True)
+    >>> est["is"].importance_weights.shape, est["smc"].importance_weights is None
+    ((8,), True)
+    >>> est["is"].certain_lower_bound <= est["exact"].log_likelihood, est["smc"].certain_lower_bound is None
+    (True, True)
+    >>> est["smc"].num_samples, est["exact"].num_samples
+    (8, 0)
     """
 
     estimator: ClassVar[str] = ""
@@ -47,31 +65,90 @@ class DocumentEstimate:
 
     @property
     def log_weights(self) -> np.ndarray | None:
-        """The K log weights whose mean of exp is p̂ (IS, SMC); None for a deterministic estimate."""
+        """The K log weights whose mean of exp is p̂ (IS, SMC); None for a deterministic estimate.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            float64 [K]: log w_k, with log p̂ = logsumexp_k log w_k − log K.
+        """
         return None
 
     @property
     def importance_weights(self) -> np.ndarray | None:
-        """The K log weights when they are exchangeable IS samples with informative diagnostics (ESS, Pareto k̂)."""
+        """The K log weights when they are exchangeable IS samples with informative diagnostics (ESS, Pareto k̂).
+
+        Returns
+        -------
+        numpy.ndarray or None
+            float64 [K], ``log_weights`` of an IS estimate of a document with tokens; None otherwise (SMC's particles
+            are neither independent nor exchangeable).
+        """
         return None
 
     @property
     def certain_lower_bound(self) -> float | None:
         """A lower bound on log p(x) that holds with certainty (IS: log Σ_{z ∈ D} p(x, z) over the distinct draws D,
-        ``importance.DistinctDraws``), or None where the estimate gives none."""
+        ``importance.DistinctDraws``), or None where the estimate gives none.
+
+        Returns
+        -------
+        float or None
+            The bound in nats.
+        """
         return None
 
     @property
     def num_samples(self) -> int:
-        """Samples or particles drawn for this estimate (0 for a deterministic one)."""
+        """Samples or particles drawn for this estimate (0 for a deterministic one).
+
+        Returns
+        -------
+        int
+            K, the size of ``log_weights``.
+        """
         return 0 if self.log_weights is None else int(self.log_weights.size)
 
     def error(self, policy: UncertaintyPolicy = DEFAULT_POLICY) -> DocumentError:
-        """log p̂, v̂ = estimated Var(p̂)/p², its degrees of freedom, and whether ``policy`` trusts v̂."""
+        """log p̂, v̂ = estimated Var(p̂)/p², its degrees of freedom, and whether ``policy`` trusts v̂.
+
+        Parameters
+        ----------
+        policy : UncertaintyPolicy
+            Decides whether v̂ is trusted (its gates: Pareto k̂, the runs' shares, ...).
+
+        Returns
+        -------
+        DocumentError
+            ``log_likelihood`` (log p̂), ``relative_variance`` (v̂; NaN where the family states none, as for a bound),
+            ``degrees_of_freedom`` and ``reason`` (why v̂ is not trusted; None when it is).
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators.registry import ESTIMATORS
+        >>> ESTIMATORS["exact"].result("a b", 2, -3.0).error()
+        DocumentError(log_likelihood=-3.0, relative_variance=0.0, degrees_of_freedom=inf, reason=None)
+        """
         raise NotImplementedError
 
     def without_unk_penalty(self) -> DocumentEstimate | None:
-        """The same samples scored without an unknown-word penalty (PPL rather than UPP); None when not recorded."""
+        """The same samples scored without an unknown-word penalty (PPL rather than UPP); None when not recorded.
+
+        Returns
+        -------
+        DocumentEstimate or None
+            An estimate of the same family whose log weights [K] are ``log_weights + unk_penalty`` (IS under a model
+            with ``unknown_word_penalty``); None for a family or a run that keeps no penalty.
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators.registry import ESTIMATORS
+        >>> est = ESTIMATORS["is"].result("a b", 2, -3.0, np.array([-3.0, -3.0]), np.array([0.5, 0.5]))
+        >>> est.without_unk_penalty().log_likelihood
+        -2.5
+        >>> DocumentEstimate("a b", 2, -3.0).without_unk_penalty() is None
+        True
+        """
         return None
 
     def diagnostic_items(self) -> dict[str, float]:
@@ -92,7 +169,21 @@ class DocumentEstimate:
 
     def to_json(self) -> dict:
         """A JSON-ready record; ``estimators.registry.estimate_from_json`` reads it back. Every family writes the
-        same keys (None where a field does not apply): arrays as lists, the diagnostics as a dict."""
+        same keys (None where a field does not apply): arrays as lists, the diagnostics as a dict.
+
+        Returns
+        -------
+        dict
+            ``document``, ``num_tokens``, ``log_likelihood``, ``estimator``, ``log_weights`` (list [K]),
+            ``diagnostics``, ``unk_penalty`` (list [K]), ``stage_log_likelihoods``, ``distinct_draws``.
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators.registry import ESTIMATORS
+        >>> record = ESTIMATORS["exact"].result("a b", 2, -3.0).to_json()
+        >>> record["estimator"], record["log_likelihood"], record["log_weights"]
+        ('exact', -3.0, None)
+        """
         diagnostics = getattr(self, "diagnostics", None)
         return {
             "document": self.document,
@@ -111,7 +202,28 @@ class DocumentEstimate:
     @classmethod
     def from_json(cls, record: dict) -> DocumentEstimate:
         """The estimate written by ``to_json``: the family's own fields (arrays as float64, the diagnostics as
-        ``diagnostics_type``) where the record class has them."""
+        ``diagnostics_type``) where the record class has them.
+
+        Parameters
+        ----------
+        record : dict
+            A record written by ``to_json`` of this family (keys it lacks read as None).
+
+        Returns
+        -------
+        DocumentEstimate
+            An instance of ``cls``.
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators import resolve
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> est = resolve(EstimatorSettings("smc", num_samples=8), hmm).estimate("the cat sat")
+        >>> back = type(est).from_json(est.to_json())
+        >>> bool((back.log_weights == est.log_weights).all()), back.diagnostics == est.diagnostics
+        (True, True)
+        """
         names = {f.name for f in fields(cls)}
         own = {name: as_array(record.get(name)) for name in ("log_weights", "unk_penalty") if name in names}
         if "diagnostics" in names and record.get("diagnostics") is not None:
@@ -155,22 +267,148 @@ class Estimator:
     settings_fields: ClassVar[tuple[str, ...]] = ()
 
     def missing(self, model: Any) -> str | None:
-        """Why ``model`` cannot serve this estimator (one line naming the alternatives), or None."""
+        """Why ``model`` cannot serve this estimator, or None.
+
+        Parameters
+        ----------
+        model : LatentLM
+            Any object; the estimator looks for the parts of the contract it needs.
+
+        Returns
+        -------
+        str or None
+            One line naming what the model lacks (``registry.require`` adds the estimators it can use).
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators.registry import ESTIMATORS
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> ESTIMATORS["smc"].missing(hmm) is None
+        True
+        >>> ESTIMATORS["elbo"].missing(hmm)
+        'HMMLanguageModel is not a masked LM: the ELBO needs masked_token_log_probs(x, revealed)'
+        >>> ESTIMATORS["elbo"].require(hmm)
+        Traceback (most recent call last):
+        ...
+        lm_latent_eval.errors.UnsupportedError: HMMLanguageModel is not a masked LM: the ELBO needs masked_token_log_probs(x, revealed)
+        """
         return None
 
     def require(self, model: Any) -> None:
-        """``UnsupportedError`` (one line, ``missing``'s reason) when ``model`` cannot serve this estimator."""
+        """``UnsupportedError`` (one line, ``missing``'s reason) when ``model`` cannot serve this estimator.
+
+        Parameters
+        ----------
+        model : LatentLM
+            The model to estimate with.
+
+        Raises
+        ------
+        UnsupportedError
+            Where ``missing(model)`` is not None.
+
+        See Also
+        --------
+        missing : its example shows the refusal too.
+        """
         reason = self.missing(model)
         if reason is not None:
             raise UnsupportedError(reason)
 
     def auto_reason(self, model: Any) -> str | None:
-        """Why ``estimator=auto`` picks this estimator for ``model``, or None when it does not."""
+        """Why ``estimator=auto`` picks this estimator for ``model``, or None when it does not (``registry.resolve``
+        picks the first estimator of ``ESTIMATORS`` with a reason).
+
+        Parameters
+        ----------
+        model : LatentLM
+            The model to estimate with.
+
+        Returns
+        -------
+        str or None
+            One sentence, recorded with the results.
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators.registry import ESTIMATORS
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> ESTIMATORS["exact"].auto_reason(hmm)
+        'auto: exact, HMMLanguageModel has a tractable log_marginal'
+        >>> ESTIMATORS["beam"].auto_reason(hmm) is None
+        True
+        """
         return None
 
     def check(self, settings: EstimatorSettings) -> None:
-        """Rules tying two settings together for this estimator (InputError); single values are checked by
-        ``EstimatorSettings``."""
+        """Rules tying two settings together for this estimator; single values are checked by ``EstimatorSettings``.
+
+        Parameters
+        ----------
+        settings : EstimatorSettings
+            The settings this estimator runs with.
+
+        Raises
+        ------
+        InputError
+            Where the settings break one of the estimator's rules (SMC: K particles form at least ``smc_runs`` runs).
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators.registry import ESTIMATORS
+        >>> ESTIMATORS["smc"].check(EstimatorSettings("smc", num_samples=3, smc_runs=4))
+        Traceback (most recent call last):
+        ...
+        lm_latent_eval.errors.InputError: num_samples = 3 particles cannot form smc_runs = 4 runs
+        """
+
+    def settings_for(self, model: Any, document: str, **fields: Any) -> EstimatorSettings:
+        """The settings of the low-level functions with loose arguments (``importance_log_weights``,
+        ``smc_log_weights``, ``beam_log_marginal``): ``EstimatorSettings(self.name, **fields)``, the model refused
+        where it cannot serve this estimator (``require``) and the estimator's rules checked (``check``); an
+        InputError names the document.
+
+        Parameters
+        ----------
+        model : LatentLM
+            The model to estimate with.
+        document : str
+            The document's text, named in an InputError.
+        **fields
+            ``EstimatorSettings`` fields other than ``estimator``.
+
+        Returns
+        -------
+        EstimatorSettings
+
+        Raises
+        ------
+        InputError
+            A bad value, or settings that break the estimator's rules.
+        UnsupportedError
+            Where ``missing(model)`` is not None.
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators.registry import ESTIMATORS
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> ESTIMATORS["smc"].settings_for(hmm, "a b", num_samples=8).smc_runs
+        4
+        >>> ESTIMATORS["is"].settings_for(hmm, "a b", num_samples=-1)
+        Traceback (most recent call last):
+        ...
+        lm_latent_eval.errors.InputError: document 'a b': num_samples must be a positive integer, got -1
+        """
+        try:
+            settings = EstimatorSettings(self.name, **fields)
+            self.require(model)
+            self.check(settings)
+        except InputError as err:
+            raise InputError(f"document {document[:60]!r}: {err}") from None
+        return settings
 
     def estimate(
         self,
@@ -184,31 +422,169 @@ class Estimator:
         stage: int = 0,
         diagnostics: bool = False,
     ) -> DocumentEstimate:
-        """log p̂(x) of one document with tokens x [T ≥ 1] on ``device``; ``stage`` > 0 draws from fresh random
-        streams (the precision target's later stages)."""
+        """log p̂(x) of one document with tokens (``ResolvedEstimator.estimate`` tokenizes a text and calls it).
+
+        Parameters
+        ----------
+        model : LatentLM
+            A model this estimator can serve (``require``).
+        x : torch.Tensor
+            The document's tokens, LongTensor [T] with T ≥ 1, on ``device``.
+        document : str
+            The document's text: with ``settings.seed`` it seeds the random streams; named in errors.
+        settings : EstimatorSettings
+            Checked by ``check``; the fields of ``settings_fields`` change the numbers.
+        device : torch.device or str
+            Where the model runs; random streams differ between CPU and GPU.
+        progress : tqdm, optional
+            Updated with the samples drawn.
+        stage : int
+            > 0 draws from fresh random streams (the precision target's later stages).
+        diagnostics : bool
+            Under IS, also compute ``ISDiagnostics``.
+
+        Returns
+        -------
+        DocumentEstimate
+            A record of this estimator's family (``result``).
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators.registry import ESTIMATORS
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> x = hmm.tokenize("the cat sat")
+        >>> est = ESTIMATORS["is"].estimate(hmm, x, "the cat sat", EstimatorSettings("is", num_samples=8))
+        >>> type(est).__name__, est.num_tokens, est.log_weights.shape
+        ('ISEstimate', 3, (8,))
+        """
         raise NotImplementedError
 
     def empty(self, document: str, settings: EstimatorSettings, model: Any) -> DocumentEstimate:
-        """The estimate of a document without tokens: log p = 0 exactly."""
+        """The estimate of a document without tokens: log p = 0 exactly.
+
+        Parameters
+        ----------
+        document : str
+            The text (no model tokens).
+        settings : EstimatorSettings
+            The settings (a sampling estimator records K weights of 0).
+        model : LatentLM
+            The model.
+
+        Returns
+        -------
+        DocumentEstimate
+            A record of this estimator's family with ``num_tokens`` 0 and ``log_likelihood`` 0.0.
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators.registry import ESTIMATORS
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> ESTIMATORS["exact"].empty("", EstimatorSettings("exact"), hmm)
+        ExactEstimate(document='', num_tokens=0, log_likelihood=0.0, stage_log_likelihoods=None)
+        >>> ESTIMATORS["smc"].empty("", EstimatorSettings("smc", num_samples=8), hmm).diagnostics.run_sizes
+        [2, 2, 2, 2]
+        """
         return self.result(document, 0, 0.0)
 
     def advice(self, settings: EstimatorSettings, model: Any = None) -> list[str]:
-        """What to try, in order, when no two-sided interval of this estimator's estimates is honest (``model`` None:
-        not loaded, as in a report read from a run's files: advice that holds whatever the model)."""
+        """What to try, in order, when no two-sided interval of this estimator's estimates is honest.
+
+        Parameters
+        ----------
+        settings : EstimatorSettings
+            The settings that ran (the advice names larger values).
+        model : LatentLM, optional
+            None: not loaded, as in a report read from a run's files (advice that holds whatever the model).
+
+        Returns
+        -------
+        list of str
+            Short phrases, the most promising first; empty for a deterministic estimator.
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators.registry import ESTIMATORS
+        >>> for line in ESTIMATORS["smc"].advice(EstimatorSettings("smc", smc_runs=1)):
+        ...     print(line)
+        smc_runs=4 (runs give the Monte Carlo error)
+        a precision target (target_se=0.002)
+        more samples (num_samples=1000)
+        """
         return []
 
     def corpus_diagnostics(self, estimates: Sequence[DocumentEstimate], progress: bool = False) -> dict:
         """What this estimator's diagnostics say about a corpus's documents with tokens (an estimate card's
-        reliability section): nothing for a deterministic estimator."""
+        reliability section): nothing for a deterministic estimator.
+
+        Parameters
+        ----------
+        estimates : sequence of DocumentEstimate
+            The documents with tokens, records of this estimator's family.
+        progress : bool
+            Show a progress bar (IS: Pareto k̂ of every document).
+
+        Returns
+        -------
+        dict
+            Figures by name (samples per document, ESS, Pareto k̂, resampling steps, ...).
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators import resolve
+        >>> from lm_latent_eval.estimators.registry import ESTIMATORS
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> est = resolve(EstimatorSettings("smc", num_samples=8), hmm).estimate("the cat sat")
+        >>> sorted(ESTIMATORS["smc"].corpus_diagnostics([est]))
+        ['ess_mean', 'ess_min', 'num_samples', 'num_samples_max', 'num_samples_mean', 'resampling_steps', 'smc_runs']
+        >>> ESTIMATORS["exact"].corpus_diagnostics([])
+        {}
+        """
         return {}
 
     def describe(self, settings: dict) -> str:
-        """A few words naming the estimator and the recorded settings that tell its runs apart."""
+        """A few words naming the estimator and the recorded settings that tell its runs apart.
+
+        Parameters
+        ----------
+        settings : dict
+            Recorded settings (``registry.recorded_settings``); missing keys read as None.
+
+        Returns
+        -------
+        str
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators.registry import ESTIMATORS
+        >>> ESTIMATORS["is"].describe({"num_samples": 100, "temperature": 1.0, "peek": True})
+        'IS K=100 τ=1.0 peek'
+        >>> ESTIMATORS["beam"].describe({"beam_size": 10})
+        'beam k=10'
+        """
         return self.name
 
     def figure_name(self, settings: dict) -> str:
-        """The name of this estimator's perplexity in a card's table of figures, from its recorded ``settings``
-        (``exact perplexity``; the beam: ``beam bound (k=10)``)."""
+        """The name of this estimator's perplexity in a card's table of figures.
+
+        Parameters
+        ----------
+        settings : dict
+            Recorded settings (``registry.recorded_settings``).
+
+        Returns
+        -------
+        str
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators.registry import ESTIMATORS
+        >>> ESTIMATORS["exact"].figure_name({}), ESTIMATORS["beam"].figure_name({"beam_size": 10})
+        ('exact perplexity', 'beam bound (k=10)')
+        """
         return f"{self.name} perplexity"
 
     def conditionals(self, model: Any, pairs: list[tuple[str, str]]) -> list[tuple[float, bool]] | None:
@@ -219,17 +595,80 @@ class Estimator:
 
     def corpus_log_likelihood(self, estimates: Sequence[DocumentEstimate]) -> float | None:
         """The paper's corpus-level log p̂ (one joint sample of the whole corpus, Logan et al. 2020 Eq. 6), or None
-        where no joint sample exists."""
+        where no joint sample exists.
+
+        Parameters
+        ----------
+        estimates : sequence of DocumentEstimate
+            The documents, records of this estimator's family (IS: the same K; SMC: the same runs).
+
+        Returns
+        -------
+        float or None
+            log p̂ of the corpus in nats: IS, logsumexp_k Σ_n log w_nk − log K; SMC, run r of every document as one
+            corpus sample.
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators.registry import ESTIMATORS
+        >>> one = ESTIMATORS["is"].result("a b", 2, math.log(2.0), np.log([1.0, 3.0]))
+        >>> round(ESTIMATORS["is"].corpus_log_likelihood([one, one]), 6) == round(math.log(5.0), 6)
+        True
+        >>> ESTIMATORS["exact"].corpus_log_likelihood([]) is None
+        True
+        """
         return None
 
     def fixed_statement(self, log_likelihood: float, level: float) -> Interval | None:
         """The statement about S = Σ_n log p(x_n) of a deterministic estimator (its Σ log p̂ is exact or a certain
-        bound), or None for an estimator whose statement the uncertainty policy decides from the documents' errors."""
+        bound), or None for an estimator whose statement the uncertainty policy decides from the documents' errors.
+
+        Parameters
+        ----------
+        log_likelihood : float
+            Σ_n log p̂_n over the corpus.
+        level : float
+            The statement's level (recorded in the interval).
+
+        Returns
+        -------
+        Interval or None
+            Bounds on S: a point (exact), one-sided (a certain bound) or unbounded (no statement).
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators.registry import ESTIMATORS
+        >>> exact = ESTIMATORS["exact"].fixed_statement(-10.0, 0.95)
+        >>> exact.lower, exact.upper, ESTIMATORS["beam"].fixed_statement(-10.0, 0.95).upper
+        (-10.0, -10.0, inf)
+        >>> ESTIMATORS["is"].fixed_statement(-10.0, 0.95) is None
+        True
+        """
         return None
 
     def bound_stderr(self, estimates: Sequence[DocumentEstimate]) -> float:
         """The Monte Carlo standard error (nats, documents fixed) of Σ_n log p̂_n for an estimator whose figure is a
-        bound on S that it reports with its own standard error and no interval on S (the ELBO), else NaN."""
+        bound on S that it reports with its own standard error and no interval on S (the ELBO), else NaN.
+
+        Parameters
+        ----------
+        estimates : sequence of DocumentEstimate
+            The documents, records of this estimator's family.
+
+        Returns
+        -------
+        float
+            The standard error in nats, or NaN.
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators.registry import ESTIMATORS
+        >>> elbo = ESTIMATORS["elbo"].result("a b", 2, -3.0, samples=np.array([-3.5, -2.5]))
+        >>> round(ESTIMATORS["elbo"].bound_stderr([elbo, elbo]), 6) == round(math.sqrt(0.5), 6)
+        True
+        >>> ESTIMATORS["is"].bound_stderr([])
+        nan
+        """
         return math.nan
 
 

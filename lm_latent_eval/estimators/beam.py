@@ -11,7 +11,6 @@ from ..protocol import LatentLM, missing_beam, num_particles
 from .base import DocumentEstimate, Estimator
 from .intervals import DocumentError, Interval
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
-from .settings import checked_settings
 
 BEAM_NOT_AN_ESTIMATE = "a beam sum is a lower bound, not an estimate"
 
@@ -87,7 +86,7 @@ def beam_log_marginal(model: LatentLM, x: torch.Tensor, beam_size: int, document
     x : torch.Tensor
         The document's tokens, LongTensor [T].
     beam_size : int
-        k, a positive integer (an InputError naming the document otherwise).
+        k, a positive integer (an InputError naming the document otherwise: ``Estimator.settings_for``).
     document : str
         The document's text, for error messages.
 
@@ -104,6 +103,5 @@ def beam_log_marginal(model: LatentLM, x: torch.Tensor, beam_size: int, document
     >>> beam_log_marginal(hmm, x, 4) <= float(hmm.log_marginal(x))
     True
     """
-    settings = checked_settings(document, estimator="beam", beam_size=beam_size)
-    BEAM.require(model)
+    settings = BEAM.settings_for(model, document, beam_size=beam_size)
     return beam_sum(model, x, settings.beam_size, document)

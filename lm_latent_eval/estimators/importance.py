@@ -13,7 +13,7 @@ What one document's draws say about its error (``importance_error``), in order:
 3. **PSIS can fit the tail** (k̂ defined): v̂ = s²_w / (K w̄²) with K − 1 degrees of freedom, trusted when k̂ is below
    the threshold at K (``UncertaintyPolicy.importance_doubt``).
 4. **Tied weights** (k̂ undefined: the largest weights take fewer than 5 values): the K independent draws as R
-   independent batches, judged exactly as SMC's R runs are (``smc.importance_runs``,
+   independent batches, judged exactly as SMC's R runs are (``smc_variance.importance_runs``,
    ``UncertaintyPolicy.tied_importance_doubt``): v̂ the larger of the batches' spread and their IS v̂, R − 1 degrees
    of freedom, trusted only where the distinct draws leave less of q unseen than one draw carries (K · unseen mass
    ≤ 1): ties say the proposal keeps drawing the same few z, which is information only where they cover q.
@@ -53,8 +53,8 @@ from .diagnostics import (
 from .intervals import FLOAT32_EPSILON, DocumentError, proven_rounding
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
 from .seeding import document_generator, sample_block, stage_block
-from .settings import EstimatorSettings, checked_settings
-from .smc import importance_runs
+from .settings import EstimatorSettings
+from .smc_variance import importance_runs
 
 __all__ = ["STOCHASTIC_BOUND", "DistinctDraws", "ISDiagnostics", "ISEstimate", "importance_error"]
 
@@ -473,7 +473,7 @@ def importance_log_weights(
     stage: int = 0,
 ) -> np.ndarray:
     """The K log importance weights of one document, float64 [K] (``draw_log_weights`` with loose arguments,
-    validated as ``EstimatorSettings``; a bad one is an InputError naming the document).
+    validated by ``Estimator.settings_for``: a bad one is an InputError naming the document).
 
     Parameters
     ----------
@@ -504,8 +504,8 @@ def importance_log_weights(
     >>> lw.shape, abs(float(log_mean_exp(lw)) - float(hmm.log_marginal(x))) < 0.2
     ((100,), True)
     """
-    settings = checked_settings(
-        document, estimator="is", num_samples=num_samples, temperature=temperature, peek=peek, seed=seed,
+    settings = IMPORTANCE.settings_for(
+        model, document, num_samples=num_samples, temperature=temperature, peek=peek, seed=seed,
         batch_size=batch_size,
     )  # fmt: skip
     return draw_log_weights(model, x, settings, document, device, progress, unknown_penalty, stage)

@@ -140,16 +140,16 @@ class UncertaintyPolicy:
     def tied_importance_doubt(self, runs, draws=None) -> str | None:
         """Why the v̂ of importance weights whose tail PSIS cannot fit (ties: k̂ undefined) cannot be trusted, or None.
 
-        The K independent draws are read as R independent batches (``smc.importance_runs``: SMC runs that never
-        resample), and judged by the gates of SMC's runs (``smc_doubt``): batches of at least ``min_run_size`` draws,
-        none carrying more than ``max_run_share`` of p̂, a proposal temperature of at least 1. Ties are no obstacle
-        to them: a batch's p̂_r is unbiased whatever values the weights take, and a configuration found by one batch
-        only (a large weight the others missed) shows as that batch's share of p̂. What no batch found cannot show,
-        so ties are trusted only where they mean that the proposal's support is nearly covered: the distinct draws
-        (``importance.DistinctDraws``) leave at most ``max_unseen_draws`` / K of q's mass unseen. On the RNNG's tree
-        CRF, documents whose 1,000 draws tied on 2 to 8 trees yet left 1.2 to 4.5 draws' worth of q unseen held
-        trees with 25–85% of p(x) there (their weights 50 to 300 times p̂), and without this gate 36 of 40 seeded
-        intervals covered. ``draws`` None (weights without their log q): never trusted.
+        The K independent draws are read as R independent batches (``smc_variance.importance_runs``: SMC runs that
+        never resample), and judged by the gates of SMC's runs (``smc_doubt``): batches of at least ``min_run_size``
+        draws, none carrying more than ``max_run_share`` of p̂, a proposal temperature of at least 1. Ties are no
+        obstacle to them: a batch's p̂_r is unbiased whatever values the weights take, and a configuration found by
+        one batch only (a large weight the others missed) shows as that batch's share of p̂. What no batch found
+        cannot show, so ties are trusted only where they mean that the proposal's support is nearly covered: the
+        distinct draws (``importance.DistinctDraws``) leave at most ``max_unseen_draws`` / K of q's mass unseen. On
+        the RNNG's tree CRF, documents whose 1,000 draws tied on 2 to 8 trees yet left 1.2 to 4.5 draws' worth of q
+        unseen held trees with 25–85% of p(x) there (their weights 50 to 300 times p̂), and without this gate 36 of
+        40 seeded intervals covered. ``draws`` None (weights without their log q): never trusted.
         """
         doubt = self._runs_doubt(runs, "IS batch", "IS batches", "draws", "more samples are needed")
         k = int(sum(runs.run_sizes))

@@ -173,20 +173,3 @@ class EstimatorSettings:
         8
         """
         return dataclasses.replace(self, **changes)
-
-
-def checked_settings(document: str, **fields) -> EstimatorSettings:
-    """``EstimatorSettings(**fields)`` for the low-level functions that take loose arguments (``importance_log_weights``,
-    ``smc_log_weights``, ``beam_log_marginal``): a bad value is the same ``InputError``, naming the document.
-
-    Examples
-    --------
-    >>> checked_settings("a b", estimator="is", num_samples=-1)
-    Traceback (most recent call last):
-    ...
-    lm_latent_eval.errors.InputError: document 'a b': num_samples must be a positive integer, got -1
-    """
-    try:
-        return EstimatorSettings(**fields)
-    except InputError as err:
-        raise InputError(f"document {document[:60]!r}: {err}") from None

@@ -42,31 +42,121 @@ logger = logging.getLogger(__name__)
 
 
 def load_corpus(data_file: str | None = None, **_metadata):
-    """``custom_dataset`` of latent_ppl_tiny: a DatasetDict whose ``test`` split is the bundled tiny corpus, or
-    ``--metadata '{"data_file": ...}'`` (.jsonl with a ``text`` field, or one document per line; an unusable line is
-    an error naming the file and line). lm-eval also passes the other metadata and model_args; they are ignored."""
+    """``custom_dataset`` of latent_ppl_tiny: the bundled tiny corpus, or the file of ``--metadata
+    '{"data_file": ...}'``.
+
+    Parameters
+    ----------
+    data_file : str, optional
+        A .jsonl file with a ``text`` field, or one document per line (an unusable line is an InputError naming the
+        file and line); None: ``data/corpus/tiny_test.jsonl``.
+    **_metadata
+        The other metadata and model_args lm-eval passes; ignored.
+
+    Returns
+    -------
+    datasets.DatasetDict
+        One split, ``test``, with one row per document and a ``text`` column.
+
+    Examples
+    --------
+    >>> corpus = load_corpus()
+    >>> corpus["test"].num_rows, corpus["test"][0]
+    (30, {'text': 'The busy teacher waited.'})
+    """
     path = Path(data_file) if data_file else DATA_DIR / "corpus" / "tiny_test.jsonl"
     return datasets.DatasetDict({"test": datasets.Dataset.from_dict({TEXT_FIELD: read_texts(path)})})
 
 
 def doc_to_target(doc: dict) -> str:
-    """The document text scored by loglikelihood_rolling."""
+    """The document text scored by loglikelihood_rolling.
+
+    Parameters
+    ----------
+    doc : dict
+        A row of the task's dataset, with a ``text`` field.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> doc_to_target({"text": "the cat sat"})
+    'the cat sat'
+    """
     return doc[TEXT_FIELD]
 
 
 def process_results(doc: dict, results: list) -> dict:
     """``process_results`` of every perplexity task: the items of every metric, all from the backend's estimate of
-    this very document."""
+    this very document (``document_items``).
+
+    Parameters
+    ----------
+    doc : dict
+        A row of the task's dataset, with a ``text`` field.
+    results : list
+        What ``loglikelihood_rolling`` returned for it: ``[log p̂]``, a float.
+
+    Returns
+    -------
+    dict
+        The item of every metric by name (``document_items``).
+
+    Raises
+    ------
+    NoEstimateError
+        The current ``EstimateExchange`` has no estimate of the document giving that log p̂.
+
+    Examples
+    --------
+    >>> from lm_latent_eval.estimators import EstimatorSettings, resolve
+    >>> from lm_latent_eval.models import load_model
+    >>> hmm, _ = load_model("hmm")
+    >>> run = resolve(EstimatorSettings("exact"), hmm)
+    >>> exact = run.estimate("the cat sat")
+    >>> EstimateExchange.begin(run.settings).put_documents({"the cat sat": exact})
+    >>> items = process_results({"text": "the cat sat"}, [exact.log_likelihood])
+    >>> items["perplexity"]["num_tokens"], items["perplexity_stderr"]["same_as"], items["word_perplexity"][1]
+    (3, 'perplexity', 3)
+    """
     text = doc_to_target(doc)
     (log_likelihood,) = results
     return document_items(text, log_likelihood, ConfigurableTask.count_words(text))
 
 
 def document_items(text: str, log_likelihood: float, num_words: int) -> dict:
-    """Per-document items of every metric of the task (``num_words``: lm-eval's whitespace word count, 0 for a
-    document without tokens or words: lm-eval counts "" as one word and "   " as two, which would divide its log p =
-    0.0 into ``word_perplexity`` while ``perplexity`` rightly leaves the document out; a model that scores whitespace
-    keeps its log p in the numerator, over no word)."""
+    """Per-document items of every metric of the task, from the current exchange's estimate of ``text``.
+
+    Parameters
+    ----------
+    text : str
+        The document.
+    log_likelihood : float
+        The log p̂ lm-eval handed to the task (checked against the exchange's estimate).
+    num_words : int
+        lm-eval's whitespace word count; 0 is kept for a document without tokens or words (lm-eval counts "" as one
+        word and "   " as two, which would divide its log p = 0.0 into ``word_perplexity`` while ``perplexity``
+        rightly leaves the document out; a model that scores whitespace keeps its log p in the numerator, over no
+        word).
+
+    Returns
+    -------
+    dict
+        ``perplexity``: the whole estimate (``DocumentEstimate.to_json`` less the text, with its ``key`` and
+        ``num_words``); the other perplexity metrics: a reference to it (``EstimateExchange.reference``);
+        ``word_perplexity``: (log p̂, words); the family's ``diagnostic_items``; and, for a model with an unknown-word
+        penalty, ``ppl_*`` and ``upp_*``.
+
+    Examples
+    --------
+    >>> from lm_latent_eval.estimators import EstimatorSettings, ExactEstimate
+    >>> EstimateExchange.begin(EstimatorSettings("exact")).put_documents({"a b": ExactEstimate("a b", 2, -4.0)})
+    >>> items = document_items("a b", -4.0, 2)
+    >>> items["perplexity"]["log_likelihood"], items["instance_perplexity"]["same_as"], items["word_perplexity"]
+    (-4.0, 'perplexity', (-4.0, 2))
+    """
     exchange = EstimateExchange.current()
     est = exchange.document(text, log_likelihood)
     num_words = num_words if est.num_tokens > 0 and text.split() else 0
@@ -108,7 +198,32 @@ def _corpus(items) -> CorpusEstimate:
 
 def perplexity(items) -> float:
     """The perplexity to quote: bias-corrected where a two-sided interval is honest, else the instance level. Also
-    logs why other rows of lm-eval's table repeat a number (``repeated_rows``), once per task."""
+    logs why other rows of lm-eval's table repeat a number (``repeated_rows``), once per task.
+
+    Parameters
+    ----------
+    items : list of dict
+        The ``perplexity`` items of the task's documents (``process_results``).
+
+    Returns
+    -------
+    float
+        The corpus perplexity under the run's policy (``CorpusEstimate.perplexity``).
+
+    Examples
+    --------
+    Every aggregation of a task's items; two exact estimates, log p = −6 over 3 tokens (the other metrics' items
+    are references to these, and aggregate alike):
+
+    >>> from lm_latent_eval.estimators import EstimatorSettings, ExactEstimate
+    >>> docs = {"a b": ExactEstimate("a b", 2, -4.0), "c": ExactEstimate("c", 1, -2.0)}
+    >>> EstimateExchange.begin(EstimatorSettings("exact")).put_documents(docs)
+    >>> items = [process_results({"text": t}, [e.log_likelihood])["perplexity"] for t, e in docs.items()]
+    >>> round(perplexity(items), 6), round(instance_perplexity(items), 6), round(corpus_perplexity(items), 6)
+    (7.389056, 7.389056, 7.389056)
+    >>> perplexity_stderr(items), perplexity_upper_bound(items) == perplexity(items), perplexity_sampling_se(items)
+    (0.0, True, 0.0)
+    """
     for note in repeated_rows(items):
         logger.info("%s", note)
     return _corpus(items).perplexity
@@ -159,33 +274,118 @@ def perplexity_stderr(items) -> float | str:
     its normal quantile (1.96 at 95%), so that perplexity ± 1.96 · Stderr is the honest interval
     (``CorpusEstimate.interval_stderr``); for a bound reported with its own error (``estimator=elbo``) that error,
     ``CorpusEstimate.monte_carlo_stderr``, the ELBO's and no interval on the true perplexity (``repeated_rows``
-    says so); "N/A" where no two-sided interval is honest (the certified ``perplexity_upper_bound`` still holds)."""
+    says so); "N/A" where no two-sided interval is honest (the certified ``perplexity_upper_bound`` still holds).
+
+    Parameters
+    ----------
+    items : list of dict
+        This metric's items of the task's documents (``process_results``: references to the ``perplexity`` items).
+
+    Returns
+    -------
+    float or str
+        The Stderr in perplexity units, or "N/A".
+
+    Examples
+    --------
+    With 50 importance samples per document the bundled HMM's weights are too few for an honest interval; the
+    certified bound still holds:
+
+    >>> from lm_latent_eval.estimators import EstimatorSettings, resolve
+    >>> from lm_latent_eval.models import load_model
+    >>> hmm, _ = load_model("hmm")
+    >>> run = resolve(EstimatorSettings("is", num_samples=50, seed=1), hmm)
+    >>> docs = {t: run.estimate(t) for t in ("the cat sat", "a dog ran", "the dog sat on the mat")}
+    >>> EstimateExchange.begin(run.settings).put_documents(docs)
+    >>> items = [process_results({"text": t}, [e.log_likelihood])["perplexity"] for t, e in docs.items()]
+    >>> perplexity_stderr(items), perplexity_upper_bound(items) > perplexity(items)
+    ('N/A', True)
+    """
     value, kind = _corpus(items).reported_stderr
     return "N/A" if kind is None else value
 
 
 def perplexity_upper_bound(items) -> float:
     """Certified: the true perplexity exceeds this with probability at most 1 − level (5% at the default 95%;
-    Markov's inequality)."""
+    Markov's inequality).
+
+    Parameters
+    ----------
+    items : list of dict
+        This metric's items of the task's documents (``process_results``).
+
+    Returns
+    -------
+    float
+        The bound (the perplexity itself for exact estimates).
+
+    See Also
+    --------
+    perplexity_stderr : its example computes this aggregation too.
+    """
     return _corpus(items).perplexity_upper_bound
 
 
 def perplexity_sampling_se(items) -> float | str:
     """Standard error of ``perplexity`` over documents drawn at random (what lm-eval's hf users compare with); "N/A"
-    where it cannot be estimated (fewer than two documents with tokens), as the table's other undefined cells."""
+    where it cannot be estimated (fewer than two documents with tokens), as the table's other undefined cells.
+
+    Parameters
+    ----------
+    items : list of dict
+        This metric's items of the task's documents (``process_results``).
+
+    Returns
+    -------
+    float or str
+        The standard error in perplexity units, or "N/A".
+
+    See Also
+    --------
+    perplexity : its example computes this aggregation too.
+    """
     se = _corpus(items).sampling_stderr
     return "N/A" if math.isnan(se) else se
 
 
 def instance_perplexity(items) -> float:
-    """Instance-level PPL = exp(−Σ_n log p̂(x_n) / Σ_n T_n) (Logan et al. 2020, Eq. 5)."""
+    """Instance-level PPL = exp(−Σ_n log p̂(x_n) / Σ_n T_n) (Logan et al. 2020, Eq. 5).
+
+    Parameters
+    ----------
+    items : list of dict
+        This metric's items of the task's documents (``process_results``).
+
+    Returns
+    -------
+    float
+
+    See Also
+    --------
+    perplexity : its example computes this aggregation too.
+    """
     return _corpus(items).instance_perplexity
 
 
 def corpus_perplexity(items) -> float | str:
     """Corpus-level PPL (Eq. 6): sample k (IS) or run r (SMC) of every document forms one corpus sample; for exact and
     beam estimates the instance level; "N/A" where documents were drawn with different samples (a precision target),
-    since no joint corpus sample exists then."""
+    since no joint corpus sample exists then.
+
+    Parameters
+    ----------
+    items : list of dict
+        This metric's items of the task's documents (``process_results``).
+
+    Returns
+    -------
+    float or str
+        The perplexity, or "N/A".
+
+    See Also
+    --------
+    perplexity : its example computes this aggregation too.
+    """
     corpus = _corpus(items)
     if corpus.corpus_perplexity is not None:
         return corpus.corpus_perplexity
@@ -198,21 +398,72 @@ def _informative(items) -> list[float]:
 
 def mean_over_documents(items) -> float:
     """Mean over documents of a per-document diagnostic: ESS = (Σ_k w_k)² / Σ_k w_k², SMC's resampling steps, or
-    0/1 flags (the share of documents whose Pareto k̂ is at or above its threshold, or undefined)."""
+    0/1 flags (the share of documents whose Pareto k̂ is at or above its threshold, or undefined).
+
+    Parameters
+    ----------
+    items : list of float or None
+        One value per document (``DocumentEstimate.diagnostic_items``); None and NaN are left out.
+
+    Returns
+    -------
+    float
+        The mean, NaN without a value.
+
+    Examples
+    --------
+    >>> mean_over_documents([1.0, None, 3.0, math.nan])
+    2.0
+    """
     values = _informative(items)
     return sum(values) / len(values) if values else math.nan
 
 
 def min_over_documents(items) -> float:
-    """Smallest per-document value of a diagnostic such as ESS."""
+    """Smallest per-document value of a diagnostic such as ESS.
+
+    Parameters
+    ----------
+    items : list of float or None
+        One value per document; None and NaN are left out.
+
+    Returns
+    -------
+    float
+        The least value, NaN without a value.
+
+    Examples
+    --------
+    >>> min_over_documents([4.0, None, 2.5]), min_over_documents([None])
+    (2.5, nan)
+    """
     values = _informative(items)
     return min(values) if values else math.nan
 
 
 def completion_items(doc: dict, results: list) -> dict:
-    """A completion task's item for one document (fields ``context`` and ``continuation``): (log p̂(continuation |
-    context), the continuation's model tokens), aggregated by lm-eval's ``weighted_perplexity`` into
-    exp(−Σ log p̂ / Σ tokens)."""
+    """A completion task's item for one document, aggregated by lm-eval's ``weighted_perplexity`` into
+    exp(−Σ log p̂ / Σ tokens).
+
+    Parameters
+    ----------
+    doc : dict
+        A row of the task's dataset, with fields ``context`` and ``continuation``.
+    results : list
+        What ``loglikelihood`` returned for it: ``[(log p̂(continuation | context), is_greedy)]``.
+
+    Returns
+    -------
+    dict
+        ``completion_perplexity``: (log p̂, the continuation's model tokens as the backend counted them).
+
+    Examples
+    --------
+    >>> from lm_latent_eval.harness.exchange import Conditional
+    >>> EstimateExchange.begin().put_conditionals({("the cat", " sat"): Conditional(-2.5, 1)})
+    >>> completion_items({"context": "the cat", "continuation": " sat"}, [(-2.5, False)])
+    {'completion_perplexity': (-2.5, 1)}
+    """
     ((log_likelihood, _),) = results
     tokens = EstimateExchange.current().continuation_tokens(
         doc["context"], doc["continuation"], log_likelihood

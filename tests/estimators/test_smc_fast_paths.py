@@ -24,9 +24,9 @@ import pytest
 import torch
 
 from lm_latent_eval import tensors
+from lm_latent_eval.estimators.resampling import runs_log_ess
 from lm_latent_eval.estimators.smc import (
     _check_increment,
-    _runs_log_ess,
     smc_log_weights,
     systematic_resample,
 )
@@ -225,7 +225,7 @@ def test_increment_check_and_run_ess_on_the_fast_path():
         with pytest.raises(ValueError, match="NaN or \\+inf"):
             _check_increment(torch.tensor([0.0, bad, -1.0], dtype=torch.float64), 3, 0, "doc")
     log_w = torch.tensor([-math.inf, -math.inf, 0.0, 0.0], dtype=torch.float64)
-    assert _runs_log_ess(log_w, [2, 2]) == [-math.inf, pytest.approx(math.log(2.0))]
+    assert runs_log_ess(log_w, [2, 2]) == [-math.inf, pytest.approx(math.log(2.0))]
 
 
 def test_systematic_resampling_of_several_runs_is_each_run_alone():
