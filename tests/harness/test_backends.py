@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tomllib
+import torch
 from scipy.special import logsumexp
 
 lm_eval = pytest.importorskip("lm_eval")
@@ -429,7 +430,12 @@ def test_cli_results_record_model_checkpoint_and_estimator(cli_run):
     assert config["model"] == "latent_hmm"
     assert config["latent_model"] == "lm_latent_eval.models.hmm:HMMLanguageModel"
     assert config["checkpoint_sha256"] == checkpoint_hash(default_checkpoint("hmm"))
-    assert config["estimator_settings"] == recorded_settings(EstimatorSettings("is", num_samples=32, seed=5))
+    # lm-eval's default device (cuda:0) runs on the GPU where there is one: the record is of the device that ran
+    ran_on = config["model_device"]
+    assert config["device_type"] == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert config["estimator_settings"] == recorded_settings(
+        EstimatorSettings("is", num_samples=32, seed=5), ran_on
+    )
     metrics = results["results"]["latent_ppl_tiny"]
     for name in (
         "word_perplexity",
@@ -488,9 +494,11 @@ def test_cli_metrics_are_recomputable_from_the_saved_log_weights(cli_run):
 
 
 def test_cli_weights_are_reproducible_in_process(cli_run):
-    """The subprocess's samples equal an in-process estimate with the same (seed, document): no hidden state."""
-    _, samples = cli_run
-    lm = LatentHMMEval(estimator="is", num_samples=32, seed=5, device="cpu")
+    """The subprocess's samples equal an in-process estimate with the same (seed, document) on the device the run used
+    (lm-eval's default, cuda:0, is the GPU where there is one; random streams differ between devices): no hidden
+    state."""
+    results, samples = cli_run
+    lm = LatentHMMEval(estimator="is", num_samples=32, seed=5, device=results["config"]["model_device"])
     for s in samples[:5]:
         est = estimate_document(lm.model, s["doc"]["text"], lm.settings)
         assert np.array_equal(est.log_weights, np.array(s["perplexity"]["log_weights"]))
