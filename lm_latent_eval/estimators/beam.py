@@ -12,18 +12,26 @@ from .base import DocumentEstimate, Estimator
 from .intervals import DocumentError, Interval
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
 
-BEAM_NOT_AN_ESTIMATE = "a beam sum is a lower bound, not an estimate"
-
 
 class BeamEstimate(DocumentEstimate):
-    """A beam sum: a strict lower bound on log p(x), with no Monte Carlo error and no error estimate."""
+    """A beam sum: a strict lower bound on log p(x), with no Monte Carlo error and no error estimate (any sum of
+    p(x, z) over chosen configurations is one: ``canonical``'s record is this one's subclass)."""
 
     estimator: ClassVar[str] = "beam"
+    # why the sum has no error a statement could use
+    not_an_estimate: ClassVar[str] = "a beam sum is a lower bound, not an estimate"
 
     def error(self, policy: UncertaintyPolicy = DEFAULT_POLICY) -> DocumentError:
         if self.num_tokens == 0:
             return DocumentError(self.log_likelihood, 0.0, math.inf)
-        return DocumentError(self.log_likelihood, math.nan, 0.0, BEAM_NOT_AN_ESTIMATE)
+        return DocumentError(self.log_likelihood, math.nan, 0.0, self.not_an_estimate)
+
+
+def certain_lower_bound(log_likelihood: float, level: float, what: str) -> Interval:
+    """The statement of a sum of p(x, z) over chosen configurations: Σ ≤ S with certainty, one-sided (the perplexity
+    is at most the figure); ``what`` names the sum."""
+    reason = f"{what} is a lower bound on S with certainty (the perplexity is at most its figure)"
+    return Interval(log_likelihood, math.inf, math.nan, math.nan, math.nan, math.nan, level, reason)
 
 
 class BeamBound(Estimator):
@@ -52,8 +60,7 @@ class BeamBound(Estimator):
 
     def fixed_statement(self, log_likelihood: float, level: float) -> Interval:
         """Σ beam ≤ S with certainty: one-sided, the perplexity is at most the beam figure."""
-        reason = "a beam sum is a lower bound on S with certainty (the perplexity is at most the beam figure)"
-        return Interval(log_likelihood, math.inf, math.nan, math.nan, math.nan, math.nan, level, reason)
+        return certain_lower_bound(log_likelihood, level, "a beam sum")
 
 
 BEAM = BeamBound()

@@ -13,26 +13,22 @@ with ``is_greedy``), ``canonical_conditionals(pairs)``.
 
 from __future__ import annotations
 
-import math
 from typing import ClassVar
 
 from ..protocol import has_canonical_scoring
-from .base import DocumentEstimate, Estimator
-from .intervals import DocumentError, Interval
-from .policy import DEFAULT_POLICY, UncertaintyPolicy
-
-CANONICAL_NOT_AN_ESTIMATE = "the canonical configuration's probability is a lower bound, not an estimate"
+from .base import Estimator
+from .beam import BeamEstimate, certain_lower_bound
+from .intervals import Interval
 
 
-class CanonicalEstimate(DocumentEstimate):
-    """log p(x, z*) of the canonical configuration: a lower bound on log p(x) with certainty, no error estimate."""
+class CanonicalEstimate(BeamEstimate):
+    """log p(x, z*) of the canonical configuration: a lower bound on log p(x) with certainty, no error estimate (a
+    beam of one chosen configuration)."""
 
     estimator: ClassVar[str] = "canonical"
-
-    def error(self, policy: UncertaintyPolicy = DEFAULT_POLICY) -> DocumentError:
-        if self.num_tokens == 0:
-            return DocumentError(self.log_likelihood, 0.0, math.inf)
-        return DocumentError(self.log_likelihood, math.nan, 0.0, CANONICAL_NOT_AN_ESTIMATE)
+    not_an_estimate: ClassVar[str] = (
+        "the canonical configuration's probability is a lower bound, not an estimate"
+    )
 
 
 class CanonicalConfiguration(Estimator):
@@ -72,8 +68,7 @@ class CanonicalConfiguration(Estimator):
 
     def fixed_statement(self, log_likelihood: float, level: float) -> Interval:
         """Σ log p(x, z*) ≤ S with certainty: one-sided, the perplexity is at most the canonical figure."""
-        reason = "the canonical configuration's probability is a lower bound on S with certainty"
-        return Interval(log_likelihood, math.inf, math.nan, math.nan, math.nan, math.nan, level, reason)
+        return certain_lower_bound(log_likelihood, level, "the canonical configuration's probability")
 
 
 CANONICAL = CanonicalConfiguration()
