@@ -114,6 +114,19 @@ def seeded_rng(seed: int) -> random.Random:
     return random.Random(seed)
 
 
+def equal_length_batches(items: list, length: Callable[[object], int], batch_size: int) -> list[list]:
+    """``items`` grouped by ``length(item)``, shortest first (in their order within a group), in batches of at most
+    ``batch_size``: batches without padding."""
+    by_length: dict[int, list] = {}
+    for item in items:
+        by_length.setdefault(length(item), []).append(item)
+    return [
+        group[s : s + batch_size]
+        for _, group in sorted(by_length.items())
+        for s in range(0, len(group), batch_size)
+    ]
+
+
 def shuffled_epoch(items: list, rng: random.Random, desc: str, progress: bool = True):
     """``items`` shuffled in place by ``rng``, behind a progress bar named ``desc`` (none unless ``progress``)."""
     rng.shuffle(items)

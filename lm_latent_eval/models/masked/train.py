@@ -24,6 +24,7 @@ from ..training import (
     TrainingSettings,
     add_trainer_arguments,
     config_from_args,
+    equal_length_batches,
     evaluation,
     finish_training,
     fit_epochs,
@@ -56,12 +57,8 @@ class TrainConfig(TrainingSettings):
 
 def length_batches(data: list[torch.Tensor], batch_size: int) -> list[torch.Tensor]:
     """Non-empty texts grouped by length, stacked in batches of at most ``batch_size``: LongTensor [B, T] each."""
-    by_length: dict[int, list[torch.Tensor]] = {}
-    for x in data:
-        if x.numel():
-            by_length.setdefault(x.numel(), []).append(x)
-    return [torch.stack(group[s : s + batch_size]) for _, group in sorted(by_length.items())
-            for s in range(0, len(group), batch_size)]  # fmt: skip
+    texts = [x for x in data if x.numel()]
+    return [torch.stack(batch) for batch in equal_length_batches(texts, torch.Tensor.numel, batch_size)]
 
 
 def diffusion_loss(model: MaskedDiffusionLM, ids: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

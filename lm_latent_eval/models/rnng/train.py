@@ -25,6 +25,7 @@ from ..training import (
     WordVocabularySettings,
     add_trainer_arguments,
     config_from_args,
+    equal_length_batches,
     evaluation,
     final_is_record,
     finish_training,
@@ -71,14 +72,7 @@ def prepare(sentences: list[Sentence], model: RNNG) -> list[tuple[str, torch.Ten
 
 def _batches(data: list, batch_size: int) -> list[list]:
     """Sentences grouped by length (no padding), in batches of at most ``batch_size``."""
-    by_length: dict[int, list] = {}
-    for item in data:
-        by_length.setdefault(item[1].numel(), []).append(item)
-    return [
-        group[s : s + batch_size]
-        for _, group in sorted(by_length.items())
-        for s in range(0, len(group), batch_size)
-    ]
+    return equal_length_batches(data, lambda item: item[1].numel(), batch_size)
 
 
 def batch_log_probs(
