@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import functools
 import importlib
+import inspect
 import json
 import math
 import random
@@ -63,17 +64,13 @@ class WordVocabularySettings:
 
 @dataclass
 class AWDLSTMTraining:
-    """The dropout rates an AWD-LSTM model (KGLM, EntityNLM) is trained with: ``dropout_rates()`` are the model's
-    keywords (``kglm.awd_lstm.AWDLSTMDropouts`` names them)."""
+    """The dropout rates an AWD-LSTM model (KGLM, EntityNLM) is trained with, named as its constructor (and
+    ``kglm.awd_lstm.AWDLSTMDropouts``) names them."""
 
     dropout: float = 0.1
     dropouti: float = 0.1
     dropoute: float = 0.0
     wdrop: float = 0.1
-
-    def dropout_rates(self) -> dict[str, float]:
-        """``dropout``, ``dropouti``, ``dropoute``, ``wdrop``: keyword arguments of the model's constructor."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(AWDLSTMTraining)}
 
 
 @dataclass
@@ -82,6 +79,13 @@ class ImportanceValidation:
 
     # IS particles of the model's proposal per validation document for the final perplexity estimate (0: skip)
     valid_samples: int = 32
+
+
+def model_arguments(config, model_cls) -> dict:
+    """The settings of ``config`` named as parameters of ``model_cls``'s constructor (the model's sizes, rates and
+    preprocessing), as its keyword arguments: a ``TrainConfig`` field takes the name of the parameter it sets."""
+    parameters = inspect.signature(model_cls.__init__).parameters
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name in parameters}
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, config_cls) -> None:
@@ -263,17 +267,16 @@ def finish_training(best: BestParameters, config, output_dir, final=None) -> tup
 
 
 def training_data(
-    args: argparse.Namespace, read, synthetic, num_valid: int, command: str
+    args: argparse.Namespace, read, synthetic, num_valid: int, model: str, metavar: str
 ) -> tuple[list, list]:
-    """(train, valid) of a trainer's command line: with --synthetic, the items ``synthetic()`` makes, the first
-    ``num_valid`` of them to validate on; else ``read(--train)`` and ``read(--valid)`` (none without --valid);
-    ``command``: "<model> --train METAVAR", named by the SystemExit when neither is given."""
+    """(train, valid) of ``lm-latent-eval train <model>``: with --synthetic, the items ``synthetic()`` makes, the
+    first ``num_valid`` of them to validate on; else ``read(--train)`` and ``read(--valid)`` (none without --valid);
+    a SystemExit asking for ``--train <metavar>`` where neither is given."""
     if args.synthetic:
         items = synthetic()
         return items[num_valid:], items[:num_valid]
     if not args.train:
-        model, usage = command.split(" ", 1)
-        raise SystemExit(f"lm-latent-eval train {model}: {usage} (or --synthetic) is required")
+        raise SystemExit(f"lm-latent-eval train {model}: --train {metavar} (or --synthetic) is required")
     return read(args.train), (read(args.valid) if args.valid else [])
 
 

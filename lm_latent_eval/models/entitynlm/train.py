@@ -30,6 +30,7 @@ from ..training import (
     finish_training,
     fit_epochs,
     gold_numbers,
+    model_arguments,
     prefixed,
     seeded_rng,
     train_and_report,
@@ -144,16 +145,7 @@ def train_entitynlm(
         config.min_count,
         config.max_vocab,
     )
-    model = EntityNLM(
-        vocab,
-        dim=config.dim,
-        hidden_size=config.hidden_size,
-        num_layers=config.num_layers,
-        max_entities=config.max_entities,
-        max_mention_length=config.max_mention_length,
-        lowercase=config.lowercase,
-        **config.dropout_rates(),
-    )
+    model = EntityNLM(vocab, **model_arguments(config, EntityNLM))
     train_data = prepare(train_docs, model, "train")
     valid_data = prepare(valid_docs, model, "valid") if valid_docs else []
     history: list[dict] = []
@@ -209,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
         lambda path: list(read_coref_jsonl(path)),
         lambda: generate_corpus(seed=config.seed),
         30,
-        "entitynlm --train JSONL",
+        "entitynlm",
+        "JSONL",
     )
     return train_and_report(train_entitynlm, args, train_docs, valid_docs, config)

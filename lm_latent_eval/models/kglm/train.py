@@ -32,6 +32,7 @@ from ..training import (
     finish_training,
     fit_epochs,
     gold_numbers,
+    model_arguments,
     prefixed,
     seeded_rng,
     train_and_report,
@@ -114,20 +115,7 @@ def train_kglm(
         raise InputError("train_kglm: no training articles")
     rng = seeded_rng(config.seed)
     vocab = build_vocabulary([d.tokens for d in train_docs], config.min_count, config.max_vocab)
-    model = KGLM(
-        vocab,
-        graph,
-        token_dim=config.token_dim,
-        entity_dim=config.entity_dim,
-        hidden_size=config.hidden_size,
-        num_layers=config.num_layers,
-        cutoff=config.cutoff,
-        chunk_size=config.chunk_size,
-        proposal_hidden_size=config.proposal_hidden_size,
-        proposal_nopeek_heads=config.proposal_nopeek_heads,
-        proposal_alias_features=config.proposal_alias_features,
-        **config.dropout_rates(),
-    )
+    model = KGLM(vocab, graph, **model_arguments(config, KGLM))
     train_data = _prepare(train_docs, model, "train")
     valid_data = _prepare(valid_docs, model, "valid") if valid_docs else []
     history: list[dict] = []

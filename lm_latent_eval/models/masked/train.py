@@ -28,6 +28,7 @@ from ..training import (
     evaluation,
     finish_training,
     fit_epochs,
+    model_arguments,
     prefixed,
     seeded_rng,
     train_and_report,
@@ -94,8 +95,7 @@ def exact_perplexity(model: MaskedDiffusionLM, data: list[torch.Tensor], max_tok
 def build_model(sentences: list[str], config: TrainConfig) -> MaskedDiffusionLM:
     """A fresh model over the words seen ≥ ``min_count`` times (``<unk>``, ``<mask>`` first)."""
     vocab = build_word_list((split_words(s) for s in sentences), (UNK, MASK), config.min_count)
-    return MaskedDiffusionLM(vocab, config.d_model, config.num_layers, config.num_heads, config.max_length,
-                             config.dropout)  # fmt: skip
+    return MaskedDiffusionLM(vocab, **model_arguments(config, MaskedDiffusionLM))
 
 
 def train_masked(

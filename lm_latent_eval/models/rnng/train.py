@@ -30,6 +30,7 @@ from ..training import (
     final_is_record,
     finish_training,
     fit_epochs,
+    model_arguments,
     seeded_rng,
     train_and_report,
     training_data,
@@ -115,17 +116,7 @@ def train_rnng(
         config.min_count,
         config.max_vocab,
     )
-    model = RNNG(
-        vocab,
-        dim=config.dim,
-        hidden_size=config.hidden_size,
-        num_layers=config.num_layers,
-        count_eos=config.count_eos,
-        lowercase=config.lowercase,
-        tie_weights=config.dim == config.hidden_size,
-        dropout=config.dropout,
-        proposal_hidden_size=config.proposal_hidden_size,
-    )
+    model = RNNG(vocab, tie_weights=config.dim == config.hidden_size, **model_arguments(config, RNNG))
     train_data, valid_data = prepare(train, model), prepare(valid, model)
 
     def step(batch: list) -> tuple:
@@ -197,7 +188,5 @@ def run(args: argparse.Namespace) -> int:
             for i, t in enumerate(trees)
         ]
 
-    train, valid = training_data(
-        args, lambda path: read_split(path, config), synthetic, 100, "rnng --train TREES"
-    )
+    train, valid = training_data(args, lambda path: read_split(path, config), synthetic, 100, "rnng", "TREES")
     return train_and_report(train_rnng, args, train, valid, config)
