@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib
+import inspect
 import json
 import math
 import random
 import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -36,6 +41,53 @@ def run(args: argparse.Namespace) -> int:
 
 
 # --- shared by the trainers ----------------------------------------------------------------------------------------
+@dataclass
+class TrainingSettings:
+    """The optimization settings of every gradient trainer: ``epochs`` passes over the training data, learning rate
+    ``lr`` (each trainer's ``TrainConfig`` extends this class and gives both their defaults), gradient norms clipped
+    to ``grad_clip``, ``seed`` for the initial weights, dropout and the order of the batches (``seeded_rng``)."""
+
+    epochs: int
+    lr: float
+    grad_clip: float = 1.0
+    seed: int = 0
+
+
+@dataclass
+class WordVocabularySettings:
+    """The word vocabulary a trainer builds from its training texts (KGLM, EntityNLM, RNNG: ``build_vocabulary``):
+    the words seen ``min_count`` times or more, at most ``max_vocab`` words (None: no limit)."""
+
+    min_count: int = 1
+    max_vocab: int | None = None
+
+
+@dataclass
+class AWDLSTMTraining:
+    """The dropout rates an AWD-LSTM model (KGLM, EntityNLM) is trained with, named as its constructor (and
+    ``kglm.awd_lstm.AWDLSTMDropouts``) names them."""
+
+    dropout: float = 0.1
+    dropouti: float = 0.1
+    dropoute: float = 0.0
+    wdrop: float = 0.1
+
+
+@dataclass
+class ImportanceValidation:
+    """A trainer that ends with an importance-sampling estimate of the validation perplexity (``final_is_record``)."""
+
+    # IS particles of the model's proposal per validation document for the final perplexity estimate (0: skip)
+    valid_samples: int = 32
+
+
+def model_arguments(config, model_cls) -> dict:
+    """The settings of ``config`` named as parameters of ``model_cls``'s constructor (the model's sizes, rates and
+    preprocessing), as its keyword arguments: a ``TrainConfig`` field takes the name of the parameter it sets."""
+    parameters = inspect.signature(model_cls.__init__).parameters
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name in parameters}
+
+
 def add_config_arguments(parser: argparse.ArgumentParser, config_cls) -> None:
     """One ``--field-name`` flag per field of a dataclass of training settings (booleans as --x / --no-x)."""
     for name, value in dataclasses.asdict(config_cls()).items():
@@ -66,10 +118,40 @@ def seeded_rng(seed: int) -> random.Random:
     return random.Random(seed)
 
 
+def equal_length_batches(items: list, length: Callable[[object], int], batch_size: int) -> list[list]:
+    """``items`` grouped by ``length(item)``, shortest first (in their order within a group), in batches of at most
+    ``batch_size``: batches without padding."""
+    by_length: dict[int, list] = {}
+    for item in items:
+        by_length.setdefault(length(item), []).append(item)
+    return [
+        group[s : s + batch_size]
+        for _, group in sorted(by_length.items())
+        for s in range(0, len(group), batch_size)
+    ]
+
+
 def shuffled_epoch(items: list, rng: random.Random, desc: str, progress: bool = True):
     """``items`` shuffled in place by ``rng``, behind a progress bar named ``desc`` (none unless ``progress``)."""
     rng.shuffle(items)
     return tqdm(items, desc=desc, disable=not progress, leave=False)
+
+
+def evaluation(fn):
+    """Decorates a validation function ``fn(model, ...)``: it runs under ``torch.no_grad()`` with the model in eval
+    mode (no dropout), and the model's mode is restored after."""
+
+    @functools.wraps(fn)
+    def evaluate(model, *args, **kwargs):
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                return fn(model, *args, **kwargs)
+        finally:
+            model.train(was_training)
+
+    return evaluate
 
 
 def gradient_step(optimizer, loss, model, grad_clip: float) -> None:
@@ -79,6 +161,75 @@ def gradient_step(optimizer, loss, model, grad_clip: float) -> None:
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     optimizer.step()
+
+
+def fit_epochs(
+    model,
+    optimizer,
+    history: list[dict],
+    step: Callable[[object], tuple[torch.Tensor, list[float]]],
+    numbers: Callable[[list[float]], dict],
+    *,
+    batches: Callable[[], list],
+    rng: random.Random,
+    epochs: int,
+    grad_clip: float,
+    validate: Callable[[], dict] | None = None,
+    score: str | Callable[[dict], float],
+    postfix: Callable[[list[float]], dict] | None = None,
+    stage: str | None = None,
+    progress: bool = True,
+) -> BestParameters:
+    """The epochs of a gradient trainer. Each epoch puts the model in train mode and shuffles ``batches()`` with
+    ``rng``; per batch, ``step(batch)`` returns (the loss, numbers to total over the epoch) and ``gradient_step``
+    descends the loss; the epoch's record is {"stage" (where given), "epoch", **``numbers(totals)``, "seconds"} with
+    ``validate()``'s numbers as ``valid_*`` (where given), kept in ``history`` by a ``BestParameters``, which the
+    record's ``score`` ranks (a callable, or a name: ``valid_<name>``, else ``train_<name>``) and which is returned
+    (``restore`` loads the best epoch's parameters). ``postfix(totals)``: the progress bar's running numbers."""
+    rank = score if callable(score) else lambda record: record.get(f"valid_{score}", record[f"train_{score}"])
+    best = BestParameters(model, history, progress)
+    head = {} if stage is None else {"stage": stage}
+    for epoch in range(1, epochs + 1):
+        model.train()
+        desc = " ".join(filter(None, (stage, f"epoch {epoch}/{epochs}")))
+        bar = shuffled_epoch(batches(), rng, desc, progress)
+        totals, start = None, time.time()
+        for batch in bar:
+            loss, sums = step(batch)
+            gradient_step(optimizer, loss, model, grad_clip)
+            totals = [t + s for t, s in zip(totals or [0.0] * len(sums), sums)]
+            if postfix is not None:
+                bar.set_postfix(postfix(totals))
+        record = {**head, "epoch": epoch, **numbers(totals), "seconds": round(time.time() - start, 2)}
+        if validate is not None:
+            record.update(prefixed("valid_", validate()))
+        best.epoch_done(record, rank(record))
+    return best
+
+
+def final_is_record(model, valid_samples: int, documents: list, gold: Callable[[], dict]):
+    """The ``final`` of ``finish_training`` for a model with a proposal: the validation perplexity estimated by
+    ``importance_sampled_ppl`` over the (name, x) ``documents`` (``valid_samples`` samples each) and ``gold()``'s
+    numbers, as ``valid_*``; None (no final record) where there are no documents or ``valid_samples`` is 0."""
+    if valid_samples <= 0 or not documents:
+        return None
+
+    def final() -> dict:
+        is_ppl = importance_sampled_ppl(model, documents, valid_samples)
+        return {"valid_is_ppl": is_ppl, "valid_samples": valid_samples, **prefixed("valid_", gold())}
+
+    return final
+
+
+def gold_numbers(joint: float, peek: float, nopeek: float, tokens: float) -> dict:
+    """Per-token numbers of a model with a proposal on gold latents, from the sums Σ log p(x, z_gold) (``joint``),
+    Σ log q(z_gold | x) with and without peeking, over ``tokens`` tokens: the joint perplexity (an upper bound on the
+    perplexity) and q's negative log-likelihoods."""
+    return {
+        "joint_ppl": math.exp(-joint / tokens),
+        "q_nll_peek": -peek / tokens,
+        "q_nll_nopeek": -nopeek / tokens,
+    }
 
 
 def prefixed(prefix: str, numbers: dict) -> dict:
@@ -113,6 +264,27 @@ def finish_training(best: BestParameters, config, output_dir, final=None) -> tup
     if output_dir is not None:
         save_checkpoint(best.model, output_dir, config, best.history)
     return best.model, best.history
+
+
+def training_data(
+    args: argparse.Namespace, read, synthetic, num_valid: int, model: str, metavar: str
+) -> tuple[list, list]:
+    """(train, valid) of ``lm-latent-eval train <model>``: with --synthetic, the items ``synthetic()`` makes, the
+    first ``num_valid`` of them to validate on; else ``read(--train)`` and ``read(--valid)`` (none without --valid);
+    a SystemExit asking for ``--train <metavar>`` where neither is given."""
+    if args.synthetic:
+        items = synthetic()
+        return items[num_valid:], items[:num_valid]
+    if not args.train:
+        raise SystemExit(f"lm-latent-eval train {model}: --train {metavar} (or --synthetic) is required")
+    return read(args.train), (read(args.valid) if args.valid else [])
+
+
+def train_and_report(train, args: argparse.Namespace, *data) -> int:
+    """``train(*data, --output, progress=not --no-progress)`` (a trainer's ``train_*`` function), then the line of
+    ``report_training``."""
+    _, history = train(*data, args.output, progress=not args.no_progress)
+    return report_training(args.output, history)
 
 
 def report_training(output, history: list[dict]) -> int:

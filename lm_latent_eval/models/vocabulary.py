@@ -42,6 +42,13 @@ def check_word_ids(x: torch.Tensor, num_ids: int) -> None:
         raise ValueError(f"x holds ids outside [0, {num_ids}); use model.tokenize(text)")
 
 
+def check_id_range(ids: torch.Tensor, size: int, what: str) -> None:
+    """A ValueError unless every one of ``ids`` lies in [0, ``size``), naming ``what`` (token ids, states, topics)
+    and the range the ids span."""
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= size):
+        raise ValueError(f"{what} must lie in [0, {size}), got range [{int(ids.min())}, {int(ids.max())}]")
+
+
 class WordVocabulary:
     """Words ↔ ids of a whitespace-tokenized LM: id i is ``words[i]``; ``extended_words`` follow the list.
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,16 +19,22 @@ import torch
 
 from ...errors import InputError
 from ..training import (
-    BestParameters,
+    AWDLSTMTraining,
+    ImportanceValidation,
+    TrainingSettings,
+    WordVocabularySettings,
     add_trainer_arguments,
     config_from_args,
+    evaluation,
+    final_is_record,
     finish_training,
-    gradient_step,
-    importance_sampled_ppl,
+    fit_epochs,
+    gold_numbers,
+    model_arguments,
     prefixed,
-    report_training,
     seeded_rng,
-    shuffled_epoch,
+    train_and_report,
+    training_data,
 )
 from .conll import CorefDocument, gold_latents, read_coref_jsonl
 from .latents import LATENT_KEYS
@@ -38,29 +43,19 @@ from .synthetic import generate_corpus
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(ImportanceValidation, AWDLSTMTraining, WordVocabularySettings, TrainingSettings):
     """Model sizes and optimization settings (defaults suit the small synthetic corpus on a CPU)."""
 
+    epochs: int = 15
+    lr: float = 5e-3
     dim: int = 32
     hidden_size: int = 64
     num_layers: int = 2
     max_entities: int = 6
     max_mention_length: int = 4
-    epochs: int = 15
-    batch_size: int = 16
-    lr: float = 5e-3
-    weight_decay: float = 1e-6
-    grad_clip: float = 1.0
-    dropout: float = 0.1
-    dropouti: float = 0.1
-    dropoute: float = 0.0
-    wdrop: float = 0.1
-    min_count: int = 1
-    max_vocab: int | None = None
     lowercase: bool = True
-    seed: int = 0
-    # IS particles per validation document for the final perplexity estimate (0: skip)
-    valid_samples: int = 32
+    batch_size: int = 16
+    weight_decay: float = 1e-6
 
 
 def _batch_tensors(model: EntityNLM, docs: list[tuple[str, torch.Tensor, dict]]) -> tuple:
@@ -118,11 +113,9 @@ def _batches(data: list, batch_size: int) -> list[list]:
     return [ordered[s : s + batch_size] for s in range(0, len(ordered), batch_size)]
 
 
-@torch.no_grad()
+@evaluation
 def evaluate_gold(model: EntityNLM, data: list, batch_size: int = 32) -> dict:
     """Validation numbers on gold z: per-token joint perplexity of p and NLL of q (peek / no peek)."""
-    was_training = model.training
-    model.eval()
     joint = peek = nopeek = 0.0
     tokens = 0
     for batch in _batches(data, batch_size):
@@ -133,13 +126,7 @@ def evaluate_gold(model: EntityNLM, data: list, batch_size: int = 32) -> dict:
             nopeek + float(qn.sum()),
             tokens + n,
         )
-    model.train(was_training)
-    tokens = max(tokens, 1)
-    return {
-        "joint_ppl": math.exp(-joint / tokens),
-        "q_nll_peek": -peek / tokens,
-        "q_nll_nopeek": -nopeek / tokens,
-    }
+    return gold_numbers(joint, peek, nopeek, max(tokens, 1))
 
 
 def train_entitynlm(
@@ -158,62 +145,40 @@ def train_entitynlm(
         config.min_count,
         config.max_vocab,
     )
-    model = EntityNLM(
-        vocab,
-        dim=config.dim,
-        hidden_size=config.hidden_size,
-        num_layers=config.num_layers,
-        max_entities=config.max_entities,
-        max_mention_length=config.max_mention_length,
-        lowercase=config.lowercase,
-        dropout=config.dropout,
-        dropouti=config.dropouti,
-        dropoute=config.dropoute,
-        wdrop=config.wdrop,
-    )
+    model = EntityNLM(vocab, **model_arguments(config, EntityNLM))
     train_data = prepare(train_docs, model, "train")
     valid_data = prepare(valid_docs, model, "valid") if valid_docs else []
     history: list[dict] = []
     if valid_data:
         history.append({"epoch": 0, **prefixed("valid_", evaluate_gold(model, valid_data))})
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    best = BestParameters(model, history, progress)
-    for epoch in range(1, config.epochs + 1):
-        model.train()
-        bar = shuffled_epoch(
-            _batches(train_data, config.batch_size), rng, f"epoch {epoch}/{config.epochs}", progress
-        )
-        sums, tokens, start = [0.0, 0.0, 0.0], 0, time.time()
-        for batch in bar:
-            lp, qp, qn, n = batch_log_probs(model, batch)
-            bad = ~(torch.isfinite(lp) & torch.isfinite(qp) & torch.isfinite(qn))
-            if bad.any():
-                raise RuntimeError(
-                    f"{batch[int(bad.nonzero()[0])][0]}: gold annotation outside the model's support"
-                )
-            gradient_step(optimizer, -(lp.sum() + qp.sum() + qn.sum()) / n, model, config.grad_clip)
-            sums = [s + float(v.detach().sum()) for s, v in zip(sums, (lp, qp, qn))]
-            tokens += n
-            bar.set_postfix(train_ppl=f"{math.exp(-sums[0] / tokens):.2f}")
-        record = {
-            "epoch": epoch,
-            "train_joint_ppl": math.exp(-sums[0] / tokens),
-            "train_q_nll_peek": -sums[1] / tokens,
-            "train_q_nll_nopeek": -sums[2] / tokens,
-            "seconds": round(time.time() - start, 2),
-        }
-        if valid_data:
-            record.update(prefixed("valid_", evaluate_gold(model, valid_data)))
-        best.epoch_done(record, record.get("valid_joint_ppl", record["train_joint_ppl"]))
 
-    # after the best parameters are restored
-    def final_validation() -> dict:
-        documents = [(name, x.to(model.device)) for name, x, _ in valid_data]
-        is_ppl = importance_sampled_ppl(model, documents, config.valid_samples)
-        gold = prefixed("valid_", evaluate_gold(model, valid_data))
-        return {"valid_is_ppl": is_ppl, "valid_samples": config.valid_samples, **gold}
+    def step(batch: list) -> tuple:
+        lp, qp, qn, n = batch_log_probs(model, batch)
+        bad = ~(torch.isfinite(lp) & torch.isfinite(qp) & torch.isfinite(qn))
+        if bad.any():
+            raise RuntimeError(
+                f"{batch[int(bad.nonzero()[0])][0]}: gold annotation outside the model's support"
+            )
+        return -(lp.sum() + qp.sum() + qn.sum()) / n, [*(float(v.detach().sum()) for v in (lp, qp, qn)), n]
 
-    final = final_validation if valid_data and config.valid_samples > 0 else None
+    best = fit_epochs(
+        model,
+        optimizer,
+        history,
+        step,
+        lambda sums: prefixed("train_", gold_numbers(*sums)),
+        batches=lambda: _batches(train_data, config.batch_size),
+        rng=rng,
+        epochs=config.epochs,
+        grad_clip=config.grad_clip,
+        validate=(lambda: evaluate_gold(model, valid_data)) if valid_data else None,
+        score="joint_ppl",
+        postfix=lambda sums: {"train_ppl": f"{math.exp(-sums[0] / sums[-1]):.2f}"},
+        progress=progress,
+    )
+    documents = [(name, x.to(model.device)) for name, x, _ in valid_data]
+    final = final_is_record(model, config.valid_samples, documents, lambda: evaluate_gold(model, valid_data))
     return finish_training(best, config, output_dir, final)
 
 
@@ -231,13 +196,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Read (or generate) the data, train, save; print the final validation numbers."""
     config = config_from_args(TrainConfig, args)
-    if args.synthetic:
-        docs = generate_corpus(seed=config.seed)
-        valid_docs, train_docs = docs[:30], docs[30:]
-    elif args.train:
-        train_docs = list(read_coref_jsonl(args.train))
-        valid_docs = list(read_coref_jsonl(args.valid)) if args.valid else []
-    else:
-        raise SystemExit("lm-latent-eval train entitynlm: --train JSONL (or --synthetic) is required")
-    _, history = train_entitynlm(train_docs, valid_docs, config, args.output, progress=not args.no_progress)
-    return report_training(args.output, history)
+    train_docs, valid_docs = training_data(
+        args,
+        lambda path: list(read_coref_jsonl(path)),
+        lambda: generate_corpus(seed=config.seed),
+        30,
+        "entitynlm",
+        "JSONL",
+    )
+    return train_and_report(train_entitynlm, args, train_docs, valid_docs, config)

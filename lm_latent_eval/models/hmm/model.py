@@ -9,6 +9,7 @@ from torch import nn
 from ...checks import check_text
 from ...protocol import CheckedStepwise
 from ..checkpoints import StrictLoading
+from ..vocabulary import check_id_range
 from .parameters import HMMParameters, forward_log_alpha
 from .proposal import HMMProposal
 from .stepwise import HMMParticles, init_particles, reorder_particles, step_particles
@@ -63,10 +64,7 @@ class HMMLanguageModel(
 
     def _check_x(self, x: torch.Tensor) -> torch.Tensor:
         check_text(x)
-        if x.numel() and (int(x.min()) < 0 or int(x.max()) >= len(self.vocab)):
-            raise ValueError(
-                f"token ids must lie in [0, {len(self.vocab)}), got range [{int(x.min())}, {int(x.max())}]"
-            )
+        check_id_range(x, len(self.vocab), "token ids")
         return x.to(self.device)
 
     @torch.no_grad()
@@ -76,10 +74,7 @@ class HMMLanguageModel(
         z = z.to(self.device)
         if z.dim() != 2 or z.shape[1] != x.shape[0]:
             raise ValueError(f"z must have shape [K, T={x.shape[0]}], got {tuple(z.shape)}")
-        if z.numel() and (int(z.min()) < 0 or int(z.max()) >= self.num_states):
-            raise ValueError(
-                f"states must lie in [0, {self.num_states}), got range [{int(z.min())}, {int(z.max())}]"
-            )
+        check_id_range(z, self.num_states, "states")
         K, T = z.shape
         if T == 0:
             return torch.zeros(K, dtype=torch.float64, device=self.device)

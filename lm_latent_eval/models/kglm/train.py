@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import math
 import random
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,15 +22,20 @@ import torch
 
 from ...errors import InputError
 from ..training import (
+    AWDLSTMTraining,
     BestParameters,
+    TrainingSettings,
+    WordVocabularySettings,
     add_trainer_arguments,
     config_from_args,
-    gradient_step,
+    evaluation,
+    finish_training,
+    fit_epochs,
+    gold_numbers,
+    model_arguments,
     prefixed,
-    report_training,
-    save_checkpoint,
     seeded_rng,
-    shuffled_epoch,
+    train_and_report,
 )
 from .graph import KnowledgeGraph
 from .linked_wikitext import LinkedDocument, document_tensors, read_linked_jsonl
@@ -41,25 +45,17 @@ from .synthetic import write_corpus
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(AWDLSTMTraining, WordVocabularySettings, TrainingSettings):
     """Model sizes and optimization settings (defaults suit the small synthetic corpus on a CPU)."""
 
+    epochs: int = 10
+    lr: float = 3e-3
     token_dim: int = 32
     entity_dim: int = 16
     hidden_size: int = 64
     num_layers: int = 2
     cutoff: int = 30
-    epochs: int = 10
-    lr: float = 3e-3
     weight_decay: float = 1.2e-6
-    grad_clip: float = 1.0
-    dropout: float = 0.1
-    dropouti: float = 0.1
-    dropoute: float = 0.0
-    wdrop: float = 0.1
-    min_count: int = 1
-    max_vocab: int | None = None
-    seed: int = 0
     chunk_size: int = 70
     # q's own LSTM width (default: p's)
     proposal_hidden_size: int | None = None
@@ -82,11 +78,9 @@ def _prepare(docs: list[LinkedDocument], model: KGLM, name: str) -> list[tuple]:
     return out
 
 
-@torch.no_grad()
+@evaluation
 def evaluate_gold(model: KGLM, data: list[tuple]) -> dict:
     """Validation numbers on gold annotations: joint perplexity of p and per-token NLL of q (peek / no peek)."""
-    was_training = model.training
-    model.eval()
     tokens = 0
     joint = q_peek = q_nopeek = 0.0
     for _, x, z in data:
@@ -94,21 +88,15 @@ def evaluate_gold(model: KGLM, data: list[tuple]) -> dict:
         joint += float(model.log_joint(x, z)[0])
         q_peek += float(model.proposal.log_prob(x, z, peek=True)[0])
         q_nopeek += float(model.proposal.log_prob(x, z, peek=False)[0])
-    model.train(was_training)
     tokens = max(tokens, 1)
-    return {
-        "joint_ppl": math.exp(-joint / tokens),
-        "q_nll_peek": -q_peek / tokens,
-        "q_nll_nopeek": -q_nopeek / tokens,
-        "tokens": tokens,
-    }
+    return {**gold_numbers(joint, q_peek, q_nopeek, tokens), "tokens": tokens}
 
 
-def _valid_numbers(model: KGLM, data: list[tuple]) -> dict:
-    """``evaluate_gold``'s numbers as ``valid_*``, without the token count."""
+def _gold_numbers(model: KGLM, data: list[tuple]) -> dict:
+    """``evaluate_gold``'s numbers without the token count."""
     gold = evaluate_gold(model, data)
     del gold["tokens"]
-    return prefixed("valid_", gold)
+    return gold
 
 
 def train_kglm(
@@ -127,58 +115,17 @@ def train_kglm(
         raise InputError("train_kglm: no training articles")
     rng = seeded_rng(config.seed)
     vocab = build_vocabulary([d.tokens for d in train_docs], config.min_count, config.max_vocab)
-    model = KGLM(
-        vocab,
-        graph,
-        token_dim=config.token_dim,
-        entity_dim=config.entity_dim,
-        hidden_size=config.hidden_size,
-        num_layers=config.num_layers,
-        cutoff=config.cutoff,
-        dropout=config.dropout,
-        dropouti=config.dropouti,
-        dropoute=config.dropoute,
-        wdrop=config.wdrop,
-        chunk_size=config.chunk_size,
-        proposal_hidden_size=config.proposal_hidden_size,
-        proposal_nopeek_heads=config.proposal_nopeek_heads,
-        proposal_alias_features=config.proposal_alias_features,
-    )
+    model = KGLM(vocab, graph, **model_arguments(config, KGLM))
     train_data = _prepare(train_docs, model, "train")
     valid_data = _prepare(valid_docs, model, "valid") if valid_docs else []
     history: list[dict] = []
     # the untrained model, for reference
     if valid_data:
-        history.append({"epoch": 0, **_valid_numbers(model, valid_data)})
-    _fit(
-        model,
-        model.parameters(),
-        train_data,
-        valid_data,
-        config,
-        config.epochs,
-        history,
-        rng,
-        progress,
-        joint=True,
-    )
+        history.append({"epoch": 0, **prefixed("valid_", _gold_numbers(model, valid_data))})
+    best = _fit(model, train_data, valid_data, config, history, rng, progress, joint=True)
     if config.proposal_epochs > 0:
-        _fit(
-            model,
-            model.proposal.parameters(),
-            train_data,
-            valid_data,
-            config,
-            config.proposal_epochs,
-            history,
-            rng,
-            progress,
-            joint=False,
-        )
-    model.eval()
-    if output_dir is not None:
-        save_checkpoint(model, output_dir, config, history)
-    return model, history
+        best = _fit(model, train_data, valid_data, config, history, rng, progress, joint=False)
+    return finish_training(best, config, output_dir)
 
 
 def proposal_log_prob(model: KGLM, x: torch.Tensor, z: dict) -> torch.Tensor:
@@ -191,62 +138,60 @@ def proposal_log_prob(model: KGLM, x: torch.Tensor, z: dict) -> torch.Tensor:
 
 def _fit(
     model: KGLM,
-    params,
-    train_data,
-    valid_data,
+    train_data: list[tuple],
+    valid_data: list[tuple],
     config: TrainConfig,
-    epochs: int,
     history: list[dict],
     rng: random.Random,
     progress: bool,
     joint: bool,
-) -> None:
-    """``epochs`` of Adam on −(log p + log q) (joint) or −log q (proposal only); restore the best validation state."""
+) -> BestParameters:
+    """``epochs`` of Adam on −(log p + log q) (joint), or ``proposal_epochs`` on −log q (q's parameters only);
+    restore the best validation state."""
+    params = model.parameters() if joint else model.proposal.parameters()
     optimizer = torch.optim.Adam(list(params), lr=config.lr, weight_decay=config.weight_decay)
-    stage = "joint" if joint else "proposal"
-    best = BestParameters(model, history, progress)
-    for epoch in range(1, epochs + 1):
-        model.train()
-        bar = shuffled_epoch(list(range(len(train_data))), rng, f"{stage} epoch {epoch}/{epochs}", progress)
-        total_p = total_q = total_tokens = 0.0
-        start = time.time()
-        for i in bar:
-            title, x, z = train_data[i]
-            T = x.numel()
-            log_p = model.log_joint(x, z)[0] if joint else torch.zeros((), dtype=torch.float64)
-            log_q = proposal_log_prob(model, x, z)
-            if not (torch.isfinite(log_p) and torch.isfinite(log_q)):
-                raise RuntimeError(
-                    f"train article {title!r}: gold annotations outside the model's support "
-                    f"(log p = {float(log_p)}, log q = {float(log_q)})"
-                )
-            gradient_step(optimizer, -(log_p + log_q) / T, model, config.grad_clip)
-            total_p += -float(log_p.detach())
-            total_q += -float(log_q.detach())
-            total_tokens += T
-            bar.set_postfix(
-                train_ppl=f"{math.exp(total_p / total_tokens):.2f}", q_nll=f"{total_q / total_tokens:.3f}"
+
+    def step(item: tuple) -> tuple:
+        title, x, z = item
+        log_p = model.log_joint(x, z)[0] if joint else torch.zeros((), dtype=torch.float64)
+        log_q = proposal_log_prob(model, x, z)
+        if not (torch.isfinite(log_p) and torch.isfinite(log_q)):
+            raise RuntimeError(
+                f"train article {title!r}: gold annotations outside the model's support "
+                f"(log p = {float(log_p)}, log q = {float(log_q)})"
             )
-        record = {
-            "stage": stage,
-            "epoch": epoch,
-            "train_q_nll": total_q / total_tokens,
-            "seconds": round(time.time() - start, 2),
+        return -(log_p + log_q) / x.numel(), [-float(log_p.detach()), -float(log_q.detach()), x.numel()]
+
+    def numbers(sums: list) -> dict:
+        nll_p, nll_q, tokens = sums
+        return {
+            "train_q_nll": nll_q / tokens,
+            **({"train_joint_ppl": math.exp(nll_p / tokens)} if joint else {}),
         }
-        if joint:
-            record["train_joint_ppl"] = math.exp(total_p / total_tokens)
+
+    def proposal_score(record: dict) -> float:
         if valid_data:
-            record.update(_valid_numbers(model, valid_data))
-        if joint:
-            score = record.get("valid_joint_ppl", record["train_joint_ppl"])
-        else:
-            score = (
-                (record["valid_q_nll_peek"] + record["valid_q_nll_nopeek"])
-                if valid_data
-                else record["train_q_nll"]
-            )
-        best.epoch_done(record, score)
+            return record["valid_q_nll_peek"] + record["valid_q_nll_nopeek"]
+        return record["train_q_nll"]
+
+    best = fit_epochs(
+        model,
+        optimizer,
+        history,
+        step,
+        numbers,
+        batches=lambda: list(train_data),
+        rng=rng,
+        epochs=config.epochs if joint else config.proposal_epochs,
+        grad_clip=config.grad_clip,
+        validate=(lambda: _gold_numbers(model, valid_data)) if valid_data else None,
+        score="joint_ppl" if joint else proposal_score,
+        postfix=lambda s: {"train_ppl": f"{math.exp(s[0] / s[2]):.2f}", "q_nll": f"{s[1] / s[2]:.3f}"},
+        stage="joint" if joint else "proposal",
+        progress=progress,
+    )
     best.restore()
+    return best
 
 
 def load_graph_files(
@@ -295,5 +240,4 @@ def run(args: argparse.Namespace) -> int:
     graph = load_graph_files(args.knowledge_graph, args.knowledge_graph_pickle, args.alias_pickle)
     train_docs = list(read_linked_jsonl(args.train))
     valid_docs = list(read_linked_jsonl(args.valid)) if args.valid else []
-    _, history = train_kglm(train_docs, valid_docs, graph, config, args.output, progress=not args.no_progress)
-    return report_training(args.output, history)
+    return train_and_report(train_kglm, args, train_docs, valid_docs, graph, config)

@@ -12,6 +12,7 @@ from torch import nn
 
 from ...checks import check_text
 from ...protocol import CheckedStepwise
+from ..vocabulary import check_id_range
 from .exact import exact_work, log_marginal_dp
 from .loaders import LOADER_ARGS, detect_format, load_library_model
 from .proposal import LDAProposal
@@ -200,20 +201,14 @@ class LDA(
 
     def check_x(self, x: torch.Tensor) -> torch.Tensor:
         check_text(x)
-        if x.numel() and (int(x.min()) < 0 or int(x.max()) >= len(self.vocab)):
-            raise ValueError(
-                f"word ids must lie in [0, {len(self.vocab)}), got [{int(x.min())}, {int(x.max())}]"
-            )
+        check_id_range(x, len(self.vocab), "word ids")
         return x.to(self.device)
 
     def check_z(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         z = z.to(self.device, torch.long)
         if z.dim() != 2 or z.shape[1] != x.shape[0]:
             raise ValueError(f"z must have shape [K, T={x.shape[0]}], got {tuple(z.shape)}")
-        if z.numel() and (int(z.min()) < 0 or int(z.max()) >= self.num_topics):
-            raise ValueError(
-                f"topics must lie in [0, {self.num_topics}), got [{int(z.min())}, {int(z.max())}]"
-            )
+        check_id_range(z, self.num_topics, "topics")
         return z
 
     @torch.no_grad()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
 from dataclasses import dataclass
 
 import torch
@@ -22,15 +21,17 @@ import torch
 from ...errors import InputError
 from ..hmm.tokenizer import UNK, split_words
 from ..training import (
-    BestParameters,
+    TrainingSettings,
     add_trainer_arguments,
     config_from_args,
+    equal_length_batches,
+    evaluation,
     finish_training,
-    gradient_step,
+    fit_epochs,
+    model_arguments,
     prefixed,
-    report_training,
     seeded_rng,
-    shuffled_epoch,
+    train_and_report,
 )
 from ..vocabulary import build_word_list
 from .corpus import TRAIN_FILE, read_sentences
@@ -38,33 +39,27 @@ from .diffusion import MASK, MaskedDiffusionLM
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(TrainingSettings):
     """Network sizes and optimization settings (defaults: the bundled model, about a minute on 2 CPU cores)."""
 
+    epochs: int = 30
+    lr: float = 2e-3
     d_model: int = 64
     num_layers: int = 2
     num_heads: int = 4
     max_length: int = 64
     dropout: float = 0.1
     min_count: int = 2
-    epochs: int = 30
     batch_size: int = 32
     draws: int = 4
-    lr: float = 2e-3
-    grad_clip: float = 1.0
-    seed: int = 0
     # the final exact validation perplexity covers the sentences of at most this many tokens (0: skip)
     exact_tokens: int = 12
 
 
 def length_batches(data: list[torch.Tensor], batch_size: int) -> list[torch.Tensor]:
     """Non-empty texts grouped by length, stacked in batches of at most ``batch_size``: LongTensor [B, T] each."""
-    by_length: dict[int, list[torch.Tensor]] = {}
-    for x in data:
-        if x.numel():
-            by_length.setdefault(x.numel(), []).append(x)
-    return [torch.stack(group[s : s + batch_size]) for _, group in sorted(by_length.items())
-            for s in range(0, len(group), batch_size)]  # fmt: skip
+    texts = [x for x in data if x.numel()]
+    return [torch.stack(batch) for batch in equal_length_batches(texts, torch.Tensor.numel, batch_size)]
 
 
 def diffusion_loss(model: MaskedDiffusionLM, ids: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -79,15 +74,12 @@ def diffusion_loss(model: MaskedDiffusionLM, ids: torch.Tensor, generator: torch
     return (nll * masked.to(nll.device) / t.to(nll.device)[:, None]).sum()
 
 
-@torch.no_grad()
+@evaluation
 def validation_nelbo(model: MaskedDiffusionLM, batches: list[torch.Tensor], draws: int = 8) -> dict:
     """The negative ELBO per token of the validation texts (``draws`` mask ratios each, seed 0) as exp(·): an upper
     bound on the model's perplexity, estimated."""
-    was_training = model.training
-    model.eval()
     generator = torch.Generator().manual_seed(0)
     total = sum(float(diffusion_loss(model, b.repeat(draws, 1), generator)) / draws for b in batches)
-    model.train(was_training)
     return {"nelbo_ppl": math.exp(total / max(sum(b.numel() for b in batches), 1))}
 
 
@@ -103,8 +95,7 @@ def exact_perplexity(model: MaskedDiffusionLM, data: list[torch.Tensor], max_tok
 def build_model(sentences: list[str], config: TrainConfig) -> MaskedDiffusionLM:
     """A fresh model over the words seen ≥ ``min_count`` times (``<unk>``, ``<mask>`` first)."""
     vocab = build_word_list((split_words(s) for s in sentences), (UNK, MASK), config.min_count)
-    return MaskedDiffusionLM(vocab, config.d_model, config.num_layers, config.num_heads, config.max_length,
-                             config.dropout)  # fmt: skip
+    return MaskedDiffusionLM(vocab, **model_arguments(config, MaskedDiffusionLM))
 
 
 def train_masked(
@@ -119,24 +110,26 @@ def train_masked(
     train_data = length_batches([model.tokenize(s) for s in train], config.batch_size)
     valid_texts = [model.tokenize(s) for s in valid]
     valid_data = length_batches(valid_texts, config.batch_size)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
-    best = BestParameters(model, [], progress)
-    for epoch in range(1, config.epochs + 1):
-        model.train()
-        start, loss_sum, tokens = time.time(), 0.0, 0
-        for batch in shuffled_epoch(train_data, rng, f"epoch {epoch}/{config.epochs}", progress):
-            ids = batch.repeat(config.draws, 1)
-            loss = diffusion_loss(model, ids, generator)
-            gradient_step(optimizer, loss / ids.numel(), model, config.grad_clip)
-            loss_sum, tokens = loss_sum + float(loss.detach()), tokens + ids.numel()
-        record = {
-            "epoch": epoch,
-            "train_nelbo_ppl": math.exp(loss_sum / tokens),
-            "seconds": round(time.time() - start, 2),
-        }
-        if valid_data:
-            record.update(prefixed("valid_", validation_nelbo(model, valid_data)))
-        best.epoch_done(record, record.get("valid_nelbo_ppl", record["train_nelbo_ppl"]))
+
+    def step(batch: torch.Tensor) -> tuple:
+        ids = batch.repeat(config.draws, 1)
+        loss = diffusion_loss(model, ids, generator)
+        return loss / ids.numel(), [float(loss.detach()), ids.numel()]
+
+    best = fit_epochs(
+        model,
+        torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01),
+        [],
+        step,
+        lambda sums: {"train_nelbo_ppl": math.exp(sums[0] / sums[1])},
+        batches=lambda: train_data,
+        rng=rng,
+        epochs=config.epochs,
+        grad_clip=config.grad_clip,
+        validate=(lambda: validation_nelbo(model, valid_data)) if valid_data else None,
+        score="nelbo_ppl",
+        progress=progress,
+    )
 
     def final() -> dict:
         return prefixed("valid_", exact_perplexity(model, valid_texts, config.exact_tokens))
@@ -160,5 +153,4 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(TrainConfig, args)
     train = read_sentences(args.train or TRAIN_FILE)
     valid = read_sentences(args.valid) if args.valid else []
-    _, history = train_masked(train, valid, config, args.output, progress=not args.no_progress)
-    return report_training(args.output, history)
+    return train_and_report(train_masked, args, train, valid, config)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,16 +20,20 @@ import torch
 
 from ...errors import InputError
 from ..training import (
-    BestParameters,
+    ImportanceValidation,
+    TrainingSettings,
+    WordVocabularySettings,
     add_trainer_arguments,
     config_from_args,
+    equal_length_batches,
+    evaluation,
+    final_is_record,
     finish_training,
-    gradient_step,
-    importance_sampled_ppl,
-    prefixed,
-    report_training,
+    fit_epochs,
+    model_arguments,
     seeded_rng,
-    shuffled_epoch,
+    train_and_report,
+    training_data,
 )
 from .latents import spans_from_actions
 from .model import RNNG, build_vocabulary
@@ -40,9 +43,12 @@ from .treebank import Sentence, read_treebank, sentence_from_bracketed
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(ImportanceValidation, WordVocabularySettings, TrainingSettings):
     """Model sizes, preprocessing and optimization settings (defaults suit the small synthetic treebank on a CPU)."""
 
+    epochs: int = 20
+    lr: float = 2e-3
+    grad_clip: float = 5.0
     dim: int = 32
     hidden_size: int = 32
     num_layers: int = 1
@@ -52,16 +58,8 @@ class TrainConfig:
     remove_punctuation: bool = False
     replace_numbers: bool = False
     binarize: str = "right"
-    epochs: int = 20
     batch_size: int = 16
-    lr: float = 2e-3
-    grad_clip: float = 5.0
     dropout: float = 0.1
-    min_count: int = 1
-    max_vocab: int | None = None
-    seed: int = 0
-    # IS trees per validation sentence for the final perplexity estimate (0: skip)
-    valid_samples: int = 32
 
 
 def prepare(sentences: list[Sentence], model: RNNG) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
@@ -75,14 +73,7 @@ def prepare(sentences: list[Sentence], model: RNNG) -> list[tuple[str, torch.Ten
 
 def _batches(data: list, batch_size: int) -> list[list]:
     """Sentences grouped by length (no padding), in batches of at most ``batch_size``."""
-    by_length: dict[int, list] = {}
-    for item in data:
-        by_length.setdefault(item[1].numel(), []).append(item)
-    return [
-        group[s : s + batch_size]
-        for _, group in sorted(by_length.items())
-        for s in range(0, len(group), batch_size)
-    ]
+    return equal_length_batches(data, lambda item: item[1].numel(), batch_size)
 
 
 def batch_log_probs(
@@ -98,17 +89,14 @@ def batch_log_probs(
     return log_p, log_q, B * (T + int(with_eos))
 
 
-@torch.no_grad()
+@evaluation
 def evaluate_gold(model: RNNG, data: list, batch_size: int = 64) -> dict:
     """Validation numbers on gold trees: per-token joint perplexity of p and per-sentence NLL of q."""
-    was_training = model.training
-    model.eval()
     joint = q = 0.0
     tokens = 0
     for batch in _batches(data, batch_size):
         lp, lq, n = batch_log_probs(model, batch, model.count_eos)
         joint, q, tokens = joint + float(lp.sum()), q + float(lq.sum()), tokens + n
-    model.train(was_training)
     return {"joint_ppl": math.exp(-joint / max(tokens, 1)), "q_nll": -q / max(len(data), 1)}
 
 
@@ -128,53 +116,35 @@ def train_rnng(
         config.min_count,
         config.max_vocab,
     )
-    model = RNNG(
-        vocab,
-        dim=config.dim,
-        hidden_size=config.hidden_size,
-        num_layers=config.num_layers,
-        count_eos=config.count_eos,
-        lowercase=config.lowercase,
-        tie_weights=config.dim == config.hidden_size,
-        dropout=config.dropout,
-        proposal_hidden_size=config.proposal_hidden_size,
-    )
+    model = RNNG(vocab, tie_weights=config.dim == config.hidden_size, **model_arguments(config, RNNG))
     train_data, valid_data = prepare(train, model), prepare(valid, model)
-    history: list[dict] = []
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-    best = BestParameters(model, history, progress)
-    for epoch in range(1, config.epochs + 1):
-        model.train()
-        bar = shuffled_epoch(
-            _batches(train_data, config.batch_size), rng, f"epoch {epoch}/{config.epochs}", progress
-        )
-        sums, tokens, sentences, start = [0.0, 0.0], 0, 0, time.time()
-        for batch in bar:
-            lp, lq, n = batch_log_probs(model, batch)
-            gradient_step(optimizer, -(lp.sum() + lq.sum()) / n, model, config.grad_clip)
-            sums = [sums[0] + float(lp.detach().sum()), sums[1] + float(lq.detach().sum())]
-            tokens, sentences = tokens + n, sentences + len(batch)
-            bar.set_postfix(train_ppl=f"{math.exp(-sums[0] / tokens):.2f}")
-        record = {
-            "epoch": epoch,
-            "train_joint_ppl": math.exp(-sums[0] / tokens),
-            "train_q_nll": -sums[1] / sentences,
-            "seconds": round(time.time() - start, 2),
-        }
-        if valid_data:
-            record.update(prefixed("valid_", evaluate_gold(model, valid_data)))
-        best.epoch_done(record, record.get("valid_joint_ppl", record["train_joint_ppl"]))
 
-    # after the best parameters are restored; sentences with their </s> if counted
-    def final_validation() -> dict:
-        documents = [
-            (name, model.token_ids([model.vocab[i] for i in w.tolist()])) for name, w, _ in valid_data
-        ]
-        is_ppl = importance_sampled_ppl(model, documents, config.valid_samples)
-        gold = prefixed("valid_", evaluate_gold(model, valid_data))
-        return {"valid_is_ppl": is_ppl, "valid_samples": config.valid_samples, **gold}
+    def step(batch: list) -> tuple:
+        lp, lq, n = batch_log_probs(model, batch)
+        return -(lp.sum() + lq.sum()) / n, [float(lp.detach().sum()), float(lq.detach().sum()), n, len(batch)]
 
-    final = final_validation if valid_data and config.valid_samples > 0 else None
+    def numbers(sums: list) -> dict:
+        joint, q, tokens, sentences = sums
+        return {"train_joint_ppl": math.exp(-joint / tokens), "train_q_nll": -q / sentences}
+
+    best = fit_epochs(
+        model,
+        torch.optim.Adam(model.parameters(), lr=config.lr),
+        [],
+        step,
+        numbers,
+        batches=lambda: _batches(train_data, config.batch_size),
+        rng=rng,
+        epochs=config.epochs,
+        grad_clip=config.grad_clip,
+        validate=(lambda: evaluate_gold(model, valid_data)) if valid_data else None,
+        score="joint_ppl",
+        postfix=lambda sums: {"train_ppl": f"{math.exp(-sums[0] / sums[2]):.2f}"},
+        progress=progress,
+    )
+    # sentences with their </s> if counted
+    documents = [(name, model.token_ids([model.vocab[i] for i in w.tolist()])) for name, w, _ in valid_data]
+    final = final_is_record(model, config.valid_samples, documents, lambda: evaluate_gold(model, valid_data))
     return finish_training(best, config, output_dir, final)
 
 
@@ -203,9 +173,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Read (or generate) the trees, train, save; print the final validation numbers."""
     config = config_from_args(TrainConfig, args)
-    if args.synthetic:
+
+    def synthetic() -> list[Sentence]:
         trees = generate_treebank(seed=config.seed)
-        sents = [
+        return [
             sentence_from_bracketed(
                 t,
                 f"synthetic tree {i}",
@@ -216,11 +187,6 @@ def run(args: argparse.Namespace) -> int:
             )
             for i, t in enumerate(trees)
         ]
-        valid, train = sents[:100], sents[100:]
-    elif args.train:
-        train = read_split(args.train, config)
-        valid = read_split(args.valid, config) if args.valid else []
-    else:
-        raise SystemExit("lm-latent-eval train rnng: --train TREES (or --synthetic) is required")
-    _, history = train_rnng(train, valid, config, args.output, progress=not args.no_progress)
-    return report_training(args.output, history)
+
+    train, valid = training_data(args, lambda path: read_split(path, config), synthetic, 100, "rnng", "TREES")
+    return train_and_report(train_rnng, args, train, valid, config)
