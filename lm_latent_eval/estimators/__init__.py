@@ -11,12 +11,13 @@ Floors of the import graph (each imports only the ones above it):
    and their variance estimators; IS's tied weights read as runs, ``importance_runs``)
 3. ``base`` (the Estimator base class, the DocumentEstimate record, ResolvedEstimator: an estimator bound to its
    settings and model)
-4. ``beam``, ``exact``, ``importance`` (``is``), ``smc`` (the particle filter), ``elbo``, ``canonical``;
-   ``workers`` (a stage's documents estimated side by side in forked CPU processes: the same numbers)
-5. ``registry`` (ESTIMATORS, ``auto``'s choice, ``resolve``, the settings each estimator records)
-6. ``document`` (estimate_document), ``corpus`` (a corpus's figures and statement), ``adaptive`` (the precision
+4. ``beam``, ``exact``, ``importance`` (``is``), ``smc`` (the particle filter), ``elbo``; ``workers`` (a stage's
+   documents estimated side by side in forked CPU processes: the same numbers)
+5. ``canonical`` (a beam of the one canonical configuration)
+6. ``registry`` (ESTIMATORS, ``auto``'s choice, ``resolve``, the settings each estimator records)
+7. ``document`` (estimate_document), ``corpus`` (a corpus's figures and statement), ``adaptive`` (the precision
    target: a strategy over the sampling estimators)
-7. ``report`` (the is_perplexity metric's report from raw weights)
+8. ``report`` (the is_perplexity metric's report from raw weights)
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ class DocumentEstimate:
     >>> from lm_latent_eval.models import load_model
     >>> hmm, _ = load_model("hmm")
     >>> est = {name: resolve(EstimatorSettings(name, num_samples=8), hmm).estimate("the cat sat")
-    ...        for name in ("is", "smc", "exact")}
+    ...        for name in ["is", "smc", "exact"]}
     >>> est["is"].log_weights.shape, est["smc"].log_weights.shape, est["exact"].log_weights is None
     ((8,), (8,), True)
     >>> est["is"].importance_weights.shape, est["smc"].importance_weights is None

@@ -19,6 +19,11 @@ import functools
 import importlib.metadata
 import logging
 
+try:
+    from lm_eval import evaluator_utils
+except ImportError:  # a release without the module: nothing to wrap
+    evaluator_utils = None
+
 logger = logging.getLogger(__name__)
 # the lm-eval releases whose private _compute_task_aggregations the wrapper was tested on
 TESTED_LM_EVAL = "0.4."
@@ -67,8 +72,6 @@ def patch_lm_eval() -> bool:
             TESTED_LM_EVAL,
         )
         return False
-    from lm_eval import evaluator_utils
-
     wrapped = getattr(
         getattr(evaluator_utils, "_compute_task_aggregations", None), "drops_stderr_of_stderr", False
     )
@@ -84,10 +87,6 @@ def patch_lm_eval() -> bool:
 
 def drop_stderr_of_stderr() -> bool:
     """Install the wrapper (once); False where this lm-eval has no ``_compute_task_aggregations`` to wrap."""
-    try:
-        from lm_eval import evaluator_utils
-    except ImportError:
-        return False
     original = getattr(evaluator_utils, "_compute_task_aggregations", None)
     if original is None:
         return False
