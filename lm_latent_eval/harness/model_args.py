@@ -71,6 +71,8 @@ BACKEND_ARGS = (
 )
 # passed by lm-eval to every model; batch_size is a particle count here
 IGNORED_ARGS = ("max_batch_size",)
+# names other libraries use for an accepted model_arg, too far from it for difflib ("did you mean" them all the same)
+KNOWN_ALIASES = {"torch_dtype": "dtype"}
 
 
 class ModelArgsError(InputError):
@@ -150,7 +152,9 @@ def check_known(backend: str, given: dict, accepted: typing.Iterable[ModelArg]) 
     unknown = sorted(set(given) - set(names) - set(IGNORED_ARGS))
     if not unknown:
         return
-    hints = [f"{u} → {m[0]}" for u in unknown if (m := difflib.get_close_matches(u, names, n=1, cutoff=0.7))]
+    matches = {u: difflib.get_close_matches(u, names, n=1, cutoff=0.7) for u in unknown}
+    matches = {u: [KNOWN_ALIASES[u]] if KNOWN_ALIASES.get(u) in names else m for u, m in matches.items()}
+    hints = [f"{u} → {m[0]}" for u, m in matches.items() if m]
     guess = f" (did you mean {', '.join(hints)}?)" if hints else ""
     raise ModelArgsError(f"unknown model_args {unknown} for {backend}{guess}; accepted: {', '.join(names)}")
 

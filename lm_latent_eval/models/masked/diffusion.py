@@ -46,7 +46,17 @@ class MaskedDiffusionLM(
         ),
         "mask_token": (
             str,
-            "(Hugging Face checkpoints) the token or id read at a masked position (default: the tokenizer's mask)",
+            (
+                "(Hugging Face checkpoints) the token or id read at a masked position (default: the config's "
+                "mask_token_id, else the tokenizer's mask)"
+            ),
+        ),
+        "shifted_outputs": (
+            str,
+            (
+                "(Hugging Face checkpoints) auto (default: true for Dream's configs), true (output i predicts position "
+                "i + 1, as Dream's sampler reads it) or false"
+            ),
         ),
         "trust_remote_code": (bool, "(Hugging Face checkpoints) passed to transformers' Auto classes"),
     }
@@ -72,19 +82,27 @@ class MaskedDiffusionLM(
 
     @classmethod
     def from_pretrained(
-        cls, pretrained_model_name_or_path, *, mask_token=None, trust_remote_code=False, **kwargs
+        cls,
+        pretrained_model_name_or_path,
+        *,
+        mask_token=None,
+        trust_remote_code=False,
+        shifted_outputs=None,
+        **kwargs,
     ):
         """Our checkpoint (config.json + model.safetensors), or a Hugging Face masked LM or masked-diffusion
-        checkpoint (``hf.HFMaskedLM``: ``mask_token`` and ``trust_remote_code`` apply to it only)."""
+        checkpoint (``hf.HFMaskedLM``: ``mask_token``, ``trust_remote_code`` and ``shifted_outputs`` apply to it
+        only)."""
         if is_transformers_checkpoint(pretrained_model_name_or_path):
             from .hf import HFMaskedLM
 
+            shifted = {} if shifted_outputs is None else {"shifted_outputs": shifted_outputs}
             return HFMaskedLM.from_pretrained(
-                str(pretrained_model_name_or_path), mask_token, trust_remote_code, **kwargs
+                str(pretrained_model_name_or_path), mask_token, trust_remote_code, **shifted, **kwargs
             )
-        if mask_token is not None or trust_remote_code:
+        if mask_token is not None or trust_remote_code or shifted_outputs is not None:
             raise InputError(
-                "mask_token and trust_remote_code apply to Hugging Face checkpoints only, not to "
+                "mask_token, trust_remote_code and shifted_outputs apply to Hugging Face checkpoints only, not to "
                 f"{pretrained_model_name_or_path} (a lm-latent-eval masked-diffusion checkpoint)"
             )
         return super().from_pretrained(pretrained_model_name_or_path, **kwargs)

@@ -4,21 +4,41 @@ MDLM-style, loaded through ``AutoModel`` with ``trust_remote_code``).
 
 The text's ids are the checkpoint tokenizer's without special tokens; the network reads them between the special
 tokens the tokenizer puts around one sequence ([CLS] … [SEP], <s> … </s>, none for most diffusion LMs), which are
-never masked, never revealed and never scored: the positions an order reveals are the text's tokens only. The mask id
-is the tokenizer's mask token, or model_args ``mask_token`` (a token or an id).
+never masked, never revealed and never scored: the positions an order reveals are the text's tokens only.
+
+Conventions read from the checkpoint's config (``checkpoint_conventions``), each with a model_arg that overrides it:
+
+- the mask id: model_args ``mask_token`` (a token or an id), else config.json's ``mask_token_id`` (LLaDA, Dream), else
+  the tokenizer's mask token; an id beyond the output layer is refused.
+- shifted outputs (model_args ``shifted_outputs=auto|true|false``): Dream's network predicts the token at position i
+  from its output at position i − 1 (its sampler shifts the logits right by one). ``auto`` reads a network as shifted
+  when its config's ``model_type`` is ``Dream`` (case-insensitive) or a class named in its ``architectures`` or
+  ``auto_map`` starts with ``Dream``. Position 0 then needs a predecessor: the last special token the tokenizer puts
+  before a sequence, else a leading token read before the text (never masked, never scored): the tokenizer's BOS
+  token, else the config's ``bos_token_id``.
+- the diffusion time: a network whose forward takes ``timesteps`` (MDLM, BD3-LM) gets zeros where its config says
+  ``time_conditioning: false`` (its own forward then replaces the value by zeros: the output does not depend on it);
+  a time-conditioned network is refused, since a reveal step's noise level is not passed yet.
 """
 
 from __future__ import annotations
 
+import inspect
+
 import torch
+import transformers
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
-from ...errors import InputError
+from ...errors import InputError, UnsupportedError
 from .model import MaskedOrderLM
 
 PROBE = "a"  # a text whose ids show where the tokenizer puts its special tokens
 # the configuration fields that name the longest input, by family (first found wins)
-POSITION_FIELDS = ("max_position_embeddings", "max_sequence_length", "n_positions")
+POSITION_FIELDS = ("max_position_embeddings", "max_sequence_length", "n_positions", "model_length")
+# the transformers version under which the released masked-diffusion checkpoints' own code loads (LLaDA, Dream)
+AUTHORS_TRANSFORMERS = "4.46.3"
+# the values model_args shifted_outputs accepts (lm-eval parses true / false to bools)
+SHIFTED_CHOICES = ("auto", "true", "false")
 
 
 def special_tokens_around(tokenizer) -> tuple[list[int], list[int]]:
@@ -40,13 +60,31 @@ def special_tokens_around(tokenizer) -> tuple[list[int], list[int]]:
     return [], []
 
 
-def mask_token_id(tokenizer, mask_token: str | int | None) -> int:
-    """The mask id: ``mask_token`` (a token of the tokenizer, or an id) where given, else the tokenizer's own."""
+def config_mask_id(config) -> int | None:
+    """config.json's ``mask_token_id`` (LLaDA's and Dream's configs name it), None where absent."""
+    value = getattr(config, "mask_token_id", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def mask_token_id(tokenizer, mask_token: str | int | None, config=None) -> int:
+    """The mask id: ``mask_token`` (a token of the tokenizer, or an id) where given, else the config's
+    ``mask_token_id``, else the tokenizer's own mask token.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> tokenizer = SimpleNamespace(mask_token_id=None)
+    >>> mask_token_id(tokenizer, None, SimpleNamespace(mask_token_id=126336))
+    126336
+    """
     if mask_token is None:
+        from_config = None if config is None else config_mask_id(config)
+        if from_config is not None:
+            return from_config
         if tokenizer.mask_token_id is None:
             raise InputError(
-                "the tokenizer has no mask token: pass model_args mask_token=<the token or id the model reads at a "
-                "masked position>"
+                "neither the config (mask_token_id) nor the tokenizer names a mask token: pass model_args "
+                "mask_token=<the token or id the model reads at a masked position>"
             )
         return int(tokenizer.mask_token_id)
     token_id = tokenizer.convert_tokens_to_ids(str(mask_token))
@@ -74,6 +112,77 @@ def max_positions(config) -> int | None:
     return None
 
 
+def names_dream(config) -> bool:
+    """Whether the config names Dream: ``model_type`` ``Dream`` (case-insensitive), or a class of its
+    ``architectures`` or ``auto_map`` whose name starts with ``Dream``.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> names_dream(SimpleNamespace(model_type="Dream")), names_dream(SimpleNamespace(model_type="llada"))
+    (True, False)
+    >>> names_dream(SimpleNamespace(auto_map={"AutoModel": "modeling_dream.DreamModel"}))
+    True
+    """
+    classes = [
+        *(getattr(config, "architectures", None) or []),
+        *(getattr(config, "auto_map", None) or {}).values(),
+    ]
+    names = [str(c).split(".")[-1] for c in classes]
+    return str(getattr(config, "model_type", "")).lower() == "dream" or any(
+        n.startswith("Dream") for n in names
+    )
+
+
+def shifted_outputs_of(config, shifted_outputs: str | bool = "auto") -> bool:
+    """Whether output i predicts position i + 1 (Dream): model_args ``shifted_outputs`` (true / false), or for
+    ``auto`` ``names_dream(config)``.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> shifted_outputs_of(SimpleNamespace(model_type="Dream")), shifted_outputs_of(SimpleNamespace(), "true")
+    (True, True)
+    """
+    choice = str(shifted_outputs).strip().lower()
+    if choice not in SHIFTED_CHOICES:
+        raise InputError(
+            f"model_args shifted_outputs must be one of {', '.join(SHIFTED_CHOICES)}, got {shifted_outputs!r}"
+        )
+    return names_dream(config) if choice == "auto" else choice == "true"
+
+
+def leading_token(tokenizer, config) -> int:
+    """The token read before the text where a shifted network's position 0 needs a predecessor: the tokenizer's BOS
+    token, else the config's ``bos_token_id``; an InputError where neither names one."""
+    for value in (getattr(tokenizer, "bos_token_id", None), getattr(config, "bos_token_id", None)):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    raise InputError(
+        "the network's outputs are shifted (output i predicts position i + 1), so position 0 needs a token before "
+        "it, but neither the tokenizer nor the config names a BOS token (bos_token_id); pass model_args "
+        "shifted_outputs=false if the network is not shifted"
+    )
+
+
+def time_argument(network) -> str | None:
+    """``timesteps`` where the network's forward takes the diffusion time (MDLM, BD3-LM), else None; an
+    UnsupportedError for a network that conditions on it (config ``time_conditioning`` not false)."""
+    try:
+        parameters = inspect.signature(network.forward).parameters
+    except (TypeError, ValueError):
+        return None
+    if "timesteps" not in parameters:
+        return None
+    if getattr(network.config, "time_conditioning", None) is False:
+        return "timesteps"
+    raise UnsupportedError(
+        f"{type(network).__name__}'s forward takes the diffusion time (timesteps) and its config does not say "
+        "time_conditioning: false: the noise level of a reveal step is not passed yet, so the package would read "
+        "another model than its sampler's"
+    )
+
+
 def load_config(path: str, trust_remote_code: bool):
     """``AutoConfig`` of the checkpoint; an ``InputError`` naming model_args ``trust_remote_code=True`` when the
     checkpoint's configuration is its own code (``auto_map``) and it was not given."""
@@ -94,8 +203,35 @@ def load_network(path: str, trust_remote_code: bool):
     config = load_config(path, trust_remote_code)
     try:
         return AutoModelForMaskedLM.from_pretrained(path, config=config, trust_remote_code=trust_remote_code)
-    except ValueError:
+    except ValueError as err:
+        # no masked-LM head registered for this config (the masked-diffusion checkpoints): the plain model, unless
+        # the checkpoint's own code raised it
+        raise_if_own_code(err, path)
+    try:
         return AutoModel.from_pretrained(path, config=config, trust_remote_code=trust_remote_code)
+    except Exception as err:
+        raise_if_own_code(err, path)
+        raise
+
+
+def raise_if_own_code(err: BaseException, path: str) -> None:
+    """An InputError naming the cause and the transformers version that works where ``err`` was raised inside the
+    checkpoint's own modeling code (a ``transformers_modules`` frame: LLaDA's and Dream's code fail under
+    transformers 5); nothing otherwise (the error keeps its traceback: it may be a bug)."""
+    frame, inside = err.__traceback__, None
+    while frame is not None:
+        filename = frame.tb_frame.f_code.co_filename
+        if "transformers_modules" in filename:
+            inside = f"{filename.rsplit('/', 1)[-1]}, line {frame.tb_lineno}"
+        frame = frame.tb_next
+    if inside is None:
+        return
+    message = " ".join(f"{type(err).__name__}: {err}".split())[:300]
+    raise InputError(
+        f"{path}: its own modeling code failed while loading under transformers {transformers.__version__} "
+        f"({inside}: {message}); the released LLaDA and Dream code loads under transformers=={AUTHORS_TRANSFORMERS} "
+        "(pip install transformers==" + AUTHORS_TRANSFORMERS + " in a separate environment)"
+    ) from None
 
 
 class HFMaskedLM(MaskedOrderLM):
@@ -108,21 +244,35 @@ class HFMaskedLM(MaskedOrderLM):
     tokenizer : transformers.PreTrainedTokenizerBase
         The checkpoint's tokenizer.
     mask_token : str or int, optional
-        The masked position's token or id (default: the tokenizer's mask token).
+        The masked position's token or id (default: the config's ``mask_token_id``, else the tokenizer's mask token).
     policy, policy_temperature, max_exact_tokens, block_tokens
         As in ``MaskedOrderLM``.
+    shifted_outputs : str or bool
+        ``auto`` (default: Dream's configs, ``names_dream``), ``true`` (output i predicts position i + 1, a leading
+        token before the text where the tokenizer puts none) or ``false``.
     """
 
     def __init__(self, network, tokenizer, mask_token=None, policy="uniform", policy_temperature=1.0,
-                 max_exact_tokens=16, block_tokens=8192):  # fmt: skip
+                 max_exact_tokens=16, block_tokens=8192, shifted_outputs="auto"):  # fmt: skip
         before, after = special_tokens_around(tokenizer)
+        self_shifted = shifted_outputs_of(network.config, shifted_outputs)
+        if self_shifted and not before:
+            before = [leading_token(tokenizer, network.config)]
         positions = max_positions(network.config)
         max_length = None if positions is None else positions - len(before) - len(after)
-        super().__init__(network, mask_token_id(tokenizer, mask_token), None, policy, policy_temperature,
-                         max_exact_tokens, max_length, block_tokens)  # fmt: skip
+        mask_id = mask_token_id(tokenizer, mask_token, network.config)
+        super().__init__(network, mask_id, None, policy, policy_temperature, max_exact_tokens, max_length,
+                         block_tokens)  # fmt: skip
         self.tokenizer = tokenizer
+        self.shifted = self_shifted
+        self.time_argument = time_argument(network)
         self.register_buffer("special_before", torch.tensor(before, dtype=torch.long), persistent=False)
         self.register_buffer("special_after", torch.tensor(after, dtype=torch.long), persistent=False)
+        if not 0 <= mask_id < self.vocab_size:
+            raise InputError(
+                f"mask id {mask_id} ({'model_args mask_token' if mask_token is not None else 'the checkpoint'}) is "
+                f"outside the network's output layer of {self.vocab_size} rows (ids 0..{self.vocab_size - 1})"
+            )
 
     @classmethod
     def from_pretrained(cls, path: str, mask_token=None, trust_remote_code: bool = False, **kwargs):
@@ -141,9 +291,15 @@ class HFMaskedLM(MaskedOrderLM):
         """Logits [B, L, V] of the text positions, the special tokens put around them."""
         B = ids.shape[0]
         before, after = self.special_before.expand(B, -1), self.special_after.expand(B, -1)
-        out = self.predictor(input_ids=torch.cat([before, ids, after], 1))
+        extra = {}
+        if self.time_argument is not None:
+            # zeros: the network's config says time_conditioning false, and its forward zeroes the value itself
+            extra[self.time_argument] = torch.zeros(B, device=ids.device)
+        out = self.predictor(input_ids=torch.cat([before, ids, after], 1), **extra)
         logits = getattr(out, "logits", out)
-        return logits[:, before.shape[1] : before.shape[1] + ids.shape[1]]
+        # a shifted network (Dream) predicts position i from its output at i − 1
+        start = before.shape[1] - (1 if self.shifted else 0)
+        return logits[:, start : start + ids.shape[1]]
 
     def text_ids(self, text: str) -> torch.Tensor:
         """The tokenizer's ids [T] of ``text``, without special tokens."""
@@ -154,4 +310,4 @@ class HFMaskedLM(MaskedOrderLM):
         return self.tokenizer.decode([int(i) for i in ids])
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, tokenizer={type(self.tokenizer).__name__}"
+        return f"{super().extra_repr()}, shifted={self.shifted}, tokenizer={type(self.tokenizer).__name__}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from typing import ClassVar
 
 import torch
@@ -88,6 +89,8 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
         self.network_rows = 0
         # a conditional view's revealed context (``conditional_model``): ids [C] read before the text, and its text
         self.context_ids, self.context_text = None, None
+        # the one-line notices given once (``check_text``: texts read in windows), shared with conditional views
+        self.notices_given = set()
         self.proposal = MaskedOrderProposal(self)
 
     @property
@@ -144,7 +147,13 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
         if bool((x == self.mask_id).any()):
             raise ValueError(f"x holds the mask id {self.mask_id}; use model.tokenize(text)")
         # a text longer than the network reads is read in windows; refused when the context leaves no room
-        window_size(self, x.numel())
+        if window_size(self, x.numel()) is not None and "windows" not in self.notices_given:
+            self.notices_given.add("windows")
+            warnings.warn(
+                f"{type(self).__name__}: a text of {x.numel()} tokens is longer than the {room(self)} positions the "
+                f"network reads: read in windows of {window_size(self, x.numel())} (windows.py; noticed once)",
+                stacklevel=2,
+            )
         return x.to(self.device)
 
     def conditional_model(self, context: str) -> MaskedOrderLM:
