@@ -9,6 +9,7 @@ its ``corpus_perplexity`` field (``DocumentEstimate.to_json``).
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -98,6 +99,35 @@ def _read_documents(samples_file: Path) -> list[DocumentEstimate]:
     return docs
 
 
+def check_samples_match_results(run: TaskRun) -> None:
+    """Refuse a samples file whose documents are not the ones the results file's table was computed from (a line
+    deleted, added or edited since the run): an ``InputError`` naming both files and what differs.
+
+    Two checks, each where the results file holds the figure: the number of documents (lm-eval's
+    ``n-samples.effective``, else the task's ``sample_len``) and the instance-level perplexity exp(−Σ log p̂ / Σ T)
+    recomputed from the samples, to 1e-9 relative (what lm-eval wrote is a float64 of the same sum).
+    """
+    where = f"{run.samples_file} does not match {run.results_file.name}"
+    fix = "rerun lm_eval with --log_samples, or report the results and samples files of one run"
+    expected = (
+        run.results.get("n-samples", {}).get(run.task, {}).get("effective", run.metrics.get("sample_len"))
+    )
+    if isinstance(expected, int) and expected != len(run.documents):
+        raise InputError(
+            f"{where}: it holds {len(run.documents)} documents, the results' task {run.task!r} {expected}; {fix}"
+        )
+    recorded = run.metrics.get("instance_perplexity,none")
+    tokens = sum(d.num_tokens for d in run.documents)
+    if not isinstance(recorded, float) or not math.isfinite(recorded) or tokens == 0:
+        return
+    recomputed = math.exp(-math.fsum(d.log_likelihood for d in run.documents) / tokens)
+    if not math.isclose(recomputed, recorded, rel_tol=1e-9):
+        raise InputError(
+            f"{where}: its {len(run.documents)} documents ({tokens} tokens) give instance_perplexity "
+            f"{recomputed:.6g}, the results' table {recorded:.6g}; {fix}"
+        )
+
+
 def read_runs(path: str | Path) -> list[TaskRun]:
     """Every (results file, task) under ``path`` (a folder searched recursively, or one results_*.json file).
 
@@ -121,9 +151,12 @@ def read_runs(path: str | Path) -> list[TaskRun]:
                     "(the per-document log weights are in it)"
                 )
             try:
-                runs.append(TaskRun(results_file, samples, task, results, _read_documents(samples)))
+                run = TaskRun(results_file, samples, task, results, _read_documents(samples))
             except NotAPerplexityTask as err:
                 skipped.append((task, err))
+                continue
+            check_samples_match_results(run)
+            runs.append(run)
     if not runs:
         raise InputError(
             f"{path}: no lm-latent-eval perplexity task among its results "
