@@ -247,3 +247,29 @@ def test_ctrl_c_says_how_to_resume(capsys, tmp_path, monkeypatch):
     excepthook(KeyboardInterrupt, KeyboardInterrupt(), None, interrupt_hint=sys.excepthook.interrupt_hint)
     line = _one_error_line(capsys.readouterr().err.split(": ", 1)[1], "interrupted; rerun the same command")
     assert str(lm.results_store.folder) in line
+
+
+def test_a_negative_integer_model_arg_gets_the_settings_rule_not_a_type_error():
+    """Issue 43, item 9: lm-eval's command line hands ``num_samples=-5`` over as the float -5.0, which was refused as
+    "must be an integer, got -5.0" (and ``seed=-1`` with it, though a script's ``LatentHMMEval(seed=-1)`` was
+    accepted). A whole float is that integer; the rule on each setting is EstimatorSettings' alone: K > 0, a seed of
+    any sign (it is hashed with the document's text), a fraction refused."""
+    from lm_latent_eval.errors import InputError
+    from lm_latent_eval.estimators import EstimatorSettings
+    from lm_latent_eval.harness.backends import LatentHMMEval
+
+    with pytest.raises(UserError) as caught:
+        LatentHMMEval(device="cpu", num_samples=-5.0)
+    assert (
+        str(caught.value)
+        == "bad model_args for LatentHMMEval: num_samples must be a positive integer, got -5"
+    )
+    assert (
+        LatentHMMEval(device="cpu", seed=-1.0).settings.seed
+        == -1
+        == LatentHMMEval(device="cpu", seed=-1).settings.seed
+    )
+    with pytest.raises(UserError, match="num_samples must be an integer, got 2.5"):
+        LatentHMMEval(device="cpu", num_samples=2.5)
+    with pytest.raises(InputError, match=r"seed must be an integer \(any sign\), got 1.5"):
+        EstimatorSettings(seed=1.5)
