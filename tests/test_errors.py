@@ -273,3 +273,36 @@ def test_a_negative_integer_model_arg_gets_the_settings_rule_not_a_type_error():
         LatentHMMEval(device="cpu", num_samples=2.5)
     with pytest.raises(InputError, match=r"seed must be an integer \(any sign\), got 1.5"):
         EstimatorSettings(seed=1.5)
+
+
+@pytest.mark.parametrize(
+    ("batch", "expected"),
+    [
+        (
+            None,
+            "no lm-latent-eval backend answered this task's requests. This task needs one (--model latent_hmm",
+        ),
+        ("documents", "the lm-latent-eval backend estimated 1 other texts in its latest batch (e.g. '')"),
+        (
+            "conditionals",
+            "answered loglikelihood requests, not loglikelihood_rolling ones: a perplexity task needs ",
+        ),
+    ],
+)
+def test_a_missing_estimate_names_its_cause(batch, expected):
+    """Issue 43, item 9: "This task needs an lm-latent-eval backend" was said when the backend was ours and the cause
+    was the task's output_type or requests that carry another text (as lm-eval 0.5's ("", text)); the reason now
+    follows from what the backend's latest batch holds."""
+    from lm_latent_eval.estimators import EstimatorSettings, ExactEstimate
+    from lm_latent_eval.harness.exchange import Conditional, EstimateExchange, NoEstimateError
+
+    exchange = EstimateExchange.begin(EstimatorSettings("exact"))
+    if batch == "documents":
+        exchange.put_documents({"": ExactEstimate("", 0, 0.0)})
+    elif batch == "conditionals":
+        exchange.put_conditionals({("the", " cat"): Conditional(-1.0, 1)})
+    with pytest.raises(NoEstimateError) as caught:
+        exchange.document("the cat sat", -3.0)
+    message = str(caught.value)
+    assert isinstance(caught.value, UserError) and "\n" not in message and expected in message
+    assert ("needs one" in message) == (batch is None)
