@@ -4,6 +4,7 @@ traceback; every other exception keeps its traceback (it may be a bug)."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -306,3 +307,31 @@ def test_a_missing_estimate_names_its_cause(batch, expected):
     message = str(caught.value)
     assert isinstance(caught.value, UserError) and "\n" not in message and expected in message
     assert ("needs one" in message) == (batch is None)
+
+
+def test_a_data_file_that_is_not_utf8_or_is_a_folder_is_one_line_naming_it(tmp_path):
+    """Issue 43, items 8 and 11: a non-UTF-8 data file was a UnicodeDecodeError traceback naming no file or line, and
+    a folder given as data_file got "no such file"."""
+    from lm_latent_eval.documents import read_texts
+
+    bad = tmp_path / "docs.txt"
+    bad.write_bytes(b"a good line\n\xff\xfe not utf-8\n")
+    with pytest.raises(InputError) as caught:
+        read_texts(bad)
+    assert str(caught.value) == f"{bad}:2: not UTF-8 text (byte 0xff at column 1); save the file as UTF-8"
+    with pytest.raises(UserError) as caught:
+        read_texts(tmp_path)
+    assert str(caught.value) == f"{tmp_path}: a folder, not a file; name a file in it"
+
+
+def test_report_on_a_damaged_samples_file_is_one_line_naming_the_line(tmp_path, capsys):
+    """Issue 43, item 8: a corrupted samples jsonl given to ``report`` was a JSONDecodeError traceback."""
+    run = tmp_path / "out" / "some__model"
+    run.mkdir(parents=True)
+    date = "2026-11-24T00-00-00.000000"
+    (run / f"results_{date}.json").write_text(json.dumps({"results": {"latent_ppl_tiny": {}}}))
+    samples = run / f"samples_latent_ppl_tiny_{date}.jsonl"
+    samples.write_text('\n{"doc_id": 1, "corpus_perplex\n')
+    assert main(["report", str(tmp_path / "out")]) == 2
+    line = _one_error_line(capsys.readouterr().err, "lm-latent-eval report: error: ")
+    assert f"{samples}:2: not a JSON line (" in line and "damaged" in line

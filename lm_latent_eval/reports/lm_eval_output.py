@@ -14,6 +14,7 @@ import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from ..documents import text_lines
 from ..errors import InputError, MissingFileError
 from ..estimators import DocumentEstimate, Estimator, EstimatorSettings
 from ..estimators.registry import estimate_from_json, estimator_named
@@ -78,24 +79,29 @@ class NotAPerplexityTask(ValueError):
 
 def _read_documents(samples_file: Path) -> list[DocumentEstimate]:
     docs = []
-    with open(samples_file, encoding="utf-8") as fh:
-        for n, line in enumerate(fh):
-            if not line.strip():
-                continue
+    for n, line in text_lines(samples_file):
+        if not line.strip():
+            continue
+        try:
             row = json.loads(line)
-            item = row.get(SAMPLES_FIELD)
-            if not isinstance(item, dict):
-                raise NotAPerplexityTask(
-                    f"{samples_file}: line {n + 1} has no {SAMPLES_FIELD!r} field: not the samples of an lm-latent-eval "
-                    "perplexity task (latent_ppl_tiny, linked_wikitext2*, coref_tiny, conll2012_ppl)"
-                )
-            if "estimator" not in item:
-                raise InputError(
-                    f"{samples_file}: line {n + 1}: written by an older lm-latent-eval (no 'estimator' in "
-                    f"{SAMPLES_FIELD!r}); rerun lm_eval with this version"
-                )
-            text = str(row.get("target", row.get("doc", {}).get("text", "")))
-            docs.append(estimate_from_json({**item, "document": text}))
+        except json.JSONDecodeError as err:
+            raise InputError(
+                f"{samples_file}:{n}: not a JSON line ({err.msg}, column {err.colno}): the samples file is damaged; "
+                "rerun lm_eval with --log_samples"
+            ) from None
+        item = row.get(SAMPLES_FIELD) if isinstance(row, dict) else None
+        if not isinstance(item, dict):
+            raise NotAPerplexityTask(
+                f"{samples_file}: line {n} has no {SAMPLES_FIELD!r} field: not the samples of an lm-latent-eval "
+                "perplexity task (latent_ppl_tiny, linked_wikitext2*, coref_tiny, conll2012_ppl)"
+            )
+        if "estimator" not in item:
+            raise InputError(
+                f"{samples_file}: line {n}: written by an older lm-latent-eval (no 'estimator' in "
+                f"{SAMPLES_FIELD!r}); rerun lm_eval with this version"
+            )
+        text = str(row.get("target", row.get("doc", {}).get("text", "")))
+        docs.append(estimate_from_json({**item, "document": text}))
     return docs
 
 
