@@ -36,23 +36,39 @@ def _jsonl_text(line: str, where: str, tokens_field: bool) -> str:
     return record[TEXT_FIELD]
 
 
+def text_lines(path: str | Path):
+    """(line number from 1, line) of the UTF-8 text file ``path``; a ``MissingFileError`` when it is not a file (a
+    folder is said to be one), an ``InputError`` naming the file and line that is not UTF-8."""
+    path = Path(path)
+    if path.is_dir():
+        raise MissingFileError(f"{path}: a folder, not a file; name a file in it")
+    if not path.is_file():
+        raise MissingFileError(f"{path}: no such file")
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            try:
+                yield n, raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise InputError(
+                    f"{path}:{n}: not UTF-8 text (byte {raw[err.start]:#04x} at column {err.start + 1}); save the "
+                    "file as UTF-8"
+                ) from None
+
+
 def read_texts(path: str | Path, tokens_field: bool = False) -> list[str]:
     """The documents of ``path``: ``.jsonl`` → the ``text`` of every non-blank line (``tokens_field``: a Linked
     WikiText-2 ``tokens`` list also counts), any other file → every non-blank line. InputError naming the file and
     line for a line without a usable text; a warning naming them for each empty document."""
     path = Path(path)
-    if not path.is_file():
-        raise MissingFileError(f"{path}: no such file")
     docs = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{n}"
-            text = _jsonl_text(line, where, tokens_field) if path.suffix == ".jsonl" else line.rstrip("\n")
-            if not text.strip():
-                warnings.warn(f"{where}: empty document (it scores log p = 0 over 0 tokens)", stacklevel=2)
-            docs.append(text)
+    for n, line in text_lines(path):
+        if not line.strip():
+            continue
+        where = f"{path}:{n}"
+        text = _jsonl_text(line, where, tokens_field) if path.suffix == ".jsonl" else line.rstrip("\n")
+        if not text.strip():
+            warnings.warn(f"{where}: empty document (it scores log p = 0 over 0 tokens)", stacklevel=2)
+        docs.append(text)
     if not docs:
         raise InputError(f"{path}: no documents")
     return docs

@@ -4,6 +4,7 @@ traceback; every other exception keeps its traceback (it may be a bug)."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -247,3 +248,90 @@ def test_ctrl_c_says_how_to_resume(capsys, tmp_path, monkeypatch):
     excepthook(KeyboardInterrupt, KeyboardInterrupt(), None, interrupt_hint=sys.excepthook.interrupt_hint)
     line = _one_error_line(capsys.readouterr().err.split(": ", 1)[1], "interrupted; rerun the same command")
     assert str(lm.results_store.folder) in line
+
+
+def test_a_negative_integer_model_arg_gets_the_settings_rule_not_a_type_error():
+    """Issue 43, item 9: lm-eval's command line hands ``num_samples=-5`` over as the float -5.0, which was refused as
+    "must be an integer, got -5.0" (and ``seed=-1`` with it, though a script's ``LatentHMMEval(seed=-1)`` was
+    accepted). A whole float is that integer; the rule on each setting is EstimatorSettings' alone: K > 0, a seed of
+    any sign (it is hashed with the document's text), a fraction refused."""
+    from lm_latent_eval.errors import InputError
+    from lm_latent_eval.estimators import EstimatorSettings
+    from lm_latent_eval.harness.backends import LatentHMMEval
+
+    with pytest.raises(UserError) as caught:
+        LatentHMMEval(device="cpu", num_samples=-5.0)
+    assert (
+        str(caught.value)
+        == "bad model_args for LatentHMMEval: num_samples must be a positive integer, got -5"
+    )
+    assert (
+        LatentHMMEval(device="cpu", seed=-1.0).settings.seed
+        == -1
+        == LatentHMMEval(device="cpu", seed=-1).settings.seed
+    )
+    with pytest.raises(UserError, match="num_samples must be an integer, got 2.5"):
+        LatentHMMEval(device="cpu", num_samples=2.5)
+    with pytest.raises(InputError, match=r"seed must be an integer \(any sign\), got 1.5"):
+        EstimatorSettings(seed=1.5)
+
+
+@pytest.mark.parametrize(
+    ("batch", "expected"),
+    [
+        (
+            None,
+            "no lm-latent-eval backend answered this task's requests. This task needs one (--model latent_hmm",
+        ),
+        ("documents", "the lm-latent-eval backend estimated 1 other texts in its latest batch (e.g. '')"),
+        (
+            "conditionals",
+            "answered loglikelihood requests, not loglikelihood_rolling ones: a perplexity task needs ",
+        ),
+    ],
+)
+def test_a_missing_estimate_names_its_cause(batch, expected):
+    """Issue 43, item 9: "This task needs an lm-latent-eval backend" was said when the backend was ours and the cause
+    was the task's output_type or requests that carry another text (as lm-eval 0.5's ("", text)); the reason now
+    follows from what the backend's latest batch holds."""
+    from lm_latent_eval.estimators import EstimatorSettings, ExactEstimate
+    from lm_latent_eval.harness.exchange import Conditional, EstimateExchange, NoEstimateError
+
+    exchange = EstimateExchange.begin(EstimatorSettings("exact"))
+    if batch == "documents":
+        exchange.put_documents({"": ExactEstimate("", 0, 0.0)})
+    elif batch == "conditionals":
+        exchange.put_conditionals({("the", " cat"): Conditional(-1.0, 1)})
+    with pytest.raises(NoEstimateError) as caught:
+        exchange.document("the cat sat", -3.0)
+    message = str(caught.value)
+    assert isinstance(caught.value, UserError) and "\n" not in message and expected in message
+    assert ("needs one" in message) == (batch is None)
+
+
+def test_a_data_file_that_is_not_utf8_or_is_a_folder_is_one_line_naming_it(tmp_path):
+    """Issue 43, items 8 and 11: a non-UTF-8 data file was a UnicodeDecodeError traceback naming no file or line, and
+    a folder given as data_file got "no such file"."""
+    from lm_latent_eval.documents import read_texts
+
+    bad = tmp_path / "docs.txt"
+    bad.write_bytes(b"a good line\n\xff\xfe not utf-8\n")
+    with pytest.raises(InputError) as caught:
+        read_texts(bad)
+    assert str(caught.value) == f"{bad}:2: not UTF-8 text (byte 0xff at column 1); save the file as UTF-8"
+    with pytest.raises(UserError) as caught:
+        read_texts(tmp_path)
+    assert str(caught.value) == f"{tmp_path}: a folder, not a file; name a file in it"
+
+
+def test_report_on_a_damaged_samples_file_is_one_line_naming_the_line(tmp_path, capsys):
+    """Issue 43, item 8: a corrupted samples jsonl given to ``report`` was a JSONDecodeError traceback."""
+    run = tmp_path / "out" / "some__model"
+    run.mkdir(parents=True)
+    date = "2026-11-24T00-00-00.000000"
+    (run / f"results_{date}.json").write_text(json.dumps({"results": {"latent_ppl_tiny": {}}}))
+    samples = run / f"samples_latent_ppl_tiny_{date}.jsonl"
+    samples.write_text('\n{"doc_id": 1, "corpus_perplex\n')
+    assert main(["report", str(tmp_path / "out")]) == 2
+    line = _one_error_line(capsys.readouterr().err, "lm-latent-eval report: error: ")
+    assert f"{samples}:2: not a JSON line (" in line and "damaged" in line

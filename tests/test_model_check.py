@@ -108,3 +108,60 @@ def test_the_tutorials_check_model_command_passes_on_its_topic_model(tmp_path, m
     rows = {r.split("  ")[0]: r for r in capsys.readouterr().out.splitlines()}
     assert all(" passed " in row for row in rows.values()), rows
     assert "whole vocabulary = 1.000" in rows["prefix declaration"]
+
+
+MODELS_WITHOUT_PARTS = """
+import torch
+
+
+class NoTokenizeNoProposal(torch.nn.Module):
+    @classmethod
+    def from_pretrained(cls, path, **kwargs):
+        return cls()
+
+    def log_joint(self, x, z):
+        return torch.zeros(1, dtype=torch.float64)
+
+
+class NoFromPretrained:
+    pass
+"""
+
+
+@pytest.mark.parametrize(
+    ("cls", "expected"),
+    [
+        (
+            "NoTokenizeNoProposal",
+            (
+                "model class 'my_models:NoTokenizeNoProposal' is not a latent LM: it has no proposal, tokenize (the "
+                "contract: proposal, tokenize(text), log_joint(x, z); docs/your-model.md)"
+            ),
+        ),
+        (
+            "NoFromPretrained",
+            (
+                "model class 'my_models:NoFromPretrained' has no from_pretrained(path, **kwargs): a model class needs it "
+                "to be loaded (docs/your-model.md)"
+            ),
+        ),
+    ],
+)
+def test_a_class_without_the_contract_gets_the_list_of_what_is_missing(
+    cls, expected, tmp_path, monkeypatch, capsys
+):
+    """Issue 43, item 7: check-model (and ``--model latent model=...``) on a class without ``tokenize`` or
+    ``proposal`` was an AttributeError traceback; loading the model names what the class lacks, in one line."""
+    from lm_latent_eval.errors import UserError
+    from lm_latent_eval.harness.backends import LatentLMEval
+
+    (tmp_path / "my_models.py").write_text(MODELS_WITHOUT_PARTS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "ckpt").mkdir()
+    argv = ["check-model", "--model", f"my_models:{cls}", "--pretrained", str(tmp_path / "ckpt")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"lm-latent-eval check-model: error: {expected}"]
+    with pytest.raises(UserError) as caught:
+        LatentLMEval(model=f"my_models:{cls}", pretrained=str(tmp_path / "ckpt"), device="cpu")
+    assert str(caught.value) == expected

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
 from scipy.special import logsumexp
+
+from ..errors import InputError
 
 
 def as_log_weights(log_weights, doc: str = "document") -> np.ndarray:
@@ -68,14 +71,35 @@ def stack_equal_k(log_weights: Sequence) -> np.ndarray:
     return np.stack([as_log_weights(lw, f"document {n}") for n, lw in enumerate(log_weights)])
 
 
-def total_tokens(num_tokens: Sequence[int], n_docs: int) -> int:
+def token_counts(num_tokens: Sequence[int], n_docs: int) -> list[int]:
+    """The token counts T_n [N] as ints, one per document; an ``InputError`` naming the first document whose count is
+    not a whole number ≥ 0 (2.5 would otherwise be truncated to 2, silently).
+
+    Examples
+    --------
+    >>> token_counts([3, 2.0], 2)
+    [3, 2]
+    >>> token_counts([3, 2.5], 2)
+    Traceback (most recent call last):
+    ...
+    lm_latent_eval.errors.InputError: document 1: num_tokens must be a whole number ≥ 0, got 2.5
+    """
     if len(num_tokens) != n_docs:
-        raise ValueError(f"got {n_docs} documents but {len(num_tokens)} token counts")
-    if any(int(t) < 0 for t in num_tokens):
-        raise ValueError("token counts must be non-negative")
-    total = int(sum(int(t) for t in num_tokens))
+        raise InputError(f"got {n_docs} documents but {len(num_tokens)} token counts")
+    counts = []
+    for n, t in enumerate(num_tokens):
+        whole = isinstance(t, numbers.Integral) or (isinstance(t, numbers.Real) and float(t).is_integer())
+        if isinstance(t, bool) or not whole or t < 0:
+            raise InputError(f"document {n}: num_tokens must be a whole number ≥ 0, got {t!r}")
+        counts.append(int(t))
+    return counts
+
+
+def total_tokens(num_tokens: Sequence[int], n_docs: int) -> int:
+    """Σ_n T_n over ``token_counts``; an ``InputError`` when it is 0 (perplexity is undefined)."""
+    total = sum(token_counts(num_tokens, n_docs))
     if total == 0:
-        raise ValueError("perplexity is undefined for a corpus with zero tokens")
+        raise InputError("perplexity is undefined for a corpus with zero tokens")
     return total
 
 

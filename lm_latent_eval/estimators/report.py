@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .aggregate import as_log_weights, log_mean_exp, perplexity, stack_equal_k, total_tokens
+from ..errors import InputError
+from .aggregate import as_log_weights, log_mean_exp, perplexity, stack_equal_k, token_counts, total_tokens
 from .corpus import corpus_estimate
 from .diagnostics import (
     corpus_convergence_curve,
@@ -16,6 +17,8 @@ from .diagnostics import (
 from .importance import ISEstimate
 from .policy import UncertaintyPolicy
 from .settings import DEFAULT_LEVEL
+
+_ZERO = 1e-9  # |log p̂| up to this is 0 (rounding of log weights that are exactly 0)
 
 
 def weights_report(
@@ -35,11 +38,12 @@ def weights_report(
     if not lws:
         raise ValueError("no documents")
     total = total_tokens(num_tokens, len(lws))
+    num_tokens = token_counts(num_tokens, len(lws))
     if corpus_level and len({lw.size for lw in lws}) != 1:
         # the clear error on unequal K
         stack_equal_k(lws)
     estimates = [
-        ISEstimate(f"document {n}", int(t), float(log_mean_exp(lw)), lw)
+        ISEstimate(f"document {n}", t, _log_likelihood(n, lw, t), lw)
         for n, (lw, t) in enumerate(zip(lws, num_tokens))
     ]
     policy = UncertaintyPolicy(level=level)
@@ -71,6 +75,24 @@ def weights_report(
     if beam_log_likelihoods is not None:
         report |= _beam_report(beam_log_likelihoods, report["log_likelihoods"], num_tokens)
     return report
+
+
+def _log_likelihood(n: int, log_weights: np.ndarray, num_tokens: int) -> float:
+    """log p̂ of document ``n`` from its log weights; an ``InputError`` naming it where log p̂ is impossible for a text
+    of ``num_tokens`` tokens: above 0 (p̂ > 1), or not 0 for an empty document (it has p = 1 and adds no tokens, so
+    its log p̂ would shift the corpus's perplexity unseen)."""
+    log_p = float(log_mean_exp(log_weights))
+    if num_tokens == 0 and abs(log_p) > _ZERO:
+        raise InputError(
+            f"document {n}: num_tokens is 0 but its log weights give log p̂ = {log_p:.6g}; an empty document has "
+            "p = 1 (log p̂ 0): give its token count, or leave it out"
+        )
+    if log_p > _ZERO:
+        raise InputError(
+            f"document {n}: its log weights give log p̂ = {log_p:.6g} > 0, a probability above 1 for a text: give "
+            "log w_k = log p(x, z_k) − log q(z_k | x) with p a probability (not a density), in nats"
+        )
+    return log_p
 
 
 def _beam_report(beam_log_likelihoods, log_likelihoods, num_tokens) -> dict:

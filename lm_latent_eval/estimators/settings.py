@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass, field
 
 from ..checks import check_num_samples, check_temperature
@@ -90,7 +91,9 @@ class EstimatorSettings:
     temperature: float = field(default=1.0, metadata=_help("τ, divides every proposal logit"))
     peek: bool = field(default=True, metadata=_help("whether the proposal reads the token it labels"))
     beam_size: int = field(default=10, metadata=_help("k of the beam bound"))
-    seed: int = field(default=1234, metadata=_help("with the document text, seeds every random stream"))
+    seed: int = field(
+        default=1234, metadata=_help("any integer; with the document text, seeds every random stream")
+    )
     # memory only; never changes a number
     batch_size: int | None = field(
         default=None, metadata=_help("particles per log_joint call (memory only; None: one sample block)")
@@ -140,6 +143,9 @@ class EstimatorSettings:
         check_num_samples(self.num_samples)
         check_temperature(self.temperature)
         check_num_samples(self.beam_size, "beam_size")
+        # any integer: it is hashed with the document's text (estimators.seeding), so a negative one is as good
+        if not isinstance(self.seed, numbers.Integral) or isinstance(self.seed, bool):
+            raise InputError(f"seed must be an integer (any sign), got {self.seed!r}")
         if self.batch_size is not None:
             check_num_samples(self.batch_size, "batch_size")
         if not (_number(self.resample_threshold) and 0.0 <= self.resample_threshold <= 1.0):

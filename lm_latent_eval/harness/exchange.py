@@ -26,6 +26,7 @@ The exchange is process-local: each rank of a multi-process run fills and reads 
 
 from __future__ import annotations
 
+import importlib.metadata
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -35,6 +36,7 @@ from ..estimators import DEFAULT_POLICY, DocumentEstimate, EstimatorSettings, Un
 from ..estimators.corpus import CorpusEstimate, corpus_estimate
 from ..estimators.registry import estimate_from_json
 from .cache import EstimateCache
+from .metric_keys import TESTED_LM_EVAL
 
 WHERE = "lm-latent-eval perplexity task"
 
@@ -170,10 +172,8 @@ class EstimateExchange:
             est = self._cache.get(text)
         if est is None:
             raise NoEstimateError(
-                f"{WHERE}: no estimate for document {text[:60]!r} in this process or its --use_cache database. "
-                "This task needs an lm-latent-eval backend (--model latent_hmm, latent_kglm, or --model latent "
-                "model=...); a --use_cache database written by another model or by an older lm-latent-eval lacks "
-                "the samples (use a new cache file)."
+                f"{WHERE}: no estimate for document {text[:60]!r} in this process or its --use_cache database: "
+                + self._why_no_estimate()
             )
         if not _same(est.log_likelihood, log_likelihood):
             raise NoEstimateError(
@@ -182,6 +182,26 @@ class EstimateExchange:
                 "another model or from a cache, so its samples are not available"
             )
         return est
+
+    def _why_no_estimate(self) -> str:
+        """Why the backend's latest batch lacks a document the task asks for, from what the batch holds."""
+        if self._documents:
+            seen = next(iter(self._documents))
+            return (
+                f"the lm-latent-eval backend estimated {len(self._documents)} other texts in its latest batch (e.g. "
+                f"{seen[:40]!r}), so the task's loglikelihood_rolling requests do not carry the text its doc_to_target "
+                f"gives (check the task's doc_to_target; lm-eval {_lm_eval_version()} is installed, {TESTED_LM_EVAL}x tested)"
+            )
+        if self._conditionals:
+            return (
+                "the lm-latent-eval backend answered loglikelihood requests, not loglikelihood_rolling ones: a "
+                "perplexity task needs output_type: loglikelihood_rolling"
+            )
+        return (
+            "no lm-latent-eval backend answered this task's requests. This task needs one (--model latent_hmm, "
+            "latent_kglm, or --model latent model=...); a --use_cache database written by another model or by an "
+            "older lm-latent-eval lacks the samples (use a new cache file)."
+        )
 
     def continuation_tokens(self, context: str, continuation: str, log_likelihood: float) -> int:
         """The model tokens of ``continuation`` after ``context``, as counted by the backend that returned
@@ -238,3 +258,10 @@ def _identity(item: dict) -> dict:
         "estimator": item["estimator"],
         "num_log_weights": num,
     }
+
+
+def _lm_eval_version() -> str:
+    try:
+        return importlib.metadata.version("lm_eval")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"

@@ -128,6 +128,9 @@ def parse_value(arg: ModelArg, value):
             return value if isinstance(value, bool) else text.lower() in ("true", "1", "yes")
         raise ModelArgsError(f"model_args {arg.name} must be true or false, got {value!r}")
     if arg.kind is int:
+        # lm-eval's command line reads "-5" as the float -5.0 (its check for an int sees no digits in "-5")
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
         if isinstance(value, bool) or not text.lstrip("-").isdigit():
             raise ModelArgsError(f"model_args {arg.name} must be an integer, got {value!r}")
         return int(text)

@@ -9,7 +9,7 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError, MissingFileError
+from ..errors import InputError, MissingFileError, UnsupportedError
 from ..paths import DATA_DIR
 
 
@@ -136,6 +136,11 @@ def load_model(
     Returns (model, checkpoint_dir) so callers can record ``checkpoint_hash(checkpoint_dir)``.
     """
     cls = resolve_class(model)
+    if not callable(getattr(cls, "from_pretrained", None)):
+        raise UnsupportedError(
+            f"model class {model_target(model)!r} has no from_pretrained(path, **kwargs): a model class needs it to "
+            "be loaded (docs/your-model.md)"
+        )
     if pretrained is None:
         pretrained = default_checkpoint(model)
         if pretrained is None:
@@ -151,6 +156,15 @@ def load_model(
     # huggingface_hub prints "Loading weights from local directory"
     with contextlib.redirect_stdout(io.StringIO()):
         lm = cls.from_pretrained(str(path), **kwargs)
+    # kept local: this registry stays cheap to import (CONTRIBUTING.md)
+    from ..protocol.capabilities import missing_contract
+
+    missing = missing_contract(lm)
+    if missing:
+        raise UnsupportedError(
+            f"model class {model_target(model)!r} is not a latent LM: it has no {', '.join(missing)} (the contract: "
+            "proposal, tokenize(text), log_joint(x, z); docs/your-model.md)"
+        )
     if dtype is not None and hasattr(lm, "to"):
         lm = lm.to(dtype=dtype)
     if hasattr(lm, "to"):

@@ -18,6 +18,30 @@ from .contract import SMC_METHODS
 LATENT_SUPPORTS = ("discrete", "continuous")
 
 
+def missing_contract(obj: Any) -> list[str]:
+    """The parts of the contract that ``obj`` lacks: ``proposal`` (an attribute), ``tokenize`` and ``log_joint``
+    (callables), in that order; empty for a latent LM.
+
+    Parameters
+    ----------
+    obj : Any
+        A candidate model.
+
+    Returns
+    -------
+    list of str
+        The missing names.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> missing_contract(SimpleNamespace(log_joint=max))
+    ['proposal', 'tokenize']
+    """
+    missing = [] if hasattr(obj, "proposal") else ["proposal"]
+    return missing + [name for name in ("tokenize", "log_joint") if not callable(getattr(obj, name, None))]
+
+
 def is_latent_lm(obj: Any) -> bool:
     """Whether ``obj`` has the contract's ``proposal``, ``tokenize`` and ``log_joint``.
 
@@ -32,7 +56,8 @@ def is_latent_lm(obj: Any) -> bool:
     Returns
     -------
     bool
-        True when ``obj.proposal`` exists and ``tokenize`` and ``log_joint`` are callable.
+        True when ``obj.proposal`` exists and ``tokenize`` and ``log_joint`` are callable (``missing_contract`` names
+        what is not).
 
     Examples
     --------
@@ -42,11 +67,7 @@ def is_latent_lm(obj: Any) -> bool:
     >>> is_latent_lm(SimpleNamespace(tokenize=str.split, log_joint=max))
     False
     """
-    return (
-        hasattr(obj, "proposal")
-        and callable(getattr(obj, "tokenize", None))
-        and callable(getattr(obj, "log_joint", None))
-    )
+    return not missing_contract(obj)
 
 
 def is_prefix_probability(model: Any) -> bool | None:

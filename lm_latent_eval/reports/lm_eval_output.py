@@ -9,10 +9,12 @@ its ``corpus_perplexity`` field (``DocumentEstimate.to_json``).
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from ..documents import text_lines
 from ..errors import InputError, MissingFileError
 from ..estimators import DocumentEstimate, Estimator, EstimatorSettings
 from ..estimators.registry import estimate_from_json, estimator_named
@@ -77,25 +79,59 @@ class NotAPerplexityTask(ValueError):
 
 def _read_documents(samples_file: Path) -> list[DocumentEstimate]:
     docs = []
-    with open(samples_file, encoding="utf-8") as fh:
-        for n, line in enumerate(fh):
-            if not line.strip():
-                continue
+    for n, line in text_lines(samples_file):
+        if not line.strip():
+            continue
+        try:
             row = json.loads(line)
-            item = row.get(SAMPLES_FIELD)
-            if not isinstance(item, dict):
-                raise NotAPerplexityTask(
-                    f"{samples_file}: line {n + 1} has no {SAMPLES_FIELD!r} field: not the samples of an lm-latent-eval "
-                    "perplexity task (latent_ppl_tiny, linked_wikitext2*, coref_tiny, conll2012_ppl)"
-                )
-            if "estimator" not in item:
-                raise InputError(
-                    f"{samples_file}: line {n + 1}: written by an older lm-latent-eval (no 'estimator' in "
-                    f"{SAMPLES_FIELD!r}); rerun lm_eval with this version"
-                )
-            text = str(row.get("target", row.get("doc", {}).get("text", "")))
-            docs.append(estimate_from_json({**item, "document": text}))
+        except json.JSONDecodeError as err:
+            raise InputError(
+                f"{samples_file}:{n}: not a JSON line ({err.msg}, column {err.colno}): the samples file is damaged; "
+                "rerun lm_eval with --log_samples"
+            ) from None
+        item = row.get(SAMPLES_FIELD) if isinstance(row, dict) else None
+        if not isinstance(item, dict):
+            raise NotAPerplexityTask(
+                f"{samples_file}: line {n} has no {SAMPLES_FIELD!r} field: not the samples of an lm-latent-eval "
+                "perplexity task (latent_ppl_tiny, linked_wikitext2*, coref_tiny, conll2012_ppl)"
+            )
+        if "estimator" not in item:
+            raise InputError(
+                f"{samples_file}: line {n}: written by an older lm-latent-eval (no 'estimator' in "
+                f"{SAMPLES_FIELD!r}); rerun lm_eval with this version"
+            )
+        text = str(row.get("target", row.get("doc", {}).get("text", "")))
+        docs.append(estimate_from_json({**item, "document": text}))
     return docs
+
+
+def check_samples_match_results(run: TaskRun) -> None:
+    """Refuse a samples file whose documents are not the ones the results file's table was computed from (a line
+    deleted, added or edited since the run): an ``InputError`` naming both files and what differs.
+
+    Two checks, each where the results file holds the figure: the number of documents (lm-eval's
+    ``n-samples.effective``, else the task's ``sample_len``) and the instance-level perplexity exp(−Σ log p̂ / Σ T)
+    recomputed from the samples, to 1e-9 relative (what lm-eval wrote is a float64 of the same sum).
+    """
+    where = f"{run.samples_file} does not match {run.results_file.name}"
+    fix = "rerun lm_eval with --log_samples, or report the results and samples files of one run"
+    expected = (
+        run.results.get("n-samples", {}).get(run.task, {}).get("effective", run.metrics.get("sample_len"))
+    )
+    if isinstance(expected, int) and expected != len(run.documents):
+        raise InputError(
+            f"{where}: it holds {len(run.documents)} documents, the results' task {run.task!r} {expected}; {fix}"
+        )
+    recorded = run.metrics.get("instance_perplexity,none")
+    tokens = sum(d.num_tokens for d in run.documents)
+    if not isinstance(recorded, float) or not math.isfinite(recorded) or tokens == 0:
+        return
+    recomputed = math.exp(-math.fsum(d.log_likelihood for d in run.documents) / tokens)
+    if not math.isclose(recomputed, recorded, rel_tol=1e-9):
+        raise InputError(
+            f"{where}: its {len(run.documents)} documents ({tokens} tokens) give instance_perplexity "
+            f"{recomputed:.6g}, the results' table {recorded:.6g}; {fix}"
+        )
 
 
 def read_runs(path: str | Path) -> list[TaskRun]:
@@ -121,9 +157,12 @@ def read_runs(path: str | Path) -> list[TaskRun]:
                     "(the per-document log weights are in it)"
                 )
             try:
-                runs.append(TaskRun(results_file, samples, task, results, _read_documents(samples)))
+                run = TaskRun(results_file, samples, task, results, _read_documents(samples))
             except NotAPerplexityTask as err:
                 skipped.append((task, err))
+                continue
+            check_samples_match_results(run)
+            runs.append(run)
     if not runs:
         raise InputError(
             f"{path}: no lm-latent-eval perplexity task among its results "

@@ -107,7 +107,8 @@ class IsPerplexity(evaluate.Metric):
     def _info(self):
         features = {
             "log_weights": datasets.Sequence(datasets.Value("float64")),
-            "num_tokens": datasets.Value("int64"),
+            # float64, not int64: an int64 feature would truncate 2.5 to 2 before _compute could refuse it
+            "num_tokens": datasets.Value("float64"),
         }
         return metric_info(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION, features, _URL)
 

@@ -117,6 +117,41 @@ def test_bad_input_names_the_document(metric):
         metric.compute(log_weights=[[-1.0]], num_tokens=[1], beam_log_likelihoods=[-1.0, -2.0])
 
 
+@pytest.mark.parametrize(
+    ("log_weights", "num_tokens", "expected"),
+    [
+        (
+            [[-1.0, -2.0], [-1.0, -3.0]],
+            [1, 2.5],
+            "document 1: num_tokens must be a whole number ≥ 0, got 2.5",
+        ),
+        (
+            [[-1.0, -2.0], [-1.0, -3.0]],
+            [0, 1],
+            "document 0: num_tokens is 0 but its log weights give log p̂ = -1.37989; an empty document has p = 1",
+        ),
+        (
+            [[-1.0, -2.0], [1.0, 3.0]],
+            [1, 1],
+            "document 1: its log weights give log p̂ = 2.43378 > 0, a probability",
+        ),
+    ],
+)
+def test_impossible_inputs_are_refused_in_one_line_naming_the_document(
+    metric, log_weights, num_tokens, expected
+):
+    """Issue 43, item 6: num_tokens 2.5 was truncated to 2, a 0-token document's log p̂ still counted, and log weights
+    giving p̂ > 1 gave a perplexity below 1; each is an InputError (one line) naming the document."""
+    from lm_latent_eval.errors import InputError
+
+    with pytest.raises(InputError) as caught:
+        metric.compute(log_weights=log_weights, num_tokens=num_tokens)
+    assert expected in str(caught.value) and "\n" not in str(caught.value)
+    # an empty document whose log p̂ is 0 still adds nothing, as before
+    out = metric.compute(log_weights=[[0.0, 0.0], [-1.0, -3.0]], num_tokens=[0, 2.0])
+    assert out["num_tokens"] == 2
+
+
 def test_beam_bound_outputs(metric):
     lw = [[-1.0, -2.0], [-4.0, -5.0], [-2.0, -2.0]]
     out = metric.compute(log_weights=lw, num_tokens=[1, 2, 3], beam_log_likelihoods=[-1.5, -3.0, -2.5])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -627,3 +628,30 @@ def test_cards_what_to_try_is_the_estimators_own_advice():
         tries[0].endswith("where the model has the stepwise part")
         and tries[-1] == "a peeking proposal (peek=true)"
     )
+
+
+@pytest.mark.parametrize("change", ["delete a document's line", "edit the results' table"])
+def test_report_refuses_samples_that_do_not_match_the_results(change, runs, tmp_path, capsys):
+    """Issue 43, item 5: with one document's line deleted from the samples file, the card said 5 documents and figures
+    the run's own table did not; a samples file whose document count, or whose recomputed instance-level perplexity,
+    differs from the results file's is one error line naming both files."""
+    from lm_latent_eval.cli import main
+
+    folder = tmp_path / "run"
+    shutil.copytree(runs["is"], folder)
+    (samples,) = folder.rglob("samples_*.jsonl")
+    (results_file,) = folder.rglob("results_*.json")
+    if change == "delete a document's line":
+        lines = samples.read_text().splitlines(keepends=True)
+        samples.write_text("".join(lines[:2] + lines[3:]))
+        expected = f"it holds {int(LIMIT) - 1} documents, the results' task 'latent_ppl_tiny' {LIMIT}"
+    else:
+        results = json.loads(results_file.read_text())
+        results["results"]["latent_ppl_tiny"]["instance_perplexity,none"] *= 1.01
+        results_file.write_text(json.dumps(results))
+        expected = f"its {LIMIT} documents"
+    assert main(["report", str(folder), "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{samples} does not match {results_file.name}: " in err[0], err
+    assert expected in err[0] and "rerun lm_eval with --log_samples" in err[0]
+    assert not (tmp_path / "out").exists()
