@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ..errors import InputError
@@ -46,6 +48,7 @@ def weights_report(
         ISEstimate(f"document {n}", t, _log_likelihood(n, lw, t), lw)
         for n, (lw, t) in enumerate(zip(lws, num_tokens))
     ]
+    _check_probabilities([e.log_likelihood for e in estimates])
     policy = UncertaintyPolicy(level=level)
     corpus = corpus_estimate(estimates, policy)
     above, undefined, informative = pareto_k_shares(estimates)
@@ -78,21 +81,38 @@ def weights_report(
 
 
 def _log_likelihood(n: int, log_weights: np.ndarray, num_tokens: int) -> float:
-    """log p̂ of document ``n`` from its log weights; an ``InputError`` naming it where log p̂ is impossible for a text
-    of ``num_tokens`` tokens: above 0 (p̂ > 1), or not 0 for an empty document (it has p = 1 and adds no tokens, so
-    its log p̂ would shift the corpus's perplexity unseen)."""
+    """log p̂ of document ``n`` from its log weights; an ``InputError`` naming it for an empty document whose log p̂ is
+    not 0 (it has p = 1 and adds no tokens, so its log p̂ would shift the corpus's perplexity unseen)."""
     log_p = float(log_mean_exp(log_weights))
     if num_tokens == 0 and abs(log_p) > _ZERO:
         raise InputError(
             f"document {n}: num_tokens is 0 but its log weights give log p̂ = {log_p:.6g}; an empty document has "
             "p = 1 (log p̂ 0): give its token count, or leave it out"
         )
-    if log_p > _ZERO:
-        raise InputError(
-            f"document {n}: its log weights give log p̂ = {log_p:.6g} > 0, a probability above 1 for a text: give "
-            "log w_k = log p(x, z_k) − log q(z_k | x) with p a probability (not a density), in nats"
-        )
     return log_p
+
+
+def _check_probabilities(log_likelihoods: list[float]) -> None:
+    """p̂ > 1: a corpus whose Σ log p̂ is above 0 (a perplexity below 1) is refused in one line naming its largest
+    document; a document alone above 0 is possible (p̂ is unbiased, not bounded by 1: Monte Carlo noise on a text of
+    probability near 1), so it gets a warning naming it instead."""
+    above = [n for n, v in enumerate(log_likelihoods) if v > _ZERO]
+    if not above:
+        return
+    worst = max(above, key=lambda n: log_likelihoods[n])
+    total = sum(log_likelihoods)
+    where = f"document {worst}: log p̂ = {log_likelihoods[worst]:.6g}"
+    fix = "give log w_k = log p(x, z_k) − log q(z_k | x) with p a probability (not a density), in nats"
+    if total > _ZERO:
+        raise InputError(
+            f"the log weights give Σ log p̂ = {total:.6g} > 0 over {len(log_likelihoods)} documents ({where}), a "
+            f"probability above 1 for the corpus and a perplexity below 1: {fix}"
+        )
+    warnings.warn(
+        f"{len(above)} document(s) have log p̂ > 0, a probability estimate above 1 ({where}): possible for a text of "
+        f"probability near 1 by Monte Carlo noise, otherwise a sign of wrong log weights ({fix})",
+        stacklevel=3,
+    )
 
 
 def _beam_report(beam_log_likelihoods, log_likelihoods, num_tokens) -> dict:

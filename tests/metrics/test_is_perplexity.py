@@ -117,6 +117,14 @@ def test_bad_input_names_the_document(metric):
         metric.compute(log_weights=[[-1.0]], num_tokens=[1], beam_log_likelihoods=[-1.0, -2.0])
 
 
+def test_one_document_above_probability_one_is_a_warning_not_a_refusal(metric):
+    """p̂ is unbiased, not bounded by 1: a near-certain document's p̂ can exceed 1 by Monte Carlo noise alone, so a
+    document with log p̂ > 0 in a corpus below probability 1 is named in a warning and the report is made."""
+    with pytest.warns(UserWarning, match=r"1 document\(s\) have log p̂ > 0.*document 1: log p̂ = 0.0\d+"):
+        out = metric.compute(log_weights=[[-3.0, -2.0], [-0.2, 0.3]], num_tokens=[2, 1])
+    assert out["perplexity"] > 1
+
+
 @pytest.mark.parametrize(
     ("log_weights", "num_tokens", "expected"),
     [
@@ -133,7 +141,7 @@ def test_bad_input_names_the_document(metric):
         (
             [[-1.0, -2.0], [1.0, 3.0]],
             [1, 1],
-            "document 1: its log weights give log p̂ = 2.43378 > 0, a probability",
+            "Σ log p̂ = 1.0539 > 0 over 2 documents (document 1: log p̂ = 2.43378), a probability above 1",
         ),
     ],
 )
