@@ -95,13 +95,6 @@ def dream_folder(path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def offline():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        yield mp
-
-
-@pytest.fixture(scope="module")
 def dream(tmp_path_factory, offline):
     """(folder, the authors' DreamModel with random weights in float64, the tokenizer)."""
     from transformers import AutoConfig, AutoModel, AutoTokenizer

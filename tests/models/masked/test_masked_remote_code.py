@@ -107,13 +107,6 @@ def make_tiny_diffusion(path: Path, mask_token: str | None = "<|mdm_mask|>", see
 
 
 @pytest.fixture(scope="module")
-def offline():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        yield mp
-
-
-@pytest.fixture(scope="module")
 def diffusion_dir(tmp_path_factory, offline):
     return make_tiny_diffusion(tmp_path_factory.mktemp("tinydiff_mask"))
 
