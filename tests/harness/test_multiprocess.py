@@ -24,7 +24,7 @@ from hook_site import hook_site_dir
 from lm_eval.api.instance import Instance
 from python_subprocess import accelerate_launch, run_checked
 
-from lm_latent_eval.estimators import workers
+from lm_latent_eval.estimators import ResolvedEstimator
 from lm_latent_eval.harness import backends
 from lm_latent_eval.harness.backends import LatentHMMEval
 
@@ -89,8 +89,10 @@ def test_accelerate_launch_two_cpu_processes_equals_one_process(tmp_path, monkey
     (folder,) = [p for p in store.iterdir() if p.is_dir()]
     assert len(list(folder.glob("*.npz"))) == len(CORPUS)
     calls = []
-    real = workers.estimate_document
-    monkeypatch.setattr(workers, "estimate_document", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    real = ResolvedEstimator.estimate
+    monkeypatch.setattr(
+        ResolvedEstimator, "estimate", lambda self, text, **k: calls.append(text) or real(self, text, **k)
+    )
     lm = LatentHMMEval(estimator="smc", num_samples=512, seed=4, device="cpu", results_dir=store, workers=1)
     values = lm.loglikelihood_rolling(
         [Instance("loglikelihood_rolling", {}, (s["doc"]["text"],), 0) for s in one_samples],
@@ -155,7 +157,7 @@ def test_ranks_warn_once_about_the_whole_corpus_after_the_gather(caplog):
 @pytest.mark.parametrize(
     ("backend", "settings", "documents"),
     [
-        # the context's view (``_view_conditionals``): one estimate per pair
+        # the context's view (``DocumentBatches.view_conditionals``): one estimate per pair
         ("LatentLMEval", {"model": "masked", "num_samples": 4}, 4),
         # the joint texts and the contexts: two estimates per pair
         ("LatentTokenizationEval", {"num_samples": 2}, 8),
