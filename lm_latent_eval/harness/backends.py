@@ -1,10 +1,11 @@
 """lm-eval backends: ``--model latent`` (any contract-conforming latent LM) and ``--model latent_<name>`` for every
 row of ``lm_latent_eval.models.MODELS`` that names a backend class.
 
-``LatentLMEval`` answers lm-eval's three request types from document-level estimates log p̂(x)
-(``estimators.estimate_document``: IS, SMC, beam or exact, as ``estimator=`` chooses); ``DocumentBatches`` (over
-``estimate_texts``) is their batching. Every other job is a collaborator's: ``model_args`` (what model_args are accepted, parsed once),
-``distributed`` (the processes of a multi-process run), ``provenance`` (``get_model_info``), ``results_store``
+``LatentLMEval`` answers lm-eval's three request types from document-level estimates log p̂(x) by the run's
+estimator, resolved once when the backend is built (``estimators.resolve``: a ``ResolvedEstimator``, as ``estimator=``
+chooses); ``DocumentBatches`` (over ``estimate_texts``) is their batching. Every other job is a collaborator's:
+``model_args`` (what model_args are accepted, parsed once; lm-eval's constructors, ``ModelArgsLM``),
+``distributed`` (the processes of a multi-process run and lm-eval's collectives, ``ProcessesLM``), ``provenance`` (``get_model_info``), ``results_store``
 (resumable runs), ``cache`` (``--use_cache``), ``exchange`` (the whole estimates handed to the tasks),
 ``conditionals`` (loglikelihood's prefix-probability policy), ``generation`` (``generate_until``'s sampling) and
 ``advice`` (warnings in plain words).
