@@ -206,7 +206,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    model, _ = load_model(args.model, args.pretrained)
+    model, _ = load_model(args.model, args.pretrained, given_as="--pretrained")
     texts = read_texts(args.data) if args.data else list(DEFAULT_TEXTS)
     vocab = getattr(model, "vocab", None)
     if args.words:

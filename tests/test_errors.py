@@ -29,7 +29,9 @@ def _one_error_line(text: str, prefix: str) -> str:
     ("argv", "expected"),
     [
         (["sweep", "--data", "/nope/docs.jsonl"], "/nope/docs.jsonl: no such file"),
-        (["sweep", "--model", "hmm", "--pretrained", "/nope"], "pretrained=/nope: no such folder"),
+        # the flag the user typed (issue 43, item 11: check-model said pretrained=, the model_arg's spelling)
+        (["sweep", "--model", "hmm", "--pretrained", "/nope"], "--pretrained=/nope: no such folder"),
+        (["check-model", "--model", "hmm", "--pretrained", "/nope"], "--pretrained=/nope: no such folder"),
         (["sweep", "--model", "no_such_pkg.mod:Cls"], "cannot import model class 'no_such_pkg.mod:Cls'"),
         (["report", "/nope"], "/nope: no lm-eval results_*.json"),
         (["compare", "/nope", "/nope"], "/nope: no lm-eval results_*.json"),
@@ -335,3 +337,20 @@ def test_report_on_a_damaged_samples_file_is_one_line_naming_the_line(tmp_path, 
     assert main(["report", str(tmp_path / "out")]) == 2
     line = _one_error_line(capsys.readouterr().err, "lm-latent-eval report: error: ")
     assert f"{samples}:2: not a JSON line (" in line and "damaged" in line
+
+
+def test_results_dir_on_a_file_and_an_unknown_lda_format_are_one_line(tmp_path):
+    """Issue 43, item 8: ``results_dir=`` naming a file was a NotADirectoryError traceback from mkdir, and
+    ``lda_format=foo`` a ValueError traceback from the loader; both are user errors (one line under lm_eval)."""
+    from lm_latent_eval.harness.backends import LatentHMMEval
+    from lm_latent_eval.models import load_model
+
+    a_file = tmp_path / "afile"
+    a_file.write_text("")
+    with pytest.raises(UserError) as caught:
+        LatentHMMEval(estimator="exact", device="cpu", results_dir=str(a_file))
+    message = str(caught.value)
+    assert message.startswith(f"results_dir={a_file}: cannot keep results there") and "\n" not in message
+    assert "name a folder you can write" in message
+    with pytest.raises(UserError, match=r"lda_format must be auto or one of \(.*\), got 'foo'"):
+        load_model("lda", lda_format="foo")

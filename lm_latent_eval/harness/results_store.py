@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import InputError
 from ..estimators import DocumentEstimate
 from ..estimators.registry import estimate_from_json
 
@@ -77,7 +78,13 @@ class ResultsStore:
         self.tally: collections.Counter = collections.Counter()
         self.identity = {**identity, "results_format": FORMAT_VERSION}
         self.folder = Path(root).expanduser() / run_key(self.identity)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:  # a file where the folder should be, no permission, a read-only disk
+            raise InputError(
+                f"results_dir={root}: cannot keep results there ({err.strerror or err}); name a folder you can write "
+                "(it is created if missing)"
+            ) from None
         identity_file = self.folder / "identity.json"
         # every rank writes the same bytes; the rename makes that safe
         if not identity_file.is_file():

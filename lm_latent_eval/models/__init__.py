@@ -129,11 +129,19 @@ def hub_snapshot(name: str, what: str = "pretrained") -> Path:
 
 
 def load_model(
-    model: str = "hmm", pretrained: str | Path | None = None, device: str = "cpu", dtype=None, **kwargs
+    model: str = "hmm",
+    pretrained: str | Path | None = None,
+    device: str = "cpu",
+    dtype=None,
+    *,
+    given_as: str = "pretrained",
+    **kwargs,
 ):
     """Instantiate ``model`` from ``pretrained`` (local dir or Hub id; default: the bundled checkpoint), eval mode.
 
-    Returns (model, checkpoint_dir) so callers can record ``checkpoint_hash(checkpoint_dir)``.
+    Returns (model, checkpoint_dir) so callers can record ``checkpoint_hash(checkpoint_dir)``. ``given_as``: how the
+    caller's user gave ``pretrained``, for the errors (``pretrained`` in model_args, ``--pretrained`` on a command
+    line).
     """
     cls = resolve_class(model)
     if not callable(getattr(cls, "from_pretrained", None)):
@@ -144,15 +152,15 @@ def load_model(
     if pretrained is None:
         pretrained = default_checkpoint(model)
         if pretrained is None:
-            raise InputError(f"model {model!r} has no bundled checkpoint: pass pretrained=<dir or hub id>")
+            raise InputError(f"model {model!r} has no bundled checkpoint: pass {given_as}=<dir or hub id>")
     path = Path(pretrained)
     if not path.exists():
         if path.suffix in LOCAL_FILE_SUFFIXES:
             raise MissingFileError(
-                f"pretrained={pretrained}: no such model file ({path.expanduser().absolute()}), and a name ending in "
+                f"{given_as}={pretrained}: no such model file ({path.expanduser().absolute()}), and a name ending in "
                 f"{path.suffix} is a local file, not a Hugging Face Hub id"
             )
-        path = hub_snapshot(str(pretrained))
+        path = hub_snapshot(str(pretrained), given_as)
     # huggingface_hub prints "Loading weights from local directory"
     with contextlib.redirect_stdout(io.StringIO()):
         lm = cls.from_pretrained(str(path), **kwargs)

@@ -145,7 +145,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     options = {k: v for k, v in {"lda_format": args.lda_format, "alpha": args.alpha}.items() if v is not None}
     try:
-        model, _ = load_model("lda", args.pretrained, **options)
+        model, _ = load_model("lda", args.pretrained, given_as="--pretrained", **options)
         texts = read_texts(args.data or CORPUS_DIR / "test.jsonl")
         train = read_texts(args.tomotopy_train) if args.tomotopy_train else None
         if not any(model.tokenize(t).numel() for t in texts):

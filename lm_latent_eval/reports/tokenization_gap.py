@@ -126,7 +126,9 @@ def main(argv=None):
     texts = texts[: args.limit] if args.limit else texts
     dtype = getattr(torch, args.dtype) if args.dtype else None
     mix = {} if args.canonical_mix is None else {"canonical_mix": args.canonical_mix}
-    lm, path = load_model("tokenization", args.pretrained, device=args.device, dtype=dtype, **mix)
+    lm, path = load_model(
+        "tokenization", args.pretrained, device=args.device, dtype=dtype, given_as="--pretrained", **mix
+    )
     docs = measure(
         lm, texts, args.num_samples, args.beam_size, args.seeds, args.temperature, torch.device(args.device)
     )

@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 from scipy.special import digamma
 
+from ...errors import InputError
+
 FORMATS = ("checkpoint", "sklearn", "gensim", "tomotopy", "mallet")
 LOADER_ARGS = ("vocabulary", "alpha", "mallet_state", "topic_estimate")
 TOPIC_ESTIMATES = ("mean", "exp_expected_log")
@@ -87,7 +89,7 @@ def load_library_model(cls, fmt: str, path, **kwargs):
     """``cls`` (our LDA) from the file ``path`` written by the library ``fmt``; ``kwargs``: the loader arguments
     (``LOADER_ARGS``) and the model's own configuration (unknown_words, token_pattern, max_exact_work)."""
     if fmt not in FORMATS:
-        raise ValueError(f"lda_format must be auto or one of {FORMATS}, got {fmt!r}")
+        raise InputError(f"lda_format must be auto or one of {FORMATS}, got {fmt!r}")
     loader = {
         "sklearn": _sklearn_file,
         "gensim": _gensim_file,

@@ -98,7 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.workers is not None:
         check_num_samples(args.workers, "--workers")
-    model, _ = load_model(args.model, args.pretrained, device=args.device)
+    model, _ = load_model(args.model, args.pretrained, device=args.device, given_as="--pretrained")
     data = args.data or DATA_DIR / DEFAULT_DATA.get(args.model, "corpus/tiny_test.jsonl")
     peek_modes = {"both": (True, False), "peek": (True,), "no-peek": (False,)}[args.peek]
     # a proposal that declares always_peeks = True: no-peeking rows do not apply
