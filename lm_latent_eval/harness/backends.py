@@ -233,7 +233,7 @@ class DocumentBatches:
         self, owner: str, model, device: torch.device, store: ResultsStore | None, processes, cores: Cores
     ) -> None:
         self.owner, self.model, self.device, self.store = owner, model, device, store
-        self.processes, self.cores, self.workers = processes, cores, cores.workers
+        self.processes, self.cores = processes, cores
         self.held: list[tuple[str, EstimatorSettings, dict[str, DocumentEstimate]]] = []
 
     def estimate(
@@ -245,7 +245,14 @@ class DocumentBatches:
         store = self.store if estimator.model is self.model else None
         with torch_threads(self.cores.threads):
             estimates = estimate_texts(
-                estimator, texts, self.device, store, self.processes.all_reduce, desc, progress, self.workers
+                estimator,
+                texts,
+                self.device,
+                store,
+                self.processes.all_reduce,
+                desc,
+                progress,
+                self.cores.workers,
             )
         if check:
             self.check(desc, estimator.settings, estimates)
@@ -289,7 +296,7 @@ class DocumentBatches:
         def estimate(model, texts):
             return estimate_texts(
                 fixed.on(model), texts, self.device, None, lambda values: values, "greedy candidates", False,
-                self.workers,
+                self.cores.workers,
             )  # fmt: skip
 
         if has_conditional_model(self.model):

@@ -72,21 +72,12 @@ def patch_lm_eval() -> bool:
             TESTED_LM_EVAL,
         )
         return False
-    wrapped = getattr(
-        getattr(evaluator_utils, "_compute_task_aggregations", None), "drops_stderr_of_stderr", False
-    )
-    installed = drop_stderr_of_stderr()
-    if installed and not wrapped:
-        logger.info(
-            "lm-eval %s: evaluator_utils._compute_task_aggregations wrapped to leave out the X_stderr_stderr key "
-            "beside a task's own X_stderr metric (lm_latent_eval.harness.metric_keys)",
-            version,
-        )
-    return installed
+    return drop_stderr_of_stderr()
 
 
 def drop_stderr_of_stderr() -> bool:
-    """Install the wrapper (once); False where this lm-eval has no ``_compute_task_aggregations`` to wrap."""
+    """Install the wrapper (once, saying so in one line of the log); False where this lm-eval has no
+    ``_compute_task_aggregations`` to wrap."""
     original = getattr(evaluator_utils, "_compute_task_aggregations", None)
     if original is None:
         return False
@@ -104,4 +95,9 @@ def drop_stderr_of_stderr() -> bool:
 
     compute_task_aggregations.drops_stderr_of_stderr = True
     evaluator_utils._compute_task_aggregations = compute_task_aggregations
+    logger.info(
+        "lm-eval %s: evaluator_utils._compute_task_aggregations wrapped to leave out the X_stderr_stderr key beside "
+        "a task's own X_stderr metric (lm_latent_eval.harness.metric_keys)",
+        importlib.metadata.version("lm_eval"),
+    )
     return True
