@@ -460,6 +460,74 @@ class Estimator:
         """
         raise NotImplementedError
 
+    def batches_documents(self, model: LatentLM) -> bool:
+        """Whether ``estimate_documents`` advances several documents of ``model`` side by side (then the workers
+        hand it chunks of documents; else one document at a time, each stored as soon as it is estimated).
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators.registry import ESTIMATORS
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> ESTIMATORS["smc"].batches_documents(hmm), ESTIMATORS["is"].batches_documents(hmm)
+        (True, False)
+        """
+        return False
+
+    def estimate_documents(
+        self,
+        model: LatentLM,
+        documents: Sequence[tuple[torch.Tensor, str, EstimatorSettings]],
+        *,
+        device: torch.device | str = "cpu",
+        progress=None,
+        stage: int = 0,
+        diagnostics: bool = False,
+    ) -> list[DocumentEstimate]:
+        """``estimate`` of several documents with tokens, which an estimator may advance side by side (``smc`` on a
+        model with ``protocol.DocumentBatchLM``); each estimate is the one ``estimate`` gives that document alone
+        (its random streams are its own), so which documents share a call never changes a number.
+
+        Parameters
+        ----------
+        model : LatentLM
+            A model this estimator can serve.
+        documents : sequence of (torch.Tensor, str, EstimatorSettings)
+            Each document's tokens (T ≥ 1, on ``device``), text and settings (the same but for ``num_samples``).
+        device, progress, stage, diagnostics
+            As ``estimate``'s.
+
+        Returns
+        -------
+        list of DocumentEstimate
+            In the documents' order.
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators.registry import ESTIMATORS
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> texts, smc = ["the cat sat", "a dog"], ESTIMATORS["smc"]
+        >>> docs = [(hmm.tokenize(t), t, EstimatorSettings("smc", 40, seed=2)) for t in texts]
+        >>> together = smc.estimate_documents(hmm, docs)
+        >>> alone = smc.estimate(hmm, *docs[1])
+        >>> bool((together[1].log_weights == alone.log_weights).all())
+        True
+        """
+        return [
+            self.estimate(
+                model,
+                x,
+                text,
+                settings,
+                device=device,
+                progress=progress,
+                stage=stage,
+                diagnostics=diagnostics,
+            )
+            for x, text, settings in documents
+        ]
+
     def empty(self, document: str, settings: EstimatorSettings, model: Any) -> DocumentEstimate:
         """The estimate of a document without tokens: log p = 0 exactly.
 
@@ -750,19 +818,68 @@ class ResolvedEstimator:
         DocumentEstimate
             The record of the estimator's family (``ISEstimate``, ``SMCEstimate``, ``BeamEstimate``, ...).
         """
-        x = self.model.tokenize(text)
-        if x.numel() == 0:
-            return self.estimator.empty(text, self.settings, self.model)
-        return self.estimator.estimate(
+        return self.estimate_documents(
+            [text], device=device, stage=stage, diagnostics=diagnostics, progress=progress
+        )[0]
+
+    def estimate_documents(
+        self,
+        texts: Sequence[str],
+        num_samples: Sequence[int] | None = None,
+        *,
+        device: torch.device | str = "cpu",
+        stage: int = 0,
+        diagnostics: bool = False,
+        progress=None,
+    ) -> list[DocumentEstimate]:
+        """``estimate`` of several documents, each with its own sample size, estimated side by side where the
+        estimator can (``Estimator.estimate_documents``): each estimate is the one ``estimate`` gives it alone.
+
+        Parameters
+        ----------
+        texts : sequence of str
+            The documents.
+        num_samples : sequence of int, optional
+            Each document's K (``sized``); default ``settings.num_samples`` for all.
+        device, stage, diagnostics, progress
+            As ``estimate``'s.
+
+        Returns
+        -------
+        list of DocumentEstimate
+            In the texts' order; a text without tokens gets ``Estimator.empty``'s log p = 0.
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators import EstimatorSettings, resolve
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> run = resolve(EstimatorSettings("smc", 40, seed=1), hmm)
+        >>> two = run.estimate_documents(["the cat sat", "a dog"], [40, 80])
+        >>> bool((two[1].log_weights == run.sized(80).estimate("a dog").log_weights).all()), two[1].num_samples
+        (True, 80)
+        """
+        sizes = [self.settings.num_samples] * len(texts) if num_samples is None else list(num_samples)
+        out: list[DocumentEstimate | None] = [None] * len(texts)
+        todo = []
+        for i, (text, k) in enumerate(zip(texts, sizes)):
+            settings = self.settings if k == self.settings.num_samples else self.sized(k).settings
+            x = self.model.tokenize(text)
+            if x.numel() == 0:
+                out[i] = self.estimator.empty(text, settings, self.model)
+            else:
+                todo.append((i, (x.to(device), text, settings)))
+        estimates = self.estimator.estimate_documents(
             self.model,
-            x.to(device),
-            text,
-            self.settings,
+            [doc for _, doc in todo],
             device=device,
             progress=progress,
             stage=stage,
             diagnostics=diagnostics,
         )
+        for (i, _), estimate in zip(todo, estimates):
+            out[i] = estimate
+        return out
 
 
 def sample_sizes(sizes: list[int]) -> dict:

@@ -6,7 +6,6 @@ effective sample size, and systematic resampling of the runs chosen, each among 
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -48,30 +47,33 @@ def blocks_of_runs(sizes: list[int], block: int = SAMPLE_BLOCK) -> list[list[int
 
 def runs_log_ess(log_w: torch.Tensor, sizes: list[int]) -> list[float]:
     """log ESS of each run's weights, the runs' particles consecutive in log_w [Σ N_r]; −inf for a run whose every
-    weight is 0. Runs of equal size in one batched reduction (the HMM and other cheap models are loop-bound)."""
-    if len(set(sizes)) == 1:
-        normalised = torch.softmax(log_w.view(len(sizes), sizes[0]), 1)
-        out = -torch.log(torch.linalg.vecdot(normalised, normalised))
-        # NaN (softmax of −inf only) exactly where every weight is 0: log_w holds no NaN or +inf (smc's increments
-        # are checked)
-        return [-math.inf if math.isnan(v) else v for v in out.tolist()]
-    bounds = np.cumsum([0, *sizes])
-    return [
-        log_ess(log_w[a:b]) if not torch.isneginf(log_w[a:b]).all() else -math.inf
-        for a, b in itertools.pairwise(bounds)
-    ]
-
-
-def log_ess(log_w: torch.Tensor) -> float:
-    """log of (Σ w)² / Σ w² = −log Σ W² (W = w / Σ w) from log weights (float64).
+    weight is 0. The runs of each size in one batched reduction (row by row the same numbers, however many runs and
+    documents share it: the HMM and other cheap models are loop-bound).
 
     Examples
     --------
-    >>> round(math.exp(log_ess(torch.zeros(4, dtype=torch.float64))), 9)
-    4.0
+    >>> lw = torch.log(torch.tensor([1.0, 1.0, 1.0, 0.0, 2.0, 2.0, 2.0], dtype=torch.float64))
+    >>> [round(math.exp(v), 6) for v in runs_log_ess(lw, [2, 2, 3])]
+    [2.0, 1.0, 3.0]
     """
-    normalised = torch.softmax(log_w, 0)
-    return float(-torch.log(torch.dot(normalised, normalised)))
+    out = [0.0] * len(sizes)
+    starts = np.cumsum([0, *sizes[:-1]])
+    by_size: dict[int, list[int]] = {}
+    for r, n in enumerate(sizes):
+        by_size.setdefault(n, []).append(r)
+    for n, runs in by_size.items():
+        if len(runs) == len(sizes):
+            rows = log_w.view(len(sizes), n)
+        else:
+            index = torch.as_tensor(starts[runs], dtype=torch.long).unsqueeze(1) + torch.arange(n)
+            rows = log_w[index]
+        normalised = torch.softmax(rows, 1)
+        values = (-torch.log(torch.linalg.vecdot(normalised, normalised))).tolist()
+        # NaN (softmax of −inf only) exactly where every weight is 0: log_w holds no NaN or +inf (smc's increments
+        # are checked)
+        for r, v in zip(runs, values):
+            out[r] = -math.inf if math.isnan(v) else v
+    return out
 
 
 def systematic_resample(log_w: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

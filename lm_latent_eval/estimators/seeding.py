@@ -54,3 +54,19 @@ def sample_block(device: torch.device | str = "cpu") -> int:
     (1024, 16384)
     """
     return SAMPLE_BLOCK if torch.device(device).type == "cpu" else ACCELERATOR_SAMPLE_BLOCK
+
+
+# particles advanced side by side in one batch of lanes (``draw_smc_documents``): 16 documents of 1,024 particles on
+# the CPU; an accelerator takes lanes of ``sample_block`` particles, as many as fit 4 of its blocks
+SIDE_BY_SIDE_PARTICLES = 16 * SAMPLE_BLOCK
+
+
+def side_by_side_particles(device: torch.device | str = "cpu") -> int:
+    """Particles one step of ``draw_smc_documents`` may advance together on ``device``.
+
+    Examples
+    --------
+    >>> side_by_side_particles("cpu") < side_by_side_particles("cuda")
+    True
+    """
+    return max(SIDE_BY_SIDE_PARTICLES, 4 * sample_block(device))

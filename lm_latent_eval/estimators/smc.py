@@ -30,13 +30,13 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..protocol import has_stepwise, missing_stepwise_methods
+from ..protocol import has_document_batches, has_stepwise, missing_stepwise_methods
 from .aggregate import log_mean_exp
 from .base import STOCHASTIC_BOUND, DocumentEstimate, Estimator, sample_sizes, sampling_advice
 from .intervals import DocumentError
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
 from .resampling import blocks_of_runs, resample_runs, run_sizes, runs_log_ess, systematic_resample
-from .seeding import document_generator, stage_block
+from .seeding import document_generator, side_by_side_particles, stage_block
 from .settings import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS, EstimatorSettings
 from .smc_variance import (
     SMCDiagnostics,
@@ -66,19 +66,30 @@ __all__ = [
 ]
 
 
-def _check_increment(inc: torch.Tensor, n: int, t: int, doc: str) -> torch.Tensor:
-    """The increments as float64 on the CPU (under no_grad: no graph to detach from), checked for shape, NaN, +inf."""
+def _checked_increments(
+    inc: torch.Tensor, lanes: Sequence[Lane], ended: torch.Tensor | None, t: int
+) -> torch.Tensor:
+    """The increments [Σ particles] as float64 on the CPU (under no_grad: no graph to detach from), 0 for the
+    particles of lanes that have ended (``ended``, None while none has), checked for shape, NaN and +inf (an error
+    naming the document)."""
+    n = sum(sum(lane.sizes) for lane in lanes)
     if inc.dtype != torch.float64 or inc.device.type != "cpu":
         inc = inc.to("cpu", torch.float64)
     if inc.shape != (n,):
         raise ValueError(
-            f"{doc}: smc_step returned {tuple(inc.shape)} incremental weights at token {t} for {n} particles"
+            f"{lanes[0].doc}: the model's SMC step returned {tuple(inc.shape)} incremental weights at token {t} for "
+            f"{n} particles"
         )
+    if ended is not None:
+        inc = inc.masked_fill(ended, 0.0)
     # max is NaN with any NaN and +inf with any +inf: one reduction on the usual path
     if float(inc.max()) < math.inf:
         return inc
     bad = torch.isnan(inc) | torch.isposinf(inc)
     if bad.any():
+        first = int(torch.nonzero(bad)[0])
+        counts = np.cumsum([sum(lane.sizes) for lane in lanes])
+        doc = lanes[int(np.searchsorted(counts, first, side="right"))].doc
         raise ValueError(
             f"{doc}: smc_step returned {int(bad.sum())} NaN or +inf log incremental weights at token {t} "
             "(log p NaN or log q = -inf for a drawn z_t)"
@@ -86,50 +97,147 @@ def _check_increment(inc: torch.Tensor, n: int, t: int, doc: str) -> torch.Tenso
     return inc
 
 
-@torch.no_grad()
-def smc_block(
-    model, x: torch.Tensor, sizes: list[int], settings: EstimatorSettings, generator, doc: str = "document"
-) -> list[SMCRun]:
-    """R independent SMC runs of N_1..N_R particles over the text x [T], advanced together: one ``smc_init`` of
-    Σ_r N_r particles, so the model steps every particle of the block in one batch, and resampling only within a run
-    (ancestors of run r come from run r, drawn from the block's one random stream; see the module docstring).
+@dataclass
+class Lane:
+    """One sample block of one document in a batch of particle filters: its tokens x [T], its runs' sizes, its
+    random stream and its name in errors."""
 
-    ``sizes``: N_1..N_R; ``settings``: the proposal's ``temperature`` and ``peek`` and the ``resample_threshold``
-    (the sizes, not ``settings.num_samples``, count the particles); ``doc`` names the document in errors."""
-    T, R = int(x.shape[0]), len(sizes)
+    x: torch.Tensor
+    sizes: list[int]
+    generator: torch.Generator | None
+    doc: str = "document"
+
+
+class _Particles:
+    """The particles of a batch's lanes, advanced together: the stepwise part's state for one lane, the
+    ``DocumentBatchLM`` state of several (None where the model declines to batch them)."""
+
+    def __init__(self, model, lanes: Sequence[Lane], settings: EstimatorSettings) -> None:
+        self.model, self.generators = model, [lane.generator for lane in lanes]
+        counts = [sum(lane.sizes) for lane in lanes]
+        tau, peek = settings.temperature, settings.peek
+        if len(lanes) == 1:
+            self.state = model.smc_init(lanes[0].x, counts[0], temperature=tau, peek=peek)
+        elif has_document_batches(model):
+            self.state = model.smc_init_documents(
+                [lane.x for lane in lanes], counts, temperature=tau, peek=peek
+            )
+        else:
+            self.state = None
+
+    def step(self, t: int) -> torch.Tensor:
+        if len(self.generators) == 1:
+            self.state, inc = self.model.smc_step(self.state, t, self.generators[0])
+        else:
+            self.state, inc = self.model.smc_step_documents(self.state, t, self.generators)
+        return inc
+
+    def reorder(self, ancestors: torch.Tensor) -> None:
+        self.state = self.model.smc_reorder(self.state, ancestors)
+
+
+@torch.no_grad()
+def smc_lanes(model, lanes: Sequence[Lane], settings: EstimatorSettings) -> list[list[SMCRun]]:
+    """The runs of every lane (a sample block of a document: ``Lane``), the lanes' particles advanced side by side
+    where the model offers it (``protocol.DocumentBatchLM``), else one lane after another.
+
+    A step advances every particle of every lane whose document has a token left, and the increments of a lane
+    whose document has ended are 0; each run's ESS is read after every step of its document, and a run resamples
+    (systematically, among its own particles, from its lane's random stream: ``resample_runs``) when its ESS falls
+    below ``settings.resample_threshold`` · N_r before its document's last token. A lane draws exactly what it draws
+    alone, in the same order, so its runs do not depend on the other lanes of the batch.
+
+    Parameters
+    ----------
+    model : StepwiseLatentLM
+        The model; ``DocumentBatchLM`` as well to advance several lanes together.
+    lanes : sequence of Lane
+        The lanes (documents with T > 0).
+    settings : EstimatorSettings
+        The proposal's ``temperature`` and ``peek`` and the ``resample_threshold`` (the lanes' sizes count the
+        particles).
+
+    Returns
+    -------
+    list of list of SMCRun
+        Each lane's runs, in the lanes' order.
+
+    Examples
+    --------
+    >>> from lm_latent_eval.models import load_model
+    >>> hmm, _ = load_model("hmm")
+    >>> lanes = [Lane(hmm.tokenize(t), [8, 8], torch.Generator().manual_seed(s)) for s, t in enumerate(["a cat", "the dog ran"])]
+    >>> together = smc_lanes(hmm, lanes, EstimatorSettings("smc", 16))
+    >>> alone = smc_lanes(hmm, [Lane(hmm.tokenize("the dog ran"), [8, 8], torch.Generator().manual_seed(1))], EstimatorSettings("smc", 16))
+    >>> [r.log_likelihood for r in together[1]] == [r.log_likelihood for r in alone[0]]
+    True
+    """
+    particles = _Particles(model, lanes, settings)
+    if particles.state is None:
+        return [smc_lanes(model, [lane], settings)[0] for lane in lanes]
+    sizes = [n for lane in lanes for n in lane.sizes]
+    lane_of_run = [i for i, lane in enumerate(lanes) for _ in lane.sizes]
+    lengths = [int(lane.x.shape[0]) for lane in lanes]
+    run_length = [lengths[i] for i in lane_of_run]
     starts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-    runs = [slice(starts[r], starts[r + 1]) for r in range(R)]
-    state = model.smc_init(x, starts[-1], temperature=settings.temperature, peek=settings.peek)
+    first_run = np.cumsum([0, *[len(lane.sizes) for lane in lanes]]).tolist()
+    runs = [slice(starts[r], starts[r + 1]) for r in range(len(sizes))]
+    particle_length = torch.tensor(run_length).repeat_interleave(torch.tensor(sizes))
     log_w = torch.zeros(starts[-1], dtype=torch.float64)
     # Eve index: the first-generation ancestor of every particle
     eve = torch.arange(starts[-1])
     # per run: Σ over finished epochs of log mean_k w_k
-    banked = [0.0] * R
-    ess, resampled = [[] for _ in runs], [0] * R
-    for t in range(T):
-        state, inc = model.smc_step(state, t, generator)
-        log_w = log_w + _check_increment(inc, starts[-1], t, doc)
-        chosen = []
+    banked = [0.0] * len(sizes)
+    ess, resampled = [[] for _ in runs], [0] * len(sizes)
+    for t in range(max(lengths)):
+        ended = particle_length <= t if t >= min(lengths) else None
+        log_w = log_w + _checked_increments(particles.step(t), lanes, ended, t)
+        chosen: dict[int, list[int]] = {}
         for r, log_ess in enumerate(runs_log_ess(log_w, sizes)):
+            if t >= run_length[r]:
+                continue
             # every particle of the run has p = 0: its p̂ is 0 from here on
             if log_ess == -math.inf:
                 ess[r].append(0.0)
                 continue
             ess[r].append(math.exp(log_ess))
-            if t < T - 1 and ess[r][-1] < settings.resample_threshold * sizes[r]:
+            if t < run_length[r] - 1 and ess[r][-1] < settings.resample_threshold * sizes[r]:
                 banked[r] += float(torch.logsumexp(log_w[runs[r]], 0)) - math.log(sizes[r])
                 resampled[r] += 1
-                chosen.append(r)
+                chosen.setdefault(lane_of_run[r], []).append(r)
         if chosen:
-            ancestors = resample_runs(log_w, starts, sizes, chosen, generator)
-            for r in chosen:
-                log_w[runs[r]] = 0.0
-            state = model.smc_reorder(state, ancestors)
+            ancestors = torch.arange(starts[-1])
+            for i, lane_runs in chosen.items():
+                # the lane's runs, numbered and placed within the lane, resampled from its own stream
+                own = range(first_run[i], first_run[i + 1] + 1)
+                first = starts[own[0]]
+                local = slice(first, starts[own[-1]])
+                ancestors[local] = first + resample_runs(
+                    log_w[local],
+                    [starts[r] - first for r in own],
+                    lanes[i].sizes,
+                    [r - own[0] for r in lane_runs],
+                    lanes[i].generator,
+                )
+                for r in lane_runs:
+                    log_w[runs[r]] = 0.0
+            particles.reorder(ancestors)
             eve = eve.index_select(0, ancestors)
-    return [
+    out = [
         _finished_run(log_w[run], eve[run] - run.start, banked[r], resampled[r], ess[r])
         for r, run in enumerate(runs)
     ]
+    return [out[first_run[i] : first_run[i + 1]] for i in range(len(lanes))]
+
+
+def smc_block(
+    model, x: torch.Tensor, sizes: list[int], settings: EstimatorSettings, generator, doc: str = "document"
+) -> list[SMCRun]:
+    """R independent SMC runs of N_1..N_R particles over the text x [T], advanced together: one ``smc_init`` of
+    Σ_r N_r particles, so the model steps every particle of the block in one batch, and resampling only within a run
+    (ancestors of run r come from run r, drawn from the block's one random stream; see the module docstring): the
+    one lane of ``smc_lanes``."""
+    return smc_lanes(model, [Lane(x, list(sizes), generator, doc)], settings)[0]
 
 
 def _finished_run(log_w: torch.Tensor, eve: torch.Tensor, banked: float, resampled: int, ess: list) -> SMCRun:
@@ -147,6 +255,56 @@ def _finished_run(log_w: torch.Tensor, eve: torch.Tensor, banked: float, resampl
 
 
 @torch.no_grad()
+def draw_smc_documents(
+    model,
+    documents: Sequence[tuple[torch.Tensor, str, EstimatorSettings]],
+    device: torch.device | str = "cpu",
+    progress=None,
+    stage: int = 0,
+) -> list[tuple[np.ndarray, SMCDiagnostics]]:
+    """``draw_smc_log_weights`` of several documents (tokens, text, settings; the same proposal and threshold), their
+    sample blocks advanced side by side (``smc_lanes``) in batches of at most ``side_by_side_particles(device)``
+    particles. Block b of a document draws from the stream seeded by (seed, b, document) wherever it runs, so every
+    document's weights are those it gets alone."""
+    if not documents:
+        return []
+    if len({(s.temperature, s.peek, s.resample_threshold) for _, _, s in documents}) > 1:
+        raise ValueError("documents advanced side by side share the proposal and the resampling threshold")
+    lanes, owner, plans = [], [], []
+    for d, (x, text, settings) in enumerate(documents):
+        sizes = run_sizes(settings.num_samples, settings.smc_runs)
+        plans.append(sizes)
+        for b, block in enumerate(blocks_of_runs(sizes)):
+            generator = document_generator(settings.seed, text, stage_block(b, stage), device=device)
+            lanes.append(Lane(x, block, generator, f"document {text[:60]!r}"))
+            owner.append(d)
+    runs: list[list[SMCRun]] = [[] for _ in documents]
+    budget, batch = side_by_side_particles(device), []
+    for i, lane in enumerate([*lanes, None]):
+        if lane is not None and (
+            not batch or sum(sum(lanes[j].sizes) for j in batch) + sum(lane.sizes) <= budget
+        ):
+            batch.append(i)
+            continue
+        for j, lane_runs in zip(batch, smc_lanes(model, [lanes[j] for j in batch], documents[0][2])):
+            runs[owner[j]] += lane_runs
+            if progress is not None:
+                progress.update(sum(lanes[j].sizes))
+        batch = [i]
+    out = []
+    for (_, text, settings), sizes, doc_runs in zip(documents, plans, runs):
+        log_weights = np.concatenate([run.log_weights for run in doc_runs])
+        if np.isneginf(log_weights).all():
+            raise ValueError(
+                f"document {text[:60]!r}: all {settings.num_samples} particles have p(x, z) = 0: the proposal misses "
+                "the support of the model"
+            )
+        out.append(
+            (log_weights, smc_diagnostics(doc_runs, sizes, settings.resample_threshold, settings.temperature))
+        )
+    return out
+
+
 def draw_smc_log_weights(
     model,
     x: torch.Tensor,
@@ -160,21 +318,7 @@ def draw_smc_log_weights(
 
     The weight of particle k of run r is log p̂_r(earlier epochs) + log w_k(last epoch), so mean_k exp = Σ_r N_r p̂_r / K.
     """
-    doc = f"document {document[:60]!r}"
-    sizes = run_sizes(settings.num_samples, settings.smc_runs)
-    runs = []
-    for b, block in enumerate(blocks_of_runs(sizes)):
-        generator = document_generator(settings.seed, document, stage_block(b, stage), device=device)
-        runs += smc_block(model, x, block, settings, generator, doc)
-        if progress is not None:
-            progress.update(sum(block))
-    log_weights = np.concatenate([run.log_weights for run in runs])
-    if np.isneginf(log_weights).all():
-        raise ValueError(
-            f"{doc}: all {settings.num_samples} particles have p(x, z) = 0: the proposal misses the support of the "
-            "model"
-        )
-    return log_weights, smc_diagnostics(runs, sizes, settings.resample_threshold, settings.temperature)
+    return draw_smc_documents(model, [(x, document, settings)], device, progress, stage)[0]
 
 
 def smc_log_weights(
@@ -296,8 +440,20 @@ class SequentialMonteCarlo(Estimator):
     def estimate(
         self, model, x, document, settings, *, device="cpu", progress=None, stage=0, diagnostics=False
     ):
-        lw, diag = draw_smc_log_weights(model, x, settings, document, device, progress, stage)
-        return SMCEstimate(document, int(x.numel()), float(log_mean_exp(lw)), lw, diagnostics=diag)
+        return self.estimate_documents(
+            model, [(x, document, settings)], device=device, progress=progress, stage=stage
+        )[0]
+
+    def estimate_documents(
+        self, model, documents, *, device="cpu", progress=None, stage=0, diagnostics=False
+    ):
+        """The documents' particle filters advanced side by side (``draw_smc_documents``): each document's numbers
+        are those it gets alone."""
+        drawn = draw_smc_documents(model, documents, device, progress, stage)
+        return [
+            SMCEstimate(text, int(x.numel()), float(log_mean_exp(lw)), lw, diagnostics=diag)
+            for (x, text, _), (lw, diag) in zip(documents, drawn)
+        ]
 
     def empty(self, document, settings, model) -> SMCEstimate:
         """Every run's p̂ = 1 exactly, nothing resampled, no ESS."""

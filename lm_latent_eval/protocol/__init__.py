@@ -4,7 +4,7 @@ One module per job, every public name importable from here (``from lm_latent_eva
 
 - ``contract.py``: the types a model implements (``LatentLM``: ``tokenize``, ``log_joint``, ``proposal``; the
   proposal's ``Proposal.sample`` and optional ``BeamProposal.beam``; the optional stepwise part for SMC,
-  ``StepwiseLatentLM``) and the other optional methods (``ExactMarginalLM.log_marginal``,
+  ``StepwiseLatentLM``, and beside it ``DocumentBatchLM``: several documents' particles side by side) and the other optional methods (``ExactMarginalLM.log_marginal``,
   ``TextSamplerLM.sample_text``, ``PrefixModelLM.prefix_model``, ``UnknownWordPenaltyLM.unknown_word_penalty``,
   ``CanonicalScoringLM.canonical_log_likelihood``), the
   shapes and the declarations (``prefix_probability``, ``latent_support``, ``tempers``).
@@ -34,6 +34,7 @@ from .capabilities import (
     check_tempering,
     has_beam,
     has_canonical_scoring,
+    has_document_batches,
     has_exact_marginal,
     has_stepwise,
     has_text_sampler,
@@ -50,9 +51,11 @@ from .capabilities import (
 )
 from .checked import CheckedProposal, CheckedSampler, CheckedStepwise
 from .contract import (
+    DOCUMENT_BATCH_METHODS,
     SMC_METHODS,
     BeamProposal,
     CanonicalScoringLM,
+    DocumentBatchLM,
     ExactMarginalLM,
     LatentLM,
     Latents,
@@ -65,6 +68,7 @@ from .contract import (
 from .particles import enumerated_log_marginal, num_particles, select_particles
 
 __all__ = [
+    "DOCUMENT_BATCH_METHODS",
     "LATENT_SUPPORTS",
     "SMC_METHODS",
     "BeamProposal",
@@ -72,6 +76,7 @@ __all__ = [
     "CheckedProposal",
     "CheckedSampler",
     "CheckedStepwise",
+    "DocumentBatchLM",
     "ExactMarginalLM",
     "LatentLM",
     "Latents",
@@ -90,6 +95,7 @@ __all__ = [
     "enumerated_log_marginal",
     "has_beam",
     "has_canonical_scoring",
+    "has_document_batches",
     "has_exact_marginal",
     "has_stepwise",
     "has_text_sampler",

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UnsupportedError
-from .contract import SMC_METHODS
+from .contract import DOCUMENT_BATCH_METHODS, SMC_METHODS
 
 LATENT_SUPPORTS = ("discrete", "continuous")
 
@@ -140,6 +140,29 @@ def has_stepwise(model: Any) -> bool:
     False
     """
     return not missing_stepwise_methods(model)
+
+
+def has_document_batches(model: Any) -> bool:
+    """Whether the model advances the particles of several documents side by side (``DocumentBatchLM``, beside the
+    stepwise part).
+
+    Parameters
+    ----------
+    model : Any
+        A latent LM.
+
+    Returns
+    -------
+    bool
+        True when it has the stepwise part and ``smc_init_documents`` / ``smc_step_documents``.
+
+    Examples
+    --------
+    >>> from lm_latent_eval.models import load_model
+    >>> has_document_batches(load_model("hmm")[0])
+    True
+    """
+    return has_stepwise(model) and all(callable(getattr(model, n, None)) for n in DOCUMENT_BATCH_METHODS)
 
 
 def prefix_view(model: Any) -> Any | None:

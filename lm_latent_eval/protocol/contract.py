@@ -21,6 +21,7 @@ refuses τ ≠ 1 (``capabilities.can_temper``, ``capabilities.check_tempering``)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -171,6 +172,8 @@ class LatentLM(Protocol):
 
 
 SMC_METHODS = ("smc_init", "smc_step", "smc_reorder", "smc_latents")
+# the optional side-by-side part beside them (DocumentBatchLM)
+DOCUMENT_BATCH_METHODS = ("smc_init_documents", "smc_step_documents")
 
 
 @runtime_checkable
@@ -299,6 +302,92 @@ class StepwiseLatentLM(Protocol):
         ...     state, _ = hmm.smc_step(state, t, generator)
         >>> hmm.log_joint(x, hmm.smc_latents(state)).shape
         torch.Size([4])
+        """
+        ...
+
+
+@runtime_checkable
+class DocumentBatchLM(Protocol):
+    """Optional beside the stepwise part: the particles of several documents advanced side by side, one step for
+    all of them (``has_document_batches``), so that a step's kernel launches and host synchronisations are shared
+    by the documents instead of paid by each.
+
+    The particles of document d are the d-th consecutive segment (``num_particles[d]`` of them) of the batch's
+    state. At step t every document with t < T_d draws its z_t exactly as ``smc_step`` would for it alone, from
+    its own random stream ``generators[d]`` (the same draws, in the same order), and nothing is drawn for a
+    document that has ended (T_d ≤ t), whose particles' increments the estimator ignores. So a document's weights do
+    not depend on which documents share its batch (bit for bit, or to the float32 rounding of a batched product).
+    Resampling reorders the batch with the stepwise part's ``smc_reorder`` (global indices, each document's
+    ancestors within its own segment).
+    """
+
+    def smc_init_documents(
+        self,
+        xs: Sequence[torch.Tensor],
+        num_particles: Sequence[int],
+        temperature: float = 1.0,
+        peek: bool = True,
+    ) -> Any | None:
+        """The empty particles of several documents in one state, or None where the model advances these documents
+        one at a time (their tables would not share a step within the model's limits).
+
+        Parameters
+        ----------
+        xs : sequence of torch.Tensor
+            The documents' texts, LongTensor [T_d] each, T_d > 0.
+        num_particles : sequence of int
+            K_d > 0 particles per document.
+        temperature : float
+            τ > 0 of the stepwise proposal.
+        peek : bool
+            Whether q(z_t | ·) may read the tokens after t.
+
+        Returns
+        -------
+        Any or None
+            The batch's state (consumed by ``smc_step_documents`` and ``smc_reorder``), or None.
+
+        Examples
+        --------
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> xs = [hmm.tokenize("the cat sat"), hmm.tokenize("a dog")]
+        >>> state = hmm.smc_init_documents(xs, [4, 2])
+        >>> state is not None
+        True
+        """
+        ...
+
+    def smc_step_documents(
+        self, state: Any, t: int, generators: Sequence[torch.Generator | None]
+    ) -> tuple[Any, torch.Tensor]:
+        """Step t of every document of the batch with t < T_d.
+
+        Parameters
+        ----------
+        state : Any
+            The batch after tokens 0..t−1 (a step may consume it).
+        t : int
+            The token to advance through, 0..max T_d − 1 in order.
+        generators : sequence of torch.Generator or None
+            Each document's random stream.
+
+        Returns
+        -------
+        tuple of Any and torch.Tensor
+            The state after step t, and the increments float64 [Σ K_d]: ``smc_step``'s for the documents with
+            t < T_d, anything finite for the others (ignored).
+
+        Examples
+        --------
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> xs = [hmm.tokenize("the cat sat"), hmm.tokenize("a dog")]
+        >>> gens = [torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)]
+        >>> together = hmm.smc_step_documents(hmm.smc_init_documents(xs, [4, 2]), 0, gens)[1]
+        >>> alone = hmm.smc_step(hmm.smc_init(xs[1], 2), 0, torch.Generator().manual_seed(2))[1]
+        >>> torch.equal(together[4:], alone)
+        True
         """
         ...
 

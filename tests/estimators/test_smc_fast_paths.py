@@ -26,7 +26,8 @@ import torch
 from lm_latent_eval import tensors
 from lm_latent_eval.estimators.resampling import runs_log_ess
 from lm_latent_eval.estimators.smc import (
-    _check_increment,
+    Lane,
+    _checked_increments,
     smc_log_weights,
     systematic_resample,
 )
@@ -218,14 +219,27 @@ def test_entitynlm_latents_follow_the_recorded_ancestors(bundled):
 
 
 def test_increment_check_and_run_ess_on_the_fast_path():
-    """One reduction finds NaN and +inf increments; runs whose weights are all 0 have log ESS −inf."""
+    """One reduction finds NaN and +inf increments and names the lane's document; the increments of lanes that have
+    ended are 0 whatever the model returned; runs whose weights are all 0 have log ESS −inf, runs of several sizes
+    each their own."""
+    lanes = [Lane(torch.zeros(2), [1], None, "doc a"), Lane(torch.zeros(4), [2], None, "doc b")]
     ok = torch.tensor([0.0, -math.inf, -1.0], dtype=torch.float64)
-    assert torch.equal(_check_increment(ok, 3, 0, "doc"), ok)
+    assert torch.equal(_checked_increments(ok, lanes, None, 0), ok)
     for bad in (math.nan, math.inf):
-        with pytest.raises(ValueError, match="NaN or \\+inf"):
-            _check_increment(torch.tensor([0.0, bad, -1.0], dtype=torch.float64), 3, 0, "doc")
+        with pytest.raises(ValueError, match="doc b: .*NaN or \\+inf"):
+            _checked_increments(torch.tensor([0.0, bad, -1.0], dtype=torch.float64), lanes, None, 0)
+    ended = torch.tensor([True, False, False])
+    masked = _checked_increments(torch.tensor([math.nan, 1.0, 2.0], dtype=torch.float64), lanes, ended, 3)
+    assert masked.tolist() == [0.0, 1.0, 2.0]
     log_w = torch.tensor([-math.inf, -math.inf, 0.0, 0.0], dtype=torch.float64)
     assert runs_log_ess(log_w, [2, 2]) == [-math.inf, pytest.approx(math.log(2.0))]
+    mixed = torch.tensor([0.0, 0.0, 0.0, -math.inf, 0.0, 0.0, 5.0], dtype=torch.float64)
+    w = [1.0, 1.0, math.exp(5.0)]
+    assert runs_log_ess(mixed, [3, 1, 3]) == [
+        pytest.approx(math.log(3.0)),
+        -math.inf,
+        pytest.approx(math.log(sum(w) ** 2 / sum(v * v for v in w))),
+    ]
 
 
 def test_systematic_resampling_of_several_runs_is_each_run_alone():

@@ -40,15 +40,15 @@ def test_side_by_side_equals_one_process_through_every_stage(bundled_hmm, bundle
 def test_a_documents_error_reaches_the_caller_unchanged(bundled_hmm, bundled_test_texts, monkeypatch):
     """A document's InputError raised in a worker arrives as the same InputError with the same message."""
     bad = bundled_test_texts[3]
-    real = ResolvedEstimator.estimate
+    real = ResolvedEstimator.estimate_documents
 
-    def failing(self, text, **kwargs):
-        if text == bad:
-            raise InputError(f"document {text[:20]!r}: cannot be estimated")
-        return real(self, text, **kwargs)
+    def failing(self, texts, *args, **kwargs):
+        if bad in texts:
+            raise InputError(f"document {bad[:20]!r}: cannot be estimated")
+        return real(self, texts, *args, **kwargs)
 
     # set before the fork: the workers inherit it
-    monkeypatch.setattr(ResolvedEstimator, "estimate", failing)
+    monkeypatch.setattr(ResolvedEstimator, "estimate_documents", failing)
     with pytest.raises(InputError, match="cannot be estimated"):
         estimate_corpus(
             resolve(EstimatorSettings("is", 8), bundled_hmm),

@@ -208,13 +208,13 @@ def test_loglikelihood_is_difference_with_one_shared_context_estimate(hmm_is, mo
     context = "The busy teacher"
     continuations = [" waited.", " slept.", " saw the dog."]
     calls = []
-    real = ResolvedEstimator.estimate
+    real = ResolvedEstimator.estimate_documents
 
-    def counting(self, text, **kw):
-        calls.append(text)
-        return real(self, text, **kw)
+    def counting(self, texts, *args, **kw):
+        calls.extend(texts)
+        return real(self, texts, *args, **kw)
 
-    monkeypatch.setattr(ResolvedEstimator, "estimate", counting)
+    monkeypatch.setattr(ResolvedEstimator, "estimate_documents", counting)
     got = hmm_is.loglikelihood([pair(context, c) for c in continuations] * 2, disable_tqdm=True)
     assert calls.count(context) == 1 and len(calls) == 1 + len(continuations)
     ctx = estimate_document(hmm_is.model, context, hmm_is.settings).log_likelihood

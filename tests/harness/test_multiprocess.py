@@ -89,9 +89,11 @@ def test_accelerate_launch_two_cpu_processes_equals_one_process(tmp_path, monkey
     (folder,) = [p for p in store.iterdir() if p.is_dir()]
     assert len(list(folder.glob("*.npz"))) == len(CORPUS)
     calls = []
-    real = ResolvedEstimator.estimate
+    real = ResolvedEstimator.estimate_documents
     monkeypatch.setattr(
-        ResolvedEstimator, "estimate", lambda self, text, **k: calls.append(text) or real(self, text, **k)
+        ResolvedEstimator,
+        "estimate_documents",
+        lambda self, texts, *a, **k: calls.extend(texts) or real(self, texts, *a, **k),
     )
     lm = LatentHMMEval(estimator="smc", num_samples=512, seed=4, device="cpu", results_dir=store, workers=1)
     values = lm.loglikelihood_rolling(

@@ -46,22 +46,22 @@ def rolling(texts):
 
 @pytest.fixture
 def calls(monkeypatch):
-    """Texts estimated (``ResolvedEstimator.estimate``), in order; ``calls.fail_after = n`` raises on call n + 1 (a
-    crash)."""
-    real = ResolvedEstimator.estimate
+    """Texts estimated (``ResolvedEstimator.estimate_documents``: one at a time under IS), in order;
+    ``calls.fail_after = n`` raises on document n + 1 (a crash)."""
+    real = ResolvedEstimator.estimate_documents
 
     class Counter(list):
         fail_after = None
 
     counter = Counter()
 
-    def counting(self, text, **kw):
-        if counter.fail_after is not None and len(counter) >= counter.fail_after:
+    def counting(self, texts, *args, **kw):
+        if counter.fail_after is not None and len(counter) + len(texts) > counter.fail_after:
             raise RuntimeError("simulated crash")
-        counter.append(text)
-        return real(self, text, **kw)
+        counter.extend(texts)
+        return real(self, texts, *args, **kw)
 
-    monkeypatch.setattr(ResolvedEstimator, "estimate", counting)
+    monkeypatch.setattr(ResolvedEstimator, "estimate_documents", counting)
     return counter
 
 

@@ -12,7 +12,15 @@ from ..checkpoints import StrictLoading
 from ..vocabulary import check_id_range
 from .parameters import HMMParameters, forward_log_alpha
 from .proposal import HMMProposal
-from .stepwise import HMMParticles, init_particles, reorder_particles, step_particles
+from .stepwise import (
+    HMMDocumentBatch,
+    HMMParticles,
+    init_documents,
+    init_particles,
+    reorder_particles,
+    step_documents,
+    step_particles,
+)
 from .tokenizer import UNK, WordTokenizer
 
 
@@ -106,6 +114,17 @@ class HMMLanguageModel(
     def smc_reorder(self, state: HMMParticles, ancestors: torch.Tensor) -> HMMParticles:
         """Particle k continues the history of particle ancestors[k] (LongTensor [K])."""
         return reorder_particles(state, ancestors)
+
+    def smc_init_documents(
+        self, xs, num_particles, temperature: float = 1.0, peek: bool = True
+    ) -> HMMDocumentBatch:
+        """The particles of several texts side by side (``protocol.DocumentBatchLM``): one step draws for all."""
+        self.check_documents(xs, num_particles, temperature)
+        return init_documents(self, [self._check_x(x) for x in xs], num_particles, temperature, peek)
+
+    def smc_step_documents(self, state: HMMDocumentBatch, t: int, generators):
+        """Step t of every text with t < T_d, each from its own generator: (state, increments float64 [Σ K_d])."""
+        return step_documents(state, t, generators)
 
     def smc_latents(self, state: HMMParticles) -> torch.Tensor:
         """The states drawn so far, z [K, t] (log_joint's format once t = T)."""

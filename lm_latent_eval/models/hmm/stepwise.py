@@ -110,3 +110,78 @@ def reorder_particles(state: HMMParticles, ancestors: torch.Tensor) -> HMMPartic
     """Particle k takes the history of particle ancestors[k]."""
     state.z = state.z.index_select(0, ancestors.to(state.z.device))
     return state
+
+
+@dataclass
+class HMMDocumentBatch:
+    """The particles of several texts side by side (``DocumentBatchLM``): text d's K_d particles are the d-th
+    segment of z [Σ K_d, max T_d], its tables rows ``offset_d`` .. ``offset_d + T_d − 1`` of the stacked ones."""
+
+    sizes: list[int]
+    lengths: list[int]
+    z: torch.Tensor
+    t: int
+    temperature: float
+    log_p: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    q_first: torch.Tensor  # [S]
+    q_trans: torch.Tensor  # [S, S]
+    x: torch.Tensor  # [Σ T_d] the texts, stacked
+    q_emit: torch.Tensor  # [Σ T_d, S]
+    twist: torch.Tensor  # [Σ T_d, S]
+    # [Σ K_d] each particle's text's first row, and its last (offset_d + T_d − 1)
+    first: torch.Tensor
+    last: torch.Tensor
+
+
+@torch.no_grad()
+def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> HMMDocumentBatch:
+    """``init_particles`` of every text, stacked: the same tables (row by row), one state."""
+    alone = [init_particles(model, x, 1, temperature, peek) for x in xs]
+    lengths = [int(x.numel()) for x in xs]
+    device = alone[0].x.device
+    offsets = torch.tensor([0, *lengths[:-1]], device=device).cumsum(0)
+    repeats = torch.tensor(list(num_particles), device=device)
+    first = offsets.repeat_interleave(repeats)
+    last = (offsets + torch.tensor(lengths, device=device) - 1).repeat_interleave(repeats)
+    z = torch.zeros(int(repeats.sum()), max(lengths), dtype=torch.long, device=device)
+    a = alone[0]
+    return HMMDocumentBatch(
+        list(num_particles), lengths, z, 0, float(temperature), a.log_p, a.q_first, a.q_trans,
+        torch.cat([s.x for s in alone]), torch.cat([s.q_emit for s in alone]), torch.cat([s.twist for s in alone]),
+        first, last,
+    )  # fmt: skip
+
+
+@torch.no_grad()
+def step_documents(state: HMMDocumentBatch, t: int, generators) -> tuple[HMMDocumentBatch, torch.Tensor]:
+    """``step_particles`` of every text with t < T_d, each drawing its K_d uniforms from its own generator (a text
+    that has ended draws nothing: its particles' rows repeat its last token and their increments are ignored)."""
+    if t != state.t:
+        raise ValueError(f"smc_step_documents: expected step {state.t}, got t = {t}")
+    log_pi, log_A, log_B = state.log_p
+    dtype, device = state.q_emit.dtype, state.q_emit.device
+    u = torch.cat(
+        [
+            torch.rand(k, generator=g, dtype=dtype, device=device)
+            if t < n
+            else torch.zeros(k, dtype=dtype, device=device)
+            for k, n, g in zip(state.sizes, state.lengths, generators)
+        ]
+    )
+    row = torch.minimum(state.first + t, state.last)
+    x_t = state.x[row]
+    if t == 0:
+        logits = state.q_first + state.q_emit[row]
+    else:
+        prev = state.z[:, t - 1]
+        logits = state.q_trans[prev] + state.q_emit[row]
+    log_q_all = torch.log_softmax(logits / state.temperature, -1)
+    zt = inverse_cdf(None, u, cumulative=log_q_all.exp().cumsum(-1))
+    log_q = log_q_all.gather(-1, zt[:, None]).squeeze(-1)
+    if t == 0:
+        log_p = log_pi[zt] + log_B[zt, x_t] + state.twist[row, zt]
+    else:
+        log_p = log_A[prev, zt] + log_B[zt, x_t] + state.twist[row, zt] - state.twist[row - 1, prev]
+    state.z[:, t] = zt
+    state.t = t + 1
+    return state, log_p - log_q
