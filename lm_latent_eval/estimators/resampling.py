@@ -45,10 +45,99 @@ def blocks_of_runs(sizes: list[int], block: int = SAMPLE_BLOCK) -> list[list[int
     return blocks + [current]
 
 
+class RunLayout:
+    """Independent runs whose particles lie consecutively in one vector [Σ N_r] (the runs of one or of several
+    documents' blocks): the runs grouped by size, so that each group's statistics and resampling take one batched
+    operation (row by row the numbers of each run alone, however many runs and documents share the group: the HMM and
+    other cheap models are loop-bound, and on a GPU every operation is a launch).
+
+    Parameters
+    ----------
+    sizes : list of int
+        N_r of every run, in order.
+
+    Examples
+    --------
+    >>> layout = RunLayout([2, 2, 3])
+    >>> lw = torch.log(torch.tensor([1.0, 1.0, 1.0, 0.0, 2.0, 2.0, 2.0], dtype=torch.float64))
+    >>> log_ess, log_mean = layout.statistics(lw)
+    >>> [round(math.exp(v), 6) for v in log_ess], [round(math.exp(v), 6) for v in log_mean]
+    ([2.0, 1.0, 3.0], [1.0, 0.5, 2.0])
+    """
+
+    def __init__(self, sizes: list[int]) -> None:
+        self.sizes = list(sizes)
+        self.starts = np.cumsum([0, *self.sizes]).tolist()
+        by_size: dict[int, list[int]] = {}
+        for r, n in enumerate(self.sizes):
+            by_size.setdefault(n, []).append(r)
+        # per size: the runs and the [R_n, n] indices of their particles (None: every run, a view)
+        self.groups = [
+            (n, runs, None if len(runs) == len(self.sizes) else self._index(runs, n))
+            for n, runs in by_size.items()
+        ]
+
+    def _index(self, runs: list[int], n: int) -> torch.Tensor:
+        return torch.tensor([self.starts[r] for r in runs]).unsqueeze(1) + torch.arange(n)
+
+    def _rows(self, log_w: torch.Tensor, n: int, runs: list[int], index: torch.Tensor | None) -> torch.Tensor:
+        return log_w.view(len(runs), n) if index is None else log_w[index]
+
+    def statistics(self, log_w: torch.Tensor) -> tuple[list[float], list[float]]:
+        """(log ESS, log mean_k w_k) of every run's weights log_w [Σ N_r] (float64, no NaN or +inf); −inf for both
+        where every weight of the run is 0."""
+        log_ess, log_mean = [0.0] * len(self.sizes), [0.0] * len(self.sizes)
+        for n, runs, index in self.groups:
+            rows = self._rows(log_w, n, runs, index)
+            normalised = torch.softmax(rows, 1)
+            values = torch.stack(
+                [
+                    -torch.log(torch.linalg.vecdot(normalised, normalised)),
+                    torch.logsumexp(rows, 1) - math.log(n),
+                ]
+            ).tolist()
+            for r, e, m in zip(runs, *values):
+                # NaN (softmax of −inf only) exactly where every weight is 0
+                log_ess[r], log_mean[r] = (-math.inf if math.isnan(e) else e), m
+        return log_ess, log_mean
+
+    def _chosen_rows(self, chosen: list[int]):
+        """Per size group with a run in ``chosen``: the [C, n] indices of those runs' particles and the runs."""
+        wanted = set(chosen)
+        for n, runs, index in self.groups:
+            picked = [i for i, r in enumerate(runs) if r in wanted]
+            if picked:
+                yield (self._index(runs, n) if index is None else index)[picked], [runs[i] for i in picked]
+
+    def particles_of(self, chosen: list[int]) -> torch.Tensor:
+        """Mask [Σ N_r] of the particles of the runs ``chosen``."""
+        mask = torch.zeros(self.starts[-1], dtype=torch.bool)
+        for rows_index, _ in self._chosen_rows(chosen):
+            mask[rows_index] = True
+        return mask
+
+    def resample(self, log_w: torch.Tensor, chosen: list[int], generators: list) -> torch.Tensor:
+        """Ancestors of every particle [Σ N_r] (CPU): the runs ``chosen`` (in order) resampled systematically among
+        their own particles, each with one u ~ U[0, 1) from ``generators[r]`` (its document block's stream, drawn in
+        the order of ``chosen``), the others their own ancestors."""
+        ancestors = torch.arange(self.starts[-1])
+        u = {
+            r: torch.rand((), generator=generators[r], device=_device(generators[r]), dtype=torch.float64)
+            for r in chosen
+        }
+        for rows_index, runs in self._chosen_rows(chosen):
+            draws = torch.stack([u[r] for r in runs]).cpu()
+            ancestors[rows_index] = _systematic(log_w[rows_index], draws) + rows_index[:, :1]
+        return ancestors
+
+
+def _device(generator: torch.Generator | None):
+    return generator.device if generator is not None else "cpu"
+
+
 def runs_log_ess(log_w: torch.Tensor, sizes: list[int]) -> list[float]:
     """log ESS of each run's weights, the runs' particles consecutive in log_w [Σ N_r]; −inf for a run whose every
-    weight is 0. The runs of each size in one batched reduction (row by row the same numbers, however many runs and
-    documents share it: the HMM and other cheap models are loop-bound).
+    weight is 0 (``RunLayout.statistics``).
 
     Examples
     --------
@@ -56,24 +145,19 @@ def runs_log_ess(log_w: torch.Tensor, sizes: list[int]) -> list[float]:
     >>> [round(math.exp(v), 6) for v in runs_log_ess(lw, [2, 2, 3])]
     [2.0, 1.0, 3.0]
     """
-    out = [0.0] * len(sizes)
-    starts = np.cumsum([0, *sizes[:-1]])
-    by_size: dict[int, list[int]] = {}
-    for r, n in enumerate(sizes):
-        by_size.setdefault(n, []).append(r)
-    for n, runs in by_size.items():
-        if len(runs) == len(sizes):
-            rows = log_w.view(len(sizes), n)
-        else:
-            index = torch.as_tensor(starts[runs], dtype=torch.long).unsqueeze(1) + torch.arange(n)
-            rows = log_w[index]
-        normalised = torch.softmax(rows, 1)
-        values = (-torch.log(torch.linalg.vecdot(normalised, normalised))).tolist()
-        # NaN (softmax of −inf only) exactly where every weight is 0: log_w holds no NaN or +inf (smc's increments
-        # are checked)
-        for r, v in zip(runs, values):
-            out[r] = -math.inf if math.isnan(v) else v
-    return out
+    return RunLayout(sizes).statistics(log_w)[0]
+
+
+def _systematic(log_w: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Systematic resampling of each row of log_w [..., N] with its u [...] (CPU float64): a_k = min{i : Σ_{j≤i} W_j >
+    (u + k) / N}, [..., N]."""
+    n = log_w.shape[-1]
+    cdf = torch.cumsum(torch.softmax(log_w.to("cpu", torch.float64), -1), -1)
+    # rounding: the last particle closes the interval
+    cdf[..., -1] = 1.0
+    return inverse_cdf(
+        None, (u.unsqueeze(-1) + torch.arange(n, dtype=torch.float64)) / n, cumulative=cdf, per_row=True
+    )
 
 
 def systematic_resample(log_w: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -81,33 +165,10 @@ def systematic_resample(log_w: torch.Tensor, generator: torch.Generator | None) 
 
     log_w [..., N]: each row resampled on its own (row by row the numbers of resampling it alone), its u drawn from
     the generator in row order: [..., N]."""
-    n = log_w.shape[-1]
-    device = generator.device if generator is not None else "cpu"
-    u = torch.tensor(
+    u = torch.stack(
         [
-            float(torch.rand((), generator=generator, device=device, dtype=torch.float64))
+            torch.rand((), generator=generator, device=_device(generator), dtype=torch.float64)
             for _ in range(log_w.shape[:-1].numel())
-        ],
-        dtype=torch.float64,
-    ).view(*log_w.shape[:-1], 1)
-    cdf = torch.cumsum(torch.softmax(log_w.to("cpu", torch.float64), -1), -1)
-    # rounding: the last particle closes the interval
-    cdf[..., -1] = 1.0
-    return inverse_cdf(None, (u + torch.arange(n, dtype=torch.float64)) / n, cumulative=cdf, per_row=True)
-
-
-def resample_runs(
-    log_w: torch.Tensor, starts: list[int], sizes: list[int], chosen: list[int], generator
-) -> torch.Tensor:
-    """Ancestors of every particle of the block [Σ N_r]: runs ``chosen`` resampled systematically among their own
-    particles (in run order, one u each), the others their own ancestors; runs of equal size in one batch."""
-    ancestors = torch.arange(starts[-1])
-    if len(set(sizes)) == 1:
-        rows = torch.tensor(chosen)
-        picked = systematic_resample(log_w.view(len(sizes), sizes[0]).index_select(0, rows), generator)
-        ancestors.view(len(sizes), sizes[0])[rows] = picked + (rows * sizes[0]).unsqueeze(1)
-        return ancestors
-    for r in chosen:
-        run = slice(starts[r], starts[r + 1])
-        ancestors[run] = systematic_resample(log_w[run], generator) + run.start
-    return ancestors
+        ]
+    ).cpu()
+    return _systematic(log_w, u.view(log_w.shape[:-1]))

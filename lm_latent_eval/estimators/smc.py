@@ -35,7 +35,7 @@ from .aggregate import log_mean_exp
 from .base import STOCHASTIC_BOUND, DocumentEstimate, Estimator, sample_sizes, sampling_advice
 from .intervals import DocumentError
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
-from .resampling import blocks_of_runs, resample_runs, run_sizes, runs_log_ess, systematic_resample
+from .resampling import RunLayout, blocks_of_runs, run_sizes, systematic_resample
 from .seeding import document_generator, side_by_side_particles, stage_block
 from .settings import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS, EstimatorSettings
 from .smc_variance import (
@@ -176,11 +176,11 @@ def smc_lanes(model, lanes: Sequence[Lane], settings: EstimatorSettings) -> list
     if particles.state is None:
         return [smc_lanes(model, [lane], settings)[0] for lane in lanes]
     sizes = [n for lane in lanes for n in lane.sizes]
+    layout = RunLayout(sizes)
     lane_of_run = [i for i, lane in enumerate(lanes) for _ in lane.sizes]
-    lengths = [int(lane.x.shape[0]) for lane in lanes]
-    run_length = [lengths[i] for i in lane_of_run]
-    starts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-    first_run = np.cumsum([0, *[len(lane.sizes) for lane in lanes]]).tolist()
+    generators = [lanes[i].generator for i in lane_of_run]
+    run_length = [int(lanes[i].x.shape[0]) for i in lane_of_run]
+    starts = layout.starts
     runs = [slice(starts[r], starts[r + 1]) for r in range(len(sizes))]
     particle_length = torch.tensor(run_length).repeat_interleave(torch.tensor(sizes))
     log_w = torch.zeros(starts[-1], dtype=torch.float64)
@@ -189,11 +189,11 @@ def smc_lanes(model, lanes: Sequence[Lane], settings: EstimatorSettings) -> list
     # per run: Σ over finished epochs of log mean_k w_k
     banked = [0.0] * len(sizes)
     ess, resampled = [[] for _ in runs], [0] * len(sizes)
-    for t in range(max(lengths)):
-        ended = particle_length <= t if t >= min(lengths) else None
+    for t in range(max(run_length)):
+        ended = particle_length <= t if t >= min(run_length) else None
         log_w = log_w + _checked_increments(particles.step(t), lanes, ended, t)
-        chosen: dict[int, list[int]] = {}
-        for r, log_ess in enumerate(runs_log_ess(log_w, sizes)):
+        chosen = []
+        for r, (log_ess, log_mean) in enumerate(zip(*layout.statistics(log_w))):
             if t >= run_length[r]:
                 continue
             # every particle of the run has p = 0: its p̂ is 0 from here on
@@ -202,31 +202,20 @@ def smc_lanes(model, lanes: Sequence[Lane], settings: EstimatorSettings) -> list
                 continue
             ess[r].append(math.exp(log_ess))
             if t < run_length[r] - 1 and ess[r][-1] < settings.resample_threshold * sizes[r]:
-                banked[r] += float(torch.logsumexp(log_w[runs[r]], 0)) - math.log(sizes[r])
+                banked[r] += log_mean
                 resampled[r] += 1
-                chosen.setdefault(lane_of_run[r], []).append(r)
+                chosen.append(r)
         if chosen:
-            ancestors = torch.arange(starts[-1])
-            for i, lane_runs in chosen.items():
-                # the lane's runs, numbered and placed within the lane, resampled from its own stream
-                own = range(first_run[i], first_run[i + 1] + 1)
-                first = starts[own[0]]
-                local = slice(first, starts[own[-1]])
-                ancestors[local] = first + resample_runs(
-                    log_w[local],
-                    [starts[r] - first for r in own],
-                    lanes[i].sizes,
-                    [r - own[0] for r in lane_runs],
-                    lanes[i].generator,
-                )
-                for r in lane_runs:
-                    log_w[runs[r]] = 0.0
+            # each run among its own particles, from its lane's stream
+            ancestors = layout.resample(log_w, chosen, generators)
+            log_w = log_w.masked_fill(layout.particles_of(chosen), 0.0)
             particles.reorder(ancestors)
             eve = eve.index_select(0, ancestors)
     out = [
         _finished_run(log_w[run], eve[run] - run.start, banked[r], resampled[r], ess[r])
         for r, run in enumerate(runs)
     ]
+    first_run = np.cumsum([0, *[len(lane.sizes) for lane in lanes]]).tolist()
     return [out[first_run[i] : first_run[i + 1]] for i in range(len(lanes))]
 
 
@@ -443,6 +432,10 @@ class SequentialMonteCarlo(Estimator):
         return self.estimate_documents(
             model, [(x, document, settings)], device=device, progress=progress, stage=stage
         )[0]
+
+    def batches_documents(self, model) -> bool:
+        """Side by side on a model with ``protocol.DocumentBatchLM``."""
+        return has_document_batches(model)
 
     def estimate_documents(
         self, model, documents, *, device="cpu", progress=None, stage=0, diagnostics=False

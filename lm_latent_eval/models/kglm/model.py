@@ -43,7 +43,15 @@ from .checkpoint import (
 from .graph import KnowledgeGraph
 from .latents import LATENT_KEYS, GraphTables, HeadTables, LatentHeads, latent_log_prob
 from .proposal import KGLMProposal
-from .stepwise import KGLMParticles, init_particles, particle_latents, reorder_particles, step_particles
+from .stepwise import (
+    KGLMParticles,
+    init_documents,
+    init_particles,
+    particle_latents,
+    reorder_particles,
+    step_documents,
+    step_particles,
+)
 from .words import WordDistribution
 
 UNK, BOS, PAD = "@@UNKNOWN@@", "@@START@@", "@@PADDING@@"
@@ -286,6 +294,16 @@ class KGLM(
         """Draw z_t ~ q_τ(z_t | x, z_<t) for every particle: (state, log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t)
         float64 [K]). Consumes ``torch.rand(K, 4)`` of ``generator``, as ``proposal.sample`` does at token t."""
         return step_particles(self, state, t, generator)
+
+    def smc_init_documents(self, xs, num_particles, temperature: float = 1.0, peek: bool = True):
+        """The particles of several documents side by side (``protocol.DocumentBatchLM``; ``stepwise.init_documents``),
+        or None where a document's tables are too large to be read by position (a large graph)."""
+        self.check_documents(xs, num_particles, temperature)
+        return init_documents(self, [self._check_x(x) for x in xs], num_particles, temperature, peek)
+
+    def smc_step_documents(self, state, t: int, generators):
+        """Step t of every document with t < T_d, each from its own generator (``stepwise.step_documents``)."""
+        return step_documents(self, state, t, generators)
 
     def smc_reorder(self, state: KGLMParticles, ancestors: torch.Tensor) -> KGLMParticles:
         """Particle k takes the history (window state and z so far) of particle ancestors[k]."""

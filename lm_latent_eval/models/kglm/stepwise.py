@@ -30,13 +30,24 @@ increments sum to log p(x, z) − log q_τ(z | x); with the same generator seed 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import torch
 
 from ...tensors import inverse_cdf, selects_rows
-from .latents import CONTINUING, NEW, NONE, RELATED, GraphTables, HeadTables, canonical_relation, row_at
+from .latents import (
+    CONTINUING,
+    NEW,
+    NONE,
+    RELATED,
+    GraphTables,
+    HeadTables,
+    LatentHeads,
+    canonical_relation,
+    row_at,
+)
 
 # (position, entity) pairs of the per-document word table (KGLM.word_log_prob_table)
 WORD_TABLE_LIMIT = 1 << 16
@@ -155,25 +166,46 @@ def sample_step(tabs: HeadTables, state: WindowState, t: int | torch.Tensor, u: 
     return d.typ, d.ent, d.par, d.log_q
 
 
-def draw_step(tabs: HeadTables, state: WindowState, t: int | torch.Tensor, u: torch.Tensor) -> StepDraw:
-    """``sample_step``'s draw, with the record of it that ``drawn_log_prob`` scores under other heads."""
+def _per_particle(
+    table: torch.Tensor, t: int | torch.Tensor, positions: torch.Tensor | None, index: torch.Tensor
+):
+    """Row t of a per-position table [T, n, ...] at each particle's ``index`` [K]: [K, ...]; with ``positions`` [K]
+    (documents side by side), each particle's own row instead of t."""
+    return row_at(table, t)[index] if positions is None else table[positions, index]
+
+
+def draw_step(
+    tabs: HeadTables,
+    state: WindowState,
+    t: int | torch.Tensor,
+    u: torch.Tensor,
+    positions: torch.Tensor | None = None,
+) -> StepDraw:
+    """``sample_step``'s draw, with the record of it that ``drawn_log_prob`` scores under other heads. ``positions``
+    [K]: each particle's row of the (stacked) tables, for documents side by side (``step_documents``); the draws are
+    those of each document's rows alone."""
     tables = tabs.tables
     K = u.shape[0]
     device = u.device
-    t_vec = torch.full((K,), t, dtype=torch.long, device=device) if isinstance(t, int) else t.expand(K)
+    if positions is not None:
+        t_vec = positions
+    else:
+        t_vec = torch.full((K,), t, dtype=torch.long, device=device) if isinstance(t, int) else t.expand(K)
     pattern = _type_pattern(state)
     # [K]
-    typ = inverse_cdf(None, u[:, 0], cumulative=row_at(tabs.type_cdf, t)[pattern])
-    log_q = row_at(tabs.type_lp, t)[pattern].gather(1, typ.unsqueeze(1)).squeeze(1)
+    typ = inverse_cdf(None, u[:, 0], cumulative=_per_particle(tabs.type_cdf, t, positions, pattern))
+    log_q = _per_particle(tabs.type_lp, t, positions, pattern).gather(1, typ.unsqueeze(1)).squeeze(1)
     none = torch.full((K,), -1, dtype=torch.long, device=device)
     ent, par, is_new, row, related = none, none, None, None, None
     if tabs.any_new:
-        # [rows] each
-        nl, cdf = tabs.new_entity_draw_tables(t)
+        # [rows] each, or each particle's rows [K, rows] side by side (``init_documents`` keeps the table)
+        nl, cdf = tabs.new_entity_draw_tables(t if positions is None else positions)
         row = inverse_cdf(None, u[:, 1], cumulative=cdf)
         is_new = typ == NEW
         ent = torch.where(is_new, tables.row_entity[row], ent)
-        log_q = log_q + torch.where(is_new, nl[row], 0.0)
+        log_q = log_q + torch.where(
+            is_new, nl[row] if nl.dim() == 1 else nl.gather(1, row[:, None])[:, 0], 0.0
+        )
     if tabs.max_degree > 0 and state.rows.shape[1] > 0:
         is_rel = typ == RELATED
         # on the CPU a host sync costs nothing: only the particles that drew "related" go through the parent and
@@ -223,7 +255,9 @@ def _draw_related(
     return RelatedDraw(sub, rel_mask, t_rel, rows, cand, slot, parent, tail, edges, valid, elsewhere, log_q)
 
 
-def drawn_log_prob(tabs: HeadTables, draw: StepDraw, t: int) -> torch.Tensor:
+def drawn_log_prob(
+    tabs: HeadTables, draw: StepDraw, t: int, positions: torch.Tensor | None = None
+) -> torch.Tensor:
     """log π(z_t | z_<t) under these heads (p's prior factors, in SMC) of the z_t that ``draw_step`` drew from q_τ:
     float64 [K], ``score_step``'s numbers for it, from what the draw found (allowed-type pattern, new entity row,
     parent slot and edges, the edges reaching the entity) instead of finding it again.
@@ -231,10 +265,16 @@ def drawn_log_prob(tabs: HeadTables, draw: StepDraw, t: int) -> torch.Tensor:
     A drawn z_t lies on q_τ's support, which is p's (the same masks): its structural checks all pass, and its parent
     is the one candidate slot holding the parent's row (so the log-sum over matching slots is that slot's term,
     exactly); a non-finite parent or edge term (a degenerate head) gives -inf, as there."""
-    total = tabs.type_lp[t][draw.pattern, draw.typ]
+    if positions is None:
+        total = tabs.type_lp[t][draw.pattern, draw.typ]
+    else:
+        total = tabs.type_lp[positions, draw.pattern, draw.typ]
     if tabs.any_new:
-        nl = tabs.new_entity_log_probs(draw.t_vec[:1])[0]
-        total = total + torch.where(draw.is_new, nl[draw.new_row], 0.0)
+        if positions is None:
+            new_lp = tabs.new_entity_log_probs(draw.t_vec[:1])[0][draw.new_row]
+        else:
+            new_lp = tabs.new_entity_lp[positions, draw.new_row]
+        total = total + torch.where(draw.is_new, new_lp, 0.0)
     rel = draw.related
     if rel is not None:
         parent_lp = (
@@ -379,15 +419,8 @@ def step_particles(
 def reorder_particles(state: KGLMParticles, ancestors: torch.Tensor) -> KGLMParticles:
     """Particle k takes the history (window state and z so far) of particle ancestors[k] (LongTensor [K])."""
     index = ancestors.to(state.x.device)
-    return KGLMParticles(
-        state.x,
-        state.q,
-        state.p,
-        state.alias,
-        state.gen,
-        state.words,
-        state.window.select(index),
-        {k: v.index_select(0, index) for k, v in state.z.items()},
+    return dataclasses.replace(
+        state, window=state.window.select(index), z={k: v.index_select(0, index) for k, v in state.z.items()}
     )
 
 
@@ -396,3 +429,110 @@ def particle_latents(tables: GraphTables, state: KGLMParticles) -> dict:
     z = {k: v.clone() for k, v in state.z.items()}
     z["relation"] = canonical_relation(tables, z["parent"], z["entity"])
     return z
+
+
+@dataclass
+class KGLMDocumentBatch(KGLMParticles):
+    """The particles of several documents side by side (``protocol.DocumentBatchLM``): document d's K_d particles are
+    the d-th segment, its tables rows ``offset_d`` .. ``offset_d + T_d − 1`` of the stacked ones (x, q's and p's head
+    tables, the word table), z [Σ K_d, max T_d]."""
+
+    sizes: list[int] = dataclasses.field(default_factory=list)
+    lengths: list[int] = dataclasses.field(default_factory=list)
+    # [Σ K_d] each particle's document's first row and last row (offset_d + T_d − 1) of the stacked tables
+    first: torch.Tensor | None = None
+    last: torch.Tensor | None = None
+
+
+def stack_heads(heads: list[LatentHeads]) -> LatentHeads:
+    """Several documents' encoder outputs and evidence in one, positions after positions (the parameters shared)."""
+
+    def cat(name):
+        parts = [getattr(h, name) for h in heads]
+        return None if parts[0] is None else torch.cat(parts)
+
+    names = ("h_type", "h_head", "h_rel", "new_entity_scores", "parent_scores", "tail_scores")
+    return dataclasses.replace(heads[0], **{n: cat(n) for n in names})
+
+
+def stack_tables(tables: list[HeadTables]) -> HeadTables:
+    """Several documents' head tables (one temperature) as one, positions after positions: row by row the same
+    numbers, so a particle reading row offset_d + t reads its document's row t."""
+    first = tables[0]
+    return HeadTables(
+        stack_heads([t.heads for t in tables]),
+        first.tables,
+        first.tau,
+        torch.cat([t.type_logits for t in tables]),
+        torch.cat([t.type_lp for t in tables]),
+        first.any_new,
+        None if first.new_entity_lp is None else torch.cat([t.new_entity_lp for t in tables]),
+        all(t.lane_fits for t in tables),
+        torch.cat([t.relation_logits for t in tables]),
+        first.max_degree,
+    )
+
+
+@torch.no_grad()
+def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> KGLMDocumentBatch | None:
+    """``init_particles`` of every document, stacked; None where a document's tables would not be read by position
+    (its word table or new-entity table not built, as for a large graph: such documents run one at a time)."""
+    alone = [
+        init_particles(model, x, max(k, model.tables.num_entities + 1), temperature, peek)
+        for x, k in zip(xs, num_particles)
+    ]
+    if any(
+        a.words is None or (a.q.any_new and (a.q.new_entity_lp is None or a.p.new_entity_lp is None))
+        for a in alone
+    ):
+        return None
+    lengths = [int(x.numel()) for x in xs]
+    device = alone[0].x.device
+    K = sum(num_particles)
+    offsets = torch.tensor([0, *lengths[:-1]], device=device).cumsum(0)
+    repeats = torch.tensor(list(num_particles), device=device)
+    z = {
+        k: torch.full((K, max(lengths)), v, dtype=torch.long, device=device)
+        for k, v in (("mention_type", NONE), ("entity", -1), ("parent", -1))
+    }
+    return KGLMDocumentBatch(
+        torch.cat([a.x for a in alone]),
+        stack_tables([a.q for a in alone]),
+        stack_tables([a.p for a in alone]),
+        alone[0].alias,
+        None,
+        torch.cat([a.words for a in alone]),
+        WindowState.empty(K, model.cutoff, device),
+        z,
+        list(num_particles),
+        lengths,
+        offsets.repeat_interleave(repeats),
+        (offsets + torch.tensor(lengths, device=device) - 1).repeat_interleave(repeats),
+    )
+
+
+@torch.no_grad()
+def step_documents(
+    model, state: KGLMDocumentBatch, t: int, generators
+) -> tuple[KGLMDocumentBatch, torch.Tensor]:
+    """``step_particles`` of every document with t < T_d, each drawing its ``torch.rand(K_d, 4)`` from its own
+    generator (a document that has ended draws nothing: its particles read its last row and their increments are
+    ignored)."""
+    device = state.x.device
+    u = torch.zeros(sum(state.sizes), 4, dtype=torch.float64, device=device)
+    start = 0
+    for k, n, g in zip(state.sizes, state.lengths, generators):
+        if t < n:
+            torch.rand(k, 4, generator=g, dtype=torch.float64, device=device, out=u[start : start + k])
+        start += k
+    positions = torch.minimum(state.first + t, state.last)
+    draw = draw_step(state.q, state.window, t, u, positions)
+    log_prior = drawn_log_prob(state.p, draw, t, positions)
+    log_word = state.words[positions, draw.ent + 1]
+    state.window = state.window.advance(model.tables, draw.typ, draw.ent, draw.par)
+    state.z["mention_type"][:, t], state.z["entity"][:, t], state.z["parent"][:, t] = (
+        draw.typ,
+        draw.ent,
+        draw.par,
+    )
+    return state, log_prior + log_word - draw.log_q

@@ -1,0 +1,143 @@
+"""What one SMC evaluation asks of a device, documents one at a time against side by side: operations dispatched (each
+a kernel launch on CUDA) per document·token and host synchronisations per document, counted on the CPU.
+
+Every bundled model with the stepwise part estimates its bundled test corpus with SMC at a fixed K = 1,000 (no
+precision target), one torch thread, in this one process, twice: each document alone (``ResolvedEstimator.estimate``,
+what every run did before issue 45), then the whole corpus through the estimators' own path (``estimate_corpus``,
+which hands the documents to ``Estimator.estimate_documents`` in chunks: side by side where the model offers
+``protocol.DocumentBatchLM``). Operations are counted with ``kernel_counts.KernelCounter`` (a ``TorchDispatchMode``:
+aten operations that compute; views launch nothing) with the accelerator's code paths (``kernel_counts.
+accelerator_paths``: no CPU-only row selection), so the counts are those a GPU would launch. Host synchronisations
+are the operations that read a device value on the host (``item``, ``_local_scalar_dense``, ``nonzero``) plus the
+increments' copy to the host once per step. The two runs' log weights are compared: side by side must not change a
+number. Seconds are wall time without the counter, best of two, on this machine (CPU; on a GPU each operation costs
+a launch of about 5-30 µs, so the counts are the GPU's time for these small models).
+
+    python bench/side_by_side.py                # writes bench/side_by_side/output.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bundled_models import CORPORA
+from kernel_counts import KernelCounter, accelerator_paths
+
+from lm_latent_eval.estimators import EstimatorSettings, resolve
+from lm_latent_eval.estimators.adaptive import estimate_corpus
+from lm_latent_eval.models import load_model
+from lm_latent_eval.paths import DATA_DIR
+from lm_latent_eval.protocol import has_document_batches, has_stepwise
+from lm_latent_eval.reports.sweep import read_documents
+
+OUTPUT = Path(__file__).resolve().parent / "side_by_side"
+
+
+class StepCounter(KernelCounter):
+    """``KernelCounter`` plus the copies of a tensor to the host (one per SMC step: the increments)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in ("_to_copy", "to") and (kwargs or {}).get("device") is not None:
+            self.syncs += 1
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+def alone(run, texts):
+    return {t: run.estimate(t) for t in dict.fromkeys(texts)}
+
+
+def together(run, texts):
+    return estimate_corpus(run, texts, progress=False)
+
+
+def measure(name: str, num_samples: int, limit: int | None) -> dict:
+    model, _ = load_model(name)
+    texts = list(dict.fromkeys(read_documents(DATA_DIR / CORPORA[name])))[:limit]
+    run = resolve(EstimatorSettings("smc", num_samples, seed=1, target_se=None), model)
+    tokens = sum(int(model.tokenize(t).numel()) for t in texts)
+    row = {
+        "model": name,
+        "documents": len(texts),
+        "tokens": tokens,
+        "side_by_side": has_document_batches(model),
+    }
+    estimates = {}
+    for label, fn in (("alone", alone), ("together", together)):
+        fn(run, texts[:2])  # per-document caches and first-call work outside the figures
+        with accelerator_paths():
+            with StepCounter() as counter:
+                estimates[label] = fn(run, texts)
+        seconds = []
+        for _ in range(2):
+            start = time.perf_counter()
+            fn(run, texts)
+            seconds.append(time.perf_counter() - start)
+        row[label] = {
+            "ops_per_doc_token": counter.ops / tokens,
+            "syncs_per_doc": counter.syncs / len(texts),
+            "seconds": min(seconds),
+        }
+    a, b = estimates["alone"], estimates["together"]
+    row["max_weight_difference"] = max(
+        float(np.max(np.abs(a[t].log_weights - b[t].log_weights))) for t in texts
+    )
+    row["bit_identical"] = all(np.array_equal(a[t].log_weights, b[t].log_weights) for t in texts)
+    return row
+
+
+def markdown(rows: list[dict], num_samples: int) -> str:
+    load = os.getloadavg()[0]
+    lines = [
+        f"# Documents side by side: SMC K = {num_samples:,}, one thread",
+        "",
+        f"Machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+        f"{os.cpu_count()} cores, 1-minute load average {load:.2f} at the end. Operations and host synchronisations "
+        "as a GPU would issue them (accelerator code paths), counted on the CPU.",
+        "",
+        "| model | documents / tokens | side by side | operations per document·token (alone → together) | ratio "
+        "| host syncs per document (alone → together) | seconds on this CPU (alone → together) | same weights |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        a, b = r["alone"], r["together"]
+        same = "bit for bit" if r["bit_identical"] else f"to {r['max_weight_difference']:.1e} nats"
+        lines.append(
+            f"| {r['model']} | {r['documents']} / {r['tokens']} | {'yes' if r['side_by_side'] else 'no'} "
+            f"| {a['ops_per_doc_token']:.1f} → {b['ops_per_doc_token']:.1f} "
+            f"| {a['ops_per_doc_token'] / b['ops_per_doc_token']:.1f}x "
+            f"| {a['syncs_per_doc']:.1f} → {b['syncs_per_doc']:.1f} "
+            f"| {a['seconds']:.2f} → {b['seconds']:.2f} | {same} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=[m for m in CORPORA if m != "lda"] + ["lda"])
+    parser.add_argument("--num-samples", type=int, default=1000)
+    parser.add_argument("--limit", type=int, default=None, help="documents per corpus (default all)")
+    parser.add_argument("--output", type=Path, default=OUTPUT / "output.md")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    rows = []
+    for name in args.models:
+        if not has_stepwise(load_model(name)[0]):
+            continue
+        rows.append(measure(name, args.num_samples, args.limit))
+        print(markdown(rows, args.num_samples), flush=True)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(markdown(rows, args.num_samples))
+
+
+if __name__ == "__main__":
+    main()
