@@ -1,5 +1,6 @@
 """What a run records about the model it evaluated (lm-eval's ``get_model_info``, merged into ``results["config"]``):
-checkpoint path and hash, Hub commit, dtype, parameter count, the estimator settings and why ``auto`` chose them.
+checkpoint path and hash, Hub commit, dtype, the precision of the matrix products, parameter count, the estimator
+settings and why ``auto`` chose them.
 
 ``model_info`` builds the whole record; ``run_identity`` is its part that can change a number (the results store's
 run key and the ``--use_cache`` fingerprint compare it).
@@ -19,6 +20,7 @@ from ..estimators import EstimatorSettings, recorded_settings
 from ..models import checkpoint_hash, model_target
 from ..models.cuda_graphs import graphs_in_effect
 from ..paths import DATA_DIR
+from ..precision import in_effect
 from .model_args import BackendArgs
 
 # get_model_info keys that name the model but never change a number (kept out of the results_dir run key)
@@ -28,6 +30,8 @@ NAMING_KEYS = (
     "model_revision",
     "model_pythonpath",
     "cuda_graphs_requested",
+    # as given; "precision" is the part that can change a number (tf32 is float32 off CUDA)
+    "precision_requested",
     # which GPU of a machine: device_type is the part that can change a number
     "model_device",
     "working_directory",
@@ -92,6 +96,9 @@ def model_info(
         # (metadata.config_source) under the --include_path as given; the card's Reproduce command needs it absolute
         "working_directory": os.getcwd(),
         "dtype": str(dtype).removeprefix("torch."),
+        # the matrix products' precision in effect on the device (model_args precision; tf32 is float32 off CUDA)
+        "precision": in_effect(args.precision, device),
+        "precision_requested": args.precision,
         "lm_latent_eval_version": __version__,
     }
     return info | code_info(model) | model_options_info(args, model, device)
