@@ -96,12 +96,21 @@ def model_info(
         # (metadata.config_source) under the --include_path as given; the card's Reproduce command needs it absolute
         "working_directory": os.getcwd(),
         "dtype": str(dtype).removeprefix("torch."),
-        # the matrix products' precision in effect on the device (model_args precision; tf32 is float32 off CUDA)
-        "precision": in_effect(args.precision, device),
-        "precision_requested": args.precision,
         "lm_latent_eval_version": __version__,
     }
     return info | code_info(model) | model_options_info(args, model, device)
+
+
+def precision_info(precision: str, device: torch.device) -> dict:
+    """model_args ``precision`` as asked for (a naming key) and the precision in effect on ``device`` (tf32 is float32
+    off CUDA), which can change a number.
+
+    Examples
+    --------
+    >>> precision_info("tf32", torch.device("cpu"))
+    {'precision': 'float32', 'precision_requested': 'tf32'}
+    """
+    return {"precision": in_effect(precision, device), "precision_requested": precision}
 
 
 def code_info(model) -> dict:
@@ -117,8 +126,9 @@ def code_info(model) -> dict:
 
 def model_options_info(args: BackendArgs, model, device: torch.device) -> dict:
     """The model's own options given in model_args (an LDA's alpha, unknown_words, ...: they can change a number),
-    the hashes of its own files, and whether its sampler's step runs from a CUDA graph (KGLM, EntityNLM)."""
-    info = {}
+    the hashes of its own files, whether its sampler's step runs from a CUDA graph (KGLM, EntityNLM), and the
+    precision of its matrix products (``precision_info``)."""
+    info = precision_info(args.precision, device)
     options = {
         a.name: args.model_kwargs[a.name]
         for a in args.options
