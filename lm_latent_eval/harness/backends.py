@@ -17,14 +17,17 @@ answers requests its own way is defined in a module of its own (``OWN_MODULES``:
 backends through the start-up hook (``hook.register_backends``, for lm-eval releases without plugin discovery) or
 pyproject's entry points, both from MODELS. Building a backend wraps lm-eval's per-task aggregation
 (``metric_keys.patch_lm_eval``, one line in the log) and, under lm-eval's command line only, makes the process's
-excepthook ours; torch's thread count is set only while it estimates (``threads.torch_threads``).
+excepthook ours; torch's thread count and the precision of its matrix products are set only while it estimates
+(``DocumentBatches.computing``: ``threads.torch_threads``, ``precision.matmul_precision``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import logging
+from collections.abc import Iterator
 
 import torch
 from lm_eval.api.instance import Instance
@@ -33,6 +36,7 @@ from ..errors import install_excepthook, running_lm_eval
 from ..estimators import DocumentEstimate, EstimatorSettings, ResolvedEstimator
 from ..estimators.adaptive import estimate_corpus
 from ..models import MODELS, checkpoint_hash, load_model, model_target
+from ..precision import DEFAULT_PRECISION, in_effect, matmul_precision
 from .advice import choose_estimator, log_like_lm_eval, warn_about_empty_documents, warn_if_unreliable
 from .cache import EstimateCache
 from .conditionals import (
@@ -93,7 +97,9 @@ class LatentLMEval(ModelArgsLM, ProcessesLM):
         if running_lm_eval():
             install_excepthook(resume_hint(self.results_store))
         store = self.results_store
-        self.batches = DocumentBatches(name, self.model, self._device, store, self.processes, cores)
+        self.batches = DocumentBatches(
+            name, self.model, self._device, store, self.processes, cores, args.precision
+        )
         self.greedy = GreedyNotice(NOT_GREEDY.format(owner=name))
         self.exchange = EstimateExchange.begin(self.settings)
 
@@ -189,7 +195,7 @@ class LatentLMEval(ModelArgsLM, ProcessesLM):
         >>> "." in lm.generate_until([Instance("generate_until", {}, ("Anna", {"until": ["."]}), 0)])[0]
         False
         """
-        with torch_threads(self.batches.cores.threads):
+        with self.batches.computing():
             scores = functools.partial(self.batches.greedy_scores, self.estimator)
             return generate(self.model, requests, self.settings.seed, self._device, not disable_tqdm, scores)
 
@@ -227,13 +233,26 @@ class DocumentBatches:
     cores : Cores
         torch's threads while it estimates and the processes that estimate a batch's documents side by side
         (``harness.threads.plan_cores``).
+    precision : str
+        model_args ``precision``: the precision of the matrix products while it estimates (``computing``).
     """
 
     def __init__(
-        self, owner: str, model, device: torch.device, store: ResultsStore | None, processes, cores: Cores
+        self,
+        owner: str,
+        model,
+        device: torch.device,
+        store: ResultsStore | None,
+        processes,
+        cores: Cores,
+        precision: str = DEFAULT_PRECISION,
     ) -> None:
         self.owner, self.model, self.device, self.store = owner, model, device, store
-        self.processes, self.cores = processes, cores
+        self.processes, self.cores, self.precision = processes, cores, precision
+        if in_effect(precision, device) != precision:
+            logger.info(
+                "%s: precision=%s has no effect on %s: float32 matrix products", owner, precision, device
+            )
         self.held: list[tuple[str, EstimatorSettings, dict[str, DocumentEstimate]]] = []
 
     def estimate(
@@ -243,7 +262,7 @@ class DocumentBatches:
         of it (``ResolvedEstimator.on``: a view's estimates are not stored); ``check``: one warning, with the
         estimator's advice, when no two-sided interval of the batch is honest."""
         store = self.store if estimator.model is self.model else None
-        with torch_threads(self.cores.threads):
+        with self.computing():
             estimates = estimate_texts(
                 estimator,
                 texts,
@@ -257,6 +276,13 @@ class DocumentBatches:
         if check:
             self.check(desc, estimator.settings, estimates)
         return estimates
+
+    @contextlib.contextmanager
+    def computing(self) -> Iterator[None]:
+        """The block runs with the run's torch threads and matrix-product precision (forked workers inherit both),
+        torch's settings restored after it."""
+        with torch_threads(self.cores.threads), matmul_precision(self.precision, self.device):
+            yield
 
     def prefix_conditionals(
         self, estimator: ResolvedEstimator, pairs: list[tuple[str, str]], progress: bool

@@ -1,7 +1,8 @@
 """The ``model_args`` a latent backend accepts, declared once and parsed with one clean error per mistake.
 
 Three sources, none written twice: the fields of ``EstimatorSettings`` (estimator, num_samples, ...; their types and
-one-line helps), the backend's own arguments (``BACKEND_ARGS``: model, pretrained, device, dtype, results_dir), and the
+one-line helps), the backend's own arguments (``BACKEND_ARGS``: model, pretrained, device, dtype, precision, results_dir,
+threads, workers), and the
 model class's own options: its ``MODEL_ARGS`` attribute ({name: (type, help)}), or, for a class that does not
 declare it, the keyword parameters with defaults of its ``from_pretrained``. lm-eval parses ``--model_args`` values
 already (``true`` → bool, digits → int); every value is checked against its declared type here.
@@ -25,6 +26,7 @@ from lm_eval.utils import simple_parse_args_string
 from ..errors import InputError, MissingFileError
 from ..estimators import ESTIMATORS, EstimatorSettings
 from ..models import MODELS, resolve_class
+from ..precision import DEFAULT_PRECISION, PRECISION_HELP, check_precision
 from .advice import log_like_lm_eval
 
 logger = logging.getLogger(__name__)
@@ -52,6 +54,7 @@ BACKEND_ARGS = (
     ModelArg(
         "dtype", str, "torch dtype of the network (float32, bfloat16, ...); log-probabilities sum in float64"
     ),
+    ModelArg("precision", str, PRECISION_HELP),
     ModelArg(
         "results_dir",
         str,
@@ -221,6 +224,24 @@ def parse_dtype(dtype) -> torch.dtype | None:
     return value
 
 
+def parse_precision(value) -> str:
+    """model_args ``precision`` (``precision.PRECISIONS``; None: the default, float32), one line naming it otherwise.
+
+    Examples
+    --------
+    >>> parse_precision(None), parse_precision("bfloat16")
+    ('float32', 'bfloat16')
+    >>> parse_precision("fp16")
+    Traceback (most recent call last):
+    ...
+    lm_latent_eval.harness.model_args.ModelArgsError: model_args precision must be one of float32, tf32, bfloat16, got 'fp16'
+    """
+    try:
+        return check_precision(value)
+    except InputError as err:
+        raise ModelArgsError(f"model_args {err}") from None
+
+
 @dataclass(frozen=True)
 class BackendArgs:
     """A backend's model_args, parsed and checked: the model to load and how, and the estimator settings.
@@ -228,7 +249,8 @@ class BackendArgs:
     ``model``: a name in ``MODELS`` or ``package.module:Class``; ``options``: the model's own accepted options
     (``model_options``), ``model_kwargs`` those given (for ``from_pretrained``); ``settings`` before ``auto`` is
     resolved, ``given_settings`` those of its fields that model_args gave (as given: a setting the chosen estimator
-    ignores is named in a warning); ``device`` as asked for (CUDA falls back to the CPU on a machine without it).
+    ignores is named in a warning); ``device`` as asked for (CUDA falls back to the CPU on a machine without it);
+    ``precision`` of the matrix products while it estimates (``lm_latent_eval.precision``).
     """
 
     model: str
@@ -242,6 +264,7 @@ class BackendArgs:
     threads: int | None = None
     workers: int | None = None
     given_settings: dict = dataclasses.field(default_factory=dict)
+    precision: str = DEFAULT_PRECISION
 
 
 def model_name(backend: str, fixed: str | None, given) -> str:
@@ -303,6 +326,7 @@ def parse_backend_args(backend: str, fixed: str | None, given: dict) -> BackendA
         results_dir=None if results_dir is None else str(results_dir),
         threads=parse_count("threads", given.get("threads")),
         workers=parse_count("workers", given.get("workers")),
+        precision=parse_precision(given.get("precision")),
         given_settings={a.name: given[a.name] for a in settings_args() if given.get(a.name) is not None},
     )
 

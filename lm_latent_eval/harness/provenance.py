@@ -1,5 +1,6 @@
 """What a run records about the model it evaluated (lm-eval's ``get_model_info``, merged into ``results["config"]``):
-checkpoint path and hash, Hub commit, dtype, parameter count, the estimator settings and why ``auto`` chose them.
+checkpoint path and hash, Hub commit, dtype, the precision of the matrix products, parameter count, the estimator
+settings and why ``auto`` chose them.
 
 ``model_info`` builds the whole record; ``run_identity`` is its part that can change a number (the results store's
 run key and the ``--use_cache`` fingerprint compare it).
@@ -19,6 +20,7 @@ from ..estimators import EstimatorSettings, recorded_settings
 from ..models import checkpoint_hash, model_target
 from ..models.cuda_graphs import graphs_in_effect
 from ..paths import DATA_DIR
+from ..precision import in_effect
 from .model_args import BackendArgs
 
 # get_model_info keys that name the model but never change a number (kept out of the results_dir run key)
@@ -28,6 +30,8 @@ NAMING_KEYS = (
     "model_revision",
     "model_pythonpath",
     "cuda_graphs_requested",
+    # as given; "precision" is the part that can change a number (tf32 is float32 off CUDA)
+    "precision_requested",
     # which GPU of a machine: device_type is the part that can change a number
     "model_device",
     "working_directory",
@@ -97,6 +101,18 @@ def model_info(
     return info | code_info(model) | model_options_info(args, model, device)
 
 
+def precision_info(precision: str, device: torch.device) -> dict:
+    """model_args ``precision`` as asked for (a naming key) and the precision in effect on ``device`` (tf32 is float32
+    off CUDA), which can change a number.
+
+    Examples
+    --------
+    >>> precision_info("tf32", torch.device("cpu"))
+    {'precision': 'float32', 'precision_requested': 'tf32'}
+    """
+    return {"precision": in_effect(precision, device), "precision_requested": precision}
+
+
 def code_info(model) -> dict:
     """Where the model's code is importable from (a folder for PYTHONPATH, when it is neither ours nor installed), and
     for a sentence-level model whether the end-of-sentence token is scored and counted."""
@@ -110,8 +126,9 @@ def code_info(model) -> dict:
 
 def model_options_info(args: BackendArgs, model, device: torch.device) -> dict:
     """The model's own options given in model_args (an LDA's alpha, unknown_words, ...: they can change a number),
-    the hashes of its own files, and whether its sampler's step runs from a CUDA graph (KGLM, EntityNLM)."""
-    info = {}
+    the hashes of its own files, whether its sampler's step runs from a CUDA graph (KGLM, EntityNLM), and the
+    precision of its matrix products (``precision_info``)."""
+    info = precision_info(args.precision, device)
     options = {
         a.name: args.model_kwargs[a.name]
         for a in args.options

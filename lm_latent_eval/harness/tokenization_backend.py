@@ -12,7 +12,6 @@ from tqdm import tqdm
 
 from .backends import LatentLMEval
 from .conditionals import GreedyNotice
-from .threads import torch_threads
 
 
 def hf_whitespace(context: str, continuation: str) -> tuple[str, str]:
@@ -69,7 +68,7 @@ class LatentTokenizationEval(LatentLMEval):
         contexts = {}
         desc = f"{self.settings.estimator} log P(starts with context)"
         on_contexts = self.estimator.on(self._context_model)
-        with torch_threads(self.batches.cores.threads):
+        with self.batches.computing():
             for context in tqdm(list(dict.fromkeys(c for c, _ in moved)), desc=desc, disable=disable_tqdm):
                 contexts[context] = on_contexts.estimate(context, device=self._device)
         # one warning about every pair, held under several processes until lm-eval's gather (as the documents)

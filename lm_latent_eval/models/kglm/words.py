@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...tensors import pad_rows
-from ..encoder_cache import parameter_versions
+from ..encoder_cache import cache_version
 from .awd_lstm import embedding_dropout
 
 # (position, entity) pairs scored per generate-softmax call
@@ -40,7 +40,8 @@ _ALIAS_FORMS_PER_CALL = 4096
 
 class WordDistribution:
     """p(x_t | h_t, entity_t) of KGLM (see the module docstring); the alias tables are cached per parameter version
-    in evaluation without grad (``_alias_cache``, cleared by ``KGLM.train``)."""
+    and precision (``encoder_cache.cache_version``) in evaluation without grad (``_alias_cache``, cleared by
+    ``KGLM.train``)."""
 
     def alias_table(
         self, entity: int, version: tuple | None = None
@@ -50,7 +51,7 @@ class WordDistribution:
         if not forms:
             return None
         cacheable = not self.training and not torch.is_grad_enabled()
-        version = parameter_versions(self) if version is None else version
+        version = cache_version(self, self.token_embedding.weight.device) if version is None else version
         hit = self._alias_cache.get(entity)
         if cacheable and hit is not None and hit[0] == version:
             return hit[1]
@@ -83,7 +84,7 @@ class WordDistribution:
         Built once per parameter version in eval without grad (all entities); otherwise for ``entities`` only (the
         others get length 0)."""
         cacheable = not self.training and not torch.is_grad_enabled()
-        version = parameter_versions(self)
+        version = cache_version(self, self.token_embedding.weight.device)
         hit = self._alias_cache.get("flat")
         if cacheable and hit is not None and hit[0] == version:
             return hit[1]

@@ -291,6 +291,8 @@ def _model_identity(run: TaskRun) -> dict:
         "checkpoint_sha256": cfg.get("checkpoint_sha256"),
         "num_parameters": cfg.get("model_num_parameters"),
         "dtype": cfg.get("dtype"),
+        # the matrix products' precision in effect (runs recorded before model_args precision existed: None)
+        "precision": cfg.get("precision"),
         "device": cfg.get("device_type"),
         "lm_latent_eval_version": cfg.get("lm_latent_eval_version"),
         "lm_eval_version": run.results.get("lm_eval_version"),
