@@ -88,18 +88,22 @@ class MaskedDiffusionLM(
         mask_token=None,
         trust_remote_code=False,
         shifted_outputs=None,
+        dtype=None,
+        device=None,
         **kwargs,
     ):
         """Our checkpoint (config.json + model.safetensors), or a Hugging Face masked LM or masked-diffusion
         checkpoint (``hf.HFMaskedLM``: ``mask_token``, ``trust_remote_code`` and ``shifted_outputs`` apply to it
-        only)."""
+        only; its network is read in ``dtype`` onto ``device`` by transformers, ``hf.loading_options``). Ours is
+        small: it is loaded on the host and ``load_model`` casts and moves it."""
         if is_transformers_checkpoint(pretrained_model_name_or_path):
             from .hf import HFMaskedLM
 
             shifted = {} if shifted_outputs is None else {"shifted_outputs": shifted_outputs}
             return HFMaskedLM.from_pretrained(
-                str(pretrained_model_name_or_path), mask_token, trust_remote_code, **shifted, **kwargs
-            )
+                str(pretrained_model_name_or_path), mask_token, trust_remote_code, dtype=dtype, device=device,
+                **shifted, **kwargs,
+            )  # fmt: skip
         if mask_token is not None or trust_remote_code or shifted_outputs is not None:
             raise InputError(
                 "mask_token, trust_remote_code and shifted_outputs apply to Hugging Face checkpoints only, not to "
