@@ -33,6 +33,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokeni
 
 from ...errors import InputError, UnsupportedError
 from .model import MaskedOrderLM
+from .policy import DEFAULT_BLOCK
 
 PROBE = "a"  # a text whose ids show where the tokenizer puts its special tokens
 # the configuration fields that name the longest input, by family (first found wins)
@@ -297,7 +298,7 @@ class HFMaskedLM(MaskedOrderLM):
         The checkpoint's tokenizer.
     mask_token : str or int, optional
         The masked position's token or id (default: the config's ``mask_token_id``, else the tokenizer's mask token).
-    policy, policy_temperature, max_exact_tokens, block_tokens
+    policy, policy_temperature, max_exact_tokens, block_tokens, policy_block
         As in ``MaskedOrderLM``.
     shifted_outputs : str or bool
         ``auto`` (default: Dream's configs, ``names_dream``), ``true`` (output i predicts position i + 1, a leading
@@ -305,7 +306,7 @@ class HFMaskedLM(MaskedOrderLM):
     """
 
     def __init__(self, network, tokenizer, mask_token=None, policy="uniform", policy_temperature=1.0,
-                 max_exact_tokens=16, block_tokens=8192, shifted_outputs="auto"):  # fmt: skip
+                 max_exact_tokens=16, block_tokens=8192, shifted_outputs="auto", policy_block=DEFAULT_BLOCK):  # fmt: skip
         before, after = special_tokens_around(tokenizer)
         self_shifted = shifted_outputs_of(network.config, shifted_outputs)
         if self_shifted and not before:
@@ -314,7 +315,7 @@ class HFMaskedLM(MaskedOrderLM):
         max_length = None if positions is None else positions - len(before) - len(after)
         mask_id = mask_token_id(tokenizer, mask_token, network.config)
         super().__init__(network, mask_id, None, policy, policy_temperature, max_exact_tokens, max_length,
-                         block_tokens)  # fmt: skip
+                         block_tokens, policy_block)  # fmt: skip
         self.tokenizer = tokenizer
         self.shifted = self_shifted
         self.time_argument = time_argument(network)
