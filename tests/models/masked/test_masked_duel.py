@@ -122,7 +122,9 @@ def test_rounding_sized_differences_do_not_break_the_rule():
     eps = torch.finfo(torch.float32).eps
     x = position_blind(0.0, "greedy_confidence").tokenize("b c a d b")
     rounding = position_blind(4 * eps, "greedy_confidence")
-    assert int(log_probs(rounding, x, []).amax(-1).argmax()) == 3  # the test can fail: argmax favours position 3
+    assert (
+        int(log_probs(rounding, x, []).amax(-1).argmax()) == 3
+    )  # the test can fail: argmax favours position 3
     assert deterministic_orders(rounding, x)[0][0] == 0
     real = position_blind(10 * TIE_ULPS * eps, "greedy_confidence")
     assert deterministic_orders(real, x)[0][0] == 3
