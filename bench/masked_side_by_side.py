@@ -8,8 +8,10 @@ network rows and forward calls it ran and its seconds, all on the real network, 
   lower bound on log p in expectation, shown with its own 95% interval (an interval on the ELBO, not on log p);
 - one left-to-right order (Dream's ``ar_ftb``): log p(x | σ_LR), the likelihood of a sampler that always reveals left
   to right, and log p(x, σ_LR), a certain lower bound on this model's log p(x);
-- the confidence policy at τ_π = 0 (the deterministic max-confidence order, DUEL's case): its own exact likelihood, a
-  different sampler's;
+- the ELBO as LLaDA's evaluation code computes it (``elbo_masks=llada``: the mask row kept, 32 evenly spread mask
+  counts per draw rounded half to even) and as MDLM's does (``elbo_masks=mdlm``): neither is a bound in general;
+- DUEL's deterministic unmasking policies (greedy confidence, probability margin, left to right, and their block
+  variants at B = 4): each one's exact likelihood, that of its sampler along its one order, not of the order mixture;
 - IS and SMC at K = 100 and 1,000 over uniform orders (``peek=false``, a fixed K), the package's defaults (``auto``
   with the model's ``default_settings``: SMC over uniform orders with the precision target), and the exact dynamic
   program (the truth).
@@ -41,6 +43,8 @@ from lm_latent_eval.models.masked.corpus import TEST_FILE
 
 OUTPUT = Path(__file__).resolve().parent / "masked_side_by_side"
 Z95 = 1.959963984540054
+# B of DUEL's block policies here (the held-out sentences are shorter than LLaDA's 32)
+BLOCK = 4
 
 
 class Cost:
@@ -86,17 +90,26 @@ def sampled_row(model, texts, cost, name: str, settings: EstimatorSettings, nbyt
     return [name, f"{figure:.3f}", f"{bpb:.4f}", statement(corpus), rows, calls, seconds]
 
 
-def elbo_row(model, texts, cost, name: str, settings: EstimatorSettings, nbytes: int) -> list:
-    """A row of estimator=elbo: Σ ELBÔ with its own 95% interval (over the ELBO, not log p)."""
+def elbo_row(
+    model,
+    texts,
+    cost,
+    name: str,
+    settings: EstimatorSettings,
+    nbytes: int,
+    claim: str = "≥ true PPL in expectation",
+) -> list:
+    """A row of estimator=elbo: Σ ELBÔ with its own 95% interval (over the ELBO, not log p); ``claim``: what the
+    figure says about the true perplexity."""
     estimates, rows, calls, seconds = cost.run(
         lambda: estimate_corpus(resolve(settings, model), texts, progress=False)
     )
     tokens = sum(e.num_tokens for e in estimates.values())
     total, se = corpus_elbo([estimates[t] for t in texts])
     ppl, bpb = per_token(total, tokens, nbytes)
-    said = f"≥ true PPL in expectation; the ELBO's own 95% interval {ppl_range(total - Z95 * se, total + Z95 * se, tokens)}"
+    said = f"{claim}; the ELBO's own 95% interval {ppl_range(total - Z95 * se, total + Z95 * se, tokens)}"
     if not math.isfinite(se):
-        said = "≥ true PPL in expectation; one draw per sentence: no standard error"
+        said = f"{claim}; one draw per sentence: no standard error"
     if settings.elbo_masks == "left_to_right":
         dream = sum(estimates[t].order_log_likelihood for t in texts)
         said = f"≥ true PPL with certainty (log p(x, σ_LR)); Dream's figure log p(x \\| σ_LR): {per_token(dream, tokens, nbytes)[0]:.3f}"
@@ -121,9 +134,9 @@ def machine() -> str:
     return f"{model}, {os.cpu_count()} cores (nproc), torch {torch.__version__} (1 thread), Python {platform.python_version()}, load average {load:.1f}"
 
 
-def rows_of(model, confident, texts, nbytes: int) -> list[list]:
-    """Every method's row, in the table's order."""
-    cost, confident_cost = Cost(model), Cost(confident)
+def rows_of(model, samplers, texts, nbytes: int) -> list[list]:
+    """Every method's row, in the table's order (``samplers``: (label, model) of DUEL's deterministic policies)."""
+    cost = Cost(model)
     out = [
         elbo_row(model, texts, cost, "ELBO, 1 mask draw (count)", EstimatorSettings("elbo", 1), nbytes),
         elbo_row(
@@ -145,15 +158,36 @@ def rows_of(model, confident, texts, nbytes: int) -> list[list]:
             EstimatorSettings("elbo", elbo_masks="left_to_right"),
             nbytes,
         ),
-        exact_row(
-            confident,
+        elbo_row(
+            model,
             texts,
-            confident_cost,
-            "confidence policy, τ_π = 0 (DUEL)",
+            cost,
+            "ELBO, 128 draws as LLaDA's evaluation code (elbo_masks=llada)",
+            EstimatorSettings("elbo", 128, elbo_masks="llada"),
             nbytes,
-            "exact, of another sampler (the deterministic max-confidence order)",
+            "not a bound (mask row kept; counts rounded half to even, unevenly weighted)",
+        ),
+        elbo_row(
+            model,
+            texts,
+            cost,
+            "ELBO, 128 draws as MDLM's evaluation code (elbo_masks=mdlm)",
+            EstimatorSettings("elbo", 128, elbo_masks="mdlm"),
+            nbytes,
+            "not a bound in general (t ≥ 0.001, rescaled)",
         ),
     ]
+    for label, sampler in samplers:
+        out.append(
+            exact_row(
+                sampler,
+                texts,
+                Cost(sampler),
+                f"DUEL {label} (policy={sampler.policy})",
+                nbytes,
+                "exact likelihood of that sampler (its one order), not of the order mixture",
+            )
+        )
     for estimator in ("is", "smc"):
         for k in (100, 1000):
             settings = EstimatorSettings(estimator, k, peek=False, target_se=0)
@@ -178,11 +212,21 @@ def rows_of(model, confident, texts, nbytes: int) -> list[list]:
 def main() -> None:
     torch.set_num_threads(1)
     model, _ = load_model("masked")
-    confident, _ = load_model("masked", policy="confidence", policy_temperature=0.0)
+    samplers = [
+        (label, load_model("masked", policy=policy, policy_block=BLOCK)[0])
+        for label, policy in (
+            ("greedy confidence", "greedy_confidence"),
+            ("probability margin", "margin"),
+            ("left to right", "left_to_right"),
+            (f"block greedy confidence, B = {BLOCK}", "block_greedy_confidence"),
+            (f"block probability margin, B = {BLOCK}", "block_margin"),
+            (f"block left to right, B = {BLOCK}", "block_left_to_right"),
+        )
+    ]
     texts = list(dict.fromkeys(read_texts(TEST_FILE)))
     nbytes = sum(len(t.encode("utf-8")) for t in texts)
     tokens = sum(model.tokenize(t).numel() for t in texts)
-    table = rows_of(model, confident, texts, nbytes)
+    table = rows_of(model, samplers, texts, nbytes)
     lines = [
         (
             f"Bundled masked-diffusion LM (`latent_masked`), the {len(texts)} distinct held-out sentences of "

@@ -24,8 +24,9 @@ MAX_SAMPLES_FACTOR = 256  # the precision target's default budget per document: 
 DEFAULT_RESAMPLE_THRESHOLD = 0.5  # SMC resamples when ESS < 0.5 · N
 DEFAULT_SMC_RUNS = 4  # independent SMC runs per document: their spread is an honest Monte Carlo error
 DEFAULT_LEVEL = 0.95  # the level of every interval and certified bound unless ``level`` is given
-# the masks of estimator=elbo: LLaDA's count of masked positions, MDLM's masking ratio, Dream's left-to-right order
-ELBO_MASKS = ("count", "ratio", "left_to_right")
+# the masks of estimator=elbo: LLaDA's count of masked positions, MDLM's masking ratio, Dream's left-to-right order,
+# and the ELBO as LLaDA's and MDLM's evaluation code compute it (estimators/elbo.py's MASK_SCHEMES)
+ELBO_MASKS = ("count", "ratio", "left_to_right", "llada", "mdlm")
 
 
 def _help(text: str) -> dict:
@@ -133,7 +134,9 @@ class EstimatorSettings:
         default="count",
         metadata=_help(
             "estimator=elbo's masks: count (LLaDA: l ~ U{1..T} positions masked, weight T/l), ratio (MDLM: "
-            "t ~ U(0, 1), each position masked w.p. t, weight 1/t) or left_to_right (Dream: one order)"
+            "t ~ U(0, 1), each position masked w.p. t, weight 1/t), left_to_right (Dream: one order), or the authors' "
+            "evaluation code: llada (mask row kept, 32 evenly spread counts per draw of l, rounded half to even: "
+            "not a bound) or mdlm (t ~ U(0.001, 1) spread over the draws)"
         ),
     )
 

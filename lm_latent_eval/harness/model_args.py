@@ -97,7 +97,8 @@ def settings_args() -> tuple[ModelArg, ...]:
 
 def model_options(model_class) -> tuple[ModelArg, ...]:
     """The model's own options: ``MODEL_ARGS`` ({name: (type, help)}) if the class declares it, else the keyword
-    parameters with defaults of ``from_pretrained`` (type from the annotation or the default)."""
+    parameters with defaults of ``from_pretrained`` (type from the annotation or the default), less the backend's own
+    (``dtype`` and ``device``, which ``load_model`` passes to a ``from_pretrained`` that names them)."""
     declared = getattr(model_class, "MODEL_ARGS", None)
     if declared is not None:
         return tuple(ModelArg(name, kind, help_text) for name, (kind, help_text) in declared.items())
@@ -109,6 +110,8 @@ def model_options(model_class) -> tuple[ModelArg, ...]:
     out = []
     for p in params:
         if p.default is inspect.Parameter.empty or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+            continue
+        if any(p.name == arg.name for arg in BACKEND_ARGS):
             continue
         kind = (
             p.annotation

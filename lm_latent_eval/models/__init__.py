@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib
+import inspect
 import io
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,6 +129,31 @@ def hub_snapshot(name: str, what: str = "pretrained") -> Path:
         ) from None
 
 
+def places_while_loading(cls) -> bool:
+    """Whether ``cls.from_pretrained`` takes ``dtype`` and ``device`` keyword arguments (and so loads its weights in
+    that dtype onto that device, as the masked LM's Hugging Face checkpoints do): named parameters, not ``**kwargs``.
+
+    Examples
+    --------
+    >>> class Placed:
+    ...     @classmethod
+    ...     def from_pretrained(cls, path, *, dtype=None, device=None): ...
+    >>> class Plain:
+    ...     @classmethod
+    ...     def from_pretrained(cls, path, **kwargs): ...
+    >>> places_while_loading(Placed), places_while_loading(Plain)
+    (True, False)
+    """
+    try:
+        parameters = inspect.signature(cls.from_pretrained).parameters
+    except (TypeError, ValueError):
+        return False
+    return all(
+        name in parameters and parameters[name].kind is not inspect.Parameter.VAR_KEYWORD
+        for name in ("dtype", "device")
+    )
+
+
 def load_model(
     model: str = "hmm",
     pretrained: str | Path | None = None,
@@ -161,9 +187,12 @@ def load_model(
                 f"{path.suffix} is a local file, not a Hugging Face Hub id"
             )
         path = hub_snapshot(str(pretrained), given_as)
+    # a class whose from_pretrained names dtype and device reads the weights that way (an 8B network never sits on
+    # the host in float32); the others are cast and moved below
+    placement = {"dtype": dtype, "device": device} if places_while_loading(cls) else {}
     # huggingface_hub prints "Loading weights from local directory"
     with contextlib.redirect_stdout(io.StringIO()):
-        lm = cls.from_pretrained(str(path), **kwargs)
+        lm = cls.from_pretrained(str(path), **placement, **kwargs)
     # kept local: this registry stays cheap to import (CONTRIBUTING.md)
     from ..protocol.capabilities import missing_contract
 

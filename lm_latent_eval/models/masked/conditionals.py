@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ...tensors import distinct_rows
-from .policy import order_log_probs
+from .policy import DEFAULT_BLOCK, TIE_ULPS, order_log_probs, position_scores
 from .windows import closed_positions, current_window, window_size, window_spans
 
 # float64 entries of the normalizer widened at a time (``log_normalizer``): 128 MiB
@@ -52,8 +52,12 @@ def masked_ids(x: torch.Tensor, revealed: torch.Tensor, mask_id: int) -> torch.T
 
 
 @torch.no_grad()
-def token_log_probs(model, x: torch.Tensor, revealed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log p_θ(x_i | S) [N, T], c_i = max_v log p_θ(v | S) [N, T]), float64, for N states (rows of ``revealed``).
+def token_log_probs(
+    model, x: torch.Tensor, revealed: torch.Tensor, keep_mask_row: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log p_θ(x_i | S) [N, T], the policy's score at i [N, T] (``policy.position_scores``: c_i = max_v log p_θ(v | S)
+    for the confidence policies)), float64, for N states (rows of ``revealed``). ``keep_mask_row``: the softmax over
+    every output row, the mask's included (LLaDA's evaluation code), instead of leaving the mask out.
 
     Each distinct row is run through ``model.predict`` once, in blocks of ``model.block_tokens // T`` rows; the
     count of rows run is added to ``model.network_rows``. A text longer than the network reads is scored window by
@@ -63,7 +67,10 @@ def token_log_probs(model, x: torch.Tensor, revealed: torch.Tensor) -> tuple[tor
     distinct, index = distinct_rows(revealed.to(torch.uint8))
     distinct = distinct.bool()
     size = window_size(model, revealed.shape[1])
-    token, conf = scored_rows(model, x, distinct) if size is None else windowed_rows(model, x, distinct, size)
+    if size is None:
+        token, conf = scored_rows(model, x, distinct, keep_mask_row)
+    else:
+        token, conf = windowed_rows(model, x, distinct, size, keep_mask_row)
     return token[index], conf[index]
 
 
@@ -84,7 +91,9 @@ def log_normalizer(logits: torch.Tensor, chunk_entries: int = NORMALIZER_ENTRIES
     return out.reshape(logits.shape[:-1])
 
 
-def scored_rows(model, x: torch.Tensor, revealed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def scored_rows(
+    model, x: torch.Tensor, revealed: torch.Tensor, keep_mask_row: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``token_log_probs`` of distinct states of a text the network reads whole."""
     T = revealed.shape[1]
     rows = max(1, model.block_tokens // max(T, 1))
@@ -92,17 +101,19 @@ def scored_rows(model, x: torch.Tensor, revealed: torch.Tensor) -> tuple[torch.T
     token, conf = [], []
     for start in range(0, revealed.shape[0], rows):
         block = revealed[start : start + rows]
-        logits = model.predict(masked_ids(x, block, model.mask_id)).index_fill(-1, mask_index, -math.inf)
+        logits = model.predict(masked_ids(x, block, model.mask_id))
+        if not keep_mask_row:
+            logits = logits.index_fill(-1, mask_index, -math.inf)
         log_z = log_normalizer(logits)
         picked = logits.gather(-1, x.expand(block.shape[0], T)[..., None]).squeeze(-1).double()
         token.append(picked - log_z)
-        conf.append(logits.amax(-1).double() - log_z)
+        conf.append(position_scores(model.policy, logits, log_z))
         model.network_rows += block.shape[0]
     return torch.cat(token), torch.cat(conf)
 
 
 def windowed_rows(
-    model, x: torch.Tensor, revealed: torch.Tensor, size: int
+    model, x: torch.Tensor, revealed: torch.Tensor, size: int, keep_mask_row: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``token_log_probs`` of distinct states of a text in windows of ``size``: each state's current window scored
     after the window before it; 0 elsewhere."""
@@ -113,9 +124,24 @@ def windowed_rows(
     for j in window.unique().tolist():
         rows = (window == j).nonzero().squeeze(1)
         start, mid, end = spans[j]
-        t, c = scored_rows(model, x[start:end], revealed[rows, start:end])
+        t, c = scored_rows(model, x[start:end], revealed[rows, start:end], keep_mask_row)
         token[rows, mid:end], conf[rows, mid:end] = t[:, mid - start :], c[:, mid - start :]
     return token, conf
+
+
+def tie_tolerance(model) -> float:
+    """``TIE_ULPS`` machine epsilons of the network's dtype (its first floating parameter; float64 for a network
+    without one): the tolerance within which a deterministic policy's scores are tied (``policy.py``).
+
+    Examples
+    --------
+    >>> tie_tolerance(torch.nn.Module()) == TIE_ULPS * torch.finfo(torch.float64).eps
+    True
+    """
+    predictor = getattr(model, "predictor", model)
+    parameters = predictor.parameters() if isinstance(predictor, torch.nn.Module) else ()
+    dtype = next((p.dtype for p in parameters if p.is_floating_point()), torch.float64)
+    return TIE_ULPS * torch.finfo(dtype).eps
 
 
 def step_scores(model, x: torch.Tensor, revealed: torch.Tensor, need_tokens: bool = True) -> StepScores:
@@ -141,5 +167,8 @@ def step_scores(model, x: torch.Tensor, revealed: torch.Tensor, need_tokens: boo
         zeros = torch.zeros(revealed.shape, dtype=torch.float64, device=revealed.device)
         return StepScores(zeros, order_log_probs("uniform", None, closed))
     log_token, confidence = token_log_probs(model, x, revealed)
-    log_order = order_log_probs(model.policy, confidence, closed, model.policy_temperature)
+    block = getattr(model, "policy_block", DEFAULT_BLOCK)
+    log_order = order_log_probs(
+        model.policy, confidence, closed, model.policy_temperature, block, tie_tolerance(model)
+    )
     return StepScores(log_token.masked_fill(revealed, -math.inf), log_order)

@@ -14,6 +14,7 @@ from ..checkpoints import StrictLoading
 from ..hmm.tokenizer import UNK
 from .model import MaskedOrderLM
 from .network import MaskPredictor
+from .policy import DEFAULT_BLOCK
 
 MASK = "<mask>"
 
@@ -33,13 +34,21 @@ class MaskedDiffusionLM(
         The words, ``<unk>`` and ``<mask>`` among them (the mask id is the position of ``<mask>``).
     d_model, num_layers, num_heads, max_length, dropout
         The ``MaskPredictor``'s shape.
-    policy, policy_temperature, max_exact_tokens
+    policy, policy_temperature, max_exact_tokens, policy_block
         As in ``MaskedOrderLM`` (options of ``from_pretrained``: lm-eval's model_args set them).
     """
 
     MODEL_ARGS: ClassVar[dict[str, tuple[type, str]]] = {
-        "policy": (str, "order policy π(i | S): uniform (default; p(σ) = 1/T!) or confidence"),
+        "policy": (
+            str,
+            (
+                "order policy π(i | S): uniform (default; p(σ) = 1/T!), confidence, or DUEL's deterministic "
+                "greedy_confidence, margin, left_to_right, block_greedy_confidence, block_margin, block_left_to_right "
+                "(p(x) = the likelihood of that sampler along its one order)"
+            ),
+        ),
         "policy_temperature": (float, "temperature of the confidence policy (0: deterministic; default 1)"),
+        "policy_block": (int, "B of the block_ policies (default 32)"),
         "max_exact_tokens": (
             int,
             "refuse estimator=exact beyond this many tokens (2^T network rows; default 16)",
@@ -72,13 +81,15 @@ class MaskedDiffusionLM(
         policy: str = "uniform",
         policy_temperature: float = 1.0,
         max_exact_tokens: int = 16,
+        policy_block: int = DEFAULT_BLOCK,
     ):
         if MASK not in vocab or UNK not in vocab:
             raise ValueError(f"vocab must contain {UNK!r} and {MASK!r}")
         predictor = MaskPredictor(len(vocab), d_model, num_layers, num_heads, max_length, dropout)
         super().__init__(
-            predictor, vocab.index(MASK), vocab, policy, policy_temperature, max_exact_tokens, max_length
-        )
+            predictor, vocab.index(MASK), vocab, policy, policy_temperature, max_exact_tokens, max_length,
+            policy_block=policy_block,
+        )  # fmt: skip
 
     @classmethod
     def from_pretrained(
@@ -88,18 +99,22 @@ class MaskedDiffusionLM(
         mask_token=None,
         trust_remote_code=False,
         shifted_outputs=None,
+        dtype=None,
+        device=None,
         **kwargs,
     ):
         """Our checkpoint (config.json + model.safetensors), or a Hugging Face masked LM or masked-diffusion
         checkpoint (``hf.HFMaskedLM``: ``mask_token``, ``trust_remote_code`` and ``shifted_outputs`` apply to it
-        only)."""
+        only; its network is read in ``dtype`` onto ``device`` by transformers, ``hf.loading_options``). Ours is
+        small: it is loaded on the host and ``load_model`` casts and moves it."""
         if is_transformers_checkpoint(pretrained_model_name_or_path):
             from .hf import HFMaskedLM
 
             shifted = {} if shifted_outputs is None else {"shifted_outputs": shifted_outputs}
             return HFMaskedLM.from_pretrained(
-                str(pretrained_model_name_or_path), mask_token, trust_remote_code, **shifted, **kwargs
-            )
+                str(pretrained_model_name_or_path), mask_token, trust_remote_code, dtype=dtype, device=device,
+                **shifted, **kwargs,
+            )  # fmt: skip
         if mask_token is not None or trust_remote_code or shifted_outputs is not None:
             raise InputError(
                 "mask_token, trust_remote_code and shifted_outputs apply to Hugging Face checkpoints only, not to "

@@ -63,6 +63,35 @@ def dp_log_marginal(model, x: torch.Tensor) -> float:
     return sum(window_dp(model, x[start:end], mid - start) for start, mid, end in window_spans(T, size))
 
 
+@torch.no_grad()
+def deterministic_orders(model, x: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """The one order σ*(x) of a deterministic policy and log p(x) = Σ_t log p_θ(x_{σ*_t} | S_{t−1}) along it: T
+    network rows, one state per step (DUEL's algorithm); (LongTensor [T], float).
+
+    Examples
+    --------
+    >>> from lm_latent_eval.models.masked.diffusion import tiny_masked_lm
+    >>> model = tiny_masked_lm(seed=0, policy="left_to_right")
+    >>> deterministic_orders(model, torch.tensor([2, 3, 4]))[0].tolist()
+    [0, 1, 2]
+    """
+    T = x.numel()
+    revealed = torch.zeros(1, T, dtype=torch.bool, device=x.device)
+    order, total = [], 0.0
+    for _ in range(T):
+        scores = step_scores(model, x, revealed)
+        i = int(scores.log_order[0].argmax())
+        total += float(scores.log_joint[0, i])
+        order.append(i)
+        revealed[0, i] = True
+    return torch.tensor(order, dtype=torch.long), total
+
+
+def deterministic_log_marginal(model, x: torch.Tensor) -> float:
+    """log p(x) of a deterministic policy: the log-likelihood along its one order (``deterministic_orders``)."""
+    return deterministic_orders(model, x)[1]
+
+
 def window_dp(model, x: torch.Tensor, fixed: int) -> float:
     """log Σ over the orders of positions fixed, ..., L − 1 of x [L] of their factors, the first ``fixed`` positions
     revealed throughout (the network reads all of x)."""

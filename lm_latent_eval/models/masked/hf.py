@@ -23,14 +23,17 @@ Conventions read from the checkpoint's config (``checkpoint_conventions``), each
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 
 import torch
 import transformers
+from packaging.version import Version
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
 from ...errors import InputError, UnsupportedError
 from .model import MaskedOrderLM
+from .policy import DEFAULT_BLOCK
 
 PROBE = "a"  # a text whose ids show where the tokenizer puts its special tokens
 # the configuration fields that name the longest input, by family (first found wins)
@@ -39,6 +42,8 @@ POSITION_FIELDS = ("max_position_embeddings", "max_sequence_length", "n_position
 AUTHORS_TRANSFORMERS = "4.46.3"
 # the values model_args shifted_outputs accepts (lm-eval parses true / false to bools)
 SHIFTED_CHOICES = ("auto", "true", "false")
+# the first transformers release whose from_pretrained takes ``dtype`` (earlier ones: ``torch_dtype``)
+DTYPE_KEYWORD_SINCE = Version("4.56.0")
 
 
 def special_tokens_around(tokenizer) -> tuple[list[int], list[int]]:
@@ -197,21 +202,69 @@ def load_config(path: str, trust_remote_code: bool):
         ) from None
 
 
-def load_network(path: str, trust_remote_code: bool):
+def loading_options(dtype: torch.dtype | None = None, device=None, version: str | None = None,
+                    accelerate: bool | None = None) -> dict:  # fmt: skip
+    """The keyword arguments of ``from_pretrained`` that load the weights in ``dtype`` on ``device``, so that no
+    float32 copy of an 8B checkpoint (32 GB) is made on the host before a cast and a move.
+
+    - ``dtype`` under the name the installed transformers takes: ``dtype`` from 4.56 on (5.x reads ``torch_dtype``
+      as a deprecated alias), ``torch_dtype`` before;
+    - with accelerate installed, ``device_map={"": device}``: each tensor is read from the checkpoint straight onto
+      the device; transformers 4.x also gets ``low_cpu_mem_usage=True`` (the model is built on the meta device, not
+      allocated and then overwritten; 5.x always loads so and ignores the flag). Without accelerate neither is
+      passed (4.x refuses both) and the caller moves the loaded network.
+
+    Parameters
+    ----------
+    dtype : torch.dtype or None
+        The parameters' dtype (None: transformers' default).
+    device : str or torch.device or None
+        Where the parameters go (None: where transformers puts them).
+    version, accelerate
+        The transformers version and whether accelerate is importable (default: the installed ones).
+
+    Examples
+    --------
+    >>> loading_options(torch.bfloat16, "cpu", version="5.2.0", accelerate=True)
+    {'dtype': torch.bfloat16, 'device_map': {'': 'cpu'}}
+    >>> loading_options(torch.bfloat16, "cuda:0", version="4.46.3", accelerate=True)
+    {'torch_dtype': torch.bfloat16, 'device_map': {'': 'cuda:0'}, 'low_cpu_mem_usage': True}
+    >>> loading_options(torch.bfloat16, "cuda:0", version="4.46.3", accelerate=False)
+    {'torch_dtype': torch.bfloat16}
+    """
+    installed = Version(transformers.__version__ if version is None else version)
+    if accelerate is None:
+        accelerate = importlib.util.find_spec("accelerate") is not None
+    options = {}
+    if dtype is not None:
+        options["dtype" if installed >= DTYPE_KEYWORD_SINCE else "torch_dtype"] = dtype
+    if device is not None and accelerate:
+        options["device_map"] = {"": str(torch.device(device))}
+        if installed.major < 5:
+            options["low_cpu_mem_usage"] = True
+    return options
+
+
+def load_network(path: str, trust_remote_code: bool, dtype: torch.dtype | None = None, device=None):
     """``AutoModelForMaskedLM``, or ``AutoModel`` for a masked-diffusion checkpoint that registers no masked-LM head
-    (its forward must return logits)."""
+    (its forward must return logits), read in ``dtype`` onto ``device`` (``loading_options``; moved there after
+    loading where accelerate is absent)."""
     config = load_config(path, trust_remote_code)
+    options = loading_options(dtype, device) | {"config": config, "trust_remote_code": trust_remote_code}
+    network = None
     try:
-        return AutoModelForMaskedLM.from_pretrained(path, config=config, trust_remote_code=trust_remote_code)
+        network = AutoModelForMaskedLM.from_pretrained(path, **options)
     except ValueError as err:
         # no masked-LM head registered for this config (the masked-diffusion checkpoints): the plain model, unless
         # the checkpoint's own code raised it
         raise_if_own_code(err, path)
-    try:
-        return AutoModel.from_pretrained(path, config=config, trust_remote_code=trust_remote_code)
-    except Exception as err:
-        raise_if_own_code(err, path)
-        raise
+    if network is None:
+        try:
+            network = AutoModel.from_pretrained(path, **options)
+        except Exception as err:
+            raise_if_own_code(err, path)
+            raise
+    return network if device is None or "device_map" in options else network.to(device)
 
 
 def raise_if_own_code(err: BaseException, path: str) -> None:
@@ -245,7 +298,7 @@ class HFMaskedLM(MaskedOrderLM):
         The checkpoint's tokenizer.
     mask_token : str or int, optional
         The masked position's token or id (default: the config's ``mask_token_id``, else the tokenizer's mask token).
-    policy, policy_temperature, max_exact_tokens, block_tokens
+    policy, policy_temperature, max_exact_tokens, block_tokens, policy_block
         As in ``MaskedOrderLM``.
     shifted_outputs : str or bool
         ``auto`` (default: Dream's configs, ``names_dream``), ``true`` (output i predicts position i + 1, a leading
@@ -253,7 +306,7 @@ class HFMaskedLM(MaskedOrderLM):
     """
 
     def __init__(self, network, tokenizer, mask_token=None, policy="uniform", policy_temperature=1.0,
-                 max_exact_tokens=16, block_tokens=8192, shifted_outputs="auto"):  # fmt: skip
+                 max_exact_tokens=16, block_tokens=8192, shifted_outputs="auto", policy_block=DEFAULT_BLOCK):  # fmt: skip
         before, after = special_tokens_around(tokenizer)
         self_shifted = shifted_outputs_of(network.config, shifted_outputs)
         if self_shifted and not before:
@@ -262,7 +315,7 @@ class HFMaskedLM(MaskedOrderLM):
         max_length = None if positions is None else positions - len(before) - len(after)
         mask_id = mask_token_id(tokenizer, mask_token, network.config)
         super().__init__(network, mask_id, None, policy, policy_temperature, max_exact_tokens, max_length,
-                         block_tokens)  # fmt: skip
+                         block_tokens, policy_block)  # fmt: skip
         self.tokenizer = tokenizer
         self.shifted = self_shifted
         self.time_argument = time_argument(network)
@@ -275,9 +328,11 @@ class HFMaskedLM(MaskedOrderLM):
             )
 
     @classmethod
-    def from_pretrained(cls, path: str, mask_token=None, trust_remote_code: bool = False, **kwargs):
-        """Network and tokenizer from a local folder (or a Hub snapshot), ``trust_remote_code`` passed through."""
-        network = load_network(path, trust_remote_code)
+    def from_pretrained(cls, path: str, mask_token=None, trust_remote_code: bool = False, *, dtype=None,
+                        device=None, **kwargs):  # fmt: skip
+        """Network and tokenizer from a local folder (or a Hub snapshot), ``trust_remote_code`` passed through; the
+        network read in ``dtype`` onto ``device`` (``load_network``)."""
+        network = load_network(path, trust_remote_code, dtype, device)
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
         return cls(network, tokenizer, mask_token, **kwargs)
 

@@ -25,10 +25,10 @@ from ..hmm.tokenizer import UNK, split_words
 from ..stepwise_module import StepwiseFromModule
 from ..vocabulary import WordVocabulary, check_word_ids
 from . import stepwise
-from .conditionals import step_scores
-from .exact import dp_log_marginal
+from .conditionals import step_scores, token_log_probs
+from .exact import deterministic_log_marginal, dp_log_marginal
 from .orders import check_orders, order_scores, picked
-from .policy import check_policy
+from .policy import DEFAULT_BLOCK, POLICIES, check_policy, is_deterministic
 from .proposal import MaskedOrderProposal
 from .sampling import sample_continuation
 from .windows import room, window_size
@@ -51,9 +51,13 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
         punctuation, and a word outside the list is ``<unk>``. None: a subclass tokenizes (``text_ids``,
         ``id_text`` and ``vocab_size``: the Hugging Face checkpoints of ``hf.py``).
     policy : str
-        ``uniform`` (p(σ) = 1/T!, the default) or ``confidence`` (``policy.py``).
+        A name of ``policy.POLICIES``: ``uniform`` (p(σ) = 1/T!, the default), ``confidence``, or one of DUEL's
+        deterministic policies (``greedy_confidence``, ``margin``, ``left_to_right`` and their ``block_`` variants),
+        whose p(x) is the likelihood of that sampler along its one order (``log_marginal``: T network rows).
     policy_temperature : float
         τ_π of the confidence policy (0: deterministic).
+    policy_block : int
+        B of the block policies.
     max_exact_tokens : int
         The longest text ``log_marginal`` sums over its 2^T revealed sets.
     max_length : int or None
@@ -74,9 +78,9 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
     default_settings: ClassVar[dict] = {"peek": False}
 
     def __init__(self, predictor, mask_id, vocab, policy="uniform", policy_temperature=1.0, max_exact_tokens=16,
-                 max_length=None, block_tokens=8192):  # fmt: skip
+                 max_length=None, block_tokens=8192, policy_block=DEFAULT_BLOCK):  # fmt: skip
         super().__init__()
-        check_policy(policy, policy_temperature)
+        check_policy(policy, policy_temperature, policy_block)
         if vocab is not None:
             mask_word = vocab[mask_id]
             self.words = WordVocabulary(
@@ -84,6 +88,9 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
             )
         self.predictor, self.mask_id = predictor, int(mask_id)
         self.policy, self.policy_temperature = policy, float(policy_temperature)
+        self.policy_block = policy_block
+        # a deterministic policy's p(x) is one order's product of conditionals: T rows, so estimator=auto takes it
+        self.exact_marginal_tractable = is_deterministic(policy, self.policy_temperature)
         self.max_exact_tokens, self.max_length, self.block_tokens = max_exact_tokens, max_length, block_tokens
         # network rows run so far (one row = one revealed set of one text): the cost figure of the benchmarks
         self.network_rows = 0
@@ -193,24 +200,34 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
             out.append(picked(scores.log_joint, order).masked_fill(~valid, -math.inf))
         return torch.cat(out)
 
-    def masked_token_log_probs(self, x: torch.Tensor, revealed: torch.Tensor) -> torch.Tensor:
+    def masked_token_log_probs(
+        self, x: torch.Tensor, revealed: torch.Tensor, keep_mask_row: bool = False
+    ) -> torch.Tensor:
         """log p_θ(x_i | x at S revealed, the rest masked) for N states (revealed BoolTensor [N, T]): float64 [N, T],
-        −inf at the revealed positions (``estimator=elbo``'s terms)."""
+        −inf at the revealed positions (``estimator=elbo``'s terms); ``keep_mask_row``: normalized over every output
+        row, the mask's included (LLaDA's evaluation code), not over the tokens a sampler writes."""
         x = self.check_text(x)
         if window_size(self, x.numel()) is not None:
             raise UnsupportedError(
                 f"{type(self).__name__}: masks over a text of {x.numel()} tokens, longer than the network reads "
                 f"({room(self)}): the ELBO is written for one window"
             )
+        if keep_mask_row:
+            log_token, _ = token_log_probs(self, x, revealed.to(self.device), keep_mask_row=True)
+            return log_token.masked_fill(revealed.to(self.device), -math.inf)
         return step_scores(self, x, revealed.to(self.device)).log_token
 
     def log_marginal(self, x: torch.Tensor) -> float:
-        """log p(x) = log Σ_σ p(x, σ), exact by the dynamic program over revealed sets (``exact.py``); an
-        UnsupportedError beyond ``max_exact_tokens`` tokens."""
+        """log p(x) = log Σ_σ p(x, σ), exact: along the one order of a deterministic policy (T network rows, any
+        length), else by the dynamic program over revealed sets (``exact.py``; an UnsupportedError beyond
+        ``max_exact_tokens`` tokens)."""
+        if is_deterministic(self.policy, self.policy_temperature):
+            return deterministic_log_marginal(self, self.check_text(x))
         return dp_log_marginal(self, self.check_text(x))
 
     def extra_repr(self) -> str:
         return (
             f"vocab_size={self.vocab_size}, mask_id={self.mask_id}, policy={self.policy!r}, "
             f"policy_temperature={self.policy_temperature}"
+            + (f", policy_block={self.policy_block}" if POLICIES[self.policy].block else "")
         )

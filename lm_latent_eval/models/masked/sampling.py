@@ -12,7 +12,8 @@ import math
 
 import torch
 
-from .policy import order_log_probs
+from .conditionals import tie_tolerance
+from .policy import order_log_probs, position_scores
 
 
 def continuation_length(model, context_length: int, max_tokens: int) -> int:
@@ -62,7 +63,10 @@ def sample_continuation(model, prefix_text: str, max_tokens: int, generator=None
             -1, mask_index, -math.inf
         )
         log_p = torch.log_softmax(logits.double(), -1)
-        log_order = order_log_probs(model.policy, log_p.amax(-1), revealed, model.policy_temperature)
+        score = position_scores(model.policy, log_p, log_p.new_zeros(log_p.shape[:-1]))
+        log_order = order_log_probs(
+            model.policy, score, revealed, model.policy_temperature, model.policy_block, tie_tolerance(model)
+        )
         i = int(torch.multinomial(log_order.exp()[0], 1, generator=generator))
         ids[0, C + i] = torch.multinomial(log_p[0, i].exp(), 1, generator=generator)[0]
         revealed[0, i] = True
