@@ -228,3 +228,34 @@ def test_05_runs_a_bundled_perplexity_task_to_the_forward_algorithm(hmm_exact):
         res["instance_perplexity_stderr,none"] == "N/A" and "latent_perplexity_stderr_stderr,none" not in res
     )
     assert out["results"]["linked_wikitext2_tiny"]["sample_len"] == 20
+
+
+SIDE_BY_SIDE = Path(__file__).resolve().parents[2] / "bench" / "lm_eval_versions" / "README.md"
+
+
+def test_the_committed_side_by_side_run_has_every_request_type_and_equal_figures():
+    """bench/lm_eval_versions.py's committed output (what docs/lm-eval.md quotes): both tested releases, the
+    README's command and a task of every request type, and no figure that differs except the Stderr lm-eval 0.5
+    bootstraps for its own aggregations."""
+    lines = SIDE_BY_SIDE.read_text(encoding="utf-8").splitlines()
+    (header,) = [line for line in lines if line.startswith("| run |")]
+    assert all(f"lm-eval {version}" in header for version in lm_eval_versions.TESTED)
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines if line.startswith("| ")]
+    rows = [row for row in rows if row[0] != "run"]
+    tasks = {row[1] for row in rows}
+    # loglikelihood_rolling (ours and lm-eval's), multiple_choice (ours and lm-eval's), loglikelihood, generate_until
+    assert {
+        "linked_wikitext2_tiny", "latent_ppl_tiny", "wikitext_local", "contrastive_entropy_tiny", "arc_easy_local",
+        "lda_pydoc_completion", "gsm8k_local",
+    } <= tasks  # fmt: skip
+    verdicts = {row[5] for row in rows}
+    assert verdicts <= {"yes", "no (lm-eval's bootstrap)"}, verdicts
+    for row in rows:
+        if row[5] != "yes":
+            assert row[2].split(",")[0].endswith("_stderr") and row[3] == "N/A", row
+    quoted = {row[2] for row in rows if row[1] == "linked_wikitext2_tiny" and row[5] == "yes"}
+    assert {
+        "latent_perplexity,none",
+        "latent_perplexity_stderr,none",
+        "perplexity_upper_bound,none",
+    } <= quoted
