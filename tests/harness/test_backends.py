@@ -580,7 +580,7 @@ def test_cli_table_shows_the_honest_statement_of_the_perplexity(cli_run):
     assert metrics["perplexity_upper_bound,none"] > metrics["latent_perplexity,none"]
     stderr = metrics["latent_perplexity_stderr,none"]
     assert stderr == (pytest.approx(corpus.interval_stderr) if corpus.interval.two_sided else "N/A")
-    rows = [line for line in make_table(results).splitlines() if "|perplexity " in line]
+    rows = [line for line in make_table(results).splitlines() if "|latent_perplexity " in line]
     assert len(rows) == 1 and ("N/A" in rows[0] if stderr == "N/A" else f"{stderr:.4f}" in rows[0])
 
 
