@@ -15,10 +15,11 @@ first use from their row of MODELS by its ``__getattr__`` (PEP 562), the same cl
 answers requests its own way is defined in a module of its own (``OWN_MODULES``: ``LatentTokenizationEval`` in
 ``tokenization_backend``) and served from here too. Importing this module does nothing else: lm-eval finds the
 backends through the start-up hook (``hook.register_backends``, for lm-eval releases without plugin discovery) or
-pyproject's entry points, both from MODELS. Building a backend wraps lm-eval's per-task aggregation
-(``metric_keys.patch_lm_eval``, one line in the log) and, under lm-eval's command line only, makes the process's
-excepthook ours; torch's thread count and the precision of its matrix products are set only while it estimates
-(``DocumentBatches.computing``: ``threads.torch_threads``, ``precision.matmul_precision``).
+pyproject's entry points, both from MODELS. Building a backend adapts lm-eval to the package
+(``lm_eval_versions.adapt_lm_eval``: one line for a version outside those supported, the wrappers of its
+aggregation) and, under lm-eval's command line only, makes the process's excepthook ours; torch's thread count and
+the precision of its matrix products are set only while it estimates (``DocumentBatches.computing``:
+``threads.torch_threads``, ``precision.matmul_precision``).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from .conditionals import (
 from .distributed import Processes, ProcessesLM, distributed_state
 from .exchange import Conditional, EstimateExchange
 from .generation import generate
-from .metric_keys import patch_lm_eval
+from .lm_eval_versions import adapt_lm_eval, rolling_answers, rolling_texts
 from .model_args import ModelArgsLM, parse_backend_args
 from .provenance import model_info, run_identity
 from .results_store import ResultsStore, stage_tally
@@ -108,34 +109,37 @@ class LatentLMEval(ModelArgsLM, ProcessesLM):
         """The run's resolved settings (``estimator.settings``)."""
         return self.estimator.settings
 
-    def loglikelihood_rolling(self, requests: list[Instance], disable_tqdm: bool = False) -> list[float]:
+    def loglikelihood_rolling(self, requests: list[Instance], disable_tqdm: bool = False) -> list:
         """log p̂(x) of each document; its whole estimate goes to ``exchange`` for the perplexity tasks.
 
         Parameters
         ----------
         requests : list of Instance
-            ``args == (text,)``.
+            ``args == (text,)`` (lm-eval 0.4) or ``("", text)`` (0.5): ``lm_eval_versions.rolling_texts``.
         disable_tqdm : bool
             No progress bar.
 
         Returns
         -------
-        list of float
-            One log p̂(x) per request (0.0 for a text without tokens, with a warning naming it).
+        list of float, or of (float, False)
+            One log p̂(x) per request (0.0 for a text without tokens, with a warning naming it): floats under
+            lm-eval 0.4, ``(log p̂, False)`` pairs under 0.5 (``lm_eval_versions.rolling_answers``).
 
         Examples
         --------
         >>> lm = LatentLMEval(model="hmm", estimator="exact", device="cpu")
-        >>> [value] = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, ("Anna saw the dog.",), 0)])
+        >>> from lm_latent_eval.harness.lm_eval_versions import rolling_log_likelihood
+        >>> request = Instance("loglikelihood_rolling", {}, ("Anna saw the dog.",), 0)
+        >>> value = rolling_log_likelihood(lm.loglikelihood_rolling([request]))
         >>> value == lm.exchange.document("Anna saw the dog.", value).log_likelihood < 0, lm.exchange.settings.estimator
         (True, 'exact')
         """
-        texts = [req.args[0] for req in requests]
+        texts = rolling_texts(requests)
         estimates = self.batches.estimate(texts, self.estimator, "log p(x)", not disable_tqdm)
         self.exchange.make_current()  # the tasks read the backend that answered last
         self.exchange.put_documents(estimates)
         warn_about_empty_documents(estimates)
-        return [estimates[text].log_likelihood for text in texts]
+        return rolling_answers([estimates[text].log_likelihood for text in texts])
 
     def loglikelihood(self, requests: list[Instance], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         """log p̂(continuation | context): from the model's view of the context revealed where it offers
@@ -353,13 +357,14 @@ class DocumentBatches:
 
 
 def join_lm_eval() -> None:
-    """What building a backend does to the process: lm-eval's handler for our log (from the first line on), lm-eval's
-    per-task aggregation wrapped (``metric_keys.patch_lm_eval``, one line in the log) and, under lm-eval's command
-    line only, whose process is the run's, the excepthook that prints a user's error in one line."""
+    """What building a backend does to the process: lm-eval's handler for our log (from the first line on), lm-eval
+    adapted to the package (``lm_eval_versions.adapt_lm_eval``: one line where its version is outside those
+    supported, its aggregation wrapped) and, under lm-eval's command line only, whose process is the run's, the
+    excepthook that prints a user's error in one line."""
     if running_lm_eval():
         install_excepthook()
     log_like_lm_eval()
-    patch_lm_eval()
+    adapt_lm_eval()
 
 
 def estimate_texts(

@@ -36,7 +36,7 @@ from ..estimators import DEFAULT_POLICY, DocumentEstimate, EstimatorSettings, Un
 from ..estimators.corpus import CorpusEstimate, corpus_estimate
 from ..estimators.registry import estimate_from_json
 from .cache import EstimateCache
-from .metric_keys import TESTED_LM_EVAL
+from .lm_eval_versions import TESTED
 
 WHERE = "lm-latent-eval perplexity task"
 
@@ -190,7 +190,7 @@ class EstimateExchange:
             return (
                 f"the lm-latent-eval backend estimated {len(self._documents)} other texts in its latest batch (e.g. "
                 f"{seen[:40]!r}), so the task's loglikelihood_rolling requests do not carry the text its doc_to_target "
-                f"gives (check the task's doc_to_target; lm-eval {_lm_eval_version()} is installed, {TESTED_LM_EVAL}x tested)"
+                f"gives (check the task's doc_to_target; lm-eval {_lm_eval_version()} is installed, {' and '.join(TESTED)} tested)"
             )
         if self._conditionals:
             return (

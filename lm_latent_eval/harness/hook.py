@@ -1,8 +1,10 @@
 """Start-up hook (run by ``lm_latent_eval_hook.pth``): add our backends to lm-eval's model registry when it loads.
 
-It stays only while the released lm-eval (0.4.13) has no plugin discovery: upstream has merged, not yet released,
-discovery through the ``lm_eval.models`` entry-point group, where pyproject declares the same names; once a release
-discovers them, this module, the .pth file and pyproject's force-include of them go.
+It is needed only for lm-eval releases without plugin discovery (0.4.13 and the 0.5 preview): upstream has merged,
+not yet released, discovery through the ``lm_eval.models`` entry-point group (PR #4013), where pyproject declares the
+same names (``tests/harness/test_lm_eval_versions.py`` loads them as that discovery does); where lm-eval discovers
+them, the hook registers no name twice. Once the lowest supported release discovers them, this module, the .pth file
+and pyproject's force-include of them go.
 
 The wheel installs this file at site-packages root as ``_lm_latent_eval_hook`` (pyproject's force-include moves
 it there), so that interpreter start-up imports that one module and not the ``lm_latent_eval`` package: a checkout

@@ -1,16 +1,18 @@
 """The metric keys lm-eval writes into the results: no ``<metric>_stderr_stderr`` beside a metric that is a Stderr.
 
 lm-eval files a ``<metric>_stderr`` key beside every metric of a task (a number where it knows how to estimate one,
-else ``"N/A"``), and its table shows that key as the metric's Stderr. Our perplexity tasks give ``perplexity``'s
-Stderr as a metric of its own, ``perplexity_stderr`` (lm-eval has no other way to take a task's own standard
-error), so lm-eval also wrote ``perplexity_stderr_stderr: "N/A"`` into every results file: a key that means nothing.
-``drop_stderr_of_stderr`` wraps lm-eval's per-task aggregation (``evaluator_utils._compute_task_aggregations``) so
-that it leaves out the ``X_stderr_stderr`` key of a task that has both metrics ``X`` and ``X_stderr`` where that
-key holds no number; every other key, of every task, is left as lm-eval computed it. Where an lm-eval release has no
-such function the wrapper is not installed (the key is then only surplus).
+else ``"N/A"``), and its table shows that key as the metric's Stderr. Our perplexity tasks give
+``latent_perplexity``'s Stderr as a metric of its own, ``latent_perplexity_stderr`` (lm-eval has no other way to take
+a task's own standard error), so lm-eval also wrote ``latent_perplexity_stderr_stderr: "N/A"`` into every results
+file: a key that means nothing. ``drop_stderr_of_stderr`` wraps lm-eval's per-task aggregation
+(``evaluator_utils._compute_task_aggregations``: its arguments differ between lm-eval 0.4 and 0.5, its first
+result is the dict of aggregated keys in both) so that it leaves out the ``X_stderr_stderr`` key where the same
+filter has both ``X`` and ``X_stderr`` and that key holds no number; every other key, of every task, is left as
+lm-eval computed it. Where an lm-eval release has no such function the wrapper is not installed (the key is then
+only surplus).
 
-Nothing is wrapped on import: the backend wraps lm-eval when it is built (``patch_lm_eval``, once per process,
-for the lm-eval versions it was tested with, saying so in one line of the log).
+Nothing is wrapped on import: the backend wraps lm-eval when it is built (``lm_eval_versions.adapt_lm_eval``, once
+per process, for the lm-eval versions the package supports, saying so in one line of the log).
 """
 
 from __future__ import annotations
@@ -25,54 +27,32 @@ except ImportError:  # a release without the module: nothing to wrap
     evaluator_utils = None
 
 logger = logging.getLogger(__name__)
-# the lm-eval releases whose private _compute_task_aggregations the wrapper was tested on
-TESTED_LM_EVAL = "0.4."
 
 STDERR = "_stderr"
 
 
-def stderr_of_stderr_keys(metrics, agg_metrics: dict) -> list[str]:
-    """The keys ``X_stderr_stderr,<filter>`` of ``agg_metrics`` that hold no number, for each ``(X_stderr, filter)``
-    of ``metrics`` (pairs of metric name and filter) where ``X`` is a metric of the same filter too.
+def stderr_of_stderr_keys(agg_metrics: dict) -> list[str]:
+    """The keys ``X_stderr_stderr,<filter>`` of ``agg_metrics`` that hold no number, where ``X,<filter>`` and
+    ``X_stderr,<filter>`` are keys too (``X_stderr`` was then a metric of its own: lm-eval files a Stderr key only
+    beside a metric).
 
     Examples
     --------
-    >>> metrics = [("perplexity", "none"), ("perplexity_stderr", "none"), ("acc", "none")]
-    >>> agg = {"perplexity,none": 5.0, "perplexity_stderr,none": 0.1, "perplexity_stderr_stderr,none": "N/A",
-    ...        "acc,none": 0.5, "acc_stderr,none": 0.01}
-    >>> stderr_of_stderr_keys(metrics, agg)
-    ['perplexity_stderr_stderr,none']
+    >>> agg = {"latent_perplexity,none": 5.0, "latent_perplexity_stderr,none": 0.1,
+    ...        "latent_perplexity_stderr_stderr,none": "N/A", "acc,none": 0.5, "acc_stderr,none": 0.01,
+    ...        "alone_stderr,none": 1.0, "alone_stderr_stderr,none": "N/A"}
+    >>> stderr_of_stderr_keys(agg)
+    ['latent_perplexity_stderr_stderr,none']
     """
-    pairs = set(metrics)
     keys = []
-    for name, filter_key in pairs:
-        key = f"{name}{STDERR},{filter_key}"
-        is_a_stderr = name.endswith(STDERR) and (name[: -len(STDERR)], filter_key) in pairs
-        if is_a_stderr and key in agg_metrics and not isinstance(agg_metrics[key], int | float):
+    for key, value in agg_metrics.items():
+        name, comma, filter_key = key.partition(",")
+        if not comma or not name.endswith(STDERR + STDERR) or isinstance(value, int | float):
+            continue
+        metric = name[: -2 * len(STDERR)]
+        if f"{metric},{filter_key}" in agg_metrics and f"{metric}{STDERR},{filter_key}" in agg_metrics:
             keys.append(key)
     return sorted(keys)
-
-
-def patch_lm_eval() -> bool:
-    """Wrap lm-eval's per-task aggregation (``drop_stderr_of_stderr``) where its version is one the wrapper was
-    tested on (``TESTED_LM_EVAL``), with one line in the log the first time; another version is left as it is, and
-    the log says so. Whether the wrapper is in place.
-
-    Returns
-    -------
-    bool
-        True where lm-eval's aggregation is wrapped (now or before).
-    """
-    version = importlib.metadata.version("lm_eval")
-    if not version.startswith(TESTED_LM_EVAL):
-        logger.info(
-            "lm-eval %s: its per-task aggregation is left as it is (the wrapper that leaves out a meaningless "
-            "perplexity_stderr_stderr key was tested on lm-eval %sx)",
-            version,
-            TESTED_LM_EVAL,
-        )
-        return False
-    return drop_stderr_of_stderr()
 
 
 def drop_stderr_of_stderr() -> bool:
@@ -85,11 +65,11 @@ def drop_stderr_of_stderr() -> bool:
         return True
 
     @functools.wraps(original)
-    def compute_task_aggregations(task, raw_metrics, *args, **kwargs):
-        result = original(task, raw_metrics, *args, **kwargs)
+    def compute_task_aggregations(*args, **kwargs):
+        result = original(*args, **kwargs)
         agg_metrics = result[0] if isinstance(result, tuple) else result
         if isinstance(agg_metrics, dict):
-            for key in stderr_of_stderr_keys(list(raw_metrics), agg_metrics):
+            for key in stderr_of_stderr_keys(agg_metrics):
                 del agg_metrics[key]
         return result
 

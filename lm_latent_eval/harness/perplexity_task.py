@@ -25,19 +25,24 @@ from ..estimators import DocumentEstimate
 from ..estimators.corpus import CorpusEstimate
 from ..paths import DATA_DIR
 from .exchange import EstimateExchange
+from .lm_eval_versions import own_stderr, rolling_log_likelihood
 
 # the metric whose item is the document's whole estimate (what reports read from the samples file); the other
 # metrics of the same statement carry a reference to it (``EstimateExchange.reference``), so lm-eval's samples file
-# holds each estimate once
-SAMPLES_FIELD = "perplexity"
+# holds each estimate once. Not "perplexity": lm-eval 0.5 registers that name as its own loglikelihood metric and
+# refuses a loglikelihood_rolling task that names it
+SAMPLES_FIELD = "latent_perplexity"
 PERPLEXITY_METRICS = (
     SAMPLES_FIELD,
-    "perplexity_stderr",
+    "latent_perplexity_stderr",
     "perplexity_upper_bound",
     "perplexity_sampling_se",
     "instance_perplexity",
     "corpus_perplexity",
 )
+# the names these two metrics had before lm-eval 0.5 (lm-latent-eval 0.1.0's samples files and task YAMLs): a
+# template-based task's metric_list and ``reports`` still read them
+RENAMED_METRICS = {"perplexity": SAMPLES_FIELD, "perplexity_stderr": "latent_perplexity_stderr"}
 logger = logging.getLogger(__name__)
 
 
@@ -97,7 +102,7 @@ def process_results(doc: dict, results: list) -> dict:
     doc : dict
         A row of the task's dataset, with a ``text`` field.
     results : list
-        What ``loglikelihood_rolling`` returned for it: ``[log p̂]``, a float.
+        What ``loglikelihood_rolling`` returned for it: ``[log p̂]`` (lm-eval 0.4) or ``[(log p̂, False)]`` (0.5).
 
     Returns
     -------
@@ -118,11 +123,13 @@ def process_results(doc: dict, results: list) -> dict:
     >>> exact = run.estimate("the cat sat")
     >>> EstimateExchange.begin(run.settings).put_documents({"the cat sat": exact})
     >>> items = process_results({"text": "the cat sat"}, [exact.log_likelihood])
-    >>> items["perplexity"]["num_tokens"], items["perplexity_stderr"]["same_as"], items["word_perplexity"][1]
-    (3, 'perplexity', 3)
+    >>> items["latent_perplexity"]["num_tokens"], items["latent_perplexity_stderr"]["same_as"]
+    (3, 'latent_perplexity')
+    >>> process_results({"text": "the cat sat"}, [(exact.log_likelihood, False)]) == items  # lm-eval 0.5's results
+    True
     """
     text = doc_to_target(doc)
-    (log_likelihood,) = results
+    log_likelihood = rolling_log_likelihood(results)
     return document_items(text, log_likelihood, ConfigurableTask.count_words(text))
 
 
@@ -144,7 +151,7 @@ def document_items(text: str, log_likelihood: float, num_words: int) -> dict:
     Returns
     -------
     dict
-        ``perplexity``: the whole estimate (``DocumentEstimate.to_json`` less the text, with its ``key`` and
+        ``latent_perplexity``: the whole estimate (``DocumentEstimate.to_json`` less the text, with its ``key`` and
         ``num_words``); the other perplexity metrics: a reference to it (``EstimateExchange.reference``);
         ``word_perplexity``: (log p̂, words); the family's ``diagnostic_items``; and, for a model with an unknown-word
         penalty, ``ppl_*`` and ``upp_*``.
@@ -154,8 +161,8 @@ def document_items(text: str, log_likelihood: float, num_words: int) -> dict:
     >>> from lm_latent_eval.estimators import EstimatorSettings, ExactEstimate
     >>> EstimateExchange.begin(EstimatorSettings("exact")).put_documents({"a b": ExactEstimate("a b", 2, -4.0)})
     >>> items = document_items("a b", -4.0, 2)
-    >>> items["perplexity"]["log_likelihood"], items["instance_perplexity"]["same_as"], items["word_perplexity"]
-    (-4.0, 'perplexity', (-4.0, 2))
+    >>> items["latent_perplexity"]["log_likelihood"], items["instance_perplexity"]["same_as"], items["word_perplexity"]
+    (-4.0, 'latent_perplexity', (-4.0, 2))
     """
     exchange = EstimateExchange.current()
     est = exchange.document(text, log_likelihood)
@@ -196,14 +203,16 @@ def _corpus(items) -> CorpusEstimate:
     return EstimateExchange.current().corpus(items)
 
 
+@own_stderr
 def perplexity(items) -> float:
-    """The perplexity to quote: bias-corrected where a two-sided interval is honest, else the instance level. Also
-    logs why other rows of lm-eval's table repeat a number (``repeated_rows``), once per task.
+    """The perplexity to quote (metric ``latent_perplexity``): bias-corrected where a two-sided interval is honest,
+    else the instance level. Also logs why other rows of lm-eval's table repeat a number (``repeated_rows``), once
+    per task.
 
     Parameters
     ----------
     items : list of dict
-        The ``perplexity`` items of the task's documents (``process_results``).
+        The ``latent_perplexity`` items of the task's documents (``process_results``).
 
     Returns
     -------
@@ -218,7 +227,7 @@ def perplexity(items) -> float:
     >>> from lm_latent_eval.estimators import EstimatorSettings, ExactEstimate
     >>> docs = {"a b": ExactEstimate("a b", 2, -4.0), "c": ExactEstimate("c", 1, -2.0)}
     >>> EstimateExchange.begin(EstimatorSettings("exact")).put_documents(docs)
-    >>> items = [process_results({"text": t}, [e.log_likelihood])["perplexity"] for t, e in docs.items()]
+    >>> items = [process_results({"text": t}, [e.log_likelihood])["latent_perplexity"] for t, e in docs.items()]
     >>> round(perplexity(items), 6), round(instance_perplexity(items), 6), round(corpus_perplexity(items), 6)
     (7.389056, 7.389056, 7.389056)
     >>> perplexity_stderr(items), perplexity_upper_bound(items) == perplexity(items), perplexity_sampling_se(items)
@@ -260,17 +269,18 @@ def repeated_rows(items) -> list[str]:
 
 
 def bound_label(corpus: CorpusEstimate) -> str:
-    """What ``perplexity`` and its Stderr are for a bound reported with its own standard error (the ELBO's)."""
+    """What ``latent_perplexity`` and its Stderr are for a bound reported with its own standard error (the ELBO's)."""
     return (
-        f"perplexity {corpus.perplexity:.4f} ± {corpus.monte_carlo_stderr:.4f} (Stderr) is a bound, not an estimate "
+        f"latent_perplexity {corpus.perplexity:.4f} ± {corpus.monte_carlo_stderr:.4f} (Stderr) is a bound, not an estimate "
         f"of the true perplexity: estimator={corpus.estimator} is an {corpus.kind}, so the figure estimates a "
         "perplexity at or above the true one; its Stderr is the Monte Carlo error of that bound, never an interval "
         f"on the true perplexity (perplexity_upper_bound {corpus.perplexity_upper_bound:.4g}: no certified bound)"
     )
 
 
+@own_stderr
 def perplexity_stderr(items) -> float | str:
-    """lm-eval's Stderr column of ``perplexity`` (documents fixed): the run's ``level`` interval's half-width over
+    """lm-eval's Stderr column of ``latent_perplexity`` (metric ``latent_perplexity_stderr``; documents fixed): the run's ``level`` interval's half-width over
     its normal quantile (1.96 at 95%), so that perplexity ± 1.96 · Stderr is the honest interval
     (``CorpusEstimate.interval_stderr``); for a bound reported with its own error (``estimator=elbo``) that error,
     ``CorpusEstimate.monte_carlo_stderr``, the ELBO's and no interval on the true perplexity (``repeated_rows``
@@ -279,7 +289,7 @@ def perplexity_stderr(items) -> float | str:
     Parameters
     ----------
     items : list of dict
-        This metric's items of the task's documents (``process_results``: references to the ``perplexity`` items).
+        This metric's items of the task's documents (``process_results``: references to the ``latent_perplexity`` items).
 
     Returns
     -------
@@ -297,7 +307,7 @@ def perplexity_stderr(items) -> float | str:
     >>> run = resolve(EstimatorSettings("is", num_samples=50, seed=1), hmm)
     >>> docs = {t: run.estimate(t) for t in ("the cat sat", "a dog ran", "the dog sat on the mat")}
     >>> EstimateExchange.begin(run.settings).put_documents(docs)
-    >>> items = [process_results({"text": t}, [e.log_likelihood])["perplexity"] for t, e in docs.items()]
+    >>> items = [process_results({"text": t}, [e.log_likelihood])["latent_perplexity"] for t, e in docs.items()]
     >>> perplexity_stderr(items), perplexity_upper_bound(items) > perplexity(items)
     ('N/A', True)
     """
@@ -305,6 +315,7 @@ def perplexity_stderr(items) -> float | str:
     return "N/A" if kind is None else value
 
 
+@own_stderr
 def perplexity_upper_bound(items) -> float:
     """Certified: the true perplexity exceeds this with probability at most 1 − level (5% at the default 95%;
     Markov's inequality).
@@ -326,8 +337,9 @@ def perplexity_upper_bound(items) -> float:
     return _corpus(items).perplexity_upper_bound
 
 
+@own_stderr
 def perplexity_sampling_se(items) -> float | str:
-    """Standard error of ``perplexity`` over documents drawn at random (what lm-eval's hf users compare with); "N/A"
+    """Standard error of ``latent_perplexity`` over documents drawn at random (what lm-eval's hf users compare with); "N/A"
     where it cannot be estimated (fewer than two documents with tokens), as the table's other undefined cells.
 
     Parameters
@@ -348,6 +360,7 @@ def perplexity_sampling_se(items) -> float | str:
     return "N/A" if math.isnan(se) else se
 
 
+@own_stderr
 def instance_perplexity(items) -> float:
     """Instance-level PPL = exp(−Σ_n log p̂(x_n) / Σ_n T_n) (Logan et al. 2020, Eq. 5).
 
@@ -367,6 +380,7 @@ def instance_perplexity(items) -> float:
     return _corpus(items).instance_perplexity
 
 
+@own_stderr
 def corpus_perplexity(items) -> float | str:
     """Corpus-level PPL (Eq. 6): sample k (IS) or run r (SMC) of every document forms one corpus sample; for exact and
     beam estimates the instance level; "N/A" where documents were drawn with different samples (a precision target),
@@ -396,6 +410,7 @@ def _informative(items) -> list[float]:
     return [float(v) for v in items if v is not None and not math.isnan(v)]
 
 
+@own_stderr
 def mean_over_documents(items) -> float:
     """Mean over documents of a per-document diagnostic: ESS = (Σ_k w_k)² / Σ_k w_k², SMC's resampling steps, or
     0/1 flags (the share of documents whose Pareto k̂ is at or above its threshold, or undefined).
@@ -419,6 +434,7 @@ def mean_over_documents(items) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
+@own_stderr
 def min_over_documents(items) -> float:
     """Smallest per-document value of a diagnostic such as ESS.
 

@@ -10,8 +10,9 @@ A task YAML that ``include``s ``../latent_ppl_tiny/latent_ppl_tiny.yaml`` stops 
 gives the task every key of the bundled ``latent_ppl_tiny.yaml`` (metrics, aggregations, process_results), found
 through the installed package. The YAML's own keys win, as with ``include``, except ``metric_list``, which merges
 with the template's by metric name: an entry naming one of the template's metrics updates that entry's keys (say,
-another ``aggregation``), an entry with a new name is added after them, and the template's other metrics stay. A
-task that adds one metric therefore lists only that one:
+another ``aggregation``), an entry with a new name is added after them, and the template's other metrics stay
+(``perplexity`` and ``perplexity_stderr``, the names before lm-eval 0.5 took ``perplexity`` for its own, name
+``latent_perplexity`` and ``latent_perplexity_stderr``). A task that adds one metric therefore lists only that one:
 
     metric_list:
       - metric: my_metric                # process_results must return an item for it
@@ -21,10 +22,11 @@ task that adds one metric therefore lists only that one:
 
 from __future__ import annotations
 
-from lm_eval.api.task import ConfigurableTask
 from lm_eval.tasks._yaml_loader import load_yaml
 
 from .. import tasks_path
+from .lm_eval_versions import rolling_task_base
+from .perplexity_task import RENAMED_METRICS
 
 # under lm_latent_eval.tasks_path()
 TEMPLATE = "latent_ppl_tiny/latent_ppl_tiny.yaml"
@@ -36,17 +38,22 @@ def template_config() -> dict:
 
 
 def merge_metric_lists(template: list[dict], own: list[dict]) -> list[dict]:
-    """``metric_list`` of a task built on the template: merged by metric name (``own`` updates or adds entries).
+    """``metric_list`` of a task built on the template: merged by metric name (``own`` updates or adds entries; an
+    old name of ``RENAMED_METRICS`` names its new one).
 
     Examples
     --------
     >>> template = [{"metric": "a", "higher_is_better": False}, {"metric": "b", "higher_is_better": False}]
     >>> merge_metric_lists(template, [{"metric": "b", "aggregation": "mean"}, {"metric": "c"}])
     [{'metric': 'a', 'higher_is_better': False}, {'metric': 'b', 'higher_is_better': False, 'aggregation': 'mean'}, {'metric': 'c'}]
+    >>> merge_metric_lists([{"metric": "latent_perplexity"}], [{"metric": "perplexity", "higher_is_better": False}])
+    [{'metric': 'latent_perplexity', 'higher_is_better': False}]
     """
     merged = {entry["metric"]: dict(entry) for entry in template}
     for entry in own:
-        merged[entry["metric"]] = {**merged.get(entry["metric"], {}), **entry}
+        name = entry["metric"]
+        name = RENAMED_METRICS.get(name, name) if isinstance(name, str) else name
+        merged[name] = {**merged.get(name, {}), **entry, "metric": name}
     return list(merged.values())
 
 
@@ -68,8 +75,11 @@ def task_config(own: dict, template: dict | None = None) -> dict:
     return config
 
 
-class PerplexityTask(ConfigurableTask):
+class PerplexityTask(rolling_task_base()):
     """``latent_ppl_tiny``'s metrics over the corpus a task YAML names (``class:`` of the YAML).
+
+    A subclass of the lm-eval class that builds ``loglikelihood_rolling`` requests in the installed release
+    (``lm_eval_versions.rolling_task_base``: 0.4's ``ConfigurableTask``, 0.5's ``LoglikelihoodRollingTask``).
 
     Parameters
     ----------
@@ -80,7 +90,7 @@ class PerplexityTask(ConfigurableTask):
     Examples
     --------
     >>> task = PerplexityTask({"task": "my_ppl"})
-    >>> task.config.task, "perplexity" in [m["metric"] for m in task.config.metric_list]
+    >>> task.config.task, "latent_perplexity" in [m["metric"] for m in task.config.metric_list]
     ('my_ppl', True)
     """
 

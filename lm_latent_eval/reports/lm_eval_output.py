@@ -18,7 +18,7 @@ from ..documents import text_lines
 from ..errors import InputError, MissingFileError
 from ..estimators import DocumentEstimate, Estimator, EstimatorSettings
 from ..estimators.registry import estimate_from_json, estimator_named
-from ..harness.perplexity_task import SAMPLES_FIELD
+from ..harness.perplexity_task import RENAMED_METRICS, SAMPLES_FIELD
 
 
 @dataclass
@@ -89,7 +89,7 @@ def _read_documents(samples_file: Path) -> list[DocumentEstimate]:
                 f"{samples_file}:{n}: not a JSON line ({err.msg}, column {err.colno}): the samples file is damaged; "
                 "rerun lm_eval with --log_samples"
             ) from None
-        item = row.get(SAMPLES_FIELD) if isinstance(row, dict) else None
+        item = _whole_estimate(row)
         if not isinstance(item, dict):
             raise NotAPerplexityTask(
                 f"{samples_file}: line {n} has no {SAMPLES_FIELD!r} field: not the samples of an lm-latent-eval "
@@ -100,9 +100,35 @@ def _read_documents(samples_file: Path) -> list[DocumentEstimate]:
                 f"{samples_file}: line {n}: written by an older lm-latent-eval (no 'estimator' in "
                 f"{SAMPLES_FIELD!r}); rerun lm_eval with this version"
             )
-        text = str(row.get("target", row.get("doc", {}).get("text", "")))
-        docs.append(estimate_from_json({**item, "document": text}))
+        docs.append(estimate_from_json({**item, "document": document_text(row)}))
     return docs
+
+
+def _whole_estimate(row) -> dict | None:
+    """The item of a samples row that holds the document's whole estimate: ``SAMPLES_FIELD``, or its name before
+    lm-eval 0.5 (``RENAMED_METRICS``: a samples file lm-latent-eval 0.1.0 wrote)."""
+    if not isinstance(row, dict):
+        return None
+    old = next(old for old, new in RENAMED_METRICS.items() if new == SAMPLES_FIELD)
+    return row.get(SAMPLES_FIELD, row.get(old))
+
+
+def document_text(row: dict) -> str:
+    """The document a samples row scored: lm-eval 0.4 writes it as the row's ``target``; 0.5 writes ``target`` 0
+    for a loglikelihood_rolling request, whose ``arguments`` are then ``[["", text]]`` (0.4: ``[[text]]``).
+
+    Examples
+    --------
+    >>> document_text({"target": "a b", "arguments": [["a b"]]}), document_text({"target": 0, "arguments": [["", "a b"]]})
+    ('a b', 'a b')
+    """
+    target = row.get("target")
+    if isinstance(target, str):
+        return target
+    arguments = row.get("arguments")
+    if isinstance(arguments, list) and arguments and isinstance(arguments[0], list) and arguments[0]:
+        return str(arguments[0][-1])
+    return str(row.get("doc", {}).get("text", ""))
 
 
 def check_samples_match_results(run: TaskRun) -> None:

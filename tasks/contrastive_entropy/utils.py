@@ -12,6 +12,7 @@ import datasets
 
 from lm_latent_eval.contrastive.channel import corpus_vocabulary, distortion_set, split_sentences
 from lm_latent_eval.contrastive.entropy import report_from_sentence_scores
+from lm_latent_eval.harness.lm_eval_versions import own_stderr
 
 LEVELS = (0.1, 0.3, 0.5)
 BASE_LEVEL = 0.1
@@ -80,7 +81,8 @@ def _metric(key: str, level: float):
         return _report(items)[key][level]
 
     aggregate.__name__ = f"{key}_{level}"
-    return aggregate
+    # the spread is a metric of its own (contrastive_entropy_std_*): lm-eval 0.5 would bootstrap the whole report
+    return own_stderr(aggregate)
 
 
 # metric name -> aggregation; the names are listed in _contrastive_entropy_template_yaml

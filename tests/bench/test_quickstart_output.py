@@ -25,6 +25,6 @@ def table(text: str) -> list[str]:
 @pytest.mark.slow  # one lm_eval process: the README's command (about a minute on 2 cores)
 def test_the_readme_command_prints_the_committed_table(tmp_path):
     committed = table((OUTPUT / "output.md").read_text(encoding="utf-8"))
-    assert any("|perplexity " in row for row in committed)
+    assert any("|latent_perplexity " in row for row in committed)
     proc, _, _ = run_readme_command(str(tmp_path))
     assert table(proc.stdout) == committed, proc.stdout[-3000:]

@@ -373,8 +373,10 @@ def test_task_with_exact_estimator_reports_forward_algorithm_perplexity(hmm_exac
     assert res["instance_perplexity,none"] == pytest.approx(math.exp(-total_ll / total_tokens), rel=1e-9)
     assert res["corpus_perplexity,none"] == pytest.approx(res["instance_perplexity,none"], rel=1e-12)
     assert "is_ess_mean,none" not in res  # no importance weights: IS diagnostics do not apply, no row
-    assert res["perplexity,none"] == res["perplexity_upper_bound,none"] == res["instance_perplexity,none"]
-    assert res["perplexity_stderr,none"] == 0.0  # exact: no Monte Carlo error
+    assert (
+        res["latent_perplexity,none"] == res["perplexity_upper_bound,none"] == res["instance_perplexity,none"]
+    )
+    assert res["latent_perplexity_stderr,none"] == 0.0  # exact: no Monte Carlo error
 
 
 @pytest.mark.parametrize("stale_table", [False, True])
@@ -455,28 +457,30 @@ def test_cli_results_record_model_checkpoint_and_estimator(cli_run):
 
 def test_the_samples_file_holds_each_estimate_once(cli_run):
     """Issue 33, item 5: the samples file repeated each document's whole estimate once per metric (six times; 10 MB
-    for the README's 20 documents). The ``perplexity`` field holds it; every other field of the same statement holds
+    for the README's 20 documents). The ``latent_perplexity`` field holds it; every other field of the same statement holds
     a reference naming that field and the document."""
     _, samples = cli_run
     for s in samples:
         whole = [name for name, value in s.items() if isinstance(value, dict) and "log_weights" in value]
-        assert whole == ["perplexity"], whole
+        assert whole == ["latent_perplexity"], whole
         for name in (
-            "perplexity_stderr",
+            "latent_perplexity_stderr",
             "perplexity_upper_bound",
             "instance_perplexity",
             "corpus_perplexity",
         ):
-            assert s[name]["same_as"] == "perplexity" and s[name]["key"] == s["perplexity"]["key"], name
-            assert s[name]["log_likelihood"] == s["perplexity"]["log_likelihood"], name
+            assert (
+                s[name]["same_as"] == "latent_perplexity" and s[name]["key"] == s["latent_perplexity"]["key"]
+            ), name
+            assert s[name]["log_likelihood"] == s["latent_perplexity"]["log_likelihood"], name
 
 
 def test_cli_metrics_are_recomputable_from_the_saved_log_weights(cli_run):
     results, samples = cli_run
     metrics = results["results"]["latent_ppl_tiny"]
     assert [s["doc"]["text"] for s in samples] == CORPUS
-    weights = [np.array(s["perplexity"]["log_weights"]) for s in samples]
-    tokens = [s["perplexity"]["num_tokens"] for s in samples]
+    weights = [np.array(s["latent_perplexity"]["log_weights"]) for s in samples]
+    tokens = [s["latent_perplexity"]["num_tokens"] for s in samples]
     assert all(w.shape == (32,) for w in weights)
     for s, w in zip(
         samples, weights
@@ -501,7 +505,7 @@ def test_cli_weights_are_reproducible_in_process(cli_run):
     lm = LatentHMMEval(estimator="is", num_samples=32, seed=5, device=results["config"]["model_device"])
     for s in samples[:5]:
         est = estimate_document(lm.model, s["doc"]["text"], lm.settings)
-        assert np.array_equal(est.log_weights, np.array(s["perplexity"]["log_weights"]))
+        assert np.array_equal(est.log_weights, np.array(s["latent_perplexity"]["log_weights"]))
 
 
 @pytest.mark.slow
@@ -567,16 +571,16 @@ def test_cli_table_shows_the_honest_statement_of_the_perplexity(cli_run):
     results, samples = cli_run
     metrics = results["results"]["latent_ppl_tiny"]
     corpus = corpus_estimate(
-        [estimate_from_json({**s["perplexity"], "document": s["doc"]["text"]}) for s in samples],
-        keys=[s["perplexity"]["key"] for s in samples],
+        [estimate_from_json({**s["latent_perplexity"], "document": s["doc"]["text"]}) for s in samples],
+        keys=[s["latent_perplexity"]["key"] for s in samples],
     )
-    assert metrics["perplexity,none"] == pytest.approx(corpus.perplexity, rel=1e-12)
+    assert metrics["latent_perplexity,none"] == pytest.approx(corpus.perplexity, rel=1e-12)
     assert metrics["perplexity_upper_bound,none"] == pytest.approx(corpus.perplexity_upper_bound, rel=1e-12)
     assert metrics["perplexity_sampling_se,none"] == pytest.approx(corpus.sampling_stderr, rel=1e-12)
-    assert metrics["perplexity_upper_bound,none"] > metrics["perplexity,none"]
-    stderr = metrics["perplexity_stderr,none"]
+    assert metrics["perplexity_upper_bound,none"] > metrics["latent_perplexity,none"]
+    stderr = metrics["latent_perplexity_stderr,none"]
     assert stderr == (pytest.approx(corpus.interval_stderr) if corpus.interval.two_sided else "N/A")
-    rows = [line for line in make_table(results).splitlines() if "|perplexity " in line]
+    rows = [line for line in make_table(results).splitlines() if "|latent_perplexity " in line]
     assert len(rows) == 1 and ("N/A" in rows[0] if stderr == "N/A" else f"{stderr:.4f}" in rows[0])
 
 

@@ -70,17 +70,17 @@ def test_level_in_model_args_sets_the_interval_the_stderr_column_and_the_bound()
         log_samples=True,
     )
     metrics, samples = out["results"]["latent_ppl_tiny"], out["samples"]["latent_ppl_tiny"]
-    items = [s["perplexity"] for s in samples]
+    items = [s["latent_perplexity"] for s in samples]
     estimates = [estimate_from_json({**i, "document": s["doc"]["text"]}) for i, s in zip(items, samples)]
     at = {
         level: corpus_estimate(estimates, UncertaintyPolicy(level=level), keys=[i["key"] for i in items])
         for level in (0.9, 0.95)
     }
     assert at[0.9].interval.two_sided and at[0.9].interval.level == 0.9
-    assert metrics["perplexity,none"] == pytest.approx(at[0.9].perplexity, rel=1e-12)
-    assert metrics["perplexity_stderr,none"] == pytest.approx(at[0.9].interval_stderr, rel=1e-12)
+    assert metrics["latent_perplexity,none"] == pytest.approx(at[0.9].perplexity, rel=1e-12)
+    assert metrics["latent_perplexity_stderr,none"] == pytest.approx(at[0.9].interval_stderr, rel=1e-12)
     assert metrics["perplexity_upper_bound,none"] == pytest.approx(at[0.9].perplexity_upper_bound, rel=1e-12)
-    assert metrics["perplexity_stderr,none"] != pytest.approx(at[0.95].interval_stderr, rel=1e-6)
+    assert metrics["latent_perplexity_stderr,none"] != pytest.approx(at[0.95].interval_stderr, rel=1e-6)
     assert metrics["perplexity_upper_bound,none"] < at[0.95].perplexity_upper_bound
     assert out["config"]["estimator_settings"]["level"] == 0.9
 

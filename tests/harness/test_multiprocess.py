@@ -73,7 +73,7 @@ def test_accelerate_launch_two_cpu_processes_equals_one_process(tmp_path, monkey
     assert len(bars) >= 2 and set(bars) == {("15", "15")}
     assert two["results"]["latent_ppl_tiny"]["sample_len"] == len(CORPUS)
     # every figure, the Stderr column included (issue 19: it depended on the number of processes)
-    assert isinstance(one["results"]["latent_ppl_tiny"]["perplexity_stderr,none"], float)
+    assert isinstance(one["results"]["latent_ppl_tiny"]["latent_perplexity_stderr,none"], float)
     for key, value in one["results"]["latent_ppl_tiny"].items():
         if "," in key:
             got = two["results"]["latent_ppl_tiny"][key]
@@ -81,8 +81,8 @@ def test_accelerate_launch_two_cpu_processes_equals_one_process(tmp_path, monkey
                 value if isinstance(value, str) else pytest.approx(value, rel=1e-12, nan_ok=True)
             ), key
     assert [s["resps"] for s in two_samples] == [s["resps"] for s in one_samples]  # per document, bit for bit
-    assert [s["perplexity"]["log_weights"] for s in two_samples] == [
-        s["perplexity"]["log_weights"] for s in one_samples
+    assert [s["latent_perplexity"]["log_weights"] for s in two_samples] == [
+        s["latent_perplexity"]["log_weights"] for s in one_samples
     ]
 
     # both ranks wrote into one results folder: a later single-process run computes nothing and agrees

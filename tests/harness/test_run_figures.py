@@ -41,7 +41,7 @@ def test_an_empty_document_counts_no_words(empty, tmp_path):
     """lm-eval's count_words("") is 1 and count_words("   ") is 2: on the HMM, whose tokens are its words,
     word_perplexity stood at 51.61 beside perplexity 192.16 for {"the cat sat"}, {""}."""
     metrics = run_on(["the cat sat", empty], tmp_path)["results"]["latent_ppl_tiny"]
-    assert metrics["word_perplexity,none"] == pytest.approx(metrics["perplexity,none"], rel=1e-12)
+    assert metrics["word_perplexity,none"] == pytest.approx(metrics["latent_perplexity,none"], rel=1e-12)
 
 
 def test_a_sampling_error_over_one_document_with_tokens_is_not_available(tmp_path):

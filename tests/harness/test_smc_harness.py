@@ -60,9 +60,9 @@ def test_task_reports_smc_perplexity_and_diagnostics_from_the_same_estimates(smc
     assert res["smc_resampling_steps,none"] > 0
     # the honest statement: two runs per document give the Monte Carlo error (documents fixed)
     corpus_est = corpus_estimate(estimates)
-    assert res["perplexity,none"] == pytest.approx(corpus_est.perplexity, rel=1e-12)
+    assert res["latent_perplexity,none"] == pytest.approx(corpus_est.perplexity, rel=1e-12)
     assert res["perplexity_upper_bound,none"] == pytest.approx(corpus_est.perplexity_upper_bound, rel=1e-12)
-    stderr = res["perplexity_stderr,none"]
+    stderr = res["latent_perplexity_stderr,none"]
     assert stderr == (pytest.approx(corpus_est.interval_stderr) if corpus_est.interval.two_sided else "N/A")
     assert (
         "is_ess_mean,none" not in res and "is_pareto_k_share,none" not in res

@@ -103,7 +103,7 @@ def test_results_json_holds_no_stderr_of_a_stderr(runs):
     for run in runs.values():
         metrics = _results(run)["results"]["latent_ppl_tiny"]
         assert not [key for key in metrics if "_stderr_stderr" in key], sorted(metrics)
-        assert "perplexity_stderr,none" in metrics and "perplexity,none" in metrics
+        assert "latent_perplexity_stderr,none" in metrics and "latent_perplexity,none" in metrics
         assert metrics["perplexity_upper_bound_stderr,none"] == "N/A"
 
 
@@ -119,7 +119,7 @@ def test_card_figures_match_lm_eval_and_bounds(runs, tmp_path):
     assert corp["value"] == pytest.approx(metrics["corpus_perplexity,none"], rel=1e-12)
     assert inst["kind"].startswith("stochastic upper bound")
     quoted, bound = figures["perplexity"], figures["certified upper bound (95%)"]
-    assert quoted["value"] == pytest.approx(metrics["perplexity,none"], rel=1e-12)
+    assert quoted["value"] == pytest.approx(metrics["latent_perplexity,none"], rel=1e-12)
     assert bound["value"] == pytest.approx(metrics["perplexity_upper_bound,none"], rel=1e-12)
     assert bound["value"] > quoted["value"]
     lo, hi = quoted["interval"]
@@ -187,7 +187,7 @@ def test_reproduce_command_names_the_folder_of_a_users_task(tmp_path):
     assert again.results["configs"]["latent_ppl_tiny"]["metadata"]["config_source"] == str(
         mine / "latent_ppl_tiny.yaml"
     )
-    assert again.metrics["perplexity,none"] == run.metrics["perplexity,none"]
+    assert again.metrics["latent_perplexity,none"] == run.metrics["latent_perplexity,none"]
 
 
 def test_reproduce_command_names_a_relative_include_path_from_anywhere(tmp_path, monkeypatch):
@@ -216,7 +216,7 @@ def test_reproduce_command_names_a_relative_include_path_from_anywhere(tmp_path,
     argv[argv.index("OUT")] = str(tmp_path / "again")
     run_lm_eval(argv[1:])
     (again,) = read_runs(tmp_path / "again")
-    assert again.metrics["perplexity,none"] == run.metrics["perplexity,none"]
+    assert again.metrics["latent_perplexity,none"] == run.metrics["latent_perplexity,none"]
 
 
 def test_reproduce_command_of_a_relative_include_path_without_the_working_directory_says_so():

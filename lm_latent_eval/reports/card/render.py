@@ -55,7 +55,7 @@ def _reliability_lines(d: dict) -> list[str]:
 
 
 def _stderr_line(u: dict) -> str:
-    """What lm-eval's Stderr of ``perplexity`` held (``harness.perplexity_task.perplexity_stderr``): the interval's
+    """What lm-eval's Stderr of ``latent_perplexity`` held (``harness.perplexity_task.perplexity_stderr``): the interval's
     half-width over the normal quantile of its level (1.96 at 95%), the Monte Carlo error of a bound reported with its
     own error (``estimator=elbo``), or nothing."""
     mc, kind = u["monte_carlo_stderr"], u["stderr_kind"]

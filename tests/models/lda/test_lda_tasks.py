@@ -30,7 +30,7 @@ def test_both_tasks_report_the_exact_values():
     exact = EstimatorSettings("exact")
     whole = [estimate_document(lm.model, t, exact) for t in texts]
     ppl = math.exp(-sum(e.log_likelihood for e in whole) / sum(e.num_tokens for e in whole))
-    assert results["results"]["lda_pydoc"]["perplexity,none"] == pytest.approx(ppl, rel=1e-12)
+    assert results["results"]["lda_pydoc"]["latent_perplexity,none"] == pytest.approx(ppl, rel=1e-12)
     firsts = [estimate_document(lm.model, completion_halves(t)[0], exact) for t in texts]
     ll = sum(w.log_likelihood - f.log_likelihood for w, f in zip(whole, firsts))
     n = sum(w.num_tokens - f.num_tokens for w, f in zip(whole, firsts))
