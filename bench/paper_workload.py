@@ -555,7 +555,7 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="float32", help="network precision (log weights stay float64)")
     p.add_argument(
-        "--cuda-graphs", default="false", help="the models' cuda_graphs setting: true, false or auto"
+        "--cuda-graphs", default="auto", help="the models' cuda_graphs setting: true, false or auto (default)"
     )
     p.add_argument("--documents", type=int, default=None, help="a random subset of this many documents")
     p.add_argument("--max-k", type=int, default=PAPER_MAX_K, help="Figure 3's largest K")
