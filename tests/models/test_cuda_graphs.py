@@ -64,7 +64,9 @@ def test_resolver_follows_the_documented_rule():
     # nothing on the CPU
     for auto in (True, False):
         assert not any(resolve_cuda_graphs(s, "cpu", auto) for s in ("true", "auto", "false"))
-        assert resolve_cuda_graphs("true", "cuda", auto) and resolve_cuda_graphs("true", torch.device("cuda:1"), auto)
+        assert resolve_cuda_graphs("true", "cuda", auto) and resolve_cuda_graphs(
+            "true", torch.device("cuda:1"), auto
+        )
         assert not resolve_cuda_graphs("false", "cuda:0", auto)
         assert resolve_cuda_graphs("auto", "cuda:0", auto) is auto
         assert resolve_cuda_graphs(None, "cuda", auto) is auto  # the default is auto
@@ -76,7 +78,9 @@ def test_auto_resolves_per_model_from_the_measured_figures(name, on_cuda):
     model, _ = load_model(name)
     assert model.cuda_graphs == "auto"
     assert not graphs_in_effect(model, "cpu") and not graphs_in_effect(model.proposal, "cpu")
-    assert graphs_in_effect(model, "cuda") is on_cuda and graphs_in_effect(model.proposal, "cuda:0") is on_cuda
+    assert (
+        graphs_in_effect(model, "cuda") is on_cuda and graphs_in_effect(model.proposal, "cuda:0") is on_cuda
+    )
     model.cuda_graphs = "true"
     assert graphs_in_effect(model, "cuda") and not graphs_in_effect(model, "cpu")
     model.cuda_graphs = "false"
