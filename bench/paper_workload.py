@@ -156,11 +156,15 @@ def encoder_flops(model, T: int) -> int:
 
 
 def particles_per_call(model, name: str, T: int, budget_gib: float) -> int:
-    """Particles per ``log_joint`` call (``batch_size``: memory only) so that its [K, T]-sized temporaries stay within
-    ``budget_gib``: about 25 · M bytes per particle and token in EntityNLM's scorer ([T, K, M] masks and positions),
-    about 200 in KGLM's."""
-    per_token = 25 * model.max_entities + 100 if name == "entitynlm" else 200
-    return max(64, int(budget_gib * 2**30 // (per_token * max(T, 1))))
+    """Particles per ``log_joint`` call (``batch_size``: memory only) within ``budget_gib``: KGLM's own plan from the
+    shapes of its temporaries (``KGLM.max_particles_per_call``: its [k, T] arrays; the heads inside are chunked by
+    the same budget), else about 25 · M bytes per particle and token ([T, K, M] masks and positions of EntityNLM's
+    scorer)."""
+    budget = int(budget_gib * 2**30)
+    if hasattr(model, "max_particles_per_call"):
+        return model.max_particles_per_call(T, budget)
+    per_token = 25 * model.max_entities + 100
+    return max(64, int(budget // (per_token * max(T, 1))))
 
 
 def run_document(model, name, doc, index, rank, args, device) -> DocumentRecord:
@@ -269,6 +273,8 @@ def build(args, device):
         model, _ = load_model(args.model, device=device, dtype=dtype)
         docs = read_documents(DATA_DIR / BUNDLED[args.model])
     model.cuda_graphs = args.cuda_graphs
+    if hasattr(model, "max_particles_per_call"):  # the heads' chunks follow the same budget
+        model.memory_budget = int(args.memory_budget * 2**30)
     return model, docs, time.perf_counter() - start
 
 
@@ -555,7 +561,7 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="float32", help="network precision (log weights stay float64)")
     p.add_argument(
-        "--cuda-graphs", default="false", help="the models' cuda_graphs setting: true, false or auto"
+        "--cuda-graphs", default="auto", help="the models' cuda_graphs setting: true, false or auto (default)"
     )
     p.add_argument("--documents", type=int, default=None, help="a random subset of this many documents")
     p.add_argument("--max-k", type=int, default=PAPER_MAX_K, help="Figure 3's largest K")

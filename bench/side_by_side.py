@@ -74,9 +74,8 @@ def measure(name: str, num_samples: int, limit: int | None) -> dict:
     estimates = {}
     for label, fn in (("alone", alone), ("together", together)):
         fn(run, texts[:2])  # per-document caches and first-call work outside the figures
-        with accelerator_paths():
-            with StepCounter() as counter:
-                estimates[label] = fn(run, texts)
+        with accelerator_paths(), StepCounter() as counter:
+            estimates[label] = fn(run, texts)
         seconds = []
         for _ in range(2):
             start = time.perf_counter()
@@ -100,12 +99,17 @@ def markdown(rows: list[dict], num_samples: int) -> str:
     lines = [
         f"# Documents side by side: SMC K = {num_samples:,}, one thread",
         "",
-        f"Machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-        f"{os.cpu_count()} cores, 1-minute load average {load:.2f} at the end. Operations and host synchronisations "
-        "as a GPU would issue them (accelerator code paths), counted on the CPU.",
+        (
+            f"Machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+            f"{os.cpu_count()} cores, 1-minute load average {load:.2f} at the end. Operations and host "
+            "synchronisations as a GPU would issue them (accelerator code paths), counted on the CPU."
+        ),
         "",
-        "| model | documents / tokens | side by side | operations per document·token (alone → together) | ratio "
-        "| host syncs per document (alone → together) | seconds on this CPU (alone → together) | same weights |",
+        (
+            "| model | documents / tokens | side by side | operations per document·token (alone → together) "
+            "| ratio | host syncs per document (alone → together) | seconds on this CPU (alone → together) "
+            "| same weights |"
+        ),
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:

@@ -140,7 +140,7 @@ def model_options_info(args: BackendArgs, model, device: torch.device) -> dict:
     if graphs is not None:
         info["cuda_graphs_requested"] = graphs
         # a graph may round differently: it joins the results store's key
-        if graphs_in_effect(graphs, device):
+        if graphs_in_effect(model, device):
             info["cuda_graphs"] = True
     # only files given: those a checkpoint holds are in checkpoint_sha256
     files = {

@@ -2,7 +2,8 @@
 
 A sampler's token loop does three things per token: draw its uniforms from the caller's generator, run the step
 kernel on them (draw z_t by inverse CDF, score it, update the particles' state), and write z_t and log q. With
-``cuda_graphs`` in effect (``true`` or ``auto`` on a CUDA device) the step is written over static buffers (the
+``cuda_graphs`` in effect (``true`` on a CUDA device, or ``auto`` there for a model whose measured figures chose
+graphs: ``resolve_cuda_graphs``) the step is written over static buffers (the
 uniforms u, the position t as a one-element tensor, the particles' state, z and log q) and captured once per call
 into a ``torch.cuda.CUDAGraph``, then replayed at each token after the uniforms are drawn into u by the same
 ``torch.rand`` call as the eager loop. No random number is drawn inside the graph, so the generator advances exactly
@@ -23,11 +24,12 @@ from collections.abc import Callable
 import torch
 
 CUDA_GRAPHS_SETTINGS = ("false", "true", "auto")
-# eager until a GPU run shows the graph path faster with eager's draws (bench/RESULTS.md)
-DEFAULT_CUDA_GRAPHS = "false"
+# each model's proposal says what ``auto`` means for it on a CUDA device (``CUDA_GRAPHS_AUTO``), from the figures of
+# bench/RESULTS.md "GPU baseline before issue 45": KGLM's τ = 1 settings 16% faster with graphs, EntityNLM no faster
+DEFAULT_CUDA_GRAPHS = "auto"
 CUDA_GRAPHS_HELP = (
-    "capture the sampler's per-token step in a CUDA graph: true, false or auto (= true on a CUDA device); "
-    "no effect on the CPU"
+    "capture the sampler's per-token step in a CUDA graph: true, false or auto (the default: the model's measured "
+    "choice on a CUDA device, on for KGLM, off for EntityNLM; docs/speed.md); no effect on the CPU"
 )
 
 
@@ -44,13 +46,50 @@ def parse_cuda_graphs(value) -> str:
     return text
 
 
-def graphs_in_effect(setting: str, device: torch.device | str) -> bool:
-    """Whether a sampler with this setting captures its step on ``device``: ``true`` / ``auto`` on CUDA only."""
-    return parse_cuda_graphs(setting) != "false" and torch.device(device).type == "cuda"
+def resolve_cuda_graphs(setting, device: torch.device | str, auto: bool) -> bool:
+    """Whether a sampler with this ``cuda_graphs`` setting captures its step on ``device``.
+
+    Parameters
+    ----------
+    setting : str, bool or None
+        ``"true"``, ``"false"`` or ``"auto"`` (anything ``parse_cuda_graphs`` accepts; None: the default, auto).
+    device : torch.device or str
+        Where the sampler runs: graphs exist on CUDA devices only, so on any other device the answer is False.
+    auto : bool
+        What ``"auto"`` means on a CUDA device for this model: its proposal's ``CUDA_GRAPHS_AUTO``, chosen from the
+        measured figures (True for KGLM, False for EntityNLM).
+
+    Returns
+    -------
+    bool
+        True for ``"true"`` on CUDA, and for ``"auto"`` on CUDA when ``auto``; else False.
+
+    Examples
+    --------
+    >>> resolve_cuda_graphs("auto", "cuda:0", auto=True), resolve_cuda_graphs("auto", "cuda", auto=False)
+    (True, False)
+    >>> resolve_cuda_graphs("auto", "cpu", auto=True), resolve_cuda_graphs("true", "cpu", auto=True)
+    (False, False)
+    """
+    text = parse_cuda_graphs(setting)
+    on_cuda = torch.device(device).type == "cuda"
+    return on_cuda and (text == "true" or (text == "auto" and bool(auto)))
+
+
+def graphs_in_effect(model, device: torch.device | str) -> bool:
+    """Whether ``model``'s sampler (a model with a ``proposal``, or the proposal itself) captures its step on
+    ``device``: ``resolve_cuda_graphs`` of its ``cuda_graphs`` setting and its proposal's ``CUDA_GRAPHS_AUTO``; False
+    for a model without the setting."""
+    proposal = getattr(model, "proposal", model)
+    setting = getattr(proposal, "cuda_graphs", None)
+    if setting is None:
+        return False
+    return resolve_cuda_graphs(setting, device, getattr(proposal, "CUDA_GRAPHS_AUTO", False))
 
 
 class GraphsOfProposal:
-    """Mixin of a model whose ``proposal`` samples: the model's ``cuda_graphs`` setting is its proposal's."""
+    """Mixin of a model whose ``proposal`` samples: the model's ``cuda_graphs`` setting is its proposal's (whose
+    ``CUDA_GRAPHS_AUTO`` says what ``auto`` means on a CUDA device)."""
 
     @property
     def cuda_graphs(self) -> str:

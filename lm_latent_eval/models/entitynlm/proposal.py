@@ -42,6 +42,9 @@ class EntityNLMProposal(CheckedProposal, nn.Module):
 
     # "true", "false" or "auto": the sampler's per-token step in a CUDA graph (models/cuda_graphs.py)
     cuda_graphs = DEFAULT_CUDA_GRAPHS
+    # what "auto" means on a CUDA device: EntityNLM full size on one H100: 1.30 M particles·tokens/s with and
+    # without graphs (bench/RESULTS.md, "GPU baseline before issue 45"), so eager
+    CUDA_GRAPHS_AUTO = False
 
     def __init__(
         self,
@@ -131,7 +134,7 @@ class EntityNLMProposal(CheckedProposal, nn.Module):
             empty = {k: torch.zeros(num_samples, 0, dtype=torch.long, device=x.device) for k in LATENT_KEYS}
             return empty, torch.zeros(num_samples, dtype=torch.float64, device=x.device)
         heads, h_label, h_update = self.views(self.encode(x).unsqueeze(0), peek)
-        if graphs_in_effect(self.cuda_graphs, x.device):
+        if graphs_in_effect(self, x.device):
             return sample_latents_static(
                 heads, h_label, h_update, num_samples, float(temperature), generator, capture=True
             )

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..memory import DEFAULT_MEMORY_BUDGET, rows_per_chunk
 from .graph import KnowledgeGraph
 
 NONE, NEW, RELATED, CONTINUING = 0, 1, 2, 3
@@ -131,6 +132,8 @@ class LatentHeads:
     parent_scores: torch.Tensor | None = None
     # + to the logit of every edge reaching entity e at t
     tail_scores: torch.Tensor | None = None
+    # bytes the chunked computations below may hold at once (the model's memory_budget)
+    memory_budget: int = DEFAULT_MEMORY_BUDGET
 
     def type_logits(self) -> torch.Tensor:
         """[T, 4] float64."""
@@ -146,7 +149,24 @@ class LatentHeads:
         return logits.double().masked_fill(~self.tables.row_owned, -math.inf)
 
     def parent_logits(self, t: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """E_row · h_head_t for positions t [...] and candidate rows [..., C]: [..., C] float64."""
+        """E_row · h_head_t for positions t [...] and candidate rows [..., C]: [..., C] float64.
+
+        ``parent_chunk`` rows of ``rows`` at a time (its [n, C, De] window embeddings would not fit the budget for all
+        of a full-size model's particles at once); each row's product is the same batched kernel whatever the chunk."""
+        C = rows.shape[-1]
+        n = rows.numel() // max(C, 1)
+        step = parent_chunk(
+            C, self.entity_embedding.shape[-1], self.entity_embedding.element_size(), self.memory_budget
+        )
+        if n <= step:
+            return self._parent_logits(t, rows)
+        flat_t, flat_rows = t.reshape(-1), rows.reshape(-1, C)
+        parts = [
+            self._parent_logits(flat_t[s : s + step], flat_rows[s : s + step]) for s in range(0, n, step)
+        ]
+        return torch.cat(parts).view(rows.shape)
+
+    def _parent_logits(self, t: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         logits = torch.einsum("...d,...cd->...c", self.h_head[t], self.entity_embedding[rows])
         if self.parent_scores is not None:
             logits = logits + self.parent_scores[t].gather(-1, self.tables.row_entity[rows].clamp(min=0))
@@ -159,6 +179,34 @@ class LatentHeads:
         if self.tail_scores is not None:
             logits = logits + self.tail_scores[t, self.tables.edge_tail[edges]]
         return logits.double()
+
+
+def parent_row_bytes(cutoff: int, entity_dim: int, itemsize: int = 4) -> int:
+    """Bytes ``LatentHeads.parent_logits`` holds per row (a particle's window of ``cutoff`` slots): the gathered
+    window embeddings [C, De] and the copy a batched product may make of them, the position's h_head [De], and the
+    [C]-sized index, gather, sum and float64 results (8 + 8 + 4 + 4 + 4 + 8 bytes a slot)."""
+    return 2 * cutoff * entity_dim * itemsize + entity_dim * itemsize + 36 * cutoff
+
+
+def parent_chunk(cutoff: int, entity_dim: int, itemsize: int, budget: int) -> int:
+    """Rows per ``LatentHeads.parent_logits`` product: a quarter of the budget (``log_joint``'s [k, T] arrays hold
+    half, the related pairs around the product the last quarter)."""
+    return rows_per_chunk(parent_row_bytes(cutoff, entity_dim, itemsize), budget // 4)
+
+
+def related_pair_bytes(cutoff: int, max_degree: int) -> int:
+    """Bytes ``latent_log_prob`` holds per related (particle, position) pair besides the parent head's product: its
+    window [C] (ids, masks, the slot-repeat tests, the parent log probabilities: 13 eight-byte and 6 one-byte
+    values a slot) and its parent's edges padded to the largest out-degree [D] (ids, relation rows, logits, masks,
+    the reach and norm sums: 15 eight-byte and 3 one-byte values an edge), and a few scalars."""
+    return cutoff * (13 * 8 + 6) + max(max_degree, 1) * (15 * 8 + 3) + 128
+
+
+def new_entity_row_bytes(num_rows: int, itemsize: int = 4) -> int:
+    """Bytes ``HeadTables.new_entity_log_probs`` holds per position without the precomputed table: the logits over
+    the embedding rows in the model's precision (product, bias, evidence: 3 values) and in float64 (cast, masked,
+    divided by τ, normalised: 4 values), and the evidence's row index."""
+    return num_rows * (3 * itemsize + 4 * 8 + 8)
 
 
 # entries of the [T, cutoff, num_rows] parent-logit table built per call
@@ -176,10 +224,11 @@ def row_at(table: torch.Tensor, t: int | torch.Tensor) -> torch.Tensor:
 
 def relation_logits(heads: LatentHeads) -> torch.Tensor:
     """R_r · h_rel_t for every position t and relation row r: [T, relation rows] float32, as elementwise products
-    summed over the last axis (the numbers of ``LatentHeads.edge_logits``), ``_LANE_CHUNK`` products at a time (a
-    full-size graph's [T, rows, De] would not fit)."""
+    summed over the last axis (the numbers of ``LatentHeads.edge_logits``), ``_LANE_CHUNK`` products at a time at
+    most, fewer where a quarter of the memory budget does not hold them (a full-size graph's [T, rows, De] would not
+    fit)."""
     R, h = heads.relation_embedding, heads.h_rel
-    step = max(1, _LANE_CHUNK // max(1, R.numel()))
+    step = max(1, min(_LANE_CHUNK, heads.memory_budget // (4 * 2 * R.element_size())) // max(1, R.numel()))
     return torch.cat(
         [(R.unsqueeze(0) * h[s : s + step].unsqueeze(1)).sum(-1) for s in range(0, max(1, h.shape[0]), step)]
     )
@@ -201,8 +250,10 @@ def parent_lane_logits(heads: LatentHeads, rows: int, cutoff: int) -> torch.Tens
     r = torch.arange(rows, device=dev)
     # (window, slot) of (c, r)
     unroll = ((r[None, :] - c[:, None]) % rows, c[:, None].expand(cutoff, rows))
-    # positions per product (bounded operand size)
-    step = max(1, _LANE_CHUNK // max(1, rows * cutoff * De))
+    # positions per product (bounded operand size: ``_LANE_CHUNK`` floats at most, and its expanded copy and result
+    # within a quarter of the memory budget)
+    floats = min(_LANE_CHUNK, heads.memory_budget // (4 * 2 * E.element_size()))
+    step = max(1, floats // max(1, rows * cutoff * De))
     out = []
     for s in range(0, T, step):
         n = min(step, T - s)
@@ -368,6 +419,42 @@ def expand_edges(parents: torch.Tensor, tables: GraphTables) -> tuple[torch.Tens
     return edges, pair
 
 
+def _related_terms(
+    tabs: HeadTables,
+    padded: torch.Tensor,
+    ok: torch.Tensor,
+    k_rel: torch.Tensor,
+    t_rel: torch.Tensor,
+    par: torch.Tensor,
+    ent: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log q_τ(parent | window) + log q_τ(entity | parent) of related pairs (particle k_rel, position t_rel) [P] and
+    whether the pair is on the support: (float64 [P], bool [P]). padded, ok: the particles' mention rows and their
+    "owned row with edges" mask, [K, cutoff + T]."""
+    tables, cutoff, tau = tabs.tables, tabs.heads.cutoff, tabs.tau
+    device = padded.device
+    prow = torch.where(par >= 0, tables.row_of(par), -1)
+    slots = torch.arange(cutoff, device=device)
+    # [P, C]
+    win = padded[k_rel.unsqueeze(1), t_rel.unsqueeze(1) + slots]
+    # a later slot repeats the row
+    later = torch.zeros_like(win, dtype=torch.bool)
+    for j in range(1, cutoff):
+        later[:, : cutoff - j] |= win[:, : cutoff - j] == win[:, j:]
+    cmask = ok[k_rel.unsqueeze(1), t_rel.unsqueeze(1) + slots] & ~later
+    hit = (win == prow.unsqueeze(-1)) & cmask
+    okp = hit.any(-1) & tables.owns_row(par)
+    plog = tabs.parent_logits(t_rel, win).masked_fill(~cmask, -math.inf) / tau
+    plog = torch.log_softmax(plog, -1)
+    parent_lp = torch.where(okp, plog.masked_fill(~hit, -math.inf).logsumexp(-1), -math.inf)
+    edges, _, elog = tabs.parent_edges(t_rel, par, okp)
+    norm = elog.logsumexp(-1)
+    reach = elog.masked_fill(tables.edge_tail[edges] != ent.unsqueeze(-1), -math.inf).logsumexp(-1)
+    rel_lp = reach - norm
+    okp = okp & torch.isfinite(rel_lp)
+    return parent_lp + rel_lp, okp
+
+
 def latent_log_prob(
     heads: LatentHeads,
     z: dict,
@@ -384,7 +471,6 @@ def latent_log_prob(
     device = types.device
     cutoff = heads.cutoff
     tabs = head_tables if head_tables is not None else HeadTables.build(heads, temperature)
-    tau = tabs.tau
     valid = torch.ones(K, T, dtype=torch.bool, device=device)
     total = torch.zeros(K, T, dtype=torch.float64, device=device)
 
@@ -417,39 +503,31 @@ def latent_log_prob(
     total += tabs.type_lp.reshape(-1)[flat]
     valid &= torch.isfinite(total)
 
-    # new entities
+    # new entities: from the table of every position, else ``new_entity_row_bytes`` positions at a time (half the
+    # budget)
     k_new, t_new = torch.nonzero(is_new & valid, as_tuple=True)
     if k_new.numel():
-        uniq_t, inv = torch.unique(t_new, return_inverse=True)
-        ne_logp = tabs.new_entity_log_probs(uniq_t)
-        total[k_new, t_new] += ne_logp[inv, tables.entity_row[entity[k_new, t_new]]]
+        new_rows = tables.entity_row[entity[k_new, t_new]]
+        if tabs.new_entity_lp is not None:
+            total[k_new, t_new] += tabs.new_entity_lp[t_new, new_rows]
+        else:
+            uniq_t, inv = torch.unique(t_new, return_inverse=True)
+            row_bytes = new_entity_row_bytes(tables.num_rows, heads.entity_embedding.element_size())
+            step = rows_per_chunk(row_bytes, heads.memory_budget // 2)
+            for s in range(0, uniq_t.numel(), step):
+                pick = torch.nonzero((inv >= s) & (inv < s + step), as_tuple=True)[0]
+                ne_logp = tabs.new_entity_log_probs(uniq_t[s : s + step])
+                total[k_new[pick], t_new[pick]] += ne_logp[inv[pick] - s, new_rows[pick]]
 
-    # related entities: parent among window candidates, then edges parent -> entity
+    # related entities: parent among window candidates, then edges parent -> entity; ``related_pair_bytes`` pairs
+    # at a time (a quarter of the budget, as the parent head's product; log_joint's [k, T] arrays hold half)
     k_rel, t_rel = torch.nonzero(is_rel & valid, as_tuple=True)
-    if k_rel.numel():
-        par = parent[k_rel, t_rel]
-        ent = entity[k_rel, t_rel]
-        prow = torch.where(par >= 0, tables.row_of(par), -1)
-        slots = torch.arange(cutoff, device=device)
-        # [P, C]
-        win = padded[k_rel.unsqueeze(1), t_rel.unsqueeze(1) + slots]
-        # a later slot repeats the row
-        later = torch.zeros_like(win, dtype=torch.bool)
-        for j in range(1, cutoff):
-            later[:, : cutoff - j] |= win[:, : cutoff - j] == win[:, j:]
-        cmask = ok[k_rel.unsqueeze(1), t_rel.unsqueeze(1) + slots] & ~later
-        hit = (win == prow.unsqueeze(-1)) & cmask
-        okp = hit.any(-1) & tables.owns_row(par)
-        plog = tabs.parent_logits(t_rel, win).masked_fill(~cmask, -math.inf) / tau
-        plog = torch.log_softmax(plog, -1)
-        parent_lp = torch.where(okp, plog.masked_fill(~hit, -math.inf).logsumexp(-1), -math.inf)
-        edges, _, elog = tabs.parent_edges(t_rel, par, okp)
-        norm = elog.logsumexp(-1)
-        reach = elog.masked_fill(tables.edge_tail[edges] != ent.unsqueeze(-1), -math.inf).logsumexp(-1)
-        rel_lp = reach - norm
-        okp = okp & torch.isfinite(rel_lp)
-        total[k_rel, t_rel] += torch.where(okp, parent_lp + rel_lp, 0.0)
-        valid[k_rel, t_rel] &= okp
+    step = rows_per_chunk(related_pair_bytes(cutoff, tabs.max_degree), heads.memory_budget // 4)
+    for s in range(0, k_rel.numel(), step):
+        k_r, t_r = k_rel[s : s + step], t_rel[s : s + step]
+        term, okp = _related_terms(tabs, padded, ok, k_r, t_r, parent[k_r, t_r], entity[k_r, t_r])
+        total[k_r, t_r] += torch.where(okp, term, 0.0)
+        valid[k_r, t_r] &= okp
 
     if per_position:
         return total.masked_fill(~valid, -math.inf)

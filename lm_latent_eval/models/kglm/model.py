@@ -29,8 +29,9 @@ from torch import nn
 from ...protocol import CheckedStepwise
 from ..cuda_graphs import CUDA_GRAPHS_HELP, GraphsOfProposal, parse_cuda_graphs
 from ..encoder_cache import DocumentCache
+from ..memory import MemoryPlan, check_memory_budget
 from ..vocabulary import WordVocabulary, build_word_list
-from . import sampling
+from . import memory, sampling
 from .awd_lstm import AWDLSTMDropouts, embedding_dropout
 from .checkpoint import (
     GRAPH_FILE,
@@ -244,7 +245,30 @@ class KGLM(
             self.new_entity_bias,
             self.tables,
             self.cutoff,
+            memory_budget=self.memory_budget,
         )
+
+    # --- the memory budget (memory.py) ----------------------------------------------------------------------------
+    @property
+    def memory_budget(self) -> int:
+        """Bytes the temporaries of one ``log_joint`` call or sampler step may hold (models/memory.py; default 8 GiB):
+        a run setting, shared with the proposal; setting it drops the cached head tables, which carry it."""
+        return self.proposal.memory_budget
+
+    @memory_budget.setter
+    def memory_budget(self, value) -> None:
+        self.proposal.memory_budget = check_memory_budget(value)
+        self.proposal.clear_caches()
+        self._tables_cache.clear()
+
+    def max_particles_per_call(self, num_tokens: int, budget: int | None = None) -> int:
+        """The most particles of a ``num_tokens``-token document one ``log_joint`` call scores within ``budget``
+        bytes (default ``memory_budget``); ``log_joint`` splits larger K into calls of this many."""
+        return memory.max_particles_per_call(self, num_tokens, budget)
+
+    def memory_plan(self, num_tokens: int, num_particles: int, budget: int | None = None) -> MemoryPlan:
+        """The planned temporaries of one ``log_joint`` call and one sampler step (kglm/memory.py)."""
+        return memory.memory_plan(self, num_tokens, num_particles, budget)
 
     # --- p(x, z) ------------------------------------------------------------------------------------------------
     def log_joint(self, x: torch.Tensor, z: dict) -> torch.Tensor:
@@ -258,6 +282,15 @@ class KGLM(
         if T == 0:
             return torch.zeros(K, dtype=torch.float64, device=x.device)
         tabs = self.head_tables(x)
+        step = self.max_particles_per_call(T)
+        if K <= step:
+            return self._log_joint(x, z, tabs)
+        parts = [
+            self._log_joint(x, {k: v[s : s + step] for k, v in z.items()}, tabs) for s in range(0, K, step)
+        ]
+        return torch.cat(parts)
+
+    def _log_joint(self, x: torch.Tensor, z: dict, tabs: HeadTables) -> torch.Tensor:
         lp = latent_log_prob(tabs.heads, z, head_tables=tabs)
         words = self.word_log_prob(tabs.heads.h_type, x, z["entity"])
         return (lp + words.sum(-1)).masked_fill(torch.isneginf(lp), -math.inf)
@@ -337,12 +370,13 @@ class KGLM(
         alias_database=None,
         proposal_archive=None,
         cuda_graphs=None,
+        memory_budget=None,
         **kwargs,
     ) -> KGLM:
         """Our checkpoint (folder or Hub id), or an original AllenNLP ``kglm`` archive (``.tar.gz`` / ``.tgz``) read
         with ``archive.load_original_kglm`` (then ``knowledge_graph`` — the original ``knowledge_graph.pkl`` or our
         JSON —, ``alias_database`` (``alias.pkl``) and ``proposal_archive`` (a ``kglm-disc`` archive) apply).
-        ``cuda_graphs``: a run setting, not part of the checkpoint (see the ``cuda_graphs`` property)."""
+        ``cuda_graphs`` and ``memory_budget`` (bytes): run settings, not part of the checkpoint (see the properties)."""
         name = str(pretrained_model_name_or_path)
         setting = parse_cuda_graphs(cuda_graphs)
         if is_original_archive(name):
@@ -351,6 +385,8 @@ class KGLM(
             options = checkpoint_options(name, knowledge_graph, alias_database, proposal_archive, kwargs)
             model = super().from_pretrained(pretrained_model_name_or_path, **options)
         model.cuda_graphs = setting
+        if memory_budget is not None:
+            model.memory_budget = memory_budget
         return model
 
     @classmethod

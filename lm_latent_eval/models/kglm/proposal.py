@@ -28,6 +28,7 @@ from torch import nn
 from ...protocol import CheckedProposal
 from ..cuda_graphs import DEFAULT_CUDA_GRAPHS, TokenLoop, copy_fields, graphs_in_effect
 from ..encoder_cache import DocumentCache
+from ..memory import DEFAULT_MEMORY_BUDGET
 from .awd_lstm import AWDLSTMDropouts, embedding_dropout
 from .latents import (
     CONTINUING,
@@ -56,6 +57,11 @@ class KGLMProposal(CheckedProposal, nn.Module):
 
     # "true", "false" or "auto": the sampler's per-token step in a CUDA graph (models/cuda_graphs.py)
     cuda_graphs = DEFAULT_CUDA_GRAPHS
+    # what "auto" means on a CUDA device: KGLM full size on one H100: τ = 1 settings 16% faster with graphs (2.85 M
+    # against 2.44 M particles·tokens/s; bench/RESULTS.md, "GPU baseline before issue 45")
+    CUDA_GRAPHS_AUTO = True
+    # bytes the chunked heads may hold at once (models/memory.py; KGLM.memory_budget sets it)
+    memory_budget = DEFAULT_MEMORY_BUDGET
 
     def __init__(
         self,
@@ -192,6 +198,7 @@ class KGLMProposal(CheckedProposal, nn.Module):
             new_scores,
             parent_scores,
             tail_scores,
+            self.memory_budget,
         )
 
     def head_tables(self, x: torch.Tensor, temperature: float = 1.0, peek: bool = True) -> HeadTables:
@@ -203,9 +210,13 @@ class KGLMProposal(CheckedProposal, nn.Module):
             (float(temperature), bool(peek)),
         )
 
-    def train(self, mode: bool = True):
+    def clear_caches(self) -> None:
+        """Drop the cached encodings and head tables (new parameters, or a new memory budget)."""
         self._doc_cache.clear()
         self._tables_cache.clear()
+
+    def train(self, mode: bool = True):
+        self.clear_caches()
         return super().train(mode)
 
     # --- scoring ------------------------------------------------------------------------------------------------
@@ -231,7 +242,7 @@ class KGLMProposal(CheckedProposal, nn.Module):
         if T == 0:
             return z, log_q
         tabs = self.head_tables(x, temperature, peek)
-        if graphs_in_effect(self.cuda_graphs, device):
+        if graphs_in_effect(self, device):
             return self.sample_static(tabs, K, T, generator, capture=True)
         state = WindowState.empty(K, self.cutoff, device)
         for t in range(T):

@@ -26,9 +26,11 @@ from torch import nn
 
 from ...tensors import pad_rows
 from ..encoder_cache import cache_version
+from ..memory import DEFAULT_MEMORY_BUDGET, rows_per_chunk
 from .awd_lstm import embedding_dropout
 
-# (position, entity) pairs scored per generate-softmax call
+# (position, entity) pairs scored per generate-softmax call, at most (fewer where a quarter of the memory budget
+# does not hold this many: ``generate_row_bytes``, ``copy_row_bytes``)
 _WORD_CHUNK = 1024
 # (position, row) pairs: up to this many, the generate terms of all of them are computed
 _GEN_TABLE_LIMIT = 1 << 16
@@ -38,10 +40,28 @@ _ALIAS_BATCH_ENTITIES = 4096
 _ALIAS_FORMS_PER_CALL = 4096
 
 
+def generate_row_bytes(vocab_size: int, token_dim: int, entity_dim: int, itemsize: int = 4) -> int:
+    """Bytes ``_generate_terms`` holds per (position, entity) pair: the condensed input, its projection and the
+    vocabulary logits in the model's precision (2 values a word) and in float64 (2 values a word)."""
+    return (
+        vocab_size * (2 * itemsize + 2 * 8) + 2 * (token_dim + entity_dim) * itemsize + token_dim * itemsize
+    )
+
+
+def copy_row_bytes(max_alias_tokens: int, token_dim: int, itemsize: int = 4) -> int:
+    """Bytes ``_copy_terms`` holds per (position, entity) pair: the gathered alias vectors [L, D] and the [L]-sized
+    index, mask, score and match values (6 eight-byte and 2 one-byte values a token)."""
+    return max(max_alias_tokens, 1) * (token_dim * itemsize + 6 * 8 + 2)
+
+
 class WordDistribution:
     """p(x_t | h_t, entity_t) of KGLM (see the module docstring); the alias tables are cached per parameter version
     and precision (``encoder_cache.cache_version``) in evaluation without grad (``_alias_cache``, cleared by
     ``KGLM.train``)."""
+
+    def _word_budget(self) -> int:
+        """The model's ``memory_budget`` (bytes)."""
+        return getattr(self, "memory_budget", DEFAULT_MEMORY_BUDGET)
 
     def alias_table(
         self, entity: int, version: tuple | None = None
@@ -129,8 +149,11 @@ class WordDistribution:
         on how many pairs are scored with it."""
         M = rows.numel()
         out = torch.empty(3, M, dtype=torch.float64, device=h_type.device)
-        for s in range(0, M, _WORD_CHUNK):
-            sl = slice(s, s + _WORD_CHUNK)
+        size = self.entity_embedding.weight.element_size()
+        row_bytes = generate_row_bytes(len(self.vocabulary), self.token_dim, self.entity_dim, size)
+        step = min(_WORD_CHUNK, rows_per_chunk(row_bytes, self._word_budget() // 4))
+        for s in range(0, M, step):
+            sl = slice(s, s + step)
             h, r = h_type[sl], rows[sl]
             n = h.shape[0]
             if n < 4:
@@ -165,8 +188,10 @@ class WordDistribution:
         if L == 0:
             return copy_lse, copy_x
         j = torch.arange(L, device=h_type.device)
-        for s in range(0, entity.numel(), _WORD_CHUNK):
-            sl = slice(s, s + _WORD_CHUNK)
+        row_bytes = copy_row_bytes(L, vecs.shape[-1], vecs.element_size())
+        step = min(_WORD_CHUNK, rows_per_chunk(row_bytes, self._word_budget() // 4))
+        for s in range(0, entity.numel(), step):
+            sl = slice(s, s + step)
             valid = j < length[e[sl]].unsqueeze(1)
             idx = torch.where(valid, offset[e[sl]].unsqueeze(1) + j, vecs.shape[0] - 1)
             scores = (
