@@ -160,14 +160,12 @@ def step_documents(state: HMMDocumentBatch, t: int, generators) -> tuple[HMMDocu
         raise ValueError(f"smc_step_documents: expected step {state.t}, got t = {t}")
     log_pi, log_A, log_B = state.log_p
     dtype, device = state.q_emit.dtype, state.q_emit.device
-    u = torch.cat(
-        [
-            torch.rand(k, generator=g, dtype=dtype, device=device)
-            if t < n
-            else torch.zeros(k, dtype=dtype, device=device)
-            for k, n, g in zip(state.sizes, state.lengths, generators)
-        ]
-    )
+    u = torch.zeros(state.z.shape[0], dtype=dtype, device=device)
+    start = 0
+    for k, n, g in zip(state.sizes, state.lengths, generators):
+        if t < n:
+            u[start : start + k].uniform_(generator=g)  # torch.rand(k)'s numbers, one operation
+        start += k
     row = torch.minimum(state.first + t, state.last)
     x_t = state.x[row]
     if t == 0:

@@ -523,7 +523,7 @@ def step_documents(
     start = 0
     for k, n, g in zip(state.sizes, state.lengths, generators):
         if t < n:
-            torch.rand(k, 4, generator=g, dtype=torch.float64, device=device, out=u[start : start + k])
+            u[start : start + k].uniform_(generator=g)  # torch.rand(k, 4)'s numbers, one operation
         start += k
     positions = torch.minimum(state.first + t, state.last)
     draw = draw_step(state.q, state.window, t, u, positions)
