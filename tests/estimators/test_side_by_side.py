@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lm_latent_eval import tensors
-from lm_latent_eval.estimators import EstimatorSettings, smc
+from lm_latent_eval.estimators import EstimatorSettings, importance, smc
 from lm_latent_eval.estimators.adaptive import estimate_corpus
 from lm_latent_eval.estimators.registry import resolve
 from lm_latent_eval.estimators.smc import Lane, smc_lanes
@@ -111,3 +111,32 @@ def test_documents_side_by_side_check_their_arguments(bundled_hmm):
         bundled_hmm.smc_init_documents(xs, [4])
     with pytest.raises(Exception, match="num_samples|particles|K"):
         bundled_hmm.smc_init_documents(xs, [4, 0])
+
+
+@pytest.mark.parametrize("peek", [True, False])
+def test_kglm_importance_sampling_draws_documents_side_by_side(kglm, monkeypatch, peek):
+    """IS on the KGLM: the proposal draws a chunk's sample blocks side by side (``sample_documents``), several
+    blocks per document among them; every document's log weights, unknown-word penalties and distinct draws equal
+    its own alone, bit for bit."""
+    monkeypatch.setattr(importance, "side_by_side_particles", lambda device="cpu": 2500)
+    texts = list(dict.fromkeys(read_documents(DATA_DIR / CORPORA["kglm"])))[:6]
+    sizes = [300, 1100, 300, 2100, 64, 300]
+    run = resolve(EstimatorSettings("is", 300, peek=peek, seed=5, target_se=None), kglm)
+    assert run.estimator.batches_documents(kglm)
+    together = dict(zip(texts, run.estimate_documents(texts, sizes)))
+    for text, e in alone(run, texts, sizes).items():
+        got = together[text]
+        assert np.array_equal(got.log_weights, e.log_weights), text[:40]
+        assert (got.unk_penalty is None and e.unk_penalty is None) or np.array_equal(
+            got.unk_penalty, e.unk_penalty
+        )
+        assert got.distinct_draws == e.distinct_draws
+
+
+def test_importance_sampling_falls_back_where_the_proposal_declines(kglm, monkeypatch):
+    texts = list(dict.fromkeys(read_documents(DATA_DIR / CORPORA["kglm"])))[:3]
+    run = resolve(EstimatorSettings("is", 50, seed=6, target_se=None), kglm)
+    expected = alone(run, texts, [50] * 3)
+    monkeypatch.setattr(type(kglm.proposal), "sample_documents", lambda self, *a, **k: None)
+    for text, e in zip(texts, run.estimate_documents(texts)):
+        assert np.array_equal(e.log_weights, expected[text].log_weights)

@@ -29,6 +29,7 @@ from typing import NamedTuple
 import torch
 
 from ...tensors import first_of_each, inverse_cdf, selects_rows
+from ..side_by_side import document_rows, lane_uniforms
 from .latents import LATENT_KEYS, EntityMemory, draw_step, draw_step_with, mention_context, score_step
 
 
@@ -302,8 +303,7 @@ def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> 
     )
     lengths = [int(x.numel()) for x in xs]
     K = sum(num_particles)
-    offsets = torch.tensor([0, *lengths[:-1]], device=device).cumsum(0)
-    repeats = torch.tensor(list(num_particles), device=device)
+    first, last = document_rows(num_particles, lengths, device)
     return EntityNLMDocumentBatch(
         x=torch.cat(xs),
         temperature=float(temperature),
@@ -316,8 +316,8 @@ def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> 
         stacked=stacked,
         sizes=list(num_particles),
         lengths=lengths,
-        first=offsets.repeat_interleave(repeats),
-        last=(offsets + torch.tensor(lengths, device=device) - 1).repeat_interleave(repeats),
+        first=first,
+        last=last,
     )
 
 
@@ -330,12 +330,7 @@ def step_documents(
         raise ValueError(f"smc_step_documents: expected step {state.t}, got t = {t}")
     with torch.inference_mode():
         device = state.context.device
-        u = torch.zeros(sum(state.sizes), 3, dtype=torch.float64, device=device)
-        start = 0
-        for k, n, g in zip(state.sizes, state.lengths, generators):
-            if t < n:
-                u[start : start + k].uniform_(generator=g)  # torch.rand(k, 3)'s numbers, one operation
-            start += k
+        u = lane_uniforms(state.sizes, state.lengths, generators, t, 3, device)
         positions = torch.minimum(state.first + t, state.last)
         now = TokenInputs(*(v.index_select(0, positions) for v in state.stacked))
         heads_q = model.proposal.heads if state.peek else model.proposal.nopeek_heads
