@@ -29,6 +29,7 @@ from ..encoder_cache import DocumentCache
 from ..kglm.awd_lstm import AWDLSTMDropouts, embedding_dropout
 from ..memory import DEFAULT_MEMORY_BUDGET, MemoryPlan, check_memory_budget
 from ..vocabulary import WordVocabulary, build_word_list, check_word_ids
+from . import memory
 from .latents import (
     LATENT_KEYS,
     MIN_ROWS,
@@ -38,7 +39,6 @@ from .latents import (
     score_latents,
     without_autograd,
 )
-from . import memory
 from .proposal import EntityNLMProposal
 from .stepwise import EntityNLMParticles, init_particles, particle_latents, reorder_particles, step_particles
 

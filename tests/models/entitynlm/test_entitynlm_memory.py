@@ -51,7 +51,9 @@ def small_model(dim: int) -> EntityNLM:
     """A random EntityNLM of the paper's shape, narrower (d = 300 rows are not ``rows_apart``; d = 64 rows are)."""
     torch.manual_seed(0)
     vocab = ["@@UNKNOWN@@", "@@START@@", *(f"w{i}" for i in range(2998))]
-    return EntityNLM(vocab, dim=dim, hidden_size=dim, num_layers=1, max_entities=100, max_mention_length=100).eval()
+    return EntityNLM(
+        vocab, dim=dim, hidden_size=dim, num_layers=1, max_entities=100, max_mention_length=100
+    ).eval()
 
 
 def every_token_starts(K: int, T: int) -> dict:
@@ -96,7 +98,11 @@ def test_plan_grows_with_the_document_and_not_with_k(full_entitynlm):
 def test_recorded_log_joint_temporaries_fit_the_plan(bundled, dim, kind):
     model = bundled[0] if dim == 32 else small_model(dim)
     T, K = (bundled[1].numel(), 96) if dim == 32 else (120, 48)
-    x = bundled[1] if dim == 32 else torch.randint(2, len(model.vocab), (T,), generator=torch.Generator().manual_seed(1))
+    x = (
+        bundled[1]
+        if dim == 32
+        else torch.randint(2, len(model.vocab), (T,), generator=torch.Generator().manual_seed(1))
+    )
     with torch.no_grad():
         if kind == "drawn":
             z, _ = model.proposal.sample(x, K, 5.0, True, torch.Generator().manual_seed(0))
@@ -133,7 +139,9 @@ def test_chunking_changes_no_number_beyond_float32_rounding(bundled, tau, peek):
     finite = torch.isfinite(whole)
     # float32 rounding of each token's terms, summed in float64
     tolerance = 4 * torch.finfo(torch.float32).eps * whole[finite].abs() + 1e-6
-    assert bool(((whole - chunked)[finite].abs() <= tolerance).all()), float((whole - chunked)[finite].abs().max())
+    assert bool(((whole - chunked)[finite].abs() <= tolerance).all()), float(
+        (whole - chunked)[finite].abs().max()
+    )
 
 
 def test_chunks_of_fewer_than_four_rows(bundled):
