@@ -44,7 +44,7 @@ PAPER_K = 10_000
 OTHER_MODELS = {
     "hmm": (
         "corpus/tiny_test.jsonl",
-        "[K, T] states and weights, the forward table [K, S] per token: tens of bytes a particle·token",
+        "log_joint: [K, T] gathers; the sampler: a [K, S] row per token",
     ),
     "rnng": (
         "ptb_tiny/test.txt",
