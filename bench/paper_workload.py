@@ -156,15 +156,11 @@ def encoder_flops(model, T: int) -> int:
 
 
 def particles_per_call(model, name: str, T: int, budget_gib: float) -> int:
-    """Particles per ``log_joint`` call (``batch_size``: memory only) within ``budget_gib``: KGLM's own plan from the
-    shapes of its temporaries (``KGLM.max_particles_per_call``: its [k, T] arrays; the heads inside are chunked by
-    the same budget), else about 25 · M bytes per particle and token ([T, K, M] masks and positions of EntityNLM's
-    scorer)."""
-    budget = int(budget_gib * 2**30)
-    if hasattr(model, "max_particles_per_call"):
-        return model.max_particles_per_call(T, budget)
-    per_token = 25 * model.max_entities + 100
-    return max(64, int(budget // (per_token * max(T, 1))))
+    """Particles per ``log_joint`` call (``batch_size``: memory only) within ``budget_gib``: the model's own plan from
+    the shapes of its temporaries (``max_particles_per_call``: KGLM's [k, T] arrays, its heads chunked inside by the
+    same budget; EntityNLM's [T, k, D] entity rows, [T, k, M] slot positions and [k, V] word logits, every token
+    starting a mention at worst; models/*/memory.py)."""
+    return model.max_particles_per_call(T, int(budget_gib * 2**30))
 
 
 def run_document(model, name, doc, index, rank, args, device) -> DocumentRecord:
@@ -273,8 +269,8 @@ def build(args, device):
         model, _ = load_model(args.model, device=device, dtype=dtype)
         docs = read_documents(DATA_DIR / BUNDLED[args.model])
     model.cuda_graphs = args.cuda_graphs
-    if hasattr(model, "max_particles_per_call"):  # the heads' chunks follow the same budget
-        model.memory_budget = int(args.memory_budget * 2**30)
+    # log_joint's chunks (and KGLM's heads inside) follow the same budget
+    model.memory_budget = int(args.memory_budget * 2**30)
     return model, docs, time.perf_counter() - start
 
 

@@ -14,6 +14,7 @@ number. Seconds are wall time without the counter, best of two, on this machine 
 a launch of about 5-30 µs, so the counts are the GPU's time for these small models).
 
     python bench/side_by_side.py                # writes bench/side_by_side/output.md
+    python bench/side_by_side.py --device cuda --output cuda.md   # on a GPU
 """
 
 from __future__ import annotations
@@ -52,16 +53,24 @@ class StepCounter(KernelCounter):
         return super().__torch_dispatch__(func, types, args, kwargs)
 
 
+DEVICE = torch.device("cpu")
+
+
+def synchronize() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def alone(run, texts):
-    return {t: run.estimate(t) for t in dict.fromkeys(texts)}
+    return {t: run.estimate(t, device=DEVICE) for t in dict.fromkeys(texts)}
 
 
 def together(run, texts):
-    return estimate_corpus(run, texts, progress=False)
+    return estimate_corpus(run, texts, device=DEVICE, progress=False)
 
 
 def measure(name: str, num_samples: int, limit: int | None) -> dict:
-    model, _ = load_model(name)
+    model = load_model(name)[0].to(DEVICE)
     texts = list(dict.fromkeys(read_documents(DATA_DIR / CORPORA[name])))[:limit]
     run = resolve(EstimatorSettings("smc", num_samples, seed=1, target_se=None), model)
     tokens = sum(int(model.tokenize(t).numel()) for t in texts)
@@ -78,8 +87,10 @@ def measure(name: str, num_samples: int, limit: int | None) -> dict:
             estimates[label] = fn(run, texts)
         seconds = []
         for _ in range(2):
+            synchronize()
             start = time.perf_counter()
             fn(run, texts)
+            synchronize()
             seconds.append(time.perf_counter() - start)
         row[label] = {
             "ops_per_doc_token": counter.ops / tokens,
@@ -97,12 +108,12 @@ def measure(name: str, num_samples: int, limit: int | None) -> dict:
 def markdown(rows: list[dict], num_samples: int) -> str:
     load = os.getloadavg()[0]
     lines = [
-        f"# Documents side by side: SMC K = {num_samples:,}, one thread",
+        f"# Documents side by side: SMC K = {num_samples:,}, one thread, on {DEVICE}",
         "",
         (
             f"Machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-            f"{os.cpu_count()} cores, 1-minute load average {load:.2f} at the end. Operations and host "
-            "synchronisations as a GPU would issue them (accelerator code paths), counted on the CPU."
+            f"{os.cpu_count()} cores{gpu_name()}, 1-minute load average {load:.2f} at the end. Operations and host "
+            "synchronisations as a GPU issues them (accelerator code paths), counted on the device that ran."
         ),
         "",
         (
@@ -125,13 +136,20 @@ def markdown(rows: list[dict], num_samples: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def gpu_name() -> str:
+    return f", {torch.cuda.get_device_name(DEVICE)}" if DEVICE.type == "cuda" else ""
+
+
 def main() -> None:
+    global DEVICE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=[m for m in CORPORA if m != "lda"] + ["lda"])
     parser.add_argument("--num-samples", type=int, default=1000)
     parser.add_argument("--limit", type=int, default=None, help="documents per corpus (default all)")
     parser.add_argument("--output", type=Path, default=OUTPUT / "output.md")
+    parser.add_argument("--device", default="cpu", help="cuda: the same on a GPU (seconds there)")
     args = parser.parse_args()
+    DEVICE = torch.device(args.device)
     torch.set_num_threads(1)
     rows = []
     for name in args.models:

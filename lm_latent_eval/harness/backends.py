@@ -93,6 +93,8 @@ class LatentLMEval(ModelArgsLM, ProcessesLM):
         self.model, self.checkpoint = load_model(
             args.model, args.pretrained, device=self._device, dtype=args.dtype, **args.model_kwargs
         )
+        if args.memory_budget is not None:
+            self.model.memory_budget = args.memory_budget
         self.checkpoint_sha256 = checkpoint_hash(self.checkpoint)
         # resolved once (said once, on rank 0): every request, stage and document below runs this bound estimator
         self.estimator, self.estimator_choice = choose_estimator(

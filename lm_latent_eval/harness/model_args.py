@@ -26,6 +26,7 @@ from lm_eval.utils import simple_parse_args_string
 from ..errors import InputError, MissingFileError
 from ..estimators import ESTIMATORS, EstimatorSettings
 from ..models import MODELS, resolve_class
+from ..models.memory import DEFAULT_MEMORY_BUDGET, GIB, check_memory_budget
 from ..precision import DEFAULT_PRECISION, PRECISION_HELP, check_precision
 from .advice import log_like_lm_eval
 
@@ -71,6 +72,13 @@ BACKEND_ARGS = (
         "processes that estimate documents side by side on the CPU, the threads shared among them (default: one "
         "per thread; 1: one process with every thread); the numbers are the same for any count",
     ),
+)
+# accepted by the backends whose model plans its temporaries (``memory_plan``: latent_kglm, latent_entitynlm)
+MEMORY_BUDGET_ARG = ModelArg(
+    "memory_budget",
+    float,
+    f"GiB the temporaries of one log_joint call or sampler step may hold (default {DEFAULT_MEMORY_BUDGET // GIB}; "
+    "models with a memory plan: kglm, entitynlm); chunks change a value within float32 rounding at most",
 )
 # passed by lm-eval to every model; batch_size is a particle count here
 IGNORED_ARGS = ("max_batch_size",)
@@ -183,6 +191,34 @@ def parse_count(name: str, value) -> int | None:
     return count
 
 
+def has_memory_plan(model_class) -> bool:
+    """Whether the model plans its temporaries within a ``memory_budget`` (its ``memory_plan``; models/memory.py)."""
+    return callable(getattr(model_class, "memory_plan", None))
+
+
+def parse_memory_budget(value) -> int | None:
+    """model_args ``memory_budget`` in GiB as bytes (None: the model's default), one line naming a bad value.
+
+    Examples
+    --------
+    >>> parse_memory_budget(None), parse_memory_budget(4), parse_memory_budget("0.5")
+    (None, 4294967296, 536870912)
+    >>> parse_memory_budget("-1")
+    Traceback (most recent call last):
+    ...
+    lm_latent_eval.harness.model_args.ModelArgsError: model_args memory_budget must be a number of GiB, at least 0.001 (1 MiB), got '-1'
+    """
+    gib = parse_value(MEMORY_BUDGET_ARG, value)
+    if gib is None:
+        return None
+    try:
+        return check_memory_budget(gib * GIB)
+    except ValueError:
+        raise ModelArgsError(
+            f"model_args memory_budget must be a number of GiB, at least 0.001 (1 MiB), got {value!r}"
+        ) from None
+
+
 def parse_settings(given: dict) -> EstimatorSettings:
     """EstimatorSettings from the settings fields present in ``given`` (the rest keep their defaults)."""
     values = {}
@@ -253,7 +289,8 @@ class BackendArgs:
     (``model_options``), ``model_kwargs`` those given (for ``from_pretrained``); ``settings`` before ``auto`` is
     resolved, ``given_settings`` those of its fields that model_args gave (as given: a setting the chosen estimator
     ignores is named in a warning); ``device`` as asked for (CUDA falls back to the CPU on a machine without it);
-    ``precision`` of the matrix products while it estimates (``lm_latent_eval.precision``).
+    ``precision`` of the matrix products while it estimates (``lm_latent_eval.precision``); ``memory_budget``:
+    bytes the model's planned temporaries may hold (None: its default; accepted only where ``has_memory_plan``).
     """
 
     model: str
@@ -271,6 +308,7 @@ class BackendArgs:
     # whether ``device`` was asked for (model_args or a --device other than lm-eval's default): else the backend may
     # run a small checkpoint on the CPU (``device_choice``)
     device_asked: bool = True
+    memory_budget: int | None = None
 
 
 def model_name(backend: str, fixed: str | None, given) -> str:
@@ -311,8 +349,10 @@ def parse_backend_args(backend: str, fixed: str | None, given: dict) -> BackendA
     lm_latent_eval.harness.model_args.ModelArgsError: unknown model_args ['num_sample'] for LatentHMMEval (did you mean num_sample → num_samples?)...
     """
     model = model_name(backend, fixed, given.get("model"))
-    options = model_options(resolve_class(model))
-    check_known(backend, given, (*BACKEND_ARGS, *settings_args(), *options))
+    model_class = resolve_class(model)
+    options = model_options(model_class)
+    planned = (MEMORY_BUDGET_ARG,) if has_memory_plan(model_class) else ()
+    check_known(backend, given, (*BACKEND_ARGS, *settings_args(), *options, *planned))
     try:
         settings = parse_settings(given)
     except ModelArgsError as err:
@@ -334,6 +374,7 @@ def parse_backend_args(backend: str, fixed: str | None, given: dict) -> BackendA
         threads=parse_count("threads", given.get("threads")),
         workers=parse_count("workers", given.get("workers")),
         precision=parse_precision(given.get("precision")),
+        memory_budget=parse_memory_budget(given.get("memory_budget")),
         given_settings={a.name: given[a.name] for a in settings_args() if given.get(a.name) is not None},
     )
 
@@ -397,7 +438,11 @@ def backend_args_doc(model: str | None = None) -> str:
     >>> print(backend_args_doc("hmm").splitlines()[1])
         pretrained (str): local folder or Hugging Face Hub id (default: the bundled checkpoint)
     """
-    return accepted_args_doc(() if model is None else model_options(resolve_class(model)))
+    if model is None:
+        return accepted_args_doc()
+    model_class = resolve_class(model)
+    planned = (MEMORY_BUDGET_ARG,) if has_memory_plan(model_class) else ()
+    return accepted_args_doc((*model_options(model_class), *planned))
 
 
 class ModelArgsLM(LM):

@@ -19,6 +19,7 @@ from .. import __version__
 from ..estimators import EstimatorSettings, recorded_settings
 from ..models import checkpoint_hash, model_target
 from ..models.cuda_graphs import graphs_in_effect
+from ..models.memory import GIB
 from ..paths import DATA_DIR
 from ..precision import in_effect
 from .model_args import BackendArgs
@@ -126,8 +127,8 @@ def code_info(model) -> dict:
 
 def model_options_info(args: BackendArgs, model, device: torch.device) -> dict:
     """The model's own options given in model_args (an LDA's alpha, unknown_words, ...: they can change a number),
-    the hashes of its own files, whether its sampler's step runs from a CUDA graph (KGLM, EntityNLM), and the
-    precision of its matrix products (``precision_info``)."""
+    the hashes of its own files, whether its sampler's step runs from a CUDA graph (KGLM, EntityNLM), the memory
+    budget of a model with a memory plan (GiB), and the precision of its matrix products (``precision_info``)."""
     info = precision_info(args.precision, device)
     options = {
         a.name: args.model_kwargs[a.name]
@@ -136,6 +137,9 @@ def model_options_info(args: BackendArgs, model, device: torch.device) -> dict:
     }
     if options:
         info["model_options"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items()}
+    if callable(getattr(model, "memory_plan", None)):
+        # chunks change a value within float32 rounding at most: part of the run's identity
+        info["memory_budget_gib"] = model.memory_budget / GIB
     graphs = getattr(model, "cuda_graphs", None)
     if graphs is not None:
         info["cuda_graphs_requested"] = graphs

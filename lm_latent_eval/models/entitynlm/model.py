@@ -27,7 +27,9 @@ from ..checkpoints import StrictLoading
 from ..cuda_graphs import CUDA_GRAPHS_HELP, GraphsOfProposal, parse_cuda_graphs
 from ..encoder_cache import DocumentCache
 from ..kglm.awd_lstm import AWDLSTMDropouts, embedding_dropout
+from ..memory import DEFAULT_MEMORY_BUDGET, MemoryPlan, check_memory_budget
 from ..vocabulary import WordVocabulary, build_word_list, check_word_ids
+from . import memory
 from .latents import (
     LATENT_KEYS,
     MIN_ROWS,
@@ -80,6 +82,8 @@ class EntityNLM(
 
     # log_joint has no end-of-text event: Σ_z p(x, z) = P(a text starts with x)
     prefix_probability = True
+    # bytes one log_joint call may hold (models/memory.py; the memory_budget property sets it)
+    _memory_budget = DEFAULT_MEMORY_BUDGET
 
     # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help)
     MODEL_ARGS: ClassVar[dict[str, tuple[type, str]]] = {
@@ -146,12 +150,17 @@ class EntityNLM(
         self._doc_cache = DocumentCache()
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *, cuda_graphs=None, **kwargs) -> EntityNLM:
-        """Our checkpoint (folder or Hub id; huggingface_hub's options in ``kwargs``); ``cuda_graphs``: a run setting,
-        not part of the checkpoint (see the ``cuda_graphs`` property)."""
+    def from_pretrained(
+        cls, pretrained_model_name_or_path, *, cuda_graphs=None, memory_budget=None, **kwargs
+    ) -> EntityNLM:
+        """Our checkpoint (folder or Hub id; huggingface_hub's options in ``kwargs``); ``cuda_graphs`` and
+        ``memory_budget`` (bytes): run settings, not part of the checkpoint (see the properties)."""
         setting = parse_cuda_graphs(cuda_graphs)
+        budget = None if memory_budget is None else check_memory_budget(memory_budget)
         model = super().from_pretrained(pretrained_model_name_or_path, **kwargs)
         model.cuda_graphs = setting
+        if budget is not None:
+            model.memory_budget = budget
         return model
 
     @property
@@ -190,10 +199,33 @@ class EntityNLM(
         self._doc_cache.clear()
         return super().train(mode)
 
+    # --- the memory budget (memory.py) ----------------------------------------------------------------------------
+    @property
+    def memory_budget(self) -> int:
+        """Bytes the temporaries of one ``log_joint`` call may hold (models/memory.py; default 8 GiB): a run setting;
+        ``log_joint`` scores ``max_particles_per_call`` particles at a time."""
+        return self._memory_budget
+
+    @memory_budget.setter
+    def memory_budget(self, value) -> None:
+        self._memory_budget = check_memory_budget(value)
+
+    def max_particles_per_call(self, num_tokens: int, budget: int | None = None) -> int:
+        """The most particles of a ``num_tokens``-token document one ``log_joint`` call scores within ``budget``
+        bytes (default ``memory_budget``); ``log_joint`` splits larger K into calls of this many."""
+        return memory.max_particles_per_call(self, num_tokens, budget)
+
+    def memory_plan(self, num_tokens: int, num_particles: int, budget: int | None = None) -> MemoryPlan:
+        """The planned temporaries of one ``log_joint`` call and of the sampler (entitynlm/memory.py)."""
+        return memory.memory_plan(self, num_tokens, num_particles, budget)
+
     # --- p(x, z) ------------------------------------------------------------------------------------------------
     @without_autograd
     def log_joint(self, x: torch.Tensor, z: dict) -> torch.Tensor:
-        """log p(x, z_k) for K configurations: float64 [K]; −inf where p(x, z_k) = 0."""
+        """log p(x, z_k) for K configurations: float64 [K]; −inf where p(x, z_k) = 0.
+
+        Scored ``max_particles_per_call`` particles at a time (the memory budget); chunking moves a value within
+        float32 rounding at most, as scoring a draw at another row does."""
         x = self._check_x(x)
         z = {k: v.to(x.device) for k, v in z.items()} if isinstance(z, dict) else z
         R, _, _ = check_latents(z, x.numel())
@@ -204,6 +236,18 @@ class EntityNLM(
         K, T = R.shape
         if K < MIN_ROWS:
             return self.log_joint_batch(states, x.unsqueeze(0), z)
+        step = max(MIN_ROWS, self.max_particles_per_call(T))
+        if K <= step:
+            return self._log_joint_distinct(states, x, z)
+        parts = [
+            self._log_joint_distinct(states, x, {k: v[s : s + step] for k, v in z.items()})
+            for s in range(0, K, step)
+        ]
+        return torch.cat(parts)
+
+    def _log_joint_distinct(self, states: torch.Tensor, x: torch.Tensor, z: dict) -> torch.Tensor:
+        """``log_joint`` of K ≥ 1 configurations, each distinct one scored once: float64 [K]."""
+        T = x.numel()
         # each distinct z is scored once (draws from a peaked q repeat) and its value copied to its draws, in ≥ 4 rows
         # (1–3-row float32 products round differently); a draw is then scored at another row of a smaller batch, and
         # float32 rows round by position, so log p moves within float32 rounding
