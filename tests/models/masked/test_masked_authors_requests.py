@@ -181,6 +181,28 @@ def test_loglikelihood_is_the_program_over_the_continuation_given_the_context(lo
     assert max(abs(f - j) for f, j in zip(found, joints)) > 0.1
 
 
+def test_the_chain_rule_holds_between_requests_along_the_left_to_right_order(loaded):
+    """Under DUEL's ``left_to_right`` policy the continuation's positions are revealed in text order, so
+    loglikelihood(ctx, c₀ ⊕ rest) = log p_θ(c₀ | ctx, |c| masks) + loglikelihood(ctx ⊕ c₀, rest): the same network
+    inputs after the first step. (Under uniform orders no such identity links requests: a masked LM's input length
+    is the text's.)"""
+    family, lm, network = loaded
+    ordered = LatentMaskedEval(pretrained=lm.args.pretrained, trust_remote_code=True, device="cpu",
+                               dtype=str(DTYPE[family]).removeprefix("torch."), policy="left_to_right")  # fmt: skip
+    assert ordered.settings.estimator == "exact"  # auto: the one order of a deterministic policy
+    gaps = []
+    for context, first, rest in [
+        ("the cat", " sat", " on a mat"),
+        ("anna", " saw", " a dog ."),
+        ("a", " dog", " sat"),
+    ]:
+        whole, tail = loglikelihood(ordered, [(context, first + rest), (context + first, rest)])
+        masks = [MASK] * len(ids_of(lm, first + rest))
+        head = authors_log_probs(family, network, [*ids_of(lm, context), *masks])[len(ids_of(lm, context))]
+        gaps.append(abs(whole - (float(head[ids_of(lm, first)[0]]) + tail)))
+    assert max(gaps) < TOLERANCE[family], gaps
+
+
 def test_a_one_token_conditional_sums_to_one_over_the_non_mask_rows(loaded):
     """Σ_v p(v | context) = 1 over the output layer's rows but the mask (16 − 1 here, two of them beyond the
     tokenizer), each row the authors' softmax entry; loglikelihood of each word is its row."""
