@@ -269,21 +269,27 @@ def load_network(path: str, trust_remote_code: bool, dtype: torch.dtype | None =
 
 def raise_if_own_code(err: BaseException, path: str) -> None:
     """An InputError naming the cause and the transformers version that works where ``err`` was raised inside the
-    checkpoint's own modeling code (a ``transformers_modules`` frame: LLaDA's and Dream's code fail under
-    transformers 5); nothing otherwise (the error keeps its traceback: it may be a bug)."""
+    checkpoint's own modeling code (a ``transformers_modules`` frame: Dream's code under transformers 5) or by
+    transformers on the network object that code built (a frame whose ``self`` is an instance of a
+    ``transformers_modules`` class: LLaDA's and BD3-LM's classes lack ``all_tied_weights_keys`` under transformers
+    5); nothing otherwise (the error keeps its traceback: it may be a bug)."""
     frame, inside = err.__traceback__, None
     while frame is not None:
-        filename = frame.tb_frame.f_code.co_filename
-        if "transformers_modules" in filename:
-            inside = f"{filename.rsplit('/', 1)[-1]}, line {frame.tb_lineno}"
+        code = frame.tb_frame.f_code
+        owner = type(frame.tb_frame.f_locals.get("self"))
+        if "transformers_modules" in code.co_filename:
+            inside = f"{code.co_filename.rsplit('/', 1)[-1]}, line {frame.tb_lineno}"
+        elif inside is None and owner.__module__.startswith("transformers_modules"):
+            inside = f"{code.co_filename.rsplit('/', 1)[-1]}, line {frame.tb_lineno}, on its {owner.__name__}"
         frame = frame.tb_next
     if inside is None:
         return
     message = " ".join(f"{type(err).__name__}: {err}".split())[:300]
     raise InputError(
         f"{path}: its own modeling code failed while loading under transformers {transformers.__version__} "
-        f"({inside}: {message}); the released LLaDA and Dream code loads under transformers=={AUTHORS_TRANSFORMERS} "
-        "(pip install transformers==" + AUTHORS_TRANSFORMERS + " in a separate environment)"
+        f"({inside}: {message}); the released LLaDA, Dream and BD3-LM code loads under "
+        f"transformers=={AUTHORS_TRANSFORMERS} (pip install transformers=={AUTHORS_TRANSFORMERS} in a separate "
+        "environment)"
     ) from None
 
 

@@ -206,12 +206,14 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
         """log p_θ(x_i | x at S revealed, the rest masked) for N states (revealed BoolTensor [N, T]): float64 [N, T],
         −inf at the revealed positions (``estimator=elbo``'s terms); ``keep_mask_row``: normalized over every output
         row, the mask's included (LLaDA's evaluation code), not over the tokens a sampler writes."""
-        x = self.check_text(x)
+        # refused before check_text, whose notice would say the text is read in windows
         if window_size(self, x.numel()) is not None:
             raise UnsupportedError(
                 f"{type(self).__name__}: masks over a text of {x.numel()} tokens, longer than the network reads "
-                f"({room(self)}): the ELBO is written for one window"
+                f"({room(self)}): the ELBO is written for one window (estimator=exact, smc or is read such a text "
+                "in windows)"
             )
+        x = self.check_text(x)
         if keep_mask_row:
             log_token, _ = token_log_probs(self, x, revealed.to(self.device), keep_mask_row=True)
             return log_token.masked_fill(revealed.to(self.device), -math.inf)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoTokenizer
 
 from lm_latent_eval.errors import InputError, UnsupportedError
 from lm_latent_eval.harness.backends import LatentMaskedEval
@@ -97,7 +98,7 @@ def dream_folder(path: Path) -> Path:
 @pytest.fixture(scope="module")
 def dream(tmp_path_factory, offline):
     """(folder, the authors' DreamModel with random weights in float64, the tokenizer)."""
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
+    from transformers import AutoConfig, AutoModel
 
     folder = dream_folder(tmp_path_factory.mktemp("dream"))
     with warnings.catch_warnings():
@@ -210,18 +211,15 @@ def test_the_mask_id_comes_from_the_config_and_an_explicit_one_wins(dream):
     assert "\n" not in str(caught.value)
 
 
-def bd3lm_network(time_conditioning: bool):
-    """The authors' BD3LM class with random weights: one block over 8 positions (cross_attn off: MDLM-like, every
-    position sees every other), adaLN on (the layer that reads the time), SDPA attention."""
+def bd3lm_folder(path: Path, time_conditioning: bool = False) -> Path:
+    """BD3-LM's released layout, sizes shrunk: one block over 8 positions (cross_attn off: MDLM-like, every position
+    sees every other), adaLN on (the layer that reads the time), SDPA attention; the code files beside config.json;
+    a tokenizer; no weights."""
     pytest.importorskip("einops", reason="BD3-LM's code imports einops")
     source = need("bd3lm")
-    import tempfile
-
-    from transformers import AutoConfig, AutoModel
-
-    folder = Path(tempfile.mkdtemp(prefix="bd3lm"))
+    path.mkdir(parents=True, exist_ok=True)
     for name in ["configuration_bd3lm.py", "modeling_bd3lm.py"]:
-        shutil.copy(source / name, folder / name)
+        shutil.copy(source / name, path / name)
     config = {
         "model_type": "bd3lm",
         "architectures": ["BD3LM"],
@@ -240,16 +238,87 @@ def bd3lm_network(time_conditioning: bool):
         "time_conditioning": time_conditioning,
         "var_min": False,
     }
-    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    (path / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    word_tokenizer(path)
+    return path
+
+
+def llada_folder(path: Path) -> Path:
+    """LLaDA's released layout (GSAI-ML/LLaDA-8B-Base's config.json fields), sizes shrunk: a LLaMA-style block,
+    RoPE, RMSNorm, SwiGLU, no weight tying, ``mask_token_id`` in the config, an output layer wider than the
+    tokenizer; the code files beside it; a tokenizer that puts no special tokens around a text; no weights."""
+    source = need("llada")
+    path.mkdir(parents=True, exist_ok=True)
+    for name in ["configuration_llada.py", "modeling_llada.py"]:
+        shutil.copy(source / name, path / name)
+    config = {
+        "model_type": "llada",
+        "architectures": ["LLaDAModelLM"],
+        "auto_map": {
+            "AutoConfig": "configuration_llada.LLaDAConfig",
+            "AutoModel": "modeling_llada.LLaDAModelLM",
+            "AutoModelForCausalLM": "modeling_llada.LLaDAModelLM",
+        },
+        "activation_type": "silu",
+        "block_type": "llama",
+        "d_model": 16,
+        "n_heads": 2,
+        "n_kv_heads": 2,
+        "n_layers": 1,
+        "mlp_hidden_size": 32,
+        "mlp_ratio": 2,
+        "layer_norm_type": "rms",
+        "rms_norm_eps": 1e-5,
+        "rope": True,
+        "rope_theta": 500000.0,
+        "max_sequence_length": 24,
+        "vocab_size": len(SPECIALS) + len(WORDS) + 2,
+        "embedding_size": len(SPECIALS) + len(WORDS) + 2,
+        "weight_tying": False,
+        "mask_token_id": 3,
+        "eos_token_id": 1,
+        "pad_token_id": 1,
+        "attention_dropout": 0.0,
+        "residual_dropout": 0.0,
+        "embedding_dropout": 0.0,
+        "include_bias": False,
+        "include_qkv_bias": False,
+        "init_device": "cpu",
+        "init_fn": "mitchell",
+        "flash_attention": False,
+        "alibi": False,
+        "scale_logits": False,
+        "input_emb_norm": False,
+        "use_cache": False,
+    }
+    (path / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    word_tokenizer(path, bos=False)
+    return path
+
+
+def random_network(folder: Path, seed: int, std: float = 0.5):
+    """The authors' class named by the folder's ``auto_map`` (``AutoModel.from_config``), its parameters drawn
+    from N(0, std²): the initial std 0.02 (and BD3-LM's zero output layer) leaves every conditional near uniform."""
+    from transformers import AutoConfig, AutoModel
+
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        network = AutoModel.from_config(
-            AutoConfig.from_pretrained(folder, trust_remote_code=True), trust_remote_code=True
-        )
-    torch.manual_seed(1)
-    for parameter in network.parameters():  # the output layer starts at zero: every conditional uniform
-        torch.nn.init.normal_(parameter, std=0.5)
-    return folder, network.eval()
+        warnings.simplefilter(
+            "ignore"
+        )  # transformers 5's deprecation notices about the authors' config fields
+        config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+        network = AutoModel.from_config(config, trust_remote_code=True)
+    torch.manual_seed(seed)
+    for parameter in network.parameters():
+        torch.nn.init.normal_(parameter, std=std)
+    return network.eval()
+
+
+def bd3lm_network(time_conditioning: bool):
+    """The authors' BD3LM class with random weights (``bd3lm_folder``) and its folder."""
+    import tempfile
+
+    folder = bd3lm_folder(Path(tempfile.mkdtemp(prefix="bd3lm")), time_conditioning)
+    return folder, random_network(folder, seed=1)
 
 
 def test_a_network_that_takes_the_diffusion_time_gets_zeros_where_its_config_ignores_it(dream, offline):
@@ -257,7 +326,7 @@ def test_a_network_that_takes_the_diffusion_time_gets_zeros_where_its_config_ign
     replaces the value by zeros, so zeros are what its sampler's network computes at any step: the exact value equals
     the program over its forward given zeros, and the output does not move with the time passed."""
     folder, network = bd3lm_network(time_conditioning=False)
-    model = HFMaskedLM(network, word_tokenizer(folder))
+    model = HFMaskedLM(network, AutoTokenizer.from_pretrained(folder))
     assert model.time_argument == "timesteps" and not model.shifted and model.mask_id == 3
     x = model.tokenize("the cat sat")
     with torch.no_grad():
@@ -285,7 +354,7 @@ def test_a_network_that_takes_the_diffusion_time_gets_zeros_where_its_config_ign
 def test_a_time_conditioned_network_is_refused_in_one_line():
     folder, network = bd3lm_network(time_conditioning=True)
     with pytest.raises(UnsupportedError, match="takes the diffusion time"):
-        HFMaskedLM(network, word_tokenizer(folder))
+        HFMaskedLM(network, AutoTokenizer.from_pretrained(folder))
 
 
 def test_texts_read_in_windows_get_a_one_line_notice_once(dream):

@@ -83,3 +83,31 @@ def test_loglikelihood_rolling_reads_a_long_document_in_windows(tmp_path):
     pairs = [("a b", "c d"), ("c d", "a b"), ("a b", "c d"), ("c d", "a b"), ("a b", "c")]
     factors = [model.conditional_model(ctx).log_marginal(model.tokenize(cont)) for ctx, cont in pairs]
     assert value == pytest.approx(model.log_marginal(model.tokenize("a b")) + sum(factors), abs=1e-12)
+
+
+def test_the_elbo_refuses_a_text_longer_than_the_network_in_one_line(tmp_path):
+    """``estimator=elbo`` is written for one window (docs/estimators.md): a longer text, or a continuation longer than
+    what the network reads after its context, is refused in one line naming the estimators that read it in
+    windows, before any notice that it would be read in windows; a text that fits is estimated."""
+    import warnings
+
+    from lm_latent_eval.errors import UnsupportedError
+
+    short_reader().save_pretrained(tmp_path)
+    lm = LatentMaskedEval(pretrained=str(tmp_path), estimator="elbo", num_samples=8, device="cpu")
+    requests = [
+        ("loglikelihood_rolling", ("a b c d a b c d a b c",), "a text of 11 tokens, longer than the network reads \\(4\\)"),
+        ("loglikelihood", ("a b", " c d a b"), "a text of 4 tokens, longer than the network reads \\(2\\)"),
+    ]  # fmt: skip
+    for kind, args, match in requests:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)  # no "read in windows" notice before the refusal
+            warnings.filterwarnings("ignore", message=".*is_greedy")
+            with pytest.raises(UnsupportedError, match=match) as caught:
+                getattr(lm, kind)([Instance(kind, {}, args, 0)], True)
+        message = str(caught.value)
+        assert "\n" not in message and message.endswith(
+            "(estimator=exact, smc or is read such a text in windows)"
+        )
+    [value] = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, ("a b c d",), 0)], True)
+    assert value < 0
