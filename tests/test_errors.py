@@ -354,3 +354,24 @@ def test_results_dir_on_a_file_and_an_unknown_lda_format_are_one_line(tmp_path):
     assert "name a folder you can write" in message
     with pytest.raises(UserError, match=r"lda_format must be auto or one of \(.*\), got 'foo'"):
         load_model("lda", lda_format="foo")
+
+
+@pytest.mark.parametrize("backend", ["LatentHMMEval", "LatentKGLMEval"])
+def test_a_num_samples_that_cannot_fit_memory_is_one_line_before_any_work(backend, monkeypatch):
+    """Issue 43, item 8: ``num_samples=1000000000`` was a 7.45 GiB allocation error (a traceback) at the first
+    document under an 8 GB cap; it is refused when the backend is built, naming the setting, the memory it needs and
+    what fits, from what a run holds at least (K log weights; KGLM's memory_plan for its sampler). A reasonable K
+    (10,000, or 10⁶ on the HMM) is never refused."""
+    from lm_latent_eval.estimators import registry
+    from lm_latent_eval.harness import backends
+
+    monkeypatch.setattr(registry, "available_memory", lambda device: 8 * 2**30)  # as under an 8 GB cap
+    cls = getattr(backends, backend)
+    with pytest.raises(UserError) as caught:
+        cls(estimator="is", num_samples=1_000_000_000, device="cpu")
+    message = str(caught.value)
+    assert "\n" not in message and "num_samples=1000000000 needs 29.8 GiB for a document's log weights" in message
+    assert "more than the 8.0 GiB of memory left; use a smaller num_samples (at most about 270,000,000 fit" in message
+    cls(estimator="is", num_samples=10_000, device="cpu")
+    if backend == "LatentHMMEval":
+        cls(estimator="smc", num_samples=1_000_000, device="cpu")
