@@ -206,7 +206,8 @@ def _calling_task():
     user's own ``process_results`` that calls ours)."""
     from lm_eval.api.task import Task
 
-    frame = sys._getframe(2)  # _calling_task <- calling_task_metrics/name <- process_results <- the task's method
+    # _calling_task <- calling_task_metrics (or _name) <- process_results <- the task's method
+    frame = sys._getframe(2)
     for _ in range(2):
         frame = frame.f_back if frame is not None else None
         task = frame.f_locals.get("self") if frame is not None else None

@@ -114,7 +114,11 @@ def _whole_estimate(row) -> dict | None:
     if SAMPLES_FIELD in row or old in row:
         return row.get(SAMPLES_FIELD, row.get(old))
     return next(
-        (row[name] for name in PERPLEXITY_METRICS if isinstance(row.get(name), dict) and "log_weights" in row[name]),
+        (
+            row[name]
+            for name in PERPLEXITY_METRICS
+            if isinstance(row.get(name), dict) and "log_weights" in row[name]
+        ),
         None,
     )
 

@@ -105,6 +105,8 @@ def test_references_read_as_the_estimates_they_stand_for():
     assert by_refs is exchange.corpus(whole)
     exchange.clear()
     read_back = [json.loads(json.dumps(r)) for r in refs]
-    with pytest.raises(NoEstimateError, match="refer to the estimates of 'latent_perplexity' without carrying"):
+    with pytest.raises(
+        NoEstimateError, match="refer to the estimates of 'latent_perplexity' without carrying"
+    ):
         exchange.corpus(read_back)
     assert exchange.corpus(whole).perplexity == exchange.corpus(read_back).perplexity == by_refs.perplexity

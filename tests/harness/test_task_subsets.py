@@ -48,7 +48,8 @@ def _task_yaml(name: str, metrics: list[str], own: bool) -> str:
     head = HEAD.replace("task: latent_ppl_tiny", f"task: {name}")
     if own:
         head = head.replace(
-            "!function lm_latent_eval.harness.perplexity_task.process_results", f"!function {name}_metrics.process_results"
+            "!function lm_latent_eval.harness.perplexity_task.process_results",
+            f"!function {name}_metrics.process_results",
         )
     return head + "metric_list:\n" + "".join(BLOCKS[m] for m in metrics) + "metadata:\n  version: 1.0\n"
 
@@ -60,7 +61,9 @@ def test_every_subset_and_order_of_the_metrics_gives_the_whole_tasks_figures(tmp
     for name, metrics, own in SUBSETS:
         (folder / f"{name}.yaml").write_text(_task_yaml(name, metrics, own), encoding="utf-8")
         if own:
-            (folder / f"{name}_metrics.py").write_text(OWN_PROCESS_RESULTS.format(keep=metrics), encoding="utf-8")
+            (folder / f"{name}_metrics.py").write_text(
+                OWN_PROCESS_RESULTS.format(keep=metrics), encoding="utf-8"
+            )
     names = [name for name, _, _ in SUBSETS] + ["z_whole"]
     out = lm_eval.simple_evaluate(
         model="latent_hmm",
@@ -79,7 +82,10 @@ def test_every_subset_and_order_of_the_metrics_gives_the_whole_tasks_figures(tmp
     # each estimate once in the samples file, whole in the first kept metric that stands for it
     for sample in out["samples"]["a_without_latent"]:
         first, second = sample["instance_perplexity"], sample["corpus_perplexity"]
-        assert len(first["log_weights"]) == 16 and json.loads(json.dumps(second))["same_as"] == "instance_perplexity"
+        assert (
+            len(first["log_weights"]) == 16
+            and json.loads(json.dumps(second))["same_as"] == "instance_perplexity"
+        )
 
 
 def test_a_misspelled_metric_is_one_line_naming_the_task_and_the_valid_names(tmp_path):
@@ -88,14 +94,18 @@ def test_a_misspelled_metric_is_one_line_naming_the_task_and_the_valid_names(tmp
     from lm_latent_eval.harness.template_task import PerplexityTask
 
     with pytest.raises(InputError) as caught:
-        PerplexityTask({"task": "my_ppl", "metric_list": [{"metric": "latnet_perplexity", "higher_is_better": False}]})
+        PerplexityTask(
+            {"task": "my_ppl", "metric_list": [{"metric": "latnet_perplexity", "higher_is_better": False}]}
+        )
     message = str(caught.value)
     assert "\n" not in message and message.startswith(
         "task my_ppl: metric_list names 'latnet_perplexity', which lm-latent-eval's process_results does not give; "
         "did you mean latent_perplexity? valid names: word_perplexity, latent_perplexity, "
     )
     assert "corpus_perplexity" in message
-    with pytest.raises(InputError, match="task my_copy: metric_list names 'corpus_perplexty'.*did you mean corpus_perplexity"):
+    with pytest.raises(
+        InputError, match="task my_copy: metric_list names 'corpus_perplexty'.*did you mean corpus_perplexity"
+    ):
         kept_items({}, ["instance_perplexity", "corpus_perplexty"], "my_copy")
 
 
@@ -103,7 +113,9 @@ def test_a_copied_task_with_a_misspelled_metric_stops_at_its_first_document(tmp_
     folder = tmp_path / "my_tasks"
     folder.mkdir()
     text = _task_yaml("my_copy", ["instance_perplexity", "corpus_perplexity"], False)
-    (folder / "my_copy.yaml").write_text(text.replace("metric: corpus_perplexity", "metric: corpus_perplexty"))
+    (folder / "my_copy.yaml").write_text(
+        text.replace("metric: corpus_perplexity", "metric: corpus_perplexty")
+    )
     with pytest.raises(InputError, match="task my_copy: metric_list names 'corpus_perplexty'"):
         lm_eval.simple_evaluate(
             model="latent_hmm",
