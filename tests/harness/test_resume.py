@@ -6,8 +6,8 @@ Documents are counted through ``ResolvedEstimator.estimate``, the one place the 
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys
