@@ -22,6 +22,7 @@ from pathlib import Path
 import datasets
 from lm_eval.api.task import ConfigurableTask
 
+from .. import tasks_path
 from ..documents import TEXT_FIELD, read_texts
 from ..errors import InputError
 from ..estimators import DocumentEstimate
@@ -46,6 +47,8 @@ PERPLEXITY_METRICS = (
 # the names these two metrics had before lm-eval 0.5 (lm-latent-eval 0.1.0's samples files and task YAMLs): a
 # template-based task's metric_list and ``reports`` still read them
 RENAMED_METRICS = {"perplexity": SAMPLES_FIELD, "perplexity_stderr": "latent_perplexity_stderr"}
+# the task whose keys a task on ``template_task.PerplexityTask`` gets, under lm_latent_eval.tasks_path()
+TEMPLATE = "latent_ppl_tiny/latent_ppl_tiny.yaml"
 logger = logging.getLogger(__name__)
 
 
@@ -227,11 +230,17 @@ def calling_task_name() -> str:
     return getattr(getattr(task, "config", None), "task", None) or "this task"
 
 
+def template_config() -> dict:
+    """The keys of the bundled perplexity task (``TEMPLATE``), its ``!function`` tags resolved (lm-eval's own YAML
+    loader)."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    return load_yaml(f"{tasks_path()}/{TEMPLATE}")
+
+
 def valid_metric_names() -> tuple[str, ...]:
     """Every metric ``process_results`` may give an item for (the bundled template's ``metric_list``, and the names
     before the rename)."""
-    from .template_task import template_config
-
     return (*metric_names(template_config()["metric_list"]), *RENAMED_METRICS)
 
 

@@ -25,19 +25,10 @@ refused at load as a misspelling, with the closest valid name):
 
 from __future__ import annotations
 
-from lm_eval.tasks._yaml_loader import load_yaml
-
-from .. import tasks_path
 from .lm_eval_versions import rolling_task_base
-from .perplexity_task import RENAMED_METRICS, check_metric_names, metric_names
+from .perplexity_task import RENAMED_METRICS, TEMPLATE, check_metric_names, metric_names, template_config
 
-# under lm_latent_eval.tasks_path()
-TEMPLATE = "latent_ppl_tiny/latent_ppl_tiny.yaml"
-
-
-def template_config() -> dict:
-    """The keys of the bundled perplexity task, its ``!function`` tags resolved (lm-eval's own YAML loader)."""
-    return load_yaml(f"{tasks_path()}/{TEMPLATE}")
+__all__ = ["TEMPLATE", "PerplexityTask", "merge_metric_lists", "task_config", "template_config"]
 
 
 def merge_metric_lists(template: list[dict], own: list[dict]) -> list[dict]:
