@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 from ..protocol import (
     LatentLM,
+    has_document_sampler,
     has_stepwise,
     has_unknown_word_penalty,
     latent_support,
@@ -52,7 +53,13 @@ from .diagnostics import (
 )
 from .intervals import FLOAT32_EPSILON, DocumentError, proven_rounding
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
-from .seeding import document_generator, sample_block, stage_block
+from .seeding import (
+    document_generator,
+    sample_block,
+    side_by_side_chunks,
+    side_by_side_particles,
+    stage_block,
+)
 from .settings import EstimatorSettings
 from .smc_variance import importance_runs
 
@@ -327,13 +334,60 @@ class ImportanceSampling(Estimator):
         peek = [] if settings.peek else ["a peeking proposal (peek=true)"]
         return smc + sampling_advice(settings) + peek
 
+    def batches_documents(self, model) -> bool:
+        """Side by side where the proposal draws several documents at once (``protocol.DocumentSampler``)."""
+        return has_document_sampler(model)
+
+    def estimate_documents(
+        self, model, documents, *, device="cpu", progress=None, stage=0, diagnostics=False
+    ):
+        """The documents' sample blocks drawn side by side by the proposal (``sample_documents``, in chunks of at
+        most ``side_by_side_particles``), then each document weighted as ``estimate`` weights it: each block's draws
+        are those of its own (seed, block, document) stream, so every number is the one it gets alone."""
+        if not has_document_sampler(model) or len(documents) < 2:
+            return super().estimate_documents(
+                model, documents, device=device, progress=progress, stage=stage, diagnostics=diagnostics
+            )
+        block_size = sample_block(device)
+        lanes = [
+            (d, x, min(block_size, settings.num_samples - start), text, settings, start // block_size)
+            for d, (x, text, settings) in enumerate(documents)
+            for start in range(0, settings.num_samples, block_size)
+        ]
+        drawn: list[dict] = [{} for _ in documents]
+        for chunk in side_by_side_chunks([lane[2] for lane in lanes], side_by_side_particles(device)):
+            part = [lanes[i] for i in chunk]
+            gens = [
+                document_generator(s.seed, t, stage_block(b, stage), device=device)
+                for _, _, _, t, s, b in part
+            ]
+            settings = part[0][4]
+            out = model.proposal.sample_documents(
+                [c[1] for c in part], [c[2] for c in part], settings.temperature, settings.peek, gens
+            )
+            for c, draws in zip(part, out or [None] * len(part)):
+                drawn[c[0]][c[5]] = draws
+        return [
+            self._weighted(model, x, text, settings, device, progress, stage, diagnostics, drawn[d])
+            for d, (x, text, settings) in enumerate(documents)
+        ]
+
     def estimate(
         self, model, x, document, settings, *, device="cpu", progress=None, stage=0, diagnostics=False
     ):
+        return self._weighted(model, x, document, settings, device, progress, stage, diagnostics, None)
+
+    def _weighted(
+        self, model, x, document, settings, device, progress, stage, diagnostics, drawn
+    ) -> ISEstimate:
+        """``estimate`` from the proposal's draws of each block (``drawn``: already drawn, a block's None or all
+        None: drawn here)."""
+        if drawn is not None and any(v is None for v in drawn.values()):
+            drawn = None
         penalty = np.zeros(settings.num_samples) if has_unknown_word_penalty(model) else None
         # log q of every draw, for what the distinct draws cover (a density for a continuous z: not recorded)
         log_q = np.empty(settings.num_samples) if latent_support(model) == "discrete" else None
-        lw = draw_log_weights(model, x, settings, document, device, progress, penalty, stage, log_q)
+        lw = draw_log_weights(model, x, settings, document, device, progress, penalty, stage, log_q, drawn)
         diag = summarize(lw) if diagnostics else None
         draws = (
             None if log_q is None else DistinctDraws.of(lw + log_q, log_q, settings.temperature, x.numel())
@@ -420,21 +474,26 @@ def draw_log_weights(
     unknown_penalty: np.ndarray | None = None,
     stage: int = 0,
     log_q_out: np.ndarray | None = None,
+    drawn: dict | None = None,
 ) -> np.ndarray:
     """The K = ``settings.num_samples`` log importance weights of one document, float64 [K], in
     O(block + batch_size) model memory. ``unknown_penalty`` (float64 [K], optional) is filled with each sample's
     ``model.unknown_word_penalty`` (nats), ``log_q_out`` (float64 [K], optional) with each sample's log q_τ(z_k | x);
-    ``stage`` > 0 draws from fresh random streams."""
+    ``stage`` > 0 draws from fresh random streams; ``drawn``: each sample block's (z, log q) already drawn from its
+    stream (``IS.estimate_documents``: documents drawn side by side), else the proposal draws them here."""
     doc = f"document {document[:60]!r}"
     k_total, block_size = settings.num_samples, sample_block(device)
     chunk = settings.batch_size or block_size
     out = np.empty(k_total, dtype=np.float64)
     for block, start in enumerate(range(0, k_total, block_size)):
         k = min(block_size, k_total - start)
-        gen = document_generator(settings.seed, document, stage_block(block, stage), device=device)
-        z, log_q = model.proposal.sample(
-            x, k, temperature=settings.temperature, peek=settings.peek, generator=gen
-        )
+        if drawn is not None:
+            z, log_q = drawn[block]
+        else:
+            gen = document_generator(settings.seed, document, stage_block(block, stage), device=device)
+            z, log_q = model.proposal.sample(
+                x, k, temperature=settings.temperature, peek=settings.peek, generator=gen
+            )
         if num_particles(z) != k:
             raise ValueError(f"{doc}: proposal returned {num_particles(z)} samples, asked for {k}")
         log_q = _check_log_q(log_q, k, doc)

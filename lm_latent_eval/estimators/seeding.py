@@ -4,6 +4,7 @@ blocks of a fixed number of particles per device."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 
 import torch
 
@@ -70,3 +71,23 @@ def side_by_side_particles(device: torch.device | str = "cpu") -> int:
     True
     """
     return max(SIDE_BY_SIDE_PARTICLES, 4 * sample_block(device))
+
+
+def side_by_side_chunks(sizes: Sequence[int], budget: int) -> list[list[int]]:
+    """The indices of consecutive items of ``sizes`` particles each, cut into chunks of at most ``budget`` particles
+    (an item larger than that alone).
+
+    Examples
+    --------
+    >>> side_by_side_chunks([3, 3, 5, 1, 9], 6)
+    [[0, 1], [2, 3], [4]]
+    """
+    chunks: list[list[int]] = []
+    total = 0
+    for i, n in enumerate(sizes):
+        if not chunks or total + n > budget:
+            chunks.append([])
+            total = 0
+        chunks[-1].append(i)
+        total += n
+    return chunks

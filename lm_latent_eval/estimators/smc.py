@@ -36,7 +36,7 @@ from .base import STOCHASTIC_BOUND, DocumentEstimate, Estimator, sample_sizes, s
 from .intervals import DocumentError
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
 from .resampling import RunLayout, blocks_of_runs, run_sizes, systematic_resample
-from .seeding import document_generator, side_by_side_particles, stage_block
+from .seeding import document_generator, side_by_side_chunks, side_by_side_particles, stage_block
 from .settings import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS, EstimatorSettings
 from .smc_variance import (
     SMCDiagnostics,
@@ -268,18 +268,11 @@ def draw_smc_documents(
             lanes.append(Lane(x, block, generator, f"document {text[:60]!r}"))
             owner.append(d)
     runs: list[list[SMCRun]] = [[] for _ in documents]
-    budget, batch = side_by_side_particles(device), []
-    for i, lane in enumerate([*lanes, None]):
-        if lane is not None and (
-            not batch or sum(sum(lanes[j].sizes) for j in batch) + sum(lane.sizes) <= budget
-        ):
-            batch.append(i)
-            continue
+    for batch in side_by_side_chunks([sum(lane.sizes) for lane in lanes], side_by_side_particles(device)):
         for j, lane_runs in zip(batch, smc_lanes(model, [lanes[j] for j in batch], documents[0][2])):
             runs[owner[j]] += lane_runs
             if progress is not None:
                 progress.update(sum(lanes[j].sizes))
-        batch = [i]
     out = []
     for (_, text, settings), sizes, doc_runs in zip(documents, plans, runs):
         log_weights = np.concatenate([run.log_weights for run in doc_runs])

@@ -37,7 +37,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .base import DocumentEstimate, ResolvedEstimator
-from .seeding import side_by_side_particles
+from .seeding import side_by_side_chunks, side_by_side_particles
 
 # what a forked process estimates with: set in the parent before the pool forks, read (inherited) by the children
 _INHERITED: dict[str, object] = {}
@@ -142,19 +142,15 @@ def chunks(
     >>> [[t for t, _ in c] for c in chunks([("a", run(10)), ("bbb", run(10)), ("cc", run(30))], 25)]
     [['cc'], ['bbb', 'a']]
     """
-    out: list[list] = []
-    size = 0
     side_by_side = bool(jobs) and jobs[0][1].estimator.batches_documents(jobs[0][1].model)
     if longest_first or side_by_side:
         jobs = sorted(jobs, key=lambda job: -job[1].settings.num_samples * max(len(job[0]), 1))
-    for job in jobs:
-        k = job[1].settings.num_samples
-        if not out or size + k > particles or not side_by_side:
-            out.append([])
-            size = 0
-        out[-1].append(job)
-        size += k
-    return out
+    if not side_by_side:
+        return [[job] for job in jobs]
+    return [
+        [jobs[i] for i in c]
+        for c in side_by_side_chunks([j[1].settings.num_samples for j in jobs], particles)
+    ]
 
 
 def _estimate_inherited(

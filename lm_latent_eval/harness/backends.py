@@ -49,6 +49,7 @@ from .conditionals import (
     texts_to_estimate,
     view_estimates,
 )
+from .device_choice import choose_device, default_location
 from .distributed import Processes, ProcessesLM, distributed_state
 from .exchange import Conditional, EstimateExchange
 from .generation import generate
@@ -83,8 +84,11 @@ class LatentLMEval(ModelArgsLM, ProcessesLM):
         join_lm_eval()
         name = type(self).__name__
         self.args = args = parse_backend_args(name, self.MODEL, model_args)
-        self.model_kwargs, self.processes = args.model_kwargs, Processes(args.device)
+        self.device_choice = choose_device(args.device, args.device_asked, default_location(args))
+        self.model_kwargs, self.processes = args.model_kwargs, Processes(self.device_choice.device)
         self._device = self.processes.device
+        if self.device_choice.reason and self.rank == 0:
+            logger.info("%s: %s", name, self.device_choice.reason)
         cores = plan_cores(args.threads, args.workers, self._device, name, self.world_size)
         self.model, self.checkpoint = load_model(
             args.model, args.pretrained, device=self._device, dtype=args.dtype, **args.model_kwargs
@@ -206,7 +210,8 @@ class LatentLMEval(ModelArgsLM, ProcessesLM):
     def get_model_info(self) -> dict:
         """Model identity and estimator settings; lm-eval merges them into ``results["config"]`` (``provenance``)."""
         loaded = (self.model, self.checkpoint, self.checkpoint_sha256)
-        return model_info(self.args, *loaded, self.settings, self.estimator_choice, self._device)
+        info = model_info(self.args, *loaded, self.settings, self.estimator_choice, self._device)
+        return info | {"device_choice": self.device_choice.reason or "as asked or by default"}
 
     def set_cache_hook(self, cache_hook) -> None:
         """lm-eval's ``--use_cache``: refuse a database another model or estimator wrote; keep our estimates in it."""

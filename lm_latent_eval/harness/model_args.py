@@ -268,6 +268,9 @@ class BackendArgs:
     workers: int | None = None
     given_settings: dict = dataclasses.field(default_factory=dict)
     precision: str = DEFAULT_PRECISION
+    # whether ``device`` was asked for (model_args or a --device other than lm-eval's default): else the backend may
+    # run a small checkpoint on the CPU (``device_choice``)
+    device_asked: bool = True
 
 
 def model_name(backend: str, fixed: str | None, given) -> str:
@@ -325,6 +328,7 @@ def parse_backend_args(backend: str, fixed: str | None, given: dict) -> BackendA
         options=options,
         model_kwargs=kwargs,
         device=resolve_device(given.get("device")),
+        device_asked=given.get("device") is not None,
         dtype=parse_dtype(given.get("dtype")),
         results_dir=None if results_dir is None else str(results_dir),
         threads=parse_count("threads", given.get("threads")),
@@ -338,7 +342,7 @@ def with_cli_config(model_args: dict, cli: dict | None) -> dict:
     """model_args with lm-eval's CLI ``--device`` / ``--batch_size`` (always passed) where model_args lack them.
 
     model_args win, with a log line for each clash. lm-eval's own defaults are dropped, since nobody asked for them:
-    ``--device cuda:0`` on a machine without CUDA, and ``--batch_size 1`` always (it would score one particle per
+    ``--device cuda:0`` (the device is then the backend's choice: ``device_choice``), and ``--batch_size 1`` always (it would score one particle per
     ``log_joint`` call, up to 10x slower; our batch is a block of particles, not lm-eval's batch of requests, and
     the numbers never depend on it): the block is then ``auto``. A memory-limited user asks for one particle per
     call in model_args (``batch_size=1``), which lm-eval's CLI cannot tell from its default.
@@ -351,7 +355,9 @@ def with_cli_config(model_args: dict, cli: dict | None) -> dict:
     ({}, {'batch_size': 1})
     """
     cli = {k: v for k, v in (cli or {}).items() if v is not None}
-    if cli.get("device") == LM_EVAL_DEFAULT_DEVICE and not torch.cuda.is_available():
+    if cli.get("device") == LM_EVAL_DEFAULT_DEVICE:
+        # nobody asked for it: CUDA where there is one (``resolve_device``), the CPU for a small checkpoint
+        # (``device_choice``)
         del cli["device"]
     if str(cli.get("batch_size")).strip() == LM_EVAL_DEFAULT_BATCH_SIZE:
         del cli["batch_size"]

@@ -165,6 +165,27 @@ def has_document_batches(model: Any) -> bool:
     return has_stepwise(model) and all(callable(getattr(model, n, None)) for n in DOCUMENT_BATCH_METHODS)
 
 
+def has_document_sampler(model: Any) -> bool:
+    """Whether the model's proposal draws several documents side by side (``DocumentSampler.sample_documents``).
+
+    Parameters
+    ----------
+    model : Any
+        A latent LM.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> from lm_latent_eval.models import load_model
+    >>> has_document_sampler(load_model("kglm")[0]), has_document_sampler(load_model("hmm")[0])
+    (True, False)
+    """
+    return callable(getattr(getattr(model, "proposal", None), "sample_documents", None))
+
+
 def prefix_view(model: Any) -> Any | None:
     """The model whose Σ_z p(x, z) is the probability that a text starts with x (itself, or its ``prefix_model()``:
     ``PrefixModelLM``).

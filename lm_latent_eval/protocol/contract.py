@@ -393,6 +393,52 @@ class DocumentBatchLM(Protocol):
 
 
 @runtime_checkable
+class DocumentSampler(Protocol):
+    """Optional on a proposal: ``sample`` of several documents side by side (``has_document_sampler``), so that
+    importance sampling's draws share their kernel launches; each document's draws are those ``sample`` gives it
+    alone with its generator."""
+
+    def sample_documents(
+        self,
+        xs: Sequence[torch.Tensor],
+        num_samples: Sequence[int],
+        temperature: float = 1.0,
+        peek: bool = True,
+        generators: Sequence[torch.Generator | None] | None = None,
+    ) -> list[tuple[Latents, torch.Tensor]] | None:
+        """Per document (z, log q_τ(z | x)) as ``Proposal.sample`` returns them, or None where the proposal draws
+        these documents one at a time.
+
+        Parameters
+        ----------
+        xs : sequence of torch.Tensor
+            The documents' texts, LongTensor [T_d] each, T_d > 0.
+        num_samples : sequence of int
+            K_d > 0 draws per document.
+        temperature, peek
+            As ``sample``'s.
+        generators : sequence of torch.Generator or None
+            Each document's random stream.
+
+        Returns
+        -------
+        list of (Latents, torch.Tensor) or None
+
+        Examples
+        --------
+        >>> from lm_latent_eval.models import load_model
+        >>> kglm, _ = load_model("kglm")
+        >>> xs = [kglm.tokenize("Barack Obama was born in Hawaii ."), kglm.tokenize("He was president .")]
+        >>> gens = [torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)]
+        >>> (z, log_q), _ = kglm.proposal.sample_documents(xs, [4, 3], generators=gens)
+        >>> alone = kglm.proposal.sample(xs[0], 4, generator=torch.Generator().manual_seed(1))
+        >>> torch.equal(z["entity"], alone[0]["entity"]), torch.equal(log_q, alone[1])
+        (True, True)
+        """
+        ...
+
+
+@runtime_checkable
 class ExactMarginalLM(Protocol):
     """Optional: exact marginalization (``has_exact_marginal``; ``has_tractable_marginal`` where it is declared
     cheap on any text with ``exact_marginal_tractable = True``)."""

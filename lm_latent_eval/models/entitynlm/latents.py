@@ -573,14 +573,20 @@ def draw_step_with(
     u: torch.Tensor,
     every_row: bool,
 ) -> tuple[EntityMemory, tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
-    """``draw_step`` from given uniforms u [K, 3] (columns: type, entity, length). ``every_row``: entity and length
+    """``draw_step`` from given uniforms u [K, 3] (columns: type, entity, length); type_lp [1, 2], or [K, 2] with h,
+    h_next [K, D] where each particle reads its own document's row (documents side by side). ``every_row``: entity and length
     drawn for every particle and kept where a mention starts, with no host synchronisation (an accelerator's step,
     and the static buffers a CUDA graph captures: ``sample_latents_static``); else drawn for the particles starting
     a mention only (the CPU's). Both give the same z and log q."""
     K = u.shape[0]
     decide = memory.prev_length == 1
-    r = torch.where(decide, inverse_cdf(type_lp[0].double().exp(), u[:, 0]), 1)
-    step = torch.where(decide, type_lp[0].index_select(0, r), 0.0).double()
+    if type_lp.shape[0] == 1:
+        r = torch.where(decide, inverse_cdf(type_lp[0].double().exp(), u[:, 0]), 1)
+        step = torch.where(decide, type_lp[0].index_select(0, r), 0.0).double()
+    else:
+        # each particle's own row [K, 2] (documents side by side): the same numbers row by row
+        r = torch.where(decide, inverse_cdf(type_lp.double().exp(), u[:, 0]), 1)
+        step = torch.where(decide, type_lp.gather(1, r.unsqueeze(1)).squeeze(1), 0.0).double()
     # the particles starting a mention
     mention = r == 1
     if every_row:

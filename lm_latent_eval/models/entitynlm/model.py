@@ -38,7 +38,15 @@ from .latents import (
     without_autograd,
 )
 from .proposal import EntityNLMProposal
-from .stepwise import EntityNLMParticles, init_particles, particle_latents, reorder_particles, step_particles
+from .stepwise import (
+    EntityNLMParticles,
+    init_documents,
+    init_particles,
+    particle_latents,
+    reorder_particles,
+    step_documents,
+    step_particles,
+)
 
 UNK, BOS = "@@UNKNOWN@@", "@@START@@"
 # logits computed per block of the word softmax (rows × vocabulary), bounding memory
@@ -287,6 +295,16 @@ class EntityNLM(
         """z_t ~ q_τ(z_t | x, z_<t) for every particle (t = 0..T−1 in order; consumes ``state``):
         (state, log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t), float64 [K])."""
         return step_particles(self, state, t, generator)
+
+    def smc_init_documents(self, xs, num_particles, temperature: float = 1.0, peek: bool = True):
+        """The particles of several documents side by side, one row per particle (``protocol.DocumentBatchLM``;
+        ``stepwise.init_documents``), or None on the CPU, where each document keeps one row per distinct history."""
+        self.check_documents(xs, num_particles, temperature)
+        return init_documents(self, [self._check_x(x) for x in xs], num_particles, temperature, peek)
+
+    def smc_step_documents(self, state, t: int, generators):
+        """Step t of every document with t < T_d, each from its own generator (``stepwise.step_documents``)."""
+        return step_documents(self, state, t, generators)
 
     def smc_reorder(self, state: EntityNLMParticles, ancestors: torch.Tensor) -> EntityNLMParticles:
         """Particle k takes the full history of particle ancestors[k] (LongTensor [K])."""

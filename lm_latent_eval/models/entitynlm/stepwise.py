@@ -23,13 +23,14 @@ rows would synchronise with the host, every particle keeps its own row and nothi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import torch
 
 from ...tensors import first_of_each, inverse_cdf, selects_rows
-from .latents import LATENT_KEYS, EntityMemory, draw_step, mention_context, score_step
+from ..side_by_side import document_rows, lane_uniforms
+from .latents import LATENT_KEYS, EntityMemory, draw_step, draw_step_with, mention_context, score_step
 
 
 class TokenInputs(NamedTuple):
@@ -134,6 +135,14 @@ def _step(model, state: EntityNLMParticles, t: int, generator) -> tuple[EntityNL
     q_memory, (r, e, ell), log_q = draw_step(
         heads_q, state.q_memory, now.q_type, now.q_label, now.q_update, t, state.temperature, generator
     )
+    return _scored(model, state, now, t, q_memory, (r, e, ell), log_q)
+
+
+def _scored(
+    model, state, now: TokenInputs, t: int, q_memory, z_t, log_q
+) -> tuple[EntityNLMParticles, torch.Tensor]:
+    """p's score of the z_t = (R_t, E_t, L_t) [K] that q drew (every row), the state after token t, log w_t."""
+    r, e, ell = z_t
     # z_t from q is on p's support
     p_memory, log_p, entity_emb = score_step(
         model.heads, state.p_memory, now.p_type, now.p_label, now.p_update, t, r, e, ell
@@ -261,3 +270,72 @@ def particle_latents(state: EntityNLMParticles) -> dict:
         else torch.zeros(len(LATENT_KEYS), K, 0, dtype=torch.long, device=state.context.device)
     )
     return {k: latents[i].clone() for i, k in enumerate(LATENT_KEYS)}
+
+
+@dataclass
+class EntityNLMDocumentBatch(EntityNLMParticles):
+    """The particles of several documents side by side (``protocol.DocumentBatchLM``), one row per particle (the
+    accelerator's layout): document d's K_d particles are the d-th segment; ``stacked`` holds every document's
+    per-token inputs, positions after positions ([Σ T_d, ...] each), read by each particle at its own row."""
+
+    stacked: TokenInputs | None = None
+    sizes: list[int] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    # [Σ K_d] each particle's document's first and last row of ``stacked``
+    first: torch.Tensor | None = None
+    last: torch.Tensor | None = None
+
+
+@torch.inference_mode()
+def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> EntityNLMDocumentBatch | None:
+    """``init_particles`` of every document with one row per particle, their per-token inputs stacked; None on the
+    CPU, whose steps keep one row per distinct history of a document (fewer rows than particles: documents run one
+    at a time there)."""
+    device = xs[0].device
+    if selects_rows(device):
+        return None
+    alone = [init_particles(model, x, k, temperature, peek) for x, k in zip(xs, num_particles)]
+    stacked = TokenInputs(
+        *(
+            torch.cat([v for a in alone for v in (getattr(i, f) for i in a.inputs)])
+            for f in TokenInputs._fields
+        )
+    )
+    lengths = [int(x.numel()) for x in xs]
+    K = sum(num_particles)
+    first, last = document_rows(num_particles, lengths, device)
+    return EntityNLMDocumentBatch(
+        x=torch.cat(xs),
+        temperature=float(temperature),
+        peek=bool(peek),
+        inputs=[],
+        p_memory=model.heads.initial_memory(K, device),
+        q_memory=alone[0].q_memory.select(torch.zeros(K, dtype=torch.long, device=device)),
+        context=alone[0].context.new_zeros(K, alone[0].context.shape[-1]),
+        history=None,
+        stacked=stacked,
+        sizes=list(num_particles),
+        lengths=lengths,
+        first=first,
+        last=last,
+    )
+
+
+def step_documents(
+    model, state: EntityNLMDocumentBatch, t: int, generators
+) -> tuple[EntityNLMDocumentBatch, torch.Tensor]:
+    """Step t of every document with t < T_d, each particle reading its document's inputs at token t and drawing
+    with the ``torch.rand(K_d, 3)`` of its document's generator (a document that has ended draws nothing)."""
+    if t != state.t:
+        raise ValueError(f"smc_step_documents: expected step {state.t}, got t = {t}")
+    with torch.inference_mode():
+        device = state.context.device
+        u = lane_uniforms(state.sizes, state.lengths, generators, t, 3, device)
+        positions = torch.minimum(state.first + t, state.last)
+        now = TokenInputs(*(v.index_select(0, positions) for v in state.stacked))
+        heads_q = model.proposal.heads if state.peek else model.proposal.nopeek_heads
+        q_memory, z_t, log_q = draw_step_with(
+            heads_q, state.q_memory, now.q_type, now.q_label, now.q_update, t, state.temperature, u, True
+        )
+        state, log_w = _scored(model, state, now, t, q_memory, z_t, log_q)
+    return state, log_w.clone()

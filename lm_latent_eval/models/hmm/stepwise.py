@@ -23,6 +23,7 @@ import torch
 
 from ...tensors import inverse_cdf
 from ...tensors import tempered_draw as _draw
+from ..side_by_side import document_rows, lane_uniforms
 
 
 @dataclass
@@ -139,11 +140,8 @@ def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> 
     alone = [init_particles(model, x, 1, temperature, peek) for x in xs]
     lengths = [int(x.numel()) for x in xs]
     device = alone[0].x.device
-    offsets = torch.tensor([0, *lengths[:-1]], device=device).cumsum(0)
-    repeats = torch.tensor(list(num_particles), device=device)
-    first = offsets.repeat_interleave(repeats)
-    last = (offsets + torch.tensor(lengths, device=device) - 1).repeat_interleave(repeats)
-    z = torch.zeros(int(repeats.sum()), max(lengths), dtype=torch.long, device=device)
+    first, last = document_rows(num_particles, lengths, device)
+    z = torch.zeros(sum(num_particles), max(lengths), dtype=torch.long, device=device)
     a = alone[0]
     return HMMDocumentBatch(
         list(num_particles), lengths, z, 0, float(temperature), a.log_p, a.q_first, a.q_trans,
@@ -160,14 +158,7 @@ def step_documents(state: HMMDocumentBatch, t: int, generators) -> tuple[HMMDocu
         raise ValueError(f"smc_step_documents: expected step {state.t}, got t = {t}")
     log_pi, log_A, log_B = state.log_p
     dtype, device = state.q_emit.dtype, state.q_emit.device
-    u = torch.cat(
-        [
-            torch.rand(k, generator=g, dtype=dtype, device=device)
-            if t < n
-            else torch.zeros(k, dtype=dtype, device=device)
-            for k, n, g in zip(state.sizes, state.lengths, generators)
-        ]
-    )
+    u = lane_uniforms(state.sizes, state.lengths, generators, t, 1, device)[:, 0].to(dtype)
     row = torch.minimum(state.first + t, state.last)
     x_t = state.x[row]
     if t == 0:

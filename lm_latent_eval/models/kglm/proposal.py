@@ -25,7 +25,7 @@ import math
 import torch
 from torch import nn
 
-from ...protocol import CheckedProposal
+from ...protocol import CheckedProposal, check_proposal_args
 from ..cuda_graphs import DEFAULT_CUDA_GRAPHS, TokenLoop, copy_fields, graphs_in_effect
 from ..encoder_cache import DocumentCache
 from ..memory import DEFAULT_MEMORY_BUDGET
@@ -46,7 +46,7 @@ from .latents import (
     latent_log_prob,
     segment_logsumexp,
 )
-from .stepwise import WindowState, sample_step
+from .stepwise import WindowState, sample_documents, sample_step
 
 # the original KGLM's
 ORIGINAL_DROPOUTS = AWDLSTMDropouts(dropout=0.4, dropouti=0.65, dropoute=0.1, wdrop=0.5)
@@ -253,6 +253,18 @@ class KGLMProposal(CheckedProposal, nn.Module):
             state = state.advance(self.tables, typ, ent, par)
         z["relation"] = canonical_relation(self.tables, z["parent"], z["entity"])
         return z, log_q
+
+    def sample_documents(self, xs, num_samples, temperature: float = 1.0, peek: bool = True, generators=None):
+        """``sample`` of several documents side by side (``protocol.DocumentSampler``; ``stepwise.sample_documents``):
+        per document (z, log q_τ(z | x)), each what ``sample`` draws alone with its generator; None where the
+        documents' tables would not be read by position (a large graph). Arguments checked as ``sample`` checks
+        them."""
+        for x, k in zip(xs, num_samples, strict=True):
+            check_proposal_args(x, k, temperature)
+        device = self.token_embedding.weight.device
+        return sample_documents(
+            self, [x.to(device) for x in xs], list(num_samples), temperature, peek, generators
+        )
 
     @staticmethod
     def _empty_latents(K: int, T: int, device) -> dict:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from ...tensors import inverse_cdf, selects_rows
+from ..side_by_side import document_rows, lane_uniforms
 from .latents import (
     CONTINUING,
     NEW,
@@ -159,10 +160,17 @@ class StepDraw:
     related: RelatedDraw | None
 
 
-def sample_step(tabs: HeadTables, state: WindowState, t: int | torch.Tensor, u: torch.Tensor):
+def sample_step(
+    tabs: HeadTables,
+    state: WindowState,
+    t: int | torch.Tensor,
+    u: torch.Tensor,
+    positions: torch.Tensor | None = None,
+):
     """z_t ~ q_τ(z_t | x, z_<t) for K particles from uniforms u [K, 4]: (type, entity, parent [K], log q_τ(z_t) [K]).
-    t: an int, or a one-element LongTensor (the position buffer of a CUDA graph; the same numbers)."""
-    d = draw_step(tabs, state, t, u)
+    t: an int, or a one-element LongTensor (the position buffer of a CUDA graph; the same numbers); ``positions``
+    [K]: each particle's row of stacked tables (documents side by side, ``draw_step``)."""
+    d = draw_step(tabs, state, t, u, positions)
     return d.typ, d.ent, d.par, d.log_q
 
 
@@ -489,8 +497,7 @@ def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> 
     lengths = [int(x.numel()) for x in xs]
     device = alone[0].x.device
     K = sum(num_particles)
-    offsets = torch.tensor([0, *lengths[:-1]], device=device).cumsum(0)
-    repeats = torch.tensor(list(num_particles), device=device)
+    first, last = document_rows(num_particles, lengths, device)
     z = {
         k: torch.full((K, max(lengths)), v, dtype=torch.long, device=device)
         for k, v in (("mention_type", NONE), ("entity", -1), ("parent", -1))
@@ -506,8 +513,8 @@ def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> 
         z,
         list(num_particles),
         lengths,
-        offsets.repeat_interleave(repeats),
-        (offsets + torch.tensor(lengths, device=device) - 1).repeat_interleave(repeats),
+        first,
+        last,
     )
 
 
@@ -518,13 +525,7 @@ def step_documents(
     """``step_particles`` of every document with t < T_d, each drawing its ``torch.rand(K_d, 4)`` from its own
     generator (a document that has ended draws nothing: its particles read its last row and their increments are
     ignored)."""
-    device = state.x.device
-    u = torch.zeros(sum(state.sizes), 4, dtype=torch.float64, device=device)
-    start = 0
-    for k, n, g in zip(state.sizes, state.lengths, generators):
-        if t < n:
-            torch.rand(k, 4, generator=g, dtype=torch.float64, device=device, out=u[start : start + k])
-        start += k
+    u = lane_uniforms(state.sizes, state.lengths, generators, t, 4, state.x.device)
     positions = torch.minimum(state.first + t, state.last)
     draw = draw_step(state.q, state.window, t, u, positions)
     log_prior = drawn_log_prob(state.p, draw, t, positions)
@@ -536,3 +537,33 @@ def step_documents(
         draw.par,
     )
     return state, log_prior + log_word - draw.log_q
+
+
+@torch.no_grad()
+def sample_documents(proposal, xs, num_samples, temperature: float, peek: bool, generators) -> list | None:
+    """``KGLMProposal.sample`` of several documents side by side: per document (z, log q_τ(z | x)), the draws and
+    float64 sums of ``sample`` alone with its generator (the same uniforms, read from each document's rows of the
+    stacked tables); None where a document's new-entity table is not built (a large graph)."""
+    tabs_list = [proposal.head_tables(x, temperature, peek) for x in xs]
+    if any(t.any_new and t.new_entity_lp is None for t in tabs_list):
+        return None
+    tabs, device = stack_tables(tabs_list), xs[0].device
+    lengths, K = [int(x.numel()) for x in xs], sum(num_samples)
+    first, last = document_rows(num_samples, lengths, device)
+    z = proposal._empty_latents(K, max(lengths), device)
+    log_q = torch.zeros(K, dtype=torch.float64, device=device)
+    state = WindowState.empty(K, proposal.cutoff, device)
+    length = last - first + 1
+    for t in range(max(lengths)):
+        u = lane_uniforms(num_samples, lengths, generators, t, 4, device)
+        typ, ent, par, lq = sample_step(tabs, state, t, u, torch.minimum(first + t, last))
+        log_q += torch.where(length > t, lq, 0.0)
+        z["mention_type"][:, t], z["entity"][:, t], z["parent"][:, t] = typ, ent, par
+        state = state.advance(proposal.tables, typ, ent, par)
+    out, start = [], 0
+    for k, n in zip(num_samples, lengths):
+        part = {key: v[start : start + k, :n].clone() for key, v in z.items() if key != "relation"}
+        part["relation"] = canonical_relation(proposal.tables, part["parent"], part["entity"])
+        out.append((part, log_q[start : start + k].clone()))
+        start += k
+    return out

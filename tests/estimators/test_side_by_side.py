@@ -1,0 +1,142 @@
+"""Documents advanced side by side in one particle filter (``protocol.DocumentBatchLM``, ``smc.smc_lanes``): a
+document's SMC estimate does not depend on which documents share its steps, its length, its sample size or how the
+documents are chunked (bit for bit on the HMM and the KGLM; to float32 rounding on EntityNLM's one-row-per-particle
+layout, whose products run on a batch of other rows)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lm_latent_eval import tensors
+from lm_latent_eval.estimators import EstimatorSettings, importance, smc
+from lm_latent_eval.estimators.adaptive import estimate_corpus
+from lm_latent_eval.estimators.registry import resolve
+from lm_latent_eval.estimators.smc import Lane, smc_lanes
+from lm_latent_eval.models import load_model
+from lm_latent_eval.paths import DATA_DIR
+from lm_latent_eval.protocol import has_document_batches
+from lm_latent_eval.reports.sweep import read_documents
+
+CORPORA = {"kglm": "linked_tiny/test.jsonl", "entitynlm": "coref_tiny/test.jsonl"}
+
+
+@pytest.fixture(scope="module")
+def kglm():
+    return load_model("kglm")[0]
+
+
+def alone(run, texts, sizes):
+    return {t: run.sized(k).estimate(t) for t, k in zip(texts, sizes)}
+
+
+def assert_same(together: dict, separately: dict, atol: float = 0.0) -> None:
+    for text, e in separately.items():
+        got = together[text]
+        assert got.num_samples == e.num_samples and got.diagnostics.run_sizes == e.diagnostics.run_sizes
+        if atol == 0.0:
+            assert np.array_equal(got.log_weights, e.log_weights), text[:40]
+            assert got.diagnostics.ess_min == e.diagnostics.ess_min
+        else:
+            np.testing.assert_allclose(got.log_weights, e.log_weights, rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("budget", [40, 700, 1 << 20])
+def test_hmm_documents_side_by_side_equal_each_alone(bundled_hmm, bundled_test_texts, monkeypatch, budget):
+    """Chunks of 1, a few and all documents, each document with its own K (one above the sample block: several
+    lanes of one document), give every document the weights and diagnostics it gets alone, bit for bit."""
+    texts = bundled_test_texts[:9]
+    sizes = [40, 64, 1500, 40, 97, 40, 64, 40, 200]
+    run = resolve(EstimatorSettings("smc", 40, seed=3, target_se=None), bundled_hmm)
+    assert has_document_batches(bundled_hmm) and run.estimator.batches_documents(bundled_hmm)
+    monkeypatch.setattr(smc, "side_by_side_particles", lambda device="cpu": budget)
+    together = dict(zip(texts, run.estimate_documents(texts, sizes)))
+    assert_same(together, alone(run, texts, sizes))
+
+
+def test_kglm_corpus_side_by_side_equals_each_document_alone(kglm):
+    """The bundled KGLM's test documents (lengths 20 to 140 tokens) through ``estimate_corpus``, which hands them
+    to one step as chunks of similar length, against each alone: bit for bit, peeking and not, τ = 1 and 2."""
+    texts = list(dict.fromkeys(read_documents(DATA_DIR / CORPORA["kglm"])))[:10]
+    for peek, tau in ((True, 1.0), (False, 2.0)):
+        run = resolve(EstimatorSettings("smc", 300, temperature=tau, peek=peek, seed=7, target_se=None), kglm)
+        assert_same(estimate_corpus(run, texts, progress=False), alone(run, texts, [300] * len(texts)))
+
+
+def test_kglm_side_by_side_on_the_accelerator_paths(kglm, monkeypatch):
+    """With the accelerator's code paths (every particle through the parent and edge heads, masked), the same."""
+    monkeypatch.setattr(tensors, "SELECT_ROWS_ON", ())
+    texts = list(dict.fromkeys(read_documents(DATA_DIR / CORPORA["kglm"])))[:6]
+    run = resolve(EstimatorSettings("smc", 200, seed=2, target_se=None), kglm)
+    assert_same(estimate_corpus(run, texts, progress=False), alone(run, texts, [200] * len(texts)))
+
+
+def test_entitynlm_side_by_side_on_the_accelerator_layout(monkeypatch):
+    """EntityNLM batches documents in its one-row-per-particle layout (an accelerator's): each document's weights
+    equal its own to float32 rounding (its heads' products run on other rows beside it); on the CPU's
+    distinct-history layout it runs documents one at a time (``smc_init_documents`` declines)."""
+    model = load_model("entitynlm")[0]
+    texts = list(dict.fromkeys(read_documents(DATA_DIR / CORPORA["entitynlm"])))[:5]
+    xs = [model.tokenize(t) for t in texts]
+    assert model.smc_init_documents(xs, [8] * len(xs)) is None
+    monkeypatch.setattr(tensors, "SELECT_ROWS_ON", ())
+    assert model.smc_init_documents(xs, [8] * len(xs)) is not None
+    run = resolve(EstimatorSettings("smc", 200, seed=4, target_se=None), model)
+    assert_same(estimate_corpus(run, texts, progress=False), alone(run, texts, [200] * len(texts)), atol=1e-4)
+
+
+def test_a_model_that_declines_runs_its_documents_one_at_a_time(bundled_hmm, bundled_test_texts, monkeypatch):
+    """``smc_init_documents`` returning None: every lane alone, the same runs."""
+    texts = bundled_test_texts[:3]
+    lanes = [
+        Lane(bundled_hmm.tokenize(t), [16, 16], torch.Generator().manual_seed(i), t)
+        for i, t in enumerate(texts)
+    ]
+    settings = EstimatorSettings("smc", 32)
+    together = smc_lanes(bundled_hmm, lanes, settings)
+    for lane in lanes:
+        lane.generator.manual_seed(texts.index(lane.doc))
+    monkeypatch.setattr(type(bundled_hmm), "smc_init_documents", lambda self, *a, **k: None)
+    declined = smc_lanes(bundled_hmm, lanes, settings)
+    assert [[r.log_likelihood for r in runs] for runs in together] == [
+        [r.log_likelihood for r in runs] for runs in declined
+    ]
+
+
+def test_documents_side_by_side_check_their_arguments(bundled_hmm):
+    """One K per document; each K and τ checked as ``smc_init`` checks them."""
+    xs = [bundled_hmm.tokenize("the cat sat"), bundled_hmm.tokenize("a dog")]
+    with pytest.raises(ValueError, match="2 documents but 1 particle counts"):
+        bundled_hmm.smc_init_documents(xs, [4])
+    with pytest.raises(Exception, match="num_samples|particles|K"):
+        bundled_hmm.smc_init_documents(xs, [4, 0])
+
+
+@pytest.mark.parametrize("peek", [True, False])
+def test_kglm_importance_sampling_draws_documents_side_by_side(kglm, monkeypatch, peek):
+    """IS on the KGLM: the proposal draws a chunk's sample blocks side by side (``sample_documents``), several
+    blocks per document among them; every document's log weights, unknown-word penalties and distinct draws equal
+    its own alone, bit for bit."""
+    monkeypatch.setattr(importance, "side_by_side_particles", lambda device="cpu": 2500)
+    texts = list(dict.fromkeys(read_documents(DATA_DIR / CORPORA["kglm"])))[:6]
+    sizes = [300, 1100, 300, 2100, 64, 300]
+    run = resolve(EstimatorSettings("is", 300, peek=peek, seed=5, target_se=None), kglm)
+    assert run.estimator.batches_documents(kglm)
+    together = dict(zip(texts, run.estimate_documents(texts, sizes)))
+    for text, e in alone(run, texts, sizes).items():
+        got = together[text]
+        assert np.array_equal(got.log_weights, e.log_weights), text[:40]
+        assert (got.unk_penalty is None and e.unk_penalty is None) or np.array_equal(
+            got.unk_penalty, e.unk_penalty
+        )
+        assert got.distinct_draws == e.distinct_draws
+
+
+def test_importance_sampling_falls_back_where_the_proposal_declines(kglm, monkeypatch):
+    texts = list(dict.fromkeys(read_documents(DATA_DIR / CORPORA["kglm"])))[:3]
+    run = resolve(EstimatorSettings("is", 50, seed=6, target_se=None), kglm)
+    expected = alone(run, texts, [50] * 3)
+    monkeypatch.setattr(type(kglm.proposal), "sample_documents", lambda self, *a, **k: None)
+    for text, e in zip(texts, run.estimate_documents(texts)):
+        assert np.array_equal(e.log_weights, expected[text].log_weights)
