@@ -152,3 +152,34 @@ def check_text(x: torch.Tensor) -> None:
         raise ValueError(f"x must be a 1-d LongTensor [T], got {type(x).__name__}")
     if x.dim() != 1:
         raise ValueError(f"x must be a 1-d LongTensor [T], got shape {tuple(x.shape)}")
+
+
+def check_fits_memory(name: str, value: int, needed: int, available: int | None, what: str) -> None:
+    """Refuse a setting whose work would not fit the memory left (``needed`` bytes, ``available`` bytes; None:
+    unknown, nothing refused), in one line naming the setting, the memory it needs and the largest value that fits.
+
+    Parameters
+    ----------
+    name, value : str, int
+        The setting and its value (a count that the memory grows with linearly, as K).
+    needed, available : int
+        Bytes the work needs at ``value``, and bytes left on its device.
+    what : str
+        What the bytes hold (the error names it).
+
+    Examples
+    --------
+    >>> check_fits_memory("num_samples", 100, 3200, 2**30, "weights")
+    >>> check_fits_memory("num_samples", 10**9, 32 * 10**9, 8 * 2**30, "the log weights (32 bytes a sample)")
+    Traceback (most recent call last):
+    ...
+    lm_latent_eval.errors.InputError: num_samples=1000000000 needs 29.8 GiB for the log weights (32 bytes a sample), more than the 8.0 GiB of memory left; use a smaller num_samples (at most about 270,000,000 fit; a precision target, target_se=, adds samples only where a document needs them)
+    """
+    if available is None or needed <= available:
+        return
+    fits = max(1, int(float(f"{value * available / needed:.2g}")))  # two significant digits, rounded
+    raise InputError(
+        f"{name}={value} needs {needed / 2**30:.1f} GiB for {what}, more than the {available / 2**30:.1f} GiB of "
+        f"memory left; use a smaller {name} (at most about {fits:,} fit; a precision target, target_se=, adds "
+        "samples only where a document needs them)"
+    )

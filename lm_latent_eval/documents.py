@@ -55,6 +55,13 @@ def text_lines(path: str | Path):
                 ) from None
 
 
+def read_text(path: str | Path) -> str:
+    """The whole of the UTF-8 text file ``path``, read through ``text_lines`` (a missing file, a folder or a line that
+    is not UTF-8 is one error naming the file and line), for readers that parse a file as a whole (trees spanning
+    lines)."""
+    return "".join(line for _, line in text_lines(path))
+
+
 def read_texts(path: str | Path, tokens_field: bool = False) -> list[str]:
     """The documents of ``path``: ``.jsonl`` → the ``text`` of every non-blank line (``tokens_field``: a Linked
     WikiText-2 ``tokens`` list also counts), any other file → every non-blank line. InputError naming the file and

@@ -120,3 +120,47 @@ def pad_rows(rows: Sequence[Sequence[int]], pad: int = -1) -> torch.Tensor:
     for k, row in enumerate(rows):
         out[k, : len(row)] = torch.tensor(row, dtype=torch.long)
     return out
+
+
+def _meminfo_available() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _cgroup_available() -> int | None:
+    """What the process's cgroup (v2) still allows: memory.max − memory.current; None without a limit."""
+    try:
+        with open("/sys/fs/cgroup/memory.max", encoding="ascii") as fh:
+            limit = fh.read().strip()
+        if limit == "max":
+            return None
+        with open("/sys/fs/cgroup/memory.current", encoding="ascii") as fh:
+            return max(0, int(limit) - int(fh.read().strip()))
+    except (OSError, ValueError):
+        return None
+
+
+def available_memory(device: torch.device | str = "cpu") -> int | None:
+    """Bytes that can still be allocated on ``device``: an accelerator's free memory, or the host's available
+    memory (``/proc/meminfo``'s MemAvailable, within the cgroup's limit where one is set); None where unknown.
+
+    Examples
+    --------
+    >>> available = available_memory("cpu")
+    >>> available is None or available > 0
+    True
+    """
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.is_available():
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    if device.type != "cpu":
+        return None
+    known = [b for b in (_meminfo_available(), _cgroup_available()) if b is not None]
+    return min(known) if known else None

@@ -202,6 +202,41 @@ def test_every_task_loader_refuses_a_missing_file_as_a_user_error(loader, argume
     assert "\n" not in str(caught.value)
 
 
+NOT_UTF8 = b"\xff\xfe not utf-8\n"
+
+
+@pytest.mark.parametrize(
+    ("loader", "argument", "first_line"),
+    [
+        ("lm_latent_eval.harness.perplexity_task:load_corpus", "data_file", b'{"text": "a b"}\n'),
+        ("lm_latent_eval.models.rnng.treebank:load_ptb", "data_file", b"(S (NP the cat) (VP sat))\n"),
+        ("lm_latent_eval.models.rnng.treebank:read_sentences", "path", b"the cat sat\n"),
+        ("lm_latent_eval.models.entitynlm.conll:load_conll2012", "data_file", b"\n"),
+        ("lm_latent_eval.models.kglm.linked_wikitext:load_linked_wikitext2", "data_dir", b"\n"),
+        ("lm_latent_eval.models.lda.corpus:load_pydoc_topics", "data_file", b"a b\n"),
+        ("lm_latent_eval.reports.sweep.compute:read_documents", "path", b"(S (NP the cat) (VP sat))\n"),
+    ],
+)
+def test_every_data_loader_names_the_file_and_line_that_is_not_utf8(loader, argument, first_line, tmp_path):
+    """Issue 43, item 8: the task loaders that read a file themselves (treebanks, CoNLL-2012, Linked WikiText-2, the
+    sweep's documents) gave a UnicodeDecodeError traceback naming no file or line; every one reads through
+    ``documents.text_lines`` now."""
+    import importlib
+
+    module, name = loader.split(":")
+    bad = tmp_path / ("test.jsonl" if "load_corpus" in loader or "conll" in loader else "test.txt")
+    if argument == "data_dir":
+        for split in ("train", "valid", "test"):
+            (tmp_path / f"{split}.jsonl").write_bytes(first_line + NOT_UTF8)
+        bad, value = tmp_path / "valid.jsonl", tmp_path
+    else:
+        bad.write_bytes(first_line + NOT_UTF8)
+        value = bad
+    with pytest.raises(InputError) as caught:
+        getattr(importlib.import_module(module), name)(**{argument: str(value)})
+    assert str(caught.value) == f"{bad}:2: not UTF-8 text (byte 0xff at column 1); save the file as UTF-8"
+
+
 def _leaf_parsers(parser: argparse.ArgumentParser):
     """``parser``, or each of its sub-parsers where it has some (``train <model>``)."""
     subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
@@ -354,3 +389,30 @@ def test_results_dir_on_a_file_and_an_unknown_lda_format_are_one_line(tmp_path):
     assert "name a folder you can write" in message
     with pytest.raises(UserError, match=r"lda_format must be auto or one of \(.*\), got 'foo'"):
         load_model("lda", lda_format="foo")
+
+
+@pytest.mark.parametrize("backend", ["LatentHMMEval", "LatentKGLMEval"])
+def test_a_num_samples_that_cannot_fit_memory_is_one_line_before_any_work(backend, monkeypatch):
+    """Issue 43, item 8: ``num_samples=1000000000`` was a 7.45 GiB allocation error (a traceback) at the first
+    document under an 8 GB cap; it is refused when the backend is built, naming the setting, the memory it needs and
+    what fits, from what a run holds at least (K log weights; KGLM's memory_plan for its sampler). A reasonable K
+    (10,000, or 10⁶ on the HMM) is never refused."""
+    from lm_latent_eval.estimators import registry
+    from lm_latent_eval.harness import backends
+
+    monkeypatch.setattr(registry, "available_memory", lambda device: 8 * 2**30)  # as under an 8 GB cap
+    cls = getattr(backends, backend)
+    with pytest.raises(UserError) as caught:
+        cls(estimator="is", num_samples=1_000_000_000, device="cpu")
+    message = str(caught.value)
+    assert (
+        "\n" not in message
+        and "num_samples=1000000000 needs 29.8 GiB for a document's log weights" in message
+    )
+    assert (
+        "more than the 8.0 GiB of memory left; use a smaller num_samples (at most about 270,000,000 fit"
+        in message
+    )
+    cls(estimator="is", num_samples=10_000, device="cpu")
+    if backend == "LatentHMMEval":
+        cls(estimator="smc", num_samples=1_000_000, device="cpu")

@@ -210,10 +210,25 @@ def estimate_corpus(
     unique = list(dict.fromkeys(texts))
     with DocumentWorkers(estimator.model, device, workers) as pool:
         stage = functools.partial(_stage, pool, store, progress)
-        current = stage([(t, estimator) for t in unique], 0, f"{estimator.settings.estimator} log p(x)")
+        first = f"{estimator.settings.estimator} log p(x)"
+        if targets_precision(estimator.settings):
+            first = f"precision target, {stage_label(0)}: {first}"
+        current = stage([(t, estimator) for t in unique], 0, first)
         if not targets_precision(estimator.settings):
             return current
         return _later_stages(current, estimator, stage, all_reduce)
+
+
+def stage_label(number: int) -> str:
+    """How a stage is named wherever a run shows it (progress bars, the results store's summary line): counted from 1,
+    ``number`` (the random streams' stage index) from 0.
+
+    Examples
+    --------
+    >>> stage_label(0), stage_label(2)
+    ('stage 1', 'stage 3')
+    """
+    return f"stage {number + 1}"
 
 
 def _stage(
@@ -249,7 +264,7 @@ def _later_stages(current: dict, estimator: ResolvedEstimator, stage: Callable, 
         grow = [t for t in unique if wanted[t] > current[t].num_samples]
         last = not all_reduce([float(len(grow))])[0] or number == policy.max_stages - 1
         what = f"{len(grow)} documents need more samples" if grow else "the same sizes afresh"
-        desc = f"precision target, stage {number}{' (last)' * last}: {what}"
+        desc = f"precision target, {stage_label(number)}{' (last)' * last}: {what}"
         current = stage([(t, estimator.sized(wanted[t])) for t in unique], number, desc)
         for t in unique:
             stages[t].append(current[t].log_likelihood)

@@ -13,8 +13,10 @@ from typing import Any
 
 import torch
 
+from ..checks import check_fits_memory
 from ..errors import InputError, UnsupportedError
 from ..protocol import check_tempering
+from ..tensors import available_memory
 from .base import DocumentEstimate, Estimator, ResolvedEstimator
 from .beam import BEAM
 from .canonical import CANONICAL
@@ -87,7 +89,51 @@ def resolve(settings: EstimatorSettings, model: Any) -> ResolvedEstimator:
     estimator.check(settings)
     if estimator.draws_samples:
         check_tempering(model.proposal, settings.temperature)
+        check_sample_memory(settings.num_samples, model)
     return ResolvedEstimator(estimator, settings, model, why)
+
+
+# bytes each of K samples of a document holds until its estimate is made, however it is drawn: its log weight and
+# log q, and the diagnostics' sorted copy and normalized weights (float64 [K] each, on the host)
+SAMPLE_BYTES = 4 * 8
+
+
+def _device_of(model: Any) -> torch.device:
+    parameter = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+    return parameter.device if parameter is not None else torch.device("cpu")
+
+
+def check_sample_memory(num_samples: int, model: Any) -> None:
+    """Refuse, before any work, a K whose samples would not fit the memory left: one line naming ``num_samples``, the
+    memory it needs and the largest K that fits (``checks.check_fits_memory``), instead of an allocation error.
+
+    What is counted is what a run holds at least: the K log weights of a document on the host (``SAMPLE_BYTES`` a
+    sample), and, where the model offers a ``memory_plan`` (KGLM), its sampler's temporaries for the particles one
+    sample block advances together (IS and SMC both draw K in blocks of ``sample_block`` particles).
+
+    Examples
+    --------
+    >>> from lm_latent_eval.models import load_model
+    >>> hmm, _ = load_model("hmm")
+    >>> check_sample_memory(10_000, hmm)
+    >>> check_sample_memory(10**15, hmm)
+    Traceback (most recent call last):
+    ...
+    lm_latent_eval.errors.InputError: num_samples=1000000000000000 needs ... GiB for ..., more than the ...
+    """
+    device = _device_of(model)
+    host = num_samples * SAMPLE_BYTES
+    what = f"a document's log weights ({SAMPLE_BYTES} bytes a sample)"
+    plan = getattr(model, "memory_plan", None)
+    if callable(plan):
+        block = min(num_samples, sample_block(device))
+        sampler = sum(t.nbytes for t in plan(1, block).temporaries if t.name.startswith("sampler"))
+        if device.type == "cpu":
+            host, what = host + sampler, what + " and its sampler's temporaries (the model's memory_plan)"
+        else:
+            check_fits_memory("num_samples", num_samples, sampler, available_memory(device),
+                              f"the sampler's temporaries on {device} (the model's memory_plan)")  # fmt: skip
+    check_fits_memory("num_samples", num_samples, host, available_memory("cpu"), what)
 
 
 def with_model_defaults(

@@ -57,9 +57,11 @@ class EstimateCache:
         mine = json.dumps(model_info, sort_keys=True)
         theirs = database.get(FINGERPRINT_KEY)
         if theirs is not None and theirs != mine:
+            where = getattr(database, "filename", None)
             raise InputError(
-                "--use_cache database was written by a different latent model or estimator (lm-eval keys its "
-                f"cache by request text only): cached {theirs}, now {mine}. Use a separate cache file."
+                f"--use_cache database{f' {where}' if where else ''} was written with "
+                f"{differences(json.loads(theirs), model_info)} (lm-eval keys its cache by request text only, so "
+                "its numbers would answer this run); use another cache file, or the settings it was written with"
             )
         database[FINGERPRINT_KEY] = mine
         database.commit()
@@ -75,3 +77,42 @@ class EstimateCache:
         """The kept estimate of ``text``, or None."""
         stored = self.database.get(estimate_key(text))
         return None if stored is None else estimate_from_json(stored)
+
+
+def _flat(info, prefix: str = "") -> dict:
+    if not isinstance(info, dict):
+        return {prefix: info}
+    out = {}
+    for key, value in info.items():
+        out |= _flat(value, f"{prefix}.{key}" if prefix else str(key))
+    return out
+
+
+def _short(value) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def differences(cached: dict, now: dict, most: int = 4) -> str:
+    """The settings that differ between the model info a cache was written with and this run's, as
+    ``name=cached (now value)``, at most ``most`` of them named.
+
+    Examples
+    --------
+    >>> differences({"estimator": {"num_samples": 100, "seed": 1}, "model": "hmm"},
+    ...             {"estimator": {"num_samples": 200, "seed": 1}, "model": "hmm"})
+    'estimator.num_samples=100 (now 200)'
+    >>> differences({"a": 1}, {"b": 2})
+    'a=1 (now unset), b=unset (now 2)'
+    """
+    cached, now = _flat(cached), _flat(now)
+    names = [k for k in dict.fromkeys([*cached, *now]) if cached.get(k, _UNSET) != now.get(k, _UNSET)]
+    parts = [
+        f"{k}={_short(cached[k]) if k in cached else 'unset'} (now {_short(now[k]) if k in now else 'unset'})"
+        for k in names[:most]
+    ]
+    more = f" and {len(names) - most} more settings" if len(names) > most else ""
+    return ", ".join(parts) + more
+
+
+_UNSET = object()

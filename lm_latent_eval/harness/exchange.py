@@ -216,11 +216,13 @@ class EstimateExchange:
         return value.num_tokens
 
     @staticmethod
-    def reference(item: dict, field: str) -> dict:
+    def reference(item: dict, field: str) -> EstimateReference:
         """A metric's item that stands for ``item``, the whole estimate the metric ``field`` carries for the same
         document: the fields that identify it (its key, log p̂, estimator and number of log weights), so that lm-eval's
-        samples file holds each estimate once. ``corpus`` reads a list of references as the list they stand for."""
-        return {"same_as": field, **_identity(item)}
+        samples file holds each estimate once; the whole estimate travels with it in memory (``EstimateReference``),
+        so ``corpus`` reads a list of references as the list they stand for whichever metrics a task keeps, in
+        whatever order lm-eval aggregates them."""
+        return EstimateReference(item, field)
 
     def corpus(self, items: list[dict]) -> CorpusEstimate:
         """The corpus estimate of a perplexity metric's items (``perplexity_task.document_items``: whole estimates,
@@ -230,21 +232,49 @@ class EstimateExchange:
         Raises
         ------
         NoEstimateError
-            ``items`` are references whose whole estimates were not aggregated before them.
+            ``items`` are references read back from JSON (no whole estimate with them) whose whole estimates were
+            not aggregated before them.
         """
         fingerprint = (self.policy, *(tuple(_identity(i).values()) for i in items))
         if fingerprint not in self._corpora:
-            if any("same_as" in i for i in items):
+            wholes = [i.whole if isinstance(i, EstimateReference) else i for i in items]
+            if any("same_as" in i for i in wholes):
                 raise NoEstimateError(
-                    f"{WHERE}: this metric's items refer to the estimates of {items[0]['same_as']!r}, which lm-eval "
-                    "has not aggregated first (a task must list that metric; lm-eval aggregates in the order "
-                    "process_results returns)"
+                    f"{WHERE}: this metric's items refer to the estimates of {items[0]['same_as']!r} without "
+                    "carrying them (read back from a file?), and those were not aggregated first; aggregate the "
+                    "items process_results returned"
                 )
-            estimates = [estimate_from_json(item) for item in items]
+            estimates = [estimate_from_json(item) for item in wholes]
             self._corpora[fingerprint] = corpus_estimate(
-                estimates, self.policy, keys=[i["key"] for i in items]
+                estimates, self.policy, keys=[i["key"] for i in wholes]
             )
         return self._corpora[fingerprint]
+
+
+class EstimateReference(dict):
+    """A metric's item that stands for a document's whole estimate held by another metric of the same task
+    (``EstimateExchange.reference``): as a dict (what lm-eval writes to the samples file) only the fields that
+    identify the estimate and ``same_as``, the metric holding it; in memory the whole item too (``whole``), so that a
+    task keeping any subset of the metrics, in any order, aggregates the same estimates (and a multi-process run
+    gathers them to rank 0 with the references: pickling keeps ``whole``, the JSON of the samples file does not).
+
+    Examples
+    --------
+    >>> import json
+    >>> whole = {"key": "k", "log_likelihood": -2.0, "estimator": "exact", "log_weights": None, "num_tokens": 1}
+    >>> ref = EstimateReference(whole, "latent_perplexity")
+    >>> json.dumps(ref)
+    '{"same_as": "latent_perplexity", "key": "k", "log_likelihood": -2.0, "estimator": "exact", "num_log_weights": 0}'
+    >>> ref.whole is whole
+    True
+    """
+
+    def __init__(self, whole: dict, field: str) -> None:
+        super().__init__(same_as=field, **_identity(whole))
+        self.whole = whole
+
+    def __reduce__(self):
+        return (EstimateReference, (self.whole, self["same_as"]))
 
 
 def _identity(item: dict) -> dict:

@@ -65,9 +65,13 @@ def decoding_temperature(gen_kwargs: dict, model) -> float:
     owner = type(model).__name__
     for key, value in gen_kwargs.items():
         if key not in READ and value is not None and value not in NO_EFFECT.get(key, ()):
+            no_effect = NO_EFFECT.get(key)
+            accepted = f"; {key}={no_effect[0]} is accepted, as it changes nothing" if no_effect else ""
             raise UnsupportedGenerationSetting(
-                f"generate_until: {key}={value!r} is not supported ({owner}.sample_text draws ancestral samples; "
-                f"lm-latent-eval reads {', '.join(READ)}); drop it from the task's generation_kwargs"
+                f"generate_until: {key}={value!r} is not supported ({owner}.sample_text draws whole ancestral "
+                f"samples; lm-latent-eval's backends read {', '.join(READ)} from lm_eval --gen_kwargs or the task's "
+                f"generation_kwargs, e.g. --gen_kwargs do_sample=true,temperature=0.7): remove {key} from "
+                f"--gen_kwargs, or from the task's generation_kwargs if the task sets it{accepted}"
             )
     do_sample, temperature = gen_kwargs.get("do_sample"), gen_kwargs.get("temperature")
     tau = None if temperature is None else float(temperature)

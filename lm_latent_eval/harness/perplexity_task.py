@@ -12,19 +12,23 @@ any folder (a task over another corpus is ``class: !function lm_latent_eval.harn
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import logging
 import math
+import sys
 from pathlib import Path
 
 import datasets
 from lm_eval.api.task import ConfigurableTask
 
+from .. import tasks_path
 from ..documents import TEXT_FIELD, read_texts
+from ..errors import InputError
 from ..estimators import DocumentEstimate
 from ..estimators.corpus import CorpusEstimate
 from ..paths import DATA_DIR
-from .exchange import EstimateExchange
+from .exchange import EstimateExchange, EstimateReference
 from .lm_eval_versions import own_stderr, rolling_log_likelihood
 
 # the metric whose item is the document's whole estimate (what reports read from the samples file); the other
@@ -43,6 +47,8 @@ PERPLEXITY_METRICS = (
 # the names these two metrics had before lm-eval 0.5 (lm-latent-eval 0.1.0's samples files and task YAMLs): a
 # template-based task's metric_list and ``reports`` still read them
 RENAMED_METRICS = {"perplexity": SAMPLES_FIELD, "perplexity_stderr": "latent_perplexity_stderr"}
+# the task whose keys a task on ``template_task.PerplexityTask`` gets, under lm_latent_eval.tasks_path()
+TEMPLATE = "latent_ppl_tiny/latent_ppl_tiny.yaml"
 logger = logging.getLogger(__name__)
 
 
@@ -130,7 +136,9 @@ def process_results(doc: dict, results: list) -> dict:
     """
     text = doc_to_target(doc)
     log_likelihood = rolling_log_likelihood(results)
-    return document_items(text, log_likelihood, ConfigurableTask.count_words(text))
+    items = document_items(text, log_likelihood, ConfigurableTask.count_words(text))
+    listed = calling_task_metrics()
+    return items if listed is None else kept_items(items, listed, calling_task_name())
 
 
 def document_items(text: str, log_likelihood: float, num_words: int) -> dict:
@@ -188,6 +196,106 @@ def document_items(text: str, log_likelihood: float, num_words: int) -> dict:
     return items
 
 
+def metric_names(config_metric_list) -> list[str] | None:
+    """The metric names of a task config's ``metric_list`` (None without one)."""
+    if not config_metric_list:
+        return None
+    return [entry["metric"] for entry in config_metric_list if isinstance(entry, dict) and "metric" in entry]
+
+
+def _calling_task():
+    """The lm-eval task whose ``process_results`` method called ours (0.4's ``ConfigurableTask`` and 0.5's ``Task``
+    call ``self.config.process_results(doc, results)``), or None when called otherwise (a script, a doctest, a
+    user's own ``process_results`` that calls ours)."""
+    from lm_eval.api.task import Task
+
+    # _calling_task <- calling_task_metrics (or _name) <- process_results <- the task's method
+    frame = sys._getframe(2)
+    for _ in range(2):
+        frame = frame.f_back if frame is not None else None
+        task = frame.f_locals.get("self") if frame is not None else None
+        if isinstance(task, Task):
+            return task
+    return None
+
+
+def calling_task_metrics() -> list[str] | None:
+    """The metrics the calling task lists (``_calling_task``), None when no task called."""
+    task = _calling_task()
+    return None if task is None else metric_names(getattr(task.config, "metric_list", None))
+
+
+def calling_task_name() -> str:
+    task = _calling_task()
+    return getattr(getattr(task, "config", None), "task", None) or "this task"
+
+
+def template_config() -> dict:
+    """The keys of the bundled perplexity task (``TEMPLATE``), its ``!function`` tags resolved (lm-eval's own YAML
+    loader)."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    return load_yaml(f"{tasks_path()}/{TEMPLATE}")
+
+
+def valid_metric_names() -> tuple[str, ...]:
+    """Every metric ``process_results`` may give an item for (the bundled template's ``metric_list``, and the names
+    before the rename)."""
+    return (*metric_names(template_config()["metric_list"]), *RENAMED_METRICS)
+
+
+def kept_items(items: dict, listed: list[str], task: str = "this task") -> dict:
+    """The items of the metrics a task lists, whichever subset and order (lm-eval would aggregate an item the task
+    does not list by ``mean``, which a whole estimate is not). Each estimate stays whole in the first kept metric that
+    stands for it (the samples file holds it once: ``reports`` read it there); the other kept metrics refer to that
+    one. An old name of ``RENAMED_METRICS`` gets the renamed metric's item.
+
+    Raises
+    ------
+    InputError
+        The task lists a metric that no ``process_results`` of ours gives (a misspelling): one line naming the task,
+        the name, the closest valid name and the valid names.
+
+    Examples
+    --------
+    >>> from lm_latent_eval.estimators import EstimatorSettings, ExactEstimate
+    >>> EstimateExchange.begin(EstimatorSettings("exact")).put_documents({"a b": ExactEstimate("a b", 2, -4.0)})
+    >>> items = kept_items(document_items("a b", -4.0, 2), ["corpus_perplexity", "instance_perplexity"])
+    >>> list(items), "log_weights" in items["corpus_perplexity"], items["instance_perplexity"]["same_as"]
+    (['corpus_perplexity', 'instance_perplexity'], True, 'corpus_perplexity')
+    >>> kept_items(items, ["latnet_perplexity"], "my_ppl")
+    Traceback (most recent call last):
+    ...
+    lm_latent_eval.errors.InputError: task my_ppl: metric_list names 'latnet_perplexity', which ...
+    """
+    check_metric_names(listed, task)
+    names = [RENAMED_METRICS.get(name, name) for name in listed]
+    kept, holders = {}, {}
+    for old, name in zip(listed, names, strict=True):
+        if name not in items:
+            continue  # a metric of another estimator family or model (is_*, smc_*, ppl_*): no item here
+        item = items[name]
+        if isinstance(item, EstimateReference) or (isinstance(item, dict) and "log_weights" in item):
+            whole = item.whole if isinstance(item, EstimateReference) else item
+            holder = holders.setdefault(id(whole), old)
+            item = whole if holder == old else EstimateExchange.reference(whole, holder)
+        kept[old] = item
+    return kept
+
+
+def check_metric_names(listed: list[str], task: str = "this task") -> None:
+    """Refuse a metric name that no ``process_results`` of ours gives, in one line with the closest valid name."""
+    valid = valid_metric_names()
+    for name in listed:
+        if name not in valid:
+            close = difflib.get_close_matches(name, valid, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise InputError(
+                f"task {task}: metric_list names {name!r}, which lm-latent-eval's process_results does not give; "
+                f"{hint}valid names: {', '.join(v for v in valid if v not in RENAMED_METRICS)}"
+            )
+
+
 def _item(est: DocumentEstimate, text: str) -> dict:
     record = est.to_json()
     # the samples file holds the document already
@@ -241,6 +349,7 @@ def perplexity(items) -> float:
 def repeated_rows(items) -> list[str]:
     """One sentence per pair of rows of the task's table that show the same number, saying why."""
     corpus, notes = _corpus(items), []
+    items = [i.whole if isinstance(i, EstimateReference) else i for i in items]
     if corpus.bound_with_error:
         notes.append(bound_label(corpus))
     if corpus.corpus_perplexity is None and not corpus.method.draws_samples:

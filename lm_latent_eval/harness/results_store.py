@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..estimators import DocumentEstimate
+from ..estimators.adaptive import stage_label
 from ..estimators.registry import estimate_from_json
 
 logger = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ def stage_tally(tally: collections.Counter) -> str:
     estimated" (a resumed run loads what the interrupted one finished, and estimates the rest)."""
     stages = sorted({stage for stage, _ in tally})
     return "; ".join(
-        f"stage {stage + 1}: "
+        f"{stage_label(stage)}: "
         + ", ".join(
             f"{n} {word}"
             for word, n in (("loaded", tally[stage, True]), ("estimated", tally[stage, False]))

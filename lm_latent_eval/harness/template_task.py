@@ -12,8 +12,11 @@ through the installed package. The YAML's own keys win, as with ``include``, exc
 with the template's by metric name: an entry naming one of the template's metrics updates that entry's keys (say,
 another ``aggregation``), an entry with a new name is added after them, and the template's other metrics stay
 (``perplexity`` and ``perplexity_stderr``, the names before lm-eval 0.5 took ``perplexity`` for its own, name
-``latent_perplexity`` and ``latent_perplexity_stderr``). A task that adds one metric therefore lists only that one:
+``latent_perplexity`` and ``latent_perplexity_stderr``). A task that adds one metric therefore lists only that one,
+and names a ``process_results`` of its own that gives its item (with the template's, a name it gives no item for is
+refused at load as a misspelling, with the closest valid name):
 
+    process_results: !function my_pkg.metrics.process_results   # perplexity_task's items and my_metric's
     metric_list:
       - metric: my_metric                # process_results must return an item for it
         aggregation: !function my_pkg.metrics.my_aggregation
@@ -22,19 +25,10 @@ another ``aggregation``), an entry with a new name is added after them, and the 
 
 from __future__ import annotations
 
-from lm_eval.tasks._yaml_loader import load_yaml
-
-from .. import tasks_path
 from .lm_eval_versions import rolling_task_base
-from .perplexity_task import RENAMED_METRICS
+from .perplexity_task import RENAMED_METRICS, TEMPLATE, check_metric_names, metric_names, template_config
 
-# under lm_latent_eval.tasks_path()
-TEMPLATE = "latent_ppl_tiny/latent_ppl_tiny.yaml"
-
-
-def template_config() -> dict:
-    """The keys of the bundled perplexity task, its ``!function`` tags resolved (lm-eval's own YAML loader)."""
-    return load_yaml(f"{tasks_path()}/{TEMPLATE}")
+__all__ = ["TEMPLATE", "PerplexityTask", "merge_metric_lists", "task_config", "template_config"]
 
 
 def merge_metric_lists(template: list[dict], own: list[dict]) -> list[dict]:
@@ -63,12 +57,17 @@ def task_config(own: dict, template: dict | None = None) -> dict:
 
     Examples
     --------
-    >>> config = task_config({"task": "my_ppl", "metric_list": [{"metric": "my_metric", "higher_is_better": False}]})
+    >>> own = {"task": "my_ppl", "process_results": lambda doc, results: {},
+    ...        "metric_list": [{"metric": "my_metric", "higher_is_better": False}]}
+    >>> config = task_config(own)
     >>> config["task"], len(config["metric_list"]) == len(template_config()["metric_list"]) + 1
     ('my_ppl', True)
     """
     template = template_config() if template is None else template
     own = {key: value for key, value in own.items() if key != "class"}
+    if "process_results" not in own and own.get("metric_list"):
+        # the template's process_results gives no item for another name: a misspelling, said at load
+        check_metric_names(metric_names(own["metric_list"]), own.get("task", "this task"))
     config = {**template, **own}
     if "metric_list" in own and "metric_list" in template:
         config["metric_list"] = merge_metric_lists(template["metric_list"], own["metric_list"])

@@ -18,7 +18,7 @@ from ..documents import text_lines
 from ..errors import InputError, MissingFileError
 from ..estimators import DocumentEstimate, Estimator, EstimatorSettings
 from ..estimators.registry import estimate_from_json, estimator_named
-from ..harness.perplexity_task import RENAMED_METRICS, SAMPLES_FIELD
+from ..harness.perplexity_task import PERPLEXITY_METRICS, RENAMED_METRICS, SAMPLES_FIELD
 
 
 @dataclass
@@ -106,11 +106,21 @@ def _read_documents(samples_file: Path) -> list[DocumentEstimate]:
 
 def _whole_estimate(row) -> dict | None:
     """The item of a samples row that holds the document's whole estimate: ``SAMPLES_FIELD``, or its name before
-    lm-eval 0.5 (``RENAMED_METRICS``: a samples file lm-latent-eval 0.1.0 wrote)."""
+    lm-eval 0.5 (``RENAMED_METRICS``: a samples file lm-latent-eval 0.1.0 wrote), or, for a task that keeps other
+    metrics of the same statement only, the first of them that holds it whole (``perplexity_task.kept_items``)."""
     if not isinstance(row, dict):
         return None
     old = next(old for old, new in RENAMED_METRICS.items() if new == SAMPLES_FIELD)
-    return row.get(SAMPLES_FIELD, row.get(old))
+    if SAMPLES_FIELD in row or old in row:
+        return row.get(SAMPLES_FIELD, row.get(old))
+    return next(
+        (
+            row[name]
+            for name in PERPLEXITY_METRICS
+            if isinstance(row.get(name), dict) and "log_weights" in row[name]
+        ),
+        None,
+    )
 
 
 def document_text(row: dict) -> str:

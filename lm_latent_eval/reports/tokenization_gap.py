@@ -13,15 +13,14 @@ table of corpus totals (nats, bits per byte, and the gap marginal − canonical)
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
+from ..documents import read_texts
 from ..estimators import EstimatorSettings, resolve, summarize
 from ..models import load_model
 from ..models.tokenization import canonical
@@ -122,7 +121,7 @@ def main(argv=None):
     p.add_argument("--dtype", default=None, help="e.g. bfloat16 (log-probabilities still summed in float64)")
     p.add_argument("--output", default=None, help="write per-document numbers to this JSON file")
     args = p.parse_args(argv)
-    texts = [json.loads(line)["text"] for line in Path(args.data).read_text().splitlines() if line.strip()]
+    texts = read_texts(args.data)
     texts = texts[: args.limit] if args.limit else texts
     dtype = getattr(torch, args.dtype) if args.dtype else None
     mix = {} if args.canonical_mix is None else {"canonical_mix": args.canonical_mix}

@@ -286,3 +286,30 @@ def test_the_bundled_models_keep_their_choice_under_auto():
         chosen[name] = resolve(EstimatorSettings(), model).settings.estimator
     assert chosen["hmm"] == "exact"
     assert all(chosen[name] != "exact" for name in chosen if name != "hmm"), chosen
+
+
+def test_the_stages_are_numbered_alike_in_the_progress_bars_and_the_summary_line(
+    bundled_hmm, bundled_test_texts, monkeypatch
+):
+    """Issue 43, item 11: the progress bars counted the precision target's stages from 0 (the first bar named no stage,
+    the second "stage 1") while the results store's summary line counted from 1 ("stage 1: 20 loaded; stage 2: ...").
+    Both now name stage n + 1 for stage index n (``stage_label``)."""
+    import collections
+    import re
+
+    from lm_latent_eval.estimators import adaptive
+    from lm_latent_eval.harness.results_store import stage_tally
+
+    descs, original = [], adaptive._stage
+
+    def recording(pool, store, progress, jobs, number, desc):
+        descs.append((number, desc))
+        return original(pool, store, progress, jobs, number, desc)
+
+    monkeypatch.setattr(adaptive, "_stage", recording)
+    settings = EstimatorSettings("smc", 40, peek=False, target_se=0.003, seed=5)
+    estimate_corpus(resolve(settings, bundled_hmm), bundled_test_texts[:12], progress=False)
+    assert len(descs) >= 2 and descs[0][1] == "precision target, stage 1: smc log p(x)"
+    tally = collections.Counter({(number, False): 12 for number, _ in descs})
+    in_bars = [re.match(r"precision target, (stage \d+)", desc).group(1) for _, desc in descs]
+    assert in_bars == re.findall(r"stage \d+", stage_tally(tally)) == [f"stage {n + 1}" for n, _ in descs]

@@ -353,8 +353,12 @@ def test_use_cache_database_of_another_estimator_is_refused(tmp_path):
     CachingLM(
         LatentHMMEval(estimator="is", num_samples=8, seed=1, device="cpu"), db
     ).dbdict.close()  # same settings: fine
-    with pytest.raises(ValueError, match="different latent model or estimator"):
+    with pytest.raises(ValueError) as caught:
         CachingLM(LatentHMMEval(estimator="is", num_samples=8, seed=2, device="cpu"), db)
+    # issue 43, item 11: one short line naming the setting that differs (it was 1,777 characters of both JSONs)
+    message = str(caught.value)
+    assert "\n" not in message and len(message) < 400, message
+    assert message.startswith(f"--use_cache database {db}") and "seed=1 (now 2)" in message, message
 
 
 # ---- latent_ppl_tiny through lm-eval ------------------------------------------------------------------------------

@@ -87,7 +87,11 @@ def test_level_in_model_args_sets_the_interval_the_stderr_column_and_the_bound()
 
 def test_references_read_as_the_estimates_they_stand_for():
     """A metric's items may be references to another metric's whole estimates (the samples file holds each estimate
-    once): they give the same corpus statement once the whole estimates were aggregated, and a clear error before."""
+    once): they carry the estimate in memory, so they give the same corpus statement whether or not the whole
+    estimates were aggregated before them (issue 43, item 10); a reference read back from JSON carries none, and
+    gives a clear error unless the whole estimates were aggregated first."""
+    import json
+
     from lm_latent_eval.estimators import EstimatorSettings, ISEstimate
 
     exchange = EstimateExchange.begin(EstimatorSettings(estimator="is", num_samples=4))
@@ -95,8 +99,14 @@ def test_references_read_as_the_estimates_they_stand_for():
     for n, text in enumerate(["a b", "c d e"]):
         est = ISEstimate(text, 2 + n, -3.0 - n, log_weights=[-3.0 - n, -3.5 - n, -2.5 - n, -3.1 - n])
         whole.append({**est.to_json(), "key": f"k{n}"})
-    refs = [EstimateExchange.reference(item, "perplexity") for item in whole]
-    assert all(r["same_as"] == "perplexity" and "log_weights" not in r for r in refs)
-    with pytest.raises(NoEstimateError, match="refer to the estimates of 'perplexity'"):
-        exchange.corpus(refs)
-    assert exchange.corpus(refs) is exchange.corpus(whole) if exchange.corpus(whole) else False
+    refs = [EstimateExchange.reference(item, "latent_perplexity") for item in whole]
+    assert all(r["same_as"] == "latent_perplexity" and "log_weights" not in r for r in refs)
+    by_refs = exchange.corpus(refs)  # before the whole estimates
+    assert by_refs is exchange.corpus(whole)
+    exchange.clear()
+    read_back = [json.loads(json.dumps(r)) for r in refs]
+    with pytest.raises(
+        NoEstimateError, match="refer to the estimates of 'latent_perplexity' without carrying"
+    ):
+        exchange.corpus(read_back)
+    assert exchange.corpus(whole).perplexity == exchange.corpus(read_back).perplexity == by_refs.perplexity

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -259,13 +260,13 @@ def test_use_cache_of_another_setting_is_refused_through_simple_evaluate(tmp_pat
         evaluate("estimator=is,num_samples=8,seed=1") == first
     )  # same model and settings: lm-eval's cache answers
     assert calls == []
-    for other in (
-        "estimator=is,num_samples=8,seed=2",
-        "estimator=is,num_samples=16,seed=1",
-        "estimator=exact",
-        "estimator=is,num_samples=8,seed=1,dtype=float64",
+    for other, differs in (
+        ("estimator=is,num_samples=8,seed=2", "seed=1 (now 2)"),
+        ("estimator=is,num_samples=16,seed=1", "num_samples=8 (now 16)"),
+        ("estimator=exact", "estimator=is (now exact)"),
+        ("estimator=is,num_samples=8,seed=1,dtype=float64", "dtype=float32 (now float64)"),
     ):
-        with pytest.raises(ValueError, match="different latent model or estimator"):
+        with pytest.raises(ValueError, match="was written with .*" + re.escape(differs)):
             evaluate(other)
     assert calls == []
     assert Path(cache + "_rank0.db").is_file()

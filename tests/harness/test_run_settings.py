@@ -193,6 +193,24 @@ def test_a_generation_setting_the_model_cannot_honour_is_refused(gen_kwargs, mat
     generate(lm, "Anna saw", do_sample=True, temperature=1.0, top_p=1.0, top_k=0)  # settings with no effect
 
 
+def test_a_gen_kwargs_setting_the_model_cannot_honour_says_how_to_pass_what_it_reads():
+    """Issue 43, item 11: ``lm_eval --gen_kwargs top_k=5`` was told to edit the task's ``generation_kwargs`` (it
+    comes from the command line, which lm-eval merges into them): the line names what the backends read, how to pass
+    it with --gen_kwargs, and the value of top_k that is accepted."""
+    from lm_latent_eval.errors import UserError
+
+    lm = LatentHMMEval(estimator="exact", seed=3, device="cpu")
+    with pytest.raises(UserError) as err:
+        generate(lm, "Anna saw", top_k=5)
+    message = str(err.value)
+    assert message.startswith("generate_until: top_k=5 is not supported (HMMLanguageModel.sample_text draws")
+    assert (
+        "read until, max_gen_toks, do_sample, temperature from lm_eval --gen_kwargs or the task's" in message
+    )
+    assert "e.g. --gen_kwargs do_sample=true,temperature=0.7): remove top_k from --gen_kwargs" in message
+    assert message.endswith("; top_k=0 is accepted, as it changes nothing") and "\n" not in message
+
+
 def test_a_sampling_temperature_resamples_the_seeded_candidates_by_their_tempered_probability():
     """``temperature: 0.7`` under sampling was refused (and before that dropped): now one of the GREEDY_CANDIDATES
     seeded samples, drawn with probability ∝ p̂(c | context)^{1/τ − 1} (``tempered_pick``, from its own stream of

@@ -69,9 +69,17 @@ def test_a_task_adds_one_metric_without_copying_the_others(tmp_path):
 
     folder = tmp_path / "my_tasks"
     folder.mkdir()
+    # a metric of one's own needs a process_results that gives its item
+    (folder / "my_metrics.py").write_text(
+        "from lm_latent_eval.harness import perplexity_task\n\n\n"
+        "def process_results(doc, results):\n"
+        "    items = perplexity_task.process_results(doc, results)\n"
+        "    return {**items, 'my_perplexity': items['latent_perplexity']}\n"
+    )
     (folder / "my_ppl.yaml").write_text(
         "task: my_ppl\n"
         "class: !function lm_latent_eval.harness.template_task.PerplexityTask\n"
+        "process_results: !function my_metrics.process_results\n"
         "metric_list:\n"
         "  - metric: perplexity\n"
         "    aggregation: !function lm_latent_eval.harness.perplexity_task.instance_perplexity\n"

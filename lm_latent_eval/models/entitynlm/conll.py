@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from ...documents import text_lines
 from ...errors import InputError, MissingFileError
 from ...paths import DATA_DIR
 from .latents import LATENT_KEYS
@@ -126,14 +127,13 @@ def document_from_record(record: dict, name: str = "document") -> CorefDocument:
 def read_coref_jsonl(path: str | Path) -> Iterator[CorefDocument]:
     """Documents of a CoNLL-2012 JSONL file, named ``<file>:<line>``."""
     path = Path(path)
-    with open(path, encoding="utf-8") as fh:
-        for i, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise InputError(f"{path}:{i}: not a JSON record ({err})") from err
-                yield document_from_record(record, f"{path.name}:{i}")
+    for i, line in text_lines(path):
+        if line.strip():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise InputError(f"{path}:{i}: not a JSON record ({err})") from err
+            yield document_from_record(record, f"{path.name}:{i}")
 
 
 def write_coref_jsonl(docs: list[CorefDocument], path: str | Path) -> None:

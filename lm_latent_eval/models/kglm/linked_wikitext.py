@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from ...documents import text_lines
 from ...errors import InputError, MissingFileError
 from ...paths import DATA_DIR
 from .latents import canonical_relation
@@ -198,16 +199,15 @@ def read_linked_jsonl(path: str | Path, max_parents: int = MAX_PARENTS) -> Itera
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(f"Linked WikiText-2 file not found: {path}")
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise InputError(f"{where}: not valid JSON ({err})") from err
-            yield parse_document(data, where, max_parents)
+    for lineno, line in text_lines(path):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise InputError(f"{where}: not valid JSON ({err})") from err
+        yield parse_document(data, where, max_parents)
 
 
 def document_to_json(doc: LinkedDocument) -> dict:

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 from scipy.special import digamma
 
+from ...documents import read_text
 from ...errors import InputError
 
 FORMATS = ("checkpoint", "sklearn", "gensim", "tomotopy", "mallet")
@@ -147,7 +148,7 @@ def _sklearn_file(cls, path: Path, options: dict, config: dict):
     joblib = _require("joblib")
     obj = _read("scikit-learn (joblib)", joblib.load, path)
     vocabulary = options.get("vocabulary")
-    words = Path(vocabulary).read_text(encoding="utf-8").split("\n") if vocabulary else None
+    words = read_text(vocabulary).split("\n") if vocabulary else None
     words = [w for w in words if w] if words else None
     return from_sklearn(cls, obj, vocabulary=words, topic_estimate=options.get("topic_estimate", "mean"),
                         source=f"scikit-learn LatentDirichletAllocation ({path.name})", **config)  # fmt: skip

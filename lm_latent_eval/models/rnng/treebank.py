@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...documents import read_text
 from ...errors import InputError, MissingFileError
 from ...paths import DATA_DIR
 from .latents import actions_from_tree, bracketed
@@ -181,7 +182,7 @@ def read_treebank(
     """Every tree of a PTB-style file as a Sentence; trees left without words are skipped with a warning naming them."""
     path = Path(path)
     out = []
-    for line, text in split_trees(path.read_text(encoding="utf-8"), str(path)):
+    for line, text in split_trees(read_text(path), str(path)):
         where = f"{path}:{line}"
         sent = sentence_from_bracketed(text, where, remove_punctuation, lowercase, replace_numbers, binarize)
         if sent is None:
@@ -208,9 +209,7 @@ def read_sentences(path: str | Path, **options) -> list[str]:
     """Sentences (words joined by spaces) of a tree file (first non-blank character '(') or of a plain-text file
     with one sentence per line (blank lines skipped)."""
     path = Path(path)
-    if not path.is_file():
-        raise MissingFileError(f"sentence file not found: {path}")
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     if text.lstrip().startswith("("):
         return [s.text() for s in read_treebank(path, **options)]
     return [line.strip() for line in text.splitlines() if line.strip()]
@@ -247,7 +246,7 @@ def load_ptb(
         "lowercase": lowercase,
         "replace_numbers": replace_numbers,
     }
-    if not Path(data_file).read_text(encoding="utf-8").lstrip().startswith("("):
+    if not read_text(data_file).lstrip().startswith("("):
         options = {}
     return sentence_dataset(data_file, **options)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from ...documents import read_texts
+from ...documents import read_text, read_texts
 from ...errors import InputError, MissingFileError
 from ...estimators import EstimatorSettings, resolve
 from ...estimators.corpus import corpus_estimate, pareto_k_shares
@@ -103,7 +103,7 @@ def read_documents(path: str | Path) -> list[str]:
     if not path.is_file():
         raise MissingFileError(f"{path}: no such file")
     # PTB-style trees
-    if path.suffix != ".jsonl" and path.read_text(encoding="utf-8").lstrip().startswith("("):
+    if path.suffix != ".jsonl" and read_text(path).lstrip().startswith("("):
         docs = read_sentences(path)
         if not docs:
             raise InputError(f"{path}: no documents")
