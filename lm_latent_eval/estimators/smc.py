@@ -141,11 +141,9 @@ def smc_lanes(model, lanes: Sequence[Lane], settings: EstimatorSettings) -> list
     """The runs of every lane (a sample block of a document: ``Lane``), the lanes' particles advanced side by side
     where the model offers it (``protocol.DocumentBatchLM``), else one lane after another.
 
-    A step advances every particle of every lane whose document has a token left, and the increments of a lane
-    whose document has ended are 0; each run's ESS is read after every step of its document, and a run resamples
-    (systematically, among its own particles, from its lane's random stream: ``resample_runs``) when its ESS falls
-    below ``settings.resample_threshold`` · N_r before its document's last token. A lane draws exactly what it draws
-    alone, in the same order, so its runs do not depend on the other lanes of the batch.
+    A lane whose document has ended adds 0; a run resamples (among its own particles, from its lane's stream:
+    ``RunLayout.resample``) when its ESS falls below ``settings.resample_threshold`` · N_r before its document's last
+    token. A lane draws what it draws alone, in the same order: its runs do not depend on the other lanes.
 
     Parameters
     ----------
@@ -166,9 +164,9 @@ def smc_lanes(model, lanes: Sequence[Lane], settings: EstimatorSettings) -> list
     --------
     >>> from lm_latent_eval.models import load_model
     >>> hmm, _ = load_model("hmm")
-    >>> lanes = [Lane(hmm.tokenize(t), [8, 8], torch.Generator().manual_seed(s)) for s, t in enumerate(["a cat", "the dog ran"])]
-    >>> together = smc_lanes(hmm, lanes, EstimatorSettings("smc", 16))
-    >>> alone = smc_lanes(hmm, [Lane(hmm.tokenize("the dog ran"), [8, 8], torch.Generator().manual_seed(1))], EstimatorSettings("smc", 16))
+    >>> lane = lambda text, seed: Lane(hmm.tokenize(text), [8, 8], torch.Generator().manual_seed(seed))
+    >>> together = smc_lanes(hmm, [lane("a cat", 0), lane("the dog ran", 1)], EstimatorSettings("smc", 16))
+    >>> alone = smc_lanes(hmm, [lane("the dog ran", 1)], EstimatorSettings("smc", 16))
     >>> [r.log_likelihood for r in together[1]] == [r.log_likelihood for r in alone[0]]
     True
     """
@@ -179,44 +177,56 @@ def smc_lanes(model, lanes: Sequence[Lane], settings: EstimatorSettings) -> list
     layout = RunLayout(sizes)
     lane_of_run = [i for i, lane in enumerate(lanes) for _ in lane.sizes]
     generators = [lanes[i].generator for i in lane_of_run]
-    run_length = [int(lanes[i].x.shape[0]) for i in lane_of_run]
-    starts = layout.starts
-    runs = [slice(starts[r], starts[r + 1]) for r in range(len(sizes))]
-    particle_length = torch.tensor(run_length).repeat_interleave(torch.tensor(sizes))
-    log_w = torch.zeros(starts[-1], dtype=torch.float64)
+    books = _RunBooks([int(lanes[i].x.shape[0]) for i in lane_of_run], sizes, settings.resample_threshold)
+    particle_length = torch.tensor(books.length).repeat_interleave(torch.tensor(sizes))
+    log_w = torch.zeros(layout.starts[-1], dtype=torch.float64)
     # Eve index: the first-generation ancestor of every particle
-    eve = torch.arange(starts[-1])
-    # per run: Σ over finished epochs of log mean_k w_k
-    banked = [0.0] * len(sizes)
-    ess, resampled = [[] for _ in runs], [0] * len(sizes)
-    for t in range(max(run_length)):
-        ended = particle_length <= t if t >= min(run_length) else None
+    eve = torch.arange(layout.starts[-1])
+    for t in range(max(books.length)):
+        ended = particle_length <= t if t >= min(books.length) else None
         log_w = log_w + _checked_increments(particles.step(t), lanes, ended, t)
-        chosen = []
-        for r, (log_ess, log_mean) in enumerate(zip(*layout.statistics(log_w))):
-            if t >= run_length[r]:
-                continue
-            # every particle of the run has p = 0: its p̂ is 0 from here on
-            if log_ess == -math.inf:
-                ess[r].append(0.0)
-                continue
-            ess[r].append(math.exp(log_ess))
-            if t < run_length[r] - 1 and ess[r][-1] < settings.resample_threshold * sizes[r]:
-                banked[r] += log_mean
-                resampled[r] += 1
-                chosen.append(r)
+        chosen = books.record(t, *layout.statistics(log_w))
         if chosen:
             # each run among its own particles, from its lane's stream
             ancestors = layout.resample(log_w, chosen, generators)
             log_w = log_w.masked_fill(layout.particles_of(chosen), 0.0)
             particles.reorder(ancestors)
             eve = eve.index_select(0, ancestors)
+    runs = [slice(layout.starts[r], layout.starts[r + 1]) for r in range(len(sizes))]
     out = [
-        _finished_run(log_w[run], eve[run] - run.start, banked[r], resampled[r], ess[r])
+        _finished_run(log_w[run], eve[run] - run.start, books.banked[r], books.resampled[r], books.ess[r])
         for r, run in enumerate(runs)
     ]
     first_run = np.cumsum([0, *[len(lane.sizes) for lane in lanes]]).tolist()
     return [out[first_run[i] : first_run[i + 1]] for i in range(len(lanes))]
+
+
+class _RunBooks:
+    """What each run has recorded so far: its ESS after every step of its document, the log mean weights banked at
+    its resampling steps, how often it resampled."""
+
+    def __init__(self, length: list[int], sizes: list[int], threshold: float) -> None:
+        self.length, self.sizes, self.threshold = length, sizes, threshold
+        self.ess: list[list[float]] = [[] for _ in sizes]
+        self.banked, self.resampled = [0.0] * len(sizes), [0] * len(sizes)
+
+    def record(self, t: int, log_ess: list[float], log_mean: list[float]) -> list[int]:
+        """Step t's ESS of every run whose document has token t; the runs that resample now (ESS below the
+        threshold before their document's last token), their log mean weight banked."""
+        chosen = []
+        for r, (e, m) in enumerate(zip(log_ess, log_mean)):
+            if t >= self.length[r]:
+                continue
+            # every particle of the run has p = 0: its p̂ is 0 from here on
+            if e == -math.inf:
+                self.ess[r].append(0.0)
+                continue
+            self.ess[r].append(math.exp(e))
+            if t < self.length[r] - 1 and self.ess[r][-1] < self.threshold * self.sizes[r]:
+                self.banked[r] += m
+                self.resampled[r] += 1
+                chosen.append(r)
+        return chosen
 
 
 def smc_block(

@@ -252,33 +252,34 @@ class DocumentWorkers:
                 "every job's estimator must be resolved for this pool's model (ResolvedEstimator.on)"
             )
         bar = tqdm(total=len(jobs), desc=desc, disable=not progress)
-        total = sum(e.settings.num_samples for _, e in jobs)
-        per_chunk = side_by_side_particles(self.device)
-        if self._pool is not None:
-            # every process gets several chunks, so that none waits while another runs the last long one
-            per_chunk = min(per_chunk, max(1, total // (2 * self.workers)))
         try:
-            if self._pool is None:
-                for chunk in chunks(jobs, per_chunk, longest_first=False):
-                    for text, estimate in estimate_together(chunk, self.device, stage, diagnostics):
-                        yield text, estimate
-                        bar.update(1)
-                return
-            # the estimators travel without their model: every process has the model already (forked)
-            pending = {
-                self._pool.submit(
-                    _estimate_inherited,
-                    [(t, dataclasses.replace(e, model=None)) for t, e in chunk],
-                    stage,
-                    diagnostics,
-                )
-                for chunk in chunks(jobs, per_chunk)
-            }
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    for text, estimate in future.result():
-                        yield text, estimate
-                        bar.update(1)
+            for text, estimate in self._estimates(jobs, stage, diagnostics):
+                yield text, estimate
+                bar.update(1)
         finally:
             bar.close()
+
+    def _estimates(self, jobs, stage: int, diagnostics: bool) -> Iterator[tuple[str, DocumentEstimate]]:
+        """``estimate``'s work: chunks of the jobs estimated in this process, in the jobs' order, or handed to the
+        forked processes, each of which gets several chunks (none waits while another runs the last long one)."""
+        per_chunk = side_by_side_particles(self.device)
+        if self._pool is None:
+            for chunk in chunks(jobs, per_chunk, longest_first=False):
+                yield from estimate_together(chunk, self.device, stage, diagnostics)
+            return
+        total = sum(e.settings.num_samples for _, e in jobs)
+        per_chunk = min(per_chunk, max(1, total // (2 * self.workers)))
+        # the estimators travel without their model: every process has the model already (forked)
+        pending = {
+            self._pool.submit(
+                _estimate_inherited,
+                [(t, dataclasses.replace(e, model=None)) for t, e in chunk],
+                stage,
+                diagnostics,
+            )
+            for chunk in chunks(jobs, per_chunk)
+        }
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                yield from future.result()

@@ -32,6 +32,9 @@ from __future__ import annotations
 
 from ..memory import MemoryPlan, Temporary, rows_per_chunk
 
+# float64 logits normalised at once by word_log_probs (consecutive tokens; fits in cache)
+WORD_GROUP = 1 << 18
+
 # bytes of the word softmax's float64 logits group (``WORD_GROUP`` values) and its float32 and logsumexp companions
 _WORD_BYTES_PER_LOGIT = 40
 # [T, k] int64 and bool bookkeeping arrays alive beside each phase (R, E, L views, masks, slots, counts, indices)
@@ -77,8 +80,6 @@ def particle_bytes(model, num_tokens: int) -> int:
 
 def fixed_bytes(model) -> int:
     """Bytes a call holds whatever its particles: the word softmax of a group of ``WORD_GROUP`` logits."""
-    from .model import WORD_GROUP
-
     return _WORD_BYTES_PER_LOGIT * WORD_GROUP
 
 

@@ -39,6 +39,7 @@ from .latents import (
     score_latents,
     without_autograd,
 )
+from .memory import WORD_GROUP
 from .proposal import EntityNLMProposal
 from .stepwise import (
     EntityNLMParticles,
@@ -53,8 +54,6 @@ from .stepwise import (
 UNK, BOS = "@@UNKNOWN@@", "@@START@@"
 # logits computed per block of the word softmax (rows × vocabulary), bounding memory
 WORD_BLOCK = 1 << 22
-# float64 logits normalised at once by word_log_probs (consecutive tokens; fits in cache)
-WORD_GROUP = 1 << 18
 
 
 def build_vocabulary(
