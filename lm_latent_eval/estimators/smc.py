@@ -152,8 +152,7 @@ def smc_lanes(model, lanes: Sequence[Lane], settings: EstimatorSettings) -> list
     lanes : sequence of Lane
         The lanes (documents with T > 0).
     settings : EstimatorSettings
-        The proposal's ``temperature`` and ``peek`` and the ``resample_threshold`` (the lanes' sizes count the
-        particles).
+        The proposal's ``temperature``, ``peek`` and ``resample_threshold`` (the lanes' sizes count the particles).
 
     Returns
     -------
@@ -192,11 +191,7 @@ def smc_lanes(model, lanes: Sequence[Lane], settings: EstimatorSettings) -> list
             log_w = log_w.masked_fill(layout.particles_of(chosen), 0.0)
             particles.reorder(ancestors)
             eve = eve.index_select(0, ancestors)
-    runs = [slice(layout.starts[r], layout.starts[r + 1]) for r in range(len(sizes))]
-    out = [
-        _finished_run(log_w[run], eve[run] - run.start, books.banked[r], books.resampled[r], books.ess[r])
-        for r, run in enumerate(runs)
-    ]
+    out = [books.finished(r, log_w, eve, layout.starts) for r in range(len(sizes))]
     first_run = np.cumsum([0, *[len(lane.sizes) for lane in lanes]]).tolist()
     return [out[first_run[i] : first_run[i + 1]] for i in range(len(lanes))]
 
@@ -227,6 +222,11 @@ class _RunBooks:
                 self.resampled[r] += 1
                 chosen.append(r)
         return chosen
+
+    def finished(self, r: int, log_w: torch.Tensor, eve: torch.Tensor, starts: list[int]) -> SMCRun:
+        """Run r's record from the last step's weights and Eve indices of every particle."""
+        run = slice(starts[r], starts[r + 1])
+        return _finished_run(log_w[run], eve[run] - run.start, self.banked[r], self.resampled[r], self.ess[r])
 
 
 def smc_block(
