@@ -78,10 +78,10 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
     #   K = 100: perplexity 12.93 against the exact 10.905), where uniform orders land within 0.15 nats of the exact
     #   log-likelihood (tasks/masked_ppl_tiny/README.md); tempering it (τ = 2, 4) does not help;
     # - resample_threshold=0: SMC that never resamples, importance sampling over uniform orders in independent runs.
-    #   Resampling is misled here: the partial weights p(x_S, σ_≤t) ψ(S) (with the look-ahead twist, or without it)
-    #   favour orders that revealed easy tokens first, and the relative variance per particle K · Var(p̂ / p) on the
-    #   held-out sentences of 8 to 11 tokens is 25 to 490 with resampling at ESS < K/2, 1 to 2.3 without
-    #   (bench/masked_side_by_side/variance.md), so the precision target needs about 20 times fewer particles
+    #   Resampling is misled here: the partial weights p(x_S, σ_≤t) ψ(S) (look-ahead twist) favour orders that
+    #   revealed easy tokens first, and the relative variance per particle K · Var(p̂ / p) on the held-out sentences
+    #   of 8 to 11 tokens is 26 to 492 with resampling at ESS < K/2, 1.1 to 2.3 without; Σ_n Var(p̂_n / p_n) at
+    #   K = 128 is 20.3 against 0.87 (bench/masked_side_by_side/variance.md): about 23 times fewer particles
     default_settings: ClassVar[dict] = {"peek": False, "resample_threshold": 0.0}
 
     def __init__(self, predictor, mask_id, vocab, policy="uniform", policy_temperature=1.0, max_exact_tokens=16,
