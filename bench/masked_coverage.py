@@ -7,7 +7,9 @@ printed) covers it, and whether the certified bound holds.
 
 Every network row an estimator asks for is one of the 2^T revealed sets of its text, which the dynamic program scores
 anyway: the seeds read each set's log p_θ(x_i | S) and confidence from a table (``StateTables``, the same float64
-values ``conditionals.token_log_probs`` returns) instead of rerunning the network; the draws are unchanged.
+values ``conditionals.token_log_probs`` returns) instead of rerunning the network; the draws are unchanged. Each seed's
+network rows count every state once, as the model's row cache (``models/masked/row_cache.py``) runs it; the
+``coverage_before_item5*.json`` runs counted each call's distinct states.
 
     python bench/masked_coverage.py --seeds 100 --setting default --output bench/masked_side_by_side/coverage.json
     python bench/masked_coverage.py --seeds 100 --first-seed 100 --setting default \
@@ -134,9 +136,11 @@ def coverage(model, texts, given: dict, seeds: range, truth: float, save, tables
 
 def summary_row(args: str, r: dict, seeds: str) -> str:
     """One row of ``coverage.md``."""
+    rows = [run["network_rows"] for run in r["runs"]]
     return (
         f"| {args} | {r['resolved']} | {seeds} | {r['two_sided']} | {r['covered']} of {r['two_sided']} | "
-        f"{r['missed_share']:.1%} | {r['bound_held']} of {r['seeds']} |"
+        f"{r['missed_share']:.1%} | {r['bound_held']} of {r['seeds']} | "
+        f"{sum(rows) / len(rows):,.0f} ({min(rows):,}–{max(rows):,}) |"
     )
 
 
@@ -168,8 +172,9 @@ def write_summary(path: Path, output: Path) -> None:
     head = (
         f"Statements for `latent_masked` on the {results['documents']} distinct held-out sentences of `masked_ppl_tiny`, "
         "held to the exact dynamic program (`bench/masked_coverage.py`).\n\n"
-        "| model_args | resolved | seeds | two-sided | two-sided covering the truth | seeds missed | certified bound held |\n"
-        "|---|---|---|---|---|---|---|\n"
+        "| model_args | resolved | seeds | two-sided | two-sided covering the truth | seeds missed | certified bound held "
+        "| network rows per seed, mean (range) |\n"
+        "|---|---|---|---|---|---|---|---|\n"
     )
     path.write_text(head + "\n".join(rows) + "\n", encoding="utf-8")
 
