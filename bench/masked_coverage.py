@@ -7,7 +7,9 @@ printed) covers it, and whether the certified bound holds.
 
 Every network row an estimator asks for is one of the 2^T revealed sets of its text, which the dynamic program scores
 anyway: the seeds read each set's log p_θ(x_i | S) and confidence from a table (``StateTables``, the same float64
-values ``conditionals.token_log_probs`` returns) instead of rerunning the network; the draws are unchanged.
+values ``conditionals.token_log_probs`` returns) instead of rerunning the network; the draws are unchanged. Each seed's
+network rows count every state once, as the model's row cache (``models/masked/row_cache.py``) runs it; the
+``coverage_before_item5*.json`` runs counted each call's distinct states.
 
     python bench/masked_coverage.py --seeds 100 --setting default --output bench/masked_side_by_side/coverage.json
     python bench/masked_coverage.py --seeds 100 --first-seed 100 --setting default \
@@ -48,20 +50,28 @@ class StateTables:
     row S = Σ_{i ∈ S} 2^i (computed once, by the network, in blocks)."""
 
     def __init__(self, model, texts: list[str]) -> None:
-        self.tables = {}
+        self.tables, self.seen = {}, {}
         for text in tqdm(texts, desc="state tables"):
             x = model.check_text(model.tokenize(text))
             T = x.numel()
             member = (torch.arange(1 << T)[:, None] & (1 << torch.arange(T))) != 0
             self.tables[tuple(x.tolist())] = conditionals.token_log_probs(model, x, member)
 
-    def lookup(self, model, x: torch.Tensor, revealed: torch.Tensor):
-        """``token_log_probs``'s answer from the table; ``model.network_rows`` counts the distinct rows as the
-        network would have run them."""
-        token, confidence = self.tables[tuple(x.tolist())]
+    def lookup(self, model, x: torch.Tensor, revealed: torch.Tensor, keep_mask_row: bool = False):
+        """``token_log_probs``'s answer from the table; ``model.network_rows`` counts the rows the network would
+        have run: each state once per seed, as the model's ``row_cache`` runs it (``forget`` starts a seed)."""
+        key = tuple(x.tolist())
+        token, confidence = self.tables[key]
         rows = (revealed.long() << torch.arange(revealed.shape[1])).sum(1)
-        model.network_rows += int(rows.unique().numel())
+        seen = self.seen.setdefault(key, set())
+        new = set(rows.unique().tolist()) - seen
+        seen |= new
+        model.network_rows += len(new)
         return token[rows], confidence[rows]
+
+    def forget(self) -> None:
+        """A new seed: no state has been run yet (the model's ``row_cache`` cleared)."""
+        self.seen = {}
 
     @contextlib.contextmanager
     def installed(self):
@@ -74,8 +84,9 @@ class StateTables:
             conditionals.token_log_probs = original
 
 
-def seed_statement(model, texts, settings, truth: float) -> dict:
+def seed_statement(model, texts, settings, truth: float, tables: StateTables) -> dict:
     """One seed's corpus statement and whether it holds against the truth S."""
+    tables.forget()
     start, rows = time.perf_counter(), model.network_rows
     estimates = estimate_corpus(resolve(settings, model), texts, progress=False)
     corpus = corpus_estimate([estimates[t] for t in texts])
@@ -110,7 +121,7 @@ def summary(given: dict, why: str, runs: list[dict]) -> dict:
     }
 
 
-def coverage(model, texts, given: dict, seeds: range, truth: float, save) -> dict:
+def coverage(model, texts, given: dict, seeds: range, truth: float, save, tables: StateTables) -> dict:
     """The statements of ``seeds`` under the model_args ``given``, resolved as the backend does (the model's
     ``default_settings`` for what ``given`` does not name, then ``auto``); ``save(summary)`` after every seed."""
     settings, own = with_model_defaults(parse_settings(given), model, given)
@@ -118,16 +129,18 @@ def coverage(model, texts, given: dict, seeds: range, truth: float, save) -> dic
     settings, why = run.settings, run.reason
     runs = []
     for s in tqdm(seeds, desc=str(given)):
-        runs.append(seed_statement(model, texts, settings.replace(seed=s), truth))
+        runs.append(seed_statement(model, texts, settings.replace(seed=s), truth, tables))
         save(summary(given, why + own, runs))
     return summary(given, why + own, runs)
 
 
 def summary_row(args: str, r: dict, seeds: str) -> str:
     """One row of ``coverage.md``."""
+    rows = [run["network_rows"] for run in r["runs"]]
     return (
         f"| {args} | {r['resolved']} | {seeds} | {r['two_sided']} | {r['covered']} of {r['two_sided']} | "
-        f"{r['missed_share']:.1%} | {r['bound_held']} of {r['seeds']} |"
+        f"{r['missed_share']:.1%} | {r['bound_held']} of {r['seeds']} | "
+        f"{sum(rows) / len(rows):,.0f} ({min(rows):,}–{max(rows):,}) |"
     )
 
 
@@ -159,8 +172,9 @@ def write_summary(path: Path, output: Path) -> None:
     head = (
         f"Statements for `latent_masked` on the {results['documents']} distinct held-out sentences of `masked_ppl_tiny`, "
         "held to the exact dynamic program (`bench/masked_coverage.py`).\n\n"
-        "| model_args | resolved | seeds | two-sided | two-sided covering the truth | seeds missed | certified bound held |\n"
-        "|---|---|---|---|---|---|---|\n"
+        "| model_args | resolved | seeds | two-sided | two-sided covering the truth | seeds missed | certified bound held "
+        "| network rows per seed, mean (range) |\n"
+        "|---|---|---|---|---|---|---|---|\n"
     )
     path.write_text(head + "\n".join(rows) + "\n", encoding="utf-8")
 
@@ -201,6 +215,7 @@ def main() -> None:
                 range(args.first_seed, args.first_seed + args.seeds),
                 truth,
                 lambda s, d=done: save(d, s),
+                tables,
             )
             results["settings"].append(summary_)
     for r in results["settings"]:

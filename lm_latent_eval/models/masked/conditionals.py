@@ -59,19 +59,44 @@ def token_log_probs(
     for the confidence policies)), float64, for N states (rows of ``revealed``). ``keep_mask_row``: the softmax over
     every output row, the mask's included (LLaDA's evaluation code), instead of leaving the mask out.
 
-    Each distinct row is run through ``model.predict`` once, in blocks of ``model.block_tokens // T`` rows; the
-    count of rows run is added to ``model.network_rows``. A text longer than the network reads is scored window by
+    Each distinct row is run through ``model.predict`` once, in blocks of ``model.block_tokens // T`` rows, unless
+    the model's ``row_cache`` (``row_cache.RowCache``) holds it from an earlier call; the count of rows run is added
+    to ``model.network_rows``. A text longer than the network reads is scored window by
     window (``windows.py``): a state's row reads its current window after the one before it, and its entries outside
     the current window are 0 (the policy gives them probability 0).
     """
     distinct, index = distinct_rows(revealed.to(torch.uint8))
     distinct = distinct.bool()
-    size = window_size(model, revealed.shape[1])
-    if size is None:
-        token, conf = scored_rows(model, x, distinct, keep_mask_row)
-    else:
-        token, conf = windowed_rows(model, x, distinct, size, keep_mask_row)
+    cache = getattr(model, "row_cache", None)
+    text_key = None if cache is None else cache.key(model, x, keep_mask_row)
+    if text_key is None:
+        token, conf = run_rows(model, x, distinct, keep_mask_row)
+        return token[index], conf[index]
+    # states an earlier call ran are read back (row_cache.py); only the others go through the network
+    keys = cache.state_keys(distinct)
+    found, where, missing = cache.lookup(text_key, keys)
+    token = torch.empty(distinct.shape, dtype=torch.float64, device=x.device)
+    conf = torch.empty_like(token)
+    if found:
+        rows = cache.table(text_key)[torch.tensor(where, device=x.device)]
+        at = torch.tensor(found, device=x.device)
+        token[at], conf[at] = rows[:, 0], rows[:, 1]
+    if missing:
+        at = torch.tensor(missing, device=x.device)
+        new_token, new_conf = run_rows(model, x, distinct[at], keep_mask_row)
+        token[at], conf[at] = new_token, new_conf
+        cache.store(text_key, [keys[n] for n in missing], new_token, new_conf)
     return token[index], conf[index]
+
+
+def run_rows(
+    model, x: torch.Tensor, distinct: torch.Tensor, keep_mask_row: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``token_log_probs`` of distinct states, each run through the network (whole, or window by window)."""
+    size = window_size(model, distinct.shape[1])
+    if size is None:
+        return scored_rows(model, x, distinct, keep_mask_row)
+    return windowed_rows(model, x, distinct, size, keep_mask_row)
 
 
 def log_normalizer(logits: torch.Tensor, chunk_entries: int = NORMALIZER_ENTRIES) -> torch.Tensor:

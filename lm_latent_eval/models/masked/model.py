@@ -30,6 +30,7 @@ from .exact import deterministic_log_marginal, dp_log_marginal
 from .orders import check_orders, order_scores, picked
 from .policy import DEFAULT_BLOCK, POLICIES, check_policy, is_deterministic
 from .proposal import MaskedOrderProposal
+from .row_cache import RowCache
 from .sampling import sample_continuation
 from .windows import room, window_size
 
@@ -71,11 +72,17 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
     # the dynamic program costs 2^T network rows: short texts only (``max_exact_tokens``)
     exact_marginal_tractable = False
     stepwise_module = stepwise
-    # uniform orders unless peek is given (estimators.registry.with_model_defaults): on the bundled model the peeking
-    # proposal's weights are heavy-tailed (Pareto k̂ above the threshold on 91% of the held-out sentences at K = 1,000)
-    # and its estimates far below log p (IS, K = 100: perplexity 12.93 against the exact 10.905), where uniform orders
-    # land within 0.15 nats of the exact log-likelihood (tasks/masked_ppl_tiny/README.md)
-    default_settings: ClassVar[dict] = {"peek": False}
+    # what the user does not give (estimators.registry.with_model_defaults):
+    # - peek=False, uniform orders: on the bundled model the peeking proposal's weights are heavy-tailed (Pareto k̂
+    #   above the threshold on 91% of the held-out sentences at K = 1,000) and its estimates far below log p (IS,
+    #   K = 100: perplexity 12.93 against the exact 10.905), where uniform orders land within 0.15 nats of the exact
+    #   log-likelihood (tasks/masked_ppl_tiny/README.md); tempering it (τ = 2, 4) does not help;
+    # - resample_threshold=0: SMC that never resamples, importance sampling over uniform orders in independent runs.
+    #   Resampling is misled here: the partial weights p(x_S, σ_≤t) ψ(S) (look-ahead twist) favour orders that
+    #   revealed easy tokens first, and the relative variance per particle K · Var(p̂ / p) on the held-out sentences
+    #   of 8 to 11 tokens is 26 to 492 with resampling at ESS < K/2, 1.1 to 2.3 without; Σ_n Var(p̂_n / p_n) at
+    #   K = 128 is 20.3 against 0.87 (bench/masked_side_by_side/variance.md): about 23 times fewer particles
+    default_settings: ClassVar[dict] = {"peek": False, "resample_threshold": 0.0}
 
     def __init__(self, predictor, mask_id, vocab, policy="uniform", policy_temperature=1.0, max_exact_tokens=16,
                  max_length=None, block_tokens=8192, policy_block=DEFAULT_BLOCK):  # fmt: skip
@@ -94,6 +101,8 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
         self.max_exact_tokens, self.max_length, self.block_tokens = max_exact_tokens, max_length, block_tokens
         # network rows run so far (one row = one revealed set of one text): the cost figure of the benchmarks
         self.network_rows = 0
+        # the rows of recently scored states, read back instead of run again (row_cache.py; shared with views)
+        self.row_cache = RowCache()
         # a conditional view's revealed context (``conditional_model``): ids [C] read before the text, and its text
         self.context_ids, self.context_text = None, None
         # the one-line notices given once (``check_text``: texts read in windows), shared with conditional views

@@ -131,12 +131,17 @@ def test_generate_until_unmasks_a_continuation_seeded_by_the_context(which, bert
 
 
 def test_uniform_orders_are_the_default_unless_peek_is_given():
-    """MaskedOrderLM.default_settings: peek=False where model_args do not name peek, recorded with why."""
+    """MaskedOrderLM.default_settings: peek=False and resample_threshold=0 unless model_args name them, with why."""
     lm = LatentMaskedEval(device="cpu")
     assert lm.settings.peek is False and lm.get_model_info()["estimator_settings"]["peek"] is False
-    assert lm.estimator_choice.endswith("; peek=False by the model's default_settings")
+    assert lm.estimator_choice.endswith(
+        "; peek=False, resample_threshold=0.0 by the model's default_settings"
+    )
     given = LatentMaskedEval(device="cpu", peek=True)
-    assert given.settings.peek is True and "default_settings" not in given.estimator_choice
+    assert given.settings.peek is True and "peek=False" not in given.estimator_choice
+    assert given.estimator_choice.endswith("; resample_threshold=0.0 by the model's default_settings")
+    both = LatentMaskedEval(device="cpu", peek=True, resample_threshold=0.5)
+    assert both.settings.resample_threshold == 0.5 and "default_settings" not in both.estimator_choice
 
 
 def test_greedy_generate_until_ranks_the_candidates_by_their_conditional_given_the_context():
