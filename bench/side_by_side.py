@@ -7,11 +7,12 @@ what every run did before issue 45), then the whole corpus through the estimator
 which hands the documents to ``Estimator.estimate_documents`` in chunks: side by side where the model offers
 ``protocol.DocumentBatchLM``). Operations are counted with ``kernel_counts.KernelCounter`` (a ``TorchDispatchMode``:
 aten operations that compute; views launch nothing) with the accelerator's code paths (``kernel_counts.
-accelerator_paths``: no CPU-only row selection), so the counts are those a GPU would launch. Host synchronisations
+accelerator_paths``: no CPU-only row selection) and an accelerator's chunks of documents (``accelerator_chunks``:
+65,536 particles where the CPU takes 16,384), so the counts are those a GPU would launch. Host synchronisations
 are the operations that read a device value on the host (``item``, ``_local_scalar_dense``, ``nonzero``) plus the
 increments' copy to the host once per step. The two runs' log weights are compared: side by side must not change a
-number. Seconds are wall time without the counter, best of two, on this machine (CPU; on a GPU each operation costs
-a launch of about 5-30 µs, so the counts are the GPU's time for these small models).
+number. Seconds are wall time without the counter, with the device's own chunks, best of two, on this machine (on a
+GPU each operation costs a launch of about 5-30 µs, so the counts are the GPU's time for these small models).
 
     python bench/side_by_side.py                # writes bench/side_by_side/output.md
     python bench/side_by_side.py --device cuda --output cuda.md   # on a GPU
@@ -20,6 +21,7 @@ a launch of about 5-30 µs, so the counts are the GPU's time for these small mod
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import sys
@@ -33,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bundled_models import CORPORA
 from kernel_counts import KernelCounter, accelerator_paths
 
-from lm_latent_eval.estimators import EstimatorSettings, resolve
+from lm_latent_eval.estimators import EstimatorSettings, importance, resolve, seeding, smc, workers
 from lm_latent_eval.estimators.adaptive import estimate_corpus
 from lm_latent_eval.models import load_model
 from lm_latent_eval.paths import DATA_DIR
@@ -61,6 +63,22 @@ def synchronize() -> None:
         torch.cuda.synchronize()
 
 
+@contextlib.contextmanager
+def accelerator_chunks():
+    """Chunks of documents as large as an accelerator's (``side_by_side_particles("cuda")``) while counting: the
+    operations a GPU would launch, whatever device counts them."""
+    saved = seeding.side_by_side_particles
+    size = saved("cuda")
+    patched = [smc, importance, workers]
+    for module in patched:
+        module.side_by_side_particles = lambda device="cpu": size
+    try:
+        yield
+    finally:
+        for module in patched:
+            module.side_by_side_particles = saved
+
+
 def alone(run, texts):
     return {t: run.estimate(t, device=DEVICE) for t in dict.fromkeys(texts)}
 
@@ -83,7 +101,7 @@ def measure(name: str, num_samples: int, limit: int | None) -> dict:
     estimates = {}
     for label, fn in (("alone", alone), ("together", together)):
         fn(run, texts[:2])  # per-document caches and first-call work outside the figures
-        with accelerator_paths(), StepCounter() as counter:
+        with accelerator_paths(), accelerator_chunks(), StepCounter() as counter:
             estimates[label] = fn(run, texts)
         seconds = []
         for _ in range(2):
