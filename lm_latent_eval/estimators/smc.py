@@ -10,7 +10,10 @@ threshold; threshold 0 never resamples and is importance sampling with the same 
 K particles are split into R = max(``smc_runs``, ⌈K / SAMPLE_BLOCK⌉) independent runs of near-equal size N_r, and
 p̂ = Σ_r (N_r / K) p̂_r is again unbiased. Consecutive runs are packed into blocks of at most SAMPLE_BLOCK particles
 (bounded memory for any K) that the model advances as one batch; block b draws from the random stream of IS block b
-(seeded by (seed, b, document)), and every run resamples only among its own particles. Uncertainty: the spread of
+(seeded by (seed, b, document)), and every run resamples only among its own particles. The blocks ("lanes") of
+several documents advance together, one step per token for all, where the model offers ``protocol.DocumentBatchLM``
+(``smc_lanes``, ``draw_smc_documents``): each lane draws what it draws alone, so no document's numbers depend on
+its neighbours. Uncertainty: the spread of
 the R runs (an honest estimate of Var(p̂) whenever it is finite) and, from each run's genealogy (Eve indices), the
 Lee & Whiteley (2018) estimate.
 
