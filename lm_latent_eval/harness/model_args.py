@@ -51,7 +51,12 @@ BACKEND_ARGS = (
         "model", str, "(--model latent only) a name in lm_latent_eval.models.MODELS or package.module:Class"
     ),
     ModelArg("pretrained", str, "local folder or Hugging Face Hub id (default: the bundled checkpoint)"),
-    ModelArg("device", str, "cuda if available, else cpu (model_args wins over lm-eval's --device)"),
+    ModelArg(
+        "device",
+        str,
+        "cuda if available, else cpu; a small checkpoint runs on the CPU unless a device is asked for "
+        "(model_args wins over lm-eval's --device)",
+    ),
     ModelArg(
         "dtype", str, "torch dtype of the network (float32, bfloat16, ...); log-probabilities sum in float64"
     ),
