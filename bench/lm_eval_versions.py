@@ -152,6 +152,8 @@ def main() -> None:
     args = parser.parse_args()
     if len(args.python) != 2:
         sys.exit("give two interpreters: --python OLD --python NEW")
+    # absolute, not resolved: each run's working directory is a fresh folder, and a venv's python is a link
+    args.python = [os.path.abspath(p) for p in args.python]
     versions = [lm_eval_version(p) for p in args.python]
     outcomes = [run_environment(p) for p in args.python]
     (old, old_seconds), (new, new_seconds) = outcomes
