@@ -162,7 +162,26 @@ def has_document_batches(model: Any) -> bool:
     >>> has_document_batches(load_model("hmm")[0])
     True
     """
-    return has_stepwise(model) and all(callable(getattr(model, n, None)) for n in DOCUMENT_BATCH_METHODS)
+    if not has_stepwise(model) or not all(callable(getattr(model, n, None)) for n in DOCUMENT_BATCH_METHODS):
+        return False
+    return _as_derived(
+        model, ("smc_step_documents", "smc_init_documents"), ("smc_step", "_smc_init", "smc_init")
+    )
+
+
+def _owner(cls: type, name: str) -> type | None:
+    """The class of ``cls``'s MRO that defines ``name`` (None: none does, e.g. an instance attribute)."""
+    return next((k for k in cls.__mro__ if name in vars(k)), None)
+
+
+def _as_derived(obj: Any, batched: tuple[str, ...], single: tuple[str, ...]) -> bool:
+    """Whether the side-by-side methods ``batched`` are defined at least as far down ``obj``'s class hierarchy as
+    the one-document methods ``single`` they must agree with: a subclass that overrides ``smc_step`` (or a
+    proposal's ``_sample``) but inherits its parent's side-by-side version would be batched with the parent's
+    numbers, so it is not batched at all."""
+    cls = type(obj)
+    owners = [o for o in (_owner(cls, n) for n in batched) if o is not None]
+    return all(issubclass(b, s) for b in owners for s in (_owner(cls, n) for n in single) if s is not None)
 
 
 def has_document_sampler(model: Any) -> bool:
@@ -183,7 +202,10 @@ def has_document_sampler(model: Any) -> bool:
     >>> has_document_sampler(load_model("kglm")[0]), has_document_sampler(load_model("hmm")[0])
     (True, False)
     """
-    return callable(getattr(getattr(model, "proposal", None), "sample_documents", None))
+    proposal = getattr(model, "proposal", None)
+    if not callable(getattr(proposal, "sample_documents", None)):
+        return False
+    return _as_derived(proposal, ("sample_documents",), ("_sample", "sample"))
 
 
 def prefix_view(model: Any) -> Any | None:

@@ -14,7 +14,7 @@ from lm_latent_eval.estimators import EstimatorSettings, importance, smc
 from lm_latent_eval.estimators.adaptive import estimate_corpus
 from lm_latent_eval.estimators.registry import resolve
 from lm_latent_eval.estimators.smc import Lane, smc_lanes
-from lm_latent_eval.models import load_model
+from lm_latent_eval.models import default_checkpoint, load_model
 from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.protocol import has_document_batches
 from lm_latent_eval.reports.sweep import read_documents
@@ -140,3 +140,43 @@ def test_importance_sampling_falls_back_where_the_proposal_declines(kglm, monkey
     monkeypatch.setattr(type(kglm.proposal), "sample_documents", lambda self, *a, **k: None)
     for text, e in zip(texts, run.estimate_documents(texts)):
         assert np.array_equal(e.log_weights, expected[text].log_weights)
+
+
+def test_a_subclass_that_changes_the_step_is_not_batched_with_its_parents_numbers(
+    bundled_hmm, bundled_test_texts
+):
+    """A model that overrides ``smc_step`` but inherits its parent's side-by-side methods would be stepped with the
+    parent's numbers side by side: it runs its documents one at a time instead (and likewise a proposal that
+    overrides ``_sample`` but inherits ``sample_documents``)."""
+    from lm_latent_eval.models.hmm.model import HMMLanguageModel
+    from lm_latent_eval.protocol import has_document_batches, has_document_sampler
+
+    class Tilted(HMMLanguageModel):
+        def smc_step(self, state, t, generator=None):
+            state, inc = super().smc_step(state, t, generator)
+            return state, inc - 0.5
+
+    tilted = Tilted.from_pretrained(str(default_checkpoint("hmm"))).eval()
+    assert has_document_batches(bundled_hmm) and not has_document_batches(tilted)
+    texts = bundled_test_texts[:4]
+    run = resolve(EstimatorSettings("smc", 32, seed=1, target_se=None), tilted)
+    together = estimate_corpus(run, texts, progress=False)
+    for text in texts:
+        own = run.estimate(text)
+        assert np.array_equal(together[text].log_weights, own.log_weights)
+        tokens = bundled_hmm.tokenize(text).numel()
+        base = resolve(EstimatorSettings("smc", 32, seed=1, target_se=None), bundled_hmm).estimate(text)
+        assert own.log_likelihood == pytest.approx(base.log_likelihood - 0.5 * tokens, abs=1e-9)
+    kglm_model = load_model("kglm")[0]
+
+    class Other(type(kglm_model.proposal)):
+        def _sample(self, *args, **kwargs):
+            return super()._sample(*args, **kwargs)
+
+    assert has_document_sampler(kglm_model)
+    original = type(kglm_model.proposal)
+    kglm_model.proposal.__class__ = Other
+    try:
+        assert not has_document_sampler(kglm_model)
+    finally:
+        kglm_model.proposal.__class__ = original
