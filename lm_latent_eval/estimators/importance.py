@@ -342,35 +342,58 @@ class ImportanceSampling(Estimator):
         self, model, documents, *, device="cpu", progress=None, stage=0, diagnostics=False
     ):
         """The documents' sample blocks drawn side by side by the proposal (``sample_documents``, in chunks of at
-        most ``side_by_side_particles``), then each document weighted as ``estimate`` weights it: each block's draws
-        are those of its own (seed, block, document) stream, so every number is the one it gets alone."""
+        most ``side_by_side_particles``), then each document weighted as ``estimate`` weights it, as soon as its
+        blocks are drawn (memory: one chunk's draws): each block's draws are those of its own (seed, block,
+        document) stream, so every number is the one it gets alone."""
         if not has_document_sampler(model) or len(documents) < 2:
             return super().estimate_documents(
                 model, documents, device=device, progress=progress, stage=stage, diagnostics=diagnostics
             )
         block_size = sample_block(device)
+        # (document, its block, the block's draws) in order: a document's blocks are consecutive
         lanes = [
-            (d, x, min(block_size, settings.num_samples - start), text, settings, start // block_size)
-            for d, (x, text, settings) in enumerate(documents)
+            (d, start // block_size, min(block_size, settings.num_samples - start))
+            for d, (_, _, settings) in enumerate(documents)
             for start in range(0, settings.num_samples, block_size)
         ]
-        drawn: list[dict] = [{} for _ in documents]
-        for chunk in side_by_side_chunks([lane[2] for lane in lanes], side_by_side_particles(device)):
+        drawn: dict[int, dict] = {}
+        out: list[ISEstimate] = []
+        for chunk in side_by_side_chunks([k for _, _, k in lanes], side_by_side_particles(device)):
             part = [lanes[i] for i in chunk]
+            settings = documents[part[0][0]][2]
             gens = [
-                document_generator(s.seed, t, stage_block(b, stage), device=device)
-                for _, _, _, t, s, b in part
+                document_generator(
+                    documents[d][2].seed, documents[d][1], stage_block(b, stage), device=device
+                )
+                for d, b, _ in part
             ]
-            settings = part[0][4]
-            out = model.proposal.sample_documents(
-                [c[1] for c in part], [c[2] for c in part], settings.temperature, settings.peek, gens
+            got = model.proposal.sample_documents(
+                [documents[d][0] for d, _, _ in part],
+                [k for _, _, k in part],
+                settings.temperature,
+                settings.peek,
+                gens,
             )
-            for c, draws in zip(part, out or [None] * len(part)):
-                drawn[c[0]][c[5]] = draws
-        return [
-            self._weighted(model, x, text, settings, device, progress, stage, diagnostics, drawn[d])
-            for d, (x, text, settings) in enumerate(documents)
-        ]
+            for (d, b, _), draws in zip(part, got or [None] * len(part)):
+                drawn.setdefault(d, {})[b] = draws
+            # the documents before the next lane's are drawn whole
+            following = lanes[chunk[-1] + 1][0] if chunk[-1] + 1 < len(lanes) else len(documents)
+            while len(out) < following:
+                x, text, doc_settings = documents[len(out)]
+                out.append(
+                    self._weighted(
+                        model,
+                        x,
+                        text,
+                        doc_settings,
+                        device,
+                        progress,
+                        stage,
+                        diagnostics,
+                        drawn.pop(len(out)),
+                    )
+                )
+        return out
 
     def estimate(
         self, model, x, document, settings, *, device="cpu", progress=None, stage=0, diagnostics=False
