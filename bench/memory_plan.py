@@ -69,6 +69,15 @@ def gib(n: int) -> str:
     return f"{n / GIB:,.3f} GiB" if n >= GIB // 100 else f"{n / 2**20:,.2f} MiB"
 
 
+def temporaries_table(plan) -> list[str]:
+    """A plan's temporaries as markdown rows, largest first."""
+    rows = ["| temporary | shape | bytes |", "|---|---|---|"]
+    return rows + [
+        f"| {t.name} | {list(t.shape)} | {gib(t.nbytes)} |"
+        for t in sorted(plan.temporaries, key=lambda t: -t.nbytes)
+    ]
+
+
 def meta_parent_head(model, T: int, pairs: int, budget: int, chunked: bool) -> tuple[int, str]:
     """The largest temporary (bytes, operation) of p's parent head over ``pairs`` related pairs, on the meta device."""
     meta = torch.device("meta")
@@ -137,11 +146,8 @@ def entitynlm_lines() -> list[str]:
                 f" budget: {plan.fits()}):"
             ),
             "",
-            "| temporary | shape | bytes |",
-            "|---|---|---|",
+            *temporaries_table(plan),
         ]
-        for tmp in sorted(plan.temporaries, key=lambda t: -t.nbytes):
-            lines.append(f"| {tmp.name} | {list(tmp.shape)} | {gib(tmp.nbytes)} |")
     lines += [
         "",
         (
@@ -228,11 +234,8 @@ def main(argv=None) -> str:
             "",
             f"Planned temporaries at {budget // GIB} GiB (largest first; fits: {plan.fits()}):",
             "",
-            "| temporary | shape | bytes |",
-            "|---|---|---|",
+            *temporaries_table(plan),
         ]
-        for tmp in sorted(plan.temporaries, key=lambda t: -t.nbytes):
-            lines.append(f"| {tmp.name} | {list(tmp.shape)} | {gib(tmp.nbytes)} |")
     lines += [
         "",
         (
