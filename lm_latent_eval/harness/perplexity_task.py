@@ -13,6 +13,7 @@ any folder (a task over another corpus is ``class: !function lm_latent_eval.harn
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import logging
 import math
@@ -238,9 +239,11 @@ def template_config() -> dict:
     return load_yaml(f"{tasks_path()}/{TEMPLATE}")
 
 
+@functools.cache
 def valid_metric_names() -> tuple[str, ...]:
     """Every metric ``process_results`` may give an item for (the bundled template's ``metric_list``, and the names
-    before the rename)."""
+    before the rename); read from the bundled YAML once per process (``process_results`` checks every document's
+    task against it)."""
     return (*metric_names(template_config()["metric_list"]), *RENAMED_METRICS)
 
 
