@@ -396,11 +396,16 @@ def init_particles(
         alias = model.alias_tables()
         N = model.tables.num_entities
         gen, words = model.step_word_tables(x, alias, N + 1 <= K and T * (N + 1) <= WORD_TABLE_LIMIT)
-    z = {
+    window = WindowState.empty(K, model.cutoff, device)
+    return KGLMParticles(x, q_tabs, p_tabs, alias, gen, words, window, _undrawn(K, T, device))
+
+
+def _undrawn(K: int, T: int, device) -> dict:
+    """z of K particles before any step: mention_type / entity / parent, LongTensor [K, T] each (none drawn)."""
+    return {
         k: torch.full((K, T), v, dtype=torch.long, device=device)
         for k, v in (("mention_type", NONE), ("entity", -1), ("parent", -1))
     }
-    return KGLMParticles(x, q_tabs, p_tabs, alias, gen, words, WindowState.empty(K, model.cutoff, device), z)
 
 
 @torch.no_grad()
@@ -483,34 +488,28 @@ def stack_tables(tables: list[HeadTables]) -> HeadTables:
 
 @torch.no_grad()
 def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> KGLMDocumentBatch | None:
-    """``init_particles`` of every document, stacked; None where a document's tables would not be read by position
-    (its word table or new-entity table not built, as for a large graph: such documents run one at a time)."""
-    alone = [
-        init_particles(model, x, max(k, model.tables.num_entities + 1), temperature, peek)
-        for x, k in zip(xs, num_particles)
-    ]
-    if any(
-        a.words is None or (a.q.any_new and (a.q.new_entity_lp is None or a.p.new_entity_lp is None))
-        for a in alone
-    ):
+    """``init_particles`` of every document, its tables stacked; None where a document's tables would not be read by
+    position (its word table or new-entity table not built, as for a large graph: such documents run one at a
+    time)."""
+    N = model.tables.num_entities
+    q = [model.proposal.head_tables(x, temperature, peek) for x in xs]
+    p = [model.head_tables(x) for x in xs]
+    alias = model.alias_tables()
+    words = [model.step_word_tables(x, alias, x.numel() * (N + 1) <= WORD_TABLE_LIMIT)[1] for x in xs]
+    if any(w is None for w in words) or any(t.any_new and t.new_entity_lp is None for t in q + p):
         return None
     lengths = [int(x.numel()) for x in xs]
-    device = alone[0].x.device
-    K = sum(num_particles)
+    device, K = xs[0].device, sum(num_particles)
     first, last = document_rows(num_particles, lengths, device)
-    z = {
-        k: torch.full((K, max(lengths)), v, dtype=torch.long, device=device)
-        for k, v in (("mention_type", NONE), ("entity", -1), ("parent", -1))
-    }
     return KGLMDocumentBatch(
-        torch.cat([a.x for a in alone]),
-        stack_tables([a.q for a in alone]),
-        stack_tables([a.p for a in alone]),
-        alone[0].alias,
+        torch.cat(list(xs)),
+        stack_tables(q),
+        stack_tables(p),
+        alias,
         None,
-        torch.cat([a.words for a in alone]),
+        torch.cat(words),
         WindowState.empty(K, model.cutoff, device),
-        z,
+        _undrawn(K, max(lengths), device),
         list(num_particles),
         lengths,
         first,
