@@ -83,33 +83,39 @@ def init_particles(
     """K empty particles for document x [T] (encoders run here, once, without grad as in ``proposal.sample``): one
     history on the CPU, K rows elsewhere."""
     K = int(num_particles)
-    # [1, T + 1, D]
-    states_p = model.encode(x).unsqueeze(0)
-    heads_q, q_label, q_update = model.proposal.views(model.proposal.encode(x).unsqueeze(0), peek)
+    heads_q, whole = document_inputs(model, x, temperature, peek)
     device = x.device
     history = torch.zeros(K, dtype=torch.long, device=device) if selects_rows(device) else None
     rows = K if history is None else 1
-    per_token = (
-        # [T, 2] -> [1, 2] each
-        heads_q.type_log_probs(q_label[0], float(temperature)).split(1),
-        q_label.unbind(1),
-        q_update.unbind(1),
-        # [1, T, 2] -> [1, 2] each
-        model.heads.type_log_probs(states_p[:, :-1]).unbind(1),
-        states_p[:, :-1].unbind(1),
-        states_p[:, 1:].unbind(1),
-        x.split(1),
-    )
     return EntityNLMParticles(
         x=x,
         temperature=float(temperature),
         peek=bool(peek),
-        inputs=[TokenInputs(*parts) for parts in zip(*per_token)],
+        # token t's views [1, ...] of the document's inputs
+        inputs=[TokenInputs(*(v[t : t + 1] for v in whole)) for t in range(x.numel())],
         p_memory=model.heads.initial_memory(rows, device),
         q_memory=heads_q.initial_memory(rows, device),
-        context=states_p.new_zeros(rows, states_p.shape[-1]),
+        context=whole.p_label.new_zeros(rows, whole.p_label.shape[-1]),
         history=history,
     )
+
+
+def document_inputs(model, x: torch.Tensor, temperature: float, peek: bool):
+    """(q's heads for ``peek``, what every step reads besides the particles, ``TokenInputs`` of [T, ...] tensors): the
+    encoders run once (without grad, as in ``proposal.sample``)."""
+    # [1, T + 1, D]
+    states_p = model.encode(x).unsqueeze(0)
+    heads_q, q_label, q_update = model.proposal.views(model.proposal.encode(x).unsqueeze(0), peek)
+    whole = TokenInputs(
+        heads_q.type_log_probs(q_label[0], float(temperature)),
+        q_label[0],
+        q_update[0],
+        model.heads.type_log_probs(states_p[:, :-1])[0],
+        states_p[0, :-1],
+        states_p[0, 1:],
+        x,
+    )
+    return heads_q, whole
 
 
 def step_particles(
@@ -294,13 +300,10 @@ def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> 
     device = xs[0].device
     if selects_rows(device):
         return None
-    alone = [init_particles(model, x, k, temperature, peek) for x, k in zip(xs, num_particles)]
-    stacked = TokenInputs(
-        *(
-            torch.cat([v for a in alone for v in (getattr(i, f) for i in a.inputs)])
-            for f in TokenInputs._fields
-        )
-    )
+    heads_q, wholes = None, []
+    for x in xs:
+        heads_q, whole = document_inputs(model, x, temperature, peek)
+        wholes.append(whole)
     lengths = [int(x.numel()) for x in xs]
     K = sum(num_particles)
     first, last = document_rows(num_particles, lengths, device)
@@ -310,10 +313,11 @@ def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> 
         peek=bool(peek),
         inputs=[],
         p_memory=model.heads.initial_memory(K, device),
-        q_memory=alone[0].q_memory.select(torch.zeros(K, dtype=torch.long, device=device)),
-        context=alone[0].context.new_zeros(K, alone[0].context.shape[-1]),
+        q_memory=heads_q.initial_memory(K, device),
+        context=wholes[0].p_label.new_zeros(K, wholes[0].p_label.shape[-1]),
         history=None,
-        stacked=stacked,
+        # every document's inputs, positions after positions
+        stacked=TokenInputs(*(torch.cat(parts) for parts in zip(*wholes))),
         sizes=list(num_particles),
         lengths=lengths,
         first=first,
