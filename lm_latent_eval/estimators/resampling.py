@@ -71,24 +71,20 @@ class RunLayout:
         by_size: dict[int, list[int]] = {}
         for r, n in enumerate(self.sizes):
             by_size.setdefault(n, []).append(r)
-        # per size: the runs and the [R_n, n] indices of their particles (None: every run, a view)
+        # per size: the runs, the [R_n, n] indices of their particles, and whether they are every run (a view)
         self.groups = [
-            (n, runs, None if len(runs) == len(self.sizes) else self._index(runs, n))
-            for n, runs in by_size.items()
+            (n, runs, self._index(runs, n), len(runs) == len(self.sizes)) for n, runs in by_size.items()
         ]
 
     def _index(self, runs: list[int], n: int) -> torch.Tensor:
         return torch.tensor([self.starts[r] for r in runs]).unsqueeze(1) + torch.arange(n)
 
-    def _rows(self, log_w: torch.Tensor, n: int, runs: list[int], index: torch.Tensor | None) -> torch.Tensor:
-        return log_w.view(len(runs), n) if index is None else log_w[index]
-
     def statistics(self, log_w: torch.Tensor) -> tuple[list[float], list[float]]:
         """(log ESS, log mean_k w_k) of every run's weights log_w [Σ N_r] (float64, no NaN or +inf); −inf for both
         where every weight of the run is 0."""
         log_ess, log_mean = [0.0] * len(self.sizes), [0.0] * len(self.sizes)
-        for n, runs, index in self.groups:
-            rows = self._rows(log_w, n, runs, index)
+        for n, runs, index, whole in self.groups:
+            rows = log_w.view(len(runs), n) if whole else log_w[index]
             normalised = torch.softmax(rows, 1)
             values = torch.stack(
                 [
@@ -101,34 +97,29 @@ class RunLayout:
                 log_ess[r], log_mean[r] = (-math.inf if math.isnan(e) else e), m
         return log_ess, log_mean
 
-    def _chosen_rows(self, chosen: list[int]):
-        """Per size group with a run in ``chosen``: the [C, n] indices of those runs' particles and the runs."""
-        wanted = set(chosen)
-        for n, runs, index in self.groups:
-            picked = [i for i, r in enumerate(runs) if r in wanted]
-            if picked:
-                yield (self._index(runs, n) if index is None else index)[picked], [runs[i] for i in picked]
-
-    def particles_of(self, chosen: list[int]) -> torch.Tensor:
-        """Mask [Σ N_r] of the particles of the runs ``chosen``."""
-        mask = torch.zeros(self.starts[-1], dtype=torch.bool)
-        for rows_index, _ in self._chosen_rows(chosen):
-            mask[rows_index] = True
-        return mask
-
-    def resample(self, log_w: torch.Tensor, chosen: list[int], generators: list) -> torch.Tensor:
-        """Ancestors of every particle [Σ N_r] (CPU): the runs ``chosen`` (in order) resampled systematically among
-        their own particles, each with one u ~ U[0, 1) from ``generators[r]`` (its document block's stream, drawn in
-        the order of ``chosen``), the others their own ancestors."""
+    def resample(
+        self, log_w: torch.Tensor, chosen: list[int], generators: list
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ancestors of every particle [Σ N_r], mask [Σ N_r] of the particles resampled), on the CPU: the runs
+        ``chosen`` (in order) resampled systematically among their own particles, each with one u ~ U[0, 1) from
+        ``generators[r]`` (its document block's stream, drawn in the order of ``chosen``), the others their own
+        ancestors."""
         ancestors = torch.arange(self.starts[-1])
+        resampled = torch.zeros(self.starts[-1], dtype=torch.bool)
         u = {
             r: torch.rand((), generator=generators[r], device=_device(generators[r]), dtype=torch.float64)
             for r in chosen
         }
-        for rows_index, runs in self._chosen_rows(chosen):
-            draws = torch.stack([u[r] for r in runs]).cpu()
+        wanted = set(chosen)
+        for _, runs, index, _ in self.groups:
+            picked = [i for i, r in enumerate(runs) if r in wanted]
+            if not picked:
+                continue
+            rows_index = index[picked]
+            draws = torch.stack([u[runs[i]] for i in picked]).cpu()
             ancestors[rows_index] = _systematic(log_w[rows_index], draws) + rows_index[:, :1]
-        return ancestors
+            resampled[rows_index] = True
+        return ancestors, resampled
 
 
 def _device(generator: torch.Generator | None):

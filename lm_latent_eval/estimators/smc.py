@@ -190,8 +190,8 @@ def smc_lanes(model, lanes: Sequence[Lane], settings: EstimatorSettings) -> list
         chosen = books.record(t, *layout.statistics(log_w))
         if chosen:
             # each run among its own particles, from its lane's stream
-            ancestors = layout.resample(log_w, chosen, generators)
-            log_w = log_w.masked_fill(layout.particles_of(chosen), 0.0)
+            ancestors, resampled = layout.resample(log_w, chosen, generators)
+            log_w = log_w.masked_fill(resampled, 0.0)
             particles.reorder(ancestors)
             eve = eve.index_select(0, ancestors)
     out = [books.finished(r, log_w, eve, layout.starts) for r in range(len(sizes))]
