@@ -4,8 +4,8 @@ A latent LM's estimator steps its particles token by token; with the bundled che
 operations are kernel launches and host synchronisations, not arithmetic. Measured on one H100 beside its own 16 CPU
 cores (bench/RESULTS.md, "GPU baseline before issue 45"): every bundled checkpoint (at most 143,268 parameters,
 0.6 MB of weights) ran slower on cuda than on the CPU (the README's first command: 62 s of estimation on cuda against
-27 s on the CPU; EntityNLM's task did not finish in 140 s on cuda), while the full-size KGLM and EntityNLM (tens of
-millions of parameters) ran thousands of particles·tokens per second faster on it. So, where the device was not
+27 s on the CPU; EntityNLM's task did not finish in 140 s on cuda), while the GPU pays from K = 10,000 particles and
+at the paper's full sizes (tens of millions of parameters; bench/RESULTS.md "GPU"). So, where the device was not
 asked for (no ``device`` in model_args and lm-eval's CLI default ``--device cuda:0``) on a machine with CUDA, a local
 checkpoint whose weight files total less than ``SMALL_CHECKPOINT_BYTES`` runs on the CPU, said in one log line and
 recorded in the results (``device_choice``); a device that was asked for is always used. The threshold lies between
