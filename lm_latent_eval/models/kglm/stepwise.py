@@ -491,11 +491,13 @@ def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> 
     """``init_particles`` of every document, its tables stacked; None where a document's tables would not be read by
     position (its word table or new-entity table not built, as for a large graph: such documents run one at a
     time)."""
-    N = model.tables.num_entities
-    q = [model.proposal.head_tables(x, temperature, peek) for x in xs]
-    p = [model.head_tables(x) for x in xs]
-    alias = model.alias_tables()
-    words = [model.step_word_tables(x, alias, x.numel() * (N + 1) <= WORD_TABLE_LIMIT)[1] for x in xs]
+    N, alias = model.tables.num_entities, model.alias_tables()
+    q, p, words = [], [], []
+    # document by document: its word table reads p's head tables just built (the per-document caches are small)
+    for x in xs:
+        q.append(model.proposal.head_tables(x, temperature, peek))
+        p.append(model.head_tables(x))
+        words.append(model.step_word_tables(x, alias, x.numel() * (N + 1) <= WORD_TABLE_LIMIT)[1])
     if any(w is None for w in words) or any(t.any_new and t.new_entity_lp is None for t in q + p):
         return None
     lengths = [int(x.numel()) for x in xs]
