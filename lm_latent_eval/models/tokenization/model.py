@@ -119,6 +119,18 @@ class TokenizationLM(torch.nn.Module, StepwiseFromModule):
         ``loglikelihood`` (``canonical.loglikelihood``)."""
         return canonical.loglikelihood(self, pairs)
 
+    # ---- SMC, several documents side by side (protocol.DocumentBatchLM) -------------------------------------------
+
+    def smc_init_documents(self, xs, num_particles, temperature: float = 1.0, peek: bool = True):
+        """The particles of several texts side by side (``stepwise.init_documents``): one node table, one pass per
+        draw over every text's particles, the new nodes of every text in shared forward passes."""
+        self.check_documents(xs, num_particles, temperature)
+        return stepwise.init_documents(self, xs, num_particles, temperature, peek)
+
+    def smc_step_documents(self, state, t: int, generators):
+        """Step t of every text with t < T_d, each from its own generator (``stepwise.step_documents``)."""
+        return stepwise.step_documents(self, state, t, generators)
+
     # ---- text and lattice ----------------------------------------------------------------------------------------
 
     def tokenize(self, text: str) -> torch.Tensor:
