@@ -115,6 +115,15 @@ def proposal_logits(counts: torch.Tensor, alpha: torch.Tensor, lookahead: Lookah
 
 def log_twist(explained: torch.Tensor, lookahead: Lookahead, t: int) -> torch.Tensor:
     """log ψ_t = Σ_{s>t} log((base[t, s] + S_s) / (Σα + s)) from S [K, T] (S_s = Σ_k n_k Φ[k, x_s] over z_≤t):
-    float64 [K] (0 at the last token)."""
+    float64 [K] (0 at the last token). The sums are running sums (``sum_ahead``): the same numbers whatever columns of
+    zeros follow, which documents side by side pad their rows with."""
+    if t + 1 >= explained.shape[1]:
+        return explained.new_zeros(explained.shape[0])
     ahead = lookahead.base[t, t + 1 :] + explained[:, t + 1 :]
-    return torch.log(ahead).sum(1) - lookahead.log_norm[t + 1 :].sum()
+    return sum_ahead(torch.log(ahead)) - sum_ahead(lookahead.log_norm[t + 1 :])
+
+
+def sum_ahead(values: torch.Tensor) -> torch.Tensor:
+    """The sum of each row of values [..., n > 0] as its running sum's last entry: sequential, so trailing zeros leave
+    it unchanged to the bit (a vectorised ``sum`` regroups its terms with the row's width)."""
+    return values.cumsum(-1)[..., -1]

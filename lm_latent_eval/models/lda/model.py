@@ -16,7 +16,16 @@ from ..vocabulary import check_id_range
 from .exact import exact_work, log_marginal_dp
 from .loaders import LOADER_ARGS, detect_format, load_library_model
 from .proposal import LDAProposal
-from .stepwise import LDAParticles, init_particles, reorder, step
+from .stepwise import (
+    LDADocumentBatch,
+    LDAParticles,
+    init_documents,
+    init_particles,
+    reorder,
+    reorder_documents,
+    step,
+    step_documents,
+)
 from .tokenizer import DEFAULT_TOKEN_PATTERN, LDATokenizer
 from .urn import log_prior, topic_counts
 
@@ -247,9 +256,21 @@ class LDA(
         log_p, log_q = step(state, t, generator)
         return state, log_p - log_q
 
-    def smc_reorder(self, state: LDAParticles, ancestors: torch.Tensor) -> LDAParticles:
-        """Particle k continues the history of particle ancestors[k]."""
+    def smc_reorder(self, state, ancestors: torch.Tensor):
+        """Particle k continues the history of particle ancestors[k] (of one text, or of texts side by side)."""
+        if isinstance(state, LDADocumentBatch):
+            return reorder_documents(state, ancestors)
         return reorder(state, ancestors)
+
+    def smc_init_documents(self, xs, num_particles, temperature: float = 1.0, peek: bool = True):
+        """The particles of several texts side by side (``protocol.DocumentBatchLM``; ``stepwise.init_documents``),
+        or None where the lookahead's tables, padded to the longest text, would be too large."""
+        self.check_documents(xs, num_particles, temperature)
+        return init_documents(self, [self.check_x(x) for x in xs], num_particles, temperature, peek)
+
+    def smc_step_documents(self, state: LDADocumentBatch, t: int, generators):
+        """Step t of every text with t < T_d, each from its own generator (``stepwise.step_documents``)."""
+        return state, step_documents(state, t, generators)
 
     def smc_latents(self, state: LDAParticles) -> torch.Tensor:
         """The topics drawn so far, z [K, t] (with a lookahead: of the tokens drawn so far, in the document's order; all

@@ -23,7 +23,8 @@ import torch
 
 from ...tensors import inverse_cdf
 from ...tensors import tempered_draw as draw
-from .lookahead import Lookahead, build_lookahead, log_twist, proposal_logits
+from ..side_by_side import document_rows, lane_uniforms
+from .lookahead import Lookahead, build_lookahead, log_twist, proposal_logits, sum_ahead
 
 
 @dataclass
@@ -150,3 +151,137 @@ def document_stream(seed: int, text: str) -> torch.Generator:
     """A CPU generator seeded by sha256(seed, text): per-document random streams for the peer evaluators."""
     digest = hashlib.sha256(f"{int(seed)}\x00{text}".encode()).digest()
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & (2**63 - 1))
+
+
+# padded entries of the stacked base tables of documents side by side (above: declined)
+SIDE_BY_SIDE_BASE_ENTRIES = 2**26
+
+
+@dataclass
+class LDADocumentBatch:
+    """The particles of several texts side by side (``protocol.DocumentBatchLM``): text d's K_d particles are the
+    d-th segment of counts [Σ K_d, topics]; its tables are rows ``offset_d`` .. ``offset_d + T_d − 1`` of the stacked
+    ones, in the order of its steps (each particle reads its text's row of step t, ``first + t``, clamped to its last
+    row once the text has ended). The topics drawn are not kept: the estimator reads only the weights."""
+
+    sizes: list[int]
+    lengths: list[int]
+    alpha: torch.Tensor
+    alpha_sum: float
+    counts: torch.Tensor
+    t: int
+    temperature: float
+    peek: bool
+    log_phi: torch.Tensor  # [Σ T_d, topics] log Φ[k, x] of each step's token
+    first: torch.Tensor  # [Σ K_d]
+    last: torch.Tensor
+    # with a lookahead: m^{(t)} and Φ [Σ T_d, topics]; per text (index ``doc`` [Σ K_d]) base [D, T, T] (T = max T_d,
+    # padded with ones), log(Σα + s) [D, T] and Φ by topic [D · topics, T] (padded with zeros); S [Σ K_d, T]; log ψ
+    ahead: torch.Tensor | None = None
+    phi: torch.Tensor | None = None
+    doc: torch.Tensor | None = None
+    base: torch.Tensor | None = None
+    log_norm: torch.Tensor | None = None
+    phi_by_topic: torch.Tensor | None = None
+    explained: torch.Tensor | None = None
+    log_psi: torch.Tensor | None = None
+
+
+def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> LDADocumentBatch | None:
+    """``init_particles`` of every text, their tables stacked (one particle of each builds them, as alone); None when
+    the lookahead's base tables, padded to the longest text, would exceed ``SIDE_BY_SIDE_BASE_ENTRIES``."""
+    lengths, T = [int(x.numel()) for x in xs], max(int(x.numel()) for x in xs)
+    twisted = peek and model.lookahead == "cvb0"
+    if twisted and len(xs) * T * T > SIDE_BY_SIDE_BASE_ENTRIES:
+        return None
+    alone = [init_particles(model, x, 1, temperature, peek) for x in xs]
+    a, device, K = alone[0], alone[0].counts.device, sum(num_particles)
+    first, last = document_rows(num_particles, lengths, device)
+    views = [s.lookahead for s in alone]
+    state = LDADocumentBatch(
+        list(num_particles), lengths, a.alpha, a.alpha_sum, a.counts.new_zeros(K, a.alpha.shape[0]), 0,
+        float(temperature), bool(peek), torch.cat([v.log_phi if twisted else s.log_phi for v, s in zip(views, alone)]),
+        first, last,
+    )  # fmt: skip
+    if twisted:
+        state.ahead, state.phi = torch.cat([v.ahead for v in views]), torch.cat([v.phi for v in views])
+        state.doc = torch.arange(len(xs), device=device).repeat_interleave(
+            torch.tensor(list(num_particles), device=device)
+        )
+        state.base = a.counts.new_ones(len(xs), T, T)
+        state.log_norm = a.counts.new_zeros(len(xs), T)
+        state.phi_by_topic = a.counts.new_zeros(len(xs), a.alpha.shape[0], T)
+        for d, (v, n) in enumerate(zip(views, lengths)):
+            state.base[d, :n, :n], state.log_norm[d, :n], state.phi_by_topic[d, :, :n] = (
+                v.base,
+                v.log_norm,
+                v.phi_by_topic,
+            )
+        state.phi_by_topic = state.phi_by_topic.reshape(-1, T)
+        state.explained, state.log_psi = a.counts.new_zeros(K, T), a.counts.new_zeros(K)
+    return state
+
+
+def step_documents(state: LDADocumentBatch, t: int, generators) -> torch.Tensor:
+    """Step t of every text with t < T_d, each particle drawing with the ``torch.rand(K_d)`` of its text's generator
+    (nothing drawn for a text that has ended): log p − log q_τ [Σ K_d] as ``step`` computes them, to the bit."""
+    if t != state.t:
+        raise ValueError(f"smc_step_documents: expected step {state.t}, got t = {t}")
+    device = state.counts.device
+    u = lane_uniforms(state.sizes, state.lengths, generators, t, 1, device)[:, 0]
+    row = torch.minimum(state.first + t, state.last)
+    log_phi = state.log_phi[row]
+    if state.ahead is not None:
+        log_p, log_q, zt = _twisted_documents(state, t, row, log_phi, u)
+    else:
+        log_urn = torch.log(state.counts + state.alpha)
+        zt, log_q = _draw_rows(log_urn + log_phi if state.peek else log_urn, state.temperature, u)
+        log_p = log_urn.gather(1, zt[:, None]).squeeze(1) - math.log(t + state.alpha_sum)
+        log_p = log_p + log_phi.gather(1, zt[:, None]).squeeze(1)
+    state.counts.scatter_add_(1, zt.unsqueeze(1), state.counts.new_ones(zt.shape[0], 1))
+    state.t = t + 1
+    return log_p - log_q
+
+
+def _draw_rows(
+    logits: torch.Tensor, temperature: float, u: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``tempered_draw`` with the given uniforms u [K]: (index [K], its log probability [K])."""
+    log_p = torch.log_softmax(logits / temperature, -1)
+    idx = inverse_cdf(log_p.exp(), u)
+    return idx, log_p.gather(-1, idx[:, None]).squeeze(-1)
+
+
+def _twisted_documents(state: LDADocumentBatch, t: int, row, log_phi, u):
+    """``_twisted_step`` of every particle at its text's step t: (log p + log ψ_t − log ψ_{t−1}, log q_τ, z) [Σ K_d]."""
+    if state.temperature != 1.0:
+        logits = torch.log(state.counts + state.alpha + state.ahead[row]) + log_phi
+        zt, log_q = _draw_rows(logits, state.temperature, u)
+    else:
+        w = (state.counts + (state.alpha + state.ahead[row])) * state.phi[row]
+        zt = inverse_cdf(w, u)
+        log_q = torch.log(w.gather(1, zt[:, None]).squeeze(1)) - torch.log(w.sum(1))
+    log_urn = torch.log(state.counts.gather(1, zt[:, None]).squeeze(1) + state.alpha[zt])
+    log_p = log_urn - math.log(t + state.alpha_sum) + log_phi.gather(1, zt[:, None]).squeeze(1)
+    T = state.explained.shape[1]
+    if t + 1 < T:
+        topics = state.alpha.shape[0]
+        state.explained[:, t + 1 :] += state.phi_by_topic[:, t + 1 :].index_select(0, state.doc * topics + zt)
+        ahead = state.base[:, t, t + 1 :].index_select(0, state.doc) + state.explained[:, t + 1 :]
+        log_psi = sum_ahead(torch.log(ahead)) - sum_ahead(state.log_norm[:, t + 1 :]).index_select(
+            0, state.doc
+        )
+    else:
+        log_psi = torch.zeros_like(log_p)
+    log_p = log_p + log_psi - state.log_psi
+    state.log_psi = log_psi
+    return log_p, log_q, zt
+
+
+def reorder_documents(state: LDADocumentBatch, ancestors: torch.Tensor) -> LDADocumentBatch:
+    """Particle k takes the counts (and S, log ψ) of particle ancestors[k] (global indices)."""
+    a = ancestors.to(state.counts.device)
+    state.counts = state.counts.index_select(0, a)
+    if state.ahead is not None:
+        state.explained, state.log_psi = state.explained.index_select(0, a), state.log_psi.index_select(0, a)
+    return state
