@@ -1,7 +1,8 @@
 """Documents advanced side by side in one particle filter (``protocol.DocumentBatchLM``, ``smc.smc_lanes``): a
 document's SMC estimate does not depend on which documents share its steps, its length, its sample size or how the
-documents are chunked (bit for bit on the HMM and the KGLM; to float32 rounding on EntityNLM's one-row-per-particle
-layout, whose products run on a batch of other rows)."""
+documents are chunked (bit for bit on the HMM, the KGLM and LDA; to float32 rounding on EntityNLM's
+one-row-per-particle layout, whose products run on a batch of other rows, and on the tokenization LM, whose network
+runs the new nodes of several documents in one forward pass)."""
 
 from __future__ import annotations
 
@@ -180,3 +181,43 @@ def test_a_subclass_that_changes_the_step_is_not_batched_with_its_parents_number
         assert not has_document_sampler(kglm_model)
     finally:
         kglm_model.proposal.__class__ = original
+
+
+def test_tokenization_corpus_side_by_side_equals_each_document_alone():
+    """The bundled tokenization LM's test documents side by side (one node table, the new nodes of every text in
+    shared forward passes) against each alone: the same draws, the weights equal to the float32 rounding of the
+    network's products over a larger batch; τ = 1 and 1.5, and with a context of L = 8 tokens (lm-eval's last window
+    corrects the segmentations longer than L at each text's own last step)."""
+    from lm_latent_eval.models.tokenization import TokenizationLM
+
+    model = load_model("tokenization")[0]
+    texts = list(dict.fromkeys(read_documents(DATA_DIR / "corpus/tiny_test.jsonl")))[:8]
+    assert has_document_batches(model)
+    for tau in (1.0, 1.5):
+        run = resolve(EstimatorSettings("smc", 64, temperature=tau, seed=3, target_se=None), model)
+        assert_same(
+            estimate_corpus(run, texts, progress=False), alone(run, texts, [64] * len(texts)), atol=1e-4
+        )
+    short = TokenizationLM(model.model, model.tokenizer, max_length=8).eval()
+    run = resolve(EstimatorSettings("smc", 32, seed=5, target_se=None), short)
+    assert_same(estimate_corpus(run, texts[:4], progress=False), alone(run, texts[:4], [32] * 4), atol=1e-4)
+
+
+@pytest.mark.parametrize("lookahead", ["cvb0", "none"])
+def test_lda_corpus_side_by_side_equals_each_document_alone(monkeypatch, lookahead):
+    """The bundled LDA's test documents side by side against each alone, bit for bit: the lookahead's twist (its
+    sums are running sums, unchanged by the zeros that pad a shorter text's row), τ = 1 and 2, and the urn proposal
+    without peeking; where the padded base tables would be too large, the texts run one at a time."""
+    from lm_latent_eval.models.lda import stepwise as lda_stepwise
+
+    model = load_model("lda")[0]
+    monkeypatch.setattr(model, "lookahead", lookahead)
+    texts = list(dict.fromkeys(read_documents(DATA_DIR / "pydoc_topics/test.jsonl")))[:10]
+    for peek, tau in ((True, 1.0), (True, 2.0), (False, 1.0)):
+        run = resolve(
+            EstimatorSettings("smc", 200, temperature=tau, peek=peek, seed=8, target_se=None), model
+        )
+        assert_same(estimate_corpus(run, texts, progress=False), alone(run, texts, [200] * len(texts)))
+    xs = [model.tokenize(t) for t in texts]
+    monkeypatch.setattr(lda_stepwise, "SIDE_BY_SIDE_BASE_ENTRIES", 10)
+    assert (model.smc_init_documents(xs, [4] * len(xs)) is None) == (lookahead == "cvb0")
