@@ -29,8 +29,10 @@ import torch
 
 from ...tensors import inverse_cdf
 from ..side_by_side import document_rows, lane_uniforms
-from .left_to_right import LeftToRightCRF
-from .stepwise import ReduceChain, Stacks, plain_particles, reduce_chain, rows_apart
+from ..vocabulary import check_word_ids
+from .left_to_right import _log_matvec
+from .stepwise import ReduceChain, Stacks, reduce_chain, rows_apart
+from .tree_crf import inside
 
 NEG_INF = float("-inf")
 
@@ -46,21 +48,24 @@ class StackedCRF:
     first: torch.Tensor
 
     @classmethod
-    def build(cls, crfs: list[LeftToRightCRF], width: int) -> StackedCRF:
-        """Every sentence's own tables (``LeftToRightCRF.build``), padded to ``width`` words."""
-
-        def padded(tables: list[torch.Tensor]) -> torch.Tensor:
-            out = tables[0].new_full((len(tables), *[width] * tables[0].dim()), NEG_INF)
-            for b, v in enumerate(tables):
-                out[(b, *(slice(0, n) for n in v.shape))] = v
-            return out
-
-        return cls(
-            padded([c.scores for c in crfs]),
-            padded([c.log_beta for c in crfs]),
-            padded([c.log_green for c in crfs]),
-            padded([c.push(0, None, None)[0] for c in crfs]),
-        )
+    def build(cls, model, words: list[torch.Tensor], temperature: float, width: int) -> StackedCRF:
+        """The tables of the sentences ``words`` (their words [W_d] each) padded to ``width`` words: each sentence's
+        span scores as ``proposal.span_scores`` computes them (its own encoder pass), then ``LeftToRightCRF.build``
+        and the first word's ``push`` once per set of sentences of one length (``crf_tables``), row by row the
+        numbers of each sentence's own."""
+        lengths = [w.numel() for w in words]
+        out = None
+        for n in sorted(set(lengths)):
+            docs = [d for d, m in enumerate(lengths) if m == n]
+            span = torch.stack([model.proposal.span_scores_batch(words[d].unsqueeze(0))[0] for d in docs])
+            tables = crf_tables(span, temperature)
+            if out is None:
+                like = tables[0]
+                out = [like.new_full((len(words), *[width] * (v.dim() - 1)), NEG_INF) for v in tables]
+            at = torch.tensor(docs, device=like.device)
+            for full, v in zip(out, tables):
+                full[(at, *[slice(0, n)] * (v.dim() - 1))] = v
+        return cls(*out)
 
     def push(self, doc: torch.Tensor, t: int, left_below: torch.Tensor, outside_below: torch.Tensor):
         """``LeftToRightCRF.push`` of word t ≥ 1 for rows of the sentences doc [n]: log G [n, W]."""
@@ -80,6 +85,30 @@ class StackedCRF:
         reduce_score = self.scores[rows, left, t - 1].gather(1, j)
         cumulative = torch.cumsum(torch.where(r == 0, 0.0, reduce_score), 1)
         return (cumulative + close.gather(1, j)).masked_fill(r >= size[:, None], NEG_INF)
+
+
+def crf_tables(span_scores: torch.Tensor, temperature: float) -> tuple[torch.Tensor, ...]:
+    """``LeftToRightCRF.build`` and its first ``push`` for B sentences of T words at once, span scores [B, T, T]:
+    (S [B, T, T], log β [B, T, T], log (I − M_l)⁻¹ [B, T, T, T], log G of the first word [B, T]), the same
+    operations with a leading batch dimension (every reduction over the same entries)."""
+    B, T = span_scores.shape[0], span_scores.shape[-1]
+    device = span_scores.device
+    upper = torch.ones(T, T, dtype=torch.bool, device=device).triu()
+    scores = (span_scores / temperature).double().masked_fill(~upper, NEG_INF)
+    log_beta = inside(scores)
+    shifted = torch.cat([log_beta[:, 1:], log_beta.new_full((B, 1, T), NEG_INF)], 1)
+    idx = torch.arange(T, device=device)
+    keep = (idx[:, None, None] <= idx[None, :, None]) & (idx[None, :, None] < idx[None, None, :])
+    log_m = (scores[:, :, None, :] + shifted[:, None]).masked_fill(~keep, NEG_INF)
+    eye = torch.full((T, T), NEG_INF, dtype=torch.float64, device=device).fill_diagonal_(0.0)
+    green = eye.expand(B, T, T, T).clone()
+    for c in range(T - 2, -1, -1):
+        below = _log_matvec(green[:, :, c + 1 :].transpose(2, 3), log_m[:, :, c, c + 1 :])
+        green[:, :, c] = torch.logaddexp(eye[c].expand(B, T, T), below)
+    # the first word: the root closes at the last word
+    u = torch.full((B, T), NEG_INF, dtype=torch.float64, device=device)
+    u[:, T - 1] = 0.0
+    return scores, log_beta, green, _log_matvec(green[:, 0], u)
 
 
 @dataclass
@@ -142,23 +171,42 @@ class RNNGDocumentBatch:
         return self.groups[docs]
 
 
+def sentence_words(model, xs) -> tuple[torch.Tensor, list[int]]:
+    """``proposal.words`` of every sentence, checked at once: (their words stacked [Σ W_d], the W_d)."""
+    for x in xs:
+        if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.dtype != torch.long:
+            check_word_ids(x, model.proposal.vocab_size)
+    flat = torch.cat(xs).to(model.device)
+    check_word_ids(flat, model.proposal.vocab_size)
+    lengths = [x.numel() for x in xs]
+    ends = flat.index_select(0, torch.tensor(lengths, device=flat.device).cumsum(0) - 1).tolist()
+    num_words = [n - (end == model.eos_id) for n, end in zip(lengths, ends)]
+    start = [0, *torch.tensor(lengths).cumsum(0).tolist()]
+    positions = [start[d] + i for d, n in enumerate(num_words) for i in range(n)]
+    words = flat.index_select(0, torch.tensor(positions, dtype=torch.long, device=flat.device))
+    if bool(((words == model.eos_id) | (words == model.bos_id)).any()):
+        raise ValueError("x holds </s> or <s> inside the sentence; use model.tokenize(text)")
+    return words, num_words
+
+
 @torch.no_grad()
 def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> RNNGDocumentBatch | None:
-    """Empty stacks for the particles of every sentence, their words and CRF tables stacked; None where the
-    particles keep one row per distinct history (``rows_apart``: the CPU) or a sentence has no word."""
+    """Empty stacks for the particles of every sentence, their words and CRF tables stacked (``plain_particles``'
+    numbers, computed once for all of them); None where the particles keep one row per distinct history
+    (``rows_apart``: the CPU) or a sentence has no word."""
     if rows_apart(model, xs[0]):
         return None
-    alone = [plain_particles(model, x, 1, temperature, peek) for x in xs]
-    num_words = [a.words.numel() for a in alone]
+    words, num_words = sentence_words(model, xs)
     if min(num_words) == 0:
         return None
-    W, N, device = max(num_words), sum(num_particles), xs[0].device
+    W, N, device = max(num_words), sum(num_particles), words.device
     D, H, L = model.dim, model.hidden_size, model.num_layers
     net = {"device": device, "dtype": model.embedding.weight.dtype}
+    zeros = torch.zeros(1, L, H, **net)
+    h0, c0 = model.stack_lstm(model.dropout(model.embedding.weight[model.bos_id]).unsqueeze(0), zeros, zeros)
     state_h = torch.zeros(N, W + 2, L, H, **net)
     state_c = torch.zeros(N, W + 2, L, H, **net)
-    # after <s>: the same for every sentence
-    state_h[:, 0], state_c[:, 0] = alone[0].stacks.state_h[0, 0], alone[0].stacks.state_c[0, 0]
+    state_h[:, 0], state_c[:, 0] = h0, c0
     stacks = Stacks(
         torch.zeros(N, W + 1, D, **net), torch.zeros(N, W + 1, D, **net), state_h, state_c,
         torch.zeros(N, dtype=torch.long, device=device),
@@ -167,12 +215,12 @@ def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> 
     repeats = torch.tensor(list(num_particles), device=device)
     crf = left = outside = None
     if peek:
-        crf = StackedCRF.build([a.crf for a in alone], W)
+        crf = StackedCRF.build(model, list(words.split(num_words)), temperature, W)
         left = torch.zeros(N, W + 1, dtype=torch.long, device=device)
         outside = torch.full((N, W + 1, W), NEG_INF, dtype=torch.float64, device=device)
     return RNNGDocumentBatch(
         list(num_particles), [int(x.numel()) for x in xs], num_words, float(temperature), bool(peek),
-        torch.cat([a.words for a in alone]), torch.cat([a.emb for a in alone]), stacks,
+        words, model.dropout(model.embedding(words)), stacks,
         torch.arange(len(xs), device=device).repeat_interleave(repeats), first, last,
         torch.tensor(num_words, device=device).repeat_interleave(repeats), crf, left, outside,
     )  # fmt: skip
