@@ -16,7 +16,9 @@ Nothing in a step reads a device value on the host: the REDUCE chain runs max(t 
 holds at most t elements; ``advance`` asks the device for the particles' largest stack instead), every particle's
 chain past its own stack is computed and masked, the REDUCEs and the shift write every row (a row with nothing to
 write writes a scratch slot past the stacks' end), and which sentences draw, close or have ended follows from t and
-the lengths. The numbers are ``advance``'s row by row; only reductions over a row (a sum over the REDUCEs drawn, the
+the lengths. ``init_documents`` checks and embeds the sentences' words at once and builds their CRF tables once per
+set of sentences of one length (each sentence's span scores from its own encoder pass, as ``proposal.span_scores``).
+The numbers are ``advance``'s row by row; only reductions over a row (a sum over the REDUCEs drawn, the
 peeking CRF's log-sum-exps over the words) run over the padded width instead of the sentence's own, which may move
 their last bit (float64), and a batched product may round a float32 row otherwise on an accelerator.
 """

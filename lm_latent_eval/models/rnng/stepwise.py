@@ -20,7 +20,8 @@ as ``log_joint``, summed in float64). Two proposals:
   x (BiLSTM span scores, inside scores of the unread words). The trees it draws follow the CRF's q_τ(z | x), the
   distribution ``proposal.sample`` draws from top down (other draws for the same seed).
 
-Each step consumes one uniform per particle from the generator (inverse CDF).
+Each step consumes one uniform per particle from the generator (inverse CDF). Several sentences' particles side by
+side, one step for all of them: ``documents.py``.
 """
 
 from __future__ import annotations
