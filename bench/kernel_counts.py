@@ -96,7 +96,8 @@ def count(fn) -> KernelCounter:
 @contextlib.contextmanager
 def accelerator_paths():
     """The code a GPU runs, on the CPU: KGLM's sampler and scorer send every particle through the parent and edge heads,
-    EntityNLM draws every particle's entity and length and moves memory rows for all particles."""
+    EntityNLM draws every particle's entity and length and moves memory rows for all particles, the RNNG keeps one
+    row per particle (``SELECT_ROWS_ON``), not one per distinct history."""
     from lm_latent_eval import tensors
     from lm_latent_eval.models.entitynlm import latents, model
 

@@ -1,6 +1,6 @@
 """Documents advanced side by side in one particle filter (``protocol.DocumentBatchLM``, ``smc.smc_lanes``): a
 document's SMC estimate does not depend on which documents share its steps, its length, its sample size or how the
-documents are chunked (bit for bit on the HMM, the KGLM and LDA; to float32 rounding on EntityNLM's
+documents are chunked (bit for bit on the HMM, the KGLM, the RNNG and LDA; to float32 rounding on EntityNLM's
 one-row-per-particle layout, whose products run on a batch of other rows, and on the tokenization LM, whose network
 runs the new nodes of several documents in one forward pass)."""
 
@@ -20,7 +20,11 @@ from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.protocol import has_document_batches
 from lm_latent_eval.reports.sweep import read_documents
 
-CORPORA = {"kglm": "linked_tiny/test.jsonl", "entitynlm": "coref_tiny/test.jsonl"}
+CORPORA = {
+    "kglm": "linked_tiny/test.jsonl",
+    "entitynlm": "coref_tiny/test.jsonl",
+    "rnng": "ptb_tiny/test.txt",
+}
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +89,42 @@ def test_entitynlm_side_by_side_on_the_accelerator_layout(monkeypatch):
     assert model.smc_init_documents(xs, [8] * len(xs)) is not None
     run = resolve(EstimatorSettings("smc", 200, seed=4, target_se=None), model)
     assert_same(estimate_corpus(run, texts, progress=False), alone(run, texts, [200] * len(texts)), atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("count_eos", "peek", "tau"),
+    [(True, True, 1.0), (True, False, 2.0), (False, True, 0.7), (False, False, 1.0)],
+)
+def test_rnng_side_by_side_on_the_accelerator_layout(monkeypatch, count_eos, peek, tau):
+    """The RNNG batches sentences in its one-row-per-particle layout (an accelerator's), sentences of 4 to 12 words
+    side by side, each with its own K (several lanes of one sentence among them), in chunks: every sentence's
+    weights and diagnostics equal its own alone, bit for bit, peeking and not, with </s> counted and not (the
+    sentences that end earlier close while the others draw); on the CPU's distinct-history layout it declines."""
+    model = load_model("rnng")[0]
+    monkeypatch.setattr(model, "count_eos", count_eos)
+    texts = list(dict.fromkeys(read_documents(DATA_DIR / CORPORA["rnng"])))[:8]
+    xs = [model.tokenize(t) for t in texts]
+    assert model.smc_init_documents(xs, [8] * len(xs)) is None
+    monkeypatch.setattr(tensors, "SELECT_ROWS_ON", ())
+    assert model.smc_init_documents(xs, [8] * len(xs)) is not None
+    monkeypatch.setattr(smc, "side_by_side_particles", lambda device="cpu": 400)
+    sizes = [40, 64, 300, 40, 97, 40, 64, 41]
+    run = resolve(EstimatorSettings("smc", 40, temperature=tau, peek=peek, seed=3, target_se=None), model)
+    assert run.estimator.batches_documents(model)
+    together = dict(zip(texts, run.estimate_documents(texts, sizes)))
+    assert_same(together, alone(run, texts, sizes))
+
+
+def test_rnng_side_by_side_checks_the_sentences(monkeypatch):
+    """Inner </s> or <s> and ids outside the vocabulary: the errors of ``smc_init``."""
+    model = load_model("rnng")[0]
+    monkeypatch.setattr(tensors, "SELECT_ROWS_ON", ())
+    x = model.tokenize("the cat sat")
+    inner = torch.cat([x[:1], x.new_tensor([model.eos_id]), x])
+    with pytest.raises(ValueError, match="inside the sentence"):
+        model.smc_init_documents([x, inner], [4, 4])
+    with pytest.raises(ValueError, match="outside"):
+        model.smc_init_documents([x, x.new_tensor([len(model.vocab)])], [4, 4])
 
 
 def test_a_model_that_declines_runs_its_documents_one_at_a_time(bundled_hmm, bundled_test_texts, monkeypatch):

@@ -20,7 +20,8 @@ as ``log_joint``, summed in float64). Two proposals:
   x (BiLSTM span scores, inside scores of the unread words). The trees it draws follow the CRF's q_τ(z | x), the
   distribution ``proposal.sample`` draws from top down (other draws for the same seed).
 
-Each step consumes one uniform per particle from the generator (inverse CDF).
+Each step consumes one uniform per particle from the generator (inverse CDF). Several sentences' particles side by
+side, one step for all of them: ``documents.py``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import ClassVar
 
 import torch
 
-from ...tensors import first_of_each, inverse_cdf
+from ...tensors import first_of_each, inverse_cdf, selects_rows
 from .latents import REDUCE, SHIFT, num_actions
 from .left_to_right import LeftToRightCRF
 
@@ -146,22 +147,26 @@ def plain_particles(
     )  # fmt: skip
 
 
-def reduce_chain(model, stacks: Stacks, steps: int) -> ReduceChain:
+def reduce_chain(
+    model, stacks: Stacks, steps: int, rows: torch.Tensor | None = None, size: torch.Tensor | None = None
+) -> ReduceChain:
     """Apply REDUCE ``steps`` times to every stack (as ``RNNG.score_batch`` does: compose the top two elements, push
-    the constituent on the state below them) and score the action at every context on the way."""
-    K = stacks.size.shape[0]
+    the constituent on the state below them) and score the action at every context on the way; ``rows`` [K]: only
+    these stacks, whose sizes are ``size`` [K] (documents side by side, ``documents.py``)."""
+    size = stacks.size if size is None else size
+    K = size.shape[0]
     L = model.num_layers
-    rows = torch.arange(K, device=stacks.size.device)
+    rows = torch.arange(K, device=size.device) if rows is None else rows
     # [K, L, H]
-    top = stacks.state_h[rows, stacks.size]
+    top = stacks.state_h[rows, size]
     contexts, built_h, built_c, after_h, after_c = [top[:, L - 1]], [], [], [], []
     if steps:
         # the top element: the first REDUCE's right child
-        last = (stacks.size - 1).clamp(min=0)
+        last = (size - 1).clamp(min=0)
         right_h, right_c = stacks.elem_h[rows, last], stacks.elem_c[rows, last]
     for i in range(1, steps + 1):
         # the left child, where the constituent goes
-        pos = (stacks.size - 1 - i).clamp(min=0)
+        pos = (size - 1 - i).clamp(min=0)
         right_h, right_c = model.compose(stacks.elem_h[rows, pos], stacks.elem_c[rows, pos], right_h, right_c)
         h, c = model.stack_lstm(right_h, stacks.state_h[rows, pos], stacks.state_c[rows, pos])
         built_h.append(right_h)
@@ -171,7 +176,7 @@ def reduce_chain(model, stacks: Stacks, steps: int) -> ReduceChain:
         contexts.append(h[:, L - 1])
     # [K, R + 1, H]
     context = torch.stack(contexts, 1)
-    size_after = stacks.size[:, None] - torch.arange(steps + 1, device=rows.device)
+    size_after = size[:, None] - torch.arange(steps + 1, device=rows.device)
     impossible = torch.stack([torch.zeros_like(size_after, dtype=torch.bool), size_after < 2], -1)
     action_lp = (
         model.action_head(model.dropout(context))
@@ -345,9 +350,10 @@ MIN_ROWS = 4
 def rows_apart(model, x: torch.Tensor) -> bool:
     """Whether a product over some particles' rows gives each row the numbers of the all-particles product: float32
     rows of a multiple of 16 values in batches of ≥ ``MIN_ROWS`` on the CPU (measured on its BLAS, as the EntityNLM's
-    ``latents.rows_apart``; tests/models/rnng/test_rnng_distinct.py compares both paths)."""
+    ``latents.rows_apart``; tests/estimators/test_smc_fast_paths.py compares both paths). Only where the device
+    ``selects_rows`` (the CPU), so that ``tensors.SELECT_ROWS_ON = ()`` runs an accelerator's layout there."""
     return (
-        x.device.type == "cpu"
+        selects_rows(x.device)
         and model.embedding.weight.dtype == torch.float32
         and model.dim % 16 == 0
         and model.hidden_size % 16 == 0
