@@ -153,7 +153,9 @@ def entitynlm_lines() -> list[str]:
         (
             "The sampler's entity memory [K, M, D] is its particles' state, drawn side by side (the estimator's sample"
             " block, which the random streams fix: 1,024 on the CPU, 16,384 on CUDA, at most K), so the budget does"
-            " not bound it: it fits 8 GiB at K = 10,000, not 1 GiB."
+            " not bound it: it fits 8 GiB at K = 10,000, not 1 GiB, where such a K is refused in one line before any"
+            " work (estimators.registry.check_sample_memory). Its entity head is one batched product ([K, M] scores),"
+            " no second [K, M, D] temporary."
         ),
     ]
     return lines

@@ -154,7 +154,9 @@ def check_text(x: torch.Tensor) -> None:
         raise ValueError(f"x must be a 1-d LongTensor [T], got shape {tuple(x.shape)}")
 
 
-def check_fits_memory(name: str, value: int, needed: int, available: int | None, what: str) -> None:
+def check_fits_memory(
+    name: str, value: int, needed: int, available: int | None, what: str, limit: str = "of memory left"
+) -> None:
     """Refuse a setting whose work would not fit the memory left (``needed`` bytes, ``available`` bytes; None:
     unknown, nothing refused), in one line naming the setting, the memory it needs and the largest value that fits.
 
@@ -166,6 +168,8 @@ def check_fits_memory(name: str, value: int, needed: int, available: int | None,
         Bytes the work needs at ``value``, and bytes left on its device.
     what : str
         What the bytes hold (the error names it).
+    limit : str
+        What ``available`` is, after "more than the ... GiB" (the memory left, or a model's ``memory_budget``).
 
     Examples
     --------
@@ -179,7 +183,7 @@ def check_fits_memory(name: str, value: int, needed: int, available: int | None,
         return
     fits = max(1, int(float(f"{value * available / needed:.2g}")))  # two significant digits, rounded
     raise InputError(
-        f"{name}={value} needs {needed / 2**30:.1f} GiB for {what}, more than the {available / 2**30:.1f} GiB of "
-        f"memory left; use a smaller {name} (at most about {fits:,} fit; a precision target, target_se=, adds "
+        f"{name}={value} needs {needed / 2**30:.1f} GiB for {what}, more than the {available / 2**30:.1f} GiB "
+        f"{limit}; use a smaller {name} (at most about {fits:,} fit; a precision target, target_se=, adds "
         "samples only where a document needs them)"
     )

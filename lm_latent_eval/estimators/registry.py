@@ -108,8 +108,9 @@ def check_sample_memory(num_samples: int, model: Any) -> None:
     memory it needs and the largest K that fits (``checks.check_fits_memory``), instead of an allocation error.
 
     What is counted is what a run holds at least: the K log weights of a document on the host (``SAMPLE_BYTES`` a
-    sample), and, where the model offers a ``memory_plan`` (KGLM), its sampler's temporaries for the particles one
-    sample block advances together (IS and SMC both draw K in blocks of ``sample_block`` particles).
+    sample), and, where the model offers a ``memory_plan`` (KGLM, EntityNLM), its sampler's temporaries for the
+    particles one sample block advances together (IS and SMC both draw K in blocks of ``sample_block`` particles),
+    which must also fit the model's ``memory_budget``: what a block draws together cannot be chunked.
 
     Examples
     --------
@@ -128,6 +129,10 @@ def check_sample_memory(num_samples: int, model: Any) -> None:
     if callable(plan):
         block = min(num_samples, sample_block(device))
         sampler = sum(t.nbytes for t in plan(1, block).temporaries if t.name.startswith("sampler"))
+        # the particles of a block are drawn together, so the budget cannot chunk them: refused here instead
+        check_fits_memory("num_samples", num_samples, sampler, getattr(model, "memory_budget", None),
+                          f"the {block:,} particles its sampler draws side by side (the model's memory_plan)",
+                          "of the model's memory_budget (or raise memory_budget=)")  # fmt: skip
         if device.type == "cpu":
             host, what = host + sampler, what + " and its sampler's temporaries (the model's memory_plan)"
         else:

@@ -212,8 +212,8 @@ class EntityHeads(nn.Module):
             embeddings = embeddings.index_select(0, rows)
             query = query if query.shape[0] == 1 else query.index_select(0, rows)
         existing, beyond, distance = self.entity_choice(memory, t, rows)
-        # [K, M]
-        scores = (embeddings * query.unsqueeze(-2)).sum(-1).float()
+        # [K, M]: one batched product, no [K, M, D] temporary beside the memory
+        scores = torch.matmul(embeddings, query.unsqueeze(-1)).squeeze(-1).float()
         scores = scores + torch.where(existing, self.distance_weight.float() * distance, 0.0)
         scores = tempered(scores, temperature).masked_fill(beyond, -math.inf)
         return torch.log_softmax(scores, -1)
@@ -442,7 +442,9 @@ def entity_rows(
     scores, rows = [], [table.new_zeros(K, D)]
     for t in range(T):
         query = queries[t] if queries[t].shape[0] == 1 else queries[t].index_select(0, chosen[t])
-        scores.append((table[: K * M].view(K, M, D).index_select(0, chosen[t]) * query).sum(-1))
+        memory = table[: K * M].view(K, M, D).index_select(0, chosen[t])
+        # [n, M]: the product ``entity_log_probs`` runs, so a step scores what a whole document does
+        scores.append(torch.matmul(memory, query.transpose(-1, -2)).squeeze(-1))
         e = table.index_select(0, read[t])
         rows.append(e)
         moved = heads.moved(e, h_update[:, t]).to(table.dtype)

@@ -22,10 +22,11 @@ call holds whatever z it is given (tests/models/entitynlm/test_entitynlm_memory.
 calls against it). ``log_joint`` scores ``max_particles_per_call`` particles at a time.
 
 The sampler (``proposal.sample``) draws its K particles side by side, token by token: its state is the entity
-memory [K, M, D] (float32) and the latents drawn [3, K, T]; each step's entity head multiplies the memory by the
-query ([K, M, D] on an accelerator, the starting particles' rows on the CPU). Both are set by the particles the
-estimator draws at once (its sample block, fixed by the random streams, at most ``num_particles``), not by the
-budget: ``memory_plan`` lists them beside ``log_joint``'s.
+memory [K, M, D] (float32) and the latents drawn [3, K, T]; each step's entity head is one batched product of the
+memory and the query ([K, M] scores, no [K, M, D] temporary). Both are set by the particles the estimator draws at
+once (its sample block, fixed by the random streams, at most ``num_particles``), not chunked by the budget:
+``memory_plan`` lists them beside ``log_joint``'s, and a K whose sampler would hold more than the budget is refused
+before any work (``estimators.registry.check_sample_memory``).
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def memory_plan(model, num_tokens: int, num_particles: int, budget: int | None =
         Temporary("log_joint: length logits [T, k, ℓ]", (T, k, L), 4),
         Temporary("log_joint: word logits of one token [k, V] (float64)", (k, V), 8),
         Temporary("sampler: entity memory [K, M, D] (state)", (K, M, D), f),
-        Temporary("sampler: entity head product [K, M, D]", (K, M, D), f),
+        Temporary("sampler: entity scores [K, M]", (K, M), 4),
         Temporary("sampler: latents [3, K, T]", (3, K, T), 8),
     ]
     return MemoryPlan("entitynlm", T, K, int(budget), k, temporaries, call_bytes(model, T, k))

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from lm_latent_eval.errors import InputError
+from lm_latent_eval.estimators import registry
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.entitynlm import EntityNLM
 from lm_latent_eval.models.entitynlm import memory as plan_module
@@ -79,11 +81,25 @@ def test_full_size_plan_fits_the_budget_at_the_papers_k(full_entitynlm, budget):
     if budget == DEFAULT_MEMORY_BUDGET:
         assert plan.fits(), (plan.held, plan.largest)
     else:
-        # what is over 1 GiB is the sampler's state at K = 10,000 (its sample block), not the budget's to bound
-        assert {t.name for t in plan.temporaries if t.nbytes > budget} <= {
-            "sampler: entity memory [K, M, D] (state)",
-            "sampler: entity head product [K, M, D]",
+        # what is over 1 GiB is the sampler's state at K = 10,000 (its sample block), not the budget's to chunk
+        assert {t.name for t in plan.temporaries if t.nbytes > budget} == {
+            "sampler: entity memory [K, M, D] (state)"
         }
+
+
+def test_a_sample_block_over_the_budget_is_refused_before_any_work(full_entitynlm, monkeypatch):
+    """On a GPU (sample blocks of 16,384 particles) K = 10,000 particles hold a 1.118 GiB entity memory that no
+    budget can chunk: under memory_budget = 1 GiB the run is refused in one line naming both; 8 GiB runs."""
+    model, _ = full_entitynlm
+    monkeypatch.setattr(registry, "sample_block", lambda device: 16_384)
+    monkeypatch.setattr(model, "memory_budget", GIB)
+    with pytest.raises(
+        InputError, match=r"num_samples=10000 needs 1\.1 GiB for the 10,000 particles .* memory_budget"
+    ):
+        registry.check_sample_memory(PAPER_K, model)
+    registry.check_sample_memory(8_000, model)
+    monkeypatch.setattr(model, "memory_budget", DEFAULT_MEMORY_BUDGET)
+    registry.check_sample_memory(PAPER_K, model)
 
 
 def test_plan_grows_with_the_document_and_not_with_k(full_entitynlm):
