@@ -116,24 +116,36 @@ def cvb0_fit(
     D, T = log_phi.shape[:2]
     if T == 0:
         return torch.zeros_like(log_phi)
-    # [D, T, 1]: 1 on a document's tokens, 0 on its padding (multiplied in: exact on the tokens)
-    valid = torch.arange(T, device=log_phi.device) < torch.tensor(lengths, device=log_phi.device)[:, None]
-    valid = valid.to(log_phi.dtype)[:, :, None]
+    # [D, T, 1]: 1 on a document's tokens, 0 on its padding (multiplied in, where there is padding: exact)
+    valid = _valid(lengths, T, log_phi)[:, :, None] if min(lengths) < T else None
     phi = torch.exp(log_phi - log_phi.max(2, keepdim=True).values)
     r = phi * alpha
-    r = r / r.sum(2, keepdim=True) * valid
+    r = r / r.sum(2, keepdim=True)
+    r = r if valid is None else r * valid
     # [D, 1, 1]: the documents still sweeping
     active = torch.ones(D, 1, 1, dtype=torch.bool, device=log_phi.device)
     for _ in range(sweeps):
         counts = sum_ahead(r.transpose(1, 2))[:, None]
         new = (alpha + counts - r).clamp_min(0.0) * phi
-        new = new / new.sum(2, keepdim=True) * valid
+        new = new / new.sum(2, keepdim=True)
+        new = new if valid is None else new * valid
         done = (sum_ahead(new.transpose(1, 2))[:, None] - counts).abs().amax(2, keepdim=True) < TOLERANCE
+        if D == 1:  # alone: no document to freeze
+            r = new
+            if bool(done):
+                break
+            continue
         r = torch.where(active, new, r)
         active = active & ~done
         if not bool(active.any()):
             break
     return r
+
+
+def _valid(lengths: list[int], T: int, like: torch.Tensor) -> torch.Tensor:
+    """[D, T]: 1 (of like's dtype) on each document's first T_d positions, 0 after."""
+    index = torch.arange(T, device=like.device)
+    return (index < torch.tensor(lengths, device=like.device)[:, None]).to(like.dtype)
 
 
 def build_lookahead(log_phi: torch.Tensor, alpha: torch.Tensor) -> Lookahead:
@@ -150,8 +162,8 @@ def build_lookahead(log_phi: torch.Tensor, alpha: torch.Tensor) -> Lookahead:
 class LookaheadTables:
     """The lookaheads of D documents padded to the longest, T (``Lookahead``'s fields with a leading document
     dimension): order [D, T] (π, the padding last), ahead, phi and log_phi [D, T, topics] in that order, base [D, T,
-    T] (1 outside a document's T_d × T_d) and log_norm [D, T] (0 past T_d); ``valid`` [D, T, 1] is 1 on the tokens,
-    0 on the padding. Φ and m are 0 on the padding."""
+    T] (1 outside a document's T_d × T_d) and log_norm [D, T] (0 past T_d); Φ and m are 0 on
+    the padding."""
 
     order: torch.Tensor
     ahead: torch.Tensor
@@ -159,7 +171,6 @@ class LookaheadTables:
     log_phi: torch.Tensor
     base: torch.Tensor
     log_norm: torch.Tensor
-    valid: torch.Tensor
 
 
 def build_lookaheads(log_phi: torch.Tensor, lengths: list[int], alpha: torch.Tensor) -> LookaheadTables:
@@ -183,30 +194,35 @@ def build_lookaheads(log_phi: torch.Tensor, lengths: list[int], alpha: torch.Ten
     log_phi = log_phi.contiguous()
     D, T = log_phi.shape[:2]
     r = cvb0_fit(log_phi, lengths, alpha)
-    valid = torch.arange(T, device=log_phi.device) < torch.tensor(lengths, device=log_phi.device)[:, None]
     # the most confident tokens first (stable: ties keep the document's order; the padding, r = 0, last)
     order = torch.argsort(-r.amax(2), dim=1, stable=True)
     rows = order[:, :, None].expand_as(r)
     r, log_phi = r.gather(1, rows), log_phi.gather(1, rows)
     # m^{(t)} = Σ_{s>t} r_s: the reverse cumulative sum, shifted by one (m^{(T−1)} = 0 exactly)
     ahead = torch.cat([r[:, 1:].flip(1).cumsum(1).flip(1), torch.zeros_like(r[:, :1])], 1)
-    phi = log_phi.exp() * valid[:, :, None]
+    phi = log_phi.exp()
+    # where there is padding, Φ 0 there (S and the twist's sums then read nothing from it)
+    valid = _valid(lengths, T, phi) if min(lengths, default=T) < T else None
+    phi = phi if valid is None else phi * valid[:, :, None]
     # M_s = Σ_{s'<s} r_s' [D, T + 1, topics]
     before = torch.cat([torch.zeros_like(r[:, :1]), r.cumsum(1)], 1)
     # [D, T, T]: M_{t+1} · Φ[:, x_s], each document's own product
-    inner = log_phi.new_zeros(D, T, T)
-    for d, n in enumerate(lengths):
-        inner[d, :n, :n] = before[d, 1 : n + 1] @ phi[d, :n].t()
+    if D == 1:
+        inner = (before[0, 1:] @ phi[0].t())[None]
+    else:
+        inner = log_phi.new_zeros(D, T, T)
+        for d, n in enumerate(lengths):
+            inner[d, :n, :n] = before[d, 1 : n + 1] @ phi[d, :n].t()
     # Σ_k (α_k + M_s,k − M_{t+1},k) Φ[k, x_s], ≥ Σ_k α_k Φ[k, x_s] > 0 whatever the rounding of the difference
     base = torch.maximum(
         ((alpha + before[:, :T]) * phi).sum(2)[:, None] - inner, (alpha * phi).sum(2)[:, None]
     )
-    square = valid[:, :, None] & valid[:, None, :]
     log_norm = torch.log(float(alpha.sum()) + torch.arange(T, dtype=torch.float64, device=phi.device))
-    return LookaheadTables(
-        order, ahead, phi, log_phi, torch.where(square, base, 1.0), torch.where(valid, log_norm, 0.0),
-        valid[:, :, None].to(phi.dtype),
-    )  # fmt: skip
+    log_norm = log_norm.expand(D, T)
+    if valid is not None:
+        base = torch.where((valid[:, :, None] * valid[:, None, :]) > 0, base, 1.0)
+        log_norm = log_norm * valid
+    return LookaheadTables(order, ahead, phi, log_phi, base, log_norm)
 
 
 def proposal_logits(counts: torch.Tensor, alpha: torch.Tensor, lookahead: Lookahead, t: int) -> torch.Tensor:
