@@ -151,11 +151,12 @@ class CausalLMAsLatent(torch.nn.Module, CheckedStepwise):
         return self.tokenizer.decode(out[0, ids.numel() :], skip_special_tokens=True)
 
 
-def cache_step(model, inputs: torch.Tensor, cache):
-    """One cached forward step: (outputs, the cache to pass next). transformers ≥ 5.x names the cache ``cache`` (its
-    ``past_key_values`` is deprecated, with a warning on every call); earlier versions name it ``past_key_values``."""
+def cache_step(model, inputs: torch.Tensor, cache, **kwargs):
+    """One cached forward step: (outputs, the cache to pass next); ``kwargs`` (attention_mask, position_ids) go to the
+    model. transformers ≥ 5.x names the cache ``cache`` (its ``past_key_values`` is deprecated, with a warning on
+    every call); earlier versions name it ``past_key_values``."""
     if "cache" in inspect.signature(model.forward).parameters:
-        out = model(input_ids=inputs, cache=cache, use_cache=True)
+        out = model(input_ids=inputs, cache=cache, use_cache=True, **kwargs)
         return out, out.cache
-    out = model(input_ids=inputs, past_key_values=cache, use_cache=True)
+    out = model(input_ids=inputs, past_key_values=cache, use_cache=True, **kwargs)
     return out, out.past_key_values

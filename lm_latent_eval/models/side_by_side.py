@@ -19,9 +19,25 @@ def lane_uniforms(sizes, lengths, generators, t: int, width: int, device) -> tor
     return u
 
 
-def document_rows(sizes, lengths, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each particle's document's first and last row [Σ K_d] of tables stacked positions after positions."""
+def document_rows(sizes, lengths, device, which=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each particle's document's first and last row [Σ K_d] of tables stacked positions after positions: document d
+    reads table ``which[d]`` (default d), ``lengths`` are the tables'."""
     offsets = torch.tensor([0, *lengths[:-1]], device=device).cumsum(0)
     repeats = torch.tensor(list(sizes), device=device)
     last = offsets + torch.tensor(list(lengths), device=device) - 1
+    if which is not None:
+        index = torch.tensor(list(which), device=device)
+        offsets, last = offsets[index], last[index]
     return offsets.repeat_interleave(repeats), last.repeat_interleave(repeats)
+
+
+def same_texts(xs) -> tuple[list[torch.Tensor], list[int]]:
+    """The distinct texts among xs [T_d] and the index of each x among them. The sample blocks of one document
+    (``estimators.smc.Lane``) share its tensor: texts are told apart by their memory (storage address, length,
+    stride, dtype, device), never by a device read, so two equal texts in different tensors stay two."""
+    index: dict[tuple, int] = {}
+    which = [
+        index.setdefault((x.data_ptr(), x.numel(), x.stride(), x.dtype, x.device), len(index)) for x in xs
+    ]
+    texts = list(dict.fromkeys(which))
+    return [xs[which.index(i)] for i in texts], which

@@ -247,7 +247,8 @@ def test_tokenization_corpus_side_by_side_equals_each_document_alone():
 def test_lda_corpus_side_by_side_equals_each_document_alone(monkeypatch, lookahead):
     """The bundled LDA's test documents side by side against each alone, bit for bit: the lookahead's twist (its
     sums are running sums, unchanged by the zeros that pad a shorter text's row), τ = 1 and 2, and the urn proposal
-    without peeking; where the padded base tables would be too large, the texts run one at a time."""
+    without peeking, and documents of several sample blocks; where the padded base tables would be too large, the
+    texts run one at a time."""
     from lm_latent_eval.models.lda import stepwise as lda_stepwise
 
     model = load_model("lda")[0]
@@ -258,6 +259,10 @@ def test_lda_corpus_side_by_side_equals_each_document_alone(monkeypatch, lookahe
             EstimatorSettings("smc", 200, temperature=tau, peek=peek, seed=8, target_se=None), model
         )
         assert_same(estimate_corpus(run, texts, progress=False), alone(run, texts, [200] * len(texts)))
+    # several sample blocks of one document (one tensor: its tables built once, shared by its blocks)
+    run = resolve(EstimatorSettings("smc", 200, seed=9, target_se=None), model)
+    sizes = [200, 1500, 64, 1100, 200]
+    assert_same(dict(zip(texts, run.estimate_documents(texts[:5], sizes))), alone(run, texts[:5], sizes))
     xs = [model.tokenize(t) for t in texts]
     monkeypatch.setattr(lda_stepwise, "SIDE_BY_SIDE_BASE_ENTRIES", 10)
     assert (model.smc_init_documents(xs, [4] * len(xs)) is None) == (lookahead == "cvb0")

@@ -63,7 +63,8 @@ class Lookahead:
 
 def cvb0_responsibilities(log_phi: torch.Tensor, alpha: torch.Tensor, sweeps: int = SWEEPS) -> torch.Tensor:
     """r [T, topics] at the CVB0 fixed point r_s ∝ (α + N − r_s) ⊙ Φ[:, x_s], N = Σ_s r_s (Jacobi updates from
-    r_s ∝ α ⊙ Φ[:, x_s]; deterministic given x, as a twist must be fixed before the particles are drawn).
+    r_s ∝ α ⊙ Φ[:, x_s]; deterministic given x, as a twist must be fixed before the particles are drawn): the fit of
+    ``cvb0_fit`` for one document.
 
     Parameters
     ----------
@@ -71,40 +72,157 @@ def cvb0_responsibilities(log_phi: torch.Tensor, alpha: torch.Tensor, sweeps: in
         log Φ[k, x_s], float64 [T, topics].
     alpha : torch.Tensor
         α, float64 [topics].
+    sweeps : int
+        The most sweeps.
+
+    Returns
+    -------
+    torch.Tensor
+        r, float64 [T, topics].
     """
-    phi = torch.exp(log_phi - log_phi.max(1, keepdim=True).values)
+    return cvb0_fit(log_phi[None], [log_phi.shape[0]], alpha, sweeps)[0]
+
+
+def cvb0_fit(
+    log_phi: torch.Tensor, lengths: list[int], alpha: torch.Tensor, sweeps: int = SWEEPS
+) -> torch.Tensor:
+    """The CVB0 fits of several documents at once, each exactly as alone: document d's rows ``:lengths[d]`` of r.
+
+    Each document stops by its own rule (the change in its N below ``TOLERANCE``, or ``sweeps`` sweeps) and is
+    frozen from then on; N is a running sum over the tokens (``sum_ahead``), which the zero rows of a shorter
+    document's padding leave unchanged, so a document's r does not depend on the documents beside it, to the bit.
+    One host synchronisation per sweep (are all documents done?), for the whole batch.
+
+    Parameters
+    ----------
+    log_phi : torch.Tensor
+        log Φ[k, x_s] of each document, float64 [D, T, topics] (T ≥ every length; the rows past a length are
+        ignored).
+    lengths : list[int]
+        T_d, the tokens of each document.
+    alpha : torch.Tensor
+        α, float64 [topics].
+    sweeps : int
+        The most sweeps.
+
+    Returns
+    -------
+    torch.Tensor
+        r, float64 [D, T, topics], zero past each document's length.
+    """
+    # rows in memory order (``log_phi_columns`` gives a transposed view): the sums over topics then add each row's
+    # numbers in the same order wherever it sits
+    log_phi = log_phi.contiguous()
+    D, T = log_phi.shape[:2]
+    if T == 0:
+        return torch.zeros_like(log_phi)
+    # [D, T, 1]: 1 on a document's tokens, 0 on its padding (multiplied in, where there is padding: exact)
+    valid = _valid(lengths, T, log_phi)[:, :, None] if min(lengths) < T else None
+    phi = torch.exp(log_phi - log_phi.max(2, keepdim=True).values)
     r = phi * alpha
-    r = r / r.sum(1, keepdim=True)
+    r = r / r.sum(2, keepdim=True)
+    r = r if valid is None else r * valid
+    # [D, 1, 1]: the documents still sweeping
+    active = torch.ones(D, 1, 1, dtype=torch.bool, device=log_phi.device)
     for _ in range(sweeps):
-        counts = r.sum(0)
+        counts = sum_ahead(r.transpose(1, 2))[:, None]
         new = (alpha + counts - r).clamp_min(0.0) * phi
-        new = new / new.sum(1, keepdim=True)
-        done = float((new.sum(0) - counts).abs().max()) < TOLERANCE
-        r = new
-        if done:
+        new = new / new.sum(2, keepdim=True)
+        new = new if valid is None else new * valid
+        done = (sum_ahead(new.transpose(1, 2))[:, None] - counts).abs().amax(2, keepdim=True) < TOLERANCE
+        if D == 1:  # alone: no document to freeze
+            r = new
+            if bool(done):
+                break
+            continue
+        r = torch.where(active, new, r)
+        active = active & ~done
+        if not bool(active.any()):
             break
     return r
 
 
+def _valid(lengths: list[int], T: int, like: torch.Tensor) -> torch.Tensor:
+    """[D, T]: 1 (of like's dtype) on each document's first T_d positions, 0 after."""
+    index = torch.arange(T, device=like.device)
+    return (index < torch.tensor(lengths, device=like.device)[:, None]).to(like.dtype)
+
+
 def build_lookahead(log_phi: torch.Tensor, alpha: torch.Tensor) -> Lookahead:
-    """The lookahead of a document from log Φ[k, x_t] [T, topics] and α [topics] (module docstring)."""
-    T = log_phi.shape[0]
-    r = cvb0_responsibilities(log_phi, alpha) if T else torch.zeros_like(log_phi)
-    # the most confident tokens first (stable: ties keep the document's order)
-    order = torch.argsort(-r.max(1).values, stable=True) if T else torch.zeros(0, dtype=torch.long)
-    r, log_phi = r[order], log_phi[order]
-    # m^{(t)} = Σ_{s>t} r_s: the reverse cumulative sum, shifted by one (m^{(T−1)} = 0 exactly)
-    ahead = torch.cat([r[1:].flip(0).cumsum(0).flip(0), torch.zeros_like(r[:1])])
-    phi = log_phi.exp()
-    # M_s = Σ_{s'<s} r_s' [T + 1, topics]
-    before = torch.cat([torch.zeros_like(r[:1]), r.cumsum(0)])
-    # [T, T]: Σ_k (α_k + M_s,k − M_{t+1},k) Φ[k, x_s]
-    base = ((alpha + before[:T]) * phi).sum(1) - before[1:] @ phi.t()
-    log_norm = torch.log(float(alpha.sum()) + torch.arange(T, dtype=torch.float64, device=phi.device))
-    # ≥ Σ_k α_k Φ[k, x_s] > 0, whatever the rounding of the difference of cumulative sums
+    """The lookahead of a document from log Φ[k, x_t] [T, topics] and α [topics] (module docstring): the batch of
+    one of ``build_lookaheads``."""
+    tables = build_lookaheads(log_phi[None], [log_phi.shape[0]], alpha)
     return Lookahead(
-        order, order.tolist(), ahead, phi, log_phi, torch.maximum(base, (alpha * phi).sum(1)), log_norm
+        tables.order[0], tables.order[0].tolist(), tables.ahead[0], tables.phi[0], tables.log_phi[0],
+        tables.base[0], tables.log_norm[0],
+    )  # fmt: skip
+
+
+@dataclass
+class LookaheadTables:
+    """The lookaheads of D documents padded to the longest, T (``Lookahead``'s fields with a leading document
+    dimension): order [D, T] (π, the padding last), ahead, phi and log_phi [D, T, topics] in that order, base [D, T,
+    T] (1 outside a document's T_d × T_d) and log_norm [D, T] (0 past T_d); Φ and m are 0 on
+    the padding."""
+
+    order: torch.Tensor
+    ahead: torch.Tensor
+    phi: torch.Tensor
+    log_phi: torch.Tensor
+    base: torch.Tensor
+    log_norm: torch.Tensor
+
+
+def build_lookaheads(log_phi: torch.Tensor, lengths: list[int], alpha: torch.Tensor) -> LookaheadTables:
+    """The lookaheads of several documents at once, each exactly as alone (to the bit: the sums over tokens are
+    sequential, ``cvb0_fit``, and each document's T_d × T_d product is its own).
+
+    Parameters
+    ----------
+    log_phi : torch.Tensor
+        log Φ[k, x_s] of each document, float64 [D, T, topics] (rows past a length ignored).
+    lengths : list[int]
+        T_d, the tokens of each document.
+    alpha : torch.Tensor
+        α, float64 [topics].
+
+    Returns
+    -------
+    LookaheadTables
+        The documents' tables, padded.
+    """
+    log_phi = log_phi.contiguous()
+    D, T = log_phi.shape[:2]
+    r = cvb0_fit(log_phi, lengths, alpha)
+    # the most confident tokens first (stable: ties keep the document's order; the padding, r = 0, last)
+    order = torch.argsort(-r.amax(2), dim=1, stable=True)
+    rows = order[:, :, None].expand_as(r)
+    r, log_phi = r.gather(1, rows), log_phi.gather(1, rows)
+    # m^{(t)} = Σ_{s>t} r_s: the reverse cumulative sum, shifted by one (m^{(T−1)} = 0 exactly)
+    ahead = torch.cat([r[:, 1:].flip(1).cumsum(1).flip(1), torch.zeros_like(r[:, :1])], 1)
+    phi = log_phi.exp()
+    # where there is padding, Φ 0 there (S and the twist's sums then read nothing from it)
+    valid = _valid(lengths, T, phi) if min(lengths, default=T) < T else None
+    phi = phi if valid is None else phi * valid[:, :, None]
+    # M_s = Σ_{s'<s} r_s' [D, T + 1, topics]
+    before = torch.cat([torch.zeros_like(r[:, :1]), r.cumsum(1)], 1)
+    # [D, T, T]: M_{t+1} · Φ[:, x_s], each document's own product
+    if D == 1:
+        inner = (before[0, 1:] @ phi[0].t())[None]
+    else:
+        inner = log_phi.new_zeros(D, T, T)
+        for d, n in enumerate(lengths):
+            inner[d, :n, :n] = before[d, 1 : n + 1] @ phi[d, :n].t()
+    # Σ_k (α_k + M_s,k − M_{t+1},k) Φ[k, x_s], ≥ Σ_k α_k Φ[k, x_s] > 0 whatever the rounding of the difference
+    base = torch.maximum(
+        ((alpha + before[:, :T]) * phi).sum(2)[:, None] - inner, (alpha * phi).sum(2)[:, None]
     )
+    log_norm = torch.log(float(alpha.sum()) + torch.arange(T, dtype=torch.float64, device=phi.device))
+    log_norm = log_norm.expand(D, T)
+    if valid is not None:
+        base = torch.where((valid[:, :, None] * valid[:, None, :]) > 0, base, 1.0)
+        log_norm = log_norm * valid
+    return LookaheadTables(order, ahead, phi, log_phi, base, log_norm)
 
 
 def proposal_logits(counts: torch.Tensor, alpha: torch.Tensor, lookahead: Lookahead, t: int) -> torch.Tensor:

@@ -12,6 +12,7 @@ from torch import nn
 
 from ...checks import check_text
 from ...protocol import CheckedStepwise
+from ..side_by_side import same_texts
 from ..vocabulary import check_id_range
 from .exact import exact_work, log_marginal_dp
 from .loaders import LOADER_ARGS, detect_format, load_library_model
@@ -266,7 +267,10 @@ class LDA(
         """The particles of several texts side by side (``protocol.DocumentBatchLM``; ``stepwise.init_documents``),
         or None where the lookahead's tables, padded to the longest text, would be too large."""
         self.check_documents(xs, num_particles, temperature)
-        return init_documents(self, [self.check_x(x) for x in xs], num_particles, temperature, peek)
+        # each distinct text checked once (the sample blocks of a document share its tensor)
+        texts, which = same_texts(xs)
+        checked = [self.check_x(x) for x in texts]
+        return init_documents(self, [checked[w] for w in which], num_particles, temperature, peek)
 
     def smc_step_documents(self, state: LDADocumentBatch, t: int, generators):
         """Step t of every text with t < T_d, each from its own generator (``stepwise.step_documents``)."""

@@ -16,6 +16,7 @@ the expected topic counts of the tokens after step t, and the increment carries 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -23,8 +24,8 @@ import torch
 
 from ...tensors import inverse_cdf
 from ...tensors import tempered_draw as draw
-from ..side_by_side import document_rows, lane_uniforms
-from .lookahead import Lookahead, build_lookahead, log_twist, proposal_logits, sum_ahead
+from ..side_by_side import document_rows, lane_uniforms, same_texts
+from .lookahead import Lookahead, build_lookahead, build_lookaheads, log_twist, proposal_logits, sum_ahead
 
 
 @dataclass
@@ -162,7 +163,8 @@ class LDADocumentBatch:
     """The particles of several texts side by side (``protocol.DocumentBatchLM``): text d's K_d particles are the
     d-th segment of counts [Σ K_d, topics]; its tables are rows ``offset_d`` .. ``offset_d + T_d − 1`` of the stacked
     ones, in the order of its steps (each particle reads its text's row of step t, ``first + t``, clamped to its last
-    row once the text has ended). The topics drawn are not kept: the estimator reads only the weights."""
+    row once the text has ended); texts in one tensor (the sample blocks of a document) share their tables. The
+    topics drawn are not kept: the estimator reads only the weights."""
 
     sizes: list[int]
     lengths: list[int]
@@ -175,8 +177,9 @@ class LDADocumentBatch:
     log_phi: torch.Tensor  # [Σ T_d, topics] log Φ[k, x] of each step's token
     first: torch.Tensor  # [Σ K_d]
     last: torch.Tensor
-    # with a lookahead: m^{(t)} and Φ [Σ T_d, topics]; per text (index ``doc`` [Σ K_d]) base [D, T, T] (T = max T_d,
-    # padded with ones), log(Σα + s) [D, T] and Φ by topic [D · topics, T] (padded with zeros); S [Σ K_d, T]; log ψ
+    # with a lookahead: m^{(t)} and Φ [Σ T_d, topics]; per distinct text (index ``doc`` [Σ K_d]) base [D, T, T]
+    # (T = max T_d, padded with ones), log(Σα + s) [D, T] and Φ by topic [D · topics, T] (padded with zeros);
+    # S [Σ K_d, T]; log ψ
     ahead: torch.Tensor | None = None
     phi: torch.Tensor | None = None
     doc: torch.Tensor | None = None
@@ -188,38 +191,52 @@ class LDADocumentBatch:
 
 
 def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> LDADocumentBatch | None:
-    """``init_particles`` of every text, their tables stacked (one particle of each builds them, as alone); None when
-    the lookahead's base tables, padded to the longest text, would exceed ``SIDE_BY_SIDE_BASE_ENTRIES``."""
-    lengths, T = [int(x.numel()) for x in xs], max(int(x.numel()) for x in xs)
+    """``init_particles`` of every text, their tables stacked (each text's as alone, once for the sample blocks of one
+    document: ``side_by_side.same_texts``); None when the lookahead's base tables, padded to the longest text, would
+    exceed ``SIDE_BY_SIDE_BASE_ENTRIES``. Φ's columns of every text are gathered at once and the lookaheads built
+    together, their CVB0 fits in one loop (``lookahead.build_lookaheads``: each text's as alone, to the bit)."""
+    texts, which = same_texts(xs)
+    lengths, T = [int(x.numel()) for x in texts], max(int(x.numel()) for x in texts)
     twisted = peek and model.lookahead == "cvb0"
-    if twisted and len(xs) * T * T > SIDE_BY_SIDE_BASE_ENTRIES:
+    if twisted and len(texts) * T * T > SIDE_BY_SIDE_BASE_ENTRIES:
         return None
-    alone = [init_particles(model, x, 1, temperature, peek) for x in xs]
-    a, device, K = alone[0], alone[0].counts.device, sum(num_particles)
-    first, last = document_rows(num_particles, lengths, device)
-    views = [s.lookahead for s in alone]
+    alpha = model.alpha.to(torch.float64)
+    # [Σ T_d, topics] over the distinct texts
+    log_phi = model.log_phi_columns(torch.cat(texts))
+    device, K = log_phi.device, sum(num_particles)
+    first, last = document_rows(num_particles, lengths, device, which)
+    tables = _lookaheads(log_phi, lengths, alpha) if twisted else None
     state = LDADocumentBatch(
-        list(num_particles), lengths, a.alpha, a.alpha_sum, a.counts.new_zeros(K, a.alpha.shape[0]), 0,
-        float(temperature), bool(peek), torch.cat([v.log_phi if twisted else s.log_phi for v, s in zip(views, alone)]),
-        first, last,
+        list(num_particles), [lengths[w] for w in which], alpha, float(alpha.sum()),
+        log_phi.new_zeros(K, alpha.shape[0]), 0, float(temperature), bool(peek),
+        tables[0] if twisted else log_phi, first, last,
     )  # fmt: skip
     if twisted:
-        state.ahead, state.phi = torch.cat([v.ahead for v in views]), torch.cat([v.phi for v in views])
-        state.doc = torch.arange(len(xs), device=device).repeat_interleave(
+        state.ahead, state.phi, padded = tables[1], tables[2], tables[3]
+        state.doc = torch.tensor(which, device=device).repeat_interleave(
             torch.tensor(list(num_particles), device=device)
         )
-        state.base = a.counts.new_ones(len(xs), T, T)
-        state.log_norm = a.counts.new_zeros(len(xs), T)
-        state.phi_by_topic = a.counts.new_zeros(len(xs), a.alpha.shape[0], T)
-        for d, (v, n) in enumerate(zip(views, lengths)):
-            state.base[d, :n, :n], state.log_norm[d, :n], state.phi_by_topic[d, :, :n] = (
-                v.base,
-                v.log_norm,
-                v.phi_by_topic,
-            )
-        state.phi_by_topic = state.phi_by_topic.reshape(-1, T)
-        state.explained, state.log_psi = a.counts.new_zeros(K, T), a.counts.new_zeros(K)
+        state.base, state.log_norm = padded.base, padded.log_norm
+        state.phi_by_topic = padded.phi.transpose(1, 2).reshape(-1, T)
+        state.explained, state.log_psi = log_phi.new_zeros(K, T), log_phi.new_zeros(K)
     return state
+
+
+def _lookaheads(log_phi: torch.Tensor, lengths: list[int], alpha: torch.Tensor):
+    """The lookaheads of the texts whose rows of log_phi [Σ T_d, topics] are consecutive, built together
+    (``lookahead.build_lookaheads``): (log Φ, m and Φ of each text's steps in its order π, stacked [Σ T_d, topics];
+    the padded ``LookaheadTables``)."""
+    offsets, T = [0, *itertools.accumulate(lengths)], max(lengths)
+    # [D, T]: each text's rows, padded with row 0 (ignored)
+    rows = [[o + s if s < n else 0 for s in range(T)] for o, n in zip(offsets, lengths)]
+    padded = build_lookaheads(log_phi[torch.tensor(rows, device=log_phi.device)], lengths, alpha)
+    # the rows of the padded tables that are a text's steps, text after text
+    steps = torch.tensor([d * T + s for d, n in enumerate(lengths) for s in range(n)], device=log_phi.device)
+    flat = [
+        table.reshape(-1, table.shape[-1]).index_select(0, steps)
+        for table in (padded.log_phi, padded.ahead, padded.phi)
+    ]
+    return (*flat, padded)
 
 
 def step_documents(state: LDADocumentBatch, t: int, generators) -> torch.Tensor:

@@ -19,17 +19,20 @@ uses uniform (k, j). A slot's count does not restart when resampling gives it an
 twice, and without resampling the slots draw the segmentations of ``proposal.sample`` for the same seed. A step draws
 at most b_t − b_{t−1} tokens per slot, so n uniforms suffice.
 
-Particles with the same history share one node of a prefix tree: its next-token logits and key/value cache are
-computed once, when it is first reached; the new nodes whose parents' caches have equal length share one forward
-pass (as ``SegmentationProposal._extend_caches`` groups them).
+Particles with the same history share one node of a prefix tree: its next-token logits and key/value rows are
+computed once, when it is first reached. The key/value rows live in one store, one row per node (every layer's keys
+and values of its last token); a node's block context is the list of its ancestors' rows since the block start, its
+own last. All the new nodes of a draw share one forward pass: their contexts gathered from the store, right-padded to
+the longest, the padding masked out of the attention and each token at its own position (position ids), so a node's
+logits are those of its unpadded context up to float32 rounding, whatever the lengths beside it.
 
 Documents side by side (``protocol.DocumentBatchLM``): the particles of D texts are consecutive segments of one state
 (one text is the case D = 1, ``smc_init``), the nodes of every text in one table, each node a text's. A draw of the
 batch takes one token for every particle of every text that still needs one, in one pass over the stacked edge
-tables; the new nodes of every text share the forward passes (grouped by cache length, as above), so the network
-runs once per group of the batch instead of once per group of each text. Each text uses its own uniforms (drawn from
-its own generator at step 0) at its own slots: its draws are those it makes alone, up to the float32 rounding of
-the network's products over a larger batch.
+tables; the new nodes of every text share that draw's one forward pass, so the network runs once per draw of the
+batch instead of once per draw of each text. Each text uses its own uniforms (drawn from its own generator at step
+0) at its own slots: its draws are those it makes alone, up to the float32 rounding of the network's products over a
+larger, differently padded batch.
 """
 
 from __future__ import annotations
@@ -78,9 +81,14 @@ class TokenizationParticles:
     histories: dict[int, tuple] = field(default_factory=dict)
     positions: dict[int, int] = field(default_factory=dict)
     parents: dict[int, int] = field(default_factory=dict)
-    # node -> next-token logits [V] (before the end), and its per-layer key/value rows
+    # node -> next-token logits [V] (before the end), and the store rows of its block context (its own last)
     logits: dict[int, torch.Tensor] = field(default_factory=dict)
-    caches: dict[int, list] = field(default_factory=dict)
+    caches: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    # [capacity, P, D] every layer's keys and values of one token per row (P: the layers' heads, keys then values,
+    # layer after layer; heads per layer below); rows below ``used`` are taken
+    store: torch.Tensor | None = None
+    heads: list[int] = field(default_factory=list)
+    used: int = 0
     next_node: int = 0
     t: int = 0
 
@@ -289,29 +297,65 @@ def _move(lm, state: TokenizationParticles, need, nodes: list[int], edge: torch.
 
 def _forward(lm, state: TokenizationParticles, new: list[tuple[int, int | None]]) -> None:
     """Next-token logits and key/value rows of the new nodes (node, parent or None at the root), in the proposal's
-    block context: the parent's cache plus the node's last token (the prefix token at the root; a fresh cache at a
-    block start); nodes whose parents' caches have equal length share one forward pass, whichever text they are of."""
+    block context: the parent's context plus the node's last token (the prefix token at the root; the token alone at
+    a block start). One forward pass for all of them, whichever text they are of: each node's context rows are
+    gathered from the store, right-padded to the longest, the padding masked out of the attention and the token
+    placed at its own position, so each node's numbers are those of its own unpadded context up to float32
+    rounding."""
     device, L = state.node.device, lm.max_length
-    groups: dict[int, list[tuple[int, int | None]]] = {}
-    for node, parent in new:
-        h = state.histories[node]
-        fresh = len(h) % L == 0
-        groups.setdefault(-1 if fresh else state.caches[parent][0][0].shape[2], []).append((node, parent))
-    for length, members in groups.items():
-        histories = [state.histories[node] for node, _ in members]
-        tokens = torch.tensor([h[-1] if h else lm.prefix_token for h in histories], device=device)
-        if length < 0:
-            cache = DynamicCache()
-        else:
-            layers = zip(*(state.caches[parent] for _, parent in members))
-            cache = DynamicCache(ddp_cache_data=[(torch.cat([k for k, _ in layer]), torch.cat([v for _, v in layer]))
-                                                 for layer in layers])  # fmt: skip
-        out, cache = cache_step(lm.model, tokens[:, None], cache)
-        kv = [(layer.keys, layer.values) for layer in cache.layers]
-        logits = out.logits[:, -1].float()
-        for row, (node, _) in enumerate(members):
-            state.logits[node] = logits[row]
-            state.caches[node] = [(k[row : row + 1], v[row : row + 1]) for k, v in kv]
+    first = _reserve_slots(state, len(new))
+    contexts = [() if len(state.histories[node]) % L == 0 else state.caches[parent] for node, parent in new]
+    width = max(map(len, contexts))
+    # [M, 2 + width + 1]: token, position, the context's slots (−1: padding) and one column for the token itself
+    packed = torch.tensor(
+        [[state.histories[node][-1] if state.histories[node] else lm.prefix_token, len(c), *c,
+          *([-1] * (width - len(c))), 0] for (node, _), c in zip(new, contexts)],
+        dtype=torch.long, device=device,
+    )  # fmt: skip
+    tokens, positions, slots = packed[:, :1], packed[:, 1:2], packed[:, 2:]
+    if width == 0:
+        out, cache = cache_step(lm.model, tokens, DynamicCache(), position_ids=positions)
+    else:
+        dtype = state.store.dtype
+        # [M, width, P, D]: every layer's keys and values of each context row
+        rows = state.store[slots[:, :width].clamp_min(0)]
+        mask = torch.where(slots < 0, torch.finfo(dtype).min, 0.0).to(dtype)[:, None, None, :]
+        layers, start = [], 0
+        for heads in state.heads:
+            layers.append(tuple(rows[:, :, s : s + heads].transpose(1, 2) for s in (start, start + heads)))
+            start += 2 * heads
+        out, cache = cache_step(lm.model, tokens, DynamicCache(ddp_cache_data=layers), attention_mask=mask,
+                                position_ids=positions)  # fmt: skip
+    keys = [piece[:, :, -1] for layer in cache.layers for piece in (layer.keys, layer.values)]
+    if state.store is None:
+        state.heads = [layer.keys.shape[1] for layer in cache.layers]
+        state.store = keys[0].new_empty(
+            (max(2 * len(new), 256), sum(k.shape[1] for k in keys), keys[0].shape[-1])
+        )
+    torch.cat(keys, 1, out=state.store[first : first + len(new)])
+    state.used = first + len(new)
+    logits = out.logits[:, -1].float()
+    for row, ((node, _), c) in enumerate(zip(new, contexts)):
+        state.logits[node] = logits[row]
+        state.caches[node] = (*c, first + row)
+
+
+def _reserve_slots(state: TokenizationParticles, count: int) -> int:
+    """The first of ``count`` free consecutive rows of the key/value store (0 before it exists). When the rows past
+    the last used one do not suffice, the rows that a live node's context reads are moved to the front (in order)
+    and the store grown to twice what they and the new rows need; the contexts are renumbered."""
+    if state.store is None or state.used + count <= state.store.shape[0]:
+        return state.used
+    live = sorted(set().union(*state.caches.values()))
+    capacity = max(state.store.shape[0], 2 * (len(live) + count))
+    if live != list(range(len(live))) or capacity > state.store.shape[0]:
+        store = state.store.new_empty((capacity, *state.store.shape[1:]))
+        store[: len(live)] = state.store[torch.tensor(live, device=store.device)]
+        state.store = store
+        renumber = dict(zip(live, range(len(live))))
+        state.caches = {node: tuple(map(renumber.__getitem__, c)) for node, c in state.caches.items()}
+    state.used = len(live)
+    return state.used
 
 
 def _last_window_correction(lm, state: TokenizationParticles, ending: list[int]) -> torch.Tensor:

@@ -14,7 +14,13 @@ from lm_latent_eval.estimators import log_mean_exp
 from lm_latent_eval.estimators.smc import smc_log_weights
 from lm_latent_eval.models.lda import LDA
 from lm_latent_eval.models.lda.exact import all_assignments
-from lm_latent_eval.models.lda.lookahead import build_lookahead, cvb0_responsibilities, log_twist
+from lm_latent_eval.models.lda.lookahead import (
+    build_lookahead,
+    build_lookaheads,
+    cvb0_fit,
+    cvb0_responsibilities,
+    log_twist,
+)
 from lm_latent_eval.models.lda.urn import counts_before
 
 
@@ -48,6 +54,40 @@ def test_the_lookahead_pieces():
         assert torch.allclose(view.ahead[t], ordered[t + 1 :].sum(0))
     assert (view.base >= (alpha * view.phi).sum(1) - 1e-15).all()
     assert log_twist(torch.zeros(3, x.numel(), dtype=torch.float64), view, x.numel() - 1).eq(0).all()
+
+
+def test_lookaheads_built_together_equal_each_alone_bit_for_bit():
+    """``build_lookaheads`` of documents of different lengths (an empty one among them), their CVB0 fits stopping
+    after different numbers of sweeps, padded to the longest: each document's tables are those ``build_lookahead``
+    gives it alone, to the bit, and the padding is what the side-by-side steps read as nothing (base 1, log norm 0,
+    Φ and m 0)."""
+    model = sparse_lda(8, seed=3)
+    xs = [model.tokenize(sampled_text(model, n, seed=n)) for n in (37, 5, 0, 18, 1)]
+    alpha = model.alpha.double()
+    lengths, T = [x.numel() for x in xs], max(x.numel() for x in xs)
+    log_phi = torch.zeros(len(xs), T, alpha.shape[0], dtype=torch.float64)
+    for d, x in enumerate(xs):
+        log_phi[d, : x.numel()] = model.log_phi_columns(x)
+    r = cvb0_fit(log_phi, lengths, alpha, sweeps=6)
+    # the sweeps each document's fit takes alone (the first after which its r stays the same)
+    sweeps = []
+    for d, x in enumerate(xs):
+        n = x.numel()
+        alone = [cvb0_fit(log_phi[d : d + 1, :n], [n], alpha, sweeps=s)[0] for s in range(1, 7)]
+        assert torch.equal(r[d, :n], alone[-1]) and r[d, n:].eq(0).all()
+        sweeps.append(min(s for s in range(6) if torch.equal(alone[s], alone[-1])))
+    assert len(set(sweeps)) > 1, sweeps
+    tables = build_lookaheads(log_phi, lengths, alpha)
+    for d, x in enumerate(xs):
+        n, alone = x.numel(), build_lookahead(model.log_phi_columns(x), alpha)
+        assert torch.equal(tables.order[d, :n], alone.order)
+        for name in ("ahead", "phi", "log_phi"):
+            assert torch.equal(getattr(tables, name)[d, :n], getattr(alone, name)), name
+        assert torch.equal(tables.base[d, :n, :n], alone.base)
+        assert torch.equal(tables.log_norm[d, :n], alone.log_norm)
+        assert tables.base[d, n:].eq(1).all() and tables.base[d, :, n:].eq(1).all()
+        assert tables.log_norm[d, n:].eq(0).all() and tables.phi[d, n:].eq(0).all()
+        assert tables.ahead[d, n:].eq(0).all()
 
 
 def test_lookahead_none_is_the_urn_proposal():
