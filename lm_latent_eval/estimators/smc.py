@@ -24,6 +24,7 @@ The particle filter and the estimator live here; the resampling scheme (runs, bl
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from .smc_variance import (
     SMCRun,
     importance_runs,
     lee_whiteley_relative_variance,
+    lee_whiteley_runs,
     runs_corpus_log_likelihood,
     smc_diagnostics,
 )
@@ -194,7 +196,7 @@ def smc_lanes(model, lanes: Sequence[Lane], settings: EstimatorSettings) -> list
             log_w = log_w.masked_fill(resampled, 0.0)
             particles.reorder(ancestors)
             eve = eve.index_select(0, ancestors)
-    out = [books.finished(r, log_w, eve, layout.starts) for r in range(len(sizes))]
+    out = books.finished(log_w, eve, layout)
     first_run = np.cumsum([0, *[len(lane.sizes) for lane in lanes]]).tolist()
     return [out[first_run[i] : first_run[i + 1]] for i in range(len(lanes))]
 
@@ -226,10 +228,25 @@ class _RunBooks:
                 chosen.append(r)
         return chosen
 
-    def finished(self, r: int, log_w: torch.Tensor, eve: torch.Tensor, starts: list[int]) -> SMCRun:
-        """Run r's record from the last step's weights and Eve indices of every particle."""
-        run = slice(starts[r], starts[r + 1])
-        return _finished_run(log_w[run], eve[run] - run.start, self.banked[r], self.resampled[r], self.ess[r])
+    def finished(self, log_w: torch.Tensor, eve: torch.Tensor, layout: RunLayout) -> list[SMCRun]:
+        """Every run's record from the last step's weights [Σ N_r] and Eve indices (global) of every particle: the
+        runs' means and Lee-Whiteley estimates in a few batched operations (``RunLayout.statistics``,
+        ``lee_whiteley_runs``), not a handful per run."""
+        _, log_mean = layout.statistics(log_w)
+        relative = lee_whiteley_runs(log_w, eve, layout, self.resampled)
+        weights = log_w.numpy()
+        runs = []
+        for r, (a, b) in enumerate(itertools.pairwise(layout.starts)):
+            if log_mean[r] == -math.inf:
+                runs.append(SMCRun(np.full(b - a, -np.inf), -math.inf, self.resampled[r], self.ess[r], 0.0))
+                continue
+            banked = self.banked[r]
+            runs.append(
+                SMCRun(
+                    banked + weights[a:b], banked + log_mean[r], self.resampled[r], self.ess[r], relative[r]
+                )
+            )
+        return runs
 
 
 def smc_block(
@@ -240,20 +257,6 @@ def smc_block(
     (ancestors of run r come from run r, drawn from the block's one random stream; see the module docstring): the
     one lane of ``smc_lanes``."""
     return smc_lanes(model, [Lane(x, list(sizes), generator, doc)], settings)[0]
-
-
-def _finished_run(log_w: torch.Tensor, eve: torch.Tensor, banked: float, resampled: int, ess: list) -> SMCRun:
-    """A run's record from its last-epoch log weights [N], Eve indices [N] (0..N−1) and banked log means."""
-    if torch.isneginf(log_w).all():
-        return SMCRun(np.full(log_w.shape[0], -np.inf), -math.inf, resampled, ess, 0.0)
-    log_likelihood = banked + float(torch.logsumexp(log_w, 0)) - math.log(log_w.shape[0])
-    return SMCRun(
-        banked + log_w.numpy(),
-        log_likelihood,
-        resampled,
-        ess,
-        lee_whiteley_relative_variance(log_w, eve, resampled),
-    )
 
 
 @torch.no_grad()

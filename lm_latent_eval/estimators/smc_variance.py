@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .resampling import run_sizes
+from .resampling import RunLayout, run_sizes
 from .settings import DEFAULT_SMC_RUNS
 
 
@@ -77,16 +77,39 @@ class SMCDiagnostics:
 def lee_whiteley_relative_variance(log_w: torch.Tensor, eve: torch.Tensor, num_resampling: int) -> float:
     """Var(p̂)/p² estimated from one run: 1 − (N/(N−1))^{n+1} Σ_{i,j: E_i ≠ E_j} W_i W_j (Lee & Whiteley 2018).
 
-    W: normalized final weights, E: Eve indices, n: resampling steps. Derived for multinomial resampling (adaptive
-    resampling: Du & Guyader 2021); with n = 0 it is the usual IS estimate of var(w) / (N p²). NaN when N = 1.
+    W: normalized final weights, E: Eve indices (0..N−1), n: resampling steps. Derived for multinomial resampling
+    (adaptive resampling: Du & Guyader 2021); with n = 0 it is the usual IS estimate of var(w) / (N p²). NaN when
+    N = 1. ``lee_whiteley_runs`` of the one run.
     """
-    n = log_w.shape[0]
-    if n < 2:
-        return math.nan
-    W = torch.softmax(log_w, 0)
-    # Σ_e (Σ_{E_i=e} W_i)²
-    same_eve = float((torch.zeros(n, dtype=torch.float64).index_add_(0, eve, W) ** 2).sum())
-    return 1.0 - (n / (n - 1)) ** (num_resampling + 1) * (1.0 - same_eve)
+    return lee_whiteley_runs(log_w, eve, RunLayout([log_w.shape[0]]), [num_resampling])[0]
+
+
+def lee_whiteley_runs(
+    log_w: torch.Tensor, eve: torch.Tensor, layout: RunLayout, resampling_steps: list[int]
+) -> list[float]:
+    """``lee_whiteley_relative_variance`` of every run of ``layout`` at once: log_w [Σ N_r] float64, Eve indices
+    [Σ N_r] (global: each run's within its own particles), n_r resampling steps each; 0.0 for a run whose weights
+    are all 0, NaN for a run of one particle. One pass for all runs: W normalised run by run, Σ_e (Σ_{E_i=e} W_i)²
+    summed run by run.
+
+    Examples
+    --------
+    >>> lw = torch.log(torch.tensor([1.0, 3.0, 2.0, 2.0], dtype=torch.float64))
+    >>> [round(v, 6) for v in lee_whiteley_runs(lw, torch.arange(4), RunLayout([2, 2]), [0, 0])]
+    [0.25, 0.0]
+    """
+    W = torch.zeros_like(log_w)
+    for n, runs, index, whole in layout.groups:
+        rows = log_w.view(len(runs), n) if whole else log_w[index]
+        W[index.reshape(-1)] = torch.softmax(rows, 1).nan_to_num(0.0).reshape(-1)
+    run_of = torch.repeat_interleave(torch.arange(len(layout.sizes)), torch.tensor(layout.sizes))
+    same_eve = torch.zeros(len(layout.sizes), dtype=torch.float64).index_add_(
+        0, run_of, torch.zeros_like(W).index_add_(0, eve, W) ** 2
+    )
+    return [
+        math.nan if n < 2 else (0.0 if s == 0 else 1.0 - (n / (n - 1)) ** (m + 1) * (1.0 - s))
+        for n, m, s in zip(layout.sizes, resampling_steps, same_eve.tolist())
+    ]
 
 
 def smc_diagnostics(
