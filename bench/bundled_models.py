@@ -30,6 +30,7 @@ CORPORA = {  # model -> its bundled test corpus
     "rnng": "ptb_tiny/test.txt",
     "lda": "pydoc_topics/test.jsonl",
     "tokenization": "corpus/tiny_test.jsonl",
+    "masked": "masked_tiny/test.jsonl",
 }
 
 

@@ -10,8 +10,10 @@ aten operations that compute; views launch nothing) with the accelerator's code 
 accelerator_paths``: no CPU-only row selection) and an accelerator's chunks of documents (``accelerator_chunks``:
 65,536 particles where the CPU takes 16,384), so the counts are those a GPU would launch. Host synchronisations
 are the operations that read a device value on the host (``item``, ``_local_scalar_dense``, ``nonzero``) plus the
-increments' copy to the host once per step. The two runs' log weights are compared: side by side must not change a
-number. Seconds are wall time without the counter, with the device's own chunks, best of two, on this machine (on a
+increments' copy to the host once per step. A model's own ``default_settings`` apply (the masked LM's: uniform
+orders, no resampling), its row cache (``models/masked/row_cache.py``) is emptied before every run, so that no run
+reads the rows of another, and a model with a ``predictor`` network (the masked LM) has its forward calls counted.
+The two runs' log weights are compared: side by side must not change a number. Seconds are wall time without the counter, with the device's own chunks, best of two, on this machine (on a
 GPU each operation costs a launch of about 5-30 µs, so the counts are the GPU's time for these small models).
 
     python bench/side_by_side.py                # writes bench/side_by_side/output.md
@@ -37,6 +39,7 @@ from kernel_counts import KernelCounter, accelerator_paths
 
 from lm_latent_eval.estimators import EstimatorSettings, importance, resolve, seeding, smc, workers
 from lm_latent_eval.estimators.adaptive import estimate_corpus
+from lm_latent_eval.estimators.registry import with_model_defaults
 from lm_latent_eval.models import load_model
 from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.protocol import has_document_batches, has_stepwise
@@ -79,6 +82,28 @@ def accelerator_chunks():
             module.side_by_side_particles = saved
 
 
+def fresh(model) -> None:
+    """Forget the rows a model's row cache holds (the masked LM's): every run computes its own."""
+    cache = getattr(model, "row_cache", None)
+    if cache is not None:
+        cache.clear()
+
+
+@contextlib.contextmanager
+def forward_calls(model):
+    """A list of one int that counts the forward calls of the model's ``predictor`` network (None without one)."""
+    network = getattr(model, "predictor", None)
+    if not isinstance(network, torch.nn.Module):
+        yield None
+        return
+    calls = [0]
+    handle = network.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    try:
+        yield calls
+    finally:
+        handle.remove()
+
+
 def alone(run, texts):
     return {t: run.estimate(t, device=DEVICE) for t in dict.fromkeys(texts)}
 
@@ -90,7 +115,8 @@ def together(run, texts):
 def measure(name: str, num_samples: int, limit: int | None) -> dict:
     model = load_model(name)[0].to(DEVICE)
     texts = list(dict.fromkeys(read_documents(DATA_DIR / CORPORA[name])))[:limit]
-    run = resolve(EstimatorSettings("smc", num_samples, seed=1, target_se=None), model)
+    settings, _ = with_model_defaults(EstimatorSettings("smc", num_samples, seed=1, target_se=None), model)
+    run = resolve(settings, model)
     tokens = sum(int(model.tokenize(t).numel()) for t in texts)
     row = {
         "model": name,
@@ -101,10 +127,17 @@ def measure(name: str, num_samples: int, limit: int | None) -> dict:
     estimates = {}
     for label, fn in (("alone", alone), ("together", together)):
         fn(run, texts[:2])  # per-document caches and first-call work outside the figures
-        with accelerator_paths(), accelerator_chunks(), StepCounter() as counter:
+        fresh(model)
+        with (
+            accelerator_paths(),
+            accelerator_chunks(),
+            StepCounter() as counter,
+            forward_calls(model) as calls,
+        ):
             estimates[label] = fn(run, texts)
         seconds = []
         for _ in range(2):
+            fresh(model)
             synchronize()
             start = time.perf_counter()
             fn(run, texts)
@@ -114,6 +147,7 @@ def measure(name: str, num_samples: int, limit: int | None) -> dict:
             "ops_per_doc_token": counter.ops / tokens,
             "syncs_per_doc": counter.syncs / len(texts),
             "seconds": min(seconds),
+            "forward_calls": None if calls is None else calls[0],
         }
     a, b = estimates["alone"], estimates["together"]
     row["max_weight_difference"] = max(
@@ -137,19 +171,20 @@ def markdown(rows: list[dict], num_samples: int) -> str:
         (
             "| model | documents / tokens | side by side | operations per document·token (alone → together) "
             "| ratio | host syncs per document (alone → together) | seconds on this CPU (alone → together) "
-            "| same weights |"
+            "| network forward calls (alone → together) | same weights |"
         ),
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         a, b = r["alone"], r["together"]
         same = "bit for bit" if r["bit_identical"] else f"to {r['max_weight_difference']:.1e} nats"
+        calls = "–" if a.get("forward_calls") is None else f"{a['forward_calls']:,} → {b['forward_calls']:,}"
         lines.append(
             f"| {r['model']} | {r['documents']} / {r['tokens']} | {'yes' if r['side_by_side'] else 'no'} "
             f"| {a['ops_per_doc_token']:.1f} → {b['ops_per_doc_token']:.1f} "
             f"| {a['ops_per_doc_token'] / b['ops_per_doc_token']:.1f}x "
             f"| {a['syncs_per_doc']:.1f} → {b['syncs_per_doc']:.1f} "
-            f"| {a['seconds']:.2f} → {b['seconds']:.2f} | {same} |"
+            f"| {a['seconds']:.2f} → {b['seconds']:.2f} | {calls} | {same} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -1,8 +1,9 @@
 """Documents advanced side by side in one particle filter (``protocol.DocumentBatchLM``, ``smc.smc_lanes``): a
 document's SMC estimate does not depend on which documents share its steps, its length, its sample size or how the
-documents are chunked (bit for bit on the HMM, the KGLM, the RNNG and LDA; to float32 rounding on EntityNLM's
-one-row-per-particle layout, whose products run on a batch of other rows, and on the tokenization LM, whose network
-runs the new nodes of several documents in one forward pass)."""
+documents are chunked (bit for bit on the HMM, the KGLM, the RNNG, LDA and the bundled masked LM, whose network rows do
+not depend on their batch on the CPU; to float32 rounding on EntityNLM's one-row-per-particle layout, whose products
+run on a batch of other rows, on the tokenization LM, whose network runs the new nodes of several documents in one
+forward pass, and on a Hugging Face masked LM)."""
 
 from __future__ import annotations
 
@@ -266,3 +267,198 @@ def test_lda_corpus_side_by_side_equals_each_document_alone(monkeypatch, lookahe
     xs = [model.tokenize(t) for t in texts]
     monkeypatch.setattr(lda_stepwise, "SIDE_BY_SIDE_BASE_ENTRIES", 10)
     assert (model.smc_init_documents(xs, [4] * len(xs)) is None) == (lookahead == "cvb0")
+
+
+def masked_texts(model, per_length: int = 2) -> list[str]:
+    """Held-out sentences of the bundled masked LM (``masked/corpus.py``), up to ``per_length`` of each length."""
+    from lm_latent_eval.models.masked.corpus import TEST_FILE
+
+    seen: dict[int, int] = {}
+    texts = []
+    for text in dict.fromkeys(read_documents(TEST_FILE)):
+        n = model.tokenize(text).numel()
+        if seen.get(n, 0) < per_length:
+            seen[n] = seen.get(n, 0) + 1
+            texts.append(text)
+    return texts
+
+
+@pytest.fixture(scope="module")
+def masked():
+    return load_model("masked")[0]
+
+
+def forward_calls(model):
+    """A counter of the network's forward calls (a list of one int) and the hook's handle."""
+    calls = [0]
+    handle = model.predictor.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    return calls, handle
+
+
+def test_masked_network_rows_do_not_depend_on_their_batch(masked):
+    """The bundled network on the CPU: a state's row run among the states of other texts of its length, in one call,
+    is bit for bit the row run alone (what makes side by side, and the row cache, change no number)."""
+    from lm_latent_eval.models.masked.conditionals import scored_rows
+
+    texts = [t for t in masked_texts(masked, 4) if masked.tokenize(t).numel() == 7]
+    xs = torch.stack([masked.tokenize(t) for t in texts])
+    generator = torch.Generator().manual_seed(0)
+    revealed = torch.rand(len(texts), 5, 7, generator=generator) < 0.5
+    with torch.no_grad():  # the estimators' mode (the encoder's fast path)
+        token, conf = scored_rows(masked, xs.repeat_interleave(5, 0), revealed.reshape(-1, 7))
+        for d in range(len(texts)):
+            for k in range(5):
+                alone_token, alone_conf = scored_rows(masked, xs[d], revealed[d, k : k + 1])
+                assert torch.equal(token[5 * d + k], alone_token[0])
+                assert torch.equal(conf[5 * d + k], alone_conf[0])
+
+
+@pytest.mark.parametrize(
+    ("peek", "tau", "threshold", "cached"),
+    [(False, 1.0, 0.0, True), (True, 1.0, 0.5, True), (False, 2.0, 0.5, False), (True, 0.7, 0.0, True)],
+)
+def test_masked_corpus_side_by_side_equals_each_document_alone(
+    masked, monkeypatch, peek, tau, threshold, cached
+):
+    """The bundled masked LM's held-out sentences (2 to 13 words, two of each length) side by side against each
+    alone, bit for bit: the model's defaults (uniform orders, no resampling), peeking with resampling, τ = 2 and 0.7,
+    with the row cache and without it; the texts of one length share the network's forward calls (fewer calls,
+    the same rows run)."""
+    if not cached:
+        monkeypatch.setattr(masked.row_cache, "max_entries", 0)
+    texts = masked_texts(masked)
+    assert has_document_batches(masked) and len({masked.tokenize(t).numel() for t in texts}) > 5
+    settings = EstimatorSettings(
+        "smc", 48, temperature=tau, peek=peek, resample_threshold=threshold, seed=9, target_se=None
+    )
+    run = resolve(settings, masked)
+    calls, handle = forward_calls(masked)
+    try:
+        figures = {}
+        for label, estimate in (
+            ("together", lambda: estimate_corpus(run, texts, progress=False)),
+            ("alone", lambda: alone(run, texts, [48] * len(texts))),
+        ):
+            masked.row_cache.clear()
+            calls[0], rows = 0, masked.network_rows
+            figures[label] = (estimate(), calls[0], masked.network_rows - rows)
+    finally:
+        handle.remove()
+    assert_same(figures["together"][0], figures["alone"][0])
+    assert figures["together"][2] == figures["alone"][2]
+    assert figures["together"][1] < figures["alone"][1] / 1.5
+
+
+def test_masked_side_by_side_reads_the_row_cache_and_chunks_freely(masked, monkeypatch):
+    """Rows an earlier run kept are read back under each text's own key (no forward call at all), and chunks of a
+    few documents with their own K (several sample blocks of one sentence among them) give the same weights."""
+    texts = masked_texts(masked)[:10]
+    run = resolve(EstimatorSettings("smc", 40, peek=False, seed=2, target_se=None), masked)
+    sizes = [40, 64, 1100, 40, 97, 40, 64, 41, 40, 50]
+    masked.row_cache.clear()
+    expected = alone(run, texts, sizes)
+    calls, handle = forward_calls(masked)
+    read = masked.row_cache.rows_read
+    try:
+        for budget in (90, 1 << 20):
+            monkeypatch.setattr(smc, "side_by_side_particles", lambda device="cpu", b=budget: b)
+            assert_same(dict(zip(texts, run.estimate_documents(texts, sizes))), expected)
+    finally:
+        handle.remove()
+    assert calls[0] == 0 and masked.row_cache.rows_read > read
+
+
+@pytest.mark.parametrize("threshold", [0.0, 0.5])
+def test_masked_sample_blocks_of_one_text_share_its_rows(masked, threshold):
+    """Two lanes (sample blocks) of one text beside another text of the same length: each (text, S) runs once and
+    is kept once under the text's key, every kept row is the network's row for its state, and every lane's runs
+    equal its own alone."""
+    from lm_latent_eval.models.masked.conditionals import scored_rows
+
+    x, y = [t for t in (masked.tokenize(t) for t in masked_texts(masked, 3)) if t.numel() == 7][:2]
+    settings = EstimatorSettings("smc", 100, peek=False, resample_threshold=threshold)
+
+    def lanes():
+        return [
+            Lane(t, [k], torch.Generator().manual_seed(i))
+            for i, (t, k) in enumerate(zip((x, y, x), (64, 20, 16)))
+        ]
+
+    masked.row_cache.clear()
+    together = smc_lanes(masked, lanes(), settings)
+    for text in (x, y):
+        cached = masked.row_cache.texts[masked.row_cache.key(masked, text, False)]
+        states = torch.tensor(
+            np.unpackbits(
+                np.frombuffer(b"".join(cached.index), dtype=np.uint8).reshape(len(cached.index), -1), 1
+            )[:, : text.numel()]
+        ).bool()
+        with torch.no_grad():  # the estimators' mode (the encoder's fast path)
+            token, conf = scored_rows(masked, text, states)
+        rows = cached.table[list(cached.index.values())]
+        assert torch.equal(rows[:, 0], token) and torch.equal(rows[:, 1], conf)
+    masked.row_cache.clear()
+    for lane, runs in zip(lanes(), together):
+        assert np.array_equal(smc_lanes(masked, [lane], settings)[0][0].log_weights, runs[0].log_weights)
+
+
+def test_masked_texts_read_in_windows_run_one_at_a_time(masked, monkeypatch):
+    """A text longer than the network reads (windows) is not batched: ``smc_init_documents`` declines, and a batch
+    state is no single text's particles."""
+    texts = masked_texts(masked)
+    xs = [masked.tokenize(t) for t in texts]
+    state = masked.smc_init_documents(xs, [4] * len(xs))
+    assert state is not None
+    with pytest.raises(TypeError, match="side-by-side"):
+        masked.smc_latents(state)
+    monkeypatch.setattr(masked, "max_length", 8)
+    masked.notices_given.discard("windows")
+    with pytest.warns(UserWarning, match="windows"):
+        state = masked.smc_init_documents(xs, [4] * len(xs))
+    assert state is None
+
+
+def test_hugging_face_masked_lm_side_by_side_equals_each_alone(tmp_path, monkeypatch):
+    """A Hugging Face masked LM inherits the side-by-side part (``has_document_batches``) and each text's weights
+    equal its own alone (to float32 rounding: its rows are run among other texts' rows)."""
+    from tiny_models import make_tiny_bert
+
+    from lm_latent_eval.models.masked.hf import HFMaskedLM
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model = HFMaskedLM.from_pretrained(str(make_tiny_bert(tmp_path / "bert"))).eval()
+    assert has_document_batches(model)
+    texts = ["the cat sat", "a dog ran", "the dog sat on a cat", "a cat ran", "the cat"]
+    for peek in (False, True):
+        run = resolve(EstimatorSettings("smc", 32, peek=peek, seed=4, target_se=None), model)
+        model.row_cache.clear()
+        together = estimate_corpus(run, texts, progress=False)
+        model.row_cache.clear()
+        assert_same(together, alone(run, texts, [32] * len(texts)), atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("policy", "policy_temperature", "dtype"),
+    [
+        ("confidence", 0.5, torch.float64),
+        ("block_margin", 1.0, torch.float32),
+        ("uniform", 1.0, torch.float32),
+    ],
+)
+def test_masked_order_policies_side_by_side_equal_each_alone(policy, policy_temperature, dtype):
+    """Tiny masked LMs under a confidence policy, a deterministic block policy and the uniform one in float32: texts
+    of 2 to 8 tokens side by side equal each alone, peeking and not, to the rounding of the network's dtype (this
+    small network's rows, unlike the bundled one's, depend on how many rows share its call, alone as well)."""
+    from lm_latent_eval.models.masked import tiny_masked_lm
+
+    model = tiny_masked_lm(seed=1, policy=policy, policy_temperature=policy_temperature, dtype=dtype)
+    model.policy_block = 3
+    texts = ["a b", "b a", "c d a", "a a b c", "d c b a", "b c d a b", "a b c d a b c", "d d c c b b a a"]
+    for peek in (False, True):
+        run = resolve(EstimatorSettings("smc", 24, peek=peek, seed=6, target_se=None), model)
+        model.row_cache.clear()
+        together = estimate_corpus(run, texts, progress=False)
+        model.row_cache.clear()
+        assert_same(
+            together, alone(run, texts, [24] * len(texts)), atol=1e-9 if dtype == torch.float64 else 1e-4
+        )

@@ -41,14 +41,18 @@ class StepScores:
 
 
 def masked_ids(x: torch.Tensor, revealed: torch.Tensor, mask_id: int) -> torch.Tensor:
-    """The network's input for N states: x at the revealed positions, ``mask_id`` elsewhere, LongTensor [N, T].
+    """The network's input for N states: x at the revealed positions, ``mask_id`` elsewhere, LongTensor [N, T]
+    (x [T] shared by every state, or x [N, T]: each state's own text, as for several texts side by side).
 
     Examples
     --------
     >>> masked_ids(torch.tensor([5, 6, 7]), torch.tensor([[False, True, False]]), 1)
     tensor([[1, 6, 1]])
+    >>> masked_ids(torch.tensor([[5, 6], [7, 8]]), torch.tensor([[False, True], [True, False]]), 1)
+    tensor([[1, 6],
+            [7, 1]])
     """
-    return torch.where(revealed, x[None, :], torch.full_like(x, mask_id)[None, :])
+    return torch.where(revealed, x.expand_as(revealed), torch.full_like(x, mask_id).expand_as(revealed))
 
 
 @torch.no_grad()
@@ -119,18 +123,22 @@ def log_normalizer(logits: torch.Tensor, chunk_entries: int = NORMALIZER_ENTRIES
 def scored_rows(
     model, x: torch.Tensor, revealed: torch.Tensor, keep_mask_row: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``token_log_probs`` of distinct states of a text the network reads whole."""
+    """``token_log_probs`` of distinct states of a text the network reads whole: x [T], or x [N, T] for states of
+    several texts of one length T (each row its state's text: ``documents.py``), in blocks of
+    ``model.block_tokens // T`` rows; a row's numbers are those of its state alone wherever the network's row does
+    not depend on its batch."""
     T = revealed.shape[1]
     rows = max(1, model.block_tokens // max(T, 1))
     mask_index = torch.tensor([model.mask_id], device=x.device)
     token, conf = [], []
     for start in range(0, revealed.shape[0], rows):
         block = revealed[start : start + rows]
-        logits = model.predict(masked_ids(x, block, model.mask_id))
+        text = x if x.dim() == 1 else x[start : start + rows]
+        logits = model.predict(masked_ids(text, block, model.mask_id))
         if not keep_mask_row:
             logits = logits.index_fill(-1, mask_index, -math.inf)
         log_z = log_normalizer(logits)
-        picked = logits.gather(-1, x.expand(block.shape[0], T)[..., None]).squeeze(-1).double()
+        picked = logits.gather(-1, text.expand(block.shape[0], T)[..., None]).squeeze(-1).double()
         token.append(picked - log_z)
         conf.append(position_scores(model.policy, logits, log_z))
         model.network_rows += block.shape[0]
@@ -191,7 +199,14 @@ def step_scores(model, x: torch.Tensor, revealed: torch.Tensor, need_tokens: boo
     if not need_tokens and model.policy == "uniform":
         zeros = torch.zeros(revealed.shape, dtype=torch.float64, device=revealed.device)
         return StepScores(zeros, order_log_probs("uniform", None, closed))
-    log_token, confidence = token_log_probs(model, x, revealed)
+    return scores_of_rows(model, revealed, closed, *token_log_probs(model, x, revealed))
+
+
+def scores_of_rows(
+    model, revealed: torch.Tensor, closed: torch.Tensor, log_token: torch.Tensor, confidence: torch.Tensor
+) -> StepScores:
+    """``step_scores`` from the network's rows of N states (``token_log_probs``' two float64 [N, T]) and the positions
+    the next step cannot reveal (``windows.closed_positions``): log π(i | S) from the policy's scores, row by row."""
     block = getattr(model, "policy_block", DEFAULT_BLOCK)
     log_order = order_log_probs(
         model.policy, confidence, closed, model.policy_temperature, block, tie_tolerance(model)

@@ -14,7 +14,8 @@ still masked are (ψ(∅) taken as 1, ψ of the full set = 1). Over the T steps 
 log p(x, σ) − log q_τ(σ | x); the weights after step t then target p(x_S, σ_≤t) ψ(S) (twisted SMC) instead of
 p(x_S, σ_≤t), which prefers the particles that revealed easy tokens first and misleads resampling. ψ(S ∪ {i}) comes
 from the network row of the new state, which the next step reads anyway: no extra network call. ``proposal.sample``
-runs these very draws (``draw_step``), so both draw the same orders from one random stream.
+runs these very draws (``draw_step``), so both draw the same orders from one random stream; ``documents.py`` runs the
+same step for the particles of several texts side by side (``protocol.DocumentBatchLM``).
 """
 
 from __future__ import annotations
