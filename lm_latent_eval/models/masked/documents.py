@@ -37,6 +37,7 @@ import torch
 from ...tensors import distinct_rows, inverse_cdf
 from ..side_by_side import lane_uniforms
 from .conditionals import StepScores, scored_rows, scores_of_rows
+from .stepwise import reorder_particles
 from .windows import window_size
 
 
@@ -207,10 +208,6 @@ def reorder_documents(state: MaskedDocumentBatch, ancestors: torch.Tensor) -> Ma
     segment, so within its length group)."""
     ancestors = ancestors.to(state.local.device)
     for group in state.groups:
-        rows = state.local[ancestors[group.index]]
-        group.order, group.revealed = group.order[rows], group.revealed[rows]
-        if group.scores is not None:
-            group.scores = StepScores(group.scores.log_token[rows], group.scores.log_order[rows])
-        if group.log_twist is not None:
-            group.log_twist = group.log_twist[rows]
+        # a group holds the fields ``reorder_particles`` reorders (order, revealed, scores, log ψ)
+        reorder_particles(group, state.local[ancestors[group.index]])
     return state

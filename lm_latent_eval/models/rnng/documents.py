@@ -33,7 +33,7 @@ from ...tensors import inverse_cdf
 from ..side_by_side import document_rows, lane_uniforms
 from ..vocabulary import check_word_ids
 from .left_to_right import _log_matvec
-from .stepwise import ReduceChain, Stacks, reduce_chain, rows_apart
+from .stepwise import ReduceChain, Stacks, empty_stacks, reduce_chain, rows_apart
 from .tree_crf import inside
 
 NEG_INF = float("-inf")
@@ -202,17 +202,8 @@ def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> 
     if min(num_words) == 0:
         return None
     W, N, device = max(num_words), sum(num_particles), words.device
-    D, H, L = model.dim, model.hidden_size, model.num_layers
-    net = {"device": device, "dtype": model.embedding.weight.dtype}
-    zeros = torch.zeros(1, L, H, **net)
-    h0, c0 = model.stack_lstm(model.dropout(model.embedding.weight[model.bos_id]).unsqueeze(0), zeros, zeros)
-    state_h = torch.zeros(N, W + 2, L, H, **net)
-    state_c = torch.zeros(N, W + 2, L, H, **net)
-    state_h[:, 0], state_c[:, 0] = h0, c0
-    stacks = Stacks(
-        torch.zeros(N, W + 1, D, **net), torch.zeros(N, W + 1, D, **net), state_h, state_c,
-        torch.zeros(N, dtype=torch.long, device=device),
-    )  # fmt: skip
+    # one spare entry: rows with nothing to write write there
+    stacks = empty_stacks(model, N, W + 1, device)
     first, last = document_rows(num_particles, num_words, device)
     repeats = torch.tensor(list(num_particles), device=device)
     crf = left = outside = None

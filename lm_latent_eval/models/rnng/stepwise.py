@@ -124,18 +124,7 @@ def plain_particles(
     """K particles with empty stacks (the stack LSTM has read <s>) for the sentence x [T], one row each."""
     words = model.proposal.words(x)
     K, W, dev = int(num_particles), words.numel(), words.device
-    D, H, L = model.dim, model.hidden_size, model.num_layers
-    # the network's (bfloat16 included)
-    net = {"device": dev, "dtype": model.embedding.weight.dtype}
-    zeros = torch.zeros(1, L, H, **net)
-    h0, c0 = model.stack_lstm(model.dropout(model.embedding.weight[model.bos_id]).unsqueeze(0), zeros, zeros)
-    state_h = torch.zeros(K, W + 1, L, H, **net)
-    state_c = torch.zeros(K, W + 1, L, H, **net)
-    state_h[:, 0], state_c[:, 0] = h0, c0
-    stacks = Stacks(
-        torch.zeros(K, W, D, **net), torch.zeros(K, W, D, **net), state_h, state_c,
-        torch.zeros(K, dtype=torch.long, device=dev),
-    )  # fmt: skip
+    stacks = empty_stacks(model, K, W, dev)
     crf = left = outside = None
     if peek and W:
         crf = model.proposal.left_to_right(x, temperature)
@@ -144,6 +133,22 @@ def plain_particles(
     return RNNGParticles(
         x, words, words.numel() < x.numel(), float(temperature), bool(peek), model.dropout(model.embedding(words)),
         stacks, torch.zeros(K, W + 1, dtype=torch.long, device=dev), crf, left, outside,
+    )  # fmt: skip
+
+
+def empty_stacks(model, rows: int, width: int, device) -> Stacks:
+    """The stacks of ``rows`` particles that have read <s> only: room for ``width`` entries (the stack LSTM's states
+    one more), in the network's dtype (bfloat16 included)."""
+    D, H, L = model.dim, model.hidden_size, model.num_layers
+    net = {"device": device, "dtype": model.embedding.weight.dtype}
+    zeros = torch.zeros(1, L, H, **net)
+    h0, c0 = model.stack_lstm(model.dropout(model.embedding.weight[model.bos_id]).unsqueeze(0), zeros, zeros)
+    state_h = torch.zeros(rows, width + 1, L, H, **net)
+    state_c = torch.zeros(rows, width + 1, L, H, **net)
+    state_h[:, 0], state_c[:, 0] = h0, c0
+    return Stacks(
+        torch.zeros(rows, width, D, **net), torch.zeros(rows, width, D, **net), state_h, state_c,
+        torch.zeros(rows, dtype=torch.long, device=device),
     )  # fmt: skip
 
 
