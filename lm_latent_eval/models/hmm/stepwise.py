@@ -134,19 +134,42 @@ class HMMDocumentBatch:
     last: torch.Tensor
 
 
+def documents_log_beta(log_A: torch.Tensor, emissions: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+    """``backward_log_beta`` of several texts in one backward pass: emissions [Σ T_d, S] stacked text after text,
+    the texts aligned at their ends (so every β_T = 1 falls on the last step), one log-sum-exp per step for all of
+    them, each row's numbers those of its text alone; [Σ T_d, S] in the same order."""
+    D, width, S = len(lengths), max(lengths), emissions.shape[1]
+    device = emissions.device
+    # row of token s of text d in the end-aligned [D · width] table
+    starts = (
+        torch.tensor([width - n for n in lengths], device=device) + torch.arange(D, device=device) * width
+    )
+    rows = torch.cat([torch.arange(n, device=device) for n in lengths]) + starts.repeat_interleave(
+        torch.tensor(lengths, device=device)
+    )
+    aligned = emissions.new_zeros(D * width, S).index_copy_(0, rows, emissions).view(D, width, S)
+    beta = emissions.new_zeros(D, width, S)
+    for t in range(width - 2, -1, -1):
+        beta[:, t] = torch.logsumexp(log_A + aligned[:, t + 1, None] + beta[:, t + 1, None], 2)
+    return beta.view(D * width, S).index_select(0, rows)
+
+
 @torch.no_grad()
 def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> HMMDocumentBatch:
-    """``init_particles`` of every text, stacked: the same tables (row by row), one state."""
-    alone = [init_particles(model, x, 1, temperature, peek) for x in xs]
+    """``init_particles`` of every text, stacked: the same tables (row by row), built for all texts at once (one
+    emission lookup, one backward pass), one state."""
     lengths = [int(x.numel()) for x in xs]
-    device = alone[0].x.device
-    first, last = document_rows(num_particles, lengths, device)
-    z = torch.zeros(sum(num_particles), max(lengths), dtype=torch.long, device=device)
-    a = alone[0]
+    proposal = model.proposal
+    q_pi, q_A, _ = proposal.log_probs()
+    x = torch.cat(xs)
+    # [Σ T_d, S]
+    emissions = proposal.emission_scores(x)
+    twist = documents_log_beta(q_A, emissions, lengths) if peek else torch.zeros_like(emissions)
+    first, last = document_rows(num_particles, lengths, x.device)
+    z = torch.zeros(sum(num_particles), max(lengths), dtype=torch.long, device=x.device)
     return HMMDocumentBatch(
-        list(num_particles), lengths, z, 0, float(temperature), a.log_p, a.q_first, a.q_trans,
-        torch.cat([s.x for s in alone]), torch.cat([s.q_emit for s in alone]), torch.cat([s.twist for s in alone]),
-        first, last,
+        list(num_particles), lengths, z, 0, float(temperature), model.hmm.log_probs(), q_pi, q_A, x,
+        emissions + twist, twist, first, last,
     )  # fmt: skip
 
 
