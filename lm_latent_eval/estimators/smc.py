@@ -189,14 +189,17 @@ def smc_lanes(model, lanes: Sequence[Lane], settings: EstimatorSettings) -> list
     for t in range(max(books.length)):
         ended = particle_length <= t if t >= min(books.length) else None
         log_w = log_w + _checked_increments(particles.step(t), lanes, ended, t)
-        chosen = books.record(t, *layout.statistics(log_w))
+        statistics = layout.statistics(log_w)
+        chosen = books.record(t, *statistics)
         if chosen:
             # each run among its own particles, from its lane's stream
             ancestors, resampled = layout.resample(log_w, chosen, generators)
             log_w = log_w.masked_fill(resampled, 0.0)
             particles.reorder(ancestors)
             eve = eve.index_select(0, ancestors)
-    out = books.finished(log_w, eve, layout)
+            statistics = None
+    # the last step resamples no run (none resamples at its document's last token): its statistics are the final ones
+    out = books.finished(log_w, eve, layout, statistics)
     first_run = np.cumsum([0, *[len(lane.sizes) for lane in lanes]]).tolist()
     return [out[first_run[i] : first_run[i + 1]] for i in range(len(lanes))]
 
@@ -228,11 +231,13 @@ class _RunBooks:
                 chosen.append(r)
         return chosen
 
-    def finished(self, log_w: torch.Tensor, eve: torch.Tensor, layout: RunLayout) -> list[SMCRun]:
+    def finished(
+        self, log_w: torch.Tensor, eve: torch.Tensor, layout: RunLayout, statistics=None
+    ) -> list[SMCRun]:
         """Every run's record from the last step's weights [Σ N_r] and Eve indices (global) of every particle: the
-        runs' means and Lee-Whiteley estimates in a few batched operations (``RunLayout.statistics``,
-        ``lee_whiteley_runs``), not a handful per run."""
-        _, log_mean = layout.statistics(log_w)
+        runs' means and Lee-Whiteley estimates in a few batched operations (``RunLayout.statistics``, or the last
+        step's ``statistics`` of these very weights; ``lee_whiteley_runs``), not a handful per run."""
+        _, log_mean = statistics or layout.statistics(log_w)
         relative = lee_whiteley_runs(log_w, eve, layout, self.resampled)
         weights = log_w.numpy()
         runs = []

@@ -48,12 +48,8 @@ class HMMParticles:
 
 
 def backward_log_beta(log_A: torch.Tensor, emissions: torch.Tensor) -> torch.Tensor:
-    """log β_t(i) = log q'(x_{t+1..T} | z_t = i): [T, S], β_T = 1."""
-    T, S = emissions.shape
-    beta = emissions.new_zeros(T, S)
-    for t in range(T - 2, -1, -1):
-        beta[t] = torch.logsumexp(log_A + emissions[t + 1] + beta[t + 1], 1)
-    return beta
+    """log β_t(i) = log q'(x_{t+1..T} | z_t = i): [T, S], β_T = 1 (``documents_log_beta`` of the one text)."""
+    return documents_log_beta(log_A, emissions, [emissions.shape[0]])
 
 
 @torch.no_grad()
@@ -135,9 +131,10 @@ class HMMDocumentBatch:
 
 
 def documents_log_beta(log_A: torch.Tensor, emissions: torch.Tensor, lengths: list[int]) -> torch.Tensor:
-    """``backward_log_beta`` of several texts in one backward pass: emissions [Σ T_d, S] stacked text after text,
-    the texts aligned at their ends (so every β_T = 1 falls on the last step), one log-sum-exp per step for all of
-    them, each row's numbers those of its text alone; [Σ T_d, S] in the same order."""
+    """``backward_log_beta`` of several texts in one backward pass, log β_t(i) = logsumexp_j log A(i, j) +
+    emissions_{t+1}(j) + log β_{t+1}(j): emissions [Σ T_d, S] stacked text after text, the texts aligned at their
+    ends (so every β_T = 1 falls on the last step), one log-sum-exp per step for all of them, each row's numbers those
+    of its text alone; [Σ T_d, S] in the same order."""
     D, width, S = len(lengths), max(lengths), emissions.shape[1]
     device = emissions.device
     # row of token s of text d in the end-aligned [D · width] table
