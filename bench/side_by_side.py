@@ -170,7 +170,8 @@ def markdown(rows: list[dict], num_samples: int) -> str:
         "",
         (
             "| model | documents / tokens | side by side | operations per document·token (alone → together) "
-            "| ratio | host syncs per document (alone → together) | seconds on this CPU (alone → together) "
+            "| ratio | host syncs per document (alone → together) "
+            f"| seconds on this {'CPU' if torch.device(DEVICE).type == 'cpu' else 'GPU'} (alone → together) "
             "| network forward calls (alone → together) | same weights |"
         ),
         "|---|---|---|---|---|---|---|---|---|",

@@ -4,13 +4,14 @@ A latent LM's estimator steps its particles token by token; with the bundled che
 operations are kernel launches and host synchronisations, not arithmetic. Measured on one H100 beside its own 16 CPU
 cores (bench/RESULTS.md, "GPU baseline before issue 45"): every bundled checkpoint (at most 143,268 parameters,
 0.6 MB of weights) ran slower on cuda than on the CPU (the README's first command: 62 s of estimation on cuda against
-27 s on the CPU; EntityNLM's task did not finish in 140 s on cuda), while the GPU pays from K = 10,000 particles and
-at the paper's full sizes (tens of millions of parameters; bench/RESULTS.md "GPU"). So, where the device was not
-asked for (no ``device`` in model_args and lm-eval's CLI default ``--device cuda:0``) on a machine with CUDA, a local
-checkpoint whose weight files total less than ``SMALL_CHECKPOINT_BYTES`` runs on the CPU, said in one log line and
-recorded in the results (``device_choice``); a device that was asked for is always used. The threshold lies between
-the largest checkpoint measured slower on the GPU and the smallest measured faster; rerun the GPU commands of
-docs/speed.md to move it.
+27 s on the CPU). With documents side by side (issue 45) the same job estimated in 4 s on an H200 against 5 s on its
+CPU (bench/RESULTS.md, "GPU session on one H200"): a gain within lm-eval's start-up, while the GPU pays from
+K = 10,000 particles and at the paper's full sizes (tens of millions of parameters; bench/RESULTS.md "GPU"). So,
+where the device was not asked for (no ``device`` in model_args and lm-eval's CLI default ``--device cuda:0``) on a
+machine with CUDA, a local checkpoint whose weight files total less than ``SMALL_CHECKPOINT_BYTES`` runs on the CPU,
+said in one log line and recorded in the results (``device_choice``); a device that was asked for is always used.
+The threshold lies between the largest checkpoint measured no faster on the GPU and the smallest measured faster;
+rerun the GPU commands of docs/speed.md to move it.
 """
 
 from __future__ import annotations
@@ -103,6 +104,6 @@ def choose_device(device: torch.device, asked: bool, checkpoint: Path | str | No
     return DeviceChoice(
         torch.device("cpu"),
         f"device=cpu chosen over {device}: the checkpoint's weights ({size / 2**20:.1f} MB) are below "
-        f"{SMALL_CHECKPOINT_BYTES // 2**20} MB, where every bundled model ran faster on the CPU than on an H100 "
-        "(docs/speed.md); model_args device=cuda runs it on the GPU anyway",
+        f"{SMALL_CHECKPOINT_BYTES // 2**20} MB, where a GPU gains little (the README's job: 4 s of estimation on an "
+        "H200, 5 s on its CPU; docs/speed.md); model_args device=cuda runs it on the GPU anyway",
     )

@@ -11,8 +11,6 @@ import json
 import re
 from pathlib import Path
 
-import datasets
-
 from ...documents import TEXT_FIELD, read_texts
 from ...paths import DATA_DIR
 
@@ -49,4 +47,6 @@ def load_masked_tiny(data_file: str | None = None, **_metadata):
     """lm-eval ``custom_dataset`` of task ``masked_ppl_tiny``: a DatasetDict whose ``test`` split is the held-out
     sentences (or ``--metadata '{"data_file": ...}'``); other metadata and model_args are ignored."""
     texts = read_texts(Path(data_file) if data_file else TEST_FILE)
+    import datasets  # here: reading the held-out texts needs no datasets (nor its huggingface_hub)
+
     return datasets.DatasetDict({"test": datasets.Dataset.from_dict({TEXT_FIELD: texts})})
