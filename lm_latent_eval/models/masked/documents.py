@@ -73,6 +73,10 @@ class MaskedDocumentBatch:
     peek: bool
 
 
+# the side-by-side state's type (``stepwise_module.StepwiseFromModule``)
+DocumentBatch = MaskedDocumentBatch
+
+
 def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> MaskedDocumentBatch | None:
     """Empty particles for the texts xs (LongTensor [T_d] each, checked by ``check_text``) with K_d particles each,
     grouped by length; None where a text is read in windows (longer than the network reads)."""

@@ -72,6 +72,8 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
     # the dynamic program costs 2^T network rows: short texts only (``max_exact_tokens``)
     exact_marginal_tractable = False
     stepwise_module = stepwise
+    # texts side by side (protocol.DocumentBatchLM): those of one length share the draw and the network's calls
+    documents_module = documents
     # what the user does not give (estimators.registry.with_model_defaults):
     # - peek=False, uniform orders: on the bundled model the peeking proposal's weights are heavy-tailed (Pareto k̂
     #   above the threshold on 91% of the held-out sentences at K = 1,000) and its estimates far below log p (IS,
@@ -235,30 +237,6 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
         if is_deterministic(self.policy, self.policy_temperature):
             return deterministic_log_marginal(self, self.check_text(x))
         return dp_log_marginal(self, self.check_text(x))
-
-    # --- texts side by side (protocol.DocumentBatchLM; documents.py) ----------------------------------------------
-    def smc_init_documents(self, xs, num_particles, temperature: float = 1.0, peek: bool = True):
-        """The empty particles of several texts in one state, grouped by length (``documents.init_documents``), or
-        None where a text is longer than the network reads (windows: the texts then run one at a time)."""
-        self.check_documents(xs, num_particles, temperature)
-        return documents.init_documents(self, xs, [int(k) for k in num_particles], temperature, peek)
-
-    def smc_step_documents(self, state, t: int, generators):
-        """Step t of every text with t < T_d, each drawing ``torch.rand(K_d)`` of its own generator as ``smc_step``
-        does, the network rows of the texts of one length in shared calls (``documents.step_documents``)."""
-        return documents.step_documents(self, state, t, generators)
-
-    def smc_reorder(self, state, ancestors: torch.Tensor):
-        """Particle k continues the history of particle ``ancestors[k]`` (of a side-by-side batch: global indices)."""
-        if isinstance(state, documents.MaskedDocumentBatch):
-            return documents.reorder_documents(state, ancestors)
-        return super().smc_reorder(state, ancestors)
-
-    def smc_latents(self, state):
-        """The positions revealed so far, z [K, t] (one text's particles: ``smc_init``'s state)."""
-        if isinstance(state, documents.MaskedDocumentBatch):
-            raise TypeError("smc_latents reads one text's particles (smc_init), not a side-by-side batch")
-        return super().smc_latents(state)
 
     def extra_repr(self) -> str:
         return (

@@ -191,11 +191,16 @@ def sentence_words(model, xs) -> tuple[torch.Tensor, list[int]]:
     return words, num_words
 
 
+# the side-by-side state's type (``stepwise_module.StepwiseFromModule``)
+DocumentBatch = RNNGDocumentBatch
+
+
 @torch.no_grad()
 def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> RNNGDocumentBatch | None:
     """Empty stacks for the particles of every sentence, their words and CRF tables stacked (``plain_particles``'
     numbers, computed once for all of them); None where the particles keep one row per distinct history
     (``rows_apart``: the CPU) or a sentence has no word."""
+    xs = [x.to(model.device) for x in xs]
     if rows_apart(model, xs[0]):
         return None
     words, num_words = sentence_words(model, xs)

@@ -109,6 +109,8 @@ class RNNG(
     exact_marginal_tractable = False
     # SMC, word-synchronous: step t draws the REDUCEs before word t and shifts it
     stepwise_module = stepwise
+    # sentences side by side (protocol.DocumentBatchLM), one row per particle; on the CPU one at a time
+    documents_module = documents
 
     # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help)
     MODEL_ARGS: ClassVar[dict[str, tuple[type, str]]] = {
@@ -297,32 +299,6 @@ class RNNG(
         """Exact log p(x) = log Σ_z p(x, z) by listing every binary tree (``enumerate.py``): sentences of ≤ 12 words
         (Catalan(11) = 58,786 trees); a clear error above."""
         return exact_log_marginal(self, x)
-
-    # --- documents side by side (protocol.DocumentBatchLM; documents.py) -----------------------------------------
-    def smc_init_documents(self, xs, num_particles, temperature: float = 1.0, peek: bool = True):
-        """The particles of several sentences side by side, one row per particle (``documents.init_documents``), or
-        None where the particles keep one row per distinct history (the CPU: the sentences run one at a time)."""
-        self.check_documents(xs, num_particles, temperature)
-        return documents.init_documents(
-            self, [x.to(self.device) for x in xs], [int(k) for k in num_particles], temperature, peek
-        )
-
-    def smc_step_documents(self, state, t: int, generators):
-        """Step t of every sentence with t < T_d, each drawing ``torch.rand(K_d)`` of its own generator, as
-        ``smc_step`` does (``documents.step_documents``)."""
-        return documents.step_documents(self, state, t, generators)
-
-    def smc_reorder(self, state, ancestors: torch.Tensor):
-        """Particle k continues the history of particle ``ancestors[k]`` (of a side-by-side batch: global indices)."""
-        if isinstance(state, documents.RNNGDocumentBatch):
-            return documents.reorder_documents(state, ancestors)
-        return super().smc_reorder(state, ancestors)
-
-    def smc_latents(self, state):
-        """The trees drawn so far (one sentence's particles: ``smc_init``'s state)."""
-        if isinstance(state, documents.RNNGDocumentBatch):
-            raise TypeError("smc_latents reads one sentence's particles (smc_init), not a side-by-side batch")
-        return super().smc_latents(state)
 
     def prefix_model(self):
         """This RNNG as P(a sentence starts with x): log_joint stops at the last SHIFT (``prefix.py``); what

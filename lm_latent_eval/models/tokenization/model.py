@@ -55,6 +55,8 @@ class TokenizationLM(torch.nn.Module, StepwiseFromModule):
     exact_marginal_tractable = False
     # SMC, byte-synchronous: step t draws tokens until the bytes of x_0..x_t are spelled
     stepwise_module = stepwise
+    # texts side by side (protocol.DocumentBatchLM): one node table, one pass per draw, shared forward passes
+    documents_module = stepwise
 
     # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help)
     MODEL_ARGS: ClassVar[dict[str, tuple[type, str]]] = {
@@ -118,18 +120,6 @@ class TokenizationLM(torch.nn.Module, StepwiseFromModule):
         """(log p(continuation tokens | context tokens), greedy) per pair, as lm-eval's ``hf`` backend answers
         ``loglikelihood`` (``canonical.loglikelihood``)."""
         return canonical.loglikelihood(self, pairs)
-
-    # ---- SMC, several documents side by side (protocol.DocumentBatchLM) -------------------------------------------
-
-    def smc_init_documents(self, xs, num_particles, temperature: float = 1.0, peek: bool = True):
-        """The particles of several texts side by side (``stepwise.init_documents``): one node table, one pass per
-        draw over every text's particles, the new nodes of every text in shared forward passes."""
-        self.check_documents(xs, num_particles, temperature)
-        return stepwise.init_documents(self, xs, num_particles, temperature, peek)
-
-    def smc_step_documents(self, state, t: int, generators):
-        """Step t of every text with t < T_d, each from its own generator (``stepwise.step_documents``)."""
-        return stepwise.step_documents(self, state, t, generators)
 
     # ---- text and lattice ----------------------------------------------------------------------------------------
 
