@@ -36,8 +36,11 @@ def same_texts(xs) -> tuple[list[torch.Tensor], list[int]]:
     (``estimators.smc.Lane``) share its tensor: texts are told apart by their memory (storage address, length,
     stride, dtype, device), never by a device read, so two equal texts in different tensors stay two."""
     index: dict[tuple, int] = {}
-    which = [
-        index.setdefault((x.data_ptr(), x.numel(), x.stride(), x.dtype, x.device), len(index)) for x in xs
-    ]
-    texts = list(dict.fromkeys(which))
-    return [xs[which.index(i)] for i in texts], which
+    texts, which = [], []
+    for x in xs:
+        key = (x.data_ptr(), x.numel(), x.stride(), x.dtype, x.device)
+        if key not in index:
+            index[key] = len(texts)
+            texts.append(x)
+        which.append(index[key])
+    return texts, which
