@@ -6,17 +6,18 @@ to the exact Σ_n log p(x_n) of the dynamic program over revealed sets: whether 
 printed) covers it, and whether the certified bound holds.
 
 Every network row an estimator asks for is one of the 2^T revealed sets of its text, which the dynamic program scores
-anyway: the seeds read each set's log p_θ(x_i | S) and confidence from a table (``StateTables``, the same float64
-values ``conditionals.token_log_probs`` returns) instead of rerunning the network; the draws are unchanged. Each seed's
-network rows count every state once, as the model's row cache (``models/masked/row_cache.py``) runs it; the
-``coverage_before_item5*.json`` runs counted each call's distinct states.
+anyway: every set of every text is run once before the first seed and kept in the model's row cache
+(``StateTables``; ``models/masked/row_cache.py``), from which the seeds read it back instead of rerunning the network;
+the draws are unchanged. Each seed's network rows count every state it looks up once, as a run starting from an empty
+row cache runs it; the ``coverage_before_item5*.json`` runs counted each call's distinct states.
 
     python bench/masked_coverage.py --seeds 100 --setting default --output bench/masked_side_by_side/coverage.json
-    python bench/masked_coverage.py --seeds 100 --first-seed 100 --setting default \
-        --output bench/masked_side_by_side/coverage_seeds100_199.json
+    python bench/masked_coverage.py --seeds 200 --first-seed 100 --setting default \
+        --output bench/masked_side_by_side/coverage_seeds100_299.json
     python bench/masked_coverage.py --seeds 50 --setting peek=true --output bench/masked_side_by_side/coverage_peek.json
 
-(the two runs of the defaults side by side, one per core; ``coverage.md`` pools their seeds in its last row).
+(the two runs of the defaults side by side, one per core; ``coverage.md`` pools their seeds in its last row; the
+runs of the defaults before ``exact_where_cheaper`` are kept as ``coverage_before_exact_where_cheaper*.json``).
 
 ``default``: the model_args a user gives none of (``auto``, and the model's ``default_settings``: uniform orders).
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import math
 import time
@@ -46,42 +48,50 @@ OUTPUT = Path(__file__).resolve().parent / "masked_side_by_side"
 
 
 class StateTables:
-    """log p_θ(x_i | S) and c_i = max_v log p_θ(v | S) of every revealed set S of every text: float64 [2^T, T] each,
-    row S = Σ_{i ∈ S} 2^i (computed once, by the network, in blocks)."""
+    """Every revealed set S of every text run once by the network and kept in the model's row cache
+    (``models/masked/row_cache.py``), so that the seeds read each state's log p_θ(x_i | S) and confidence back
+    instead of rerunning it; ``model.network_rows`` counts, per seed, the rows a run that starts with an empty cache
+    would have run: each (text, S) the seed looks up, once (``forget`` starts a seed). Both paths that read rows
+    (``conditionals.token_log_probs`` for one text, ``documents.cached_rows`` for texts side by side) look them up
+    in the cache, so both are counted."""
 
     def __init__(self, model, texts: list[str]) -> None:
-        self.tables, self.seen = {}, {}
+        self.model, self.seen = model, {}
+        cache = model.row_cache
         for text in tqdm(texts, desc="state tables"):
             x = model.check_text(model.tokenize(text))
             T = x.numel()
             member = (torch.arange(1 << T)[:, None] & (1 << torch.arange(T))) != 0
-            self.tables[tuple(x.tolist())] = conditionals.token_log_probs(model, x, member)
+            conditionals.token_log_probs(model, x, member)
+            key = cache.key(model, x, False)
+            if key not in cache.texts or len(cache.texts[key].index) != 1 << T:
+                raise RuntimeError("the row cache did not keep every state: raise its max_entries")
 
-    def lookup(self, model, x: torch.Tensor, revealed: torch.Tensor, keep_mask_row: bool = False):
-        """``token_log_probs``'s answer from the table; ``model.network_rows`` counts the rows the network would
-        have run: each state once per seed, as the model's ``row_cache`` runs it (``forget`` starts a seed)."""
-        key = tuple(x.tolist())
-        token, confidence = self.tables[key]
-        rows = (revealed.long() << torch.arange(revealed.shape[1])).sum(1)
-        seen = self.seen.setdefault(key, set())
-        new = set(rows.unique().tolist()) - seen
+    def lookup(self, original, text_key: tuple, keys: list[bytes]):
+        """``RowCache.lookup``, counting the keys this seed has not looked up before as rows run."""
+        seen = self.seen.setdefault(text_key, set())
+        new = set(keys) - seen
         seen |= new
-        model.network_rows += len(new)
-        return token[rows], confidence[rows]
+        self.model.network_rows += len(new)
+        found, where, missing = original(text_key, keys)
+        if missing:
+            raise RuntimeError("a state outside the tables was asked for")
+        return found, where, missing
 
     def forget(self) -> None:
-        """A new seed: no state has been run yet (the model's ``row_cache`` cleared)."""
+        """A new seed: no state has been run yet (as if the model's ``row_cache`` were cleared)."""
         self.seen = {}
 
     @contextlib.contextmanager
     def installed(self):
-        """``conditionals.token_log_probs`` reads the tables inside the block."""
-        original = conditionals.token_log_probs
-        conditionals.token_log_probs = self.lookup
+        """The model's row cache counts its lookups inside the block."""
+        cache = self.model.row_cache
+        original = cache.lookup
+        cache.lookup = functools.partial(self.lookup, original)
         try:
             yield
         finally:
-            conditionals.token_log_probs = original
+            del cache.lookup
 
 
 def seed_statement(model, texts, settings, truth: float, tables: StateTables) -> dict:

@@ -73,12 +73,14 @@ def _allocation(
 ) -> list[int]:
     """Samples per document for the next stage (the current count where a document needs no more); ``earlier``
     holds what the stages before said of each document, and is updated with this stage; ``documents`` counts the
-    corpus's documents with tokens over every process."""
+    corpus's sampled documents over every process (``DocumentEstimate.sampled``: with tokens, not computed
+    exactly; the others add nothing to Σ v or R, so the per-document cap counts only these)."""
     errors = [e.error(policy) for e in estimates]
     sizes = [e.num_samples for e in estimates]
-    disagree = [h.disagrees(err, documents, policy) for h, err in zip(earlier, errors)]
-    for h, err, k in zip(earlier, errors, sizes):
-        h.update(err, k)
+    sampled = [e.sampled for e in estimates]
+    disagree = [s and h.disagrees(err, documents, policy) for h, err, s in zip(earlier, errors, sampled)]
+    for h, err, k, s in zip(earlier, errors, sizes, sampled):
+        h.update(err, k) if s else h.settle()
     c = [h.variance_per_sample for h in earlier]
     tokens = [e.num_tokens for e in estimates]
     v = [e.relative_variance for e in errors if e.trusted and math.isfinite(e.relative_variance)]
@@ -131,6 +133,11 @@ class _History:
                 c if math.isnan(self.variance_per_sample) else max(c, self.variance_per_sample)
             )
         self.last = err
+
+    def settle(self) -> None:
+        """The document was computed exactly (``exact_where_cheaper``), as it will be at every later stage: it needs
+        no samples (c = 0) and has no estimate to disagree with."""
+        self.variance_per_sample, self.last = 0.0, None
 
     def disagrees(
         self, err: DocumentError, documents: float, policy: UncertaintyPolicy = DEFAULT_POLICY
@@ -253,10 +260,10 @@ def _later_stages(current: dict, estimator: ResolvedEstimator, stage: Callable, 
     unique = list(current)
     stages = {t: [e.log_likelihood] for t, e in current.items()}
     earlier = [_History() for _ in unique]
-    documents = _round(all_reduce([float(sum(current[t].num_tokens > 0 for t in unique))])[0])
     for number in range(1, policy.max_stages):
         if _all_exact(current.values(), policy, all_reduce):
             break
+        documents = _round(all_reduce([float(sum(current[t].sampled for t in unique))])[0])
         allocation = _allocation(
             [current[t] for t in unique], earlier, settings, all_reduce, documents, policy
         )

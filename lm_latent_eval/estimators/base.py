@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError, UnsupportedError
-from ..protocol import LatentLM
+from ..protocol import LatentLM, exact_marginal_cost
 from .intervals import DocumentError, Interval
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
 from .settings import AUTO_TARGET_SE, EstimatorSettings
@@ -32,7 +32,9 @@ class DocumentEstimate:
     """log p̂(x) of one document over its ``num_tokens`` model tokens; each estimator family subclasses it.
 
     ``stage_log_likelihoods``: under a precision target, log p̂ of every stage (each drawn afresh,
-    ``estimators.adaptive``); the last is the estimate.
+    ``estimators.adaptive``); the last is the estimate. ``computed_exactly``: a sampling estimator's record of a
+    document whose log p the model computed instead (``Estimator.known``: ``exact_where_cheaper``); its K log weights
+    are all log p, none drawn.
 
     Examples
     --------
@@ -62,6 +64,17 @@ class DocumentEstimate:
     num_tokens: int
     log_likelihood: float
     stage_log_likelihoods: list[float] | None = field(default=None, kw_only=True)
+    computed_exactly: bool = field(default=False, kw_only=True)
+
+    @property
+    def sampled(self) -> bool:
+        """Whether the estimate rests on draws that diagnostics describe: a document with tokens that was not
+        computed exactly."""
+        return self.num_tokens > 0 and not self.computed_exactly
+
+    def known_error(self) -> DocumentError:
+        """The error of a log p known without sampling (no tokens, or ``computed_exactly``): v = 0, proven."""
+        return DocumentError(self.log_likelihood, 0.0, math.inf, proven=self.log_likelihood)
 
     @property
     def log_weights(self) -> np.ndarray | None:
@@ -197,6 +210,7 @@ class DocumentEstimate:
             "distinct_draws": None
             if getattr(self, "distinct_draws", None) is None
             else vars(self.distinct_draws).copy(),
+            "computed_exactly": self.computed_exactly,
         }
 
     @classmethod
@@ -235,6 +249,7 @@ class DocumentEstimate:
             int(record["num_tokens"]),
             float(record["log_likelihood"]),
             stage_log_likelihoods=record.get("stage_log_likelihoods"),
+            computed_exactly=bool(record.get("computed_exactly", False)),
             **own,
         )
 
@@ -528,34 +543,46 @@ class Estimator:
             for x, text, settings in documents
         ]
 
-    def empty(self, document: str, settings: EstimatorSettings, model: Any) -> DocumentEstimate:
-        """The estimate of a document without tokens: log p = 0 exactly.
+    def known(
+        self, document: str, num_tokens: int, log_likelihood: float, settings: EstimatorSettings, model: Any
+    ) -> DocumentEstimate:
+        """The estimate of a document whose log p is known without sampling: log p = 0 for a document without
+        tokens, or the model's exact value where it costs no more than the samples (``exact_where_cheaper``).
+
+        A sampling estimator records K log weights all equal to log p (each sample's weight replaced by its
+        expectation p(x)), so that its record, its sample size and the precision target's allocation read as for a
+        sampled document, with v = 0 (``DocumentEstimate.known_error``).
 
         Parameters
         ----------
         document : str
-            The text (no model tokens).
+            The text.
+        num_tokens : int
+            Its model tokens (0: no tokens).
+        log_likelihood : float
+            log p(x), exact.
         settings : EstimatorSettings
-            The settings (a sampling estimator records K weights of 0).
+            The settings (a sampling estimator records K weights).
         model : LatentLM
             The model.
 
         Returns
         -------
         DocumentEstimate
-            A record of this estimator's family with ``num_tokens`` 0 and ``log_likelihood`` 0.0.
+            A record of this estimator's family, ``computed_exactly`` where the document has tokens.
 
         Examples
         --------
         >>> from lm_latent_eval.estimators.registry import ESTIMATORS
         >>> from lm_latent_eval.models import load_model
         >>> hmm, _ = load_model("hmm")
-        >>> ESTIMATORS["exact"].empty("", EstimatorSettings("exact"), hmm)
-        ExactEstimate(document='', num_tokens=0, log_likelihood=0.0, stage_log_likelihoods=None)
-        >>> ESTIMATORS["smc"].empty("", EstimatorSettings("smc", num_samples=8), hmm).diagnostics.run_sizes
-        [2, 2, 2, 2]
+        >>> ESTIMATORS["exact"].known("", 0, 0.0, EstimatorSettings("exact"), hmm)
+        ExactEstimate(document='', num_tokens=0, log_likelihood=0.0, stage_log_likelihoods=None, computed_exactly=False)
+        >>> known = ESTIMATORS["smc"].known("a b", 2, -3.0, EstimatorSettings("smc", num_samples=8), hmm)
+        >>> known.diagnostics.run_sizes, known.error().relative_variance, known.error().exact, known.sampled
+        ([2, 2, 2, 2], 0.0, True, False)
         """
-        return self.result(document, 0, 0.0)
+        return self.result(document, num_tokens, log_likelihood)
 
     def advice(self, settings: EstimatorSettings, model: Any = None) -> list[str]:
         """What to try, in order, when no two-sided interval of this estimator's estimates is honest.
@@ -864,11 +891,12 @@ class ResolvedEstimator:
         todo = []
         for i, (text, k) in enumerate(zip(texts, sizes)):
             settings = self.settings if k == self.settings.num_samples else self.sized(k).settings
-            x = self.model.tokenize(text)
-            if x.numel() == 0:
-                out[i] = self.estimator.empty(text, settings, self.model)
+            x = self.model.tokenize(text).to(device)
+            exact = log_marginal_where_cheaper(self.model, x, text, settings)
+            if x.numel() == 0 or exact is not None:
+                out[i] = self.estimator.known(text, x.numel(), exact or 0.0, settings, self.model)
             else:
-                todo.append((i, (x.to(device), text, settings)))
+                todo.append((i, (x, text, settings)))
         estimates = self.estimator.estimate_documents(
             self.model,
             [doc for _, doc in todo],
@@ -880,6 +908,60 @@ class ResolvedEstimator:
         for (i, _), estimate in zip(todo, estimates):
             out[i] = estimate
         return out
+
+
+def checked_log_marginal(model: Any, x: torch.Tensor, document: str = "") -> float:
+    """``model.log_marginal(x)`` as a float, refused where it is NaN or +inf (naming the document)."""
+    value = float(model.log_marginal(x))
+    if math.isnan(value) or value == math.inf:
+        raise ValueError(f"document {document[:60]!r}: log_marginal returned {value}")
+    return value
+
+
+def log_marginal_where_cheaper(
+    model: Any, x: torch.Tensor, document: str, settings: EstimatorSettings
+) -> float | None:
+    """log p(x) from the model's exact program where ``settings.exact_where_cheaper`` asks for it and the program
+    costs no more than the document's K samples (``protocol.exact_marginal_cost`` ≤ ``num_samples``); None where the
+    document is sampled.
+
+    The choice reads the text and K only, never a draw, so the documents computed exactly are not a selection by
+    what sampling them showed: their log p is exact (v = 0) and the statement about the others is unchanged. Under a
+    precision target a document's K can only grow, so one computed exactly at a stage is computed at every later one.
+
+    Parameters
+    ----------
+    model : LatentLM
+        The model (one that states ``exact_marginal_cost``; any other is always sampled).
+    x : torch.Tensor
+        The document's tokens, LongTensor [T] with T > 0.
+    document : str
+        Its text, for error messages.
+    settings : EstimatorSettings
+        The document's settings (its K).
+
+    Returns
+    -------
+    float or None
+        log p(x), or None.
+
+    Examples
+    --------
+    >>> from lm_latent_eval.models import load_model
+    >>> masked, _ = load_model("masked")
+    >>> x = masked.tokenize("the cat sat on the mat")  # 6 tokens: (2^6 - 1) / 6 = 10.5 samples' worth
+    >>> cheap = EstimatorSettings("smc", num_samples=16, exact_where_cheaper=True)
+    >>> log_marginal_where_cheaper(masked, x, "", cheap) == masked.log_marginal(x)
+    True
+    >>> log_marginal_where_cheaper(masked, x, "", cheap.replace(num_samples=8)) is None
+    True
+    """
+    if not settings.exact_where_cheaper or x.numel() == 0:
+        return None
+    cost = exact_marginal_cost(model, x)
+    if cost is None or cost > settings.num_samples:
+        return None
+    return checked_log_marginal(model, x, document)
 
 
 def sample_sizes(sizes: list[int]) -> dict:

@@ -8,7 +8,7 @@ from typing import ClassVar
 import torch
 
 from ..protocol import LatentLM, has_exact_marginal, has_tractable_marginal
-from .base import DocumentEstimate, Estimator
+from .base import DocumentEstimate, Estimator, checked_log_marginal
 from .intervals import DocumentError, Interval
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
 
@@ -78,7 +78,4 @@ def exact_log_marginal(model: LatentLM, x: torch.Tensor, document: str = "") -> 
     True
     """
     EXACT.require(model)
-    value = float(model.log_marginal(x))
-    if math.isnan(value) or value == math.inf:
-        raise ValueError(f"document {document[:60]!r}: log_marginal returned {value}")
-    return value
+    return checked_log_marginal(model, x, document)

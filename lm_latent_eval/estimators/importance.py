@@ -265,8 +265,8 @@ class ISEstimate(DocumentEstimate):
 
     @property
     def importance_weights(self) -> np.ndarray | None:
-        """The K log weights of a document with tokens (exchangeable IS samples)."""
-        return self.log_weights if self.num_tokens > 0 else None
+        """The K log weights of a sampled document (exchangeable IS samples; ``DocumentEstimate.sampled``)."""
+        return self.log_weights if self.sampled else None
 
     @property
     def certain_lower_bound(self) -> float | None:
@@ -281,8 +281,8 @@ class ISEstimate(DocumentEstimate):
         return covered - proven_rounding(covered, self.num_tokens)
 
     def error(self, policy: UncertaintyPolicy = DEFAULT_POLICY) -> DocumentError:
-        if self.num_tokens == 0:
-            return DocumentError(self.log_likelihood, 0.0, math.inf, proven=0.0)
+        if not self.sampled:
+            return self.known_error()
         return importance_error(self.log_weights, policy, self.distinct_draws, self.num_tokens)
 
     def diagnostic_items(self) -> dict[str, float]:
@@ -425,12 +425,14 @@ class ImportanceSampling(Estimator):
             distinct_draws=draws,
         )
 
-    def empty(self, document, settings, model) -> ISEstimate:
-        """K zero log weights: every p̂ = 1 exactly."""
+    def known(self, document, num_tokens, log_likelihood, settings, model) -> ISEstimate:
+        """K log weights log p: every p̂ = p exactly (no unknown-word penalty: ``exact_marginal_cost`` is stated
+        only without one)."""
         k = settings.num_samples
         return ISEstimate(
-            document, 0, 0.0, np.zeros(k), np.zeros(k) if has_unknown_word_penalty(model) else None
-        )
+            document, num_tokens, log_likelihood, np.full(k, log_likelihood),
+            np.zeros(k) if has_unknown_word_penalty(model) else None, computed_exactly=num_tokens > 0,
+        )  # fmt: skip
 
     def corpus_diagnostics(self, estimates: Sequence[ISEstimate], progress: bool = False) -> dict:
         """ESS (min, median, mean), the largest Pareto k̂, the documents whose k̂ is at or above the threshold at

@@ -15,7 +15,7 @@ import torch
 
 from ..checks import check_fits_memory
 from ..errors import InputError, UnsupportedError
-from ..protocol import check_tempering
+from ..protocol import check_tempering, has_exact_marginal_cost
 from ..tensors import available_memory
 from .base import DocumentEstimate, Estimator, ResolvedEstimator
 from .beam import BEAM
@@ -84,6 +84,9 @@ def resolve(settings: EstimatorSettings, model: Any) -> ResolvedEstimator:
             target = AUTO_TARGET_SE if settings.target_se is None else settings.target_se
             settings = settings.replace(target_se=target)
             why += f" (precision target {target} nats per token)"
+            if settings.exact_where_cheaper is None and has_exact_marginal_cost(model):
+                settings = settings.replace(exact_where_cheaper=True)
+                why += "; documents whose exact program costs no more than their samples computed exactly"
         settings = settings.replace(estimator=estimator.name)
     require(estimator, model)
     estimator.check(settings)
@@ -221,6 +224,8 @@ def recorded_settings(settings: EstimatorSettings, device: torch.device | str = 
     record |= {name: getattr(settings, name) for name in estimator.settings_fields}
     if targets_precision(settings):
         record |= {"target_se": settings.target_se, "max_samples": settings.sample_budget}
+    if settings.exact_where_cheaper and estimator.draws_samples:
+        record["exact_where_cheaper"] = True
     # the level changes the statement, not the estimate: recorded where it is not the default
     if settings.level != DEFAULT_LEVEL:
         record["level"] = settings.level

@@ -69,6 +69,10 @@ class EstimatorSettings:
         The level of the two-sided interval; the certified bound holds with probability ≥ ``level``.
     elbo_masks : str
         The masks of ``estimator=elbo`` (one of ``ELBO_MASKS``).
+    exact_where_cheaper : bool or None
+        A sampling estimator computes exactly the documents whose exact program costs no more than their samples
+        would (``protocol.exact_marginal_cost`` ≤ K); None: ``auto`` sets it where the model states that cost, any
+        other estimator samples every document.
 
     Examples
     --------
@@ -140,6 +144,14 @@ class EstimatorSettings:
         ),
     )
 
+    exact_where_cheaper: bool | None = field(
+        default=None,
+        metadata=_help(
+            "a sampling estimator computes exactly every document whose exact program costs no more than its K "
+            "samples (the model's exact_marginal_cost; default: true under auto where the model states it)"
+        ),
+    )
+
     def __post_init__(self):
         if not isinstance(self.estimator, str):
             raise InputError(f"estimator must be a name, got {self.estimator!r}")
@@ -165,6 +177,8 @@ class EstimatorSettings:
             check_num_samples(self.max_samples, "max_samples")
         if not (_number(self.level) and 0.0 < self.level < 1.0):
             raise InputError(f"level must be a number strictly between 0 and 1, got {self.level!r}")
+        if self.exact_where_cheaper not in (None, True, False):
+            raise InputError(f"exact_where_cheaper must be true or false, got {self.exact_where_cheaper!r}")
         if self.elbo_masks not in ELBO_MASKS:
             raise InputError(f"elbo_masks must be one of {ELBO_MASKS}, got {self.elbo_masks!r}")
 

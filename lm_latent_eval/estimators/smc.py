@@ -387,15 +387,15 @@ class SMCEstimate(DocumentEstimate):
 
     def error(self, policy: UncertaintyPolicy = DEFAULT_POLICY) -> DocumentError:
         """v̂ from the runs (``SMCDiagnostics.relative_variance``) with R − 1 degrees of freedom, trusted where
-        ``policy.smc_doubt`` finds nothing; v = 0 for a document without tokens."""
-        if self.num_tokens == 0:
-            return DocumentError(self.log_likelihood, 0.0, math.inf)
+        ``policy.smc_doubt`` finds nothing; v = 0, proven, for a document without tokens or computed exactly."""
+        if not self.sampled:
+            return self.known_error()
         d = self.diagnostics
         return DocumentError(self.log_likelihood, d.relative_variance, d.smc_runs - 1.0, policy.smc_doubt(d))
 
     def diagnostic_items(self) -> dict[str, float]:
-        """Resampling steps per run and the ESS over tokens (least and mean) of a document with tokens."""
-        if self.num_tokens == 0:
+        """Resampling steps per run and the ESS over tokens (least and mean) of a sampled document."""
+        if not self.sampled:
             return {}
         d = self.diagnostics
         return {
@@ -462,12 +462,14 @@ class SequentialMonteCarlo(Estimator):
             for (x, text, _), (lw, diag) in zip(documents, drawn)
         ]
 
-    def empty(self, document, settings, model) -> SMCEstimate:
-        """Every run's p̂ = 1 exactly, nothing resampled, no ESS."""
+    def known(self, document, num_tokens, log_likelihood, settings, model) -> SMCEstimate:
+        """Every run's p̂ = p exactly, nothing resampled, no ESS."""
         sizes = run_sizes(settings.num_samples, settings.smc_runs)
-        runs = [SMCRun(np.zeros(n), 0.0, 0, [], 0.0) for n in sizes]
+        runs = [SMCRun(np.full(n, log_likelihood), log_likelihood, 0, [], 0.0) for n in sizes]
         diag = smc_diagnostics(runs, sizes, settings.resample_threshold)
-        return SMCEstimate(document, 0, 0.0, np.zeros(settings.num_samples), diagnostics=diag)
+        weights = np.full(settings.num_samples, log_likelihood)
+        return SMCEstimate(document, num_tokens, log_likelihood, weights, diagnostics=diag,
+                           computed_exactly=num_tokens > 0)  # fmt: skip
 
     def corpus_diagnostics(self, estimates: Sequence[SMCEstimate], progress: bool = False) -> dict:
         """The runs per document, ESS over tokens (min, mean), resampling steps per run, samples per document."""

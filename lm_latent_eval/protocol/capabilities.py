@@ -1,7 +1,7 @@
 """The contract's optional capabilities and declarations, each with a function that tells whether a model has it.
 
 ``is_latent_lm``, ``has_stepwise``, ``has_exact_marginal``, ``has_tractable_marginal``, ``has_beam``,
-``has_text_sampler``, ``has_unknown_word_penalty``; the declarations ``prefix_probability`` (``is_prefix_probability``,
+``has_text_sampler``, ``has_unknown_word_penalty``, ``has_exact_marginal_cost`` (``exact_marginal_cost``); the declarations ``prefix_probability`` (``is_prefix_probability``,
 ``prefix_view``), ``latent_support`` and ``tempers`` (``can_temper``). A model whose latent is continuous
 (``latent_support = "continuous"``) has no beam (``has_beam``, ``require_beam`` states why); a proposal that cannot
 temper refuses τ ≠ 1 (``check_tempering``). Which estimators a model can then use is the estimator table's answer
@@ -11,6 +11,8 @@ temper refuses τ ≠ 1 (``check_tempering``). Which estimators a model can then
 from __future__ import annotations
 
 from typing import Any
+
+import torch
 
 from ..errors import UnsupportedError
 from .contract import DOCUMENT_BATCH_METHODS, SMC_METHODS
@@ -299,6 +301,57 @@ def has_tractable_marginal(model: Any) -> bool:
     False
     """
     return has_exact_marginal(model) and bool(getattr(model, "exact_marginal_tractable", False))
+
+
+def exact_marginal_cost(model: Any, x: torch.Tensor) -> float | None:
+    """What the model's ``log_marginal(x)`` costs, counted in samples: how many particles of its sampler cost as much
+    over x (the model's optional ``exact_marginal_cost(x)``), or None where the model has no ``log_marginal`` or does
+    not state its cost.
+
+    A sampling estimator with ``exact_where_cheaper`` computes exactly the documents whose cost is at most their K
+    (``ResolvedEstimator.estimate_documents``): decided from the text's length and K alone, before anything is drawn,
+    so no document is picked by what its samples showed. The masked LMs state (2^T − 1) / T: the exact program runs
+    every revealed set of the T tokens once, a particle at most T of them.
+
+    Parameters
+    ----------
+    model : Any
+        A latent LM that may state the cost of its ``log_marginal``.
+    x : torch.Tensor
+        The text, LongTensor [T].
+
+    Returns
+    -------
+    float or None
+        The cost in samples (inf where ``log_marginal`` refuses x), or None (``has_exact_marginal_cost``).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> lm = SimpleNamespace(log_marginal=len, exact_marginal_cost=lambda x: (2 ** len(x) - 1) / len(x))
+    >>> exact_marginal_cost(lm, torch.zeros(4)), exact_marginal_cost(SimpleNamespace(log_marginal=len), torch.zeros(4))
+    (3.75, None)
+    """
+    return float(model.exact_marginal_cost(x)) if has_exact_marginal_cost(model) else None
+
+
+def has_exact_marginal_cost(model: Any) -> bool:
+    """Whether the model states what its ``log_marginal`` costs per text (``exact_marginal_cost``), and has no
+    unknown-word penalty (one log p cannot give the perplexity with and without it).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> has_exact_marginal_cost(SimpleNamespace(log_marginal=len, exact_marginal_cost=len))
+    True
+    >>> has_exact_marginal_cost(SimpleNamespace(exact_marginal_cost=len))  # no log_marginal
+    False
+    """
+    return (
+        has_exact_marginal(model)
+        and callable(getattr(model, "exact_marginal_cost", None))
+        and not has_unknown_word_penalty(model)
+    )
 
 
 def has_unknown_word_penalty(model: Any) -> bool:

@@ -441,7 +441,9 @@ class DocumentSampler(Protocol):
 @runtime_checkable
 class ExactMarginalLM(Protocol):
     """Optional: exact marginalization (``has_exact_marginal``; ``has_tractable_marginal`` where it is declared
-    cheap on any text with ``exact_marginal_tractable = True``)."""
+    cheap on any text with ``exact_marginal_tractable = True``). A model whose program is cheap on some texts only may
+    also state ``exact_marginal_cost(x) -> float``, its cost in samples (``capabilities.exact_marginal_cost``): the
+    sampling estimators under ``auto`` then compute exactly the documents whose cost is at most their K."""
 
     def log_marginal(self, x: torch.Tensor) -> float:
         """log p(x) = log Σ_z p(x, z) (an integral for a continuous z), exactly.

@@ -19,6 +19,7 @@ from ...errors import UnsupportedError
 from ...protocol import enumerated_log_marginal
 from .conditionals import step_scores
 from .orders import all_orders
+from .policy import is_deterministic
 from .windows import window_size, window_spans
 
 
@@ -61,6 +62,28 @@ def dp_log_marginal(model, x: torch.Tensor) -> float:
     if size is None:
         return window_dp(model, x, 0)
     return sum(window_dp(model, x[start:end], mid - start) for start, mid, end in window_spans(T, size))
+
+
+def exact_cost(model, length: int) -> float:
+    """What ``log_marginal`` of a text of ``length`` tokens costs, in samples (``protocol.exact_marginal_cost``):
+    its network rows over the T rows of one particle (one per reveal step). The dynamic program runs the 2^n − 1
+    revealed sets of each window's n positions (``window_dp``); a deterministic policy's one order, T rows, costs one
+    particle; beyond ``max_exact_tokens`` it is refused: inf.
+
+    Examples
+    --------
+    >>> from lm_latent_eval.models import load_model
+    >>> model, _ = load_model("masked")
+    >>> exact_cost(model, 9), exact_cost(model, 10), exact_cost(model, model.max_exact_tokens + 1)
+    (56.77777777777778, 102.3, inf)
+    """
+    if length == 0 or is_deterministic(model.policy, model.policy_temperature):
+        return 1.0
+    size = window_size(model, length)
+    spans = [(0, 0, length)] if size is None else window_spans(length, size)
+    if max(end - mid for _, mid, end in spans) > model.max_exact_tokens:
+        return math.inf
+    return sum((1 << (end - mid)) - 1 for _, mid, end in spans) / length
 
 
 @torch.no_grad()

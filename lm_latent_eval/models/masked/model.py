@@ -26,7 +26,7 @@ from ..stepwise_module import StepwiseFromModule
 from ..vocabulary import WordVocabulary, check_word_ids
 from . import documents, stepwise
 from .conditionals import step_scores, token_log_probs
-from .exact import deterministic_log_marginal, dp_log_marginal
+from .exact import deterministic_log_marginal, dp_log_marginal, exact_cost
 from .orders import check_orders, order_scores, picked
 from .policy import DEFAULT_BLOCK, POLICIES, check_policy, is_deterministic
 from .proposal import MaskedOrderProposal
@@ -237,6 +237,11 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
         if is_deterministic(self.policy, self.policy_temperature):
             return deterministic_log_marginal(self, self.check_text(x))
         return dp_log_marginal(self, self.check_text(x))
+
+    def exact_marginal_cost(self, x: torch.Tensor) -> float:
+        """What ``log_marginal(x)`` costs in samples (``exact.exact_cost``: (2^T − 1) / T for a text the network
+        reads whole), so that the sampling estimators under ``auto`` compute the short documents exactly."""
+        return exact_cost(self, int(x.numel()))
 
     def extra_repr(self) -> str:
         return (

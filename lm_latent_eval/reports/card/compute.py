@@ -98,7 +98,8 @@ def diagnostics(run: TaskRun, corpus: CorpusEstimate, progress: bool = True) -> 
     Parameters
     ----------
     run : TaskRun
-        The run whose documents are judged (those with tokens).
+        The run whose documents are judged (those with tokens; the diagnostics read the sampled ones, and
+        ``computed_exactly`` counts the others).
     corpus : CorpusEstimate
         Its corpus figures.
     progress : bool
@@ -111,6 +112,7 @@ def diagnostics(run: TaskRun, corpus: CorpusEstimate, progress: bool = True) -> 
         ``verdict`` and ``what_to_try``.
     """
     docs = [d for d in run.documents if d.num_tokens > 0]
+    sampled = [d for d in docs if d.sampled]
     summary = {
         "estimator": corpus.estimator,
         "num_documents": len(docs),
@@ -118,7 +120,11 @@ def diagnostics(run: TaskRun, corpus: CorpusEstimate, progress: bool = True) -> 
         "monte_carlo_stderr": corpus.monte_carlo_stderr,
         "sampling_stderr": corpus.sampling_stderr,
     }
-    summary |= corpus.method.corpus_diagnostics(docs, progress)
+    if len(sampled) < len(docs):
+        # exact_where_cheaper: their log p is exact, and the diagnostics describe the sampled ones
+        summary["computed_exactly"] = len(docs) - len(sampled)
+    if sampled:
+        summary |= corpus.method.corpus_diagnostics(sampled, progress)
     summary["verdict"], summary["what_to_try"] = verdict(corpus, run.estimator_settings)
     return summary
 

@@ -32,7 +32,12 @@ def _k_text(d: dict) -> str:
 
 
 def _reliability_lines(d: dict) -> list[str]:
-    """The IS or SMC diagnostics as Markdown bullets."""
+    """The IS or SMC diagnostics as Markdown bullets, after how many documents were computed exactly instead."""
+    exact = d.get("computed_exactly", 0)
+    if exact:
+        note = (f"- {exact} of {d['num_documents']} documents computed exactly (their exact program costs no more "
+                "than their samples: exact_where_cheaper); the lines below describe the others")  # fmt: skip
+        return [note] + (_reliability_lines(d | {"computed_exactly": 0}) if exact < d["num_documents"] else [])
     if "pareto_k_max" in d:
         return [
             (

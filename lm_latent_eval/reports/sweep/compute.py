@@ -309,7 +309,7 @@ def smc_row(estimates, settings: EstimatorSettings) -> dict:
         PPL (run r of every document is one corpus sample), ESS over tokens and resampling steps.
     """
     corpus = corpus_estimate(estimates)
-    informative = [e.diagnostics for e in estimates if e.num_tokens > 0]
+    informative = [e.diagnostics for e in estimates if e.sampled]
     return {
         "peek": settings.peek,
         "temperature": settings.temperature,
