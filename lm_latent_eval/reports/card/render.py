@@ -37,7 +37,9 @@ def _reliability_lines(d: dict) -> list[str]:
     if exact:
         note = (f"- {exact} of {d['num_documents']} documents computed exactly (their exact program costs no more "
                 "than their samples: exact_where_cheaper); the lines below describe the others")  # fmt: skip
-        return [note] + (_reliability_lines(d | {"computed_exactly": 0}) if exact < d["num_documents"] else [])
+        return [note] + (
+            _reliability_lines(d | {"computed_exactly": 0}) if exact < d["num_documents"] else []
+        )
     if "pareto_k_max" in d:
         return [
             (
