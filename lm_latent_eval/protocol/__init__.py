@@ -4,7 +4,7 @@ One module per job, every public name importable from here (``from lm_latent_eva
 
 - ``contract.py``: the types a model implements (``LatentLM``: ``tokenize``, ``log_joint``, ``proposal``; the
   proposal's ``Proposal.sample`` and optional ``BeamProposal.beam``; the optional stepwise part for SMC,
-  ``StepwiseLatentLM``, and beside it ``DocumentBatchLM``: several documents' particles side by side) and the other optional methods (``ExactMarginalLM.log_marginal``,
+  ``StepwiseLatentLM``, and beside it ``DocumentBatchLM``: several documents' particles side by side) and the other optional methods (``ExactMarginalLM.log_marginal`` and its cost per text, ``exact_marginal_cost``,
   ``TextSamplerLM.sample_text``, ``PrefixModelLM.prefix_model``, ``UnknownWordPenaltyLM.unknown_word_penalty``,
   ``CanonicalScoringLM.canonical_log_likelihood``), the
   shapes and the declarations (``prefix_probability``, ``latent_support``, ``tempers``).
