@@ -6,7 +6,7 @@ to the exact Σ_n log p(x_n) of the dynamic program over revealed sets: whether 
 printed) covers it, and whether the certified bound holds.
 
 Every network row an estimator asks for is one of the 2^T revealed sets of its text, which the dynamic program scores
-anyway: every set of every text is run once before the first seed and kept in the model's row cache
+anyway: the program runs every set of every text once before the first seed, kept in the model's row cache
 (``StateTables``; ``models/masked/row_cache.py``), from which the seeds read it back instead of rerunning the network;
 the draws are unchanged. Each seed's network rows count every state it looks up once, as a run starting from an empty
 row cache runs it; the ``coverage_before_item5*.json`` runs counted each call's distinct states.
@@ -41,30 +41,28 @@ from lm_latent_eval.estimators.corpus import corpus_estimate
 from lm_latent_eval.estimators.registry import resolve, with_model_defaults
 from lm_latent_eval.harness.model_args import parse_settings
 from lm_latent_eval.models import load_model
-from lm_latent_eval.models.masked import conditionals
 from lm_latent_eval.models.masked.corpus import TEST_FILE
 
 OUTPUT = Path(__file__).resolve().parent / "masked_side_by_side"
 
 
 class StateTables:
-    """Every revealed set S of every text run once by the network and kept in the model's row cache
-    (``models/masked/row_cache.py``), so that the seeds read each state's log p_θ(x_i | S) and confidence back
-    instead of rerunning it; ``model.network_rows`` counts, per seed, the rows a run that starts with an empty cache
-    would have run: each (text, S) the seed looks up, once (``forget`` starts a seed). Both paths that read rows
-    (``conditionals.token_log_probs`` for one text, ``documents.cached_rows`` for texts side by side) look them up
-    in the cache, so both are counted."""
+    """Every revealed set S of every text run once by the network, by the dynamic program that gives the truth
+    (``truth``: Σ_n log p(x_n)), and kept in the model's row cache (``models/masked/row_cache.py``), so that the
+    seeds read each state's log p_θ(x_i | S) and confidence back instead of rerunning it; ``model.network_rows``
+    counts, per seed, the rows a run that starts with an empty cache would have run: each (text, S) the seed looks
+    up, once (``forget`` starts a seed). Both paths that read rows (``conditionals.token_log_probs`` for one text,
+    ``documents.cached_rows`` for texts side by side) look them up in the cache, so both are counted."""
 
     def __init__(self, model, texts: list[str]) -> None:
-        self.model, self.seen = model, {}
+        self.model, self.seen, self.truth = model, {}, 0.0
         cache = model.row_cache
         for text in tqdm(texts, desc="state tables"):
             x = model.check_text(model.tokenize(text))
-            T = x.numel()
-            member = (torch.arange(1 << T)[:, None] & (1 << torch.arange(T))) != 0
-            conditionals.token_log_probs(model, x, member)
+            # the program runs every state but the full one, which no step reads
+            self.truth += model.log_marginal(x)
             key = cache.key(model, x, False)
-            if key not in cache.texts or len(cache.texts[key].index) != 1 << T:
+            if key not in cache.texts or len(cache.texts[key].index) != (1 << x.numel()) - 1:
                 raise RuntimeError("the row cache did not keep every state: raise its max_entries")
 
     def lookup(self, original, text_key: tuple, keys: list[bytes]):
@@ -206,8 +204,8 @@ def main() -> None:
     torch.set_num_threads(1)
     model, _ = load_model("masked")
     texts = list(dict.fromkeys(read_texts(TEST_FILE)))
-    truth = sum(model.log_marginal(model.tokenize(t)) for t in texts)
     tables = StateTables(model, texts)
+    truth = tables.truth
     results = {"documents": len(texts), "truth_log_likelihood": truth, "settings": []}
     args.output.parent.mkdir(parents=True, exist_ok=True)
 

@@ -80,7 +80,10 @@ def _allocation(
     sampled = [e.sampled for e in estimates]
     disagree = [s and h.disagrees(err, documents, policy) for h, err, s in zip(earlier, errors, sampled)]
     for h, err, k, s in zip(earlier, errors, sizes, sampled):
-        h.update(err, k) if s else h.settle()
+        if s:
+            h.update(err, k)
+        else:
+            h.settle()
     c = [h.variance_per_sample for h in earlier]
     tokens = [e.num_tokens for e in estimates]
     v = [e.relative_variance for e in errors if e.trusted and math.isfinite(e.relative_variance)]

@@ -892,11 +892,11 @@ class ResolvedEstimator:
         for i, (text, k) in enumerate(zip(texts, sizes)):
             settings = self.settings if k == self.settings.num_samples else self.sized(k).settings
             x = self.model.tokenize(text).to(device)
-            exact = log_marginal_where_cheaper(self.model, x, text, settings)
-            if x.numel() == 0 or exact is not None:
-                out[i] = self.estimator.known(text, x.numel(), exact or 0.0, settings, self.model)
-            else:
+            known = 0.0 if x.numel() == 0 else log_marginal_where_cheaper(self.model, x, text, settings)
+            if known is None:
                 todo.append((i, (x, text, settings)))
+            else:
+                out[i] = self.estimator.known(text, x.numel(), known, settings, self.model)
         estimates = self.estimator.estimate_documents(
             self.model,
             [doc for _, doc in todo],
@@ -956,7 +956,7 @@ def log_marginal_where_cheaper(
     >>> log_marginal_where_cheaper(masked, x, "", cheap.replace(num_samples=8)) is None
     True
     """
-    if not settings.exact_where_cheaper or x.numel() == 0:
+    if not settings.exact_where_cheaper:
         return None
     cost = exact_marginal_cost(model, x)
     if cost is None or cost > settings.num_samples:

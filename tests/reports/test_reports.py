@@ -655,3 +655,15 @@ def test_report_refuses_samples_that_do_not_match_the_results(change, runs, tmp_
     assert len(err) == 1 and f"{samples} does not match {results_file.name}: " in err[0], err
     assert expected in err[0] and "rerun lm_eval with --log_samples" in err[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_the_card_counts_the_documents_computed_exactly_before_the_diagnostics_of_the_others():
+    """exact_where_cheaper: the reliability section says how many documents were computed exactly, then describes
+    the sampled ones; where every one was computed, that line alone."""
+    smc = {"smc_runs": 4, "num_samples": 100, "ess_min": 12.0, "ess_mean": 33.4, "resampling_steps": 0.0}
+    some = card_render._reliability_lines(smc | {"computed_exactly": 36, "num_documents": 44})
+    assert some[0].startswith("- 36 of 44 documents computed exactly") and "describe the others" in some[0]
+    assert some[1].startswith("- 4 independent runs") and len(some) == 2
+    (whole,) = card_render._reliability_lines({"computed_exactly": 5, "num_documents": 5})
+    assert whole.startswith("- 5 of 5 documents computed exactly") and "others" not in whole
+    assert card_render._reliability_lines(smc | {"num_documents": 44})[0].startswith("- 4 independent runs")

@@ -33,15 +33,15 @@ def _k_text(d: dict) -> str:
 
 def _reliability_lines(d: dict) -> list[str]:
     """The IS or SMC diagnostics as Markdown bullets, after how many documents were computed exactly instead."""
-    exact = d.get("computed_exactly", 0)
+    exact, lines = d.get("computed_exactly", 0), []
     if exact:
-        note = (f"- {exact} of {d['num_documents']} documents computed exactly (their exact program costs no more "
-                "than their samples: exact_where_cheaper); the lines below describe the others")  # fmt: skip
-        return [note] + (
-            _reliability_lines(d | {"computed_exactly": 0}) if exact < d["num_documents"] else []
-        )
+        rest = "; the lines below describe the others" if exact < d["num_documents"] else ""
+        lines.append(f"- {exact} of {d['num_documents']} documents computed exactly (their exact program costs no "
+                     f"more than their samples: exact_where_cheaper){rest}")  # fmt: skip
+        if not rest:
+            return lines
     if "pareto_k_max" in d:
-        return [
+        return lines + [
             (
                 f"- effective sample size over documents: min {_fmt(d['ess_min'])}, median {_fmt(d['ess_median'])}, "
                 f"mean {_fmt(d['ess_mean'])} (of {_k_text(d)})"
@@ -52,7 +52,7 @@ def _reliability_lines(d: dict) -> list[str]:
                 "undefined (too few distinct weights in the tail)"
             ),
         ]
-    return [
+    return lines + [
         (
             f"- {d['smc_runs']} independent runs of {_k_text(d)} particles in all per document; ESS over "
             f"tokens: min {_fmt(d['ess_min'])}, mean {_fmt(d['ess_mean'])}; resampling steps per run "
