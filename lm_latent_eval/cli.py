@@ -58,6 +58,30 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def positive_int(text: str) -> int:
+    """argparse ``type`` of a count that must be at least 1 (``--resamples``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
+def level(text: str) -> float:
+    """argparse ``type`` of a confidence level: a number strictly between 0 and 1 (0.95, not 95)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(
+            f"expected a number strictly between 0 and 1 (e.g. 0.95), got {text!r}"
+        )
+    return value
+
+
 # former spellings of options, still accepted: old -> new (a warning names the new one)
 DEPRECATED_OPTIONS = {"--output-dir": "--output"}
 

@@ -4,6 +4,7 @@ empty document (it scores log p = 0 over 0 tokens, which no perplexity counts)."
 
 from __future__ import annotations
 
+import hashlib
 import json
 import warnings
 from pathlib import Path
@@ -11,6 +12,17 @@ from pathlib import Path
 from .errors import InputError, MissingFileError
 
 TEXT_FIELD = "text"
+
+
+def document_key(text: str) -> str:
+    """The short name of a document in a samples file: the first 16 hex digits of sha256(UTF-8 text).
+
+    Examples
+    --------
+    >>> document_key("the cat sat")
+    '77255f02a3435d1f'
+    """
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def _jsonl_text(line: str, where: str, tokens_field: bool) -> str:

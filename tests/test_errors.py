@@ -146,6 +146,10 @@ def test_an_estimator_the_model_cannot_serve_is_one_line_when_the_backend_is_bui
         (["sweeep"], "invalid choice: 'sweeep'"),
         (["sweeep"], "(did you mean sweep?)"),
         (["train", "hmmm", "--output", "x"], "(did you mean hmm?)"),
+        # issue 53 (7): a math domain error and an empty bootstrap's IndexError before
+        (["report", "out", "--level", "95"], "argument --level: expected a number strictly between 0 and 1 (e.g. 0.95), got '95'"),
+        (["report", "out", "--level", "1.5"], "argument --level: expected a number strictly between 0 and 1"),
+        (["compare", "a", "b", "--resamples", "0"], "argument --resamples: expected a whole number of at least 1, got '0'"),
     ],
 )  # fmt: skip
 def test_a_misspelled_cli_flag_gets_a_did_you_mean(argv, expected, capsys):

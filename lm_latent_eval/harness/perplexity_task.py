@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import difflib
 import functools
-import hashlib
 import logging
 import math
 import sys
@@ -24,7 +23,7 @@ import datasets
 from lm_eval.api.task import ConfigurableTask
 
 from .. import tasks_path
-from ..documents import TEXT_FIELD, read_texts
+from ..documents import TEXT_FIELD, document_key, read_texts
 from ..errors import InputError
 from ..estimators import DocumentEstimate
 from ..estimators.corpus import CorpusEstimate
@@ -304,7 +303,7 @@ def _item(est: DocumentEstimate, text: str) -> dict:
     # the samples file holds the document already
     record.pop("document")
     # repeated texts share a random stream
-    record["key"] = hashlib.sha256(text.encode()).hexdigest()[:16]
+    record["key"] = document_key(text)
     return record
 
 

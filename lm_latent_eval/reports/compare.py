@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..cli import positive_int
 from ..errors import InputError
 from ..estimators.corpus import CorpusEstimate, corpus_estimate, pareto_k_shares
 from ..estimators.diagnostics import effective_sample_size
@@ -105,11 +106,12 @@ def _summary(run: TaskRun, docs, corpus: CorpusEstimate) -> dict:
     return out
 
 
-def _corrected(run_docs: list, corpus: CorpusEstimate) -> np.ndarray:
-    """Per-document log p̂ + v̂/2 (the bias correction of the cards) where the run's interval is two-sided, else log p̂."""
-    if not corpus.interval.two_sided:
-        return np.array([d.log_likelihood for d in run_docs])
-    return np.array([d.log_likelihood + d.error().relative_variance / 2 for d in run_docs])
+def _corrected(run_docs: list, correct: bool) -> np.ndarray:
+    """Per-document log p̂ + v̂/2 (the bias correction of the cards) when ``correct``, else log p̂: one rule for both
+    runs, so that equal estimates compare equal."""
+    return np.array(
+        [d.log_likelihood + (d.error().relative_variance / 2 if correct else 0.0) for d in run_docs]
+    )
 
 
 def _per_word(docs: list) -> list:
@@ -134,8 +136,11 @@ def paired_comparison(
         )
         unit, sides = "word", [_per_word(docs) for docs in sides]
     corpora = [corpus_estimate(docs) for docs in sides]
+    # corrected only where both runs' intervals are two-sided: v̂ is estimable for every document of both
+    corrected = all(c.interval.two_sided for c in corpora)
     # [N, 2]
-    ll = np.stack([_corrected(docs, corpus) for docs, corpus in zip(sides, corpora)], axis=1)
+    ll = np.stack([_corrected(docs, corrected) for docs in sides], axis=1)
+    identical = all(da.log_likelihood == db.log_likelihood for da, db in zip(*sides))
     tokens = np.array([[da.num_tokens, db.num_tokens] for da, db in zip(*sides)], dtype=np.float64)
     keep = tokens[:, 0] > 0
     ll, tokens = ll[keep], tokens[keep]
@@ -164,7 +169,9 @@ def paired_comparison(
     return {
         "a": _summary(a, sides[0], corpora[0]),
         "b": _summary(b, sides[1], corpora[1]),
-        "bias_corrected": all(c.interval.two_sided for c in corpora),
+        "bias_corrected": corrected,
+        "identical": identical,
+        "same_run": a.results_file.resolve() == b.results_file.resolve() and a.task == b.task,
         "num_documents": int(n),
         "unit": unit,
         "test": "paired bootstrap over documents of Δ = log PPL_A − log PPL_B (instance level)",
@@ -229,17 +236,24 @@ def comparison_markdown(c: dict) -> str:
             rows.append((key, *(_fmt(side[key], spec) if key in side else "–" for side in (a, b))))
     lo, hi = c["ci"]
     better = "A" if c["delta_log_ppl"] < 0 else "B"
-    unit_note = (
-        [
+    notes = []
+    if c["unit"] == "word":
+        notes += [
             "",
             "The runs tokenize differently: every perplexity here is per whitespace word, the unit of the test.",
         ]
-        if c["unit"] == "word"
-        else []
-    )
+    if c["identical"]:
+        which = "A and B are the same run" if c["same_run"] else "the two runs drew the same estimates"
+        notes += [
+            "",
+            (
+                f"**Every document's estimate is equal in A and B** ({which}): Δ = 0 by construction, and the "
+                "test below says nothing about the models or their estimators."
+            ),
+        ]
     lines = [
         f"# {a['label']} (A) vs {b['label']} (B) on {a['task']}",
-        *unit_note,
+        *notes,
         "",
         "| | A | B |",
         "|---|---|---|",
@@ -328,7 +342,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("b", help="the same for run B")
     parser.add_argument("--task", default=None, help="the task to compare when a folder holds several")
     parser.add_argument("--output", default="compare_out")
-    parser.add_argument("--resamples", type=int, default=10000)
+    parser.add_argument("--resamples", type=positive_int, default=10000, help="bootstrap resamples")
     parser.add_argument("--seed", type=int, default=0)
 
 

@@ -14,7 +14,7 @@ import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from ..documents import text_lines
+from ..documents import document_key, text_lines
 from ..errors import InputError, MissingFileError
 from ..estimators import DocumentEstimate, Estimator, EstimatorSettings
 from ..estimators.registry import estimate_from_json, estimator_named
@@ -100,7 +100,13 @@ def _read_documents(samples_file: Path) -> list[DocumentEstimate]:
                 f"{samples_file}: line {n}: written by an older lm-latent-eval (no 'estimator' in "
                 f"{SAMPLES_FIELD!r}); rerun lm_eval with this version"
             )
-        docs.append(estimate_from_json({**item, "document": document_text(row)}))
+        text = document_text(row, item.get("key"))
+        if text is None:
+            raise InputError(
+                f"{samples_file}: line {n}: no field of the row holds the document its estimate scored (key "
+                f"{item.get('key')}): the samples file was edited; rerun lm_eval with --log_samples"
+            )
+        docs.append(estimate_from_json({**item, "document": text}))
     return docs
 
 
@@ -123,22 +129,38 @@ def _whole_estimate(row) -> dict | None:
     )
 
 
-def document_text(row: dict) -> str:
-    """The document a samples row scored: lm-eval 0.4 writes it as the row's ``target``; 0.5 writes ``target`` 0
-    for a loglikelihood_rolling request, whose ``arguments`` are then ``[["", text]]`` (0.4: ``[[text]]``).
+def document_text(row: dict, key: str | None = None) -> str | None:
+    """The document a samples row scored: the rolling request's last argument (lm-eval 0.4 writes ``arguments`` as
+    ``{"gen_args_0": {"arg_0": text}}``, 0.5 as ``{..., {"arg_0": "", "arg_1": text}}`` and ``target`` "0"), else its
+    ``target``, else ``doc["text"]``: the first whose ``document_key`` is the estimate's ``key`` (None: none is).
 
     Examples
     --------
-    >>> document_text({"target": "a b", "arguments": [["a b"]]}), document_text({"target": 0, "arguments": [["", "a b"]]})
-    ('a b', 'a b')
+    >>> document_text({"target": "0", "arguments": {"gen_args_0": {"arg_0": "", "arg_1": "a b"}}}, "c8687a08aa5d6ed2")
+    'a b'
+    >>> document_text({"target": "a b", "arguments": [["a b"]]})
+    'a b'
     """
-    target = row.get("target")
-    if isinstance(target, str):
-        return target
-    arguments = row.get("arguments")
-    if isinstance(arguments, list) and arguments and isinstance(arguments[0], list) and arguments[0]:
-        return str(arguments[0][-1])
-    return str(row.get("doc", {}).get("text", ""))
+    candidates = [
+        *_request_arguments(row.get("arguments")),
+        row.get("target"),
+        row.get("doc", {}).get("text"),
+    ]
+    texts = [c for c in candidates if isinstance(c, str)]
+    for text in texts:
+        if key is None or document_key(text) == key:
+            return text
+    return None
+
+
+def _request_arguments(arguments) -> list:
+    """The last argument of each request of a samples row, in either layout lm-eval writes (a list of argument lists,
+    or ``{"gen_args_i": {"arg_j": ...}}``)."""
+    if isinstance(arguments, dict):
+        arguments = [list(a.values()) if isinstance(a, dict) else a for a in arguments.values()]
+    if not isinstance(arguments, list):
+        return []
+    return [a[-1] for a in arguments if isinstance(a, list) and a]
 
 
 def check_samples_match_results(run: TaskRun) -> None:

@@ -259,3 +259,27 @@ def test_the_committed_side_by_side_run_has_every_request_type_and_equal_figures
         "latent_perplexity_stderr,none",
         "perplexity_upper_bound,none",
     } <= quoted
+
+
+@needs_05
+def test_05_runs_report_and_compare_with_the_tables_figures(tmp_path):
+    """Issue 53 (1): under 0.5 ``report`` read every document as "0" (its samples' ``target``): a certified bound of
+    4.23 beside the table's 16.83, and ``compare`` of a 6- and a 4-document run found "0 only in A". The card's
+    figures are the table's, and compare names the 2 documents only one run scored."""
+    from lm_eval_runs import hmm_run
+
+    from lm_latent_eval.reports import card, compare
+    from lm_latent_eval.reports.lm_eval_output import read_runs
+
+    six = hmm_run(tmp_path / "six", "estimator=is,num_samples=100", limit=6)
+    four = hmm_run(tmp_path / "four", "estimator=is,num_samples=100", limit=4)
+    (run,) = read_runs(six)
+    texts = perplexity_task.load_corpus()["test"]["text"][:6]
+    assert [d.document for d in run.documents] == texts
+    figures = {f["name"]: f["value"] for f in card.build_card(run, progress=False)["figures"]}
+    assert figures["certified upper bound (95%)"] == pytest.approx(
+        run.metrics["perplexity_upper_bound,none"], rel=1e-12
+    )
+    assert figures["perplexity"] == pytest.approx(run.metrics["latent_perplexity,none"], rel=1e-12)
+    with pytest.raises(compare.DocumentMismatch, match="2 only in A, 0 only in B"):
+        compare.paired_comparison(compare.select_run(six), compare.select_run(four))

@@ -2,65 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shlex
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from lm_eval_runs import HMM, hmm_run, run_lm_eval
 
 import lm_latent_eval
+from lm_latent_eval.errors import InputError
 from lm_latent_eval.estimators import ExactEstimate, ISEstimate
-from lm_latent_eval.models import checkpoint_hash, default_checkpoint, load_model
+from lm_latent_eval.models import checkpoint_hash, load_model
 from lm_latent_eval.reports import card as card_mod
 from lm_latent_eval.reports import compare as compare_mod
 from lm_latent_eval.reports.card import render as card_render
 from lm_latent_eval.reports.lm_eval_output import TaskRun, read_runs
 
-HMM = default_checkpoint("hmm")
 LIMIT = "6"
-
-
-def run_lm_eval(argv: list[str]) -> None:
-    """The real ``lm_eval`` command line, in this process (our backends are registered by importing them)."""
-    from lm_eval.__main__ import cli_evaluate
-
-    import lm_latent_eval.harness.backends  # noqa: F401
-
-    saved = sys.argv
-    sys.argv = ["lm_eval", *argv]
-    try:
-        cli_evaluate()
-    finally:
-        sys.argv = saved
-
-
-def hmm_run(out: Path, model_args: str) -> Path:
-    run_lm_eval(
-        [
-            "--model",
-            "latent_hmm",
-            "--model_args",
-            f"pretrained={HMM},{model_args}",
-            "--tasks",
-            "latent_ppl_tiny",
-            "--include_path",
-            str(lm_latent_eval.tasks_path()),
-            "--limit",
-            LIMIT,
-            "--device",
-            "cpu",
-            "--batch_size",
-            "auto",
-            "--output_path",
-            str(out),
-            "--log_samples",
-        ]
-    )
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -667,3 +629,70 @@ def test_the_card_counts_the_documents_computed_exactly_before_the_diagnostics_o
     (whole,) = card_render._reliability_lines({"computed_exactly": 5, "num_documents": 5})
     assert whole.startswith("- 5 of 5 documents computed exactly") and "others" not in whole
     assert card_render._reliability_lines(smc | {"num_documents": 44})[0].startswith("- 4 independent runs")
+
+
+def test_equal_estimates_compare_equal_whatever_each_runs_interval():
+    """Issue 53 (3): one run's estimates got the bias correction + v̂/2 (its interval two-sided) and the other's not
+    (its one-sided), so bit-for-bit equal log p̂ showed "Δ = 0.0001, p = 0.0001". One rule for both runs: Δ = 0,
+    p = 1, and the comparison says that every estimate is equal."""
+    rng = np.random.default_rng(0)
+    two_sided = _is_card_run([-30.0 + rng.uniform(0, 0.5, size=64) for _ in range(8)])
+    heavy = [rng.normal(-30.0, 4.0, size=64) for _ in range(8)]
+    one_sided = _is_card_run(heavy)
+    one_sided.results_file = Path("results_y.json")
+    # the same log p̂ per document as the two-sided run, with heavy-tailed weights: no two-sided interval
+    one_sided.documents = [
+        dataclasses.replace(d, log_likelihood=t.log_likelihood)
+        for d, t in zip(one_sided.documents, two_sided.documents)
+    ]
+    corpora = [compare_mod.corpus_estimate(r.documents) for r in (two_sided, one_sided)]
+    assert [c.interval.two_sided for c in corpora] == [True, False]
+    c = compare_mod.paired_comparison(two_sided, one_sided, num_resamples=500)
+    assert c["delta_log_ppl"] == 0.0 and c["p_value"] == 1.0 and c["ci"] == [0.0, 0.0]
+    assert c["identical"] and not c["same_run"] and not c["bias_corrected"]
+    assert c["a_better_documents"] == c["b_better_documents"] == 0
+    assert "the two runs drew the same estimates" in compare_mod.comparison_markdown(c)
+
+
+def test_compare_a_run_with_itself_says_so(runs, tmp_path):
+    from lm_latent_eval.cli import main
+
+    assert (
+        main(["compare", str(runs["is"]), str(runs["is"]), "--output", str(tmp_path), "--resamples", "200"])
+        == 0
+    )
+    md = (tmp_path / "comparison.md").read_text()
+    assert "**Every document's estimate is equal in A and B** (A and B are the same run)" in md
+    assert "Δ = log PPL_A − log PPL_B = 0.0000" in md
+
+
+def test_report_reads_the_document_of_each_row_in_either_releases_layout(runs, tmp_path):
+    """Issue 53 (1): lm-eval 0.5 writes ``target: "0"`` and the text as the request's second argument; reading the
+    target as the text made every document "0", one document for the certified bound (4.23 for an exact 16.73).
+    Rewritten to 0.5's layout, the samples give the same documents, card and bound as the run lm-eval 0.4 wrote."""
+    folder = tmp_path / "as_05"
+    shutil.copytree(runs["is"], folder)
+    (samples,) = folder.rglob("samples_*.jsonl")
+    rows = [json.loads(line) for line in samples.read_text().splitlines()]
+    for row in rows:
+        row["target"] = "0"
+        row["arguments"] = {"gen_args_0": {"arg_0": "", "arg_1": row["doc"]["text"]}}
+    samples.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (before,), (after,) = read_runs(runs["is"]), read_runs(folder)
+    assert [d.document for d in after.documents] == [r["doc"]["text"] for r in rows]
+    assert [d.document for d in after.documents] == [d.document for d in before.documents]
+    bounds = [
+        {f["name"]: f for f in card_mod.build_card(r, progress=False)["figures"]}[
+            "certified upper bound (95%)"
+        ]
+        for r in (before, after)
+    ]
+    assert bounds[0]["value"] == bounds[1]["value"]
+    assert bounds[1]["value"] == pytest.approx(after.metrics["perplexity_upper_bound,none"], rel=1e-12)
+    # a row none of whose fields holds the scored document (edited by hand) is one line naming file and line
+    rows[2]["doc"]["text"] = rows[2]["arguments"]["gen_args_0"]["arg_1"] = "edited"
+    samples.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(
+        InputError, match=r"samples_.*\.jsonl: line 3: no field of the row holds the document"
+    ):
+        read_runs(folder)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ...cli import level
 from ...estimators.settings import DEFAULT_LEVEL
 from ..json_files import write_json
 from ..lm_eval_output import read_runs
@@ -39,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", default=None, help="folder for the cards (default: <output_dir>/cards)")
     parser.add_argument("--beam-size", type=int, default=None, help="also compute the beam bound with this k")
     parser.add_argument(
-        "--level", type=float, default=DEFAULT_LEVEL, help="level of the intervals and certified bounds"
+        "--level", type=level, default=DEFAULT_LEVEL, help="level of the intervals and certified bounds"
     )
     parser.add_argument("--device", default="cpu", help="for --beam-size")
 
