@@ -4,7 +4,10 @@ empty document (it scores log p = 0 over 0 tokens, which no perplexity counts)."
 
 from __future__ import annotations
 
+import difflib
+import functools
 import hashlib
+import inspect
 import json
 import warnings
 from pathlib import Path
@@ -12,6 +15,8 @@ from pathlib import Path
 from .errors import InputError, MissingFileError
 
 TEXT_FIELD = "text"
+# the --metadata keys that name a corpus in any of our tasks' loaders
+CORPUS_KEYS = ("data_file", "data_files", "data_dir")
 
 
 def document_key(text: str) -> str:
@@ -91,3 +96,42 @@ def read_texts(path: str | Path, tokens_field: bool = False) -> list[str]:
     if not docs:
         raise InputError(f"{path}: no documents")
     return docs
+
+
+def corpus_loader(load):
+    """An lm-eval ``custom_dataset`` loader that speaks up about a ``--metadata`` key meant for a corpus it does not
+    read (lm-eval hands the loader every metadata key and model_arg, and ``**_metadata`` used to swallow ``data_fle``,
+    or a ``data_file`` given to a task over a bundled corpus, while the bundled corpus was scored).
+
+    A key that is not a parameter of ``load`` but a near-miss of one of them or of ``CORPUS_KEYS`` is refused in one
+    line (a misspelling); one of ``CORPUS_KEYS`` that ``load`` does not read gets a warning (one ``--metadata`` serves
+    every task of a run); every other key (a model_arg, lm-eval's ``version``) passes as before.
+
+    Examples
+    --------
+    >>> @corpus_loader
+    ... def load(data_file=None, **_metadata):
+    ...     return data_file
+    >>> load(data_file="a.jsonl", estimator="is")
+    'a.jsonl'
+    >>> load(data_fle="a.jsonl")
+    Traceback (most recent call last):
+    lm_latent_eval.errors.InputError: --metadata key 'data_fle' is not one this task reads (it reads data_file): did you mean data_file?
+    """
+    own = [name for name, p in inspect.signature(load).parameters.items() if p.kind is not p.VAR_KEYWORD]
+    reads = ", ".join(own) or "no --metadata key: it scores its bundled corpus"
+
+    @functools.wraps(load)
+    def checked(**metadata):
+        for key in set(metadata) - set(own):
+            if key in CORPUS_KEYS:
+                warnings.warn(
+                    f"--metadata key {key!r} ignored by {load.__name__} (it reads {reads})", stacklevel=2
+                )
+            elif close := difflib.get_close_matches(key, [*own, *CORPUS_KEYS], n=1, cutoff=0.75):
+                raise InputError(
+                    f"--metadata key {key!r} is not one this task reads (it reads {reads}): did you mean {close[0]}?"
+                )
+        return load(**metadata)
+
+    return checked

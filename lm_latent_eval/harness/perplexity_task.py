@@ -23,7 +23,7 @@ import datasets
 from lm_eval.api.task import ConfigurableTask
 
 from .. import tasks_path
-from ..documents import TEXT_FIELD, document_key, read_texts
+from ..documents import TEXT_FIELD, corpus_loader, document_key, read_texts
 from ..errors import InputError
 from ..estimators import DocumentEstimate
 from ..estimators.corpus import CorpusEstimate
@@ -52,6 +52,7 @@ TEMPLATE = "latent_ppl_tiny/latent_ppl_tiny.yaml"
 logger = logging.getLogger(__name__)
 
 
+@corpus_loader
 def load_corpus(data_file: str | None = None, **_metadata):
     """``custom_dataset`` of latent_ppl_tiny: the bundled tiny corpus, or the file of ``--metadata
     '{"data_file": ...}'``.

@@ -53,7 +53,8 @@ def merge_metric_lists(template: list[dict], own: list[dict]) -> list[dict]:
 
 def task_config(own: dict, template: dict | None = None) -> dict:
     """The config of a task built on the template: the template's keys, then the YAML's (``class`` dropped), with
-    ``metric_list`` merged by metric name (``merge_metric_lists``).
+    ``metric_list`` merged by metric name (``merge_metric_lists``); a YAML that names its corpus by ``dataset_path``
+    drops the template's ``custom_dataset`` (the bundled corpus, which lm-eval would read first).
 
     Examples
     --------
@@ -62,12 +63,17 @@ def task_config(own: dict, template: dict | None = None) -> dict:
     >>> config = task_config(own)
     >>> config["task"], len(config["metric_list"]) == len(template_config()["metric_list"]) + 1
     ('my_ppl', True)
+    >>> "custom_dataset" in task_config({"dataset_path": "json", "dataset_kwargs": {"data_files": "my.jsonl"}})
+    False
     """
     template = template_config() if template is None else template
     own = {key: value for key, value in own.items() if key != "class"}
     if "process_results" not in own and own.get("metric_list"):
         # the template's process_results gives no item for another name: a misspelling, said at load
         check_metric_names(metric_names(own["metric_list"]), own.get("task", "this task"))
+    if "dataset_path" in own:
+        # lm-eval reads custom_dataset before dataset_path: the template's loader would score the bundled corpus
+        template = {key: value for key, value in template.items() if key != "custom_dataset"}
     config = {**template, **own}
     if "metric_list" in own and "metric_list" in template:
         config["metric_list"] = merge_metric_lists(template["metric_list"], own["metric_list"])

@@ -12,6 +12,7 @@ import datasets
 
 from lm_latent_eval.contrastive.channel import corpus_vocabulary, distortion_set, split_sentences
 from lm_latent_eval.contrastive.entropy import report_from_sentence_scores
+from lm_latent_eval.documents import corpus_loader
 from lm_latent_eval.harness.lm_eval_versions import own_stderr
 
 LEVELS = (0.1, 0.3, 0.5)
@@ -21,6 +22,7 @@ SEED = 1234
 UNIT = "word"
 
 
+@corpus_loader
 def load_sentences(data_files: str | None = None, **_metadata) -> datasets.DatasetDict:
     """The test split: ``data_files`` (from --metadata; .txt one text per line, or .json/.jsonl with "text"), else
     the bundled tiny corpus ``lm_latent_eval/data/corpus/tiny_test.jsonl``."""

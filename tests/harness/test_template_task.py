@@ -96,3 +96,66 @@ def test_a_task_adds_one_metric_without_copying_the_others(tmp_path):
         changed["aggregation"] is perplexity_task.instance_perplexity and changed["higher_is_better"] is False
     )
     assert task.aggregation()["my_perplexity"] is perplexity_task.perplexity
+
+
+def _exact_ppl(texts: list[str]) -> float:
+    import math
+
+    from lm_latent_eval.models import load_model
+
+    hmm, _ = load_model("hmm")
+    tokens = [hmm.tokenize(t) for t in texts]
+    return math.exp(-sum(hmm.log_marginal(x) for x in tokens) / sum(len(x) for x in tokens))
+
+
+def _hmm_exact_run(task: str, folder: Path, metadata: dict | None = None) -> dict:
+    import lm_eval
+
+    from lm_latent_eval.harness.backends import LatentHMMEval
+
+    out = lm_eval.simple_evaluate(
+        model=LatentHMMEval(estimator="exact", device="cpu"),
+        tasks=[task],
+        task_manager=TaskManager(include_path=str(folder), include_defaults=False, metadata=metadata),
+    )
+    return out["results"][task]
+
+
+USERS_TEXTS = ["the cat sat on the mat", "a dog ran", "anna found the busy teacher"]
+
+
+def test_a_task_naming_its_corpus_by_dataset_path_scores_that_corpus(tmp_path):
+    """Issue 53 (2): the template's ``custom_dataset`` (the bundled 30 documents) won over the YAML's
+    ``dataset_path: json`` + ``data_files``, as lm-eval reads custom_dataset first: 95.3487 on "30 documents" for an
+    11-document file whose exact value is 141.0234."""
+    import json
+
+    data = tmp_path / "mine.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in USERS_TEXTS))
+    (tmp_path / "my_ppl.yaml").write_text(
+        "task: my_ppl\n"
+        "class: !function lm_latent_eval.harness.template_task.PerplexityTask\n"
+        "dataset_path: json\n"
+        f"dataset_kwargs:\n  data_files:\n    test: {data}\n"
+    )
+    res = _hmm_exact_run("my_ppl", tmp_path)
+    assert res["sample_len"] == len(USERS_TEXTS)
+    assert res["latent_perplexity,none"] == pytest.approx(_exact_ppl(USERS_TEXTS), rel=1e-9)
+
+
+def test_a_misspelled_metadata_key_is_refused_and_an_unread_one_said(tmp_path):
+    """Issue 53 (2): ``--metadata '{"data_fle": ...}'`` scored the bundled corpus without a word."""
+    from lm_latent_eval.errors import InputError
+
+    data = tmp_path / "mine.txt"
+    data.write_text("\n".join(USERS_TEXTS) + "\n")
+    tasks = REPO / "tasks"
+    with pytest.raises(InputError, match="'data_fle' is not one this task reads .*did you mean data_file"):
+        _hmm_exact_run("latent_ppl_tiny", tasks, {"data_fle": str(data)})
+    res = _hmm_exact_run("latent_ppl_tiny", tasks, {"data_file": str(data)})
+    assert res["latent_perplexity,none"] == pytest.approx(_exact_ppl(USERS_TEXTS), rel=1e-9)
+    # a task over a bundled corpus reads no data_file: said, not silently scored instead
+    with pytest.warns(
+        UserWarning, match="'data_file' ignored by load_linked_tiny .*scores its bundled corpus"
+    ):
+        _built(tasks, "linked_wikitext2_tiny", {"data_file": str(data)}).test_docs()

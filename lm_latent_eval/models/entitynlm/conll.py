@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from ...documents import text_lines
+from ...documents import corpus_loader, text_lines
 from ...errors import InputError, MissingFileError
 from ...paths import DATA_DIR
 from .latents import LATENT_KEYS
@@ -157,6 +157,7 @@ def coref_dataset(path: str | Path, split: str = "test"):
     return datasets.DatasetDict({split: datasets.Dataset.from_list(rows)})
 
 
+@corpus_loader
 def load_conll2012(data_file: str | None = None, **_metadata):
     """lm-eval ``custom_dataset`` of task ``conll2012_ppl``: the user's file, ``--metadata '{"data_file": ...}'``."""
     if not data_file:
@@ -166,6 +167,7 @@ def load_conll2012(data_file: str | None = None, **_metadata):
     return coref_dataset(data_file)
 
 
+@corpus_loader
 def load_coref_tiny(**_metadata):
     """lm-eval ``custom_dataset`` of task ``coref_tiny``: the bundled synthetic test stories of the bundled EntityNLM."""
     return coref_dataset(DATA_DIR / "coref_tiny" / "test.jsonl")

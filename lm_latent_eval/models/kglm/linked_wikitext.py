@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from ...documents import text_lines
+from ...documents import corpus_loader, text_lines
 from ...errors import InputError, MissingFileError
 from ...paths import DATA_DIR
 from .latents import canonical_relation
@@ -405,6 +405,7 @@ def linked_dataset(data_dir: str | Path, splits: Iterable[str] = ("validation", 
     return datasets.DatasetDict(out)
 
 
+@corpus_loader
 def load_linked_wikitext2(data_dir: str | None = None, **_metadata):
     """lm-eval ``custom_dataset`` of task ``linked_wikitext2``: the user's Linked WikiText-2 folder, given as
     ``--metadata '{"data_dir": "..."}'`` or the ``LINKED_WIKITEXT2_DIR`` environment variable."""
@@ -417,6 +418,7 @@ def load_linked_wikitext2(data_dir: str | None = None, **_metadata):
     return linked_dataset(data_dir)
 
 
+@corpus_loader
 def load_linked_tiny(**_metadata):
     """lm-eval ``custom_dataset`` of task ``linked_wikitext2_tiny``: the bundled synthetic test articles."""
     return linked_dataset(DATA_DIR / "linked_tiny", splits=("test",))

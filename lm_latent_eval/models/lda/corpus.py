@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from pydoc_data.topics import topics
 
-from ...documents import read_texts
+from ...documents import corpus_loader, read_texts
 from ...paths import DATA_DIR
 
 CORPUS_DIR = DATA_DIR / "pydoc_topics"
@@ -60,6 +60,7 @@ def completion_halves(text: str) -> tuple[str, str]:
     return " ".join(words[:half]), " " + " ".join(words[half:])
 
 
+@corpus_loader
 def load_pydoc_topics(data_file: str | None = None, **_metadata):
     """lm-eval ``custom_dataset``: the bundled held-out paragraphs (or ``data_file``) as a ``test`` split."""
     # kept local (~0.4 s): trainers import this module; `train --help` imports them all (models/training.py)
@@ -69,6 +70,7 @@ def load_pydoc_topics(data_file: str | None = None, **_metadata):
     return datasets.DatasetDict({"test": datasets.Dataset.from_list([{"text": t} for t in read_texts(path)])})
 
 
+@corpus_loader
 def load_pydoc_completion(data_file: str | None = None, **_metadata):
     """lm-eval ``custom_dataset``: each held-out paragraph as {text, context (first half), continuation}."""
     # kept local (~0.4 s): trainers import this module; `train --help` imports them all (models/training.py)

@@ -11,7 +11,7 @@ import json
 import re
 from pathlib import Path
 
-from ...documents import TEXT_FIELD, read_texts
+from ...documents import TEXT_FIELD, corpus_loader, read_texts
 from ...paths import DATA_DIR
 
 TRAIN_FILE = DATA_DIR / "corpus" / "tiny_train.jsonl"
@@ -43,6 +43,7 @@ def write_sentences(sentences: list[str], path: Path) -> Path:
     return path
 
 
+@corpus_loader
 def load_masked_tiny(data_file: str | None = None, **_metadata):
     """lm-eval ``custom_dataset`` of task ``masked_ppl_tiny``: a DatasetDict whose ``test`` split is the held-out
     sentences (or ``--metadata '{"data_file": ...}'``); other metadata and model_args are ignored."""

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...documents import read_text
+from ...documents import corpus_loader, read_text
 from ...errors import InputError, MissingFileError
 from ...paths import DATA_DIR
 from .latents import actions_from_tree, bracketed
@@ -226,6 +226,7 @@ def sentence_dataset(path: str | Path, split: str = "test", **options):
     )
 
 
+@corpus_loader
 def load_ptb(
     data_file: str | None = None,
     remove_punctuation: bool = False,
@@ -251,6 +252,7 @@ def load_ptb(
     return sentence_dataset(data_file, **options)
 
 
+@corpus_loader
 def load_ptb_tiny(**_metadata):
     """lm-eval ``custom_dataset`` of task ``ptb_rnng_tiny``: the bundled synthetic test treebank of the bundled RNNG."""
     return sentence_dataset(DATA_DIR / "ptb_tiny" / "test.txt")
