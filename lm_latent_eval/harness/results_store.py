@@ -3,9 +3,10 @@
 Layout: ``<results_dir>/<run key>/identity.json`` plus one ``<sha256(text)>.npz`` per document, where the run key is
 sha256 of the run identity (model class, checkpoint sha256, every estimator setting, device type, dtype, package
 version: everything that can change a number). A changed model or setting therefore lands in a different folder and
-never sees stale results. Each file holds the document text, its token count, log p̂, (IS / SMC) the K log weights
-(and, for a model with an unknown-word penalty, each sample's penalty) and the estimate's diagnostics (SMC:
-resampling steps, ESS over tokens, standard error) as JSON; it is written to a temporary file and
+never sees stale results. Each file holds the estimate's whole record (``DocumentEstimate.to_json``): the K log
+weights (and, for a model with an unknown-word penalty, each sample's penalty) as float64 arrays, every other field
+(text, token count, log p̂, diagnostics, the distinct draws the certified bound reads, ...) as JSON, so a resumed run
+states what the first one stated; it is written to a temporary file and
 renamed into place, so a killed process never leaves a half-written result and concurrent ranks (one file per
 document) never corrupt each other.
 """
@@ -30,11 +31,10 @@ from ..estimators.registry import estimate_from_json
 
 logger = logging.getLogger(__name__)
 
-# bump when the file layout changes (2: per-sample unknown-word penalty; 3: the estimator; 4: log_likelihood_stderr)
-FORMAT_VERSION = 4
-# (and every stage's log p̂ as JSON)
-SCALARS = ("document", "num_tokens", "log_likelihood", "estimator")
-# float64 [K], with has_<name> telling None from an empty array
+# bump when the file layout changes (2: per-sample unknown-word penalty; 3: the estimator; 4: log_likelihood_stderr;
+# 5: the whole record, distinct draws included: without them a resumed run's certified bound moved)
+FORMAT_VERSION = 5
+# float64 [K], with has_<name> telling None from an empty array; every other field of the record is in record_json
 ARRAYS = ("log_weights", "unk_penalty")
 
 
@@ -104,9 +104,7 @@ class ResultsStore:
             return None
         try:
             with np.load(path, allow_pickle=False) as f:
-                record = {name: f[name].item() for name in SCALARS}
-                record["diagnostics"] = json.loads(str(f["diagnostics_json"]))
-                record["stage_log_likelihoods"] = json.loads(str(f["stages_json"]))
+                record = json.loads(str(f["record_json"]))
                 for name in ARRAYS:
                     record[name] = f[name].copy() if bool(f[f"has_{name}"]) else None
             if record["document"] != text:
@@ -121,12 +119,10 @@ class ResultsStore:
             return None
 
     def put(self, estimate: DocumentEstimate, stage: int = 0) -> None:
-        """Persist one estimate atomically: text, token count, log p̂, estimator, the arrays (log weights [K] under IS /
-        SMC, unknown-word penalties [K]) as float64 arrays, the diagnostics as JSON."""
+        """Persist one estimate atomically: the arrays (log weights [K] under IS / SMC, unknown-word penalties [K]) as
+        float64 arrays, the rest of its record as JSON."""
         record = estimate.to_json()
-        arrays = {name: np.array(record[name]) for name in SCALARS}
-        arrays["diagnostics_json"] = np.array(json.dumps(record["diagnostics"]))
-        arrays["stages_json"] = np.array(json.dumps(record["stage_log_likelihoods"]))
+        arrays = {"record_json": np.array(json.dumps({k: v for k, v in record.items() if k not in ARRAYS}))}
         for name in ARRAYS:
             arrays[f"has_{name}"] = np.array(record[name] is not None)
             arrays[name] = np.asarray(record[name] if record[name] is not None else [], dtype=np.float64)

@@ -327,3 +327,22 @@ def test_a_resumed_precision_target_says_what_it_loaded_at_each_stage(tmp_path, 
         LatentHMMEval(**args, results_dir=tmp_path).loglikelihood_rolling(rolling(DOCS), disable_tqdm=True)
     tally = caplog.text.split("have their first estimate stored")[1]
     assert f"stage 1: {len(set(DOCS))} loaded; stage 2: " in tally and " estimated" in tally
+
+
+def test_a_resumed_run_states_the_same_record_and_certified_bound(tmp_path, calls):
+    """Issue 53 (5): the store kept log p̂ and the weights but dropped the distinct draws the certified bound reads,
+    so the bound moved on resume (16.8280, then 17.0396 with the same estimates). Every document's whole record
+    comes back, and the corpus statement with it."""
+    from lm_latent_eval.estimators.corpus import corpus_estimate
+
+    first = LatentHMMEval(**ARGS, results_dir=tmp_path)
+    first.loglikelihood_rolling(rolling(DOCS), disable_tqdm=True)
+    calls.clear()
+    again = LatentHMMEval(**ARGS, results_dir=tmp_path)
+    again.loglikelihood_rolling(rolling(DOCS), disable_tqdm=True)
+    assert calls == []  # every record loaded
+    made, loaded = ([lm.exchange.peek(t) for t in DOCS] for lm in (first, again))
+    assert all(d.distinct_draws is not None for d in made)
+    assert [d.to_json() for d in loaded] == [d.to_json() for d in made]
+    bounds = [corpus_estimate(docs).perplexity_upper_bound for docs in (made, loaded)]
+    assert bounds[0] == bounds[1]
