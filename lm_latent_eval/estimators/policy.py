@@ -126,7 +126,7 @@ class UncertaintyPolicy:
                 "cannot be estimated from these samples"
             )
         if khat >= threshold:
-            return f"heavy-tailed importance weights (Pareto k̂ ≥ {threshold:.2f}, the threshold at K = {len(log_weights)})"
+            return "heavy-tailed importance weights (Pareto k̂ at or above the threshold at their K)"
         return None
 
     def smc_doubt(self, diagnostics) -> str | None:
@@ -157,9 +157,8 @@ class UncertaintyPolicy:
             doubt = "without their log q the proposal's mass they left unseen is unknown"
         elif k * draws.unseen_mass > self.max_unseen_draws:
             doubt = (
-                f"their {draws.num_distinct} distinct configurations leave {draws.unseen_mass:.2g} of the "
-                f"proposal's mass unseen, over {self.max_unseen_draws:g} draw's worth at K = {k}: configurations "
-                "the proposal rarely draws may carry much of p"
+                f"their distinct configurations leave over {self.max_unseen_draws:g} draw's worth of the "
+                "proposal's mass unseen: configurations the proposal rarely draws may carry much of p"
             )
         if doubt is None:
             return None
@@ -237,9 +236,12 @@ class UncertaintyPolicy:
         v = np.array([e.relative_variance for e in errors], dtype=np.float64)
         if lower_certified is None:
             lower_certified = self.certified_lower_bound(ll, keys)
-        untrusted = [e.reason for e in errors if not e.trusted]
+        untrusted = Counter(e.reason for e in errors if not e.trusted).most_common()
         if untrusted:
-            reason = f"{len(untrusted)} of {len(errors)} documents: {Counter(untrusted).most_common(1)[0][0]}"
+            # each reason with the number of documents it holds for (the two most common, then the rest counted)
+            reason = "; ".join(f"{n} of {len(errors)} documents: {why}" for why, n in untrusted[:2])
+            if len(untrusted) > 2:
+                reason += f"; {sum(n for _, n in untrusted[2:])} more for other reasons"
             return Interval(
                 lower_certified, math.inf, math.nan, math.nan, math.nan, math.nan, self.level, reason
             )

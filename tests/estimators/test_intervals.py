@@ -207,3 +207,20 @@ def test_the_bias_allowance_keeps_gated_smc_intervals_honest(bundled_hmm, covera
             two_sided.append(held[-1])
     assert np.mean(held) >= 0.94
     assert len(two_sided) >= 20 and np.mean(two_sided) >= 0.88, (len(two_sided), np.mean(two_sided))
+
+
+def test_the_one_sided_reason_counts_the_documents_each_reason_holds_for():
+    """Issue 53 (6): "30 of 30 documents: heavy-tailed importance weights" beside "2 of 30 documents have Pareto k̂ at
+    or above the threshold": the count was every untrusted document, the reason the most common one's, with one
+    document's own figures. Each reason now carries its own count, and no document's figures."""
+    heavy_weights = np.log(np.random.default_rng(0).pareto(0.5, size=100) + 1.0)  # tail index 0.5: k̂ ≈ 2
+    heavy, tied = (DEFAULT_POLICY.importance_doubt(lw) for lw in (heavy_weights, np.r_[np.zeros(99), 30.0]))
+    assert heavy.startswith("heavy-tailed") and tied.startswith("importance weights too concentrated")
+    assert not any(c.isdigit() for c in heavy + tied)
+    errors = [DocumentError(-3.0, 0.01, 99, reason) for reason in [heavy] * 2 + [tied] * 25 + [None] * 3]
+    errors += [DocumentError(-3.0, 0.01, 99, "a third reason")]
+    interval = DEFAULT_POLICY.interval(errors)
+    assert not interval.two_sided
+    assert (
+        interval.reason == f"25 of 31 documents: {tied}; 2 of 31 documents: {heavy}; 1 more for other reasons"
+    )
