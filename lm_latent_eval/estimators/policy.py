@@ -73,6 +73,9 @@ class UncertaintyPolicy:
         under 4 runs: 0.17 to 2.67 false alarms per stage, bench/precision_noise). A false alarm costs samples, never
         coverage; Student's t at the runs' degrees of freedom would be calibrated but blind to the missed latent path
         the test is for.
+    max_flip_probability : float
+        A multiple-choice question is settled when Monte Carlo error flipped its answer with at most this probability
+        (``decisions.flip_probability``); under a precision target the others get more samples.
 
     Examples
     --------
@@ -93,6 +96,9 @@ class UncertaintyPolicy:
     min_run_size: int = field(default=16, metadata=_why("as IS at K ≤ 10: too few to show a tail"))
     max_run_share: float = field(default=0.8, metadata=_why("one run carrying p̂: v̂ at its ceiling"))
     max_stages: int = field(default=6, metadata=_why("stage 0 and five rounds of fresh estimates"))
+    max_flip_probability: float = field(
+        default=1e-3, metadata=_why("40 questions: no flip in about 96% of runs")
+    )
     agreement_level: float = field(
         default=0.05, metadata=_why("nominal false alarms per stage, whole corpus")
     )

@@ -34,24 +34,28 @@ import torch
 from lm_eval.api.instance import Instance
 
 from ..errors import install_excepthook, running_lm_eval
-from ..estimators import DocumentEstimate, EstimatorSettings, ResolvedEstimator
+from ..estimators import DocumentEstimate, EstimatorSettings, ResolvedEstimator, UncertaintyPolicy
 from ..estimators.adaptive import estimate_corpus
+from ..estimators.registry import targets_precision
 from ..models import MODELS, checkpoint_hash, load_model, model_target
 from ..precision import DEFAULT_PRECISION, in_effect, matmul_precision
 from .advice import choose_estimator, log_like_lm_eval, warn_about_empty_documents, warn_if_unreliable
 from .cache import EstimateCache
+from .choices import ChoiceAccount, questions_of, settle
 from .conditionals import (
     NOT_GREEDY,
     GreedyNotice,
-    conditionals,
+    Pair,
     has_conditional_model,
+    prefix_estimates,
     prefix_model,
     texts_to_estimate,
+    view_conditional_estimates,
     view_estimates,
 )
 from .device_choice import choose_device, default_location
 from .distributed import Processes, ProcessesLM, distributed_state
-from .exchange import Conditional, EstimateExchange
+from .exchange import EstimateExchange
 from .generation import generate
 from .lm_eval_versions import adapt_lm_eval, rolling_answers, rolling_texts
 from .model_args import ModelArgsLM, parse_backend_args
@@ -100,7 +104,8 @@ class LatentLMEval(ModelArgsLM, ProcessesLM):
         self.estimator, self.estimator_choice = choose_estimator(
             name, args, self.model, announce=self.rank == 0
         )
-        self.results_store = open_results_store(args.results_dir, self.get_model_info())
+        self.results_store = open_results_store(args.results_dir, self.model_identity())
+        self.choices = ChoiceAccount()
         if running_lm_eval():
             install_excepthook(resume_hint(self.results_store))
         store = self.results_store
@@ -171,11 +176,18 @@ class LatentLMEval(ModelArgsLM, ProcessesLM):
         >>> value < 0, greedy, lm.exchange.continuation_tokens("Anna saw", " the dog.", value)
         (True, False, 3)
         """
-        pairs = [req.args for req in requests]
+        pairs = [tuple(req.args) for req in requests]
         if has_conditional_model(self.model):
-            values = self.batches.view_conditionals(self.estimator, pairs, not disable_tqdm)
+            found, again = self.batches.view_conditionals(self.estimator, pairs, not disable_tqdm)
         else:
-            values = self.batches.prefix_conditionals(self.estimator, pairs, not disable_tqdm)
+            found, again = self.batches.prefix_conditionals(self.estimator, pairs, not disable_tqdm)
+        questions, policy = questions_of(requests), UncertaintyPolicy.of(self.settings)
+        if questions and targets_precision(self.settings):
+            found = settle(questions, found, again, policy, self.settings.sample_budget)
+        self.choices = ChoiceAccount.of(questions, found, policy)
+        for line, doubt in self.choices.lines() if self.rank == 0 else []:
+            logger.log(logging.WARNING if doubt else logging.INFO, "%s: %s", type(self).__name__, line)
+        values = {pair: found.conditional(pair) for pair in dict.fromkeys(pairs)}
         self.greedy.warn()
         self.exchange.make_current()
         self.exchange.put_conditionals(values)
@@ -210,14 +222,21 @@ class LatentLMEval(ModelArgsLM, ProcessesLM):
             return generate(self.model, requests, self.settings.seed, self._device, not disable_tqdm, scores)
 
     def get_model_info(self) -> dict:
-        """Model identity and estimator settings; lm-eval merges them into ``results["config"]`` (``provenance``)."""
+        """``model_identity`` and, after multiple-choice requests, their Monte Carlo account per task
+        (``choice_monte_carlo``: ``choices.ChoiceAccount``); lm-eval merges it into ``results["config"]``."""
+        return self.model_identity() | (
+            {"choice_monte_carlo": self.choices.tasks} if self.choices.tasks else {}
+        )
+
+    def model_identity(self) -> dict:
+        """Model identity and estimator settings (``provenance``): what keys the results store and the cache."""
         loaded = (self.model, self.checkpoint, self.checkpoint_sha256)
         info = model_info(self.args, *loaded, self.settings, self.estimator_choice, self._device)
         return info | {"device_choice": self.device_choice.reason or "as asked or by default"}
 
     def set_cache_hook(self, cache_hook) -> None:
         """lm-eval's ``--use_cache``: refuse a database another model or estimator wrote; keep our estimates in it."""
-        self.exchange.keep_in(EstimateCache.of(cache_hook, self.get_model_info()))
+        self.exchange.keep_in(EstimateCache.of(cache_hook, self.model_identity()))
         super().set_cache_hook(cache_hook)
 
     def before_gather(self, dst: int) -> None:
@@ -295,22 +314,22 @@ class DocumentBatches:
         with torch_threads(self.cores.threads), matmul_precision(self.precision, self.device):
             yield
 
-    def prefix_conditionals(
-        self, estimator: ResolvedEstimator, pairs: list[tuple[str, str]], progress: bool
-    ) -> dict[tuple[str, str], Conditional]:
+    def prefix_conditionals(self, estimator: ResolvedEstimator, pairs: list[Pair], progress: bool) -> tuple:
         """log p̂(continuation | context) = log p̂(context ⊕ continuation) − log p̂(context) from the model's prefix
-        probability (``conditionals``: refused where the model has none)."""
+        probability (``conditionals``: refused where the model has none): the ``ConditionalEstimates`` and the
+        function that estimates some of their texts again with more samples (``resized``)."""
         view = prefix_model(self.model)
         desc = f"{estimator.settings.estimator} log p(context, continuation)"
-        return conditionals(
-            pairs, self.estimate(texts_to_estimate(view, pairs), estimator.on(view), desc, progress)
-        )
+        found = self.estimate(texts_to_estimate(view, pairs), estimator.on(view), desc, progress)
 
-    def view_conditionals(
-        self, estimator: ResolvedEstimator, pairs: list[tuple[str, str]], progress: bool
-    ) -> dict[tuple[str, str], Conditional]:
+        def again(sizes: dict[str, int], round_: int) -> dict[str, DocumentEstimate]:
+            return self.resized(estimator.on(view), sizes, round_)
+
+        return prefix_estimates(pairs, found), again
+
+    def view_conditionals(self, estimator: ResolvedEstimator, pairs: list[Pair], progress: bool) -> tuple:
         """log p̂(continuation | context) from the model's conditional views (``conditionals.view_estimates``), one
-        reliability warning for them all."""
+        reliability warning for them all; as ``prefix_conditionals``, with the function that estimates again."""
 
         def estimate(view, texts):
             desc = f"{estimator.settings.estimator} log p(continuation | context)"
@@ -318,7 +337,27 @@ class DocumentBatches:
 
         estimates = view_estimates(self.model, pairs, estimate, progress)
         self.check("log p(continuation | context)", estimator.settings, estimates)
-        return {pair: Conditional(e.log_likelihood, e.num_tokens) for pair, e in estimates.items()}
+
+        def again(sizes: dict[Pair, int], round_: int) -> dict[Pair, DocumentEstimate]:
+            out = {}
+            for ctx in dict.fromkeys(ctx for ctx, _ in sizes):
+                on_view = estimator.on(self.model.conditional_model(ctx))
+                texts = {ctx + cont: (ctx, cont) for c, cont in sizes if c == ctx}
+                resized = self.resized(on_view, {t: sizes[pair] for t, pair in texts.items()}, round_)
+                out |= {texts[t]: e for t, e in resized.items()}
+            return out
+
+        return view_conditional_estimates(estimates), again
+
+    def resized(self, estimator: ResolvedEstimator, sizes: dict[str, int], round_: int) -> dict:
+        """Fresh estimates of the texts of ``sizes`` at their K, from the streams of round ``round_`` after the
+        precision target's stages (``harness.choices.settle``)."""
+        stage = UncertaintyPolicy.of(estimator.settings).max_stages + round_
+        with self.computing():
+            done = estimator.estimate_documents(
+                list(sizes), list(sizes.values()), device=self.device, stage=stage
+            )
+        return dict(zip(sizes, done))
 
     def greedy_scores(
         self, estimator: ResolvedEstimator, pairs: list[tuple[str, str]]

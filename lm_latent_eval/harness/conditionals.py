@@ -13,7 +13,9 @@ conditional of the continuation's tokens when tokens(ctx) are not a prefix of to
 
 from __future__ import annotations
 
+import math
 import warnings
+from dataclasses import dataclass
 
 import torch
 from tqdm import tqdm
@@ -26,7 +28,8 @@ from .exchange import Conditional
 Pair = tuple[str, str]
 NOT_GREEDY = (
     "{owner}: is_greedy is not computed for latent LMs (always False), so metrics built on it (e.g. 'acc' of "
-    "loglikelihood tasks such as lambada) are meaningless; multiple-choice accuracy is unaffected"
+    "loglikelihood tasks such as lambada) are meaningless; multiple-choice accuracy does not use it (the Monte Carlo "
+    "error of its answers is logged per task and kept in the results' choice_monte_carlo)"
 )
 
 
@@ -112,23 +115,49 @@ def texts_to_estimate(model, pairs: list[Pair]) -> list[str]:
     return [ctx for ctx, _ in pairs] + [ctx + cont for ctx, cont in pairs]
 
 
-def conditionals(pairs: list[Pair], estimates: dict[str, DocumentEstimate]) -> dict[Pair, Conditional]:
-    """log p̂(ctx ⊕ cont) − log p̂(ctx) and the continuation's model tokens, per distinct pair.
+@dataclass
+class ConditionalEstimates:
+    """The document estimates behind each pair's log p̂(continuation | context): ``terms[pair]`` lists (sign, key)
+    and the value is Σ sign · log p̂ of ``estimates[key]`` (the prefix path: (+1, context ⊕ continuation), (−1,
+    context); a conditional view: (+1, pair)). ``replace`` swaps in new estimates of some keys (more samples for a
+    question whose answer is not settled, ``harness.choices``).
 
     Examples
     --------
     >>> from lm_latent_eval.estimators import ExactEstimate
-    >>> estimates = {"a": ExactEstimate("a", 1, -1.0), "a b": ExactEstimate("a b", 2, -3.5)}
-    >>> conditionals([("a", " b")], estimates)
-    {('a', ' b'): Conditional(log_likelihood=-2.5, num_tokens=1)}
+    >>> found = prefix_estimates([("a", " b")], {"a": ExactEstimate("a", 1, -1.0), "a b": ExactEstimate("a b", 2, -3.5)})
+    >>> found.conditional(("a", " b"))
+    Conditional(log_likelihood=-2.5, num_tokens=1, stderr=0.0)
     """
-    return {
-        (ctx, cont): Conditional(
-            estimates[ctx + cont].log_likelihood - estimates[ctx].log_likelihood,
-            estimates[ctx + cont].num_tokens - estimates[ctx].num_tokens,
+
+    terms: dict[Pair, tuple[tuple[float, object], ...]]
+    estimates: dict[object, DocumentEstimate]
+
+    def conditional(self, pair: Pair) -> Conditional:
+        """log p̂(continuation | context), the continuation's model tokens, and the standard error √Σ v̂ of the terms'
+        log p̂ (NaN where a v̂ cannot be trusted)."""
+        parts = [(sign, self.estimates[key]) for sign, key in self.terms[pair]]
+        errors = [e.error() for _, e in parts]
+        v = sum(err.relative_variance for err in errors)
+        return Conditional(
+            sum(sign * e.log_likelihood for sign, e in parts),
+            sum(int(sign) * e.num_tokens for sign, e in parts),
+            math.sqrt(v) if all(err.trusted for err in errors) and math.isfinite(v) else math.nan,
         )
-        for ctx, cont in pairs
-    }
+
+    def replace(self, estimates: dict) -> ConditionalEstimates:
+        return ConditionalEstimates(self.terms, {**self.estimates, **estimates})
+
+
+def prefix_estimates(pairs: list[Pair], estimates: dict[str, DocumentEstimate]) -> ConditionalEstimates:
+    """log p̂(ctx ⊕ cont) − log p̂(ctx) per distinct pair, from the estimates of the texts."""
+    terms = {(ctx, cont): ((1.0, ctx + cont), (-1.0, ctx)) for ctx, cont in pairs}
+    return ConditionalEstimates(terms, estimates)
+
+
+def view_conditional_estimates(estimates: dict[Pair, DocumentEstimate]) -> ConditionalEstimates:
+    """Each pair's own estimate from the context's conditional view (``view_estimates``)."""
+    return ConditionalEstimates({pair: ((1.0, pair),) for pair in estimates}, dict(estimates))
 
 
 class GreedyNotice:

@@ -47,11 +47,13 @@ class NoEstimateError(UserError, RuntimeError):
 
 @dataclass(frozen=True)
 class Conditional:
-    """What ``loglikelihood`` answered for one (context, continuation): log p̂(continuation | context) and the
-    model tokens of the continuation (a completion task's perplexity divides by them)."""
+    """What ``loglikelihood`` answered for one (context, continuation): log p̂(continuation | context), the
+    model tokens of the continuation (a completion task's perplexity divides by them) and the Monte Carlo standard
+    error of the value (NaN where it cannot be estimated honestly)."""
 
     log_likelihood: float
     num_tokens: int
+    stderr: float = math.nan
 
 
 def _same(a: float, b: float) -> bool:

@@ -45,9 +45,9 @@ class LatentTokenizationEval(LatentLMEval):
             "latent_tokenization: is_greedy is only computed by estimator=canonical (False here)"
         )
 
-    def get_model_info(self) -> dict:
+    def model_identity(self) -> dict:
         """The base provenance, with the model settings that can change a number."""
-        info = super().get_model_info()
+        info = super().model_identity()
         info["max_length"] = self.model.max_length
         if self.estimator.estimator.draws_from_proposal:
             info["estimator_settings"]["canonical_mix"] = self.model.canonical_mix

@@ -1,0 +1,62 @@
+"""The answer to a multiple-choice question under Monte Carlo error: how likely the choice with the largest estimate
+is not the choice with the largest true log-likelihood.
+
+Choice i's value is a signed sum of document estimates, s_i = Σ_j A_ij log p̂_j (log p̂(context ⊕ continuation) −
+log p̂(context), or one estimate of a conditional view). To first order log p̂_j ≈ log p_j − v_j/2 + √v_j ε_j with
+v_j = Var(p̂_j)/p_j² (``DocumentError.relative_variance``) and ε_j independent standard normals (each document its
+own random stream); read the other way, log p_j ≈ log p̂_j + v̂_j/2 + √v̂_j ε_j. The flip probability is the chance
+that argmax_i Σ_j A_ij log p_j under these draws differs from the chosen argmax_i s_i: a document shared by every
+choice (the context) moves all of them alike and changes nothing. It is 0 where every v̂ is 0 (exact estimates)
+and undefined (NaN) where some v̂ cannot be trusted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from .intervals import DocumentError
+
+# normal draws per question: resolves a flip probability of 1e-3 to about ±2e-4 (one standard error)
+FLIP_DRAWS = 1 << 15
+
+
+def flip_probability(signs: np.ndarray, errors: Sequence[DocumentError]) -> float:
+    """P(the chosen answer is not the argmax of the true values) under the first-order normal reading above.
+
+    Parameters
+    ----------
+    signs : np.ndarray
+        [m, d]: choice i's value is Σ_j signs[i, j] log p̂_j over the d documents.
+    errors : sequence of DocumentError
+        The d documents' estimates and errors.
+
+    Returns
+    -------
+    float
+        In [0, 1]; NaN where a document whose sign differs between choices has an untrusted or infinite v̂.
+
+    Examples
+    --------
+    >>> two = np.array([[1.0, -1.0, 0.0], [0.0, -1.0, 1.0]])  # (context ⊕ a) − context, (context ⊕ b) − context
+    >>> docs = [DocumentError(-10.0, 0.01, 99), DocumentError(-4.0, 1.0, 99), DocumentError(-10.1, 0.01, 99)]
+    >>> round(flip_probability(two, docs), 2)  # Φ(−0.1 / √0.02): the context's large v̂ cancels
+    0.24
+    >>> flip_probability(two, [DocumentError(-10.0, 0.0, math.inf)] * 2 + [DocumentError(-10.1, 0.0, math.inf)])
+    0.0
+    """
+    signs = np.asarray(signs, dtype=np.float64)
+    values = signs @ np.array([e.log_likelihood for e in errors])
+    chosen = int(np.argmax(values))
+    # documents that move the choices apart (a column constant over the choices shifts them all alike)
+    moving = np.flatnonzero(np.ptp(signs, axis=0) > 0) if len(signs) > 1 else np.array([], dtype=int)
+    v = np.array([errors[j].relative_variance for j in moving])
+    if any(not errors[j].trusted for j in moving) or not np.isfinite(v).all():
+        return math.nan
+    if not v.any():
+        return 0.0
+    centre = np.array([errors[j].corrected for j in moving])
+    draws = centre + np.sqrt(v) * np.random.default_rng(0).standard_normal((FLIP_DRAWS, len(moving)))
+    return float((np.argmax(draws @ signs[:, moving].T, axis=1) != chosen).mean())

@@ -1,0 +1,154 @@
+"""Multiple-choice answers under Monte Carlo error: the choices of one question, how likely Monte Carlo error flipped
+its answer, more samples for the questions not yet settled, and the run's account per task.
+
+lm-eval asks one ``loglikelihood`` request per choice, all of one document (``Instance.doc_id``), and takes the
+argmax: acc is a function of estimates, and lm-eval's acc Stderr counts the questions' sampling error only. Each
+question's flip probability (``estimators.decisions.flip_probability``) says how likely its chosen answer is not
+the exact argmax; their sum is the expected number of flipped questions. Under a precision target (``target_se``,
+as ``auto`` runs for a model without an exact marginal) every question whose flip probability exceeds
+``UncertaintyPolicy.max_flip_probability`` (or cannot be estimated) has the documents that tell its choices apart
+estimated afresh at four times their samples, up to ``max_samples``, for up to ``max_stages`` rounds; a question
+keeps its newest estimates, whose size its earlier rounds fixed before they were drawn.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..estimators import DocumentEstimate, UncertaintyPolicy
+from ..estimators.decisions import flip_probability
+from .conditionals import ConditionalEstimates, Pair
+
+logger = logging.getLogger(__name__)
+# a question whose flip probability exceeds this (or is unknown) is listed as unsettled in the run's account
+UNSETTLED = 0.05
+# samples of an unsettled question's documents grow by this factor per round
+GROWTH = 4
+
+
+@dataclass(frozen=True)
+class Question:
+    """The choices of one multiple-choice question: lm-eval's task and document, and the (context, continuation) of
+    each choice in its order."""
+
+    task: str
+    doc_id: int
+    pairs: tuple[Pair, ...]
+
+
+def questions_of(requests) -> list[Question]:
+    """The questions among lm-eval's ``loglikelihood`` requests: those of one (task, document) with two or more
+    distinct pairs, in the order lm-eval numbered the choices (``Instance.idx``).
+
+    Examples
+    --------
+    >>> from lm_eval.api.instance import Instance
+    >>> reqs = [Instance("loglikelihood", {}, ("Q:", c), i, ("t", 7, 1)) for i, c in enumerate([" a", " b"])]
+    >>> questions_of(reqs)
+    [Question(task='t', doc_id=7, pairs=(('Q:', ' a'), ('Q:', ' b')))]
+    """
+    groups: dict[tuple, dict[Pair, None]] = {}
+    for req in sorted(requests, key=lambda r: r.idx):
+        if getattr(req, "doc_id", None) is not None:
+            groups.setdefault((req.task_name, req.doc_id), {})[tuple(req.args)] = None
+    return [Question(task, doc, tuple(pairs)) for (task, doc), pairs in groups.items() if len(pairs) > 1]
+
+
+def _signs(question: Question, found: ConditionalEstimates) -> tuple[np.ndarray, list]:
+    """[m, d] signs of the question's m choices over its d distinct documents, and the documents' keys."""
+    keys = list(dict.fromkeys(key for pair in question.pairs for _, key in found.terms[pair]))
+    signs = np.zeros((len(question.pairs), len(keys)))
+    for i, pair in enumerate(question.pairs):
+        for sign, key in found.terms[pair]:
+            signs[i, keys.index(key)] += sign
+    return signs, keys
+
+
+def question_flip(question: Question, found: ConditionalEstimates, policy: UncertaintyPolicy) -> float:
+    """The probability that Monte Carlo error flipped the question's answer (NaN: unknown)."""
+    signs, keys = _signs(question, found)
+    return flip_probability(signs, [found.estimates[k].error(policy) for k in keys])
+
+
+def settle(
+    questions: list[Question],
+    found: ConditionalEstimates,
+    reestimate: Callable[[dict, int], dict],
+    policy: UncertaintyPolicy,
+    budget: int,
+) -> ConditionalEstimates:
+    """More samples for the questions not yet settled (module docstring). ``reestimate({key: K}, round)`` returns
+    fresh estimates of those documents at those sizes, from streams of that round; ``budget``: max_samples."""
+    for round_ in range(1, policy.max_stages):
+        sizes = {}
+        for q in questions:
+            p = question_flip(q, found, policy)
+            if p <= policy.max_flip_probability:
+                continue
+            signs, keys = _signs(q, found)
+            for j in np.flatnonzero(np.ptp(signs, axis=0) > 0):
+                est = found.estimates[keys[j]]
+                if est.sampled and est.num_samples < budget:
+                    sizes[keys[j]] = min(GROWTH * est.num_samples, budget)
+        if not sizes:
+            break
+        logger.info(
+            "multiple choice: %d documents of unsettled questions re-estimated with more samples (round %d)",
+            len(sizes),
+            round_,
+        )
+        found = found.replace(reestimate(sizes, round_))
+    return found
+
+
+@dataclass
+class ChoiceAccount:
+    """Per task, what Monte Carlo error may have done to the answers of one ``loglikelihood`` batch: questions,
+    expected flipped questions (the sum of the flip probabilities), questions whose flip probability is unknown or
+    above ``UNSETTLED``, and the mean samples per document that tells their choices apart. ``tasks`` goes into
+    lm-eval's results (``choice_monte_carlo``), ``lines()`` into the log beside its table."""
+
+    tasks: dict[str, dict] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls, questions: list[Question], found: ConditionalEstimates, policy: UncertaintyPolicy
+    ) -> ChoiceAccount:
+        rows: dict[str, dict] = {}
+        for q in questions:
+            p = question_flip(q, found, policy)
+            signs, keys = _signs(q, found)
+            moving = [_samples(found.estimates[keys[j]]) for j in np.flatnonzero(np.ptp(signs, axis=0) > 0)]
+            row = rows.setdefault(
+                q.task, {"questions": 0, "expected_flips": 0.0, "unknown": 0, "unsettled": 0}
+            )
+            row["questions"] += 1
+            row["unknown"] += int(math.isnan(p))
+            row["unsettled"] += int(not p <= UNSETTLED)
+            row["expected_flips"] += 0.0 if math.isnan(p) else p
+            row["mean_samples"] = row.get("mean_samples", 0.0) + (float(np.mean(moving)) if moving else 0.0)
+        for row in rows.values():
+            row["mean_samples"] /= row["questions"]
+        return cls(rows)
+
+    def lines(self) -> list[tuple[str, bool]]:
+        """(line, whether it is a warning: some answer may be flipped) per task."""
+        return [
+            (
+                f"{task}: Monte Carlo error flipped {r['expected_flips']:.2f} of {r['questions']} answers in "
+                f"expectation; {r['unsettled']} questions have a flip probability above {UNSETTLED:.0%}"
+                + (f" or unknown ({r['unknown']} unknown)" if r["unknown"] else "")
+                + " (lm-eval's acc Stderr counts the questions' sampling only)",
+                r["unsettled"] > 0 or r["expected_flips"] >= 0.005,
+            )
+            for task, r in self.tasks.items()
+        ]
+
+
+def _samples(estimate: DocumentEstimate) -> float:
+    return estimate.num_samples if estimate.sampled else 0.0

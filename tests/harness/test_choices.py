@@ -1,0 +1,112 @@
+"""Multiple-choice answers under Monte Carlo error (issue 53, item 4): acc is an argmax over estimates, so estimator
+noise flips answers. Each question's flip probability, the run's expected flips per task, and, under a precision
+target, more samples for the questions not yet settled: acc then equals the exact-values acc."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+pytest.importorskip("lm_eval")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import choice_flips
+
+from lm_latent_eval.estimators.decisions import flip_probability
+from lm_latent_eval.estimators.intervals import DocumentError
+from lm_latent_eval.harness.backends import LatentHMMEval
+
+# (context ⊕ a) − context, (context ⊕ b) − context over the documents [context ⊕ a, context, context ⊕ b]
+TWO = np.array([[1.0, -1.0, 0.0], [0.0, -1.0, 1.0]])
+
+
+@pytest.mark.parametrize("gap", [0.0, 0.05, 0.2, 0.5])
+def test_two_choices_flip_with_the_normal_tail_of_their_corrected_gap(gap):
+    """Two choices: P(flip) = Φ(−Δ / √(v_a + v_b)), Δ the bias-corrected gap in favour of the chosen one; the
+    shared context's v̂, however large, changes nothing."""
+    v_a, v_b = 0.01, 0.03
+    docs = [DocumentError(-10.0, v_a, 99), DocumentError(-3.0, 5.0, 99), DocumentError(-10.0 - gap, v_b, 99)]
+    corrected = (-10.0 + v_a / 2) - (-10.0 - gap + v_b / 2)
+    expected = stats.norm.cdf(-corrected / math.sqrt(v_a + v_b))
+    assert flip_probability(TWO, docs) == pytest.approx(expected, abs=4 * math.sqrt(0.25 / 2**15))
+
+
+def test_exact_estimates_never_flip_and_an_untrusted_error_is_unknown():
+    exact = [
+        DocumentError(-10.0, 0.0, math.inf),
+        DocumentError(-3.0, 0.0, math.inf),
+        DocumentError(-10.0, 0.0, math.inf),
+    ]
+    assert flip_probability(TWO, exact) == 0.0
+    doubted = [DocumentError(-10.0, 0.01, 99, "heavy-tailed"), *exact[1:]]
+    assert math.isnan(flip_probability(TWO, doubted))
+    # an untrusted context is shared by both choices: it moves neither apart
+    shared = [exact[0], DocumentError(-3.0, 0.5, 99, "heavy-tailed"), exact[2]]
+    assert flip_probability(TWO, shared) == 0.0
+
+
+def test_four_choices_against_simulated_noise():
+    """The flip probability is the share of fresh estimates, drawn with the stated errors, whose argmax moves."""
+    rng = np.random.default_rng(0)
+    truth, v = np.array([-9.0, -9.1, -9.3, -10.0]), np.array([0.02, 0.01, 0.04, 0.02])
+    signs = np.eye(4)
+    estimates = truth - v / 2 + np.sqrt(v) * rng.standard_normal((400, 4))
+    flips = [
+        flip_probability(signs, [DocumentError(e, vi, 99) for e, vi in zip(row, v)]) for row in estimates
+    ]
+    observed = float((estimates.argmax(axis=1) != truth.argmax()).mean())
+    # the reported probabilities average to the observed rate of flips (first-order normal errors: calibrated)
+    assert float(np.mean(flips)) == pytest.approx(observed, abs=0.06)
+
+
+@pytest.fixture(scope="module")
+def hmm_choice(tmp_path_factory):
+    """lm-eval's arc_easy over tests/data/hmm_choice, and its exact acc and answers."""
+    manager = choice_flips.task_manager(tmp_path_factory.mktemp("tasks"))
+    return manager, choice_flips.answers(LatentHMMEval(estimator="exact", device="cpu"), manager)
+
+
+def test_a_run_without_a_target_reports_its_expected_flips(hmm_choice):
+    """SMC at K = 100 without a precision target: the run says how many answers its noise may have flipped; the exact
+    estimator says none."""
+    manager, (_, _, exact_summary) = hmm_choice
+    assert exact_summary == {
+        "questions": 40,
+        "expected_flips": 0.0,
+        "unknown": 0,
+        "unsettled": 0,
+        "mean_samples": 0.0,
+    }
+    _, _, summary = choice_flips.answers(
+        LatentHMMEval(estimator="smc", num_samples=100, seed=1, device="cpu"), manager
+    )
+    assert summary["questions"] == 40 and summary["expected_flips"] > 0.5 and summary["unsettled"] > 0
+    assert summary["mean_samples"] == 100
+
+
+def test_the_precision_target_settles_every_answer(hmm_choice):
+    """SMC with target_se: the questions not settled get more samples until their flip probability is at most
+    UncertaintyPolicy.max_flip_probability; acc is the exact acc (bench/choice_flips: 20 of 20 seeds)."""
+    manager, (exact_acc, exact, _) = hmm_choice
+    lm = LatentHMMEval(estimator="smc", num_samples=100, target_se=0.002, seed=1, device="cpu")
+    acc, chosen, summary = choice_flips.answers(lm, manager)
+    assert chosen == exact and acc == exact_acc
+    assert summary["unsettled"] == 0 and summary["expected_flips"] < 40 * 1e-3
+    assert summary["mean_samples"] > 100
+
+
+@pytest.mark.slow
+def test_with_the_precision_target_acc_is_exact_in_19_of_20_seeds(hmm_choice):
+    manager, (exact_acc, _, _) = hmm_choice
+    runs = [
+        choice_flips.answers(
+            LatentHMMEval(estimator="smc", num_samples=100, target_se=0.002, seed=seed, device="cpu"), manager
+        )[0]
+        for seed in range(1, 21)
+    ]
+    assert sum(acc == exact_acc for acc in runs) >= 19
