@@ -82,6 +82,12 @@ def level(text: str) -> float:
     return value
 
 
+# what a Ctrl-C prints after "interrupted": what a subcommand keeps of its work, where it is not obvious
+INTERRUPTED = {
+    "sweep": "nothing written (a sweep writes its files once every row is done); fewer --temperatures, "
+    "--beam-sizes or --num-samples make a shorter run",
+}
+
 # former spellings of options, still accepted: old -> new (a warning names the new one)
 DEPRECATED_OPTIONS = {"--output-dir": "--output"}
 
@@ -187,6 +193,11 @@ def main(argv: list[str] | None = None) -> int:
         except (UserError, OSError) as err:
             print(f"lm-latent-eval {args.command}: error: {one_line(err)}", file=sys.stderr)
             return 2
+        except KeyboardInterrupt:
+            # on a line of its own: a Ctrl-C usually lands in the middle of a progress bar's line
+            hint = f"; {INTERRUPTED[args.command]}" if args.command in INTERRUPTED else ""
+            print(f"\nlm-latent-eval {args.command}: interrupted{hint}", file=sys.stderr)
+            return 130
     finally:
         _Parser.argv = ()
         warnings.formatwarning = saved

@@ -11,11 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from lm_latent_eval.cli import main
-from lm_latent_eval.errors import InputError, UserError, excepthook
+from lm_latent_eval.errors import InputError, UnsupportedError, UserError, excepthook
+from lm_latent_eval.models import default_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
+KGLM = default_checkpoint("kglm")
 
 
 def _one_error_line(text: str, prefix: str) -> str:
@@ -66,6 +69,20 @@ def test_a_bug_keeps_its_traceback(monkeypatch):
         main(["sweep"])
 
 
+def test_ctrl_c_during_a_subcommand_is_one_line(monkeypatch, capsys):
+    """Issue 53, item 7: Ctrl-C during ``sweep`` was a KeyboardInterrupt traceback and wrote nothing, unsaid; it is one
+    line saying what was kept, and the exit status of an interrupt (130)."""
+    from lm_latent_eval.reports.sweep import cli as sweep_cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_cli, "run", interrupted)
+    assert main(["sweep"]) == 130
+    line = _one_error_line(capsys.readouterr().err, "lm-latent-eval sweep: interrupted; nothing written")
+    assert "fewer --temperatures, --beam-sizes or --num-samples make a shorter run" in line
+
+
 def test_excepthook_prints_user_errors_in_one_line_and_passes_the_rest_on(capsys):
     seen = []
     excepthook(InputError, InputError("bad\nvalue"), None, previous=lambda *a: seen.append(a))
@@ -105,6 +122,18 @@ def _lm_eval(model_args: str, tmp_path: Path) -> subprocess.CompletedProcess:
             "pretrained=/nope: no such folder (/nope), and it is not a Hugging Face Hub id",
             marks=pytest.mark.slow,  # the same path as above; load_model's message is tested in tests/models
         ),
+        # issue 53 (7): another model's checkpoint was a ValueError traceback from HMMLanguageModel.__init__
+        (
+            f"pretrained={KGLM}",
+            "a checkpoint of model kglm (by its config.json), not of model hmm; use model kglm",
+        ),
+        # the same paths as the in-process table below
+        pytest.param("device=tpu", "device=tpu: not a torch device", marks=pytest.mark.slow),
+        pytest.param(
+            "estimator=smc,num_samples=100,max_samples=10",
+            "max_samples=10 is below num_samples=100",
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_lm_eval_with_bad_model_args_prints_one_error_line(model_args, expected, tmp_path):
@@ -127,6 +156,113 @@ def test_an_estimator_the_model_cannot_serve_is_one_line_when_the_backend_is_bui
     message = str(caught.value)
     assert isinstance(caught.value, UserError) and "\n" not in message
     assert message == "KGLM has no exact log_marginal(x); use estimator=auto, or one of smc, is, beam"
+
+
+@pytest.fixture
+def damaged(tmp_path) -> dict[str, Path]:
+    """Copies of the bundled HMM checkpoint with a file cut off, and an empty folder."""
+    import shutil
+
+    folders = {name: tmp_path / name for name in ("EMPTY", "TRUNCATED", "CUT")}
+    folders["EMPTY"].mkdir()
+    for name in ("TRUNCATED", "CUT"):
+        shutil.copytree(default_checkpoint("hmm"), folders[name])
+    with open(folders["TRUNCATED"] / "model.safetensors", "r+b") as fh:
+        fh.truncate(1000)
+    config = folders["CUT"] / "config.json"
+    config.write_bytes(config.read_bytes()[:40])
+    return folders
+
+
+@pytest.mark.parametrize(
+    ("backend", "model_args", "expected"),
+    [
+        (
+            "LatentHMMEval",
+            {"pretrained": str(KGLM)},
+            (
+                f"pretrained={KGLM}: a checkpoint of model kglm (by its config.json), not of model hmm; use model kglm "
+                "(--model latent_kglm), or name a checkpoint of hmm"
+            ),
+        ),
+        (
+            "LatentHMMEval",
+            {"pretrained": "EMPTY"},
+            "pretrained=EMPTY: an empty folder; name a checkpoint folder (config.json, model.safetensors)",
+        ),
+        (
+            "LatentHMMEval",
+            {"pretrained": "TRUNCATED"},
+            (
+                "pretrained=TRUNCATED: TRUNCATED/model.safetensors is cut off or damaged (Error while deserializing "
+                "header: incomplete metadata, file not fully covered); copy or download the checkpoint again"
+            ),
+        ),
+        (
+            "LatentHMMEval",
+            {"pretrained": "CUT"},
+            (
+                "pretrained=CUT: CUT/config.json is not valid JSON (Unterminated string starting at: line 4 column 3 "
+                "(char 37)): cut off or damaged; copy or download the checkpoint again"
+            ),
+        ),
+        pytest.param(
+            "LatentHMMEval",
+            {"device": "mps"},
+            "device=mps: not available on this machine; use cpu",
+            marks=pytest.mark.skipif(
+                torch.backends.mps.is_available() or torch.cuda.is_available(), reason="has mps or cuda"
+            ),
+        ),
+        (
+            "LatentHMMEval",
+            {"device": "tpu"},
+            "device=tpu: not a torch device; use cpu, cuda or cuda:N (mps on a Mac)",
+        ),
+        (
+            "LatentMaskedEval",
+            {"policy_temperature": -1},
+            "policy_temperature must be a finite number >= 0 (0: deterministic), got -1.0",
+        ),
+        ("LatentLDAEval", {"unknown_words": "foo"}, "unknown_words must be one of drop, error, got 'foo'"),
+        (
+            "LatentHMMEval",
+            {"estimator": "smc", "num_samples": 100, "max_samples": 10},
+            (
+                "bad model_args for LatentHMMEval: max_samples=10 is below num_samples=100: the precision target starts "
+                "from num_samples and grows up to max_samples; raise max_samples or lower num_samples"
+            ),
+        ),
+    ],
+)
+def test_a_bad_checkpoint_or_model_arg_is_one_line_naming_it(backend, model_args, expected, damaged):
+    """Issue 53, items 7 and 8: another model's checkpoint, an empty folder, a cut-off model.safetensors or
+    config.json, a device torch does not know or this machine lacks, a negative policy_temperature, an unknown
+    unknown_words, and max_samples below num_samples were each a traceback (or, for max_samples, a run of 10
+    particles blamed on SMC); each is a UserError (one line under lm_eval) naming the file or setting and what to do."""
+    from lm_latent_eval.harness import backends
+
+    folders = {name: str(path) for name, path in damaged.items()}
+    given = {k: folders.get(v, v) if isinstance(v, str) else v for k, v in model_args.items()}
+    with pytest.raises(UserError) as caught:
+        getattr(backends, backend)(**{"device": "cpu", **given})
+    for name, path in folders.items():
+        expected = expected.replace(name, path)
+    assert str(caught.value) == expected
+
+
+def test_apply_chat_template_is_refused_in_one_line(tmp_path):
+    """Issue 53, item 7: ``--apply_chat_template`` raised lm-eval's NotImplementedError (a traceback); our backends
+    have no chat template and say so as a UserError."""
+    from lm_eval_runs import run_lm_eval
+
+    from lm_latent_eval.harness.model_args import NO_CHAT_TEMPLATE
+
+    argv = ["--model", "latent_hmm", "--tasks", "latent_ppl_tiny", "--include_path", str(REPO / "tasks"),
+            "--limit", "1", "--device", "cpu", "--output_path", str(tmp_path), "--apply_chat_template"]  # fmt: skip
+    with pytest.raises(UnsupportedError) as caught:
+        run_lm_eval(argv)
+    assert str(caught.value) == NO_CHAT_TEMPLATE
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ Floors of the import graph (each imports only the ones above it):
 0. ``settings`` (EstimatorSettings: every choice, validated once), ``seeding`` (random streams), ``aggregate``
    (log mean exp, the paper's perplexities)
 1. ``intervals`` (the math of an honest statement), ``diagnostics`` (ESS, Pareto k̂, convergence curves),
-   ``resampling`` (SMC's runs, blocks, ESS and systematic resampling)
+   ``resampling`` (SMC's runs, blocks, ESS and systematic resampling); ``decisions`` (a multiple-choice answer's
+   flip probability) above ``intervals``
 2. ``policy`` (UncertaintyPolicy: level, trust gates, remainder test, certified bound), ``smc_variance`` (SMC's runs
    and their variance estimators; IS's tied weights read as runs, ``importance_runs``)
 3. ``base`` (the Estimator base class, the DocumentEstimate record, ResolvedEstimator: an estimator bound to its

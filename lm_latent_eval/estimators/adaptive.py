@@ -26,7 +26,9 @@ support: ``UncertaintyPolicy.support_covered``) is reported at once, and nothing
 exact value, true whichever stage gave it, so stopping on it selects nothing; stage ``UncertaintyPolicy.max_stages`` − 1 is the last in any case. Reporting stage s itself would
 keep the stages whose spread came out small by chance, and their intervals would be too narrow (on the HMM they
 covered well under 95% at 10 and 50 documents). The last stage reports the precision it achieved, two-sided or
-certified by its own gate.
+certified by its own gate. Where the budget (``max_samples``) or the stage limit ended the stages before the target
+was met and the last stage's standard error is above it, one warning says so (the standard error reached, what to
+do).
 
 The allocation reads corpus-wide sums only (documents, tokens, Σ √(c T), documents in doubt or short), rounded to 9
 significant digits, so with ``all_reduce`` summing them over processes the samples of a document never depend on
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -49,6 +52,8 @@ from .policy import DEFAULT_POLICY, UncertaintyPolicy
 from .registry import targets_precision
 from .settings import EstimatorSettings
 from .workers import DocumentWorkers
+
+logger = logging.getLogger(__name__)
 
 
 class DocumentStore(Protocol):
@@ -71,7 +76,8 @@ def _allocation(
     documents: float,
     policy: UncertaintyPolicy = DEFAULT_POLICY,
 ) -> list[int]:
-    """Samples per document for the next stage (the current count where a document needs no more); ``earlier``
+    """Samples per document for the next stage (the current count where a document needs no more; more than
+    ``max_samples`` where the target needs more than the budget: the caller caps them); ``earlier``
     holds what the stages before said of each document, and is updated with this stage; ``documents`` counts the
     corpus's sampled documents over every process (``DocumentEstimate.sampled``: with tokens, not computed
     exactly; the others add nothing to Σ v or R, so the per-document cap counts only these)."""
@@ -117,7 +123,7 @@ def _allocation(
         # v̂ cannot be trusted, or disagrees with the stage before: more samples are the only remedy
         if d:
             wanted = max(wanted, 2 * k)
-        out.append(k if wanted <= k else min(max(math.ceil(wanted), 2 * k), settings.sample_budget))
+        out.append(k if wanted <= k else max(math.ceil(wanted), 2 * k))
     return out
 
 
@@ -218,7 +224,7 @@ def estimate_corpus(
     """
     all_reduce = all_reduce or (lambda values: values)
     unique = list(dict.fromkeys(texts))
-    with DocumentWorkers(estimator.model, device, workers) as pool:
+    with DocumentWorkers(estimator.model, device, workers, len(unique)) as pool:
         stage = functools.partial(_stage, pool, store, progress)
         first = f"{estimator.settings.estimator} log p(x)"
         if targets_precision(estimator.settings):
@@ -263,16 +269,22 @@ def _later_stages(current: dict, estimator: ResolvedEstimator, stage: Callable, 
     unique = list(current)
     stages = {t: [e.log_likelihood] for t, e in current.items()}
     earlier = [_History() for _ in unique]
+    stopped_short = False  # whether the budget or the stage limit ended the stages before the target was met
     for number in range(1, policy.max_stages):
         if _all_exact(current.values(), policy, all_reduce):
+            stopped_short = False
             break
         documents = _round(all_reduce([float(sum(current[t].sampled for t in unique))])[0])
         allocation = _allocation(
             [current[t] for t in unique], earlier, settings, all_reduce, documents, policy
         )
-        wanted = dict(zip(unique, allocation))
+        wanted = {t: min(k, settings.sample_budget) for t, k in zip(unique, allocation)}
         grow = [t for t in unique if wanted[t] > current[t].num_samples]
-        last = not all_reduce([float(len(grow))])[0] or number == policy.max_stages - 1
+        growing, beyond = all_reduce(
+            [float(len(grow)), float(sum(k > settings.sample_budget for k in allocation))]
+        )
+        last = not growing or number == policy.max_stages - 1
+        stopped_short = bool(growing or beyond)
         what = f"{len(grow)} documents need more samples" if grow else "the same sizes afresh"
         desc = f"precision target, {stage_label(number)}{' (last)' * last}: {what}"
         current = stage([(t, estimator.sized(wanted[t])) for t in unique], number, desc)
@@ -280,4 +292,26 @@ def _later_stages(current: dict, estimator: ResolvedEstimator, stage: Callable, 
             stages[t].append(current[t].log_likelihood)
         if last:
             break
+    if stopped_short:
+        _warn_if_target_missed(list(current.values()), settings, policy, all_reduce, number + 1)
     return {t: dataclasses.replace(e, stage_log_likelihoods=stages[t]) for t, e in current.items()}
+
+
+def _warn_if_target_missed(estimates, settings: EstimatorSettings, policy, all_reduce, stages: int) -> None:
+    """A warning when the last stage, which the budget or the stage limit made the last, did not reach the target:
+    its standard error √(Σ v̂) / T nats per token over the documents whose v̂ can be trusted (summed over the
+    processes), and what to do."""
+    errors = [e.error(policy) for e in estimates if e.sampled]
+    v = [err.relative_variance for err in errors if err.trusted and math.isfinite(err.relative_variance)]
+    tokens, sum_v, unjudged = all_reduce(
+        [float(sum(e.num_tokens for e in estimates)), sum(v), float(len(errors) - len(v))]
+    )
+    if tokens == 0 or (unjudged == 0 and math.sqrt(sum_v) <= settings.target_se * tokens):
+        return
+    untrusted = f" ({unjudged:.0f} documents' error could not be judged)" if unjudged else ""
+    logger.warning(
+        "the precision target target_se=%g was not reached: a standard error of %.3g nats per token%s after %d "
+        "stages of up to max_samples=%d samples per document; raise max_samples or num_samples, or set a "
+        "target_se this budget can meet",
+        settings.target_se, math.sqrt(sum_v) / tokens, untrusted, stages, settings.sample_budget,
+    )  # fmt: skip

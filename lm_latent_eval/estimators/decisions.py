@@ -4,7 +4,9 @@ is not the choice with the largest true log-likelihood.
 Choice i's value is a signed sum of document estimates, s_i = Σ_j A_ij log p̂_j (log p̂(context ⊕ continuation) −
 log p̂(context), or one estimate of a conditional view). To first order log p̂_j ≈ log p_j − v_j/2 + √v_j ε_j with
 v_j = Var(p̂_j)/p_j² (``DocumentError.relative_variance``) and ε_j independent standard normals (each document its
-own random stream); read the other way, log p_j ≈ log p̂_j + v̂_j/2 + √v̂_j ε_j. The flip probability is the chance
+own random stream); read the other way, log p_j ≈ log p̂_j + v̂_j/2 + √v̂_j t_j, with t_j Student's t at v̂_j's
+degrees of freedom (v̂ is itself estimated: from 4 SMC runs, 3 degrees of freedom; normal where v̂ is exact; the
+predictive of a mean whose variance was estimated from the same draws). The flip probability is the chance
 that argmax_i Σ_j A_ij log p_j under these draws differs from the chosen argmax_i s_i: a document shared by every
 choice (the context) moves all of them alike and changes nothing. It is 0 where every v̂ is 0 (exact estimates)
 and undefined (NaN) where some v̂ cannot be trusted.
@@ -36,13 +38,14 @@ def flip_probability(signs: np.ndarray, errors: Sequence[DocumentError]) -> floa
     Returns
     -------
     float
-        In [0, 1]; NaN where a document whose sign differs between choices has an untrusted or infinite v̂.
+        In [0, 1], resolved to about ±2e-4 at 1e-3 (``FLIP_DRAWS`` draws of a fixed stream: the same every call);
+        NaN where a document whose sign differs between choices has an untrusted or infinite v̂.
 
     Examples
     --------
     >>> two = np.array([[1.0, -1.0, 0.0], [0.0, -1.0, 1.0]])  # (context ⊕ a) − context, (context ⊕ b) − context
     >>> docs = [DocumentError(-10.0, 0.01, 99), DocumentError(-4.0, 1.0, 99), DocumentError(-10.1, 0.01, 99)]
-    >>> round(flip_probability(two, docs), 2)  # Φ(−0.1 / √0.02): the context's large v̂ cancels
+    >>> round(flip_probability(two, docs), 2)  # about Φ(−0.1 / √0.02): the context's large v̂ cancels
     0.24
     >>> flip_probability(two, [DocumentError(-10.0, 0.0, math.inf)] * 2 + [DocumentError(-10.1, 0.0, math.inf)])
     0.0
@@ -58,5 +61,11 @@ def flip_probability(signs: np.ndarray, errors: Sequence[DocumentError]) -> floa
     if not v.any():
         return 0.0
     centre = np.array([errors[j].corrected for j in moving])
-    draws = centre + np.sqrt(v) * np.random.default_rng(0).standard_normal((FLIP_DRAWS, len(moving)))
+    dof = np.array([errors[j].degrees_of_freedom for j in moving], dtype=np.float64)
+    rng = np.random.default_rng(0)
+    noise = rng.standard_normal((FLIP_DRAWS, len(moving)))
+    finite = np.isfinite(dof) & (dof > 0)
+    if finite.any():
+        noise[:, finite] = rng.standard_t(dof[finite], size=(FLIP_DRAWS, int(finite.sum())))
+    draws = centre + np.sqrt(v) * noise
     return float((np.argmax(draws @ signs[:, moving].T, axis=1) != chosen).mean())

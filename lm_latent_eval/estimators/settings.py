@@ -175,6 +175,11 @@ class EstimatorSettings:
             )
         if self.max_samples is not None:
             check_num_samples(self.max_samples, "max_samples")
+            if self.max_samples < self.num_samples:
+                raise InputError(
+                    f"max_samples={self.max_samples} is below num_samples={self.num_samples}: the precision target "
+                    "starts from num_samples and grows up to max_samples; raise max_samples or lower num_samples"
+                )
         if not (_number(self.level) and 0.0 < self.level < 1.0):
             raise InputError(f"level must be a number strictly between 0 and 1, got {self.level!r}")
         if self.exact_where_cheaper not in (None, True, False):

@@ -27,6 +27,7 @@ synchronisation shared by the chunk instead of paid per document). Again only th
 from __future__ import annotations
 
 import dataclasses
+import logging
 import multiprocessing
 import signal
 from collections.abc import Iterator, Sequence
@@ -39,6 +40,7 @@ from tqdm.auto import tqdm
 from .base import DocumentEstimate, ResolvedEstimator
 from .seeding import side_by_side_chunks, side_by_side_particles
 
+logger = logging.getLogger(__name__)
 # what a forked process estimates with: set in the parent before the pool forks, read (inherited) by the children
 _INHERITED: dict[str, object] = {}
 
@@ -174,6 +176,8 @@ class DocumentWorkers:
         Where the model runs; anything but the CPU estimates in this process.
     workers : int
         Processes (``usable_workers`` decides how many can be used).
+    documents : int, optional
+        The documents to estimate: no more processes than these are started (an info line says so).
 
     Examples
     --------
@@ -190,9 +194,13 @@ class DocumentWorkers:
     True
     """
 
-    def __init__(self, model, device="cpu", workers: int = 1) -> None:
+    def __init__(self, model, device="cpu", workers: int = 1, documents: int | None = None) -> None:
         self.model, self.device = model, device
         self.workers = usable_workers(workers, device)
+        if documents is not None and 0 < documents < self.workers:
+            message = "%d documents: %d process(es), not the %d workers planned (one per document at most)"
+            logger.info(message, documents, documents, self.workers)
+            self.workers = documents
         self._pool: ProcessPoolExecutor | None = None
 
     def __enter__(self) -> Self:

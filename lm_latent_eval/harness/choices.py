@@ -140,10 +140,16 @@ class ChoiceAccount:
         """(line, whether it is a warning: some answer may be flipped) per task."""
         return [
             (
-                f"{task}: Monte Carlo error flipped {r['expected_flips']:.2f} of {r['questions']} answers in "
-                f"expectation; {r['unsettled']} questions have a flip probability above {UNSETTLED:.0%}"
-                + (f" or unknown ({r['unknown']} unknown)" if r["unknown"] else "")
-                + " (lm-eval's acc Stderr counts the questions' sampling only)",
+                f"{task}: Monte Carlo error flipped {r['expected_flips']:.2f} of the "
+                f"{r['questions'] - r['unknown']} answers whose flip probability is known, in expectation"
+                + (
+                    f"; for {r['unknown']} of the {r['questions']} questions it is unknown (an estimate's error "
+                    "cannot be trusted: estimator=smc or a precision target, target_se, settles them)"
+                    if r["unknown"]
+                    else ""
+                )
+                + f"; {r['unsettled'] - r['unknown']} questions have a flip probability above {UNSETTLED:.0%} "
+                "(lm-eval's acc Stderr counts the questions' sampling only)",
                 r["unsettled"] > 0 or r["expected_flips"] >= 0.005,
             )
             for task, r in self.tasks.items()

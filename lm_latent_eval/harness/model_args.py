@@ -23,7 +23,7 @@ import torch
 from lm_eval.api.model import LM
 from lm_eval.utils import simple_parse_args_string
 
-from ..errors import InputError, MissingFileError
+from ..errors import InputError, MissingFileError, UnsupportedError
 from ..estimators import ESTIMATORS, EstimatorSettings
 from ..models import MODELS, resolve_class
 from ..models.memory import DEFAULT_MEMORY_BUDGET, GIB, check_memory_budget
@@ -246,14 +246,44 @@ def accepted_args_doc(extra: typing.Iterable[ModelArg] = ()) -> str:
 
 def resolve_device(device) -> torch.device:
     """The requested device; CUDA falls back to CPU (with a warning) on a machine without it (lm-eval defaults to
-    cuda:0); None: cuda if available, else cpu."""
+    cuda:0); None: cuda if available, else cpu. A name torch does not know, or a device this machine lacks (mps on
+    Linux, cuda:3 beside one GPU), is refused in one line.
+
+    Examples
+    --------
+    >>> resolve_device("cpu")
+    device(type='cpu')
+    >>> resolve_device("tpu")
+    Traceback (most recent call last):
+    ...
+    lm_latent_eval.harness.model_args.ModelArgsError: device=tpu: not a torch device; use cpu, cuda or cuda:N (mps on a Mac)
+    """
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(device)
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ModelArgsError(
+            f"device={device}: not a torch device; use cpu, cuda or cuda:N (mps on a Mac)"
+        ) from None
     if device.type == "cuda" and not torch.cuda.is_available():
         warnings.warn(f"device={device} requested but CUDA is not available: running on cpu", stacklevel=3)
         return torch.device("cpu")
+    if not device_available(device):
+        here = "cpu or cuda" if torch.cuda.is_available() else "cpu"
+        raise ModelArgsError(f"device={device}: not available on this machine; use {here}")
     return device
+
+
+def device_available(device: torch.device) -> bool:
+    """Whether this machine has ``device`` (a CUDA index is checked without starting CUDA there)."""
+    if device.type == "cuda":
+        return device.index is None or device.index < torch.cuda.device_count()
+    try:
+        torch.empty(0, device=device)
+    except Exception:  # noqa: BLE001 -- RuntimeError, or xpu's AssertionError, hpu's ImportError: torch lacks it
+        return False
+    return True
 
 
 def parse_dtype(dtype) -> torch.dtype | None:
@@ -450,13 +480,35 @@ def backend_args_doc(model: str | None = None) -> str:
     return accepted_args_doc((*model_options(model_class), *planned))
 
 
+# what lm-eval's --apply_chat_template gets from our backends
+NO_CHAT_TEMPLATE = (
+    "--apply_chat_template: the lm-latent-eval backends have no chat template (their models read plain text); "
+    "run without it"
+)
+
+
 class ModelArgsLM(LM):
     """The two constructors lm-eval calls (``--model_args`` as a string or a dict) over our model_args: parsed as
     lm-eval parses them, the CLI's ``--device`` / ``--batch_size`` joined where model_args does not give them
-    (``with_cli_config``), and the output folder named after the model (``name_output_folder``). ``MODEL``: the
-    model a ``latent_<name>`` class loads (None: model_args ``model=``)."""
+    (``with_cli_config``), and the output folder named after the model (``name_output_folder``); lm-eval's chat
+    template refused in one line (``NO_CHAT_TEMPLATE``). ``MODEL``: the model a ``latent_<name>`` class loads (None:
+    model_args ``model=``)."""
 
     MODEL: str | None = None
+
+    def chat_template(self, chat_template: bool | str = False) -> str:
+        """No chat template: "" where none is asked for, else an UnsupportedError (one line under lm_eval)."""
+        if chat_template:
+            raise UnsupportedError(NO_CHAT_TEMPLATE)
+        return ""
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt=True) -> str:
+        raise UnsupportedError(NO_CHAT_TEMPLATE)
+
+    @property
+    def tokenizer_name(self) -> str:
+        """lm-eval reads it only under --apply_chat_template (to key its request cache by the template)."""
+        raise UnsupportedError(NO_CHAT_TEMPLATE)
 
     @classmethod
     def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> ModelArgsLM:

@@ -187,6 +187,11 @@ def load_model(
                 f"{path.suffix} is a local file, not a Hugging Face Hub id"
             )
         path = hub_snapshot(str(pretrained), given_as)
+    if path.is_dir():
+        # kept local: this registry stays cheap to import (CONTRIBUTING.md)
+        from .checkpoints import check_checkpoint
+
+        check_checkpoint(cls, model, path, f"{given_as}={pretrained}", given=kwargs)
     # a class whose from_pretrained names dtype and device reads the weights that way (an 8B network never sits on
     # the host in float32); the others are cast and moved below
     placement = {"dtype": dtype, "device": device} if places_while_loading(cls) else {}

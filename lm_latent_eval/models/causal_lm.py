@@ -38,6 +38,8 @@ class CausalLMAsLatent(torch.nn.Module, CheckedStepwise):
     prefix_probability = True
     # one configuration: log_marginal is the LM's own log-likelihood
     exact_marginal_tractable = True
+    # pretrained= is a transformers checkpoint (models.checkpoints.fits)
+    reads_transformers_checkpoints = True
 
     def __init__(self, model, tokenizer, max_length: int | None = None, window_batch: int = 8):
         super().__init__()

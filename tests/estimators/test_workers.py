@@ -3,6 +3,7 @@ one process; errors and Ctrl-C reach the caller as they would from one process."
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import signal
 import subprocess
@@ -76,6 +77,28 @@ def test_an_accelerator_or_a_daemon_keeps_one_process():
     with multiprocessing.get_context("fork").Pool(1) as pool:
         assert pool.apply(workers.usable_workers, (2, "cpu")) == 1
     assert workers.usable_workers(2, "cpu") == 2
+
+
+def test_no_more_processes_than_documents(bundled_hmm, bundled_test_texts, monkeypatch, caplog):
+    """Issue 53, item 8: workers=100 on 3 documents started 100 processes; the processes are capped at the documents,
+    with an info line saying so, and the numbers are those of one process."""
+    started = []
+    enter = workers.DocumentWorkers.__enter__
+
+    def spy(self):
+        started.append(self.workers)
+        return enter(self)
+
+    monkeypatch.setattr(workers.DocumentWorkers, "__enter__", spy)
+    texts, run = bundled_test_texts[:3], resolve(EstimatorSettings("is", 8, seed=3), bundled_hmm)
+    with caplog.at_level(logging.INFO, logger="lm_latent_eval"):
+        shared = estimate_corpus(run, texts, progress=False, workers=5)
+    assert started == [3]
+    assert (
+        "3 documents: 3 process(es), not the 5 workers planned (one per document at most)" in caplog.messages
+    )
+    alone = estimate_corpus(run, texts, progress=False)
+    assert all(np.array_equal(shared[t].log_weights, alone[t].log_weights) for t in texts)
 
 
 def test_ctrl_c_stops_the_workers_at_once_without_their_tracebacks(tmp_path):

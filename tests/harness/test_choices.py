@@ -36,6 +36,15 @@ def test_two_choices_flip_with_the_normal_tail_of_their_corrected_gap(gap):
     assert flip_probability(TWO, docs) == pytest.approx(expected, abs=4 * math.sqrt(0.25 / 2**15))
 
 
+def test_an_error_estimated_from_few_runs_has_the_heavier_tail_of_students_t():
+    """v̂ from 4 SMC runs (3 degrees of freedom) is itself uncertain: the flip probability reads t_3, not the normal."""
+    docs = [DocumentError(-10.0, 0.01, dof) for dof in (3, 3)]
+    far = [docs[0], DocumentError(-3.0, 5.0, 3), DocumentError(-10.5, 0.01, 3)]
+    t3 = stats.t.sf(0.5 / math.sqrt(0.02), df=3)  # the gap over a t-like spread, well above the normal tail
+    assert flip_probability(TWO, far) > 10 * stats.norm.sf(0.5 / math.sqrt(0.02))
+    assert flip_probability(TWO, far) == pytest.approx(t3, rel=0.5)
+
+
 def test_exact_estimates_never_flip_and_an_untrusted_error_is_unknown():
     exact = [
         DocumentError(-10.0, 0.0, math.inf),

@@ -202,9 +202,10 @@ def test_stored_files_hold_text_tokens_estimate_and_weights(tmp_path):
     assert identity["device_type"] == "cpu" and identity["dtype"] == "float32"
     assert lm.results_store.folder.name == results_store.run_key(identity)
     with np.load(lm.results_store.path(DOCS[0])) as f:
-        assert str(f["document"]) == DOCS[0]
-        assert int(f["num_tokens"]) == lm.model.tokenize(DOCS[0]).numel()
-        assert float(f["log_likelihood"]) == value
+        record = json.loads(str(f["record_json"]))
+        assert record["document"] == DOCS[0]
+        assert record["num_tokens"] == lm.model.tokenize(DOCS[0]).numel()
+        assert record["log_likelihood"] == value and record["distinct_draws"] is not None
         assert f["log_weights"].shape == (32,)
         assert np.array_equal(f["log_weights"], lm.exchange.peek(DOCS[0]).log_weights)
 

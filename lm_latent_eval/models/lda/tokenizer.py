@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import torch
 
+from ...errors import InputError
+
 # scikit-learn's CountVectorizer default: words of two or more characters
 DEFAULT_TOKEN_PATTERN = r"(?u)\b\w\w+\b"
 UNKNOWN_WORDS = ("drop", "error")
@@ -29,7 +31,9 @@ class LDATokenizer:
         unknown_words: str = "drop",
     ) -> None:
         if unknown_words not in UNKNOWN_WORDS:
-            raise ValueError(f"unknown_words must be one of {UNKNOWN_WORDS}, got {unknown_words!r}")
+            raise InputError(
+                f"unknown_words must be one of {', '.join(UNKNOWN_WORDS)}, got {unknown_words!r}"
+            )
         self.vocab = [str(w) for w in vocab]
         self.index = {w: i for i, w in enumerate(self.vocab)}
         if len(self.index) != len(self.vocab):

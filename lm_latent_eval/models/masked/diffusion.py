@@ -38,6 +38,9 @@ class MaskedDiffusionLM(
         As in ``MaskedOrderLM`` (options of ``from_pretrained``: lm-eval's model_args set them).
     """
 
+    # pretrained= may also be a transformers masked LM (hf.HFMaskedLM; models.checkpoints.fits)
+    reads_transformers_checkpoints = True
+
     MODEL_ARGS: ClassVar[dict[str, tuple[type, str]]] = {
         "policy": (
             str,

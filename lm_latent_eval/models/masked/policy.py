@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ...errors import InputError
+
 # scores within TIE_ULPS machine epsilons of the network dtype (relative to max(1, |best|)) of the best are tied
 TIE_ULPS = 64
 # B of the block policies unless model_args policy_block is given (LLaDA's and DUEL's block length)
@@ -88,8 +90,8 @@ def check_policy(policy: str, temperature: float, block: int = DEFAULT_BLOCK) ->
 
     Raises
     ------
-    ValueError
-        Naming the bad argument.
+    lm_latent_eval.errors.InputError
+        (a ValueError) naming the bad argument (lm-eval's model_args policy, policy_temperature, policy_block).
 
     Examples
     --------
@@ -97,15 +99,17 @@ def check_policy(policy: str, temperature: float, block: int = DEFAULT_BLOCK) ->
     >>> check_policy("random", 1.0)
     Traceback (most recent call last):
     ...
-    ValueError: policy must be one of uniform, confidence, greedy_confidence, margin, left_to_right, block_greedy_confidence, block_margin, block_left_to_right; got 'random'
+    lm_latent_eval.errors.InputError: policy must be one of uniform, confidence, greedy_confidence, margin, left_to_right, block_greedy_confidence, block_margin, block_left_to_right; got 'random'
     """
     if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
+        raise InputError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
     valid = isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
     if not (valid and math.isfinite(temperature) and temperature >= 0):
-        raise ValueError(f"policy_temperature must be a finite number >= 0, got {temperature!r}")
+        raise InputError(
+            f"policy_temperature must be a finite number >= 0 (0: deterministic), got {temperature!r}"
+        )
     if not (isinstance(block, int) and not isinstance(block, bool) and block >= 1):
-        raise ValueError(f"policy_block must be a positive integer, got {block!r}")
+        raise InputError(f"policy_block must be a positive integer, got {block!r}")
 
 
 def position_scores(policy: str, logits: torch.Tensor, log_z: torch.Tensor) -> torch.Tensor:

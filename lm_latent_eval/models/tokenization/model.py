@@ -53,6 +53,8 @@ class TokenizationLM(torch.nn.Module, StepwiseFromModule):
     prefix_probability = False
     # log_marginal enumerates segmentations: short texts only (auto picks SMC)
     exact_marginal_tractable = False
+    # pretrained= is a transformers checkpoint (models.checkpoints.fits)
+    reads_transformers_checkpoints = True
     # SMC, byte-synchronous: step t draws tokens until the bytes of x_0..x_t are spelled
     stepwise_module = stepwise
     # texts side by side (protocol.DocumentBatchLM): one node table, one pass per draw, shared forward passes
