@@ -303,6 +303,13 @@ class DocumentBatches:
                 progress,
                 self.cores.workers,
             )
+        exact = sum(e.computed_exactly for e in estimates.values())
+        if exact:
+            logger.info(
+                "%s: %s: %d of %d texts computed exactly (exact_where_cheaper: their exact program costs no more "
+                "than their samples), the others by %s",
+                self.owner, desc, exact, len(estimates), estimator.settings.estimator,
+            )  # fmt: skip
         if check:
             self.check(desc, estimator.settings, estimates)
         return estimates

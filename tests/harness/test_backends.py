@@ -689,3 +689,17 @@ def test_the_backends_import_where_the_wheel_put_the_hook(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_the_texts_auto_computes_exactly_are_said_in_the_log(caplog):
+    """Issue 53 (8): the masked LM under auto computes a short text exactly (exact_where_cheaper) and said so nowhere
+    per request; the log now counts them for every batch of requests."""
+    lm = backends.LatentMaskedEval(num_samples=100, target_se=0, seed=1, device="cpu")
+    texts = ["the cat sat", "anna saw the dog near the old house by the river in the morning"]
+    with caplog.at_level("INFO", logger=backends.__name__):
+        lm.loglikelihood_rolling(
+            [Instance("loglikelihood_rolling", {}, (t,), i) for i, t in enumerate(texts)]
+        )
+    lines = [r.getMessage() for r in caplog.records if "computed exactly" in r.getMessage()]
+    assert len(lines) == 1 and "1 of 2 texts computed exactly (exact_where_cheaper" in lines[0]
+    assert lm.exchange.peek(texts[0]).computed_exactly and not lm.exchange.peek(texts[1]).computed_exactly
