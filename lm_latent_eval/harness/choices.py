@@ -110,8 +110,10 @@ def settle(
 class ChoiceAccount:
     """Per task, what Monte Carlo error may have done to the answers of one ``loglikelihood`` batch: questions,
     expected flipped questions (the sum of the flip probabilities), questions whose flip probability is unknown or
-    above ``UNSETTLED``, and the mean samples per document that tells their choices apart. ``tasks`` goes into
-    lm-eval's results (``choice_monte_carlo``), ``lines()`` into the log beside its table."""
+    above ``UNSETTLED``, the mean samples per document that tells their choices apart, and per question (by lm-eval's
+    doc_id) its flip probability (None: unknown) and each choice's standard error (None: cannot be estimated).
+    ``tasks`` goes into lm-eval's results (``choice_monte_carlo``; its samples file has no field for them),
+    ``lines()`` into the log beside its table."""
 
     tasks: dict[str, dict] = field(default_factory=dict)
 
@@ -125,8 +127,14 @@ class ChoiceAccount:
             signs, keys = _signs(q, found)
             moving = [_samples(found.estimates[keys[j]]) for j in np.flatnonzero(np.ptp(signs, axis=0) > 0)]
             row = rows.setdefault(
-                q.task, {"questions": 0, "expected_flips": 0.0, "unknown": 0, "unsettled": 0}
+                q.task,
+                {"questions": 0, "expected_flips": 0.0, "unknown": 0, "unsettled": 0, "per_question": {}},
             )
+            stderr = [found.conditional(pair).stderr for pair in q.pairs]
+            row["per_question"][str(q.doc_id)] = {
+                "flip_probability": None if math.isnan(p) else p,
+                "stderr": [None if math.isnan(se) else se for se in stderr],
+            }
             row["questions"] += 1
             row["unknown"] += int(math.isnan(p))
             row["unsettled"] += int(not p <= UNSETTLED)

@@ -84,6 +84,9 @@ def test_a_run_without_a_target_reports_its_expected_flips(hmm_choice):
     """SMC at K = 100 without a precision target: the run says how many answers its noise may have flipped; the exact
     estimator says none."""
     manager, (_, _, exact_summary) = hmm_choice
+    per_question = exact_summary.pop("per_question")
+    assert len(per_question) == 40
+    assert all(q == {"flip_probability": 0.0, "stderr": [0.0] * 4} for q in per_question.values())
     assert exact_summary == {
         "questions": 40,
         "expected_flips": 0.0,
@@ -96,6 +99,9 @@ def test_a_run_without_a_target_reports_its_expected_flips(hmm_choice):
     )
     assert summary["questions"] == 40 and summary["expected_flips"] > 0.5 and summary["unsettled"] > 0
     assert summary["mean_samples"] == 100
+    flips = [q["flip_probability"] for q in summary["per_question"].values()]
+    assert sum(f for f in flips if f is not None) == pytest.approx(summary["expected_flips"])
+    assert all(len(q["stderr"]) == 4 for q in summary["per_question"].values())
 
 
 def test_the_precision_target_settles_every_answer(hmm_choice):
