@@ -15,9 +15,10 @@ from pathlib import Path
 
 import torch
 
-from lm_latent_eval.estimators import EstimatorSettings, resolve
 from lm_latent_eval.estimators.adaptive import estimate_corpus
 from lm_latent_eval.estimators.corpus import corpus_estimate
+from lm_latent_eval.harness.advice import choose_estimator
+from lm_latent_eval.harness.model_args import parse_backend_args
 from lm_latent_eval.models import load_model
 from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.reports.sweep import read_documents
@@ -37,12 +38,14 @@ CORPORA = {  # model -> its bundled test corpus
 def row(name: str) -> dict:
     model, _ = load_model(name)
     texts = read_documents(DATA_DIR / CORPORA[name])
-    run = resolve(EstimatorSettings(), model)
-    settings, why = run.settings, run.reason
+    # what `lm_eval --model latent_<name>` runs with no model_args: the model's own default_settings (the masked LM's
+    # peek=False, resample_threshold=0), then estimator=auto
+    run, why = choose_estimator(name, parse_backend_args(name, name, {}), model, announce=False)
     start = time.perf_counter()
-    estimates = estimate_corpus(resolve(settings, model), texts, progress=False)
+    estimates = estimate_corpus(run, texts, progress=False)
     seconds = time.perf_counter() - start
-    corpus = corpus_estimate([estimates[t] for t in texts])
+    # keys: a repeated text shares one random stream, as in the backend (its documents' ``key``)
+    corpus = corpus_estimate([estimates[t] for t in texts], keys=texts)
     sizes = [e.log_weights.size for e in estimates.values() if e.log_weights is not None]
     return {
         "model": name,

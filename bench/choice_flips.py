@@ -73,13 +73,16 @@ def main() -> None:
             rows.append((seed, acc, flips, summary))
         seconds = time.perf_counter() - start
     same = sum(acc == exact_acc for _, acc, _, _ in rows)
+    flipped = sum(flips for _, _, flips, _ in rows)
+    expected = [s["expected_flips"] for *_, s in rows if "expected_flips" in s]
+    reported = f"; the runs report {sum(expected):.1f} expected" if expected else ""
     lines = [
         f"## {args.label or args.model_args}",
         "",
         (
             f"`python bench/choice_flips.py --model_args {args.model_args}` ({platform.machine()}, "
             f"{torch.get_num_threads()} torch thread, {seconds:.0f} s for {args.seeds} seeds): exact acc "
-            f"{exact_acc:.3f}; acc equal to it in {same} of {args.seeds} seeds."
+            f"{exact_acc:.3f}; acc equal to it in {same} of {args.seeds} seeds; {flipped} answers flipped in all{reported}."
         ),
         "",
         (

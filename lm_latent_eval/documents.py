@@ -122,7 +122,7 @@ def corpus_loader(load):
     reads = ", ".join(own) or "no --metadata key: it scores its bundled corpus"
 
     @functools.wraps(load)
-    def checked(**metadata):
+    def checked(*args, **metadata):
         for key in set(metadata) - set(own):
             if key in CORPUS_KEYS:
                 warnings.warn(
@@ -132,6 +132,6 @@ def corpus_loader(load):
                 raise InputError(
                     f"--metadata key {key!r} is not one this task reads (it reads {reads}): did you mean {close[0]}?"
                 )
-        return load(**metadata)
+        return load(*args, **metadata)
 
     return checked

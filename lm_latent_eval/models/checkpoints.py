@@ -25,9 +25,10 @@ AGAIN = "copy or download the checkpoint again"
 
 def check_checkpoint(cls, model: str, folder: Path, where: str, given: Collection[str] = ()) -> None:
     """InputError in one line when the checkpoint folder ``folder`` cannot be read as ``cls`` (model ``model``): an
-    empty folder, a config.json or .safetensors file cut off or damaged, or another model's checkpoint (``fits``;
+    empty folder (for a class known to read files: a Hub-mixin or transformers class), a config.json or .safetensors file cut off or damaged, or another model's checkpoint (``fits``;
     ``given``: the options passed beside it). ``where``: how the user named it (``pretrained=...``)."""
-    if not any(folder.iterdir()):
+    reads_files = init_parameters(cls) is not None or getattr(cls, "reads_transformers_checkpoints", False)
+    if reads_files and not any(folder.iterdir()):
         raise InputError(
             f"{where}: an empty folder; name a checkpoint folder (config.json, model.safetensors)"
         )

@@ -7,7 +7,8 @@
 For every document x (JSONL field ``text``; default: the bundled tiny corpus with the bundled tiny model): canonical
 log p(x, z*) (lm-eval's hf number), the beam lower bound log Σ_{z ∈ beam} p(x, z) (≥ canonical), and the IS estimate
 log p̂(x) with K samples per seed (unbiased in p, E[log p̂] ≤ log p), with its ESS and Pareto k̂. Prints a markdown
-table of corpus totals (nats, bits per byte, and the gap marginal − canonical) and the spread of IS over seeds.
+table of corpus totals (nats, bits per byte, and the gap marginal − canonical) and the spread of IS over seeds;
+``--output gap.json`` writes the per-document numbers there and the printed table beside them (``gap.md``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tqdm import tqdm
 
 from ..documents import read_texts
 from ..estimators import EstimatorSettings, resolve, summarize
+from ..harness.provenance import package_path
 from ..models import load_model
 from ..models.tokenization import canonical
 from ..paths import DATA_DIR
@@ -119,7 +121,11 @@ def main(argv=None):
     p.add_argument("--limit", type=int, default=None, help="first N documents only")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default=None, help="e.g. bfloat16 (log-probabilities still summed in float64)")
-    p.add_argument("--output", default=None, help="write per-document numbers to this JSON file")
+    p.add_argument(
+        "--output",
+        default=None,
+        help="write per-document numbers to this JSON file, and the table beside it (.md)",
+    )
     args = p.parse_args(argv)
     texts = read_texts(args.data)
     texts = texts[: args.limit] if args.limit else texts
@@ -131,11 +137,17 @@ def main(argv=None):
     docs = measure(
         lm, texts, args.num_samples, args.beam_size, args.seeds, args.temperature, torch.device(args.device)
     )
-    print(
-        table(docs, args.num_samples, args.beam_size, f", τ = {args.temperature:g}, ε = {lm.canonical_mix:g}")
+    printed = table(
+        docs, args.num_samples, args.beam_size, f", τ = {args.temperature:g}, ε = {lm.canonical_mix:g}"
     )
+    print(printed)
     if args.output:
-        write_json(args.output, to_json(docs, {**vars(args), "checkpoint": str(path)}))
+        # bundled files as lm_latent_eval/data/...: no machine's path
+        settings = {**vars(args), "data": package_path(args.data), "checkpoint": package_path(path)}
+        out = write_json(args.output, to_json(docs, settings))
+        # the table as printed, beside the JSON (gap.json -> gap.md)
+        if out.suffix != ".md":
+            out.with_suffix(".md").write_text(printed + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -181,6 +181,54 @@ def test_reproduce_command_names_a_relative_include_path_from_anywhere(tmp_path,
     assert again.metrics["latent_perplexity,none"] == run.metrics["latent_perplexity,none"]
 
 
+def test_reproduce_command_names_a_relative_checkpoint_from_anywhere(tmp_path, monkeypatch):
+    """Issue 53 (9): ``pretrained=my_hmm`` (a checkpoint folder relative to where lm_eval ran) stayed relative in the
+    card's command, which then failed from another folder; it is now named absolutely, and the command run from
+    elsewhere gives the same numbers."""
+    ran_in, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    shutil.copytree(HMM, ran_in / "my_hmm")
+    elsewhere.mkdir()
+    monkeypatch.chdir(ran_in)
+    run_lm_eval(
+        ["--model", "latent_hmm", "--model_args", "pretrained=my_hmm,estimator=exact", "--tasks", "latent_ppl_tiny",
+         "--include_path", str(lm_latent_eval.tasks_path()), "--limit", "2", "--device", "cpu",
+         "--output_path", "out", "--log_samples"]
+    )  # fmt: skip
+    monkeypatch.chdir(elsewhere)
+    (run,) = read_runs(ran_in / "out")
+    command = card_mod.reproduce_command(run).replace(
+        '"$(lm-latent-eval tasks-path)"', shlex.quote(str(lm_latent_eval.tasks_path()))
+    )
+    argv = shlex.split(command)
+    model_args = dict(a.split("=", 1) for a in argv[argv.index("--model_args") + 1].split(","))
+    assert model_args["pretrained"] == str(ran_in / "my_hmm")
+    assert card_mod.reproduce_note(run) is None
+    argv[argv.index("OUT")] = str(tmp_path / "again")
+    run_lm_eval(argv[1:])
+    (again,) = read_runs(tmp_path / "again")
+    assert again.metrics["latent_perplexity,none"] == run.metrics["latent_perplexity,none"]
+
+
+def test_reproduce_command_keeps_a_hub_id_and_says_where_an_older_runs_checkpoint_is():
+    """A Hub id is kept as given (the recorded checkpoint is its snapshot, not the id); a relative checkpoint of a
+    run that did not record its working_directory is kept relative, and the card says where to run the command."""
+    config = {
+        "model": "latent_hmm",
+        "model_args": "pretrained=me/my-hmm",
+        "checkpoint": "/cache/snapshots/abc",
+    }
+    run = TaskRun(Path("results_x.json"), Path("samples_x.jsonl"), "t", {"config": config}, [])
+    run.results["configs"] = {"t": {"metadata": {"config_source": "/tasks/t.yaml"}}}
+    assert "--model_args pretrained=me/my-hmm " in card_mod.reproduce_command(run)
+    config |= {"model_args": "pretrained=my_hmm", "checkpoint": "my_hmm"}
+    assert "--model_args pretrained=my_hmm " in card_mod.reproduce_command(run)
+    note = card_mod.reproduce_note(run)
+    assert note and "pretrained=my_hmm is relative to the folder lm_eval ran in" in note
+    config["working_directory"] = "/home/me/project"
+    assert "--model_args pretrained=/home/me/project/my_hmm " in card_mod.reproduce_command(run)
+    assert card_mod.reproduce_note(run) is None
+
+
 def test_reproduce_command_of_a_relative_include_path_without_the_working_directory_says_so():
     """A results file of an older run: a relative task YAML and no working_directory; the card says where to run it."""
     run = _synthetic_run([-3.0, -4.0], [2, 3])

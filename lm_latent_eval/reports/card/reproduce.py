@@ -1,5 +1,6 @@
 """The ``lm_eval`` command line that reproduces a run, as an estimate card prints it: every estimator setting spelled
-out, the ``--include_path`` that finds its task again, the device type it ran on and the PYTHONPATH its model needed.
+out, the ``--include_path`` that finds its task again, the ``pretrained=`` checkpoint by an absolute path, the device
+type it ran on and the PYTHONPATH its model needed.
 """
 
 from __future__ import annotations
@@ -32,6 +33,25 @@ def _task_yaml(run: TaskRun) -> Path | None:
     # relative to the folder lm_eval ran in (a relative --include_path), which the backend records
     path, where = Path(source), run.config.get("working_directory")
     return Path(where) / path if where and not path.is_absolute() else path
+
+
+def _model_args(run: TaskRun) -> dict:
+    """The run's model_args as a dict (lm-eval records them as given: a dict, or the ``--model_args`` string)."""
+    args = run.config.get("model_args") or {}
+    if isinstance(args, str):
+        args = dict(part.split("=", 1) for part in args.split(",") if "=" in part)
+    return dict(args)
+
+
+def _relative_checkpoint(run: TaskRun) -> Path | None:
+    """``pretrained=`` where it named a local checkpoint by a relative path, else None (an absolute path, a Hub id,
+    the bundled checkpoint): the backend records the path it loaded as ``checkpoint``, which for a local folder or
+    file is ``pretrained`` as given (for a Hub id, the snapshot in the Hub's cache)."""
+    pretrained, checkpoint = _model_args(run).get("pretrained"), run.config.get("checkpoint")
+    if pretrained is None or checkpoint is None:
+        return None
+    path = Path(str(pretrained))
+    return path if not path.is_absolute() and Path(checkpoint) == path else None
 
 
 def include_path(run: TaskRun) -> str | None:
@@ -74,8 +94,8 @@ def reproduce_note(run: TaskRun) -> str | None:
     Returns
     -------
     str or None
-        Where the command's ``--include_path`` is a guess (the results file names no task YAML) or relative to a folder
-        the results file does not name, one sentence saying so; else None.
+        Where the command's ``--include_path`` is a guess (the results file names no task YAML), or it or
+        ``pretrained=`` is relative to a folder the results file does not name, one sentence saying so; else None.
     """
     yaml = _task_yaml(run)
     if yaml is None:
@@ -83,10 +103,14 @@ def reproduce_note(run: TaskRun) -> str | None:
             f"The results file does not name the YAML of task {run.task!r} (lm-eval's metadata.config_source), so the "
             "command assumes the bundled tasks; for a task of your own, replace the --include_path folder with yours."
         )
-    if not yaml.is_absolute():
+    relative = [f"--include_path {include_path(run)}"] if not yaml.is_absolute() else []
+    if _relative_checkpoint(run) is not None and not run.config.get("working_directory"):
+        relative.append(f"pretrained={_relative_checkpoint(run)}")
+    if relative:
         return (
-            f"The --include_path {include_path(run)} is relative to the folder lm_eval ran in, which the results file "
-            "does not name (a run made before lm-latent-eval recorded its working_directory): run it from there."
+            f"The {' and '.join(relative)} {'is' if len(relative) == 1 else 'are'} relative to the folder lm_eval ran "
+            "in, which the results file does not name (a run made before lm-latent-eval recorded its "
+            "working_directory): run it from there."
         )
     return None
 
@@ -115,10 +139,11 @@ def reproduce_command(run: TaskRun) -> str:
     --include_path "$(lm-latent-eval tasks-path)" --limit 6 --output_path OUT --log_samples
     """
     cfg = run.config
-    args = cfg.get("model_args") or {}
-    if isinstance(args, str):
-        args = dict(part.split("=", 1) for part in args.split(",") if "=" in part)
-    args = dict(args)
+    args = _model_args(run)
+    # a checkpoint given relative to the folder lm_eval ran in, named so that the command runs from any folder
+    relative, where = _relative_checkpoint(run), cfg.get("working_directory")
+    if relative is not None and where:
+        args["pretrained"] = str(Path(where) / relative)
     for key, value in run.settings.items():
         if key != "sample_block":
             args.setdefault(key, value)
