@@ -25,6 +25,18 @@ from .intervals import DocumentError
 FLIP_DRAWS = 1 << 15
 
 
+def moving_documents(signs: np.ndarray) -> np.ndarray:
+    """The columns of ``signs`` [m, d] that move the choices apart: not the same for every choice (a shared context
+    shifts them all alike).
+
+    Examples
+    --------
+    >>> moving_documents(np.array([[1.0, -1.0, 0.0], [0.0, -1.0, 1.0]]))
+    array([0, 2])
+    """
+    return np.flatnonzero(np.ptp(signs, axis=0) > 0) if len(signs) > 1 else np.array([], dtype=int)
+
+
 def flip_probability(signs: np.ndarray, errors: Sequence[DocumentError]) -> float:
     """P(the chosen answer is not the argmax of the true values) under the first-order normal reading above.
 
@@ -53,8 +65,7 @@ def flip_probability(signs: np.ndarray, errors: Sequence[DocumentError]) -> floa
     signs = np.asarray(signs, dtype=np.float64)
     values = signs @ np.array([e.log_likelihood for e in errors])
     chosen = int(np.argmax(values))
-    # documents that move the choices apart (a column constant over the choices shifts them all alike)
-    moving = np.flatnonzero(np.ptp(signs, axis=0) > 0) if len(signs) > 1 else np.array([], dtype=int)
+    moving = moving_documents(signs)
     v = np.array([errors[j].relative_variance for j in moving])
     if any(not errors[j].trusted for j in moving) or not np.isfinite(v).all():
         return math.nan

@@ -7,8 +7,10 @@ question's flip probability (``estimators.decisions.flip_probability``) says how
 the exact argmax; their sum is the expected number of flipped questions. Under a precision target (``target_se``,
 as ``auto`` runs for a model without an exact marginal) every question whose flip probability exceeds
 ``UncertaintyPolicy.max_flip_probability`` (or cannot be estimated) has the documents that tell its choices apart
-estimated afresh at four times their samples, up to ``max_samples``, for up to ``max_stages`` rounds; a question
-keeps its newest estimates, whose size its earlier rounds fixed before they were drawn.
+estimated afresh at four times their samples, up to ``max_samples``, for up to ``max_stages`` − 1 rounds, and keeps
+its newest estimates. Stopping once the flip probability is small is a sequential decision: with at most
+``max_stages`` looks, the chance that a settled answer is wrong is about ``max_stages`` times the threshold at most
+(a union bound over the looks).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..estimators import DocumentEstimate, UncertaintyPolicy
-from ..estimators.decisions import flip_probability
+from ..estimators.decisions import flip_probability, moving_documents
 from .conditionals import ConditionalEstimates, Pair
 
 logger = logging.getLogger(__name__)
@@ -91,7 +93,7 @@ def settle(
             if p <= policy.max_flip_probability:
                 continue
             signs, keys = _signs(q, found)
-            for j in np.flatnonzero(np.ptp(signs, axis=0) > 0):
+            for j in moving_documents(signs):
                 est = found.estimates[keys[j]]
                 if est.sampled and est.num_samples < budget:
                     sizes[keys[j]] = min(GROWTH * est.num_samples, budget)
@@ -125,7 +127,7 @@ class ChoiceAccount:
         for q in questions:
             p = question_flip(q, found, policy)
             signs, keys = _signs(q, found)
-            moving = [_samples(found.estimates[keys[j]]) for j in np.flatnonzero(np.ptp(signs, axis=0) > 0)]
+            moving = [_samples(found.estimates[keys[j]]) for j in moving_documents(signs)]
             row = rows.setdefault(
                 q.task,
                 {"questions": 0, "expected_flips": 0.0, "unknown": 0, "unsettled": 0, "per_question": {}},
