@@ -700,6 +700,6 @@ def test_the_texts_auto_computes_exactly_are_said_in_the_log(caplog):
         lm.loglikelihood_rolling(
             [Instance("loglikelihood_rolling", {}, (t,), i) for i, t in enumerate(texts)]
         )
-    lines = [r.getMessage() for r in caplog.records if "computed exactly" in r.getMessage()]
+    lines = [r.getMessage() for r in caplog.records if "texts computed exactly" in r.getMessage()]
     assert len(lines) == 1 and "1 of 2 texts computed exactly (exact_where_cheaper" in lines[0]
     assert lm.exchange.peek(texts[0]).computed_exactly and not lm.exchange.peek(texts[1]).computed_exactly
