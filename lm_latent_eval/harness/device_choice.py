@@ -1,17 +1,13 @@
 """Where a run's model goes when nobody asked: the CPU for a checkpoint too small for a GPU to pay, else the GPU.
 
-A latent LM's estimator steps its particles token by token; with the bundled checkpoints' tiny networks each step's
-operations are kernel launches and host synchronisations, not arithmetic. Measured on one H100 beside its own 16 CPU
-cores (bench/RESULTS.md, "GPU baseline before issue 45"): every bundled checkpoint (at most 143,268 parameters,
-0.6 MB of weights) ran slower on cuda than on the CPU (the README's first command: 62 s of estimation on cuda against
-27 s on the CPU). With documents side by side (issue 45) the same job estimated in 4 s on an H200 against 5 s on its
-CPU (bench/RESULTS.md, "GPU session on one H200"): a gain within lm-eval's start-up, while the GPU pays from
-K = 10,000 particles and at the paper's full sizes (tens of millions of parameters; bench/RESULTS.md "GPU"). So,
-where the device was not asked for (no ``device`` in model_args and lm-eval's CLI default ``--device cuda:0``) on a
-machine with CUDA, a local checkpoint whose weight files total less than ``SMALL_CHECKPOINT_BYTES`` runs on the CPU,
-said in one log line and recorded in the results (``device_choice``); a device that was asked for is always used.
-The threshold lies between the largest checkpoint measured no faster on the GPU and the smallest measured faster;
-rerun the GPU commands of docs/speed.md to move it.
+A latent LM's estimator steps its particles token by token; with a tiny network each step's operations are kernel
+launches and host synchronisations, not arithmetic, so the bundled checkpoints gain little or nothing on a GPU, while
+full-size models and large K do (measured: docs/speed.md, "GPU" and "Documents side by side"). So, where the device
+was not asked for (no ``device`` in model_args and lm-eval's CLI default ``--device cuda:0``) on a machine with CUDA,
+a local checkpoint whose weight files total less than ``SMALL_CHECKPOINT_BYTES`` runs on the CPU, said in one log
+line and recorded in the results (``device_choice``); a device that was asked for is always used. The threshold lies
+between the largest checkpoint measured no faster on the GPU and the smallest measured faster; rerun the GPU commands
+of docs/speed.md to move it.
 """
 
 from __future__ import annotations
