@@ -21,7 +21,7 @@ import numpy as np
 
 from .intervals import DocumentError
 
-# normal draws per question: resolves a flip probability of 1e-3 to about ±2e-4 (one standard error)
+# draws per question: resolve a flip probability of 1e-3 to about ±2e-4 (one standard error)
 FLIP_DRAWS = 1 << 15
 
 
@@ -38,7 +38,8 @@ def moving_documents(signs: np.ndarray) -> np.ndarray:
 
 
 def flip_probability(signs: np.ndarray, errors: Sequence[DocumentError]) -> float:
-    """P(the chosen answer is not the argmax of the true values) under the first-order normal reading above.
+    """P(the chosen answer is not the argmax of the true values) under the first-order reading above (Student's t at
+    each v̂'s degrees of freedom).
 
     Parameters
     ----------

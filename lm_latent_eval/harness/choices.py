@@ -71,9 +71,8 @@ def _signs(question: Question, found: ConditionalEstimates) -> tuple[np.ndarray,
     return signs, keys
 
 
-def question_flip(question: Question, found: ConditionalEstimates, policy: UncertaintyPolicy) -> float:
-    """The probability that Monte Carlo error flipped the question's answer (NaN: unknown)."""
-    signs, keys = _signs(question, found)
+def _flip(signs: np.ndarray, keys: list, found: ConditionalEstimates, policy: UncertaintyPolicy) -> float:
+    """The probability that Monte Carlo error flipped the answer of the question of ``_signs`` (NaN: unknown)."""
     return flip_probability(signs, [found.estimates[k].error(policy) for k in keys])
 
 
@@ -89,10 +88,9 @@ def settle(
     for round_ in range(1, policy.max_stages):
         sizes = {}
         for q in questions:
-            p = question_flip(q, found, policy)
-            if p <= policy.max_flip_probability:
-                continue
             signs, keys = _signs(q, found)
+            if _flip(signs, keys, found, policy) <= policy.max_flip_probability:
+                continue
             for j in moving_documents(signs):
                 est = found.estimates[keys[j]]
                 if est.sampled and est.num_samples < budget:
@@ -125,12 +123,19 @@ class ChoiceAccount:
     ) -> ChoiceAccount:
         rows: dict[str, dict] = {}
         for q in questions:
-            p = question_flip(q, found, policy)
             signs, keys = _signs(q, found)
+            p = _flip(signs, keys, found, policy)
             moving = [_samples(found.estimates[keys[j]]) for j in moving_documents(signs)]
             row = rows.setdefault(
                 q.task,
-                {"questions": 0, "expected_flips": 0.0, "unknown": 0, "unsettled": 0, "per_question": {}},
+                {
+                    "questions": 0,
+                    "expected_flips": 0.0,
+                    "unknown": 0,
+                    "unsettled": 0,
+                    "mean_samples": 0.0,
+                    "per_question": {},
+                },
             )
             stderr = [found.conditional(pair).stderr for pair in q.pairs]
             row["per_question"][str(q.doc_id)] = {
@@ -141,7 +146,7 @@ class ChoiceAccount:
             row["unknown"] += int(math.isnan(p))
             row["unsettled"] += int(not p <= UNSETTLED)
             row["expected_flips"] += 0.0 if math.isnan(p) else p
-            row["mean_samples"] = row.get("mean_samples", 0.0) + (float(np.mean(moving)) if moving else 0.0)
+            row["mean_samples"] += float(np.mean(moving)) if moving else 0.0
         for row in rows.values():
             row["mean_samples"] /= row["questions"]
         return cls(rows)
