@@ -1,9 +1,11 @@
 """Architecture figures of a checkout (issues 30 and 42, before and after): estimator-name string comparisons outside the
 estimator table and, widened (issue 42), every place outside ``estimators/`` that branches on which estimator ran
 (comparisons with its name or object, ``isinstance`` tests on estimator and estimate classes, tables keyed by
-estimator names: ``estimator_references``), places that check ``num_samples``, the lines of ``LatentLMEval``, mutable
-module globals shared between the backend and the tasks and, widened, every place with process-wide mutable state
-(``process_wide_state``), the floors of ``estimators/`` in its import graph, and function-local imports.
+estimator names) and, widened again (issue 51), every place there that names one in any form (an argument, a
+default, a message that lists estimators: ``estimator_references``), places that check ``num_samples``, the lines of
+``LatentLMEval``, mutable module globals shared between the backend and the tasks and, widened, every place with
+process-wide mutable state (``process_wide_state``), the floors of ``estimators/`` in its import graph, and
+function-local imports.
 
     python bench/architecture.py [CHECKOUT ...]   # default: this checkout; pass an old worktree to compare
 
@@ -87,53 +89,112 @@ def _estimator_table(root: Path) -> tuple[set[str], set[str], set[str]]:
     return names, classes, constants
 
 
+def _chooses(node: ast.AST, parents: dict) -> bool:
+    """Whether ``node`` lies in the estimator a call chooses where its settings are built: the first argument of
+    ``EstimatorSettings(...)`` or the value of an ``estimator=`` keyword (``"smc" if smc else "is"`` included)."""
+    while id(node) in parents:
+        parent = parents[id(node)]
+        if isinstance(parent, ast.keyword):
+            return parent.arg == "estimator"
+        if isinstance(parent, ast.Call):
+            return getattr(parent.func, "id", "") == "EstimatorSettings" and parent.args[:1] == [node]
+        if not isinstance(parent, (ast.IfExp, ast.Tuple, ast.List, ast.Set)):
+            return False
+        node = parent
+    return False
+
+
+def _literal_use(node: ast.AST, parents: dict) -> str:
+    """What a string literal equal to an estimator's name does there (its containers, tuples and ``a if c else b``,
+    looked through)."""
+    while isinstance(parents.get(id(node)), (ast.IfExp, ast.Tuple, ast.List, ast.Set)):
+        node = parents[id(node)]
+    parent = parents.get(id(node))
+    if isinstance(parent, ast.Compare):
+        return "compares with an estimator's name"
+    if isinstance(parent, ast.Subscript) and parent.slice is node:
+        return "looks up a table by an estimator's name"
+    if isinstance(parent, ast.Dict) and node in parent.keys:
+        return "builds a table keyed by an estimator's name"
+    if isinstance(parent, ast.arguments):
+        return "defaults to an estimator's name"
+    if isinstance(parent, ast.Call):
+        return f"passes an estimator's name to {ast.unparse(parent.func)}()"
+    if isinstance(parent, ast.keyword):
+        call = ast.unparse(parents[id(parent)].func)
+        return f"passes an estimator's name to {call}({parent.arg}=)"
+    return "names an estimator"
+
+
+def _message_text(node: ast.AST) -> str:
+    """A string literal's text, or an f-string's with ``{}`` for each value."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+
+
 def estimator_references(
     root: Path,
     names: set[str] | None = None,
     classes: set[str] | None = None,
     constants: set[str] | None = None,
 ) -> list[str]:
-    """Every place outside ``lm_latent_eval/estimators/`` that branches on which estimator ran, as
-    ``path:line: what``: a comparison with an estimator's name (``== "smc"``, ``in ("is", "smc")``), a table keyed by
-    one (``{"is": ...}``, ``result["beam"]``), an ``isinstance`` test against an estimator's or an estimate's class,
-    and any use of a constant bound to an estimator object (``corpus.method is EXACT``, ``s.estimator == BEAM.name``).
-    Choosing an estimator by name where it is built (``EstimatorSettings("beam", ...)``) is not branching and is not
-    counted. ``names``, ``classes``, ``constants``: default, read from the checkout's estimators/ (``_estimator_table``).
+    """Every place outside ``lm_latent_eval/estimators/`` that names an estimator, as ``path:line: what 'name'``:
+
+    - a string literal equal to an estimator's name, in any form: compared with (``== "smc"``, ``in ("is", "smc")``),
+      a table's key (``{"is": ...}``, ``result["beam"]``), an argument or a default (``json_key("is")``,
+      ``.get("estimator", "is")``, ``def f(estimator="is")``), a value (``name = "is"``); only whole literals, so the
+      English word "is" inside a sentence is not one;
+    - a message (a string literal or an f-string) that names one (``estimator=smc``) or lists two or more by hand
+      (``"smc, is or beam"``);
+    - an ``isinstance`` test against an estimator's or an estimate's class, and any use of a constant bound to an
+      estimator object (``corpus.method is EXACT``, ``s.estimator == BEAM.name``).
+
+    Choosing an estimator by name where its settings are built (``EstimatorSettings("beam", ...)``, ``estimator=
+    "beam"``) is not counted, nor are docstrings. ``names``, ``classes``, ``constants``: default, read from the
+    checkout's estimators/ (``_estimator_table``).
     """
     found_names, found_classes, found_constants = _estimator_table(root)
     names = found_names if names is None else names
     classes = found_classes if classes is None else classes
     constants = found_constants if constants is None else constants
-
-    def named(node) -> bool:
-        if isinstance(node, ast.Constant):
-            return node.value in names
-        return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(named(e) for e in node.elts)
-
+    alternatives = "|".join(sorted(map(re.escape, names), key=len, reverse=True)) or "(?!)"
+    named = re.compile(rf"\bestimator\s*=\s*({alternatives})\b")
+    names_in_a_row = rf"\b({alternatives})\b(\s*(,|/|\bor\b|\band\b)\s*(estimator=)?\b({alternatives})\b)+"
+    listed = re.compile(rf"(estimator=)?{names_in_a_row}")
     out = []
     for path in sorted((root / "lm_latent_eval").rglob("*.py")):
         if path.parent.name == "estimators" and path.parent.parent.name == "lm_latent_eval":
             continue
         where = path.relative_to(root)
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
             what = None
-            if isinstance(node, ast.Compare) and any(named(n) for n in (node.left, *node.comparators)):
-                what = "compares with an estimator's name"
-            elif isinstance(node, ast.Subscript) and named(node.slice):
-                what = "looks up a table by an estimator's name"
-            elif isinstance(node, ast.Dict) and any(k is not None and named(k) for k in node.keys):
-                what = "builds a table keyed by estimator names"
-            elif (
+            text = (
+                isinstance(node, ast.JoinedStr)
+                or isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+            )
+            if not text or isinstance(parents.get(id(node)), (ast.Expr, ast.JoinedStr)):
+                pass  # not a string, a docstring, or a piece of an f-string (read with it)
+            elif isinstance(node, ast.Constant) and node.value in names:
+                if not _chooses(node, parents):
+                    what = f"{_literal_use(node, parents)} {node.value!r}"
+            elif match := listed.search(_message_text(node)) or named.search(_message_text(node)):
+                what = f"a message names estimators by hand {match.group(0)!r}"
+            if (
                 isinstance(node, ast.Call)
                 and getattr(node.func, "id", "") == "isinstance"
                 and len(node.args) == 2
             ):
-                if {getattr(n, "id", getattr(n, "attr", "")) for n in ast.walk(node.args[1])} & classes:
-                    what = "tests isinstance against an estimator's or estimate's class"
+                hit = {getattr(n, "id", getattr(n, "attr", "")) for n in ast.walk(node.args[1])} & classes
+                if hit:
+                    what = f"tests isinstance against an estimator's or estimate's class {min(hit)!r}"
             elif isinstance(node, ast.Name) and node.id in constants:
-                what = f"uses the estimator object {node.id}"
+                what = f"uses the estimator object {node.id!r}"
             elif isinstance(node, ast.alias) and node.name in constants:
-                what = f"imports the estimator object {node.name}"
+                what = f"imports the estimator object {node.name!r}"
             if what:
                 out.append(f"{where}:{getattr(node, 'lineno', 0)}: {what}")
     return sorted(set(out))
@@ -311,17 +372,66 @@ def duplicate_pairs(root: Path) -> str:
     return first.split(" pairs", 1)[0] if " pairs of places" in first else "n/a"
 
 
+STEPWISE_METHODS = {"smc_init", "_smc_init", "smc_step", "smc_reorder", "smc_latents", "smc_init_documents",
+                    "smc_step_documents"}  # fmt: skip
+
+
+def package_lines(root: Path) -> tuple[int, int]:
+    """Lines of the package's Python files, and those inside docstrings (module, class and function)."""
+    total = docs = 0
+    for path in (root / "lm_latent_eval").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        total += len(text.splitlines())
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and ast.get_docstring(
+                node, clean=False
+            ):
+                first = node.body[0]
+                docs += first.end_lineno - first.lineno + 1
+    return total, docs
+
+
+def hand_written_stepwise(root: Path) -> list[str]:
+    """Model classes outside the stepwise base (``models/stepwise_module.py``) that define stepwise methods
+    themselves (one way to write the stepwise part: none but the prefix views, which adapt another model)."""
+    out = []
+    for path in sorted((root / "lm_latent_eval" / "models").rglob("*.py")):
+        if path.name == "stepwise_module.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                own = {f.name for f in node.body if isinstance(f, ast.FunctionDef)} & STEPWISE_METHODS
+                if own:
+                    out.append(f"{path.relative_to(root / 'lm_latent_eval').as_posix()}:{node.name}")
+    return out
+
+
+def capability_functions(root: Path) -> int:
+    """Public module-level functions of the capabilities module (``protocol/capabilities.py``)."""
+    path = root / "lm_latent_eval" / "protocol" / "capabilities.py"
+    if not path.exists():
+        return 0
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return sum(isinstance(n, ast.FunctionDef) and not n.name.startswith("_") for n in tree.body)
+
+
 def report(root: Path) -> str:
     rules, checks = num_samples_checks(root, NUM_SAMPLES_RULE), num_samples_checks(root)
     references, state = estimator_references(root), process_wide_state(root)
     floors = estimator_floors(root)
+    total, docs = package_lines(root)
+    stepwise = hand_written_stepwise(root)
     lines = [
         f"## {root}",
         "",
         "| figure | value |",
         "|---|---|",
+        f"| package lines (lm_latent_eval/*.py) | {total:,} |",
+        f"| of them in docstrings | {docs:,} ({docs / total:.0%}) |",
+        f"| model classes writing stepwise methods by hand | {len(stepwise)} ({', '.join(stepwise)}) |",
+        f"| public functions of protocol/capabilities.py | {capability_functions(root)} |",
         f"| estimator-name string comparisons outside the estimator table | {string_comparisons(root)} |",
-        f"| places outside estimators/ that branch on the estimator (widened) | {len(references)} |",
+        f"| places outside estimators/ that name an estimator (widened twice: any form) | {len(references)} |",
         f"| places that write out the rule on num_samples | {len(rules)} ({', '.join(rules)}) |",
         f"| functions that apply a checker of num_samples | {len(checks)} ({', '.join(checks)}) |",
         f"| LatentLMEval lines | {class_lines(root, 'lm_latent_eval/harness/backends.py', 'LatentLMEval')} |",
@@ -336,7 +446,7 @@ def report(root: Path) -> str:
             f"{f}: {', '.join(n for n, v in floors.items() if v == f)}" for f in sorted(set(floors.values()))
         ),
         "",
-        "branching on the estimator: " + ("; ".join(references) or "none"),
+        "estimator named outside estimators/: " + ("; ".join(references) or "none"),
         "",
         "process-wide mutable state: " + "; ".join(state),
         "",

@@ -20,11 +20,11 @@ def compile_kernels() -> tuple:
     printed), which breaks the 1e-9 agreement with the eager path that tests/models/entitynlm/test_entitynlm_pinned.py holds."""
     import torch
 
-    from lm_latent_eval.models.entitynlm import latents
+    from lm_latent_eval.models.entitynlm import drawing, scoring
 
-    eager = latents.draw_step, latents.score_step
-    latents.draw_step = torch.compile(latents.draw_step, dynamic=True)
-    latents.score_step = torch.compile(latents.score_step, dynamic=True)
+    eager = drawing.draw_step, scoring.score_step
+    drawing.draw_step = torch.compile(drawing.draw_step, dynamic=True)
+    scoring.score_step = torch.compile(scoring.score_step, dynamic=True)
     return eager
 
 
@@ -32,14 +32,14 @@ def compiled_difference(eager_kernels: tuple, model_dir, doc: str, k: int = 1000
     """max |Δ log w| between eager and compiled kernels on one document (same seed)."""
 
     from lm_latent_eval.estimators import importance_log_weights
-    from lm_latent_eval.models.entitynlm import EntityNLM, latents
+    from lm_latent_eval.models.entitynlm import EntityNLM, drawing, scoring
 
     model = EntityNLM.from_pretrained(str(model_dir)).eval()
     x = model.tokenize(doc)
-    compiled = latents.draw_step, latents.score_step
-    latents.draw_step, latents.score_step = eager_kernels
+    compiled = drawing.draw_step, scoring.score_step
+    drawing.draw_step, scoring.score_step = eager_kernels
     eager = importance_log_weights(model, x, num_samples=k, seed=0, document=doc)
-    latents.draw_step, latents.score_step = compiled
+    drawing.draw_step, scoring.score_step = compiled
     return float(abs(importance_log_weights(model, x, num_samples=k, seed=0, document=doc) - eager).max())
 
 

@@ -32,7 +32,7 @@ from lm_latent_eval.estimators.importance import importance_log_weights
 from lm_latent_eval.estimators.smc import smc_log_weights
 from lm_latent_eval.models import load_model
 from lm_latent_eval.paths import DATA_DIR
-from lm_latent_eval.protocol import has_tractable_marginal
+from lm_latent_eval.protocol import has
 from lm_latent_eval.reports.sweep import read_documents
 
 CORPORA = {
@@ -47,7 +47,7 @@ CORPORA = {
 def exact_values(model, xs) -> list[float] | None:
     """log p(x) of every document where it can be computed (a tractable marginal, or every RNNG tree when every
     sentence has ≤ 12 words), else None."""
-    if has_tractable_marginal(model):
+    if has(model, "tractable_marginal"):
         return [model.log_marginal(x) for x in xs]
     if type(model).__name__ == "RNNG":
         from lm_latent_eval.models.rnng.enumerate import MAX_WORDS, exact_log_marginal

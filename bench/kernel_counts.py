@@ -99,15 +99,19 @@ def accelerator_paths():
     EntityNLM draws every particle's entity and length and moves memory rows for all particles, the RNNG keeps one
     row per particle (``SELECT_ROWS_ON``), not one per distinct history."""
     from lm_latent_eval import tensors
-    from lm_latent_eval.models.entitynlm import latents, model
+    from lm_latent_eval.models.entitynlm import drawing, heads, latents, model, scoring
 
-    saved = (tensors.SELECT_ROWS_ON, latents.rows_apart, model.rows_apart)
+    modules = (latents, heads, scoring, drawing, model)
+    saved = tensors.SELECT_ROWS_ON, [m.rows_apart for m in modules]
     tensors.SELECT_ROWS_ON = ()
-    latents.rows_apart = model.rows_apart = lambda *args: False
+    for m in modules:
+        m.rows_apart = lambda *args: False
     try:
         yield
     finally:
-        tensors.SELECT_ROWS_ON, latents.rows_apart, model.rows_apart = saved
+        tensors.SELECT_ROWS_ON = saved[0]
+        for m, f in zip(modules, saved[1]):
+            m.rows_apart = f
 
 
 @dataclass

@@ -35,7 +35,7 @@ import full_size
 
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.kglm.latents import LatentHeads
-from lm_latent_eval.models.memory import GIB, TemporaryRecorder
+from lm_latent_eval.models.memory_plan import GIB, TemporaryRecorder
 from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.reports.sweep import read_documents
 
@@ -113,7 +113,7 @@ def entitynlm_lines() -> list[str]:
             f"Full-size EntityNLM (d = {model.dim}, M = {model.max_entities}, mentions of ≤"
             f" {model.max_mention_length} tokens, V = {len(model.vocab):,}) at K = {PAPER_K:,}: the longest document"
             f" of the synthetic CoNLL-2012 test set (T = {longest:,}) and a mean-length one (T = 464). Plans from the"
-            " shapes (entitynlm/memory.py), every token starting a mention at worst; 'one call' is main before"
+            " shapes (entitynlm/memory_plan.py), every token starting a mention at worst; 'one call' is main before"
             " issue 45 (all K particles in one log_joint call)."
         ),
         "",

@@ -159,7 +159,7 @@ def particles_per_call(model, name: str, T: int, budget_gib: float) -> int:
     """Particles per ``log_joint`` call (``batch_size``: memory only) within ``budget_gib``: the model's own plan from
     the shapes of its temporaries (``max_particles_per_call``: KGLM's [k, T] arrays, its heads chunked inside by the
     same budget; EntityNLM's [T, k, D] entity rows, [T, k, M] slot positions and [k, V] word logits, every token
-    starting a mention at worst; models/*/memory.py)."""
+    starting a mention at worst; models/*/memory_plan.py)."""
     return model.max_particles_per_call(T, int(budget_gib * 2**30))
 
 

@@ -42,7 +42,7 @@ from lm_latent_eval.estimators.adaptive import estimate_corpus
 from lm_latent_eval.estimators.registry import with_model_defaults
 from lm_latent_eval.models import load_model
 from lm_latent_eval.paths import DATA_DIR
-from lm_latent_eval.protocol import has_document_batches, has_stepwise
+from lm_latent_eval.protocol import has
 from lm_latent_eval.reports.sweep import read_documents
 
 OUTPUT = Path(__file__).resolve().parent / "side_by_side"
@@ -122,7 +122,7 @@ def measure(name: str, num_samples: int, limit: int | None) -> dict:
         "model": name,
         "documents": len(texts),
         "tokens": tokens,
-        "side_by_side": has_document_batches(model),
+        "side_by_side": has(model, "document_batches"),
     }
     estimates = {}
     for label, fn in (("alone", alone), ("together", together)):
@@ -207,7 +207,7 @@ def main() -> None:
     torch.set_num_threads(1)
     rows = []
     for name in args.models:
-        if not has_stepwise(load_model(name)[0]):
+        if not has(load_model(name)[0], "stepwise"):
             continue
         rows.append(measure(name, args.num_samples, args.limit))
         print(markdown(rows, args.num_samples), flush=True)

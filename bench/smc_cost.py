@@ -34,7 +34,7 @@ from lm_latent_eval.estimators.importance import importance_log_weights
 from lm_latent_eval.estimators.smc import smc_log_weights
 from lm_latent_eval.models import load_model
 from lm_latent_eval.paths import DATA_DIR
-from lm_latent_eval.protocol import has_stepwise
+from lm_latent_eval.protocol import has
 from lm_latent_eval.reports.sweep import read_documents
 
 OUTPUT = Path(__file__).resolve().parent / "smc_cost" / "output.md"
@@ -101,7 +101,7 @@ def model_rows(name: str, ks: list[int], repeats: int, num_docs: int | None) -> 
     """One table row per K: best-of-``repeats`` particle·tokens/s of IS and SMC, alternated, and SMC s / IS s."""
     base, kwargs = VARIANTS.get(name, (name, {}))
     model, _ = load_model(base, **kwargs)
-    if not has_stepwise(model):
+    if not has(model, "stepwise"):
         return [f"| {name} | - | no stepwise part | | | | | |"]
     path, default_docs = DOCUMENTS[name]
     docs = [d for d in read_documents(str(DATA_DIR / path)) if d.strip()][: num_docs or default_docs]

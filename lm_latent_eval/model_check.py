@@ -30,7 +30,7 @@ import torch
 from .documents import read_texts
 from .estimators import EstimatorSettings, estimate_document, importance_log_weights, log_mean_exp
 from .models import load_model
-from .protocol import has_stepwise, has_tractable_marginal, is_prefix_probability, num_particles
+from .protocol import has, is_prefix_probability, num_particles
 
 DEFAULT_TEXTS = ("the cat sat on the mat", "a dog ran")
 Z_LIMIT = 5.0
@@ -122,12 +122,12 @@ def check_estimators(model, text: str, k: int = 1000) -> Check:
     settings = EstimatorSettings("is", num_samples=k, seed=2)
     is_est = estimate_document(model, text, settings)
     rows = {"IS": (is_est.log_likelihood, is_est.error().relative_variance)}
-    if has_stepwise(model):
+    if has(model, "stepwise"):
         smc = estimate_document(
             model, text, EstimatorSettings("smc", num_samples=k, seed=3, resample_threshold=0.0)
         )
         rows["stepwise IS"] = (smc.log_likelihood, smc.error().relative_variance)
-    if has_tractable_marginal(model):
+    if has(model, "tractable_marginal"):
         rows["log_marginal"] = (float(model.log_marginal(model.tokenize(text))), 0.0)
     values = list(rows.values())
     worst = 0.0
@@ -152,7 +152,7 @@ def check_prefix(model, context: str, words: list[str], full: bool, k: int = 200
 
     def log_p(text: str) -> float:
         x = model.tokenize(text)
-        if has_tractable_marginal(model):
+        if has(model, "tractable_marginal"):
             return float(model.log_marginal(x))
         return float(log_mean_exp(importance_log_weights(model, x, num_samples=k, seed=4, document=text)))
 

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from ..estimators import EstimatorSettings, resolve
 from ..models import MODELS, load_model
-from ..protocol import is_latent_lm
+from ..protocol import has
 from .channel import DEFAULT_LEVELS, check_level, distortion_set, normalize_whitespace
 
 DEFAULT_BASE_LEVEL = 0.1
@@ -283,7 +283,7 @@ def make_scorer(
 ) -> Scorer:
     """A scorer from a callable, a latent LM instance, one of our model names / ``pkg.mod:Cls``, or a causal LM path/Hub id.
     ``progress``: a latent LM's progress bar over the sentences it scores (``False`` in a doctest or a log)."""
-    if is_latent_lm(model):
+    if has(model, "latent_lm"):
         return latent_lm_scorer(model, settings, device, progress=progress)
     if callable(model):
         return model

@@ -49,7 +49,6 @@ from typing import Protocol
 from .base import DocumentEstimate, ResolvedEstimator
 from .intervals import DocumentError
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
-from .registry import targets_precision
 from .settings import EstimatorSettings
 from .workers import DocumentWorkers
 
@@ -227,10 +226,10 @@ def estimate_corpus(
     with DocumentWorkers(estimator.model, device, workers, len(unique)) as pool:
         stage = functools.partial(_stage, pool, store, progress)
         first = f"{estimator.settings.estimator} log p(x)"
-        if targets_precision(estimator.settings):
+        if estimator.targets_precision:
             first = f"precision target, {stage_label(0)}: {first}"
         current = stage([(t, estimator) for t in unique], 0, first)
-        if not targets_precision(estimator.settings):
+        if not estimator.targets_precision:
             return current
         return _later_stages(current, estimator, stage, all_reduce)
 

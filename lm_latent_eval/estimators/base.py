@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -22,7 +22,8 @@ from ..errors import InputError, UnsupportedError
 from ..protocol import LatentLM, exact_marginal_cost
 from .intervals import DocumentError, Interval
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
-from .settings import AUTO_TARGET_SE, EstimatorSettings
+from .seeding import sample_block
+from .settings import AUTO_TARGET_SE, DEFAULT_LEVEL, EstimatorSettings
 
 STOCHASTIC_BOUND = "stochastic upper bound in expectation (E[log p̂] ≤ log p, so E[log PPL̂] ≥ log PPL)"
 
@@ -179,6 +180,21 @@ class DocumentEstimate:
         {}
         """
         return {}
+
+    def summarized(self) -> DocumentEstimate:
+        """This estimate with its family's diagnostics computed where they are not yet (IS: ``ISDiagnostics`` of a
+        sampled document's weights; every other family: itself). The same numbers: what ``diagnostics`` describes.
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators import resolve
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> est = resolve(EstimatorSettings("is", num_samples=8), hmm).estimate("the cat sat")
+        >>> est.diagnostics is None, est.summarized().diagnostics.num_samples
+        (True, 8)
+        """
+        return self
 
     def to_json(self) -> dict:
         """A JSON-ready record; ``estimators.registry.estimate_from_json`` reads it back. Every family writes the
@@ -435,7 +451,6 @@ class Estimator:
         device: torch.device | str = "cpu",
         progress=None,
         stage: int = 0,
-        diagnostics: bool = False,
     ) -> DocumentEstimate:
         """log p̂(x) of one document with tokens (``ResolvedEstimator.estimate`` tokenizes a text and calls it).
 
@@ -455,8 +470,6 @@ class Estimator:
             Updated with the samples drawn.
         stage : int
             > 0 draws from fresh random streams (the precision target's later stages).
-        diagnostics : bool
-            Under IS, also compute ``ISDiagnostics``.
 
         Returns
         -------
@@ -497,7 +510,6 @@ class Estimator:
         device: torch.device | str = "cpu",
         progress=None,
         stage: int = 0,
-        diagnostics: bool = False,
     ) -> list[DocumentEstimate]:
         """``estimate`` of several documents with tokens, which an estimator may advance side by side (``smc`` on a
         model with ``protocol.DocumentBatchLM``); each estimate is the one ``estimate`` gives that document alone
@@ -509,7 +521,7 @@ class Estimator:
             A model this estimator can serve.
         documents : sequence of (torch.Tensor, str, EstimatorSettings)
             Each document's tokens (T ≥ 1, on ``device``), text and settings (the same but for ``num_samples``).
-        device, progress, stage, diagnostics
+        device, progress, stage
             As ``estimate``'s.
 
         Returns
@@ -530,16 +542,7 @@ class Estimator:
         True
         """
         return [
-            self.estimate(
-                model,
-                x,
-                text,
-                settings,
-                device=device,
-                progress=progress,
-                stage=stage,
-                diagnostics=diagnostics,
-            )
+            self.estimate(model, x, text, settings, device=device, progress=progress, stage=stage)
             for x, text, settings in documents
         ]
 
@@ -802,6 +805,65 @@ class ResolvedEstimator:
     model: Any
     reason: str = ""
 
+    @property
+    def targets_precision(self) -> bool:
+        """Whether the precision target draws more samples for the documents that need them (a sampling estimator
+        with ``target_se`` > 0)."""
+        return self.estimator.draws_samples and bool(self.settings.target_se)
+
+    def recorded_settings(self, device: torch.device | str = "cpu") -> dict:
+        """The settings that change this run's numbers on ``device``, as recorded with every result (batch_size never
+        does; ``sample_block`` is the seeding scheme's block on ``device``; the level where it is not the default).
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators import EstimatorSettings, resolve
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> resolve(EstimatorSettings("beam", beam_size=4), hmm).recorded_settings()
+        {'estimator': 'beam', 'beam_size': 4}
+        >>> resolve(EstimatorSettings("is", num_samples=8, level=0.9), hmm).recorded_settings()
+        {'estimator': 'is', 'num_samples': 8, 'temperature': 1.0, 'peek': True, 'seed': 1234, 'level': 0.9, 'sample_block': 1024}
+        """
+        settings, own, draws = self.settings, self.estimator.settings_fields, self.estimator.draws_samples
+        record = {"estimator": settings.estimator} | {name: getattr(settings, name) for name in own}
+        if self.targets_precision:
+            record |= {"target_se": settings.target_se, "max_samples": settings.sample_budget}
+        if settings.exact_where_cheaper and draws:
+            record["exact_where_cheaper"] = True
+        if settings.level != DEFAULT_LEVEL:
+            record["level"] = settings.level
+        return record | ({"sample_block": sample_block(device)} if draws else {})
+
+    def settings_used(self) -> set[str]:
+        """The ``EstimatorSettings`` fields that can matter to this run: the estimator's ``settings_fields``, the
+        precision target and the statement's level for a sampling estimator, the particle block (memory only) and the
+        seed (``generate_until`` samples with it whatever the estimator)."""
+        used = {"estimator", "batch_size", "seed", *self.estimator.settings_fields}
+        if self.estimator.draws_samples:
+            used |= {"target_se", "level"} | ({"max_samples"} if self.settings.target_se else set())
+        return used
+
+    def ignored_settings(self, given: Iterable[str]) -> list[str]:
+        """The names in ``given`` (settings the user gave) that this run ignores.
+
+        Examples
+        --------
+        >>> from lm_latent_eval.estimators import EstimatorSettings, resolve
+        >>> from lm_latent_eval.models import load_model
+        >>> hmm, _ = load_model("hmm")
+        >>> resolve(EstimatorSettings("exact"), hmm).ignored_settings(["num_samples", "estimator", "seed"])
+        ['num_samples']
+        >>> resolve(EstimatorSettings("is"), hmm).ignored_settings(["num_samples", "seed", "max_samples"])
+        ['max_samples']
+        """
+        used = self.settings_used()
+        return [name for name in given if name not in used]
+
+    def advice(self) -> list[str]:
+        """What to try where this run's estimates give no honest interval (``Estimator.advice`` for its model)."""
+        return self.estimator.advice(self.settings, self.model)
+
     def sized(self, num_samples: int) -> ResolvedEstimator:
         """The same estimator with K = ``num_samples`` and no further precision target (a document of a later stage
         of ``adaptive``'s precision target; under SMC the same number of runs, each larger)."""
@@ -821,7 +883,6 @@ class ResolvedEstimator:
         *,
         device: torch.device | str = "cpu",
         stage: int = 0,
-        diagnostics: bool = False,
         progress=None,
     ) -> DocumentEstimate:
         """log p̂ of one document: its text tokenized by the model and estimated (``Estimator.estimate``); a text
@@ -835,8 +896,6 @@ class ResolvedEstimator:
             Where the model runs; random streams differ between CPU and GPU.
         stage : int
             > 0 draws from fresh random streams (a later stage of the precision target, ``estimators.adaptive``).
-        diagnostics : bool
-            Under IS, also compute ``ISDiagnostics``.
         progress : tqdm, optional
             Updated with the samples drawn.
 
@@ -845,9 +904,7 @@ class ResolvedEstimator:
         DocumentEstimate
             The record of the estimator's family (``ISEstimate``, ``SMCEstimate``, ``BeamEstimate``, ...).
         """
-        return self.estimate_documents(
-            [text], device=device, stage=stage, diagnostics=diagnostics, progress=progress
-        )[0]
+        return self.estimate_documents([text], device=device, stage=stage, progress=progress)[0]
 
     def estimate_documents(
         self,
@@ -856,7 +913,6 @@ class ResolvedEstimator:
         *,
         device: torch.device | str = "cpu",
         stage: int = 0,
-        diagnostics: bool = False,
         progress=None,
     ) -> list[DocumentEstimate]:
         """``estimate`` of several documents, each with its own sample size, estimated side by side where the
@@ -868,7 +924,7 @@ class ResolvedEstimator:
             The documents.
         num_samples : sequence of int, optional
             Each document's K (``sized``); default ``settings.num_samples`` for all.
-        device, stage, diagnostics, progress
+        device, stage, progress
             As ``estimate``'s.
 
         Returns
@@ -898,12 +954,7 @@ class ResolvedEstimator:
             else:
                 out[i] = self.estimator.known(text, x.numel(), known, settings, self.model)
         estimates = self.estimator.estimate_documents(
-            self.model,
-            [doc for _, doc in todo],
-            device=device,
-            progress=progress,
-            stage=stage,
-            diagnostics=diagnostics,
+            self.model, [doc for _, doc in todo], device=device, progress=progress, stage=stage
         )
         for (i, _), estimate in zip(todo, estimates):
             out[i] = estimate

@@ -53,9 +53,7 @@ class BeamBound(Estimator):
     def figure_name(self, settings: dict) -> str:
         return f"beam bound (k={settings.get('beam_size')})"
 
-    def estimate(
-        self, model, x, document, settings, *, device="cpu", progress=None, stage=0, diagnostics=False
-    ):
+    def estimate(self, model, x, document, settings, *, device="cpu", progress=None, stage=0):
         return BeamEstimate(document, int(x.numel()), beam_sum(model, x, settings.beam_size, document))
 
     def fixed_statement(self, log_likelihood: float, level: float) -> Interval:

@@ -6,7 +6,7 @@ certainty, as the beam sum is, and its perplexity an upper bound. It is what the
 ignore the latent: for ``latent_tokenization``, lm-eval's ``hf`` backend's number (the tokenizer's tokens, hf's
 rolling windows and truncation), so the gap between it and the marginal is the cost of fixing the tokenization.
 
-A model offers it through the optional part of the contract ``CanonicalScoringLM`` (``has_canonical_scoring``):
+A model offers it through the optional part of the contract ``CanonicalScoringLM`` (the part ``"canonical_scoring"``):
 ``canonical_log_likelihood(text)`` and, where the tooling scores a continuation its own way (hf's ``_encode_pair``,
 with ``is_greedy``), ``canonical_conditionals(pairs)``.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..protocol import has_canonical_scoring
+from ..protocol import has
 from .base import Estimator
 from .beam import BeamEstimate, certain_lower_bound
 from .intervals import Interval
@@ -48,16 +48,14 @@ class CanonicalConfiguration(Estimator):
     kind = "strict upper bound (one configuration's probability p(x, z*) is ≤ p(x) for every document)"
 
     def missing(self, model) -> str | None:
-        if has_canonical_scoring(model):
+        if has(model, "canonical_scoring"):
             return None
         return f"{type(model).__name__} has no canonical configuration (canonical_log_likelihood)"
 
     def figure_name(self, settings: dict) -> str:
         return "canonical configuration's bound"
 
-    def estimate(
-        self, model, x, document, settings, *, device="cpu", progress=None, stage=0, diagnostics=False
-    ):
+    def estimate(self, model, x, document, settings, *, device="cpu", progress=None, stage=0):
         return CanonicalEstimate(document, int(x.numel()), float(model.canonical_log_likelihood(document)))
 
     def conditionals(self, model, pairs: list[tuple[str, str]]) -> list[tuple[float, bool]] | None:

@@ -13,7 +13,6 @@ def estimate_document(
     text: str,
     settings: EstimatorSettings,
     device="cpu",
-    diagnostics: bool = False,
     progress=None,
     stage: int = 0,
 ) -> DocumentEstimate:
@@ -31,8 +30,6 @@ def estimate_document(
         The estimator and its settings (resolved or ``auto``).
     device : torch.device or str
         Where the model runs; random streams differ between CPU and GPU.
-    diagnostics : bool
-        Under IS, also compute ``ISDiagnostics``.
     progress : tqdm, optional
         Updated with the samples drawn.
     stage : int
@@ -53,6 +50,4 @@ def estimate_document(
     >>> estimate_document(hmm, "", EstimatorSettings("exact")).log_likelihood
     0.0
     """
-    return resolve(settings, model).estimate(
-        text, device=device, stage=stage, diagnostics=diagnostics, progress=progress
-    )
+    return resolve(settings, model).estimate(text, device=device, stage=stage, progress=progress)

@@ -44,6 +44,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
+from ..errors import UnsupportedError
 from .base import DocumentEstimate, Estimator, as_array, as_list
 from .intervals import DocumentError, Interval
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
@@ -229,18 +230,19 @@ class MaskedELBO(Estimator):
             return "elbo left_to_right"
         return f"elbo {settings.get('elbo_masks')} K={settings.get('num_samples')}"
 
-    def estimate(
-        self, model, x, document, settings, *, device="cpu", progress=None, stage=0, diagnostics=False
-    ):
+    def estimate(self, model, x, document, settings, *, device="cpu", progress=None, stage=0):
         T = int(x.numel())
-        if settings.elbo_masks == "left_to_right":
-            order = left_to_right(model, x)
-            bound = order - math.lgamma(T + 1)
-            return ELBOEstimate(document, T, bound, samples=np.array([bound]), order_log_likelihood=order)
-        generator = document_generator(settings.seed, document, stage_block(ELBO_STREAM, stage), device)
-        scheme = MASK_SCHEMES[settings.elbo_masks]
-        masked, weight = scheme.draw(settings.num_samples, T, generator, x.device)
-        samples = masked_terms(model, x, masked, weight, scheme.keep_mask_row).cpu().numpy()
+        try:
+            if settings.elbo_masks == "left_to_right":
+                order = left_to_right(model, x)
+                bound = order - math.lgamma(T + 1)
+                return ELBOEstimate(document, T, bound, samples=np.array([bound]), order_log_likelihood=order)
+            generator = document_generator(settings.seed, document, stage_block(ELBO_STREAM, stage), device)
+            scheme = MASK_SCHEMES[settings.elbo_masks]
+            masked, weight = scheme.draw(settings.num_samples, T, generator, x.device)
+            samples = masked_terms(model, x, masked, weight, scheme.keep_mask_row).cpu().numpy()
+        except UnsupportedError as err:  # a text longer than the network reads, which the ELBO cannot split
+            raise UnsupportedError(f"{err}; use estimator=auto, which reads such a text in windows") from None
         if progress is not None:
             progress.update(settings.num_samples)
         return ELBOEstimate(document, T, float(samples.mean()), samples=samples)

@@ -7,7 +7,8 @@ from typing import ClassVar
 
 import torch
 
-from ..protocol import LatentLM, has_exact_marginal, has_tractable_marginal
+from ..errors import UnsupportedError
+from ..protocol import LatentLM, has
 from .base import DocumentEstimate, Estimator, checked_log_marginal
 from .intervals import DocumentError, Interval
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
@@ -30,19 +31,20 @@ class ExactMarginal(Estimator):
     kind = "exact"
 
     def missing(self, model) -> str | None:
-        if has_exact_marginal(model):
+        if has(model, "exact_marginal"):
             return None
         return f"{type(model).__name__} has no exact log_marginal(x)"
 
     def auto_reason(self, model) -> str | None:
-        if not has_tractable_marginal(model):
+        if not has(model, "tractable_marginal"):
             return None
         return f"auto: exact, {type(model).__name__} has a tractable log_marginal"
 
-    def estimate(
-        self, model, x, document, settings, *, device="cpu", progress=None, stage=0, diagnostics=False
-    ):
-        return ExactEstimate(document, int(x.numel()), exact_log_marginal(model, x, document))
+    def estimate(self, model, x, document, settings, *, device="cpu", progress=None, stage=0):
+        try:
+            return ExactEstimate(document, int(x.numel()), exact_log_marginal(model, x, document))
+        except UnsupportedError as err:  # the model's program refuses this document (too long, too costly)
+            raise UnsupportedError(f"{err}; use estimator=auto, which samples such a document") from None
 
     def fixed_statement(self, log_likelihood: float, level: float) -> Interval:
         """S itself: a point."""

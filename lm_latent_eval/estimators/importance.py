@@ -34,9 +34,7 @@ from tqdm.auto import tqdm
 
 from ..protocol import (
     LatentLM,
-    has_document_sampler,
-    has_stepwise,
-    has_unknown_word_penalty,
+    has,
     latent_support,
     num_particles,
     select_particles,
@@ -247,10 +245,11 @@ def summarize(log_weights: np.ndarray, policy: UncertaintyPolicy = DEFAULT_POLIC
 
 @dataclass
 class ISEstimate(DocumentEstimate):
-    """An IS estimate: the K log weights [K] (mean of exp = p̂) and, when asked for, their ``ISDiagnostics``.
+    """An IS estimate: the K log weights [K] (mean of exp = p̂) and, once ``summarized``, their ``ISDiagnostics``.
 
-    ``unk_penalty`` [K]: for a model with an unknown-word penalty (``has_unknown_word_penalty``), the nats that
-    log_joint subtracted from each sample; the log weights include it (UPP), ``log_weights + unk_penalty`` do not (PPL).
+    ``unk_penalty`` [K]: for a model with an unknown-word penalty (the part ``"unknown_word_penalty"``), the nats
+    that log_joint subtracted from each sample; the log weights include it (UPP), ``log_weights + unk_penalty`` do
+    not (PPL).
     ``distinct_draws``: what the distinct draws cover (``DistinctDraws``; None for a continuous latent or weights
     given without their log q).
     """
@@ -300,6 +299,12 @@ class ISEstimate(DocumentEstimate):
             "is_pareto_k_undefined": float(math.isnan(khat)),
         }
 
+    def summarized(self) -> ISEstimate:
+        """With ``summarize``'s ``ISDiagnostics`` of a sampled document's weights (computed where not yet)."""
+        if self.diagnostics is not None or not self.sampled:
+            return self
+        return dataclasses.replace(self, diagnostics=summarize(self.log_weights))
+
     def log_weights_without_unk_penalty(self) -> np.ndarray | None:
         """log p(x, z_k) − log q(z_k | x) without the unknown-word penalty [K]; None when it was not recorded."""
         if self.log_weights is None or self.unk_penalty is None:
@@ -330,25 +335,21 @@ class ImportanceSampling(Estimator):
         if model is None:
             smc = ["sequential Monte Carlo (estimator=smc or auto) where the model has the stepwise part"]
         else:
-            smc = ["sequential Monte Carlo (estimator=smc or auto)"] if has_stepwise(model) else []
+            smc = ["sequential Monte Carlo (estimator=smc or auto)"] if has(model, "stepwise") else []
         peek = [] if settings.peek else ["a peeking proposal (peek=true)"]
         return smc + sampling_advice(settings) + peek
 
     def batches_documents(self, model) -> bool:
         """Side by side where the proposal draws several documents at once (``protocol.DocumentSampler``)."""
-        return has_document_sampler(model)
+        return has(model, "document_sampler")
 
-    def estimate_documents(
-        self, model, documents, *, device="cpu", progress=None, stage=0, diagnostics=False
-    ):
+    def estimate_documents(self, model, documents, *, device="cpu", progress=None, stage=0):
         """The documents' sample blocks drawn side by side by the proposal (``sample_documents``, in chunks of at
         most ``side_by_side_particles``), then each document weighted as ``estimate`` weights it, as soon as its
         blocks are drawn (memory: one chunk's draws): each block's draws are those of its own (seed, block,
         document) stream, so every number is the one it gets alone."""
-        if not has_document_sampler(model) or len(documents) < 2:
-            return super().estimate_documents(
-                model, documents, device=device, progress=progress, stage=stage, diagnostics=diagnostics
-            )
+        if not has(model, "document_sampler") or len(documents) < 2:
+            return super().estimate_documents(model, documents, device=device, progress=progress, stage=stage)
         block_size = sample_block(device)
         # (document, its block, the block's draws) in order: a document's blocks are consecutive
         lanes = [
@@ -381,48 +382,27 @@ class ImportanceSampling(Estimator):
             while len(out) < following:
                 x, text, doc_settings = documents[len(out)]
                 out.append(
-                    self._weighted(
-                        model,
-                        x,
-                        text,
-                        doc_settings,
-                        device,
-                        progress,
-                        stage,
-                        diagnostics,
-                        drawn.pop(len(out)),
-                    )
+                    self._weighted(model, x, text, doc_settings, device, progress, stage, drawn.pop(len(out)))
                 )
         return out
 
-    def estimate(
-        self, model, x, document, settings, *, device="cpu", progress=None, stage=0, diagnostics=False
-    ):
-        return self._weighted(model, x, document, settings, device, progress, stage, diagnostics, None)
+    def estimate(self, model, x, document, settings, *, device="cpu", progress=None, stage=0):
+        return self._weighted(model, x, document, settings, device, progress, stage, None)
 
-    def _weighted(
-        self, model, x, document, settings, device, progress, stage, diagnostics, drawn
-    ) -> ISEstimate:
+    def _weighted(self, model, x, document, settings, device, progress, stage, drawn) -> ISEstimate:
         """``estimate`` from the proposal's draws of each block (``drawn``: already drawn, a block's None or all
         None: drawn here)."""
         if drawn is not None and any(v is None for v in drawn.values()):
             drawn = None
-        penalty = np.zeros(settings.num_samples) if has_unknown_word_penalty(model) else None
+        penalty = np.zeros(settings.num_samples) if has(model, "unknown_word_penalty") else None
         # log q of every draw, for what the distinct draws cover (a density for a continuous z: not recorded)
         log_q = np.empty(settings.num_samples) if latent_support(model) == "discrete" else None
         lw = draw_log_weights(model, x, settings, document, device, progress, penalty, stage, log_q, drawn)
-        diag = summarize(lw) if diagnostics else None
         draws = (
             None if log_q is None else DistinctDraws.of(lw + log_q, log_q, settings.temperature, x.numel())
         )
         return ISEstimate(
-            document,
-            int(x.numel()),
-            float(log_mean_exp(lw)),
-            lw,
-            penalty,
-            diagnostics=diag,
-            distinct_draws=draws,
+            document, int(x.numel()), float(log_mean_exp(lw)), lw, penalty, distinct_draws=draws
         )
 
     def known(self, document, num_tokens, log_likelihood, settings, model) -> ISEstimate:
@@ -431,7 +411,7 @@ class ImportanceSampling(Estimator):
         k = settings.num_samples
         return ISEstimate(
             document, num_tokens, log_likelihood, np.full(k, log_likelihood),
-            np.zeros(k) if has_unknown_word_penalty(model) else None, computed_exactly=num_tokens > 0,
+            np.zeros(k) if has(model, "unknown_word_penalty") else None, computed_exactly=num_tokens > 0,
         )  # fmt: skip
 
     def corpus_diagnostics(self, estimates: Sequence[ISEstimate], progress: bool = False) -> dict:

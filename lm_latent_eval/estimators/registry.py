@@ -15,7 +15,7 @@ import torch
 
 from ..checks import check_fits_memory
 from ..errors import InputError, UnsupportedError
-from ..protocol import check_tempering, has_exact_marginal_cost
+from ..protocol import check_tempering, has
 from ..tensors import available_memory
 from .base import DocumentEstimate, Estimator, ResolvedEstimator
 from .beam import BEAM
@@ -24,7 +24,7 @@ from .elbo import ELBO
 from .exact import EXACT
 from .importance import IMPORTANCE
 from .seeding import sample_block
-from .settings import AUTO, AUTO_TARGET_SE, DEFAULT_LEVEL, EstimatorSettings
+from .settings import AUTO, AUTO_TARGET_SE, EstimatorSettings
 from .smc import SMC
 
 ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (EXACT, SMC, IMPORTANCE, BEAM, ELBO, CANONICAL)}
@@ -84,7 +84,7 @@ def resolve(settings: EstimatorSettings, model: Any) -> ResolvedEstimator:
             target = AUTO_TARGET_SE if settings.target_se is None else settings.target_se
             settings = settings.replace(target_se=target)
             why += f" (precision target {target} nats per token)"
-            if settings.exact_where_cheaper is None and has_exact_marginal_cost(model):
+            if settings.exact_where_cheaper is None and has(model, "exact_marginal_cost"):
                 settings = settings.replace(exact_where_cheaper=True)
                 why += "; documents whose exact program costs no more than their samples computed exactly"
         settings = settings.replace(estimator=estimator.name)
@@ -202,36 +202,15 @@ def require(estimator: Estimator, model: Any) -> None:
         raise UnsupportedError(f"{reason}; use estimator=auto, or one of {', '.join(usable)}")
 
 
-def targets_precision(settings: EstimatorSettings) -> bool:
-    """Whether the precision target draws more samples for the documents that need them (a sampling estimator with
-    ``target_se`` > 0)."""
-    return estimator_named(settings.estimator).draws_samples and bool(settings.target_se)
-
-
 def recorded_settings(settings: EstimatorSettings, device: torch.device | str = "cpu") -> dict:
-    """The settings that change this estimator's numbers on ``device``, as recorded with every result (batch_size
-    never does; ``sample_block`` is the seeding scheme's block on ``device``).
+    """``ResolvedEstimator.recorded_settings`` of resolved ``settings`` without their model (a results file's).
 
     Examples
     --------
     >>> recorded_settings(EstimatorSettings("beam", beam_size=4))
     {'estimator': 'beam', 'beam_size': 4}
-    >>> recorded_settings(EstimatorSettings("is", num_samples=8, level=0.9))
-    {'estimator': 'is', 'num_samples': 8, 'temperature': 1.0, 'peek': True, 'seed': 1234, 'level': 0.9, 'sample_block': 1024}
     """
-    estimator = estimator_named(settings.estimator)
-    record = {"estimator": settings.estimator}
-    record |= {name: getattr(settings, name) for name in estimator.settings_fields}
-    if targets_precision(settings):
-        record |= {"target_se": settings.target_se, "max_samples": settings.sample_budget}
-    if settings.exact_where_cheaper and estimator.draws_samples:
-        record["exact_where_cheaper"] = True
-    # the level changes the statement, not the estimate: recorded where it is not the default
-    if settings.level != DEFAULT_LEVEL:
-        record["level"] = settings.level
-    if estimator.draws_samples:
-        record["sample_block"] = sample_block(device)
-    return record
+    return ResolvedEstimator(estimator_named(settings.estimator), settings, None).recorded_settings(device)
 
 
 def estimate_from_json(record: dict) -> DocumentEstimate:

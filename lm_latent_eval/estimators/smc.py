@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..protocol import has_document_batches, has_stepwise, missing_stepwise_methods
+from ..protocol import has, missing
 from .aggregate import log_mean_exp
 from .base import STOCHASTIC_BOUND, DocumentEstimate, Estimator, sample_sizes, sampling_advice
 from .intervals import DocumentError
@@ -123,7 +123,7 @@ class _Particles:
         tau, peek = settings.temperature, settings.peek
         if len(lanes) == 1:
             self.state = model.smc_init(lanes[0].x, counts[0], temperature=tau, peek=peek)
-        elif has_document_batches(model):
+        elif has(model, "document_batches"):
             self.state = model.smc_init_documents(
                 [lane.x for lane in lanes], counts, temperature=tau, peek=peek
             )
@@ -415,16 +415,16 @@ class SequentialMonteCarlo(Estimator):
     settings_fields = ("num_samples", "temperature", "peek", "seed", "resample_threshold", "smc_runs")
 
     def missing(self, model) -> str | None:
-        missing = missing_stepwise_methods(model)
-        if not missing:
+        absent = missing(model, "stepwise")
+        if not absent:
             return None
         return (
             f"estimator=smc needs the stepwise part of the contract, but {type(model).__name__} does not define "
-            f"{', '.join(missing)} (see lm_latent_eval.protocol.StepwiseLatentLM)"
+            f"{', '.join(absent)} (see lm_latent_eval.protocol.StepwiseLatentLM)"
         )
 
     def auto_reason(self, model) -> str | None:
-        if not has_stepwise(model):
+        if not has(model, "stepwise"):
             return None
         return f"auto: SMC, {type(model).__name__} has the stepwise part"
 
@@ -440,20 +440,16 @@ class SequentialMonteCarlo(Estimator):
         runs = ["smc_runs=4 (runs give the Monte Carlo error)"] if settings.smc_runs < 2 else []
         return runs + sampling_advice(settings)
 
-    def estimate(
-        self, model, x, document, settings, *, device="cpu", progress=None, stage=0, diagnostics=False
-    ):
+    def estimate(self, model, x, document, settings, *, device="cpu", progress=None, stage=0):
         return self.estimate_documents(
             model, [(x, document, settings)], device=device, progress=progress, stage=stage
         )[0]
 
     def batches_documents(self, model) -> bool:
         """Side by side on a model with ``protocol.DocumentBatchLM``."""
-        return has_document_batches(model)
+        return has(model, "document_batches")
 
-    def estimate_documents(
-        self, model, documents, *, device="cpu", progress=None, stage=0, diagnostics=False
-    ):
+    def estimate_documents(self, model, documents, *, device="cpu", progress=None, stage=0):
         """The documents' particle filters advanced side by side (``draw_smc_documents``): each document's numbers
         are those it gets alone."""
         drawn = draw_smc_documents(model, documents, device, progress, stage)

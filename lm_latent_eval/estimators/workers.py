@@ -93,7 +93,7 @@ def _start_worker(threads: int) -> None:
 
 
 def estimate_together(
-    jobs: Sequence[tuple[str, ResolvedEstimator]], device, stage: int, diagnostics: bool = False
+    jobs: Sequence[tuple[str, ResolvedEstimator]], device, stage: int
 ) -> list[tuple[str, DocumentEstimate]]:
     """(text, estimate) of every job, in the jobs' order: the jobs that share an estimator, model and settings (but
     for ``num_samples``) estimated by one ``ResolvedEstimator.estimate_documents`` call, side by side where the
@@ -117,13 +117,8 @@ def estimate_together(
     found: dict[str, DocumentEstimate] = {}
     for group in groups.values():
         texts = [text for text, _ in group]
-        estimates = group[0][1].estimate_documents(
-            texts,
-            [run.settings.num_samples for _, run in group],
-            device=device,
-            stage=stage,
-            diagnostics=diagnostics,
-        )
+        sizes = [run.settings.num_samples for _, run in group]
+        estimates = group[0][1].estimate_documents(texts, sizes, device=device, stage=stage)
         found.update(zip(texts, estimates))
     return [(text, found[text]) for text, _ in jobs]
 
@@ -156,12 +151,12 @@ def chunks(
 
 
 def _estimate_inherited(
-    jobs: list[tuple[str, ResolvedEstimator]], stage: int, diagnostics: bool
+    jobs: list[tuple[str, ResolvedEstimator]], stage: int
 ) -> list[tuple[str, DocumentEstimate]]:
     """A forked worker's estimates: the jobs' estimators (sent without their model) on the model and device it
     inherited."""
     bound = [(t, dataclasses.replace(e, model=_INHERITED["model"])) for t, e in jobs]
-    return estimate_together(bound, _INHERITED["device"], stage, diagnostics)
+    return estimate_together(bound, _INHERITED["device"], stage)
 
 
 class DocumentWorkers:
@@ -228,12 +223,7 @@ class DocumentWorkers:
         _INHERITED.clear()
 
     def estimate(
-        self,
-        jobs: Sequence[tuple[str, ResolvedEstimator]],
-        stage: int,
-        desc: str,
-        progress: bool,
-        diagnostics: bool = False,
+        self, jobs: Sequence[tuple[str, ResolvedEstimator]], stage: int, desc: str, progress: bool
     ) -> Iterator[tuple[str, DocumentEstimate]]:
         """(text, estimate) of every job (text, its settings) at ``stage``, in the order they finish.
 
@@ -248,8 +238,6 @@ class DocumentWorkers:
             The progress bar's label.
         progress : bool
             Show a progress bar.
-        diagnostics : bool
-            Under IS, also compute ``ISDiagnostics`` (``ResolvedEstimator.estimate``).
 
         Returns
         -------
@@ -261,29 +249,26 @@ class DocumentWorkers:
             )
         bar = tqdm(total=len(jobs), desc=desc, disable=not progress)
         try:
-            for text, estimate in self._estimates(jobs, stage, diagnostics):
+            for text, estimate in self._estimates(jobs, stage):
                 yield text, estimate
                 bar.update(1)
         finally:
             bar.close()
 
-    def _estimates(self, jobs, stage: int, diagnostics: bool) -> Iterator[tuple[str, DocumentEstimate]]:
+    def _estimates(self, jobs, stage: int) -> Iterator[tuple[str, DocumentEstimate]]:
         """``estimate``'s work: chunks of the jobs estimated in this process, in the jobs' order, or handed to the
         forked processes, each of which gets several chunks (none waits while another runs the last long one)."""
         per_chunk = side_by_side_particles(self.device)
         if self._pool is None:
             for chunk in chunks(jobs, per_chunk, longest_first=False):
-                yield from estimate_together(chunk, self.device, stage, diagnostics)
+                yield from estimate_together(chunk, self.device, stage)
             return
         total = sum(e.settings.num_samples for _, e in jobs)
         per_chunk = min(per_chunk, max(1, total // (2 * self.workers)))
         # the estimators travel without their model: every process has the model already (forked)
         pending = {
             self._pool.submit(
-                _estimate_inherited,
-                [(t, dataclasses.replace(e, model=None)) for t, e in chunk],
-                stage,
-                diagnostics,
+                _estimate_inherited, [(t, dataclasses.replace(e, model=None)) for t, e in chunk], stage
             )
             for chunk in chunks(jobs, per_chunk)
         }

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from ..estimators import DocumentEstimate, EstimatorSettings, ResolvedEstimator, estimator_named, resolve
 from ..estimators.corpus import reliability_warning
 from ..estimators.policy import UncertaintyPolicy
-from ..estimators.registry import with_model_defaults
+from ..estimators.registry import ESTIMATORS, with_model_defaults
 
 logger = logging.getLogger(__name__)
 PACKAGE = __name__.split(".")[0]
@@ -56,61 +56,29 @@ def choose_estimator(owner: str, args, model, announce: bool = True) -> tuple[Re
     estimator = resolve(settings, model)
     choice = estimator.reason + own
     if announce:
-        advise_on_settings(owner, estimator.settings, choice, args.given_settings)
+        advise_on_settings(owner, estimator, choice, args.given_settings)
     return estimator, choice
 
 
-def advise_on_settings(
-    owner: str,
-    settings: EstimatorSettings,
-    choice: str,
-    given: dict | None = None,
-) -> None:
+def advise_on_settings(owner: str, run: ResolvedEstimator, choice: str, given: dict | None = None) -> None:
     """Log the estimator a backend (``owner``) runs and why (``choice``: ``auto``'s reason), and one warning naming
-    the settings model_args gave (``given``) that this estimator ignores; from now on through lm-eval's handler
-    (``log_like_lm_eval``)."""
+    the settings model_args gave (``given``) that the ``run`` ignores (``ResolvedEstimator.ignored_settings``); from
+    now on through lm-eval's handler (``log_like_lm_eval``)."""
     log_like_lm_eval()
     logger.info("%s: %s", owner, choice)
-    unused = ignored_settings(settings, given or {})
+    unused = run.ignored_settings(given or {})
     if unused:
         listing = ", ".join(f"{name}={given[name]}" for name in unused)
-        uses = sorted(settings_used(settings) - {"estimator", "batch_size", "seed"})
+        uses = sorted(run.settings_used() - {"estimator", "batch_size", "seed"})
         what = f"it uses {', '.join(uses)}" if uses else "it draws no samples and takes no settings"
-        if not estimator_named(settings.estimator).draws_samples:
-            what += " (estimator=is or estimator=smc draws samples)"
+        if not run.estimator.draws_samples:
+            sampling = " or ".join(f"estimator={e.name}" for e in ESTIMATORS.values() if e.draws_samples)
+            what += f" ({sampling} draws samples)"
         verb = "has" if len(unused) == 1 else "have"
         logger.warning(
             "%s: model_args %s %s no effect under estimator=%s (%s): %s",
-            owner, listing, verb, settings.estimator, choice, what,
+            owner, listing, verb, run.settings.estimator, choice, what,
         )  # fmt: skip
-
-
-def settings_used(settings: EstimatorSettings) -> set[str]:
-    """The ``EstimatorSettings`` fields that can matter to a run of the resolved ``settings.estimator``: its own
-    ``settings_fields``, the precision target and the statement's level for a sampling estimator, the particle
-    block (memory only, and usually lm-eval's ``--batch_size``) and the seed (``generate_until`` samples with it
-    whatever the estimator)."""
-    estimator = estimator_named(settings.estimator)
-    used = {"estimator", "batch_size", "seed", *estimator.settings_fields}
-    if estimator.draws_samples:
-        used |= {"target_se", "level"}
-        if settings.target_se:
-            used.add("max_samples")
-    return used
-
-
-def ignored_settings(settings: EstimatorSettings, given: Iterable[str]) -> list[str]:
-    """The names in ``given`` (settings model_args gave) that the resolved ``settings.estimator`` ignores.
-
-    Examples
-    --------
-    >>> ignored_settings(EstimatorSettings("exact"), ["num_samples", "estimator", "seed"])  # seed: generate_until
-    ['num_samples']
-    >>> ignored_settings(EstimatorSettings("is"), ["num_samples", "seed", "max_samples"])
-    ['max_samples']
-    """
-    used = settings_used(settings)
-    return [name for name in given if name not in used]
 
 
 def warn_if_unreliable(

@@ -36,7 +36,6 @@ from lm_eval.api.instance import Instance
 from ..errors import install_excepthook, running_lm_eval
 from ..estimators import DocumentEstimate, EstimatorSettings, ResolvedEstimator, UncertaintyPolicy
 from ..estimators.adaptive import estimate_corpus
-from ..estimators.registry import targets_precision
 from ..models import MODELS, checkpoint_hash, load_model, model_target
 from ..precision import DEFAULT_PRECISION, in_effect, matmul_precision
 from .advice import choose_estimator, log_like_lm_eval, warn_about_empty_documents, warn_if_unreliable
@@ -73,8 +72,8 @@ OWN_MODULES = {"LatentTokenizationEval": "lm_latent_eval.harness.tokenization_ba
 class LatentLMEval(ModelArgsLM, ProcessesLM):
     """lm-eval backend over a latent LM: log p̂(x) by importance sampling, SMC, a beam bound or exact marginalization.
 
-    ``estimator``: resolved once (``auto`` replaced by its choice, for the reason ``estimator_choice``); ``exchange``:
-    where each request's whole estimates go for the tasks (begun here: one per evaluation).
+    ``run``: the estimator resolved once (``auto`` replaced by its choice, for the reason ``estimator_choice``);
+    ``exchange``: where each request's whole estimates go for the tasks (begun here: one per evaluation).
 
     Parameters
     ----------
@@ -101,9 +100,7 @@ class LatentLMEval(ModelArgsLM, ProcessesLM):
             self.model.memory_budget = args.memory_budget
         self.checkpoint_sha256 = checkpoint_hash(self.checkpoint)
         # resolved once (said once, on rank 0): every request, stage and document below runs this bound estimator
-        self.estimator, self.estimator_choice = choose_estimator(
-            name, args, self.model, announce=self.rank == 0
-        )
+        self.run, self.estimator_choice = choose_estimator(name, args, self.model, announce=self.rank == 0)
         self.results_store = open_results_store(args.results_dir, self.model_identity())
         self.choices = ChoiceAccount()
         if running_lm_eval():
@@ -117,8 +114,8 @@ class LatentLMEval(ModelArgsLM, ProcessesLM):
 
     @property
     def settings(self) -> EstimatorSettings:
-        """The run's resolved settings (``estimator.settings``)."""
-        return self.estimator.settings
+        """The run's resolved settings (``run.settings``)."""
+        return self.run.settings
 
     def loglikelihood_rolling(self, requests: list[Instance], disable_tqdm: bool = False) -> list:
         """log p̂(x) of each document; its whole estimate goes to ``exchange`` for the perplexity tasks.
@@ -146,7 +143,7 @@ class LatentLMEval(ModelArgsLM, ProcessesLM):
         (True, 'exact')
         """
         texts = rolling_texts(requests)
-        estimates = self.batches.estimate(texts, self.estimator, "log p(x)", not disable_tqdm)
+        estimates = self.batches.estimate(texts, self.run, "log p(x)", not disable_tqdm)
         self.exchange.make_current()  # the tasks read the backend that answered last
         self.exchange.put_documents(estimates)
         warn_about_empty_documents(estimates)
@@ -178,14 +175,15 @@ class LatentLMEval(ModelArgsLM, ProcessesLM):
         """
         pairs = [tuple(req.args) for req in requests]
         if has_conditional_model(self.model):
-            found, again = self.batches.view_conditionals(self.estimator, pairs, not disable_tqdm)
+            found, again = self.batches.view_conditionals(self.run, pairs, not disable_tqdm)
         else:
-            found, again = self.batches.prefix_conditionals(self.estimator, pairs, not disable_tqdm)
+            found, again = self.batches.prefix_conditionals(self.run, pairs, not disable_tqdm)
         questions, policy = questions_of(requests), UncertaintyPolicy.of(self.settings)
-        if questions and targets_precision(self.settings):
+        if questions and self.run.targets_precision:
             found = settle(questions, found, again, policy, self.settings.sample_budget)
         self.choices = ChoiceAccount.of(questions, found, policy)
-        for line, doubt in self.choices.lines() if self.rank == 0 else []:
+        advice = self.run.advice()
+        for line, doubt in self.choices.lines(advice) if self.rank == 0 else []:
             logger.log(logging.WARNING if doubt else logging.INFO, "%s: %s", type(self).__name__, line)
         values = {pair: found.conditional(pair) for pair in dict.fromkeys(pairs)}
         self.greedy.warn()
@@ -218,7 +216,7 @@ class LatentLMEval(ModelArgsLM, ProcessesLM):
         False
         """
         with self.batches.computing():
-            scores = functools.partial(self.batches.greedy_scores, self.estimator)
+            scores = functools.partial(self.batches.greedy_scores, self.run)
             return generate(self.model, requests, self.settings.seed, self._device, not disable_tqdm, scores)
 
     def get_model_info(self) -> dict:
@@ -231,7 +229,7 @@ class LatentLMEval(ModelArgsLM, ProcessesLM):
     def model_identity(self) -> dict:
         """Model identity and estimator settings (``provenance``): what keys the results store and the cache."""
         loaded = (self.model, self.checkpoint, self.checkpoint_sha256)
-        info = model_info(self.args, *loaded, self.settings, self.estimator_choice, self._device)
+        info = model_info(self.args, *loaded, self.run, self.estimator_choice, self._device)
         return info | {"device_choice": self.device_choice.reason or "as asked or by default"}
 
     def set_cache_hook(self, cache_hook) -> None:

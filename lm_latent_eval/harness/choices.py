@@ -151,15 +151,17 @@ class ChoiceAccount:
             row["mean_samples"] /= row["questions"]
         return cls(rows)
 
-    def lines(self) -> list[tuple[str, bool]]:
-        """(line, whether it is a warning: some answer may be flipped) per task."""
+    def lines(self, advice: list[str]) -> list[tuple[str, bool]]:
+        """(line, whether it is a warning: some answer may be flipped) per task; ``advice``: the estimator's, what to
+        try where an estimate's error cannot be trusted (``Estimator.advice``)."""
+        tries = f"; try {', '.join(advice)}" if advice else ""
         return [
             (
                 f"{task}: Monte Carlo error flipped {r['expected_flips']:.2f} of the "
                 f"{r['questions'] - r['unknown']} answers whose flip probability is known, in expectation"
                 + (
                     f"; for {r['unknown']} of the {r['questions']} questions it is unknown (an estimate's error "
-                    "cannot be trusted: estimator=smc or a precision target, target_se, settles them)"
+                    f"cannot be trusted{tries})"
                     if r["unknown"]
                     else ""
                 )

@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from ..errors import UnsupportedError, UserError
 from ..estimators.seeding import document_generator
-from ..protocol import has_text_sampler
+from ..protocol import has
 
 # block index of the random stream used by generate_until (IS uses blocks 0, 1, ...); candidate i uses
 # GENERATION_STREAM - i (candidate 0 is the sample of do_sample: true), the tempered resampling draw
@@ -138,7 +138,7 @@ def generate(
     UnsupportedGenerationSetting
         A generation setting the model cannot honour (before any sampling).
     """
-    if not has_text_sampler(model):
+    if not has(model, "text_sampler"):
         raise NoTextSampler(f"{type(model).__name__} has no sample_text(): generate_until is unavailable")
     temperatures = [decoding_temperature(request.args[1], model) for request in requests]
     ranked = [tau != 1.0 for tau in temperatures]

@@ -26,7 +26,7 @@ from lm_eval.utils import simple_parse_args_string
 from ..errors import InputError, MissingFileError, UnsupportedError
 from ..estimators import ESTIMATORS, EstimatorSettings
 from ..models import MODELS, resolve_class
-from ..models.memory import DEFAULT_MEMORY_BUDGET, GIB, check_memory_budget
+from ..models.memory_plan import DEFAULT_MEMORY_BUDGET, GIB, check_memory_budget
 from ..precision import DEFAULT_PRECISION, PRECISION_HELP, check_precision
 from .advice import log_like_lm_eval
 
@@ -197,7 +197,7 @@ def parse_count(name: str, value) -> int | None:
 
 
 def has_memory_plan(model_class) -> bool:
-    """Whether the model plans its temporaries within a ``memory_budget`` (its ``memory_plan``; models/memory.py)."""
+    """Whether the model plans its temporaries within a ``memory_budget`` (its ``memory_plan``; models/memory_plan.py)."""
     return callable(getattr(model_class, "memory_plan", None))
 
 

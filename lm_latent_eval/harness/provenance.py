@@ -16,10 +16,10 @@ from pathlib import Path
 import torch
 
 from .. import __version__
-from ..estimators import EstimatorSettings, recorded_settings
+from ..estimators import ResolvedEstimator
 from ..models import checkpoint_hash, model_target
 from ..models.cuda_graphs import graphs_in_effect
-from ..models.memory import GIB
+from ..models.memory_plan import GIB
 from ..paths import DATA_DIR
 from ..precision import in_effect
 from .model_args import BackendArgs
@@ -46,7 +46,7 @@ def model_info(
     model,
     checkpoint: Path,
     checkpoint_sha256: str,
-    settings: EstimatorSettings,
+    run: ResolvedEstimator,
     estimator_choice: str,
     device: torch.device,
 ) -> dict:
@@ -65,8 +65,8 @@ def model_info(
         The loaded latent LM.
     checkpoint : Path
         The folder it was loaded from, and ``checkpoint_sha256`` its hash (``models.checkpoint_hash``).
-    settings : EstimatorSettings
-        Resolved (``auto`` replaced by the estimator it chose, for the reason ``estimator_choice``).
+    run : ResolvedEstimator
+        The run's estimator (``auto`` replaced by the estimator it chose, for the reason ``estimator_choice``).
     device : torch.device
         Where the model runs (random streams and float rounding differ between cpu and cuda).
 
@@ -87,7 +87,7 @@ def model_info(
         "latent_model_class": f"{cls.__module__}:{cls.__qualname__}",
         "checkpoint": str(checkpoint),
         "checkpoint_sha256": checkpoint_sha256,
-        "estimator_settings": recorded_settings(settings, device),
+        "estimator_settings": run.recorded_settings(device),
         "estimator_choice": estimator_choice,
         "device_type": device.type,
         # where the model ran: lm-eval writes its own config.device after this record, as its --device was given

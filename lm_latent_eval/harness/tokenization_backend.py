@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from tqdm import tqdm
 
+from ..estimators import ESTIMATORS
 from .backends import LatentLMEval
 from .conditionals import GreedyNotice
 
@@ -41,15 +42,15 @@ class LatentTokenizationEval(LatentLMEval):
     def __init__(self, **model_args) -> None:
         super().__init__(**model_args)
         self._context_model = self.model.with_cover_end()
-        self.greedy = GreedyNotice(
-            "latent_tokenization: is_greedy is only computed by estimator=canonical (False here)"
-        )
+        own = " or ".join(e.name for e in ESTIMATORS.values() if e.conditionals(self.model, []) is not None)
+        notice = f"latent_tokenization: is_greedy is only computed by estimator={own} (False here)"
+        self.greedy = GreedyNotice(notice)
 
     def model_identity(self) -> dict:
         """The base provenance, with the model settings that can change a number."""
         info = super().model_identity()
         info["max_length"] = self.model.max_length
-        if self.estimator.estimator.draws_from_proposal:
+        if self.run.estimator.draws_from_proposal:
             info["estimator_settings"]["canonical_mix"] = self.model.canonical_mix
         return info
 
@@ -57,17 +58,17 @@ class LatentTokenizationEval(LatentLMEval):
         """hf's (log p(continuation tokens | context tokens), greedy) where the estimator scores continuations its own
         way (``canonical``); else the marginal conditional."""
         pairs = [req.args for req in requests]
-        own = self.estimator.estimator.conditionals(self.model, pairs)
+        own = self.run.estimator.conditionals(self.model, pairs)
         if own is not None:
             return own
         moved = [hf_whitespace(context, continuation) for context, continuation in pairs]
         desc = f"{self.settings.estimator} log p(context, continuation)"
         joint = self.batches.estimate(
-            [c + k for c, k in moved], self.estimator, desc, not disable_tqdm, check=False
+            [c + k for c, k in moved], self.run, desc, not disable_tqdm, check=False
         )
         contexts = {}
         desc = f"{self.settings.estimator} log P(starts with context)"
-        on_contexts = self.estimator.on(self._context_model)
+        on_contexts = self.run.on(self._context_model)
         with self.batches.computing():
             for context in tqdm(list(dict.fromkeys(c for c, _ in moved)), desc=desc, disable=disable_tqdm):
                 contexts[context] = on_contexts.estimate(context, device=self._device)

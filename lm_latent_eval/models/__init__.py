@@ -199,12 +199,12 @@ def load_model(
     with contextlib.redirect_stdout(io.StringIO()):
         lm = cls.from_pretrained(str(path), **placement, **kwargs)
     # kept local: this registry stays cheap to import (CONTRIBUTING.md)
-    from ..protocol.capabilities import missing_contract
+    from ..protocol.capabilities import missing
 
-    missing = missing_contract(lm)
-    if missing:
+    absent = missing(lm, "latent_lm")
+    if absent:
         raise UnsupportedError(
-            f"model class {model_target(model)!r} is not a latent LM: it has no {', '.join(missing)} (the contract: "
+            f"model class {model_target(model)!r} is not a latent LM: it has no {', '.join(absent)} (the contract: "
             "proposal, tokenize(text), log_joint(x, z); docs/your-model.md)"
         )
     if dtype is not None and hasattr(lm, "to"):

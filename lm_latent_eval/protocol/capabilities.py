@@ -1,174 +1,48 @@
-"""The contract's optional capabilities and declarations, each with a function that tells whether a model has it.
+"""What a model offers of the contract and what it declares.
 
-``is_latent_lm``, ``has_stepwise``, ``has_exact_marginal``, ``has_tractable_marginal``, ``has_beam``,
-``has_text_sampler``, ``has_unknown_word_penalty``, ``has_exact_marginal_cost`` (``exact_marginal_cost``); the declarations ``prefix_probability`` (``is_prefix_probability``,
-``prefix_view``), ``latent_support`` and ``tempers`` (``can_temper``). A model whose latent is continuous
-(``latent_support = "continuous"``) has no beam (``has_beam``, ``require_beam`` states why); a proposal that cannot
-temper refuses τ ≠ 1 (``check_tempering``). Which estimators a model can then use is the estimator table's answer
-(``estimators.registry.require``), not this module's: the contract names no estimator.
+``PARTS`` states each part once: the Protocol of ``contract.py`` that describes it, the methods it needs
+(``proposal.<name>``: on the model's proposal), the parts it builds on and, for a few, a condition beyond the methods;
+``has(model, part)`` and ``missing(model, part)`` read it. The declarations have their own functions:
+``is_prefix_probability`` and ``prefix_view``, ``latent_support`` (a continuous latent has no beam: ``missing_beam``,
+``require_beam``), ``tempers`` (``check_tempering``); ``exact_marginal_cost`` is the cost a model states. Which
+estimators a model can then use is the estimator table's answer (``estimators.registry.require``): the contract
+names no estimator.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 
 from ..errors import UnsupportedError
-from .contract import DOCUMENT_BATCH_METHODS, SMC_METHODS
+from .contract import (
+    DOCUMENT_BATCH_METHODS,
+    SMC_METHODS,
+    BeamProposal,
+    CanonicalScoringLM,
+    DocumentBatchLM,
+    DocumentSampler,
+    ExactMarginalLM,
+    LatentLM,
+    PrefixModelLM,
+    StepwiseLatentLM,
+    TextSamplerLM,
+    UnknownWordPenaltyLM,
+)
 
 LATENT_SUPPORTS = ("discrete", "continuous")
 
 
-def missing_contract(obj: Any) -> list[str]:
-    """The parts of the contract that ``obj`` lacks: ``proposal`` (an attribute), ``tokenize`` and ``log_joint``
-    (callables), in that order; empty for a latent LM.
+class Part(NamedTuple):
+    """One row of ``PARTS``: the Protocol that states the part, its methods (``proposal.<name>`` on the proposal),
+    the parts it builds on, and a condition beyond the methods (what it asks for, and its test)."""
 
-    Parameters
-    ----------
-    obj : Any
-        A candidate model.
-
-    Returns
-    -------
-    list of str
-        The missing names.
-
-    Examples
-    --------
-    >>> from types import SimpleNamespace
-    >>> missing_contract(SimpleNamespace(log_joint=max))
-    ['proposal', 'tokenize']
-    """
-    missing = [] if hasattr(obj, "proposal") else ["proposal"]
-    return missing + [name for name in ("tokenize", "log_joint") if not callable(getattr(obj, name, None))]
-
-
-def is_latent_lm(obj: Any) -> bool:
-    """Whether ``obj`` has the contract's ``proposal``, ``tokenize`` and ``log_joint``.
-
-    Use this, not ``isinstance(obj, LatentLM)``: from Python 3.12 that check misses attributes an nn.Module keeps
-    in ``_modules``, such as its proposal.
-
-    Parameters
-    ----------
-    obj : Any
-        A candidate model.
-
-    Returns
-    -------
-    bool
-        True when ``obj.proposal`` exists and ``tokenize`` and ``log_joint`` are callable (``missing_contract`` names
-        what is not).
-
-    Examples
-    --------
-    >>> from types import SimpleNamespace
-    >>> is_latent_lm(SimpleNamespace(proposal=None, tokenize=str.split, log_joint=max))
-    True
-    >>> is_latent_lm(SimpleNamespace(tokenize=str.split, log_joint=max))
-    False
-    """
-    return not missing_contract(obj)
-
-
-def is_prefix_probability(model: Any) -> bool | None:
-    """The model's declaration ``prefix_probability``.
-
-    Parameters
-    ----------
-    model : Any
-        A latent LM, asked for its ``prefix_probability`` declaration.
-
-    Returns
-    -------
-    bool or None
-        True when Σ_z p(x, z) is the probability that a text starts with x (no end-of-text event), False when it
-        scores complete texts, None when the model does not declare it.
-
-    Examples
-    --------
-    >>> from types import SimpleNamespace
-    >>> is_prefix_probability(SimpleNamespace(prefix_probability=True))
-    True
-    >>> print(is_prefix_probability(SimpleNamespace()))
-    None
-    """
-    value = getattr(model, "prefix_probability", None)
-    return None if value is None else bool(value)
-
-
-def missing_stepwise_methods(model: Any) -> list[str]:
-    """Names of the SMC methods (``SMC_METHODS``) that ``model`` does not offer.
-
-    Parameters
-    ----------
-    model : Any
-        A latent LM whose stepwise methods are listed.
-
-    Returns
-    -------
-    list of str
-        The missing ones among smc_init, smc_step, smc_reorder, smc_latents, in that order.
-
-    Examples
-    --------
-    >>> from types import SimpleNamespace
-    >>> missing_stepwise_methods(SimpleNamespace(smc_init=print, smc_step=print))
-    ['smc_reorder', 'smc_latents']
-    """
-    return [name for name in SMC_METHODS if not callable(getattr(model, name, None))]
-
-
-def has_stepwise(model: Any) -> bool:
-    """Whether the model offers the stepwise part (smc_init, smc_step, smc_reorder, smc_latents) that SMC needs.
-
-    Parameters
-    ----------
-    model : Any
-        A latent LM that may offer the stepwise part (SMC).
-
-    Returns
-    -------
-    bool
-        True when none of ``SMC_METHODS`` is missing.
-
-    Examples
-    --------
-    >>> from types import SimpleNamespace
-    >>> has_stepwise(SimpleNamespace(smc_init=print, smc_step=print, smc_reorder=print, smc_latents=print))
-    True
-    >>> has_stepwise(SimpleNamespace(smc_init=print))
-    False
-    """
-    return not missing_stepwise_methods(model)
-
-
-def has_document_batches(model: Any) -> bool:
-    """Whether the model advances the particles of several documents side by side (``DocumentBatchLM``, beside the
-    stepwise part).
-
-    Parameters
-    ----------
-    model : Any
-        A latent LM.
-
-    Returns
-    -------
-    bool
-        True when it has the stepwise part and ``smc_init_documents`` / ``smc_step_documents``.
-
-    Examples
-    --------
-    >>> from lm_latent_eval.models import load_model
-    >>> has_document_batches(load_model("hmm")[0])
-    True
-    """
-    if not has_stepwise(model) or not all(callable(getattr(model, n, None)) for n in DOCUMENT_BATCH_METHODS):
-        return False
-    return _as_derived(
-        model, ("smc_step_documents", "smc_init_documents"), ("smc_step", "_smc_init", "smc_init")
-    )
+    protocol: type
+    methods: tuple[str, ...]
+    needs: tuple[str, ...] = ()
+    condition: tuple[str, Callable[[Any], Any]] | None = None
 
 
 def _owner(cls: type, name: str) -> type | None:
@@ -186,44 +60,143 @@ def _as_derived(obj: Any, batched: tuple[str, ...], single: tuple[str, ...]) -> 
     return all(issubclass(b, s) for b in owners for s in (_owner(cls, n) for n in single) if s is not None)
 
 
-def has_document_sampler(model: Any) -> bool:
-    """Whether the model's proposal draws several documents side by side (``DocumentSampler.sample_documents``).
+PARTS: dict[str, Part] = {
+    # the required part: has(obj, "latent_lm"), not isinstance(obj, LatentLM), which from Python 3.12 misses the
+    # proposal an nn.Module keeps in _modules
+    "latent_lm": Part(
+        LatentLM, ("tokenize", "log_joint"), condition=("proposal", lambda m: hasattr(m, "proposal"))
+    ),
+    "stepwise": Part(StepwiseLatentLM, SMC_METHODS),
+    "document_batches": Part(
+        DocumentBatchLM,
+        DOCUMENT_BATCH_METHODS,
+        ("stepwise",),
+        (
+            "its own side-by-side steps",
+            lambda m: _as_derived(m, DOCUMENT_BATCH_METHODS, ("smc_step", "_smc_init", "smc_init")),
+        ),
+    ),
+    "document_sampler": Part(
+        DocumentSampler,
+        ("proposal.sample_documents",),
+        condition=(
+            "its proposal's own sample_documents",
+            lambda m: _as_derived(getattr(m, "proposal", None), ("sample_documents",), ("_sample", "sample")),
+        ),
+    ),
+    "exact_marginal": Part(ExactMarginalLM, ("log_marginal",)),
+    # log_marginal declared cheap on any text, so that estimator=auto picks it (one that lists every z is not)
+    "tractable_marginal": Part(
+        ExactMarginalLM,
+        (),
+        ("exact_marginal",),
+        ("exact_marginal_tractable = True", lambda m: getattr(m, "exact_marginal_tractable", False)),
+    ),
+    # its cost per text stated; not with an unknown-word penalty (one log p cannot give the perplexity with and
+    # without it)
+    "exact_marginal_cost": Part(
+        ExactMarginalLM,
+        ("exact_marginal_cost",),
+        ("exact_marginal",),
+        ("no unknown_word_penalty", lambda m: not has(m, "unknown_word_penalty")),
+    ),
+    "unknown_word_penalty": Part(UnknownWordPenaltyLM, ("unknown_word_penalty",)),
+    "canonical_scoring": Part(CanonicalScoringLM, ("canonical_log_likelihood",)),
+    "text_sampler": Part(TextSamplerLM, ("sample_text",)),
+    "prefix_model": Part(PrefixModelLM, ("prefix_model",)),
+    "beam_proposal": Part(
+        BeamProposal,
+        ("proposal.beam",),
+        condition=("a discrete latent", lambda m: latent_support(m) == "discrete"),
+    ),
+}
+
+
+def _method(obj: Any, path: str) -> Any:
+    for name in path.split("."):
+        obj = getattr(obj, name, None)
+    return obj
+
+
+def missing(model: Any, part: str) -> list[str]:
+    """What ``model`` lacks of a part of the contract: the row of ``PARTS`` named ``part`` (its condition, then what it
+    lacks of the parts it builds on, then its absent methods).
 
     Parameters
     ----------
     model : Any
-        A latent LM.
+        A latent LM, or a candidate for the required part "latent_lm".
+    part : str
+        A key of ``PARTS`` ("stepwise", "exact_marginal", "beam_proposal", ...).
 
     Returns
     -------
-    bool
+    list of str
+        Empty when the model has the part (``has``).
+
+    Raises
+    ------
+    ValueError
+        For a part not in ``PARTS``, naming them.
 
     Examples
     --------
-    >>> from lm_latent_eval.models import load_model
-    >>> has_document_sampler(load_model("kglm")[0]), has_document_sampler(load_model("hmm")[0])
-    (True, False)
+    >>> from types import SimpleNamespace
+    >>> missing(SimpleNamespace(smc_init=print, smc_step=print), "stepwise")
+    ['smc_reorder', 'smc_latents']
+    >>> missing(SimpleNamespace(log_joint=max), "latent_lm")
+    ['proposal', 'tokenize']
+    >>> missing(SimpleNamespace(), "stepwize")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown part 'stepwize': the parts are latent_lm, stepwise, ...
     """
-    proposal = getattr(model, "proposal", None)
-    if not callable(getattr(proposal, "sample_documents", None)):
-        return False
-    return _as_derived(proposal, ("sample_documents",), ("_sample", "sample"))
+    if part not in PARTS:
+        raise ValueError(f"unknown part {part!r}: the parts are {', '.join(PARTS)}")
+    row = PARTS[part]
+    unmet = [row.condition[0]] if row.condition is not None and not row.condition[1](model) else []
+    return (
+        unmet
+        + [name for need in row.needs for name in missing(model, need)]
+        + [name for name in row.methods if not callable(_method(model, name))]
+    )
+
+
+def has(model: Any, part: str) -> bool:
+    """Whether ``model`` offers a part of the contract (a key of ``PARTS``; ``missing`` says what it lacks).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> has(SimpleNamespace(log_marginal=len), "exact_marginal"), has(SimpleNamespace(), "exact_marginal")
+    (True, False)
+    >>> has(SimpleNamespace(log_marginal=len, exact_marginal_tractable=True), "tractable_marginal")
+    True
+    >>> has(SimpleNamespace(proposal=SimpleNamespace(beam=print), latent_support="continuous"), "beam_proposal")
+    False
+    """
+    return not missing(model, part)
+
+
+def is_prefix_probability(model: Any) -> bool | None:
+    """The model's declaration ``prefix_probability``: True when Σ_z p(x, z) is the probability that a text starts
+    with x (no end-of-text event), False when it scores complete texts, None when it declares nothing.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> is_prefix_probability(SimpleNamespace(prefix_probability=True))
+    True
+    >>> print(is_prefix_probability(SimpleNamespace()))
+    None
+    """
+    value = getattr(model, "prefix_probability", None)
+    return None if value is None else bool(value)
 
 
 def prefix_view(model: Any) -> Any | None:
-    """The model whose Σ_z p(x, z) is the probability that a text starts with x (itself, or its ``prefix_model()``:
-    ``PrefixModelLM``).
-
-    Parameters
-    ----------
-    model : Any
-        A latent LM, a prefix probability itself or offering ``prefix_model()``.
-
-    Returns
-    -------
-    Any or None
-        The model itself when it declares ``prefix_probability = True``, else its ``prefix_model()`` where it
-        offers one, else None.
+    """The model whose Σ_z p(x, z) is the probability that a text starts with x: the model itself when it declares
+    ``prefix_probability = True``, else its ``prefix_model()`` (``PrefixModelLM``) where it offers one, else None.
 
     Raises
     ------
@@ -243,7 +216,7 @@ def prefix_view(model: Any) -> Any | None:
     """
     if is_prefix_probability(model):
         return model
-    view = model.prefix_model() if callable(getattr(model, "prefix_model", None)) else None
+    view = model.prefix_model() if has(model, "prefix_model") else None
     if view is not None and not is_prefix_probability(view):
         raise TypeError(
             f"{type(model).__name__}.prefix_model() returned a model that is not a prefix probability"
@@ -251,79 +224,15 @@ def prefix_view(model: Any) -> Any | None:
     return view
 
 
-def has_exact_marginal(model: Any) -> bool:
-    """Whether the model offers ``log_marginal(x) = log Σ_z p(x, z)`` (a float; an integral for a continuous z;
-    ``ExactMarginalLM``).
-
-    Parameters
-    ----------
-    model : Any
-        A latent LM that may offer ``log_marginal``.
-
-    Returns
-    -------
-    bool
-        True when ``model.log_marginal`` is callable.
-
-    Examples
-    --------
-    >>> from types import SimpleNamespace
-    >>> has_exact_marginal(SimpleNamespace(log_marginal=lambda x: 0.0)), has_exact_marginal(SimpleNamespace())
-    (True, False)
-    """
-    return callable(getattr(model, "log_marginal", None))
-
-
-def has_tractable_marginal(model: Any) -> bool:
-    """Whether the model declares its ``log_marginal`` cheap on any text, so that ``estimator=auto`` picks it.
-
-    A ``log_marginal`` is not trusted to be tractable by its existence: one that enumerates every z (trees,
-    segmentations) works on short texts only. The model declares ``exact_marginal_tractable = True`` (a forward
-    algorithm, a sum over a few values, a quadrature); without the declaration ``auto`` uses the sampling estimators,
-    and ``estimator=exact`` still calls ``log_marginal``.
-
-    Parameters
-    ----------
-    model : Any
-        A latent LM that may declare its ``log_marginal`` tractable.
-
-    Returns
-    -------
-    bool
-        True when the model has ``log_marginal`` and declares ``exact_marginal_tractable = True``.
-
-    Examples
-    --------
-    >>> from types import SimpleNamespace
-    >>> has_tractable_marginal(SimpleNamespace(log_marginal=len, exact_marginal_tractable=True))
-    True
-    >>> has_tractable_marginal(SimpleNamespace(log_marginal=len))
-    False
-    """
-    return has_exact_marginal(model) and bool(getattr(model, "exact_marginal_tractable", False))
-
-
 def exact_marginal_cost(model: Any, x: torch.Tensor) -> float | None:
     """What the model's ``log_marginal(x)`` costs, counted in samples: how many particles of its sampler cost as much
-    over x (the model's optional ``exact_marginal_cost(x)``), or None where the model has no ``log_marginal`` or does
-    not state its cost.
+    over x (the model's optional ``exact_marginal_cost(x)``; inf where ``log_marginal`` refuses x), or None where
+    the model lacks the part "exact_marginal_cost".
 
     A sampling estimator with ``exact_where_cheaper`` computes exactly the documents whose cost is at most their K
     (``ResolvedEstimator.estimate_documents``): decided from the text's length and K alone, before anything is drawn,
     so no document is picked by what its samples showed. The masked LMs state (2^T − 1) / T: the exact program runs
     every revealed set of the T tokens once, a particle at most T of them.
-
-    Parameters
-    ----------
-    model : Any
-        A latent LM that may state the cost of its ``log_marginal``.
-    x : torch.Tensor
-        The text, LongTensor [T].
-
-    Returns
-    -------
-    float or None
-        The cost in samples (inf where ``log_marginal`` refuses x), or None (``has_exact_marginal_cost``).
 
     Examples
     --------
@@ -332,113 +241,12 @@ def exact_marginal_cost(model: Any, x: torch.Tensor) -> float | None:
     >>> exact_marginal_cost(lm, torch.zeros(4)), exact_marginal_cost(SimpleNamespace(log_marginal=len), torch.zeros(4))
     (3.75, None)
     """
-    return float(model.exact_marginal_cost(x)) if has_exact_marginal_cost(model) else None
-
-
-def has_exact_marginal_cost(model: Any) -> bool:
-    """Whether the model states what its ``log_marginal`` costs per text (``exact_marginal_cost``), and has no
-    unknown-word penalty (one log p cannot give the perplexity with and without it).
-
-    Examples
-    --------
-    >>> from types import SimpleNamespace
-    >>> has_exact_marginal_cost(SimpleNamespace(log_marginal=len, exact_marginal_cost=len))
-    True
-    >>> has_exact_marginal_cost(SimpleNamespace(exact_marginal_cost=len))  # no log_marginal
-    False
-    """
-    return (
-        has_exact_marginal(model)
-        and callable(getattr(model, "exact_marginal_cost", None))
-        and not has_unknown_word_penalty(model)
-    )
-
-
-def has_unknown_word_penalty(model: Any) -> bool:
-    """Whether ``log_joint`` subtracts a penalty for unknown words that the model reports per configuration
-    (``UnknownWordPenaltyLM``).
-
-    With ``unknown_word_penalty(x, z) -> float64 [K]`` (nats), perplexity with (UPP) and without it (PPL) come from
-    one run.
-
-    Parameters
-    ----------
-    model : Any
-        A latent LM that may report an unknown-word penalty.
-
-    Returns
-    -------
-    bool
-        True when ``model.unknown_word_penalty`` is callable.
-
-    Examples
-    --------
-    >>> from types import SimpleNamespace
-    >>> has_unknown_word_penalty(SimpleNamespace())
-    False
-    """
-    return callable(getattr(model, "unknown_word_penalty", None))
-
-
-def has_canonical_scoring(model: Any) -> bool:
-    """Whether the model scores its canonical configuration z* its own tooling's way (``CanonicalScoringLM``:
-    ``canonical_log_likelihood``), for ``estimator=canonical``.
-
-    Parameters
-    ----------
-    model : Any
-        A latent LM that may have a canonical configuration.
-
-    Returns
-    -------
-    bool
-        True when ``model.canonical_log_likelihood`` is callable.
-
-    Examples
-    --------
-    >>> from types import SimpleNamespace
-    >>> has_canonical_scoring(SimpleNamespace(canonical_log_likelihood=len)), has_canonical_scoring(SimpleNamespace())
-    (True, False)
-    """
-    return callable(getattr(model, "canonical_log_likelihood", None))
-
-
-def has_text_sampler(model: Any) -> bool:
-    """Whether the model offers ancestral sampling ``sample_text(prefix_text, max_tokens, generator) -> str``
-    (``TextSamplerLM``).
-
-    Parameters
-    ----------
-    model : Any
-        A latent LM that may sample text (``sample_text``).
-
-    Returns
-    -------
-    bool
-        True when ``model.sample_text`` is callable.
-
-    Examples
-    --------
-    >>> from types import SimpleNamespace
-    >>> has_text_sampler(SimpleNamespace(sample_text=lambda prefix, max_tokens, generator: prefix))
-    True
-    """
-    return callable(getattr(model, "sample_text", None))
+    return float(model.exact_marginal_cost(x)) if has(model, "exact_marginal_cost") else None
 
 
 def latent_support(model: Any) -> str:
-    """The model's declaration ``latent_support``: whether z is discrete or continuous.
-
-    Parameters
-    ----------
-    model : Any
-        A latent LM that may declare ``latent_support``.
-
-    Returns
-    -------
-    str
-        "discrete" (configurations that can be listed and ranked; the default when the model declares nothing) or
-        "continuous" (z real-valued, p(x, z) and q(z | x) densities in z).
+    """The model's declaration ``latent_support``: "discrete" (configurations that can be listed and ranked; the
+    default when the model declares nothing) or "continuous" (z real-valued, p(x, z) and q(z | x) densities in z).
 
     Raises
     ------
@@ -459,50 +267,10 @@ def latent_support(model: Any) -> str:
     return value
 
 
-def has_beam(model: Any) -> bool:
-    """Whether ``estimator=beam`` can run on the model: a discrete latent and a proposal with ``beam(x, k)``.
-
-    Parameters
-    ----------
-    model : Any
-        A latent LM whose proposal may offer ``beam``.
-
-    Returns
-    -------
-    bool
-        True when ``latent_support(model)`` is "discrete" and ``model.proposal.beam`` is callable; False for a
-        continuous latent (there are no configurations to rank) and for a proposal without ``beam``.
-
-    Examples
-    --------
-    >>> from types import SimpleNamespace
-    >>> with_beam = SimpleNamespace(sample=print, beam=print)
-    >>> has_beam(SimpleNamespace(proposal=with_beam))
-    True
-    >>> has_beam(SimpleNamespace(proposal=SimpleNamespace(sample=print)))
-    False
-    >>> has_beam(SimpleNamespace(proposal=with_beam, latent_support="continuous"))
-    False
-    """
-    return latent_support(model) == "discrete" and callable(
-        getattr(getattr(model, "proposal", None), "beam", None)
-    )
-
-
 def missing_beam(model: Any) -> str | None:
-    """Why the model has no beam over configurations (the reason ``require_beam`` states), or None when it has one.
-
-    Parameters
-    ----------
-    model : Any
-        A latent LM, asked why it has no beam.
-
-    Returns
-    -------
-    str or None
-        None when ``has_beam(model)``; else one clause naming the model: "<Model> has a continuous latent: no beam
-        over configurations" or "<Model>'s proposal has no beam(x, k)". It names no estimator: the estimator table
-        (``estimators.registry.require``) adds the ones the model can use.
+    """Why the model has no beam over configurations (``has(model, "beam_proposal")``), in one clause naming the model, or
+    None when it has one. It names no estimator: the estimator table (``estimators.registry.require``) adds the
+    ones the model can use.
 
     Examples
     --------
@@ -512,10 +280,10 @@ def missing_beam(model: Any) -> str | None:
     ...     proposal = SimpleNamespace(sample=print)
     >>> missing_beam(Gaussian())
     'Gaussian has a continuous latent: no beam over configurations'
-    >>> print(missing_beam(SimpleNamespace(proposal=SimpleNamespace(sample=print, beam=print))))
-    None
+    >>> missing_beam(SimpleNamespace(proposal=SimpleNamespace(sample=print)))
+    "SimpleNamespace's proposal has no beam(x, k)"
     """
-    if has_beam(model):
+    if has(model, "beam_proposal"):
         return None
     if latent_support(model) == "continuous":
         return f"{type(model).__name__} has a continuous latent: no beam over configurations"
@@ -523,21 +291,9 @@ def missing_beam(model: Any) -> str | None:
 
 
 def require_beam(model: Any) -> None:
-    """Refuse a beam over configurations for a model without one, in one line saying why.
-
-    Which estimators the model can use instead is the estimator table's to say: ``estimator=beam`` is refused by
-    ``estimators.registry.require``, whose message adds them to this reason ("...; use estimator=auto, or one of
-    exact, is").
-
-    Parameters
-    ----------
-    model : Any
-        A latent LM that ``estimator=beam`` is to run on.
-
-    Raises
-    ------
-    lm_latent_eval.errors.UnsupportedError
-        (a ``TypeError`` and a ``UserError``) unless ``has_beam(model)``, with ``missing_beam``'s reason.
+    """Refuse a beam over configurations for a model without one: ``UnsupportedError`` (a ``TypeError`` and a
+    ``UserError``) with ``missing_beam``'s reason, to which ``estimators.registry.require`` adds the estimators the
+    model can use instead.
 
     Examples
     --------
@@ -553,38 +309,9 @@ def require_beam(model: Any) -> None:
         raise UnsupportedError(reason)
 
 
-def can_temper(proposal: Any) -> bool:
-    """Whether the proposal draws from q_τ(z | x) ∝ q(z | x)^{1/τ} for any τ > 0.
-
-    Parameters
-    ----------
-    proposal : Any
-        A model's ``proposal``.
-
-    Returns
-    -------
-    bool
-        The proposal's declaration ``tempers``; True when it declares nothing (a proposal over a discrete latent
-        divides its logits by τ).
-
-    Examples
-    --------
-    >>> from types import SimpleNamespace
-    >>> can_temper(SimpleNamespace(sample=print)), can_temper(SimpleNamespace(sample=print, tempers=False))
-    (True, False)
-    """
-    return bool(getattr(proposal, "tempers", True))
-
-
 def check_tempering(proposal: Any, temperature: float) -> None:
-    """Refuse τ ≠ 1 for a proposal that cannot temper (``can_temper``).
-
-    Parameters
-    ----------
-    proposal : Any
-        A model's ``proposal``.
-    temperature : float
-        τ.
+    """Refuse τ ≠ 1 for a proposal that declares ``tempers = False``: one that declares nothing is taken to draw from
+    q_τ(z | x) ∝ q(z | x)^{1/τ} for any τ > 0 (a proposal over a discrete latent divides its logits by τ).
 
     Raises
     ------
@@ -601,7 +328,7 @@ def check_tempering(proposal: Any, temperature: float) -> None:
     ...
     lm_latent_eval.errors.UnsupportedError: Fixed cannot temper (it declares tempers = False): use temperature=1, got 0.5
     """
-    if temperature != 1 and not can_temper(proposal):
+    if temperature != 1 and not getattr(proposal, "tempers", True):
         raise UnsupportedError(
             f"{type(proposal).__name__} cannot temper (it declares tempers = False): use temperature=1, "
             f"got {temperature!r}"

@@ -170,15 +170,6 @@ class CheckedStepwise:
         check_tempering(getattr(self, "proposal", None), temperature)
         return self._smc_init(x, num_particles, temperature, peek)
 
-    def check_documents(self, xs, num_particles, temperature: float) -> None:
-        """``smc_init``'s checks for every document of a side-by-side batch (``DocumentBatchLM.smc_init_documents``
-        of a subclass that offers it): one K per text, each x [T] and K as ``smc_init`` checks them, τ once."""
-        if len(xs) != len(num_particles):
-            raise ValueError(f"{len(xs)} documents but {len(num_particles)} particle counts")
-        for x, k in zip(xs, num_particles):
-            check_proposal_args(x, k, temperature)
-        check_tempering(getattr(self, "proposal", None), temperature)
-
     def _smc_init(self, x, num_particles, temperature, peek):
         """The subclass's particles, built without autograd from checked arguments.
 

@@ -16,7 +16,7 @@ offers a beam over configurations, a model whose latent is continuous (a text VA
 ``latent_support = "continuous"`` and has none. Temperature: ``sample(..., temperature=τ)`` draws from
 q_τ(z | x) ∝ q(z | x)^{1/τ} and returns log q_τ; a proposal over a discrete latent tempers by dividing every logit by
 τ, a Gaussian N(μ, σ²) by drawing from N(μ, τσ²), and a proposal that cannot temper declares ``tempers = False`` and
-refuses τ ≠ 1 (``capabilities.can_temper``, ``capabilities.check_tempering``).
+refuses τ ≠ 1 (``capabilities.check_tempering``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class Proposal(Protocol):
     probability (a density for a continuous z) under the distribution actually sampled. A proposal over a discrete
     latent divides every logit by τ; a Gaussian N(μ, σ²) draws from N(μ, τσ²), its q^{1/τ} normalized. A proposal
     that cannot temper declares the class attribute ``tempers = False`` and refuses τ ≠ 1 (``check_tempering``);
-    without the attribute it is taken to temper (``can_temper``).
+    without the attribute it is taken to temper.
     """
 
     def sample(
@@ -82,7 +82,7 @@ class Proposal(Protocol):
 
 @runtime_checkable
 class BeamProposal(Proposal, Protocol):
-    """A proposal over a discrete latent that also lists its best configurations (optional: ``has_beam``)."""
+    """A proposal over a discrete latent that also lists its best configurations (optional: the part ``"beam_proposal"``)."""
 
     def beam(self, x: torch.Tensor, beam_size: int) -> Latents:
         """The configurations of highest q(z | x) (peeking, τ = 1), best first.
@@ -114,7 +114,7 @@ class LatentLM(Protocol):
     """A language model with hidden structure: p(x) = Σ_z p(x, z) (∫ p(x, z) dz for a continuous z).
 
     Declared as class attributes: ``prefix_probability`` (below) and, optionally, ``latent_support``: "discrete"
-    (the default when absent) or "continuous" (z real-valued, p(x, z) a density in z: no beam, ``has_beam``).
+    (the default when absent) or "continuous" (z real-valued, p(x, z) a density in z: no beam, ``missing_beam``).
     """
 
     proposal: Proposal
@@ -309,7 +309,7 @@ class StepwiseLatentLM(Protocol):
 @runtime_checkable
 class DocumentBatchLM(Protocol):
     """Optional beside the stepwise part: the particles of several documents advanced side by side, one step for
-    all of them (``has_document_batches``), so that a step's kernel launches and host synchronisations are shared
+    all of them (``"document_batches"``), so that a step's kernel launches and host synchronisations are shared
     by the documents instead of paid by each.
 
     The particles of document d are the d-th consecutive segment (``num_particles[d]`` of them) of the batch's
@@ -394,7 +394,7 @@ class DocumentBatchLM(Protocol):
 
 @runtime_checkable
 class DocumentSampler(Protocol):
-    """Optional on a proposal: ``sample`` of several documents side by side (``has_document_sampler``), so that
+    """Optional on a proposal: ``sample`` of several documents side by side (``"document_sampler"``), so that
     importance sampling's draws share their kernel launches; each document's draws are those ``sample`` gives it
     alone with its generator."""
 
@@ -440,7 +440,7 @@ class DocumentSampler(Protocol):
 
 @runtime_checkable
 class ExactMarginalLM(Protocol):
-    """Optional: exact marginalization (``has_exact_marginal``; ``has_tractable_marginal`` where it is declared
+    """Optional: exact marginalization (``"exact_marginal"``; ``"tractable_marginal"`` where it is declared
     cheap on any text with ``exact_marginal_tractable = True``). A model whose program is cheap on some texts only may
     also state ``exact_marginal_cost(x) -> float``, its cost in samples (``capabilities.exact_marginal_cost``): the
     sampling estimators under ``auto`` then compute exactly the documents whose cost is at most their K."""
@@ -470,7 +470,7 @@ class ExactMarginalLM(Protocol):
 
 @runtime_checkable
 class TextSamplerLM(Protocol):
-    """Optional: ancestral sampling of a continuation, for lm-eval's ``generate_until`` (``has_text_sampler``)."""
+    """Optional: ancestral sampling of a continuation, for lm-eval's ``generate_until`` (``"text_sampler"``)."""
 
     def sample_text(
         self,
@@ -535,7 +535,7 @@ class PrefixModelLM(Protocol):
 @runtime_checkable
 class UnknownWordPenaltyLM(Protocol):
     """Optional: a ``log_joint`` that subtracts a penalty for unknown words, reported per configuration, so that
-    perplexity with (UPP) and without it (PPL) come from one run (``has_unknown_word_penalty``; KGLM's)."""
+    perplexity with (UPP) and without it (PPL) come from one run (``"unknown_word_penalty"``; KGLM's)."""
 
     def unknown_word_penalty(self, x: torch.Tensor, z: Latents) -> torch.Tensor:
         """The nats ``log_joint`` subtracts for unknown words, per configuration.
@@ -556,7 +556,7 @@ class UnknownWordPenaltyLM(Protocol):
 @runtime_checkable
 class CanonicalScoringLM(Protocol):
     """Optional: the one configuration z* the model's own tooling scores, scored as that tooling scores it
-    (``has_canonical_scoring``; ``latent_tokenization``'s tokenizer segmentation, lm-eval's ``hf`` number), for
+    (``"canonical_scoring"``; ``latent_tokenization``'s tokenizer segmentation, lm-eval's ``hf`` number), for
     ``estimator=canonical``: log p(x, z*) ≤ log p(x)."""
 
     def canonical_log_likelihood(self, text: str) -> float:

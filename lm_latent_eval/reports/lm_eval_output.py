@@ -45,7 +45,8 @@ class TaskRun:
 
     @property
     def estimator(self) -> str:
-        return self.settings.get("estimator", "is")
+        """The estimator the run recorded, else the one its documents' records name."""
+        return self.settings.get("estimator") or self.documents[0].estimator
 
     @property
     def method(self) -> Estimator:

@@ -30,6 +30,8 @@ from ..paths import DATA_DIR
 from .json_files import as_json, json_key, write_json
 
 DEFAULT_DATA = DATA_DIR / "corpus" / "tiny_test.jsonl"
+# the estimators the canonical figure is set beside, chosen once: gap.json keys each one's numbers by its name
+BEAM_RUN, IS_RUN = EstimatorSettings("beam"), EstimatorSettings("is")
 
 
 @dataclass
@@ -41,8 +43,8 @@ class GapDocument:
     bytes: int
     tokens: int
     canonical: float
-    beam_log_likelihood: float = field(metadata=json_key("beam"))
-    is_log_likelihoods: list[float] = field(metadata=json_key("is"))
+    beam_log_likelihood: float = field(metadata=json_key(BEAM_RUN.estimator))
+    is_log_likelihoods: list[float] = field(metadata=json_key(IS_RUN.estimator))
     ess: float
     pareto_k: float
 
@@ -53,11 +55,9 @@ def measure(
     """Per-document canonical, beam and IS (one estimate per seed) log-likelihoods and IS diagnostics."""
     rows = []
     canon = canonical.loglikelihood_rolling(lm, texts)
-    beam_bound = resolve(EstimatorSettings(estimator="beam", beam_size=beam_size), lm)
+    beam_bound = resolve(BEAM_RUN.replace(beam_size=beam_size), lm)
     seeded = [
-        resolve(
-            EstimatorSettings(estimator="is", num_samples=num_samples, temperature=temperature, seed=seed), lm
-        )
+        resolve(IS_RUN.replace(num_samples=num_samples, temperature=temperature, seed=seed), lm)
         for seed in range(seeds)
     ]
     for text, c in tqdm(list(zip(texts, canon)), desc="documents"):

@@ -81,6 +81,7 @@ class Case:
     q_atol: float = 1e-9  # Σ q = 1 and sampled log q = enumerated log q (float64 proposal arithmetic)
     p_atol: float = 1e-6  # beam and Σ p(x, z) against the exact log p(x) (float32 network, float64 sums)
     stepwise_atol: float = 1e-9  # Σ_t increments against log p(x, z) − log q(z | x) of the whole document
+    side_by_side_atol: float = 0.0  # a document's increments side by side against alone (0: bit for bit)
 
     def __post_init__(self):
         if self.support is None and not (self.no_support and self.integrate and self.heavy_tails):
@@ -181,6 +182,7 @@ ENTITYNLM = Case(
     keys=entitynlm_keys, expressible=entitynlm_expressible, stepwise=True,
     beam_is_k_best=False,  # a left-to-right beam search over q's factors
     q_atol=1e-6, stepwise_atol=1e-6,  # log_joint scores each distinct z once, at another row (float32)
+    side_by_side_atol=1e-6,  # one row per particle: the heads' products run on other rows beside it (float32)
 )  # fmt: skip
 
 
@@ -211,6 +213,7 @@ def rnng_case(name: str, count_eos: bool, build=None) -> Case:
         peek_draw_order="the tree CRF samples top down (proposal.sample), SMC with its left-to-right conditionals",
         q_atol=1e-6,  # peek=false: log q teacher-forced in batches of other trees (float32 network)
         stepwise_atol=1e-6,  # log_joint scores each distinct tree once, in another batch (float32 rounding)
+        side_by_side_atol=1e-6,  # the tiny network's products over other rows beside it (float32 rounding)
     )  # fmt: skip
 
 
@@ -268,6 +271,7 @@ def tokenization_case(name: str, text: str, cover_end: bool, canonical_mix: floa
         beam_is_k_best=False,  # ranked by p(z), the canonical segmentation always kept
         num_draws=4_000, q_atol=1e-6, stepwise=True,
         stepwise_atol=1e-5,  # the steps' logits come from per-history caches, log_prob's from whole rows (float32)
+        side_by_side_atol=1e-5,  # the new nodes of several texts in one forward pass (float32 rounding)
     )  # fmt: skip
 
 

@@ -36,13 +36,10 @@ from lm_latent_eval.estimators import (
 )
 from lm_latent_eval.estimators.smc import smc_log_weights
 from lm_latent_eval.protocol import (
-    has_beam,
-    has_exact_marginal,
-    has_stepwise,
-    is_latent_lm,
+    has,
     is_prefix_probability,
     latent_support,
-    missing_stepwise_methods,
+    missing,
     num_particles,
     require_beam,
     select_particles,
@@ -125,10 +122,10 @@ def test_the_row_declares_what_the_model_offers(case):
     """The contract's methods exist; the stepwise part exists exactly where the row says; a proposal without
     peek=false refuses it by name."""
     model = built(case)
-    assert is_latent_lm(model)
-    assert has_stepwise(model) == case.stepwise, f"missing: {missing_stepwise_methods(model)}"
+    assert has(model, "latent_lm")
+    assert has(model, "stepwise") == case.stepwise, f"missing: {missing(model, 'stepwise')}"
     assert (latent_support(model) == "continuous") == (case.support is None)
-    assert has_beam(model) == (not case.no_beam)
+    assert has(model, "beam_proposal") == (not case.no_beam)
     if case.no_beam:
         with pytest.raises(UnsupportedError, match="no beam"):
             require_beam(model)
@@ -540,9 +537,9 @@ def test_empty_text_has_no_tokens_and_probability_one(case):
         assert torch.equal(model.log_joint(x, z).cpu(), torch.zeros(3, dtype=torch.float64))
     estimators = [
         "is",
-        *["beam"] * has_beam(model),
+        *["beam"] * has(model, "beam_proposal"),
         *["smc"] * case.stepwise,
-        *["exact"] * has_exact_marginal(model),
+        *["exact"] * has(model, "exact_marginal"),
     ]
     for name in estimators:
         estimate = estimate_document(model, "", EstimatorSettings(name, num_samples=4))

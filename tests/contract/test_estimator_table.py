@@ -19,7 +19,7 @@ from cases import CASES
 
 from lm_latent_eval.estimators import ESTIMATORS, EstimatorSettings, estimate_document, resolve
 from lm_latent_eval.harness.conditionals import has_conditional_model
-from lm_latent_eval.protocol import has_text_sampler, prefix_view
+from lm_latent_eval.protocol import has, prefix_view
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "estimators.md"
 SECTION = "## Which estimator works with which model"
@@ -147,7 +147,7 @@ def test_rnng_exact_is_an_error_above_twelve_words(models):
 @pytest.mark.parametrize("name,cell", params(1, "`generate_until`"))
 def test_generate_until_cells(models, name, cell):
     model = model_of(models, name)
-    assert has_text_sampler(model) == verdict(cell)
+    assert has(model, "text_sampler") == verdict(cell)
     if verdict(cell):
         text = model.sample_text(BY_NAME[name].short_text, 3, torch.Generator().manual_seed(0))
         assert isinstance(text, str)

@@ -15,9 +15,11 @@ import pytest
 import torch
 from cases import CASES
 
+from lm_latent_eval import tensors
 from lm_latent_eval.errors import InputError
 from lm_latent_eval.estimators import EstimatorSettings, estimate_document
-from lm_latent_eval.protocol import CheckedStepwise, num_particles
+from lm_latent_eval.models.stepwise_module import StepwiseFromModule
+from lm_latent_eval.protocol import CheckedStepwise, has, num_particles
 
 STEPWISE = [case for case in CASES if case.stepwise]
 BAD_COUNTS = [0, -1, 2.5, True]
@@ -39,6 +41,8 @@ def bundled(model) -> bool:
 
 # the rows whose model is not the package's: a model of one's own, implementing smc_init itself
 OWN = ("gaussian",)
+# views of another model (P(a text starts with x)): one text at a time
+PREFIX_VIEWS = ("rnng-prefix", "causal")
 BUNDLED = [case.name for case in STEPWISE if case.name not in OWN]
 
 
@@ -123,3 +127,103 @@ def test_smc_init_runs_without_autograd_and_hands_over_its_arguments():
     assert Recording().smc_init(torch.tensor([1, 2]), 5, 0.5, False) == (False, 5, 0.5, False)
     with pytest.raises(ValueError, match="1-d LongTensor"):
         Recording().smc_init(torch.zeros(2, 2, dtype=torch.long), 5)
+
+
+# ---- the side-by-side path (protocol.DocumentBatchLM) of every row that offers it ------------------------------------
+
+# the model's two layouts: the CPU's (rows selected per distinct history where a family does) and an accelerator's
+LAYOUTS = {"cpu": tensors.SELECT_ROWS_ON, "one row per particle": ()}
+
+
+def side_by_side_rows() -> list[str]:
+    return [name for name in BUNDLED if has(built(name), "document_batches")]
+
+
+def run_apart(model, xs, sizes, tau, peek, reorder_at):
+    """Each document alone: its increments per step, [T_d] lists of [K_d] tensors."""
+    out = []
+    for d, (x, k) in enumerate(zip(xs, sizes)):
+        state, generator, steps = model.smc_init(x, k, tau, peek), torch.Generator().manual_seed(100 + d), []
+        for t in range(x.numel()):
+            state, increment = model.smc_step(state, t, generator)
+            steps.append(increment)
+            if t in reorder_at:
+                state = model.smc_reorder(state, reorder_at[t][d])
+        out.append(steps)
+    return out
+
+
+def test_every_family_writes_its_stepwise_part_one_way():
+    """The families (not the prefix views, which adapt another model) derive from StepwiseFromModule and leave both
+    inits to it: the checks run in one place."""
+    families = {type(built(name)) for name in side_by_side_rows()}
+    assert {base.__name__ for cls in families for base in cls.__mro__} >= {
+        "HMMLanguageModel", "LDA", "EntityNLM", "KGLM", "MaskedOrderLM", "RNNG", "TokenizationLM"
+    }  # fmt: skip
+    for cls in families:
+        assert issubclass(cls, StepwiseFromModule), cls.__name__
+        for method in ("smc_init", "smc_init_documents", "smc_step", "smc_step_documents"):
+            assert getattr(cls, method) is getattr(StepwiseFromModule, method), f"{cls.__name__}.{method}"
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("name", BUNDLED)
+def test_each_document_side_by_side_equals_it_alone(name, layout, monkeypatch):
+    """Three documents (one of them twice, sharing its tensor) with their own K and stream: every document's
+    increments at every step, before and after a reorder within its segment, equal its own alone (bit for bit, or
+    to the row's ``side_by_side_atol``), peeking and not, τ = 1 and, where the proposal tempers, τ = 0.7. A model
+    may decline a batch (None) in one layout, not in both."""
+    case, model = case_named(name), built(name)
+    if not has(model, "document_batches"):
+        assert name in PREFIX_VIEWS, f"{name} has no side-by-side path"
+        return
+    monkeypatch.setattr(tensors, "SELECT_ROWS_ON", LAYOUTS[layout])
+    x, short = model.tokenize(case.text), model.tokenize(case.short_text)
+    xs, sizes = [x, short, x], [5, 3, 4]
+    offsets = [0, 5, 8]
+    temperatures = (1.0, 0.7) if getattr(model.proposal, "tempers", True) else (1.0,)
+    declined = []
+    for peek in case.peeks:
+        for tau in temperatures:
+            generator = torch.Generator().manual_seed(7)
+            # step 0: each document's particles reordered within its own segment
+            local = {0: [torch.randint(k, (k,), generator=generator) for k in sizes]}
+            state = model.smc_init_documents(xs, sizes, tau, peek)
+            if state is None:
+                declined.append((peek, tau))
+                continue
+            generators = [torch.Generator().manual_seed(100 + d) for d in range(len(xs))]
+            apart = run_apart(model, xs, sizes, tau, peek, local)
+            for t in range(max(x.numel() for x in xs)):
+                state, together = model.smc_step_documents(state, t, generators)
+                assert together.dtype == torch.float64 and together.shape == (sum(sizes),)
+                for d, (o, k) in enumerate(zip(offsets, sizes)):
+                    if t < xs[d].numel():
+                        torch.testing.assert_close(
+                            together[o : o + k],
+                            apart[d][t],
+                            rtol=0,
+                            atol=case.side_by_side_atol,
+                            msg=f"{name} peek={peek} τ={tau} document {d} step {t}",
+                        )
+                if t in local:
+                    state = model.smc_reorder(state, torch.cat([o + a for o, a in zip(offsets, local[t])]))
+    if layout == "one row per particle":
+        assert not declined, f"{name} declines every batch in its accelerator layout: {declined}"
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_bad_particle_counts_and_temperatures_are_refused_side_by_side_as_alone(name):
+    """The side-by-side init checks every document's K and τ once, with smc_init's words."""
+    model = built(name)
+    if not has(model, "document_batches"):
+        return
+    x = model.tokenize(case_named(name).text)
+    for k in BAD_COUNTS:
+        together = refusal(functools.partial(model.smc_init_documents, [x, x], [4, k]))
+        assert together == refusal(functools.partial(model.smc_init, x, k))
+    for tau in BAD_TEMPERATURES:
+        together = refusal(functools.partial(model.smc_init_documents, [x, x], [4, 4], tau))
+        assert together == refusal(functools.partial(model.smc_init, x, 4, tau))
+    with pytest.raises(ValueError, match="2 documents but 1 particle counts"):
+        model.smc_init_documents([x, x], [4])

@@ -24,7 +24,6 @@ from lm_latent_eval.estimators import (
 from lm_latent_eval.estimators.adaptive import _allocation, _History, estimate_corpus
 from lm_latent_eval.estimators.corpus import certified_log_likelihood, corpus_estimate
 from lm_latent_eval.estimators.intervals import certified_lower_bound
-from lm_latent_eval.estimators.registry import targets_precision
 from lm_latent_eval.estimators.settings import AUTO_TARGET_SE
 from lm_latent_eval.estimators.smc import SMCRun, smc_diagnostics
 
@@ -60,12 +59,11 @@ def test_auto_picks_exact_then_smc_then_is_and_says_why(bundled_hmm, bundled_tes
     plain, why = run.settings, run.reason
     assert plain.estimator == "is" and plain.target_se == AUTO_TARGET_SE and "neither" in why
     assert (
-        targets_precision(resolve(EstimatorSettings(target_se=0.0), WholeDocumentOnly(bundled_hmm)).settings)
-        is False
+        resolve(EstimatorSettings(target_se=0.0), WholeDocumentOnly(bundled_hmm)).targets_precision is False
     )
     run = resolve(EstimatorSettings("is", num_samples=8), bundled_hmm)
     explicit, why = run.settings, run.reason
-    assert explicit.estimator == "is" and not targets_precision(explicit) and "as requested" in why
+    assert explicit.estimator == "is" and not run.targets_precision and "as requested" in why
     est = estimate_document(
         bundled_hmm, bundled_test_texts[0], EstimatorSettings()
     )  # auto inside estimate_document

@@ -17,7 +17,7 @@ from lm_latent_eval.estimators.registry import estimate_from_json, recorded_sett
 from lm_latent_eval.estimators.smc import SMCEstimate, SMCRun, smc_diagnostics
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.masked.corpus import TEST_FILE
-from lm_latent_eval.protocol import exact_marginal_cost, has_exact_marginal_cost
+from lm_latent_eval.protocol import exact_marginal_cost, has
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def test_the_masked_lm_states_the_rows_of_its_program_per_particle(masked):
     x = masked.tokenize("the cat sat on the mat")
     assert exact_marginal_cost(masked, x) == pytest.approx((2 ** x.numel() - 1) / x.numel())
     hmm, _ = load_model("hmm")
-    assert not has_exact_marginal_cost(hmm) and exact_marginal_cost(hmm, hmm.tokenize("the cat")) is None
+    assert not has(hmm, "exact_marginal_cost") and exact_marginal_cost(hmm, hmm.tokenize("the cat")) is None
 
 
 def test_auto_computes_the_short_documents_exactly_and_samples_the_others(masked, held_out):

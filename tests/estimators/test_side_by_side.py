@@ -18,7 +18,7 @@ from lm_latent_eval.estimators.registry import resolve
 from lm_latent_eval.estimators.smc import Lane, smc_lanes
 from lm_latent_eval.models import default_checkpoint, load_model
 from lm_latent_eval.paths import DATA_DIR
-from lm_latent_eval.protocol import has_document_batches
+from lm_latent_eval.protocol import has
 from lm_latent_eval.reports.sweep import read_documents
 
 CORPORA = {
@@ -55,7 +55,7 @@ def test_hmm_documents_side_by_side_equal_each_alone(bundled_hmm, bundled_test_t
     texts = bundled_test_texts[:9]
     sizes = [40, 64, 1500, 40, 97, 40, 64, 40, 200]
     run = resolve(EstimatorSettings("smc", 40, seed=3, target_se=None), bundled_hmm)
-    assert has_document_batches(bundled_hmm) and run.estimator.batches_documents(bundled_hmm)
+    assert has(bundled_hmm, "document_batches") and run.estimator.batches_documents(bundled_hmm)
     monkeypatch.setattr(smc, "side_by_side_particles", lambda device="cpu": budget)
     together = dict(zip(texts, run.estimate_documents(texts, sizes)))
     assert_same(together, alone(run, texts, sizes))
@@ -146,15 +146,6 @@ def test_a_model_that_declines_runs_its_documents_one_at_a_time(bundled_hmm, bun
     ]
 
 
-def test_documents_side_by_side_check_their_arguments(bundled_hmm):
-    """One K per document; each K and τ checked as ``smc_init`` checks them."""
-    xs = [bundled_hmm.tokenize("the cat sat"), bundled_hmm.tokenize("a dog")]
-    with pytest.raises(ValueError, match="2 documents but 1 particle counts"):
-        bundled_hmm.smc_init_documents(xs, [4])
-    with pytest.raises(Exception, match="num_samples|particles|K"):
-        bundled_hmm.smc_init_documents(xs, [4, 0])
-
-
 @pytest.mark.parametrize("peek", [True, False])
 def test_kglm_importance_sampling_draws_documents_side_by_side(kglm, monkeypatch, peek):
     """IS on the KGLM: the proposal draws a chunk's sample blocks side by side (``sample_documents``), several
@@ -191,7 +182,6 @@ def test_a_subclass_that_changes_the_step_is_not_batched_with_its_parents_number
     parent's numbers side by side: it runs its documents one at a time instead (and likewise a proposal that
     overrides ``_sample`` but inherits ``sample_documents``)."""
     from lm_latent_eval.models.hmm.model import HMMLanguageModel
-    from lm_latent_eval.protocol import has_document_batches, has_document_sampler
 
     class Tilted(HMMLanguageModel):
         def smc_step(self, state, t, generator=None):
@@ -199,7 +189,7 @@ def test_a_subclass_that_changes_the_step_is_not_batched_with_its_parents_number
             return state, inc - 0.5
 
     tilted = Tilted.from_pretrained(str(default_checkpoint("hmm"))).eval()
-    assert has_document_batches(bundled_hmm) and not has_document_batches(tilted)
+    assert has(bundled_hmm, "document_batches") and not has(tilted, "document_batches")
     texts = bundled_test_texts[:4]
     run = resolve(EstimatorSettings("smc", 32, seed=1, target_se=None), tilted)
     together = estimate_corpus(run, texts, progress=False)
@@ -215,11 +205,11 @@ def test_a_subclass_that_changes_the_step_is_not_batched_with_its_parents_number
         def _sample(self, *args, **kwargs):
             return super()._sample(*args, **kwargs)
 
-    assert has_document_sampler(kglm_model)
+    assert has(kglm_model, "document_sampler")
     original = type(kglm_model.proposal)
     kglm_model.proposal.__class__ = Other
     try:
-        assert not has_document_sampler(kglm_model)
+        assert not has(kglm_model, "document_sampler")
     finally:
         kglm_model.proposal.__class__ = original
 
@@ -233,7 +223,7 @@ def test_tokenization_corpus_side_by_side_equals_each_document_alone():
 
     model = load_model("tokenization")[0]
     texts = list(dict.fromkeys(read_documents(DATA_DIR / "corpus/tiny_test.jsonl")))[:8]
-    assert has_document_batches(model)
+    assert has(model, "document_batches")
     for tau in (1.0, 1.5):
         run = resolve(EstimatorSettings("smc", 64, temperature=tau, seed=3, target_se=None), model)
         assert_same(
@@ -327,7 +317,7 @@ def test_masked_corpus_side_by_side_equals_each_document_alone(
     if not cached:
         monkeypatch.setattr(masked.row_cache, "max_entries", 0)
     texts = masked_texts(masked)
-    assert has_document_batches(masked) and len({masked.tokenize(t).numel() for t in texts}) > 5
+    assert has(masked, "document_batches") and len({masked.tokenize(t).numel() for t in texts}) > 5
     settings = EstimatorSettings(
         "smc", 48, temperature=tau, peek=peek, resample_threshold=threshold, seed=9, target_se=None
     )
@@ -419,7 +409,7 @@ def test_masked_texts_read_in_windows_run_one_at_a_time(masked, monkeypatch):
 
 
 def test_hugging_face_masked_lm_side_by_side_equals_each_alone(tmp_path, monkeypatch):
-    """A Hugging Face masked LM inherits the side-by-side part (``has_document_batches``) and each text's weights
+    """A Hugging Face masked LM inherits the side-by-side part (``"document_batches"``) and each text's weights
     equal its own alone (to float32 rounding: its rows are run among other texts' rows)."""
     from tiny_models import make_tiny_bert
 
@@ -427,7 +417,7 @@ def test_hugging_face_masked_lm_side_by_side_equals_each_alone(tmp_path, monkeyp
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     model = HFMaskedLM.from_pretrained(str(make_tiny_bert(tmp_path / "bert"))).eval()
-    assert has_document_batches(model)
+    assert has(model, "document_batches")
     texts = ["the cat sat", "a dog ran", "the dog sat on a cat", "a cat ran", "the cat"]
     for peek in (False, True):
         run = resolve(EstimatorSettings("smc", 32, peek=peek, seed=4, target_se=None), model)

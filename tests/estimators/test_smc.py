@@ -26,7 +26,7 @@ from lm_latent_eval.estimators.smc import (
     systematic_resample,
 )
 from lm_latent_eval.models.hmm.parameters import forward_log_alpha
-from lm_latent_eval.protocol import has_stepwise, missing_stepwise_methods
+from lm_latent_eval.protocol import has, missing
 
 DOC = "a c b b a c a c"  # 8 tokens on the tiny HMM: 3^8 configurations
 
@@ -341,8 +341,8 @@ def test_empty_document_under_smc(bundled_hmm):
 
 def test_a_model_without_the_stepwise_part_serves_is_and_refuses_smc_by_name():
     model = WholeDocumentOnly(make_tiny_hmm())
-    assert not has_stepwise(model) and has_stepwise(model.model)
-    assert missing_stepwise_methods(model) == ["smc_init", "smc_step", "smc_reorder", "smc_latents"]
+    assert not has(model, "stepwise") and has(model.model, "stepwise")
+    assert missing(model, "stepwise") == ["smc_init", "smc_step", "smc_reorder", "smc_latents"]
     assert math.isfinite(estimate_document(model, DOC, EstimatorSettings("is", num_samples=5)).log_likelihood)
     with pytest.raises(TypeError, match="smc_init, smc_step, smc_reorder, smc_latents"):
         estimate_document(model, DOC, EstimatorSettings("smc"))

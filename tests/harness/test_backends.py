@@ -266,7 +266,7 @@ def test_is_rolling_is_unbiased_for_p_and_biased_down_in_log_p():
     exact = log_forward(lm.model, text)
     estimates = []
     for seed in range(200):
-        lm.estimator = dataclasses.replace(lm.estimator, settings=lm.settings.replace(seed=seed))
+        lm.run = dataclasses.replace(lm.run, settings=lm.settings.replace(seed=seed))
         estimates.append(lm.loglikelihood_rolling([rolling(text)], disable_tqdm=True)[0])
     assert_unbiased(estimates, exact, num_se=4)
     assert np.std(estimates) > 0  # the proposal is mismatched: the estimates really vary

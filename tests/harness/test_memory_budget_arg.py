@@ -15,7 +15,7 @@ from lm_latent_eval.harness.model_args import (
     parse_backend_args,
 )
 from lm_latent_eval.harness.provenance import run_identity
-from lm_latent_eval.models.memory import DEFAULT_MEMORY_BUDGET, GIB
+from lm_latent_eval.models.memory_plan import DEFAULT_MEMORY_BUDGET, GIB
 
 
 @pytest.mark.parametrize("backend", [LatentKGLMEval, LatentEntityNLMEval])

@@ -318,6 +318,8 @@ def test_a_resumed_precision_target_says_what_it_loaded_at_each_stage(tmp_path, 
     first.loglikelihood_rolling(rolling(DOCS), disable_tqdm=True)
     later = sorted(first.results_store.folder.glob("*.stage*.npz"))
     assert later, "the target did not go past its first stage: nothing to test"
+    # the first run's lines, captured where an earlier test left the logger at INFO, are not the rerun's
+    caplog.clear()
     with caplog.at_level("INFO", logger="lm_latent_eval"):
         LatentHMMEval(**args, results_dir=tmp_path).loglikelihood_rolling(rolling(DOCS), disable_tqdm=True)
     assert "estimated" not in caplog.text.split("have their first estimate stored")[1]

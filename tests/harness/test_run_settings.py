@@ -112,8 +112,7 @@ def test_no_documented_command_gives_a_setting_its_estimator_ignores():
     exact marginal: none of them had an effect (the same mistake as the estimate-card example of item 10)."""
     from lm_eval.utils import simple_parse_args_string
 
-    from lm_latent_eval.estimators import resolve
-    from lm_latent_eval.harness.advice import ignored_settings
+    from lm_latent_eval.estimators import ResolvedEstimator, estimator_named, resolve
     from lm_latent_eval.harness.model_args import parse_settings, settings_args
     from lm_latent_eval.models import load_model
 
@@ -130,7 +129,8 @@ def test_no_documented_command_gives_a_setting_its_estimator_ignores():
             if "pretrained" in given or backend == "latent":
                 continue  # a placeholder model: auto's choice depends on it
             settings = resolve(settings, load_model(backend.removeprefix("latent_"))[0]).settings
-        unused = ignored_settings(settings, [n for n in given if n in names])
+        run = ResolvedEstimator(estimator_named(settings.estimator), settings, None)
+        unused = run.ignored_settings([n for n in given if n in names])
         if unused:
             wrong.append(f"{page}: --model {backend} --model_args {model_args}: {unused} ignored")
     assert wrong == []

@@ -16,7 +16,7 @@ from lm_latent_eval.estimators import importance_log_weights
 from lm_latent_eval.harness.provenance import NAMING_KEYS
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.cuda_graphs import graphs_in_effect, parse_cuda_graphs, resolve_cuda_graphs
-from lm_latent_eval.models.entitynlm.latents import sample_latents_static
+from lm_latent_eval.models.entitynlm.drawing import sample_latents_static
 from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.reports.sweep import read_documents
 

@@ -21,35 +21,20 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from ...protocol import CheckedStepwise
 from ...tensors import distinct_rows
 from ..checkpoints import StrictLoading
 from ..cuda_graphs import CUDA_GRAPHS_HELP, GraphsOfProposal, parse_cuda_graphs
 from ..encoder_cache import DocumentCache
 from ..kglm.awd_lstm import AWDLSTMDropouts, embedding_dropout
-from ..memory import DEFAULT_MEMORY_BUDGET, MemoryPlan, check_memory_budget
+from ..memory_plan import DEFAULT_MEMORY_BUDGET, MemoryPlan, check_memory_budget
+from ..stepwise_module import StepwiseFromModule
 from ..vocabulary import WordVocabulary, build_word_list, check_word_ids
-from . import memory
-from .latents import (
-    LATENT_KEYS,
-    MIN_ROWS,
-    EntityHeads,
-    check_latents,
-    rows_apart,
-    score_latents,
-    without_autograd,
-)
-from .memory import WORD_GROUP
+from . import memory_plan, stepwise
+from .heads import EntityHeads
+from .latents import LATENT_KEYS, MIN_ROWS, check_latents, rows_apart, without_autograd
+from .memory_plan import WORD_GROUP
 from .proposal import EntityNLMProposal
-from .stepwise import (
-    EntityNLMParticles,
-    init_documents,
-    init_particles,
-    particle_latents,
-    reorder_particles,
-    step_documents,
-    step_particles,
-)
+from .scoring import score_latents
 
 UNK, BOS = "@@UNKNOWN@@", "@@START@@"
 # logits computed per block of the word softmax (rows × vocabulary), bounding memory
@@ -64,7 +49,7 @@ def build_vocabulary(
 
 
 class EntityNLM(
-    CheckedStepwise,
+    StepwiseFromModule,
     GraphsOfProposal,
     nn.Module,
     StrictLoading,
@@ -81,7 +66,10 @@ class EntityNLM(
 
     # log_joint has no end-of-text event: Σ_z p(x, z) = P(a text starts with x)
     prefix_probability = True
-    # bytes one log_joint call may hold (models/memory.py; the memory_budget property sets it)
+    # SMC (stepwise.py: q_τ draws z_t peeking or not, p scores it); documents side by side in one row per particle,
+    # declined on the CPU, where each document keeps one row per distinct history
+    stepwise_module = documents_module = stepwise
+    # bytes one log_joint call may hold (models/memory_plan.py; the memory_budget property sets it)
     _memory_budget = DEFAULT_MEMORY_BUDGET
 
     # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help)
@@ -198,10 +186,10 @@ class EntityNLM(
         self._doc_cache.clear()
         return super().train(mode)
 
-    # --- the memory budget (memory.py) ----------------------------------------------------------------------------
+    # --- the memory budget (memory_plan.py) ----------------------------------------------------------------------------
     @property
     def memory_budget(self) -> int:
-        """Bytes the temporaries of one ``log_joint`` call may hold (models/memory.py; default 8 GiB): a run setting;
+        """Bytes the temporaries of one ``log_joint`` call may hold (models/memory_plan.py; default 8 GiB): a run setting;
         ``log_joint`` scores ``max_particles_per_call`` particles at a time."""
         return self._memory_budget
 
@@ -212,11 +200,11 @@ class EntityNLM(
     def max_particles_per_call(self, num_tokens: int, budget: int | None = None) -> int:
         """The most particles of a ``num_tokens``-token document one ``log_joint`` call scores within ``budget``
         bytes (default ``memory_budget``); ``log_joint`` splits larger K into calls of this many."""
-        return memory.max_particles_per_call(self, num_tokens, budget)
+        return memory_plan.max_particles_per_call(self, num_tokens, budget)
 
     def memory_plan(self, num_tokens: int, num_particles: int, budget: int | None = None) -> MemoryPlan:
-        """The planned temporaries of one ``log_joint`` call and of the sampler (entitynlm/memory.py)."""
-        return memory.memory_plan(self, num_tokens, num_particles, budget)
+        """The planned temporaries of one ``log_joint`` call and of the sampler (entitynlm/memory_plan.py)."""
+        return memory_plan.memory_plan(self, num_tokens, num_particles, budget)
 
     # --- p(x, z) ------------------------------------------------------------------------------------------------
     @without_autograd
@@ -323,39 +311,6 @@ class EntityNLM(
             block = logits[s : s + rows].double()
             parts.append(block.gather(1, target[s : s + rows]).squeeze(1) - block.logsumexp(-1))
         return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-    # --- stepwise p and q, for sequential Monte Carlo (stepwise.py) ---------------------------------------------
-    def _smc_init(
-        self, x: torch.Tensor, num_particles: int, temperature: float, peek: bool
-    ) -> EntityNLMParticles:
-        """K particles before token 0 of x [T], drawing from q_τ (peeking or not) and scoring under p
-        (``CheckedStepwise.smc_init`` checked K and τ)."""
-        return init_particles(self, self._check_x(x), num_particles, temperature, peek)
-
-    def smc_step(
-        self, state: EntityNLMParticles, t: int, generator: torch.Generator | None = None
-    ) -> tuple[EntityNLMParticles, torch.Tensor]:
-        """z_t ~ q_τ(z_t | x, z_<t) for every particle (t = 0..T−1 in order; consumes ``state``):
-        (state, log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t), float64 [K])."""
-        return step_particles(self, state, t, generator)
-
-    def smc_init_documents(self, xs, num_particles, temperature: float = 1.0, peek: bool = True):
-        """The particles of several documents side by side, one row per particle (``protocol.DocumentBatchLM``;
-        ``stepwise.init_documents``), or None on the CPU, where each document keeps one row per distinct history."""
-        self.check_documents(xs, num_particles, temperature)
-        return init_documents(self, [self._check_x(x) for x in xs], num_particles, temperature, peek)
-
-    def smc_step_documents(self, state, t: int, generators):
-        """Step t of every document with t < T_d, each from its own generator (``stepwise.step_documents``)."""
-        return step_documents(self, state, t, generators)
-
-    def smc_reorder(self, state: EntityNLMParticles, ancestors: torch.Tensor) -> EntityNLMParticles:
-        """Particle k takes the full history of particle ancestors[k] (LongTensor [K])."""
-        return reorder_particles(state, ancestors)
-
-    def smc_latents(self, state: EntityNLMParticles) -> dict:
-        """The configurations drawn so far: dict of LongTensor [K, t], as ``log_joint`` and ``proposal.sample`` use."""
-        return particle_latents(state)
 
     def extra_repr(self) -> str:
         return (

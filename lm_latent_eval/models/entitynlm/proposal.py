@@ -23,16 +23,10 @@ from ..cuda_graphs import DEFAULT_CUDA_GRAPHS, graphs_in_effect
 from ..encoder_cache import DocumentCache
 from ..kglm.awd_lstm import AWDLSTMDropouts, embedding_dropout
 from ..vocabulary import check_word_ids
-from .latents import (
-    LATENT_KEYS,
-    EntityHeads,
-    beam_latents,
-    check_latents,
-    sample_latents,
-    sample_latents_static,
-    score_latents,
-    without_autograd,
-)
+from .drawing import beam_latents, sample_latents, sample_latents_static
+from .heads import EntityHeads
+from .latents import LATENT_KEYS, check_latents, without_autograd
+from .scoring import score_latents
 
 NO_DROPOUT = AWDLSTMDropouts()
 

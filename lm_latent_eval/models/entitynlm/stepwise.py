@@ -30,7 +30,9 @@ import torch
 
 from ...tensors import first_of_each, inverse_cdf, selects_rows
 from ..side_by_side import document_rows, lane_uniforms
-from .latents import LATENT_KEYS, EntityMemory, draw_step, draw_step_with, mention_context, score_step
+from .drawing import draw_step, draw_step_with
+from .latents import LATENT_KEYS, EntityMemory
+from .scoring import mention_context, score_step
 
 
 class TokenInputs(NamedTuple):
@@ -82,6 +84,7 @@ def init_particles(
 ) -> EntityNLMParticles:
     """K empty particles for document x [T] (encoders run here, once, without grad as in ``proposal.sample``): one
     history on the CPU, K rows elsewhere."""
+    x = model._check_x(x)
     K = int(num_particles)
     heads_q, whole = document_inputs(model, x, temperature, peek)
     device = x.device
@@ -261,7 +264,7 @@ def _after_resampling(ancestors: tuple, a: torch.Tensor) -> tuple:
     return (*ancestors[:-1], a if last is None else last.index_select(0, a))
 
 
-def particle_latents(state: EntityNLMParticles) -> dict:
+def particle_latents(model, state: EntityNLMParticles) -> dict:
     """The configurations drawn so far, as ``log_joint`` and ``proposal.sample`` take them: dict of [K, t]."""
     K = state.num_particles
     # particle k's index among the particles after step t, from the last token back
@@ -297,6 +300,7 @@ def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> 
     """``init_particles`` of every document with one row per particle, their per-token inputs stacked; None on the
     CPU, whose steps keep one row per distinct history of a document (fewer rows than particles: documents run one
     at a time there)."""
+    xs = [model._check_x(x) for x in xs]
     device = xs[0].device
     if selects_rows(device):
         return None

@@ -7,25 +7,17 @@ from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
 from ...checks import check_text
-from ...protocol import CheckedStepwise
 from ..checkpoints import StrictLoading
+from ..stepwise_module import StepwiseFromModule
 from ..vocabulary import check_id_range
+from . import stepwise
 from .parameters import HMMParameters, forward_log_alpha
 from .proposal import HMMProposal
-from .stepwise import (
-    HMMDocumentBatch,
-    HMMParticles,
-    init_documents,
-    init_particles,
-    reorder_particles,
-    step_documents,
-    step_particles,
-)
 from .tokenizer import UNK, WordTokenizer
 
 
 class HMMLanguageModel(
-    CheckedStepwise,
+    StepwiseFromModule,
     nn.Module,
     StrictLoading,
     PyTorchModelHubMixin,
@@ -43,6 +35,8 @@ class HMMLanguageModel(
     prefix_probability = True
     # log_marginal is the forward algorithm: O(T · states²) on any text
     exact_marginal_tractable = True
+    # SMC (stepwise.py says the proposal each peek mode uses); texts side by side in the same module
+    stepwise_module = documents_module = stepwise
 
     def __init__(self, vocab: list[str], num_states: int = 12, seed: int = 0):
         super().__init__()
@@ -100,35 +94,6 @@ class HMMLanguageModel(
             return 0.0
         log_pi, log_A, _ = self.hmm.log_probs()
         return float(torch.logsumexp(forward_log_alpha(log_pi, log_A, self.hmm.emission_scores(x))[-1], 0))
-
-    # ---- stepwise part for SMC (see stepwise.py for the proposal each peek mode uses) ---------------------------
-
-    def _smc_init(self, x: torch.Tensor, num_particles: int, temperature: float, peek: bool) -> HMMParticles:
-        """K particles with empty histories for the text x [T] (``CheckedStepwise.smc_init`` checked K and τ)."""
-        return init_particles(self, self._check_x(x), num_particles, temperature, peek)
-
-    def smc_step(self, state: HMMParticles, t: int, generator: torch.Generator | None = None):
-        """Draw z_t ~ q_τ(z_t | z_{t-1}, x); return (state, log p(x_t, z_t | z_{t-1}) − log q_τ float64 [K])."""
-        return step_particles(state, t, generator)
-
-    def smc_reorder(self, state: HMMParticles, ancestors: torch.Tensor) -> HMMParticles:
-        """Particle k continues the history of particle ancestors[k] (LongTensor [K])."""
-        return reorder_particles(state, ancestors)
-
-    def smc_init_documents(
-        self, xs, num_particles, temperature: float = 1.0, peek: bool = True
-    ) -> HMMDocumentBatch:
-        """The particles of several texts side by side (``protocol.DocumentBatchLM``): one step draws for all."""
-        self.check_documents(xs, num_particles, temperature)
-        return init_documents(self, [self._check_x(x) for x in xs], num_particles, temperature, peek)
-
-    def smc_step_documents(self, state: HMMDocumentBatch, t: int, generators):
-        """Step t of every text with t < T_d, each from its own generator: (state, increments float64 [Σ K_d])."""
-        return step_documents(state, t, generators)
-
-    def smc_latents(self, state: HMMParticles) -> torch.Tensor:
-        """The states drawn so far, z [K, t] (log_joint's format once t = T)."""
-        return state.z[:, : state.t]
 
     @torch.no_grad()
     def sample_text(

@@ -56,7 +56,8 @@ def backward_log_beta(log_A: torch.Tensor, emissions: torch.Tensor) -> torch.Ten
 def init_particles(
     model, x: torch.Tensor, num_particles: int, temperature: float, peek: bool
 ) -> HMMParticles:
-    """Empty histories for K particles; precomputes the proposal's emission (and look-ahead) scores once."""
+    """Empty histories for K particles of x [T]; precomputes the proposal's emission (and look-ahead) scores once."""
+    x = model._check_x(x)
     proposal = model.proposal
     q_pi, q_A, _ = proposal.log_probs()
     # [T, S]
@@ -69,7 +70,7 @@ def init_particles(
 
 
 @torch.no_grad()
-def step_particles(state: HMMParticles, t: int, generator) -> tuple[HMMParticles, torch.Tensor]:
+def step_particles(model, state: HMMParticles, t: int, generator) -> tuple[HMMParticles, torch.Tensor]:
     """Draw z_t for every particle; return log p(x_t, z_t | z_{t-1}) − log q_τ(z_t | z_{t-1}, x) (+ the look-ahead
     twist log β'_t(z_t) − log β'_{t-1}(z_{t-1}) when peeking): float64 [K]."""
     if t != state.t or t >= state.x.shape[0]:
@@ -104,9 +105,14 @@ def draw_by_row(
 
 
 def reorder_particles(state: HMMParticles, ancestors: torch.Tensor) -> HMMParticles:
-    """Particle k takes the history of particle ancestors[k]."""
+    """Particle k takes the history of particle ancestors[k] (of one text, or global indices of texts side by side)."""
     state.z = state.z.index_select(0, ancestors.to(state.z.device))
     return state
+
+
+def particle_latents(model, state: HMMParticles) -> torch.Tensor:
+    """The states drawn so far, z [K, t] (``log_joint``'s format once t = T)."""
+    return state.z[:, : state.t]
 
 
 @dataclass
@@ -155,6 +161,7 @@ def documents_log_beta(log_A: torch.Tensor, emissions: torch.Tensor, lengths: li
 def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> HMMDocumentBatch:
     """``init_particles`` of every text, stacked: the same tables (row by row), built for all texts at once (one
     emission lookup, one backward pass), one state."""
+    xs = [model._check_x(x) for x in xs]
     lengths = [int(x.numel()) for x in xs]
     proposal = model.proposal
     q_pi, q_A, _ = proposal.log_probs()
@@ -171,7 +178,9 @@ def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> 
 
 
 @torch.no_grad()
-def step_documents(state: HMMDocumentBatch, t: int, generators) -> tuple[HMMDocumentBatch, torch.Tensor]:
+def step_documents(
+    model, state: HMMDocumentBatch, t: int, generators
+) -> tuple[HMMDocumentBatch, torch.Tensor]:
     """``step_particles`` of every text with t < T_d, each drawing its K_d uniforms from its own generator (a text
     that has ended draws nothing: its particles' rows repeat its last token and their increments are ignored)."""
     if t != state.t:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..memory import DEFAULT_MEMORY_BUDGET, rows_per_chunk
+from ..memory_plan import DEFAULT_MEMORY_BUDGET, rows_per_chunk
 from .graph import KnowledgeGraph
 
 NONE, NEW, RELATED, CONTINUING = 0, 1, 2, 3

@@ -26,12 +26,12 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from ...protocol import CheckedStepwise
 from ..cuda_graphs import CUDA_GRAPHS_HELP, GraphsOfProposal, parse_cuda_graphs
 from ..encoder_cache import DocumentCache
-from ..memory import MemoryPlan, check_memory_budget
+from ..memory_plan import MemoryPlan, check_memory_budget
+from ..stepwise_module import StepwiseFromModule
 from ..vocabulary import WordVocabulary, build_word_list
-from . import memory, sampling
+from . import memory_plan, sampling, stepwise
 from .awd_lstm import AWDLSTMDropouts, embedding_dropout
 from .checkpoint import (
     GRAPH_FILE,
@@ -44,15 +44,6 @@ from .checkpoint import (
 from .graph import KnowledgeGraph
 from .latents import LATENT_KEYS, GraphTables, HeadTables, LatentHeads, latent_log_prob
 from .proposal import KGLMProposal
-from .stepwise import (
-    KGLMParticles,
-    init_documents,
-    init_particles,
-    particle_latents,
-    reorder_particles,
-    step_documents,
-    step_particles,
-)
 from .words import WordDistribution
 
 UNK, BOS, PAD = "@@UNKNOWN@@", "@@START@@", "@@PADDING@@"
@@ -66,7 +57,7 @@ def build_vocabulary(
 
 
 class KGLM(
-    CheckedStepwise,
+    StepwiseFromModule,
     WordDistribution,
     GraphsOfProposal,
     nn.Module,
@@ -83,6 +74,9 @@ class KGLM(
 
     # log_joint has no end-of-text event: Σ_z p(x, z) = P(a text starts with x)
     prefix_probability = True
+    # SMC (stepwise.py: step t draws z_t from q_τ's heads, scores it under p's); documents side by side there too,
+    # None where a document's tables are too large to be read by position (a large graph)
+    stepwise_module = documents_module = stepwise
 
     # options of from_pretrained that lm-eval's model_args may set (harness/model_args.py): name -> (type, help);
     # Path: an existing file, whose sha256 joins the run's identity
@@ -248,10 +242,10 @@ class KGLM(
             memory_budget=self.memory_budget,
         )
 
-    # --- the memory budget (memory.py) ----------------------------------------------------------------------------
+    # --- the memory budget (memory_plan.py) ----------------------------------------------------------------------------
     @property
     def memory_budget(self) -> int:
-        """Bytes the temporaries of one ``log_joint`` call or sampler step may hold (models/memory.py; default 8 GiB):
+        """Bytes the temporaries of one ``log_joint`` call or sampler step may hold (models/memory_plan.py; default 8 GiB):
         a run setting, shared with the proposal; setting it drops the cached head tables, which carry it."""
         return self.proposal.memory_budget
 
@@ -264,11 +258,11 @@ class KGLM(
     def max_particles_per_call(self, num_tokens: int, budget: int | None = None) -> int:
         """The most particles of a ``num_tokens``-token document one ``log_joint`` call scores within ``budget``
         bytes (default ``memory_budget``); ``log_joint`` splits larger K into calls of this many."""
-        return memory.max_particles_per_call(self, num_tokens, budget)
+        return memory_plan.max_particles_per_call(self, num_tokens, budget)
 
     def memory_plan(self, num_tokens: int, num_particles: int, budget: int | None = None) -> MemoryPlan:
-        """The planned temporaries of one ``log_joint`` call and one sampler step (kglm/memory.py)."""
-        return memory.memory_plan(self, num_tokens, num_particles, budget)
+        """The planned temporaries of one ``log_joint`` call and one sampler step (kglm/memory_plan.py)."""
+        return memory_plan.memory_plan(self, num_tokens, num_particles, budget)
 
     # --- p(x, z) ------------------------------------------------------------------------------------------------
     def log_joint(self, x: torch.Tensor, z: dict) -> torch.Tensor:
@@ -315,36 +309,6 @@ class KGLM(
         return gen, self._word_table_cache.get(
             self, x, lambda: self.word_log_prob_table(h_type, x, alias, gen)
         )
-
-    def _smc_init(self, x: torch.Tensor, num_particles: int, temperature: float, peek: bool) -> KGLMParticles:
-        """K empty particles for document x [T]: q_τ's and p's head tables, the window state and the z drawn so far
-        (``CheckedStepwise.smc_init`` checked K and τ)."""
-        return init_particles(self, self._check_x(x), num_particles, temperature, peek)
-
-    def smc_step(
-        self, state: KGLMParticles, t: int, generator: torch.Generator | None = None
-    ) -> tuple[KGLMParticles, torch.Tensor]:
-        """Draw z_t ~ q_τ(z_t | x, z_<t) for every particle: (state, log p(x_t, z_t | x_<t, z_<t) − log q_τ(z_t | x, z_<t)
-        float64 [K]). Consumes ``torch.rand(K, 4)`` of ``generator``, as ``proposal.sample`` does at token t."""
-        return step_particles(self, state, t, generator)
-
-    def smc_init_documents(self, xs, num_particles, temperature: float = 1.0, peek: bool = True):
-        """The particles of several documents side by side (``protocol.DocumentBatchLM``; ``stepwise.init_documents``),
-        or None where a document's tables are too large to be read by position (a large graph)."""
-        self.check_documents(xs, num_particles, temperature)
-        return init_documents(self, [self._check_x(x) for x in xs], num_particles, temperature, peek)
-
-    def smc_step_documents(self, state, t: int, generators):
-        """Step t of every document with t < T_d, each from its own generator (``stepwise.step_documents``)."""
-        return step_documents(self, state, t, generators)
-
-    def smc_reorder(self, state: KGLMParticles, ancestors: torch.Tensor) -> KGLMParticles:
-        """Particle k takes the history (window state and z so far) of particle ancestors[k]."""
-        return reorder_particles(state, ancestors)
-
-    def smc_latents(self, state: KGLMParticles) -> dict:
-        """The configurations drawn so far, as ``log_joint`` takes them: dict of LongTensor [K, T] (undrawn: none)."""
-        return particle_latents(self.tables, state)
 
     # ancestral sampling of a continuation from p(· | prefix), cut before a stop string: sampling.py
     sample_text = sampling.sample_text

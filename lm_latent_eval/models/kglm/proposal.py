@@ -28,7 +28,7 @@ from torch import nn
 from ...protocol import CheckedProposal, check_proposal_args
 from ..cuda_graphs import DEFAULT_CUDA_GRAPHS, TokenLoop, copy_fields, graphs_in_effect
 from ..encoder_cache import DocumentCache
-from ..memory import DEFAULT_MEMORY_BUDGET
+from ..memory_plan import DEFAULT_MEMORY_BUDGET
 from .awd_lstm import AWDLSTMDropouts, embedding_dropout
 from .latents import (
     CONTINUING,
@@ -60,7 +60,7 @@ class KGLMProposal(CheckedProposal, nn.Module):
     # what "auto" means on a CUDA device: KGLM full size on one H100: τ = 1 settings 16% faster with graphs (2.85 M
     # against 2.44 M particles·tokens/s; bench/RESULTS.md, "GPU baseline before issue 45")
     CUDA_GRAPHS_AUTO = True
-    # bytes the chunked heads may hold at once (models/memory.py; KGLM.memory_budget sets it)
+    # bytes the chunked heads may hold at once (models/memory_plan.py; KGLM.memory_budget sets it)
     memory_budget = DEFAULT_MEMORY_BUDGET
 
     def __init__(

@@ -388,6 +388,7 @@ def init_particles(
     model, x: torch.Tensor, num_particles: int, temperature: float, peek: bool
 ) -> KGLMParticles:
     """K empty particles for document x [T]: q_τ's and p's head tables, the window state and the z drawn so far."""
+    x = model._check_x(x)
     K, T, device = int(num_particles), x.numel(), x.device
     q_tabs = p_tabs = alias = gen = words = None
     if T:
@@ -437,10 +438,10 @@ def reorder_particles(state: KGLMParticles, ancestors: torch.Tensor) -> KGLMPart
     )
 
 
-def particle_latents(tables: GraphTables, state: KGLMParticles) -> dict:
+def particle_latents(model, state: KGLMParticles) -> dict:
     """The configurations drawn so far, as ``log_joint`` takes them: dict of LongTensor [K, T] (undrawn: none)."""
     z = {k: v.clone() for k, v in state.z.items()}
-    z["relation"] = canonical_relation(tables, z["parent"], z["entity"])
+    z["relation"] = canonical_relation(model.tables, z["parent"], z["entity"])
     return z
 
 
@@ -491,6 +492,7 @@ def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> 
     """``init_particles`` of every document, its tables stacked; None where a document's tables would not be read by
     position (its word table or new-entity table not built, as for a large graph: such documents run one at a
     time)."""
+    xs = [model._check_x(x) for x in xs]
     N, alias = model.tables.num_entities, model.alias_tables()
     q, p, words = [], [], []
     # document by document: its word table reads p's head tables just built (the per-document caches are small)

@@ -26,7 +26,7 @@ from torch import nn
 
 from ...tensors import pad_rows
 from ..encoder_cache import cache_version
-from ..memory import DEFAULT_MEMORY_BUDGET, rows_per_chunk
+from ..memory_plan import DEFAULT_MEMORY_BUDGET, rows_per_chunk
 from .awd_lstm import embedding_dropout
 
 # (position, entity) pairs scored per generate-softmax call, at most (fewer where a quarter of the memory budget

@@ -11,22 +11,13 @@ from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
 from ...checks import check_text
-from ...protocol import CheckedStepwise
-from ..side_by_side import same_texts
+from ...errors import UnsupportedError
+from ..stepwise_module import StepwiseFromModule
 from ..vocabulary import check_id_range
+from . import stepwise
 from .exact import exact_work, log_marginal_dp
 from .loaders import LOADER_ARGS, detect_format, load_library_model
 from .proposal import LDAProposal
-from .stepwise import (
-    LDADocumentBatch,
-    LDAParticles,
-    init_documents,
-    init_particles,
-    reorder,
-    reorder_documents,
-    step,
-    step_documents,
-)
 from .tokenizer import DEFAULT_TOKEN_PATTERN, LDATokenizer
 from .urn import log_prior, topic_counts
 
@@ -38,7 +29,7 @@ DEFAULT_MAX_EXACT_WORK = 500_000_000
 
 
 class LDA(
-    CheckedStepwise,
+    StepwiseFromModule,
     nn.Module,
     PyTorchModelHubMixin,
     library_name="lm-latent-eval",
@@ -57,6 +48,9 @@ class LDA(
     prefix_probability = True
     # the dynamic program only for few topics and short documents
     exact_marginal_tractable = False
+    # SMC, token by token (stepwise.py: the urn's proposal, optionally with the words ahead); texts side by side there
+    # too, None where the lookahead's tables padded to the longest text would be too large
+    stepwise_module = documents_module = stepwise
 
     MODEL_ARGS: ClassVar[dict[str, tuple[type, str]]] = {
         "unknown_words": (
@@ -73,7 +67,7 @@ class LDA(
         ),
         "max_exact_work": (
             int,
-            f"refuse estimator=exact beyond K² C(T + K, K) (default {DEFAULT_MAX_EXACT_WORK:,})",
+            f"refuse the exact marginal beyond K² C(T + K, K) (default {DEFAULT_MAX_EXACT_WORK:,})",
         ),
         "lda_format": (
             str,
@@ -237,51 +231,14 @@ class LDA(
         x = self.check_x(x)
         work = exact_work(x.numel(), self.num_topics)
         if work > self.max_exact_work:
-            raise ValueError(
+            raise UnsupportedError(
                 f"the exact LDA marginal of a {x.numel()}-token document over {self.num_topics} topics costs "
                 f"K² C(T + K, K) = {work:.3g}, beyond max_exact_work = {self.max_exact_work:.3g} (minutes of "
-                "dynamic programming): use estimator=smc, or raise max_exact_work"
+                "dynamic programming; raise max_exact_work to wait for them)"
             )
         if x.numel() == 0:
             return 0.0
         return log_marginal_dp(self.log_phi_columns(x), self.alpha)
-
-    # ---- stepwise part for SMC ------------------------------------------------------------------------------------
-
-    def _smc_init(self, x: torch.Tensor, num_particles: int, temperature: float, peek: bool) -> LDAParticles:
-        """K particles with empty histories for x [T] (``CheckedStepwise.smc_init`` checked K and τ)."""
-        return init_particles(self, self.check_x(x), num_particles, temperature, peek)
-
-    def smc_step(self, state: LDAParticles, t: int, generator: torch.Generator | None = None):
-        """Draw z_t ~ q_τ(z_t | x, z_<t); return (state, log p(x_t, z_t | z_<t) − log q_τ(z_t | x, z_<t) float64 [K])."""
-        log_p, log_q = step(state, t, generator)
-        return state, log_p - log_q
-
-    def smc_reorder(self, state, ancestors: torch.Tensor):
-        """Particle k continues the history of particle ancestors[k] (of one text, or of texts side by side)."""
-        if isinstance(state, LDADocumentBatch):
-            return reorder_documents(state, ancestors)
-        return reorder(state, ancestors)
-
-    def smc_init_documents(self, xs, num_particles, temperature: float = 1.0, peek: bool = True):
-        """The particles of several texts side by side (``protocol.DocumentBatchLM``; ``stepwise.init_documents``),
-        or None where the lookahead's tables, padded to the longest text, would be too large."""
-        self.check_documents(xs, num_particles, temperature)
-        # each distinct text checked once (the sample blocks of a document share its tensor)
-        texts, which = same_texts(xs)
-        checked = [self.check_x(x) for x in texts]
-        return init_documents(self, [checked[w] for w in which], num_particles, temperature, peek)
-
-    def smc_step_documents(self, state: LDADocumentBatch, t: int, generators):
-        """Step t of every text with t < T_d, each from its own generator (``stepwise.step_documents``)."""
-        return state, step_documents(state, t, generators)
-
-    def smc_latents(self, state: LDAParticles) -> torch.Tensor:
-        """The topics drawn so far, z [K, t] (with a lookahead: of the tokens drawn so far, in the document's order; all
-        of z once every step is done)."""
-        if state.lookahead is None:
-            return state.z[:, : state.t]
-        return state.z[:, state.lookahead.order[: state.t].sort().values]
 
     def extra_repr(self) -> str:
         return (

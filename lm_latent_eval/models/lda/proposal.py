@@ -24,7 +24,7 @@ class LDAProposal(CheckedProposal):
 
     def _sample(self, x, num_samples, temperature, peek, generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Draw z [K, T] ~ q_τ(z | x) and return it with log q_τ(z | x) float64 [K] (the SMC particles' draws)."""
-        state = init_particles(self.model, self.model.check_x(x), num_samples, temperature, peek)
+        state = init_particles(self.model, x, num_samples, temperature, peek)
         log_q = torch.zeros(num_samples, dtype=torch.float64, device=state.z.device)
         for t in range(x.shape[0]):
             log_q += propose(state, t, generator)

@@ -54,6 +54,7 @@ def init_particles(
     model, x: torch.Tensor, num_particles: int, temperature: float, peek: bool
 ) -> LDAParticles:
     """K particles with empty histories over x [T] (the model's Φ columns of x gathered once)."""
+    x = model.check_x(x)
     alpha = model.alpha.to(torch.float64)
     # [T, topics]
     log_phi = model.log_phi_columns(x)
@@ -80,6 +81,12 @@ def step(state: LDAParticles, t: int, generator) -> tuple[torch.Tensor, torch.Te
     log_p = log_urn.gather(1, zt[:, None]).squeeze(1) - math.log(t + state.alpha_sum) + log_phi[zt]
     _advance(state, t, zt)
     return log_p, log_q
+
+
+def step_particles(model, state: LDAParticles, t: int, generator) -> tuple[LDAParticles, torch.Tensor]:
+    """``step``'s draw of z_t: (state, log p(x_t, z_t | z_<t) − log q_τ(z_t | x, z_<t) float64 [K])."""
+    log_p, log_q = step(state, t, generator)
+    return state, log_p - log_q
 
 
 def propose(state: LDAParticles, t: int, generator) -> torch.Tensor:
@@ -137,7 +144,7 @@ def _advance(state: LDAParticles, t: int, zt: torch.Tensor, token: int | None = 
     state.t = t + 1
 
 
-def reorder(state: LDAParticles, ancestors: torch.Tensor) -> LDAParticles:
+def reorder_particles(state: LDAParticles, ancestors: torch.Tensor) -> LDAParticles:
     """Particle k takes the history (topics and counts) of particle ancestors[k]."""
     ancestors = ancestors.to(state.z.device)
     # index_select: a gather of whole rows, several times faster on the CPU than advanced indexing
@@ -146,6 +153,14 @@ def reorder(state: LDAParticles, ancestors: torch.Tensor) -> LDAParticles:
         state.explained = state.explained.index_select(0, ancestors)
         state.log_psi = state.log_psi.index_select(0, ancestors)
     return state
+
+
+def particle_latents(model, state: LDAParticles) -> torch.Tensor:
+    """The topics drawn so far, z [K, t] (with a lookahead: of the tokens drawn so far, in the document's order; all
+    of z once every step is done)."""
+    if state.lookahead is None:
+        return state.z[:, : state.t]
+    return state.z[:, state.lookahead.order[: state.t].sort().values]
 
 
 def document_stream(seed: int, text: str) -> torch.Generator:
@@ -190,12 +205,18 @@ class LDADocumentBatch:
     log_psi: torch.Tensor | None = None
 
 
+# the side-by-side state (``StepwiseFromModule`` reorders it with ``reorder_documents``)
+DocumentBatch = LDADocumentBatch
+
+
 def init_documents(model, xs, num_particles, temperature: float, peek: bool) -> LDADocumentBatch | None:
     """``init_particles`` of every text, their tables stacked (each text's as alone, once for the sample blocks of one
     document: ``side_by_side.same_texts``); None when the lookahead's base tables, padded to the longest text, would
     exceed ``SIDE_BY_SIDE_BASE_ENTRIES``. Φ's columns of every text are gathered at once and the lookaheads built
     together, their CVB0 fits in one loop (``lookahead.build_lookaheads``: each text's as alone, to the bit)."""
     texts, which = same_texts(xs)
+    # each distinct text checked once (the sample blocks of a document share its tensor)
+    texts = [model.check_x(x) for x in texts]
     lengths, T = [int(x.numel()) for x in texts], max(int(x.numel()) for x in texts)
     twisted = peek and model.lookahead == "cvb0"
     if twisted and len(texts) * T * T > SIDE_BY_SIDE_BASE_ENTRIES:
@@ -239,9 +260,12 @@ def _lookaheads(log_phi: torch.Tensor, lengths: list[int], alpha: torch.Tensor):
     return (*flat, padded)
 
 
-def step_documents(state: LDADocumentBatch, t: int, generators) -> torch.Tensor:
+def step_documents(
+    model, state: LDADocumentBatch, t: int, generators
+) -> tuple[LDADocumentBatch, torch.Tensor]:
     """Step t of every text with t < T_d, each particle drawing with the ``torch.rand(K_d)`` of its text's generator
-    (nothing drawn for a text that has ended): log p − log q_τ [Σ K_d] as ``step`` computes them, to the bit."""
+    (nothing drawn for a text that has ended): (state, log p − log q_τ [Σ K_d]) as ``step`` computes them, to the
+    bit."""
     if t != state.t:
         raise ValueError(f"smc_step_documents: expected step {state.t}, got t = {t}")
     device = state.counts.device
@@ -257,7 +281,7 @@ def step_documents(state: LDADocumentBatch, t: int, generators) -> torch.Tensor:
         log_p = log_p + log_phi.gather(1, zt[:, None]).squeeze(1)
     state.counts.scatter_add_(1, zt.unsqueeze(1), state.counts.new_ones(zt.shape[0], 1))
     state.t = t + 1
-    return log_p - log_q
+    return state, log_p - log_q
 
 
 def _draw_rows(

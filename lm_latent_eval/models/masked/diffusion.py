@@ -54,7 +54,7 @@ class MaskedDiffusionLM(
         "policy_block": (int, "B of the block_ policies (default 32)"),
         "max_exact_tokens": (
             int,
-            "refuse estimator=exact beyond this many tokens (2^T network rows; default 16)",
+            "refuse the exact marginal beyond this many tokens (2^T network rows; default 16)",
         ),
         "mask_token": (
             str,

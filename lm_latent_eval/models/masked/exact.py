@@ -28,7 +28,7 @@ def check_exact_length(model, length: int) -> None:
     if length > model.max_exact_tokens:
         raise UnsupportedError(
             f"{type(model).__name__}: the exact marginal sums over 2^T revealed sets and stops at "
-            f"max_exact_tokens={model.max_exact_tokens} tokens, got T = {length}; use estimator=is or smc"
+            f"max_exact_tokens={model.max_exact_tokens} tokens, got T = {length}"
         )
 
 

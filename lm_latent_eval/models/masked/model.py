@@ -221,8 +221,7 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
         if window_size(self, x.numel()) is not None:
             raise UnsupportedError(
                 f"{type(self).__name__}: masks over a text of {x.numel()} tokens, longer than the network reads "
-                f"({room(self)}): the ELBO is written for one window (estimator=exact, smc or is read such a text "
-                "in windows)"
+                f"({room(self)}): the ELBO is written for one window"
             )
         x = self.check_text(x)
         if keep_mask_row:

@@ -97,6 +97,6 @@ def reorder_particles(state: OrderParticles, ancestors: torch.Tensor) -> OrderPa
     return state
 
 
-def particle_latents(state: OrderParticles) -> torch.Tensor:
+def particle_latents(model, state: OrderParticles) -> torch.Tensor:
     """The positions revealed so far, z [K, t] (``log_joint``'s orders once t = T)."""
     return state.order[:, : state.t]

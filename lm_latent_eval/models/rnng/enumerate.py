@@ -11,6 +11,7 @@ from functools import cache
 
 import torch
 
+from ...errors import UnsupportedError
 from ...protocol import enumerated_log_marginal
 from .latents import REDUCE, SHIFT
 
@@ -33,9 +34,9 @@ def enumerate_trees(num_words: int) -> torch.Tensor:
     if num_words == 0:
         return torch.zeros(1, 0, dtype=torch.long)
     if num_words > MAX_WORDS:
-        raise ValueError(
+        raise UnsupportedError(
             f"{num_words} words: more than {MAX_WORDS} is too many trees to enumerate (Catalan({num_words - 1}) = "
-            f"{catalan(num_words - 1):,}); use estimator=smc, is or beam"
+            f"{catalan(num_words - 1):,})"
         )
     return torch.tensor(_trees(num_words), dtype=torch.long)
 

@@ -84,6 +84,6 @@ class RNNGPrefix(CheckedStepwise):
 
     def smc_latents(self, state) -> torch.Tensor:
         """The trees drawn: actions so far, closed by REDUCEs (the partial tree's one tree)."""
-        z = stepwise.particle_latents(state)
+        z = stepwise.particle_latents(self.rnng, state)
         undrawn = torch.arange(z.shape[1], device=z.device) >= state.num_actions[:, None]
         return z.masked_fill(undrawn, REDUCE)

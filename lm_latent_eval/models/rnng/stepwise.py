@@ -480,6 +480,6 @@ def reorder_particles(state: RNNGParticles | DistinctHistories, ancestors: torch
     )  # fmt: skip
 
 
-def particle_latents(state: RNNGParticles | DistinctHistories) -> torch.Tensor:
+def particle_latents(model, state: RNNGParticles | DistinctHistories) -> torch.Tensor:
     """The actions drawn so far, [K, 2W − 1] (not yet drawn: SHIFT); ``log_joint``'s trees once every step is done."""
     return state.actions

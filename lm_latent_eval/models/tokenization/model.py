@@ -16,6 +16,7 @@ from typing import ClassVar
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from ...errors import UnsupportedError
 from ...tensors import pad_rows
 from ..stepwise_module import StepwiseFromModule
 from . import canonical, stepwise
@@ -221,9 +222,7 @@ class TokenizationLM(torch.nn.Module, StepwiseFromModule):
         try:
             rows = lattice.enumerate(self.enumeration_limit)
         except ValueError as err:
-            raise ValueError(
-                f"exact marginalization of {lattice.data[:60]!r}: {err}; use estimator=is or beam"
-            ) from None
+            raise UnsupportedError(f"exact marginalization of {lattice.data[:60]!r}: {err}") from None
         if not rows:
             return float("-inf")
         return float(torch.logsumexp(self.score(rows), 0))

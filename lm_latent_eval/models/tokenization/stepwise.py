@@ -398,7 +398,7 @@ def reorder_particles(state: TokenizationParticles, ancestors: torch.Tensor) -> 
     return state
 
 
-def particle_latents(state: TokenizationParticles) -> torch.Tensor:
+def particle_latents(model, state: TokenizationParticles) -> torch.Tensor:
     """The tokens drawn so far, [K, max(n, 1)] padded with −1 (``proposal.sample``'s format; n bytes bound the
     tokens, so the width does not depend on which particles survive)."""
     width = max(max(lattice.n, 1) for lattice in state.lattices)

@@ -347,7 +347,7 @@ def recompute(
     )
     model, _ = load_model(cfg["latent_model"], cfg["checkpoint"], device=device, **files)
     bound = resolve(settings, model)
-    label = bound.estimator.describe(recorded_settings(bound.settings))
+    label = bound.estimator.describe(bound.recorded_settings())
     return [
         bound.estimate(d.document, device=device).log_likelihood
         for d in tqdm(run.documents, desc=label, disable=not progress)

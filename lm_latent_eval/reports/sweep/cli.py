@@ -17,7 +17,7 @@ from ...harness.provenance import package_path
 from ...harness.threads import choose_workers
 from ...models import load_model
 from ...paths import DATA_DIR
-from ...protocol import check_num_samples, has_stepwise
+from ...protocol import check_num_samples, has
 from ..json_files import write_json
 from .compute import DEFAULT_BEAM_SIZES, DEFAULT_TEMPERATURES, read_documents, run_sweep
 from .render import save_convergence_plot, tables_markdown
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         if args.peek == "both":
             print(f"{type(model.proposal).__name__} always reads the whole text: peeking rows only")
         peek_modes = (True,)
-    if args.smc and not has_stepwise(model):
+    if args.smc and not has(model, "stepwise"):
         # the error names the missing methods
         resolve(EstimatorSettings("smc"), model)
     result = run_sweep(

@@ -19,11 +19,13 @@ from ...estimators.diagnostics import corpus_convergence_curve
 from ...estimators.settings import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS
 from ...estimators.workers import DocumentWorkers
 from ...models.rnng.treebank import read_sentences
-from ...protocol import has_exact_marginal, has_stepwise, has_tractable_marginal
+from ...protocol import has
 from ..json_files import as_json, from_json, json_key
 
 DEFAULT_TEMPERATURES = (0.5, 0.9, 1.0, 1.1, 2.0, 5.0)
 DEFAULT_BEAM_SIZES = (1, 10, 100)
+# the estimators of a sweep's rows, chosen once: sweep.json keys each one's rows by its name
+IS_RUN, SMC_RUN, BEAM_RUN = EstimatorSettings("is"), EstimatorSettings("smc"), EstimatorSettings("beam")
 
 
 @dataclass
@@ -48,9 +50,9 @@ class SweepResult:
 
     num_documents: int
     num_tokens: int
-    is_rows: list[dict] = field(metadata=json_key("is"))
-    beam_rows: list[dict] = field(metadata=json_key("beam"))
-    smc_rows: list[dict] | None = field(default=None, metadata=json_key("smc"))
+    is_rows: list[dict] = field(metadata=json_key(IS_RUN.estimator))
+    beam_rows: list[dict] = field(metadata=json_key(BEAM_RUN.estimator))
+    smc_rows: list[dict] | None = field(default=None, metadata=json_key(SMC_RUN.estimator))
     exact_perplexity: float | None = field(default=None, metadata=json_key("exact_ppl"))
     exact_source: str | None = None
     config: dict | None = None
@@ -129,13 +131,13 @@ def exact_estimates(model, documents: list[str], device) -> list | None:
         One exact estimate per document where the model has a tractable marginal, or an enumeration (short texts
         only: the RNNG's trees, the tokenization LM's segmentations) that manages every document; None otherwise.
     """
-    if not has_exact_marginal(model):
+    if not has(model, "exact_marginal"):
         return None
     try:
         exact = resolve(EstimatorSettings(estimator="exact"), model)
         return [exact.estimate(d, device=device) for d in documents]
     except ValueError:
-        if has_tractable_marginal(model):
+        if has(model, "tractable_marginal"):
             raise
         # a document too long to enumerate
         return None
@@ -192,14 +194,15 @@ def run_sweep(
     -------
     SweepResult
     """
-    smc = has_stepwise(model) if smc is None else smc
+    smc = has(model, "stepwise") if smc is None else smc
     settings = [(peek, t) for peek in peek_modes for t in temperatures]
+    common = {"num_samples": num_samples, "seed": seed, "batch_size": batch_size}
+    smc_only = {"resample_threshold": resample_threshold, "smc_runs": smc_runs}
     # a bad K, τ or SMC option: one error before any work
     for peek, t in settings[:1] + settings[-1:]:
-        EstimatorSettings("smc" if smc else "is", num_samples, t, peek, seed=seed, batch_size=batch_size,
-                          resample_threshold=resample_threshold, smc_runs=smc_runs)  # fmt: skip
+        (SMC_RUN if smc else IS_RUN).replace(temperature=t, peek=peek, **common, **smc_only)
     for t in temperatures:
-        EstimatorSettings("is", num_samples, t, seed=seed, batch_size=batch_size)
+        IS_RUN.replace(temperature=t, **common)
     total = len(documents) * ((1 + smc) * len(settings) + len(beam_sizes) + 1)
     bar = tqdm(total=total, desc="sweep", unit="doc", disable=not progress)
     exact = exact_estimates(model, documents, device)
@@ -208,20 +211,19 @@ def run_sweep(
     rows, smc_rows, beam_rows = [], [], []
     with DocumentWorkers(model, device, workers) as pool:
         for peek, temperature in settings:
-            s = EstimatorSettings("is", num_samples, temperature, peek, seed=seed, batch_size=batch_size)
-            estimates = _estimates(pool, documents, s, bar, diagnostics=True)
+            s = IS_RUN.replace(temperature=temperature, peek=peek, **common)
+            estimates = _estimates(pool, documents, s, bar)
             num_tokens = sum(e.num_tokens for e in estimates)
             if num_tokens == 0:
                 raise InputError("every document is empty: perplexity is undefined")
             rows.append(is_row(estimates, peek, temperature, num_samples))
         for peek, temperature in settings if smc else ():
-            s = EstimatorSettings("smc", num_samples, temperature, peek, seed=seed, batch_size=batch_size,
-                                  resample_threshold=resample_threshold, smc_runs=smc_runs)  # fmt: skip
+            s = SMC_RUN.replace(temperature=temperature, peek=peek, **common, **smc_only)
             smc_rows.append(smc_row(_estimates(pool, documents, s, bar), s))
         for k in beam_sizes:
             # summed in the documents' order
             total_ll = 0.0
-            for e in _estimates(pool, documents, EstimatorSettings("beam", beam_size=k), bar):
+            for e in _estimates(pool, documents, BEAM_RUN.replace(beam_size=k), bar):
                 total_ll += e.log_likelihood
             beam_rows.append(
                 {
@@ -238,16 +240,15 @@ def run_sweep(
     return result
 
 
-def _estimates(
-    pool: DocumentWorkers, documents: list[str], settings: EstimatorSettings, bar, diagnostics=False
-):
-    """Every document's estimate under ``settings`` (estimated by ``pool``), in the documents' order; a repeated
-    text is estimated once (its random streams are seeded by its text: the same estimate)."""
+def _estimates(pool: DocumentWorkers, documents: list[str], settings: EstimatorSettings, bar):
+    """Every document's estimate under ``settings`` (estimated by ``pool``) with its diagnostics
+    (``DocumentEstimate.summarized``), in the documents' order; a repeated text is estimated once (its random streams
+    are seeded by its text: the same estimate)."""
     times = Counter(documents)
     found = {}
     run = resolve(settings, pool.model)
-    for text, estimate in pool.estimate([(t, run) for t in times], 0, "", False, diagnostics):
-        found[text] = estimate
+    for text, estimate in pool.estimate([(t, run) for t in times], 0, "", False):
+        found[text] = estimate.summarized()
         bar.update(times[text])
     return [found[d] for d in documents]
 

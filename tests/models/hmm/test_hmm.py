@@ -17,7 +17,7 @@ from scipy.stats import chisquare
 from lm_latent_eval.models.hmm import HMMLanguageModel, split_words
 from lm_latent_eval.models.hmm.train import batches, em_step, perplexity, read_texts, train_hmm
 from lm_latent_eval.paths import DATA_DIR
-from lm_latent_eval.protocol import has_exact_marginal, has_text_sampler, is_latent_lm
+from lm_latent_eval.protocol import has
 
 # ---------------------------------------------------------------- tokenizer
 
@@ -228,8 +228,8 @@ def test_bundled_checkpoint_and_corpus(bundled_hmm, bundled_test_texts):
     assert test == bundled_test_texts
     assert train == read_texts(DATA_DIR / "corpus" / "tiny_train.jsonl")
     assert 20 <= len(bundled_test_texts) <= 40
-    assert is_latent_lm(bundled_hmm) and not is_latent_lm(bundled_hmm.proposal)
-    assert has_exact_marginal(bundled_hmm) and has_text_sampler(bundled_hmm)
+    assert has(bundled_hmm, "latent_lm") and not has(bundled_hmm.proposal, "latent_lm")
+    assert has(bundled_hmm, "exact_marginal") and has(bundled_hmm, "text_sampler")
     # proposal is mismatched but covers the support: finite, different from the model
     assert not torch.allclose(bundled_hmm.proposal.log_probs()[2], bundled_hmm.hmm.log_probs()[2])
     assert all(torch.isfinite(t).all() for t in bundled_hmm.proposal.log_probs())

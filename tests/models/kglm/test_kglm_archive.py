@@ -113,9 +113,7 @@ def test_gold_log_joint_and_is_estimates_are_finite(model):
             log_p = float(model.log_joint(x, z)[0])
             log_q = float(model.proposal.log_prob(x, z)[0])
         assert math.isfinite(log_p) and log_p < 0 and math.isfinite(log_q)
-        est = estimate_document(
-            model, doc.text, EstimatorSettings("is", num_samples=16, seed=3), diagnostics=True
-        )
+        est = estimate_document(model, doc.text, EstimatorSettings("is", num_samples=16, seed=3))
         assert est.num_tokens == len(doc.tokens)
         assert math.isfinite(est.log_likelihood) and all(math.isfinite(w) for w in est.log_weights)
         # a sane per-token value (the archive is a 2-epoch toy model over 20 words)

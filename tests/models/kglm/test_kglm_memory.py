@@ -21,7 +21,7 @@ import torch
 
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.kglm.latents import LatentHeads, related_pair_bytes
-from lm_latent_eval.models.memory import DEFAULT_MEMORY_BUDGET, GIB, TemporaryRecorder, rows_per_chunk
+from lm_latent_eval.models.memory_plan import DEFAULT_MEMORY_BUDGET, GIB, TemporaryRecorder, rows_per_chunk
 from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.reports.sweep import read_documents
 

@@ -15,7 +15,7 @@ from kglm_tiny import tiny_graph, tiny_kglm
 from lm_latent_eval.estimators import EstimatorSettings, estimate_document
 from lm_latent_eval.models.kglm import KGLM, KnowledgeGraph
 from lm_latent_eval.models.kglm.latents import CONTINUING, NEW, NONE, RELATED
-from lm_latent_eval.protocol import Proposal, is_latent_lm
+from lm_latent_eval.protocol import Proposal, has
 
 ARCHIVE = Path(__file__).resolve().parents[4] / "shared" / "fixtures" / "kglm-model" / "kglm.model.tar.gz"
 TEXT = "Ada Lovelace born London"
@@ -37,7 +37,7 @@ def z_of(types, ents, pars):
 
 
 def test_contract_and_tokenizer(model):
-    assert is_latent_lm(model) and isinstance(model.proposal, Proposal)
+    assert has(model, "latent_lm") and isinstance(model.proposal, Proposal)
     assert model.tokenize("").shape == (0,)
     assert model.tokenize("   ").shape == (0,)
     x = model.tokenize("Ada zebra Lovelace")
@@ -194,9 +194,7 @@ def test_save_load_round_trip(tmp_path, model):
 
 
 def test_estimators_run_on_kglm(model):
-    est = estimate_document(
-        model, TEXT, EstimatorSettings("is", num_samples=64, temperature=1.0, seed=1), diagnostics=True
-    )
+    est = estimate_document(model, TEXT, EstimatorSettings("is", num_samples=64, temperature=1.0, seed=1))
     assert est.num_tokens == 4 and math.isfinite(est.log_likelihood)
     beam = estimate_document(model, TEXT, EstimatorSettings(estimator="beam", beam_size=5))
     assert math.isfinite(beam.log_likelihood)

@@ -75,8 +75,10 @@ def test_zeros_in_phi_keep_every_estimator_right():
 def test_exact_refuses_beyond_its_cost_and_auto_picks_smc():
     model = tiny_lda(max_exact_work=exact_work(4, 3))
     assert model.log_marginal(model.tokenize("apple banana cherry date")) < 0
-    with pytest.raises(ValueError, match="max_exact_work.*estimator=smc"):
+    with pytest.raises(ValueError, match="raise max_exact_work"):
         model.log_marginal(model.tokenize(TEXT))
+    with pytest.raises(ValueError, match="max_exact_work.*; use estimator=auto"):
+        estimate_document(model, TEXT, EstimatorSettings("exact"))
     run = resolve(EstimatorSettings(), model)
     settings, why = run.settings, run.reason
     assert settings.estimator == "smc" and "SMC" in why

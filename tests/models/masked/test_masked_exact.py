@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from lm_latent_eval.errors import UnsupportedError
+from lm_latent_eval.estimators import EstimatorSettings, estimate_document
 from lm_latent_eval.models.masked import tiny_masked_lm
 from lm_latent_eval.models.masked.exact import brute_force_log_marginal, dp_log_marginal
 from lm_latent_eval.models.masked.orders import all_orders
@@ -90,10 +91,13 @@ def test_the_confidence_policy_at_temperature_zero_is_one_order():
 
 
 def test_the_exact_marginal_refuses_long_texts_in_one_line():
+    """The model says why; the exact estimator adds what to use instead."""
     model = tiny_masked_lm(seed=0)
     model.max_exact_tokens = 4
-    with pytest.raises(
-        UnsupportedError, match=r"max_exact_tokens=4 tokens, got T = 5; use estimator=is or smc"
-    ):
+    with pytest.raises(UnsupportedError, match=r"max_exact_tokens=4 tokens, got T = 5$"):
         model.log_marginal(model.tokenize("a b c d a"))
+    with pytest.raises(
+        UnsupportedError, match=r"got T = 5; use estimator=auto, which samples such a document$"
+    ):
+        estimate_document(model, "a b c d a", EstimatorSettings("exact"))
     assert model.log_marginal(model.tokenize("")) == 0.0

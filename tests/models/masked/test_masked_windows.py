@@ -87,7 +87,7 @@ def test_loglikelihood_rolling_reads_a_long_document_in_windows(tmp_path):
 
 def test_the_elbo_refuses_a_text_longer_than_the_network_in_one_line(tmp_path):
     """``estimator=elbo`` is written for one window (docs/estimators.md): a longer text, or a continuation longer than
-    what the network reads after its context, is refused in one line naming the estimators that read it in
+    what the network reads after its context, is refused in one line naming the estimator that reads it in
     windows, before any notice that it would be read in windows; a text that fits is estimated."""
     import warnings
 
@@ -107,7 +107,7 @@ def test_the_elbo_refuses_a_text_longer_than_the_network_in_one_line(tmp_path):
                 getattr(lm, kind)([Instance(kind, {}, args, 0)], True)
         message = str(caught.value)
         assert "\n" not in message and message.endswith(
-            "(estimator=exact, smc or is read such a text in windows)"
+            "the ELBO is written for one window; use estimator=auto, which reads such a text in windows"
         )
     [value] = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, ("a b c d",), 0)], True)
     assert value < 0

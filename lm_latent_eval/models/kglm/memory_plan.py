@@ -1,7 +1,7 @@
 """KGLM's memory plan: how many particles one ``log_joint`` call scores, and what one call and one sampler step hold.
 
 Every temporary of ``log_joint`` and of the sampler's step that grows with the particles, the document or the
-graph is planned from its shape (models/memory.py):
+graph is planned from its shape (models/memory_plan.py):
 
 - the per-(particle, position) arrays of ``latent_log_prob`` and ``word_log_prob`` ([k, T] and [k, cutoff + T]:
   ``PARTICLE_TOKEN_BYTES`` bytes a particle·token in all) set the particles per call, ``max_particles_per_call``;
@@ -18,7 +18,7 @@ its random streams fix): its [K, C] windows, its parent head (chunked as above) 
 
 from __future__ import annotations
 
-from ..memory import MemoryPlan, Temporary, rows_per_chunk
+from ..memory_plan import MemoryPlan, Temporary, rows_per_chunk
 from .latents import new_entity_row_bytes, parent_chunk, parent_row_bytes, related_pair_bytes
 
 # bytes a particle·token of ``log_joint``'s [k, T]-sized arrays held at once: latent_log_prob's (the previous

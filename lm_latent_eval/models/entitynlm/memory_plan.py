@@ -1,6 +1,6 @@
 """EntityNLM's memory plan: how many particles one ``log_joint`` call scores, and what one call and the sampler hold.
 
-Every temporary of ``log_joint`` that grows with the particles is planned from its shape (models/memory.py). One
+Every temporary of ``log_joint`` that grows with the particles is planned from its shape (models/memory_plan.py). One
 call over k particles of a T-token document (D = ``dim``, M = ``max_entities``, ℓ = ``max_mention_length``,
 V = the vocabulary) runs through phases, each holding at once (bytes per particle·token, then per particle):
 
@@ -31,7 +31,7 @@ before any work (``estimators.registry.check_sample_memory``).
 
 from __future__ import annotations
 
-from ..memory import MemoryPlan, Temporary, rows_per_chunk
+from ..memory_plan import MemoryPlan, Temporary, rows_per_chunk
 
 # float64 logits normalised at once by word_log_probs (consecutive tokens; fits in cache)
 WORD_GROUP = 1 << 18
