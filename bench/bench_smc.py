@@ -27,9 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lm_latent_eval.estimators import log_mean_exp
-from lm_latent_eval.estimators.importance import importance_log_weights
-from lm_latent_eval.estimators.smc import smc_log_weights
+from lm_latent_eval.estimators import importance_log_weights, log_mean_exp, smc_log_weights
 from lm_latent_eval.models import load_model
 from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.protocol import has

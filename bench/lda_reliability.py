@@ -25,11 +25,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lm_latent_eval.estimators import EstimatorSettings, estimate_document, log_mean_exp
+from lm_latent_eval.estimators import (
+    EstimatorSettings,
+    estimate_document,
+    importance_log_weights,
+    log_mean_exp,
+    smc_log_weights,
+)
 from lm_latent_eval.estimators.corpus import corpus_estimate
 from lm_latent_eval.estimators.diagnostics import effective_sample_size, pareto_k_threshold, pareto_khat
-from lm_latent_eval.estimators.importance import importance_log_weights
-from lm_latent_eval.estimators.smc import smc_log_weights
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.lda import peers
 from lm_latent_eval.models.lda.corpus import CORPUS_DIR, read_texts

@@ -28,11 +28,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lm_latent_eval.estimators import EstimatorSettings
+from lm_latent_eval.estimators import EstimatorSettings, smc_log_weights
 from lm_latent_eval.estimators.adaptive import estimate_corpus
 from lm_latent_eval.estimators.corpus import corpus_estimate
 from lm_latent_eval.estimators.registry import resolve
-from lm_latent_eval.estimators.smc import smc_log_weights
 from lm_latent_eval.models.lda import LDA
 
 # --output sets it for this process and the spawned workers (they import this module afresh)

@@ -30,8 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bundled_models import CORPORA
 from particles import timed
 
-from lm_latent_eval.estimators.importance import importance_log_weights
-from lm_latent_eval.estimators.smc import smc_log_weights
+from lm_latent_eval.estimators import importance_log_weights, smc_log_weights
 from lm_latent_eval.models import load_model
 from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.protocol import has

@@ -19,7 +19,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "contract")
 
 from cases import CASES  # the contract table: the tiny enumerable models of the tests
 
-from lm_latent_eval.estimators.smc import smc_log_weights
+from lm_latent_eval.estimators import smc_log_weights
 from lm_latent_eval.models import load_model
 from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.reports.sweep import read_documents

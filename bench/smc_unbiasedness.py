@@ -27,8 +27,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "contract")
 from cases import tokenization_view  # the contract table's tiny byte-level BPE GPT-2
 from rnng_tiny import tiny_rnng
 
-from lm_latent_eval.estimators import log_mean_exp
-from lm_latent_eval.estimators.smc import smc_log_weights
+from lm_latent_eval.estimators import log_mean_exp, smc_log_weights
 from lm_latent_eval.models.rnng.enumerate import catalan, exact_log_marginal
 
 RNNG_SENTENCES = ["dog", "the dog", "a cat saw", "the dog saw a", "the dog saw a cat", "the dog saw a cat with",

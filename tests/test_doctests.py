@@ -1,5 +1,5 @@
 """The Examples sections of the public API run as doctests: the contract (every module of ``protocol/``) and its
-argument rules (``checks``), the estimators, the harness entry points and the masked LM's modules.
+argument rules (``checks``), the families' stepwise base (``models.stepwise_module``), the estimators, the harness entry points and the masked LM's modules.
 
 A module added to one of these packages is collected here automatically; an example that no longer prints what it
 shows fails this test (``python -m pytest tests/test_doctests.py -n 0 -v`` names the example)."""
@@ -26,6 +26,7 @@ PACKAGES = (
 MODULES = [
     "lm_latent_eval.protocol",
     "lm_latent_eval.checks",
+    "lm_latent_eval.models.stepwise_module",
     "lm_latent_eval.reports.json_files",
     "lm_latent_eval.reports.card.compute",
     "lm_latent_eval.reports.card.reproduce",

@@ -16,8 +16,9 @@ Floors of the import graph (each imports only the ones above it):
    documents estimated side by side in forked CPU processes: the same numbers)
 5. ``canonical`` (a beam of the one canonical configuration)
 6. ``registry`` (ESTIMATORS, ``auto``'s choice, ``resolve``, the settings each estimator records)
-7. ``document`` (estimate_document), ``corpus`` (a corpus's figures and statement), ``adaptive`` (the precision
-   target: a strategy over the sampling estimators)
+7. ``document`` (estimate_document; importance_log_weights, smc_log_weights, beam_log_marginal of tokens),
+   ``corpus`` (a corpus's figures and statement), ``adaptive`` (the precision target: a strategy over the sampling
+   estimators)
 8. ``report`` (the is_perplexity metric's report from raw weights)
 """
 
@@ -25,15 +26,15 @@ from __future__ import annotations
 
 from .aggregate import corpus_ppl, instance_ppl, log_mean_exp
 from .base import DocumentEstimate, Estimator, ResolvedEstimator
-from .beam import BeamEstimate, beam_log_marginal
-from .document import estimate_document
+from .beam import BeamEstimate
+from .document import beam_log_marginal, estimate_document, importance_log_weights, smc_log_weights
 from .exact import ExactEstimate, exact_log_marginal
-from .importance import ISDiagnostics, ISEstimate, importance_log_weights, summarize
+from .importance import ISDiagnostics, ISEstimate, summarize
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
 from .registry import ESTIMATORS, estimator_named, recorded_settings, resolve
 from .seeding import sample_block
 from .settings import EstimatorSettings
-from .smc import SMCDiagnostics, SMCEstimate, smc_log_weights
+from .smc import SMCDiagnostics, SMCEstimate
 
 __all__ = [
     "DEFAULT_POLICY",

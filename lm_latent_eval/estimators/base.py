@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from ..errors import InputError, UnsupportedError
+from ..errors import UnsupportedError
 from ..protocol import LatentLM, exact_marginal_cost
 from .intervals import DocumentError, Interval
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
@@ -394,52 +394,6 @@ class Estimator:
         ...
         lm_latent_eval.errors.InputError: num_samples = 3 particles cannot form smc_runs = 4 runs
         """
-
-    def settings_for(self, model: Any, document: str, **fields: Any) -> EstimatorSettings:
-        """The settings of the low-level functions with loose arguments (``importance_log_weights``,
-        ``smc_log_weights``, ``beam_log_marginal``): ``EstimatorSettings(self.name, **fields)``, the model refused
-        where it cannot serve this estimator (``require``) and the estimator's rules checked (``check``); an
-        InputError names the document.
-
-        Parameters
-        ----------
-        model : LatentLM
-            The model to estimate with.
-        document : str
-            The document's text, named in an InputError.
-        **fields
-            ``EstimatorSettings`` fields other than ``estimator``.
-
-        Returns
-        -------
-        EstimatorSettings
-
-        Raises
-        ------
-        InputError
-            A bad value, or settings that break the estimator's rules.
-        UnsupportedError
-            Where ``missing(model)`` is not None.
-
-        Examples
-        --------
-        >>> from lm_latent_eval.estimators.registry import ESTIMATORS
-        >>> from lm_latent_eval.models import load_model
-        >>> hmm, _ = load_model("hmm")
-        >>> ESTIMATORS["smc"].settings_for(hmm, "a b", num_samples=8).smc_runs
-        4
-        >>> ESTIMATORS["is"].settings_for(hmm, "a b", num_samples=-1)
-        Traceback (most recent call last):
-        ...
-        lm_latent_eval.errors.InputError: document 'a b': num_samples must be a positive integer, got -1
-        """
-        try:
-            settings = EstimatorSettings(self.name, **fields)
-            self.require(model)
-            self.check(settings)
-        except InputError as err:
-            raise InputError(f"document {document[:60]!r}: {err}") from None
-        return settings
 
     def estimate(
         self,

@@ -66,7 +66,16 @@ BEAM = BeamBound()
 
 @torch.no_grad()
 def beam_sum(model: LatentLM, x: torch.Tensor, beam_size: int, document: str = "") -> float:
-    """log Σ_{z ∈ beam_k} p(x, z) of a validated ``beam_size``."""
+    """log Σ_{z ∈ beam_k} p(x, z) of a validated ``beam_size``: a lower bound on log p(x).
+
+    Examples
+    --------
+    >>> from lm_latent_eval.models import load_model
+    >>> hmm, _ = load_model("hmm")
+    >>> x = hmm.tokenize("the cat sat")
+    >>> beam_sum(hmm, x, 4) <= float(hmm.log_marginal(x))
+    True
+    """
     doc = f"document {document[:60]!r}"
     z = model.proposal.beam(x, beam_size)
     k = num_particles(z)
@@ -79,34 +88,3 @@ def beam_sum(model: LatentLM, x: torch.Tensor, beam_size: int, document: str = "
     if value == -math.inf:
         raise ValueError(f"{doc}: every beam configuration has p(x, z) = 0: the proposal misses the support")
     return value
-
-
-def beam_log_marginal(model: LatentLM, x: torch.Tensor, beam_size: int, document: str = "") -> float:
-    """log Σ_{z ∈ beam_k} p(x, z) ≤ log p(x), equal once the beam covers the support of p(· | x).
-
-    Parameters
-    ----------
-    model : LatentLM
-        A model whose proposal offers ``beam``.
-    x : torch.Tensor
-        The document's tokens, LongTensor [T].
-    beam_size : int
-        k, a positive integer (an InputError naming the document otherwise: ``Estimator.settings_for``).
-    document : str
-        The document's text, for error messages.
-
-    Returns
-    -------
-    float
-        The beam sum, a lower bound on log p(x).
-
-    Examples
-    --------
-    >>> from lm_latent_eval.models import load_model
-    >>> hmm, _ = load_model("hmm")
-    >>> x = hmm.tokenize("the cat sat")
-    >>> beam_log_marginal(hmm, x, 4) <= float(hmm.log_marginal(x))
-    True
-    """
-    settings = BEAM.settings_for(model, document, beam_size=beam_size)
-    return beam_sum(model, x, settings.beam_size, document)

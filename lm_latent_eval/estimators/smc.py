@@ -41,7 +41,7 @@ from .intervals import DocumentError
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
 from .resampling import RunLayout, blocks_of_runs, run_sizes, systematic_resample
 from .seeding import document_generator, side_by_side_chunks, side_by_side_particles, stage_block
-from .settings import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS, EstimatorSettings
+from .settings import EstimatorSettings
 from .smc_variance import (
     SMCDiagnostics,
     SMCRun,
@@ -59,14 +59,12 @@ __all__ = [
     "SMCEstimate",
     "SMCRun",
     "SequentialMonteCarlo",
-    "draw_smc_log_weights",
     "importance_runs",
     "lee_whiteley_relative_variance",
     "run_sizes",
     "runs_corpus_log_likelihood",
     "smc_block",
     "smc_diagnostics",
-    "smc_log_weights",
     "systematic_resample",
 ]
 
@@ -272,9 +270,10 @@ def draw_smc_documents(
     progress=None,
     stage: int = 0,
 ) -> list[tuple[np.ndarray, SMCDiagnostics]]:
-    """``draw_smc_log_weights`` of several documents (tokens, text, settings; the same proposal and threshold), their
-    sample blocks advanced side by side (``smc_lanes``) in batches of at most ``side_by_side_particles(device)``
-    particles. Block b of a document draws from the stream seeded by (seed, b, document) wherever it runs, so every
+    """Each document's K final SMC log weights, float64 [K] (particle k of run r weighs log p̂_r(earlier epochs) +
+    log w_k(last epoch), so mean_k exp = Σ_r N_r p̂_r / K), and its run diagnostics, of several documents (tokens,
+    text, settings; the same proposal and threshold), their sample blocks advanced side by side (``smc_lanes``) in
+    batches of at most ``side_by_side_particles(device)`` particles. Block b of a document draws from the stream seeded by (seed, b, document) wherever it runs, so every
     document's weights are those it gets alone."""
     if not documents:
         return []
@@ -306,73 +305,6 @@ def draw_smc_documents(
             (log_weights, smc_diagnostics(doc_runs, sizes, settings.resample_threshold, settings.temperature))
         )
     return out
-
-
-def draw_smc_log_weights(
-    model,
-    x: torch.Tensor,
-    settings: EstimatorSettings,
-    document: str = "",
-    device: torch.device | str = "cpu",
-    progress=None,
-    stage: int = 0,
-) -> tuple[np.ndarray, SMCDiagnostics]:
-    """K final SMC log weights, float64 [K] (log p̂ = logsumexp − log K), and the run diagnostics of one document.
-
-    The weight of particle k of run r is log p̂_r(earlier epochs) + log w_k(last epoch), so mean_k exp = Σ_r N_r p̂_r / K.
-    """
-    return draw_smc_documents(model, [(x, document, settings)], device, progress, stage)[0]
-
-
-def smc_log_weights(
-    model,
-    x: torch.Tensor,
-    *,
-    num_samples: int,
-    temperature: float = 1.0,
-    peek: bool = True,
-    seed: int = 0,
-    document: str = "",
-    resample_threshold: float = DEFAULT_RESAMPLE_THRESHOLD,
-    smc_runs: int = DEFAULT_SMC_RUNS,
-    device: torch.device | str = "cpu",
-    progress=None,
-    stage: int = 0,
-) -> tuple[np.ndarray, SMCDiagnostics]:
-    """``draw_smc_log_weights`` with loose arguments, validated as ``EstimatorSettings`` and by the estimator (an
-    InputError naming the document) and against the model (``UnsupportedError`` without the stepwise part;
-    ``Estimator.settings_for``).
-
-    Parameters
-    ----------
-    model : StepwiseLatentLM
-        A model with the stepwise part of the contract.
-    x : torch.Tensor
-        The document's tokens, LongTensor [T].
-    num_samples, temperature, peek, seed, resample_threshold, smc_runs
-        As in ``EstimatorSettings``.
-    document : str
-        The document's text: with ``seed``, it seeds the random streams.
-
-    Returns
-    -------
-    tuple of numpy.ndarray and SMCDiagnostics
-        The K final log weights, float64 [K], and the runs' diagnostics.
-
-    Examples
-    --------
-    >>> from lm_latent_eval.models import load_model
-    >>> hmm, _ = load_model("hmm")
-    >>> x = hmm.tokenize("the cat sat")
-    >>> lw, diag = smc_log_weights(hmm, x, num_samples=64, seed=1, document="the cat sat")
-    >>> lw.shape, diag.smc_runs, abs(diag.log_likelihood - float(hmm.log_marginal(x))) < 0.2
-    ((64,), 4, True)
-    """
-    settings = SMC.settings_for(
-        model, document, num_samples=num_samples, temperature=temperature, peek=peek, seed=seed,
-        resample_threshold=resample_threshold, smc_runs=smc_runs,
-    )  # fmt: skip
-    return draw_smc_log_weights(model, x, settings, document, device, progress, stage)
 
 
 @dataclass

@@ -16,13 +16,11 @@ import difflib
 import functools
 import logging
 import math
-import sys
 from pathlib import Path
 
 import datasets
 from lm_eval.api.task import ConfigurableTask
 
-from .. import tasks_path
 from ..documents import TEXT_FIELD, corpus_loader, document_key, read_texts
 from ..errors import InputError
 from ..estimators import DocumentEstimate
@@ -30,6 +28,7 @@ from ..estimators.corpus import CorpusEstimate
 from ..paths import DATA_DIR
 from .exchange import EstimateExchange, EstimateReference
 from .lm_eval_versions import own_stderr, rolling_log_likelihood
+from .task_introspection import calling_task, metric_names, template_config
 
 # the metric whose item is the document's whole estimate (what reports read from the samples file); the other
 # metrics of the same statement carry a reference to it (``EstimateExchange.reference``), so lm-eval's samples file
@@ -47,8 +46,6 @@ PERPLEXITY_METRICS = (
 # the names these two metrics had before lm-eval 0.5 (lm-latent-eval 0.1.0's samples files and task YAMLs): a
 # template-based task's metric_list and ``reports`` still read them
 RENAMED_METRICS = {"perplexity": SAMPLES_FIELD, "perplexity_stderr": "latent_perplexity_stderr"}
-# the task whose keys a task on ``template_task.PerplexityTask`` gets, under lm_latent_eval.tasks_path()
-TEMPLATE = "latent_ppl_tiny/latent_ppl_tiny.yaml"
 logger = logging.getLogger(__name__)
 
 
@@ -138,8 +135,11 @@ def process_results(doc: dict, results: list) -> dict:
     text = doc_to_target(doc)
     log_likelihood = rolling_log_likelihood(results)
     items = document_items(text, log_likelihood, ConfigurableTask.count_words(text))
-    listed = calling_task_metrics()
-    return items if listed is None else kept_items(items, listed, calling_task_name())
+    task = calling_task()  # the metrics the calling task lists (none without a task)
+    listed = None if task is None else metric_names(getattr(task.config, "metric_list", None))
+    if listed is None:
+        return items
+    return kept_items(items, listed, getattr(task.config, "task", None) or "this task")
 
 
 def document_items(text: str, log_likelihood: float, num_words: int) -> dict:
@@ -195,48 +195,6 @@ def document_items(text: str, log_likelihood: float, num_words: int) -> dict:
             "upp_corpus": same,
         }
     return items
-
-
-def metric_names(config_metric_list) -> list[str] | None:
-    """The metric names of a task config's ``metric_list`` (None without one)."""
-    if not config_metric_list:
-        return None
-    return [entry["metric"] for entry in config_metric_list if isinstance(entry, dict) and "metric" in entry]
-
-
-def _calling_task():
-    """The lm-eval task whose ``process_results`` method called ours (0.4's ``ConfigurableTask`` and 0.5's ``Task``
-    call ``self.config.process_results(doc, results)``), or None when called otherwise (a script, a doctest, a
-    user's own ``process_results`` that calls ours)."""
-    from lm_eval.api.task import Task
-
-    # _calling_task <- calling_task_metrics (or _name) <- process_results <- the task's method
-    frame = sys._getframe(2)
-    for _ in range(2):
-        frame = frame.f_back if frame is not None else None
-        task = frame.f_locals.get("self") if frame is not None else None
-        if isinstance(task, Task):
-            return task
-    return None
-
-
-def calling_task_metrics() -> list[str] | None:
-    """The metrics the calling task lists (``_calling_task``), None when no task called."""
-    task = _calling_task()
-    return None if task is None else metric_names(getattr(task.config, "metric_list", None))
-
-
-def calling_task_name() -> str:
-    task = _calling_task()
-    return getattr(getattr(task, "config", None), "task", None) or "this task"
-
-
-def template_config() -> dict:
-    """The keys of the bundled perplexity task (``TEMPLATE``), its ``!function`` tags resolved (lm-eval's own YAML
-    loader)."""
-    from lm_eval.tasks._yaml_loader import load_yaml
-
-    return load_yaml(f"{tasks_path()}/{TEMPLATE}")
 
 
 @functools.cache

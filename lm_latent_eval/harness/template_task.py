@@ -26,7 +26,8 @@ refused at load as a misspelling, with the closest valid name):
 from __future__ import annotations
 
 from .lm_eval_versions import rolling_task_base
-from .perplexity_task import RENAMED_METRICS, TEMPLATE, check_metric_names, metric_names, template_config
+from .perplexity_task import RENAMED_METRICS, check_metric_names
+from .task_introspection import TEMPLATE, metric_names, template_config
 
 __all__ = ["TEMPLATE", "PerplexityTask", "merge_metric_lists", "task_config", "template_config"]
 

@@ -33,8 +33,8 @@ from lm_latent_eval.estimators import (
     importance_log_weights,
     log_mean_exp,
     resolve,
+    smc_log_weights,
 )
-from lm_latent_eval.estimators.smc import smc_log_weights
 from lm_latent_eval.protocol import (
     has,
     is_prefix_probability,

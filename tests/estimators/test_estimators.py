@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from is_checks import assert_unbiased
 
+from lm_latent_eval.errors import InputError, UserError
 from lm_latent_eval.estimators import (
     EstimatorSettings,
     ISEstimate,
@@ -20,6 +24,9 @@ from lm_latent_eval.estimators import (
     importance_log_weights,
     instance_ppl,
     log_mean_exp,
+    registry,
+    resolve,
+    smc_log_weights,
 )
 from lm_latent_eval.estimators.diagnostics import effective_sample_size
 
@@ -173,12 +180,54 @@ def test_unknown_words_map_to_unk_and_give_a_finite_estimate(bundled_hmm):
     assert abs(est.log_likelihood - bundled_hmm.log_marginal(x)) < 2.0
 
 
+def refused_as_resolve_refuses(settings: EstimatorSettings, model, helper) -> str:
+    """``helper()`` raises ``resolve(settings, model)``'s error, in the same words; returns them."""
+    with pytest.raises(UserError) as caught:
+        resolve(settings, model)
+    with pytest.raises(type(caught.value), match=f"^{re.escape(str(caught.value))}$"):
+        helper()
+    return str(caught.value)
+
+
 @pytest.mark.parametrize("k,tau", [(0, 1.0), (-3, 1.0), (10, 0.0), (10, -0.5), (10, float("inf"))])
-def test_bad_sample_count_or_temperature_names_the_document(tiny_hmm, k, tau):
-    with pytest.raises(ValueError, match="a b c a"):
-        log_weights(tiny_hmm, SHORT_DOC, k, 0, peek=True, tau=tau)
-    with pytest.raises(ValueError):
+def test_bad_sample_count_or_temperature_is_refused_as_resolve_refuses_it(tiny_hmm, k, tau):
+    with pytest.raises(InputError) as caught:
         EstimatorSettings("is", num_samples=k, temperature=tau)
+    with pytest.raises(InputError, match=f"^{re.escape(str(caught.value))}$"):
+        log_weights(tiny_hmm, SHORT_DOC, k, 0, peek=True, tau=tau)
+
+
+SAMPLING_HELPERS = {"is": importance_log_weights, "smc": smc_log_weights}
+
+
+@pytest.mark.parametrize("estimator", SAMPLING_HELPERS)
+@pytest.mark.parametrize(
+    "fields,words",
+    [({"num_samples": 8, "temperature": 0.5}, "cannot temper"), ({"num_samples": 10**9}, "needs 29.8 GiB")],
+    ids=["tempering", "sample_memory"],
+)
+def test_sampling_helpers_run_resolves_checks(tiny_hmm, monkeypatch, estimator, fields, words):
+    """check_tempering (a proposal that declares tempers = False) and check_sample_memory refuse the helper's
+    arguments in resolve's words."""
+    monkeypatch.setattr(tiny_hmm.proposal, "tempers", False, raising=False)
+    monkeypatch.setattr(registry, "available_memory", lambda device: 2**30)
+    x = tiny_hmm.tokenize(SHORT_DOC)
+    helper = functools.partial(SAMPLING_HELPERS[estimator], tiny_hmm, x, seed=0, document=SHORT_DOC, **fields)
+    assert words in refused_as_resolve_refuses(
+        EstimatorSettings(estimator, seed=0, **fields), tiny_hmm, helper
+    )
+
+
+def test_beam_helper_runs_resolves_checks(tiny_hmm):
+    x = tiny_hmm.tokenize(SHORT_DOC)
+    settings = EstimatorSettings("beam", beam_size=4)
+    no_beam = _Wrapped(tiny_hmm, proposal=SimpleNamespace(sample=tiny_hmm.proposal.sample))
+    helper = functools.partial(beam_log_marginal, no_beam, x, 4, SHORT_DOC)
+    assert "use estimator=auto" in refused_as_resolve_refuses(settings, no_beam, helper)
+    with pytest.raises(InputError) as caught:
+        settings.replace(beam_size=0)
+    with pytest.raises(InputError, match=f"^{re.escape(str(caught.value))}$"):
+        beam_log_marginal(tiny_hmm, x, 0, SHORT_DOC)
 
 
 class _WrappedProposal:

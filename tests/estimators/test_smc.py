@@ -17,12 +17,12 @@ from lm_latent_eval.estimators import (
     log_mean_exp,
     recorded_settings,
     resolve,
+    smc_log_weights,
 )
 from lm_latent_eval.estimators.smc import (
     lee_whiteley_relative_variance,
     run_sizes,
     runs_corpus_log_likelihood,
-    smc_log_weights,
     systematic_resample,
 )
 from lm_latent_eval.models.hmm.parameters import forward_log_alpha

@@ -24,13 +24,9 @@ import pytest
 import torch
 
 from lm_latent_eval import tensors
+from lm_latent_eval.estimators import smc_log_weights
 from lm_latent_eval.estimators.resampling import runs_log_ess
-from lm_latent_eval.estimators.smc import (
-    Lane,
-    _checked_increments,
-    smc_log_weights,
-    systematic_resample,
-)
+from lm_latent_eval.estimators.smc import Lane, _checked_increments, systematic_resample
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.hmm import stepwise as hmm_stepwise
 from lm_latent_eval.models.kglm import stepwise as kglm_stepwise

@@ -13,8 +13,7 @@ from metric_helpers import REPO, block_network, load_metric_offline, readme_doct
 from python_subprocess import run_python
 from scipy.special import logsumexp
 
-from lm_latent_eval.estimators import EstimatorSettings, estimate_document
-from lm_latent_eval.estimators.beam import beam_log_marginal
+from lm_latent_eval.estimators import EstimatorSettings, beam_log_marginal, estimate_document
 
 
 @pytest.fixture

@@ -62,7 +62,7 @@ def test_bfloat16_network_keeps_float64_log_probabilities(name):
 def test_bfloat16_network_runs_smc(name):
     """The stepwise kernels keep the network's dtype (bfloat16 stacks and states) and float64 weights: SMC in bf16
     lands within bf16 rounding of float32's estimate."""
-    from lm_latent_eval.estimators.smc import smc_log_weights
+    from lm_latent_eval.estimators import smc_log_weights
 
     doc = read_documents(CORPORA[name])[1]
     estimates = []

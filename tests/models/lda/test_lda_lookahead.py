@@ -10,8 +10,7 @@ import pytest
 import torch
 from lda_tiny import TEXT, tiny_lda
 
-from lm_latent_eval.estimators import log_mean_exp
-from lm_latent_eval.estimators.smc import smc_log_weights
+from lm_latent_eval.estimators import log_mean_exp, smc_log_weights
 from lm_latent_eval.models.lda import LDA
 from lm_latent_eval.models.lda.exact import all_assignments
 from lm_latent_eval.models.lda.lookahead import (

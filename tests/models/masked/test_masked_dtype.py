@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lm_latent_eval.estimators import importance_log_weights
+from lm_latent_eval.estimators import importance_log_weights, smc_log_weights
 from lm_latent_eval.estimators.aggregate import log_mean_exp
-from lm_latent_eval.estimators.smc import smc_log_weights
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.masked.corpus import TEST_FILE, read_sentences
 

@@ -8,8 +8,7 @@ import pytest
 import torch
 from pins import pinned
 
-from lm_latent_eval.estimators import importance_log_weights
-from lm_latent_eval.estimators.smc import smc_log_weights
+from lm_latent_eval.estimators import importance_log_weights, smc_log_weights
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.masked.corpus import TEST_FILE, read_sentences
 

@@ -12,8 +12,7 @@ import torch
 from is_checks import assert_unbiased
 from rnng_tiny import tiny_rnng
 
-from lm_latent_eval.estimators import log_mean_exp
-from lm_latent_eval.estimators.smc import smc_log_weights
+from lm_latent_eval.estimators import log_mean_exp, smc_log_weights
 from lm_latent_eval.models.rnng import stepwise
 from lm_latent_eval.models.rnng.enumerate import enumerate_trees, exact_log_marginal
 from lm_latent_eval.models.rnng.latents import SHIFT, spans_from_actions
