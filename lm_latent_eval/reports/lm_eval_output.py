@@ -46,7 +46,13 @@ class TaskRun:
     @property
     def estimator(self) -> str:
         """The estimator the run recorded, else the one its documents' records name."""
-        return self.settings.get("estimator") or self.documents[0].estimator
+        recorded = self.settings.get("estimator")
+        if recorded is None and not self.documents:
+            raise InputError(
+                f"{self.results_file}: task {self.task!r} records no estimator and {self.samples_file.name} holds "
+                "no document: rerun lm_eval with --log_samples"
+            )
+        return recorded or self.documents[0].estimator
 
     @property
     def method(self) -> Estimator:

@@ -744,3 +744,13 @@ def test_report_reads_the_document_of_each_row_in_either_releases_layout(runs, t
         InputError, match=r"samples_.*\.jsonl: line 3: no field of the row holds the document"
     ):
         read_runs(folder)
+
+
+def test_a_run_that_records_no_estimator_and_no_document_is_one_line(tmp_path):
+    """Neither the results' settings nor a samples row names the estimator: one line, not an IndexError."""
+    from lm_latent_eval.errors import InputError
+    from lm_latent_eval.reports.lm_eval_output import TaskRun
+
+    run = TaskRun(tmp_path / "results_x.json", tmp_path / "samples_t_x.jsonl", "t", {"config": {}})
+    with pytest.raises(InputError, match="records no estimator and samples_t_x.jsonl holds no document"):
+        _ = run.estimator
