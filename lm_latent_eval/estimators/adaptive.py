@@ -28,7 +28,9 @@ keep the stages whose spread came out small by chance, and their intervals would
 covered well under 95% at 10 and 50 documents). The last stage reports the precision it achieved, two-sided or
 certified by its own gate. Where the budget (``max_samples``) or the stage limit ended the stages before the target
 was met and the last stage's standard error is above it, one warning says so (the standard error reached, what to
-do).
+do). Before it spends, once stage 1's sizes are known, one line projects what the stages left will draw at least
+(Σ K_n T_n samples·tokens, and seconds at stage 0's rate): a warning where that is long or where documents need more
+than ``max_samples``, since a model whose cost grows faster than linearly in the text's length may run for hours.
 
 The allocation reads corpus-wide sums only (documents, tokens, Σ √(c T), documents in doubt or short), rounded to 9
 significant digits, so with ``all_reduce`` summing them over processes the samples of a document never depend on
@@ -42,6 +44,7 @@ import dataclasses
 import functools
 import logging
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -53,6 +56,11 @@ from .settings import EstimatorSettings
 from .workers import DocumentWorkers
 
 logger = logging.getLogger(__name__)
+
+# a projection of the stages left above this many seconds is a warning, not an info line (``_announce``)
+PROJECTED_SECONDS_WARNING = 300.0
+# below this many seconds, stage 0's time says nothing of its rate (estimates read from the store, a tiny corpus)
+TIMED_SECONDS_MINIMUM = 0.1
 
 
 class DocumentStore(Protocol):
@@ -226,12 +234,12 @@ def estimate_corpus(
     with DocumentWorkers(estimator.model, device, workers, len(unique)) as pool:
         stage = functools.partial(_stage, pool, store, progress)
         first = f"{estimator.settings.estimator} log p(x)"
-        if estimator.targets_precision:
-            first = f"precision target, {stage_label(0)}: {first}"
+        first = f"precision target, {stage_label(0)}: {first}" if estimator.targets_precision else first
+        started = time.perf_counter()
         current = stage([(t, estimator) for t in unique], 0, first)
         if not estimator.targets_precision:
             return current
-        return _later_stages(current, estimator, stage, all_reduce)
+        return _later_stages(current, estimator, stage, all_reduce, time.perf_counter() - started)
 
 
 def stage_label(number: int) -> str:
@@ -260,9 +268,12 @@ def _stage(
     return {t: found[t] for t, _ in jobs}
 
 
-def _later_stages(current: dict, estimator: ResolvedEstimator, stage: Callable, all_reduce) -> dict:
-    """Stages 1, 2, ... of the precision target after stage 0's estimates ``current`` (module docstring): every
-    document estimated afresh at its allocated size until a stage needs no more samples, then once more."""
+def _later_stages(
+    current: dict, estimator: ResolvedEstimator, stage: Callable, all_reduce, seconds: float = 0.0
+) -> dict:
+    """Stages 1, 2, ... of the precision target after stage 0's estimates ``current``, which took ``seconds``
+    (module docstring): every document estimated afresh at its allocated size until a stage needs no more samples,
+    then once more."""
     settings = estimator.settings
     policy = UncertaintyPolicy.of(settings)
     unique = list(current)
@@ -284,6 +295,18 @@ def _later_stages(current: dict, estimator: ResolvedEstimator, stage: Callable, 
         )
         last = not growing or number == policy.max_stages - 1
         stopped_short = bool(growing or beyond)
+        if number == 1:
+            sizes = [wanted[t] for t in unique]
+            _announce(
+                list(current.values()),
+                sizes,
+                1 if last else 2,
+                seconds,
+                beyond,
+                documents,
+                settings,
+                all_reduce,
+            )
         what = f"{len(grow)} documents need more samples" if grow else "the same sizes afresh"
         desc = f"precision target, {stage_label(number)}{' (last)' * last}: {what}"
         current = stage([(t, estimator.sized(wanted[t])) for t in unique], number, desc)
@@ -294,6 +317,53 @@ def _later_stages(current: dict, estimator: ResolvedEstimator, stage: Callable, 
     if stopped_short:
         _warn_if_target_missed(list(current.values()), settings, policy, all_reduce, number + 1)
     return {t: dataclasses.replace(e, stage_log_likelihoods=stages[t]) for t, e in current.items()}
+
+
+def _announce(
+    estimates, sizes, stages: int, seconds: float, beyond: float, documents: float, settings, all_reduce
+) -> None:
+    """One line, before stage 1 is drawn, on what the stages left (``stages``: 2, or 1 where stage 1 is the last)
+    will draw at least: Σ K_n T_n samples·tokens at stage 1's ``sizes`` over the sampled documents, against stage 0's,
+    and the seconds that take at stage 0's rate (``seconds``, averaged over processes). A warning where that exceeds
+    ``PROJECTED_SECONDS_WARNING`` or ``beyond`` documents (of ``documents``, over every process) need more than
+    ``max_samples``, else an info line. The allocation never reads these figures."""
+    spent, projected, timed, processes = all_reduce(
+        [
+            float(sum(e.num_samples * e.num_tokens for e in estimates if e.sampled)),
+            float(stages * sum(k * e.num_tokens for k, e in zip(sizes, estimates) if e.sampled)),
+            seconds,
+            1.0,
+        ]
+    )
+    if spent == 0:
+        return
+    ratio, first = projected / spent, stage_label(0)
+    timed /= processes
+    eta = ratio * timed if timed >= TIMED_SECONDS_MINIMUM else math.nan
+    when = ""
+    if not math.isnan(eta):
+        scale = next(((u, d) for u, d in (("h", 3600), ("min", 60)) if eta >= d), ("s", 1))
+        when = f" (about {eta / scale[1]:.2g} {scale[0]} at the rate of {first}, which took {timed:.2g} s)"
+    line = (
+        f"precision target: the next {stages} stage{'s' * (stages > 1)} will draw at least {projected:.2g} "
+        f"samples·tokens, {ratio:.3g} times {first}'s {spent:.2g}{when}"
+    )
+    if beyond:
+        line += (
+            f"; {beyond:.0f} of {documents:.0f} documents need more than max_samples={settings.sample_budget} "
+            "samples, so the target may not be met"
+        )
+    if beyond or eta > PROJECTED_SECONDS_WARNING:
+        remedy = (
+            "lower target_se, raise max_samples"
+            if beyond
+            else "to spend less, lower target_se or max_samples"
+        )
+        logger.warning(
+            "%s: %s, or shorten the texts (docs/estimators.md, the precision target)", line, remedy
+        )
+    else:
+        logger.info("%s", line)
 
 
 def _warn_if_target_missed(estimates, settings: EstimatorSettings, policy, all_reduce, stages: int) -> None:

@@ -127,8 +127,10 @@ def test_all_reduce_sees_the_corpus_totals(bundled_hmm, bundled_test_texts):
         return [2 * v for v in values]
 
     estimate_corpus(resolve(settings, bundled_hmm), texts, all_reduce=doubled, progress=False)
-    # a count, the stage's growth beside the documents beyond max_samples, a missed target's totals, the allocation's
-    assert seen and all(len(v) in (1, 2, 3, 6) for v in seen)
+    # a count, the stage's growth beside the documents beyond max_samples, a missed target's totals, the projection's
+    # (once), the allocation's
+    assert seen and all(len(v) in (1, 2, 3, 4, 6) for v in seen)
+    assert sum(len(v) == 4 for v in seen) == 1
 
 
 def test_certified_bound_takes_the_best_stage_at_delta_over_stages():
@@ -213,7 +215,7 @@ def test_a_target_the_budget_cannot_meet_is_said_in_one_warning(bundled_hmm, bun
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="lm_latent_eval"):
             estimate_corpus(resolve(settings, bundled_hmm), texts, progress=False)
-        return [r.getMessage() for r in caplog.records if "precision target" in r.getMessage()]
+        return [r.getMessage() for r in caplog.records if "precision target target_se" in r.getMessage()]
 
     [line] = warnings_of(EstimatorSettings("smc", 16, target_se=1e-9, max_samples=64, seed=1))
     assert re.fullmatch(
@@ -223,6 +225,73 @@ def test_a_target_the_budget_cannot_meet_is_said_in_one_warning(bundled_hmm, bun
         line,
     ), line
     assert warnings_of(EstimatorSettings("smc", 16, target_se=0.05, seed=1)) == []
+
+
+def _projection_lines(caplog, bundled_hmm, texts, settings, all_reduce=None):
+    """The projection lines (level, message) of one run of the precision target."""
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="lm_latent_eval"):
+        estimate_corpus(resolve(settings, bundled_hmm), texts, all_reduce=all_reduce, progress=False)
+    return [(r.levelno, r.getMessage()) for r in caplog.records if "will draw at least" in r.getMessage()]
+
+
+def test_the_precision_target_says_what_it_will_spend_before_it_spends(
+    bundled_hmm, bundled_test_texts, caplog
+):
+    """Issue: where a model's cost grows faster than linearly, the run says so before it spends. After stage 1's
+    allocation one line projects the stages left at least (2 Σ K_n T_n samples·tokens): a warning naming max_samples
+    where documents need more than it, an info line for a target the first stage meets."""
+    texts = bundled_test_texts[:3]
+    tight = EstimatorSettings("smc", 16, target_se=1e-9, max_samples=64, seed=1)
+    [(level, line)] = _projection_lines(caplog, bundled_hmm, texts, tight)
+    assert level == logging.WARNING
+    assert re.fullmatch(
+        r"precision target: the next 2 stages will draw at least [0-9.e+]+ samples·tokens, [0-9.]+ times stage 1's "
+        r"[0-9.e+]+; \d of 3 documents need more than max_samples=64 samples, so the target may not be met: lower "
+        r"target_se, raise max_samples, or shorten the texts \(docs/estimators.md, the precision target\)",
+        line,
+    ), line
+    # a loose target the first stage meets: one more stage at the same sizes, said at info level
+    loose = EstimatorSettings("smc", 1000, target_se=1.0, seed=1)
+    [(level, line)] = _projection_lines(caplog, bundled_hmm, texts, loose)
+    assert level == logging.INFO and "the next 1 stage will draw" in line and ", 1 times stage 1's" in line
+
+
+def test_a_long_projection_is_a_warning_with_its_seconds(
+    bundled_hmm, bundled_test_texts, caplog, monkeypatch
+):
+    from lm_latent_eval.estimators import adaptive
+
+    monkeypatch.setattr(adaptive, "PROJECTED_SECONDS_WARNING", 0.0)
+    monkeypatch.setattr(adaptive, "TIMED_SECONDS_MINIMUM", 0.0)
+    settings = EstimatorSettings("smc", 16, target_se=0.05, seed=1)
+    [(level, line)] = _projection_lines(caplog, bundled_hmm, bundled_test_texts[:3], settings)
+    assert level == logging.WARNING and "max_samples=" not in line
+    assert re.search(
+        r"\(about [0-9.e+-]+ (s|min|h) at the rate of stage 1, which took [0-9.e+-]+ s\): to spend less", line
+    )
+
+
+def test_the_projection_is_what_the_next_stages_draw(bundled_hmm, bundled_test_texts, caplog):
+    """With exactly two stages after the first, the projection 2 Σ K_n T_n at stage 1's sizes is what stages 2 and 3
+    drew (stage 3 redraws stage 2's sizes); stage 1's cost is Σ num_samples · T_n."""
+    texts = bundled_test_texts[:3]
+    settings = EstimatorSettings("smc", 40, target_se=0.003, seed=1)
+    seen = []
+
+    def recording(values):
+        seen.append(list(values))
+        return values
+
+    [(_, line)] = _projection_lines(caplog, bundled_hmm, texts, settings, recording)
+    out = estimate_corpus(resolve(settings, bundled_hmm), texts, progress=False)
+    assert {len(e.stage_log_likelihoods) for e in out.values()} == {3}
+    drawn = 2 * sum(e.num_samples * e.num_tokens for e in out.values())
+    [(spent, projected, _, processes)] = [v for v in seen if len(v) == 4]
+    assert spent == 40 * sum(e.num_tokens for e in out.values()) and projected == drawn and processes == 1
+    assert (
+        f"draw at least {drawn:.2g} samples·tokens, {drawn / spent:.3g} times stage 1's {spent:.2g}" in line
+    )
 
 
 def test_the_allocation_remembers_a_rare_path_an_earlier_stage_found():
