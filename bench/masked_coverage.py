@@ -92,9 +92,13 @@ class StateTables:
             del cache.lookup
 
 
-def seed_statement(model, texts, settings, truth: float, tables: StateTables) -> dict:
-    """One seed's corpus statement and whether it holds against the truth S."""
-    tables.forget()
+def seed_statement(model, texts, settings, truth: float, tables: StateTables | None) -> dict:
+    """One seed's corpus statement and whether it holds against the truth S (``tables`` None: the seed starts from
+    an empty row cache and runs every row itself)."""
+    if tables is None:
+        model.row_cache.clear()
+    else:
+        tables.forget()
     start, rows = time.perf_counter(), model.network_rows
     estimates = estimate_corpus(resolve(settings, model), texts, progress=False)
     corpus = corpus_estimate([estimates[t] for t in texts])
@@ -129,7 +133,7 @@ def summary(given: dict, why: str, runs: list[dict]) -> dict:
     }
 
 
-def coverage(model, texts, given: dict, seeds: range, truth: float, save, tables: StateTables) -> dict:
+def coverage(model, texts, given: dict, seeds: range, truth: float, save, tables: StateTables | None) -> dict:
     """The statements of ``seeds`` under the model_args ``given``, resolved as the backend does (the model's
     ``default_settings`` for what ``given`` does not name, then ``auto``); ``save(summary)`` after every seed."""
     settings, own = with_model_defaults(parse_settings(given), model, given)

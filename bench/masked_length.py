@@ -32,15 +32,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from masked_side_by_side import machine
-from tqdm.auto import tqdm
+from masked_coverage import coverage
+from masked_side_by_side import Cost, machine
 
 from lm_latent_eval.documents import read_texts
 from lm_latent_eval.estimators import EstimatorSettings
 from lm_latent_eval.estimators.adaptive import estimate_corpus
 from lm_latent_eval.estimators.corpus import corpus_estimate
 from lm_latent_eval.estimators.elbo import corpus_elbo
-from lm_latent_eval.estimators.registry import resolve, with_model_defaults
+from lm_latent_eval.estimators.registry import resolve
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.masked.corpus import TEST_FILE
 from lm_latent_eval.models.masked.oracle import (
@@ -66,11 +66,9 @@ def joined_texts(model, length: int, count: int = TEXTS_PER_LENGTH) -> list[str]
 
 
 def timed(model, fn):
-    """(fn(), network rows it ran, seconds), from an empty row cache."""
-    model.row_cache.clear()
-    rows, start = model.network_rows, time.perf_counter()
-    out = fn()
-    return out, model.network_rows - rows, time.perf_counter() - start
+    """(fn(), network rows it ran, seconds), from an empty row cache (``Cost.run``)."""
+    out, rows, _, seconds = Cost(model).run(fn)
+    return out, rows, seconds
 
 
 def elbo_perplexity(model, texts: list[str], seed: int = 0) -> tuple[float, int, float]:
@@ -191,39 +189,19 @@ def levers_table() -> list[str]:
 
 def coverage_runs(length: int, seeds: range) -> dict:
     """``--coverage``: the default statement (``auto`` with the model's ``default_settings``, as the backend resolves
-    them) on the oracle's texts of ``length`` tokens, per seed: two-sided or not, whether it holds the exact
-    Σ log p(x_n), whether the certified bound holds, particles per text, network rows, seconds."""
+    them) on the oracle's texts of ``length`` tokens, per seed (``masked_coverage.coverage``): two-sided or not,
+    whether it holds the exact Σ log p(x_n), whether the certified bound holds, particles per text, network rows,
+    seconds; and the mean network rows per token."""
     oracle = make_oracle_model()
     texts = oracle_texts(oracle, length)
     truth = sum(oracle_log_marginal(oracle, oracle.tokenize(t)) for t in texts)
-    settings, _ = with_model_defaults(EstimatorSettings(), oracle)
-    runs = []
-    for seed in tqdm(seeds, desc=f"default statement, T = {length}"):
-        estimates, rows, seconds = timed(
-            oracle,
-            lambda: estimate_corpus(resolve(settings.replace(seed=seed), oracle), texts, progress=False),
-        )
-        corpus = corpus_estimate([estimates[t] for t in texts])
-        interval = corpus.interval
-        runs.append({
-            "seed": seed,
-            "two_sided": interval.two_sided,
-            "covered": interval.two_sided and interval.lower <= truth <= interval.upper,
-            "bound_holds": corpus.perplexity_upper_bound >= math.exp(-truth / corpus.num_tokens),
-            "samples_mean": sum(e.num_samples for e in estimates.values()) / len(texts),
-            "network_rows": rows,
-            "seconds": seconds,
-        })  # fmt: skip
-    two_sided = [r for r in runs if r["two_sided"]]
+    out = coverage(oracle, texts, {}, seeds, truth, lambda _: None, None)
+    rows = np.mean([r["network_rows"] for r in out["runs"]])
     return {
         "length": length,
         "texts": len(texts),
-        "seeds": len(runs),
-        "two_sided": len(two_sided),
-        "covered": sum(r["covered"] for r in two_sided),
-        "bound_held": sum(r["bound_holds"] for r in runs),
-        "rows_per_token": float(np.mean([r["network_rows"] for r in runs])) / (length * len(texts)),
-        "runs": runs,
+        "rows_per_token": float(rows) / (length * len(texts)),
+        **out,
     }
 
 

@@ -26,6 +26,7 @@ from torch import nn
 from ..hmm.tokenizer import UNK
 from .diffusion import MASK
 from .model import MaskedOrderLM
+from .sampling import sample_continuation
 from .windows import window_size
 
 # the spread of make_oracle_model's random weights around their structure
@@ -194,16 +195,10 @@ def make_oracle_model(vocab_size: int = 64, num_classes: int = 3, strength: floa
     return MaskedOrderLM(net, 1, vocab, max_length=max_length).eval()
 
 
-@torch.no_grad()
 def sample_oracle_text(model: MaskedOrderLM, length: int, seed: int = 0) -> torch.Tensor:
-    """Ids [T] drawn by the model's own sampler (uniform order; a view's context read before them): each step a
-    uniformly chosen masked position, its token from p_θ(· | revealed), the mask left out (text: ``model.detokenize``)."""
-    generator = torch.Generator().manual_seed(seed)
-    ids = torch.full((length,), model.mask_id, dtype=torch.long, device=model.device)
-    for _ in range(length):
-        masked = (ids == model.mask_id).nonzero().squeeze(1).cpu()
-        i = int(masked[torch.randint(masked.numel(), (1,), generator=generator)])
-        logits = model.predict(ids[None])[0, i].double().cpu()
-        logits[model.mask_id] = -math.inf
-        ids[i] = int(torch.multinomial(torch.softmax(logits, 0), 1, generator=generator))
-    return ids
+    """Ids [T] of a text drawn by the model's own sampler (``sampling.sample_continuation``: uniform orders, each
+    token from p_θ(· | revealed); a view's context read before them), seeded by ``seed`` (text: ``model.detokenize``)."""
+    generator = torch.Generator(model.device).manual_seed(seed)
+    return model.text_ids(sample_continuation(model, model.context_text or "", length, generator)).to(
+        model.device
+    )
