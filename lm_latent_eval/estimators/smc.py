@@ -319,11 +319,13 @@ class SMCEstimate(DocumentEstimate):
 
     def error(self, policy: UncertaintyPolicy = DEFAULT_POLICY) -> DocumentError:
         """v̂ from the runs (``SMCDiagnostics.relative_variance``) with R − 1 degrees of freedom, trusted where
-        ``policy.smc_doubt`` finds nothing; v = 0, proven, for a document without tokens or computed exactly."""
+        ``policy.smc_doubt`` finds nothing in the runs or, where none resampled, in the weights; v = 0, proven, for a
+        document without tokens or computed exactly."""
         if not self.sampled:
             return self.known_error()
         d = self.diagnostics
-        return DocumentError(self.log_likelihood, d.relative_variance, d.smc_runs - 1.0, policy.smc_doubt(d))
+        doubt = policy.smc_doubt(d, self.log_weights)
+        return DocumentError(self.log_likelihood, d.relative_variance, d.smc_runs - 1.0, doubt)
 
     def diagnostic_items(self) -> dict[str, float]:
         """Resampling steps per run and the ESS over tokens (least and mean) of a sampled document."""
