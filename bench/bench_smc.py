@@ -28,18 +28,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lm_latent_eval.estimators import importance_log_weights, log_mean_exp, smc_log_weights
-from lm_latent_eval.models import load_model
-from lm_latent_eval.paths import DATA_DIR
+from lm_latent_eval.models import bundled_corpus, load_model
+from lm_latent_eval.models.corpora import read_documents
 from lm_latent_eval.protocol import has
-from lm_latent_eval.reports.sweep import read_documents
-
-CORPORA = {
-    "hmm": DATA_DIR / "corpus" / "tiny_test.jsonl",
-    "kglm": DATA_DIR / "linked_tiny" / "test.jsonl",
-    "entitynlm": DATA_DIR / "coref_tiny" / "test.jsonl",
-    "rnng": DATA_DIR / "ptb_tiny" / "test.txt",
-    "tokenization": DATA_DIR / "corpus" / "tiny_test.jsonl",
-}
 
 
 def exact_values(model, xs) -> list[float] | None:
@@ -110,7 +101,7 @@ def main(argv=None):
     p.add_argument("--device", default="cpu")
     args = p.parse_args(argv)
     model, _ = load_model(args.model, device=args.device)
-    docs = read_documents(args.data or CORPORA[args.model])
+    docs = read_documents(args.data or bundled_corpus(args.model))
     docs = [" ".join(docs[i : i + args.concat]) for i in range(0, len(docs), args.concat)][: args.num_docs]
     xs = [model.tokenize(d).to(args.device) for d in docs]
     keep = [i for i, x in enumerate(xs) if x.numel()]

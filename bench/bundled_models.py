@@ -19,25 +19,15 @@ from lm_latent_eval.estimators.adaptive import estimate_corpus
 from lm_latent_eval.estimators.corpus import corpus_estimate
 from lm_latent_eval.harness.advice import choose_estimator
 from lm_latent_eval.harness.model_args import parse_backend_args
-from lm_latent_eval.models import load_model
-from lm_latent_eval.paths import DATA_DIR
-from lm_latent_eval.reports.sweep import read_documents
+from lm_latent_eval.models import MODELS, load_model
+from lm_latent_eval.models.corpora import bundled_documents
 
 OUTPUT = Path(__file__).resolve().parent / "bundled_models"
-CORPORA = {  # model -> its bundled test corpus
-    "hmm": "corpus/tiny_test.jsonl",
-    "kglm": "linked_tiny/test.jsonl",
-    "entitynlm": "coref_tiny/test.jsonl",
-    "rnng": "ptb_tiny/test.txt",
-    "lda": "pydoc_topics/test.jsonl",
-    "tokenization": "corpus/tiny_test.jsonl",
-    "masked": "masked_tiny/test.jsonl",
-}
 
 
 def row(name: str) -> dict:
     model, _ = load_model(name)
-    texts = read_documents(DATA_DIR / CORPORA[name])
+    texts = bundled_documents(name)
     # what `lm_eval --model latent_<name>` runs with no model_args: the model's own default_settings (the masked LM's
     # peek=False, resample_threshold=0), then estimator=auto
     run, why = choose_estimator(name, parse_backend_args(name, name, {}), model, announce=False)
@@ -89,7 +79,7 @@ def markdown(rows: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", default=",".join(CORPORA))
+    parser.add_argument("--models", default=",".join(name for name, row in MODELS.items() if row.corpus))
     parser.add_argument("--output", default=str(OUTPUT))
     args = parser.parse_args()
     torch.set_num_threads(1)

@@ -33,16 +33,11 @@ from lm_latent_eval.estimators.diagnostics import (
     relative_variance,
 )
 from lm_latent_eval.models import load_model
-from lm_latent_eval.paths import DATA_DIR
-from lm_latent_eval.reports.sweep import read_documents
+from lm_latent_eval.models.corpora import bundled_documents
 
-CORPORA = {
-    "kglm": DATA_DIR / "linked_tiny" / "test.jsonl",
-    "entitynlm": DATA_DIR / "coref_tiny" / "test.jsonl",
-    "rnng": DATA_DIR / "ptb_tiny" / "test.txt",
-    "hmm": DATA_DIR / "corpus" / "tiny_test.jsonl",
-}
 WT2_TEST_ARTICLES, WT2_TEST_TOKENS = 60, 236_062  # Linked WikiText-2 test split (Logan et al., 2019, Table 1)
+
+GPU_MODELS = ("kglm", "entitynlm", "rnng", "hmm")
 
 
 def count_syncs(fn) -> int:
@@ -62,9 +57,9 @@ def section_sync(device, K=1000):
     print("\n## Host synchronisations per call (K = 1,000)\n")
     print("| model | tokens | proposal.sample syncs | log_joint syncs |")
     print("|---|---|---|---|")
-    for name, path in CORPORA.items():
+    for name in GPU_MODELS:
         model, _ = load_model(name, device=device)
-        docs = sorted(read_documents(path), key=len)
+        docs = sorted(bundled_documents(name), key=len)
         for doc in (docs[len(docs) // 4], docs[-1]):
             x = model.tokenize(doc).to(device)
             gen = torch.Generator(device=device).manual_seed(0)
@@ -86,8 +81,8 @@ def section_bf16(device, K=1000, num_docs=10):
         "| model | float32 s | bfloat16 s | speed-up | max |Δ log p̂| | median MC stderr (fp32) | max |Δ| / stderr |"
     )
     print("|---|---|---|---|---|---|---|")
-    for name, path in CORPORA.items():
-        docs = read_documents(path)[:num_docs]
+    for name in GPU_MODELS:
+        docs = bundled_documents(name)[:num_docs]
         res = {}
         for dtype in (None, torch.bfloat16):
             model, _ = load_model(name, device=device, dtype=dtype)
@@ -129,7 +124,7 @@ def estimate_corpus(model, docs, K, device, budget=math.inf, progress=False):
 
 
 def section_kglm10k(device, dtype, K=10_000):
-    docs = read_documents(CORPORA["kglm"])
+    docs = bundled_documents("kglm")
     model, _ = load_model("kglm", device=device, dtype=dtype)
     estimate_corpus(model, docs[:1], 2, device)  # warm-up
     lws, lengths, seconds = estimate_corpus(model, docs, K, device)
@@ -153,7 +148,7 @@ def wt2_corpus(model, seed=0) -> list[str]:
     raw = rng.lognormal(math.log(WT2_TEST_TOKENS / WT2_TEST_ARTICLES), 0.6, WT2_TEST_ARTICLES)
     lengths = np.floor(raw / raw.sum() * WT2_TEST_TOKENS).astype(int)
     lengths[0] += WT2_TEST_TOKENS - lengths.sum()
-    words = " ".join(read_documents(CORPORA["kglm"])).split()
+    words = " ".join(bundled_documents("kglm")).split()
     docs = []
     for n in lengths:
         start = int(rng.integers(len(words)))
@@ -204,7 +199,7 @@ def section_compile(device, K=1024, num_docs=10, modes=("default",), models=("kg
     for name in models:
         module, attr, eager = targets[name]
         model, _ = load_model(name, device=device)
-        docs = read_documents(CORPORA[name])[:num_docs]
+        docs = bundled_documents(name)[:num_docs]
         xs = [model.tokenize(d).to(device) for d in docs]
 
         def run():
@@ -246,7 +241,7 @@ def section_profile(device, K=10_000):
     from torch.profiler import ProfilerActivity, profile
 
     model, _ = load_model("kglm", device=device)
-    doc = read_documents(CORPORA["kglm"])[0]
+    doc = bundled_documents("kglm")[0]
     x = model.tokenize(doc).to(device)
     importance_log_weights(model, x, num_samples=K, document=doc, device=device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if str(device).startswith("cuda") else [])

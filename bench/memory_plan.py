@@ -34,10 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import full_size
 
 from lm_latent_eval.models import load_model
+from lm_latent_eval.models.corpora import read_documents
 from lm_latent_eval.models.kglm.latents import LatentHeads
 from lm_latent_eval.models.memory_plan import GIB, TemporaryRecorder
 from lm_latent_eval.paths import DATA_DIR
-from lm_latent_eval.reports.sweep import read_documents
 
 PAPER_K = 10_000
 # the other models: bundled corpus, and what bounds their temporaries that grow with K (read from their code)

@@ -63,7 +63,6 @@ from lm_latent_eval.reports.sweep import DEFAULT_TEMPERATURES
 SETTINGS = [(tau, True) for tau in DEFAULT_TEMPERATURES] + [(1.0, False)]  # Logan et al. (2020), Table 1
 PAPER_MAX_K, PAPER_REPEATS, PAPER_REPEAT_K = 10_000, 100, 100
 PAPER_GPU_HOURS = 15 * 7 * 24  # "a week on 15 GTX 1080 Ti"
-BUNDLED = {"kglm": "linked_tiny/test.jsonl", "entitynlm": "coref_tiny/test.jsonl"}
 # dense peak TFLOP/s by precision (NVIDIA datasheets; TF32 and bf16 without sparsity), matched in the device's name
 DATASHEET_TFLOPS = {
     "H100 PCIe": {"float32": 51.0, "tf32": 378.0, "bfloat16": 756.0},
@@ -263,11 +262,10 @@ def build(args, device):
         docs = make_corpus(model)
     else:
         from lm_latent_eval.models import load_model
-        from lm_latent_eval.paths import DATA_DIR
-        from lm_latent_eval.reports.sweep import read_documents
+        from lm_latent_eval.models.corpora import bundled_documents
 
         model, _ = load_model(args.model, device=device, dtype=dtype)
-        docs = read_documents(DATA_DIR / BUNDLED[args.model])
+        docs = bundled_documents(args.model)
     model.cuda_graphs = args.cuda_graphs
     # log_joint's chunks (and KGLM's heads inside) follow the same budget
     model.memory_budget = int(args.memory_budget * 2**30)

@@ -23,8 +23,8 @@ import torch
 from lm_latent_eval.estimators import importance_log_weights
 from lm_latent_eval.estimators.seeding import document_generator
 from lm_latent_eval.models import load_model
+from lm_latent_eval.models.corpora import read_documents
 from lm_latent_eval.paths import DATA_DIR
-from lm_latent_eval.reports.sweep import read_documents
 
 
 def sync(device) -> None:

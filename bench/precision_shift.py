@@ -45,16 +45,10 @@ from lm_latent_eval.estimators.diagnostics import log_mean_exp, relative_varianc
 from lm_latent_eval.estimators.policy import DEFAULT_POLICY
 from lm_latent_eval.estimators.settings import AUTO_TARGET_SE
 from lm_latent_eval.models import load_model
-from lm_latent_eval.paths import DATA_DIR
+from lm_latent_eval.models.corpora import bundled_documents
 from lm_latent_eval.precision import PRECISIONS, in_effect, matmul_precision
-from lm_latent_eval.reports.sweep import read_documents
 
 OUTPUT = Path(__file__).resolve().parent / "precision_shift" / "README.md"
-CORPORA = {
-    "kglm": "linked_tiny/test.jsonl",
-    "entitynlm": "coref_tiny/test.jsonl",
-    "rnng": "ptb_tiny/test.txt",
-}
 
 
 def machine(device: str) -> str:
@@ -182,7 +176,7 @@ def verdict(precisions, slowest, rounding, tolerance) -> list[str]:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--models", default=",".join(CORPORA))
+    p.add_argument("--models", default="kglm,entitynlm,rnng")
     p.add_argument("--estimators", default="is,smc")
     p.add_argument("--num-samples", type=int, default=1000)
     p.add_argument("--seed", type=int, default=1234)
@@ -227,7 +221,7 @@ def main(argv=None) -> None:
     slowest, rounding = {}, {}
     for name in args.models.split(","):
         model, _ = load_model(name, device=device)
-        texts = read_documents(DATA_DIR / CORPORA[name])
+        texts = bundled_documents(name)
         tokens = sum(model.tokenize(t).numel() for t in texts)
         rows, slowest[name] = estimator_rows(name, model, texts, tokens, precisions, args)
         sec1 += rows

@@ -34,8 +34,8 @@ from lm_latent_eval.estimators.policy import DEFAULT_POLICY
 from lm_latent_eval.estimators.registry import resolve
 from lm_latent_eval.estimators.settings import EstimatorSettings
 from lm_latent_eval.models import load_model
+from lm_latent_eval.models.corpora import read_documents
 from lm_latent_eval.paths import DATA_DIR
-from lm_latent_eval.reports.sweep import read_documents
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

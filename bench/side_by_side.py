@@ -41,9 +41,9 @@ from lm_latent_eval.estimators import EstimatorSettings, importance, resolve, se
 from lm_latent_eval.estimators.adaptive import estimate_corpus
 from lm_latent_eval.estimators.registry import with_model_defaults
 from lm_latent_eval.models import load_model
+from lm_latent_eval.models.corpora import read_documents
 from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.protocol import has
-from lm_latent_eval.reports.sweep import read_documents
 
 OUTPUT = Path(__file__).resolve().parent / "side_by_side"
 

@@ -32,9 +32,9 @@ from particles import timed
 
 from lm_latent_eval.estimators import importance_log_weights, smc_log_weights
 from lm_latent_eval.models import load_model
+from lm_latent_eval.models.corpora import read_documents
 from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.protocol import has
-from lm_latent_eval.reports.sweep import read_documents
 
 OUTPUT = Path(__file__).resolve().parent / "smc_cost" / "output.md"
 # model -> (its bundled test corpus, documents timed): about a second per estimator and repeat at K = 1,000

@@ -21,8 +21,8 @@ from cases import CASES  # the contract table: the tiny enumerable models of the
 
 from lm_latent_eval.estimators import smc_log_weights
 from lm_latent_eval.models import load_model
+from lm_latent_eval.models.corpora import read_documents
 from lm_latent_eval.paths import DATA_DIR
-from lm_latent_eval.reports.sweep import read_documents
 
 
 def row(name, model, text, log_p, k, peek, seeds):

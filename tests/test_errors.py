@@ -354,7 +354,7 @@ NOT_UTF8 = b"\xff\xfe not utf-8\n"
         ("lm_latent_eval.models.entitynlm.conll:load_conll2012", "data_file", b"\n"),
         ("lm_latent_eval.models.kglm.linked_wikitext:load_linked_wikitext2", "data_dir", b"\n"),
         ("lm_latent_eval.models.lda.corpus:load_pydoc_topics", "data_file", b"a b\n"),
-        ("lm_latent_eval.reports.sweep.compute:read_documents", "path", b"(S (NP the cat) (VP sat))\n"),
+        ("lm_latent_eval.models.corpora:read_documents", "path", b"(S (NP the cat) (VP sat))\n"),
     ],
 )
 def test_every_data_loader_names_the_file_and_line_that_is_not_utf8(loader, argument, first_line, tmp_path):

@@ -25,13 +25,15 @@ Floors of the import graph (each imports only the ones above it):
 from __future__ import annotations
 
 from .aggregate import corpus_ppl, instance_ppl, log_mean_exp
-from .base import DocumentEstimate, Estimator, ResolvedEstimator
+from .base import Estimator
 from .beam import BeamEstimate
 from .document import beam_log_marginal, estimate_document, importance_log_weights, smc_log_weights
 from .exact import ExactEstimate, exact_log_marginal
 from .importance import ISDiagnostics, ISEstimate, summarize
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
+from .record import DocumentEstimate
 from .registry import ESTIMATORS, estimator_named, recorded_settings, resolve
+from .run import ResolvedEstimator
 from .seeding import sample_block
 from .settings import EstimatorSettings
 from .smc import SMCDiagnostics, SMCEstimate

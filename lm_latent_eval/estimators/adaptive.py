@@ -49,9 +49,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from .base import DocumentEstimate, ResolvedEstimator
 from .intervals import DocumentError
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
+from .record import DocumentEstimate
+from .run import ResolvedEstimator
 from .settings import EstimatorSettings
 from .workers import DocumentWorkers
 

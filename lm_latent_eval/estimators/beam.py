@@ -8,9 +8,10 @@ from typing import ClassVar
 import torch
 
 from ..protocol import LatentLM, missing_beam, num_particles
-from .base import DocumentEstimate, Estimator
+from .base import Estimator
 from .intervals import DocumentError, Interval
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
+from .record import DocumentEstimate
 
 
 class BeamEstimate(DocumentEstimate):

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .aggregate import total_tokens
-from .base import DocumentEstimate, Estimator
+from .base import Estimator
 from .diagnostics import pareto_k_shares
 from .intervals import Interval
 from .intervals import sampling_standard_error as _sampling_se
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
+from .record import DocumentEstimate
 from .registry import estimator_named
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ..protocol import LatentLM
-from .base import DocumentEstimate
+from .record import DocumentEstimate
 from .registry import resolve
 from .settings import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS, EstimatorSettings
 from .smc_variance import SMCDiagnostics

@@ -45,9 +45,10 @@ import numpy as np
 import torch
 
 from ..errors import UnsupportedError
-from .base import DocumentEstimate, Estimator, as_array, as_list
+from .base import Estimator
 from .intervals import DocumentError, Interval
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
+from .record import DocumentEstimate, as_array, as_list
 from .seeding import document_generator, stage_block
 
 ELBO_NOT_AN_ESTIMATE = "an ELBO is a lower bound on log p(x), not an estimate of it"

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
 from ..errors import UnsupportedError
 from ..protocol import LatentLM, has
-from .base import DocumentEstimate, Estimator, checked_log_marginal
+from .base import Estimator
 from .intervals import DocumentError, Interval
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
+from .record import DocumentEstimate
 
 
 class ExactEstimate(DocumentEstimate):
@@ -81,3 +82,11 @@ def exact_log_marginal(model: LatentLM, x: torch.Tensor, document: str = "") -> 
     """
     EXACT.require(model)
     return checked_log_marginal(model, x, document)
+
+
+def checked_log_marginal(model: Any, x: torch.Tensor, document: str = "") -> float:
+    """``model.log_marginal(x)`` as a float, refused where it is NaN or +inf (naming the document)."""
+    value = float(model.log_marginal(x))
+    if math.isnan(value) or value == math.inf:
+        raise ValueError(f"document {document[:60]!r}: log_marginal returned {value}")
+    return value

@@ -40,7 +40,7 @@ from ..protocol import (
     select_particles,
 )
 from .aggregate import corpus_log_likelihood, log_mean_exp
-from .base import STOCHASTIC_BOUND, DocumentEstimate, Estimator, sample_sizes, sampling_advice
+from .base import STOCHASTIC_BOUND, Estimator, sample_sizes, sampling_advice
 from .diagnostics import (
     convergence_curve,
     effective_sample_size,
@@ -51,6 +51,7 @@ from .diagnostics import (
 )
 from .intervals import FLOAT32_EPSILON, DocumentError, proven_rounding
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
+from .record import DocumentEstimate
 from .seeding import (
     document_generator,
     sample_block,

@@ -17,12 +17,14 @@ from ..checks import check_fits_memory
 from ..errors import InputError, UnsupportedError
 from ..protocol import check_tempering, has
 from ..tensors import available_memory
-from .base import DocumentEstimate, Estimator, ResolvedEstimator
+from .base import Estimator
 from .beam import BEAM
 from .canonical import CANONICAL
 from .elbo import ELBO
 from .exact import EXACT
 from .importance import IMPORTANCE
+from .record import DocumentEstimate
+from .run import ResolvedEstimator
 from .seeding import sample_block
 from .settings import AUTO, AUTO_TARGET_SE, EstimatorSettings
 from .smc import SMC

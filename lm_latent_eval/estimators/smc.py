@@ -36,9 +36,10 @@ import torch
 from ..errors import InputError
 from ..protocol import has, missing
 from .aggregate import log_mean_exp
-from .base import STOCHASTIC_BOUND, DocumentEstimate, Estimator, sample_sizes, sampling_advice
+from .base import STOCHASTIC_BOUND, Estimator, sample_sizes, sampling_advice
 from .intervals import DocumentError
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
+from .record import DocumentEstimate
 from .resampling import RunLayout, blocks_of_runs, run_sizes, systematic_resample
 from .seeding import document_generator, side_by_side_chunks, side_by_side_particles, stage_block
 from .settings import EstimatorSettings

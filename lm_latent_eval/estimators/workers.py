@@ -37,7 +37,8 @@ from typing import Self
 import torch
 from tqdm.auto import tqdm
 
-from .base import DocumentEstimate, ResolvedEstimator
+from .record import DocumentEstimate
+from .run import ResolvedEstimator
 from .seeding import side_by_side_chunks, side_by_side_particles
 
 logger = logging.getLogger(__name__)

@@ -18,39 +18,70 @@ from ..paths import DATA_DIR
 class ModelEntry:
     """One row of the model table: the class (``"module:Class"``, with ``from_pretrained(path_or_hub_id, **kwargs)``),
     the lm-eval backend class in ``lm_latent_eval.harness.backends`` that serves ``--model latent_<name>`` (None: only
-    ``--model latent model=<name>``) and the trainer module of ``lm-latent-eval train <name>`` (None: not trainable)."""
+    ``--model latent model=<name>``), the trainer module of ``lm-latent-eval train <name>`` (None: not trainable), the
+    bundled held-out corpus under ``DATA_DIR`` (``bundled_corpus``) and the module that writes the bundled checkpoint
+    and corpus (None: none bundled)."""
 
     target: str
     backend: str | None = None
     trainer: str | None = None
+    corpus: str | None = None
+    maker: str | None = None
 
 
 # The one table of our latent LMs: adding a model is one row here (plus its lm_eval.models entry point in pyproject,
 # which tests/harness/test_backends.py checks against this table, and a task under tasks/).
 MODELS = {
     "hmm": ModelEntry(
-        "lm_latent_eval.models.hmm:HMMLanguageModel", "LatentHMMEval", "lm_latent_eval.models.hmm.train"
+        "lm_latent_eval.models.hmm:HMMLanguageModel",
+        "LatentHMMEval",
+        "lm_latent_eval.models.hmm.train",
+        "corpus/tiny_test.jsonl",
+        "lm_latent_eval.data.make_default_hmm",
     ),
     "kglm": ModelEntry(
-        "lm_latent_eval.models.kglm:KGLM", "LatentKGLMEval", "lm_latent_eval.models.kglm.train"
+        "lm_latent_eval.models.kglm:KGLM",
+        "LatentKGLMEval",
+        "lm_latent_eval.models.kglm.train",
+        "linked_tiny/test.jsonl",
+        "lm_latent_eval.models.kglm.make_default",
     ),
     "entitynlm": ModelEntry(
         "lm_latent_eval.models.entitynlm:EntityNLM",
         "LatentEntityNLMEval",
         "lm_latent_eval.models.entitynlm.train",
+        "coref_tiny/test.jsonl",
+        "lm_latent_eval.models.entitynlm.make_default",
     ),
     "rnng": ModelEntry(
-        "lm_latent_eval.models.rnng:RNNG", "LatentRNNGEval", "lm_latent_eval.models.rnng.train"
+        "lm_latent_eval.models.rnng:RNNG",
+        "LatentRNNGEval",
+        "lm_latent_eval.models.rnng.train",
+        "ptb_tiny/test.txt",
+        "lm_latent_eval.models.rnng.make_default",
     ),
-    "lda": ModelEntry("lm_latent_eval.models.lda:LDA", "LatentLDAEval", "lm_latent_eval.models.lda.train"),
+    "lda": ModelEntry(
+        "lm_latent_eval.models.lda:LDA",
+        "LatentLDAEval",
+        "lm_latent_eval.models.lda.train",
+        "pydoc_topics/test.jsonl",
+        "lm_latent_eval.models.lda.make_default",
+    ),
     # masked-diffusion LMs, z = the order in which the positions are revealed
     "masked": ModelEntry(
         "lm_latent_eval.models.masked:MaskedDiffusionLM",
         "LatentMaskedEval",
         "lm_latent_eval.models.masked.train",
+        "masked_tiny/test.jsonl",
+        "lm_latent_eval.models.masked.make_default",
     ),
     # any Hugging Face causal LM, z = its tokenizations; and the same LM with a trivial z
-    "tokenization": ModelEntry("lm_latent_eval.models.tokenization:TokenizationLM", "LatentTokenizationEval"),
+    "tokenization": ModelEntry(
+        "lm_latent_eval.models.tokenization:TokenizationLM",
+        "LatentTokenizationEval",
+        corpus="corpus/tiny_test.jsonl",
+        maker="lm_latent_eval.models.tokenization.make_default",
+    ),
     "causal": ModelEntry("lm_latent_eval.models.causal_lm:CausalLMAsLatent"),
 }
 
@@ -72,6 +103,21 @@ def resolve_class(model: str):
         return getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as err:
         raise InputError(f"cannot import model class {target!r}: {err}") from err
+
+
+def bundled_corpus(model: str) -> Path:
+    """The bundled held-out corpus of one of our models (its row's ``corpus``, under ``DATA_DIR``).
+
+    Examples
+    --------
+    >>> bundled_corpus("kglm").relative_to(DATA_DIR).as_posix()
+    'linked_tiny/test.jsonl'
+    """
+    entry = MODELS.get(model)
+    if entry is None or entry.corpus is None:
+        with_corpus = sorted(name for name, row in MODELS.items() if row.corpus)
+        raise InputError(f"no bundled corpus for model {model!r}: one of {with_corpus}")
+    return DATA_DIR / entry.corpus
 
 
 def default_checkpoint(model: str) -> Path | None:

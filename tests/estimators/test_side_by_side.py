@@ -17,15 +17,9 @@ from lm_latent_eval.estimators.adaptive import estimate_corpus
 from lm_latent_eval.estimators.registry import resolve
 from lm_latent_eval.estimators.smc import Lane, smc_lanes
 from lm_latent_eval.models import default_checkpoint, load_model
+from lm_latent_eval.models.corpora import bundled_documents, read_documents
 from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.protocol import has
-from lm_latent_eval.reports.sweep import read_documents
-
-CORPORA = {
-    "kglm": "linked_tiny/test.jsonl",
-    "entitynlm": "coref_tiny/test.jsonl",
-    "rnng": "ptb_tiny/test.txt",
-}
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +58,7 @@ def test_hmm_documents_side_by_side_equal_each_alone(bundled_hmm, bundled_test_t
 def test_kglm_corpus_side_by_side_equals_each_document_alone(kglm):
     """The bundled KGLM's test documents (lengths 20 to 140 tokens) through ``estimate_corpus``, which hands them
     to one step as chunks of similar length, against each alone: bit for bit, peeking and not, τ = 1 and 2."""
-    texts = list(dict.fromkeys(read_documents(DATA_DIR / CORPORA["kglm"])))[:10]
+    texts = list(dict.fromkeys(bundled_documents("kglm")))[:10]
     for peek, tau in ((True, 1.0), (False, 2.0)):
         run = resolve(EstimatorSettings("smc", 300, temperature=tau, peek=peek, seed=7, target_se=None), kglm)
         assert_same(estimate_corpus(run, texts, progress=False), alone(run, texts, [300] * len(texts)))
@@ -73,7 +67,7 @@ def test_kglm_corpus_side_by_side_equals_each_document_alone(kglm):
 def test_kglm_side_by_side_on_the_accelerator_paths(kglm, monkeypatch):
     """With the accelerator's code paths (every particle through the parent and edge heads, masked), the same."""
     monkeypatch.setattr(tensors, "SELECT_ROWS_ON", ())
-    texts = list(dict.fromkeys(read_documents(DATA_DIR / CORPORA["kglm"])))[:6]
+    texts = list(dict.fromkeys(bundled_documents("kglm")))[:6]
     run = resolve(EstimatorSettings("smc", 200, seed=2, target_se=None), kglm)
     assert_same(estimate_corpus(run, texts, progress=False), alone(run, texts, [200] * len(texts)))
 
@@ -83,7 +77,7 @@ def test_entitynlm_side_by_side_on_the_accelerator_layout(monkeypatch):
     equal its own to float32 rounding (its heads' products run on other rows beside it); on the CPU's
     distinct-history layout it runs documents one at a time (``smc_init_documents`` declines)."""
     model = load_model("entitynlm")[0]
-    texts = list(dict.fromkeys(read_documents(DATA_DIR / CORPORA["entitynlm"])))[:5]
+    texts = list(dict.fromkeys(bundled_documents("entitynlm")))[:5]
     xs = [model.tokenize(t) for t in texts]
     assert model.smc_init_documents(xs, [8] * len(xs)) is None
     monkeypatch.setattr(tensors, "SELECT_ROWS_ON", ())
@@ -103,7 +97,7 @@ def test_rnng_side_by_side_on_the_accelerator_layout(monkeypatch, count_eos, pee
     sentences that end earlier close while the others draw); on the CPU's distinct-history layout it declines."""
     model = load_model("rnng")[0]
     monkeypatch.setattr(model, "count_eos", count_eos)
-    texts = list(dict.fromkeys(read_documents(DATA_DIR / CORPORA["rnng"])))[:8]
+    texts = list(dict.fromkeys(bundled_documents("rnng")))[:8]
     xs = [model.tokenize(t) for t in texts]
     assert model.smc_init_documents(xs, [8] * len(xs)) is None
     monkeypatch.setattr(tensors, "SELECT_ROWS_ON", ())
@@ -152,7 +146,7 @@ def test_kglm_importance_sampling_draws_documents_side_by_side(kglm, monkeypatch
     blocks per document among them; every document's log weights, unknown-word penalties and distinct draws equal
     its own alone, bit for bit."""
     monkeypatch.setattr(importance, "side_by_side_particles", lambda device="cpu": 2500)
-    texts = list(dict.fromkeys(read_documents(DATA_DIR / CORPORA["kglm"])))[:6]
+    texts = list(dict.fromkeys(bundled_documents("kglm")))[:6]
     sizes = [300, 1100, 300, 2100, 64, 300]
     run = resolve(EstimatorSettings("is", 300, peek=peek, seed=5, target_se=None), kglm)
     assert run.estimator.batches_documents(kglm)
@@ -167,7 +161,7 @@ def test_kglm_importance_sampling_draws_documents_side_by_side(kglm, monkeypatch
 
 
 def test_importance_sampling_falls_back_where_the_proposal_declines(kglm, monkeypatch):
-    texts = list(dict.fromkeys(read_documents(DATA_DIR / CORPORA["kglm"])))[:3]
+    texts = list(dict.fromkeys(bundled_documents("kglm")))[:3]
     run = resolve(EstimatorSettings("is", 50, seed=6, target_se=None), kglm)
     expected = alone(run, texts, [50] * 3)
     monkeypatch.setattr(type(kglm.proposal), "sample_documents", lambda self, *a, **k: None)

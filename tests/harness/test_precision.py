@@ -20,15 +20,13 @@ from lm_latent_eval.harness.backends import LatentEntityNLMEval, LatentHMMEval, 
 from lm_latent_eval.harness.model_args import ModelArgsError, parse_backend_args
 from lm_latent_eval.harness.provenance import NAMING_KEYS, run_identity
 from lm_latent_eval.models import load_model
-from lm_latent_eval.paths import DATA_DIR
+from lm_latent_eval.models.corpora import bundled_documents
 from lm_latent_eval.precision import matmul_precision
 from lm_latent_eval.reports import card as card_mod
 from lm_latent_eval.reports.lm_eval_output import TaskRun
-from lm_latent_eval.reports.sweep import read_documents
 
 REPO = Path(__file__).resolve().parents[2]
 MEASURED = REPO / "bench" / "precision_shift" / "README.md"
-CORPORA = {"kglm": "linked_tiny/test.jsonl", "entitynlm": "coref_tiny/test.jsonl"}
 BACKENDS = {"kglm": LatentKGLMEval, "entitynlm": LatentEntityNLMEval}
 
 
@@ -93,7 +91,7 @@ def test_the_context_restores_torchs_settings_after_an_error():
     assert (torch.backends.mkldnn.enabled, torch.is_autocast_enabled("cpu")) == before
 
 
-@pytest.mark.parametrize("name", sorted(CORPORA))
+@pytest.mark.parametrize("name", ["entitynlm", "kglm"])
 def test_bfloat16_moves_log_p_by_the_measured_rounding(name):
     """float32's IS draws scored again in bfloat16: every document's log p̂ moves (the setting is applied), by at
     most twice the largest shift bench/precision_shift.py measured on the bundled corpus (the rounding, not noise)."""
@@ -101,7 +99,7 @@ def test_bfloat16_moves_log_p_by_the_measured_rounding(name):
     bound = 2 * measured(name, "max abs(δ log p̂) per document")
     shifts = []
     with torch.no_grad():
-        for n, text in enumerate(read_documents(DATA_DIR / CORPORA[name])[:3]):
+        for n, text in enumerate(bundled_documents(name)[:3]):
             x = model.tokenize(text)
             z, _ = model.proposal.sample(x, 64, generator=torch.Generator().manual_seed(n))
             lw = {}
@@ -113,12 +111,12 @@ def test_bfloat16_moves_log_p_by_the_measured_rounding(name):
     assert max(abs(s) for s in shifts) <= bound, (shifts, bound)
 
 
-@pytest.mark.parametrize("name", sorted(CORPORA))
+@pytest.mark.parametrize("name", ["entitynlm", "kglm"])
 def test_float32_leaves_every_number_as_it_was(name):
     """The default: the estimates inside ``precision=float32`` are the estimates without any context, bit for bit,
     whatever ran at another precision in between (cached encodings are keyed by the precision)."""
     model, _ = load_model(name)
-    texts = read_documents(DATA_DIR / CORPORA[name])[:2]
+    texts = bundled_documents(name)[:2]
     for estimator in ("is", "smc"):
         run = resolve(EstimatorSettings(estimator, num_samples=32, seed=5, target_se=0), model)
         plain = [run.estimate(t).log_weights for t in texts]
@@ -136,7 +134,7 @@ def test_the_backend_runs_bfloat16_in_its_forked_workers_and_float32_by_default(
     of float32's, and not float32's; no precision and precision=float32 are the same run."""
     from lm_eval.api.instance import Instance
 
-    texts = read_documents(DATA_DIR / CORPORA["entitynlm"])[:4]
+    texts = bundled_documents("entitynlm")[:4]
     requests = [Instance("loglikelihood_rolling", {}, (t,), n) for n, t in enumerate(texts)]
     common = {"estimator": "is", "num_samples": 1000, "seed": 1234, "target_se": 0, "device": "cpu"}
     values = {

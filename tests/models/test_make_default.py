@@ -7,17 +7,11 @@ import importlib
 
 import pytest
 
+from lm_latent_eval.models import MODELS
 from lm_latent_eval.paths import DATA_DIR
 
-SCRIPTS = [
-    "lm_latent_eval.data.make_default_hmm",
-    "lm_latent_eval.models.kglm.make_default",
-    "lm_latent_eval.models.entitynlm.make_default",
-    "lm_latent_eval.models.rnng.make_default",
-    "lm_latent_eval.models.lda.make_default",
-    "lm_latent_eval.models.tokenization.make_default",
-    "lm_latent_eval.models.masked.make_default",
-]
+# every bundled checkpoint's maker, from the model table
+SCRIPTS = sorted({row.maker for row in MODELS.values() if row.maker})
 
 
 def _bundled_files() -> dict[str, int]:

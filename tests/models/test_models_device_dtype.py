@@ -17,15 +17,9 @@ from lm_latent_eval.estimators import importance_log_weights
 from lm_latent_eval.estimators.aggregate import log_mean_exp
 from lm_latent_eval.estimators.diagnostics import relative_variance
 from lm_latent_eval.models import load_model
-from lm_latent_eval.paths import DATA_DIR
+from lm_latent_eval.models.corpora import bundled_documents
 from lm_latent_eval.protocol import select_particles
-from lm_latent_eval.reports.sweep import read_documents
 
-CORPORA = {
-    "kglm": DATA_DIR / "linked_tiny" / "test.jsonl",
-    "entitynlm": DATA_DIR / "coref_tiny" / "test.jsonl",
-    "rnng": DATA_DIR / "ptb_tiny" / "test.txt",
-}
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
@@ -40,13 +34,13 @@ def draw_and_score(model, x, k=64, seed=0):
     return z, log_q, model.log_joint(x, z)
 
 
-@pytest.mark.parametrize("name", sorted(CORPORA))
+@pytest.mark.parametrize("name", ["entitynlm", "kglm", "rnng"])
 @torch.no_grad()
 def test_bfloat16_network_keeps_float64_log_probabilities(name):
     full, _ = load_model(name)
     low, _ = load_model(name, dtype=torch.bfloat16)
     assert {p.dtype for p in low.parameters() if p.is_floating_point()} == {torch.bfloat16}
-    doc = read_documents(CORPORA[name])[1]
+    doc = bundled_documents(name)[1]
     x = full.tokenize(doc)
     z, log_q, log_p = draw_and_score(full, x)
     low_p, low_q = low.log_joint(x, z), low.proposal.log_prob(x, z)
@@ -58,13 +52,13 @@ def test_bfloat16_network_keeps_float64_log_probabilities(name):
     assert not torch.equal(low_p, log_p)  # the network really ran in bf16
 
 
-@pytest.mark.parametrize("name", sorted(CORPORA))
+@pytest.mark.parametrize("name", ["entitynlm", "kglm", "rnng"])
 def test_bfloat16_network_runs_smc(name):
     """The stepwise kernels keep the network's dtype (bfloat16 stacks and states) and float64 weights: SMC in bf16
     lands within bf16 rounding of float32's estimate."""
     from lm_latent_eval.estimators import smc_log_weights
 
-    doc = read_documents(CORPORA[name])[1]
+    doc = bundled_documents(name)[1]
     estimates = []
     for dtype in (None, torch.bfloat16):
         model, _ = load_model(name, dtype=dtype)
@@ -76,12 +70,12 @@ def test_bfloat16_network_runs_smc(name):
 
 
 @needs_cuda
-@pytest.mark.parametrize("name", sorted(CORPORA))
+@pytest.mark.parametrize("name", ["entitynlm", "kglm", "rnng"])
 @torch.no_grad()
 def test_cuda_gives_the_cpu_numbers(name):
     cpu, _ = load_model(name)
     cuda, _ = load_model(name, device="cuda")
-    doc = read_documents(CORPORA[name])[1]
+    doc = bundled_documents(name)[1]
     x = cpu.tokenize(doc)
     z, log_q, log_p = draw_and_score(cpu, x)
     xc, zc = x.to("cuda"), to_device(z, "cuda")
@@ -95,10 +89,10 @@ def test_cuda_gives_the_cpu_numbers(name):
 
 
 @needs_cuda
-@pytest.mark.parametrize("name", sorted(CORPORA))
+@pytest.mark.parametrize("name", ["entitynlm", "kglm", "rnng"])
 def test_cuda_estimate_agrees_with_cpu_within_noise(name):
     """Other generators draw other samples: the two log p̂ differ by noise only (5 standard errors)."""
-    doc = read_documents(CORPORA[name])[1]
+    doc = bundled_documents(name)[1]
     estimates = []
     for device in ("cpu", "cuda"):
         model, _ = load_model(name, device=device)
@@ -123,7 +117,7 @@ def test_sample_block_is_per_device():
 @needs_cuda
 def test_cuda_weights_do_not_depend_on_batch_size():
     model, _ = load_model("kglm", device="cuda")
-    doc = read_documents(CORPORA["kglm"])[1]
+    doc = bundled_documents("kglm")[1]
     x = model.tokenize(doc).to("cuda")
     one_block = importance_log_weights(model, x, num_samples=3000, seed=5, document=doc, device="cuda")
     chunked = importance_log_weights(

@@ -7,11 +7,11 @@ import pytest
 
 from lm_latent_eval.cli import main
 from lm_latent_eval.models import load_model
+from lm_latent_eval.models.corpora import read_documents
 from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.reports.sweep import (
     SweepResult,
     convergence_figure,
-    read_documents,
     run_sweep,
     table1_markdown,
     table2_markdown,

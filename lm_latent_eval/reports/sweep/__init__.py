@@ -14,7 +14,6 @@ from .compute import (
     SweepResult,
     exact_estimates,
     is_row,
-    read_documents,
     run_sweep,
     smc_row,
 )
@@ -34,7 +33,6 @@ __all__ = [
     "convergence_figure",
     "exact_estimates",
     "is_row",
-    "read_documents",
     "run_sweep",
     "save_convergence_plot",
     "smc_row",

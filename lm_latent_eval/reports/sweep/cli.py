@@ -16,10 +16,11 @@ from ...estimators.settings import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS
 from ...harness.provenance import package_path
 from ...harness.threads import choose_workers
 from ...models import load_model
+from ...models.corpora import read_documents
 from ...paths import DATA_DIR
 from ...protocol import check_num_samples, has
 from ..json_files import write_json
-from .compute import DEFAULT_BEAM_SIZES, DEFAULT_TEMPERATURES, read_documents, run_sweep
+from .compute import DEFAULT_BEAM_SIZES, DEFAULT_TEMPERATURES, run_sweep
 from .render import save_convergence_plot, tables_markdown
 
 # bundled evaluation data of a model whose corpus is not the default tiny test set (paths under lm_latent_eval/data)

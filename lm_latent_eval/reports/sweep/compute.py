@@ -6,19 +6,16 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from ...documents import read_text, read_texts
-from ...errors import InputError, MissingFileError
+from ...errors import InputError
 from ...estimators import EstimatorSettings, resolve
 from ...estimators.corpus import corpus_estimate, pareto_k_shares
 from ...estimators.diagnostics import corpus_convergence_curve
 from ...estimators.settings import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS
 from ...estimators.workers import DocumentWorkers
-from ...models.rnng.treebank import read_sentences
 from ...protocol import has
 from ..json_files import as_json, from_json, json_key
 
@@ -78,39 +75,6 @@ class SweepResult:
         True
         """
         return from_json(cls, record)
-
-
-def read_documents(path: str | Path) -> list[str]:
-    """The documents of a file, errors naming the file and line.
-
-    Parameters
-    ----------
-    path : str or Path
-        A ``.jsonl`` file (field ``text``, or Linked WikiText-2 ``tokens``), a ``.txt`` file (one document per line),
-        or a file of PTB-style bracketed trees (one sentence per tree).
-
-    Returns
-    -------
-    list of str
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> path = Path(tempfile.mkdtemp()) / "docs.txt"
-    >>> _ = path.write_text("the cat sat\\na dog ran\\n")
-    >>> read_documents(path)
-    ['the cat sat', 'a dog ran']
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise MissingFileError(f"{path}: no such file")
-    # PTB-style trees
-    if path.suffix != ".jsonl" and read_text(path).lstrip().startswith("("):
-        docs = read_sentences(path)
-        if not docs:
-            raise InputError(f"{path}: no documents")
-        return docs
-    return read_texts(path, tokens_field=True)
 
 
 def exact_estimates(model, documents: list[str], device) -> list | None:

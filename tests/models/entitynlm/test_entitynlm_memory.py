@@ -23,11 +23,11 @@ import torch
 from lm_latent_eval.errors import InputError
 from lm_latent_eval.estimators import registry
 from lm_latent_eval.models import load_model
+from lm_latent_eval.models.corpora import read_documents
 from lm_latent_eval.models.entitynlm import EntityNLM
 from lm_latent_eval.models.entitynlm import memory_plan as plan_module
 from lm_latent_eval.models.memory_plan import DEFAULT_MEMORY_BUDGET, GIB, TemporaryRecorder
 from lm_latent_eval.paths import DATA_DIR
-from lm_latent_eval.reports.sweep import read_documents
 
 PAPER_K = 10_000
 

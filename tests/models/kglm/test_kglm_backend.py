@@ -148,8 +148,8 @@ def test_lm_eval_cli_runs_latent_kglm_on_linked_wikitext2_tiny(tmp_path):
 
 @bundled
 def test_sweep_reads_linked_jsonl_articles():
+    from lm_latent_eval.models.corpora import read_documents
     from lm_latent_eval.models.kglm.linked_wikitext import read_linked_jsonl
-    from lm_latent_eval.reports.sweep import read_documents
 
     path = default_checkpoint("kglm").parent / "linked_tiny" / "test.jsonl"
     assert read_documents(path) == [d.text for d in read_linked_jsonl(path)]

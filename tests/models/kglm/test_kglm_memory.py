@@ -20,10 +20,10 @@ import pytest
 import torch
 
 from lm_latent_eval.models import load_model
+from lm_latent_eval.models.corpora import read_documents
 from lm_latent_eval.models.kglm.latents import LatentHeads, related_pair_bytes
 from lm_latent_eval.models.memory_plan import DEFAULT_MEMORY_BUDGET, GIB, TemporaryRecorder, rows_per_chunk
 from lm_latent_eval.paths import DATA_DIR
-from lm_latent_eval.reports.sweep import read_documents
 
 PAPER_K = 10_000
 MiB = 2**20

@@ -18,9 +18,9 @@ from rnng_tiny import TEXT, tiny_rnng
 
 from lm_latent_eval.estimators import importance_log_weights
 from lm_latent_eval.models import load_model
+from lm_latent_eval.models.corpora import read_documents
 from lm_latent_eval.models.rnng.enumerate import enumerate_trees
 from lm_latent_eval.paths import DATA_DIR
-from lm_latent_eval.reports.sweep import read_documents
 
 TOL = 1e-9
 

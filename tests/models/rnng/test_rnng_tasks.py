@@ -61,7 +61,7 @@ def test_every_estimator_runs_with_and_without_peeking(estimator):
 
 def test_sweep_on_the_rnng_reads_trees_and_reports_both_proposals(tmp_path):
     from lm_latent_eval.cli import main
-    from lm_latent_eval.reports.sweep import read_documents
+    from lm_latent_eval.models.corpora import read_documents
 
     trees = tmp_path / "trees.mrg"
     trees.write_text(
