@@ -151,12 +151,12 @@ class UncertaintyPolicy:
         doubt = self._runs_doubt(
             diagnostics, "SMC run", "SMC runs", "particles", "more particles per run are needed"
         )
-        if doubt is None and diagnostics.resampling_steps == 0 and log_weights is not None:
-            if pareto_khat(log_weights) >= self.max_unresampled_khat:
-                doubt = (
-                    f"heavy-tailed importance weights (Pareto k̂ at or above {self.max_unresampled_khat:g}: no "
-                    "estimable mean), whose SMC runs that never resample agree while missing the same tail"
-                )
+        never_resampled = diagnostics.resampling_steps == 0 and log_weights is not None
+        if doubt is None and never_resampled and pareto_khat(log_weights) >= self.max_unresampled_khat:
+            doubt = (
+                f"heavy-tailed importance weights (Pareto k̂ at or above {self.max_unresampled_khat:g}: no "
+                "estimable mean), whose SMC runs that never resample agree while missing the same tail"
+            )
         return doubt
 
     def tied_importance_doubt(self, runs, draws=None) -> str | None:
