@@ -84,8 +84,8 @@ def level(text: str) -> float:
 
 # what a Ctrl-C prints after "interrupted": what a subcommand keeps of its work, where it is not obvious
 INTERRUPTED = {
-    "sweep": "nothing written (a sweep writes its files once every row is done); fewer --temperatures, "
-    "--beam-sizes or --num-samples make a shorter run",
+    "sweep": "nothing written (a sweep interrupted after its first row writes the rows finished); fewer "
+    "--temperatures, --beam-sizes or --num-samples make a shorter run",
 }
 
 # former spellings of options, still accepted: old -> new (a warning names the new one)

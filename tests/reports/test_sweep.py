@@ -170,3 +170,33 @@ def test_convergence_figure_is_readable_where_the_estimates_are_compared():
     assert ax.get_legend() is None and fig.legends
     title = fig._suptitle.get_text()
     assert "rnng" in title and "ptb_tiny/test.txt" in title and "seed 1234" in title
+
+
+def test_ctrl_c_after_a_row_writes_the_rows_finished(tmp_path, monkeypatch, capsys):
+    """Issue 53, item 7: Ctrl-C in ``sweep`` wrote nothing; the rows finished before it are written and said to be
+    partial, with the exit status of an interrupt."""
+    from lm_latent_eval.reports.sweep import compute
+
+    estimates, calls = compute._estimates, []
+
+    def stopped_at_the_third_setting(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return estimates(*args)
+
+    monkeypatch.setattr(compute, "_estimates", stopped_at_the_third_setting)
+    argv = ["sweep", "--model", "hmm", "--num-samples", "8", "--temperatures", "1,2", "--beam-sizes", "1",
+            "--no-smc", "--output", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 130
+    assert "interrupted; wrote the rows finished" in capsys.readouterr().err
+    written = SweepResult.from_json(json.loads((tmp_path / "sweep.json").read_text()))
+    assert written.interrupted and len(written.is_rows) == 2 and written.beam_rows == []
+    assert (tmp_path / "tables.md").read_text().startswith("Interrupted (Ctrl-C)")
+
+
+def test_a_model_without_a_bundled_corpus_needs_data(capsys):
+    """A model named by its class has no bundled test set: the sweep once scored the HMM's corpus in its place."""
+    model = "lm_latent_eval.models.hmm:HMMLanguageModel"
+    assert main(["sweep", "--model", model, "--pretrained", str(DATA_DIR / "hmm")]) == 2
+    assert "--data: " in capsys.readouterr().err

@@ -6,25 +6,23 @@ K-convergence plot, all from one run per proposal setting; writes ``sweep.json``
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import torch
 
+from ...errors import InputError
 from ...estimators import EstimatorSettings
 from ...estimators.registry import resolve
 from ...estimators.settings import DEFAULT_RESAMPLE_THRESHOLD, DEFAULT_SMC_RUNS
 from ...harness.provenance import package_path
 from ...harness.threads import choose_workers
-from ...models import load_model
+from ...models import MODELS, bundled_corpus, load_model
 from ...models.corpora import read_documents
-from ...paths import DATA_DIR
 from ...protocol import check_num_samples, has
 from ..json_files import write_json
 from .compute import DEFAULT_BEAM_SIZES, DEFAULT_TEMPERATURES, run_sweep
 from .render import save_convergence_plot, tables_markdown
-
-# bundled evaluation data of a model whose corpus is not the default tiny test set (paths under lm_latent_eval/data)
-DEFAULT_DATA = {"rnng": "ptb_tiny/test.txt"}
 
 
 def _floats(text: str) -> list[float]:
@@ -100,7 +98,9 @@ def run(args: argparse.Namespace) -> int:
     if args.workers is not None:
         check_num_samples(args.workers, "--workers")
     model, _ = load_model(args.model, args.pretrained, device=args.device, given_as="--pretrained")
-    data = args.data or DATA_DIR / DEFAULT_DATA.get(args.model, "corpus/tiny_test.jsonl")
+    if args.data is None and not (args.model in MODELS and MODELS[args.model].corpus):
+        raise InputError(f"--data: {args.model} has no bundled test set; name a .jsonl, .txt or tree file")
+    data = args.data or bundled_corpus(args.model)
     peek_modes = {"both": (True, False), "peek": (True,), "no-peek": (False,)}[args.peek]
     # a proposal that declares always_peeks = True: no-peeking rows do not apply
     if getattr(model.proposal, "always_peeks", False):
@@ -142,5 +142,12 @@ def run(args: argparse.Namespace) -> int:
     (out / "tables.md").write_text(tables)
     save_convergence_plot(result, out / "convergence.png")
     print(tables)
-    print(f"wrote {out / 'sweep.json'}, {out / 'tables.md'}, {out / 'convergence.png'}")
+    written = f"{out / 'sweep.json'}, {out / 'tables.md'}, {out / 'convergence.png'}"
+    if result.interrupted:
+        print(
+            f"lm-latent-eval sweep: interrupted; wrote the rows finished before it to {written}",
+            file=sys.stderr,
+        )
+        return 130
+    print(f"wrote {written}")
     return 0

@@ -43,6 +43,8 @@ class SweepResult:
         The corpus's exact perplexity where known, and ``exact_source`` where it comes from.
     config : dict or None
         What the numbers depend on (the command line's options), set by ``lm-latent-eval sweep``.
+    interrupted : bool or None
+        True when Ctrl-C stopped the sweep: the rows are those finished before it.
     """
 
     num_documents: int
@@ -53,6 +55,7 @@ class SweepResult:
     exact_perplexity: float | None = field(default=None, metadata=json_key("exact_ppl"))
     exact_source: str | None = None
     config: dict | None = None
+    interrupted: bool | None = None
 
     def to_json(self) -> dict:
         """The JSON record of ``sweep.json``: the fields that are set, in order, under their JSON keys.
@@ -157,6 +160,7 @@ def run_sweep(
     Returns
     -------
     SweepResult
+        With ``interrupted`` set where Ctrl-C stopped it after a row was finished (a KeyboardInterrupt before).
     """
     smc = has(model, "stepwise") if smc is None else smc
     settings = [(peek, t) for peek in peek_modes for t in temperatures]
@@ -171,17 +175,35 @@ def run_sweep(
     bar = tqdm(total=total, desc="sweep", unit="doc", disable=not progress)
     exact = exact_estimates(model, documents, device)
     bar.update(len(documents))
-    num_tokens = None
-    rows, smc_rows, beam_rows = [], [], []
+    result = SweepResult(len(documents), 0, [], [], [] if smc else None)
+    try:
+        _add_rows(result, model, documents, settings, beam_sizes, common, smc_only, device, workers, bar)
+    except KeyboardInterrupt:
+        if not result.is_rows:
+            raise
+        result.interrupted = True
+    bar.close()
+    if exact is not None:
+        result.exact_perplexity = math.exp(-sum(e.log_likelihood for e in exact) / result.num_tokens)
+        result.exact_source = "the model's log_marginal"
+    return result
+
+
+def _add_rows(
+    result: SweepResult, model, documents, settings, beam_sizes, common, smc_only, device, workers, bar
+):
+    """``run_sweep``'s rows, each added to ``result`` as it is finished (IS, SMC where ``result.smc_rows`` is a list,
+    beam)."""
+    rows, smc_rows, beam_rows = result.is_rows, result.smc_rows, result.beam_rows
     with DocumentWorkers(model, device, workers) as pool:
         for peek, temperature in settings:
             s = IS_RUN.replace(temperature=temperature, peek=peek, **common)
             estimates = _estimates(pool, documents, s, bar)
-            num_tokens = sum(e.num_tokens for e in estimates)
+            result.num_tokens = num_tokens = sum(e.num_tokens for e in estimates)
             if num_tokens == 0:
                 raise InputError("every document is empty: perplexity is undefined")
-            rows.append(is_row(estimates, peek, temperature, num_samples))
-        for peek, temperature in settings if smc else ():
+            rows.append(is_row(estimates, peek, temperature, common["num_samples"]))
+        for peek, temperature in settings if smc_rows is not None else ():
             s = SMC_RUN.replace(temperature=temperature, peek=peek, **common, **smc_only)
             smc_rows.append(smc_row(_estimates(pool, documents, s, bar), s))
         for k in beam_sizes:
@@ -196,12 +218,6 @@ def run_sweep(
                     "ppl_upper_bound": math.exp(-total_ll / num_tokens),
                 }
             )
-    bar.close()
-    result = SweepResult(len(documents), num_tokens, rows, beam_rows, smc_rows if smc else None)
-    if exact is not None:
-        result.exact_perplexity = math.exp(-sum(e.log_likelihood for e in exact) / num_tokens)
-        result.exact_source = "the model's log_marginal"
-    return result
 
 
 def _estimates(pool: DocumentWorkers, documents: list[str], settings: EstimatorSettings, bar):

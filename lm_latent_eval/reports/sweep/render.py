@@ -194,8 +194,10 @@ def convergence_figure(result: SweepResult):
 
 
 def tables_markdown(result: SweepResult) -> str:
-    """Every table of a sweep, titled, as ``tables.md`` holds it: Table 1 (IS), its SMC rows where SMC ran, Table 2."""
-    tables = f"Table 1 (IS perplexity)\n\n{table1_markdown(result)}\n\n"
+    """Every table of a sweep, titled, as ``tables.md`` holds it: Table 1 (IS), its SMC rows where SMC ran, Table 2;
+    a sweep stopped by Ctrl-C says so first."""
+    tables = "Interrupted (Ctrl-C): the rows finished before it only.\n\n" if result.interrupted else ""
+    tables += f"Table 1 (IS perplexity)\n\n{table1_markdown(result)}\n\n"
     if result.smc_rows:
         tables += f"Table 1, SMC rows (same proposals)\n\n{smc_table_markdown(result)}\n\n"
     return tables + f"Table 2 (beam marginalization)\n\n{table2_markdown(result)}\n"
