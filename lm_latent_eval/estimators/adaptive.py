@@ -281,6 +281,7 @@ def _later_stages(
     stages = {t: [e.log_likelihood] for t, e in current.items()}
     earlier = [_History() for _ in unique]
     stopped_short = False  # whether the budget or the stage limit ended the stages before the target was met
+    announced = 0.0  # the samples·tokens per stage the last cost line said
     for number in range(1, policy.max_stages):
         if _all_exact(current.values(), policy, all_reduce):
             stopped_short = False
@@ -291,26 +292,23 @@ def _later_stages(
         )
         wanted = {t: min(k, settings.sample_budget) for t, k in zip(unique, allocation)}
         grow = [t for t in unique if wanted[t] > current[t].num_samples]
-        growing, beyond = all_reduce(
-            [float(len(grow)), float(sum(k > settings.sample_budget for k in allocation))]
+        # the documents that grow, those beyond max_samples, and what the stage draws (samples·tokens)
+        drawn = sum(wanted[t] * current[t].num_tokens for t in unique if current[t].sampled)
+        growing, beyond, per_stage = all_reduce(
+            [float(len(grow)), float(sum(k > settings.sample_budget for k in allocation)), float(drawn)]
         )
         last = not growing or number == policy.max_stages - 1
         stopped_short = bool(growing or beyond)
-        if number == 1:
-            sizes = [wanted[t] for t in unique]
-            _announce(
-                list(current.values()),
-                sizes,
-                1 if last else 2,
-                seconds,
-                beyond,
-                documents,
-                settings,
-                all_reduce,
-            )
+        # said after stage 1's allocation, and again where a later one more than doubles what was said
+        if per_stage > 2 * announced:
+            args = (1 if last else 2, seconds, beyond, documents, settings, all_reduce, number - 1)
+            _announce(list(current.values()), per_stage, *args)
+            announced = per_stage
         what = f"{len(grow)} documents need more samples" if grow else "the same sizes afresh"
         desc = f"precision target, {stage_label(number)}{' (last)' * last}: {what}"
+        started = time.perf_counter()
         current = stage([(t, estimator.sized(wanted[t])) for t in unique], number, desc)
+        seconds = time.perf_counter() - started
         for t in unique:
             stages[t].append(current[t].log_likelihood)
         if last:
@@ -321,24 +319,22 @@ def _later_stages(
 
 
 def _announce(
-    estimates, sizes, stages: int, seconds: float, beyond: float, documents: float, settings, all_reduce
-) -> None:
-    """One line, before stage 1 is drawn, on what the stages left (``stages``: 2, or 1 where stage 1 is the last)
-    will draw at least: Σ K_n T_n samples·tokens at stage 1's ``sizes`` over the sampled documents, against stage 0's,
-    and the seconds that take at stage 0's rate (``seconds``, averaged over processes). A warning where that exceeds
-    ``PROJECTED_SECONDS_WARNING`` or ``beyond`` documents (of ``documents``, over every process) need more than
-    ``max_samples``, else an info line. The allocation never reads these figures."""
-    spent, projected, timed, processes = all_reduce(
-        [
-            float(sum(e.num_samples * e.num_tokens for e in estimates if e.sampled)),
-            float(stages * sum(k * e.num_tokens for k, e in zip(sizes, estimates) if e.sampled)),
-            seconds,
-            1.0,
-        ]
+    estimates, per_stage: float, stages: int, seconds: float, beyond: float, documents: float, settings,
+    all_reduce, number: int = 0,
+) -> None:  # fmt: skip
+    """One line, before the next stage is drawn, on what the stages left (``stages``: 2, or 1 where the next is the
+    last) will draw at least: ``per_stage`` Σ K_n T_n samples·tokens at the next stage's sizes over the sampled
+    documents (every process), against stage ``number``'s ``estimates``, and the seconds that take at its rate
+    (``seconds``, averaged over processes). A warning where that exceeds ``PROJECTED_SECONDS_WARNING`` or ``beyond``
+    documents (of ``documents``, over every process) need more than ``max_samples``, else an info line. The
+    allocation never reads these figures."""
+    spent, timed, processes = all_reduce(
+        [float(sum(e.num_samples * e.num_tokens for e in estimates if e.sampled)), seconds, 1.0]
     )
     if spent == 0:
         return
-    ratio, first = projected / spent, stage_label(0)
+    projected = stages * per_stage
+    ratio, first = projected / spent, stage_label(number)
     timed /= processes
     eta = ratio * timed if timed >= TIMED_SECONDS_MINIMUM else math.nan
     when = ""

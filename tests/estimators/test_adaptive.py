@@ -127,10 +127,10 @@ def test_all_reduce_sees_the_corpus_totals(bundled_hmm, bundled_test_texts):
         return [2 * v for v in values]
 
     estimate_corpus(resolve(settings, bundled_hmm), texts, all_reduce=doubled, progress=False)
-    # a count, the stage's growth beside the documents beyond max_samples, a missed target's totals, the projection's
-    # (once), the allocation's
-    assert seen and all(len(v) in (1, 2, 3, 4, 6) for v in seen)
-    assert sum(len(v) == 4 for v in seen) == 1
+    # a count; the stage's growth, the documents beyond max_samples and its draw; a missed target's totals; the
+    # projection's; the allocation's
+    assert seen and all(len(v) in (1, 3, 6) for v in seen)
+    assert sum(len(v) == 6 for v in seen) >= 1
 
 
 def test_certified_bound_takes_the_best_stage_at_delta_over_stages():
@@ -265,7 +265,7 @@ def test_a_long_projection_is_a_warning_with_its_seconds(
     monkeypatch.setattr(adaptive, "PROJECTED_SECONDS_WARNING", 0.0)
     monkeypatch.setattr(adaptive, "TIMED_SECONDS_MINIMUM", 0.0)
     settings = EstimatorSettings("smc", 16, target_se=0.05, seed=1)
-    [(level, line)] = _projection_lines(caplog, bundled_hmm, bundled_test_texts[:3], settings)
+    (level, line), *_ = _projection_lines(caplog, bundled_hmm, bundled_test_texts[:3], settings)
     assert level == logging.WARNING and "max_samples=" not in line
     assert re.search(
         r"\(about [0-9.e+-]+ (s|min|h) at the rate of stage 1, which took [0-9.e+-]+ s\): to spend less", line
@@ -277,21 +277,30 @@ def test_the_projection_is_what_the_next_stages_draw(bundled_hmm, bundled_test_t
     drew (stage 3 redraws stage 2's sizes); stage 1's cost is Σ num_samples · T_n."""
     texts = bundled_test_texts[:3]
     settings = EstimatorSettings("smc", 40, target_se=0.003, seed=1)
-    seen = []
-
-    def recording(values):
-        seen.append(list(values))
-        return values
-
-    [(_, line)] = _projection_lines(caplog, bundled_hmm, texts, settings, recording)
+    [(_, line)] = _projection_lines(caplog, bundled_hmm, texts, settings)
     out = estimate_corpus(resolve(settings, bundled_hmm), texts, progress=False)
     assert {len(e.stage_log_likelihoods) for e in out.values()} == {3}
     drawn = 2 * sum(e.num_samples * e.num_tokens for e in out.values())
-    [(spent, projected, _, processes)] = [v for v in seen if len(v) == 4]
-    assert spent == 40 * sum(e.num_tokens for e in out.values()) and projected == drawn and processes == 1
+    spent = 40 * sum(e.num_tokens for e in out.values())
     assert (
         f"draw at least {drawn:.2g} samples·tokens, {drawn / spent:.3g} times stage 1's {spent:.2g}" in line
     )
+
+
+def test_an_allocation_that_jumps_at_a_later_stage_is_said_again(
+    bundled_hmm, bundled_test_texts, caplog, monkeypatch
+):
+    """Issue 52: the line after stage 1 said "about 1.6 min" for a masked run that took 11 min, because stage 2's
+    allocation jumped to max_samples. A later allocation that more than doubles what was said is said again, against
+    the stage before it."""
+    from lm_latent_eval.estimators import adaptive
+
+    sizes = iter([[32] * 3, [256] * 3, [300] * 3, [300] * 3, [300] * 3])
+    monkeypatch.setattr(adaptive, "_allocation", lambda *args: next(sizes))
+    settings = EstimatorSettings("smc", 16, target_se=1e-9, max_samples=1000, seed=1)
+    lines = [line for _, line in _projection_lines(caplog, bundled_hmm, bundled_test_texts[:3], settings)]
+    assert len(lines) == 2, lines
+    assert "times stage 1's" in lines[0] and "times stage 2's" in lines[1]
 
 
 def test_the_allocation_remembers_a_rare_path_an_earlier_stage_found():
