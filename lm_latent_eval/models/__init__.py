@@ -52,6 +52,8 @@ MODELS = {
     # any Hugging Face causal LM, z = its tokenizations; and the same LM with a trivial z
     "tokenization": ModelEntry("lm_latent_eval.models.tokenization:TokenizationLM", "LatentTokenizationEval"),
     "causal": ModelEntry("lm_latent_eval.models.causal_lm:CausalLMAsLatent"),
+    # any Hugging Face causal LM, z = its chain of thought between a question and an answer
+    "reasoning": ModelEntry("lm_latent_eval.models.reasoning:LatentReasoningLM", "LatentReasoningEval"),
 }
 
 
