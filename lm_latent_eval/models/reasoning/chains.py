@@ -39,7 +39,7 @@ def proposal_log_probs(logits: torch.Tensor, temperature: float, top_p: float, m
     log_tau = torch.log_softmax(logits.double() / temperature, -1)
     if top_p >= 1.0:
         return log_tau
-    ordered, index = log_tau.sort(-1, descending=True, stable=True)
+    ordered, index = log_tau.sort(dim=-1, descending=True, stable=True)
     before = torch.cumsum(ordered.exp(), -1) - ordered.exp()
     outside = torch.zeros_like(log_tau, dtype=torch.bool).scatter(-1, index, before >= top_p)
     nucleus = torch.log_softmax(log_tau.masked_fill(outside, -math.inf), -1)

@@ -146,6 +146,22 @@ class LatentReasoningLM(nn.Module):
             self._prompt = prompt_ids(self.tokenizer, self.template, self.question).to(self.device)
         return self._prompt
 
+    def check_fits(self, prompt: torch.Tensor, answer_tokens: int) -> None:
+        """UnsupportedError, in one line, where prompt ⊕ the longest chain ⊕ end marker ⊕ answer prefix ⊕ the answer
+        is longer than the network reads (its context length, as lm-eval's hf backend resolves it)."""
+        from ..tokenization.model import context_length
+
+        room = context_length(self.network.config, self.tokenizer)
+        rule = self.rule
+        need = prompt.numel() + self.template.max_chain_tokens + len(rule.marker_ids)
+        need += len(rule.answer_prefix_ids) + answer_tokens
+        if need > room:
+            raise UnsupportedError(
+                f"{type(self).__name__}: a prompt of {prompt.numel()} tokens, chains of up to "
+                f"{self.template.max_chain_tokens} and an answer of {answer_tokens} need {need} positions, more than "
+                f"the network's {room}: lower max_chain_tokens, or shorten the prompt (fewer few-shot examples)"
+            )
+
     def hint_prompt(self, x: torch.Tensor) -> torch.Tensor:
         """prompt(question ⊕ hint(y)) [P'] of the peeking proposal, y the text of the answer's ids x."""
         answer = self.tokenizer.decode(x.tolist())
@@ -184,6 +200,7 @@ class LatentReasoningLM(nn.Module):
         (peek=False) are kept, keyed by the generator's state before them, with the cache after them: another answer
         drawn from the same stream (the same question's other choices) gets them without drawing again."""
         prompt = self.hint_prompt(x) if peek else self.prompt
+        self.check_fits(prompt, x.numel())
         key = (
             bytes(generator.get_state().tolist()) if generator is not None else None,
             num_samples,
@@ -212,6 +229,7 @@ class LatentReasoningLM(nn.Module):
         if found is not None:
             draws, rows = found
             return draws.log_p[rows] + score_answers(self.network, self.rule, draws, rows, x)
+        self.check_fits(self.prompt, x.numel())
         chains, valid = self.chain_rows(z)
         out = torch.full((len(chains),), -math.inf, dtype=torch.float64, device=self.device)
         listed = [c for c, ok in zip(chains, valid) if ok]
@@ -263,6 +281,7 @@ class LatentReasoningLM(nn.Module):
         (``enumerate_chains``); 0 for an empty answer."""
         if x.numel() == 0:
             return 0.0
+        self.check_fits(self.prompt, x.numel())
         chains = self.enumerate_chains()
         log_p, _, log_y = teacher_forced(self.network, self.rule, self.prompt, chains, x.to(self.device))
         return float(torch.logsumexp(log_p + log_y, 0))
@@ -288,6 +307,7 @@ class LatentReasoningLM(nn.Module):
         """An answer to question ``prefix_text`` from the model's own sampler: a chain, then up to ``max_tokens``
         tokens of the answer after it (cut before the first ``stop`` string); the answer only."""
         view = self.conditional_model(prefix_text)
+        view.check_fits(view.prompt, max_tokens)
         draws = draw_chains(view.network, view.rule, view.prompt, 1, generator)
         kept, suffix = view.rule.suffix(draws.tokens[0][draws.tokens[0] != PAD].tolist())
         ids = torch.tensor(view.prompt.tolist() + kept + suffix, device=self.device)
