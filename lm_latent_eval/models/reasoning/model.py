@@ -79,7 +79,7 @@ class LatentReasoningLM(nn.Module):
         "chat_template": (str, "auto (the tokenizer's chat template where it has one), true or false"),
         "top_p": (float, "the proposal's nucleus (1: the tempered sampler alone)"),
         "top_p_mix": (float, "the tempered distribution's share mixed into the nucleus, > 0 (0.1)"),
-        "max_exact_chains": (int, "the most chains estimator=exact enumerates (100000)"),
+        "max_exact_chains": (int, "the most chains the exact marginal (log_marginal) lists (100000)"),
     }
 
     def __init__(self, network, tokenizer, template: ReasoningTemplate | None = None, top_p: float = 1.0,
@@ -268,7 +268,7 @@ class LatentReasoningLM(nn.Module):
                 raise UnsupportedError(
                     f"{type(self).__name__}: over {self.max_exact_chains} chains of up to "
                     f"{self.template.max_chain_tokens} tokens over {vocab} ids to enumerate; the exact marginal is "
-                    "for tiny models (raise max_exact_chains, or use estimator=is)"
+                    "for tiny models (raise max_exact_chains, or estimate it by sampling)"
                 )
             open_ = [c for c in grown if self.rule.closing(c) == OPEN]
             done += [c for c in grown if self.rule.closing(c) != OPEN]
