@@ -60,7 +60,7 @@ def evaluate(lm, tasks: list[str], folder: Path) -> dict:
 
 def test_multiple_choice_and_answer_likelihood_are_exact_and_is_states_them_honestly(tiny_path, tmp_path):
     """estimator=exact: every choice's log p(choice | question) is the view's enumerated marginal and acc their
-    argmax; estimator=is (the model's own sampler, K = 32): the same requests, each question's choices on one stream,
+    argmax; estimator=is (the model's own sampler, K = 32): the same requests, each answer on its own chains,
     and the bounded-weights interval of the mean answer log-likelihood contains the exact mean."""
     folder = local_tasks(tmp_path / "tasks")
     tasks = ["reasoning_arc_easy_local", "reasoning_gsm8k_local"]

@@ -80,10 +80,17 @@ class LatentReasoningLM(nn.Module):
         "top_p": (float, "the proposal's nucleus (1: the tempered sampler alone)"),
         "top_p_mix": (float, "the tempered distribution's share mixed into the nucleus, > 0 (0.1)"),
         "max_exact_chains": (int, "the most chains the exact marginal (log_marginal) lists (100000)"),
+        "share_chains": (
+            bool,
+            (
+                "the answers to one question scored on the same chains (drawn once: common random numbers); false "
+                "(default): each answer on its own chains, as the choices' flip probabilities assume"
+            ),
+        ),
     }
 
     def __init__(self, network, tokenizer, template: ReasoningTemplate | None = None, top_p: float = 1.0,
-                 top_p_mix: float = 0.1, max_exact_chains: int = 100_000) -> None:  # fmt: skip
+                 top_p_mix: float = 0.1, max_exact_chains: int = 100_000, share_chains: bool = False) -> None:  # fmt: skip
         super().__init__()
         if not 0.0 < top_p <= 1.0:
             raise InputError(f"top_p must be in (0, 1], got {top_p!r}")
@@ -101,7 +108,7 @@ class LatentReasoningLM(nn.Module):
         )
         stops = {tokenizer.eos_token_id} | set(_generation_stops(network))
         self.rule = ChainRule(self.template, tokenizer, {s for s in stops if s is not None})
-        self.question, self.is_view = "", False
+        self.question, self.is_view, self.share_chains = "", False, bool(share_chains)
         self._prompt = None
         # the latest draws of the model's own sampler (``draw``), read back by log_joint and by the other answers to
         # the same question drawn from the same stream
@@ -111,7 +118,7 @@ class LatentReasoningLM(nn.Module):
     @classmethod
     def from_pretrained(cls, path: str, *, dtype=None, device=None, trigger=None, end_marker=None,
                         answer_prefix=None, max_chain_tokens=None, hint=None, chat_template="auto", top_p=1.0,
-                        top_p_mix=0.1, max_exact_chains=100_000) -> LatentReasoningLM:  # fmt: skip
+                        top_p_mix=0.1, max_exact_chains=100_000, share_chains=False) -> LatentReasoningLM:  # fmt: skip
         """The causal LM and tokenizer of ``path`` (a folder or Hub id) under the template (``MODEL_ARGS``)."""
         tokenizer = AutoTokenizer.from_pretrained(path)
         network = AutoModelForCausalLM.from_pretrained(
@@ -127,7 +134,7 @@ class LatentReasoningLM(nn.Module):
         if max_chain_tokens is not None:
             parts["max_chain_tokens"] = max_chain_tokens
         template = ReasoningTemplate(**parts, chat=chat)
-        return cls(network.eval(), tokenizer, template, top_p, top_p_mix, max_exact_chains)
+        return cls(network.eval(), tokenizer, template, top_p, top_p_mix, max_exact_chains, share_chains)
 
     @property
     def device(self) -> torch.device:
@@ -176,10 +183,13 @@ class LatentReasoningLM(nn.Module):
         return view
 
     def random_stream_text(self, document: str) -> str:
-        """The text a document's random stream is seeded from: the question, shared by all its answers, so that the
-        choices of one question are scored on the same chains (common random numbers); the model itself (the empty
-        question) seeds each document from its own text, so its documents' estimates stay independent."""
-        return self.question if self.is_view else document
+        """The text a document's random stream is seeded from: its own (each answer on its own chains, independent
+        estimates), or, for a view with ``share_chains``, the question, so that its answers are scored on the same
+        chains, drawn once (common random numbers). Shared chains make the answers' estimates dependent: on the tiny
+        model negatively (an answer likely after a chain leaves less to the others), so that the paired difference
+        spreads more than with independent chains (bench/reasoning), and the choices' flip probabilities, which take
+        the estimates as independent, understate it: opt in for speed only."""
+        return self.question if self.is_view and self.share_chains else document
 
     def tokenize(self, text: str) -> torch.Tensor:
         """The answer's ids [T]: ``text`` is question ⊕ answer (the model's own question, "" unless a view)."""

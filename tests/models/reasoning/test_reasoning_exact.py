@@ -103,11 +103,14 @@ def test_cached_sampler_scores_as_teacher_forcing(architecture):
 
 
 def test_choices_share_the_question_s_chains_and_score_as_apart():
-    """The answers to one question draw from one stream (the question's): the second answer's weights, scored on
-    the first one's cached chains, equal those of a fresh view drawing for it alone."""
-    model = tiny_reasoning()
-    view = model.conditional_model("a b")
+    """share_chains=true: the answers to one question draw from one stream (the question's), and the second
+    answer's weights, scored on the first one's cached chains, equal those of a fresh view drawing for it alone; by
+    default each answer draws from its own stream."""
     first, second = "a b a", "a b b"
+    plain = tiny_reasoning().conditional_model("a b")
+    assert stream_text(plain, first) != stream_text(plain, second)
+    model = tiny_reasoning(share_chains=True)
+    view = model.conditional_model("a b")
     assert stream_text(view, first) == stream_text(view, second) == "a b"
     assert stream_text(model, first) != stream_text(
         model, second
