@@ -58,6 +58,7 @@ from .seeding import (
     side_by_side_chunks,
     side_by_side_particles,
     stage_block,
+    stream_text,
 )
 from .settings import EstimatorSettings
 from .smc_variance import importance_runs
@@ -365,7 +366,10 @@ class ImportanceSampling(Estimator):
             settings = documents[part[0][0]][2]
             gens = [
                 document_generator(
-                    documents[d][2].seed, documents[d][1], stage_block(b, stage), device=device
+                    documents[d][2].seed,
+                    stream_text(model, documents[d][1]),
+                    stage_block(b, stage),
+                    device=device,
                 )
                 for d, b, _ in part
             ]
@@ -496,7 +500,9 @@ def draw_log_weights(
         if drawn is not None:
             z, log_q = drawn[block]
         else:
-            gen = document_generator(settings.seed, document, stage_block(block, stage), device=device)
+            gen = document_generator(
+                settings.seed, stream_text(model, document), stage_block(block, stage), device=device
+            )
             z, log_q = model.proposal.sample(
                 x, k, temperature=settings.temperature, peek=settings.peek, generator=gen
             )

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
+from .bounded import BoundedInterval, bounded_interval
 from .diagnostics import pareto_k_threshold, pareto_khat
 from .intervals import DocumentError, Interval, certified_lower_bound, satterthwaite_degrees_of_freedom
 from .settings import DEFAULT_LEVEL
@@ -366,6 +367,14 @@ class UncertaintyPolicy:
         """|z| above which two independent stages of one document disagree: the two-sided 1 − agreement_level / N
         quantile (Bonferroni over the N documents)."""
         return float(stats.norm.isf(self.agreement_level / (2 * max(documents, 1.0))))
+
+    # ---- weights the model bounds ----------------------------------------------------------------------------------
+
+    def bounded_interval(self, weights: Sequence[np.ndarray], bound: float) -> BoundedInterval:
+        """The statement about S from importance weights w ∈ [0, ``bound``] (the model's ``importance_weight_bound``:
+        the reasoning model's own sampler, w = p(y | x, z)): a betting interval per document at (1 − level) / N
+        (``estimators.bounded``), valid at any K, stated beside ``interval``'s."""
+        return bounded_interval(weights, bound, self.level)
 
 
 DEFAULT_POLICY = UncertaintyPolicy()

@@ -39,6 +39,21 @@ def document_generator(
     return gen
 
 
+def stream_text(model, document: str) -> str:
+    """The text a document's random streams are seeded from: the document itself, or what the model's optional
+    ``random_stream_text(document)`` names (the reasoning model's views: the question, so that its answers are scored
+    on the same chains, common random numbers; such documents' estimates are not independent of each other).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> stream_text(None, "Q: a"), stream_text(SimpleNamespace(random_stream_text=lambda d: d[:2]), "Q: a")
+    ('Q: a', 'Q:')
+    """
+    named = getattr(model, "random_stream_text", None)
+    return named(document) if callable(named) else document
+
+
 # particles drawn per random stream on the CPU; part of the seeding scheme (never batch_size)
 SAMPLE_BLOCK = 1024
 # on a GPU: each block is one token loop, and kernel launches, not K, set its time

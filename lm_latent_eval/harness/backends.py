@@ -48,9 +48,11 @@ from .conditionals import (
     has_conditional_model,
     prefix_estimates,
     prefix_model,
+    refuse_rolling,
     texts_to_estimate,
     view_conditional_estimates,
     view_estimates,
+    weight_bound,
 )
 from .device_choice import choose_device, default_location
 from .distributed import Processes, ProcessesLM, distributed_state
@@ -142,6 +144,7 @@ class LatentLMEval(ModelArgsLM, ProcessesLM):
         >>> value == lm.exchange.document("Anna saw the dog.", value).log_likelihood < 0, lm.exchange.settings.estimator
         (True, 'exact')
         """
+        refuse_rolling(self.model)
         texts = rolling_texts(requests)
         estimates = self.batches.estimate(texts, self.run, "log p(x)", not disable_tqdm)
         self.exchange.make_current()  # the tasks read the backend that answered last
@@ -188,7 +191,9 @@ class LatentLMEval(ModelArgsLM, ProcessesLM):
         values = {pair: found.conditional(pair) for pair in dict.fromkeys(pairs)}
         self.greedy.warn()
         self.exchange.make_current()
-        self.exchange.put_conditionals(values)
+        self.exchange.put_conditionals(
+            values, found.view_estimates(), weight_bound(self.model, self.settings)
+        )
         return [(values[pair].log_likelihood, False) for pair in pairs]
 
     def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:

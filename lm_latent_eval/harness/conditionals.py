@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from ..errors import InputError
+from ..errors import InputError, UnsupportedError
 from ..estimators import DocumentEstimate
 from ..protocol import is_prefix_probability, prefix_view
 from .exchange import Conditional
@@ -148,6 +148,14 @@ class ConditionalEstimates:
     def replace(self, estimates: dict) -> ConditionalEstimates:
         return ConditionalEstimates(self.terms, {**self.estimates, **estimates})
 
+    def view_estimates(self) -> dict[Pair, DocumentEstimate]:
+        """The whole estimate of each pair answered by one estimate of a conditional view (a single term)."""
+        return {
+            pair: self.estimates[terms[0][1]]
+            for pair, terms in self.terms.items()
+            if len(terms) == 1 and terms[0][0] == 1.0
+        }
+
 
 def prefix_estimates(pairs: list[Pair], estimates: dict[str, DocumentEstimate]) -> ConditionalEstimates:
     """log p̂(ctx ⊕ cont) − log p̂(ctx) per distinct pair, from the estimates of the texts."""
@@ -158,6 +166,31 @@ def prefix_estimates(pairs: list[Pair], estimates: dict[str, DocumentEstimate]) 
 def view_conditional_estimates(estimates: dict[Pair, DocumentEstimate]) -> ConditionalEstimates:
     """Each pair's own estimate from the context's conditional view (``view_estimates``)."""
     return ConditionalEstimates({pair: ((1.0, pair),) for pair in estimates}, dict(estimates))
+
+
+def refuse_rolling(model) -> None:
+    """UnsupportedError, in one line, for a model that declares ``rolling_refusal`` (why it answers no
+    ``loglikelihood_rolling``: the reasoning model, whose documents need a question).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> refuse_rolling(SimpleNamespace())
+    >>> refuse_rolling(SimpleNamespace(rolling_refusal="no documents"))
+    Traceback (most recent call last):
+    ...
+    lm_latent_eval.errors.UnsupportedError: SimpleNamespace: no documents
+    """
+    reason = getattr(model, "rolling_refusal", None)
+    if reason:
+        raise UnsupportedError(f"{type(model).__name__}: {reason}")
+
+
+def weight_bound(model, settings) -> float | None:
+    """B with every importance weight w ≤ B under the run's proposal (the model's optional
+    ``importance_weight_bound(temperature, peek)``), for the statement that holds at any K; None: unbounded."""
+    declared = getattr(model, "importance_weight_bound", None)
+    return declared(settings.temperature, settings.peek) if callable(declared) else None
 
 
 class GreedyNotice:

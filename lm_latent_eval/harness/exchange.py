@@ -90,6 +90,8 @@ class EstimateExchange:
         self.settings = settings
         self._documents: dict[str, DocumentEstimate] = {}
         self._conditionals: dict[tuple[str, str], Conditional] = {}
+        self._answers: dict[tuple[str, str], DocumentEstimate] = {}
+        self.weight_bound: float | None = None
         self._cache: EstimateCache | None = None
         # corpus statements by their items' fingerprint (a task with an unknown-word penalty has two)
         self._corpora: dict[tuple, CorpusEstimate] = {}
@@ -129,6 +131,7 @@ class EstimateExchange:
         """Forget every estimate and the ``--use_cache`` database (a task then refuses every number)."""
         self._documents.clear()
         self._conditionals.clear()
+        self._answers.clear()
         self._cache = None
         self._corpora.clear()
 
@@ -150,9 +153,34 @@ class EstimateExchange:
         if self._cache is not None:
             self._cache.put(estimates)
 
-    def put_conditionals(self, values: dict[tuple[str, str], Conditional]) -> None:
-        """What a ``loglikelihood`` batch answered, by (context, continuation), replacing the previous batch."""
+    def put_conditionals(
+        self,
+        values: dict[tuple[str, str], Conditional],
+        estimates: dict[tuple[str, str], DocumentEstimate] | None = None,
+        weight_bound: float | None = None,
+    ) -> None:
+        """What a ``loglikelihood`` batch answered, by (context, continuation), replacing the previous batch; with
+        ``estimates`` the whole estimate of each pair a conditional view answered, and the bound its importance
+        weights have (``weight_bound``: the model's ``importance_weight_bound``, None: unbounded)."""
         self._conditionals = dict(values)
+        self._answers = dict(estimates or {})
+        self.weight_bound = weight_bound
+
+    def answer_estimate(self, context: str, continuation: str, log_likelihood: float) -> DocumentEstimate:
+        """The whole estimate behind log p̂(continuation | context) from a conditional view (``put_conditionals``).
+
+        Raises
+        ------
+        NoEstimateError
+            This process holds none for the pair with that value (another model, a cache, or no conditional view).
+        """
+        est = self._answers.get((context, continuation))
+        if est is None or not _same(est.log_likelihood, log_likelihood):
+            raise NoEstimateError(
+                f"{WHERE}: no estimate of the answer {continuation[:40]!r} to {context[-40:]!r} from a conditional "
+                "view in this process (an answer-likelihood task needs --model latent_reasoning, without --use_cache)"
+            )
+        return est
 
     # ---- read by the tasks --------------------------------------------------------------------------------------
 

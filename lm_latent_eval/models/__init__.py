@@ -83,6 +83,8 @@ MODELS = {
         maker="lm_latent_eval.models.tokenization.make_default",
     ),
     "causal": ModelEntry("lm_latent_eval.models.causal_lm:CausalLMAsLatent"),
+    # any Hugging Face causal LM, z = its chain of thought between a question and an answer
+    "reasoning": ModelEntry("lm_latent_eval.models.reasoning:LatentReasoningLM", "LatentReasoningEval"),
 }
 
 

@@ -25,6 +25,7 @@ from kglm_tiny import tiny_kglm
 from lda_tiny import SHORT_TEXT as LDA_SHORT_TEXT
 from lda_tiny import TEXT as LDA_TEXT
 from lda_tiny import tiny_lda
+from reasoning_tiny import tiny_reasoning
 from rnng_tiny import tiny_rnng
 from tiny_models import make_tiny_bpe_gpt2, make_tiny_gpt2
 
@@ -339,6 +340,32 @@ def masked_case(name: str, policy: str, policy_temperature: float = 1.0, dtype=t
     )  # fmt: skip
 
 
+# ---------------------------------------------------------------- chain of thought: z = the chain before the answer
+
+
+def reasoning_support(model, x) -> torch.Tensor:
+    """Every chain of the template (the model's ``enumerate_chains``; ``tests/models/reasoning`` checks it against
+    chains listed without the model's rule)."""
+    return pad_rows(model.enumerate_chains())
+
+
+def reasoning_expressible(model, x) -> torch.Tensor:
+    """Every sequence of 1 to 4 ids, chains of the template or not (a chain that goes on past its end marker or a
+    stop token, one that stops before either)."""
+    vocab = int(model.network.config.vocab_size)
+    rows = [list(r) for n in range(1, 5) for r in itertools.product(range(vocab), repeat=n)]
+    return pad_rows(rows)
+
+
+REASONING = Case(
+    name="reasoning", build=tiny_reasoning, text="a b", short_text="b", support=reasoning_support,
+    log_q=proposal_log_prob, exact=lambda model, x: model.log_marginal(x), keys=rows_as_keys,
+    expressible=reasoning_expressible,
+    beam_is_k_best=False,  # a beam search over partial chains ranked by p(z_≤t | x)
+    num_draws=4_000, q_atol=1e-6,  # the sampler's cache against teacher forcing (float32 network)
+)  # fmt: skip
+
+
 CASES = [
     HMM,
     kglm_case("kglm", proposal_features=False),
@@ -358,4 +385,5 @@ CASES = [
     masked_case("masked", "uniform"),  # p(σ) = 1/T!: the mixture over all orders
     masked_case("masked-confidence", "confidence", 0.5),  # the max-probability order at a temperature
     masked_case("masked-float32", "uniform", dtype=torch.float32),  # the network in float32 (sums in float64)
+    REASONING,  # a random GPT-2 over 3 symbols, chains of up to 4 tokens: the question empty (its views: tests/models)
 ]

@@ -35,6 +35,8 @@ ROW_MODELS = {  # the docs' row label → the contract case of that model
     "continuous latent (tests' Gaussian)": "gaussian",
     "masked LM (`latent_masked`; z = the reveal order)": "masked",
     "masked LM": "masked",
+    "chain of thought (`latent_reasoning`; z = the chain before the answer)": "reasoning",
+    "chain of thought (`latent_reasoning`)": "reasoning",
 }
 BY_NAME = {case.name: case for case in CASES}
 

@@ -1,0 +1,223 @@
+"""latent_reasoning on the CPU, measured side by side in one run; writes bench/reasoning/README.md.
+
+    python bench/reasoning.py [--seeds 400]
+
+1. Speed: K chains of up to L tokens and the scoring of 4 answers per question, (a) ours: the K chains in lockstep
+   through one key/value cache, the answers scored on forks of it (common random numbers), against (b) what lm-eval's
+   ``hf`` does for self-consistency: ``generate`` with K return sequences, then each chain ⊕ answer scored by its own
+   forward pass; random-weight networks (a 2-layer GPT-2 of width 64, the bundled tokenizer; a 4-layer Llama of width
+   256), seconds per question.
+2. Common random numbers: the spread over seeds of the paired difference log p̂(a | x) − log p̂(b | x) with the
+   choices on the same chains (the default) and on independent ones, against the exact difference (tiny model).
+3. Coverage over seeds on the tiny model (3 questions): the bounded-weights interval, the package's usual statement,
+   the certified bound's failures.
+4. Side by side on the 40 four-choice questions of tests/data/hmm_choice with the bundled GPT-2: acc and the gold
+   answer's mean log-likelihood under no chain, one chain, maj@K over chains and the marginal (IS, K chains).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from reasoning_tiny import tiny_reasoning
+
+from lm_latent_eval.estimators import UncertaintyPolicy, importance_log_weights, log_mean_exp
+from lm_latent_eval.estimators.importance import importance_error
+from lm_latent_eval.models import default_checkpoint, load_model
+from lm_latent_eval.models.reasoning import LatentReasoningLM, ReasoningTemplate
+from lm_latent_eval.models.reasoning.chains import draw_chains, score_answers
+
+OUTPUT = Path(__file__).resolve().parent / "reasoning" / "README.md"
+CHOICES = REPO / "tests" / "data" / "hmm_choice" / "test.jsonl"
+PAIRS = [("a b", " a"), ("a b", " b ;"), ("b", " a a")]
+
+
+def random_network(kind: str, vocab: int):
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        return GPT2LMHeadModel(
+            GPT2Config(vocab_size=vocab, n_positions=512, n_embd=64, n_layer=2, n_head=2)
+        ).eval()
+    config = LlamaConfig(vocab_size=vocab, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)  # fmt: skip
+    return LlamaForCausalLM(config).eval()
+
+
+@torch.no_grad()
+def hf_self_consistency(model, prompt, k, length, answers, generator) -> None:
+    """lm-eval hf's route: K sampled chains by ``generate``, then every chain ⊕ answer scored by a forward pass."""
+    torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
+    out = model.network.generate(prompt[None], do_sample=True, num_return_sequences=k, max_new_tokens=length,
+                                 min_new_tokens=length, top_k=0, pad_token_id=0)  # fmt: skip
+    for answer in answers:
+        rows = torch.cat([out, answer[None].expand(k, -1)], 1)
+        torch.log_softmax(model.network(input_ids=rows).logits[:, -answer.numel() - 1 : -1].float(), -1)
+
+
+def speed(rows: list[str], repeats: int = 3) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(default_checkpoint("tokenization"))
+    header = "| network | K | L | ours: lockstep + cached answers (s / question) | hf generate + forward per chain "
+    rows += [header + "(s / question) | ratio |", "|---|---|---|---|---|---|"]
+    for kind in ("gpt2", "llama"):
+        network = random_network(kind, len(tokenizer))
+        for k, length in ((8, 64), (32, 64), (8, 256)):
+            # an end marker the random network never writes: every chain runs to L, as generate's does
+            template = ReasoningTemplate(end_marker="\x00never", max_chain_tokens=length)
+            model = LatentReasoningLM(network, tokenizer, template).conditional_model(
+                "Question: 2 + 2?\nAnswer:"
+            )
+            model.rule.stop_ids = frozenset()
+            answers = [torch.tensor(model.tokenizer(a)["input_ids"]) for a in (" 4", " 5", " 22", " four")]
+            ours, theirs = [], []
+            for r in range(repeats):
+                start = time.perf_counter()
+                draws = draw_chains(
+                    model.network, model.rule, model.prompt, k, torch.Generator().manual_seed(r)
+                )
+                for answer in answers:
+                    score_answers(model.network, model.rule, draws, torch.arange(k), answer)
+                ours.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                hf_self_consistency(model, model.prompt, k, length, answers, torch.Generator().manual_seed(r))
+                theirs.append(time.perf_counter() - start)
+            a, b = min(ours), min(theirs)
+            name = "GPT-2, 2 layers, width 64" if kind == "gpt2" else "Llama, 4 layers, width 256"
+            rows.append(f"| {name} | {k} | {length} | {a:.3f} | {b:.3f} | {b / a:.2f} |")
+            print(rows[-1], flush=True)
+
+
+def common_random_numbers(rows: list[str], seeds: int) -> None:
+    model = tiny_reasoning()
+    question, a, b = "a b", " a", " b"
+    exact = [model.conditional_model(question).log_marginal(model.conditional_model(question).tokenize(question + c))
+             for c in (a, b)]  # fmt: skip
+    rows += [
+        "| streams | K | SD of log p̂(a) − log p̂(b) over seeds | mean error of the difference |",
+        "|---|---|---|---|",
+    ]
+    for shared in (True, False):
+        for k in (4, 16):
+            diffs = []
+            for seed in range(seeds):
+                view = model.conditional_model(question)
+                view.share_chains = (
+                    shared  # model_args share_chains (default false: each answer's own stream)
+                )
+                values = [log_mean_exp(importance_log_weights(view, view.tokenize(question + c), num_samples=k,
+                                                              peek=False, seed=seed, document=question + c))
+                          for c in (a, b)]  # fmt: skip
+                diffs.append(values[0] - values[1])
+            diffs = np.array(diffs)
+            label = "shared (the question's)" if shared else "independent (each answer's)"
+            rows.append(
+                f"| {label} | {k} | {diffs.std(ddof=1):.4f} | {diffs.mean() - (exact[0] - exact[1]):+.4f} |"
+            )
+            print(rows[-1], flush=True)
+
+
+def coverage(rows: list[str], seeds: int) -> None:
+    model = tiny_reasoning()
+    views = [(model.conditional_model(q), q + a) for q, a in PAIRS]
+    exact = sum(v.log_marginal(v.tokenize(t)) for v, t in views)
+    policy = UncertaintyPolicy()
+    header = "| K | bounded-weights interval covers | usual statement covers (two-sided of them) | certified bound "
+    rows += [header + "fails | mean width, bounded (nats) |", "|---|---|---|---|---|"]
+    for k in (4, 16, 64):
+        bounded = usual = two_sided = failed = 0
+        widths = []
+        for seed in range(seeds):
+            lws = [importance_log_weights(v, v.tokenize(t), num_samples=k, peek=False, seed=seed, document=t)
+                   for v, t in views]  # fmt: skip
+            b = policy.bounded_interval([np.exp(lw) for lw in lws], 1.0)
+            bounded += b.lower <= exact <= b.upper
+            widths.append(b.upper - b.lower)
+            u = policy.interval([importance_error(lw, policy) for lw in lws])
+            usual += u.lower <= exact <= u.upper
+            two_sided += u.two_sided
+            failed += exact < policy.certified_lower_bound([float(log_mean_exp(lw)) for lw in lws])
+        rows.append(f"| {k} | {bounded}/{seeds} | {usual}/{seeds} ({two_sided}) | {failed}/{seeds} | "
+                    f"{np.mean(widths):.3f} |")  # fmt: skip
+        print(rows[-1], flush=True)
+
+
+@torch.no_grad()
+def side_by_side(rows: list[str], k: int = 16, length: int = 16) -> None:
+    model, _ = load_model("reasoning", str(default_checkpoint("tokenization")), max_chain_tokens=length)
+    docs = [json.loads(line) for line in CHOICES.read_text().splitlines()]
+    correct = {m: 0 for m in ("no chain", "one chain", f"maj@{k}", f"marginal (IS, K = {k})")}
+    gold_ll = {m: [] for m in correct}
+    for doc in docs:
+        question = f"Question: {doc['question']}\nAnswer:"
+        answers = [" " + t for t in doc["choices"]["text"]]
+        gold = doc["choices"]["label"].index(doc["answerKey"])
+        view = model.conditional_model(question)
+        # no chain: the answer right after the question, as lm-eval's hf scores it
+        plain = [model.tokenizer(question)["input_ids"] for _ in answers]
+        no_chain = []
+        for ids, answer in zip(plain, answers):
+            y = model.tokenizer(answer)["input_ids"]
+            logp = torch.log_softmax(model.network(input_ids=torch.tensor([ids + y])).logits[0].double(), -1)
+            no_chain.append(float(sum(logp[len(ids) + j - 1, t] for j, t in enumerate(y))))
+        draws = draw_chains(model.network, model.rule, view.prompt, k, torch.Generator().manual_seed(0))
+        per_chain = torch.stack([score_answers(model.network, model.rule, draws, torch.arange(k), view.tokenize(
+            question + a).to(model.device)) for a in answers])  # fmt: skip
+        values = {
+            "no chain": no_chain,
+            "one chain": per_chain[:, 0].tolist(),
+            f"maj@{k}": np.bincount(per_chain.argmax(0).numpy(), minlength=len(answers)).tolist(),
+            f"marginal (IS, K = {k})": (torch.logsumexp(per_chain, 1) - math.log(k)).tolist(),
+        }
+        for method, v in values.items():
+            correct[method] += int(int(np.argmax(v)) == gold)
+            if method != f"maj@{k}":
+                gold_ll[method].append(v[gold])
+    rows += ["| method | acc (40 questions) | mean log p(gold answer \\| question) |", "|---|---|---|"]
+    for method, right in correct.items():
+        ll = f"{np.mean(gold_ll[method]):.3f}" if gold_ll[method] else "(a vote: no likelihood)"
+        rows.append(f"| {method} | {right / len(docs):.3f} | {ll} |")
+        print(rows[-1], flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=400)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    machine = f"{platform.processor() or platform.machine()}, torch {torch.__version__}, 1 thread"
+    rows = [
+        f"# latent_reasoning on the CPU ({machine})",
+        "",
+        "`python bench/reasoning.py`",
+        "",
+        "## Speed",
+        "",
+    ]
+    speed(rows)
+    rows += ["", "## Common random numbers (tiny model, question `a b`, answers ` a` and ` b`)", ""]
+    common_random_numbers(rows, args.seeds // 2)
+    rows += ["", f"## Coverage over {args.seeds} seeds (tiny model, 3 questions, level 95%)", ""]
+    coverage(rows, args.seeds)
+    rows += ["", "## Side by side on tests/data/hmm_choice (bundled GPT-2, chains of up to 16 tokens)", ""]
+    side_by_side(rows)
+    OUTPUT.parent.mkdir(exist_ok=True)
+    OUTPUT.write_text("\n".join(rows) + "\n")
+    print(f"wrote {OUTPUT}")
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory():
+        main()
