@@ -237,7 +237,7 @@ def estimate_corpus(
         first = f"{estimator.settings.estimator} log p(x)"
         first = f"precision target, {stage_label(0)}: {first}" if estimator.targets_precision else first
         started = time.perf_counter()
-        current = stage([(t, estimator) for t in unique], 0, first)
+        current = stage(estimator, [(t, estimator.settings.num_samples) for t in unique], 0, first)
         if not estimator.targets_precision:
             return current
         return _later_stages(current, estimator, stage, all_reduce, time.perf_counter() - started)
@@ -256,13 +256,19 @@ def stage_label(number: int) -> str:
 
 
 def _stage(
-    pool: DocumentWorkers, store: DocumentStore | None, progress: bool, jobs: list, number: int, desc: str
+    pool: DocumentWorkers,
+    store: DocumentStore | None,
+    progress: bool,
+    run: ResolvedEstimator,
+    jobs: list[tuple[str, int]],
+    number: int,
+    desc: str,
 ) -> dict[str, DocumentEstimate]:
-    """Every job's (text, estimator) estimate at stage ``number``, in the jobs' order: read from ``store`` where
+    """Every job's (text, K) estimate by ``run`` at stage ``number``, in the jobs' order: read from ``store`` where
     there, else estimated by ``pool`` and written to ``store`` as each finishes."""
     found = {t: store.get(t, number) for t, _ in jobs} if store is not None else {}
-    todo = [(t, s) for t, s in jobs if found.get(t) is None]
-    for text, estimate in pool.estimate(todo, number, desc, progress and bool(todo)):
+    todo = [(t, k) for t, k in jobs if found.get(t) is None]
+    for text, estimate in pool.estimate(run, todo, number, desc, progress and bool(todo)):
         if store is not None:
             store.put(estimate, number)
         found[text] = estimate
@@ -282,6 +288,8 @@ def _later_stages(
     earlier = [_History() for _ in unique]
     stopped_short = False  # whether the budget or the stage limit ended the stages before the target was met
     announced = 0.0  # the samples·tokens per stage the last cost line said
+    # a later stage's documents: sized one by one (each its own K), with no precision target of their own
+    later = estimator.sized(settings.num_samples)
     for number in range(1, policy.max_stages):
         if _all_exact(current.values(), policy, all_reduce):
             stopped_short = False
@@ -307,7 +315,7 @@ def _later_stages(
         what = f"{len(grow)} documents need more samples" if grow else "the same sizes afresh"
         desc = f"precision target, {stage_label(number)}{' (last)' * last}: {what}"
         started = time.perf_counter()
-        current = stage([(t, estimator.sized(wanted[t])) for t in unique], number, desc)
+        current = stage(later, [(t, wanted[t]) for t in unique], number, desc)
         seconds = time.perf_counter() - started
         for t in unique:
             stages[t].append(current[t].log_likelihood)

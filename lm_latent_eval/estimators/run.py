@@ -194,8 +194,12 @@ class ResolvedEstimator:
         sizes = [self.settings.num_samples] * len(texts) if num_samples is None else list(num_samples)
         out: list[DocumentEstimate | None] = [None] * len(texts)
         todo = []
+        # each distinct K's settings built and checked once
+        sized = {
+            k: self.settings if k == self.settings.num_samples else self.sized(k).settings for k in set(sizes)
+        }
         for i, (text, k) in enumerate(zip(texts, sizes)):
-            settings = self.settings if k == self.settings.num_samples else self.sized(k).settings
+            settings = sized[k]
             x = self.model.tokenize(text).to(device)
             known = 0.0 if x.numel() == 0 else log_marginal_where_cheaper(self.model, x, text, settings)
             if known is None:

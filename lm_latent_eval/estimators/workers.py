@@ -94,11 +94,10 @@ def _start_worker(threads: int) -> None:
 
 
 def estimate_together(
-    jobs: Sequence[tuple[str, ResolvedEstimator]], device, stage: int
+    run: ResolvedEstimator, jobs: Sequence[tuple[str, int]], device, stage: int
 ) -> list[tuple[str, DocumentEstimate]]:
-    """(text, estimate) of every job, in the jobs' order: the jobs that share an estimator, model and settings (but
-    for ``num_samples``) estimated by one ``ResolvedEstimator.estimate_documents`` call, side by side where the
-    estimator can; each estimate is the one ``ResolvedEstimator.estimate`` gives alone.
+    """(text, estimate) of every job (text, K), in the jobs' order, by one ``run.estimate_documents`` call: side by
+    side where the estimator can; each estimate is the one ``run.sized(K).estimate`` gives alone.
 
     Examples
     --------
@@ -106,26 +105,17 @@ def estimate_together(
     >>> from lm_latent_eval.estimators import EstimatorSettings, resolve
     >>> hmm, _ = load_model("hmm")
     >>> run = resolve(EstimatorSettings("smc", 40, seed=1), hmm)
-    >>> out = dict(estimate_together([("the cat sat", run), ("", run), ("a dog", run.sized(60))], "cpu", 0))
+    >>> out = dict(estimate_together(run, [("the cat sat", 40), ("", 40), ("a dog", 60)], "cpu", 0))
     >>> bool((out["a dog"].log_weights == run.sized(60).estimate("a dog").log_weights).all()), out[""].num_tokens
     (True, 0)
     """
-    groups: dict[tuple, list[tuple[str, ResolvedEstimator]]] = {}
-    for text, run in jobs:
-        groups.setdefault((id(run.estimator), id(run.model), run.settings.replace(num_samples=1)), []).append(
-            (text, run)
-        )
-    found: dict[str, DocumentEstimate] = {}
-    for group in groups.values():
-        texts = [text for text, _ in group]
-        sizes = [run.settings.num_samples for _, run in group]
-        estimates = group[0][1].estimate_documents(texts, sizes, device=device, stage=stage)
-        found.update(zip(texts, estimates))
-    return [(text, found[text]) for text, _ in jobs]
+    texts = [text for text, _ in jobs]
+    estimates = run.estimate_documents(texts, [k for _, k in jobs], device=device, stage=stage)
+    return list(zip(texts, estimates))
 
 
 def chunks(
-    jobs: Sequence[tuple[str, ResolvedEstimator]], particles: int, longest_first: bool = True
+    run: ResolvedEstimator, jobs: Sequence[tuple[str, int]], particles: int, longest_first: bool = True
 ) -> list[list]:
     """The jobs cut into chunks of at most ``particles`` samples (a job larger than that alone) where the estimator
     advances documents side by side (``Estimator.batches_documents``), else one job per chunk; longest first
@@ -135,29 +125,24 @@ def chunks(
     Examples
     --------
     >>> from types import SimpleNamespace
-    >>> side_by_side = SimpleNamespace(batches_documents=lambda model: True)
-    >>> run = lambda k: SimpleNamespace(settings=SimpleNamespace(num_samples=k), estimator=side_by_side, model=None)
-    >>> [[t for t, _ in c] for c in chunks([("a", run(10)), ("bbb", run(10)), ("cc", run(30))], 25)]
+    >>> run = SimpleNamespace(estimator=SimpleNamespace(batches_documents=lambda model: True), model=None)
+    >>> [[t for t, _ in c] for c in chunks(run, [("a", 10), ("bbb", 10), ("cc", 30)], 25)]
     [['cc'], ['bbb', 'a']]
     """
-    side_by_side = bool(jobs) and jobs[0][1].estimator.batches_documents(jobs[0][1].model)
+    side_by_side = bool(jobs) and run.estimator.batches_documents(run.model)
     if longest_first or side_by_side:
-        jobs = sorted(jobs, key=lambda job: -job[1].settings.num_samples * max(len(job[0]), 1))
+        jobs = sorted(jobs, key=lambda job: -job[1] * max(len(job[0]), 1))
     if not side_by_side:
         return [[job] for job in jobs]
-    return [
-        [jobs[i] for i in c]
-        for c in side_by_side_chunks([j[1].settings.num_samples for j in jobs], particles)
-    ]
+    return [[jobs[i] for i in c] for c in side_by_side_chunks([k for _, k in jobs], particles)]
 
 
 def _estimate_inherited(
-    jobs: list[tuple[str, ResolvedEstimator]], stage: int
+    run: ResolvedEstimator, jobs: list[tuple[str, int]], stage: int
 ) -> list[tuple[str, DocumentEstimate]]:
-    """A forked worker's estimates: the jobs' estimators (sent without their model) on the model and device it
-    inherited."""
-    bound = [(t, dataclasses.replace(e, model=_INHERITED["model"])) for t, e in jobs]
-    return estimate_together(bound, _INHERITED["device"], stage)
+    """A forked worker's estimates: the estimator (sent without its model) on the model and device it inherited."""
+    bound = dataclasses.replace(run, model=_INHERITED["model"])
+    return estimate_together(bound, jobs, _INHERITED["device"], stage)
 
 
 class DocumentWorkers:
@@ -181,11 +166,11 @@ class DocumentWorkers:
     >>> hmm, _ = load_model("hmm")
     >>> from lm_latent_eval.estimators import EstimatorSettings, resolve
     >>> run = resolve(EstimatorSettings("is", 50, seed=1), hmm)
-    >>> jobs = [("the cat sat", run), ("a dog ran", run.sized(80))]
+    >>> jobs = [("the cat sat", 50), ("a dog ran", 80)]
     >>> with DocumentWorkers(hmm, "cpu", 2) as pool:
-    ...     side_by_side = dict(pool.estimate(jobs, stage=0, desc="", progress=False))
+    ...     side_by_side = dict(pool.estimate(run, jobs, stage=0, desc="", progress=False))
     >>> with DocumentWorkers(hmm, "cpu", 1) as pool:
-    ...     in_turn = dict(pool.estimate(jobs, stage=0, desc="", progress=False))
+    ...     in_turn = dict(pool.estimate(run, jobs, stage=0, desc="", progress=False))
     >>> all((side_by_side[t].log_weights == in_turn[t].log_weights).all() for t, _ in jobs)
     True
     """
@@ -224,15 +209,16 @@ class DocumentWorkers:
         _INHERITED.clear()
 
     def estimate(
-        self, jobs: Sequence[tuple[str, ResolvedEstimator]], stage: int, desc: str, progress: bool
+        self, run: ResolvedEstimator, jobs: Sequence[tuple[str, int]], stage: int, desc: str, progress: bool
     ) -> Iterator[tuple[str, DocumentEstimate]]:
-        """(text, estimate) of every job (text, its settings) at ``stage``, in the order they finish.
+        """(text, estimate) of every job (text, K) at ``stage`` by ``run`` at each job's K, in the order they finish.
 
         Parameters
         ----------
-        jobs : sequence of (str, ResolvedEstimator)
-            The documents and the estimator each runs with (resolved once for this pool's model: each may have its
-            own ``num_samples``, ``ResolvedEstimator.sized``).
+        run : ResolvedEstimator
+            The estimator, resolved once for this pool's model.
+        jobs : sequence of (str, int)
+            The documents and each one's number of samples (``ResolvedEstimator.sized``).
         stage : int
             The precision target's stage (seeds fresh random streams for stage > 0).
         desc : str
@@ -244,34 +230,31 @@ class DocumentWorkers:
         -------
         iterator of (str, DocumentEstimate)
         """
-        if any(e.model is not self.model for _, e in jobs):
-            raise ValueError(
-                "every job's estimator must be resolved for this pool's model (ResolvedEstimator.on)"
-            )
+        if run.model is not self.model:
+            raise ValueError("the estimator must be resolved for this pool's model (ResolvedEstimator.on)")
         bar = tqdm(total=len(jobs), desc=desc, disable=not progress)
         try:
-            for text, estimate in self._estimates(jobs, stage):
+            for text, estimate in self._estimates(run, jobs, stage):
                 yield text, estimate
                 bar.update(1)
         finally:
             bar.close()
 
-    def _estimates(self, jobs, stage: int) -> Iterator[tuple[str, DocumentEstimate]]:
+    def _estimates(self, run, jobs, stage: int) -> Iterator[tuple[str, DocumentEstimate]]:
         """``estimate``'s work: chunks of the jobs estimated in this process, in the jobs' order, or handed to the
         forked processes, each of which gets several chunks (none waits while another runs the last long one)."""
         per_chunk = side_by_side_particles(self.device)
         if self._pool is None:
-            for chunk in chunks(jobs, per_chunk, longest_first=False):
-                yield from estimate_together(chunk, self.device, stage)
+            for chunk in chunks(run, jobs, per_chunk, longest_first=False):
+                yield from estimate_together(run, chunk, self.device, stage)
             return
-        total = sum(e.settings.num_samples for _, e in jobs)
+        total = sum(k for _, k in jobs)
         per_chunk = min(per_chunk, max(1, total // (2 * self.workers)))
-        # the estimators travel without their model: every process has the model already (forked)
+        # the estimator travels without its model: every process has the model already (forked)
+        travelling = dataclasses.replace(run, model=None)
         pending = {
-            self._pool.submit(
-                _estimate_inherited, [(t, dataclasses.replace(e, model=None)) for t, e in chunk], stage
-            )
-            for chunk in chunks(jobs, per_chunk)
+            self._pool.submit(_estimate_inherited, travelling, chunk, stage)
+            for chunk in chunks(run, jobs, per_chunk)
         }
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)

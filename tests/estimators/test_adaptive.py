@@ -409,9 +409,9 @@ def test_the_stages_are_numbered_alike_in_the_progress_bars_and_the_summary_line
 
     descs, original = [], adaptive._stage
 
-    def recording(pool, store, progress, jobs, number, desc):
+    def recording(pool, store, progress, run, jobs, number, desc):
         descs.append((number, desc))
-        return original(pool, store, progress, jobs, number, desc)
+        return original(pool, store, progress, run, jobs, number, desc)
 
     monkeypatch.setattr(adaptive, "_stage", recording)
     settings = EstimatorSettings("smc", 40, peek=False, target_se=0.003, seed=5)

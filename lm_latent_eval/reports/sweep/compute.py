@@ -227,7 +227,7 @@ def _estimates(pool: DocumentWorkers, documents: list[str], settings: EstimatorS
     times = Counter(documents)
     found = {}
     run = resolve(settings, pool.model)
-    for text, estimate in pool.estimate([(t, run) for t in times], 0, "", False):
+    for text, estimate in pool.estimate(run, [(t, run.settings.num_samples) for t in times], 0, "", False):
         found[text] = estimate.summarized()
         bar.update(times[text])
     return [found[d] for d in documents]
