@@ -11,7 +11,7 @@ import logging
 import warnings
 from collections.abc import Iterable
 
-from ..estimators import DocumentEstimate, EstimatorSettings, ResolvedEstimator, estimator_named, resolve
+from ..estimators import DocumentEstimate, ResolvedEstimator, resolve
 from ..estimators.corpus import reliability_warning
 from ..estimators.policy import UncertaintyPolicy
 from ..estimators.registry import ESTIMATORS, with_model_defaults
@@ -81,13 +81,10 @@ def advise_on_settings(owner: str, run: ResolvedEstimator, choice: str, given: d
         )  # fmt: skip
 
 
-def warn_if_unreliable(
-    owner: str, estimates: Iterable[DocumentEstimate], settings: EstimatorSettings, model
-) -> None:
+def warn_if_unreliable(owner: str, estimates: Iterable[DocumentEstimate], run: ResolvedEstimator) -> None:
     """One warning for a batch of estimates when no two-sided interval of them is honest at the run's level, with the
-    estimator's advice for ``model`` (``owner``: the backend)."""
-    advice = estimator_named(settings.estimator).advice(settings, model)
-    message = reliability_warning(list(estimates), advice, UncertaintyPolicy.of(settings))
+    run's advice (``owner``: the backend)."""
+    message = reliability_warning(list(estimates), run.advice(), UncertaintyPolicy.of(run.settings))
     if message is not None:
         logger.warning("%s: %s", owner, message)
 

@@ -25,6 +25,7 @@ the precision of its matrix products are set only while it estimates (``Document
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import importlib
 import logging
@@ -314,7 +315,7 @@ class DocumentBatches:
                 self.owner, desc, exact, len(estimates), estimator.settings.estimator,
             )  # fmt: skip
         if check:
-            self.check(desc, estimator.settings, estimates)
+            self.check(desc, estimator, estimates)
         return estimates
 
     @contextlib.contextmanager
@@ -346,7 +347,7 @@ class DocumentBatches:
             return self.estimate(texts, estimator.on(view), desc, False, check=False)
 
         estimates = view_estimates(self.model, pairs, estimate, progress)
-        self.check("log p(continuation | context)", estimator.settings, estimates)
+        self.check("log p(continuation | context)", estimator, estimates)
 
         def again(sizes: dict[Pair, int], round_: int) -> dict[Pair, DocumentEstimate]:
             out = {}
@@ -390,13 +391,14 @@ class DocumentBatches:
         estimates = estimate(self.model, sorted({ctx + cont for ctx, cont in pairs}))
         return {(ctx, cont): estimates[ctx + cont].log_likelihood for ctx, cont in pairs}
 
-    def check(self, desc: str, settings: EstimatorSettings, estimates: dict) -> None:
-        """One warning, with the estimator's advice, when no two-sided interval of ``estimates`` is honest; under
-        several processes held back (``held``, by ``desc``) until lm-eval's gather (``warn_gathered``)."""
+    def check(self, desc: str, run: ResolvedEstimator, estimates: dict) -> None:
+        """One warning, with the run's advice, when no two-sided interval of ``estimates`` is honest; under several
+        processes held back (``held``, by ``desc``; the run without its model) until lm-eval's gather
+        (``warn_gathered``)."""
         if self.processes.world_size > 1:
-            self.held.append((desc, settings, estimates))
+            self.held.append((desc, dataclasses.replace(run, model=None), estimates))
         else:
-            warn_if_unreliable(self.owner, estimates.values(), settings, self.model)
+            warn_if_unreliable(self.owner, estimates.values(), run)
 
     def warn_gathered(self, dst: int = 0) -> None:
         """Every rank's held-back batches gathered on rank ``dst``, which warns once per kind of batch (``desc``:
@@ -405,11 +407,11 @@ class DocumentBatches:
         if self.processes.world_size <= 1:
             return
         gathered, self.held = self.processes.gather_object(self.held, dst), []
-        merged: dict[str, tuple[EstimatorSettings, dict[str, DocumentEstimate]]] = {}
-        for desc, settings, estimates in (batch for rank in gathered or [] for batch in rank):
-            merged.setdefault(desc, (settings, {}))[1].update(estimates)
-        for settings, estimates in merged.values():
-            warn_if_unreliable(self.owner, estimates.values(), settings, self.model)
+        merged: dict[str, tuple[ResolvedEstimator, dict[str, DocumentEstimate]]] = {}
+        for desc, run, estimates in (batch for rank in gathered or [] for batch in rank):
+            merged.setdefault(desc, (run, {}))[1].update(estimates)
+        for run, estimates in merged.values():
+            warn_if_unreliable(self.owner, estimates.values(), dataclasses.replace(run, model=self.model))
 
 
 def join_lm_eval() -> None:

@@ -77,6 +77,6 @@ class LatentTokenizationEval(LatentLMEval):
             **{("joint", t): e for t, e in joint.items()},
             **{("context", c): e for c, e in contexts.items()},
         }
-        self.batches.check("log p(continuation | context)", self.settings, checked)
+        self.batches.check("log p(continuation | context)", self.run, checked)
         self.greedy.warn()
         return [(joint[c + k].log_likelihood - contexts[c].log_likelihood, False) for c, k in moved]
