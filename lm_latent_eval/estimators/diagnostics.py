@@ -66,6 +66,11 @@ def effective_sample_size(log_weights: np.ndarray) -> float:
     return float(math.exp(2.0 * logsumexp(lw) - logsumexp(2.0 * lw)))
 
 
+def pareto_tail_size(num_weights: int) -> int:
+    """M = ⌈min(K/5, 3√K)⌉: the largest weights PSIS fits its generalized Pareto to (Vehtari et al. 2024)."""
+    return math.ceil(min(0.2 * num_weights, 3.0 * math.sqrt(num_weights)))
+
+
 def pareto_khat(log_weights: np.ndarray) -> float:
     """Shape k̂ of the generalized Pareto fitted to the largest weights (PSIS, arviz.psislw).
 
@@ -79,7 +84,7 @@ def pareto_khat(log_weights: np.ndarray) -> float:
         return float("nan")
     if np.ptp(finite) == 0.0:
         return 0.0
-    tail = math.ceil(min(0.2 * finite.size, 3.0 * math.sqrt(finite.size)))
+    tail = pareto_tail_size(finite.size)
     if np.unique(np.sort(finite)[-(tail + 1) :]).size < 5:
         return float("nan")
     with warnings.catch_warnings():

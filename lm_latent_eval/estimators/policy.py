@@ -29,7 +29,7 @@ import numpy as np
 from scipy import stats
 
 from .bounded import BoundedInterval, bounded_interval
-from .diagnostics import pareto_k_threshold, pareto_khat
+from .diagnostics import pareto_k_threshold, pareto_khat, pareto_tail_size
 from .intervals import DocumentError, Interval, certified_lower_bound, satterthwaite_degrees_of_freedom
 from .settings import DEFAULT_LEVEL
 
@@ -66,9 +66,9 @@ class UncertaintyPolicy:
         Tied importance weights are trusted only where their distinct draws leave at most this many draws' worth of
         q's mass unseen (K · unseen mass; ``tied_importance_doubt``).
     max_unresampled_khat : float
-        SMC runs that never resampled are importance sampling: their pooled weights' Pareto k̂ must stay below this
-        (``smc_doubt``). Below it the runs' spread measured the error (masked LMs: 293 of 299 two-sided statements
-        covering); at 32 tokens the runs agreed while missing p(x) (docs/models.md, "At length").
+        SMC runs that never resampled are importance sampling: their pooled weights' Pareto k̂ must not be above
+        this at the policy's level (``smc_doubt``): at 32 tokens of a masked LM the runs agreed while missing p(x)
+        (docs/models.md, "At length").
     support_tolerance : float
         How far from 1 the q-mass of a document's distinct draws may be for them to count as q's whole support
         (``support_covered``): the rounding of float32 probabilities that sum to 1.
@@ -147,17 +147,21 @@ class UncertaintyPolicy:
         """Why the v̂ of R independent SMC runs (``SMCDiagnostics``) cannot be trusted, or None: at least two runs of
         at least ``min_run_size`` particles, none carrying more than ``max_run_share`` of p̂, a proposal temperature
         of at least 1; and where no run resampled, the K final ``log_weights`` are independent importance weights
-        whose Pareto k̂ must stay below ``max_unresampled_khat``: runs that all miss the same heavy tail agree with
-        each other."""
+        whose Pareto k̂ must not be above ``max_unresampled_khat`` at the policy's level (k̂'s standard error
+        (1 + k̂) / √M over its M tail draws: at small K, k̂ alone is above 1 by chance): runs that all miss the same
+        heavy tail agree with each other."""
         doubt = self._runs_doubt(
             diagnostics, "SMC run", "SMC runs", "particles", "more particles per run are needed"
         )
-        never_resampled = diagnostics.resampling_steps == 0 and log_weights is not None
-        if doubt is None and never_resampled and pareto_khat(log_weights) >= self.max_unresampled_khat:
-            doubt = (
-                f"heavy-tailed importance weights (Pareto k̂ at or above {self.max_unresampled_khat:g}: no "
-                "estimable mean), whose SMC runs that never resample agree while missing the same tail"
-            )
+        if doubt is None and diagnostics.resampling_steps == 0 and log_weights is not None:
+            khat, draws = pareto_khat(log_weights), int(np.isfinite(log_weights).sum())
+            # the tail index above the limit at the policy's level: k̂'s standard error (1 + k̂) / √M of M tail draws
+            margin = stats.norm.ppf(self.level) * (1 + khat) / math.sqrt(max(pareto_tail_size(draws), 1))
+            if khat - margin >= self.max_unresampled_khat:
+                doubt = (
+                    f"heavy-tailed importance weights (Pareto k̂ above {self.max_unresampled_khat:g}: no estimable "
+                    "mean), whose SMC runs that never resample agree while missing the same tail"
+                )
         return doubt
 
     def tied_importance_doubt(self, runs, draws=None) -> str | None:
