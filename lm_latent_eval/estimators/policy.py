@@ -74,9 +74,8 @@ class UncertaintyPolicy:
         (``support_covered``): the rounding of float32 probabilities that sum to 1.
     agreement_level : float
         Nominal chance, per stage, that some document of a well-estimated corpus is called in disagreement: the
-        normal quantile takes each v̂ as exact, and v̂ from a few SMC runs makes |z| heavier-tailed (200 LDA documents
-        under 4 runs: 0.17 to 2.67 false alarms per stage, bench/precision_noise). A false alarm costs samples, never
-        coverage; Student's t at the runs' degrees of freedom would be calibrated but blind to the missed latent path
+        normal quantile takes each v̂ as exact, and v̂ from a few SMC runs makes |z| heavier-tailed (false alarms per
+        stage measured: docs/estimators.md, the precision target). A false alarm costs samples, never coverage; Student's t at the runs' degrees of freedom would be calibrated but blind to the missed latent path
         the test is for.
     max_flip_probability : float
         A multiple-choice question is settled when Monte Carlo error flipped its answer with at most this probability
@@ -173,10 +172,9 @@ class UncertaintyPolicy:
         obstacle to them: a batch's p̂_r is unbiased whatever values the weights take, and a configuration found by
         one batch only (a large weight the others missed) shows as that batch's share of p̂. What no batch found
         cannot show, so ties are trusted only where they mean that the proposal's support is nearly covered: the
-        distinct draws (``importance.DistinctDraws``) leave at most ``max_unseen_draws`` / K of q's mass unseen. On
-        the RNNG's tree CRF, documents whose 1,000 draws tied on 2 to 8 trees yet left 1.2 to 4.5 draws' worth of q
-        unseen held trees with 25–85% of p(x) there (their weights 50 to 300 times p̂), and without this gate 36 of
-        40 seeded intervals covered. ``draws`` None (weights without their log q): never trusted.
+        distinct draws (``importance.DistinctDraws``) leave at most ``max_unseen_draws`` / K of q's mass unseen
+        (the RNNG's tree CRF without this gate: docs/estimators.md, tied weights). ``draws`` None (weights without
+        their log q): never trusted.
         """
         doubt = self._runs_doubt(runs, "IS batch", "IS batches", "draws", "more samples are needed")
         k = int(sum(runs.run_sizes))
@@ -306,8 +304,8 @@ class UncertaintyPolicy:
         with certainty, so P(the printed statement holds) = P(A) + P(C ∩ not A) ≥ P(A) + P(C) − P(A) = P(C): proving
         some documents never lowers the coverage, whatever A depends on. Mixing per document would: a document's
         draws miss part of q's support exactly when they missed its configurations, so the estimates of the
-        documents left unproven are a selection, biased high (measured: a near-exact proposal over 4 topics, 1,000
-        documents, 0 of 2 runs covered), and proving the others takes away the variance that covered that bias.
+        documents left unproven are a selection, biased high (docs/estimators.md, mixing measured), and proving the
+        others takes away the variance that covered that bias.
         """
         total, rounding = float(sum(e.proven for e in errors)), float(sum(e.rounding for e in errors))
         return Interval(total - rounding, total + rounding, total, 0.0, 0.0, 0.0, self.level)
@@ -327,9 +325,7 @@ class UncertaintyPolicy:
         The interval allows the bias of Σ log p̂ anywhere in [0, 2C] (plus t·SE either side), so the correction need
         not be accurate to a fraction of SE: where R ≤ C/2, C ± R lies in [C/2, 3C/2], well inside the allowance.
         R / C = 2 Σ v^{3/2} / Σ v is a v-weighted mean of 2√v, so it does not grow with N as G does (documents of a
-        fixed precision: G ∝ √N). Measured on the bundled HMM at 1,000 documents (``bench/remainder_rules.py``,
-        SMC at K = 1,000): either test let 65 of 100 seeds print a two-sided statement, 98% of them covering;
-        G alone, 6.
+        fixed precision: G ∝ √N). Their two-sided rates and coverage at 1,000 documents: ``bench/remainder_rules.py``.
 
         Examples
         --------

@@ -24,8 +24,8 @@ from collections.abc import Callable
 import torch
 
 CUDA_GRAPHS_SETTINGS = ("false", "true", "auto")
-# each model's proposal says what ``auto`` means for it on a CUDA device (``CUDA_GRAPHS_AUTO``), from the figures of
-# bench/RESULTS.md "GPU baseline before issue 45": KGLM's τ = 1 settings 16% faster with graphs, EntityNLM no faster
+# each model's proposal says what ``auto`` means for it on a CUDA device (``CUDA_GRAPHS_AUTO``), from its measured
+# figures (docs/speed.md, CUDA graphs)
 DEFAULT_CUDA_GRAPHS = "auto"
 CUDA_GRAPHS_HELP = (
     "capture the sampler's per-token step in a CUDA graph: true, false or auto (the default: the model's measured "

@@ -36,8 +36,7 @@ class EntityNLMProposal(CheckedProposal, nn.Module):
 
     # "true", "false" or "auto": the sampler's per-token step in a CUDA graph (models/cuda_graphs.py)
     cuda_graphs = DEFAULT_CUDA_GRAPHS
-    # what "auto" means on a CUDA device: EntityNLM full size on one H100: 1.30 M particles·tokens/s with and
-    # without graphs (bench/RESULTS.md, "GPU baseline before issue 45"), so eager
+    # what "auto" means on a CUDA device: no faster with graphs at full size, so eager (docs/speed.md, CUDA graphs)
     CUDA_GRAPHS_AUTO = False
 
     def __init__(

@@ -57,8 +57,7 @@ class KGLMProposal(CheckedProposal, nn.Module):
 
     # "true", "false" or "auto": the sampler's per-token step in a CUDA graph (models/cuda_graphs.py)
     cuda_graphs = DEFAULT_CUDA_GRAPHS
-    # what "auto" means on a CUDA device: KGLM full size on one H100: τ = 1 settings 16% faster with graphs (2.85 M
-    # against 2.44 M particles·tokens/s; bench/RESULTS.md, "GPU baseline before issue 45")
+    # what "auto" means on a CUDA device: faster with graphs at full size (docs/speed.md, CUDA graphs)
     CUDA_GRAPHS_AUTO = True
     # bytes the chunked heads may hold at once (models/memory_plan.py; KGLM.memory_budget sets it)
     memory_budget = DEFAULT_MEMORY_BUDGET

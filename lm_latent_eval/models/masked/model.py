@@ -74,16 +74,9 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
     stepwise_module = stepwise
     # texts side by side (protocol.DocumentBatchLM): those of one length share the draw and the network's calls
     documents_module = documents
-    # what the user does not give (estimators.registry.with_model_defaults):
-    # - peek=False, uniform orders: on the bundled model the peeking proposal's weights are heavy-tailed (Pareto k̂
-    #   above the threshold on 91% of the held-out sentences at K = 1,000) and its estimates far below log p (IS,
-    #   K = 100: perplexity 12.93 against the exact 10.905), where uniform orders land within 0.15 nats of the exact
-    #   log-likelihood (tasks/masked_ppl_tiny/README.md); tempering it (τ = 2, 4) does not help;
-    # - resample_threshold=0: SMC that never resamples, importance sampling over uniform orders in independent runs.
-    #   Resampling is misled here: the partial weights p(x_S, σ_≤t) ψ(S) (look-ahead twist) favour orders that
-    #   revealed easy tokens first, and the relative variance per particle K · Var(p̂ / p) on the held-out sentences
-    #   of 8 to 11 tokens is 26 to 492 with resampling at ESS < K/2, 1.1 to 2.3 without; Σ_n Var(p̂_n / p_n) at
-    #   K = 128 is 20.3 against 0.87 (bench/masked_side_by_side/variance.md): about 23 times fewer particles
+    # what the user does not give (estimators.registry.with_model_defaults): uniform orders (peek=False: the peeking
+    # proposal's weights are heavy-tailed) and SMC that never resamples (the look-ahead twist misleads resampling);
+    # the measurements: docs/models.md, "Masked and masked-diffusion LMs"
     default_settings: ClassVar[dict] = {"peek": False, "resample_threshold": 0.0}
 
     def __init__(self, predictor, mask_id, vocab, policy="uniform", policy_temperature=1.0, max_exact_tokens=16,
