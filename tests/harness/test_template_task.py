@@ -3,6 +3,7 @@ a relative ``include:``, and lm-eval then said only "Tasks not found")."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -13,12 +14,13 @@ from lm_eval.tasks import TaskManager
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "lm_latent_eval" / "data"
-# the contrastive tasks read utils.py beside them: their folder is the unit to copy; a completion task
-# (loglikelihood) names all it needs itself
+# the contrastive tasks read utils.py beside them: their folder is the unit to copy; a task of another request type
+# (loglikelihood, multiple_choice) names all it needs itself
 PERPLEXITY_TASKS = sorted(
     p
     for p in (REPO / "tasks").glob("*/*.yaml")
-    if p.parent.name != "contrastive_entropy" and "output_type: loglikelihood\n" not in p.read_text()
+    if p.parent.name != "contrastive_entropy"
+    and re.search(r"^output_type: (?!loglikelihood_rolling$)", p.read_text(), re.MULTILINE) is None
 )
 
 
