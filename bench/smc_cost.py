@@ -27,16 +27,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bundled_models import CORPORA
 from particles import timed
 
 from lm_latent_eval.estimators import importance_log_weights, smc_log_weights
-from lm_latent_eval.models import load_model
+from lm_latent_eval.models import MODELS, load_model
 from lm_latent_eval.models.corpora import read_documents
 from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.protocol import has
 
 OUTPUT = Path(__file__).resolve().parent / "smc_cost" / "output.md"
+CORPORA = {name: row.corpus for name, row in MODELS.items() if row.corpus}  # the model table's corpora
 # model -> (its bundled test corpus, documents timed): about a second per estimator and repeat at K = 1,000
 DOCUMENTS = {
     "hmm": (CORPORA["hmm"], 30),
