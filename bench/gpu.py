@@ -183,7 +183,7 @@ def section_compile(device, K=1024, num_docs=10, modes=("default",), models=("kg
     import torch._dynamo
     import torch._inductor.config
 
-    from lm_latent_eval.models.entitynlm import latents as enlm
+    from lm_latent_eval.models.entitynlm import drawing as enlm
     from lm_latent_eval.models.kglm import proposal as kglm_proposal
     from lm_latent_eval.models.kglm import stepwise
 
@@ -194,7 +194,8 @@ def section_compile(device, K=1024, num_docs=10, modes=("default",), models=("kg
     print("|---|---|---|---|---|---|---|")
     targets = {
         "kglm": (kglm_proposal, "sample_step", stepwise.sample_step),
-        "entitynlm": (enlm, "sample_step", enlm.sample_step),
+        # EntityNLM's per-token draw (issue 51 split latents.py: drawing.draw_step, which sample_latents calls)
+        "entitynlm": (enlm, "draw_step", enlm.draw_step),
     }
     for name in models:
         module, attr, eager = targets[name]

@@ -1,36 +1,64 @@
 #!/bin/bash
-# What issues 44 (item 6) and 45 ask of a GPU machine, sized to one 15-minute lease (each step under its own timeout,
-# most wanted first): run from a checkout on a machine with CUDA and the package, lm-eval and their dependencies
-# installed (where it cannot download: from wheels, `pip install --target /tmp/site .whl/*.whl`, PATH and PYTHONPATH
-# set to it), LLaDA's two modeling files in $LLADA and transformers 4.46.3 (with tokenizers 0.20.3 and
-# huggingface_hub 0.36.2, the versions LLaDA's code loads under) in $TF446, a folder put first on PYTHONPATH for the
-# LLaDA step alone. Each step writes into $OUT (default ./gpu_out) and prints its summary; paste them into
-# bench/RESULTS.md with the device named, and the tables into the docs that quote them.
+# What issue 55 asks of a GPU machine, sized to one 30-minute lease (each step under its own timeout, most wanted
+# first, about 26 minutes of steps in all): run from a checkout on a machine with CUDA and the package, lm-eval and
+# their dependencies installed (where it cannot download: from wheels, `pip install --target /tmp/site .whl/*.whl`,
+# PATH and PYTHONPATH set to it). Each step writes its figures into $OUT (default ./gpu_out) as it goes and prints
+# its summary; paste them into bench/RESULTS.md with the device named, and the tables into the docs that quote them.
 #
-#   OUT=gpu_out LLADA=../shared/fixtures/masked-diffusion/llada TF446=/tmp/tf446 bash bench/gpu_session.sh
+#   OUT=gpu_out PACK=/tmp/gpu_out.tgz bash bench/gpu_session.sh
+#   STEPS="lmeval readme" bash bench/gpu_session.sh          # some steps only
+#
+# Steps (default order): paper (item 1: the paper's workload, both models, every setting of Table 1, float32 then
+# bfloat16, time-budgeted, extrapolated by the script), precision (item 1: the shift of log p̂ against the Monte Carlo
+# error at float32, TF32 and bfloat16), lmeval (item 4: operations and seconds through lm_eval.simple_evaluate, with
+# the precision target), readme (item 1: the README's job on cuda and on the CPU), side (documents side by side,
+# seconds), suite (item 1: the fast suite on CUDA, as long as the lease allows). Issue 44's LLaDA-8B-sized masked
+# network is the optional step "masked" ($LLADA, $TF446 as bench/RESULTS.md's earlier sessions describe).
 set -u
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-}:$PWD
 TP=$(lm-latent-eval tasks-path)
 # PACK (optional): a tarball of $OUT rewritten after each step, so a lease that ends mid-run still returns the rest
-# STEPS (optional): the steps to run, of "masked readme paper side" (default all); SIDE_LIMIT: documents per corpus
-STEPS=" ${STEPS:-masked readme paper side} "
+STEPS=" ${STEPS:-paper precision lmeval readme side suite} "
 want() { [[ $STEPS == *" $1 "* ]]; }
 packed() { [ -z "${PACK:-}" ] || tar czf "$PACK" -C "$OUT" .; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/device.csv"
 
-# 1. Issue 44 item 6: LLaDA's code at LLaDA-8B size (all 32 blocks, random weights, bfloat16, on the GPU), seconds per
-#    document for the 128-draw ELBO and the default statement.
-want masked && {
+# 1. Item 1: the paper's workload at full size and the default memory budget, every setting of Table 1, each model
+#    at float32 then bfloat16 (paper_workload.py --time-budget: documents in a fixed random order, the whole
+#    workload extrapolated from the measured ones and stated; the GEMM rates of float32, TF32 and bfloat16 measured in
+#    the same run give the distance to the limit at each precision). About 9.5 minutes.
+want paper && for dtype in float32 bfloat16; do
+  for model in kglm entitynlm; do
+    S=$SECONDS
+    timeout 150 python3 bench/paper_workload.py --model $model --device cuda --dtype $dtype --time-budget 110 \
+      --output "$OUT/paper_${model}_$dtype.json" > "$OUT/paper_${model}_$dtype.md" 2>&1
+    echo "paper_workload $model $dtype rc=$? $((SECONDS - S)) s"
+    grep -iE "particles.tokens/s|GPU-hours|whole workload|memory" "$OUT/paper_${model}_$dtype.md" | head -6; packed
+  done
+done
+
+# 2. Item 1: how far TF32 and bfloat16 move log p̂ against the Monte Carlo error (the rule that picks the default
+#    precision, applied at the end of its output). About 3 minutes.
+want precision && {
 S=$SECONDS
-PYTHONPATH=$TF446:$PYTHONPATH timeout 150 python3 bench/masked_width.py --llada "$LLADA" --layers 32 \
-  --documents 43 --output "$OUT/masked_width.md" > "$OUT/masked_width.log" 2>&1
-echo "masked_width rc=$? $((SECONDS - S)) s"; tail -8 "$OUT/masked_width.log"; packed
+timeout 240 python3 bench/precision_shift.py --device cuda --output "$OUT/precision_shift_cuda.md" \
+  > "$OUT/precision_shift.log" 2>&1
+echo "precision_shift rc=$? $((SECONDS - S)) s"; tail -12 "$OUT/precision_shift_cuda.md"; packed
 }
 
-# 2. Issue 45's headline: the README's first command as a user types it (the backend chooses the device and says so),
-#    then asked for cuda and for the CPU.
+# 3. Item 4: the precision target through lm_eval.simple_evaluate on the device: operations per document·token
+#    (the CPU's count is bench/lm_eval_operations/output.md) and the seconds of the counted run. About 4 minutes.
+want lmeval && {
+S=$SECONDS
+timeout 300 python3 bench/lm_eval_operations.py --device cuda --label "on cuda" \
+  --output "$OUT/lm_eval_operations_cuda.md" > "$OUT/lm_eval_operations.log" 2>&1
+echo "lm_eval_operations rc=$? $((SECONDS - S)) s"; head -12 "$OUT/lm_eval_operations_cuda.md"; packed
+}
+
+# 4. Item 1: the README's first command as a user types it (the backend chooses the device and says so), then asked
+#    for cuda and for the CPU. About 3 minutes.
 want readme && for dev in default cuda cpu; do
   flag=$([ $dev = default ] && echo "" || echo "--model_args device=$dev")
   S=$SECONDS
@@ -40,22 +68,27 @@ want readme && for dev in default cuda cpu; do
   grep -E "^\|.*perplexity" "$OUT/readme_$dev.log" | head -2; packed
 done
 
-# 3. The paper's workload at full size and the default memory budget (KGLM ran out of GPU memory there before):
-#    EntityNLM all seven settings, KGLM the τ = 1 setting, each stopped after its first documents.
-want paper && {
-S=$SECONDS
-timeout 100 python3 bench/paper_workload.py --model kglm --device cuda --settings 1.0 --time-budget 30 \
-  --output "$OUT/paper_kglm.json" > "$OUT/paper_kglm.md" 2>&1
-echo "paper_workload kglm rc=$? $((SECONDS - S)) s"; grep -iE "particles.tokens/s|GPU-hours|whole workload|memory" "$OUT/paper_kglm.md" | head -6; packed
-S=$SECONDS
-timeout 100 python3 bench/paper_workload.py --model entitynlm --device cuda --time-budget 30 \
-  --output "$OUT/paper_entitynlm.json" > "$OUT/paper_entitynlm.md" 2>&1
-echo "paper_workload entitynlm rc=$? $((SECONDS - S)) s"; grep -iE "particles.tokens/s|GPU-hours|whole workload|memory" "$OUT/paper_entitynlm.md" | head -6; packed
-}
-
-# 4. Documents side by side on the device: operations, syncs and seconds, alone against together.
+# 5. Documents side by side on the device: operations, syncs and seconds, alone against together. About 3 minutes.
 want side && {
 S=$SECONDS
-timeout ${SIDE_TIMEOUT:-170} python3 bench/side_by_side.py --device cuda ${SIDE_LIMIT:+--limit $SIDE_LIMIT} --output "$OUT/side_by_side_cuda.md" > "$OUT/side_by_side.log" 2>&1
+timeout ${SIDE_TIMEOUT:-170} python3 bench/side_by_side.py --device cuda --limit ${SIDE_LIMIT:-10} \
+  --output "$OUT/side_by_side_cuda.md" > "$OUT/side_by_side.log" 2>&1
 echo "side_by_side rc=$? $((SECONDS - S)) s"; cat "$OUT/side_by_side_cuda.md"; packed
+}
+
+# 6. Item 1: the fast suite on CUDA (no test may assume there is no GPU), stopped at SUITE_TIMEOUT seconds; the
+#    failures and the last test reached are in its log.
+want suite && {
+S=$SECONDS
+timeout ${SUITE_TIMEOUT:-420} python3 -m pytest -m "not slow" -q -x -p no:cacheprovider tests \
+  > "$OUT/suite_cuda.log" 2>&1
+echo "fast suite on cuda rc=$? $((SECONDS - S)) s"; tail -5 "$OUT/suite_cuda.log"; packed
+}
+
+# Optional (issue 44 item 6): LLaDA's code at LLaDA-8B size (all 32 blocks, random weights, bfloat16, on the GPU).
+want masked && {
+S=$SECONDS
+PYTHONPATH=$TF446:$PYTHONPATH timeout 150 python3 bench/masked_width.py --llada "$LLADA" --layers 32 \
+  --documents 43 --output "$OUT/masked_width.md" > "$OUT/masked_width.log" 2>&1
+echo "masked_width rc=$? $((SECONDS - S)) s"; tail -8 "$OUT/masked_width.log"; packed
 }

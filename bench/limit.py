@@ -84,6 +84,25 @@ def flops(products: list[Product]) -> int:
     return total
 
 
+def product_bytes(products: list[Product], bytes_per_value: int = 4) -> int:
+    """Bytes the einsums move at the least: each operand read once and the result written once, float32 by default
+    (the bytes side of the floor, beside ``flops``: a fused kernel can move no less).
+
+    Examples
+    --------
+    >>> product_bytes([("kd,ed->ke", (2, 3), (5, 3))])
+    124
+    """
+    total = 0
+    for eq, a, b in products:
+        inputs, output = eq.split("->")
+        sizes = {}
+        for letters, shape in zip(inputs.split(","), (a, b)):
+            sizes.update(zip(letters, shape))
+        total += bytes_per_value * (math.prod(a) + math.prod(b) + math.prod(sizes[c] for c in output))
+    return total
+
+
 def document_flops(once: list[Product], per_token: list[Product], num_tokens: int) -> int:
     """FLOPs of one document: ``once`` + ``num_tokens`` × ``per_token`` (what ``reference_seconds`` times)."""
     return flops(once) + num_tokens * flops(per_token)

@@ -34,18 +34,18 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bundled_models import CORPORA
 from kernel_counts import KernelCounter, accelerator_paths
 
 from lm_latent_eval.estimators import EstimatorSettings, importance, resolve, seeding, smc, workers
 from lm_latent_eval.estimators.adaptive import estimate_corpus
 from lm_latent_eval.estimators.registry import with_model_defaults
-from lm_latent_eval.models import load_model
-from lm_latent_eval.models.corpora import read_documents
-from lm_latent_eval.paths import DATA_DIR
+from lm_latent_eval.models import MODELS, load_model
+from lm_latent_eval.models.corpora import bundled_documents
 from lm_latent_eval.protocol import has
 
 OUTPUT = Path(__file__).resolve().parent / "side_by_side"
+# the models with a bundled corpus (the model table's), the LDA last
+BUNDLED = sorted((name for name, row in MODELS.items() if row.corpus), key=lambda name: name == "lda")
 
 
 class StepCounter(KernelCounter):
@@ -114,7 +114,7 @@ def together(run, texts):
 
 def measure(name: str, num_samples: int, limit: int | None) -> dict:
     model = load_model(name)[0].to(DEVICE)
-    texts = list(dict.fromkeys(read_documents(DATA_DIR / CORPORA[name])))[:limit]
+    texts = list(dict.fromkeys(bundled_documents(name)))[:limit]
     settings, _ = with_model_defaults(EstimatorSettings("smc", num_samples, seed=1, target_se=None), model)
     run = resolve(settings, model)
     tokens = sum(int(model.tokenize(t).numel()) for t in texts)
@@ -197,7 +197,7 @@ def gpu_name() -> str:
 def main() -> None:
     global DEVICE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=[m for m in CORPORA if m != "lda"] + ["lda"])
+    parser.add_argument("--models", nargs="+", default=BUNDLED)
     parser.add_argument("--num-samples", type=int, default=1000)
     parser.add_argument("--limit", type=int, default=None, help="documents per corpus (default all)")
     parser.add_argument("--output", type=Path, default=OUTPUT / "output.md")

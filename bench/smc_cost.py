@@ -27,16 +27,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bundled_models import CORPORA
 from particles import timed
 
 from lm_latent_eval.estimators import importance_log_weights, smc_log_weights
-from lm_latent_eval.models import load_model
+from lm_latent_eval.models import MODELS, load_model
 from lm_latent_eval.models.corpora import read_documents
 from lm_latent_eval.paths import DATA_DIR
 from lm_latent_eval.protocol import has
 
 OUTPUT = Path(__file__).resolve().parent / "smc_cost" / "output.md"
+CORPORA = {name: row.corpus for name, row in MODELS.items() if row.corpus}  # the model table's corpora
 # model -> (its bundled test corpus, documents timed): about a second per estimator and repeat at K = 1,000
 DOCUMENTS = {
     "hmm": (CORPORA["hmm"], 30),
@@ -57,7 +57,7 @@ VARIANTS = {"lda_urn": ("lda", {"lookahead": "none"})}
 
 def package_revision() -> str:
     """Where the timed package comes from: the revision ``--revision`` extracted, else this checkout's commit (with
-    "+ changes" when its lm_latent_eval differs from it)."""
+    "+ changes" when its lm_latent_eval differs from it). Other benches with a ``--revision`` use it too."""
     if os.environ.get("SMC_COST_REVISION"):
         import lm_latent_eval
 
@@ -124,8 +124,11 @@ def model_rows(name: str, ks: list[int], repeats: int, num_docs: int | None) -> 
     return rows
 
 
-def run_at_revision(revision: str, argv: list[str]) -> None:
-    """This script, run on the package of ``revision`` (``git archive``) in a child process; the rest as given."""
+def run_at_revision(
+    revision: str, argv: list[str], script: str = __file__, folders: tuple[str, ...] = ("lm_latent_eval",)
+) -> None:
+    """``script`` (default this one), run on the package of ``revision`` (``git archive`` of ``folders``: add
+    ``tasks`` for a script that runs lm-eval's tasks) in a child process; the rest of ``argv`` as given."""
     repo = Path(__file__).resolve().parents[1]
     rest = [a for i, a in enumerate(argv) if a != "--revision" and (i == 0 or argv[i - 1] != "--revision")]
     rest = [a for a in rest if not a.startswith("--revision=")]
@@ -134,11 +137,11 @@ def run_at_revision(revision: str, argv: list[str]) -> None:
     ).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(
-            ["git", "archive", commit, "lm_latent_eval"], cwd=repo, capture_output=True, check=True
+            ["git", "archive", commit, *folders], cwd=repo, capture_output=True, check=True
         )
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
         env = os.environ | {"PYTHONPATH": tmp, "SMC_COST_REVISION": commit}
-        subprocess.run([sys.executable, __file__, *rest], env=env, check=True)
+        subprocess.run([sys.executable, script, *rest], env=env, check=True)
 
 
 def main(argv=None):

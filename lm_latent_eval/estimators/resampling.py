@@ -75,6 +75,13 @@ class RunLayout:
         self.groups = [
             (n, runs, self._index(runs, n), len(runs) == len(self.sizes)) for n, runs in by_size.items()
         ]
+        # the runs group by group, and the gather that lays their particles out so (None: they are so already)
+        self._runs = [r for _, runs, _, _ in self.groups for r in runs]
+        ordered = self._runs == list(range(len(self.sizes)))
+        self._order = None if ordered else torch.cat([index.flatten() for _, _, index, _ in self.groups])
+        self._log_n = torch.tensor(
+            [math.log(n) for n, runs, _, _ in self.groups for _ in runs], dtype=torch.float64
+        )
 
     def _index(self, runs: list[int], n: int) -> torch.Tensor:
         return torch.tensor([self.starts[r] for r in runs]).unsqueeze(1) + torch.arange(n)
@@ -83,8 +90,9 @@ class RunLayout:
         """(log ESS, log mean_k w_k) of every run's weights log_w [Σ N_r] (float64, no NaN or +inf); −inf for both
         where every weight of the run is 0."""
         log_ess, log_mean = [0.0] * len(self.sizes), [0.0] * len(self.sizes)
-        for n, runs, index, whole in self.groups:
-            rows = log_w.view(len(runs), n) if whole else log_w[index]
+        if len(self.groups) == 1:
+            n, runs = self.groups[0][:2]
+            rows = log_w.view(len(runs), n)
             normalised = torch.softmax(rows, 1)
             values = torch.stack(
                 [
@@ -92,10 +100,31 @@ class RunLayout:
                     torch.logsumexp(rows, 1) - math.log(n),
                 ]
             ).tolist()
-            for r, e, m in zip(runs, *values):
-                # NaN (softmax of −inf only) exactly where every weight is 0
-                log_ess[r], log_mean[r] = (-math.inf if math.isnan(e) else e), m
+        else:
+            values = self._grouped_statistics(log_w)
+        for r, e, m in zip(self._runs, *values):
+            # NaN (softmax of −inf only) exactly where every weight is 0
+            log_ess[r], log_mean[r] = (-math.inf if math.isnan(e) else e), m
         return log_ess, log_mean
+
+    def _grouped_statistics(self, log_w: torch.Tensor) -> list[list[float]]:
+        """``statistics``' [−log Σ W², log mean w] of every run, group after group, for runs of several sizes: the
+        particles gathered group by group once, each group's row-wise reductions (softmax, Σ, logsumexp) written into
+        one buffer, the element-wise rest over every run at once (the operations, and so the numbers, of each group
+        alone: 4 per group and 5 in all instead of 9 per group; on a GPU every operation is a launch)."""
+        flat = log_w if self._order is None else log_w.index_select(0, self._order)
+        out = torch.empty(2, len(self.sizes), dtype=log_w.dtype)
+        start = first = 0
+        for n, runs, _, _ in self.groups:
+            rows = flat[start : start + len(runs) * n].view(len(runs), n)
+            normalised = torch.softmax(rows, 1)
+            # torch.linalg.vecdot(normalised, normalised): the product, then the sum over the row
+            torch.sum(normalised * normalised, 1, out=out[0, first : first + len(runs)])
+            torch.logsumexp(rows, 1, out=out[1, first : first + len(runs)])
+            start, first = start + len(runs) * n, first + len(runs)
+        out[0].log_().neg_()
+        out[1].sub_(self._log_n)
+        return out.tolist()
 
     def resample(
         self, log_w: torch.Tensor, chosen: list[int], generators: list

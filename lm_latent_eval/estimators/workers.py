@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 
 from .record import DocumentEstimate
 from .run import ResolvedEstimator
-from .seeding import side_by_side_chunks, side_by_side_particles
+from .seeding import side_by_side_particles
 
 logger = logging.getLogger(__name__)
 # what a forked process estimates with: set in the parent before the pool forks, read (inherited) by the children
@@ -118,9 +118,14 @@ def chunks(
     run: ResolvedEstimator, jobs: Sequence[tuple[str, int]], particles: int, longest_first: bool = True
 ) -> list[list]:
     """The jobs cut into chunks of at most ``particles`` samples (a job larger than that alone) where the estimator
-    advances documents side by side (``Estimator.batches_documents``), else one job per chunk; longest first
-    (samples × characters: documents of similar length together, and no long one left for last) where
-    ``longest_first`` or the chunks hold several jobs, else in the jobs' order.
+    advances documents side by side (``Estimator.batches_documents``), else one job per chunk.
+
+    Side by side, a chunk steps as many times as its longest document: the documents go longest first (characters,
+    a proxy for tokens) each into the first chunk with room for its samples (first-fit decreasing), so documents of
+    similar length share a chunk and the chunks are few; the precision target's later stages, whose documents have
+    other sample sizes, then take as few passes over their tokens as their samples allow. With ``longest_first`` the
+    chunks go largest first (samples × characters: no long one left for last among processes); else, one job per
+    chunk, in the jobs' order (``longest_first``: largest first).
 
     Examples
     --------
@@ -130,11 +135,23 @@ def chunks(
     [['cc'], ['bbb', 'a']]
     """
     side_by_side = bool(jobs) and run.estimator.batches_documents(run.model)
-    if longest_first or side_by_side:
-        jobs = sorted(jobs, key=lambda job: -job[1] * max(len(job[0]), 1))
+
+    def work(job):
+        return job[1] * max(len(job[0]), 1)
+
     if not side_by_side:
-        return [[job] for job in jobs]
-    return [[jobs[i] for i in c] for c in side_by_side_chunks([k for _, k in jobs], particles)]
+        return [[job] for job in (sorted(jobs, key=lambda job: -work(job)) if longest_first else jobs)]
+    found: list[list] = []
+    room: list[int] = []
+    for job in sorted(jobs, key=lambda job: (-len(job[0]), -job[1])):
+        i = next((i for i, left in enumerate(room) if job[1] <= left), None)
+        if i is None:
+            found.append([])
+            room.append(particles)
+            i = len(found) - 1
+        found[i].append(job)
+        room[i] -= job[1]
+    return sorted(found, key=lambda chunk: -sum(map(work, chunk))) if longest_first else found
 
 
 def _estimate_inherited(

@@ -12,7 +12,8 @@ models, and seeded SMC log weights and diagnostics must be bit-identical.
   p, q and the words are computed once per history, on fewer rows than one per particle, which float32 rounds
   differently at different positions; the log weights agree with the one-row-per-particle layout to 1e-6 relative
   (the rounding ``log_joint`` has against it too), and the draws are the same.
-- The SMC loop: the runs that resample at one token resampled as one batch, against one run at a time.
+- The SMC loop: the runs that resample at one token resampled as one batch, against one run at a time. The runs' statistics
+  (ESS, mean weight) with runs of several sizes, group by group, against each run alone.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 
 from lm_latent_eval import tensors
 from lm_latent_eval.estimators import smc_log_weights
-from lm_latent_eval.estimators.resampling import runs_log_ess
+from lm_latent_eval.estimators.resampling import RunLayout, runs_log_ess
 from lm_latent_eval.estimators.smc import Lane, _checked_increments, systematic_resample
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.hmm import stepwise as hmm_stepwise
@@ -246,3 +247,18 @@ def test_systematic_resampling_of_several_runs_is_each_run_alone():
     gen = torch.Generator().manual_seed(1)
     alone = torch.stack([systematic_resample(row, gen) for row in log_w])
     assert together.shape == (3, 250) and torch.equal(together, alone)
+
+
+def test_statistics_of_runs_of_several_sizes_are_each_run_alone():
+    """Runs of several sizes, in any order (the precision target's later stages side by side: each document's K its
+    own), their statistics gathered group by group with the element-wise rest over every run at once: each run's log
+    ESS and log mean weight bit for bit what the run alone gives, weights all 0 included."""
+    gen = torch.Generator().manual_seed(3)
+    for sizes in ([529, 528, 7, 529, 250, 1, 250, 33], [3, 1, 3], [1024, 1023, 16, 1024]):
+        for scale in (0.5, 30.0, 400.0):
+            log_w = torch.randn(sum(sizes), dtype=torch.float64, generator=gen) * scale
+            log_w[: sizes[0]] = -math.inf if scale == 30.0 else log_w[: sizes[0]]
+            log_ess, log_mean = RunLayout(sizes).statistics(log_w)
+            starts = np.cumsum([0, *sizes]).tolist()
+            alone = [RunLayout([n]).statistics(log_w[a : a + n]) for n, a in zip(sizes, starts)]
+            assert log_ess == [e[0][0] for e in alone] and log_mean == [e[1][0] for e in alone]
