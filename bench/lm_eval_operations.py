@@ -53,16 +53,19 @@ def stage_record(counter):
     stages: list[dict] = []
     saved_stage, saved_lanes = adaptive._stage, smc.smc_lanes
 
-    def stage(pool, store, progress, jobs, number, desc):
+    def stage(*args):
+        # (pool, store, progress, run, jobs of (text, K), number, desc); before issue 51 without run, and jobs of
+        # (text, its resolved run)
+        jobs, number, desc = args[-3:]
         row = {
             "stage": number,
             "texts": [t for t, _ in jobs],
-            "sizes": [e.settings.num_samples for _, e in jobs],
+            "sizes": [k if isinstance(k, int) else k.settings.num_samples for _, k in jobs],
         }
         row.update(passes=0, steps=0, ops=-counter.ops, desc=desc)
         stages.append(row)
         try:
-            return saved_stage(pool, store, progress, jobs, number, desc)
+            return saved_stage(*args)
         finally:
             row["ops"] += counter.ops
 
