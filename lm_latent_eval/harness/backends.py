@@ -358,7 +358,7 @@ class DocumentBatches:
                 out |= {texts[t]: e for t, e in resized.items()}
             return out
 
-        return view_conditional_estimates(estimates), again
+        return view_conditional_estimates(self.model, estimates), again
 
     def resized(self, estimator: ResolvedEstimator, sizes: dict[str, int], round_: int) -> dict:
         """Fresh estimates of the texts of ``sizes`` at their K, from the streams of round ``round_`` after the

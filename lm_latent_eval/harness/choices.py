@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..estimators import DocumentEstimate, UncertaintyPolicy
-from ..estimators.decisions import flip_probability, moving_documents
+from ..estimators.decisions import flip_probability, moving_documents, weight_correlation
 from .conditionals import ConditionalEstimates, Pair
 
 logger = logging.getLogger(__name__)
@@ -71,9 +71,30 @@ def _signs(question: Question, found: ConditionalEstimates) -> tuple[np.ndarray,
     return signs, keys
 
 
+def _correlation(keys: list, found: ConditionalEstimates) -> np.ndarray | None:
+    """[d, d] correlations of the keys' errors where some share a random stream (``found.streams``: the same K draws,
+    ``weight_correlation`` of their paired weights), None where none does; NaN entries where two that share a stream
+    hold different draws (other sample sizes): their dependence is unknown."""
+    streams = [found.streams.get(k) for k in keys]
+    if all(name is None or streams.count(name) == 1 for name in streams):
+        return None
+    out = np.eye(len(keys))
+    for i, j in zip(*np.triu_indices(len(keys), 1)):
+        if streams[i] is None or streams[i] != streams[j]:
+            continue
+        a, b = (found.estimates[keys[n]].importance_weights for n in (i, j))
+        paired = a is not None and b is not None and a.shape == b.shape
+        out[i, j] = out[j, i] = weight_correlation(a, b) if paired else math.nan
+    return out
+
+
 def _flip(signs: np.ndarray, keys: list, found: ConditionalEstimates, policy: UncertaintyPolicy) -> float:
     """The probability that Monte Carlo error flipped the answer of the question of ``_signs`` (NaN: unknown)."""
-    return flip_probability(signs, [found.estimates[k].error(policy) for k in keys])
+    correlation = _correlation(keys, found)
+    moving = moving_documents(signs)
+    if correlation is not None and np.isnan(correlation[np.ix_(moving, moving)]).any():
+        return math.nan
+    return flip_probability(signs, [found.estimates[k].error(policy) for k in keys], correlation)
 
 
 def settle(
@@ -91,10 +112,17 @@ def settle(
             signs, keys = _signs(q, found)
             if _flip(signs, keys, found, policy) <= policy.max_flip_probability:
                 continue
+            grown = {}
             for j in moving_documents(signs):
                 est = found.estimates[keys[j]]
                 if est.sampled and est.num_samples < budget:
-                    sizes[keys[j]] = min(GROWTH * est.num_samples, budget)
+                    grown[keys[j]] = min(GROWTH * est.num_samples, budget)
+            # documents on one stream keep common draws: one size for them all
+            for key, k in grown.items():
+                name = found.streams.get(key)
+                sizes[key] = (
+                    k if name is None else max(n for o, n in grown.items() if found.streams.get(o) == name)
+                )
         if not sizes:
             break
         logger.info(

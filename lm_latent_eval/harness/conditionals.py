@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from tqdm import tqdm
 
 from ..errors import InputError, UnsupportedError
 from ..estimators import DocumentEstimate
+from ..estimators.seeding import stream_text
 from ..protocol import is_prefix_probability, prefix_view
 from .exchange import Conditional
 
@@ -132,6 +133,9 @@ class ConditionalEstimates:
 
     terms: dict[Pair, tuple[tuple[float, object], ...]]
     estimates: dict[object, DocumentEstimate]
+    # key -> the random stream it shares with other keys (``seeding.stream_text``: a reasoning view's answers on one
+    # question's chains); keys absent draw from streams of their own
+    streams: dict[object, str] = field(default_factory=dict)
 
     def conditional(self, pair: Pair) -> Conditional:
         """log p̂(continuation | context), the continuation's model tokens, and the standard error √Σ v̂ of the terms'
@@ -146,7 +150,7 @@ class ConditionalEstimates:
         )
 
     def replace(self, estimates: dict) -> ConditionalEstimates:
-        return ConditionalEstimates(self.terms, {**self.estimates, **estimates})
+        return ConditionalEstimates(self.terms, {**self.estimates, **estimates}, self.streams)
 
     def view_estimates(self) -> dict[Pair, DocumentEstimate]:
         """The whole estimate of each pair answered by one estimate of a conditional view (a single term)."""
@@ -163,9 +167,16 @@ def prefix_estimates(pairs: list[Pair], estimates: dict[str, DocumentEstimate]) 
     return ConditionalEstimates(terms, estimates)
 
 
-def view_conditional_estimates(estimates: dict[Pair, DocumentEstimate]) -> ConditionalEstimates:
-    """Each pair's own estimate from the context's conditional view (``view_estimates``)."""
-    return ConditionalEstimates({pair: ((1.0, pair),) for pair in estimates}, dict(estimates))
+def view_conditional_estimates(model, estimates: dict[Pair, DocumentEstimate]) -> ConditionalEstimates:
+    """Each pair's own estimate from the context's conditional view (``view_estimates``), with the streams its
+    documents share (a view's ``random_stream_text``)."""
+    streams, views = {}, {}
+    if callable(getattr(model, "random_stream_text", None)):
+        for ctx, cont in estimates:
+            view = views.get(ctx) or views.setdefault(ctx, model.conditional_model(ctx))
+            if (name := stream_text(view, ctx + cont)) != ctx + cont:
+                streams[ctx, cont] = name
+    return ConditionalEstimates({pair: ((1.0, pair),) for pair in estimates}, dict(estimates), streams)
 
 
 def refuse_rolling(model) -> None:

@@ -126,3 +126,32 @@ def test_with_the_precision_target_acc_is_exact_at_other_seeds(hmm_choice):
         for seed in range(2, 10)
     ]
     assert sum(acc == exact_acc for acc in runs) >= 7
+
+
+def test_answers_on_common_draws_flip_as_their_paired_weights_say():
+    """Two answers whose estimates average weights of the same draws (a reasoning view with ``share_chains``) flip
+    as their correlation says: negatively correlated weights spread the gap more than independent ones would, and
+    answers on one stream but different draws (other K) have an unknown flip probability."""
+    from lm_latent_eval.estimators import UncertaintyPolicy
+    from lm_latent_eval.estimators.importance import ISEstimate
+    from lm_latent_eval.harness.choices import Question, _flip, _signs
+    from lm_latent_eval.harness.conditionals import ConditionalEstimates
+
+    z = np.random.default_rng(0).standard_normal(64)
+    log_w = {" a": 0.3 * z, " b": 0.05 - 0.3 * z}
+    pairs = (("Q", " a"), ("Q", " b"))
+
+    def found(streams, k=64):
+        estimates = {
+            (q, c): ISEstimate(q + c, 1, float(np.log(np.mean(np.exp(log_w[c][:k])))), log_w[c][:k])
+            for q, c in pairs
+        }
+        estimates["Q", " a"] = ISEstimate("Q a", 1, float(np.log(np.mean(np.exp(log_w[" a"])))), log_w[" a"])
+        return ConditionalEstimates({p: ((1.0, p),) for p in pairs}, estimates, streams)
+
+    policy = UncertaintyPolicy()
+    signs, keys = _signs(Question("t", 0, pairs), found({}))
+    apart = _flip(signs, keys, found({}), policy)
+    shared = _flip(signs, keys, found(dict.fromkeys(pairs, "Q")), policy)
+    assert 0 < apart < shared < 0.5
+    assert math.isnan(_flip(signs, keys, found(dict.fromkeys(pairs, "Q"), k=32), policy))

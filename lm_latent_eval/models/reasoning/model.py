@@ -187,8 +187,8 @@ class LatentReasoningLM(nn.Module):
         estimates), or, for a view with ``share_chains``, the question, so that its answers are scored on the same
         chains, drawn once (common random numbers). Shared chains make the answers' estimates dependent: on the tiny
         model negatively (an answer likely after a chain leaves less to the others), so that the paired difference
-        spreads more than with independent chains (bench/reasoning), and the choices' flip probabilities, which take
-        the estimates as independent, understate it: opt in for speed only."""
+        spreads more than with independent chains (bench/reasoning); the choices' flip probabilities read that
+        dependence from the paired weights (``harness.choices``): opt in for speed only."""
         return self.question if self.is_view and self.share_chains else document
 
     def tokenize(self, text: str) -> torch.Tensor:

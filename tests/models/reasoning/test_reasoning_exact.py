@@ -124,6 +124,34 @@ def test_choices_share_the_question_s_chains_and_score_as_apart():
     assert np.all(shared <= 1e-7)  # the model's own sampler: w = p(y | x, z) ≤ 1
 
 
+def test_shared_chains_state_the_paired_difference_s_spread():
+    """With shared chains the answers' errors are dependent (bench/reasoning: the paired difference spreads more than
+    independent chains'): the variance a run states for log p̂(a) − log p̂(b), v_a + v_b − 2ρ√(v_a v_b) with ρ the
+    correlation of the paired weights (what the flip probability reads), matches the spread over 300 seeds, and the
+    independent reading v_a + v_b would understate it."""
+    from lm_latent_eval.estimators.decisions import weight_correlation
+
+    model = tiny_reasoning(share_chains=True)
+    texts = ("a b a", "a b b")
+    gaps, stated, independent = [], [], []
+    for seed in range(300):
+        view = model.conditional_model("a b")
+        lw = [
+            importance_log_weights(view, view.tokenize(t), document=t, num_samples=16, temperature=1.0, peek=False,
+                                   seed=seed)
+            for t in texts
+        ]  # fmt: skip
+        w = [np.exp(a - log_mean_exp(a)) for a in lw]  # w_k / p̂
+        v = [float(np.var(x, ddof=1)) / x.size for x in w]
+        rho = weight_correlation(*lw)
+        gaps.append(log_mean_exp(lw[0]) - log_mean_exp(lw[1]))
+        stated.append(v[0] + v[1] - 2 * rho * math.sqrt(v[0] * v[1]))
+        independent.append(v[0] + v[1])
+    spread = float(np.var(gaps, ddof=1))
+    assert 0.7 < spread / float(np.mean(stated)) < 1.4
+    assert spread / float(np.mean(independent)) > 1.5
+
+
 def is_runs(view, text: str, runs: int, **kwargs) -> np.ndarray:
     """log p̂ of ``runs`` seeds."""
     x = view.tokenize(text)
