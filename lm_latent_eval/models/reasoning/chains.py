@@ -88,8 +88,8 @@ def draw_chains(
     network,
     rule: ChainRule,
     prompt: torch.Tensor,
-    num_chains: int,
-    generator: torch.Generator | None,
+    num_chains: int | list[int],
+    generator: torch.Generator | None | list,
     temperature: float = 1.0,
     top_p: float = 1.0,
     mix: float = 0.0,
@@ -104,10 +104,12 @@ def draw_chains(
         When a chain ends.
     prompt : torch.Tensor
         LongTensor [P] on the network's device.
-    num_chains : int
-        K.
-    generator : torch.Generator or None
-        The random stream; the draws depend on it alone (one multinomial draw per open chain per step, in row order).
+    num_chains : int or list of int
+        K; or the K_d of several groups of rows side by side (several answers of one question, each on chains of
+        its own), their rows consecutive.
+    generator : torch.Generator or None, or a list of them
+        The random stream (of each group); a group's draws depend on it alone (one multinomial draw per open chain
+        of the group per step, in row order): each group draws what it draws alone.
     temperature, top_p, mix
         The proposal (``proposal_log_probs``).
 
@@ -115,7 +117,12 @@ def draw_chains(
     -------
     ChainDraws
     """
-    device, k = prompt.device, num_chains
+    counts = [num_chains] if isinstance(num_chains, int) else list(num_chains)
+    generators = generator if isinstance(generator, list) else [generator]
+    device, k = prompt.device, sum(counts)
+    group = torch.repeat_interleave(
+        torch.arange(len(counts), device=device), torch.tensor(counts, device=device)
+    )
     logits, cache = _step(network, prompt[None], None, torch.ones(1, prompt.numel(), dtype=torch.long, device=device),
                           torch.arange(prompt.numel(), device=device)[None])  # fmt: skip
     cache.batch_repeat_interleave(k)
@@ -131,7 +138,11 @@ def draw_chains(
     open_rows = torch.arange(k, device=device)
     while open_rows.numel():
         lq = proposal_log_probs(logits[open_rows], temperature, top_p, mix)
-        drawn = torch.multinomial(lq.exp(), 1, generator=generator)[:, 0]
+        drawn = torch.empty(open_rows.numel(), dtype=torch.long, device=device)
+        for g, gen in enumerate(generators):
+            mine = group[open_rows] == g if len(counts) > 1 else slice(None)
+            if len(counts) == 1 or bool(mine.any()):
+                drawn[mine] = torch.multinomial(lq[mine].exp(), 1, generator=gen)[:, 0]
         log_q[open_rows] += lq.gather(-1, drawn[:, None])[:, 0]
         lp = torch.log_softmax(logits[open_rows].double(), -1)
         log_p[open_rows] += lp.gather(-1, drawn[:, None])[:, 0]

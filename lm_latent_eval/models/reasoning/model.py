@@ -15,6 +15,7 @@ weights are p(y | question, z_k) ∈ [0, 1] (``importance_weight_bound``). ``log
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 from typing import ClassVar
 
@@ -225,6 +226,20 @@ class LatentReasoningLM(nn.Module):
         if not peek and generator is not None:
             self._memo = (key, draws, generator.get_state())
         return draws.tokens, draws.log_q
+
+    @torch.no_grad()
+    def draw_documents(
+        self, xs, num_samples, temperature, generators
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """``draw`` (peek=False) of several answers side by side: each answer's K_d chains from its own stream, all
+        in one lockstep batch after the question's prompt; per answer (chains [K_d, n], log q [K_d]), views of the
+        batch's rows, which ``log_joint`` then scores on the batch's cache."""
+        self.check_fits(self.prompt, max(int(x.numel()) for x in xs))
+        draws = draw_chains(self.network, self.rule, self.prompt, list(num_samples), list(generators), temperature,
+                            self.top_p, self.top_p_mix)  # fmt: skip
+        self._memo = (None, draws, None)
+        starts = [0, *itertools.accumulate(num_samples)]
+        return [(draws.tokens[a:b], draws.log_q[a:b]) for a, b in itertools.pairwise(starts)]
 
     @torch.no_grad()
     def log_joint(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:

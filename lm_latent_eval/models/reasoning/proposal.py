@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from ...checks import check_proposal_args
 from ...protocol import CheckedProposal
 from .chains import PAD, teacher_forced
 from .template import MARKER, OPEN, STOP
@@ -33,6 +34,18 @@ class ChainProposal(CheckedProposal):
                 num_samples, dtype=torch.float64
             )
         return model.draw(x, num_samples, temperature, peek, generator)
+
+    def sample_documents(self, xs, num_samples, temperature: float = 1.0, peek: bool = True, generators=None):
+        """``sample`` of several answers to the question side by side (``protocol.DocumentSampler``): their chains in
+        one lockstep batch, each answer's what ``sample`` draws for it alone with its generator (to the rounding of a
+        batched product); None where the answers do not draw after one prompt (peek: each its own hint), share one
+        stream (``share_chains``: drawn once anyway) or one is empty."""
+        model = self.model
+        for x, k in zip(xs, num_samples, strict=True):
+            check_proposal_args(x, k, temperature)
+        if peek or model.share_chains or any(x.numel() == 0 for x in xs) or generators is None:
+            return None
+        return model.draw_documents(xs, num_samples, temperature, list(generators))
 
     @torch.no_grad()
     def log_prob(

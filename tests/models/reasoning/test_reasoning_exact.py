@@ -252,3 +252,24 @@ def test_chat_template_puts_the_question_in_the_user_turn():
         assert view.prompt.tolist() == [EOS, 3, 3, 2, 3]
     finally:
         model.tokenizer.chat_template = None
+
+
+def test_a_question_s_answers_draw_their_chains_side_by_side_as_alone():
+    """IS on a question's view draws its answers' chains in one lockstep batch (``sample_documents``), each answer
+    from its own stream: every answer's log weights equal those it gets alone (to float32 rounding of the batched
+    forward passes)."""
+    from lm_latent_eval.estimators import EstimatorSettings, resolve
+    from lm_latent_eval.protocol import has
+
+    view = tiny_reasoning().conditional_model("a b")
+    texts, sizes = ["a b a", "a b b", "a b a b"], [24, 40, 8]
+    run = resolve(EstimatorSettings("is", 24, seed=3, target_se=None), view)
+    assert has(view, "document_sampler") and run.estimator.batches_documents(view)
+    together = run.estimate_documents(texts, sizes)
+    for text, k, got in zip(texts, sizes, together):
+        alone = run.estimate_documents([text], [k])[0]
+        np.testing.assert_allclose(got.log_weights, alone.log_weights, rtol=0, atol=1e-5)
+        assert got.num_samples == k
+    shared = tiny_reasoning(share_chains=True).conditional_model("a b")
+    assert shared.proposal.sample_documents([shared.tokenize(t) for t in texts[:2]], [4, 4], 1.0, False,
+                                            [None, None]) is None  # fmt: skip
