@@ -1,6 +1,7 @@
 """latent_reasoning on the CPU, measured side by side in one run; writes bench/reasoning/README.md.
 
     python bench/reasoning.py [--seeds 400]
+    python bench/reasoning.py --answers      # writes bench/reasoning/answers.md (5. alone)
 
 1. Speed: K chains of up to L tokens and the scoring of 4 answers per question, (a) ours: the K chains in lockstep
    through one key/value cache, the answers scored on forks of it (common random numbers), against (b) what lm-eval's
@@ -13,6 +14,9 @@
    the certified bound's failures.
 4. Side by side on the 40 four-choice questions of tests/data/hmm_choice with the bundled GPT-2: acc and the gold
    answer's mean log-likelihood under no chain, one chain, maj@K over chains and the marginal (IS, K chains).
+5. ``--answers``: a question's 4 answers on chains of their own (the default), by importance sampling as a run does
+   it (``estimate_documents``): one answer at a time against the 4 side by side (``ChainProposal.sample_documents``:
+   one lockstep batch of 4K chains), seconds per question, and the largest difference of their log weights.
 """
 
 from __future__ import annotations
@@ -192,12 +196,62 @@ def side_by_side(rows: list[str], k: int = 16, length: int = 16) -> None:
         print(rows[-1], flush=True)
 
 
+def answers(rows: list[str], repeats: int = 3) -> None:
+    """Section 5 (``--answers``)."""
+    from lm_latent_eval.estimators import EstimatorSettings, resolve
+
+    tokenizer = AutoTokenizer.from_pretrained(default_checkpoint("tokenization"))
+    rows += [
+        (
+            "| network | K | L | one answer at a time (s / question) | 4 side by side (s / question) | ratio | "
+            "largest difference of a log weight |"
+        ),
+        "|---|---|---|---|---|---|---|",
+    ]
+    question = "Question: 2 + 2?\nAnswer:"
+    texts = [question + a for a in (" 4", " 5", " 22", " four")]
+    for kind in ("gpt2", "llama"):
+        network = random_network(kind, len(tokenizer))
+        for k, length in ((8, 64), (32, 64)):
+            template = ReasoningTemplate(end_marker="\x00never", max_chain_tokens=length)
+            view = LatentReasoningLM(network, tokenizer, template).conditional_model(question)
+            view.rule.stop_ids = frozenset()
+            run = resolve(EstimatorSettings("is", k, peek=False, seed=1, target_se=None), view)
+            apart, together = [], []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                alone = [run.estimate_documents([t])[0] for t in texts]
+                apart.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                batched = run.estimate_documents(texts)
+                together.append(time.perf_counter() - start)
+            gap = max(float(np.max(np.abs(a.log_weights - b.log_weights))) for a, b in zip(alone, batched))
+            a, b = min(apart), min(together)
+            name = "GPT-2, 2 layers, width 64" if kind == "gpt2" else "Llama, 4 layers, width 256"
+            rows.append(f"| {name} | {k} | {length} | {a:.3f} | {b:.3f} | {a / b:.2f} | {gap:.1e} |")
+            print(rows[-1], flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=400)
+    parser.add_argument(
+        "--answers", action="store_true", help="section 5 alone, into bench/reasoning/answers.md"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     machine = f"{platform.processor() or platform.machine()}, torch {torch.__version__}, 1 thread"
+    if args.answers:
+        rows = [
+            f"# A question's answers side by side ({machine})",
+            "",
+            "`python bench/reasoning.py --answers`",
+            "",
+        ]
+        answers(rows)
+        OUTPUT.with_name("answers.md").write_text("\n".join(rows) + "\n")
+        print(f"wrote {OUTPUT.with_name('answers.md')}")
+        return
     rows = [
         f"# latent_reasoning on the CPU ({machine})",
         "",
