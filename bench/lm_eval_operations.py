@@ -15,6 +15,7 @@ lanes advanced side by side), their steps and the stage's operations per documen
 are printed in full: a change that moves no number leaves them equal, digit for digit.
 
     python bench/lm_eval_operations.py                  # writes bench/lm_eval_operations/output.md
+    python bench/lm_eval_operations.py --models kglm --label after --output bench/lm_eval_operations/kglm.md
     python bench/lm_eval_operations.py --revision f6673ec --output bench/lm_eval_operations/before.md
     python bench/lm_eval_operations.py --device cuda --output bench/lm_eval_operations/cuda.md   # on a GPU: seconds
 """
