@@ -100,19 +100,24 @@ def flip_probability(
         return 0.0
     centre = np.array([errors[j].corrected for j in moving])
     dof = np.array([errors[j].degrees_of_freedom for j in moving], dtype=np.float64)
-    rng = np.random.default_rng(0)
-    finite = np.isfinite(dof) & (dof > 0)
+    correlation = None if correlation is None else np.asarray(correlation, np.float64)[np.ix_(moving, moving)]
+    draws = centre + np.sqrt(v) * _noise(dof, correlation)
+    return float((np.argmax(draws @ signs[:, moving].T, axis=1) != chosen).mean())
+
+
+def _noise(dof: np.ndarray, correlation: np.ndarray | None) -> np.ndarray:
+    """``FLIP_DRAWS`` draws [FLIP_DRAWS, d] of the documents' standardized errors from a fixed stream: Student's t at
+    each finite degrees of freedom, else normal; independent, or with ``correlation`` [d, d] (a correlated normal
+    draw, each t coordinate then scaled by its own χ² draw)."""
+    rng, finite = np.random.default_rng(0), np.isfinite(dof) & (dof > 0)
     if correlation is None:
-        noise = rng.standard_normal((FLIP_DRAWS, len(moving)))
+        noise = rng.standard_normal((FLIP_DRAWS, len(dof)))
         if finite.any():
             noise[:, finite] = rng.standard_t(dof[finite], size=(FLIP_DRAWS, int(finite.sum())))
-    else:
-        # a square root of the correlation (eigenvalues clipped at 0: a sample correlation may be singular)
-        values, vectors = np.linalg.eigh(np.asarray(correlation, dtype=np.float64)[np.ix_(moving, moving)])
-        noise = rng.standard_normal((FLIP_DRAWS, len(moving))) @ (vectors * np.sqrt(values.clip(0))).T
-        if finite.any():
-            noise[:, finite] *= np.sqrt(
-                dof[finite] / rng.chisquare(dof[finite], (FLIP_DRAWS, int(finite.sum())))
-            )
-    draws = centre + np.sqrt(v) * noise
-    return float((np.argmax(draws @ signs[:, moving].T, axis=1) != chosen).mean())
+        return noise
+    # a square root of the correlation (eigenvalues clipped at 0: a sample correlation may be singular)
+    values, vectors = np.linalg.eigh(correlation)
+    noise = rng.standard_normal((FLIP_DRAWS, len(dof))) @ (vectors * np.sqrt(values.clip(0))).T
+    if finite.any():
+        noise[:, finite] *= np.sqrt(dof[finite] / rng.chisquare(dof[finite], (FLIP_DRAWS, int(finite.sum()))))
+    return noise
