@@ -16,6 +16,7 @@ are printed in full: a change that moves no number leaves them equal, digit for 
 
     python bench/lm_eval_operations.py                  # writes bench/lm_eval_operations/output.md
     python bench/lm_eval_operations.py --models kglm --label after --output bench/lm_eval_operations/kglm.md
+    python bench/lm_eval_operations.py --models entitynlm --label after --output bench/lm_eval_operations/entitynlm.md
     python bench/lm_eval_operations.py --revision f6673ec --output bench/lm_eval_operations/before.md
     python bench/lm_eval_operations.py --device cuda --output bench/lm_eval_operations/cuda.md   # on a GPU: seconds
 """
