@@ -173,8 +173,9 @@ def view_conditional_estimates(model, estimates: dict[Pair, DocumentEstimate]) -
     streams, views = {}, {}
     if callable(getattr(model, "random_stream_text", None)):
         for ctx, cont in estimates:
-            view = views.get(ctx) or views.setdefault(ctx, model.conditional_model(ctx))
-            if (name := stream_text(view, ctx + cont)) != ctx + cont:
+            if ctx not in views:
+                views[ctx] = model.conditional_model(ctx)
+            if (name := stream_text(views[ctx], ctx + cont)) != ctx + cont:
                 streams[ctx, cont] = name
     return ConditionalEstimates({pair: ((1.0, pair),) for pair in estimates}, dict(estimates), streams)
 
