@@ -73,3 +73,22 @@ def assert_frequencies_match(counts, probs, min_expected: float = 5.0, min_pvalu
         )
     expected *= observed.sum() / expected.sum()
     assert chisquare(observed, expected).pvalue > min_pvalue
+
+
+def default_statement_coverage(model, texts: list[str], truth: float, seeds: int = 100) -> tuple[int, object]:
+    """(the seeds 0..seeds−1 whose corpus statement is two-sided and holds ``truth`` = Σ log p(x), the last seed's
+    resolved run), the statement being the default one: the model's ``default_settings``, then ``auto``, as the
+    lm-eval backends resolve them, ``estimate_corpus`` then ``corpus_estimate``."""
+    from lm_latent_eval.estimators import EstimatorSettings, resolve
+    from lm_latent_eval.estimators.adaptive import estimate_corpus
+    from lm_latent_eval.estimators.corpus import corpus_estimate
+    from lm_latent_eval.estimators.registry import with_model_defaults
+
+    settings, _ = with_model_defaults(EstimatorSettings(), model)
+    covered = 0
+    for seed in range(seeds):
+        run = resolve(settings.replace(seed=seed), model)
+        estimates = estimate_corpus(run, texts, progress=False)
+        interval = corpus_estimate([estimates[t] for t in texts]).interval
+        covered += interval.two_sided and interval.lower <= truth <= interval.upper
+    return covered, run

@@ -3,9 +3,9 @@ is not the choice with the largest true log-likelihood.
 
 Choice i's value is a signed sum of document estimates, s_i = Σ_j A_ij log p̂_j (log p̂(context ⊕ continuation) −
 log p̂(context), or one estimate of a conditional view). To first order log p̂_j ≈ log p_j − v_j/2 + √v_j ε_j with
-v_j = Var(p̂_j)/p_j² (``DocumentError.relative_variance``) and ε_j independent standard normals (each document its
-own random stream, else correlated as their paired draws say: ``weight_correlation``); read the other way, log p_j ≈ log p̂_j + v̂_j/2 + √v̂_j t_j, with t_j Student's t at v̂_j's
-degrees of freedom (v̂ is itself estimated: from 4 SMC runs, 3 degrees of freedom; normal where v̂ is exact; the
+v_j = Var(p̂_j)/p_j² (``DocumentError.relative_variance``) and ε_j standard normals, independent where each document
+has its own random stream, else correlated as their paired draws say (``weight_correlation``); read the other way,
+log p_j ≈ log p̂_j + v̂_j/2 + √v̂_j t_j, with t_j Student's t at v̂_j's degrees of freedom (v̂ is itself estimated: from 4 SMC runs, 3 degrees of freedom; normal where v̂ is exact; the
 predictive of a mean whose variance was estimated from the same draws). The flip probability is the chance
 that argmax_i Σ_j A_ij log p_j under these draws differs from the chosen argmax_i s_i: a document shared by every
 choice (the context) moves all of them alike and changes nothing. It is 0 where every v̂ is 0 (exact estimates)
@@ -85,7 +85,7 @@ def flip_probability(
     0.24
     >>> flip_probability(two, [DocumentError(-10.0, 0.0, math.inf)] * 2 + [DocumentError(-10.1, 0.0, math.inf)])
     0.0
-    >>> same = [DocumentError(-10.0, 0.01, math.inf), DocumentError(-4.0, 1.0, math.inf), DocumentError(-10.1, 0.01, math.inf)]
+    >>> same = [DocumentError(e, v, math.inf) for e, v in ((-10.0, 0.01), (-4.0, 1.0), (-10.1, 0.01))]
     >>> flip_probability(two, same, np.array([[1.0, 0, 1], [0, 1, 0], [1, 0, 1]]))  # the same error in both answers
     0.0
     """

@@ -123,9 +123,9 @@ def chunks(
     Side by side, a chunk steps as many times as its longest document: the documents go longest first (characters,
     a proxy for tokens) each into the first chunk with room for its samples (first-fit decreasing), so documents of
     similar length share a chunk and the chunks are few; the precision target's later stages, whose documents have
-    other sample sizes, then take as few passes over their tokens as their samples allow. With ``longest_first`` the
-    chunks go largest first (samples × characters: no long one left for last among processes); else, one job per
-    chunk, in the jobs' order (``longest_first``: largest first).
+    other sample sizes, then take as few passes over their tokens as their samples allow. Otherwise one job per chunk.
+    With ``longest_first`` the chunks go largest first (samples × characters: no long one left for last among
+    processes), else in the order found (one job per chunk: the jobs' order).
 
     Examples
     --------

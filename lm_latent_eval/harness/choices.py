@@ -117,12 +117,12 @@ def settle(
                 est = found.estimates[keys[j]]
                 if est.sampled and est.num_samples < budget:
                     grown[keys[j]] = min(GROWTH * est.num_samples, budget)
-            # documents on one stream keep common draws: one size for them all
+            # documents on one stream keep common draws: the largest size for them all (a key alone: its own)
+            largest: dict = {}
             for key, k in grown.items():
-                name = found.streams.get(key)
-                sizes[key] = (
-                    k if name is None else max(n for o, n in grown.items() if found.streams.get(o) == name)
-                )
+                stream = found.streams.get(key, key)
+                largest[stream] = max(largest.get(stream, 0), k)
+            sizes |= {key: largest[found.streams.get(key, key)] for key in grown}
         if not sizes:
             break
         logger.info(

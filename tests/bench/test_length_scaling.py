@@ -71,22 +71,12 @@ def test_the_user_models_default_statement_covers_over_100_seeds():
     """The continuous-latent user model's 16-word cell (importance sampling, the precision target): one seed's
     interval missed the exact value in the bench's table; over 100 seeds at least 90 are two-sided and cover it (under
     a true coverage of 95% fewer happens with probability 0.011)."""
+    from is_checks import default_statement_coverage
     from length_scaling import build, texts_of
-
-    from lm_latent_eval.estimators import EstimatorSettings
-    from lm_latent_eval.estimators.adaptive import estimate_corpus
-    from lm_latent_eval.estimators.corpus import corpus_estimate
-    from lm_latent_eval.estimators.registry import resolve, with_model_defaults
 
     model, exact = build("user_is_gaussian")
     texts = texts_of("user_is_gaussian", exact, 16, 4)
     truth = sum(float(exact.log_marginal(exact.tokenize(t))) for t in texts)
-    settings, _ = with_model_defaults(EstimatorSettings(), model)
-    covered = 0
-    for seed in range(100):
-        run = resolve(settings.replace(seed=seed), model)
-        estimates = estimate_corpus(run, texts, progress=False)
-        interval = corpus_estimate([estimates[t] for t in texts]).interval
-        covered += interval.two_sided and interval.lower <= truth <= interval.upper
+    covered, run = default_statement_coverage(model, texts, truth)
     assert run.settings.estimator == "is"
     assert covered >= 90

@@ -140,8 +140,8 @@ def draw_chains(
         lq = proposal_log_probs(logits[open_rows], temperature, top_p, mix)
         drawn = torch.empty(open_rows.numel(), dtype=torch.long, device=device)
         for g, gen in enumerate(generators):
-            mine = group[open_rows] == g if len(counts) > 1 else slice(None)
-            if len(counts) == 1 or bool(mine.any()):
+            mine = group[open_rows] == g
+            if bool(mine.any()):
                 drawn[mine] = torch.multinomial(lq[mine].exp(), 1, generator=gen)[:, 0]
         log_q[open_rows] += lq.gather(-1, drawn[:, None])[:, 0]
         lp = torch.log_softmax(logits[open_rows].double(), -1)

@@ -5,12 +5,9 @@ held-out sentences (bench/masked_coverage.py runs the same over 300 seeds: 293 o
 from __future__ import annotations
 
 import pytest
+from is_checks import default_statement_coverage
 
 from lm_latent_eval.documents import read_texts
-from lm_latent_eval.estimators import EstimatorSettings, resolve
-from lm_latent_eval.estimators.adaptive import estimate_corpus
-from lm_latent_eval.estimators.corpus import corpus_estimate
-from lm_latent_eval.estimators.registry import with_model_defaults
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.masked.corpus import TEST_FILE
 
@@ -25,12 +22,6 @@ def test_the_default_statement_covers_the_exact_value_over_100_seeds():
     texts = list(dict.fromkeys(read_texts(TEST_FILE)))
     # the dynamic program runs every revealed set a step can read into the row cache
     truth = sum(model.log_marginal(model.tokenize(t)) for t in texts)
-    settings, _ = with_model_defaults(EstimatorSettings(), model)
-    covered = 0
-    for seed in range(100):
-        run = resolve(settings.replace(seed=seed), model)
-        estimates = estimate_corpus(run, texts, progress=False)
-        interval = corpus_estimate([estimates[t] for t in texts]).interval
-        covered += interval.two_sided and interval.lower <= truth <= interval.upper
+    covered, run = default_statement_coverage(model, texts, truth)
     assert run.settings.exact_where_cheaper
     assert covered >= 90
