@@ -7,11 +7,12 @@ from typing import ClassVar
 
 import torch
 
-from ..protocol import LatentLM, missing_beam, num_particles
+from ..protocol import LatentLM, has, missing_beam, num_particles
 from .base import Estimator
 from .intervals import DocumentError, Interval
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
 from .record import DocumentEstimate
+from .seeding import side_by_side_chunks, side_by_side_particles
 
 
 class BeamEstimate(DocumentEstimate):
@@ -57,6 +58,26 @@ class BeamBound(Estimator):
     def estimate(self, model, x, document, settings, *, device="cpu", progress=None, stage=0):
         return BeamEstimate(document, int(x.numel()), beam_sum(model, x, settings.beam_size, document))
 
+    def batches_documents(self, model) -> bool:
+        """Side by side where the proposal searches several documents at once (``protocol.DocumentBeam``)."""
+        return has(model, "document_beam")
+
+    def estimate_documents(self, model, documents, *, device="cpu", progress=None, stage=0):
+        """The documents' beams searched side by side (``beam_documents``, in chunks of at most
+        ``side_by_side_particles`` hypotheses), each summed as ``estimate`` sums it."""
+        if not self.batches_documents(model) or len(documents) < 2:
+            return super().estimate_documents(model, documents, device=device, progress=progress, stage=stage)
+        k = documents[0][2].beam_size
+        out = []
+        for chunk in side_by_side_chunks([k] * len(documents), side_by_side_particles(device)):
+            part = [documents[i] for i in chunk]
+            beams = model.proposal.beam_documents([x for x, _, _ in part], k)
+            out += [
+                BeamEstimate(text, int(x.numel()), beam_sum(model, x, k, text, z))
+                for (x, text, _), z in zip(part, beams)
+            ]
+        return out
+
     def fixed_statement(self, log_likelihood: float, level: float) -> Interval:
         """Σ beam ≤ S with certainty: one-sided, the perplexity is at most the beam figure."""
         return certain_lower_bound(log_likelihood, level, "a beam sum")
@@ -66,8 +87,9 @@ BEAM = BeamBound()
 
 
 @torch.no_grad()
-def beam_sum(model: LatentLM, x: torch.Tensor, beam_size: int, document: str = "") -> float:
-    """log Σ_{z ∈ beam_k} p(x, z) of a validated ``beam_size``: a lower bound on log p(x).
+def beam_sum(model: LatentLM, x: torch.Tensor, beam_size: int, document: str = "", z=None) -> float:
+    """log Σ_{z ∈ beam_k} p(x, z) of a validated ``beam_size``: a lower bound on log p(x) (``z``: the beam, if
+    already searched).
 
     Examples
     --------
@@ -78,7 +100,7 @@ def beam_sum(model: LatentLM, x: torch.Tensor, beam_size: int, document: str = "
     True
     """
     doc = f"document {document[:60]!r}"
-    z = model.proposal.beam(x, beam_size)
+    z = model.proposal.beam(x, beam_size) if z is None else z
     k = num_particles(z)
     if not 1 <= k <= beam_size:
         raise ValueError(f"{doc}: beam returned {k} configurations for beam_size {beam_size}")

@@ -23,6 +23,7 @@ from .contract import (
     BeamProposal,
     CanonicalScoringLM,
     DocumentBatchLM,
+    DocumentBeam,
     DocumentSampler,
     ExactMarginalLM,
     LatentLM,
@@ -82,6 +83,15 @@ PARTS: dict[str, Part] = {
         condition=(
             "its proposal's own sample_documents",
             lambda m: _as_derived(getattr(m, "proposal", None), ("sample_documents",), ("_sample", "sample")),
+        ),
+    ),
+    "document_beam": Part(
+        DocumentBeam,
+        ("proposal.beam_documents",),
+        (),
+        (
+            "its proposal's own beam_documents",
+            lambda m: _as_derived(getattr(m, "proposal", None), ("beam_documents",), ("_beam",)),
         ),
     ),
     "exact_marginal": Part(ExactMarginalLM, ("log_marginal",)),

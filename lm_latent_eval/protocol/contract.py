@@ -438,6 +438,36 @@ class DocumentSampler(Protocol):
         ...
 
 
+class DocumentBeam(Protocol):
+    """Optional on a beam proposal: ``beam`` of several documents side by side (``"document_beam"``), so that their
+    hypotheses share the network's passes; each document's configurations are those ``beam`` gives it alone."""
+
+    def beam_documents(self, xs: Sequence[torch.Tensor], beam_size: int) -> list[Latents]:
+        """Per document, what ``BeamProposal.beam`` returns for it.
+
+        Parameters
+        ----------
+        xs : sequence of torch.Tensor
+            The documents' texts, LongTensor [T_d] each.
+        beam_size : int
+            k > 0.
+
+        Returns
+        -------
+        list of Latents
+
+        Examples
+        --------
+        >>> from lm_latent_eval.models import load_model
+        >>> lm, _ = load_model("tokenization")
+        >>> xs = [lm.tokenize("the cat sat."), lm.tokenize("a dog ran.")]
+        >>> together = lm.proposal.beam_documents(xs, 3)
+        >>> torch.equal(together[1], lm.proposal.beam(xs[1], 3))
+        True
+        """
+        ...
+
+
 @runtime_checkable
 class ExactMarginalLM(Protocol):
     """Optional: exact marginalization (``"exact_marginal"``; ``"tractable_marginal"`` where it is declared

@@ -19,9 +19,10 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from transformers import DynamicCache
 
-from ...protocol import CheckedProposal
+from ...protocol import CheckedProposal, check_beam_args
 from ...tensors import inverse_cdf, pad_rows
 from ..causal_lm import cache_step
+from .beam import beam_documents
 
 
 class SegmentationProposal(CheckedProposal):
@@ -184,60 +185,16 @@ class SegmentationProposal(CheckedProposal):
     # ---- beam ---------------------------------------------------------------------------------------------------
 
     def _beam(self, x, beam_size):
-        """Up to ``beam_size`` distinct segmentations [k, T_max] of highest p(z) found by a byte-synchronous beam
-        search (the best ``beam_size`` partial segmentations ending at each byte position are extended, each
-        reading its parent's key/value cache plus one token); the canonical segmentation x is always among them,
-        so the beam bound is never below the canonical one."""
-        lattice = self.lm.lattice(x)
-        canonical = x.tolist()
-        n = lattice.n
-        # a hypothesis's cache is needed this many bytes ahead
-        reach = max(len(b) for b in self.lm.vocab if b)
-        pools: list[dict[tuple, float]] = [{} for _ in range(n + 1)]
-        pools[0][()] = 0.0
-        # hypothesis -> (its byte position, per-layer (keys, values))
-        caches: dict[tuple, tuple[int, list]] = {}
-        for i in range(n):
-            if not pools[i]:
-                continue
-            hyps = sorted(pools[i].items(), key=lambda kv: -kv[1])[:beam_size]
-            logp = torch.log_softmax(self._extend_caches([h for h, _ in hyps], i, caches), -1).double().cpu()
-            allowed, ends = lattice.allowed(i)
-            for (h, score), row in zip(hyps, logp):
-                for t, j in zip(allowed.tolist(), ends.tolist()):
-                    pools[j][(*h, t)] = score + float(row[t])
-            pools[i] = {}
-            for h in [h for h, (pos, _) in caches.items() if pos < i - reach]:
-                del caches[h]
-        final = sorted(pools[n].items(), key=lambda kv: -kv[1])[:beam_size]
-        rows = [list(h) for h, _ in final]
-        if lattice.contains(canonical) and canonical not in rows:
-            rows = [*rows[: beam_size - 1], canonical]
-        return pad_rows(rows)
+        """Up to ``beam_size`` distinct segmentations [k, T_max] of highest p(z), best first (``beam.py``)."""
+        return self._beam_documents([x], beam_size)[0]
 
-    def _extend_caches(self, hyps: list[tuple], position: int, caches: dict) -> torch.Tensor:
-        """Next-token logits [B, V] after each hypothesis, in the proposal's block context: its parent's cache plus
-        its last token (a fresh cache at a block start); hypotheses whose parents' caches have equal length share
-        one forward pass. Stores each hypothesis's cache in ``caches``."""
-        device, L = self.lm.device, self.lm.max_length
-        groups: dict[int, list[int]] = {}
-        for b, h in enumerate(hyps):
-            fresh = len(h) == 0 or len(h) % L == 0
-            groups.setdefault(-1 if fresh else caches[h[:-1]][1][0][0].shape[2], []).append(b)
-        logits = [None] * len(hyps)
-        for length, members in groups.items():
-            tokens = torch.tensor(
-                [hyps[b][-1] if hyps[b] else self.lm.prefix_token for b in members], device=device
-            )
-            if length < 0:
-                cache = DynamicCache()
-            else:
-                layers = zip(*(caches[hyps[b][:-1]][1] for b in members))
-                cache = DynamicCache(ddp_cache_data=[(torch.cat([k for k, _ in layer]), torch.cat([v for _, v in layer]))
-                                                     for layer in layers])  # fmt: skip
-            out, cache = cache_step(self.lm.model, tokens[:, None], cache)
-            kv = [(layer.keys, layer.values) for layer in cache.layers]
-            for row, b in enumerate(members):
-                logits[b] = out.logits[row, -1].float()
-                caches[hyps[b]] = (position, [(k[row : row + 1], v[row : row + 1]) for k, v in kv])
-        return torch.stack(logits)
+    def beam_documents(self, xs, beam_size: int) -> list[torch.Tensor]:
+        """``beam`` of several texts side by side (``protocol.DocumentBeam``): one forward pass per byte position
+        for every text's hypotheses; each text's segmentations are those ``beam`` finds for it alone."""
+        for x in xs:
+            check_beam_args(x, beam_size)
+        return self._beam_documents(xs, beam_size)
+
+    @torch.no_grad()
+    def _beam_documents(self, xs, beam_size: int) -> list[torch.Tensor]:
+        return [pad_rows(rows) for rows in beam_documents(self.lm, list(xs), beam_size)]

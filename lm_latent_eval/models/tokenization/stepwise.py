@@ -143,7 +143,7 @@ def init_documents(lm, xs, num_particles, temperature: float, peek: bool) -> Tok
     state.next_node = len(xs)
     if any(lattice.n for lattice in lattices):
         # one forward pass of one row, as alone: every root holds its logits and key/value rows
-        _forward(lm, state, [(0, None)])
+        forward_nodes(lm, state, [(0, None)])
         for d in range(1, len(xs)):
             state.logits[d], state.caches[d] = state.logits[0], state.caches[0]
     return state
@@ -278,24 +278,29 @@ def _move(lm, state: TokenizationParticles, need, nodes: list[int], edge: torch.
     made, new = [], []
     for key in children.tolist():
         parent = nodes[key // width]
-        d = state.docs[parent]
-        lattice = state.lattices[d]
+        lattice = state.lattices[state.docs[parent]]
         token, end = lattice.edges[state.positions[parent]][key % width]
-        child, state.next_node = state.next_node, state.next_node + 1
-        state.docs[child], state.positions[child], state.parents[child] = d, end, parent
-        state.histories[child] = (*state.histories[parent], token)
+        child = child_node(state, parent, token, end)
         made.append((child, end))
         if end < lattice.n:
             new.append((child, parent))
     if new:
-        _forward(lm, state, new)
+        forward_nodes(lm, state, new)
     # [N, 2] (node, bytes spelled)
     moved = torch.tensor(made, dtype=torch.long, device=state.node.device)[back]
     state.node[need] = moved[:, 0]
     state.spelled[need] = moved[:, 1]
 
 
-def _forward(lm, state: TokenizationParticles, new: list[tuple[int, int | None]]) -> None:
+def child_node(state: TokenizationParticles, parent: int, token: int, end: int) -> int:
+    """A new node: ``parent``'s history and ``token``, which ends at byte ``end`` (no logits yet)."""
+    child, state.next_node = state.next_node, state.next_node + 1
+    state.docs[child], state.positions[child], state.parents[child] = state.docs[parent], end, parent
+    state.histories[child] = (*state.histories[parent], token)
+    return child
+
+
+def forward_nodes(lm, state: TokenizationParticles, new: list[tuple[int, int | None]]) -> None:
     """Next-token logits and key/value rows of the new nodes (node, parent or None at the root), in the proposal's
     block context: the parent's context plus the node's last token (the prefix token at the root; the token alone at
     a block start). One forward pass for all of them, whichever text they are of: each node's context rows are
@@ -381,7 +386,12 @@ def _last_window_correction(lm, state: TokenizationParticles, ending: list[int])
 def _forget_unreached(state: TokenizationParticles) -> None:
     """Drop the nodes (and key/value caches) that no particle holds any more."""
     live = set(state.node.tolist())
-    for i in [i for i in state.histories if i not in live]:
+    forget(state, [i for i in state.histories if i not in live])
+
+
+def forget(state: TokenizationParticles, nodes) -> None:
+    """Drop ``nodes`` and their logits and key/value caches (the store rows only a dropped cache read are reused)."""
+    for i in nodes:
         for table in (state.caches, state.logits, state.parents):
             table.pop(i, None)
         del state.histories[i], state.positions[i], state.docs[i]

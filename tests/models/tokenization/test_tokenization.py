@@ -111,6 +111,32 @@ def test_beam_is_never_below_the_canonical_segmentation(lm):
         )  # log p of drawn particles come from the incremental decoder
 
 
+def test_beams_of_several_texts_side_by_side_are_those_found_alone(lm):
+    """One forward pass per byte position for every text's hypotheses (``beam_documents``) finds each text's beam
+    alone, texts longer than the context (the block contexts restart) among them; the estimator's side-by-side
+    path gives each document its own beam sum, the whole lattice's sum being exact."""
+    from lm_latent_eval.estimators import resolve
+    from lm_latent_eval.estimators.adaptive import estimate_corpus
+
+    texts = [*TEXTS, " ".join(["the cat sat on the mat."] * 12)]
+    xs = [lm.tokenize(t) for t in texts]
+    assert xs[-1].numel() > lm.max_length
+    for k in (1, 4):
+        together = lm.proposal.beam_documents(xs, k)
+        assert all(torch.equal(z, lm.proposal.beam(x, k)) for x, z in zip(xs, together))
+    run = resolve(EstimatorSettings(estimator="beam", beam_size=4), lm)
+    assert run.estimator.batches_documents(lm)
+    found = estimate_corpus(run, texts, progress=False)
+    for text in texts:
+        alone = estimate_document(lm, text, EstimatorSettings(estimator="beam", beam_size=4))
+        assert found[text].log_likelihood == pytest.approx(alone.log_likelihood, abs=1e-5)
+    full = max(lm.lattice(x).count() for x in xs[:3])
+    run = resolve(EstimatorSettings(estimator="beam", beam_size=full), lm)
+    found = estimate_corpus(run, TEXTS, progress=False)
+    for text in TEXTS:
+        assert found[text].log_likelihood == pytest.approx(lm.log_marginal(lm.tokenize(text)), abs=1e-6)
+
+
 def test_windows_are_lm_evals_rolling_windows():
     from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
