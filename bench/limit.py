@@ -4,7 +4,8 @@
 (encoders, per-position tables) plus a list run at every token for all K particles (the heads), with random float32
 operands of the given shapes, and returns particles·tokens per second. A model's benchmark lists the products of
 its own arithmetic (``kglm_arithmetic`` below) and prints ours / reference measured in the same run. The reference
-has no indexing, masking, softmax or sampling, so it is a lower bound on the time of any implementation.
+has no masking, softmax or sampling, and a read of n table entries is an elementwise product of n values (no
+indexing), so it is a lower bound on the time of any implementation.
 """
 
 from __future__ import annotations
@@ -117,8 +118,10 @@ def kglm_arithmetic(
     parent and relation logits), p's generate head for ``word_pairs`` (position, entity) pairs (default: every
     (position, entity row) pair, the bundled model's table; a full-size model needs only the distinct pairs its
     particles drew) and the alias-copy scores of every alias token. Per token, for all K particles, in q and in p:
-    parent logits over the ``cutoff`` window slots ([K, De] · [K, C, De]) and edge logits over the largest out-degree
-    ([K, De] · [K, D_max, De]); in p the copy scores over the particle's entity's alias tokens ([K, D] · [K, L_max, D])."""
+    the parent logits of the ``cutoff`` window slots and the relation logits of the largest out-degree, read from
+    those tables; in p the copy scores of the particle's entity's alias tokens, read from theirs. A read of n table
+    entries is written as the elementwise product of n values with their n indices ("kc,kc->kc": 2n FLOPs, each
+    value and index read once and the result written: 12 bytes an entry at float32), the least a gather moves."""
     tables = model.tables
     D, De, C = model.token_dim, model.entity_dim, max(model.cutoff, 1)
     R, Rr = tables.num_rows, int(model.relation_embedding.weight.shape[0])
@@ -139,14 +142,14 @@ def kglm_arithmetic(
             ("td,rd->tr", (T, De), (R, De)),
             ("td,rd->tr", (T, De), (Rr, De)),
         ]
-        step += [("kd,kcd->kc", (K, De), (K, C, De)), ("kd,kmd->km", (K, De), (K, d_max, De))]
+        step += [("kc,kc->kc", (K, C), (K, C)), ("km,km->km", (K, d_max), (K, d_max))]
     pairs = T * R if word_pairs is None else word_pairs
     once += [
         ("ni,oi->no", (pairs, D + De), (D, D + De)),
         ("ni,oi->no", (pairs, D), (V, D)),
         ("td,ld->tl", (T, D), (L_total, D)),
     ]
-    step += [("kd,kld->kl", (K, D), (K, L_max, D))]
+    step += [("kl,kl->kl", (K, L_max), (K, L_max))]
     return once, step
 
 
