@@ -118,8 +118,8 @@ def kglm_arithmetic(
     parent and relation logits), p's generate head for ``word_pairs`` (position, entity) pairs (default: every
     (position, entity row) pair, the bundled model's table; a full-size model needs only the distinct pairs its
     particles drew) and the alias-copy scores of every alias token. Per token, for all K particles, in q and in p:
-    the parent logits of the ``cutoff`` window slots and the relation logits of the largest out-degree, read from
-    those tables; in p the copy scores of the particle's entity's alias tokens, read from theirs. A read of n table
+    the parent logits of the ``cutoff`` window slots and the relation logits of the parent's edges padded to the
+    largest out-degree (as the code reads them), read from those tables; in p the copy scores of the particle's entity's alias tokens, read from theirs. A read of n table
     entries is written as the elementwise product of n values with their n indices ("kc,kc->kc": 2n FLOPs, each
     value and index read once and the result written: 12 bytes an entry at float32), the least a gather moves."""
     tables = model.tables
