@@ -187,12 +187,14 @@ def _rows(given: list[torch.Tensor], counts: list[int]):
 def _extend(rule: ChainRule, rows: list[list[int]], closing: torch.Tensor, open_rows, drawn) -> torch.Tensor:
     """The tokens ``drawn`` [M] appended to the chains ``rows`` of ``open_rows`` [M], their ``closing`` updated; which
     rows' new token enters the cache as a key, LongTensor [K] (not a stop token, nor a row already closed)."""
-    keep = torch.zeros(len(rows), dtype=torch.long, device=drawn.device)
+    ends = []
     for row, token in zip(open_rows.tolist(), drawn.tolist()):
         rows[row].append(token)
-        closing[row] = rule.closing(rows[row])
-        keep[row] = int(closing[row] != STOP)
-    return keep
+        ends.append(rule.closing(rows[row]))
+    ends = torch.tensor(ends, dtype=torch.long)
+    closing[open_rows.cpu()] = ends
+    keep = torch.zeros(len(rows), dtype=torch.long, device=drawn.device)
+    return keep.index_put_((open_rows,), (ends != STOP).long().to(drawn.device))
 
 
 def _draw(log_q: torch.Tensor, group: torch.Tensor, generators: list) -> torch.Tensor:
