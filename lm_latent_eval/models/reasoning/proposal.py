@@ -83,10 +83,11 @@ def sample_views(views, xs, num_samples, temperature: float, peek: bool, generat
     first = views[0]
     if peek or first.share_chains or any(x.numel() == 0 for x in xs) or generators is None:
         return None
-    longest: dict[int, int] = {}
+    longest: dict[int, tuple] = {}  # each view's longest answer
     for view, x in zip(views, xs):
-        longest[id(view)] = max(longest.get(id(view), 0), int(x.numel()))
-        view.check_fits(view.prompt, longest[id(view)])
+        longest[id(view)] = (view, max(longest.get(id(view), (view, 0))[1], int(x.numel())))
+    for view, tokens in longest.values():
+        view.check_fits(view.prompt, tokens)
     draws = draw_chains(first.network, first.rule, [view.prompt for view in views], list(num_samples),
                         list(generators), temperature, first.top_p, first.top_p_mix)  # fmt: skip
     for view in views:
