@@ -2,6 +2,7 @@
 
     python bench/reasoning.py [--seeds 400]
     python bench/reasoning.py --answers      # writes bench/reasoning/answers.md (5. alone)
+    python bench/reasoning.py --questions    # writes bench/reasoning/questions.md (6. alone)
 
 1. Speed: K chains of up to L tokens and the scoring of 4 answers per question, (a) ours: the K chains in lockstep
    through one key/value cache, the answers scored on forks of it (common random numbers), against (b) what lm-eval's
@@ -17,6 +18,10 @@
 5. ``--answers``: a question's 4 answers on chains of their own (the default), by importance sampling as a run does
    it (``estimate_documents``): one answer at a time against the 4 side by side (``ChainProposal.sample_documents``:
    one lockstep batch of 4K chains), seconds per question, and the largest difference of their log weights.
+6. ``--questions``: 8 questions of 4 answers each (chains of their own) as lm-eval's loglikelihood estimates them:
+   one question at a time (each question's view, its 4 answers side by side: section 5) against the questions side by
+   side (``QuestionsView``: their chains in lockstep batches of up to ``batch_chains`` chains, the prompts padded),
+   seconds per question, and the largest difference of their log weights.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import sys
 import tempfile
@@ -232,15 +238,70 @@ def answers(rows: list[str], repeats: int = 3) -> None:
             print(rows[-1], flush=True)
 
 
+def questions(rows: list[str], count: int = 8, length: int = 32, repeats: int = 3) -> None:
+    """Section 6 (``--questions``)."""
+    from lm_latent_eval.estimators import EstimatorSettings, resolve
+
+    tokenizer = AutoTokenizer.from_pretrained(default_checkpoint("tokenization"))
+    rows += [
+        (
+            "| network | K | chains per batch (batch_chains) | one question at a time (s / question) | side by side "
+            "(s / question) | ratio | largest difference of a log weight |"
+        ),
+        "|---|---|---|---|---|---|---|",
+    ]
+    asked = [f"Question: {a} + {a + 3}?\nAnswer:" for a in range(count)]
+    pairs = [(q, a) for q in asked for a in (" 4", " 5", " 22", " four")]
+    for kind in ("gpt2", "llama"):
+        network = random_network(kind, len(tokenizer))
+        for k, cap in ((8, 256), (32, 256), (32, 1024)):
+            template = ReasoningTemplate(end_marker="\x00never", max_chain_tokens=length)
+            model = LatentReasoningLM(network, tokenizer, template, batch_chains=cap)
+            model.rule.stop_ids = frozenset()
+            run = resolve(EstimatorSettings("is", k, peek=False, seed=1, target_se=None), model)
+            apart, together = [], []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                alone = [e for q in asked for e in run.on(model.conditional_model(q)).estimate_documents(
+                    [q + a for p, a in pairs if p == q])]  # fmt: skip
+                apart.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                batched = run.on(model.conditional_models(pairs)).estimate_documents(
+                    [q + a for q, a in pairs]
+                )
+                together.append(time.perf_counter() - start)
+            gap = max(float(np.max(np.abs(a.log_weights - b.log_weights))) for a, b in zip(alone, batched))
+            a, b = min(apart) / count, min(together) / count
+            name = "GPT-2, 2 layers, width 64" if kind == "gpt2" else "Llama, 4 layers, width 256"
+            rows.append(f"| {name} | {k} | {cap} | {a:.3f} | {b:.3f} | {a / b:.2f} | {gap:.1e} |")
+            print(rows[-1], flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=400)
     parser.add_argument(
         "--answers", action="store_true", help="section 5 alone, into bench/reasoning/answers.md"
     )
+    parser.add_argument(
+        "--questions", action="store_true", help="section 6 alone, into bench/reasoning/questions.md"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     machine = f"{platform.processor() or platform.machine()}, torch {torch.__version__}, 1 thread"
+    if args.questions:
+        load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+        rows = [
+            f"# A batch's questions side by side ({machine}; {os.cpu_count()} cores, load average {load} at the start)",
+            "",
+            "`python bench/reasoning.py --questions` (8 questions of 4 answers, chains of 32 tokens)",
+            "",
+        ]
+        questions(rows)
+        rows += ["", f"Load average at the end: {', '.join(f'{v:.2f}' for v in os.getloadavg())}."]
+        OUTPUT.with_name("questions.md").write_text("\n".join(rows) + "\n")
+        print(f"wrote {OUTPUT.with_name('questions.md')}")
+        return
     if args.answers:
         rows = [
             f"# A question's answers side by side ({machine})",

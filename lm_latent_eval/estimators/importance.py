@@ -347,9 +347,10 @@ class ImportanceSampling(Estimator):
 
     def estimate_documents(self, model, documents, *, device="cpu", progress=None, stage=0):
         """The documents' sample blocks drawn side by side by the proposal (``sample_documents``, in chunks of at
-        most ``side_by_side_particles``), then each document weighted as ``estimate`` weights it, as soon as its
-        blocks are drawn (memory: one chunk's draws): each block's draws are those of its own (seed, block,
-        document) stream, so every number is the one it gets alone."""
+        most ``side_by_side_particles``, or of the model's ``side_by_side_limit`` where it declares a smaller one: a
+        block is never split), then each document weighted as ``estimate`` weights it, as soon as its blocks are
+        drawn (memory: one chunk's draws): each block's draws are those of its own (seed, block, document) stream, so
+        every number is the one it gets alone."""
         if not has(model, "document_sampler") or len(documents) < 2:
             return super().estimate_documents(model, documents, device=device, progress=progress, stage=stage)
         block_size = sample_block(device)
@@ -361,7 +362,8 @@ class ImportanceSampling(Estimator):
         ]
         drawn: dict[int, dict] = {}
         out: list[ISEstimate] = []
-        for chunk in side_by_side_chunks([k for _, _, k in lanes], side_by_side_particles(device)):
+        budget = min(side_by_side_particles(device), getattr(model, "side_by_side_limit", None) or math.inf)
+        for chunk in side_by_side_chunks([k for _, _, k in lanes], budget):
             part = [lanes[i] for i in chunk]
             settings = documents[part[0][0]][2]
             gens = [

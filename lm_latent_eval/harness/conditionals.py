@@ -77,7 +77,9 @@ def view_estimates(
 ) -> dict[Pair, DocumentEstimate]:
     """log p̂(continuation | context) of every distinct pair from the context's view ``model.conditional_model(ctx)``:
     ``estimate(view, texts)`` estimates its documents ctx ⊕ cont (each seeded from its whole text), one call per
-    distinct context.
+    distinct context; or, where the model offers ``conditional_models(pairs)`` (one model of several contexts'
+    continuations: the reasoning model's ``QuestionsView``, which draws their chains side by side), one call per
+    group of contexts (``context_groups``), with the same estimates.
 
     Examples
     --------
@@ -92,11 +94,41 @@ def view_estimates(
     by_context: dict[str, list[str]] = {}
     for ctx, cont in dict.fromkeys(pairs):
         by_context.setdefault(ctx, []).append(cont)
+    together = callable(getattr(model, "conditional_models", None))
     out = {}
-    for ctx, conts in tqdm(by_context.items(), desc="contexts", disable=not progress):
-        estimates = estimate(model.conditional_model(ctx), [ctx + cont for cont in conts])
-        out.update({(ctx, cont): estimates[ctx + cont] for cont in conts})
+    with tqdm(total=len(by_context), desc="contexts", disable=not progress) as bar:
+        for group in context_groups(by_context) if together else [[ctx] for ctx in by_context]:
+            texts = {ctx + cont: (ctx, cont) for ctx in group for cont in by_context[ctx]}
+            view = (
+                model.conditional_models(list(texts.values()))
+                if together
+                else model.conditional_model(group[0])
+            )
+            estimates = estimate(view, list(texts))
+            out.update({pair: estimates[text] for text, pair in texts.items()})
+            bar.update(len(group))
     return out
+
+
+def context_groups(by_context: dict[str, list[str]]) -> list[list[str]]:
+    """The contexts in order, cut where a context's text ctx ⊕ cont is already one of its group's (a document of one
+    model answers one context).
+
+    Examples
+    --------
+    >>> context_groups({"a": [" b c"], "b": [" c"], "a b": [" c"], "c": [" d"]})
+    [['a', 'b'], ['a b', 'c']]
+    """
+    groups: list[list[str]] = []
+    seen: set[str] = set()
+    for ctx, conts in by_context.items():
+        texts = {ctx + cont for cont in conts}
+        if not groups or texts & seen:
+            groups.append([])
+            seen = set()
+        groups[-1].append(ctx)
+        seen |= texts
+    return groups
 
 
 def texts_to_estimate(model, pairs: list[Pair]) -> list[str]:

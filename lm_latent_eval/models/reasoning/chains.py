@@ -1,12 +1,14 @@
 """The network's side of the reasoning model: K chains drawn in lockstep through one key/value cache, answers scored
 on that cache, and the same numbers by teacher forcing for chains given from elsewhere.
 
-Lockstep: the K chains of one prompt advance one token per forward pass. A chain that has ended is fed a padding
-token whose key is masked (attention mask 0) and whose position is not counted, as is a stop token (left out of the
-answer's context, ``template.STOP``); every later query of that row attends to the unmasked keys only, at the
-positions of its own tokens, so each row computes what a forward pass over its own tokens alone computes (to the
-rounding of a batched product). The answer is then scored on a fork of the cache (``fork``: its layers copied, the
-tensors shared), so the choices of one question read the same chains (common random numbers) without copying them.
+Lockstep: the K chains advance one token per forward pass. A chain that has ended is fed a padding token whose key is
+masked (attention mask 0) and whose position is not counted, as is a stop token (left out of the answer's context,
+``template.STOP``); every later query of that row attends to the unmasked keys only, at the positions of its own
+tokens, so each row computes what a forward pass over its own tokens alone computes (to the rounding of a batched
+product). Chains after different prompts (the questions of a batch) share the loop the same way: the distinct prompts
+go through one forward pass padded on the right (the pads masked keys, each row's chain starting at its own prompt's
+length). The answer is then scored on a fork of the cache (``fork``: its layers copied, the tensors shared), so the
+choices of one question read the same chains (common random numbers) without copying them.
 """
 
 from __future__ import annotations
@@ -68,14 +70,23 @@ class ChainState:
 @dataclass
 class ChainDraws:
     """K chains drawn from the proposal: ``tokens`` [K, n] (padded with ``PAD``), ``closing`` [K] (``template``'s
-    MARKER, STOP or CUT), log q [K] and log p(z | prompt) [K] under the prompt they were drawn after (float64), and the
-    cache after them (``state``)."""
+    MARKER, STOP or CUT), log q [K] and log p(z | prompt) [K] under the prompt they were drawn after (float64), the
+    cache after them (``state``), and which prompt each row was drawn after (``prompts[prompt_of[k]]``)."""
 
     tokens: torch.Tensor
     closing: torch.Tensor
     log_q: torch.Tensor
     log_p: torch.Tensor
     state: ChainState
+    prompts: tuple[torch.Tensor, ...]
+    prompt_of: torch.Tensor
+
+    def drawn_after(self, rows: torch.Tensor, prompt: torch.Tensor) -> bool:
+        """Whether every row of ``rows`` was drawn after ``prompt`` [P]."""
+        return all(
+            torch.equal(self.prompts[i], prompt)
+            for i in self.prompt_of[rows.to(self.prompt_of.device)].unique().tolist()
+        )
 
 
 def _step(network, ids, cache, mask, positions):
@@ -83,18 +94,34 @@ def _step(network, ids, cache, mask, positions):
     return out.logits, cache
 
 
+def _prompt_pass(network, prompts: tuple[torch.Tensor, ...], source: torch.Tensor):
+    """One forward pass over the distinct ``prompts``, padded on the right, its cache rows picked by ``source`` [K]
+    (each row's prompt): (cache, ``mask`` [K, P_max] of the real keys, each row's next ``positions`` [K], the
+    prediction after each row's prompt [K, V])."""
+    device = prompts[0].device
+    lengths = torch.tensor([p.numel() for p in prompts], device=device)
+    inputs = pad_rows([p.tolist() for p in prompts], 0).to(device)
+    # right padding: each prompt's queries see its own keys only (causal), none of them a row of pads alone
+    real = (torch.arange(inputs.shape[1], device=device)[None] < lengths[:, None]).long()
+    positions = torch.arange(inputs.shape[1], device=device)[None].expand(len(prompts), -1)
+    logits, cache = _step(network, inputs, None, real, positions)
+    cache.batch_select_indices(source)
+    last = logits[torch.arange(len(prompts), device=device), lengths - 1]
+    return cache, real[source], lengths[source], last[source]
+
+
 @torch.no_grad()
 def draw_chains(
     network,
     rule: ChainRule,
-    prompt: torch.Tensor,
+    prompt: torch.Tensor | list[torch.Tensor],
     num_chains: int | list[int],
     generator: torch.Generator | None | list,
     temperature: float = 1.0,
     top_p: float = 1.0,
     mix: float = 0.0,
 ) -> ChainDraws:
-    """K chains z_k ~ q after ``prompt`` [P] (one forward pass per token, lockstep), with their log q and log p.
+    """K chains z_k ~ q after ``prompt`` (one forward pass per token, lockstep), with their log q and log p.
 
     Parameters
     ----------
@@ -102,11 +129,12 @@ def draw_chains(
         A transformers causal LM.
     rule : ChainRule
         When a chain ends.
-    prompt : torch.Tensor
-        LongTensor [P] on the network's device.
+    prompt : torch.Tensor or list of torch.Tensor
+        LongTensor [P] on the network's device; or one per group (the questions of a batch), of any lengths: a
+        prompt that several groups share goes through the network once.
     num_chains : int or list of int
-        K; or the K_d of several groups of rows side by side (several answers of one question, each on chains of
-        its own), their rows consecutive.
+        K; or the K_d of several groups of rows side by side (the answers of one or several questions, each on
+        chains of its own), their rows consecutive.
     generator : torch.Generator or None, or a list of them
         The random stream (of each group); a group's draws depend on it alone (one multinomial draw per open chain
         of the group per step, in row order): each group draws what it draws alone.
@@ -119,40 +147,21 @@ def draw_chains(
     """
     counts = [num_chains] if isinstance(num_chains, int) else list(num_chains)
     generators = generator if isinstance(generator, list) else [generator]
-    device, k = prompt.device, sum(counts)
-    group = torch.repeat_interleave(
-        torch.arange(len(counts), device=device), torch.tensor(counts, device=device)
-    )
-    logits, cache = _step(network, prompt[None], None, torch.ones(1, prompt.numel(), dtype=torch.long, device=device),
-                          torch.arange(prompt.numel(), device=device)[None])  # fmt: skip
-    cache.batch_repeat_interleave(k)
-    logits = logits[:, -1].expand(k, -1)
-    # the prediction after each row's last unmasked key
-    last = logits.clone()
-    mask = torch.ones(k, prompt.numel(), dtype=torch.long, device=device)
-    positions = torch.full((k,), prompt.numel(), dtype=torch.long, device=device)
+    prompts, source, group = _rows(prompt if isinstance(prompt, list) else [prompt] * len(counts), counts)
+    device, k = source.device, sum(counts)
+    cache, mask, positions, logits = _prompt_pass(network, prompts, source)
+    last = logits.clone()  # the prediction after each row's last unmasked key
     rows: list[list[int]] = [[] for _ in range(k)]
-    closing = torch.full((k,), OPEN, dtype=torch.long)
-    log_q = torch.zeros(k, dtype=torch.float64, device=device)
-    log_p = torch.zeros(k, dtype=torch.float64, device=device)
-    open_rows = torch.arange(k, device=device)
+    closing, open_rows = torch.full((k,), OPEN, dtype=torch.long), torch.arange(k, device=device)
+    log_q, log_p = torch.zeros(2, k, dtype=torch.float64, device=device)
     while open_rows.numel():
         lq = proposal_log_probs(logits[open_rows], temperature, top_p, mix)
-        drawn = torch.empty(open_rows.numel(), dtype=torch.long, device=device)
-        for g, gen in enumerate(generators):
-            mine = group[open_rows] == g
-            if bool(mine.any()):
-                drawn[mine] = torch.multinomial(lq[mine].exp(), 1, generator=gen)[:, 0]
+        drawn = _draw(lq, group[open_rows], generators)
         log_q[open_rows] += lq.gather(-1, drawn[:, None])[:, 0]
         lp = torch.log_softmax(logits[open_rows].double(), -1)
         log_p[open_rows] += lp.gather(-1, drawn[:, None])[:, 0]
-        feed = torch.zeros(k, dtype=torch.long, device=device)
-        feed[open_rows] = drawn
-        keep = torch.zeros(k, dtype=torch.long, device=device)
-        for row, token in zip(open_rows.tolist(), drawn.tolist()):
-            rows[row].append(token)
-            closing[row] = rule.closing(rows[row])
-            keep[row] = int(closing[row] != STOP)
+        feed = torch.zeros(k, dtype=torch.long, device=device).index_put_((open_rows,), drawn)
+        keep = _extend(rule, rows, closing, open_rows, drawn)
         # the tokens just drawn enter the cache (a stop token and the rows already closed as masked keys)
         mask = torch.cat([mask, keep[:, None]], 1)
         logits, cache = _step(network, feed[:, None], cache, mask, positions[:, None])
@@ -161,7 +170,42 @@ def draw_chains(
         positions = positions + keep
         open_rows = open_rows[(closing[open_rows.cpu()] == OPEN).to(device)]
     state = ChainState(cache, mask, positions, last)
-    return ChainDraws(pad_rows(rows, PAD).to(device), closing, log_q, log_p, state)
+    return ChainDraws(pad_rows(rows, PAD).to(device), closing, log_q, log_p, state, prompts, source)
+
+
+def _rows(given: list[torch.Tensor], counts: list[int]):
+    """(the distinct prompts of ``given`` (one per group), each row's prompt among them [K], each row's group [K])."""
+    distinct = {tuple(p.tolist()): p for p in given}
+    index = {key: i for i, key in enumerate(distinct)}
+    device = given[0].device
+    per_group = torch.tensor(counts, device=device)
+    of_group = torch.tensor([index[tuple(p.tolist())] for p in given], device=device)
+    group = torch.repeat_interleave(torch.arange(len(counts), device=device), per_group)
+    return tuple(distinct.values()), torch.repeat_interleave(of_group, per_group), group
+
+
+def _extend(rule: ChainRule, rows: list[list[int]], closing: torch.Tensor, open_rows, drawn) -> torch.Tensor:
+    """The tokens ``drawn`` [M] appended to the chains ``rows`` of ``open_rows`` [M], their ``closing`` updated; which
+    rows' new token enters the cache as a key, LongTensor [K] (not a stop token, nor a row already closed)."""
+    ends = []
+    for row, token in zip(open_rows.tolist(), drawn.tolist()):
+        rows[row].append(token)
+        ends.append(rule.closing(rows[row]))
+    ends = torch.tensor(ends, dtype=torch.long)
+    closing[open_rows.cpu()] = ends
+    keep = torch.zeros(len(rows), dtype=torch.long, device=drawn.device)
+    return keep.index_put_((open_rows,), (ends != STOP).long().to(drawn.device))
+
+
+def _draw(log_q: torch.Tensor, group: torch.Tensor, generators: list) -> torch.Tensor:
+    """One token per open row ~ exp(log_q) [M, V], each group's rows (``group`` [M]) from its own generator, in row
+    order: [M]."""
+    drawn = torch.empty(group.numel(), dtype=torch.long, device=log_q.device)
+    for g, gen in enumerate(generators):
+        mine = group == g
+        if bool(mine.any()):
+            drawn[mine] = torch.multinomial(log_q[mine].exp(), 1, generator=gen)[:, 0]
+    return drawn
 
 
 @torch.no_grad()

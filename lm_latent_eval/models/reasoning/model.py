@@ -6,8 +6,8 @@ them under the template (``template.py``), and
     p(y | question) = Σ_z p(z | question) p(y | question, z),
 
 a prefix probability in y (no end-of-answer event). ``conditional_model(question)`` is the model of the answers to one
-question (lm-eval's loglikelihood goes through it, ``harness.conditionals``); the model itself answers the empty
-question. The default proposal is the model's own sampler (``default_settings``: peek=False), so the importance
+question, ``conditional_models(pairs)`` that of several questions' answers at once, drawn side by side (lm-eval's
+loglikelihood goes through it, ``harness.conditionals``); the model itself answers the empty question. The default proposal is the model's own sampler (``default_settings``: peek=False), so the importance
 weights are p(y | question, z_k) ∈ [0, 1] (``importance_weight_bound``). ``loglikelihood_rolling`` is refused
 (``rolling_refusal``): a document has no question to reason about.
 """
@@ -15,7 +15,6 @@ weights are p(y | question, z_k) ∈ [0, 1] (``importance_weight_bound``). ``log
 from __future__ import annotations
 
 import copy
-import itertools
 import math
 from typing import ClassVar
 
@@ -26,6 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from ...errors import InputError, UnsupportedError
 from .chains import PAD, draw_chains, score_answers, teacher_forced
 from .proposal import ChainProposal, beam_search
+from .questions import QuestionsView
 from .template import OPEN, ChainRule, ReasoningTemplate, prompt_ids, unescape
 
 
@@ -46,6 +46,10 @@ class LatentReasoningLM(nn.Module):
         The share of the tempered distribution mixed into the nucleus, so that q > 0 wherever p > 0.
     max_exact_chains : int
         The most chains ``log_marginal`` enumerates.
+    share_chains : bool
+        The answers to one question on the same chains (``random_stream_text``).
+    batch_chains : int
+        The most chains drawn in one lockstep batch (``side_by_side_limit``: the key/value cache holds them all).
     """
 
     # Σ_z p(y, z | question) is the probability that the answer starts with y: no end-of-answer event
@@ -88,11 +92,21 @@ class LatentReasoningLM(nn.Module):
                 "(default): each answer on its own chains, as the choices' flip probabilities assume"
             ),
         ),
+        "batch_chains": (
+            int,
+            (
+                "the most chains drawn in one lockstep batch, whose key/value cache holds them all: the answers of a "
+                "batch's questions are drawn side by side in chunks of at most this many chains (256)"
+            ),
+        ),
     }
 
     def __init__(self, network, tokenizer, template: ReasoningTemplate | None = None, top_p: float = 1.0,
-                 top_p_mix: float = 0.1, max_exact_chains: int = 100_000, share_chains: bool = False) -> None:  # fmt: skip
+                 top_p_mix: float = 0.1, max_exact_chains: int = 100_000, share_chains: bool = False,
+                 batch_chains: int = 256) -> None:  # fmt: skip
         super().__init__()
+        if not isinstance(batch_chains, int) or isinstance(batch_chains, bool) or batch_chains < 1:
+            raise InputError(f"batch_chains must be a positive integer, got {batch_chains!r}")
         if not 0.0 < top_p <= 1.0:
             raise InputError(f"top_p must be in (0, 1], got {top_p!r}")
         if top_p < 1.0 and not 0.0 < top_p_mix < 1.0:
@@ -110,6 +124,8 @@ class LatentReasoningLM(nn.Module):
         stops = {tokenizer.eos_token_id} | set(_generation_stops(network))
         self.rule = ChainRule(self.template, tokenizer, {s for s in stops if s is not None})
         self.question, self.is_view, self.share_chains = "", False, bool(share_chains)
+        # what importance sampling draws side by side at most (``estimators.importance``): chains of one batch
+        self.side_by_side_limit = batch_chains
         self._prompt = None
         # the latest draws of the model's own sampler (``draw``), read back by log_joint and by the other answers to
         # the same question drawn from the same stream
@@ -119,7 +135,8 @@ class LatentReasoningLM(nn.Module):
     @classmethod
     def from_pretrained(cls, path: str, *, dtype=None, device=None, trigger=None, end_marker=None,
                         answer_prefix=None, max_chain_tokens=None, hint=None, chat_template="auto", top_p=1.0,
-                        top_p_mix=0.1, max_exact_chains=100_000, share_chains=False) -> LatentReasoningLM:  # fmt: skip
+                        top_p_mix=0.1, max_exact_chains=100_000, share_chains=False,
+                        batch_chains=256) -> LatentReasoningLM:  # fmt: skip
         """The causal LM and tokenizer of ``path`` (a folder or Hub id) under the template (``MODEL_ARGS``)."""
         tokenizer = AutoTokenizer.from_pretrained(path)
         network = AutoModelForCausalLM.from_pretrained(
@@ -135,7 +152,8 @@ class LatentReasoningLM(nn.Module):
         if max_chain_tokens is not None:
             parts["max_chain_tokens"] = max_chain_tokens
         template = ReasoningTemplate(**parts, chat=chat)
-        return cls(network.eval(), tokenizer, template, top_p, top_p_mix, max_exact_chains, share_chains)
+        return cls(network.eval(), tokenizer, template, top_p, top_p_mix, max_exact_chains, share_chains,
+                   batch_chains)  # fmt: skip
 
     @property
     def device(self) -> torch.device:
@@ -183,6 +201,12 @@ class LatentReasoningLM(nn.Module):
         view.proposal = ChainProposal(view)
         return view
 
+    def conditional_models(self, pairs: list[tuple[str, str]]) -> QuestionsView:
+        """The answers of ``pairs`` (question, answer) to several questions as one latent LM (``QuestionsView``):
+        each document the one of its question's view, their chains drawn side by side (lm-eval's loglikelihood
+        estimates a batch's questions through it, ``harness.conditionals.view_estimates``)."""
+        return QuestionsView(self, pairs)
+
     def random_stream_text(self, document: str) -> str:
         """The text a document's random stream is seeded from: its own (each answer on its own chains, independent
         estimates), or, for a view with ``share_chains``, the question, so that its answers are scored on the same
@@ -228,20 +252,6 @@ class LatentReasoningLM(nn.Module):
         return draws.tokens, draws.log_q
 
     @torch.no_grad()
-    def draw_documents(
-        self, xs, num_samples, temperature, generators
-    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """``draw`` (peek=False) of several answers side by side: each answer's K_d chains from its own stream, all
-        in one lockstep batch after the question's prompt; per answer (chains [K_d, n], log q [K_d]), views of the
-        batch's rows, which ``log_joint`` then scores on the batch's cache."""
-        self.check_fits(self.prompt, max(int(x.numel()) for x in xs))
-        draws = draw_chains(self.network, self.rule, self.prompt, list(num_samples), list(generators), temperature,
-                            self.top_p, self.top_p_mix)  # fmt: skip
-        self._memo = (None, draws, None)
-        starts = [0, *itertools.accumulate(num_samples)]
-        return [(draws.tokens[a:b], draws.log_q[a:b]) for a, b in itertools.pairwise(starts)]
-
-    @torch.no_grad()
     def log_joint(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """log p(y, z | question) = log p(z | question) + log p(y | question, z) for chains z [K, n]: float64 [K],
         −inf for a row that is no chain of the template (and for every chain where the answer is empty, whose only
@@ -268,7 +278,15 @@ class LatentReasoningLM(nn.Module):
         if self._memo is None:
             return None
         draws = self._memo[1]
-        tokens = draws.tokens
+        found = self._memo_offset(draws.tokens, z)
+        if found is None or not draws.drawn_after(found, self.prompt):
+            return None
+        return draws, found
+
+    @staticmethod
+    def _memo_offset(tokens: torch.Tensor, z: torch.Tensor) -> torch.Tensor | None:
+        """The rows of ``tokens`` that z [K', n] is (a chunk of them in order, found by its storage offset, or the first
+        K' rows), or None."""
         if z.shape[1] != tokens.shape[1] or z.shape[0] > tokens.shape[0]:
             return None
         z = z.to(tokens.device)
@@ -277,9 +295,9 @@ class LatentReasoningLM(nn.Module):
         if 0 <= offset <= tokens.shape[0] - z.shape[0] and torch.equal(
             tokens[offset : offset + z.shape[0]], z
         ):
-            return draws, torch.arange(offset, offset + z.shape[0], device=tokens.device)
+            return torch.arange(offset, offset + z.shape[0], device=tokens.device)
         if torch.equal(tokens[: z.shape[0]], z):
-            return draws, torch.arange(z.shape[0], device=tokens.device)
+            return torch.arange(z.shape[0], device=tokens.device)
         return None
 
     def enumerate_chains(self) -> list[list[int]]:

@@ -4,11 +4,13 @@ a beam search over chains."""
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from ...checks import check_proposal_args
 from ...protocol import CheckedProposal
-from .chains import PAD, teacher_forced
+from .chains import PAD, draw_chains, teacher_forced
 from .template import MARKER, OPEN, STOP
 
 
@@ -38,14 +40,8 @@ class ChainProposal(CheckedProposal):
     def sample_documents(self, xs, num_samples, temperature: float = 1.0, peek: bool = True, generators=None):
         """``sample`` of several answers to the question side by side (``protocol.DocumentSampler``): their chains in
         one lockstep batch, each answer's what ``sample`` draws for it alone with its generator (to the rounding of a
-        batched product); None where the answers do not draw after one prompt (peek: each its own hint), share one
-        stream (``share_chains``: drawn once anyway) or one is empty."""
-        model = self.model
-        for x, k in zip(xs, num_samples, strict=True):
-            check_proposal_args(x, k, temperature)
-        if peek or model.share_chains or any(x.numel() == 0 for x in xs) or generators is None:
-            return None
-        return model.draw_documents(xs, num_samples, temperature, list(generators))
+        batched product); ``sample_views``."""
+        return sample_views([self.model] * len(xs), xs, num_samples, temperature, peek, generators)
 
     @torch.no_grad()
     def log_prob(
@@ -74,6 +70,32 @@ class ChainProposal(CheckedProposal):
         return self.model.beam_chains(beam_size)
 
 
+@torch.no_grad()
+def sample_views(views, xs, num_samples, temperature: float, peek: bool, generators):
+    """``sample_documents`` of answers x_d, each to the question of its view (a ``conditional_model``), side by side:
+    the K_d chains of every answer from its own stream after its question's prompt, all in one lockstep batch
+    (``chains.draw_chains``); per answer (chains [K_d, n], log q [K_d]), rows of the batch, which every view's memo
+    holds for ``log_joint`` to score on the batch's cache. None where the answers do not draw from the model's own
+    sampler after their question (peek: each after its own hint), share one stream (``share_chains``: drawn once
+    anyway) or one is empty."""
+    for x, k in zip(xs, num_samples, strict=True):
+        check_proposal_args(x, k, temperature)
+    first = views[0]
+    if peek or first.share_chains or any(x.numel() == 0 for x in xs) or generators is None:
+        return None
+    longest: dict[int, tuple] = {}  # each view's longest answer
+    for view, x in zip(views, xs):
+        longest[id(view)] = (view, max(longest.get(id(view), (view, 0))[1], int(x.numel())))
+    for view, tokens in longest.values():
+        view.check_fits(view.prompt, tokens)
+    draws = draw_chains(first.network, first.rule, [view.prompt for view in views], list(num_samples),
+                        list(generators), temperature, first.top_p, first.top_p_mix)  # fmt: skip
+    for view in views:
+        view._memo = (None, draws, None)
+    starts = [0, *itertools.accumulate(num_samples)]
+    return [(draws.tokens[a:b], draws.log_q[a:b]) for a, b in itertools.pairwise(starts)]
+
+
 def beam_search(model, beam_size: int) -> list[list[int]]:
     """The beam (``ChainProposal._beam``): at each step every open chain extended by its ``beam_size`` most
     probable tokens, and the ``beam_size`` best of open and finished chains kept."""
@@ -96,4 +118,4 @@ def beam_search(model, beam_size: int) -> list[list[int]]:
     return [chain for _, chain, _ in beams]
 
 
-__all__ = ["MARKER", "STOP", "ChainProposal", "beam_search"]
+__all__ = ["MARKER", "STOP", "ChainProposal", "beam_search", "sample_views"]
