@@ -1,6 +1,6 @@
 #!/bin/bash
 # What issue 55 asks of a GPU machine, sized to one 30-minute lease (each step under its own timeout, most wanted
-# first, about 31 minutes of steps in all): run from a checkout on a machine with CUDA and the package, lm-eval and
+# first, about 34 minutes of steps in all): run from a checkout on a machine with CUDA and the package, lm-eval and
 # their dependencies installed (where it cannot download: from wheels, `pip install --target /tmp/site .whl/*.whl`,
 # PATH and PYTHONPATH set to it). Each step writes its figures into $OUT (default ./gpu_out) as it goes and prints
 # its summary; paste them into bench/RESULTS.md with the device named, and the tables into the docs that quote them.
@@ -12,8 +12,9 @@
 # bfloat16, time-budgeted, extrapolated by the script), precision (item 1: the shift of log p̂ against the Monte Carlo
 # error at float32, TF32 and bfloat16), lmeval (item 4: operations and seconds through lm_eval.simple_evaluate, with
 # the precision target), readme (item 1: the README's job on cuda and on the CPU), tokenization (item 3: a
-# Llama-3.2-1B-shaped network's characters per second), side (documents side by side, seconds), suite (item 1: the
-# fast suite on CUDA, as long as the lease allows). Issue 44's LLaDA-8B-sized masked network is the optional step
+# Llama-3.2-1B-shaped network's characters per second), reasoning (issue 54: latent_reasoning at that shape against
+# hf's self-consistency), side (documents side by side, seconds), suite (item 1: the fast suite on CUDA, as long as
+# the lease allows). Issue 44's LLaDA-8B-sized masked network is the optional step
 # "masked" ($LLADA, $TF446 as bench/RESULTS.md's earlier sessions describe). A lease shorter than the steps' sum runs
 # the first ones: name the most wanted in STEPS.
 set -u
@@ -22,7 +23,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-}:$PWD
 TP=$(lm-latent-eval tasks-path)
 # PACK (optional): a tarball of $OUT rewritten after each step, so a lease that ends mid-run still returns the rest
-STEPS=" ${STEPS:-paper precision lmeval readme tokenization side suite} "
+STEPS=" ${STEPS:-paper precision lmeval readme tokenization reasoning side suite} "
 want() { [[ $STEPS == *" $1 "* ]]; }
 packed() { [ -z "${PACK:-}" ] || tar czf "$PACK" -C "$OUT" .; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/device.csv"
@@ -81,7 +82,16 @@ timeout ${TOKENIZATION_TIMEOUT:-330} python3 bench/llm_tokenization.py --size 1b
 echo "llm_tokenization rc=$? $((SECONDS - S)) s"; cat "$OUT/llm_tokenization_cuda.md"; packed
 }
 
-# 6. Documents side by side on the device: operations, syncs and seconds, alone against together. About 3 minutes.
+# 6. Issue 54, item 4: latent_reasoning at Llama-3.2-1B's shape in bfloat16: seconds per question, K = 8 and 32
+#    chains of up to 256 tokens and 4 answers, against hf's generate with K return sequences. About 3 minutes.
+want reasoning && {
+S=$SECONDS
+timeout ${REASONING_TIMEOUT:-240} python3 bench/reasoning.py --speed --size 1b --device cuda --dtype bfloat16 \
+  --output "$OUT/reasoning_cuda.md" > "$OUT/reasoning.log" 2>&1
+echo "reasoning rc=$? $((SECONDS - S)) s"; tail -6 "$OUT/reasoning.log"; packed
+}
+
+# 7. Documents side by side on the device: operations, syncs and seconds, alone against together. About 3 minutes.
 want side && {
 S=$SECONDS
 timeout ${SIDE_TIMEOUT:-170} python3 bench/side_by_side.py --device cuda --limit ${SIDE_LIMIT:-10} \
@@ -89,7 +99,7 @@ timeout ${SIDE_TIMEOUT:-170} python3 bench/side_by_side.py --device cuda --limit
 echo "side_by_side rc=$? $((SECONDS - S)) s"; cat "$OUT/side_by_side_cuda.md"; packed
 }
 
-# 7. Item 1: the fast suite on CUDA (no test may assume there is no GPU), stopped at SUITE_TIMEOUT seconds; the
+# 8. Item 1: the fast suite on CUDA (no test may assume there is no GPU), stopped at SUITE_TIMEOUT seconds; the
 #    failures and the last test reached are in its log.
 want suite && {
 S=$SECONDS

@@ -3,6 +3,8 @@
     python bench/reasoning.py [--seeds 400]
     python bench/reasoning.py --answers      # writes bench/reasoning/answers.md (5. alone)
     python bench/reasoning.py --questions    # writes bench/reasoning/questions.md (6. alone)
+    python bench/reasoning.py --speed --size 1b --device cuda --dtype bfloat16 --output OUT/reasoning_cuda.md
+                                             # 1. alone at Llama-3.2-1B's shape (a GPU: bench/gpu_session.sh)
 
 1. Speed: K chains of up to L tokens and the scoring of 4 answers per question, (a) ours: the K chains in lockstep
    through one key/value cache, the answers scored on forks of it (common random numbers), against (b) what lm-eval's
@@ -43,6 +45,7 @@ from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel, LlamaConfig
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
+from particles import timed
 from reasoning_tiny import tiny_reasoning
 
 from lm_latent_eval.estimators import UncertaintyPolicy, importance_log_weights, log_mean_exp
@@ -56,15 +59,28 @@ CHOICES = REPO / "tests" / "data" / "hmm_choice" / "test.jsonl"
 PAIRS = [("a b", " a"), ("a b", " b ;"), ("b", " a a")]
 
 
-def random_network(kind: str, vocab: int):
+# Llama-3.2-1B's shape (``--size 1b``: section 1 on a GPU, issue 54's 1B-width measurement)
+LLAMA_1B = {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32,
+            "num_key_value_heads": 8}  # fmt: skip
+LLAMA_SMALL = {"hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4, "num_attention_heads": 4,
+               "num_key_value_heads": 2}  # fmt: skip
+NETWORK_NAMES = {"gpt2": "GPT-2, 2 layers, width 64", "llama": "Llama, 4 layers, width 256",
+                 "llama1b": "Llama, 16 layers, width 2,048 (Llama-3.2-1B's shape)"}  # fmt: skip
+
+
+def random_network(kind: str, vocab: int, device: str = "cpu", dtype: torch.dtype = torch.float32):
+    """A random-weight network (seed 0) of ``kind`` (a key of ``NETWORK_NAMES``), built on ``device`` in ``dtype``."""
     torch.manual_seed(0)
-    if kind == "gpt2":
-        return GPT2LMHeadModel(
-            GPT2Config(vocab_size=vocab, n_positions=512, n_embd=64, n_layer=2, n_head=2)
-        ).eval()
-    config = LlamaConfig(vocab_size=vocab, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)  # fmt: skip
-    return LlamaForCausalLM(config).eval()
+    with torch.device(device):
+        if kind == "gpt2":
+            return (
+                GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_positions=512, n_embd=64, n_layer=2, n_head=2))
+                .to(dtype)
+                .eval()
+            )
+        shape = LLAMA_1B if kind == "llama1b" else LLAMA_SMALL
+        config = LlamaConfig(vocab_size=vocab, max_position_embeddings=512, **shape)
+        return LlamaForCausalLM(config).to(dtype).eval()
 
 
 @torch.no_grad()
@@ -78,35 +94,44 @@ def hf_self_consistency(model, prompt, k, length, answers, generator) -> None:
         torch.log_softmax(model.network(input_ids=rows).logits[:, -answer.numel() - 1 : -1].float(), -1)
 
 
-def speed(rows: list[str], repeats: int = 3) -> None:
+@torch.no_grad()
+def lockstep_question(model, k: int, answers, seed: int) -> None:
+    """Ours: K chains in lockstep through one key/value cache, each answer scored on a fork of it."""
+    generator = torch.Generator(model.device).manual_seed(seed)
+    draws = draw_chains(model.network, model.rule, model.prompt, k, generator)
+    for answer in answers:
+        score_answers(model.network, model.rule, draws, torch.arange(k), answer)
+
+
+def speed(
+    rows: list[str], repeats: int = 3, kinds=("gpt2", "llama"), device: str = "cpu", dtype=torch.float32
+):
     tokenizer = AutoTokenizer.from_pretrained(default_checkpoint("tokenization"))
     header = "| network | K | L | ours: lockstep + cached answers (s / question) | hf generate + forward per chain "
     rows += [header + "(s / question) | ratio |", "|---|---|---|---|---|---|"]
-    for kind in ("gpt2", "llama"):
-        network = random_network(kind, len(tokenizer))
-        for k, length in ((8, 64), (32, 64), (8, 256)):
+    for kind in kinds:
+        network = random_network(kind, len(tokenizer), device, dtype)
+        # issue 54's shapes at 1B width (K = 8 and 32 chains of up to 256 tokens), smaller ones on the CPU's networks
+        for k, length in ((8, 256), (32, 256)) if kind == "llama1b" else ((8, 64), (32, 64), (8, 256)):
             # an end marker the random network never writes: every chain runs to L, as generate's does
             template = ReasoningTemplate(end_marker="\x00never", max_chain_tokens=length)
             model = LatentReasoningLM(network, tokenizer, template).conditional_model(
                 "Question: 2 + 2?\nAnswer:"
             )
             model.rule.stop_ids = frozenset()
-            answers = [torch.tensor(model.tokenizer(a)["input_ids"]) for a in (" 4", " 5", " 22", " four")]
+            answers = [
+                torch.tensor(model.tokenizer(a)["input_ids"], device=device)
+                for a in (" 4", " 5", " 22", " four")
+            ]
             ours, theirs = [], []
             for r in range(repeats):
-                start = time.perf_counter()
-                draws = draw_chains(
-                    model.network, model.rule, model.prompt, k, torch.Generator().manual_seed(r)
-                )
-                for answer in answers:
-                    score_answers(model.network, model.rule, draws, torch.arange(k), answer)
-                ours.append(time.perf_counter() - start)
-                start = time.perf_counter()
-                hf_self_consistency(model, model.prompt, k, length, answers, torch.Generator().manual_seed(r))
-                theirs.append(time.perf_counter() - start)
+                seconds, _ = timed(lambda r=r: lockstep_question(model, k, answers, r), device)
+                ours.append(seconds)
+                seconds, _ = timed(lambda r=r: hf_self_consistency(model, model.prompt, k, length, answers,
+                                                                   torch.Generator().manual_seed(r)), device)  # fmt: skip
+                theirs.append(seconds)
             a, b = min(ours), min(theirs)
-            name = "GPT-2, 2 layers, width 64" if kind == "gpt2" else "Llama, 4 layers, width 256"
-            rows.append(f"| {name} | {k} | {length} | {a:.3f} | {b:.3f} | {b / a:.2f} |")
+            rows.append(f"| {NETWORK_NAMES[kind]} | {k} | {length} | {a:.3f} | {b:.3f} | {b / a:.2f} |")
             print(rows[-1], flush=True)
 
 
@@ -233,7 +258,7 @@ def answers(rows: list[str], repeats: int = 3) -> None:
                 together.append(time.perf_counter() - start)
             gap = max(float(np.max(np.abs(a.log_weights - b.log_weights))) for a, b in zip(alone, batched))
             a, b = min(apart), min(together)
-            name = "GPT-2, 2 layers, width 64" if kind == "gpt2" else "Llama, 4 layers, width 256"
+            name = NETWORK_NAMES[kind]
             rows.append(f"| {name} | {k} | {length} | {a:.3f} | {b:.3f} | {a / b:.2f} | {gap:.1e} |")
             print(rows[-1], flush=True)
 
@@ -272,8 +297,9 @@ def questions(rows: list[str], count: int = 8, length: int = 32, repeats: int = 
                 together.append(time.perf_counter() - start)
             gap = max(float(np.max(np.abs(a.log_weights - b.log_weights))) for a, b in zip(alone, batched))
             a, b = min(apart) / count, min(together) / count
-            name = "GPT-2, 2 layers, width 64" if kind == "gpt2" else "Llama, 4 layers, width 256"
-            rows.append(f"| {name} | {k} | {cap} | {a:.3f} | {b:.3f} | {a / b:.2f} | {gap:.1e} |")
+            rows.append(
+                f"| {NETWORK_NAMES[kind]} | {k} | {cap} | {a:.3f} | {b:.3f} | {a / b:.2f} | {gap:.1e} |"
+            )
             print(rows[-1], flush=True)
 
 
@@ -286,9 +312,25 @@ def main() -> None:
     parser.add_argument(
         "--questions", action="store_true", help="section 6 alone, into bench/reasoning/questions.md"
     )
+    parser.add_argument("--speed", action="store_true", help="section 1 alone, into --output")
+    parser.add_argument(
+        "--size", choices=("cpu", "1b"), default="cpu", help="--speed's networks (1b: Llama-3.2-1B's shape)"
+    )
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--output", type=Path, default=OUTPUT.with_name("speed.md"))
     args = parser.parse_args()
     torch.set_num_threads(1)
     machine = f"{platform.processor() or platform.machine()}, torch {torch.__version__}, 1 thread"
+    if args.speed:
+        where = torch.cuda.get_device_name() if args.device.startswith("cuda") else machine
+        rows = [f"# latent_reasoning's chains against hf's self-consistency ({where}, {args.dtype})", "",
+                f"`python bench/reasoning.py --speed --size {args.size} --device {args.device} --dtype {args.dtype}`", ""]  # fmt: skip
+        kinds = ("llama1b",) if args.size == "1b" else ("gpt2", "llama")
+        speed(rows, kinds=kinds, device=args.device, dtype=getattr(torch, args.dtype))
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text("\n".join(rows) + "\n")
+        return
     if args.questions:
         load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
         rows = [
