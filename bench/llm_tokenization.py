@@ -1,7 +1,7 @@
 """latent_tokenization on a Llama-architecture network: characters per second of beam 8 and of the default statement
 on 16 documents batched, beside genlm-bytes' published figure (issue 55, item 3).
 
-    python bench/llm_tokenization.py           # CPU, float32, width 128 x 2 layers: writes bench/llm_tokenization/cpu.md
+    python bench/llm_tokenization.py      # CPU, float32, width 128 x 2 layers: bench/llm_tokenization/cpu.md
     python bench/llm_tokenization.py --size 1b --device cuda --dtype bfloat16 --output OUT/llm_tokenization_cuda.md
 
 Network: ``LlamaForCausalLM`` with random weights (seeded; nothing downloaded) and a byte-level BPE of ``--vocab``
@@ -14,9 +14,9 @@ documents of 1,000 characters.
 Rows, all documents in one call each (``estimate_corpus`` as a run makes it; the side-by-side paths batch them):
 the canonical tokenization (one pass, lm-eval's ``hf`` number), beam 8 side by side, the default statement
 (``auto``: SMC under the precision target, the model's default settings) with its interval, and beam 8 one document
-at a time; each row is written to the output as it finishes. genlm-bytes' figure is its beam of 8 on Llama-3.2-1B with 16 documents of 1,000 characters batched on a
-GPU (``speed.txt`` in genlm/genlm-bytes: 235.7 characters per second, read from the table "on 1000"); only the
-``--size 1b`` run on a GPU measures the same shape.
+at a time; each row is written to the output as it finishes. genlm-bytes' figure is its beam of 8 on Llama-3.2-1B
+with 16 documents of 1,000 characters batched on a GPU (``speed.txt`` in genlm/genlm-bytes: 235.7 characters per
+second, read from the table "on 1000"); only the ``--size 1b`` run on a GPU measures the same shape.
 """
 
 from __future__ import annotations
@@ -118,7 +118,8 @@ def main(argv=None) -> None:
     )
     p.add_argument("--output", type=Path, default=OUTPUT)
     args = p.parse_args(argv)
-    torch.set_num_threads(1) if args.device == "cpu" else None
+    if args.device == "cpu":
+        torch.set_num_threads(1)
     texts = documents(args.documents, args.chars)
     chars = sum(map(len, texts))
     with tempfile.TemporaryDirectory() as tmp:

@@ -7,8 +7,9 @@ them under the template (``template.py``), and
 
 a prefix probability in y (no end-of-answer event). ``conditional_model(question)`` is the model of the answers to one
 question, ``conditional_models(pairs)`` that of several questions' answers at once, drawn side by side (lm-eval's
-loglikelihood goes through it, ``harness.conditionals``); the model itself answers the empty question. The default proposal is the model's own sampler (``default_settings``: peek=False), so the importance
-weights are p(y | question, z_k) ∈ [0, 1] (``importance_weight_bound``). ``loglikelihood_rolling`` is refused
+loglikelihood goes through it, ``harness.conditionals``); the model itself answers the empty question. The default
+proposal is the model's own sampler (``default_settings``: peek=False), so the importance weights are
+p(y | question, z_k) ∈ [0, 1] (``importance_weight_bound``). ``loglikelihood_rolling`` is refused
 (``rolling_refusal``): a document has no question to reason about.
 """
 

@@ -83,10 +83,10 @@ def sample_views(views, xs, num_samples, temperature: float, peek: bool, generat
     first = views[0]
     if peek or first.share_chains or any(x.numel() == 0 for x in xs) or generators is None:
         return None
-    longest: dict[int, tuple] = {}  # each view's longest answer
+    longest: dict = {}  # each view's longest answer
     for view, x in zip(views, xs):
-        longest[id(view)] = (view, max(longest.get(id(view), (view, 0))[1], int(x.numel())))
-    for view, tokens in longest.values():
+        longest[view] = max(longest.get(view, 0), int(x.numel()))
+    for view, tokens in longest.items():
         view.check_fits(view.prompt, tokens)
     draws = draw_chains(first.network, first.rule, [view.prompt for view in views], list(num_samples),
                         list(generators), temperature, first.top_p, first.top_p_mix)  # fmt: skip

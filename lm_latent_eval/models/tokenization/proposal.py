@@ -195,6 +195,5 @@ class SegmentationProposal(CheckedProposal):
             check_beam_args(x, beam_size)
         return self._beam_documents(xs, beam_size)
 
-    @torch.no_grad()
     def _beam_documents(self, xs, beam_size: int) -> list[torch.Tensor]:
         return [pad_rows(rows) for rows in beam_documents(self.lm, list(xs), beam_size)]
