@@ -7,8 +7,9 @@ what every run did before issue 45), then the whole corpus through the estimator
 which hands the documents to ``Estimator.estimate_documents`` in chunks: side by side where the model offers
 ``protocol.DocumentBatchLM``). Operations are counted with ``kernel_counts.KernelCounter`` (a ``TorchDispatchMode``:
 aten operations that compute; views launch nothing) with the accelerator's code paths (``kernel_counts.
-accelerator_paths``: no CPU-only row selection) and an accelerator's chunks of documents (``accelerator_chunks``:
-65,536 particles where the CPU takes 16,384), so the counts are those a GPU would launch. Host synchronisations
+accelerator_paths``: no CPU-only row selection) and an accelerator's chunks of documents and sample blocks
+(``accelerator_chunks``: 65,536 particles, up to 131,072 for documents under 1,024 tokens, where the CPU takes
+16,384; blocks of 16,384 particles where the CPU draws 1,024), so the counts are those a GPU would launch. Host synchronisations
 are the operations that read a device value on the host (``item``, ``_local_scalar_dense``, ``nonzero``) plus the
 increments' copy to the host once per step. A model's own ``default_settings`` apply (the masked LM's: uniform
 orders, no resampling), its row cache (``models/masked/row_cache.py``) is emptied before every run, so that no run
@@ -68,18 +69,22 @@ def synchronize() -> None:
 
 @contextlib.contextmanager
 def accelerator_chunks():
-    """Chunks of documents as large as an accelerator's (``side_by_side_particles("cuda")``) while counting: the
-    operations a GPU would launch, whatever device counts them."""
-    saved = seeding.side_by_side_particles
-    size = saved("cuda")
-    patched = [smc, importance, workers]
-    for module in patched:
-        module.side_by_side_particles = lambda device="cpu": size
+    """Chunks of documents and sample blocks as large as an accelerator's (``side_by_side_particles("cuda", ...)``,
+    ``sample_block("cuda")``) while counting: the operations a GPU would launch, whatever device counts them."""
+    saved = seeding.side_by_side_particles, seeding.sample_block
+    block = saved[1]("cuda")
+    chunked, blocked = [smc, importance, workers], [smc, importance]
+    for module in chunked:
+        module.side_by_side_particles = lambda device="cpu", length=None: saved[0]("cuda", length)
+    for module in blocked:
+        module.sample_block = lambda device="cpu": block
     try:
         yield
     finally:
-        for module in patched:
-            module.side_by_side_particles = saved
+        for module in chunked:
+            module.side_by_side_particles = saved[0]
+        for module in blocked:
+            module.sample_block = saved[1]
 
 
 def fresh(model) -> None:

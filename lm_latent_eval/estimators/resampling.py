@@ -47,9 +47,10 @@ def blocks_of_runs(sizes: list[int], block: int = SAMPLE_BLOCK) -> list[list[int
 
 class RunLayout:
     """Independent runs whose particles lie consecutively in one vector [Σ N_r] (the runs of one or of several
-    documents' blocks): the runs grouped by size, so that each group's statistics and resampling take one batched
-    operation (row by row the numbers of each run alone, however many runs and documents share the group: the HMM and
-    other cheap models are loop-bound, and on a GPU every operation is a launch).
+    documents' blocks): every run's statistics in a fixed number of segment reductions, and the runs grouped by
+    size, so that each group's resampling takes one batched operation (the numbers of each run alone, however many
+    runs and documents share the layout: the HMM and other cheap models are loop-bound, and on a GPU every operation
+    is a launch).
 
     Parameters
     ----------
@@ -75,77 +76,55 @@ class RunLayout:
         self.groups = [
             (n, runs, self._index(runs, n), len(runs) == len(self.sizes)) for n, runs in by_size.items()
         ]
-        # the runs group by group, and the gather that lays their particles out so (None: they are so already)
-        self._runs = [r for _, runs, _, _ in self.groups for r in runs]
-        ordered = self._runs == list(range(len(self.sizes)))
-        self._order = None if ordered else torch.cat([index.flatten() for _, _, index, _ in self.groups])
-        self._log_n = torch.tensor(
-            [math.log(n) for n, runs, _, _ in self.groups for _ in runs], dtype=torch.float64
-        )
+        self._lengths = torch.tensor(self.sizes)
+        self._lengths2 = self._lengths.expand(2, -1)
+        self._run_of = torch.repeat_interleave(torch.arange(len(self.sizes)), self._lengths)
+        self._log_n = torch.tensor(self.sizes, dtype=torch.float64).log()
 
     def _index(self, runs: list[int], n: int) -> torch.Tensor:
         return torch.tensor([self.starts[r] for r in runs]).unsqueeze(1) + torch.arange(n)
 
     def statistics(self, log_w: torch.Tensor) -> tuple[list[float], list[float]]:
         """(log ESS, log mean_k w_k) of every run's weights log_w [Σ N_r] (float64, no NaN or +inf); −inf for both
-        where every weight of the run is 0."""
-        log_ess, log_mean = [0.0] * len(self.sizes), [0.0] * len(self.sizes)
-        if len(self.groups) == 1:
-            n, runs = self.groups[0][:2]
-            rows = log_w.view(len(runs), n)
-            normalised = torch.softmax(rows, 1)
-            values = torch.stack(
-                [
-                    -torch.log(torch.linalg.vecdot(normalised, normalised)),
-                    torch.logsumexp(rows, 1) - math.log(n),
-                ]
-            ).tolist()
-        else:
-            values = self._grouped_statistics(log_w)
-        for r, e, m in zip(self._runs, *values):
-            # NaN (softmax of −inf only) exactly where every weight is 0
-            log_ess[r], log_mean[r] = (-math.inf if math.isnan(e) else e), m
-        return log_ess, log_mean
+        where every weight of the run is 0.
 
-    def _grouped_statistics(self, log_w: torch.Tensor) -> list[list[float]]:
-        """``statistics``' [−log Σ W², log mean w] of every run, group after group, for runs of several sizes: the
-        particles gathered group by group once, each group's row-wise reductions (softmax, Σ, logsumexp) written into
-        one buffer, the element-wise rest over every run at once (the operations, and so the numbers, of each group
-        alone: 4 per group and 5 in all instead of 9 per group; on a GPU every operation is a launch)."""
-        flat = log_w if self._order is None else log_w.index_select(0, self._order)
-        out = torch.empty(2, len(self.sizes), dtype=log_w.dtype)
-        start = first = 0
-        for n, runs, _, _ in self.groups:
-            rows = flat[start : start + len(runs) * n].view(len(runs), n)
-            normalised = torch.softmax(rows, 1)
-            # torch.linalg.vecdot(normalised, normalised): the product, then the sum over the row
-            torch.sum(normalised * normalised, 1, out=out[0, first : first + len(runs)])
-            torch.logsumexp(rows, 1, out=out[1, first : first + len(runs)])
-            start, first = start + len(runs) * n, first + len(runs)
-        out[0].log_().neg_()
-        out[1].sub_(self._log_n)
-        return out.tolist()
+        With m_r = max_k log w_k, s_j = Σ_k exp(j (log w_k − m_r)): log ESS = 2 log s_1 − log s_2 and
+        log mean = m_r + log s_1 − log N_r. Each run is reduced by itself (``torch.segment_reduce`` over its
+        consecutive particles): the numbers of a run alone, beside any other runs, in the same dozen operations
+        however many runs and sizes (on a GPU every operation is a launch).
+        """
+        top = torch.segment_reduce(log_w, "max", lengths=self._lengths)
+        # a run whose every weight is 0: exp(−inf − 0) = 0, its sums 0
+        top = top.nan_to_num(neginf=0.0)
+        w = torch.exp(log_w - top.index_select(0, self._run_of))
+        sums = torch.segment_reduce(torch.stack([w, w.square()]), "sum", lengths=self._lengths2, axis=1).log()
+        log_ess, log_mean = torch.stack([2 * sums[0] - sums[1], top + sums[0] - self._log_n]).tolist()
+        # NaN (−inf − (−inf)) exactly where every weight is 0
+        return [-math.inf if math.isnan(e) else e for e in log_ess], log_mean
 
     def resample(
         self, log_w: torch.Tensor, chosen: list[int], generators: list
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(ancestors of every particle [Σ N_r], mask [Σ N_r] of the particles resampled), on the CPU: the runs
         ``chosen`` (in order) resampled systematically among their own particles, each with one u ~ U[0, 1) from
-        ``generators[r]`` (its document block's stream, drawn in the order of ``chosen``), the others their own
-        ancestors."""
+        ``generators[r]`` (its document block's stream: the runs of one stream drawn in one call, in the order of
+        ``chosen``, the numbers of one draw per run), the others their own ancestors."""
         ancestors = torch.arange(self.starts[-1])
         resampled = torch.zeros(self.starts[-1], dtype=torch.bool)
-        u = {
-            r: torch.rand((), generator=generators[r], device=_device(generators[r]), dtype=torch.float64)
-            for r in chosen
-        }
+        by_stream: dict[int, list[int]] = {}
+        for r in chosen:
+            by_stream.setdefault(id(generators[r]), []).append(r)
+        u = torch.zeros(len(self.sizes), dtype=torch.float64)
+        for runs in by_stream.values():
+            g = generators[runs[0]]
+            u[runs] = torch.rand(len(runs), generator=g, device=_device(g), dtype=torch.float64).cpu()
         wanted = set(chosen)
         for _, runs, index, _ in self.groups:
             picked = [i for i, r in enumerate(runs) if r in wanted]
             if not picked:
                 continue
             rows_index = index[picked]
-            draws = torch.stack([u[runs[i]] for i in picked]).cpu()
+            draws = u[[runs[i] for i in picked]]
             ancestors[rows_index] = _systematic(log_w[rows_index], draws) + rows_index[:, :1]
             resampled[rows_index] = True
         return ancestors, resampled

@@ -73,19 +73,33 @@ def sample_block(device: torch.device | str = "cpu") -> int:
 
 
 # particles advanced side by side in one batch of lanes (``draw_smc_documents``): 16 documents of 1,024 particles on
-# the CPU; an accelerator takes lanes of ``sample_block`` particles, as many as fit 4 of its blocks
+# the CPU; an accelerator takes lanes of ``sample_block`` particles, 4 of its blocks, up to 8 for short documents
 SIDE_BY_SIDE_PARTICLES = 16 * SAMPLE_BLOCK
+# below this length (tokens, or characters: more) an accelerator's batch holds the particles·length of 4 blocks
+SIDE_BY_SIDE_LENGTH = 1024
 
 
-def side_by_side_particles(device: torch.device | str = "cpu") -> int:
-    """Particles one step of ``draw_smc_documents`` may advance together on ``device``.
+def side_by_side_particles(device: torch.device | str = "cpu", length: int | None = None) -> int:
+    """Particles one batch of documents advanced side by side may hold on ``device``, its longest document ``length``
+    tokens (or characters, of which there are more) long; None: any length.
+
+    16,384 on the CPU. On an accelerator 4 sample blocks (65,536), and for documents shorter than 1,024 the
+    particles·length of 4 blocks of 1,024, at most 8 blocks: the samplers' histories grow with K·T, every particle's
+    state with K, and on an accelerator a batch's kernel launches, not its particles, set the time of a step.
 
     Examples
     --------
-    >>> side_by_side_particles("cpu") < side_by_side_particles("cuda")
-    True
+    >>> side_by_side_particles("cpu"), side_by_side_particles("cuda"), side_by_side_particles("cuda", 768)
+    (16384, 65536, 87381)
+    >>> side_by_side_particles("cuda", 86), side_by_side_particles("cuda", 5000)
+    (131072, 65536)
     """
-    return max(SIDE_BY_SIDE_PARTICLES, 4 * sample_block(device))
+    if torch.device(device).type == "cpu":
+        return SIDE_BY_SIDE_PARTICLES
+    blocks = 4 * sample_block(device)
+    if not length or length >= SIDE_BY_SIDE_LENGTH:
+        return blocks
+    return min(2 * blocks, blocks * SIDE_BY_SIDE_LENGTH // length)
 
 
 def side_by_side_chunks(sizes: Sequence[int], budget: int) -> list[list[int]]:

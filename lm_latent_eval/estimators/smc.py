@@ -8,9 +8,10 @@ log p̂ = Σ over resampling epochs of log mean_k w_k (float64), and E[p̂] = p(
 threshold; threshold 0 never resamples and is importance sampling with the same proposal.
 
 K particles are split into R = max(``smc_runs``, ⌈K / SAMPLE_BLOCK⌉) independent runs of near-equal size N_r, and
-p̂ = Σ_r (N_r / K) p̂_r is again unbiased. Consecutive runs are packed into blocks of at most SAMPLE_BLOCK particles
-(bounded memory for any K) that the model advances as one batch; block b draws from the random stream of IS block b
-(seeded by (seed, b, document)), and every run resamples only among its own particles. The blocks ("lanes") of
+p̂ = Σ_r (N_r / K) p̂_r is again unbiased. Consecutive runs are packed into blocks of at most ``sample_block(device)``
+particles (bounded memory for any K; on an accelerator 16 runs share one block's stream, so a document of K particles
+costs ⌈K / 16,384⌉ draws per step, not ⌈K / 1,024⌉) that the model advances as one batch; block b draws from the
+random stream of IS block b (seeded by (seed, b, document)), and every run resamples only among its own particles. The blocks ("lanes") of
 several documents advance together, one step per token for all, where the model offers ``protocol.DocumentBatchLM``
 (``smc_lanes``, ``draw_smc_documents``): each lane draws what it draws alone, so no document's numbers depend on
 its neighbours. Uncertainty: the spread of
@@ -41,7 +42,13 @@ from .intervals import DocumentError
 from .policy import DEFAULT_POLICY, UncertaintyPolicy
 from .record import DocumentEstimate
 from .resampling import RunLayout, blocks_of_runs, run_sizes, systematic_resample
-from .seeding import document_generator, side_by_side_chunks, side_by_side_particles, stage_block
+from .seeding import (
+    document_generator,
+    sample_block,
+    side_by_side_chunks,
+    side_by_side_particles,
+    stage_block,
+)
 from .settings import EstimatorSettings
 from .smc_variance import (
     SMCDiagnostics,
@@ -274,8 +281,9 @@ def draw_smc_documents(
     """Each document's K final SMC log weights, float64 [K] (particle k of run r weighs log p̂_r(earlier epochs) +
     log w_k(last epoch), so mean_k exp = Σ_r N_r p̂_r / K), and its run diagnostics, of several documents (tokens,
     text, settings; the same proposal and threshold), their sample blocks advanced side by side (``smc_lanes``) in
-    batches of at most ``side_by_side_particles(device)`` particles. Block b of a document draws from the stream seeded by (seed, b, document) wherever it runs, so every
-    document's weights are those it gets alone."""
+    batches of at most ``side_by_side_particles(device, T)`` particles (T: the longest document's tokens). Block b of
+    a document draws from the stream seeded by (seed, b, document) wherever it runs, so every document's weights are
+    those it gets alone."""
     if not documents:
         return []
     if len({(s.temperature, s.peek, s.resample_threshold) for _, _, s in documents}) > 1:
@@ -284,12 +292,13 @@ def draw_smc_documents(
     for d, (x, text, settings) in enumerate(documents):
         sizes = run_sizes(settings.num_samples, settings.smc_runs)
         plans.append(sizes)
-        for b, block in enumerate(blocks_of_runs(sizes)):
+        for b, block in enumerate(blocks_of_runs(sizes, sample_block(device))):
             generator = document_generator(settings.seed, text, stage_block(b, stage), device=device)
             lanes.append(Lane(x, block, generator, f"document {text[:60]!r}"))
             owner.append(d)
     runs: list[list[SMCRun]] = [[] for _ in documents]
-    for batch in side_by_side_chunks([sum(lane.sizes) for lane in lanes], side_by_side_particles(device)):
+    budget = side_by_side_particles(device, max(int(x.shape[0]) for x, _, _ in documents))
+    for batch in side_by_side_chunks([sum(lane.sizes) for lane in lanes], budget):
         for j, lane_runs in zip(batch, smc_lanes(model, [lanes[j] for j in batch], documents[0][2])):
             runs[owner[j]] += lane_runs
             if progress is not None:

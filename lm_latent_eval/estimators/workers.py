@@ -19,7 +19,7 @@ Each process takes its share of this one's torch threads (at least one). A stage
 start last and leave the other processes idle while it runs.
 
 Within a process, documents are also estimated side by side: a chunk of documents of similar length (up to
-``side_by_side_particles`` particles) goes to ``Estimator.estimate_documents`` at once, which for SMC on a model with
+``side_by_side_particles`` particles, more for short documents on an accelerator) goes to ``Estimator.estimate_documents`` at once, which for SMC on a model with
 ``protocol.DocumentBatchLM`` advances all their particles in one step per token (one kernel launch and one host
 synchronisation shared by the chunk instead of paid per document). Again only the wall time changes.
 """
@@ -27,10 +27,11 @@ synchronisation shared by the chunk instead of paid per document). Again only th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import multiprocessing
 import signal
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Self
 
@@ -115,10 +116,14 @@ def estimate_together(
 
 
 def chunks(
-    run: ResolvedEstimator, jobs: Sequence[tuple[str, int]], particles: int, longest_first: bool = True
+    run: ResolvedEstimator,
+    jobs: Sequence[tuple[str, int]],
+    particles: Callable[[int], int],
+    longest_first: bool = True,
 ) -> list[list]:
-    """The jobs cut into chunks of at most ``particles`` samples (a job larger than that alone) where the estimator
-    advances documents side by side (``Estimator.batches_documents``), else one job per chunk.
+    """The jobs cut into chunks of at most ``particles(n)`` samples, n the characters of the chunk's longest job (a
+    job larger than that alone), where the estimator advances documents side by side
+    (``Estimator.batches_documents``), else one job per chunk.
 
     Side by side, a chunk steps as many times as its longest document: the documents go longest first (characters,
     a proxy for tokens) each into the first chunk with room for its samples (first-fit decreasing), so documents of
@@ -131,8 +136,10 @@ def chunks(
     --------
     >>> from types import SimpleNamespace
     >>> run = SimpleNamespace(estimator=SimpleNamespace(batches_documents=lambda model: True), model=None)
-    >>> [[t for t, _ in c] for c in chunks(run, [("a", 10), ("bbb", 10), ("cc", 30)], 25)]
+    >>> [[t for t, _ in c] for c in chunks(run, [("a", 10), ("bbb", 10), ("cc", 30)], lambda n: 25)]
     [['cc'], ['bbb', 'a']]
+    >>> [[t for t, _ in c] for c in chunks(run, [("aaaa", 30), ("bb", 30), ("c", 30)], lambda n: 120 // n)]
+    [['aaaa'], ['bb', 'c']]
     """
     side_by_side = bool(jobs) and run.estimator.batches_documents(run.model)
 
@@ -147,7 +154,7 @@ def chunks(
         i = next((i for i, left in enumerate(room) if job[1] <= left), None)
         if i is None:
             found.append([])
-            room.append(particles)
+            room.append(particles(max(len(job[0]), 1)))
             i = len(found) - 1
         found[i].append(job)
         room[i] -= job[1]
@@ -260,18 +267,18 @@ class DocumentWorkers:
     def _estimates(self, run, jobs, stage: int) -> Iterator[tuple[str, DocumentEstimate]]:
         """``estimate``'s work: chunks of the jobs estimated in this process, in the jobs' order, or handed to the
         forked processes, each of which gets several chunks (none waits while another runs the last long one)."""
-        per_chunk = side_by_side_particles(self.device)
         if self._pool is None:
-            for chunk in chunks(run, jobs, per_chunk, longest_first=False):
+            budget = functools.partial(side_by_side_particles, self.device)
+            for chunk in chunks(run, jobs, budget, longest_first=False):
                 yield from estimate_together(run, chunk, self.device, stage)
             return
         total = sum(k for _, k in jobs)
-        per_chunk = min(per_chunk, max(1, total // (2 * self.workers)))
+        per_chunk = min(side_by_side_particles(self.device), max(1, total // (2 * self.workers)))
         # the estimator travels without its model: every process has the model already (forked)
         travelling = dataclasses.replace(run, model=None)
         pending = {
             self._pool.submit(_estimate_inherited, travelling, chunk, stage)
-            for chunk in chunks(run, jobs, per_chunk)
+            for chunk in chunks(run, jobs, lambda length: per_chunk)
         }
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)

@@ -50,7 +50,7 @@ def test_hmm_documents_side_by_side_equal_each_alone(bundled_hmm, bundled_test_t
     sizes = [40, 64, 1500, 40, 97, 40, 64, 40, 200]
     run = resolve(EstimatorSettings("smc", 40, seed=3, target_se=None), bundled_hmm)
     assert has(bundled_hmm, "document_batches") and run.estimator.batches_documents(bundled_hmm)
-    monkeypatch.setattr(smc, "side_by_side_particles", lambda device="cpu": budget)
+    monkeypatch.setattr(smc, "side_by_side_particles", lambda device="cpu", length=None: budget)
     together = dict(zip(texts, run.estimate_documents(texts, sizes)))
     assert_same(together, alone(run, texts, sizes))
 
@@ -102,7 +102,7 @@ def test_rnng_side_by_side_on_the_accelerator_layout(monkeypatch, count_eos, pee
     assert model.smc_init_documents(xs, [8] * len(xs)) is None
     monkeypatch.setattr(tensors, "SELECT_ROWS_ON", ())
     assert model.smc_init_documents(xs, [8] * len(xs)) is not None
-    monkeypatch.setattr(smc, "side_by_side_particles", lambda device="cpu": 400)
+    monkeypatch.setattr(smc, "side_by_side_particles", lambda device="cpu", length=None: 400)
     sizes = [40, 64, 300, 40, 97, 40, 64, 41]
     run = resolve(EstimatorSettings("smc", 40, temperature=tau, peek=peek, seed=3, target_se=None), model)
     assert run.estimator.batches_documents(model)
@@ -345,7 +345,7 @@ def test_masked_side_by_side_reads_the_row_cache_and_chunks_freely(masked, monke
     read = masked.row_cache.rows_read
     try:
         for budget in (90, 1 << 20):
-            monkeypatch.setattr(smc, "side_by_side_particles", lambda device="cpu", b=budget: b)
+            monkeypatch.setattr(smc, "side_by_side_particles", lambda device="cpu", length=None, b=budget: b)
             assert_same(dict(zip(texts, run.estimate_documents(texts, sizes))), expected)
     finally:
         handle.remove()

@@ -13,7 +13,7 @@ models, and seeded SMC log weights and diagnostics must be bit-identical.
   differently at different positions; the log weights agree with the one-row-per-particle layout to 1e-6 relative
   (the rounding ``log_joint`` has against it too), and the draws are the same.
 - The SMC loop: the runs that resample at one token resampled as one batch, against one run at a time. The runs' statistics
-  (ESS, mean weight) with runs of several sizes, group by group, against each run alone.
+  (ESS, mean weight) with runs of several sizes, by segment reductions over all runs, against each run alone.
 """
 
 from __future__ import annotations
@@ -251,8 +251,8 @@ def test_systematic_resampling_of_several_runs_is_each_run_alone():
 
 def test_statistics_of_runs_of_several_sizes_are_each_run_alone():
     """Runs of several sizes, in any order (the precision target's later stages side by side: each document's K its
-    own), their statistics gathered group by group with the element-wise rest over every run at once: each run's log
-    ESS and log mean weight bit for bit what the run alone gives, weights all 0 included."""
+    own), their statistics in one set of segment reductions over every run: each run's log ESS and log mean weight bit
+    for bit what the run alone gives, weights all 0 included, and the exact values to rounding."""
     gen = torch.Generator().manual_seed(3)
     for sizes in ([529, 528, 7, 529, 250, 1, 250, 33], [3, 1, 3], [1024, 1023, 16, 1024]):
         for scale in (0.5, 30.0, 400.0):
@@ -262,3 +262,10 @@ def test_statistics_of_runs_of_several_sizes_are_each_run_alone():
             starts = np.cumsum([0, *sizes]).tolist()
             alone = [RunLayout([n]).statistics(log_w[a : a + n]) for n, a in zip(sizes, starts)]
             assert log_ess == [e[0][0] for e in alone] and log_mean == [e[1][0] for e in alone]
+            for n, a, e, m in zip(sizes, starts, log_ess, log_mean):
+                run = log_w[a : a + n]
+                if torch.isneginf(run).all():
+                    assert e == m == -math.inf
+                    continue
+                assert m == pytest.approx(float(torch.logsumexp(run, 0)) - math.log(n), rel=1e-12, abs=1e-12)
+                assert e == pytest.approx(float(2 * torch.logsumexp(run, 0) - torch.logsumexp(2 * run, 0)), abs=1e-9)
