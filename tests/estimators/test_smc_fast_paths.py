@@ -268,4 +268,6 @@ def test_statistics_of_runs_of_several_sizes_are_each_run_alone():
                     assert e == m == -math.inf
                     continue
                 assert m == pytest.approx(float(torch.logsumexp(run, 0)) - math.log(n), rel=1e-12, abs=1e-12)
-                assert e == pytest.approx(float(2 * torch.logsumexp(run, 0) - torch.logsumexp(2 * run, 0)), abs=1e-9)
+                assert e == pytest.approx(
+                    float(2 * torch.logsumexp(run, 0) - torch.logsumexp(2 * run, 0)), abs=1e-9
+                )
