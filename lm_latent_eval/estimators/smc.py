@@ -11,12 +11,11 @@ K particles are split into R = max(``smc_runs``, ⌈K / SAMPLE_BLOCK⌉) indepen
 p̂ = Σ_r (N_r / K) p̂_r is again unbiased. Consecutive runs are packed into blocks of at most ``sample_block(device)``
 particles (bounded memory for any K; on an accelerator 16 runs share one block's stream, so a document of K particles
 costs ⌈K / 16,384⌉ draws per step, not ⌈K / 1,024⌉) that the model advances as one batch; block b draws from the
-random stream of IS block b (seeded by (seed, b, document)), and every run resamples only among its own particles. The blocks ("lanes") of
-several documents advance together, one step per token for all, where the model offers ``protocol.DocumentBatchLM``
-(``smc_lanes``, ``draw_smc_documents``): each lane draws what it draws alone, so no document's numbers depend on
-its neighbours. Uncertainty: the spread of
-the R runs (an honest estimate of Var(p̂) whenever it is finite) and, from each run's genealogy (Eve indices), the
-Lee & Whiteley (2018) estimate.
+random stream of IS block b (seeded by (seed, b, document)), and every run resamples only among its own particles.
+The blocks ("lanes") of several documents advance together, one step per token for all, where the model offers
+``protocol.DocumentBatchLM`` (``smc_lanes``, ``draw_smc_documents``): each lane draws what it draws alone, so no
+document's numbers depend on its neighbours. Uncertainty: the spread of the R runs (an honest estimate of Var(p̂)
+whenever it is finite) and, from each run's genealogy (Eve indices), the Lee & Whiteley (2018) estimate.
 
 The particle filter and the estimator live here; the resampling scheme (runs, blocks, ESS, systematic resampling) in
 ``resampling``, the variance estimators (``SMCRun``, ``SMCDiagnostics``, Lee-Whiteley, the runs' spread) in

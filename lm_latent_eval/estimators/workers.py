@@ -19,9 +19,10 @@ Each process takes its share of this one's torch threads (at least one). A stage
 start last and leave the other processes idle while it runs.
 
 Within a process, documents are also estimated side by side: a chunk of documents of similar length (up to
-``side_by_side_particles`` particles, more for short documents on an accelerator) goes to ``Estimator.estimate_documents`` at once, which for SMC on a model with
-``protocol.DocumentBatchLM`` advances all their particles in one step per token (one kernel launch and one host
-synchronisation shared by the chunk instead of paid per document). Again only the wall time changes.
+``side_by_side_particles`` particles, more for short documents on an accelerator) goes to
+``Estimator.estimate_documents`` at once, which for SMC on a model with ``protocol.DocumentBatchLM`` advances all their
+particles in one step per token (one kernel launch and one host synchronisation shared by the chunk instead of paid
+per document). Again only the wall time changes.
 """
 
 from __future__ import annotations
