@@ -92,6 +92,16 @@ class StateTables:
             del cache.lookup
 
 
+# an interval computed exactly has width 0: it holds the truth up to the rounding between two exact programs
+EXACT_ROUNDING = 1e-9
+
+
+def holds(lower: float, upper: float, truth: float) -> bool:
+    """Whether [lower, upper] holds the truth, to ``EXACT_ROUNDING`` relative (1e-15 apart is no miss)."""
+    slack = EXACT_ROUNDING * max(1.0, abs(truth))
+    return lower - slack <= truth <= upper + slack
+
+
 def seed_statement(model, texts, settings, truth: float, tables: StateTables | None) -> dict:
     """One seed's corpus statement and whether it holds against the truth S (``tables`` None: the seed starts from
     an empty row cache and runs every row itself)."""
@@ -107,12 +117,13 @@ def seed_statement(model, texts, settings, truth: float, tables: StateTables | N
         "seed": settings.seed,
         "perplexity": corpus.perplexity,
         "two_sided": interval.two_sided,
-        "covered": interval.two_sided and interval.lower <= truth <= interval.upper,
+        "covered": interval.two_sided and holds(interval.lower, interval.upper, truth),
         "lower": interval.lower,
         "upper": interval.upper,
         "bound_holds": corpus.perplexity_upper_bound >= math.exp(-truth / corpus.num_tokens),
         "perplexity_upper_bound": corpus.perplexity_upper_bound,
         "samples_mean": sum(e.num_samples for e in estimates.values()) / len(estimates),
+        "computed_exactly": sum(e.computed_exactly for e in estimates.values()),
         "network_rows": model.network_rows - rows,
         "seconds": time.perf_counter() - start,
     }

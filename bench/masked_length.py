@@ -21,12 +21,21 @@ SMC with the look-ahead twist (resampling at ESS < K/2, and at every step), on t
 ``--coverage T``: the default statement (what a user who gives no estimator setting gets) on the oracle's texts of T
 tokens over ``--seeds`` seeds, held to the exact value: two-sided or not, covering or not, the certified bound holding
 or not, network rows per token.
+
+``--conditionals``: ``loglikelihood``'s requests at length, as lm-eval's multiple-choice tasks send them: after a
+context of 16 tokens, 4 continuations (choices) of L = 1 to 30 tokens drawn by the oracle, estimated together on the
+context's view (``conditional_model``, as the backend's ``view_conditionals`` does) by the default statement, over
+100 seeds (``--long-seeds`` beyond 16 tokens), held to the exact Σ log p(continuation | context).
+
+    python bench/masked_length.py --conditionals --long-seeds 8   # writes bench/masked_length/conditionals.md, .json
+    python bench/masked_length.py --conditionals --render         # the table again from conditionals.json
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
 import math
 import time
@@ -34,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from masked_coverage import coverage
+from masked_coverage import coverage, holds
 from masked_side_by_side import Cost, machine
 
 from lm_latent_eval.documents import read_texts
@@ -333,6 +342,90 @@ def coverage_runs(length: int, seeds: range) -> dict:
     }
 
 
+CONTEXT_LENGTH, CHOICES, CONTINUATION_LENGTHS = 16, 4, (1, 2, 4, 8, 16, 24, 30)
+# continuations up to this length get 100 seeds; longer ones --long-seeds
+SHORT_CONTINUATION = 16
+
+
+def question(oracle, length: int) -> tuple:
+    """A multiple-choice question for the oracle: a context of CONTEXT_LENGTH tokens (its own text) and CHOICES
+    distinct continuations of ``length`` tokens drawn given it (seeds 100 · length + i); (the context's view, its
+    documents context ⊕ continuation, the exact Σ log p(continuation | context))."""
+    context = oracle_texts(oracle, CONTEXT_LENGTH, 1)[0]
+    view, texts = oracle.conditional_model(context), {}
+    for seed in itertools.count(100 * length):
+        texts[f"{context} {view.detokenize(sample_oracle_text(view, length, seed=seed))}"] = None
+        if len(texts) == CHOICES:
+            break
+    return view, list(texts), sum(oracle_log_marginal(view, view.tokenize(t)) for t in texts)
+
+
+def conditionals_runs(long_seeds: int) -> list[dict]:
+    """``--conditionals``: per continuation length, the default statement of one question's choices over the seeds
+    (``masked_coverage.coverage`` on the context's view)."""
+    oracle, out = make_oracle_model(), []
+    for length in CONTINUATION_LENGTHS:
+        view, texts, truth = question(oracle, length)
+        seeds = range(100 if length <= SHORT_CONTINUATION else long_seeds)
+        result = coverage(view, texts, {}, seeds, truth, lambda _: None, None)
+        runs = result["runs"]
+        out.append(
+            {
+                "length": length,
+                "truth": truth,
+                "rows_per_token": float(np.mean([r["network_rows"] for r in runs])) / (length * CHOICES),
+                "seconds_per_seed": float(np.mean([r["seconds"] for r in runs])),
+                **result,
+            }
+        )
+    return out
+
+
+def recount(results: list[dict]) -> list[dict]:
+    """``--conditionals --render``: a run's records with each seed's coverage judged again by
+    ``masked_coverage.holds`` against the exact value (its questions drawn again: the same seeds)."""
+    oracle = make_oracle_model()
+    for r in results:
+        r["truth"] = question(oracle, r["length"])[2]
+        for run in r["runs"]:
+            run["covered"] = run["two_sided"] and holds(run["lower"], run["upper"], r["truth"])
+        r["covered"] = sum(run["covered"] for run in r["runs"])
+    return results
+
+
+def conditionals_table(results: list[dict]) -> list[str]:
+    """``conditionals.md`` from ``conditionals_runs``' records."""
+    rows = []
+    for r in results:
+        runs = r["runs"]
+        exact = sum(run["computed_exactly"] for run in runs) / len(runs)
+        samples = (
+            f"{np.mean([run['samples_mean'] for run in runs]):,.0f}" if exact < CHOICES else "none (exact)"
+        )
+        rows.append(
+            f"| {r['length']} | {r['seeds']} | {exact:.1f} of {CHOICES} | {samples} | {r['two_sided']} "
+            f"| {r['covered']} of {r['two_sided']} | {r['bound_held']} of {r['seeds']} | {r['rows_per_token']:,.1f} "
+            f"| {r['seconds_per_seed']:.1f} |"
+        )
+    return [
+        (
+            f"`loglikelihood` at length on the oracle (`make_oracle_model()`, strength 2; `python bench/masked_length.py "
+            f"--conditionals`): one question per continuation length L, a context of {CONTEXT_LENGTH} tokens and "
+            f"{CHOICES} choices of L tokens drawn by the oracle given it, estimated together on the context's view by "
+            "the default statement (what `lm_eval --model latent_masked` gives with no estimator setting), held to the "
+            f"exact Σ log p(choice | context) of the count program. Machine: {machine()}."
+        ),
+        "",
+        (
+            "| L (tokens per choice) | seeds | choices computed exactly (mean) | samples per choice (mean) "
+            "| two-sided | two-sided covering the truth | certified bound held | network rows per continuation "
+            "token | seconds per seed |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|",
+        *rows,
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--elbo", action="store_true", help="the ELBO against the truth at each length")
@@ -344,6 +437,15 @@ def main() -> None:
         "--coverage", type=int, metavar="T", help="the default statement's coverage at T tokens"
     )
     parser.add_argument("--seeds", type=int, default=100, help="seeds of --coverage")
+    parser.add_argument(
+        "--conditionals", action="store_true", help="loglikelihood of 1 to 30 continuation tokens, coverage"
+    )
+    parser.add_argument(
+        "--long-seeds", type=int, default=10, help="seeds of --conditionals beyond 16 continuation tokens"
+    )
+    parser.add_argument(
+        "--render", action="store_true", help="--conditionals: the table from conditionals.json, judged again"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     OUTPUT.mkdir(exist_ok=True)
@@ -357,6 +459,15 @@ def main() -> None:
             text = "\n".join(table()) + "\n"
             (OUTPUT / name).write_text(text, encoding="utf-8")
             print(text)
+    if args.conditionals:
+        saved = OUTPUT / "conditionals.json"
+        results = (
+            recount(json.loads(saved.read_text())) if args.render else conditionals_runs(args.long_seeds)
+        )
+        saved.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+        text = "\n".join(conditionals_table(results)) + "\n"
+        (OUTPUT / "conditionals.md").write_text(text, encoding="utf-8")
+        print(text)
     if args.coverage:
         out = coverage_runs(args.coverage, range(args.seeds))
         (OUTPUT / f"coverage_T{args.coverage}.json").write_text(
