@@ -79,7 +79,6 @@ class RunLayout:
         self._lengths = torch.tensor(self.sizes)
         self._lengths2 = self._lengths.expand(2, -1)
         self._run_of = torch.repeat_interleave(torch.arange(len(self.sizes)), self._lengths)
-        self._log_n = torch.tensor(self.sizes, dtype=torch.float64).log()
 
     def _index(self, runs: list[int], n: int) -> torch.Tensor:
         return torch.tensor([self.starts[r] for r in runs]).unsqueeze(1) + torch.arange(n)
@@ -90,17 +89,20 @@ class RunLayout:
 
         With m_r = max_k log w_k, s_j = Σ_k exp(j (log w_k − m_r)): log ESS = 2 log s_1 − log s_2 and
         log mean = m_r + log s_1 − log N_r. Each run is reduced by itself (``torch.segment_reduce`` over its
-        consecutive particles): the numbers of a run alone, beside any other runs, in the same dozen operations
-        however many runs and sizes (on a GPU every operation is a launch).
+        consecutive particles), the logs taken on the host: the numbers of a run alone, beside any other runs, in
+        eight operations however many runs and sizes (on a GPU every operation is a launch).
         """
         top = torch.segment_reduce(log_w, "max", lengths=self._lengths)
-        # a run whose every weight is 0: exp(−inf − 0) = 0, its sums 0
-        top = top.nan_to_num(neginf=0.0)
+        # a run whose every weight is 0: m_r = −inf and its sums NaN (−inf − (−inf))
         w = torch.exp(log_w - top.index_select(0, self._run_of))
-        sums = torch.segment_reduce(torch.stack([w, w.square()]), "sum", lengths=self._lengths2, axis=1).log()
-        log_ess, log_mean = torch.stack([2 * sums[0] - sums[1], top + sums[0] - self._log_n]).tolist()
-        # NaN (−inf − (−inf)) exactly where every weight is 0
-        return [-math.inf if math.isnan(e) else e for e in log_ess], log_mean
+        sums = torch.segment_reduce(torch.stack([w, w.square()]), "sum", lengths=self._lengths2, axis=1)
+        values = torch.cat([top, sums.view(-1)]).tolist()
+        R = len(self.sizes)
+        log_ess, log_mean = [-math.inf] * R, [-math.inf] * R
+        for r, (m, s1, s2, n) in enumerate(zip(values[:R], values[R : 2 * R], values[2 * R :], self.sizes)):
+            if m > -math.inf:
+                log_ess[r], log_mean[r] = 2 * math.log(s1) - math.log(s2), m + math.log(s1) - math.log(n)
+        return log_ess, log_mean
 
     def resample(
         self, log_w: torch.Tensor, chosen: list[int], generators: list
