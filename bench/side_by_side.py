@@ -9,9 +9,9 @@ which hands the documents to ``Estimator.estimate_documents`` in chunks: side by
 aten operations that compute; views launch nothing) with the accelerator's code paths (``kernel_counts.
 accelerator_paths``: no CPU-only row selection) and an accelerator's chunks of documents and sample blocks
 (``accelerator_chunks``: 65,536 particles, up to 131,072 for documents under 1,024 tokens, where the CPU takes
-16,384; blocks of 16,384 particles where the CPU draws 1,024), so the counts are those a GPU would launch. Host synchronisations
-are the operations that read a device value on the host (``item``, ``_local_scalar_dense``, ``nonzero``) plus the
-increments' copy to the host once per step. A model's own ``default_settings`` apply (the masked LM's: uniform
+16,384; blocks of 16,384 particles where the CPU draws 1,024), so the counts are those a GPU would launch. Host
+synchronisations are the operations that read a device value on the host (``item``, ``_local_scalar_dense``,
+``nonzero``) plus the increments' copy to the host once per step. A model's own ``default_settings`` apply (the masked LM's: uniform
 orders, no resampling), its row cache (``models/masked/row_cache.py``) is emptied before every run, so that no run
 reads the rows of another, and a model with a ``predictor`` network (the masked LM) has its forward calls counted.
 The two runs' log weights are compared: side by side must not change a number. Seconds are wall time without the counter, with the device's own chunks, best of two, on this machine (on a
