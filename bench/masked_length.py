@@ -16,7 +16,11 @@ SMC with the look-ahead twist (resampling at ESS < K/2, and at every step), on t
     python bench/masked_length.py --elbo      # writes bench/masked_length/elbo.md
     python bench/masked_length.py --levers    # writes bench/masked_length/levers.md
     python bench/masked_length.py --twists    # writes bench/masked_length/twists.md
+    python bench/masked_length.py --twist-fits   # writes bench/masked_length/twist_fits.md
     python bench/masked_length.py --coverage 16 --seeds 100   # writes bench/masked_length/coverage_T16.json
+
+``--twist-fits``: at 32 tokens, the ramped pseudo-likelihood twist as K grows, and twists fitted at each step to
+sums of the network's row at S (to the exact log V(S), and to what a run without the truth sees), beside the exact.
 
 ``--coverage T``: the default statement (what a user who gives no estimator setting gets) on the oracle's texts of T
 tokens over ``--seeds`` seeds, held to the exact value: two-sided or not, covering or not, the certified bound holding
@@ -324,6 +328,100 @@ def twists_table() -> list[str]:
     ]
 
 
+# --twist-fits: the length, the particle counts of the pseudo-likelihood twist, and the pilot's sets per step
+FIT_LENGTH, FIT_KS, FIT_PILOT = 32, (256, 1024, 4096), 256
+
+
+def row_features(model, x: torch.Tensor, revealed: torch.Tensor, pseudo: torch.Tensor) -> torch.Tensor:
+    """φ(S) [N, 5]: sums over the masked positions j ∉ S of the network's row at S (no other row): log p_θ(x_j | S),
+    its entropy, its largest log-probability, log p_θ(x_j | x_−j) (``pseudo`` [T]) and the squared difference of the
+    first and the fourth."""
+    with torch.no_grad():
+        logits = model.predict(torch.where(revealed, x, torch.full_like(x, model.mask_id))).double()
+    log_p = torch.log_softmax(logits, -1)
+    token = log_p.gather(-1, x.expand(revealed.shape).unsqueeze(-1)).squeeze(-1)
+    entropy = -(log_p.exp() * log_p.masked_fill(torch.isinf(log_p), 0.0)).sum(-1)
+    terms = torch.stack(
+        [token, entropy, log_p.max(-1).values, pseudo.expand(revealed.shape), (token - pseudo) ** 2]
+    )
+    return terms.masked_fill(revealed, 0.0).sum(-1).T
+
+
+def fitted_twist(model, x: torch.Tensor, targets: str, seed: int, exact=None):
+    """A twist log ψ_t(S) = β_t · φ(S) (``row_features``), β_t least squares at each step t on ``FIT_PILOT`` sets
+    of t positions drawn by uniform orders: ``targets`` "exact" regresses the oracle's log V(S) (``exact``: an
+    ``exact_twist``), "suffix" the pilot order's log p of the tokens it reveals after t (whose mean given S is the
+    ELBO of V(S), what a twist fitted without the truth can see)."""
+    T, K = x.numel(), FIT_PILOT
+    pseudo = step_scores(model, x, ~torch.eye(T, dtype=torch.bool)).log_token.diagonal().double()
+    generator = torch.Generator().manual_seed(10_000 + seed)
+    revealed, features, steps = torch.zeros(K, T, dtype=torch.bool), [], []
+    for _ in range(T):
+        features.append((row_features(model, x, revealed, pseudo), revealed))
+        position = torch.multinomial((~revealed).double(), 1, generator=generator).squeeze(1)
+        steps.append(step_scores(model, x, revealed).log_token.gather(1, position[:, None]).squeeze(1))
+        revealed = revealed.clone()
+        revealed[torch.arange(K), position] = True
+    # [K, T]: log p of the tokens revealed from step t on
+    suffix = torch.stack(steps, 1).flip(1).cumsum(1).flip(1)
+    coefficients = {}
+    for t in range(1, T):
+        phi, sets = features[t]
+        y = exact(x, sets) if targets == "exact" else suffix[:, t]
+        scale = phi.std(0).clamp(min=1e-12)
+        design = torch.cat([torch.ones(K, 1, dtype=torch.float64), (phi - phi.mean(0)) / scale], 1)
+        beta = torch.linalg.lstsq(design, y[:, None]).solution[1:, 0]
+        coefficients[t] = beta / scale  # the intercept and the centring are constants at step t: no effect
+
+    def log_psi(x, revealed, scores, t):
+        return row_features(model, x, revealed, pseudo) @ coefficients[t + 1]
+
+    return log_psi
+
+
+def twist_fits_table() -> list[str]:
+    """``--twist-fits``' table: on the oracle's texts of ``FIT_LENGTH`` tokens, the ramped pseudo-likelihood twist as
+    K grows, and twists fitted to features of the network's row at S, against the exact V(S)."""
+    oracle = make_oracle_model()
+    exact = exact_twist(oracle)
+    texts = [oracle.tokenize(t) for t in oracle_texts(oracle, FIT_LENGTH)]
+    truth = [oracle_log_marginal(oracle, x) for x in texts]
+    pseudo = pseudo_likelihood_twist(oracle)
+    cells = [("pseudo-likelihood ramped (`--twists`)", K, lambda x, seed: pseudo) for K in FIT_KS]
+    cells += [
+        ("row features, fitted to the pilot's suffix log-likelihoods", LEVER_K,
+         lambda x, seed: fitted_twist(oracle, x, "suffix", seed)),
+        ("row features, fitted to the exact log V(S) (the oracle only)", LEVER_K,
+         lambda x, seed: fitted_twist(oracle, x, "exact", seed, exact)),
+        ("exact V(S) (the oracle only)", LEVER_K, lambda x, seed: lambda x, revealed, scores, t: exact(x, revealed)),
+    ]  # fmt: skip
+    rows = []
+    for name, K, twist in cells:
+        start = time.perf_counter()
+        errors = [twisted_smc(oracle, x, K, twist(x, seed), seed) - p for x, p in zip(texts, truth)
+                  for seed in range(TWIST_SEEDS)]  # fmt: skip
+        rows.append(
+            f"| {name} | {K:,} | {np.mean(errors):+.2f} ± {np.std(errors, ddof=1):.2f} | {min(errors):+.2f} | "
+            f"{max(errors):+.2f} | {time.perf_counter() - start:.0f} |"
+        )
+    return [
+        (
+            f"SMC over uniform orders, resampling at ESS < K/2, on {TEXTS_PER_LENGTH} of the oracle's texts of "
+            f"{FIT_LENGTH} tokens (`python bench/masked_length.py --twist-fits`): the error log p̂ − log p (mean ± sd, "
+            f"smallest, largest over the texts × {TWIST_SEEDS} seeds) under each twist. Fitted twists: log ψ_t(S) = "
+            f"β_t · φ(S), φ five sums over the masked positions of the network's row at S (log p(x_j | S), its "
+            f"entropy, its largest log-probability, log p(x_j | x_−j), the squared difference of the first and the "
+            f"fourth), β_t least squares on {FIT_PILOT} pilot sets per step (their rows not counted in K). Seconds: "
+            f"the cell's {TEXTS_PER_LENGTH * TWIST_SEEDS} runs, pilots and exact programs included. Machine: "
+            f"{machine()}."
+        ),
+        "",
+        "| twist | K | log p̂ − log p | smallest | largest | seconds |",
+        "|---|---|---|---|---|---|",
+        *rows,
+    ]
+
+
 def coverage_runs(length: int, seeds: range) -> dict:
     """``--coverage``: the default statement (``auto`` with the model's ``default_settings``, as the backend resolves
     them) on the oracle's texts of ``length`` tokens, per seed (``masked_coverage.coverage``): two-sided or not,
@@ -434,6 +532,9 @@ def main() -> None:
         "--twists", action="store_true", help="SMC's twist against the exact one on the oracle"
     )
     parser.add_argument(
+        "--twist-fits", action="store_true", help="twists fitted to the network's row, and K, at 32 tokens"
+    )
+    parser.add_argument(
         "--coverage", type=int, metavar="T", help="the default statement's coverage at T tokens"
     )
     parser.add_argument("--seeds", type=int, default=100, help="seeds of --coverage")
@@ -453,6 +554,7 @@ def main() -> None:
         (args.elbo, "elbo.md", elbo_table),
         (args.levers, "levers.md", levers_table),
         (args.twists, "twists.md", twists_table),
+        (args.twist_fits, "twist_fits.md", twist_fits_table),
     )
     for wanted, name, table in tables:
         if wanted:

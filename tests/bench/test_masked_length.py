@@ -12,8 +12,19 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 
+import torch
 from masked_coverage import coverage, holds
-from masked_length import CHOICES, make_oracle_model, question
+from masked_length import (
+    CHOICES,
+    exact_twist,
+    fitted_twist,
+    make_oracle_model,
+    oracle_texts,
+    question,
+    row_features,
+)
+
+from lm_latent_eval.models.masked.conditionals import step_scores
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +43,26 @@ def test_a_short_question_is_computed_exactly(oracle):
     out = coverage(view, texts, {}, range(2), truth, lambda _: None, None)
     assert out["covered"] == out["two_sided"] == 2
     assert all(run["computed_exactly"] == CHOICES for run in out["runs"])
+
+
+def test_row_features_sum_the_row_at_s(oracle):
+    x = oracle.tokenize(oracle_texts(oracle, 6)[0])
+    revealed = torch.tensor([[True, False, False, True, False, False], [False] * 6])
+    pseudo = torch.arange(6, dtype=torch.float64)
+    phi = row_features(oracle, x, revealed, pseudo)
+    mean_field = step_scores(oracle, x, revealed).log_token.masked_fill(revealed, 0.0).sum(-1)
+    torch.testing.assert_close(phi[:, 0], mean_field)
+    torch.testing.assert_close(phi[:, 3], torch.tensor([1.0 + 2 + 4 + 5, 15.0], dtype=torch.float64))
+
+
+def test_a_twist_fitted_to_the_exact_values_is_exact_one_token_before_the_end(oracle):
+    # with one position j masked, V(S) = p(x_j | x_−j): a feature, so the fit is exact up to the step's constant
+    x = oracle.tokenize(oracle_texts(oracle, 6)[0])
+    exact = exact_twist(oracle)
+    log_psi = fitted_twist(oracle, x, "exact", seed=0, exact=exact)
+    revealed = ~torch.eye(6, dtype=torch.bool)
+    fitted, truth = log_psi(x, revealed, None, 4), exact(x, revealed)
+    torch.testing.assert_close(fitted - fitted[0], truth - truth[0])
 
 
 @pytest.mark.slow
