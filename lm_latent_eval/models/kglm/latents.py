@@ -83,6 +83,8 @@ class GraphTables(nn.Module):
         self.register_buffer("edge_offsets", torch.tensor(offsets, dtype=torch.long), persistent=False)
         self.register_buffer("edge_relation", torch.tensor(rels, dtype=torch.long), persistent=False)
         self.register_buffer("edge_tail", torch.tensor(tails, dtype=torch.long), persistent=False)
+        # each edge's relation embedding row (one gather per edge read instead of two)
+        self.register_buffer("edge_relation_row", rel_row[self.edge_relation], persistent=False)
         counts = torch.tensor(offsets[1:], dtype=torch.long) - torch.tensor(offsets[:-1], dtype=torch.long)
         self.register_buffer(
             "edge_source", torch.repeat_interleave(torch.arange(n), counts), persistent=False
@@ -174,7 +176,7 @@ class LatentHeads:
 
     def edge_logits(self, t: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
         """R_relation(edge) · h_rel_t for flat edges [M] at positions t [M]: [M] float64."""
-        rel = self.relation_embedding[self.tables.relation_row[self.tables.edge_relation[edges]]]
+        rel = self.relation_embedding[self.tables.edge_relation_row[edges]]
         logits = (rel * self.h_rel[t]).sum(-1)
         if self.tail_scores is not None:
             logits = logits + self.tail_scores[t, self.tables.edge_tail[edges]]
@@ -357,11 +359,11 @@ class HeadTables:
     def edge_logits(self, t: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
         """R_relation(edge) · h_rel_t (+ q's tail evidence) / τ for edges [P, M] at positions t [P]: float64."""
         tables = self.tables
-        rel_row = tables.relation_row[tables.edge_relation[edges]]
-        logits = self.relation_logits[t.unsqueeze(-1), rel_row]
+        logits = self.relation_logits[t.unsqueeze(-1), tables.edge_relation_row[edges]]
         if self.heads.tail_scores is not None:
             logits = logits + self.heads.tail_scores[t.unsqueeze(-1), tables.edge_tail[edges]]
-        return logits.double() / self.tau
+        logits = logits.double()
+        return logits if self.tau == 1.0 else logits / self.tau  # x / 1 is x: one [P, M] pass fewer
 
     def parent_edges(self, t: torch.Tensor, parent: torch.Tensor, ok: torch.Tensor):
         """Edges of each parent padded to the largest degree: (edge ids [P, D], valid [P, D], logits / τ [P, D], -inf off)."""
