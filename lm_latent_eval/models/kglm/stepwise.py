@@ -255,7 +255,9 @@ def _draw_related(
     parent = tables.row_entity[rows.gather(1, slot.unsqueeze(1)).squeeze(1)]
     edges, valid, elog = tabs.parent_edges(t_rel, parent, rel_mask)
     norm = elog.logsumexp(-1)
-    pick = inverse_cdf(torch.where(rel_mask.unsqueeze(1), elog, 0.0).exp(), pick_rows(u[:, 3]))
+    # a particle that did not draw "related" has no valid edge (all -inf, weights 0: inverse_cdf picks slot 0, whose
+    # padded edge id 0 gives the same tail whatever the pick): no mask needed
+    pick = inverse_cdf(elog.exp(), pick_rows(u[:, 3]))
     tail = tables.edge_tail[edges.gather(1, pick.unsqueeze(1)).squeeze(1)]
     elsewhere = tables.edge_tail[edges] != tail.unsqueeze(1)
     reach = elog.masked_fill(elsewhere, -math.inf).logsumexp(-1)
