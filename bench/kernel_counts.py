@@ -47,6 +47,17 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+def _package_line() -> str:
+    """The innermost package frame on the stack as "path:line", the path below lm_latent_eval/ ("outside": none)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = frame.f_code.co_filename.replace("\\", "/")
+        if "/lm_latent_eval/" in path:
+            return f"{path.rsplit('/lm_latent_eval/', 1)[1]}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "outside"
+
+
 class KernelCounter(TorchDispatchMode):
     """Counts computing aten operations, the bytes they touch and host synchronisations while active."""
 
@@ -54,6 +65,8 @@ class KernelCounter(TorchDispatchMode):
         super().__init__()
         self.ops = self.bytes = self.syncs = 0
         self.bytes_by_op: collections.Counter = collections.Counter()  # aten operation name -> bytes
+        # "models/kglm/latents.py:172" (the innermost package line that asked) -> bytes
+        self.bytes_by_line: collections.Counter = collections.Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -83,6 +96,7 @@ class KernelCounter(TorchDispatchMode):
         else:
             self.bytes += sum(map(_nbytes, _tensors((args, kwargs)))) + sum(map(_nbytes, _tensors(out)))
         self.bytes_by_op[name] += self.bytes - before
+        self.bytes_by_line[_package_line()] += self.bytes - before
         return out
 
 

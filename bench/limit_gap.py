@@ -8,7 +8,8 @@ touch). Floor: ``limit.py``'s products of the same estimate (``kglm_arithmetic``
 particle·token, FLOPs (``flops``) and bytes (``product_bytes``: each operand read once and each result written once,
 float32): the slope in K, so the per-document products (encoders, tables), amortised over K, are not in it. Bytes
 today / floor is what a fused implementation could still remove; the shares of today's bytes by operation (one
-``proposal.sample`` at K = 64 on the longer document) say where.
+``proposal.sample`` at K = 64 on the longer document), and the per-particle·token bytes by the package's source line
+that asked for them (``KernelCounter.bytes_by_line``), say where.
 
     python bench/limit_gap.py                       # writes bench/limit_gap/output.md
     python bench/limit_gap.py --revision REV --output bench/limit_gap/before.md
@@ -41,6 +42,12 @@ def floor_per_particle_token(name: str, model, T: int) -> tuple[float, float]:
     return (flops(step2) - flops(step1)) / slope, (product_bytes(step2) - product_bytes(step1)) / slope
 
 
+def estimate_once(model, x, K: int) -> None:
+    """One IS estimate's work: ``proposal.sample`` of K particles, then ``log_joint``."""
+    z, _ = model.proposal.sample(x, K, generator=torch.Generator().manual_seed(0))
+    model.log_joint(x, z)
+
+
 def row(name: str, lengths: tuple[int, int], top: int) -> dict:
     model = full_size.BUILDERS[name][0]()
     words = model.vocab[3:] if name == "kglm" else model.vocab[2:]
@@ -51,6 +58,10 @@ def row(name: str, lengths: tuple[int, int], top: int) -> dict:
         counter = count(
             lambda: model.proposal.sample(x_long, KS[1], generator=torch.Generator().manual_seed(0))
         )
+        lines = [count(lambda: estimate_once(model, x_long, k)).bytes_by_line for k in KS]
+    per_line = {
+        line: (lines[1][line] - lines[0].get(line, 0)) / (KS[1] - KS[0]) / x_long.numel() for line in lines[1]
+    }
     floor_flops, floor_bytes = floor_per_particle_token(name, model, int(x_long.numel()))
     return {
         "model": name,
@@ -61,6 +72,7 @@ def row(name: str, lengths: tuple[int, int], top: int) -> dict:
         "floor_flops": floor_flops,
         "floor_bytes": floor_bytes,
         "shares": [(op, b / counter.bytes) for op, b in counter.bytes_by_op.most_common(top)],
+        "lines": sorted(per_line.items(), key=lambda item: -item[1])[:top],
     }
 
 
@@ -91,6 +103,16 @@ def markdown(rows: list[dict], args) -> str:
     lines += ["", "Shares of today's bytes by operation (one proposal.sample):", ""]
     for r in rows:
         lines.append(f"- {r['model']}: " + ", ".join(f"{op} {share:.1%}" for op, share in r["shares"]))
+    lines += [
+        "",
+        (
+            f"Where the bytes per particle·token are made, by source line (proposal.sample and log_joint, the slope "
+            f"from K = {KS[0]} to {KS[1]} on the longer document):"
+        ),
+        "",
+    ]
+    for r in rows:
+        lines.append(f"- {r['model']}: " + ", ".join(f"{line} {b / 1024:,.1f} KiB" for line, b in r["lines"]))
     return "\n".join(lines) + "\n"
 
 
