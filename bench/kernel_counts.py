@@ -130,12 +130,14 @@ def accelerator_paths():
 
 @dataclass
 class Costs:
-    """Per token of one IS call: kernels (independent of K) and bytes = fixed + per_particle · K."""
+    """Per token of one IS call: kernels (independent of K) and bytes = fixed + per_particle · K; ``by_line``: the
+    bytes per particle·token of each package source line on the longer document (``KernelCounter.bytes_by_line``)."""
 
     ops: float
     fixed_bytes: float
     per_particle_bytes: float
     syncs: float
+    by_line: dict
 
     def bytes(self, K: int) -> float:
         return self.fixed_bytes + self.per_particle_bytes * K
@@ -171,7 +173,9 @@ def per_token_costs(model, x_short, x_long, ks=(32, 64)) -> tuple[Costs, Costs]:
 
         b1, b2 = slope("bytes", k1), slope("bytes", k2)
         per_particle = (b2 - b1) / (k2 - k1)
-        out.append(Costs(slope("ops", k1), b1 - per_particle * k1, per_particle, slope("syncs", k1)))
+        lines = [table[(t2, K)][part].bytes_by_line for K in ks]
+        by_line = {line: (b - lines[0].get(line, 0)) / (k2 - k1) / t2 for line, b in lines[1].items()}
+        out.append(Costs(slope("ops", k1), b1 - per_particle * k1, per_particle, slope("syncs", k1), by_line))
     return out[0], out[1]
 
 

@@ -18,6 +18,7 @@ that asked for them (``KernelCounter.bytes_by_line``), say where.
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import sys
 from pathlib import Path
@@ -42,12 +43,6 @@ def floor_per_particle_token(name: str, model, T: int) -> tuple[float, float]:
     return (flops(step2) - flops(step1)) / slope, (product_bytes(step2) - product_bytes(step1)) / slope
 
 
-def estimate_once(model, x, K: int) -> None:
-    """One IS estimate's work: ``proposal.sample`` of K particles, then ``log_joint``."""
-    z, _ = model.proposal.sample(x, K, generator=torch.Generator().manual_seed(0))
-    model.log_joint(x, z)
-
-
 def row(name: str, lengths: tuple[int, int], top: int) -> dict:
     model = full_size.BUILDERS[name][0]()
     words = model.vocab[3:] if name == "kglm" else model.vocab[2:]
@@ -58,10 +53,7 @@ def row(name: str, lengths: tuple[int, int], top: int) -> dict:
         counter = count(
             lambda: model.proposal.sample(x_long, KS[1], generator=torch.Generator().manual_seed(0))
         )
-        lines = [count(lambda: estimate_once(model, x_long, k)).bytes_by_line for k in KS]
-    per_line = {
-        line: (lines[1][line] - lines[0].get(line, 0)) / (KS[1] - KS[0]) / x_long.numel() for line in lines[1]
-    }
+    per_line = collections.Counter(sample.by_line) + collections.Counter(joint.by_line)
     floor_flops, floor_bytes = floor_per_particle_token(name, model, int(x_long.numel()))
     return {
         "model": name,
