@@ -280,11 +280,16 @@ def pseudo_likelihood_twist(model):
     def log_psi(x, revealed, scores, t):
         key = tuple(x.tolist())
         if key not in memo:
-            others = ~torch.eye(x.numel(), dtype=torch.bool, device=x.device)
-            memo[key] = step_scores(model, x, others).log_token.diagonal().double()
+            memo[key] = pseudo_log_likelihoods(model, x)
         return (t + 1) / x.numel() * memo[key].expand(revealed.shape).masked_fill(revealed, 0.0).sum(-1)
 
     return log_psi
+
+
+def pseudo_log_likelihoods(model, x: torch.Tensor) -> torch.Tensor:
+    """log p_θ(x_j | x_−j) of every position j [T], float64: T network rows, each revealing all but one token."""
+    others = ~torch.eye(x.numel(), dtype=torch.bool, device=x.device)
+    return step_scores(model, x, others).log_token.diagonal().double()
 
 
 TWIST_LENGTHS, TWIST_SEEDS = (16, 32, 48), 5
@@ -334,13 +339,19 @@ def twists_table() -> list[str]:
 FIT_LENGTH, FIT_KS, FIT_PILOT = 32, (256, 1024, 4096), 256
 
 
-def row_features(model, x: torch.Tensor, revealed: torch.Tensor, pseudo: torch.Tensor) -> torch.Tensor:
-    """φ(S) [N, 5]: sums over the masked positions j ∉ S of the network's row at S (no other row): log p_θ(x_j | S),
-    its entropy, its largest log-probability, log p_θ(x_j | x_−j) (``pseudo`` [T]) and the squared difference of the
-    first and the fourth."""
+def row_log_probs(model, x: torch.Tensor, revealed: torch.Tensor) -> torch.Tensor:
+    """log p_θ(v | S) [N, T, V], float64: the network's row at each state S (the rows of ``revealed`` [N, T])."""
     with torch.no_grad():
         logits = model.predict(torch.where(revealed, x, torch.full_like(x, model.mask_id))).double()
-    log_p = torch.log_softmax(logits, -1)
+    return torch.log_softmax(logits, -1)
+
+
+def row_features(
+    log_p: torch.Tensor, x: torch.Tensor, revealed: torch.Tensor, pseudo: torch.Tensor
+) -> torch.Tensor:
+    """φ(S) [N, 5]: sums over the masked positions j ∉ S of the network's row at S (``row_log_probs``, no other row):
+    log p_θ(x_j | S), its entropy, its largest log-probability, log p_θ(x_j | x_−j) (``pseudo`` [T]) and the squared
+    difference of the first and the fourth."""
     token = log_p.gather(-1, x.expand(revealed.shape).unsqueeze(-1)).squeeze(-1)
     entropy = -(log_p.exp() * log_p.masked_fill(torch.isinf(log_p), 0.0)).sum(-1)
     terms = torch.stack(
@@ -355,13 +366,14 @@ def fitted_twist(model, x: torch.Tensor, targets: str, seed: int, exact=None):
     ``exact_twist``), "suffix" the pilot order's log p of the tokens it reveals after t (whose mean given S is the
     ELBO of V(S), what a twist fitted without the truth can see)."""
     T, K = x.numel(), FIT_PILOT
-    pseudo = step_scores(model, x, ~torch.eye(T, dtype=torch.bool)).log_token.diagonal().double()
+    pseudo = pseudo_log_likelihoods(model, x)
     generator = torch.Generator().manual_seed(10_000 + seed)
     revealed, features, steps = torch.zeros(K, T, dtype=torch.bool), [], []
     for _ in range(T):
-        features.append((row_features(model, x, revealed, pseudo), revealed))
+        log_p = row_log_probs(model, x, revealed)
+        features.append((row_features(log_p, x, revealed, pseudo), revealed))
         position = torch.multinomial((~revealed).double(), 1, generator=generator).squeeze(1)
-        steps.append(step_scores(model, x, revealed).log_token.gather(1, position[:, None]).squeeze(1))
+        steps.append(log_p[torch.arange(K), position, x[position]])
         revealed = revealed.clone()
         revealed[torch.arange(K), position] = True
     # [K, T]: log p of the tokens revealed from step t on
@@ -376,7 +388,7 @@ def fitted_twist(model, x: torch.Tensor, targets: str, seed: int, exact=None):
         coefficients[t] = beta / scale  # the intercept and the centring are constants at step t: no effect
 
     def log_psi(x, revealed, scores, t):
-        return row_features(model, x, revealed, pseudo) @ coefficients[t + 1]
+        return row_features(row_log_probs(model, x, revealed), x, revealed, pseudo) @ coefficients[t + 1]
 
     return log_psi
 

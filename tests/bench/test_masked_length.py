@@ -22,6 +22,7 @@ from masked_length import (
     oracle_texts,
     question,
     row_features,
+    row_log_probs,
 )
 
 from lm_latent_eval.models.masked.conditionals import step_scores
@@ -49,7 +50,7 @@ def test_row_features_sum_the_row_at_s(oracle):
     x = oracle.tokenize(oracle_texts(oracle, 6)[0])
     revealed = torch.tensor([[True, False, False, True, False, False], [False] * 6])
     pseudo = torch.arange(6, dtype=torch.float64)
-    phi = row_features(oracle, x, revealed, pseudo)
+    phi = row_features(row_log_probs(oracle, x, revealed), x, revealed, pseudo)
     mean_field = step_scores(oracle, x, revealed).log_token.masked_fill(revealed, 0.0).sum(-1)
     torch.testing.assert_close(phi[:, 0], mean_field)
     torch.testing.assert_close(phi[:, 3], torch.tensor([1.0 + 2 + 4 + 5, 15.0], dtype=torch.float64))
