@@ -64,12 +64,20 @@ def test_kglm_corpus_side_by_side_equals_each_document_alone(kglm):
         assert_same(estimate_corpus(run, texts, progress=False), alone(run, texts, [300] * len(texts)))
 
 
-def test_kglm_side_by_side_on_the_accelerator_paths(kglm, monkeypatch):
-    """With the accelerator's code paths (every particle through the parent and edge heads, masked), the same."""
+@pytest.mark.parametrize("row_table", [False, True], ids=["lane-or-product", "row-table"])
+def test_kglm_side_by_side_on_the_accelerator_paths(kglm, monkeypatch, row_table):
+    """With the accelerator's code paths (every particle through the parent and edge heads, masked), the same; also
+    with the parent logits of a large graph's [T, rows] tables, each document's own stacked."""
+    from lm_latent_eval.models.kglm import latents
+
     monkeypatch.setattr(tensors, "SELECT_ROWS_ON", ())
+    if row_table:
+        monkeypatch.setattr(latents, "_ROW_TABLE_MIN_SLOT_ROWS", 0)
+        kglm = load_model("kglm")[0]
     texts = list(dict.fromkeys(bundled_documents("kglm")))[:6]
     run = resolve(EstimatorSettings("smc", 200, seed=2, target_se=None), kglm)
     assert_same(estimate_corpus(run, texts, progress=False), alone(run, texts, [200] * len(texts)))
+    assert kglm.head_tables(kglm.tokenize(texts[0])).row_table == row_table
 
 
 def test_entitynlm_side_by_side_on_the_accelerator_layout(monkeypatch):

@@ -82,9 +82,10 @@ class GraphTables(nn.Module):
         self.register_buffer("row_entity", row_entity, persistent=False)
         self.register_buffer("edge_offsets", torch.tensor(offsets, dtype=torch.long), persistent=False)
         self.register_buffer("edge_relation", torch.tensor(rels, dtype=torch.long), persistent=False)
-        self.register_buffer("edge_tail", torch.tensor(tails, dtype=torch.long), persistent=False)
+        # int32: read per padded edge of every particle (half the bytes of int64)
+        self.register_buffer("edge_tail", torch.tensor(tails, dtype=torch.int32), persistent=False)
         # each edge's relation embedding row (one gather per edge read instead of two)
-        self.register_buffer("edge_relation_row", rel_row[self.edge_relation], persistent=False)
+        self.register_buffer("edge_relation_row", rel_row[self.edge_relation].int(), persistent=False)
         counts = torch.tensor(offsets[1:], dtype=torch.long) - torch.tensor(offsets[:-1], dtype=torch.long)
         self.register_buffer(
             "edge_source", torch.repeat_interleave(torch.arange(n), counts), persistent=False
@@ -213,10 +214,48 @@ def new_entity_row_bytes(num_rows: int, itemsize: int = 4) -> int:
 
 # entries of the [T, cutoff, num_rows] parent-logit table built per call
 _LANE_TABLE_LIMIT = 1 << 22
-# entries of the [T, num_rows] new-entity table built per call
-_NEW_TABLE_LIMIT = 1 << 22
+# a graph with more window slots · rows than this reads its parent logits from the [T, rows] table (its lane table
+# would fit no document of more than _LANE_TABLE_LIMIT / this = 64 tokens)
+_ROW_TABLE_MIN_SLOT_ROWS = _LANE_TABLE_LIMIT // 64
 # floats of the window operand of one parent-lane product
 _LANE_CHUNK = 1 << 22
+
+
+# bytes a (position, row) of a document's tables holds: q's and p's new-entity log probabilities and q's cumulative
+# sums (float64), q's and p's parent logits and the evidence added while one is built (float32)
+NEW_TABLE_BYTES, PARENT_TABLE_BYTES = 3 * 8, 3 * 4
+
+
+def parent_table_fits(num_tokens: int, num_rows: int, cutoff: int, budget: int) -> bool:
+    """Whether a document's parent logits come from the [T, rows] table (``HeadTables.parent_table``): a graph too
+    large for the lane table (``_ROW_TABLE_MIN_SLOT_ROWS``) whose tables of q and p fit an eighth of the memory
+    budget; else the lane table (small graphs) or the per-particle product."""
+    large = cutoff * num_rows > _ROW_TABLE_MIN_SLOT_ROWS
+    return large and PARENT_TABLE_BYTES * num_tokens * num_rows <= budget // 8
+
+
+def new_entity_table_fits(num_tokens: int, num_rows: int, budget: int) -> bool:
+    """Whether a document's new-entity log probabilities are one [T, rows] table (``HeadTables.new_entity_lp``, and
+    q's cumulative sums for draws) within an eighth of the memory budget for q's and p's; else they are computed per
+    position."""
+    return NEW_TABLE_BYTES * num_tokens * num_rows <= budget // 8
+
+
+def new_entity_table(heads: LatentHeads, tau: float) -> torch.Tensor:
+    """log q_τ(new row | t) of every position t: [T, rows] float64, from ``LatentHeads.new_entity_logits``,
+    ``new_entity_row_bytes`` positions at a time within a quarter of the memory budget (one call when they fit)."""
+    T, rows = heads.h_type.shape[0], heads.tables.num_rows
+    device = heads.h_type.device
+    row_bytes = new_entity_row_bytes(rows, heads.entity_embedding.element_size())
+    step = rows_per_chunk(row_bytes, heads.memory_budget // 4)
+    if step >= T:
+        return torch.log_softmax(heads.new_entity_logits(torch.arange(T, device=device)) / tau, -1)
+    out = torch.empty(T, rows, dtype=torch.float64, device=device)
+    for s in range(0, T, step):
+        out[s : s + step] = torch.log_softmax(
+            heads.new_entity_logits(torch.arange(s, min(s + step, T), device=device)) / tau, -1
+        )
+    return out
 
 
 def row_at(table: torch.Tensor, t: int | torch.Tensor) -> torch.Tensor:
@@ -281,6 +320,8 @@ class HeadTables:
     new_entity_lp: torch.Tensor | None
     # the [T, C, rows] parent-logit table may be built (built on first use by many particles)
     lane_fits: bool
+    # parent logits from the [T, rows] table (a large graph: ``parent_table_fits``), not the lane or the product
+    row_table: bool
     # [T, relation rows] float32: R_r · h_rel_t
     relation_logits: torch.Tensor
     max_degree: int
@@ -293,11 +334,10 @@ class HeadTables:
         rows = tables.num_rows
         any_new = bool(tables.row_owned.any())
         new_lp = None
-        if any_new and T * rows <= _NEW_TABLE_LIMIT:
-            new_lp = torch.log_softmax(
-                heads.new_entity_logits(torch.arange(T, device=heads.h_type.device)) / tau, -1
-            )
-        lane_fits = C > 0 and T * C * rows <= _LANE_TABLE_LIMIT
+        if any_new and new_entity_table_fits(T, rows, heads.memory_budget):
+            new_lp = new_entity_table(heads, tau)
+        row_table = C > 0 and parent_table_fits(T, rows, C, heads.memory_budget)
+        lane_fits = C > 0 and not row_table and T * C * rows <= _LANE_TABLE_LIMIT
         rel = relation_logits(heads)
         max_degree = int(tables.degree.max()) if tables.degree.numel() else 0
         type_logits = heads.type_logits() / tau
@@ -305,7 +345,9 @@ class HeadTables:
         # [4, 4]
         allowed = allowed_types(any_new, patterns % 2 == 1, torch.where(patterns >= 2, CONTINUING, NONE))
         type_lp = torch.log_softmax(type_logits.unsqueeze(1).masked_fill(~allowed, -math.inf), -1)
-        return cls(heads, tables, tau, type_logits, type_lp, any_new, new_lp, lane_fits, rel, max_degree)
+        return cls(
+            heads, tables, tau, type_logits, type_lp, any_new, new_lp, lane_fits, row_table, rel, max_degree
+        )
 
     @property
     def type_cdf(self) -> torch.Tensor:
@@ -345,35 +387,53 @@ class HeadTables:
             self._lane = lane.double()
         return self._lane
 
+    @property
+    def parent_table(self) -> torch.Tensor:
+        """Parent logits (before τ) of every position and row, E_r · h_head_t (+ q's parent evidence): [T, rows]
+        float32, one product over the positions (built once; float32 rounding apart from the per-particle product)."""
+        if not hasattr(self, "_parent_table"):
+            heads = self.heads
+            table = heads.h_head @ heads.entity_embedding.t()
+            if heads.parent_scores is not None:
+                table = table + heads.parent_scores[:, self.tables.row_entity.clamp(min=0)]
+            self._parent_table = table
+        return self._parent_table
+
     def parent_logits(self, t: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
         """E_row · h_head_t (+ q's parent evidence) for positions t [P] and windows [P, C]: [P, C] float64 (before τ).
 
-        Read from ``parent_lane`` (bit-identical to the per-particle product) once more windows than rows ask at one
-        call, or once the table exists; else the per-particle product itself (cheaper for a few particles)."""
+        A large graph's from ``parent_table`` (C reads a window, whatever the particles); a small graph's from
+        ``parent_lane`` (bit-identical to the per-particle product) once more windows than rows ask at one call, or
+        once the table exists; else the per-particle product itself (cheaper for a few particles)."""
+        if self.row_table:
+            return self.parent_table[t.unsqueeze(-1), window].double()
         if not self.lane_fits or (not hasattr(self, "_lane") and window.shape[0] <= self.tables.num_rows):
             return self.heads.parent_logits(t, window)
         C = window.shape[-1]
         slot = torch.arange(C, device=window.device)
         return self.parent_lane[t.unsqueeze(-1), slot, window]
 
-    def edge_logits(self, t: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
-        """R_relation(edge) · h_rel_t (+ q's tail evidence) / τ for edges [P, M] at positions t [P]: float64."""
+    def edge_logits(self, t: torch.Tensor, edges: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """R_relation(edge) · h_rel_t (+ q's tail evidence) / τ for edges [P, M] at positions t [P], −inf where not
+        ``valid`` [P, M]: float64 (masked before the cast: the same numbers, the float32 pass narrower)."""
         tables = self.tables
         logits = self.relation_logits[t.unsqueeze(-1), tables.edge_relation_row[edges]]
         if self.heads.tail_scores is not None:
             logits = logits + self.heads.tail_scores[t.unsqueeze(-1), tables.edge_tail[edges]]
-        logits = logits.double()
+        logits = torch.where(valid, logits, -math.inf).double()
         return logits if self.tau == 1.0 else logits / self.tau  # x / 1 is x: one [P, M] pass fewer
 
     def parent_edges(self, t: torch.Tensor, parent: torch.Tensor, ok: torch.Tensor):
-        """Edges of each parent padded to the largest degree: (edge ids [P, D], valid [P, D], logits / τ [P, D], -inf off)."""
+        """Edges of each parent padded to the largest degree: (edge ids [P, D], valid [P, D], logits / τ [P, D], -inf off).
+
+        Ids (int32) count back from the end of the edge list (offset + j − edges, which indexing wraps): a padded
+        slot's id is then in range whoever's edge it names (its logit is −inf), with no pass to zero it."""
         tables = self.tables
         safe = torch.where(ok, parent, 0)
-        j = torch.arange(self.max_degree, device=parent.device)
-        valid = (j < tables.degree[safe].unsqueeze(-1)) & ok.unsqueeze(-1)
-        edges = torch.where(valid, tables.edge_offsets[safe].unsqueeze(-1) + j, 0)
-        elog = self.edge_logits(t, edges).masked_fill(~valid, -math.inf)
-        return edges, valid, elog
+        j = torch.arange(self.max_degree, device=parent.device, dtype=torch.int32)
+        valid = j < torch.where(ok, tables.degree[safe], 0).unsqueeze(-1)
+        edges = (tables.edge_offsets[safe] - tables.edge_tail.numel()).int().unsqueeze(-1) + j
+        return edges, valid, self.edge_logits(t, edges, valid)
 
 
 def candidate_slots(window: torch.Tensor, tables: GraphTables) -> torch.Tensor:

@@ -255,10 +255,10 @@ def _draw_related(
     parent = tables.row_entity[rows.gather(1, slot.unsqueeze(1)).squeeze(1)]
     edges, valid, elog = tabs.parent_edges(t_rel, parent, rel_mask)
     norm = elog.logsumexp(-1)
-    # a particle that did not draw "related" has no valid edge (all -inf, weights 0: inverse_cdf picks slot 0, whose
-    # padded edge id 0 gives the same tail whatever the pick): no mask needed
+    # a particle that did not draw "related" has no valid edge (all -inf, weights 0): whatever it picks, its tail,
+    # parent and log q are not read (``rel_mask``), so its weights need no mask
     pick = inverse_cdf(elog.exp(), pick_rows(u[:, 3]))
-    tail = tables.edge_tail[edges.gather(1, pick.unsqueeze(1)).squeeze(1)]
+    tail = tables.edge_tail[edges.gather(1, pick.unsqueeze(1)).squeeze(1)].long()
     elsewhere = tables.edge_tail[edges] != tail.unsqueeze(1)
     reach = elog.masked_fill(elsewhere, -math.inf).logsumexp(-1)
     log_q = torch.where(rel_mask, plog.gather(1, slot.unsqueeze(1)).squeeze(1) + reach - norm, 0.0)
@@ -290,7 +290,7 @@ def drawn_log_prob(
         parent_lp = (
             _parent_log_probs(tabs, rel.rows, rel.cand, rel.t_vec).gather(1, rel.slot.unsqueeze(1)).squeeze(1)
         )
-        elog = tabs.edge_logits(rel.t_vec, rel.edges).masked_fill(~rel.valid, -math.inf)
+        elog = tabs.edge_logits(rel.t_vec, rel.edges, rel.valid)
         rel_lp = elog.masked_fill(rel.elsewhere, -math.inf).logsumexp(-1) - elog.logsumexp(-1)
         term = torch.nan_to_num(parent_lp + rel_lp, nan=-math.inf, posinf=-math.inf, neginf=-math.inf)
         total = (
@@ -475,7 +475,7 @@ def stack_tables(tables: list[HeadTables]) -> HeadTables:
     """Several documents' head tables (one temperature) as one, positions after positions: row by row the same
     numbers, so a particle reading row offset_d + t reads its document's row t."""
     first = tables[0]
-    return HeadTables(
+    stacked = HeadTables(
         stack_heads([t.heads for t in tables]),
         first.tables,
         first.tau,
@@ -484,9 +484,14 @@ def stack_tables(tables: list[HeadTables]) -> HeadTables:
         first.any_new,
         None if first.new_entity_lp is None else torch.cat([t.new_entity_lp for t in tables]),
         all(t.lane_fits for t in tables),
+        first.row_table,  # a graph's choice, the same for every document that stacks (each fits the budget)
         torch.cat([t.relation_logits for t in tables]),
         first.max_degree,
     )
+    if stacked.row_table:
+        # each document's own table (a product over all the documents' positions could round differently)
+        stacked._parent_table = torch.cat([t.parent_table for t in tables])
+    return stacked
 
 
 @torch.no_grad()

@@ -87,11 +87,19 @@ def test_full_size_parent_head_temporaries_fit_on_meta(full_kglm, budget):
     assert rec.largest <= budget
 
 
+@pytest.mark.parametrize("row_table", [False, True], ids=["lane", "row-table"])
 @pytest.mark.parametrize("tau", [1.0, 5.0])
 @pytest.mark.parametrize("budget", [MiB, 4 * MiB])
-def test_recorded_log_joint_temporaries_fit_the_plan(bundled, tau, budget):
+def test_recorded_log_joint_temporaries_fit_the_plan(bundled, tau, budget, row_table, monkeypatch):
+    """What log_joint holds is within its plan, and the plan (the document's tables in it) within the budget; also
+    where the parent logits come from the [T, rows] table of a large graph."""
+    from lm_latent_eval.models.kglm import latents
+
     model, x = bundled
     T, K = x.numel(), 500
+    if row_table:
+        monkeypatch.setattr(latents, "_ROW_TABLE_MIN_SLOT_ROWS", 0)
+        model.eval()  # drop the cached tables
     with torch.no_grad():
         z, _ = model.proposal.sample(x, K, tau, True, torch.Generator().manual_seed(0))
         model.memory_budget = budget
@@ -99,10 +107,14 @@ def test_recorded_log_joint_temporaries_fit_the_plan(bundled, tau, budget):
             model.log_joint(x, {k: v[:8] for k, v in z.items()})  # the per-document tables, cached
             plan = model.memory_plan(T, K)
             assert plan.particles_per_call < K  # the budget binds
+            assert model.head_tables(x).row_table == row_table
+            tables = {t.name for t in plan.temporaries if t.name.startswith("tables:")}
+            assert len(tables) == 1 + row_table, tables
             with TemporaryRecorder() as rec:
                 model.log_joint(x, z)
         finally:
             model.memory_budget = DEFAULT_MEMORY_BUDGET
+            model.eval()
     assert rec.largest <= budget, (rec.largest, rec.largest_op)
     assert rec.peak <= plan.held <= budget, (rec.peak, rec.at_peak, plan.held)
 

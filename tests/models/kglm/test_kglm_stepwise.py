@@ -109,16 +109,22 @@ def test_increments_are_proper_conditionals():
     assert float(torch.logsumexp(log_p, 0)) == pytest.approx(exact_log_marginal(model, x), abs=1e-9)
 
 
+@pytest.mark.parametrize("row_table", [False, True], ids=["lane-or-product", "row-table"])
 @pytest.mark.parametrize("peek", [True, False])
-def test_sync_free_kernel_equals_cpu_kernel(peek):
+def test_sync_free_kernel_equals_cpu_kernel(peek, row_table, monkeypatch):
     """The GPU-style kernel (every particle through every head, masked, no host sync) draws the same z with the same
-    log q as the CPU kernel (only "related" particles through the parent and edge heads), from the same uniforms."""
+    log q as the CPU kernel (only "related" particles through the parent and edge heads), from the same uniforms;
+    also where the parent logits come from the [T, rows] table of a large graph."""
+    from lm_latent_eval.models.kglm import latents
     from lm_latent_eval.models.kglm.stepwise import WindowState, sample_step
 
+    if row_table:
+        monkeypatch.setattr(latents, "_ROW_TABLE_MIN_SLOT_ROWS", 0)
     model = tiny_kglm(proposal_features=True)
     x = model.tokenize("Ada Lovelace born London Ada King was")
     K = 256
     tabs = model.proposal.head_tables(x, 0.8, peek)
+    assert tabs.row_table == row_table
     gen = torch.Generator().manual_seed(4)
     states = [WindowState.empty(K, model.cutoff, x.device) for _ in range(2)]
     related = 0
@@ -139,9 +145,11 @@ def test_sync_free_kernel_equals_cpu_kernel(peek):
     assert related > 0
 
 
-def test_large_graph_fallbacks_give_the_same_distribution(monkeypatch):
+@pytest.mark.parametrize("parent", ["product", "row-table"])
+def test_large_graph_fallbacks_give_the_same_distribution(monkeypatch, parent):
     """Without the per-document tables (as for a graph too large for them) sampling, scoring and stepping compute
-    every factor on demand: the same numbers up to float32 rounding of differently shaped products."""
+    every factor on demand, or read a large graph's parent logits from its [T, rows] table: the same numbers up to
+    float32 rounding of differently shaped products."""
     from lm_latent_eval.models.kglm import latents, words
 
     model = tiny_kglm(proposal_features=True)
@@ -150,9 +158,12 @@ def test_large_graph_fallbacks_give_the_same_distribution(monkeypatch):
         z_ref, log_q_ref = model.proposal.sample(x, 128, 0.8, True, torch.Generator().manual_seed(6))
         log_p_ref = model.log_joint(x, z_ref)
     monkeypatch.setattr(latents, "_LANE_TABLE_LIMIT", 0)
-    monkeypatch.setattr(latents, "_NEW_TABLE_LIMIT", 0)
+    monkeypatch.setattr(latents, "new_entity_table_fits", lambda *sizes: False)
     monkeypatch.setattr(words, "_GEN_TABLE_LIMIT", 0)
+    if parent == "row-table":
+        monkeypatch.setattr(latents, "_ROW_TABLE_MIN_SLOT_ROWS", 0)
     model.eval()  # drop the cached tables
+    assert model.head_tables(x).row_table == (parent == "row-table")
     with torch.no_grad():
         assert torch.allclose(model.proposal.log_prob(x, z_ref, 0.8, True), log_q_ref, atol=1e-5, rtol=0)
         assert torch.allclose(model.log_joint(x, z_ref), log_p_ref, atol=1e-5, rtol=0)
@@ -162,3 +173,39 @@ def test_large_graph_fallbacks_give_the_same_distribution(monkeypatch):
     with torch.no_grad():
         expected = model.log_joint(x, z_step) - model.proposal.log_prob(x, z_step, 0.8, True)
     assert torch.allclose(inc.sum(1), expected, atol=1e-5, rtol=0)
+
+
+def test_new_entity_table_in_chunks_of_positions():
+    """Under a memory budget whose quarter holds fewer positions' new-entity logits than the document has, the
+    [T, rows] table is built a chunk of positions at a time: the one-call table's numbers to float32 rounding."""
+    from lm_latent_eval.models.kglm import latents
+
+    model = tiny_kglm(proposal_features=True)
+    x = model.tokenize("Ada Lovelace born London Ada King was")
+    with torch.no_grad():
+        heads = model.proposal.heads(x, True)
+        whole = latents.new_entity_table(heads, 0.8)
+        rows = model.tables.num_rows
+        heads.memory_budget = 4 * 3 * latents.new_entity_row_bytes(rows, 4)  # 3 positions a chunk
+        chunked = latents.new_entity_table(heads, 0.8)
+    assert x.numel() > 3 and chunked.shape == whole.shape == (x.numel(), rows)
+    assert torch.allclose(chunked, whole, atol=1e-6, rtol=0)
+
+
+def test_parent_edges_name_each_parents_edges():
+    """``HeadTables.parent_edges``' ids (counted back from the end of the edge list) name exactly the parent's edges
+    in its valid slots, whatever the parent's place in the list; a particle without a parent has none."""
+    from lm_latent_eval.models.kglm.latents import expand_edges
+
+    model = tiny_kglm()
+    x = model.tokenize("Ada Lovelace born London Ada King was")
+    tabs, tables = model.head_tables(x), model.tables
+    parents = torch.arange(tables.num_entities)
+    ok = tables.degree[parents] > 0
+    edges, valid, elog = tabs.parent_edges(torch.zeros_like(parents), parents, ok)
+    assert ok.any() and (~ok).any()
+    for k in range(parents.numel()):
+        expected, _ = expand_edges(parents[k : k + 1], tables)
+        named = torch.arange(tables.edge_tail.numel())[edges[k][valid[k]].long()]
+        assert named.tolist() == (expected.tolist() if ok[k] else [])
+        assert torch.isneginf(elog[k][~valid[k]]).all() and torch.isfinite(elog[k][valid[k]]).all()
