@@ -7,6 +7,10 @@
 #
 #   OUT=gpu_out PACK=/tmp/gpu_out.tgz bash bench/gpu_session.sh
 #   STEPS="lmeval readme" bash bench/gpu_session.sh          # some steps only
+#   BUDGET=560 PAPER_DTYPES=float32 bash bench/gpu_session.sh # one device call of at most 600 s (a 15-minute lease)
+#
+# BUDGET (seconds, optional): a step starts only if its planned seconds (the "About" of its comment) still fit,
+# else it says it is skipped and why; PAPER_DTYPES: the paper step's precisions (default "float32 bfloat16").
 #
 # Steps (default order): paper (item 1: the paper's workload, both models, every setting of Table 1, float32 then
 # bfloat16, time-budgeted, extrapolated by the script), precision (item 1: the shift of log p̂ against the Monte Carlo
@@ -24,7 +28,13 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-}:$PWD
 TP=$(lm-latent-eval tasks-path)
 # PACK (optional): a tarball of $OUT rewritten after each step, so a lease that ends mid-run still returns the rest
 STEPS=" ${STEPS:-paper precision lmeval readme tokenization reasoning side suite} "
-want() { [[ $STEPS == *" $1 "* ]]; }
+# want STEP PLANNED_SECONDS: the step was asked for and its planned seconds fit what is left of BUDGET
+want() {
+  [[ $STEPS == *" $1 "* ]] || return 1
+  [ -z "${BUDGET:-}" ] || [ $((SECONDS + $2)) -le "$BUDGET" ] && return 0
+  echo "$1 skipped: $2 s planned, $((BUDGET - SECONDS)) s left of BUDGET=$BUDGET"; return 1
+}
+PAPER_DTYPES=${PAPER_DTYPES:-float32 bfloat16}
 packed() { [ -z "${PACK:-}" ] || tar czf "$PACK" -C "$OUT" .; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/device.csv"
 
@@ -33,9 +43,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT
 #    measured ones and stated; the GEMM rates of float32, TF32 and bfloat16 measured in the same run give the distance
 #    to the limit at each precision), at a memory budget of 32 GiB: KGLM's per-document parent and new-entity tables
 #    then fit documents of up to 8,717 and 4,358 tokens (at 8 GiB: 2,179 and 1,089; the test documents average
-#    3,934). About 9.5 minutes.
-want paper && for dtype in float32 bfloat16; do
+#    3,934). About 2.4 minutes a model and precision (9.5 minutes for both at both).
+for dtype in $PAPER_DTYPES; do
   for model in kglm entitynlm; do
+    want paper 150 || continue
     S=$SECONDS
     timeout 150 python3 bench/paper_workload.py --model $model --device cuda --dtype $dtype --time-budget 110 \
       --memory-budget 32 --output "$OUT/paper_${model}_$dtype.json" > "$OUT/paper_${model}_$dtype.md" 2>&1
@@ -46,7 +57,7 @@ done
 
 # 2. Item 1: how far TF32 and bfloat16 move log p̂ against the Monte Carlo error (the rule that picks the default
 #    precision, applied at the end of its output). About 3 minutes.
-want precision && {
+want precision 240 && {
 S=$SECONDS
 timeout 240 python3 bench/precision_shift.py --device cuda --output "$OUT/precision_shift_cuda.md" \
   > "$OUT/precision_shift.log" 2>&1
@@ -55,7 +66,7 @@ echo "precision_shift rc=$? $((SECONDS - S)) s"; tail -12 "$OUT/precision_shift_
 
 # 3. Item 4: the precision target through lm_eval.simple_evaluate on the device: operations per document·token
 #    (the CPU's count is bench/lm_eval_operations/output.md) and the seconds of the counted run. About 4 minutes.
-want lmeval && {
+want lmeval 300 && {
 S=$SECONDS
 timeout 300 python3 bench/lm_eval_operations.py --device cuda --label "on cuda" \
   --output "$OUT/lm_eval_operations_cuda.md" > "$OUT/lm_eval_operations.log" 2>&1
@@ -64,7 +75,7 @@ echo "lm_eval_operations rc=$? $((SECONDS - S)) s"; head -12 "$OUT/lm_eval_opera
 
 # 4. Item 1: the README's first command as a user types it (the backend chooses the device and says so), then asked
 #    for cuda and for the CPU. About 3 minutes.
-want readme && for dev in default cuda cpu; do
+want readme 240 && for dev in default cuda cpu; do
   flag=$([ $dev = default ] && echo "" || echo "--model_args device=$dev")
   S=$SECONDS
   timeout 80 lm_eval --model latent_kglm --tasks linked_wikitext2_tiny --include_path "$TP" --batch_size auto \
@@ -77,7 +88,7 @@ done
 #    second of beam 8 on 16 documents of 1,000 characters side by side (genlm-bytes' published run: 235.7), the
 #    default statement with its interval, then beam 8 one document at a time; rows written as they finish. About 5
 #    minutes.
-want tokenization && {
+want tokenization 330 && {
 S=$SECONDS
 timeout ${TOKENIZATION_TIMEOUT:-330} python3 bench/llm_tokenization.py --size 1b --device cuda --dtype bfloat16 \
   --output "$OUT/llm_tokenization_cuda.md" > "$OUT/llm_tokenization.log" 2>&1
@@ -86,7 +97,7 @@ echo "llm_tokenization rc=$? $((SECONDS - S)) s"; cat "$OUT/llm_tokenization_cud
 
 # 6. Issue 54, item 4: latent_reasoning at Llama-3.2-1B's shape in bfloat16: seconds per question, K = 8 and 32
 #    chains of up to 256 tokens and 4 answers, against hf's generate with K return sequences. About 3 minutes.
-want reasoning && {
+want reasoning 240 && {
 S=$SECONDS
 timeout ${REASONING_TIMEOUT:-240} python3 bench/reasoning.py --speed --size 1b --device cuda --dtype bfloat16 \
   --output "$OUT/reasoning_cuda.md" > "$OUT/reasoning.log" 2>&1
@@ -94,7 +105,7 @@ echo "reasoning rc=$? $((SECONDS - S)) s"; tail -6 "$OUT/reasoning.log"; packed
 }
 
 # 7. Documents side by side on the device: operations, syncs and seconds, alone against together. About 3 minutes.
-want side && {
+want side 170 && {
 S=$SECONDS
 timeout ${SIDE_TIMEOUT:-170} python3 bench/side_by_side.py --device cuda --limit ${SIDE_LIMIT:-10} \
   --output "$OUT/side_by_side_cuda.md" > "$OUT/side_by_side.log" 2>&1
@@ -103,7 +114,7 @@ echo "side_by_side rc=$? $((SECONDS - S)) s"; cat "$OUT/side_by_side_cuda.md"; p
 
 # 8. Item 1: the fast suite on CUDA (no test may assume there is no GPU), stopped at SUITE_TIMEOUT seconds; the
 #    failures and the last test reached are in its log.
-want suite && {
+want suite 420 && {
 S=$SECONDS
 timeout ${SUITE_TIMEOUT:-420} python3 -m pytest -m "not slow" -q -x -p no:cacheprovider tests \
   > "$OUT/suite_cuda.log" 2>&1
@@ -111,7 +122,7 @@ echo "fast suite on cuda rc=$? $((SECONDS - S)) s"; tail -5 "$OUT/suite_cuda.log
 }
 
 # Optional (issue 44 item 6): LLaDA's code at LLaDA-8B size (all 32 blocks, random weights, bfloat16, on the GPU).
-want masked && {
+want masked 150 && {
 S=$SECONDS
 PYTHONPATH=$TF446:$PYTHONPATH timeout 150 python3 bench/masked_width.py --llada "$LLADA" --layers 32 \
   --documents 43 --output "$OUT/masked_width.md" > "$OUT/masked_width.log" 2>&1
