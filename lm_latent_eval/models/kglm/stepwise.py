@@ -484,7 +484,8 @@ def stack_tables(tables: list[HeadTables]) -> HeadTables:
         first.any_new,
         None if first.new_entity_lp is None else torch.cat([t.new_entity_lp for t in tables]),
         all(t.lane_fits for t in tables),
-        first.row_table,  # a graph's choice, the same for every document that stacks (each fits the budget)
+        # the graph's choice for every document that stacks (its new-entity tables, which stacking needs, take more)
+        first.row_table,
         torch.cat([t.relation_logits for t in tables]),
         first.max_degree,
     )
