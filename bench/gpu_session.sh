@@ -1,9 +1,9 @@
 #!/bin/bash
-# What issue 55 asks of a GPU machine, sized to one 30-minute lease (each step under its own timeout, most wanted
-# first, about 34 minutes of steps in all): run from a checkout on a machine with CUDA and the package, lm-eval and
-# their dependencies installed (where it cannot download: from wheels, `pip install --target /tmp/site .whl/*.whl`,
-# PATH and PYTHONPATH set to it). Each step writes its figures into $OUT (default ./gpu_out) as it goes and prints
-# its summary; paste them into bench/RESULTS.md with the device named, and the tables into the docs that quote them.
+# What issue 55 asks of a GPU machine (each step under its own timeout, most wanted first, about 34 minutes of steps
+# in all; BUDGET below fits a shorter lease): run from a checkout on a machine with CUDA and the package, lm-eval and
+# their dependencies installed (where it cannot download: the wheels of bench/gpu_wheels.sh, installed as it says).
+# Each step writes its figures into $OUT (default ./gpu_out) as it goes and prints its summary; paste them into
+# bench/RESULTS.md with the device named, and the tables into the docs that quote them.
 #
 #   OUT=gpu_out PACK=/tmp/gpu_out.tgz bash bench/gpu_session.sh
 #   STEPS="lmeval readme" bash bench/gpu_session.sh          # some steps only
