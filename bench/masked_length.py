@@ -18,11 +18,14 @@ SMC with the look-ahead twist (resampling at ESS < K/2, and at every step), on t
     python bench/masked_length.py --twists    # writes bench/masked_length/twists.md
     python bench/masked_length.py --twist-fits   # writes bench/masked_length/twist_fits.md
     python bench/masked_length.py --twists-network   # writes bench/masked_length/twists_network.md
+    python bench/masked_length.py --proposals   # writes bench/masked_length/proposals.md
     python bench/masked_length.py --coverage 16 --seeds 100   # writes bench/masked_length/coverage_T16.json
 
 ``--twist-fits``: at 32 tokens, the ramped pseudo-likelihood twist as K grows, and twists fitted at each step to
 sums of the network's row at S (to the exact log V(S), and to what a run without the truth sees), beside the exact.
 ``--twists-network``: the same ramped twists on the bundled network at 32 tokens, beside importance sampling.
+``--proposals``: orders drawn from the network's confidence in each true token (the peeking proposal, tempered), under
+each resampling rule, on the oracle.
 
 ``--coverage T``: the default statement (what a user who gives no estimator setting gets) on the oracle's texts of T
 tokens over ``--seeds`` seeds, held to the exact value: two-sided or not, covering or not, the certified bound holding
@@ -339,6 +342,52 @@ def twists_table() -> list[str]:
 FIT_LENGTH, FIT_KS, FIT_PILOT = 32, (256, 1024, 4096), 256
 
 
+# (label, peek, τ, resample_threshold): the default's sampler, then the network's confidences in the true tokens
+PROPOSALS = (
+    ("uniform orders, never resampling (the default)", False, 1.0, 0.0),
+    ("peeking, τ = 1, never resampling", True, 1.0, 0.0),
+    ("peeking, τ = 1, at ESS < K/2", True, 1.0, 0.5),
+    ("peeking, τ = 2, at ESS < K/2", True, 2.0, 0.5),
+    ("peeking, τ = 1, every step", True, 1.0, 1.0),
+)
+
+
+def proposals_table() -> list[str]:
+    """``--proposals``' table: on the oracle's texts, the error of SMC (the package's, its look-ahead twist in the
+    weights) whose orders come from the network's confidences in the true tokens, q(i | S) ∝ p_θ(x_i | x_S)^{1/τ}
+    (``peek=True``: at τ = 1 the locally optimal proposal), under each resampling rule, beside the default."""
+    oracle = make_oracle_model()
+    rows = []
+    for length in TWIST_LENGTHS:
+        texts = oracle_texts(oracle, length)
+        truth = {t: oracle_log_marginal(oracle, oracle.tokenize(t)) for t in texts}
+        cells = []
+        for _, peek, tau, threshold in PROPOSALS:
+            errors = []
+            for text in texts:
+                for seed in range(TWIST_SEEDS):
+                    settings = EstimatorSettings(
+                        "smc", LEVER_K, peek=peek, temperature=tau, resample_threshold=threshold, target_se=0,
+                        seed=seed,
+                    )  # fmt: skip
+                    errors.append(resolve(settings, oracle).estimate(text).log_likelihood - truth[text])
+            cells.append(f"{np.mean(errors):+.2f} ± {np.std(errors, ddof=1):.2f}")
+        rows.append(f"| {length} | " + " | ".join(cells) + " |")
+    return [
+        (
+            f"The oracle's texts ({TEXTS_PER_LENGTH} per length, `python bench/masked_length.py --proposals`): "
+            f"log p̂ − log p (mean ± sd over the texts × {TWIST_SEEDS} seeds) of the package's SMC at K = {LEVER_K} "
+            "with orders drawn from the network's confidence in each masked position's true token, q(i | S) ∝ "
+            "p_θ(x_i | x_S)^(1/τ) (`peek=true`, `temperature=τ`; the weights correct for it), under each resampling "
+            f"rule, beside the default's sampler. Machine: {machine()}."
+        ),
+        "",
+        "| T | " + " | ".join(label for label, *_ in PROPOSALS) + " |",
+        "|---|" + "---|" * len(PROPOSALS),
+        *rows,
+    ]
+
+
 def row_log_probs(model, x: torch.Tensor, revealed: torch.Tensor) -> torch.Tensor:
     """log p_θ(v | S) [N, T, V], float64: the network's row at each state S (the rows of ``revealed`` [N, T])."""
     with torch.no_grad():
@@ -605,6 +654,9 @@ def main() -> None:
         "--twists-network", action="store_true", help="IS and the ramped twists on the bundled network at 32"
     )
     parser.add_argument(
+        "--proposals", action="store_true", help="orders from the network's confidences, on the oracle"
+    )
+    parser.add_argument(
         "--coverage", type=int, metavar="T", help="the default statement's coverage at T tokens"
     )
     parser.add_argument("--seeds", type=int, default=100, help="seeds of --coverage")
@@ -626,6 +678,7 @@ def main() -> None:
         (args.twists, "twists.md", twists_table),
         (args.twist_fits, "twist_fits.md", twist_fits_table),
         (args.twists_network, "twists_network.md", network_twists_table),
+        (args.proposals, "proposals.md", proposals_table),
     )
     for wanted, name, table in tables:
         if wanted:
