@@ -174,6 +174,24 @@ LEVER_K, LEVER_SEEDS = 256, 10
 RESAMPLING = (("never (importance sampling)", 0.0), ("at ESS < K/2", 0.5), ("every step", 1.0))
 
 
+def smc_errors(oracle, texts: list[str], truth: dict, seeds: int, **settings) -> list[float]:
+    """log p̂ − log p of the package's SMC at K = ``LEVER_K`` under ``settings`` (``EstimatorSettings`` fields), for
+    each text (``truth``: text -> exact log p) and seed."""
+    return [
+        resolve(EstimatorSettings("smc", LEVER_K, target_se=0, seed=seed, **settings), oracle)
+        .estimate(text)
+        .log_likelihood
+        - truth[text]
+        for text in texts
+        for seed in range(seeds)
+    ]
+
+
+def mean_sd(errors) -> str:
+    """ "mean ± sd" of errors in nats, the tables' cell."""
+    return f"{np.mean(errors):+.2f} ± {np.std(errors, ddof=1):.2f}"
+
+
 def levers_table() -> list[str]:
     """``--levers``' table: on the oracle's texts, IS's exact relative variance and each resampling rule's error."""
     oracle = make_oracle_model()
@@ -184,14 +202,8 @@ def levers_table() -> list[str]:
         variance = sorted(importance_relative_variance(oracle, oracle.tokenize(t)) for t in texts)
         cells = [f"{np.median(variance):.3g} ({variance[0]:.2g}-{variance[-1]:.2g})"]
         for _, threshold in RESAMPLING:
-            errors = []
-            for text in texts:
-                for seed in range(LEVER_SEEDS):
-                    settings = EstimatorSettings(
-                        "smc", LEVER_K, peek=False, resample_threshold=threshold, target_se=0, seed=seed
-                    )
-                    errors.append(resolve(settings, oracle).estimate(text).log_likelihood - truth[text])
-            cells.append(f"{np.mean(errors):+.2f} ± {np.std(errors, ddof=1):.2f}")
+            errors = smc_errors(oracle, texts, truth, LEVER_SEEDS, peek=False, resample_threshold=threshold)
+            cells.append(mean_sd(errors))
         rows.append(f"| {length} | " + " | ".join(cells) + " |")
     head = " | ".join(f"log p̂ − log p, SMC resampling {label}" for label, _ in RESAMPLING)
     return [
@@ -321,7 +333,7 @@ def twists_table() -> list[str]:
                 continue
             errors = [twisted_smc(oracle, x, LEVER_K, twist, seed) - p for x, p in zip(texts, truth)
                       for seed in range(TWIST_SEEDS)]  # fmt: skip
-            cells.append(f"{np.mean(errors):+.2f} ± {np.std(errors, ddof=1):.2f}")
+            cells.append(mean_sd(errors))
         rows.append(f"| {length} | " + " | ".join(cells) + " |")
     return [
         (
@@ -363,15 +375,10 @@ def proposals_table() -> list[str]:
         truth = {t: oracle_log_marginal(oracle, oracle.tokenize(t)) for t in texts}
         cells = []
         for _, peek, tau, threshold in PROPOSALS:
-            errors = []
-            for text in texts:
-                for seed in range(TWIST_SEEDS):
-                    settings = EstimatorSettings(
-                        "smc", LEVER_K, peek=peek, temperature=tau, resample_threshold=threshold, target_se=0,
-                        seed=seed,
-                    )  # fmt: skip
-                    errors.append(resolve(settings, oracle).estimate(text).log_likelihood - truth[text])
-            cells.append(f"{np.mean(errors):+.2f} ± {np.std(errors, ddof=1):.2f}")
+            errors = smc_errors(
+                oracle, texts, truth, TWIST_SEEDS, peek=peek, temperature=tau, resample_threshold=threshold
+            )
+            cells.append(mean_sd(errors))
         rows.append(f"| {length} | " + " | ".join(cells) + " |")
     return [
         (
@@ -466,7 +473,7 @@ def twist_fits_table() -> list[str]:
         errors = [twisted_smc(oracle, x, K, twist(x, seed), seed) - p for x, p in zip(texts, truth)
                   for seed in range(TWIST_SEEDS)]  # fmt: skip
         rows.append(
-            f"| {name} | {K:,} | {np.mean(errors):+.2f} ± {np.std(errors, ddof=1):.2f} | {min(errors):+.2f} | "
+            f"| {name} | {K:,} | {mean_sd(errors)} | {min(errors):+.2f} | "
             f"{max(errors):+.2f} | {time.perf_counter() - start:.0f} |"
         )
     return [
