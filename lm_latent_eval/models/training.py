@@ -307,12 +307,17 @@ def save_checkpoint(model, output_dir: str | Path, config, history: list[dict]) 
     return output_dir
 
 
-def make_default_arguments(description: str, epochs: int | None, argv: list[str] | None = None):
+def make_default_arguments(
+    description: str, epochs: int | None, argv: list[str] | None = None, flags: dict[str, str] | None = None
+):
     """``--output-dir`` (required: nothing is written unless asked), ``--seed`` and ``--epochs`` (where the recipe
-    has epochs): the options of every ``make_default`` script, which writes a bundled checkpoint and its corpus."""
+    has epochs): the options of every ``make_default`` script, which writes a bundled checkpoint and its corpus;
+    ``flags``: a script's own on/off options (name -> help)."""
     parser = argparse.ArgumentParser(
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    for name, text in (flags or {}).items():
+        parser.add_argument(name, action="store_true", help=text)
     parser.add_argument(
         "--output-dir",
         type=Path,

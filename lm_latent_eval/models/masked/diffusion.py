@@ -15,6 +15,7 @@ from ..hmm.tokenizer import UNK
 from .model import MaskedOrderLM
 from .network import MaskPredictor
 from .policy import DEFAULT_BLOCK
+from .value import ValueHead
 
 MASK = "<mask>"
 
@@ -36,6 +37,9 @@ class MaskedDiffusionLM(
         The ``MaskPredictor``'s shape.
     policy, policy_temperature, max_exact_tokens, policy_block
         As in ``MaskedOrderLM`` (options of ``from_pretrained``: lm-eval's model_args set them).
+    value_width : int
+        Hidden units of SMC's value head (``value.ValueHead``, fitted by ``value.fit_value_head``); 0: none, the
+        mean-field look-ahead.
     """
 
     # pretrained= may also be a transformers masked LM (hf.HFMaskedLM; models.checkpoints.fits)
@@ -85,6 +89,7 @@ class MaskedDiffusionLM(
         policy_temperature: float = 1.0,
         max_exact_tokens: int = 16,
         policy_block: int = DEFAULT_BLOCK,
+        value_width: int = 0,
     ):
         if MASK not in vocab or UNK not in vocab:
             raise ValueError(f"vocab must contain {UNK!r} and {MASK!r}")
@@ -93,6 +98,8 @@ class MaskedDiffusionLM(
             predictor, vocab.index(MASK), vocab, policy, policy_temperature, max_exact_tokens, max_length,
             policy_block=policy_block,
         )  # fmt: skip
+        if value_width:
+            self.value_head = ValueHead(value_width)
 
     @classmethod
     def from_pretrained(

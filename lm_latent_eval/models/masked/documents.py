@@ -11,8 +11,9 @@ particles at once what ``stepwise.step_particles`` does for one text's K_d: the 
 by the inverse CDF of the row with text d's own uniforms (``side_by_side.lane_uniforms``: the K_d numbers
 ``torch.rand(K_d)`` of its generator, as ``tensors.tempered_draw`` draws them), and the increment
 
-    log π(σ_t | S) + log p_θ(x_σ_t | S) − log q_τ(σ_t | S, x) + log ψ(S ∪ {σ_t}) − log ψ(S),
-    ψ(S) = Π_{j ∉ S} p_θ(x_j | S)   (ψ of the full set = 1),
+    log π(σ_t | S) + log p_θ(x_σ_t | S) − log q_τ(σ_t | S, x) + log ψ(S ∪ {σ_t}) − log ψ(S)
+
+(ψ the look-ahead of ``value.py``, of the full set 1),
 
 every operation row by row, so a particle's numbers are those of its text alone. The new sets' rows (for ψ and the
 next step) are the distinct (text, S) pairs of the group: each text's are looked up in the model's ``row_cache``
@@ -38,6 +39,7 @@ from ...tensors import distinct_rows, inverse_cdf
 from ..side_by_side import lane_uniforms
 from .conditionals import StepScores, scored_rows, scores_of_rows
 from .stepwise import reorder_particles
+from .value import log_lookahead, pseudo_log_likelihoods, uses_value_head
 from .windows import window_size
 
 
@@ -55,6 +57,9 @@ class LengthGroup:
     revealed: torch.Tensor  # [N, T] bool
     scores: StepScores | None = None  # the network's scores at the current sets (None: not run yet)
     log_twist: torch.Tensor | None = None  # [N] log ψ(S) of the current sets (None: ψ(∅) = 1)
+    pseudo: torch.Tensor | None = (
+        None  # [N, T] each particle's text's λ for the value head (None: the mean field)
+    )
 
     @property
     def length(self) -> int:
@@ -127,6 +132,8 @@ def step_documents(
 
 def step_group(model, group: LengthGroup, t: int, generators, temperature: float, peek: bool) -> torch.Tensor:
     """Reveal σ_t in every particle of one length group: the increments [N] (module docstring)."""
+    if t == 0 and uses_value_head(model, group.length):
+        group.pseudo = torch.stack([pseudo_log_likelihoods(model, x) for x in group.x])[group.text_of]
     scores = group.scores or group_scores(model, group)
     group.scores = None
     logits = scores.log_joint if peek else scores.log_order
@@ -142,7 +149,7 @@ def step_group(model, group: LengthGroup, t: int, generators, temperature: float
     if t + 1 < group.length:
         # the next step's scores, computed here for the look-ahead
         group.scores = group_scores(model, group)
-        group.log_twist = group.scores.log_token.masked_fill(group.revealed, 0.0).sum(-1)
+        group.log_twist = log_lookahead(model, group.scores.log_token, group.revealed, group.pseudo)
     else:
         group.log_twist = torch.zeros_like(log_p)
     return log_p - log_q + group.log_twist - before

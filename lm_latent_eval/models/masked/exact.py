@@ -115,17 +115,53 @@ def deterministic_log_marginal(model, x: torch.Tensor) -> float:
     return deterministic_orders(model, x)[1]
 
 
+def set_factors(model, x: torch.Tensor, fixed: int = 0):
+    """Every set S of the free positions fixed, ..., L − 1 of x [L] (set s holds free position i where bit i of s is
+    1): (bits [n], sets [2^n], member [2^n, n] bool, factor [2^n − 1, n] = log π(i | S) + log p_θ(x_i | S) of every
+    set but the full one), the first ``fixed`` positions revealed throughout."""
+    n, device = x.numel() - fixed, x.device
+    bits = 1 << torch.arange(n, device=device)
+    sets = torch.arange(1 << n, device=device)
+    member = (sets[:, None] & bits) != 0
+    revealed = torch.cat([torch.ones(1 << n, fixed, dtype=torch.bool, device=device), member], 1)
+    return bits, sets, member, step_scores(model, x, revealed[:-1]).log_joint[:, fixed:]
+
+
+@torch.no_grad()
+def exact_log_values(model, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """log V(S) = log p(x_M | x_S) of every set S of a text x [T] the network reads whole (``value.py``), by the
+    program of the module docstring run backwards from V(all) = 1: (log V [2^T] float64, member [2^T, T] as in
+    ``set_factors``); log V(∅) = log p(x).
+
+    Examples
+    --------
+    >>> from lm_latent_eval.models.masked.diffusion import tiny_masked_lm
+    >>> model, x = tiny_masked_lm(seed=0), torch.tensor([2, 3, 4])
+    >>> log_v, member = exact_log_values(model, x)
+    >>> abs(float(log_v[0]) - dp_log_marginal(model, x)) < 1e-12, float(log_v[-1])
+    (True, 0.0)
+    """
+    check_exact_length(model, x.numel())
+    if window_size(model, x.numel()) is not None:
+        raise UnsupportedError(
+            f"exact_log_values: {x.numel()} tokens are read in windows; give a shorter text"
+        )
+    bits, sets, member, factor = set_factors(model, x)
+    log_v = torch.full((sets.numel(),), -math.inf, dtype=torch.float64, device=x.device)
+    log_v[-1] = 0.0
+    size = member.sum(1)
+    for s in range(x.numel() - 1, -1, -1):
+        layer = sets[size == s]
+        terms = factor[layer] + log_v[layer[:, None] | bits]
+        log_v[layer] = torch.logsumexp(terms.masked_fill(member[layer], -math.inf), 1)
+    return log_v, member
+
+
 def window_dp(model, x: torch.Tensor, fixed: int) -> float:
     """log Σ over the orders of positions fixed, ..., L − 1 of x [L] of their factors, the first ``fixed`` positions
     revealed throughout (the network reads all of x)."""
     n, device = x.numel() - fixed, x.device
-    bits = 1 << torch.arange(n, device=device)
-    sets = torch.arange(1 << n, device=device)
-    # [2^n, n]: free position i is in set S
-    member = (sets[:, None] & bits) != 0
-    revealed = torch.cat([torch.ones(1 << n, fixed, dtype=torch.bool, device=device), member], 1)
-    # log π(i | S) + log p_θ(x_i | S) of every state but the full one: [2^n − 1, n]
-    factor = step_scores(model, x, revealed[:-1]).log_joint[:, fixed:]
+    bits, sets, member, factor = set_factors(model, x, fixed)
     alpha = torch.full((1 << n,), -math.inf, dtype=torch.float64, device=device)
     alpha[0] = 0.0
     size = member.sum(1)

@@ -3,20 +3,29 @@
 ``python -m lm_latent_eval.models.masked.make_default --output-dir lm_latent_eval/data`` writes
 ``lm_latent_eval/data/masked/`` (config.json + model.safetensors, training.json, README.md) and the held-out task's
 sentences ``lm_latent_eval/data/masked_tiny/test.jsonl`` (those of ``data/corpus/tiny_test.jsonl``), with nothing
-downloaded. The first 100 training sentences are the validation set. Deterministic given the seed (up to
+downloaded. The first 100 training sentences are the validation set. After the network, SMC's value head
+(``value.py``) is fitted to the exact log V(S) of pieces of the training sentences joined (``--value-head-only``:
+that step alone, on the checkpoint already in the output folder). Deterministic given the seed (up to
 floating-point differences across torch builds); a few minutes on 2 CPU cores.
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
+
+import torch
 
 from ..training import default_settings, fresh_folder, make_default_arguments
 from .corpus import HELD_OUT_FILE, TRAIN_FILE, read_sentences, write_sentences
+from .diffusion import MaskedDiffusionLM
 from .train import TrainConfig, train_masked
+from .value import fit_value_head
 
 TRAINING = TrainConfig(epochs=30)
 NUM_VALID = 100
+# the value head: its width, and the texts it is fitted on (pieces of these lengths, 2^T exact values each)
+VALUE_WIDTH, VALUE_TEXTS, VALUE_LENGTHS, VALUE_STEPS = 64, 60, (10, 11, 12, 13, 14), 2000
 CARD = """# Bundled masked-diffusion LM (lm-latent-eval)
 
 A word-level masked-diffusion LM: a {layers}-layer bidirectional transformer encoder (d_model {d_model}) over
@@ -28,25 +37,68 @@ sets up to 16 tokens. Final validation: negative-ELBO perplexity bound {nelbo:.3
 over the {exact_texts} sentences of at most {exact_tokens} tokens. Settings and per-epoch record: `training.json`.
 A test fixture for the estimators, not a model of English.
 """
+VALUE_CARD = """
+SMC's value head (`lm_latent_eval/models/masked/value.py`, width {width}): fitted by the same command
+(`--value-head-only`: that step alone) to the exact log V(S) of {texts} pieces of {lengths} tokens of the training
+sentences joined, {steps} Adam steps (seed {seed}; {seconds:.0f} s); mean loss of the last 100 steps {loss:.4f}.
+"""
+
+
+def value_texts(model, sentences: list[str], seed: int) -> list[torch.Tensor]:
+    """``VALUE_TEXTS`` pieces of the sentences joined, their lengths cycling through ``VALUE_LENGTHS``, each from a
+    random offset (seeded)."""
+    ids = torch.cat([model.tokenize(s) for s in sentences])
+    generator = torch.Generator().manual_seed(seed)
+    pieces = []
+    for k in range(VALUE_TEXTS):
+        n = VALUE_LENGTHS[k % len(VALUE_LENGTHS)]
+        start = int(torch.randint(ids.numel() - n, (1,), generator=generator))
+        pieces.append(ids[start : start + n])
+    return pieces
+
+
+def add_value_head(model: MaskedDiffusionLM, sentences: list[str], seed: int, out: Path) -> str:
+    """The model again with a value head fitted to ``sentences`` (``fit_value_head``), saved to ``out``; returns
+    the card's paragraph."""
+    start = time.time()
+    config = {**model._hub_mixin_config, "value_width": VALUE_WIDTH}
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        headed = MaskedDiffusionLM(**config)
+    headed.predictor.load_state_dict(model.predictor.state_dict())
+    headed.eval()
+    losses = fit_value_head(headed, value_texts(headed, sentences, seed), VALUE_STEPS, seed)
+    headed.save_pretrained(out)
+    (out / "model.safetensors").chmod(0o644)
+    return VALUE_CARD.format(width=VALUE_WIDTH, texts=VALUE_TEXTS, steps=VALUE_STEPS, seed=seed,
+                             lengths=f"{VALUE_LENGTHS[0]} to {VALUE_LENGTHS[-1]}", seconds=time.time() - start,
+                             loss=sum(losses[-100:]) / 100)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = make_default_arguments(__doc__, TRAINING.epochs, argv)
+    flags = {"--value-head-only": "fit the value head of the checkpoint in OUTPUT_DIR/masked, nothing else"}
+    args = make_default_arguments(__doc__, TRAINING.epochs, argv, flags)
     sentences = read_sentences(TRAIN_FILE)
     valid, train = sentences[:NUM_VALID], sentences[NUM_VALID:]
+    out = args.output_dir / "masked"
+    if args.value_head_only:
+        model = MaskedDiffusionLM.from_pretrained(str(out))
+        card = (out / "README.md").read_text().split("\nSMC's value head")[0]
+        (out / "README.md").write_text(card + add_value_head(model, train, args.seed, out))
+        print(f"wrote the value head into {out}")
+        return
     settings = default_settings(TRAINING, args)
-    out = fresh_folder(args.output_dir / "masked")
+    out = fresh_folder(out)
     start = time.time()
     model, history = train_masked(train, valid, settings, out, progress=False)
     seconds = time.time() - start
-    (out / "model.safetensors").chmod(0o644)
     best = min((r for r in history if "valid_nelbo_ppl" in r), key=lambda r: r["valid_nelbo_ppl"])
     final = history[-1]
     card = CARD.format(layers=settings.num_layers, d_model=settings.d_model, vocab=len(model.vocab),
                        train=len(train), valid=len(valid), seed=args.seed, seconds=seconds,
                        nelbo=best["valid_nelbo_ppl"], exact=final["valid_exact_ppl"],
                        exact_texts=final["valid_exact_texts"], exact_tokens=settings.exact_tokens)  # fmt: skip
-    (out / "README.md").write_text(card)
+    (out / "README.md").write_text(card + add_value_head(model, train, args.seed, out))
     test_file = write_sentences(read_sentences(HELD_OUT_FILE), args.output_dir / "masked_tiny" / "test.jsonl")
     print(f"wrote {out} and {test_file} in {seconds:.0f} s; final: {final}")
 

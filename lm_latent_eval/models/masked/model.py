@@ -103,6 +103,8 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
         # the one-line notices given once (``check_text``: texts read in windows), shared with conditional views
         self.notices_given = set()
         self.proposal = MaskedOrderProposal(self)
+        # SMC's look-ahead ψ (``value.py``): a fitted ValueHead, or None for the mean field
+        self.value_head = None
 
     @property
     def vocab(self) -> list[str]:

@@ -9,11 +9,11 @@ the masked positions:
   proposal), which never reads a masked token.
 
 The increment is log π(i | S) + log p_θ(x_i | S) − log q_τ(i | S, x), plus a telescoping look-ahead term
-log ψ(S ∪ {i}) − log ψ(S) with ψ(S) = Π_{j ∉ S} p_θ(x_j | S), the model's own one-call guess of how likely the tokens
-still masked are (ψ(∅) taken as 1, ψ of the full set = 1). Over the T steps the increments sum to
-log p(x, σ) − log q_τ(σ | x); the weights after step t then target p(x_S, σ_≤t) ψ(S) (twisted SMC) instead of
-p(x_S, σ_≤t), which prefers the particles that revealed easy tokens first and misleads resampling. ψ(S ∪ {i}) comes
-from the network row of the new state, which the next step reads anyway: no extra network call. ``proposal.sample``
+log ψ(S ∪ {i}) − log ψ(S), ψ(S) a guess of how likely the tokens still masked are (``value.py``: the model's value
+head, else the mean field Π_{j ∉ S} p_θ(x_j | S); ψ(∅) taken as 1, ψ of the full set = 1). Over the T steps the
+increments sum to log p(x, σ) − log q_τ(σ | x); the weights after step t then target p(x_S, σ_≤t) ψ(S) (twisted
+SMC) instead of p(x_S, σ_≤t). ψ(S ∪ {i}) comes from the network row of the new state, which the next step reads
+anyway (the value head adds the T rows of the text's pseudo-likelihoods, once). ``proposal.sample``
 runs these very draws (``draw_step``), so both draw the same orders from one random stream; ``documents.py`` runs the
 same step for the particles of several texts side by side (``protocol.DocumentBatchLM``).
 """
@@ -26,6 +26,7 @@ import torch
 
 from ...tensors import tempered_draw
 from .conditionals import StepScores, step_scores
+from .value import log_lookahead, pseudo_log_likelihoods, uses_value_head
 
 
 @dataclass
@@ -40,6 +41,7 @@ class OrderParticles:
     peek: bool
     scores: StepScores | None = None  # the network's scores at the current revealed sets (None: not run yet)
     log_twist: torch.Tensor | None = None  # [K] log ψ(S) of the current sets (None: ψ(∅) = 1)
+    pseudo: torch.Tensor | None = None  # [T] the value head's λ (None: the mean field; ``value.py``)
 
 
 def init_particles(model, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True):
@@ -75,12 +77,14 @@ def step_particles(model, state: OrderParticles, t: int, generator) -> tuple[Ord
     log ψ(S ∪ {σ_t}) − log ψ(S), float64 [K]."""
     if t != state.t or t >= state.x.numel():
         raise ValueError(f"smc_step: expected step {state.t} of {state.x.numel()}, got t = {t}")
+    if t == 0 and uses_value_head(model, state.x.numel()):
+        state.pseudo = pseudo_log_likelihoods(model, state.x)
     state, log_p, log_q = draw_step(model, state, generator)
     before = 0.0 if state.log_twist is None else state.log_twist
     if state.t < state.x.numel():
         # the next step's scores, computed here for the look-ahead
         state.scores = step_scores(model, state.x, state.revealed)
-        state.log_twist = state.scores.log_token.masked_fill(state.revealed, 0.0).sum(-1)
+        state.log_twist = log_lookahead(model, state.scores.log_token, state.revealed, state.pseudo)
     else:
         state.log_twist = torch.zeros_like(log_p)
     return state, log_p - log_q + state.log_twist - before
