@@ -415,12 +415,14 @@ class HeadTables:
 
     def edge_logits(self, t: torch.Tensor, edges: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """R_relation(edge) · h_rel_t (+ q's tail evidence) / τ for edges [P, M] at positions t [P], −inf where not
-        ``valid`` [P, M]: float64 (masked before the cast: the same numbers, the float32 pass narrower)."""
+        ``valid`` [P, M]: float64, the float32 logits widened by the mask itself (a float64 −inf operand of one
+        element: one pass, the same numbers as masking then casting)."""
         tables = self.tables
         logits = self.relation_logits[t.unsqueeze(-1), tables.edge_relation_row[edges]]
         if self.heads.tail_scores is not None:
             logits = logits + self.heads.tail_scores[t.unsqueeze(-1), tables.edge_tail[edges]]
-        logits = torch.where(valid, logits, -math.inf).double()
+        off = torch.full((1,), -math.inf, dtype=torch.float64, device=logits.device)
+        logits = torch.where(valid, logits, off)
         return logits if self.tau == 1.0 else logits / self.tau  # x / 1 is x: one [P, M] pass fewer
 
     def parent_edges(self, t: torch.Tensor, parent: torch.Tensor, ok: torch.Tensor):
