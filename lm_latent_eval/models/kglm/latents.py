@@ -68,12 +68,17 @@ class GraphTables(nn.Module):
         for e in range(n - 1, -1, -1):
             row_entity[ent_row[e]] = e
         offsets = [0]
-        rels, tails = [], []
+        rels, tails, tail_slots = [], [], []
         for e in range(n):
-            for rel, tail in graph.out_edges(e):
+            # slots (within e's edges) of the edges reaching each tail
+            reaching: dict[int, list[int]] = {}
+            for j, (rel, tail) in enumerate(graph.out_edges(e)):
                 rels.append(rel)
                 tails.append(tail)
+                reaching.setdefault(tail, []).append(j)
+            tail_slots.extend(reaching[tail] for tail in tails[offsets[-1] :])
             offsets.append(len(rels))
+        width = max(map(len, tail_slots), default=1)
         self.register_buffer("entity_row", ent_row, persistent=False)
         self.register_buffer(
             "_row_of", torch.cat([ent_row, torch.zeros(1, dtype=torch.long)]), persistent=False
@@ -86,6 +91,13 @@ class GraphTables(nn.Module):
         self.register_buffer("edge_tail", torch.tensor(tails, dtype=torch.int32), persistent=False)
         # each edge's relation embedding row (one gather per edge read instead of two)
         self.register_buffer("edge_relation_row", rel_row[self.edge_relation].int(), persistent=False)
+        # [edges, most edges from one entity to one tail]: the slots (within the parent's edges) of the edges from
+        # the edge's parent to its tail, itself included, -1 after them
+        self.register_buffer(
+            "edge_tail_slots",
+            torch.tensor([s + [-1] * (width - len(s)) for s in tail_slots], dtype=torch.long).view(-1, width),
+            persistent=False,
+        )
         counts = torch.tensor(offsets[1:], dtype=torch.long) - torch.tensor(offsets[:-1], dtype=torch.long)
         self.register_buffer(
             "edge_source", torch.repeat_interleave(torch.arange(n), counts), persistent=False

@@ -139,7 +139,8 @@ class RelatedDraw:
     tail: torch.Tensor  # [P] the entity
     edges: torch.Tensor  # [P, D] the parent's edges, padded
     valid: torch.Tensor  # [P, D] real edges
-    elsewhere: torch.Tensor  # [P, D] the edge does not end at the drawn entity
+    # [P, M] the slots (among the parent's edges) of the edges reaching the drawn entity, -1 after them
+    reaching: torch.Tensor
     log_q: torch.Tensor  # [P] log q_τ(slot) + log q_τ(entity | parent), 0 where not related
 
 
@@ -258,11 +259,19 @@ def _draw_related(
     # a particle that did not draw "related" has no valid edge (all -inf, weights 0): whatever it picks, its tail,
     # parent and log q are not read (``rel_mask``), so its weights need no mask
     pick = inverse_cdf(elog.exp(), pick_rows(u[:, 3]))
-    tail = tables.edge_tail[edges.gather(1, pick.unsqueeze(1)).squeeze(1)].long()
-    elsewhere = tables.edge_tail[edges] != tail.unsqueeze(1)
-    reach = elog.masked_fill(elsewhere, -math.inf).logsumexp(-1)
+    edge = edges.gather(1, pick.unsqueeze(1)).squeeze(1)
+    tail = tables.edge_tail[edge].long()
+    reaching = tables.edge_tail_slots[edge]
+    reach = _reach(elog, reaching)
     log_q = torch.where(rel_mask, plog.gather(1, slot.unsqueeze(1)).squeeze(1) + reach - norm, 0.0)
-    return RelatedDraw(sub, rel_mask, t_rel, rows, cand, slot, parent, tail, edges, valid, elsewhere, log_q)
+    return RelatedDraw(sub, rel_mask, t_rel, rows, cand, slot, parent, tail, edges, valid, reaching, log_q)
+
+
+def _reach(elog: torch.Tensor, reaching: torch.Tensor) -> torch.Tensor:
+    """log Σ_{j ∈ reaching} exp(elog_j) [P]: the log-sum of the edge logits elog [P, D] over the parent's edges that
+    reach the entity (their slots reaching [P, M], -1 after them), from these M terms instead of the D padded ones
+    masked (whose other terms add exp(−inf) = 0: the same float sum wherever at most two edges reach the entity)."""
+    return torch.where(reaching >= 0, elog.gather(1, reaching.clamp(min=0)), -math.inf).logsumexp(-1)
 
 
 def drawn_log_prob(
@@ -291,7 +300,7 @@ def drawn_log_prob(
             _parent_log_probs(tabs, rel.rows, rel.cand, rel.t_vec).gather(1, rel.slot.unsqueeze(1)).squeeze(1)
         )
         elog = tabs.edge_logits(rel.t_vec, rel.edges, rel.valid)
-        rel_lp = elog.masked_fill(rel.elsewhere, -math.inf).logsumexp(-1) - elog.logsumexp(-1)
+        rel_lp = _reach(elog, rel.reaching) - elog.logsumexp(-1)
         term = torch.nan_to_num(parent_lp + rel_lp, nan=-math.inf, posinf=-math.inf, neginf=-math.inf)
         total = (
             total + torch.where(rel.mask, term, 0.0) if rel.sub is None else total.index_add(0, rel.sub, term)

@@ -209,3 +209,26 @@ def test_parent_edges_name_each_parents_edges():
         named = torch.arange(tables.edge_tail.numel())[edges[k][valid[k]].long()]
         assert named.tolist() == (expected.tolist() if ok[k] else [])
         assert torch.isneginf(elog[k][~valid[k]]).all() and torch.isfinite(elog[k][valid[k]]).all()
+
+
+def test_reach_from_the_tails_slots_is_the_masked_logsumexp():
+    """The draw's log-sum over the parent's edges reaching the drawn entity, from the slots of those edges
+    (``GraphTables.edge_tail_slots``), is bit for bit the logsumexp of the parent's padded edge logits with every
+    other edge masked, for every edge of the bundled graph (some parents have two edges to one tail)."""
+    from lm_latent_eval.models.kglm.stepwise import _reach
+
+    model, _ = load_model("kglm")
+    x = model.tokenize("the album was released by the band")
+    tables = model.tables
+    assert tables.edge_tail_slots.shape[1] == 2
+    parent = tables.edge_source
+    with torch.no_grad():
+        tabs = model.proposal.head_tables(x, 0.7, True)
+        t = torch.arange(parent.numel()) % x.numel()
+        edges, valid, elog = tabs.parent_edges(t, parent, torch.ones_like(parent, dtype=torch.bool))
+    edge = torch.arange(parent.numel())
+    tails = tables.edge_tail[edges.long()]
+    elsewhere = ~valid | (tails != tables.edge_tail[edge].unsqueeze(1))
+    masked = elog.masked_fill(elsewhere, -torch.inf).logsumexp(-1)
+    assert torch.equal(_reach(elog, tables.edge_tail_slots[edge]), masked)
+    assert torch.isfinite(masked).all()
