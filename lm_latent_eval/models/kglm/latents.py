@@ -449,13 +449,15 @@ class HeadTables:
         slot = torch.arange(C, device=window.device)
         return self.parent_lane[t.unsqueeze(-1), slot, window]
 
-    def edge_logits(self, t: torch.Tensor, first: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    def edge_logits(
+        self, t: torch.Tensor, first: torch.Tensor, relations: torch.Tensor, valid: torch.Tensor
+    ) -> torch.Tensor:
         """R_relation(e) · h_rel_t (+ q's tail evidence) / τ for the D = max_degree edges e = first_p + j from edge ids
-        first [P] at positions t [P], −inf where not ``valid`` [P, D]: float64 [P, D], the float32 logits widened by
-        the mask itself (a float64 −inf operand of one element: one pass, the numbers of masking then casting)."""
+        first [P] (their relation embedding rows ``relations`` [P, D], ``parent_edges``') at positions t [P], −inf
+        where not ``valid`` [P, D]: float64 [P, D], the float32 logits widened by the mask itself (a float64 −inf
+        operand of one element: one pass, the numbers of masking then casting)."""
         tables = self.tables
-        rows = tables.edge_windows(tables.edge_relation_row_padded, first)
-        logits = self.relation_logits[t.unsqueeze(-1), rows]
+        logits = self.relation_logits[t.unsqueeze(-1), relations]
         if self.heads.tail_scores is not None:
             tails = tables.edge_windows(tables.edge_tail_padded, first)
             logits = logits + self.heads.tail_scores[t.unsqueeze(-1), tails]
@@ -464,15 +466,16 @@ class HeadTables:
         return logits if self.tau == 1.0 else logits / self.tau  # x / 1 is x: one [P, D] pass fewer
 
     def parent_edges(self, t: torch.Tensor, parent: torch.Tensor, ok: torch.Tensor):
-        """Edges of each parent padded to the largest degree D: (first edge id [P], valid [P, D], logits / τ [P, D], −inf
-        off): slot j is edge first + j; a padded slot names a later parent's edge or a table's padding (its logit is
-        −inf)."""
+        """Edges of each parent padded to the largest degree D: (first edge id [P], valid [P, D], relation embedding
+        rows [P, D] int32, logits / τ [P, D], −inf off): slot j is edge first + j; a padded slot names a later
+        parent's edge or a table's padding (its logit is −inf)."""
         tables = self.tables
         safe = torch.where(ok, parent, 0)
         j = torch.arange(self.max_degree, device=parent.device, dtype=torch.int32)
         valid = j < torch.where(ok, tables.degree[safe], 0).unsqueeze(-1)
         first = tables.edge_offsets[safe]
-        return first, valid, self.edge_logits(t, first, valid)
+        relations = tables.edge_windows(tables.edge_relation_row_padded, first)
+        return first, valid, relations, self.edge_logits(t, first, relations, valid)
 
 
 def candidate_slots(window: torch.Tensor, tables: GraphTables) -> torch.Tensor:
@@ -548,7 +551,7 @@ def _related_terms(
     plog = tabs.parent_logits(t_rel, win).masked_fill(~cmask, -math.inf) / tau
     plog = torch.log_softmax(plog, -1)
     parent_lp = torch.where(okp, plog.masked_fill(~hit, -math.inf).logsumexp(-1), -math.inf)
-    first, _, elog = tabs.parent_edges(t_rel, par, okp)
+    first, _, _, elog = tabs.parent_edges(t_rel, par, okp)
     norm = elog.logsumexp(-1)
     tails = tables.edge_windows(tables.edge_tail_padded, first)
     reach = elog.masked_fill(tails != ent.unsqueeze(-1), -math.inf).logsumexp(-1)

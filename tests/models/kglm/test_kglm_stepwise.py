@@ -203,7 +203,7 @@ def test_parent_edges_name_each_parents_edges():
     tabs, tables = model.head_tables(x), model.tables
     parents = torch.arange(tables.num_entities)
     ok = tables.degree[parents] > 0
-    first, valid, elog = tabs.parent_edges(torch.zeros_like(parents), parents, ok)
+    first, valid, relations, elog = tabs.parent_edges(torch.zeros_like(parents), parents, ok)
     tails = tables.edge_windows(tables.edge_tail_padded, first)
     assert ok.any() and (~ok).any() and tables.edge_tail_padded.numel() == tables.num_edges + valid.shape[1]
     for k in range(parents.numel()):
@@ -211,6 +211,7 @@ def test_parent_edges_name_each_parents_edges():
         named = first[k] + torch.arange(valid.shape[1])[valid[k]]
         assert named.tolist() == (expected.tolist() if ok[k] else [])
         assert tails[k][valid[k]].tolist() == tables.edge_tail[named].tolist()
+        assert relations[k][valid[k]].tolist() == tables.edge_relation_row[named].tolist()
         assert torch.isneginf(elog[k][~valid[k]]).all() and torch.isfinite(elog[k][valid[k]]).all()
 
 
@@ -228,7 +229,7 @@ def test_reach_from_the_tails_slots_is_the_masked_logsumexp():
     with torch.no_grad():
         tabs = model.proposal.head_tables(x, 0.7, True)
         t = torch.arange(parent.numel()) % x.numel()
-        first, valid, elog = tabs.parent_edges(t, parent, torch.ones_like(parent, dtype=torch.bool))
+        first, valid, _, elog = tabs.parent_edges(t, parent, torch.ones_like(parent, dtype=torch.bool))
     edge = torch.arange(parent.numel())
     tails = tables.edge_windows(tables.edge_tail_padded, first)
     elsewhere = ~valid | (tails != tables.edge_tail[edge].unsqueeze(1))
