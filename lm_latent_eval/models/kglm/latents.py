@@ -68,17 +68,12 @@ class GraphTables(nn.Module):
         for e in range(n - 1, -1, -1):
             row_entity[ent_row[e]] = e
         offsets = [0]
-        rels, tails, tail_slots = [], [], []
+        rels, tails = [], []
         for e in range(n):
-            # slots (within e's edges) of the edges reaching each tail
-            reaching: dict[int, list[int]] = {}
-            for j, (rel, tail) in enumerate(graph.out_edges(e)):
+            for rel, tail in graph.out_edges(e):
                 rels.append(rel)
                 tails.append(tail)
-                reaching.setdefault(tail, []).append(j)
-            tail_slots.extend(reaching[tail] for tail in tails[offsets[-1] :])
             offsets.append(len(rels))
-        width = max(map(len, tail_slots), default=1)
         self.register_buffer("entity_row", ent_row, persistent=False)
         self.register_buffer(
             "_row_of", torch.cat([ent_row, torch.zeros(1, dtype=torch.long)]), persistent=False
@@ -100,16 +95,14 @@ class GraphTables(nn.Module):
         self.register_buffer(
             "edge_relation_row_padded", torch.cat([rel_row[self.edge_relation].int(), pad]), persistent=False
         )
-        # [edges, most edges from one entity to one tail]: the slots (within the parent's edges) of the edges from
-        # the edge's parent to its tail, itself included, -1 after them
+        self.register_buffer(
+            "edge_source", torch.repeat_interleave(torch.arange(n), degree), persistent=False
+        )
+        # [edges, most edges from one entity to one tail] (the slots of the parent's edges that reach the edge's tail)
         self.register_buffer(
             "edge_tail_slots",
-            torch.tensor([s + [-1] * (width - len(s)) for s in tail_slots], dtype=torch.long).view(-1, width),
+            tail_slots(self.edge_source, self.edge_tail.long(), self.edge_offsets, n),
             persistent=False,
-        )
-        counts = torch.tensor(offsets[1:], dtype=torch.long) - torch.tensor(offsets[:-1], dtype=torch.long)
-        self.register_buffer(
-            "edge_source", torch.repeat_interleave(torch.arange(n), counts), persistent=False
         )
         row_has_edges = torch.zeros(num_rows, dtype=torch.bool)
         owned = row_entity >= 0
@@ -149,6 +142,29 @@ class GraphTables(nn.Module):
     def mention_rows(self, types: torch.Tensor, entity: torch.Tensor) -> torch.Tensor:
         """Embedding row of the entity mentioned at each position, 0 where there is no mention: [K, T]."""
         return torch.where(types > 0, self.row_of(entity), 0)
+
+
+def tail_slots(source: torch.Tensor, tail: torch.Tensor, offsets: torch.Tensor, n: int) -> torch.Tensor:
+    """For each edge (source, tail [E], CSR ``offsets`` [n + 1]), the slots j (edge = offsets[source] + j) of its
+    source's edges that reach its tail, itself included, in edge order, then -1: LongTensor [E, most such edges]
+    (width 1 without edges). A stable sort by (source, tail) makes each such set a run."""
+    E = source.numel()
+    if E == 0:
+        return torch.full((0, 1), -1, dtype=torch.long)
+    order = torch.argsort(source * n + tail, stable=True)
+    key = (source * n + tail)[order]
+    starts = torch.ones(E, dtype=torch.bool)
+    starts[1:] = key[1:] != key[:-1]
+    # run of each sorted position, the runs' first sorted positions and their lengths
+    run = starts.cumsum(0) - 1
+    first = starts.nonzero().squeeze(1)
+    size = torch.diff(first, append=torch.tensor([E]))
+    m = torch.arange(int(size.max()))
+    pos = first[run].unsqueeze(1) + m
+    slot = (torch.arange(E) - offsets[source])[order[pos.clamp(max=E - 1)]]
+    out = torch.empty(E, m.numel(), dtype=torch.long)
+    out[order] = torch.where(m < size[run].unsqueeze(1), slot, -1)
+    return out
 
 
 @dataclass

@@ -236,3 +236,20 @@ def test_reach_from_the_tails_slots_is_the_masked_logsumexp():
     masked = elog.masked_fill(elsewhere, -torch.inf).logsumexp(-1)
     assert torch.equal(_reach(elog, tables.edge_tail_slots[edge]), masked)
     assert torch.isfinite(masked).all()
+
+
+def test_tail_slots_list_each_edges_run_of_edges_to_its_tail():
+    """``GraphTables.edge_tail_slots``: for each edge, the slots of its source's edges to its tail (itself included,
+    in edge order), then −1; one column of none without edges."""
+    from lm_latent_eval.models.kglm.graph import KnowledgeGraph
+    from lm_latent_eval.models.kglm.latents import GraphTables
+
+    graph = KnowledgeGraph(["a", "b"], ["r", "s"], {0: [(0, 1)], 1: [(0, 0), (1, 0), (0, 1), (1, 0)]}, {})
+    assert GraphTables(graph).edge_tail_slots.tolist() == [
+        [0, -1, -1],
+        [0, 1, 3],
+        [0, 1, 3],
+        [2, -1, -1],
+        [0, 1, 3],
+    ]
+    assert GraphTables(KnowledgeGraph(["a"], [], {}, {})).edge_tail_slots.shape == (0, 1)
