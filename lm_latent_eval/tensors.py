@@ -6,6 +6,7 @@ This module imports torch only (never ``models`` or ``estimators``), since both 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 
 import torch
@@ -27,6 +28,10 @@ def selects_rows(device: torch.device | str) -> bool:
     return torch.device(device).type in SELECT_ROWS_ON
 
 
+# a 0-dim CPU tensor: a scalar operand of an operation on any device (no copy, no kernel of its own)
+_MINUS_INF = torch.tensor(-math.inf)
+
+
 def inverse_cdf(
     weights: torch.Tensor | None,
     u: torch.Tensor,
@@ -42,17 +47,17 @@ def inverse_cdf(
     Returns LongTensor [...] ([..., m] with ``per_row``). The comparison runs in the wider of u's and the cumulative
     sum's dtypes (a float32 cumulative sum is widened exactly). Never an index past the last positive weight: where
     u · Σ_j w_j does not fall below the total (all weights zero, or u rounded to 1), the first i whose cumulative sum
-    reaches the total."""
+    reaches the total: one search for min(u · Σ_j w_j, the largest number below Σ_j w_j), since the first i with
+    Σ_{j≤i} w_j above that number is the first whose cumulative sum reaches the total."""
     cdf = weights.cumsum(-1) if cumulative is None else cumulative
     dtype = torch.promote_types(cdf.dtype, u.dtype)
     cdf = cdf.to(dtype)
     # [..., 1]
     total = cdf[..., -1:]
+    below = torch.nextafter(total, _MINUS_INF)
     # [..., 1], or [..., m] per row
     target = u.to(dtype) * total if per_row else u.to(dtype).unsqueeze(-1) * total
-    drawn = torch.minimum(
-        torch.searchsorted(cdf, target, right=True), torch.searchsorted(cdf, total.contiguous())
-    )
+    drawn = torch.searchsorted(cdf, torch.minimum(target, below), right=True)
     return drawn if per_row else drawn.squeeze(-1)
 
 

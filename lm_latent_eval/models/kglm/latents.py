@@ -82,15 +82,28 @@ class GraphTables(nn.Module):
         self.register_buffer("row_entity", row_entity, persistent=False)
         self.register_buffer("edge_offsets", torch.tensor(offsets, dtype=torch.long), persistent=False)
         self.register_buffer("edge_relation", torch.tensor(rels, dtype=torch.long), persistent=False)
-        # int32: read per padded edge of every particle (half the bytes of int64)
-        self.register_buffer("edge_tail", torch.tensor(tails, dtype=torch.int32), persistent=False)
-        # each edge's relation embedding row (one gather per edge read instead of two)
-        self.register_buffer("edge_relation_row", rel_row[self.edge_relation].int(), persistent=False)
-        counts = torch.tensor(offsets[1:], dtype=torch.long) - torch.tensor(offsets[:-1], dtype=torch.long)
-        self.register_buffer(
-            "edge_source", torch.repeat_interleave(torch.arange(n), counts), persistent=False
-        )
         degree = self.edge_offsets[1:] - self.edge_offsets[:-1]
+        self.num_edges = len(rels)
+        self.max_degree = int(degree.max()) if n else 0
+        # int32 (read per padded edge of every particle: half the bytes of int64), followed by max_degree zeros (an
+        # edge's window of max_degree edges stays in range): each edge's tail, and its relation embedding row (one
+        # gather per edge read instead of two)
+        pad = torch.zeros(self.max_degree, dtype=torch.int32)
+        self.register_buffer(
+            "edge_tail_padded", torch.cat([torch.tensor(tails, dtype=torch.int32), pad]), persistent=False
+        )
+        self.register_buffer(
+            "edge_relation_row_padded", torch.cat([rel_row[self.edge_relation].int(), pad]), persistent=False
+        )
+        self.register_buffer(
+            "edge_source", torch.repeat_interleave(torch.arange(n), degree), persistent=False
+        )
+        # [edges, most edges from one entity to one tail] (the slots of the parent's edges that reach the edge's tail)
+        self.register_buffer(
+            "edge_tail_slots",
+            tail_slots(self.edge_source, self.edge_tail.long(), self.edge_offsets, n),
+            persistent=False,
+        )
         row_has_edges = torch.zeros(num_rows, dtype=torch.bool)
         owned = row_entity >= 0
         row_has_edges[owned] = degree[row_entity[owned]] > 0
@@ -100,6 +113,22 @@ class GraphTables(nn.Module):
         self.num_entities = n
         self.num_relations = r
         self.num_rows = num_rows
+
+    @property
+    def edge_tail(self) -> torch.Tensor:
+        """Each edge's tail entity: [edges] int32."""
+        return self.edge_tail_padded[: self.num_edges]
+
+    @property
+    def edge_relation_row(self) -> torch.Tensor:
+        """Each edge's relation embedding row: [edges] int32."""
+        return self.edge_relation_row_padded[: self.num_edges]
+
+    def edge_windows(self, padded: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+        """padded[first_p + j] for j < max_degree of a per-edge table padded with max_degree entries
+        (``edge_tail_padded``, ``edge_relation_row_padded``) at edge ids first [P]: [P, max_degree], one gather of
+        rows of the table's overlapping windows (a view), with no [P, max_degree] edge ids."""
+        return padded.unfold(0, self.max_degree, 1)[first]
 
     def row_of(self, entity: torch.Tensor) -> torch.Tensor:
         """Embedding row of each entity id, row 0 for -1 (no entity): same shape."""
@@ -113,6 +142,29 @@ class GraphTables(nn.Module):
     def mention_rows(self, types: torch.Tensor, entity: torch.Tensor) -> torch.Tensor:
         """Embedding row of the entity mentioned at each position, 0 where there is no mention: [K, T]."""
         return torch.where(types > 0, self.row_of(entity), 0)
+
+
+def tail_slots(source: torch.Tensor, tail: torch.Tensor, offsets: torch.Tensor, n: int) -> torch.Tensor:
+    """For each edge (source, tail [E], CSR ``offsets`` [n + 1]), the slots j (edge = offsets[source] + j) of its
+    source's edges that reach its tail, itself included, in edge order, then -1: LongTensor [E, most such edges]
+    (width 1 without edges). A stable sort by (source, tail) makes each such set a run."""
+    E = source.numel()
+    if E == 0:
+        return torch.full((0, 1), -1, dtype=torch.long)
+    order = torch.argsort(source * n + tail, stable=True)
+    key = (source * n + tail)[order]
+    starts = torch.ones(E, dtype=torch.bool)
+    starts[1:] = key[1:] != key[:-1]
+    # run of each sorted position, the runs' first sorted positions and their lengths
+    run = starts.cumsum(0) - 1
+    first = starts.nonzero().squeeze(1)
+    size = torch.diff(first, append=torch.tensor([E]))
+    m = torch.arange(int(size.max()))
+    pos = first[run].unsqueeze(1) + m
+    slot = (torch.arange(E) - offsets[source])[order[pos.clamp(max=E - 1)]]
+    out = torch.empty(E, m.numel(), dtype=torch.long)
+    out[order] = torch.where(m < size[run].unsqueeze(1), slot, -1)
+    return out
 
 
 @dataclass
@@ -339,7 +391,7 @@ class HeadTables:
         row_table = C > 0 and parent_table_fits(T, rows, C, heads.memory_budget)
         lane_fits = C > 0 and not row_table and T * C * rows <= _LANE_TABLE_LIMIT
         rel = relation_logits(heads)
-        max_degree = int(tables.degree.max()) if tables.degree.numel() else 0
+        max_degree = tables.max_degree
         type_logits = heads.type_logits() / tau
         patterns = torch.arange(4, device=type_logits.device)
         # [4, 4]
@@ -413,27 +465,33 @@ class HeadTables:
         slot = torch.arange(C, device=window.device)
         return self.parent_lane[t.unsqueeze(-1), slot, window]
 
-    def edge_logits(self, t: torch.Tensor, edges: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """R_relation(edge) · h_rel_t (+ q's tail evidence) / τ for edges [P, M] at positions t [P], −inf where not
-        ``valid`` [P, M]: float64 (masked before the cast: the same numbers, the float32 pass narrower)."""
+    def edge_logits(
+        self, t: torch.Tensor, first: torch.Tensor, relations: torch.Tensor, valid: torch.Tensor
+    ) -> torch.Tensor:
+        """R_relation(e) · h_rel_t (+ q's tail evidence) / τ for the D = max_degree edges e = first_p + j from edge ids
+        first [P] (their relation embedding rows ``relations`` [P, D], ``parent_edges``') at positions t [P], −inf
+        where not ``valid`` [P, D]: float64 [P, D], the float32 logits widened by the mask itself (a float64 −inf
+        operand of one element: one pass, the numbers of masking then casting)."""
         tables = self.tables
-        logits = self.relation_logits[t.unsqueeze(-1), tables.edge_relation_row[edges]]
+        logits = self.relation_logits[t.unsqueeze(-1), relations]
         if self.heads.tail_scores is not None:
-            logits = logits + self.heads.tail_scores[t.unsqueeze(-1), tables.edge_tail[edges]]
-        logits = torch.where(valid, logits, -math.inf).double()
-        return logits if self.tau == 1.0 else logits / self.tau  # x / 1 is x: one [P, M] pass fewer
+            tails = tables.edge_windows(tables.edge_tail_padded, first)
+            logits = logits + self.heads.tail_scores[t.unsqueeze(-1), tails]
+        off = torch.full((1,), -math.inf, dtype=torch.float64, device=logits.device)
+        logits = torch.where(valid, logits, off)
+        return logits if self.tau == 1.0 else logits / self.tau  # x / 1 is x: one [P, D] pass fewer
 
     def parent_edges(self, t: torch.Tensor, parent: torch.Tensor, ok: torch.Tensor):
-        """Edges of each parent padded to the largest degree: (edge ids [P, D], valid [P, D], logits / τ [P, D], -inf off).
-
-        Ids (int32) count back from the end of the edge list (offset + j − edges, which indexing wraps): a padded
-        slot's id is then in range whoever's edge it names (its logit is −inf), with no pass to zero it."""
+        """Edges of each parent padded to the largest degree D: (first edge id [P], valid [P, D], relation embedding
+        rows [P, D] int32, logits / τ [P, D], −inf off): slot j is edge first + j; a padded slot names a later
+        parent's edge or a table's padding (its logit is −inf)."""
         tables = self.tables
         safe = torch.where(ok, parent, 0)
         j = torch.arange(self.max_degree, device=parent.device, dtype=torch.int32)
         valid = j < torch.where(ok, tables.degree[safe], 0).unsqueeze(-1)
-        edges = (tables.edge_offsets[safe] - tables.edge_tail.numel()).int().unsqueeze(-1) + j
-        return edges, valid, self.edge_logits(t, edges, valid)
+        first = tables.edge_offsets[safe]
+        relations = tables.edge_windows(tables.edge_relation_row_padded, first)
+        return first, valid, relations, self.edge_logits(t, first, relations, valid)
 
 
 def candidate_slots(window: torch.Tensor, tables: GraphTables) -> torch.Tensor:
@@ -509,9 +567,10 @@ def _related_terms(
     plog = tabs.parent_logits(t_rel, win).masked_fill(~cmask, -math.inf) / tau
     plog = torch.log_softmax(plog, -1)
     parent_lp = torch.where(okp, plog.masked_fill(~hit, -math.inf).logsumexp(-1), -math.inf)
-    edges, _, elog = tabs.parent_edges(t_rel, par, okp)
+    first, _, _, elog = tabs.parent_edges(t_rel, par, okp)
     norm = elog.logsumexp(-1)
-    reach = elog.masked_fill(tables.edge_tail[edges] != ent.unsqueeze(-1), -math.inf).logsumexp(-1)
+    tails = tables.edge_windows(tables.edge_tail_padded, first)
+    reach = elog.masked_fill(tails != ent.unsqueeze(-1), -math.inf).logsumexp(-1)
     rel_lp = reach - norm
     okp = okp & torch.isfinite(rel_lp)
     return parent_lp + rel_lp, okp

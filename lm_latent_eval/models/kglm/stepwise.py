@@ -137,9 +137,11 @@ class RelatedDraw:
     slot: torch.Tensor  # [P] the parent's window slot
     parent: torch.Tensor  # [P]
     tail: torch.Tensor  # [P] the entity
-    edges: torch.Tensor  # [P, D] the parent's edges, padded
+    first: torch.Tensor  # [P] the parent's first edge (its edges padded: first + j for j < D)
     valid: torch.Tensor  # [P, D] real edges
-    elsewhere: torch.Tensor  # [P, D] the edge does not end at the drawn entity
+    relations: torch.Tensor  # [P, D] their relation embedding rows
+    # [P, M] the slots (among the parent's edges) of the edges reaching the drawn entity, -1 after them
+    reaching: torch.Tensor
     log_q: torch.Tensor  # [P] log q_τ(slot) + log q_τ(entity | parent), 0 where not related
 
 
@@ -253,16 +255,26 @@ def _draw_related(
     plog = _parent_log_probs(tabs, rows, cand, t_rel)
     slot = inverse_cdf(torch.where(rel_mask.unsqueeze(1), plog, 0.0).exp(), pick_rows(u[:, 2]))
     parent = tables.row_entity[rows.gather(1, slot.unsqueeze(1)).squeeze(1)]
-    edges, valid, elog = tabs.parent_edges(t_rel, parent, rel_mask)
+    first, valid, relations, elog = tabs.parent_edges(t_rel, parent, rel_mask)
     norm = elog.logsumexp(-1)
     # a particle that did not draw "related" has no valid edge (all -inf, weights 0): whatever it picks, its tail,
     # parent and log q are not read (``rel_mask``), so its weights need no mask
     pick = inverse_cdf(elog.exp(), pick_rows(u[:, 3]))
-    tail = tables.edge_tail[edges.gather(1, pick.unsqueeze(1)).squeeze(1)].long()
-    elsewhere = tables.edge_tail[edges] != tail.unsqueeze(1)
-    reach = elog.masked_fill(elsewhere, -math.inf).logsumexp(-1)
+    edge = first + pick
+    tail = tables.edge_tail[edge].long()
+    reaching = tables.edge_tail_slots[edge]
+    reach = _reach(elog, reaching)
     log_q = torch.where(rel_mask, plog.gather(1, slot.unsqueeze(1)).squeeze(1) + reach - norm, 0.0)
-    return RelatedDraw(sub, rel_mask, t_rel, rows, cand, slot, parent, tail, edges, valid, elsewhere, log_q)
+    return RelatedDraw(
+        sub, rel_mask, t_rel, rows, cand, slot, parent, tail, first, valid, relations, reaching, log_q
+    )
+
+
+def _reach(elog: torch.Tensor, reaching: torch.Tensor) -> torch.Tensor:
+    """log Σ_{j ∈ reaching} exp(elog_j) [P]: the log-sum of the edge logits elog [P, D] over the parent's edges that
+    reach the entity (their slots reaching [P, M], -1 after them), from these M terms instead of the D padded ones
+    masked (whose other terms add exp(−inf) = 0: the same float sum wherever at most two edges reach the entity)."""
+    return torch.where(reaching >= 0, elog.gather(1, reaching.clamp(min=0)), -math.inf).logsumexp(-1)
 
 
 def drawn_log_prob(
@@ -290,8 +302,8 @@ def drawn_log_prob(
         parent_lp = (
             _parent_log_probs(tabs, rel.rows, rel.cand, rel.t_vec).gather(1, rel.slot.unsqueeze(1)).squeeze(1)
         )
-        elog = tabs.edge_logits(rel.t_vec, rel.edges, rel.valid)
-        rel_lp = elog.masked_fill(rel.elsewhere, -math.inf).logsumexp(-1) - elog.logsumexp(-1)
+        elog = tabs.edge_logits(rel.t_vec, rel.first, rel.relations, rel.valid)
+        rel_lp = _reach(elog, rel.reaching) - elog.logsumexp(-1)
         term = torch.nan_to_num(parent_lp + rel_lp, nan=-math.inf, posinf=-math.inf, neginf=-math.inf)
         total = (
             total + torch.where(rel.mask, term, 0.0) if rel.sub is None else total.index_add(0, rel.sub, term)
@@ -357,9 +369,10 @@ def _related_log_prob(
     ok = is_rel & hit.any(-1) & tables.owns_row(par) & (ent >= 0)
     parent_lp = plog.masked_fill(~hit, -math.inf).logsumexp(-1)
     if tabs.max_degree > 0:
-        edges, _, elog = tabs.parent_edges(t_vec, par, ok)
+        first, _, _, elog = tabs.parent_edges(t_vec, par, ok)
         norm = elog.logsumexp(-1)
-        reach = elog.masked_fill(tables.edge_tail[edges] != ent.unsqueeze(1), -math.inf).logsumexp(-1)
+        tails = tables.edge_windows(tables.edge_tail_padded, first)
+        reach = elog.masked_fill(tails != ent.unsqueeze(1), -math.inf).logsumexp(-1)
         rel_lp = reach - norm
     else:
         rel_lp = torch.full_like(parent_lp, -math.inf)

@@ -193,8 +193,9 @@ def test_new_entity_table_in_chunks_of_positions():
 
 
 def test_parent_edges_name_each_parents_edges():
-    """``HeadTables.parent_edges``' ids (counted back from the end of the edge list) name exactly the parent's edges
-    in its valid slots, whatever the parent's place in the list; a particle without a parent has none."""
+    """``HeadTables.parent_edges``' slots (edges first + j, read from the per-edge tables' padded windows) name
+    exactly the parent's edges in its valid slots, whatever the parent's place in the list (the last parent's window
+    runs into the padding); a particle without a parent has none."""
     from lm_latent_eval.models.kglm.latents import expand_edges
 
     model = tiny_kglm()
@@ -202,10 +203,53 @@ def test_parent_edges_name_each_parents_edges():
     tabs, tables = model.head_tables(x), model.tables
     parents = torch.arange(tables.num_entities)
     ok = tables.degree[parents] > 0
-    edges, valid, elog = tabs.parent_edges(torch.zeros_like(parents), parents, ok)
-    assert ok.any() and (~ok).any()
+    first, valid, relations, elog = tabs.parent_edges(torch.zeros_like(parents), parents, ok)
+    tails = tables.edge_windows(tables.edge_tail_padded, first)
+    assert ok.any() and (~ok).any() and tables.edge_tail_padded.numel() == tables.num_edges + valid.shape[1]
     for k in range(parents.numel()):
         expected, _ = expand_edges(parents[k : k + 1], tables)
-        named = torch.arange(tables.edge_tail.numel())[edges[k][valid[k]].long()]
+        named = first[k] + torch.arange(valid.shape[1])[valid[k]]
         assert named.tolist() == (expected.tolist() if ok[k] else [])
+        assert tails[k][valid[k]].tolist() == tables.edge_tail[named].tolist()
+        assert relations[k][valid[k]].tolist() == tables.edge_relation_row[named].tolist()
         assert torch.isneginf(elog[k][~valid[k]]).all() and torch.isfinite(elog[k][valid[k]]).all()
+
+
+def test_reach_from_the_tails_slots_is_the_masked_logsumexp():
+    """The draw's log-sum over the parent's edges reaching the drawn entity, from the slots of those edges
+    (``GraphTables.edge_tail_slots``), is bit for bit the logsumexp of the parent's padded edge logits with every
+    other edge masked, for every edge of the bundled graph (some parents have two edges to one tail)."""
+    from lm_latent_eval.models.kglm.stepwise import _reach
+
+    model, _ = load_model("kglm")
+    x = model.tokenize("the album was released by the band")
+    tables = model.tables
+    assert tables.edge_tail_slots.shape[1] == 2
+    parent = tables.edge_source
+    with torch.no_grad():
+        tabs = model.proposal.head_tables(x, 0.7, True)
+        t = torch.arange(parent.numel()) % x.numel()
+        first, valid, _, elog = tabs.parent_edges(t, parent, torch.ones_like(parent, dtype=torch.bool))
+    edge = torch.arange(parent.numel())
+    tails = tables.edge_windows(tables.edge_tail_padded, first)
+    elsewhere = ~valid | (tails != tables.edge_tail[edge].unsqueeze(1))
+    masked = elog.masked_fill(elsewhere, -torch.inf).logsumexp(-1)
+    assert torch.equal(_reach(elog, tables.edge_tail_slots[edge]), masked)
+    assert torch.isfinite(masked).all()
+
+
+def test_tail_slots_list_each_edges_run_of_edges_to_its_tail():
+    """``GraphTables.edge_tail_slots``: for each edge, the slots of its source's edges to its tail (itself included,
+    in edge order), then −1; one column of none without edges."""
+    from lm_latent_eval.models.kglm.graph import KnowledgeGraph
+    from lm_latent_eval.models.kglm.latents import GraphTables
+
+    graph = KnowledgeGraph(["a", "b"], ["r", "s"], {0: [(0, 1)], 1: [(0, 0), (1, 0), (0, 1), (1, 0)]}, {})
+    assert GraphTables(graph).edge_tail_slots.tolist() == [
+        [0, -1, -1],
+        [0, 1, 3],
+        [0, 1, 3],
+        [2, -1, -1],
+        [0, 1, 3],
+    ]
+    assert GraphTables(KnowledgeGraph(["a"], [], {}, {})).edge_tail_slots.shape == (0, 1)
