@@ -4,8 +4,9 @@
 ``lm_latent_eval/data/masked/`` (config.json + model.safetensors, training.json, README.md) and the held-out task's
 sentences ``lm_latent_eval/data/masked_tiny/test.jsonl`` (those of ``data/corpus/tiny_test.jsonl``), with nothing
 downloaded. The first 100 training sentences are the validation set. After the network, SMC's value head
-(``value.py``) is fitted to the exact log V(S) of pieces of the training sentences joined (``--value-head-only``:
-that step alone, on the checkpoint already in the output folder). Deterministic given the seed (up to
+(``value.py``) is fitted to the exact log V(S) of short pieces of the training sentences joined, then to the
+Bellman identity on longer pieces (``--value-head-only``: that step alone, on the checkpoint already in the output
+folder). Deterministic given the seed (up to
 floating-point differences across torch builds); a few minutes on 2 CPU cores.
 """
 
@@ -24,8 +25,16 @@ from .value import fit_value_head
 
 TRAINING = TrainConfig(epochs=30)
 NUM_VALID = 100
-# the value head: its width, and the texts it is fitted on (pieces of these lengths, 2^T exact values each)
+# the value head: its width; the texts it is fitted to exactly (pieces of these lengths, 2^T exact values each),
+# then the longer ones it is carried to by the Bellman identity (sets per group, learning rate)
 VALUE_WIDTH, VALUE_TEXTS, VALUE_LENGTHS, VALUE_STEPS = 64, 60, (10, 11, 12, 13, 14), 2000
+BELLMAN_TEXTS, BELLMAN_LENGTHS, BELLMAN_STEPS, BELLMAN_SETS, BELLMAN_RATE = (
+    40,
+    (20, 28, 36, 44, 52),
+    400,
+    8,
+    3e-4,
+)
 CARD = """# Bundled masked-diffusion LM (lm-latent-eval)
 
 A word-level masked-diffusion LM: a {layers}-layer bidirectional transformer encoder (d_model {d_model}) over
@@ -40,26 +49,35 @@ A test fixture for the estimators, not a model of English.
 VALUE_CARD = """
 SMC's value head (`lm_latent_eval/models/masked/value.py`, width {width}): fitted by the same command
 (`--value-head-only`: that step alone) to the exact log V(S) of {texts} pieces of {lengths} tokens of the training
-sentences joined, {steps} Adam steps (seed {seed}; {seconds:.0f} s); mean loss of the last 100 steps {loss:.4f}.
+sentences joined ({steps} Adam steps; mean loss of the last 100 {loss:.4f}), then to the Bellman identity on
+{long_texts} pieces of {long_lengths} tokens ({long_steps} steps; {long_loss:.4f}); seed {seed}, {seconds:.0f} s.
 """
 
 
-def value_texts(model, sentences: list[str], seed: int) -> list[torch.Tensor]:
-    """``VALUE_TEXTS`` pieces of the sentences joined, their lengths cycling through ``VALUE_LENGTHS``, each from a
-    random offset (seeded)."""
+def value_texts(model, sentences: list[str], seed: int, count: int, lengths) -> list[torch.Tensor]:
+    """``count`` pieces of the sentences joined, their lengths cycling through ``lengths``, each from a random
+    offset (seeded)."""
     ids = torch.cat([model.tokenize(s) for s in sentences])
     generator = torch.Generator().manual_seed(seed)
     pieces = []
-    for k in range(VALUE_TEXTS):
-        n = VALUE_LENGTHS[k % len(VALUE_LENGTHS)]
+    for k in range(count):
+        n = lengths[k % len(lengths)]
         start = int(torch.randint(ids.numel() - n, (1,), generator=generator))
         pieces.append(ids[start : start + n])
     return pieces
 
 
+def fit_head(model, short: list[torch.Tensor], long: list[torch.Tensor], seed: int) -> tuple[float, float]:
+    """``model.value_head`` fitted to the exact values of the ``short`` texts, then by the Bellman identity on the
+    ``long`` ones (``value.fit_value_head``): the mean loss of each stage's last 100 steps."""
+    exact = fit_value_head(model, short, VALUE_STEPS, seed)
+    bellman = fit_value_head(model, long, BELLMAN_STEPS, seed, "bellman", BELLMAN_SETS, BELLMAN_RATE)
+    return sum(exact[-100:]) / 100, sum(bellman[-100:]) / 100
+
+
 def add_value_head(model: MaskedDiffusionLM, sentences: list[str], seed: int, out: Path) -> str:
-    """The model again with a value head fitted to ``sentences`` (``fit_value_head``), saved to ``out``; returns
-    the card's paragraph."""
+    """The model again with a value head fitted to pieces of ``sentences`` (``fit_head``), saved to ``out``;
+    returns the card's paragraph."""
     start = time.time()
     config = {**model._hub_mixin_config, "value_width": VALUE_WIDTH}
     with torch.random.fork_rng():
@@ -67,12 +85,15 @@ def add_value_head(model: MaskedDiffusionLM, sentences: list[str], seed: int, ou
         headed = MaskedDiffusionLM(**config)
     headed.predictor.load_state_dict(model.predictor.state_dict())
     headed.eval()
-    losses = fit_value_head(headed, value_texts(headed, sentences, seed), VALUE_STEPS, seed)
+    short = value_texts(headed, sentences, seed, VALUE_TEXTS, VALUE_LENGTHS)
+    long = value_texts(headed, sentences, seed + 1, BELLMAN_TEXTS, BELLMAN_LENGTHS)
+    loss, long_loss = fit_head(headed, short, long, seed)
     headed.save_pretrained(out)
     (out / "model.safetensors").chmod(0o644)
-    return VALUE_CARD.format(width=VALUE_WIDTH, texts=VALUE_TEXTS, steps=VALUE_STEPS, seed=seed,
-                             lengths=f"{VALUE_LENGTHS[0]} to {VALUE_LENGTHS[-1]}", seconds=time.time() - start,
-                             loss=sum(losses[-100:]) / 100)  # fmt: skip
+    return VALUE_CARD.format(width=VALUE_WIDTH, texts=VALUE_TEXTS, steps=VALUE_STEPS, seed=seed, loss=loss,
+                             lengths=f"{VALUE_LENGTHS[0]} to {VALUE_LENGTHS[-1]}", long_texts=BELLMAN_TEXTS,
+                             long_lengths=f"{BELLMAN_LENGTHS[0]} to {BELLMAN_LENGTHS[-1]}", long_steps=BELLMAN_STEPS,
+                             long_loss=long_loss, seconds=time.time() - start)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:

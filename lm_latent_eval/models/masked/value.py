@@ -109,20 +109,37 @@ def log_lookahead(model, log_token: torch.Tensor, revealed: torch.Tensor, pseudo
         )
 
 
-def sampled_sets(member: torch.Tensor, size: int, count: int, generator) -> torch.Tensor:
-    """Indices of ``count`` sets (with replacement) among the rows of ``member`` [2^n, n] with ``size`` members."""
-    candidates = torch.nonzero(member.sum(1) == size).squeeze(1)
-    return candidates[torch.randint(candidates.numel(), (count,), generator=generator)]
+def sets_of_size(length: int, size: int, count: int, generator) -> torch.Tensor:
+    """``count`` sets of ``size`` of the positions 0 .. length − 1, each uniform: bool [count, length]."""
+    return torch.rand(count, length, generator=generator).argsort(1).argsort(1) < size
 
 
-def fit_value_head(
-    model, texts: list[torch.Tensor], steps: int = 2000, seed: int = 0, progress=None
-) -> list[float]:
-    """Fit ``model.value_head`` to the exact log V(S) of ``texts`` (each short enough for 2^n sets).
+def bellman_targets(model, x: torch.Tensor, pseudo: torch.Tensor, revealed: torch.Tensor) -> torch.Tensor:
+    """log Σ_{i ∈ M} π(i | S) p_θ(x_i | S) ψ(S ∪ {i}) [N] of the sets ``revealed`` [N, T], ψ the head as it stands
+    (ψ of the full set 1): the right side of the Bellman identity, |M| network rows more per set."""
+    at = torch.nonzero(~revealed)
+    child = revealed[at[:, 0]].clone()
+    child[torch.arange(at.shape[0], device=x.device), at[:, 1]] = True
+    factor = step_scores(model, x, revealed).log_joint[at[:, 0], at[:, 1]]
+    # the full set's ψ is 1 (no network row for it)
+    ahead = (
+        0.0
+        if bool(child.all())
+        else log_lookahead(model, step_scores(model, x, child).log_token, child, pseudo)
+    )
+    return torch.logsumexp((factor + ahead).view(revealed.shape[0], -1), 1)
 
-    Each step draws 8 groups, each one text and one size |S| = s with 32 sets of that size, and minimises the
-    squared error of log ψ(S) − log V(S) less its mean over the group: particles of one step hold sets of one size,
-    and a constant per size leaves the weights' ratios, hence SMC, unchanged. Adam, learning rate 1e-3.
+
+def fit_value_head(model, texts: list[torch.Tensor], steps: int = 2000, seed: int = 0, targets: str = "exact",
+                   sets: int = 32, learning_rate: float = 1e-3) -> list[float]:  # fmt: skip
+    """Fit ``model.value_head`` to log V(S) on sets of ``texts``.
+
+    ``targets``: ``"exact"``, log V(S) by the dynamic program (``exact.exact_log_values``: texts of at most
+    ``max_exact_tokens``); ``"bellman"``, the identity's right side under the head as it stands (``bellman_targets``:
+    any text the network reads whole), which carries a head fitted to exact values on short texts to longer ones.
+    Each step draws 8 groups, each one text, one size s and ``sets`` sets of that size, and minimises the squared
+    error of log ψ(S) − target less its mean over the group (Adam): particles of one step hold sets of one size, and
+    a constant per size leaves the weights' ratios, hence SMC, unchanged.
 
     Returns
     -------
@@ -132,29 +149,38 @@ def fit_value_head(
     from .exact import exact_log_values
 
     head = model.value_head
-    tables = [(x, pseudo_log_likelihoods(model, x), *exact_log_values(model, x)) for x in texts]
+    pseudos = [pseudo_log_likelihoods(model, x) for x in texts]
+    exact = [exact_log_values(model, x)[0] for x in texts] if targets == "exact" else None
     generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.Adam(head.parameters(), lr=1e-3)
+    optimizer = torch.optim.Adam(head.parameters(), lr=learning_rate)
     losses = []
-    head.train()
     for _ in range(steps):
         loss = 0.0
         for _ in range(8):
-            x, pseudo, log_v, member = tables[int(torch.randint(len(tables), (1,), generator=generator))]
-            sets = sampled_sets(
-                member, int(torch.randint(x.numel(), (1,), generator=generator)), 32, generator
-            )
-            revealed = member[sets]
-            residual = head(step_scores(model, x, revealed).log_token, pseudo, revealed) - log_v[sets]
+            k = int(torch.randint(len(texts), (1,), generator=generator))
+            x, T = texts[k], texts[k].numel()
+            revealed = sets_of_size(T, int(torch.randint(T, (1,), generator=generator)), sets, generator)
+            if exact is None:
+                with torch.no_grad():
+                    target = bellman_targets(model, x, pseudos[k], revealed)
+            else:
+                target = exact[k][(revealed.long() << torch.arange(T)).sum(1)]
+            head.train()
+            residual = head(step_scores(model, x, revealed).log_token, pseudos[k], revealed) - target
             loss = loss + ((residual - residual.mean()) ** 2).mean() / 8
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         losses.append(float(loss.detach()))
-        if progress is not None:
-            progress.update(1)
     head.eval()
     return losses
 
 
-__all__ = ["ValueHead", "fit_value_head", "log_lookahead", "pseudo_log_likelihoods", "uses_value_head"]
+__all__ = [
+    "ValueHead",
+    "bellman_targets",
+    "fit_value_head",
+    "log_lookahead",
+    "pseudo_log_likelihoods",
+    "uses_value_head",
+]

@@ -18,6 +18,7 @@ from lm_latent_eval.models.masked.conditionals import step_scores
 from lm_latent_eval.models.masked.exact import dp_log_marginal, exact_log_values
 from lm_latent_eval.models.masked.value import (
     ValueHead,
+    bellman_targets,
     fit_value_head,
     log_lookahead,
     pseudo_log_likelihoods,
@@ -78,6 +79,29 @@ def test_a_fitted_head_is_closer_to_the_exact_values_than_the_mean_field():
     assert errors["head"] < 0.5 * errors["mean field"], errors
 
 
+def test_the_bellman_targets_are_exact_one_step_from_the_end_and_fit_longer_texts():
+    """The identity's right side for sets with one position masked is the exact log V(S) (ψ of the full set is 1);
+    fitting to it on texts of 8 tokens moves a head fitted on 4 to 6 toward their exact values."""
+    model = fitted_tiny()
+    x = model.tokenize("d a c c b a b d")
+    log_v, member = exact_log_values(model, x)
+    pseudo = pseudo_log_likelihoods(model, x)
+    last = member.sum(1) == 7
+    assert torch.allclose(bellman_targets(model, x, pseudo, member[last]), log_v[last], atol=1e-12, rtol=0)
+    rows = step_scores(model, x, member).log_token
+    size = member.sum(1)
+
+    def error():
+        residual = log_lookahead(model, rows, member, pseudo) - log_v
+        return sum(float(((r - r.mean()) ** 2).sum()) for r in (residual[size == s] for s in range(8)))
+
+    before = error()
+    generator = torch.Generator().manual_seed(7)
+    longer = [torch.randint(2, 6, (8,), generator=generator) for _ in range(6)]
+    fit_value_head(model, longer, 150, 0, "bellman", sets=8, learning_rate=3e-4)
+    assert error() < before
+
+
 def test_smc_under_a_value_head_is_unbiased_for_p_of_x():
     """E[p̂ / p] = 1 for SMC resampling at ESS < K/2 under the fitted head (K = 8, 400 seeds, 6 tokens): the mean
     of p̂ / p within 4 standard errors of 1 (any ψ telescopes; a wrong increment would show here)."""
@@ -102,7 +126,7 @@ def test_smc_under_a_value_head_is_unbiased_for_p_of_x():
 
 
 def test_the_head_is_written_and_read_back_with_the_checkpoint(tmp_path, monkeypatch):
-    """``make_default --value-head-only`` (fewer texts and steps here) writes the bundled network with a head: the
+    """``make_default --value-head-only`` (fewer texts and steps here: both stages) writes the bundled network with a head: the
     network's weights unchanged, the head's read back, and the card names it."""
     from lm_latent_eval.models import load_model
     from lm_latent_eval.models.masked import make_default
@@ -113,12 +137,12 @@ def test_the_head_is_written_and_read_back_with_the_checkpoint(tmp_path, monkeyp
     folder = tmp_path / "masked"
     bundled.save_pretrained(folder)
     (folder / "README.md").write_text((DATA_DIR / "masked" / "README.md").read_text())
-    monkeypatch.setattr(make_default, "VALUE_TEXTS", 5)
-    monkeypatch.setattr(make_default, "VALUE_STEPS", 3)
+    for name, value in (("VALUE_TEXTS", 5), ("VALUE_STEPS", 3), ("BELLMAN_TEXTS", 5), ("BELLMAN_STEPS", 2)):
+        monkeypatch.setattr(make_default, name, value)
     make_default.main(["--output-dir", str(tmp_path), "--value-head-only"])
     written = MaskedDiffusionLM.from_pretrained(str(folder))
     assert written.value_head is not None
     for name, tensor in bundled.predictor.state_dict().items():
         assert torch.equal(written.predictor.state_dict()[name], tensor), name
     card = (folder / "README.md").read_text()
-    assert card.count("SMC's value head") == 1 and "5 pieces" in card
+    assert card.count("SMC's value head") == 1 and "5 pieces of 10" in card and "5 pieces of 20" in card
