@@ -12,8 +12,9 @@ away. Two guesses from the network's rows:
   next; it ignores that later tokens are read in more context, so it prefers orders that revealed easy tokens first;
 - a value head (``ValueHead``), log ψ(S) = Σ_{j ∈ M} [ℓ_j(S) + g_φ(ℓ_j(S), λ_j, |M| / T, log |M|)], λ_j =
   log p_θ(x_j | x_−j) the token's pseudo-likelihood (its conditional given every other token: T network rows per
-  text, once), g_φ a small network fitted to exact log V(S) of short texts (``fit_value_head``): how far each masked
-  token's share moves from its conditional now toward its conditional in full context, given how much is masked.
+  text, once), g_φ a small network fitted to exact log V(S) of short texts, then to the Bellman identity on longer
+  ones (``fit_value_head``): how far each masked token's share moves from its conditional now toward its
+  conditional in full context, given how much is masked.
 
 The model's ``value_head`` (None: the mean field) decides; any ψ leaves SMC unbiased (it telescopes to ψ(∅) = 1 and
 ψ(all) = 1), so a poor ψ costs variance, never the expectation. A text the network reads in windows keeps the mean
@@ -29,6 +30,8 @@ from .conditionals import step_scores
 
 # the head's inputs per masked position: ℓ_j(S), |M| / T, log |M|, λ_j, λ_j − ℓ_j(S)
 FEATURES = 5
+# what ``fit_value_head`` fits log ψ(S) to
+TARGETS = ("dynamic_program", "bellman")
 
 
 class ValueHead(nn.Module):
@@ -130,11 +133,18 @@ def bellman_targets(model, x: torch.Tensor, pseudo: torch.Tensor, revealed: torc
     return torch.logsumexp((factor + ahead).view(revealed.shape[0], -1), 1)
 
 
-def fit_value_head(model, texts: list[torch.Tensor], steps: int = 2000, seed: int = 0, targets: str = "exact",
-                   sets: int = 32, learning_rate: float = 1e-3) -> list[float]:  # fmt: skip
+def fit_value_head(
+    model,
+    texts: list[torch.Tensor],
+    steps: int = 2000,
+    seed: int = 0,
+    targets: str = "dynamic_program",
+    sets: int = 32,
+    learning_rate: float = 1e-3,
+) -> list[float]:
     """Fit ``model.value_head`` to log V(S) on sets of ``texts``.
 
-    ``targets``: ``"exact"``, log V(S) by the dynamic program (``exact.exact_log_values``: texts of at most
+    ``targets``: ``"dynamic_program"``, the exact log V(S) (``exact.exact_log_values``: texts of at most
     ``max_exact_tokens``); ``"bellman"``, the identity's right side under the head as it stands (``bellman_targets``:
     any text the network reads whole), which carries a head fitted to exact values on short texts to longer ones.
     Each step draws 8 groups, each one text, one size s and ``sets`` sets of that size, and minimises the squared
@@ -148,9 +158,11 @@ def fit_value_head(model, texts: list[torch.Tensor], steps: int = 2000, seed: in
     """
     from .exact import exact_log_values
 
+    if targets not in TARGETS:
+        raise ValueError(f"fit_value_head: targets must be one of {', '.join(TARGETS)}, got {targets!r}")
     head = model.value_head
     pseudos = [pseudo_log_likelihoods(model, x) for x in texts]
-    exact = [exact_log_values(model, x)[0] for x in texts] if targets == "exact" else None
+    exact = [exact_log_values(model, x)[0] for x in texts] if targets == "dynamic_program" else None
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(head.parameters(), lr=learning_rate)
     losses = []
@@ -159,12 +171,13 @@ def fit_value_head(model, texts: list[torch.Tensor], steps: int = 2000, seed: in
         for _ in range(8):
             k = int(torch.randint(len(texts), (1,), generator=generator))
             x, T = texts[k], texts[k].numel()
-            revealed = sets_of_size(T, int(torch.randint(T, (1,), generator=generator)), sets, generator)
+            size = int(torch.randint(T, (1,), generator=generator))
+            revealed = sets_of_size(T, size, sets, generator).to(x.device)
             if exact is None:
                 with torch.no_grad():
                     target = bellman_targets(model, x, pseudos[k], revealed)
             else:
-                target = exact[k][(revealed.long() << torch.arange(T)).sum(1)]
+                target = exact[k][(revealed.long() << torch.arange(T, device=x.device)).sum(1)]
             head.train()
             residual = head(step_scores(model, x, revealed).log_token, pseudos[k], revealed) - target
             loss = loss + ((residual - residual.mean()) ** 2).mean() / 8
