@@ -13,9 +13,7 @@ by the inverse CDF of the row with text d's own uniforms (``side_by_side.lane_un
 
     log π(σ_t | S) + log p_θ(x_σ_t | S) − log q_τ(σ_t | S, x) + log ψ(S ∪ {σ_t}) − log ψ(S)
 
-(ψ the look-ahead of ``value.py``, of the full set 1),
-
-every operation row by row, so a particle's numbers are those of its text alone. The new sets' rows (for ψ and the
+with ψ the look-ahead of ``value.py`` (ψ of the full set 1), every operation row by row, so a particle's numbers are those of its text alone. The new sets' rows (for ψ and the
 next step) are the distinct (text, S) pairs of the group: each text's are looked up in the model's ``row_cache``
 under that text's own key (a row read back is the row the network gave), and the missing ones of every text of the
 group are stacked and run in blocks of ``block_tokens // T`` rows (``conditionals.scored_rows``), then stored under
@@ -57,9 +55,8 @@ class LengthGroup:
     revealed: torch.Tensor  # [N, T] bool
     scores: StepScores | None = None  # the network's scores at the current sets (None: not run yet)
     log_twist: torch.Tensor | None = None  # [N] log ψ(S) of the current sets (None: ψ(∅) = 1)
-    pseudo: torch.Tensor | None = (
-        None  # [N, T] each particle's text's λ for the value head (None: the mean field)
-    )
+    # [N, T] the λ of each particle's text, for the value head (None: the mean field; ``value.py``)
+    pseudo: torch.Tensor | None = None
 
     @property
     def length(self) -> int:
