@@ -72,6 +72,7 @@ from lm_latent_eval.models.masked.oracle import (
     sample_oracle_text,
     uniform_order_log_moment,
 )
+from lm_latent_eval.models.masked.value import pseudo_log_likelihoods
 
 OUTPUT = Path(__file__).resolve().parent / "masked_length"
 LENGTHS = (16, 32, 48, 64)
@@ -299,12 +300,6 @@ def pseudo_likelihood_twist(model):
         return (t + 1) / x.numel() * memo[key].expand(revealed.shape).masked_fill(revealed, 0.0).sum(-1)
 
     return log_psi
-
-
-def pseudo_log_likelihoods(model, x: torch.Tensor) -> torch.Tensor:
-    """log p_θ(x_j | x_−j) of every position j [T], float64: T network rows, each revealing all but one token."""
-    others = ~torch.eye(x.numel(), dtype=torch.bool, device=x.device)
-    return step_scores(model, x, others).log_token.diagonal().double()
 
 
 TWIST_LENGTHS, TWIST_SEEDS = (16, 32, 48), 5
