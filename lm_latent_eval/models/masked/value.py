@@ -26,7 +26,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .conditionals import step_scores
+from .conditionals import StepScores, step_scores
+from .windows import window_size
 
 # the head's inputs per masked position: ℓ_j(S), |M| / T, log |M|, λ_j, λ_j − ℓ_j(S)
 FEATURES = 5
@@ -88,8 +89,6 @@ def pseudo_log_likelihoods(model, x: torch.Tensor) -> torch.Tensor:
 
 def uses_value_head(model, length: int) -> bool:
     """Whether ψ is the model's value head for a text of ``length`` tokens (one the network reads whole)."""
-    from .windows import window_size
-
     return getattr(model, "value_head", None) is not None and window_size(model, length) is None
 
 
@@ -117,13 +116,16 @@ def sets_of_size(length: int, size: int, count: int, generator) -> torch.Tensor:
     return torch.rand(count, length, generator=generator).argsort(1).argsort(1) < size
 
 
-def bellman_targets(model, x: torch.Tensor, pseudo: torch.Tensor, revealed: torch.Tensor) -> torch.Tensor:
-    """log Σ_{i ∈ M} π(i | S) p_θ(x_i | S) ψ(S ∪ {i}) [N] of the sets ``revealed`` [N, T], ψ the head as it stands
-    (ψ of the full set 1): the right side of the Bellman identity, |M| network rows more per set."""
+def bellman_targets(
+    model, x: torch.Tensor, pseudo: torch.Tensor, revealed: torch.Tensor, scores: StepScores
+) -> torch.Tensor:
+    """log Σ_{i ∈ M} π(i | S) p_θ(x_i | S) ψ(S ∪ {i}) [N] of the sets ``revealed`` [N, T] of one size (their
+    ``scores``, ``step_scores``'), ψ the head as it stands (ψ of the full set 1): the right side of the Bellman
+    identity, |M| network rows more per set."""
     at = torch.nonzero(~revealed)
     child = revealed[at[:, 0]].clone()
     child[torch.arange(at.shape[0], device=x.device), at[:, 1]] = True
-    factor = step_scores(model, x, revealed).log_joint[at[:, 0], at[:, 1]]
+    factor = scores.log_joint[at[:, 0], at[:, 1]]
     # the full set's ψ is 1 (no network row for it)
     ahead = (
         0.0
@@ -166,6 +168,7 @@ def fit_value_head(
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(head.parameters(), lr=learning_rate)
     losses = []
+    head.train()
     for _ in range(steps):
         loss = 0.0
         for _ in range(8):
@@ -173,13 +176,13 @@ def fit_value_head(
             x, T = texts[k], texts[k].numel()
             size = int(torch.randint(T, (1,), generator=generator))
             revealed = sets_of_size(T, size, sets, generator).to(x.device)
+            scores = step_scores(model, x, revealed)
             if exact is None:
                 with torch.no_grad():
-                    target = bellman_targets(model, x, pseudos[k], revealed)
+                    target = bellman_targets(model, x, pseudos[k], revealed, scores)
             else:
                 target = exact[k][(revealed.long() << torch.arange(T, device=x.device)).sum(1)]
-            head.train()
-            residual = head(step_scores(model, x, revealed).log_token, pseudos[k], revealed) - target
+            residual = head(scores.log_token, pseudos[k], revealed) - target
             loss = loss + ((residual - residual.mean()) ** 2).mean() / 8
         optimizer.zero_grad()
         loss.backward()

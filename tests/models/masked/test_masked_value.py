@@ -87,7 +87,12 @@ def test_the_bellman_targets_are_exact_one_step_from_the_end_and_fit_longer_text
     log_v, member = exact_log_values(model, x)
     pseudo = pseudo_log_likelihoods(model, x)
     last = member.sum(1) == 7
-    assert torch.allclose(bellman_targets(model, x, pseudo, member[last]), log_v[last], atol=1e-12, rtol=0)
+    assert torch.allclose(
+        bellman_targets(model, x, pseudo, member[last], step_scores(model, x, member[last])),
+        log_v[last],
+        atol=1e-12,
+        rtol=0,
+    )
     rows = step_scores(model, x, member).log_token
     size = member.sum(1)
 
