@@ -493,6 +493,13 @@ class HeadTables:
         relations = tables.edge_windows(tables.edge_relation_row_padded, first)
         return first, valid, relations, self.edge_logits(t, first, relations, valid)
 
+    def tail_log_prob(self, t: torch.Tensor, parent: torch.Tensor, tail: torch.Tensor, ok: torch.Tensor):
+        """log π_τ(an edge to ``tail`` | parent) [P] at positions t: the log-sum of the parent's edge logits over its
+        edges reaching the tail less that over all its edges (``parent_edges``; −inf or NaN where none is valid)."""
+        first, _, _, elog = self.parent_edges(t, parent, ok)
+        tails = self.tables.edge_windows(self.tables.edge_tail_padded, first)
+        return elog.masked_fill(tails != tail.unsqueeze(-1), -math.inf).logsumexp(-1) - elog.logsumexp(-1)
+
 
 def candidate_slots(window: torch.Tensor, tables: GraphTables) -> torch.Tensor:
     """Parent candidates in recent-entity windows [..., C] of rows: distinct owned rows with edges (last occurrence)."""
@@ -567,11 +574,7 @@ def _related_terms(
     plog = tabs.parent_logits(t_rel, win).masked_fill(~cmask, -math.inf) / tau
     plog = torch.log_softmax(plog, -1)
     parent_lp = torch.where(okp, plog.masked_fill(~hit, -math.inf).logsumexp(-1), -math.inf)
-    first, _, _, elog = tabs.parent_edges(t_rel, par, okp)
-    norm = elog.logsumexp(-1)
-    tails = tables.edge_windows(tables.edge_tail_padded, first)
-    reach = elog.masked_fill(tails != ent.unsqueeze(-1), -math.inf).logsumexp(-1)
-    rel_lp = reach - norm
+    rel_lp = tabs.tail_log_prob(t_rel, par, ent, okp)
     okp = okp & torch.isfinite(rel_lp)
     return parent_lp + rel_lp, okp
 

@@ -369,11 +369,7 @@ def _related_log_prob(
     ok = is_rel & hit.any(-1) & tables.owns_row(par) & (ent >= 0)
     parent_lp = plog.masked_fill(~hit, -math.inf).logsumexp(-1)
     if tabs.max_degree > 0:
-        first, _, _, elog = tabs.parent_edges(t_vec, par, ok)
-        norm = elog.logsumexp(-1)
-        tails = tables.edge_windows(tables.edge_tail_padded, first)
-        reach = elog.masked_fill(tails != ent.unsqueeze(1), -math.inf).logsumexp(-1)
-        rel_lp = reach - norm
+        rel_lp = tabs.tail_log_prob(t_vec, par, ent, ok)
     else:
         rel_lp = torch.full_like(parent_lp, -math.inf)
     ok = ok & torch.isfinite(rel_lp) & torch.isfinite(parent_lp)
