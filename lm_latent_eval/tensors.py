@@ -28,10 +28,6 @@ def selects_rows(device: torch.device | str) -> bool:
     return torch.device(device).type in SELECT_ROWS_ON
 
 
-# a 0-dim CPU tensor: a scalar operand of an operation on any device (no copy, no kernel of its own)
-_MINUS_INF = torch.tensor(-math.inf)
-
-
 def inverse_cdf(
     weights: torch.Tensor | None,
     u: torch.Tensor,
@@ -54,7 +50,7 @@ def inverse_cdf(
     cdf = cdf.to(dtype)
     # [..., 1]
     total = cdf[..., -1:]
-    below = torch.nextafter(total, _MINUS_INF)
+    below = torch.nextafter(total, torch.full_like(total, -math.inf))
     # [..., 1], or [..., m] per row
     target = u.to(dtype) * total if per_row else u.to(dtype).unsqueeze(-1) * total
     drawn = torch.searchsorted(cdf, torch.minimum(target, below), right=True)

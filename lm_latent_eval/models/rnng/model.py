@@ -79,13 +79,14 @@ class StackLSTM(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, inputs, h, c):
-        """One step from states h, c [B, L, H] on inputs [B, D]: new (h, c) [B, L, H]."""
+        """One step from states h, c [B, L, H] on inputs [B, D]: new (h, c) [B, L, H] in the dtype of h and c (under
+        CUDA's autocast the cells compute in bfloat16; the stacks stay in their own dtype)."""
         hs, cs = [], []
         for l, cell in enumerate(self.cells):
             h_l, c_l = cell(inputs if l == 0 else self.dropout(hs[-1]), (h[:, l], c[:, l]))
             hs.append(h_l)
             cs.append(c_l)
-        return torch.stack(hs, 1), torch.stack(cs, 1)
+        return torch.stack(hs, 1).to(h.dtype), torch.stack(cs, 1).to(c.dtype)
 
 
 class RNNG(

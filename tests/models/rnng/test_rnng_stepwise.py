@@ -136,6 +136,37 @@ def test_smc_is_unbiased_against_every_tree(text, peek, count_eos):
     assert np.exp(estimates - log_p).std() > 1e-3
 
 
+def test_cells_in_bfloat16_keep_the_stacks_dtype(model):
+    """Under CUDA's autocast the LSTM cells return bfloat16 (lstm_cell is on its lower-precision list, not on the
+    CPU's): the stacks stay float32, and SMC and log_joint run (they raised a dtype mismatch on the GPU), within
+    bfloat16's rounding of the float32 numbers."""
+    text = "the dog saw a cat"
+    x = model.tokenize(text)
+    z = model.proposal.sample(x, 4, 1.0, True, torch.Generator().manual_seed(0))[0]
+
+    def run():
+        smc = smc_log_weights(
+            model, x, num_samples=4, seed=0, document=text, resample_threshold=1.0, smc_runs=1
+        )
+        return torch.as_tensor(smc[0]), model.log_joint(x, z)
+
+    full = run()
+    # autocast's cell: inputs of any float dtype, outputs in bfloat16
+    hooks = [hook for cell in model.stack_lstm.cells for hook in (
+        cell.register_forward_pre_hook(lambda _m, i: (i[0].float(), tuple(s.float() for s in i[1]))),
+        cell.register_forward_hook(lambda _m, _i, out: tuple(o.bfloat16() for o in out)))]  # fmt: skip
+    try:
+        zeros = torch.zeros(2, model.num_layers, model.hidden_size)
+        assert model.stack_lstm(torch.zeros(2, model.dim), zeros, zeros)[0].dtype == torch.float32
+        rounded = run()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    for a, b in zip(full, rounded):
+        assert torch.isfinite(b).all()
+        torch.testing.assert_close(b.double(), a.double(), atol=0.5, rtol=0)
+
+
 # ---------------------------------------------------------------- text
 
 
