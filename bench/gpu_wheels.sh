@@ -1,8 +1,9 @@
 #!/bin/bash
 # The Python packages a device machine lacks, as wheels in .whl/ (git-ignored), at the versions this checkout's
 # environment runs: its image holds torch, transformers and accelerate but not lm-eval, evaluate, datasets and their
-# small dependencies (the device README's package list), and nothing can be fetched there. Run here, once a session
-# is lent a GPU, before the device call (about a minute, 32 wheels, about 21 MiB of the 64 MiB a call carries):
+# small dependencies (the device README's package list) nor pytest-xdist (the suite step), and nothing can be fetched
+# there. Run here, once a session is lent a GPU, before the device call (about a minute, 37 wheels, about 21 MiB of
+# the 64 MiB a call carries):
 #
 #   bash bench/gpu_wheels.sh
 #
@@ -18,7 +19,8 @@ set -eu
 PY=${PY:-.venv/bin/python}
 PACKAGES="DataProperty annotated-types arviz chardet datasets defusedxml dill evaluate h5netcdf httpcore2 httpx2
 lm_eval mbstrdecoder more-itertools multiprocess nltk pathvalidate platformdirs pydantic pydantic_core pytablewriter
-pytz rouge_score sqlitedict tabledata tcolorpy truststore typepy typing-inspection word2number xarray-einstats"
+pytz rouge_score sqlitedict tabledata tcolorpy truststore typepy typing-inspection word2number xarray-einstats
+pytest pytest-xdist execnet iniconfig pluggy"
 mkdir -p .whl
 for name in $PACKAGES; do
   version=$($PY -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$name")

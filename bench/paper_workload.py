@@ -193,6 +193,13 @@ def run_document(model, name, doc, index, rank, args, device) -> DocumentRecord:
                 counter.__exit__()
         seconds = time.perf_counter() - start
         pairs = counter.distinct() if counter is not None else None
+        # as it goes (stderr): a run stopped inside a long document still leaves each finished setting's rate
+        print(
+            f"document {index} ({T:,} tokens), τ={tau:g}{'' if peek else ', no peeking'}: {seconds:.2f} s, "
+            f"{(args.max_k + args.repeats * args.repeat_k) * T / seconds:,.0f} particles·tokens/s",
+            file=sys.stderr,
+            flush=True,
+        )
         record.settings.append(
             SettingRecord(
                 tau,
