@@ -36,6 +36,10 @@ COMMANDS = {
         "lm_latent_eval.distortion.pipeline",
         "distortion-error curves of a model against a reference LM",
     ),
+    "fit-value-head": (
+        "lm_latent_eval.models.masked.value_fit",
+        "fit SMC's value head to a masked LM and texts like yours (model_args value_head=)",
+    ),
     "check-model": (
         "lm_latent_eval.model_check",
         "check a latent LM against the contract on short texts (shapes, log q, estimators, prefix declaration)",

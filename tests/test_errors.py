@@ -387,7 +387,9 @@ def _leaf_parsers(parser: argparse.ArgumentParser):
             yield from _leaf_parsers(sub)
 
 
-@pytest.mark.parametrize("command", ["sweep", "report", "compare", "train", "lda-peers", "distortion"])
+@pytest.mark.parametrize(
+    "command", ["sweep", "report", "compare", "train", "lda-peers", "distortion", "fit-value-head"]
+)
 def test_every_subcommand_that_writes_files_takes_output(command):
     """Issue 34, item 15: the subcommands mixed ``--output`` and ``--output-dir``. Every one that writes files takes
     ``--output`` (``--output-dir``, a former name, is a deprecated alias: the test above)."""

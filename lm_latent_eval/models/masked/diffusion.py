@@ -75,6 +75,13 @@ class MaskedDiffusionLM(
             ),
         ),
         "trust_remote_code": (bool, "(Hugging Face checkpoints) passed to transformers' Auto classes"),
+        "value_head": (
+            str,
+            (
+                "a value head file from `lm-latent-eval fit-value-head`: SMC's look-ahead where it resamples "
+                "(resample_threshold > 0; default: the checkpoint's head, else the mean field)"
+            ),
+        ),
     }
 
     def __init__(
@@ -111,12 +118,24 @@ class MaskedDiffusionLM(
         shifted_outputs=None,
         dtype=None,
         device=None,
+        value_head=None,
         **kwargs,
     ):
         """Our checkpoint (config.json + model.safetensors), or a Hugging Face masked LM or masked-diffusion
         checkpoint (``hf.HFMaskedLM``: ``mask_token``, ``trust_remote_code`` and ``shifted_outputs`` apply to it
         only; its network is read in ``dtype`` onto ``device`` by transformers, ``hf.loading_options``). Ours is
-        small: it is loaded on the host and ``load_model`` casts and moves it."""
+        small: it is loaded on the host and ``load_model`` casts and moves it. ``value_head``: a file of
+        ``ValueHead.save`` that replaces the checkpoint's head."""
+        model = cls._load(pretrained_model_name_or_path, mask_token, trust_remote_code, shifted_outputs, dtype,
+                          device, **kwargs)  # fmt: skip
+        if value_head is not None:
+            model.value_head = ValueHead.load(value_head).to(device or "cpu")
+        return model
+
+    @classmethod
+    def _load(cls, pretrained_model_name_or_path, mask_token, trust_remote_code, shifted_outputs, dtype, device,
+              **kwargs):  # fmt: skip
+        """``from_pretrained`` without its ``value_head``."""
         if is_transformers_checkpoint(pretrained_model_name_or_path):
             from .hf import HFMaskedLM
 

@@ -21,20 +21,10 @@ from ..training import default_settings, fresh_folder, make_default_arguments
 from .corpus import HELD_OUT_FILE, TRAIN_FILE, read_sentences, write_sentences
 from .diffusion import MaskedDiffusionLM
 from .train import TrainConfig, train_masked
-from .value import fit_value_head
+from .value_fit import HeadRecipe, fit_head, value_pieces
 
 TRAINING = TrainConfig(epochs=30)
 NUM_VALID = 100
-# the value head: its width; the texts it is fitted to exactly (pieces of these lengths, 2^T exact values each),
-# then the longer ones it is carried to by the Bellman identity (sets per group, learning rate)
-VALUE_WIDTH, VALUE_TEXTS, VALUE_LENGTHS, VALUE_STEPS = 64, 60, (10, 11, 12, 13, 14), 2000
-BELLMAN_TEXTS, BELLMAN_LENGTHS, BELLMAN_STEPS, BELLMAN_SETS, BELLMAN_RATE = (
-    40,
-    (20, 28, 36, 44, 52),
-    400,
-    8,
-    3e-4,
-)
 CARD = """# Bundled masked-diffusion LM (lm-latent-eval)
 
 A word-level masked-diffusion LM: a {layers}-layer bidirectional transformer encoder (d_model {d_model}) over
@@ -54,45 +44,26 @@ sentences joined ({steps} Adam steps; mean loss of the last 100 {loss:.4f}), the
 """
 
 
-def value_texts(model, sentences: list[str], seed: int, count: int, lengths) -> list[torch.Tensor]:
-    """``count`` pieces of the sentences joined, their lengths cycling through ``lengths``, each from a random
-    offset (seeded)."""
-    ids = torch.cat([model.tokenize(s) for s in sentences])
-    generator = torch.Generator().manual_seed(seed)
-    pieces = []
-    for k in range(count):
-        n = lengths[k % len(lengths)]
-        start = int(torch.randint(ids.numel() - n, (1,), generator=generator))
-        pieces.append(ids[start : start + n])
-    return pieces
-
-
-def fit_head(model, short: list[torch.Tensor], long: list[torch.Tensor], seed: int) -> tuple[float, float]:
-    """``model.value_head`` fitted to the exact values of the ``short`` texts, then by the Bellman identity on the
-    ``long`` ones (``value.fit_value_head``): the mean loss of each stage's last 100 steps."""
-    exact = fit_value_head(model, short, VALUE_STEPS, seed)
-    bellman = fit_value_head(model, long, BELLMAN_STEPS, seed, "bellman", BELLMAN_SETS, BELLMAN_RATE)
-    return sum(exact[-100:]) / 100, sum(bellman[-100:]) / 100
-
-
 def add_value_head(model: MaskedDiffusionLM, sentences: list[str], seed: int, out: Path) -> str:
     """The model again with a value head fitted to pieces of ``sentences`` (``fit_head``), saved to ``out``;
     returns the card's paragraph."""
     start = time.time()
-    config = {**model._hub_mixin_config, "value_width": VALUE_WIDTH}
+    recipe = HeadRecipe()
+    config = {**model._hub_mixin_config, "value_width": recipe.width}
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         headed = MaskedDiffusionLM(**config)
     headed.predictor.load_state_dict(model.predictor.state_dict())
     headed.eval()
-    short = value_texts(headed, sentences, seed, VALUE_TEXTS, VALUE_LENGTHS)
-    long = value_texts(headed, sentences, seed + 1, BELLMAN_TEXTS, BELLMAN_LENGTHS)
-    loss, long_loss = fit_head(headed, short, long, seed)
+    short = value_pieces(headed, sentences, seed, recipe.pieces, recipe.lengths)
+    long = value_pieces(headed, sentences, seed + 1, recipe.bellman_pieces, recipe.bellman_lengths)
+    loss, long_loss = fit_head(headed, short, long, seed, recipe)
     headed.save_pretrained(out)
     (out / "model.safetensors").chmod(0o644)
-    return VALUE_CARD.format(width=VALUE_WIDTH, texts=VALUE_TEXTS, steps=VALUE_STEPS, seed=seed, loss=loss,
-                             lengths=f"{VALUE_LENGTHS[0]} to {VALUE_LENGTHS[-1]}", long_texts=BELLMAN_TEXTS,
-                             long_lengths=f"{BELLMAN_LENGTHS[0]} to {BELLMAN_LENGTHS[-1]}", long_steps=BELLMAN_STEPS,
+    return VALUE_CARD.format(width=recipe.width, texts=recipe.pieces, steps=recipe.steps, seed=seed, loss=loss,
+                             lengths=f"{recipe.lengths[0]} to {recipe.lengths[-1]}", long_texts=recipe.bellman_pieces,
+                             long_lengths=f"{recipe.bellman_lengths[0]} to {recipe.bellman_lengths[-1]}",
+                             long_steps=recipe.bellman_steps,
                              long_loss=long_loss, seconds=time.time() - start)  # fmt: skip
 
 

@@ -23,9 +23,15 @@ field.
 
 from __future__ import annotations
 
-import torch
-from torch import nn
+from pathlib import Path
 
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
+from torch import nn
+from tqdm.auto import tqdm
+
+from ...errors import InputError, MissingFileError, one_line
 from .conditionals import StepScores, step_scores
 from .windows import window_size
 
@@ -33,6 +39,8 @@ from .windows import window_size
 FEATURES = 5
 # what ``fit_value_head`` fits log ψ(S) to
 TARGETS = ("dynamic_program", "bellman")
+# the ``format`` in a saved head's metadata
+HEAD_FORMAT = "lm-latent-eval value head v1"
 
 
 class ValueHead(nn.Module):
@@ -57,6 +65,32 @@ class ValueHead(nn.Module):
         self.mlp = nn.Sequential(
             nn.Linear(FEATURES, width), nn.GELU(), nn.Linear(width, width), nn.GELU(), nn.Linear(width, 1)
         )
+
+    def save(self, path: str | Path) -> None:
+        """Write the head as one safetensors file, its width in the file's metadata (``load`` reads it back)."""
+        save_file({k: v.float().contiguous() for k, v in self.state_dict().items()}, str(path),
+                  metadata={"format": HEAD_FORMAT, "width": str(self.mlp[0].out_features)})  # fmt: skip
+
+    @classmethod
+    def load(cls, path: str | Path) -> ValueHead:
+        """The head that ``save`` wrote to ``path`` (model_args ``value_head``); one line naming the file where it is
+        missing or is not such a head."""
+        if not Path(path).is_file():
+            raise MissingFileError(
+                f"value_head={path}: no such file (write one with lm-latent-eval fit-value-head)"
+            )
+        try:
+            with safe_open(str(path), "pt") as f:
+                metadata = f.metadata() or {}
+            if metadata.get("format") != HEAD_FORMAT:
+                raise ValueError("no value-head metadata")
+            head = cls(int(metadata["width"]))
+            head.load_state_dict(load_file(str(path)))
+        except (ValueError, RuntimeError, OSError, SafetensorError) as err:
+            raise InputError(
+                f"value_head={path}: not a value head written by lm-latent-eval fit-value-head ({one_line(err)})"
+            ) from None
+        return head.eval()
 
     def forward(self, log_token: torch.Tensor, pseudo: torch.Tensor, revealed: torch.Tensor) -> torch.Tensor:
         """log ψ(S) [N], float64, for the rows ``log_token`` [N, T] (ℓ_j(S), −inf at revealed j), the pseudo
@@ -143,6 +177,7 @@ def fit_value_head(
     targets: str = "dynamic_program",
     sets: int = 32,
     learning_rate: float = 1e-3,
+    progress: bool = False,
 ) -> list[float]:
     """Fit ``model.value_head`` to log V(S) on sets of ``texts``.
 
@@ -151,7 +186,7 @@ def fit_value_head(
     any text the network reads whole), which carries a head fitted to exact values on short texts to longer ones.
     Each step draws 8 groups, each one text, one size s and ``sets`` sets of that size, and minimises the squared
     error of log ψ(S) − target less its mean over the group (Adam): particles of one step hold sets of one size, and
-    a constant per size leaves the weights' ratios, hence SMC, unchanged.
+    a constant per size leaves the weights' ratios, hence SMC, unchanged. ``progress``: a bar over the steps.
 
     Returns
     -------
@@ -169,7 +204,7 @@ def fit_value_head(
     optimizer = torch.optim.Adam(head.parameters(), lr=learning_rate)
     losses = []
     head.train()
-    for _ in range(steps):
+    for _ in tqdm(range(steps), desc=f"value head ({targets})", disable=not progress):
         loss = 0.0
         for _ in range(8):
             k = int(torch.randint(len(texts), (1,), generator=generator))

@@ -23,6 +23,7 @@ from lm_latent_eval.models.masked.value import (
     log_lookahead,
     pseudo_log_likelihoods,
 )
+from lm_latent_eval.models.masked.value_fit import HeadRecipe
 
 
 def brute_force_value(model, x: torch.Tensor, revealed: torch.Tensor) -> float:
@@ -142,8 +143,8 @@ def test_the_head_is_written_and_read_back_with_the_checkpoint(tmp_path, monkeyp
     folder = tmp_path / "masked"
     bundled.save_pretrained(folder)
     (folder / "README.md").write_text((DATA_DIR / "masked" / "README.md").read_text())
-    for name, value in (("VALUE_TEXTS", 5), ("VALUE_STEPS", 3), ("BELLMAN_TEXTS", 5), ("BELLMAN_STEPS", 2)):
-        monkeypatch.setattr(make_default, name, value)
+    small = HeadRecipe(pieces=5, steps=3, bellman_pieces=5, bellman_steps=2)
+    monkeypatch.setattr(make_default, "HeadRecipe", lambda: small)
     make_default.main(["--output-dir", str(tmp_path), "--value-head-only"])
     written = MaskedDiffusionLM.from_pretrained(str(folder))
     assert written.value_head is not None
@@ -151,3 +152,40 @@ def test_the_head_is_written_and_read_back_with_the_checkpoint(tmp_path, monkeyp
         assert torch.equal(written.predictor.state_dict()[name], tensor), name
     card = (folder / "README.md").read_text()
     assert card.count("SMC's value head") == 1 and "5 pieces of 10" in card and "5 pieces of 20" in card
+
+
+def test_fit_value_head_writes_a_head_that_model_args_read(tmp_path, capsys):
+    """``lm-latent-eval fit-value-head`` on the bundled network (a small recipe) writes a head that model_args
+    ``value_head`` loads over the checkpoint's, weights equal; SMC that resamples then runs under it (other numbers
+    than under the checkpoint's head, the same expectation: tested above). Bad files and too few tokens: one line."""
+    from lm_latent_eval.cli import main
+    from lm_latent_eval.models import load_model
+    from lm_latent_eval.paths import DATA_DIR
+
+    texts, out = DATA_DIR / "masked_tiny" / "test.jsonl", tmp_path / "head.safetensors"
+    small = ["--pieces", "2", "--steps", "2", "--bellman-pieces", "2", "--bellman-steps", "1"]
+    assert main(["fit-value-head", "--texts", str(texts), "--output", str(out), *small]) == 0
+    assert f"value_head={out}" in capsys.readouterr().out
+    bundled, _ = load_model("masked")
+    model, _ = load_model("masked", value_head=str(out))
+    written = ValueHead.load(out)
+    assert all(torch.equal(a, b) for a, b in zip(model.value_head.state_dict().values(),
+                                                 written.state_dict().values()))  # fmt: skip
+    assert not torch.equal(model.value_head.mlp[0].weight, bundled.value_head.mlp[0].weight)
+    text = "the cat sat on the mat and the dog sat on the rug"
+    settings = EstimatorSettings("smc", 64, peek=False, resample_threshold=1.0, target_se=0, seed=0)
+    ours, theirs = (resolve(settings, m).estimate(text).log_likelihood for m in (model, bundled))
+    assert math.isfinite(ours) and ours != theirs
+
+    short = tmp_path / "short.txt"
+    short.write_text("a b c\n")
+    assert main(["fit-value-head", "--texts", str(short), "--output", str(out), *small]) == 2
+    assert "the texts hold 3 tokens in all" in capsys.readouterr().err
+    for bad, message in ((tmp_path / "none.safetensors", "no such file"), (short, "not a value head")):
+        with pytest.raises(Exception, match=message):
+            load_model("masked", value_head=str(bad))
+    assert (
+        main(["fit-value-head", "--texts", str(texts), "--output", str(out), "--model_args", "num_samples=8"])
+        == 2
+    )
+    assert "estimator settings" in capsys.readouterr().err
