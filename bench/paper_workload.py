@@ -104,6 +104,16 @@ def k_grid(max_k: int) -> list[int]:
     return sorted({k for k in grid if k < max_k} | {max_k})
 
 
+def setting_label(tau: float, peek: bool) -> str:
+    """A proposal setting of Table 1 as the tables name it: ``τ=0.5``, ``τ=1, no peeking``."""
+    return f"τ={tau:g}" + ("" if peek else ", no peeking")
+
+
+def particles_per_setting(args) -> int:
+    """Particles drawn per document and setting: Figure 3's ``max_k`` and Figure 4's repeats · ``repeat_k``."""
+    return args.max_k + args.repeats * args.repeat_k
+
+
 def group_log_means(log_weights: np.ndarray, repeats: int) -> list[float]:
     """log p̂ of each of ``repeats`` disjoint consecutive groups of the weights."""
     return [float(v) for v in log_mean_exp(log_weights.reshape(repeats, -1), axis=1)]
@@ -195,8 +205,8 @@ def run_document(model, name, doc, index, rank, args, device) -> DocumentRecord:
         pairs = counter.distinct() if counter is not None else None
         # as it goes (stderr): a run stopped inside a long document still leaves each finished setting's rate
         print(
-            f"document {index} ({T:,} tokens), τ={tau:g}{'' if peek else ', no peeking'}: {seconds:.2f} s, "
-            f"{(args.max_k + args.repeats * args.repeat_k) * T / seconds:,.0f} particles·tokens/s",
+            f"document {index} ({T:,} tokens), {setting_label(tau, peek)}: {seconds:.2f} s, "
+            f"{particles_per_setting(args) * T / seconds:,.0f} particles·tokens/s",
             file=sys.stderr,
             flush=True,
         )
@@ -309,7 +319,7 @@ def figures(records: list[DocumentRecord], args) -> dict:
     tokens = [r.tokens for r in records]
     out = {"k": k_grid(args.max_k), "figure3": {}, "figure4": {}}
     for j, (tau, peek) in enumerate(args.settings):
-        label = f"τ={tau:g}" + ("" if peek else ", no peeking")
+        label = setting_label(tau, peek)
         curve = np.array([r.settings[j].figure3 for r in records])  # [N, grid]
         reps = np.array([r.settings[j].figure4 for r in records])  # [N, repeats]
         out["figure3"][label] = [instance_ppl(curve[:, i], tokens) for i in range(curve.shape[1])]
@@ -341,7 +351,7 @@ class Run:
 def report(records: list[DocumentRecord], all_tokens: list[int], args, run: Run, model) -> dict:
     """The measured and extrapolated figures (printed as markdown; returned for --output)."""
     device, processes, peaks = run.device, run.processes, run.memory_mib
-    per_setting = args.max_k + args.repeats * args.repeat_k
+    per_setting = particles_per_setting(args)
     settings = len(args.settings)
     done_tokens = sum(r.tokens for r in records)
     seconds = sum(r.seconds for r in records)
@@ -391,7 +401,7 @@ def report(records: list[DocumentRecord], all_tokens: list[int], args, run: Run,
         sec = sum(v.seconds for v in s)
         pairs = f"{sum(v.word_pairs for v in s) / done_tokens:.1f}" if s[0].word_pairs is not None else "-"
         print(
-            f"| τ={tau:g}{'' if peek else ', no peeking'} | {sec:.2f} | {per_setting * done_tokens / sec:,.0f} |"
+            f"| {setting_label(tau, peek)} | {sec:.2f} | {per_setting * done_tokens / sec:,.0f} |"
             f" {sum(v.flops for v in s) / sec / 1e12:.3g} | {pairs} |"
         )
     print(
@@ -481,7 +491,7 @@ def paper_pairs(model, records: list[DocumentRecord], args, K: int) -> float:
     a mention brings a new entity under a flat q) at the measured rate, up to one pair per entity."""
     tokens = sum(r.tokens for r in records)
     measured = sum(s.word_pairs for r in records for s in r.settings) / (tokens * len(args.settings))
-    particles = args.max_k + args.repeats * args.repeat_k
+    particles = particles_per_setting(args)
     return min(1 + max(measured - 1, 0) * K / particles, model.graph.num_entities + 1)
 
 
