@@ -13,8 +13,9 @@ by the inverse CDF of the row with text d's own uniforms (``side_by_side.lane_un
 
     log π(σ_t | S) + log p_θ(x_σ_t | S) − log q_τ(σ_t | S, x) + log ψ(S ∪ {σ_t}) − log ψ(S)
 
-with ψ the look-ahead of ``value.py`` (ψ of the full set 1), every operation row by row, so a particle's numbers are those of its text alone. The new sets' rows (for ψ and the
-next step) are the distinct (text, S) pairs of the group: each text's are looked up in the model's ``row_cache``
+with ψ the look-ahead of ``value.py`` (ψ of the full set 1), every operation row by row, so a particle's numbers are
+those of its text alone. The new sets' rows (for ψ and the next step) are the distinct (text, S) pairs of the group:
+each text's are looked up in the model's ``row_cache``
 under that text's own key (a row read back is the row the network gave), and the missing ones of every text of the
 group are stacked and run in blocks of ``block_tokens // T`` rows (``conditionals.scored_rows``), then stored under
 their text's key. A group's forward calls per step are thus ⌈rows / (block_tokens // T)⌉ instead of one or more per

@@ -76,8 +76,8 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
     documents_module = documents
     # what the user does not give (estimators.registry.with_model_defaults): uniform orders (peek=False: the peeking
     # proposal's weights are heavy-tailed) and SMC that never resamples (the mean-field look-ahead misleads
-    # resampling; a value head's statement is measured at 16 tokens only); the measurements: docs/models.md,
-    # "Masked and masked-diffusion LMs" and "At length"
+    # resampling; a value head's statement is measured at 16 and 32 tokens, not beyond); the measurements:
+    # docs/models.md, "Masked and masked-diffusion LMs" and "At length"
     default_settings: ClassVar[dict] = {"peek": False, "resample_threshold": 0.0}
 
     def __init__(self, predictor, mask_id, vocab, policy="uniform", policy_temperature=1.0, max_exact_tokens=16,
