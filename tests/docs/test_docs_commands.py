@@ -97,7 +97,7 @@ def quoted_commands(pages=PAGES) -> list[Command]:
 # Why a command cannot run here: the first matching rule names it (matched against the command's text).
 PLACEHOLDER = re.compile(
     r"\.\.\.|<\w+>|\b(DIR|FILE|OUT|MODEL|DIR_OR_HUB_ID)\b|\bmy_(pkg|corpus|model|lda|tasks)|ε|τ|\bR\b|\bK\b"
-    r"|(?<![/\w])(docs\.jsonl|train\.jsonl|train\.mrg|kglm\.model|weights\.txt)|their_|my_latent_lm|out_a"
+    r"|(?<![/\w])(docs\.jsonl|train\.jsonl|train\.mrg|kglm\.model|weights\.txt)|their_|my_latent_lm|my_texts|/path/to/|out_a"
 )
 SKIPS = [
     (
