@@ -19,13 +19,21 @@ split the seeds.
     python bench/masked_value.py --table           # writes bench/masked_length/value_head.md
     python bench/masked_value.py --coverage 16 --seeds 100   # writes bench/masked_length/value_coverage_T16.json
     python bench/masked_value.py --coverage 32 --oracle --workers 2   # value_coverage_oracle_T32.json
+    python bench/masked_value.py --proposals       # writes bench/masked_length/value_proposals.md
+
+``--proposals``: what still moves SMC under a value head at 32 and 48 tokens, on the oracle: the head (the recipe's;
+the recipe's carried on by more Bellman steps at 32 to 64 tokens; one fitted to the oracle's exact log V(S) on texts
+of 24 to 64 tokens, targets no real network offers) and the proposal over the next position (``proposal_smc``), with
+each head's errors against the exact log V(S) and against the Bellman identity on sets of the bench's texts.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
+import math
 import multiprocessing
 import time
 from pathlib import Path
@@ -33,14 +41,23 @@ from pathlib import Path
 import numpy as np
 import torch
 from masked_coverage import StateTables, coverage, summary
-from masked_length import OUTPUT, joined_texts, mean_sd, oracle_texts
+from masked_length import OUTPUT, exact_twist, joined_texts, mean_sd, oracle_texts
 from masked_side_by_side import Cost, machine
 
 from lm_latent_eval.estimators import EstimatorSettings
 from lm_latent_eval.estimators.registry import resolve
+from lm_latent_eval.estimators.resampling import systematic_resample
 from lm_latent_eval.models import load_model
+from lm_latent_eval.models.masked.conditionals import step_scores
 from lm_latent_eval.models.masked.oracle import make_oracle_model, oracle_log_marginal, sample_oracle_text
-from lm_latent_eval.models.masked.value import ValueHead
+from lm_latent_eval.models.masked.value import (
+    ValueHead,
+    bellman_targets,
+    fit_value_head,
+    log_lookahead,
+    pseudo_log_likelihoods,
+    sets_of_size,
+)
 from lm_latent_eval.models.masked.value_fit import HeadRecipe, fit_head
 
 KS, SEEDS, TEXTS = (64, 256), 5, 4
@@ -79,11 +96,13 @@ def head_used(model, used: bool):
         model.value_head = head
 
 
-def cell(model, texts: list[str], K: int, estimator: str, threshold: float, head: bool) -> tuple:
+def cell(
+    model, texts: list[str], K: int, estimator: str, threshold: float, head: bool, seeds: int = SEEDS
+) -> tuple:
     """log p̂ [seeds, texts], network rows per seed (each seed from an empty row cache), seconds."""
     estimates, rows, start, cost = [], 0, time.perf_counter(), Cost(model)
     with head_used(model, head):
-        for seed in range(SEEDS):
+        for seed in range(seeds):
             settings = EstimatorSettings(
                 estimator, K, peek=False, resample_threshold=threshold, target_se=0, seed=seed
             )
@@ -91,7 +110,7 @@ def cell(model, texts: list[str], K: int, estimator: str, threshold: float, head
             out, seed_rows, _, _ = cost.run(lambda: [run.estimate(t).log_likelihood for t in texts])
             estimates.append(out)
             rows += seed_rows
-    return np.array(estimates), rows / SEEDS, time.perf_counter() - start
+    return np.array(estimates), rows / seeds, time.perf_counter() - start
 
 
 def table_rows(name: str, model, lengths, texts_of, truth_of) -> list[str]:
@@ -202,10 +221,234 @@ def oracle_coverage_runs(length: int, seeds: int, workers: int) -> dict:
     return {"head_fit_seconds": fit_seconds, "truth": truth, **with_cost(out, length, len(texts))}
 
 
+def head_one_row(model, log_token, log_order, revealed, pseudo):
+    """log of the head's one-row proposal's weights [K, T]: log π(i | S) + ℓ_i(S) + log ψ̃(S ∪ {i}), ψ̃ the head at
+    S ∪ {i} read from the row at S (ℓ_j(S ∪ {i}) taken as ℓ_j(S)), which is log π(i | S) − g_φ(ℓ_i(S), λ_i, |M| − 1)
+    up to a constant per particle: no network row more. Under the mean field (g = 0) it is the order prior."""
+    with torch.no_grad():
+        g = model.value_head.corrections(log_token, pseudo, revealed, shift=-1)
+    return (log_order - g).masked_fill(revealed, -math.inf)
+
+
+def proposal_smc(model, x: torch.Tensor, K: int, seed: int, proposal: str) -> tuple[float, int]:
+    """(log p̂, network rows) of SMC over orders under the model's value head ψ, resampling systematically at
+    ESS < K/2, the next position drawn from
+
+    - ``"one row"``: ``head_one_row``, weight π p_θ(x_i | S) ψ(S ∪ {i}) / (q(i | S) ψ(S)) (ψ(S ∪ {i}) from the new
+      row, as the package's SMC);
+    - ``"adapted"``: q(i | S) ∝ π(i | S) p_θ(x_i | S) ψ(S ∪ {i}) over every masked i (the fully adapted proposal: the
+      |M| rows of S's children), weight Σ_i π p_θ ψ(S ∪ {i}) / ψ(S), whatever i is drawn, resampled before the draw.
+
+    The package's stepwise part (``models/masked/stepwise.py``) with its proposal swapped; ψ(∅) = 1, ψ(all) = 1."""
+    generator = torch.Generator().manual_seed(seed)
+    T = x.numel()
+    pseudo = pseudo_log_likelihoods(model, x)
+    revealed = torch.zeros(K, T, dtype=torch.bool)
+    scores, rows = step_scores(model, x, revealed), T + 1
+    log_psi, log_w, banked = torch.zeros(K, dtype=torch.float64), torch.zeros(K, dtype=torch.float64), 0.0
+
+    def resample(*tensors):
+        nonlocal banked, log_w
+        ess = torch.exp(2 * torch.logsumexp(log_w, 0) - torch.logsumexp(2 * log_w, 0))
+        if ess >= K / 2:
+            return tensors
+        banked += float(torch.logsumexp(log_w, 0)) - math.log(K)
+        ancestors = systematic_resample(log_w, generator)
+        log_w = torch.zeros(K, dtype=torch.float64)
+        return tuple(t[ancestors] for t in tensors)
+
+    for t in range(T):
+        if proposal == "adapted":
+            at = torch.nonzero(~revealed)
+            child = revealed[at[:, 0]].clone()
+            child[torch.arange(at.shape[0]), at[:, 1]] = True
+            ahead = torch.zeros(at.shape[0], dtype=torch.float64)
+            if t < T - 1:
+                distinct, index = torch.unique(child, dim=0, return_inverse=True)
+                rows += distinct.shape[0]
+                ahead = log_lookahead(model, step_scores(model, x, distinct).log_token, distinct, pseudo)[
+                    index
+                ]
+            logits = torch.full((K, T), -math.inf, dtype=torch.float64)
+            logits[at[:, 0], at[:, 1]] = scores.log_joint[at[:, 0], at[:, 1]] + ahead
+            log_w = log_w + torch.logsumexp(logits, 1) - log_psi
+            revealed, logits = resample(revealed, logits)
+            position = torch.multinomial(torch.softmax(logits, 1), 1, generator=generator).squeeze(1)
+        else:
+            log_q = torch.log_softmax(
+                head_one_row(model, scores.log_token, scores.log_order, revealed, pseudo), 1
+            )
+            position = torch.multinomial(log_q.exp(), 1, generator=generator).squeeze(1)
+            log_w = log_w + (scores.log_joint - log_q).gather(1, position[:, None]).squeeze(1) - log_psi
+        revealed = revealed.clone()
+        revealed[torch.arange(K), position] = True
+        if t < T - 1:
+            scores = step_scores(model, x, revealed)
+            log_psi = log_lookahead(model, scores.log_token, revealed, pseudo)
+            if proposal != "adapted":  # (the adapted proposal counted this row among the children)
+                rows += torch.unique(revealed, dim=0).shape[0]
+                log_w = log_w + log_psi
+                revealed, log_psi, log_token, log_order = resample(
+                    revealed, log_psi, scores.log_token, scores.log_order
+                )
+                scores = type(scores)(log_token, log_order)
+    return banked + float(torch.logsumexp(log_w, 0)) - math.log(K), rows
+
+
+def oracle_exact_head(oracle, log_v, steps: int = 900):
+    """A ``ValueHead`` fitted to the oracle's exact log V(S) (``masked_length.exact_twist``: its count program) on
+    36 of its texts of 24 to 64 tokens (seeds 555,000 + k), as ``value.fit_value_head`` fits exact values; ``log_v``:
+    ``exact_twist(oracle)``."""
+    generator = torch.Generator().manual_seed(1)
+    texts = [sample_oracle_text(oracle, (24, 32, 40, 48, 56, 64)[k % 6], seed=555_000 + k) for k in range(36)]
+    pseudos = [pseudo_log_likelihoods(oracle, x) for x in texts]
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        head = ValueHead(HeadRecipe().width)
+    optimizer = torch.optim.Adam(head.parameters(), lr=1e-3)
+    for _ in range(steps):
+        loss = 0.0
+        for _ in range(8):
+            k = int(torch.randint(len(texts), (1,), generator=generator))
+            size = int(torch.randint(texts[k].numel(), (1,), generator=generator))
+            revealed = sets_of_size(texts[k].numel(), size, 32, generator)
+            residual = head(step_scores(oracle, texts[k], revealed).log_token, pseudos[k], revealed) - log_v(
+                texts[k], revealed
+            )
+            loss = loss + ((residual - residual.mean()) ** 2).mean() / 8
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return head.eval()
+
+
+def oracle_longer_head(oracle, steps: int = 800):
+    """A copy of the oracle's head fitted ``steps`` more Bellman steps (``value.fit_value_head``, the recipe's sets
+    and rate) on 40 of its texts of 32 to 64 tokens (seeds 999,000 + k): the recipe carried to the lengths it is
+    evaluated at."""
+    recipe, lengths = HeadRecipe(), (32, 40, 48, 56, 64)
+    texts = [sample_oracle_text(oracle, lengths[k % 5], seed=999_000 + k) for k in range(40)]
+    head = oracle.value_head
+    oracle.value_head = copy.deepcopy(head)
+    fit_value_head(oracle, texts, steps, 0, "bellman", recipe.bellman_sets, recipe.bellman_rate)
+    longer, oracle.value_head = oracle.value_head, head
+    return longer
+
+
+def head_errors(oracle, head, x: torch.Tensor, log_v) -> tuple[float, float]:
+    """The head's mean squared errors on the text x: of log ψ(S) against the exact log V(S), and against the Bellman
+    identity's right side under the head (``value.bellman_targets``: one step's consistency, what SMC's increments
+    see), each less its mean over 16 sets of one size, over sizes 1, 1 + T/12, ... (None: the mean field, whose
+    Bellman side is taken under the mean field)."""
+    previous, oracle.value_head = oracle.value_head, head
+    pseudo, T, exact, bellman = pseudo_log_likelihoods(oracle, x), x.numel(), [], []
+    used = None if head is None else pseudo
+    for size in range(1, T, max(1, T // 12)):
+        revealed = sets_of_size(T, size, 16, torch.Generator().manual_seed(100 * T + size))
+        scores = step_scores(oracle, x, revealed)
+        with torch.no_grad():
+            psi = log_lookahead(oracle, scores.log_token, revealed, used)
+            for errors, target in (
+                (exact, log_v(x, revealed)),
+                (bellman, bellman_targets(oracle, x, used, revealed, scores)),
+            ):
+                residual = psi - target
+                errors.append(float(((residual - residual.mean()) ** 2).mean()))
+    oracle.value_head = previous
+    return sum(exact) / len(exact), sum(bellman) / len(bellman)
+
+
+def head_error_row(name: str, oracle, head, texts: dict, log_v) -> str:
+    """A row of the heads' table: root mean squared errors (``head_errors``) over the texts, at each length."""
+    cells = []
+    for xs in texts.values():
+        errors = np.array([head_errors(oracle, head, x, log_v) for x in xs]).mean(0)
+        cells.append(f"{math.sqrt(errors[0]):.2f} / {math.sqrt(errors[1]):.2f}")
+    return f"| {name} | " + " | ".join(cells) + " |"
+
+
+PROPOSAL_LENGTHS, PROPOSAL_K, PROPOSAL_SEEDS = (32, 48), 256, 10
+PROPOSAL_ROWS = (
+    ("uniform orders (the package's SMC)", "uniform"),
+    ("the head's one-row proposal", "one row"),
+    ("fully adapted (the children's rows)", "adapted"),
+)
+
+
+def proposals_table() -> list[str]:
+    """``--proposals``' tables (module docstring)."""
+    start = time.perf_counter()
+    oracle = oracle_with_head()
+    recipe_seconds, start = time.perf_counter() - start, time.perf_counter()
+    log_v = exact_twist(oracle)  # one memo of the count programs for the fit and the errors
+    exact_head = oracle_exact_head(oracle, log_v)
+    exact_seconds = time.perf_counter() - start
+    start, recipe_head = time.perf_counter(), oracle.value_head
+    longer_head = oracle_longer_head(oracle)
+    longer_seconds = time.perf_counter() - start
+    heads = (
+        ("the recipe's (`oracle_with_head`)", recipe_head),
+        ("the recipe's, 800 Bellman steps more at 32-64", longer_head),
+        ("fitted to exact log V(S)", exact_head),
+    )
+    texts = {T: [oracle.tokenize(t) for t in oracle_texts(oracle, T, TEXTS)] for T in (*PROPOSAL_LENGTHS, 64)}
+    errors = [
+        head_error_row(name, oracle, head, texts, log_v) for name, head in (("mean field", None), *heads)
+    ]
+    rows = []
+    for T in PROPOSAL_LENGTHS:
+        truth = np.array([oracle_log_marginal(oracle, x) for x in texts[T]])
+        for head_name, head in heads:
+            oracle.value_head = head
+            for label, proposal in PROPOSAL_ROWS:
+                if proposal == "adapted" and head is not recipe_head:
+                    continue  # the proposal's gain is the recipe head's row; each other head's costs 10 minutes more
+                began = time.perf_counter()
+                if proposal == "uniform":
+                    estimates, seed_rows, _ = cell(oracle, [oracle.detokenize(x) for x in texts[T]], PROPOSAL_K,
+                                                   "smc", 0.5, True, PROPOSAL_SEEDS)  # fmt: skip
+                else:
+                    runs = [[proposal_smc(oracle, x, PROPOSAL_K, seed, proposal) for x in texts[T]]
+                            for seed in range(PROPOSAL_SEEDS)]  # fmt: skip
+                    estimates = np.array([[estimate for estimate, _ in run] for run in runs])
+                    seed_rows = sum(r for run in runs for _, r in run) / PROPOSAL_SEEDS
+                rows.append(
+                    f"| {T} | {head_name} | {label} | {mean_sd((estimates - truth).ravel())} | "
+                    f"{np.median(estimates.std(0, ddof=1)):.2f} | {seed_rows / (TEXTS * T):,.0f} | "
+                    f"{time.perf_counter() - began:.0f} |"
+                )
+                print(rows[-1], flush=True)
+    return [
+        (
+            f"What still moves SMC under a value head, on the oracle (`python bench/masked_value.py --proposals`): "
+            f"{TEXTS} texts per length T, {PROPOSAL_SEEDS} seeds, K = {PROPOSAL_K}, resampling at ESS < K/2. The "
+            f"recipe's head was fitted in {recipe_seconds:.0f} s (exact values of texts of 10 to 14 tokens, the Bellman identity to "
+            f"52), carried on by 800 Bellman steps on texts of 32 to 64 tokens in {longer_seconds:.0f} s "
+            f"(`oracle_longer_head`); the third was fitted in {exact_seconds:.0f} s to the oracle's exact log V(S) on "
+            "texts of 24 to 64 tokens (`oracle_exact_head`: targets no real network offers). The heads' errors "
+            "(`head_errors`): root mean square of log ψ(S) less the exact log V(S) / less the Bellman identity's right "
+            "side under the head (one step's consistency, what SMC's increments see), each less its mean over 16 sets "
+            "of one size (sizes 1, 1 + T/12, ...), on the bench's texts. Proposals (`proposal_smc`): the package's "
+            "(uniform orders); the head's one-row proposal, q(i | S) ∝ π(i | S) exp(−g_φ(ℓ_i(S), λ_i, |M| − 1)) (ψ(S ∪ {i}) read "
+            "from the row at S, no row more); fully adapted, q(i | S) ∝ π(i | S) p_θ(x_i | S) ψ(S ∪ {i}) from the "
+            f"|M| rows of S's children. Machine: {machine()}."
+        ),
+        "",
+        "| head | " + " | ".join(f"error at T = {T} (log V / Bellman)" for T in texts) + " |",
+        "|---|" + "---|" * len(texts),
+        *errors,
+        "",
+        "| T | head | proposal | log p̂ − log p | sd of a text's log p̂ | network rows per token | seconds |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", action="store_true", help="error, spread and cost against length")
     parser.add_argument("--coverage", type=int, metavar="T", help="the statement's coverage at T tokens")
+    parser.add_argument("--proposals", action="store_true", help="heads and proposals at 32 and 48 (oracle)")
     parser.add_argument(
         "--oracle", action="store_true", help="--coverage on the oracle (else the network, T ≤ 16)"
     )
@@ -216,6 +459,10 @@ def main() -> None:
     if args.table:
         text = "\n".join(value_table()) + "\n"
         (OUTPUT / "value_head.md").write_text(text, encoding="utf-8")
+        print(text)
+    if args.proposals:
+        text = "\n".join(proposals_table()) + "\n"
+        (OUTPUT / "value_proposals.md").write_text(text, encoding="utf-8")
         print(text)
     if args.coverage and args.oracle:
         out = oracle_coverage_runs(args.coverage, args.seeds, args.workers)

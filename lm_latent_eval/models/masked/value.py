@@ -92,19 +92,24 @@ class ValueHead(nn.Module):
             ) from None
         return head.eval()
 
-    def forward(self, log_token: torch.Tensor, pseudo: torch.Tensor, revealed: torch.Tensor) -> torch.Tensor:
-        """log ψ(S) [N], float64, for the rows ``log_token`` [N, T] (ℓ_j(S), −inf at revealed j), the pseudo
-        log-likelihoods ``pseudo`` [T] (or [N, T]) and the sets ``revealed`` [N, T]."""
-        masked = ~revealed
+    def corrections(
+        self, log_token: torch.Tensor, pseudo: torch.Tensor, revealed: torch.Tensor, shift: int = 0
+    ) -> torch.Tensor:
+        """g_φ(ℓ_j(S), λ_j, |M| / T, log |M|) of every position j [N, T] (meaningful at the masked ones), with |M|
+        counted ``shift`` more than the sets' masked positions (−1: as if one more were revealed)."""
         own = log_token.masked_fill(revealed, 0.0)
-        count = masked.sum(1, keepdim=True).to(own.dtype).expand_as(own)
+        count = ((~revealed).sum(1, keepdim=True) + shift).to(own.dtype).expand_as(own)
         pseudo = pseudo.expand_as(own)
         features = torch.stack(
             [own, count / own.shape[1], count.clamp(min=1).log(), pseudo, pseudo - own], -1
         )
-        weight = self.mlp[0].weight
-        g = self.mlp(features.to(weight.dtype)).squeeze(-1).to(own.dtype)
-        return ((own + g) * masked).sum(-1)
+        return self.mlp(features.to(self.mlp[0].weight.dtype)).squeeze(-1).to(own.dtype)
+
+    def forward(self, log_token: torch.Tensor, pseudo: torch.Tensor, revealed: torch.Tensor) -> torch.Tensor:
+        """log ψ(S) [N], float64, for the rows ``log_token`` [N, T] (ℓ_j(S), −inf at revealed j), the pseudo
+        log-likelihoods ``pseudo`` [T] (or [N, T]) and the sets ``revealed`` [N, T]."""
+        own = log_token.masked_fill(revealed, 0.0)
+        return ((own + self.corrections(log_token, pseudo, revealed)) * ~revealed).sum(-1)
 
 
 def pseudo_log_likelihoods(model, x: torch.Tensor) -> torch.Tensor:
