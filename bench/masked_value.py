@@ -77,9 +77,7 @@ def oracle_with_head(seed: int = 0):
              for k in range(recipe.pieces)]  # fmt: skip
     long = [sample_oracle_text(oracle, recipe.bellman_lengths[k % len(recipe.bellman_lengths)], seed=888_000 + k)
             for k in range(recipe.bellman_pieces)]  # fmt: skip
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        oracle.value_head = ValueHead(recipe.width)
+    oracle.value_head = ValueHead.seeded(seed, recipe.width)
     fit_head(oracle, short, long, seed)
     return oracle
 
@@ -297,29 +295,14 @@ def proposal_smc(model, x: torch.Tensor, K: int, seed: int, proposal: str) -> tu
 
 def oracle_exact_head(oracle, log_v, steps: int = 900):
     """A ``ValueHead`` fitted to the oracle's exact log V(S) (``masked_length.exact_twist``: its count program) on
-    36 of its texts of 24 to 64 tokens (seeds 555,000 + k), as ``value.fit_value_head`` fits exact values; ``log_v``:
+    36 of its texts of 24 to 64 tokens (seeds 555,000 + k) by ``value.fit_value_head``; ``log_v``:
     ``exact_twist(oracle)``."""
-    generator = torch.Generator().manual_seed(1)
     texts = [sample_oracle_text(oracle, (24, 32, 40, 48, 56, 64)[k % 6], seed=555_000 + k) for k in range(36)]
-    pseudos = [pseudo_log_likelihoods(oracle, x) for x in texts]
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        head = ValueHead(HeadRecipe().width)
-    optimizer = torch.optim.Adam(head.parameters(), lr=1e-3)
-    for _ in range(steps):
-        loss = 0.0
-        for _ in range(8):
-            k = int(torch.randint(len(texts), (1,), generator=generator))
-            size = int(torch.randint(texts[k].numel(), (1,), generator=generator))
-            revealed = sets_of_size(texts[k].numel(), size, 32, generator)
-            residual = head(step_scores(oracle, texts[k], revealed).log_token, pseudos[k], revealed) - log_v(
-                texts[k], revealed
-            )
-            loss = loss + ((residual - residual.mean()) ** 2).mean() / 8
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return head.eval()
+    head = oracle.value_head
+    oracle.value_head = ValueHead.seeded(0, HeadRecipe().width)
+    fit_value_head(oracle, texts, steps, 1, log_v)
+    exact, oracle.value_head = oracle.value_head, head
+    return exact
 
 
 def oracle_longer_head(oracle, steps: int = 800):
@@ -422,15 +405,15 @@ def proposals_table() -> list[str]:
         (
             f"What still moves SMC under a value head, on the oracle (`python bench/masked_value.py --proposals`): "
             f"{TEXTS} texts per length T, {PROPOSAL_SEEDS} seeds, K = {PROPOSAL_K}, resampling at ESS < K/2. The "
-            f"recipe's head was fitted in {recipe_seconds:.0f} s (exact values of texts of 10 to 14 tokens, the Bellman identity to "
-            f"52), carried on by 800 Bellman steps on texts of 32 to 64 tokens in {longer_seconds:.0f} s "
+            f"recipe's head was fitted in {recipe_seconds:.0f} s (exact values of texts of 10 to 14 tokens, the "
+            f"Bellman identity to 52), carried on by 800 Bellman steps on texts of 32 to 64 tokens in {longer_seconds:.0f} s "
             f"(`oracle_longer_head`); the third was fitted in {exact_seconds:.0f} s to the oracle's exact log V(S) on "
             "texts of 24 to 64 tokens (`oracle_exact_head`: targets no real network offers). The heads' errors "
             "(`head_errors`): root mean square of log ψ(S) less the exact log V(S) / less the Bellman identity's right "
             "side under the head (one step's consistency, what SMC's increments see), each less its mean over 16 sets "
             "of one size (sizes 1, 1 + T/12, ...), on the bench's texts. Proposals (`proposal_smc`): the package's "
-            "(uniform orders); the head's one-row proposal, q(i | S) ∝ π(i | S) exp(−g_φ(ℓ_i(S), λ_i, |M| − 1)) (ψ(S ∪ {i}) read "
-            "from the row at S, no row more); fully adapted, q(i | S) ∝ π(i | S) p_θ(x_i | S) ψ(S ∪ {i}) from the "
+            "(uniform orders); the head's one-row proposal, q(i | S) ∝ π(i | S) exp(−g_φ(ℓ_i(S), λ_i, |M| − 1)) "
+            "(ψ(S ∪ {i}) read from the row at S, no row more); fully adapted, q(i | S) ∝ π(i | S) p_θ(x_i | S) ψ(S ∪ {i}) from the "
             f"|M| rows of S's children. Machine: {machine()}."
         ),
         "",

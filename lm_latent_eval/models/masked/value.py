@@ -23,6 +23,7 @@ field.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -65,6 +66,13 @@ class ValueHead(nn.Module):
         self.mlp = nn.Sequential(
             nn.Linear(FEATURES, width), nn.GELU(), nn.Linear(width, width), nn.GELU(), nn.Linear(width, 1)
         )
+
+    @classmethod
+    def seeded(cls, seed: int, width: int = 64) -> ValueHead:
+        """A fresh head whose initial weights depend on ``seed`` only (torch's global stream left as it was)."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return cls(width)
 
     def save(self, path: str | Path) -> None:
         """Write the head as one safetensors file, its width in the file's metadata (``load`` reads it back)."""
@@ -179,7 +187,7 @@ def fit_value_head(
     texts: list[torch.Tensor],
     steps: int = 2000,
     seed: int = 0,
-    targets: str = "dynamic_program",
+    targets: str | Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = "dynamic_program",
     sets: int = 32,
     learning_rate: float = 1e-3,
     progress: bool = False,
@@ -188,8 +196,8 @@ def fit_value_head(
 
     ``targets``: ``"dynamic_program"``, the exact log V(S) (``exact.exact_log_values``: texts of at most
     ``max_exact_tokens``); ``"bellman"``, the identity's right side under the head as it stands (``bellman_targets``:
-    any text the network reads whole), which carries a head fitted to exact values on short texts to longer ones.
-    Each step draws 8 groups, each one text, one size s and ``sets`` sets of that size, and minimises the squared
+    any text the network reads whole), which carries a head fitted to exact values on short texts to longer ones; or a
+    function (x, revealed [N, T]) -> log V(S) [N] that knows them otherwise (the oracle's count program). Each step draws 8 groups, each one text, one size s and ``sets`` sets of that size, and minimises the squared
     error of log ψ(S) − target less its mean over the group (Adam): particles of one step hold sets of one size, and
     a constant per size leaves the weights' ratios, hence SMC, unchanged. ``progress``: a bar over the steps.
 
@@ -200,7 +208,7 @@ def fit_value_head(
     """
     from .exact import exact_log_values
 
-    if targets not in TARGETS:
+    if not callable(targets) and targets not in TARGETS:
         raise ValueError(f"fit_value_head: targets must be one of {', '.join(TARGETS)}, got {targets!r}")
     head = model.value_head
     pseudos = [pseudo_log_likelihoods(model, x) for x in texts]
@@ -209,7 +217,8 @@ def fit_value_head(
     optimizer = torch.optim.Adam(head.parameters(), lr=learning_rate)
     losses = []
     head.train()
-    for _ in tqdm(range(steps), desc=f"value head ({targets})", disable=not progress):
+    name = "given targets" if callable(targets) else targets
+    for _ in tqdm(range(steps), desc=f"value head ({name})", disable=not progress):
         loss = 0.0
         for _ in range(8):
             k = int(torch.randint(len(texts), (1,), generator=generator))
@@ -217,7 +226,9 @@ def fit_value_head(
             size = int(torch.randint(T, (1,), generator=generator))
             revealed = sets_of_size(T, size, sets, generator).to(x.device)
             scores = step_scores(model, x, revealed)
-            if exact is None:
+            if callable(targets):
+                target = targets(x, revealed)
+            elif exact is None:
                 with torch.no_grad():
                     target = bellman_targets(model, x, pseudos[k], revealed, scores)
             else:

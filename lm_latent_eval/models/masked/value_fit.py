@@ -83,9 +83,7 @@ def fit_to_texts(model, texts: list[str], seed: int = 0, recipe: HeadRecipe = He
     short = value_pieces(model, texts, seed, recipe.pieces, recipe.lengths)
     long = value_pieces(model, texts, seed + 1, recipe.bellman_pieces, recipe.bellman_lengths)
     device = next(model.parameters()).device
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model.value_head = ValueHead(recipe.width).to(device)
+    model.value_head = ValueHead.seeded(seed, recipe.width).to(device)
     return fit_head(
         model, [p.to(device) for p in short], [p.to(device) for p in long], seed, recipe, progress
     )
