@@ -33,8 +33,9 @@ from lm_latent_eval.models.entitynlm import LATENT_KEYS
 from lm_latent_eval.models.entitynlm import enumerate as entitynlm_enumerate
 from lm_latent_eval.models.kglm import enumerate as kglm_enumerate
 from lm_latent_eval.models.lda.exact import all_assignments
-from lm_latent_eval.models.masked import tiny_masked_lm
+from lm_latent_eval.models.masked import MaskedDiffusionLM, tiny_masked_lm
 from lm_latent_eval.models.masked.orders import all_orders
+from lm_latent_eval.models.masked.value import ValueHead
 from lm_latent_eval.models.rnng.enumerate import enumerate_trees
 from lm_latent_eval.tensors import pad_rows
 
@@ -327,9 +328,18 @@ def masked_expressible(model, x) -> torch.Tensor:
     return torch.tensor(list(itertools.product(range(x.numel()), repeat=x.numel())))
 
 
-def masked_case(name: str, policy: str, policy_temperature: float = 1.0, dtype=torch.float64) -> Case:
+def tiny_masked_lm_with_head() -> MaskedDiffusionLM:
+    """The tiny masked LM with a random value head (float64): its look-ahead under SMC and its peeking proposal."""
+    model = tiny_masked_lm(0)
+    model.value_head = ValueHead.seeded(1, 8).double()
+    return model
+
+
+def masked_case(
+    name: str, policy: str, policy_temperature: float = 1.0, dtype=torch.float64, build=None
+) -> Case:
     return Case(
-        name=name, build=functools.partial(tiny_masked_lm, 0, policy, policy_temperature, dtype),
+        name=name, build=build or functools.partial(tiny_masked_lm, 0, policy, policy_temperature, dtype),
         text="a c b d a", short_text="c a b", support=lambda model, x: all_orders(x.numel()),
         log_q=proposal_log_prob, exact=lambda model, x: model.log_marginal(x), keys=rows_as_keys,
         expressible=masked_expressible, stepwise=True,
@@ -385,5 +395,6 @@ CASES = [
     masked_case("masked", "uniform"),  # p(σ) = 1/T!: the mixture over all orders
     masked_case("masked-confidence", "confidence", 0.5),  # the max-probability order at a temperature
     masked_case("masked-float32", "uniform", dtype=torch.float32),  # the network in float32 (sums in float64)
+    masked_case("masked-value-head", "uniform", build=tiny_masked_lm_with_head),  # peeking through the head
     REASONING,  # a random GPT-2 over 3 symbols, chains of up to 4 tokens: the question empty (its views: tests/models)
 ]

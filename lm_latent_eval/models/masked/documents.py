@@ -6,7 +6,7 @@ The texts are grouped by their length T (a group's states are rows of width T; t
 share a call only through padding, whose meaning the network need not have). Within a group, step t does for all its
 particles at once what ``stepwise.step_particles`` does for one text's K_d: the draw
 
-    σ_t ~ q_τ(i | S, x) ∝ exp(ℓ_i / τ),   ℓ_i = log π(i | S) (+ log p_θ(x_i | S) when peeking),
+    σ_t ~ q_τ(i | S, x) ∝ exp(ℓ_i / τ),   ℓ_i of ``stepwise.proposal_logits`` (log π(i | S) without peeking),
 
 by the inverse CDF of the row with text d's own uniforms (``side_by_side.lane_uniforms``: the K_d numbers
 ``torch.rand(K_d)`` of its generator, as ``tensors.tempered_draw`` draws them), and the increment
@@ -37,7 +37,7 @@ import torch
 from ...tensors import distinct_rows, inverse_cdf
 from ..side_by_side import lane_uniforms
 from .conditionals import StepScores, scored_rows, scores_of_rows
-from .stepwise import reorder_particles
+from .stepwise import proposal_logits, reorder_particles
 from .value import log_lookahead, pseudo_log_likelihoods, uses_value_head
 from .windows import window_size
 
@@ -134,7 +134,7 @@ def step_group(model, group: LengthGroup, t: int, generators, temperature: float
         group.pseudo = torch.stack([pseudo_log_likelihoods(model, x) for x in group.x])[group.text_of]
     scores = group.scores or group_scores(model, group)
     group.scores = None
-    logits = scores.log_joint if peek else scores.log_order
+    logits = proposal_logits(model, scores, group.revealed, group.pseudo, peek)
     # tensors.tempered_draw, row by row, with each text's own uniforms
     log_q_all = torch.log_softmax(logits / temperature, -1)
     u = lane_uniforms(group.sizes, [group.length] * len(group.sizes), generators, t, 1, logits.device)[:, 0]

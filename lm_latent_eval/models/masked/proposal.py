@@ -6,15 +6,17 @@ import torch
 
 from ...protocol import CheckedProposal
 from .beam import beam_orders
-from .orders import check_orders, order_scores, picked
-from .stepwise import draw_step, init_particles
+from .orders import check_orders, order_scores, picked, prefix_revealed
+from .stepwise import draw_step, init_particles, proposal_logits
+from .value import pseudo_log_likelihoods, uses_value_head
 
 
 class MaskedOrderProposal(CheckedProposal):
     """q_τ(σ | x) = Π_t q_τ(σ_t | S_{t−1}, x), q_τ(i | S, x) ∝ exp(ℓ_i / τ) over the masked positions.
 
-    peek=True: ℓ_i = log π(i | S) + log p_θ(x_i | S), which favours the positions whose true token the model predicts
-    well from what is revealed (for the uniform policy q ∝ p_θ(x_i | S)^{1/τ}); peek=False: ℓ_i = log π(i | S), the
+    peek=True: the posterior's step guessed from the row at S (``stepwise.proposal_logits``): ℓ_i = log π(i | S) −
+    g_φ(ℓ_i(S), λ_i, |M| − 1) under the model's value head, else ℓ_i = log π(i | S) + log p_θ(x_i | S), which favours
+    the positions whose true token the model predicts well from what is revealed; peek=False: ℓ_i = log π(i | S), the
     order prior (uniform orders for the uniform policy, q = 1/T!). Every order has q > 0 wherever p(x, σ) > 0.
     ``beam(x, k)``: a beam search over partial orders ranked by log p(x_{σ_≤t}, σ_≤t) (``beam.py``). Holds the model,
     not a copy.
@@ -43,8 +45,11 @@ class MaskedOrderProposal(CheckedProposal):
         if x.numel() == 0:
             return torch.zeros(z.shape[0], dtype=torch.float64, device=x.device)
         valid, order, scores = order_scores(self.model, x, z, need_tokens=peek)
-        logits = scores.log_joint if peek else scores.log_order
-        log_q = picked(torch.log_softmax(logits / temperature, -1), order)
+        K, T = order.shape
+        pseudo = pseudo_log_likelihoods(self.model, x) if peek and uses_value_head(self.model, T) else None
+        flat = type(scores)(scores.log_token.reshape(K * T, T), scores.log_order.reshape(K * T, T))
+        logits = proposal_logits(self.model, flat, prefix_revealed(order).reshape(K * T, T), pseudo, peek)
+        log_q = picked(torch.log_softmax(logits.view(K, T, T) / temperature, -1), order)
         return log_q.masked_fill(~valid, -float("inf"))
 
     def _beam(self, x: torch.Tensor, beam_size: int) -> torch.Tensor:

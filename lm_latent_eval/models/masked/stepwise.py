@@ -3,8 +3,11 @@
 At step t a particle in state S (its revealed set) draws the next position i from q_τ(i | S, x) ∝ exp(ℓ_i / τ) over
 the masked positions:
 
-- peek=True:  ℓ_i = log π(i | S) + log p_θ(x_i | S) (it reads the true token at i; at τ = 1 the locally optimal
-  proposal, and for the uniform policy q(i | S) ∝ p_θ(x_i | S));
+- peek=True:  ℓ_i = log π(i | S) + log p_θ(x_i | S) + log ψ̃(S ∪ {i}), the posterior's step
+  p(σ_t = i | σ_<t, x) ∝ π(i | S) p_θ(x_i | S) V(S ∪ {i}) with V(S ∪ {i}) guessed from the row at S
+  (``proposal_logits``): by the model's value head where it has one, ψ̃ = the head at S ∪ {i} with each
+  ℓ_j(S ∪ {i}) taken as ℓ_j(S), which leaves ℓ_i = log π(i | S) − g_φ(ℓ_i(S), λ_i, |M| − 1) up to a constant of S
+  (no network row more); else ψ̃ = 1, the myopic q(i | S) ∝ π(i | S) p_θ(x_i | S);
 - peek=False: ℓ_i = log π(i | S), the order prior itself (uniform orders for the uniform policy: the ELBO's
   proposal), which never reads a masked token.
 
@@ -26,7 +29,7 @@ import torch
 
 from ...tensors import tempered_draw
 from .conditionals import StepScores, step_scores
-from .value import log_lookahead, pseudo_log_likelihoods, uses_value_head
+from .value import head_corrections, log_lookahead, pseudo_log_likelihoods, uses_value_head
 
 
 @dataclass
@@ -46,12 +49,26 @@ class OrderParticles:
 
 def init_particles(model, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True):
     """K particles with nothing revealed, for the text x [T] (K and τ checked by the caller: ``smc_init``,
-    ``proposal.sample``)."""
+    ``proposal.sample``); the value head's λ when the peeking proposal reads it."""
     x = model.check_text(x)
     K, T = num_particles, x.numel()
     order = torch.zeros(K, T, dtype=torch.long, device=x.device)
     revealed = torch.zeros(K, T, dtype=torch.bool, device=x.device)
-    return OrderParticles(x, order, revealed, 0, float(temperature), bool(peek))
+    pseudo = pseudo_log_likelihoods(model, x) if peek and uses_value_head(model, T) else None
+    return OrderParticles(x, order, revealed, 0, float(temperature), bool(peek), pseudo=pseudo)
+
+
+def proposal_logits(
+    model, scores: StepScores, revealed: torch.Tensor, pseudo: torch.Tensor | None, peek: bool
+):
+    """ℓ_i of q_τ(i | S, x) ∝ exp(ℓ_i / τ) for N sets ``revealed`` [N, T] from their ``scores`` (module
+    docstring): float64 [N, T], −inf at the revealed positions; ``pseudo``: the value head's λ ([T] or [N, T]),
+    None where the head is not used."""
+    if not peek:
+        return scores.log_order
+    if pseudo is None:
+        return scores.log_joint
+    return scores.log_order - head_corrections(model, scores.log_token, revealed, pseudo, shift=-1)
 
 
 @torch.no_grad()
@@ -63,7 +80,7 @@ def draw_step(model, state: OrderParticles, generator, need_tokens: bool = True)
     """
     scores = state.scores or step_scores(model, state.x, state.revealed, need_tokens or state.peek)
     state.scores = None
-    logits = scores.log_joint if state.peek else scores.log_order
+    logits = proposal_logits(model, scores, state.revealed, state.pseudo, state.peek)
     position, log_q = tempered_draw(logits, state.temperature, generator)
     log_p = scores.log_joint.gather(-1, position[:, None]).squeeze(-1)
     state.order[:, state.t] = position
@@ -77,7 +94,7 @@ def step_particles(model, state: OrderParticles, t: int, generator) -> tuple[Ord
     log ψ(S ∪ {σ_t}) − log ψ(S), float64 [K]."""
     if t != state.t or t >= state.x.numel():
         raise ValueError(f"smc_step: expected step {state.t} of {state.x.numel()}, got t = {t}")
-    if t == 0 and uses_value_head(model, state.x.numel()):
+    if state.pseudo is None and uses_value_head(model, state.x.numel()):
         state.pseudo = pseudo_log_likelihoods(model, state.x)
     state, log_p, log_q = draw_step(model, state, generator)
     before = 0.0 if state.log_twist is None else state.log_twist

@@ -139,23 +139,32 @@ def uses_value_head(model, length: int) -> bool:
     return getattr(model, "value_head", None) is not None and window_size(model, length) is None
 
 
-def log_lookahead(model, log_token: torch.Tensor, revealed: torch.Tensor, pseudo: torch.Tensor | None):
-    """log ψ(S) [N] of the sets ``revealed`` [N, T] from their rows ``log_token`` [N, T]: the value head where
-    ``pseudo`` (λ [T] or [N, T], from ``pseudo_log_likelihoods``) is given, else the mean field. The head runs in
-    blocks of ``block_tokens // T`` rows, as the network does, so that a row's ψ does not depend on how many rows
-    share its call (texts side by side equal each text alone, bit for bit)."""
-    if pseudo is None:
-        return log_token.masked_fill(revealed, 0.0).sum(-1)
+def head_corrections(model, log_token, revealed, pseudo, shift: int = 0) -> torch.Tensor:
+    """The value head's g_φ of every position [N, T] (``ValueHead.corrections``) of the sets ``revealed`` [N, T] from
+    their rows ``log_token`` [N, T] and λ ``pseudo`` ([T] or [N, T]), run in blocks of ``block_tokens // T`` rows, as
+    the network is, so that a row's numbers do not depend on how many rows share its call (texts side by side equal
+    each text alone, bit for bit)."""
     N, T = revealed.shape
     pseudo = pseudo.expand(N, T)
     step = max(1, model.block_tokens // max(T, 1))
     with torch.no_grad():
         return torch.cat(
             [
-                model.value_head(log_token[s : s + step], pseudo[s : s + step], revealed[s : s + step])
+                model.value_head.corrections(
+                    log_token[s : s + step], pseudo[s : s + step], revealed[s : s + step], shift
+                )
                 for s in range(0, N, step)
             ]
         )
+
+
+def log_lookahead(model, log_token: torch.Tensor, revealed: torch.Tensor, pseudo: torch.Tensor | None):
+    """log ψ(S) [N] of the sets ``revealed`` [N, T] from their rows ``log_token`` [N, T]: the value head where
+    ``pseudo`` (λ [T] or [N, T], from ``pseudo_log_likelihoods``) is given, else the mean field."""
+    own = log_token.masked_fill(revealed, 0.0)
+    if pseudo is None:
+        return own.sum(-1)
+    return ((own + head_corrections(model, log_token, revealed, pseudo)) * ~revealed).sum(-1)
 
 
 def sets_of_size(length: int, size: int, count: int, generator) -> torch.Tensor:
@@ -247,6 +256,7 @@ __all__ = [
     "ValueHead",
     "bellman_targets",
     "fit_value_head",
+    "head_corrections",
     "log_lookahead",
     "pseudo_log_likelihoods",
     "uses_value_head",

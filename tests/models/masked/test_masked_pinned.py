@@ -25,6 +25,14 @@ def test_pinned_joint_proposal_and_exact_values():
         assert model.log_joint(x, ORDERS).tolist() == pinned(
             [-14.574729774631852, -12.699955407848693, -14.98460578608923], abs=1e-9
         )
+        # peeking through the checkpoint's value head, then the myopic q ∝ π p_θ(x_i | S) (the head set aside)
+        assert model.proposal.log_prob(x, ORDERS, 1.0, True).tolist() == pinned(
+            [-5.016588520588505, -4.01589556636843, -5.939294756119756], abs=1e-9
+        )
+        assert model.proposal.log_prob(x, ORDERS, 0.5, True).tolist() == pinned(
+            [-5.596069212992615, -3.556595001185729, -7.255561644896057], abs=1e-9
+        )
+        model.value_head = None
         assert model.proposal.log_prob(x, ORDERS, 1.0, True).tolist() == pinned(
             [-10.589859714184831, -5.681570822469126, -7.623694593416972], abs=1e-9
         )
