@@ -1,7 +1,8 @@
 """The masked LMs' value head as SMC's look-ahead (``models/masked/value.py``), against length: error, spread, cost.
 
-``--table``: SMC resampling at ESS < K/2 under the value head, beside SMC under the mean-field look-ahead and
-importance sampling over uniform orders (the default statement's sampler), at K = 64 and 256, 5 seeds, on
+``--table``: SMC resampling at ESS < K/2 under the value head, drawing uniform orders or peeking through the head
+(``peek=true``: ``stepwise.proposal_logits``), beside SMC under the mean-field look-ahead and importance sampling
+over uniform orders (the default statement's sampler), at K = 64 and 256, 5 seeds, on
 
 - the bundled network (its checkpoint's head, fitted to exact values of texts of 10 to 14 tokens) on its held-out
   sentences joined and cut to T = 16, 32, 48, 64 tokens: the error against the exact value at 16, beyond it the
@@ -10,7 +11,7 @@ importance sampling over uniform orders (the default statement's sampler), at K 
 - the oracle (``models/masked/oracle.py``, exact at every T) with a head fitted the same way to its own texts of 10
   to 14 tokens (``oracle_with_head``), T = 16, 32, 48.
 
-``--coverage T``: the statement of ``resample_threshold=0.5`` (the rest as a user who names nothing else gets it:
+``--coverage T``: the statement of ``resample_threshold=0.5`` (with ``--peek``, and ``peek=true``; the rest as a user who names nothing else gets it:
 ``auto``, the precision target) over ``--seeds`` seeds, held to the exact value (``masked_coverage.coverage``): on
 the bundled network's joined texts of T ≤ 16 tokens, or with ``--oracle`` on the oracle's four texts of T tokens
 (any T) under its head from ``oracle_with_head``, fitted once and shared by ``--workers`` forked processes that
@@ -19,6 +20,7 @@ split the seeds.
     python bench/masked_value.py --table           # writes bench/masked_length/value_head.md
     python bench/masked_value.py --coverage 16 --seeds 100   # writes bench/masked_length/value_coverage_T16.json
     python bench/masked_value.py --coverage 32 --oracle --workers 2   # value_coverage_oracle_T32.json
+    python bench/masked_value.py --coverage 32 --oracle --peek   # value_coverage_oracle_peek_T32.json
     python bench/masked_value.py --proposals       # writes bench/masked_length/value_proposals.md
 
 ``--proposals``: what still moves SMC under a value head at 32 and 48 tokens, on the oracle: the head (the recipe's;
@@ -50,6 +52,7 @@ from lm_latent_eval.estimators.resampling import systematic_resample
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.masked.conditionals import step_scores
 from lm_latent_eval.models.masked.oracle import make_oracle_model, oracle_log_marginal, sample_oracle_text
+from lm_latent_eval.models.masked.stepwise import proposal_logits
 from lm_latent_eval.models.masked.value import (
     ValueHead,
     bellman_targets,
@@ -62,10 +65,12 @@ from lm_latent_eval.models.masked.value_fit import HeadRecipe, fit_head
 
 KS, SEEDS, TEXTS = (64, 256), 5, 4
 NETWORK_LENGTHS, ORACLE_LENGTHS = (16, 32, 48, 64), (16, 32, 48)
+# (label, estimator, resample_threshold, the value head used, peek)
 ESTIMATORS = (
-    ("importance sampling (uniform orders)", "is", 0.0, False),
-    ("SMC at ESS < K/2, mean field", "smc", 0.5, False),
-    ("SMC at ESS < K/2, value head", "smc", 0.5, True),
+    ("importance sampling (uniform orders)", "is", 0.0, False, False),
+    ("SMC at ESS < K/2, mean field", "smc", 0.5, False, False),
+    ("SMC at ESS < K/2, value head", "smc", 0.5, True, False),
+    ("SMC at ESS < K/2, value head, peeking through it", "smc", 0.5, True, True),
 )
 
 
@@ -95,14 +100,21 @@ def head_used(model, used: bool):
 
 
 def cell(
-    model, texts: list[str], K: int, estimator: str, threshold: float, head: bool, seeds: int = SEEDS
+    model,
+    texts: list[str],
+    K: int,
+    estimator: str,
+    threshold: float,
+    head: bool,
+    seeds: int = SEEDS,
+    peek: bool = False,
 ) -> tuple:
     """log p̂ [seeds, texts], network rows per seed (each seed from an empty row cache), seconds."""
     estimates, rows, start, cost = [], 0, time.perf_counter(), Cost(model)
     with head_used(model, head):
         for seed in range(seeds):
             settings = EstimatorSettings(
-                estimator, K, peek=False, resample_threshold=threshold, target_se=0, seed=seed
+                estimator, K, peek=peek, resample_threshold=threshold, target_se=0, seed=seed
             )
             run = resolve(settings, model)
             out, seed_rows, _, _ = cost.run(lambda: [run.estimate(t).log_likelihood for t in texts])
@@ -119,8 +131,10 @@ def table_rows(name: str, model, lengths, texts_of, truth_of) -> list[str]:
         truth = truth_of(texts)
         tokens = sum(model.tokenize(t).numel() for t in texts)
         for K in KS:
-            for label, estimator, threshold, head in ESTIMATORS:
-                estimates, rows_per_seed, seconds = cell(model, texts, K, estimator, threshold, head)
+            for label, estimator, threshold, head, peek in ESTIMATORS:
+                estimates, rows_per_seed, seconds = cell(
+                    model, texts, K, estimator, threshold, head, SEEDS, peek
+                )
                 error = "—" if truth is None else mean_sd((estimates - truth).ravel())
                 perplexity = np.exp(-estimates.sum(1) / tokens)
                 rows.append(
@@ -168,16 +182,25 @@ def value_table() -> list[str]:
     ]
 
 
-def coverage_runs(length: int, seeds: range) -> dict:
-    """``--coverage``: the statement of ``resample_threshold=0.5`` on the bundled network's joined texts of
-    ``length`` tokens (exact: every state run once by ``StateTables``), per seed."""
+def coverage_args(peek: bool) -> dict:
+    """The model_args of ``--coverage``: resampling at ESS < K/2, and with ``--peek`` the proposal through the
+    head (``peek=true``)."""
+    return {"resample_threshold": "0.5", **({"peek": "true"} if peek else {})}
+
+
+def coverage_name(length: int, oracle: bool, peek: bool) -> Path:
+    """The output of ``--coverage``."""
+    return OUTPUT / f"value_coverage{'_oracle' if oracle else ''}{'_peek' if peek else ''}_T{length}.json"
+
+
+def coverage_runs(length: int, seeds: range, peek: bool = False) -> dict:
+    """``--coverage``: the statement of ``coverage_args`` on the bundled network's joined texts of ``length``
+    tokens (exact: every state run once by ``StateTables``), per seed."""
     network, _ = load_model("masked")
     texts = joined_texts(network, length, TEXTS)
     tables = StateTables(network, texts)
     with tables.installed():
-        out = coverage(
-            network, texts, {"resample_threshold": "0.5"}, seeds, tables.truth, lambda _: None, tables
-        )
+        out = coverage(network, texts, coverage_args(peek), seeds, tables.truth, lambda _: None, tables)
     return with_cost(out, length, len(texts))
 
 
@@ -187,7 +210,7 @@ def with_cost(out: dict, length: int, texts: int) -> dict:
     return {"length": length, "texts": texts, "rows_per_token": float(rows) / (length * texts), **out}
 
 
-def oracle_coverage_runs(length: int, seeds: int, workers: int) -> dict:
+def oracle_coverage_runs(length: int, seeds: int, workers: int, peek: bool = False) -> dict:
     """``--coverage --oracle``: as ``coverage_runs`` on the oracle's texts of ``length`` tokens under its fitted head,
     the seeds split over ``workers`` processes forked after the fit (each saves its seeds so far beside the output)."""
     start = time.perf_counter()
@@ -197,10 +220,10 @@ def oracle_coverage_runs(length: int, seeds: int, workers: int) -> dict:
     truth = float(sum(oracle_log_marginal(oracle, oracle.tokenize(t)) for t in texts))
 
     def partial(worker: int) -> Path:
-        return OUTPUT / f"value_coverage_oracle_T{length}.part{worker}.json"
+        return coverage_name(length, True, peek).with_suffix(f".part{worker}.json")
 
     def part(worker: int) -> None:
-        coverage(oracle, texts, {"resample_threshold": "0.5"}, range(worker, seeds, workers), truth,
+        coverage(oracle, texts, coverage_args(peek), range(worker, seeds, workers), truth,
                  lambda so_far: partial(worker).write_text(json.dumps(so_far) + "\n"), None)  # fmt: skip
 
     # forked: the fitted oracle shared, no pickling; each worker's seeds so far in its file, read back at the end
@@ -219,21 +242,13 @@ def oracle_coverage_runs(length: int, seeds: int, workers: int) -> dict:
     return {"head_fit_seconds": fit_seconds, "truth": truth, **with_cost(out, length, len(texts))}
 
 
-def head_one_row(model, log_token, log_order, revealed, pseudo):
-    """log of the head's one-row proposal's weights [K, T]: log π(i | S) + ℓ_i(S) + log ψ̃(S ∪ {i}), ψ̃ the head at
-    S ∪ {i} read from the row at S (ℓ_j(S ∪ {i}) taken as ℓ_j(S)), which is log π(i | S) − g_φ(ℓ_i(S), λ_i, |M| − 1)
-    up to a constant per particle: no network row more. Under the mean field (g = 0) it is the order prior."""
-    with torch.no_grad():
-        g = model.value_head.corrections(log_token, pseudo, revealed, shift=-1)
-    return (log_order - g).masked_fill(revealed, -math.inf)
-
-
 def proposal_smc(model, x: torch.Tensor, K: int, seed: int, proposal: str) -> tuple[float, int]:
     """(log p̂, network rows) of SMC over orders under the model's value head ψ, resampling systematically at
     ESS < K/2, the next position drawn from
 
-    - ``"one row"``: ``head_one_row``, weight π p_θ(x_i | S) ψ(S ∪ {i}) / (q(i | S) ψ(S)) (ψ(S ∪ {i}) from the new
-      row, as the package's SMC);
+    - ``"one row"``: the package's peeking proposal under the head (``stepwise.proposal_logits``), weight
+      π p_θ(x_i | S) ψ(S ∪ {i}) / (q(i | S) ψ(S)) (ψ(S ∪ {i}) from the new row): the package's SMC with
+      ``peek=true``, one run of K particles;
     - ``"adapted"``: q(i | S) ∝ π(i | S) p_θ(x_i | S) ψ(S ∪ {i}) over every masked i (the fully adapted proposal: the
       |M| rows of S's children), weight Σ_i π p_θ ψ(S ∪ {i}) / ψ(S), whatever i is drawn, resampled before the draw.
 
@@ -273,9 +288,7 @@ def proposal_smc(model, x: torch.Tensor, K: int, seed: int, proposal: str) -> tu
             revealed, logits = resample(revealed, logits)
             position = torch.multinomial(torch.softmax(logits, 1), 1, generator=generator).squeeze(1)
         else:
-            log_q = torch.log_softmax(
-                head_one_row(model, scores.log_token, scores.log_order, revealed, pseudo), 1
-            )
+            log_q = torch.log_softmax(proposal_logits(model, scores, revealed, pseudo, True), 1)
             position = torch.multinomial(log_q.exp(), 1, generator=generator).squeeze(1)
             log_w = log_w + (scores.log_joint - log_q).gather(1, position[:, None]).squeeze(1) - log_psi
         revealed = revealed.clone()
@@ -436,6 +449,7 @@ def main() -> None:
         "--oracle", action="store_true", help="--coverage on the oracle (else the network, T ≤ 16)"
     )
     parser.add_argument("--seeds", type=int, default=100, help="seeds of --coverage")
+    parser.add_argument("--peek", action="store_true", help="--coverage with peek=true (the head's proposal)")
     parser.add_argument("--workers", type=int, default=1, help="processes of --coverage --oracle")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -448,12 +462,12 @@ def main() -> None:
         (OUTPUT / "value_proposals.md").write_text(text, encoding="utf-8")
         print(text)
     if args.coverage and args.oracle:
-        out = oracle_coverage_runs(args.coverage, args.seeds, args.workers)
-        (OUTPUT / f"value_coverage_oracle_T{args.coverage}.json").write_text(json.dumps(out, indent=1) + "\n")
+        out = oracle_coverage_runs(args.coverage, args.seeds, args.workers, args.peek)
+        coverage_name(args.coverage, True, args.peek).write_text(json.dumps(out, indent=1) + "\n")
         print({k: v for k, v in out.items() if k != "runs"})
     elif args.coverage:
-        out = coverage_runs(args.coverage, range(args.seeds))
-        (OUTPUT / f"value_coverage_T{args.coverage}.json").write_text(json.dumps(out, indent=1) + "\n")
+        out = coverage_runs(args.coverage, range(args.seeds), args.peek)
+        coverage_name(args.coverage, False, args.peek).write_text(json.dumps(out, indent=1) + "\n")
         print({k: v for k, v in out.items() if k != "runs"})
 
 

@@ -79,7 +79,8 @@ class MaskedDiffusionLM(
             str,
             (
                 "a value head file from `lm-latent-eval fit-value-head`: SMC's look-ahead where it resamples "
-                "(resample_threshold > 0; default: the checkpoint's head, else the mean field)"
+                "(resample_threshold > 0) and the peeking proposal's guess of what is left (peek=true; default: the "
+                "checkpoint's head, else the mean field)"
             ),
         ),
     }

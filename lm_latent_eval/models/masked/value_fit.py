@@ -5,12 +5,13 @@ The recipe (``HeadRecipe``): the texts joined and cut into pieces at random offs
 exact log V(S) of ``pieces`` pieces of 10 to 14 tokens (the dynamic program: 2^T network rows per piece, once), then
 by the Bellman identity on ``bellman_pieces`` pieces of 20 to 52 tokens (``value.fit_value_head``): the exact stage
 teaches it short texts, the Bellman stage carries it to the lengths without exact values. SMC uses the head where
-it resamples (model_args ``resample_threshold`` > 0); it never moves the estimate's expectation, only its variance.
+it resamples (model_args ``resample_threshold`` > 0), and the peeking proposal reads it (``peek=true``,
+``stepwise.proposal_logits``); it never moves the estimate's expectation, only its variance.
 
     lm-latent-eval fit-value-head --texts my_texts.jsonl --output head.safetensors \\
         --model_args pretrained=/path/to/masked-lm,dtype=bfloat16,device=cuda
     lm_eval --model latent_masked --model_args pretrained=/path/to/masked-lm,value_head=head.safetensors,\\
-        resample_threshold=0.5 ...
+        resample_threshold=0.5,peek=true ...
 """
 
 from __future__ import annotations
@@ -125,6 +126,6 @@ def run(args: argparse.Namespace) -> int:
     model.value_head.save(args.output)
     print(
         f"wrote {args.output} (final losses: exact stage {loss:.4f}, Bellman stage {bellman_loss:.4f} nats²); "
-        f"use it with --model_args ...,value_head={args.output},resample_threshold=0.5"
+        f"use it with --model_args ...,value_head={args.output},resample_threshold=0.5,peek=true"
     )
     return 0
