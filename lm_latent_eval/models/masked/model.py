@@ -74,9 +74,10 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
     stepwise_module = stepwise
     # texts side by side (protocol.DocumentBatchLM): those of one length share the draw and the network's calls
     documents_module = documents
-    # what the user does not give (estimators.registry.with_model_defaults): uniform orders (peek=False: the peeking
-    # proposal's weights are heavy-tailed) and SMC that never resamples (the mean-field look-ahead misleads
-    # resampling; a value head's statement is measured at 16 and 32 tokens, not beyond); the measurements:
+    # what the user does not give (estimators.registry.with_model_defaults): uniform orders (peek=False: the myopic
+    # peeking proposal's weights are heavy-tailed) and SMC that never resamples (the mean-field look-ahead misleads
+    # resampling; a value head's statement, peeking through it or not, is measured at 16 and 32 tokens, not
+    # beyond); the measurements:
     # docs/models.md, "Masked and masked-diffusion LMs" and "At length"
     default_settings: ClassVar[dict] = {"peek": False, "resample_threshold": 0.0}
 
