@@ -21,6 +21,7 @@ split the seeds.
     python bench/masked_value.py --coverage 16 --seeds 100   # writes bench/masked_length/value_coverage_T16.json
     python bench/masked_value.py --coverage 32 --oracle --workers 2   # value_coverage_oracle_T32.json
     python bench/masked_value.py --coverage 32 --oracle --peek   # value_coverage_oracle_peek_T32.json
+    python bench/masked_value.py --coverage 48 --oracle --peek --first-seed 20 --seeds 20   # ..._T48_seeds20_39.json
     python bench/masked_value.py --proposals       # writes bench/masked_length/value_proposals.md
 
 ``--proposals``: what still moves SMC under a value head at 32 and 48 tokens, on the oracle: the head (the recipe's;
@@ -188,9 +189,13 @@ def coverage_args(peek: bool) -> dict:
     return {"resample_threshold": "0.5", **({"peek": "true"} if peek else {})}
 
 
-def coverage_name(length: int, oracle: bool, peek: bool) -> Path:
-    """The output of ``--coverage``."""
-    return OUTPUT / f"value_coverage{'_oracle' if oracle else ''}{'_peek' if peek else ''}_T{length}.json"
+def coverage_name(length: int, oracle: bool, peek: bool, seeds: range) -> Path:
+    """The output of ``--coverage``; seeds that do not start at 0 (``--first-seed``) name their range, so that runs
+    in chunks keep every chunk (``masked_coverage.pooled`` joins them)."""
+    chunk = f"_seeds{seeds.start}_{seeds.stop - 1}" if seeds.start else ""
+    return (
+        OUTPUT / f"value_coverage{'_oracle' if oracle else ''}{'_peek' if peek else ''}_T{length}{chunk}.json"
+    )
 
 
 def coverage_runs(length: int, seeds: range, peek: bool = False) -> dict:
@@ -210,7 +215,7 @@ def with_cost(out: dict, length: int, texts: int) -> dict:
     return {"length": length, "texts": texts, "rows_per_token": float(rows) / (length * texts), **out}
 
 
-def oracle_coverage_runs(length: int, seeds: int, workers: int, peek: bool = False) -> dict:
+def oracle_coverage_runs(length: int, seeds: range, workers: int, peek: bool = False) -> dict:
     """``--coverage --oracle``: as ``coverage_runs`` on the oracle's texts of ``length`` tokens under its fitted head,
     the seeds split over ``workers`` processes forked after the fit (each saves its seeds so far beside the output)."""
     start = time.perf_counter()
@@ -220,10 +225,10 @@ def oracle_coverage_runs(length: int, seeds: int, workers: int, peek: bool = Fal
     truth = float(sum(oracle_log_marginal(oracle, oracle.tokenize(t)) for t in texts))
 
     def partial(worker: int) -> Path:
-        return coverage_name(length, True, peek).with_suffix(f".part{worker}.json")
+        return coverage_name(length, True, peek, seeds).with_suffix(f".part{worker}.json")
 
     def part(worker: int) -> None:
-        coverage(oracle, texts, coverage_args(peek), range(worker, seeds, workers), truth,
+        coverage(oracle, texts, coverage_args(peek), seeds[worker::workers], truth,
                  lambda so_far: partial(worker).write_text(json.dumps(so_far) + "\n"), None)  # fmt: skip
 
     # forked: the fitted oracle shared, no pickling; each worker's seeds so far in its file, read back at the end
@@ -449,6 +454,7 @@ def main() -> None:
         "--oracle", action="store_true", help="--coverage on the oracle (else the network, T ≤ 16)"
     )
     parser.add_argument("--seeds", type=int, default=100, help="seeds of --coverage")
+    parser.add_argument("--first-seed", type=int, default=0, help="--coverage's first seed (runs in chunks)")
     parser.add_argument("--peek", action="store_true", help="--coverage with peek=true (the head's proposal)")
     parser.add_argument("--workers", type=int, default=1, help="processes of --coverage --oracle")
     args = parser.parse_args()
@@ -461,13 +467,14 @@ def main() -> None:
         text = "\n".join(proposals_table()) + "\n"
         (OUTPUT / "value_proposals.md").write_text(text, encoding="utf-8")
         print(text)
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
     if args.coverage and args.oracle:
-        out = oracle_coverage_runs(args.coverage, args.seeds, args.workers, args.peek)
-        coverage_name(args.coverage, True, args.peek).write_text(json.dumps(out, indent=1) + "\n")
+        out = oracle_coverage_runs(args.coverage, seeds, args.workers, args.peek)
+        coverage_name(args.coverage, True, args.peek, seeds).write_text(json.dumps(out, indent=1) + "\n")
         print({k: v for k, v in out.items() if k != "runs"})
     elif args.coverage:
-        out = coverage_runs(args.coverage, range(args.seeds), args.peek)
-        coverage_name(args.coverage, False, args.peek).write_text(json.dumps(out, indent=1) + "\n")
+        out = coverage_runs(args.coverage, seeds, args.peek)
+        coverage_name(args.coverage, False, args.peek, seeds).write_text(json.dumps(out, indent=1) + "\n")
         print({k: v for k, v in out.items() if k != "runs"})
 
 
