@@ -113,11 +113,21 @@ class ValueHead(nn.Module):
         )
         return self.mlp(features.to(self.mlp[0].weight.dtype)).squeeze(-1).to(own.dtype)
 
+    @staticmethod
+    def log_psi(
+        log_token: torch.Tensor, revealed: torch.Tensor, corrections: torch.Tensor | None
+    ) -> torch.Tensor:
+        """log ψ(S) = Σ_{j ∈ M} [ℓ_j(S) + g_j] [N] from the rows ``log_token`` [N, T] (−inf at revealed j) and the
+        ``corrections`` g [N, T] (None: the mean field, g = 0)."""
+        own = log_token.masked_fill(revealed, 0.0)
+        if corrections is None:
+            return own.sum(-1)
+        return ((own + corrections) * ~revealed).sum(-1)
+
     def forward(self, log_token: torch.Tensor, pseudo: torch.Tensor, revealed: torch.Tensor) -> torch.Tensor:
         """log ψ(S) [N], float64, for the rows ``log_token`` [N, T] (ℓ_j(S), −inf at revealed j), the pseudo
         log-likelihoods ``pseudo`` [T] (or [N, T]) and the sets ``revealed`` [N, T]."""
-        own = log_token.masked_fill(revealed, 0.0)
-        return ((own + self.corrections(log_token, pseudo, revealed)) * ~revealed).sum(-1)
+        return self.log_psi(log_token, revealed, self.corrections(log_token, pseudo, revealed))
 
 
 def pseudo_log_likelihoods(model, x: torch.Tensor) -> torch.Tensor:
@@ -161,10 +171,8 @@ def head_corrections(model, log_token, revealed, pseudo, shift: int = 0) -> torc
 def log_lookahead(model, log_token: torch.Tensor, revealed: torch.Tensor, pseudo: torch.Tensor | None):
     """log ψ(S) [N] of the sets ``revealed`` [N, T] from their rows ``log_token`` [N, T]: the value head where
     ``pseudo`` (λ [T] or [N, T], from ``pseudo_log_likelihoods``) is given, else the mean field."""
-    own = log_token.masked_fill(revealed, 0.0)
-    if pseudo is None:
-        return own.sum(-1)
-    return ((own + head_corrections(model, log_token, revealed, pseudo)) * ~revealed).sum(-1)
+    corrections = None if pseudo is None else head_corrections(model, log_token, revealed, pseudo)
+    return ValueHead.log_psi(log_token, revealed, corrections)
 
 
 def sets_of_size(length: int, size: int, count: int, generator) -> torch.Tensor:
@@ -206,9 +214,10 @@ def fit_value_head(
     ``targets``: ``"dynamic_program"``, the exact log V(S) (``exact.exact_log_values``: texts of at most
     ``max_exact_tokens``); ``"bellman"``, the identity's right side under the head as it stands (``bellman_targets``:
     any text the network reads whole), which carries a head fitted to exact values on short texts to longer ones; or a
-    function (x, revealed [N, T]) -> log V(S) [N] that knows them otherwise (the oracle's count program). Each step draws 8 groups, each one text, one size s and ``sets`` sets of that size, and minimises the squared
-    error of log ψ(S) − target less its mean over the group (Adam): particles of one step hold sets of one size, and
-    a constant per size leaves the weights' ratios, hence SMC, unchanged. ``progress``: a bar over the steps.
+    function (x, revealed [N, T]) -> log V(S) [N] that knows them otherwise (the oracle's count program). Each step
+    draws 8 groups, each one text, one size s and ``sets`` sets of that size, and minimises the squared error of
+    log ψ(S) − target less its mean over the group (Adam): particles of one step hold sets of one size, and a
+    constant per size leaves the weights' ratios, hence SMC, unchanged. ``progress``: a bar over the steps.
 
     Returns
     -------
