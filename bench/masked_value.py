@@ -190,9 +190,9 @@ def coverage_args(peek: bool) -> dict:
 
 
 def coverage_name(length: int, oracle: bool, peek: bool, seeds: range) -> Path:
-    """The output of ``--coverage``; seeds that do not start at 0 (``--first-seed``) name their range, so that runs
-    in chunks keep every chunk (``masked_coverage.pooled`` joins them)."""
-    chunk = f"_seeds{seeds.start}_{seeds.stop - 1}" if seeds.start else ""
+    """The output of ``--coverage``; seeds other than 0-99 (``--first-seed``, ``--seeds``) name their range, so that
+    runs in chunks keep every chunk (``masked_coverage.pooled`` joins them)."""
+    chunk = "" if seeds == range(100) else f"_seeds{seeds.start}_{seeds.stop - 1}"
     return (
         OUTPUT / f"value_coverage{'_oracle' if oracle else ''}{'_peek' if peek else ''}_T{length}{chunk}.json"
     )
