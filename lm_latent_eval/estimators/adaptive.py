@@ -359,10 +359,11 @@ def _announce(
             "samples, so the target may not be met"
         )
     if beyond or eta > PROJECTED_SECONDS_WARNING:
+        # target_se is the standard error aimed at: a larger one asks for fewer samples
         remedy = (
-            "lower target_se, raise max_samples"
+            "raise max_samples or target_se"
             if beyond
-            else "to spend less, lower target_se or max_samples"
+            else "to spend less, raise target_se or lower max_samples"
         )
         logger.warning(
             "%s: %s, or shorten the texts (docs/estimators.md, the precision target)", line, remedy
