@@ -22,6 +22,7 @@ split the seeds.
     python bench/masked_value.py --coverage 32 --oracle --workers 2   # value_coverage_oracle_T32.json
     python bench/masked_value.py --coverage 32 --oracle --peek   # value_coverage_oracle_peek_T32.json
     python bench/masked_value.py --coverage 48 --oracle --peek --first-seed 20 --seeds 20   # ..._T48_seeds20_39.json
+    python bench/masked_value.py --pool 48 --oracle --peek   # the chunks joined: ..._T48_pooled.json
     python bench/masked_value.py --proposals       # writes bench/masked_length/value_proposals.md
 
 ``--proposals``: what still moves SMC under a value head at 32 and 48 tokens, on the oracle: the head (the recipe's;
@@ -43,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from masked_coverage import StateTables, coverage, summary
+from masked_coverage import StateTables, coverage, pooled, summary
 from masked_length import OUTPUT, exact_twist, joined_texts, mean_sd, oracle_texts
 from masked_side_by_side import Cost, machine
 
@@ -196,6 +197,25 @@ def coverage_name(length: int, oracle: bool, peek: bool, seeds: range) -> Path:
     return (
         OUTPUT / f"value_coverage{'_oracle' if oracle else ''}{'_peek' if peek else ''}_T{length}{chunk}.json"
     )
+
+
+def pooled_chunks(length: int, oracle: bool, peek: bool) -> Path:
+    """``--pool T``: one setting's chunks (``coverage_name``'s ``_seedsA_B`` files) joined by
+    ``masked_coverage.pooled``, written as the run of seeds 0-99 would be where they are those seeds, else beside
+    them as ``..._pooled.json``; one line where the chunks' texts, truth or model_args differ."""
+    stem = coverage_name(length, oracle, peek, range(100)).stem
+    chunks = [json.loads(f.read_text()) for f in sorted(OUTPUT.glob(f"{stem}_seeds*[0-9].json"))]
+    if not chunks:
+        raise SystemExit(f"--pool {length}: no {stem}_seedsA_B.json in {OUTPUT}")
+    if len({json.dumps([c["texts"], c.get("truth"), c["model_args"]]) for c in chunks}) > 1:
+        raise SystemExit(f"--pool {length}: the chunks of {stem} differ in their texts, truth or model_args")
+    out = with_cost(pooled(chunks), length, chunks[0]["texts"])
+    out["runs"].sort(key=lambda run: run["seed"])
+    seeds = [run["seed"] for run in out["runs"]]
+    path = OUTPUT / f"{stem}.json" if seeds == list(range(100)) else OUTPUT / f"{stem}_pooled.json"
+    fit = {k: chunks[0][k] for k in ("head_fit_seconds", "truth") if k in chunks[0]}
+    path.write_text(json.dumps({**fit, **out}, indent=1) + "\n")
+    return path
 
 
 def coverage_runs(length: int, seeds: range, peek: bool = False) -> dict:
@@ -457,6 +477,7 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=0, help="--coverage's first seed (runs in chunks)")
     parser.add_argument("--peek", action="store_true", help="--coverage with peek=true (the head's proposal)")
     parser.add_argument("--workers", type=int, default=1, help="processes of --coverage --oracle")
+    parser.add_argument("--pool", type=int, metavar="T", help="join the --coverage chunks at T tokens")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.table:
@@ -468,6 +489,8 @@ def main() -> None:
         (OUTPUT / "value_proposals.md").write_text(text, encoding="utf-8")
         print(text)
     seeds = range(args.first_seed, args.first_seed + args.seeds)
+    if args.pool:
+        print(f"wrote {pooled_chunks(args.pool, args.oracle, args.peek)}")
     if args.coverage and args.oracle:
         out = oracle_coverage_runs(args.coverage, seeds, args.workers, args.peek)
         coverage_name(args.coverage, True, args.peek, seeds).write_text(json.dumps(out, indent=1) + "\n")

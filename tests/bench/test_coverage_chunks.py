@@ -1,0 +1,71 @@
+"""bench/masked_value.py --coverage in chunks (issue 52, item 2): a chunk's file names its seeds, and ``--pool``
+joins one setting's chunks into the figures of all their seeds, refusing chunks of other texts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+
+import masked_value
+
+
+def chunk(seeds, covered, texts=4) -> dict:
+    runs = [
+        {
+            "seed": s,
+            "two_sided": True,
+            "covered": s in covered,
+            "bound_holds": True,
+            "network_rows": 100 * (s + 1),
+        }
+        for s in seeds
+    ]
+    return {"head_fit_seconds": 1.0, "truth": -50.0, "length": 8, "texts": texts, "model_args": {"peek": "true"},
+            "resolved": "auto", "runs": runs}  # fmt: skip
+
+
+def write(output: Path, seeds: range, covered, texts=4) -> None:
+    path = masked_value.coverage_name(8, True, True, seeds)
+    (output / path.name).write_text(json.dumps(chunk(seeds, covered, texts)))
+
+
+def test_chunk_names_and_pooled_figures(tmp_path, monkeypatch):
+    monkeypatch.setattr(masked_value, "OUTPUT", tmp_path)
+    assert masked_value.coverage_name(8, True, True, range(100)).name == "value_coverage_oracle_peek_T8.json"
+    assert (
+        masked_value.coverage_name(8, True, True, range(4)).name
+        == "value_coverage_oracle_peek_T8_seeds0_3.json"
+    )
+    write(tmp_path, range(4), covered={0, 1, 2})
+    write(tmp_path, range(50, 52), covered={50})
+    path = masked_value.pooled_chunks(8, True, True)
+    assert path.name == "value_coverage_oracle_peek_T8_pooled.json"
+    out = json.loads(path.read_text())
+    assert [r["seed"] for r in out["runs"]] == [0, 1, 2, 3, 50, 51]
+    assert (out["seeds"], out["two_sided"], out["covered"], out["bound_held"]) == (6, 6, 4, 6)
+    # network rows per token: the mean over the seeds, over 4 texts of 8 tokens
+    assert out["rows_per_token"] == pytest.approx((100 + 200 + 300 + 400 + 5100 + 5200) / 6 / 32)
+    assert out["truth"] == -50.0
+
+
+def test_chunks_of_other_texts_are_not_pooled(tmp_path, monkeypatch):
+    monkeypatch.setattr(masked_value, "OUTPUT", tmp_path)
+    write(tmp_path, range(2), covered={0})
+    write(tmp_path, range(2, 4), covered={2}, texts=3)
+    with pytest.raises(SystemExit, match="differ in their texts"):
+        masked_value.pooled_chunks(8, True, True)
+
+
+def test_chunks_of_seeds_0_to_99_make_the_100_seed_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(masked_value, "OUTPUT", tmp_path)
+    write(tmp_path, range(50), covered=set(range(50)))
+    write(tmp_path, range(50, 100), covered=set(range(50, 99)))
+    path = masked_value.pooled_chunks(8, True, True)
+    assert path.name == "value_coverage_oracle_peek_T8.json"
+    assert json.loads(path.read_text())["covered"] == 99
