@@ -107,14 +107,10 @@ class ValueHead(nn.Module):
         counted ``shift`` more than the sets' masked positions (−1: as if one more were revealed)."""
         own = log_token.masked_fill(revealed, 0.0)
         count = ((~revealed).sum(1, keepdim=True) + shift).to(own.dtype).expand_as(own)
-        return self.position_corrections(own, pseudo.expand_as(own), count, own.shape[1])
-
-    def position_corrections(
-        self, own: torch.Tensor, pseudo: torch.Tensor, count: torch.Tensor, length: int
-    ) -> torch.Tensor:
-        """g_φ [...] of positions with ℓ_j(S) ``own``, λ_j ``pseudo`` and |M| ``count`` (float, one shape) in texts of
-        ``length`` tokens: ``corrections``' numbers, position by position."""
-        features = torch.stack([own, count / length, count.clamp(min=1).log(), pseudo, pseudo - own], -1)
+        pseudo = pseudo.expand_as(own)
+        features = torch.stack(
+            [own, count / own.shape[1], count.clamp(min=1).log(), pseudo, pseudo - own], -1
+        )
         return self.mlp(features.to(self.mlp[0].weight.dtype)).squeeze(-1).to(own.dtype)
 
     @staticmethod
@@ -154,25 +150,22 @@ def uses_value_head(model, length: int) -> bool:
 
 
 def head_corrections(model, log_token, revealed, pseudo, shift: int = 0) -> torch.Tensor:
-    """The value head's g_φ [N, T] (``ValueHead.corrections``; 0 at the revealed positions, which no caller reads) of
-    the sets ``revealed`` [N, T] from their rows ``log_token`` [N, T] and λ ``pseudo`` ([T] or [N, T]): the head run
-    on the masked positions only, ``block_tokens`` of them per call, as the network runs."""
+    """The value head's g_φ of every position [N, T] (``ValueHead.corrections``) of the sets ``revealed`` [N, T] from
+    their rows ``log_token`` [N, T] and λ ``pseudo`` ([T] or [N, T]), run in blocks of ``block_tokens // T`` rows, as
+    the network is, so that a row's numbers do not depend on how many rows share its call (texts side by side equal
+    each text alone, bit for bit)."""
     N, T = revealed.shape
-    masked = ~revealed
-    row, at = torch.nonzero(masked, as_tuple=True)
-    own, lam = log_token[row, at], pseudo.expand(N, T)[row, at]
-    count = (masked.sum(1) + shift).to(own.dtype)[row]
-    step = max(1, model.block_tokens)
+    pseudo = pseudo.expand(N, T)
+    step = max(1, model.block_tokens // max(T, 1))
     with torch.no_grad():
-        blocks = [
-            model.value_head.position_corrections(
-                own[s : s + step], lam[s : s + step], count[s : s + step], T
-            )
-            for s in range(0, own.numel(), step)
-        ]
-    out = torch.zeros(N, T, dtype=own.dtype, device=own.device)
-    out[row, at] = torch.cat(blocks) if blocks else own
-    return out
+        return torch.cat(
+            [
+                model.value_head.corrections(
+                    log_token[s : s + step], pseudo[s : s + step], revealed[s : s + step], shift
+                )
+                for s in range(0, N, step)
+            ]
+        )
 
 
 def log_lookahead(model, log_token: torch.Tensor, revealed: torch.Tensor, pseudo: torch.Tensor | None):

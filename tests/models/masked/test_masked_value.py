@@ -21,7 +21,6 @@ from lm_latent_eval.models.masked.value import (
     ValueHead,
     bellman_targets,
     fit_value_head,
-    head_corrections,
     log_lookahead,
     pseudo_log_likelihoods,
 )
@@ -158,27 +157,6 @@ def test_the_peeking_proposal_under_a_head_is_the_posterior_step_guessed_from_on
         myopic = chi_square(model, text, True)
         model.value_head = kept
         assert head < 0.5 * min(uniform, myopic), (text, head, uniform, myopic)
-
-
-@pytest.mark.parametrize("shift", [0, -1])
-def test_the_head_runs_on_the_masked_positions_only_with_the_numbers_of_whole_rows(shift):
-    """``head_corrections`` runs g_φ on the masked positions only, in calls of ``block_tokens`` positions (here 7:
-    blocks cut through rows): ``ValueHead.corrections`` of whole rows there, to the rounding of a matrix product of
-    other shape, and 0 at the revealed ones."""
-    model = fitted_tiny()
-    x = model.tokenize("d a c c b a")
-    generator = torch.Generator().manual_seed(0)
-    revealed = torch.rand(40, 6, generator=generator) < torch.linspace(0, 1, 40)[:, None]
-    rows, lam = step_scores(model, x, revealed).log_token, pseudo_log_likelihoods(model, x)
-    model.block_tokens, kept = 7, model.block_tokens
-    try:
-        got = head_corrections(model, rows, revealed, lam, shift)
-    finally:
-        model.block_tokens = kept
-    with torch.no_grad():
-        whole = model.value_head.corrections(rows, lam, revealed, shift)
-    torch.testing.assert_close(got[~revealed], whole[~revealed], rtol=0, atol=1e-12)
-    assert bool((got[revealed] == 0).all())
 
 
 def chi_square(model, text: str, peek: bool) -> float:
