@@ -39,6 +39,7 @@ import copy
 import json
 import math
 import multiprocessing
+import re
 import time
 from pathlib import Path
 
@@ -204,7 +205,11 @@ def pooled_chunks(length: int, oracle: bool, peek: bool) -> Path:
     ``masked_coverage.pooled``, written as the run of seeds 0-99 would be where they are those seeds, else beside
     them as ``..._pooled.json``; one line where the chunks' texts, truth or model_args differ."""
     stem = coverage_name(length, oracle, peek, range(100)).stem
-    chunks = [json.loads(f.read_text()) for f in sorted(OUTPUT.glob(f"{stem}_seeds*[0-9].json"))]
+    files = [
+        f for f in OUTPUT.glob(f"{stem}_seeds*.json") if re.fullmatch(rf"{stem}_seeds\d+_\d+\.json", f.name)
+    ]
+    # a chunk still running keeps its seeds so far in ..._seedsA_B.partW.json: not a chunk
+    chunks = [json.loads(f.read_text()) for f in sorted(files)]
     if not chunks:
         raise SystemExit(f"--pool {length}: no {stem}_seedsA_B.json in {OUTPUT}")
     if len({json.dumps([c["texts"], c.get("truth"), c["model_args"]]) for c in chunks}) > 1:

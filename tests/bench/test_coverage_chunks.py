@@ -44,6 +44,8 @@ def test_chunk_names_and_pooled_figures(tmp_path, monkeypatch):
     )
     write(tmp_path, range(4), covered={0, 1, 2})
     write(tmp_path, range(50, 52), covered={50})
+    # a chunk still running: its part file is not pooled
+    (tmp_path / "value_coverage_oracle_peek_T8_seeds4_5.part0.json").write_text(json.dumps(chunk([4], {4})))
     path = masked_value.pooled_chunks(8, True, True)
     assert path.name == "value_coverage_oracle_peek_T8_pooled.json"
     out = json.loads(path.read_text())
