@@ -12,10 +12,10 @@ over uniform orders (the default statement's sampler), at K = 64 and 256, 5 seed
   to 14 tokens (``oracle_with_head``), T = 16, 32, 48.
 
 ``--coverage T``: the statement of ``resample_threshold=0.5`` (with ``--peek``, and ``peek=true``; the rest as a
-user who names nothing else gets it: ``auto``, the precision target) over ``--seeds`` seeds, held to the exact value (``masked_coverage.coverage``): on
-the bundled network's joined texts of T ≤ 16 tokens, or with ``--oracle`` on the oracle's four texts of T tokens
-(any T) under its head from ``oracle_with_head``, fitted once and shared by ``--workers`` forked processes that
-split the seeds.
+user who names nothing else gets it: ``auto``, the precision target) over ``--seeds`` seeds, held to the exact
+value (``masked_coverage.coverage``): on the bundled network's joined texts of T ≤ 16 tokens, or with ``--oracle``
+on the oracle's four texts of T tokens (any T) under its head from ``oracle_with_head``, fitted once and shared by
+``--workers`` forked processes that split the seeds.
 
     python bench/masked_value.py --table           # writes bench/masked_length/value_head.md
     python bench/masked_value.py --coverage 16 --seeds 100   # writes bench/masked_length/value_coverage_T16.json
