@@ -13,6 +13,14 @@ that asked for them (``KernelCounter.bytes_by_line``), say where.
 
     python bench/limit_gap.py                       # writes bench/limit_gap/output.md
     python bench/limit_gap.py --revision REV --output bench/limit_gap/before.md
+    python bench/limit_gap.py --shift-against REV   # adds how far the change since REV moves log p̂
+
+``--shift-against REV``: a change that removes bytes may round differently. Fixed IS draws (seed n for document n:
+the bundled model's test documents at K = 100, the full-size model's two synthetic documents of 60 and 120 tokens
+at K = 64) are scored by this checkout and by REV's package, log w = log p(x, z) − log q(z | x), and the section it
+adds gives the largest shift of a log w and of a document's log p̂ per token, and the corpus' mean shift per token,
+beside the rule a precision must meet to become the default (``precision_shift.py``: a tenth of the precision target
+per token).
 """
 
 from __future__ import annotations
@@ -21,19 +29,28 @@ import argparse
 import collections
 import os
 import sys
+import tempfile
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import full_size
 from kernel_counts import accelerator_paths, count, per_token_costs
 from limit import entitynlm_arithmetic, flops, kglm_arithmetic, product_bytes
-from smc_cost import cpu_name, package_revision, run_at_revision
+from smc_cost import cpu_name, package_revision, run_at_revision, short_commit
+
+from lm_latent_eval.estimators.diagnostics import log_mean_exp
+from lm_latent_eval.estimators.settings import AUTO_TARGET_SE
+from lm_latent_eval.models import load_model
+from lm_latent_eval.models.corpora import bundled_documents
 
 OUTPUT = Path(__file__).resolve().parent / "limit_gap"
 ARITHMETIC = {"kglm": kglm_arithmetic, "entitynlm": entitynlm_arithmetic}
 KS = (32, 64)
+# the full-size model's two synthetic documents of ``--shift-against``
+SHIFT_TOKENS = (60, 120)
 
 
 def floor_per_particle_token(name: str, model, T: int) -> tuple[float, float]:
@@ -66,6 +83,71 @@ def row(name: str, lengths: tuple[int, int], top: int) -> dict:
         "shares": [(op, b / counter.bytes) for op, b in counter.bytes_by_op.most_common(top)],
         "lines": sorted(per_line.items(), key=lambda item: -item[1])[:top],
     }
+
+
+def fixed_draw_log_weights(name: str) -> dict[str, np.ndarray]:
+    """{"bundled/n" or "full/n": log w [K] of document n's fixed IS draws, and "…/tokens": its tokens}."""
+    full = full_size.BUILDERS[name][0]()
+    words = full.vocab[3:] if name == "kglm" else full.vocab[2:]
+    corpora = {
+        "bundled": (load_model(name)[0], bundled_documents(name), 100),
+        "full": (full, full_size.zipf_documents(words, list(SHIFT_TOKENS), seed=1), 64),
+    }
+    out = {}
+    with torch.no_grad():
+        for corpus, (model, texts, K) in corpora.items():
+            for n, text in enumerate(texts):
+                x = model.tokenize(text)
+                z, _ = model.proposal.sample(x, K, generator=torch.Generator().manual_seed(n))
+                log_w = model.log_joint(x, z) - model.proposal.log_prob(x, z)
+                out[f"{corpus}/{n}"] = log_w.double().numpy()
+                out[f"{corpus}/{n}/tokens"] = np.array(x.numel())
+    return out
+
+
+def shift_rows(name: str, ours: dict, theirs: dict) -> list[str]:
+    """The markdown rows of ``--shift-against`` for one model, bundled and full size."""
+    rows = []
+    for corpus in ("bundled", "full"):
+        docs = [k for k in ours if k.startswith(corpus + "/") and not k.endswith("/tokens")]
+        tokens = np.array([int(ours[k + "/tokens"]) for k in docs])
+        finite = [np.isfinite(ours[k]) & np.isfinite(theirs[k]) for k in docs]
+        log_w = max(np.abs(ours[k][f] - theirs[k][f]).max(initial=0.0) for k, f in zip(docs, finite))
+        shift = np.array([log_mean_exp(ours[k]) - log_mean_exp(theirs[k]) for k in docs]) / tokens
+        same = sum(np.array_equal(ours[k], theirs[k]) for k in docs)
+        rows.append(
+            f"| {name} | {corpus} | {len(docs)} ({tokens.sum():,} tokens) | {same} | {log_w:.1e} |"
+            f" {np.abs(shift).max():.1e} | {(shift * tokens).sum() / tokens.sum():+.1e} |"
+            f" {0.1 * AUTO_TARGET_SE:.0e} |"
+        )
+    return rows
+
+
+def shift_section(names: list[str], revision: str) -> str:
+    """``--shift-against``'s section: this checkout's log w of fixed draws against ``revision``'s."""
+    revision = short_commit(revision)
+    lines = [
+        "",
+        f"## How far the change since {revision} moves log p̂ (`--shift-against {revision}`)",
+        "",
+        (
+            "Fixed IS draws, log w = log p(x, z) − log q(z | x), scored by this checkout and by the package at "
+            f"{revision}; the rule: a tenth of the precision target per token."
+        ),
+        "",
+        (
+            "| model | corpus | documents (tokens) | log w the same bit for bit | largest shift of a log w |"
+            " largest shift of a document's log p̂ per token | mean shift per token | rule |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            theirs = Path(tmp) / f"{name}.npz"
+            argv = ["--revision", revision, "--models", name, "--write-log-weights", str(theirs)]
+            run_at_revision(revision, argv, script=__file__)
+            lines += shift_rows(name, fixed_draw_log_weights(name), dict(np.load(theirs)))
+    return "\n".join(lines) + "\n"
 
 
 def markdown(rows: list[dict], args) -> str:
@@ -118,16 +200,23 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--revision", default=None, help="count lm_latent_eval as it was at this git revision"
     )
+    parser.add_argument("--shift-against", metavar="REV", help="add how far the change since REV moves log p̂")
+    parser.add_argument("--write-log-weights", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.revision:
         return run_at_revision(args.revision, argv if argv is not None else sys.argv[1:], script=__file__)
     torch.set_num_threads(1)
+    if args.write_log_weights:
+        return np.savez(args.write_log_weights, **fixed_draw_log_weights(args.models[0]))
     rows = []
     for name in args.models:
         rows.append(row(name, tuple(args.lengths), args.top))
         print(markdown(rows, args), flush=True)
+    text = markdown(rows, args)
+    if args.shift_against:
+        text += shift_section(args.models, args.shift_against)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(markdown(rows, args))
+    args.output.write_text(text)
 
 
 if __name__ == "__main__":

@@ -124,6 +124,14 @@ def model_rows(name: str, ks: list[int], repeats: int, num_docs: int | None) -> 
     return rows
 
 
+def short_commit(revision: str) -> str:
+    """The abbreviated commit that ``revision`` (a branch, tag, HEAD, ...) names in this repository."""
+    repo = Path(__file__).resolve().parents[1]
+    return subprocess.run(
+        ["git", "rev-parse", "--short", revision], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
 def run_at_revision(
     revision: str, argv: list[str], script: str = __file__, folders: tuple[str, ...] = ("lm_latent_eval",)
 ) -> None:
@@ -132,9 +140,7 @@ def run_at_revision(
     repo = Path(__file__).resolve().parents[1]
     rest = [a for i, a in enumerate(argv) if a != "--revision" and (i == 0 or argv[i - 1] != "--revision")]
     rest = [a for a in rest if not a.startswith("--revision=")]
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", revision], cwd=repo, capture_output=True, text=True, check=True
-    ).stdout.strip()
+    commit = short_commit(revision)
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(
             ["git", "archive", commit, *folders], cwd=repo, capture_output=True, check=True

@@ -41,11 +41,9 @@ _ALIAS_FORMS_PER_CALL = 4096
 
 
 def generate_row_bytes(vocab_size: int, token_dim: int, entity_dim: int, itemsize: int = 4) -> int:
-    """Bytes ``_generate_terms`` holds per (position, entity) pair: the condensed input, its projection and the
-    vocabulary logits in the model's precision (2 values a word) and in float64 (2 values a word)."""
-    return (
-        vocab_size * (2 * itemsize + 2 * 8) + 2 * (token_dim + entity_dim) * itemsize + token_dim * itemsize
-    )
+    """Bytes ``_generate_terms`` holds per (position, entity) pair: the condensed input, its projection, the
+    vocabulary logits in the model's precision and their log-sum-exp's float32 temporary (a value a word each)."""
+    return vocab_size * (itemsize + 4) + 2 * (token_dim + entity_dim) * itemsize + token_dim * itemsize
 
 
 def copy_row_bytes(max_alias_tokens: int, token_dim: int, itemsize: int = 4) -> int:
@@ -158,10 +156,8 @@ class WordDistribution:
             n = h.shape[0]
             if n < 4:
                 h, r = torch.cat([h, h[:1].expand(4 - n, -1)]), torch.cat([r, r[:1].expand(4 - n)])
-            scores = self.generate(self.condense(torch.cat([h, self.entity_embedding.weight[r]], -1)))[
-                :n
-            ].double()
-            out[0, sl] = scores.logsumexp(-1)
+            scores = self.generate(self.condense(torch.cat([h, self.entity_embedding.weight[r]], -1)))[:n]
+            out[0, sl] = scores.float().logsumexp(-1)
             out[1, sl] = scores.gather(1, x_in[sl].unsqueeze(1)).squeeze(1)
             out[2, sl] = scores[:, self.unk_id]
         return out[0], out[1], out[2]
