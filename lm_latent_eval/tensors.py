@@ -57,6 +57,19 @@ def inverse_cdf(
     return drawn if per_row else drawn.squeeze(-1)
 
 
+def log_normaliser(logits: torch.Tensor) -> torch.Tensor:
+    """log Σ_w exp(s_w) over the last dimension of a word softmax's logits [..., V], float64 [...]: taken in float32
+    (bfloat16 logits widened), not over a float64 copy of all V, which would move twice the bytes for a rounding of
+    about 1e-7 relative to the sum.
+
+    Examples
+    --------
+    >>> log_normaliser(torch.zeros(2, 4))
+    tensor([1.3863, 1.3863], dtype=torch.float64)
+    """
+    return logits.float().logsumexp(-1).double()
+
+
 def tempered_draw(logits: torch.Tensor, temperature: float, generator) -> tuple[torch.Tensor, torch.Tensor]:
     """One index per row of softmax(logits / τ) [K, n] by ``inverse_cdf`` with one u ~ U[0, 1) per row, in the logits'
     dtype: (index [K], its log probability under the tempered distribution [K])."""

@@ -14,8 +14,9 @@ V = the vocabulary) runs through phases, each holding at once (bytes per particl
 - the length head: [T, k, ℓ] logits per token, or one product over the starting rows' [h; e] [N, 2D] (where
   ``rows_apart`` holds);
 - the context of every token [T, k, D] beside the entity rows;
-- the word softmax (``word_log_probs``): one token's logits [k, V] at a time (float32, their float64 copy and
-  ``logsumexp``'s temporaries), or about ``WORD_GROUP`` logits of consecutive tokens where k·V is smaller.
+- the word softmax (``word_log_probs``): one token's logits [k, V] at a time (and the float32 temporaries of their
+  log-sum-exp, ``tensors.log_normaliser``), or about ``WORD_GROUP`` logits of consecutive tokens where k·V is
+  smaller.
 
 The plan takes N = k·T (every token starting a mention, the worst case) and the largest phase, so it bounds what a
 call holds whatever z it is given (tests/models/entitynlm/test_entitynlm_memory.py records the temporaries of real
@@ -33,11 +34,11 @@ from __future__ import annotations
 
 from ..memory_plan import MemoryPlan, Temporary, rows_per_chunk
 
-# float64 logits normalised at once by word_log_probs (consecutive tokens; fits in cache)
+# logits normalised at once by word_log_probs (consecutive tokens; fits in cache)
 WORD_GROUP = 1 << 18
 
-# bytes of the word softmax's float64 logits group (``WORD_GROUP`` values) and its float32 and logsumexp companions
-_WORD_BYTES_PER_LOGIT = 40
+# bytes of the word softmax's logits group (``WORD_GROUP`` values) and its log-sum-exp's float32 temporaries
+_WORD_BYTES_PER_LOGIT = 12
 # [T, k] int64 and bool bookkeeping arrays alive beside each phase (R, E, L views, masks, slots, counts, indices)
 _INDEX_BYTES = 96
 
@@ -66,10 +67,10 @@ def token_bytes(model) -> int:
 
 
 def word_row_bytes(model) -> int:
-    """Bytes one particle holds in one token's word softmax: its [V] logits in float32 (the blocks and their join)
-    and float64 (the copy and logsumexp's temporaries)."""
+    """Bytes one particle holds in one token's word softmax: its [V] logits and its log-sum-exp's float32
+    temporaries (a float32 copy of bfloat16 logits, the shifted exponentials)."""
     _, _, _, V, f = _sizes(model)
-    return (2 * f + 4 * 8) * V
+    return (f + 2 * 4) * V
 
 
 def particle_bytes(model, num_tokens: int) -> int:
@@ -110,7 +111,7 @@ def memory_plan(model, num_tokens: int, num_particles: int, budget: int | None =
         Temporary("log_joint: slot positions [T, k, M] (int64, each)", (T, k, M), 8),
         Temporary("log_joint: entity scores at mention starts [N ≤ k·T, M]", (k * T, M), 4),
         Temporary("log_joint: length logits [T, k, ℓ]", (T, k, L), 4),
-        Temporary("log_joint: word logits of one token [k, V] (float64)", (k, V), 8),
+        Temporary("log_joint: word logits of one token [k, V] (float32, log-sum-exp)", (k, V), 4),
         Temporary("sampler: entity memory [K, M, D] (state)", (K, M, D), f),
         Temporary("sampler: entity scores [K, M]", (K, M), 4),
         Temporary("sampler: latents [3, K, T]", (3, K, T), 8),

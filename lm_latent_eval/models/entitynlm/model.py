@@ -21,7 +21,7 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from ...tensors import distinct_rows
+from ...tensors import distinct_rows, log_normaliser
 from ..checkpoints import StrictLoading
 from ..cuda_graphs import CUDA_GRAPHS_HELP, GraphsOfProposal, parse_cuda_graphs
 from ..encoder_cache import DocumentCache
@@ -259,58 +259,49 @@ class EntityNLM(
     def word_log_probs(self, h: torch.Tensor, context: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """log p(x_t | h_{t−1}, e_t) for h [K|1, T, D], e_t [K, T, D], x [K|1, T]: float64 [K, T] (eq. 6).
 
-        The float32 logits of each token come from the products ``word_step`` makes (same rows, so the same
-        numbers); the float64 normaliser is then taken over about ``WORD_GROUP`` logits of consecutive tokens at once."""
+        Each token gets the numbers ``word_step`` gives it (the same products of the same rows): where ``rows_apart``
+        holds, from products over about ``WORD_GROUP`` logits of consecutive tokens at once, else token by token."""
         K, T, _ = context.shape
+        target = x.expand(K, T)
         if T == 0:
             return torch.zeros(K, 0, dtype=torch.float64, device=context.device)
-        V = len(self.vocab)
-        rows = max(1, WORD_BLOCK // V)
-        per_group = max(1, WORD_GROUP // (K * V))
-        target = x.expand(K, T)
+        if not rows_apart(K, context):
+            # per token, a fresh (aligned) copy of its rows: BLAS may round differently on a misaligned slice
+            aligned = (context[:, t].clone(memory_format=torch.contiguous_format) for t in range(T))
+            return torch.stack([self.word_step(h[:, t], e, target[:, t]) for t, e in enumerate(aligned)], 1)
+        per_group = max(1, WORD_GROUP // (K * len(self.vocab)))
         out = []
         for first in range(0, T, per_group):
             stop = min(T, first + per_group)
-            # one product over the group's rows gives each row its per-token numbers
-            if rows_apart(K, context):
-                # token-major copy
-                tokens = context[:, first:stop].transpose(0, 1).reshape(-1, context.shape[-1])
-                logits = self.word_logits(h[:, first:stop].transpose(0, 1), tokens, rows, stop - first)
-            else:
-                # per token, a fresh (aligned) copy of its rows:
-                # BLAS may round differently on a misaligned slice
-                logits = torch.cat(
-                    [
-                        self.word_logits(
-                            h[:, t], context[:, t].clone(memory_format=torch.contiguous_format), rows
-                        )
-                        for t in range(first, stop)
-                    ]
+            # token-major copies
+            tokens = context[:, first:stop].transpose(0, 1).reshape(-1, context.shape[-1])
+            words = target[:, first:stop].t().reshape(-1)
+            out.append(
+                self.word_terms(h[:, first:stop].transpose(0, 1), tokens, words, stop - first).view(
+                    stop - first, K
                 )
-            # [(stop − first)·K, V], token-major
-            logits = logits.double()
-            picked = logits.gather(1, target[:, first:stop].t().reshape(-1, 1)).squeeze(1)
-            out.append((picked - logits.logsumexp(-1)).view(stop - first, K))
+            )
         return torch.cat(out).t()
 
-    def word_logits(self, h: torch.Tensor, context: torch.Tensor, rows: int, tokens: int = 1) -> torch.Tensor:
-        """W_vocab (h_{t−1} + W_e e_t) + b for one token, h [K|1, D], e_t [K, D], in products of ≤ ``rows`` rows:
-        float32 [K, V]; or for ``tokens`` n tokens at once, h [n, K|1, D], e_t token-major [n·K, D]: [n·K, V]."""
+    def word_terms(
+        self, h: torch.Tensor, context: torch.Tensor, x: torch.Tensor, tokens: int = 1
+    ) -> torch.Tensor:
+        """s_x − log Σ_w exp s_w, s = W_vocab (h_{t−1} + W_e e_t) + b, for one token, h [K|1, D], e_t [K, D], x_t [K]:
+        float64 [K]; or for ``tokens`` n tokens at once, h [n, K|1, D], e_t token-major [n·K, D], x [n·K]: [n·K]. The
+        float32 logits exist a block of at most ``WORD_BLOCK`` values at a time (one product each)."""
+        rows = max(1, WORD_BLOCK // len(self.vocab))
         # [n·K, D]
         feats = (h + self.entity_output(context).view(tokens, -1, context.shape[-1])).view(context.shape)
-        parts = [self.vocab_output(feats[s : s + rows]) for s in range(0, feats.shape[0], rows)]
+        parts = []
+        for s in range(0, feats.shape[0], rows):
+            logits = self.vocab_output(feats[s : s + rows])
+            picked = logits.gather(1, x[s : s + rows].unsqueeze(1)).squeeze(1)
+            parts.append(picked.double() - log_normaliser(logits))
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def word_step(self, h: torch.Tensor, context: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """log p(x_t | h_{t−1}, e_t) for one token: h [K|1, D], e_t [K, D], x_t [K|1]: float64 [K] (eq. 6)."""
-        rows = max(1, WORD_BLOCK // len(self.vocab))
-        logits = self.word_logits(h, context, rows)
-        target = x.expand(logits.shape[0]).unsqueeze(1)
-        parts = []
-        for s in range(0, logits.shape[0], rows):
-            block = logits[s : s + rows].double()
-            parts.append(block.gather(1, target[s : s + rows]).squeeze(1) - block.logsumexp(-1))
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
+        return self.word_terms(h, context, x.expand(context.shape[0]))
 
     def extra_repr(self) -> str:
         return (
