@@ -57,17 +57,34 @@ def inverse_cdf(
     return drawn if per_row else drawn.squeeze(-1)
 
 
-def log_normaliser(logits: torch.Tensor) -> torch.Tensor:
-    """log Σ_w exp(s_w) over the last dimension of a word softmax's logits [..., V], float64 [...]: taken in float32
-    (bfloat16 logits widened), not over a float64 copy of all V, which would move twice the bytes for a rounding of
-    about 1e-7 relative to the sum.
+# float64 entries a float64 ``log_normalizer`` widens at a time: 128 MiB
+NORMALIZER_ENTRIES = 1 << 24
+
+
+def log_normalizer(
+    logits: torch.Tensor, dtype: torch.dtype = torch.float32, chunk_entries: int = NORMALIZER_ENTRIES
+) -> torch.Tensor:
+    """log Σ_v exp(logits[..., v]) [...], float64, of a softmax's logits [..., V] of any dtype, summed in ``dtype``.
+
+    float32 (the word heads of KGLM and EntityNLM): the float32 logits as they are (bfloat16 ones widened), rounding
+    log Σ by about 1e-7; float64 (the masked LMs, whose one-token conditionals sum to 1 to float64 rounding): widened
+    chunk by chunk, at most ``chunk_entries`` float64 entries at a time, so a large vocabulary costs no second copy.
 
     Examples
     --------
-    >>> log_normaliser(torch.zeros(2, 4))
+    >>> logits = torch.tensor([[0.0, 1e-8, -1e-8]])
+    >>> float(log_normalizer(logits, torch.float64) - math.log(3)) < 1e-15
+    True
+    >>> log_normalizer(torch.zeros(2, 4))
     tensor([1.3863, 1.3863], dtype=torch.float64)
     """
-    return logits.float().logsumexp(-1).double()
+    if dtype != torch.float64:
+        return logits.to(dtype).logsumexp(-1).double()
+    flat = logits.reshape(-1, logits.shape[-1])
+    rows = max(1, chunk_entries // max(flat.shape[1], 1))
+    parts = [torch.logsumexp(flat[i : i + rows].double(), -1) for i in range(0, flat.shape[0], rows)]
+    out = torch.cat(parts) if parts else flat.new_zeros(0, dtype=torch.float64)
+    return out.reshape(logits.shape[:-1])
 
 
 def tempered_draw(logits: torch.Tensor, temperature: float, generator) -> tuple[torch.Tensor, torch.Tensor]:

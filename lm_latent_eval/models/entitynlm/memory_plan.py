@@ -15,7 +15,7 @@ V = the vocabulary) runs through phases, each holding at once (bytes per particl
   ``rows_apart`` holds);
 - the context of every token [T, k, D] beside the entity rows;
 - the word softmax (``word_log_probs``): one token's logits [k, V] at a time (and the float32 temporaries of their
-  log-sum-exp, ``tensors.log_normaliser``), or about ``WORD_GROUP`` logits of consecutive tokens where k·V is
+  log-sum-exp, ``tensors.log_normalizer``), or about ``WORD_GROUP`` logits of consecutive tokens where k·V is
   smaller.
 
 The plan takes N = k·T (every token starting a mention, the worst case) and the largest phase, so it bounds what a

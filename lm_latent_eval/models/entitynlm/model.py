@@ -21,7 +21,7 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from ...tensors import distinct_rows, log_normaliser
+from ...tensors import distinct_rows, log_normalizer
 from ..checkpoints import StrictLoading
 from ..cuda_graphs import CUDA_GRAPHS_HELP, GraphsOfProposal, parse_cuda_graphs
 from ..encoder_cache import DocumentCache
@@ -296,7 +296,7 @@ class EntityNLM(
         for s in range(0, feats.shape[0], rows):
             logits = self.vocab_output(feats[s : s + rows])
             picked = logits.gather(1, x[s : s + rows].unsqueeze(1)).squeeze(1)
-            parts.append(picked.double() - log_normaliser(logits))
+            parts.append(picked.double() - log_normalizer(logits))
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def word_step(self, h: torch.Tensor, context: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

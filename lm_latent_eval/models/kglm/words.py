@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...tensors import log_normaliser, pad_rows
+from ...tensors import log_normalizer, pad_rows
 from ..encoder_cache import cache_version
 from ..memory_plan import DEFAULT_MEMORY_BUDGET, rows_per_chunk
 from .awd_lstm import embedding_dropout
@@ -157,7 +157,7 @@ class WordDistribution:
             if n < 4:
                 h, r = torch.cat([h, h[:1].expand(4 - n, -1)]), torch.cat([r, r[:1].expand(4 - n)])
             scores = self.generate(self.condense(torch.cat([h, self.entity_embedding.weight[r]], -1)))[:n]
-            out[0, sl] = log_normaliser(scores)
+            out[0, sl] = log_normalizer(scores)
             out[1, sl] = scores.gather(1, x_in[sl].unsqueeze(1)).squeeze(1)
             out[2, sl] = scores[:, self.unk_id]
         return out[0], out[1], out[2]

@@ -4,7 +4,7 @@ The mask predictor reads ids [B, T], the true token at the positions in S and th
 logits [B, T, V] (or an output with ``.logits``). The token distribution at a position is the softmax of its logits
 over the vocabulary without the mask id (a masked-diffusion sampler never writes the mask). States are scored in
 blocks of ``block_tokens // T`` rows, each distinct state once; logits in the network's dtype, the normalizer
-log Σ_v exp(logit_v) and everything after in float64 (``log_normalizer``: the logits widened to float64, so a
+log Σ_v exp(logit_v) and everything after in float64 (``tensors.log_normalizer``: the logits widened to float64, so a
 one-token conditional sums to 1 over the vocabulary to float64 rounding, not float32's).
 """
 
@@ -15,12 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ...tensors import distinct_rows
+from ...tensors import distinct_rows, log_normalizer
 from .policy import DEFAULT_BLOCK, TIE_ULPS, order_log_probs, position_scores
 from .windows import closed_positions, current_window, window_size, window_spans
-
-# float64 entries of the normalizer widened at a time (``log_normalizer``): 128 MiB
-NORMALIZER_ENTRIES = 1 << 24
 
 
 @dataclass
@@ -103,23 +100,6 @@ def run_rows(
     return windowed_rows(model, x, distinct, size, keep_mask_row)
 
 
-def log_normalizer(logits: torch.Tensor, chunk_entries: int = NORMALIZER_ENTRIES) -> torch.Tensor:
-    """log Σ_v exp(logits[..., v]) in float64 [...] for logits [..., V] of any dtype, widened chunk by chunk (at most
-    ``chunk_entries`` float64 entries at a time, so a 30,000-word vocabulary costs no second copy of the block).
-
-    Examples
-    --------
-    >>> logits = torch.tensor([[0.0, 1e-8, -1e-8]])  # float32 rounds the normalizer to log 3 + O(1e-8)
-    >>> log_normalizer(logits).dtype, float(log_normalizer(logits) - math.log(3)) < 1e-15
-    (torch.float64, True)
-    """
-    flat = logits.reshape(-1, logits.shape[-1])
-    rows = max(1, chunk_entries // max(flat.shape[1], 1))
-    parts = [torch.logsumexp(flat[i : i + rows].double(), -1) for i in range(0, flat.shape[0], rows)]
-    out = torch.cat(parts) if parts else flat.new_zeros(0, dtype=torch.float64)
-    return out.reshape(logits.shape[:-1])
-
-
 def scored_rows(
     model, x: torch.Tensor, revealed: torch.Tensor, keep_mask_row: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -137,7 +117,7 @@ def scored_rows(
         logits = model.predict(masked_ids(text, block, model.mask_id))
         if not keep_mask_row:
             logits = logits.index_fill(-1, mask_index, -math.inf)
-        log_z = log_normalizer(logits)
+        log_z = log_normalizer(logits, torch.float64)
         picked = logits.gather(-1, text.expand(block.shape[0], T)[..., None]).squeeze(-1).double()
         token.append(picked - log_z)
         conf.append(position_scores(model.policy, logits, log_z))

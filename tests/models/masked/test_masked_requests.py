@@ -79,7 +79,7 @@ def test_the_bert_log_joint_is_the_product_of_its_masked_conditionals(bert_dir):
 def test_a_one_token_conditional_sums_to_one_over_the_vocabulary(which, bert_dir):
     args = {"pretrained": str(bert_dir)} if which == "bert" else {}
     lm = LatentMaskedEval(estimator="exact", device="cpu", **args)
-    # the normalizer in float64 (conditionals.log_normalizer): 1 to float64 rounding; a float32 normalizer is off by
+    # the normalizer in float64 (tensors.log_normalizer): 1 to float64 rounding; a float32 normalizer is off by
     # ~1e-7 (its rounding of log Z ≈ 3 to 10)
     for context in ["the cat", "anna saw the", "a"]:
         assert abs(one_token_total(lm.model.conditional_model(context), lm.model)) < 1e-12, context
