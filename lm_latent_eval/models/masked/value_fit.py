@@ -126,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
     model.value_head.save(args.output)
     print(
         f"wrote {args.output} (final losses: exact stage {loss:.4f}, Bellman stage {bellman_loss:.4f} nats²); "
-        f"use it with --model_args ...,value_head={args.output},resample_threshold=0.5,peek=true"
+        f"use it with --model_args ...,value_head={args.output},resample_threshold=0.5,peek=true (its interval "
+        "covered the exact value in measured runs of texts up to 32 tokens, too rarely at 48: there trust the "
+        "certified bound; docs/models.md)"
     )
     return 0
