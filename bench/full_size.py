@@ -74,6 +74,12 @@ def zipf_documents(words: Sequence[str], lengths: Sequence[int], seed: int = 0) 
     return docs
 
 
+def model_documents(name: str, model, lengths: Sequence[int], seed: int = 1) -> list[str]:
+    """``zipf_documents`` over the words of the ``name`` model's vocabulary after its special tokens (EntityNLM has
+    two, KGLM and the RNNG three)."""
+    return zipf_documents(model.vocab[2:] if name == "entitynlm" else model.vocab[3:], lengths, seed)
+
+
 def word_list(size: int, specials: Sequence[str]) -> list[str]:
     """A vocabulary of ``size`` entries: the model's special tokens, then ``w0``, ``w1``, ...."""
     return [*specials, *(f"w{i}" for i in range(size - len(specials)))]

@@ -191,8 +191,7 @@ def main(argv=None) -> None:
     import full_size
 
     model = full_size.BUILDERS[args.model][0]()
-    words = model.vocab[3:] if args.model == "kglm" else model.vocab[2:]
-    (doc,) = full_size.zipf_documents(words, [args.tokens], seed=1)
+    (doc,) = full_size.model_documents(args.model, model, [args.tokens])
     x = model.tokenize(doc)
     with torch.no_grad(), accelerator_paths():
         model.proposal.sample(x, 2, generator=torch.Generator().manual_seed(0))  # per-document caches

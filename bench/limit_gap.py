@@ -60,11 +60,8 @@ def floor_per_particle_token(name: str, model, T: int) -> tuple[float, float]:
     return (flops(step2) - flops(step1)) / slope, (product_bytes(step2) - product_bytes(step1)) / slope
 
 
-def row(name: str, lengths: tuple[int, int], top: int) -> dict:
-    model = full_size.BUILDERS[name][0]()
-    words = model.vocab[3:] if name == "kglm" else model.vocab[2:]
-    docs = full_size.zipf_documents(words, list(lengths), seed=1)
-    x_short, x_long = (model.tokenize(d) for d in docs)
+def row(name: str, model, lengths: tuple[int, int], top: int) -> dict:
+    x_short, x_long = (model.tokenize(d) for d in full_size.model_documents(name, model, lengths))
     sample, joint = per_token_costs(model, x_short, x_long, ks=KS)
     with torch.no_grad(), accelerator_paths():
         counter = count(
@@ -85,13 +82,12 @@ def row(name: str, lengths: tuple[int, int], top: int) -> dict:
     }
 
 
-def fixed_draw_log_weights(name: str) -> dict[str, np.ndarray]:
-    """{"bundled/n" or "full/n": log w [K] of document n's fixed IS draws, and "…/tokens": its tokens}."""
-    full = full_size.BUILDERS[name][0]()
-    words = full.vocab[3:] if name == "kglm" else full.vocab[2:]
+def fixed_draw_log_weights(name: str, full) -> dict[str, np.ndarray]:
+    """{"bundled/n" or "full/n": log w [K] of document n's fixed IS draws, and "…/tokens": its tokens}; ``full``: the
+    full-size model."""
     corpora = {
         "bundled": (load_model(name)[0], bundled_documents(name), 100),
-        "full": (full, full_size.zipf_documents(words, list(SHIFT_TOKENS), seed=1), 64),
+        "full": (full, full_size.model_documents(name, full, SHIFT_TOKENS), 64),
     }
     out = {}
     with torch.no_grad():
@@ -123,8 +119,9 @@ def shift_rows(name: str, ours: dict, theirs: dict) -> list[str]:
     return rows
 
 
-def shift_section(names: list[str], revision: str) -> str:
-    """``--shift-against``'s section: this checkout's log w of fixed draws against ``revision``'s."""
+def shift_section(ours: dict[str, dict], revision: str) -> str:
+    """``--shift-against``'s section: this checkout's log w of fixed draws (``ours``, by model) against
+    ``revision``'s."""
     revision = short_commit(revision)
     lines = [
         "",
@@ -142,11 +139,11 @@ def shift_section(names: list[str], revision: str) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     with tempfile.TemporaryDirectory() as tmp:
-        for name in names:
+        for name, log_weights in ours.items():
             theirs = Path(tmp) / f"{name}.npz"
             argv = ["--revision", revision, "--models", name, "--write-log-weights", str(theirs)]
             run_at_revision(revision, argv, script=__file__)
-            lines += shift_rows(name, fixed_draw_log_weights(name), dict(np.load(theirs)))
+            lines += shift_rows(name, log_weights, dict(np.load(theirs)))
     return "\n".join(lines) + "\n"
 
 
@@ -207,14 +204,19 @@ def main(argv=None) -> None:
         return run_at_revision(args.revision, argv if argv is not None else sys.argv[1:], script=__file__)
     torch.set_num_threads(1)
     if args.write_log_weights:
-        return np.savez(args.write_log_weights, **fixed_draw_log_weights(args.models[0]))
-    rows = []
+        name = args.models[0]
+        return np.savez(args.write_log_weights, **fixed_draw_log_weights(name, full_size.BUILDERS[name][0]()))
+    rows, ours = [], {}
     for name in args.models:
-        rows.append(row(name, tuple(args.lengths), args.top))
+        model = full_size.BUILDERS[name][0]()
+        rows.append(row(name, model, tuple(args.lengths), args.top))
         print(markdown(rows, args), flush=True)
+        if args.shift_against:
+            ours[name] = fixed_draw_log_weights(name, model)
+        del model
     text = markdown(rows, args)
     if args.shift_against:
-        text += shift_section(args.models, args.shift_against)
+        text += shift_section(ours, args.shift_against)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text)
 

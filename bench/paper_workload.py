@@ -516,8 +516,7 @@ def gpu_floor(model, args, records, all_tokens, run) -> dict:
     if cpu_model is None:
         print("\n(GPU floor: counted on the CPU only; run with --device cpu)")
         return None
-    words = model.vocab[3:] if args.model == "kglm" else model.vocab[2:]
-    short, long = full_size.zipf_documents(words, [24, 48], seed=1)
+    short, long = full_size.model_documents(args.model, model, [24, 48])
     sample, joint = per_token_costs(model, model.tokenize(short), model.tokenize(long))
     calls = [PAPER_MAX_K, PAPER_REPEATS * PAPER_REPEAT_K]
     token_calls = sum(all_tokens) * len(SETTINGS) * len(calls)
