@@ -102,15 +102,15 @@ def holds(lower: float, upper: float, truth: float) -> bool:
     return lower - slack <= truth <= upper + slack
 
 
-def seed_statement(model, texts, settings, truth: float, tables: StateTables | None) -> dict:
+def seed_statement(model, texts, settings, truth: float, tables: StateTables | None, store=None) -> dict:
     """One seed's corpus statement and whether it holds against the truth S (``tables`` None: the seed starts from
-    an empty row cache and runs every row itself)."""
+    an empty row cache and runs every row itself; ``store``: the precision target's ``DocumentStore``, if any)."""
     if tables is None:
         model.row_cache.clear()
     else:
         tables.forget()
     start, rows = time.perf_counter(), model.network_rows
-    estimates = estimate_corpus(resolve(settings, model), texts, progress=False)
+    estimates = estimate_corpus(resolve(settings, model), texts, progress=False, store=store)
     corpus = corpus_estimate([estimates[t] for t in texts])
     interval = corpus.interval
     return {

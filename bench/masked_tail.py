@@ -24,24 +24,23 @@ import argparse
 import contextlib
 import json
 import multiprocessing
-import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
-from masked_coverage import holds
+from masked_coverage import holds, seed_statement
 from masked_length import oracle_texts
-from masked_value import TEXTS, coverage_args, coverage_name, oracle_with_head
+from masked_value import TEXTS, coverage_args, oracle_with_head, pooled_name
 from scipy import stats
 
 from lm_latent_eval.estimators import smc
-from lm_latent_eval.estimators.adaptive import estimate_corpus
-from lm_latent_eval.estimators.corpus import corpus_estimate
 from lm_latent_eval.estimators.diagnostics import pareto_khat
 from lm_latent_eval.estimators.intervals import DocumentError
 from lm_latent_eval.estimators.policy import DEFAULT_POLICY
 from lm_latent_eval.estimators.registry import resolve, with_model_defaults
 from lm_latent_eval.estimators.resampling import RunLayout
+from lm_latent_eval.estimators.smc_variance import SMCDiagnostics
 from lm_latent_eval.harness.model_args import parse_settings
 from lm_latent_eval.models.masked.oracle import oracle_log_marginal
 
@@ -141,35 +140,23 @@ class StageRecorder:
 
 
 def seed_record(oracle, texts: list[str], truth: dict[str, float], settings, pooled: dict) -> dict:
-    """One seed's statement with every stage's record (``StageRecorder``), and whether it reproduces the pooled run."""
-    oracle.row_cache.clear()
+    """One seed's statement (``masked_coverage.seed_statement``) with every stage's record (``StageRecorder``), and
+    whether it reproduces the pooled run."""
     watcher = RunWatcher()
     store = StageRecorder(watcher, truth)
-    start = time.perf_counter()
+    total = sum(truth.values())
     with watcher.installed():
-        estimates = estimate_corpus(resolve(settings, oracle), texts, progress=False, store=store)
-    corpus = corpus_estimate([estimates[t] for t in texts])
-    interval, total = corpus.interval, sum(truth.values())
+        out = seed_statement(oracle, texts, settings, total, None, store)
     before = pooled.get(settings.seed)
-    return {
-        "seed": settings.seed,
-        "two_sided": interval.two_sided,
-        "covered": interval.two_sided and holds(interval.lower, interval.upper, total),
-        "lower": interval.lower,
-        "upper": interval.upper,
-        "truth": total,
-        "reproduced": None
-        if before is None
-        else bool(np.isclose(before["lower"], interval.lower, rtol=0, atol=1e-9)),
-        "seconds": time.perf_counter() - start,
-        "stages": store.stages,
-    }
+    reproduced = (
+        None if before is None else bool(np.isclose(before["lower"], out["lower"], rtol=0, atol=1e-9))
+    )
+    return {**out, "truth": total, "reproduced": reproduced, "stages": store.stages}
 
 
 def pooled_runs(length: int) -> dict[int, dict]:
     """The runs of ``masked_value.py --pool T --oracle --peek`` by seed (none where it was not run)."""
-    name = coverage_name(length, True, True, range(100))
-    path = name.with_name(f"{name.stem}_pooled.json")
+    path = pooled_name(length, True, True)
     return {r["seed"]: r for r in json.loads(path.read_text())["runs"]} if path.exists() else {}
 
 
@@ -250,9 +237,9 @@ def stages_agreement(record: dict) -> float:
     return float(stats.chi2.sf(q, dof))
 
 
-def seed_row(record: dict) -> str:
+def seed_row(record: dict, restatements: dict) -> str:
     """One seed: the printed interval against the exact value, what the last stage's runs show, and the interval
-    restated with v̂ from every stage (``restated``)."""
+    restated with v̂ from every stage (``restatements``: ``restated`` of each of ``VARIANCES``)."""
     last = [stages[-1] for stages in sampled_stages(record).values()]
     error = sum(s["exact"] - s["log_likelihood"] for s in last)
     epochs = max(
@@ -261,10 +248,7 @@ def seed_row(record: dict) -> str:
         for run in s["runs"]
     )
     share = max(run_share(s) for s in last)
-    cells = [
-        f"{'covered' if ok else 'MISSED'}, SE {i.standard_error:.2f}"
-        for ok, i in (restated(record, v) for v in VARIANCES)
-    ]
+    cells = [f"{'covered' if ok else 'MISSED'}, SE {i.standard_error:.2f}" for ok, i in restatements.values()]
     return (
         f"| {record['seed']} | {error:+.2f} | {cells[0]} | {stages_agreement(record):.2f} | {epochs:.1f} | {share:.2f} "
         f"| {' | '.join(cells[1:])} |"
@@ -272,10 +256,13 @@ def seed_row(record: dict) -> str:
 
 
 def run_share(stage: dict) -> float:
-    """The largest share of p̂ one run of the stage carries (``SMCDiagnostics.largest_run_share``)."""
-    sizes = np.array([run["size"] for run in stage["runs"]], dtype=np.float64)
-    w = sizes * np.exp(np.array(stage["run_log_likelihoods"]) - max(stage["run_log_likelihoods"]))
-    return float(w.max() / w.sum())
+    """The largest share of p̂ one run of the stage carries: ``SMCDiagnostics.largest_run_share`` of its record."""
+    runs = SimpleNamespace(
+        run_log_likelihoods=stage["run_log_likelihoods"],
+        run_sizes=[run["size"] for run in stage["runs"]],
+        log_likelihood=stage["log_likelihood"],
+    )
+    return SMCDiagnostics.largest_run_share.fget(runs)
 
 
 VARIANCES = ("own", "largest", "pooled")
@@ -284,16 +271,16 @@ VARIANCES = ("own", "largest", "pooled")
 def table(length: int) -> list[str]:
     records = [json.loads(f.read_text()) for f in OUTPUT.glob(f"T{length}_seed*.json")]
     records.sort(key=lambda r: (r["covered"], r["seed"]))
-    restate = {v: sum(restated(r, v)[0] for r in records) for v in VARIANCES}
-    pooled, rerun = pooled_runs(length), {r["seed"]: r for r in records}
+    restatements = {r["seed"]: {v: restated(r, v) for v in VARIANCES} for r in records}
+    restate = {v: sum(rs[v][0] for rs in restatements.values()) for v in VARIANCES}
+    pooled = pooled_runs(length)
     missed = [s for s, r in pooled.items() if not r["covered"]]
     wider = all(
-        restated(r, "largest")[1].lower <= restated(r, "own")[1].lower
-        and restated(r, "largest")[1].upper >= restated(r, "own")[1].upper
-        for r in records
+        rs["largest"][1].lower <= rs["own"][1].lower and rs["largest"][1].upper >= rs["own"][1].upper
+        for rs in restatements.values()
     )
-    if pooled and set(missed) <= set(rerun):
-        rescued = sum(restated(rerun[s], "largest")[0] for s in missed)
+    if pooled and set(missed) <= set(restatements):
+        rescued = sum(restatements[s]["largest"][0] for s in missed)
         closing = (
             f" Over the pooled file's {len(pooled)} seeds, whose {len(missed)} misses are all rerun here, v̂ from the "
             f"largest c would cover {len(pooled) - len(missed) + rescued} (the printed {len(pooled) - len(missed)} "
@@ -319,7 +306,7 @@ def table(length: int) -> list[str]:
             "| v̂ from c pooled over the stages |"
         ),
         "|---|---|---|---|---|---|---|---|",
-        *map(seed_row, records),
+        *(seed_row(r, restatements[r["seed"]]) for r in records),
         "",
         (
             f"Of {len(records)} seeds the interval covered the exact value in {restate['own']} as printed, "

@@ -200,6 +200,12 @@ def coverage_name(length: int, oracle: bool, peek: bool, seeds: range) -> Path:
     )
 
 
+def pooled_name(length: int, oracle: bool, peek: bool) -> Path:
+    """Where ``--pool T`` writes the chunks joined when they are not seeds 0-99."""
+    stem = coverage_name(length, oracle, peek, range(100)).stem
+    return OUTPUT / f"{stem}_pooled.json"
+
+
 def pooled_chunks(length: int, oracle: bool, peek: bool) -> Path:
     """``--pool T``: one setting's chunks (``coverage_name``'s ``_seedsA_B`` files) joined by
     ``masked_coverage.pooled``, written as the run of seeds 0-99 would be where they are those seeds, else beside
@@ -217,7 +223,7 @@ def pooled_chunks(length: int, oracle: bool, peek: bool) -> Path:
     out = with_cost(pooled(chunks), length, chunks[0]["texts"])
     out["runs"].sort(key=lambda run: run["seed"])
     seeds = [run["seed"] for run in out["runs"]]
-    path = OUTPUT / f"{stem}.json" if seeds == list(range(100)) else OUTPUT / f"{stem}_pooled.json"
+    path = OUTPUT / f"{stem}.json" if seeds == list(range(100)) else pooled_name(length, oracle, peek)
     fit = {k: chunks[0][k] for k in ("head_fit_seconds", "truth") if k in chunks[0]}
     path.write_text(json.dumps({**fit, **out}, indent=1) + "\n")
     return path
