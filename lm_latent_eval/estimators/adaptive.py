@@ -10,7 +10,8 @@ K'_n = √(c_n / T_n) · Σ_m √(c_m T_m) / V; each document gets max(that, c_n
 most ``max_samples``. c_n is the largest seen over the stages so far: a stage in which one SMC run found a latent
 path the others missed shows a large c_n, and the next stage, which may not find it, must not forget it. A document
 at least doubles its samples where its v̂ cannot be trusted (IS weights PSIS cannot judge, one SMC run carrying the
-estimate), and where this stage's bias-corrected log p̂ and the stage before's differ by more than their v̂ allow
+estimate; not where the model itself states that no interval of measured coverage exists, a doubt no sample size
+lifts, ``protocol.smc_interval_doubt``: such a document is allocated for as if trusted), and where this stage's bias-corrected log p̂ and the stage before's differ by more than their v̂ allow
 (|z| above the two-sided 5% / N Bonferroni quantile): two independent estimates that disagree say that one of them
 missed mass that its own samples cannot show. The target is met when Σ v̂ ≤ V, the remainder is acceptable, no document is in doubt
 and none is short of c_n / cap(N) samples by its largest c_n (unless at ``max_samples``). Then
@@ -100,8 +101,11 @@ def _allocation(
             h.settle()
     c = [h.variance_per_sample for h in earlier]
     tokens = [e.num_tokens for e in estimates]
-    v = [e.relative_variance for e in errors if e.trusted and math.isfinite(e.relative_variance)]
-    doubt = [not err.trusted or d for err, d in zip(errors, disagree)]
+    # a lasting doubt (the model's own, ``DocumentError.lasting``) is not one that more samples cure: the document is
+    # allocated for as if its v̂ were trusted, and only its statement is the certified bound
+    believed = [e.trusted or e.lasting for e in errors]
+    v = [e.relative_variance for e, b in zip(errors, believed) if b and math.isfinite(e.relative_variance)]
+    doubt = [not b or d for b, d in zip(believed, disagree)]
     v_max = policy.document_variance_cap(documents)
     # below the per-document precision that keeps the remainder small, by the largest c seen
     short = [not math.isnan(ci) and ci / k > v_max and k < settings.sample_budget for ci, k in zip(c, sizes)]

@@ -58,6 +58,8 @@ class DocumentError:
     proven: float | None = field(default=None, repr=False)
     # nats either side of ``proven``: the float32 rounding of the model's own log p(x, z) (``proven_rounding``)
     rounding: float = field(default=0.0, repr=False)
+    # whether ``reason`` holds at any sample size (the model's ``smc_interval_doubt``): more samples do not lift it
+    lasting: bool = field(default=False, repr=False)
 
     @property
     def exact(self) -> bool:

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..protocol import has, missing
+from ..protocol import has, missing, smc_interval_doubt
 from .aggregate import log_mean_exp
 from .base import STOCHASTIC_BOUND, Estimator, sample_sizes, sampling_advice
 from .intervals import DocumentError
@@ -303,16 +303,18 @@ def draw_smc_documents(
             if progress is not None:
                 progress.update(sum(lanes[j].sizes))
     out = []
-    for (_, text, settings), sizes, doc_runs in zip(documents, plans, runs):
+    for (x, text, settings), sizes, doc_runs in zip(documents, plans, runs):
         log_weights = np.concatenate([run.log_weights for run in doc_runs])
         if np.isneginf(log_weights).all():
             raise ValueError(
                 f"document {text[:60]!r}: all {settings.num_samples} particles have p(x, z) = 0: the proposal misses "
                 "the support of the model"
             )
-        out.append(
-            (log_weights, smc_diagnostics(doc_runs, sizes, settings.resample_threshold, settings.temperature))
+        doubt = smc_interval_doubt(model, x, settings)
+        diagnostics = smc_diagnostics(
+            doc_runs, sizes, settings.resample_threshold, settings.temperature, doubt
         )
+        out.append((log_weights, diagnostics))
     return out
 
 
@@ -328,13 +330,16 @@ class SMCEstimate(DocumentEstimate):
 
     def error(self, policy: UncertaintyPolicy = DEFAULT_POLICY) -> DocumentError:
         """v̂ from the runs (``SMCDiagnostics.relative_variance``) with R − 1 degrees of freedom, trusted where
-        ``policy.smc_doubt`` finds nothing in the runs or, where none resampled, in the weights; v = 0, proven, for a
-        document without tokens or computed exactly."""
+        ``policy.smc_doubt`` finds nothing in the runs or, where none resampled, in the weights, and the model stated
+        no doubt (``SMCDiagnostics.model_doubt``, lasting); v = 0, proven, for a document without tokens or computed
+        exactly."""
         if not self.sampled:
             return self.known_error()
         d = self.diagnostics
         doubt = policy.smc_doubt(d, self.log_weights)
-        return DocumentError(self.log_likelihood, d.relative_variance, d.smc_runs - 1.0, doubt)
+        lasting = doubt is None and d.model_doubt is not None
+        return DocumentError(self.log_likelihood, d.relative_variance, d.smc_runs - 1.0,
+                             d.model_doubt if lasting else doubt, lasting=lasting)  # fmt: skip
 
     def diagnostic_items(self) -> dict[str, float]:
         """Resampling steps per run and the ESS over tokens (least and mean) of a sampled document."""

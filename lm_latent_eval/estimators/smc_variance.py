@@ -60,6 +60,8 @@ class SMCDiagnostics:
     ess_mean: float
     # of the proposal: below 1 it is lighter-tailed than at 1, and v̂ is not trusted
     temperature: float = 1.0
+    # the model's reason that no interval of measured coverage exists for these runs (``smc_interval_doubt``)
+    model_doubt: str | None = None
 
     @property
     def largest_run_share(self) -> float:
@@ -113,9 +115,14 @@ def lee_whiteley_runs(
 
 
 def smc_diagnostics(
-    runs: list[SMCRun], sizes: list[int], resample_threshold: float, temperature: float = 1.0
+    runs: list[SMCRun],
+    sizes: list[int],
+    resample_threshold: float,
+    temperature: float = 1.0,
+    model_doubt: str | None = None,
 ) -> SMCDiagnostics:
-    """Resampling count, ESS over tokens (summed over runs: effective particles out of K), run spread and v̂."""
+    """Resampling count, ESS over tokens (summed over runs: effective particles out of K), run spread and v̂;
+    ``model_doubt`` as the model stated it (``protocol.smc_interval_doubt``)."""
     sizes_arr = np.asarray(sizes, dtype=np.float64)
     run_ll = np.array([run.log_likelihood for run in runs], dtype=np.float64)
     share = sizes_arr / sizes_arr.sum()
@@ -152,6 +159,7 @@ def smc_diagnostics(
         ess_min=float(ess.min()) if ess.size else math.nan,
         ess_mean=float(ess.mean()) if ess.size else math.nan,
         temperature=float(temperature),
+        model_doubt=model_doubt,
     )
 
 

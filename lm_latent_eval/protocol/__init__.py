@@ -12,7 +12,7 @@ One module per job, every public name importable from here (``from lm_latent_eva
   whose public methods check their arguments once and hand over to the model's ``_sample``, ``_beam``, ``_smc_init``.
 - ``capabilities.py``: the parts of the contract as one table (``PARTS``): whether a model has one
   (``has(model, "stepwise")``) and what it lacks (``missing``); what it declares (``is_prefix_probability``,
-  ``prefix_view``, ``latent_support``, ``check_tempering``).
+  ``prefix_view``, ``latent_support``, ``check_tempering``, ``smc_interval_doubt``).
 - ``particles.py``: the particle dimension of z, the one thing the estimators know about it (``num_particles``,
   ``select_particles``, ``enumerated_log_marginal``).
 - the argument rules (``check_num_samples``, ``check_temperature``, ``check_text``, ``check_proposal_args``,
@@ -41,6 +41,7 @@ from .capabilities import (
     missing_beam,
     prefix_view,
     require_beam,
+    smc_interval_doubt,
 )
 from .checked import CheckedProposal, CheckedSampler, CheckedStepwise
 from .contract import (
@@ -100,6 +101,7 @@ __all__ = [
     "prefix_view",
     "require_beam",
     "select_particles",
+    "smc_interval_doubt",
 ]
 
 # helpers an adapter may use, kept importable from here for a release after they moved: name -> their module

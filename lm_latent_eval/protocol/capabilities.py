@@ -4,7 +4,8 @@
 (``proposal.<name>``: on the model's proposal), the parts it builds on and, for a few, a condition beyond the methods;
 ``has(model, part)`` and ``missing(model, part)`` read it. The declarations have their own functions:
 ``is_prefix_probability`` and ``prefix_view``, ``latent_support`` (a continuous latent has no beam: ``missing_beam``,
-``require_beam``), ``tempers`` (``check_tempering``); ``exact_marginal_cost`` is the cost a model states. Which
+``require_beam``), ``tempers`` (``check_tempering``); ``exact_marginal_cost`` is the cost a model states,
+``smc_interval_doubt`` where its SMC's interval has no measured coverage. Which
 estimators a model can then use is the estimator table's answer (``estimators.registry.require``): the contract
 names no estimator.
 """
@@ -94,6 +95,8 @@ PARTS: dict[str, Part] = {
             lambda m: _as_derived(getattr(m, "proposal", None), ("beam_documents",), ("_beam",)),
         ),
     ),
+    # where its SMC's interval has no measured coverage, stated from the text's length and the settings
+    "smc_interval_doubt": Part(StepwiseLatentLM, ("smc_interval_doubt",), ("stepwise",)),
     "exact_marginal": Part(ExactMarginalLM, ("log_marginal",)),
     # log_marginal declared cheap on any text, so that estimator=auto picks it (one that lists every z is not)
     "tractable_marginal": Part(
@@ -252,6 +255,21 @@ def exact_marginal_cost(model: Any, x: torch.Tensor) -> float | None:
     (3.75, None)
     """
     return float(model.exact_marginal_cost(x)) if has(model, "exact_marginal_cost") else None
+
+
+def smc_interval_doubt(model: Any, x: torch.Tensor, settings: Any) -> str | None:
+    """Why SMC under ``settings`` over x gives no interval the model's measurements support (its optional
+    ``smc_interval_doubt(x, settings)``), or None, also where the model lacks the part "smc_interval_doubt".
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> lm = SimpleNamespace(smc_init=len, smc_step=len, smc_reorder=len, smc_latents=len,
+    ...                      smc_interval_doubt=lambda x, s: "longer than measured" if len(x) > 2 else None)
+    >>> smc_interval_doubt(lm, torch.zeros(4), None), smc_interval_doubt(lm, torch.zeros(2), None)
+    ('longer than measured', None)
+    """
+    return model.smc_interval_doubt(x, settings) if has(model, "smc_interval_doubt") else None
 
 
 def latent_support(model: Any) -> str:

@@ -191,6 +191,12 @@ class StepwiseLatentLM(Protocol):
     step t draws the REDUCEs before word t and shifts it (word-synchronous), ``latent_tokenization``'s draws model
     tokens until every particle has spelled the bytes of canonical tokens 0..t (byte-synchronous); the estimator
     compares and may resample the particles after any step.
+
+    A model may also state where its SMC's interval is not to be printed, ``smc_interval_doubt(x, settings) -> str |
+    None``: why runs with these settings (``EstimatorSettings``: the proposal, the resampling threshold) over x have
+    no interval whose coverage was measured, decided from x's length and the settings alone, before anything is drawn
+    (``capabilities.smc_interval_doubt``). The document's statement is then its certified bound, whatever its runs
+    show, and more samples do not lift the doubt (the masked LMs' resampled SMC beyond the lengths measured).
     """
 
     def smc_init(

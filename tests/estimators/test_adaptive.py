@@ -3,6 +3,7 @@ independence from batching and order, the certified bound over stages, and cover
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import re
@@ -323,6 +324,32 @@ def test_the_allocation_remembers_a_rare_path_an_earlier_stage_found():
     assert second[0] >= c * math.sqrt(4) / ALLOCATION_REMAINDER and second[1:] == [100, 100, 100]
     fresh = _allocation([missed, *others], [_History() for _ in range(4)], settings, lambda v: v, 4.0)
     assert fresh == [100] * 4  # without the memory the missed stage looks converged
+
+
+def test_a_lasting_doubt_is_allocated_for_as_a_trusted_error_and_stated_as_a_bound():
+    """A document whose model states that its SMC has no measured interval (``SMCDiagnostics.model_doubt``) is not
+    trusted, for a reason no sample size lifts: the precision target sizes it by its v̂ as if trusted (no doubling,
+    met where the same error without the doubt is met), and the corpus statement is the certified bound."""
+    settings = EstimatorSettings("smc", 100, target_se=1.0)
+    plain = _smc_estimate([-10.0, -10.02, -9.98, -10.0])
+    doubted = dataclasses.replace(
+        plain, diagnostics=dataclasses.replace(plain.diagnostics, model_doubt="longer than measured")
+    )
+    err = doubted.error()
+    assert not err.trusted and err.lasting and err.reason == "longer than measured"
+    assert (err.log_likelihood, err.relative_variance) == (
+        plain.error().log_likelihood,
+        plain.error().relative_variance,
+    )
+    for estimate in (plain, doubted):
+        assert _allocation([estimate], [_History()], settings, lambda v: v, 1.0) == [100]
+    # a doubt that more samples may lift still doubles
+    lopsided = _smc_estimate([0.0, -5.0, -5.0, -5.0])
+    assert _allocation([lopsided], [_History()], settings, lambda v: v, 1.0)[0] >= 200
+    statement = DEFAULT_POLICY.interval([err])
+    assert not statement.two_sided and statement.reason and "longer than measured" in statement.reason
+    back = SMCEstimate.from_json(doubted.to_json())
+    assert back.diagnostics.model_doubt == "longer than measured" and back.error().lasting
 
 
 def test_stages_that_disagree_beyond_their_errors_are_in_doubt():

@@ -32,6 +32,7 @@ from .policy import DEFAULT_BLOCK, POLICIES, check_policy, is_deterministic
 from .proposal import MaskedOrderProposal
 from .row_cache import RowCache
 from .sampling import sample_continuation
+from .value import resampled_interval_doubt
 from .windows import room, window_size
 
 # orders scored per block of log_joint: K · T² booleans of states and float64 tables stay near 2^20 entries each
@@ -238,6 +239,10 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
         """What ``log_marginal(x)`` costs in samples (``exact.exact_cost``: (2^T − 1) / T for a text the network
         reads whole), so that the sampling estimators under ``auto`` compute the short documents exactly."""
         return exact_cost(self, int(x.numel()))
+
+    def smc_interval_doubt(self, x: torch.Tensor, settings) -> str | None:
+        """Why SMC under ``settings`` over x states no interval (``value.resampled_interval_doubt``), or None."""
+        return resampled_interval_doubt(self, int(x.numel()), settings)
 
     def extra_repr(self) -> str:
         return (

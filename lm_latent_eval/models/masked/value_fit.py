@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"wrote {args.output} (final losses: exact stage {loss:.4f}, Bellman stage {bellman_loss:.4f} nats²); "
         f"use it with --model_args ...,value_head={args.output},resample_threshold=0.5,peek=true (its interval "
-        "covered the exact value in measured runs of texts up to 32 tokens, too rarely at 48: there trust the "
-        "certified bound; docs/models.md)"
+        "covered the exact value in measured runs of texts up to 32 tokens, too rarely at 48: on longer texts it "
+        "states the certified bound alone; docs/models.md)"
     )
     return 0

@@ -11,13 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from lm_latent_eval.estimators import EstimatorSettings
+from lm_latent_eval.estimators import DEFAULT_POLICY, EstimatorSettings
 from lm_latent_eval.estimators.registry import resolve
 from lm_latent_eval.models.masked import tiny_masked_lm
 from lm_latent_eval.models.masked.conditionals import step_scores
 from lm_latent_eval.models.masked.exact import dp_log_marginal, exact_log_values
+from lm_latent_eval.models.masked.oracle import make_oracle_model, sample_oracle_text
 from lm_latent_eval.models.masked.orders import all_orders
 from lm_latent_eval.models.masked.value import (
+    RESAMPLED_INTERVAL_TOKENS,
     ValueHead,
     bellman_targets,
     fit_value_head,
@@ -251,3 +253,35 @@ def test_fit_value_head_writes_a_head_that_model_args_read(tmp_path, capsys):
         == 2
     )
     assert "estimator settings" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("length", "head", "peek", "threshold", "stated"),
+    [
+        (32, True, True, 0.5, True),
+        (33, True, True, 0.5, False),
+        (33, True, False, 0.5, False),
+        (33, True, True, 0.0, True),
+        (14, False, False, 0.5, True),
+        (15, False, False, 0.5, False),
+        (10, False, True, 0.5, False),
+    ],
+)
+def test_resampled_smc_states_its_interval_only_at_the_lengths_measured(
+    length, head, peek, threshold, stated
+):
+    """The masked LM's SMC that resamples prints an interval only up to the length at which its coverage was
+    measured for its look-ahead and proposal (``RESAMPLED_INTERVAL_TOKENS``); beyond it the document's error carries
+    the model's lasting doubt and the statement is the certified bound. SMC that never resamples is judged by its
+    weights instead, at any length."""
+    oracle = make_oracle_model(seed=0)
+    oracle.value_head = ValueHead.seeded(0, width=8).double() if head else None
+    text = oracle.detokenize(sample_oracle_text(oracle, length, seed=length))
+    settings = EstimatorSettings("smc", 64, peek=peek, resample_threshold=threshold, seed=1, target_se=0)
+    estimate = resolve(settings, oracle).estimate(text)
+    doubt, err = estimate.diagnostics.model_doubt, estimate.error()
+    measured = RESAMPLED_INTERVAL_TOKENS["value head" if head else "mean field", peek]
+    assert (doubt is None) == stated, doubt
+    if not stated:
+        assert f"on texts of {length} tokens (up to {measured};" in doubt
+        assert not err.trusted and not DEFAULT_POLICY.interval([err]).two_sided
