@@ -585,18 +585,23 @@ def conditionals_runs(long_seeds: int) -> list[dict]:
     for length in CONTINUATION_LENGTHS:
         view, texts, truth = question(oracle, length)
         seeds = range(100 if length <= SHORT_CONTINUATION else long_seeds)
-        result = coverage(view, texts, {}, seeds, truth, lambda _: None, None)
-        runs = result["runs"]
         out.append(
-            {
-                "length": length,
-                "truth": truth,
-                "rows_per_token": float(np.mean([r["network_rows"] for r in runs])) / (length * CHOICES),
-                "seconds_per_seed": float(np.mean([r["seconds"] for r in runs])),
-                **result,
-            }
+            conditionals_record(length, truth, coverage(view, texts, {}, seeds, truth, lambda _: None, None))
         )
     return out
+
+
+def conditionals_record(length: int, truth: float, result: dict) -> dict:
+    """One question's record: ``masked_coverage.coverage``'s ``result`` with its length, the exact value, network rows
+    per continuation token and seconds per seed (means over the seeds)."""
+    runs = result["runs"]
+    return {
+        "length": length,
+        "truth": truth,
+        "rows_per_token": float(np.mean([r["network_rows"] for r in runs])) / (length * CHOICES),
+        "seconds_per_seed": float(np.mean([r["seconds"] for r in runs])),
+        **result,
+    }
 
 
 def recount(results: list[dict]) -> list[dict]:
@@ -611,8 +616,17 @@ def recount(results: list[dict]) -> list[dict]:
     return results
 
 
-def conditionals_table(results: list[dict]) -> list[str]:
-    """``conditionals.md`` from ``conditionals_runs``' records."""
+DEFAULT_STATEMENT = (
+    "the default statement (what `lm_eval --model latent_masked` gives with no estimator setting)"
+)
+
+
+def conditionals_table(
+    results: list[dict],
+    command: str = "python bench/masked_length.py --conditionals",
+    statement: str = DEFAULT_STATEMENT,
+) -> list[str]:
+    """``conditionals.md`` from ``conditionals_runs``' records (``command`` and ``statement``: what ran them)."""
     rows = []
     for r in results:
         runs = r["runs"]
@@ -627,11 +641,10 @@ def conditionals_table(results: list[dict]) -> list[str]:
         )
     return [
         (
-            f"`loglikelihood` at length on the oracle (`make_oracle_model()`, strength 2; `python bench/masked_length.py "
-            f"--conditionals`): one question per continuation length L, a context of {CONTEXT_LENGTH} tokens and "
-            f"{CHOICES} choices of L tokens drawn by the oracle given it, estimated together on the context's view by "
-            "the default statement (what `lm_eval --model latent_masked` gives with no estimator setting), held to the "
-            f"exact Σ log p(choice | context) of the count program. Machine: {machine()}."
+            f"`loglikelihood` at length on the oracle (`make_oracle_model()`, strength 2; `{command}`): one question "
+            f"per continuation length L, a context of {CONTEXT_LENGTH} tokens and {CHOICES} choices of L tokens drawn "
+            f"by the oracle given it, estimated together on the context's view by {statement}, held to the exact "
+            f"Σ log p(choice | context) of the count program. Machine: {machine()}."
         ),
         "",
         (

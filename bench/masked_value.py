@@ -24,6 +24,11 @@ on the oracle's four texts of T tokens (any T) under its head from ``oracle_with
     python bench/masked_value.py --coverage 48 --oracle --peek --first-seed 20 --seeds 20   # ..._T48_seeds20_39.json
     python bench/masked_value.py --pool 48 --oracle --peek   # the chunks joined: ..._T48_pooled.json
     python bench/masked_value.py --proposals       # writes bench/masked_length/value_proposals.md
+    python bench/masked_value.py --conditionals 16,24,30 --peek --workers 2   # value_conditionals_peek.md, .json
+
+``--conditionals L,L``: ``loglikelihood``'s requests as ``masked_length.py --conditionals`` poses them (a context of 16
+tokens, four choices of L tokens each), estimated on the context's view under the oracle's head by the statement of
+``--coverage``, over ``--seeds`` seeds per L, held to the exact Σ log p(choice | context).
 
 ``--proposals``: what still moves SMC under a value head at 32 and 48 tokens, on the oracle: the head (the recipe's;
 the recipe's carried on by more Bellman steps at 32 to 64 tokens; one fitted to the oracle's exact log V(S) on texts
@@ -46,7 +51,16 @@ from pathlib import Path
 import numpy as np
 import torch
 from masked_coverage import StateTables, coverage, pooled, summary
-from masked_length import OUTPUT, exact_twist, joined_texts, mean_sd, oracle_texts
+from masked_length import (
+    OUTPUT,
+    conditionals_record,
+    conditionals_table,
+    exact_twist,
+    joined_texts,
+    mean_sd,
+    oracle_texts,
+    question,
+)
 from masked_side_by_side import Cost, machine
 
 from lm_latent_eval.estimators import EstimatorSettings
@@ -246,23 +260,15 @@ def with_cost(out: dict, length: int, texts: int) -> dict:
     return {"length": length, "texts": texts, "rows_per_token": float(rows) / (length * texts), **out}
 
 
-def oracle_coverage_runs(length: int, seeds: range, workers: int, peek: bool = False) -> dict:
-    """``--coverage --oracle``: as ``coverage_runs`` on the oracle's texts of ``length`` tokens under its fitted head,
-    the seeds split over ``workers`` processes forked after the fit (each saves its seeds so far beside the output)."""
-    start = time.perf_counter()
-    oracle = oracle_with_head()
-    fit_seconds = time.perf_counter() - start
-    texts = oracle_texts(oracle, length, TEXTS)
-    truth = float(sum(oracle_log_marginal(oracle, oracle.tokenize(t)) for t in texts))
-
-    def partial(worker: int) -> Path:
-        return coverage_name(length, True, peek, seeds).with_suffix(f".part{worker}.json")
+def forked_coverage(model, texts, truth: float, peek: bool, seeds: range, workers: int, partial) -> dict:
+    """``masked_coverage.coverage`` of ``coverage_args(peek)`` with the seeds split over ``workers`` processes forked
+    from this one (the fitted model shared, no pickling); each worker keeps its seeds so far in ``partial(worker)``,
+    read back and removed at the end."""
 
     def part(worker: int) -> None:
-        coverage(oracle, texts, coverage_args(peek), seeds[worker::workers], truth,
+        coverage(model, texts, coverage_args(peek), seeds[worker::workers], truth,
                  lambda so_far: partial(worker).write_text(json.dumps(so_far) + "\n"), None)  # fmt: skip
 
-    # forked: the fitted oracle shared, no pickling; each worker's seeds so far in its file, read back at the end
     processes = [multiprocessing.get_context("fork").Process(target=part, args=(w,)) for w in range(workers)]
     for process in processes:
         process.start()
@@ -272,10 +278,38 @@ def oracle_coverage_runs(length: int, seeds: range, workers: int, peek: bool = F
         raise SystemExit(f"a worker failed; its seeds so far are in {partial(0).parent}")
     parts = [json.loads(partial(w).read_text()) for w in range(workers)]
     runs = sorted((run for p in parts for run in p["runs"]), key=lambda run: run["seed"])
-    out = summary(parts[0]["model_args"], parts[0]["resolved"], runs)
     for worker in range(workers):
         partial(worker).unlink()
+    return summary(parts[0]["model_args"], parts[0]["resolved"], runs)
+
+
+def oracle_coverage_runs(length: int, seeds: range, workers: int, peek: bool = False) -> dict:
+    """``--coverage --oracle``: as ``coverage_runs`` on the oracle's texts of ``length`` tokens under its fitted head,
+    the seeds split over ``workers`` forked processes (``forked_coverage``)."""
+    start = time.perf_counter()
+    oracle = oracle_with_head()
+    fit_seconds = time.perf_counter() - start
+    texts = oracle_texts(oracle, length, TEXTS)
+    truth = float(sum(oracle_log_marginal(oracle, oracle.tokenize(t)) for t in texts))
+    stem = coverage_name(length, True, peek, seeds)
+    out = forked_coverage(oracle, texts, truth, peek, seeds, workers,
+                          lambda worker: stem.with_suffix(f".part{worker}.json"))  # fmt: skip
     return {"head_fit_seconds": fit_seconds, "truth": truth, **with_cost(out, length, len(texts))}
+
+
+def conditionals_runs(lengths: list[int], seeds: range, workers: int, peek: bool) -> list[dict]:
+    """``--conditionals``: ``masked_length --conditionals``' questions (a context of 16 tokens, four choices of L
+    tokens) under the oracle's fitted head, the statement of ``coverage_args(peek)`` over ``seeds`` per L, held to
+    the exact Σ log p(choice | context), in records ``masked_length.conditionals_table`` renders."""
+    oracle, out = oracle_with_head(), []
+    for length in lengths:
+        view, texts, truth = question(oracle, length)
+        part = OUTPUT / f"value_conditionals_L{length}"
+        result = forked_coverage(view, texts, truth, peek, seeds, workers,
+                                 lambda worker, part=part: part.with_suffix(f".part{worker}.json"))  # fmt: skip
+        # two workers share the machine's two cores: a seed's seconds as its process measured them
+        out.append(conditionals_record(length, truth, result))
+    return out
 
 
 def proposal_smc(model, x: torch.Tensor, K: int, seed: int, proposal: str) -> tuple[float, int]:
@@ -489,6 +523,9 @@ def main() -> None:
     parser.add_argument("--peek", action="store_true", help="--coverage with peek=true (the head's proposal)")
     parser.add_argument("--workers", type=int, default=1, help="processes of --coverage --oracle")
     parser.add_argument("--pool", type=int, metavar="T", help="join the --coverage chunks at T tokens")
+    parser.add_argument(
+        "--conditionals", default=None, metavar="L,L", help="loglikelihood's coverage at L tokens per choice"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.table:
@@ -500,6 +537,19 @@ def main() -> None:
         (OUTPUT / "value_proposals.md").write_text(text, encoding="utf-8")
         print(text)
     seeds = range(args.first_seed, args.first_seed + args.seeds)
+    if args.conditionals:
+        lengths = [int(length) for length in args.conditionals.split(",")]
+        results = conditionals_runs(lengths, seeds, args.workers, args.peek)
+        stem = OUTPUT / f"value_conditionals{'_peek' if args.peek else ''}"
+        stem.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+        given = ",".join(f"{k}={v}" for k, v in coverage_args(args.peek).items())
+        lines = conditionals_table(
+            results,
+            f"python bench/masked_value.py --conditionals {args.conditionals}{' --peek' if args.peek else ''}",
+            f"the statement of model_args {given} under the oracle's value head (`oracle_with_head`)",
+        )
+        stem.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        print("\n".join(lines))
     if args.pool:
         print(f"wrote {pooled_chunks(args.pool, args.oracle, args.peek)}")
     if args.coverage and args.oracle:

@@ -11,9 +11,9 @@ most ``max_samples``. c_n is the largest seen over the stages so far: a stage in
 path the others missed shows a large c_n, and the next stage, which may not find it, must not forget it. A document
 at least doubles its samples where its v̂ cannot be trusted (IS weights PSIS cannot judge, one SMC run carrying the
 estimate; not where the model itself states that no interval of measured coverage exists, a doubt no sample size
-lifts, ``protocol.smc_interval_doubt``: such a document is allocated for as if trusted), and where this stage's bias-corrected log p̂ and the stage before's differ by more than their v̂ allow
-(|z| above the two-sided 5% / N Bonferroni quantile): two independent estimates that disagree say that one of them
-missed mass that its own samples cannot show. The target is met when Σ v̂ ≤ V, the remainder is acceptable, no document is in doubt
+lifts, ``protocol.smc_interval_doubt``: such a document is allocated for as if trusted), and where this stage's
+bias-corrected log p̂ and the stage before's differ by more than their v̂ allow (|z| above the two-sided 5% / N
+Bonferroni quantile): two independent estimates that disagree say that one of them missed mass that its own samples cannot show. The target is met when Σ v̂ ≤ V, the remainder is acceptable, no document is in doubt
 and none is short of c_n / cap(N) samples by its largest c_n (unless at ``max_samples``). Then
 EVERY document is estimated afresh from new random streams with its new sample size, and only the newest stage is
 kept: each estimate's size was fixed before it was drawn, so it stays unbiased given the earlier stages (keeping the

@@ -71,3 +71,27 @@ def test_chunks_of_seeds_0_to_99_make_the_100_seed_file(tmp_path, monkeypatch):
     path = masked_value.pooled_chunks(8, True, True)
     assert path.name == "value_coverage_oracle_peek_T8.json"
     assert json.loads(path.read_text())["covered"] == 99
+
+
+def test_conditionals_under_the_head_are_held_to_the_exact_value(tmp_path, monkeypatch):
+    """``--conditionals L``: the questions of ``masked_length --conditionals`` under the oracle's head (here an unfitted
+    one: the fit is the slow part), each length's statement over the seeds held to the exact Σ log p(choice |
+    context), rendered by ``masked_length.conditionals_table``; the workers' part files are removed."""
+    from lm_latent_eval.models.masked.oracle import make_oracle_model
+    from lm_latent_eval.models.masked.value import ValueHead
+
+    def unfitted():
+        oracle = make_oracle_model()
+        oracle.value_head = ValueHead.seeded(0, width=8).double()
+        return oracle
+
+    monkeypatch.setattr(masked_value, "OUTPUT", tmp_path)
+    monkeypatch.setattr(masked_value, "oracle_with_head", unfitted)
+    results = masked_value.conditionals_runs([2, 10], range(2), workers=1, peek=True)
+    assert [r["length"] for r in results] == [2, 10] and not list(tmp_path.iterdir())
+    short, longer = results
+    assert short["covered"] == short["two_sided"] == 2  # two tokens per choice: computed exactly
+    assert longer["model_args"] == {"resample_threshold": "0.5", "peek": "true"} and longer["bound_held"] >= 1
+    assert all(run["network_rows"] > 0 for run in longer["runs"])
+    table = masked_value.conditionals_table(results, "cmd", "the statement named")
+    assert "`cmd`" in table[0] and "by the statement named" in table[0] and table[-1].startswith("| 10 | 2 |")

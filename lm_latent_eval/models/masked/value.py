@@ -169,8 +169,8 @@ def resampled_interval_doubt(model, length: int, settings) -> str | None:
     >>> from types import SimpleNamespace
     >>> from lm_latent_eval.models.masked.diffusion import tiny_masked_lm
     >>> smc = SimpleNamespace(resample_threshold=0.5, peek=False)
-    >>> resampled_interval_doubt(tiny_masked_lm(seed=0), 20, smc)[:60]
-    'SMC that resamples under the mean field, drawing uniform ord'
+    >>> resampled_interval_doubt(tiny_masked_lm(seed=0), 20, smc).split(" (")[0]
+    'SMC that resamples under the mean field, drawing uniform orders, has an interval of measured coverage only on texts of up to 14 tokens, not 20'
     >>> resampled_interval_doubt(tiny_masked_lm(seed=0), 14, smc) is None
     True
     """
@@ -181,10 +181,11 @@ def resampled_interval_doubt(model, length: int, settings) -> str | None:
     if length <= measured:
         return None
     proposal = "peeking" if settings.peek else "drawing uniform orders"
+    reach = f"only on texts of up to {measured} tokens, not {length}" if measured else "at no length"
     return (
-        f"SMC that resamples under the {twist}, {proposal}, has no interval whose coverage was measured on texts of "
-        f'{length} tokens (up to {measured}; docs/models.md, "At length"): resample_threshold=0 gives importance '
-        "sampling's interval where its weights allow"
+        f"SMC that resamples under the {twist}, {proposal}, has an interval of measured coverage {reach} "
+        '(docs/models.md, "At length"): resample_threshold=0 gives importance sampling\'s interval where its '
+        "weights allow"
     )
 
 

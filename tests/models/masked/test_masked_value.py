@@ -283,5 +283,6 @@ def test_resampled_smc_states_its_interval_only_at_the_lengths_measured(
     measured = RESAMPLED_INTERVAL_TOKENS["value head" if head else "mean field", peek]
     assert (doubt is None) == stated, doubt
     if not stated:
-        assert f"on texts of {length} tokens (up to {measured};" in doubt
+        reach = f"only on texts of up to {measured} tokens, not {length} " if measured else "at no length "
+        assert f"has an interval of measured coverage {reach}(docs/models.md" in doubt
         assert not err.trusted and not DEFAULT_POLICY.interval([err]).two_sided
