@@ -510,6 +510,11 @@ def proposals_table() -> list[str]:
     ]
 
 
+def lengths_list(text: str) -> list[int]:
+    """``--conditionals``' comma-separated lengths (argparse's one line on anything else)."""
+    return [int(length) for length in text.split(",")]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", action="store_true", help="error, spread and cost against length")
@@ -523,9 +528,8 @@ def main() -> None:
     parser.add_argument("--peek", action="store_true", help="--coverage with peek=true (the head's proposal)")
     parser.add_argument("--workers", type=int, default=1, help="processes of --coverage --oracle")
     parser.add_argument("--pool", type=int, metavar="T", help="join the --coverage chunks at T tokens")
-    parser.add_argument(
-        "--conditionals", default=None, metavar="L,L", help="loglikelihood's coverage at L tokens per choice"
-    )
+    parser.add_argument("--conditionals", type=lengths_list, metavar="L,L",
+                        help="loglikelihood's coverage at L tokens per choice")  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.table:
@@ -538,14 +542,13 @@ def main() -> None:
         print(text)
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     if args.conditionals:
-        lengths = [int(length) for length in args.conditionals.split(",")]
-        results = conditionals_runs(lengths, seeds, args.workers, args.peek)
+        results = conditionals_runs(args.conditionals, seeds, args.workers, args.peek)
         stem = OUTPUT / f"value_conditionals{'_peek' if args.peek else ''}"
         stem.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
         given = ",".join(f"{k}={v}" for k, v in coverage_args(args.peek).items())
         lines = conditionals_table(
             results,
-            f"python bench/masked_value.py --conditionals {args.conditionals}{' --peek' if args.peek else ''}",
+            f"python bench/masked_value.py --conditionals {','.join(map(str, args.conditionals))}{' --peek' if args.peek else ''}",
             f"the statement of model_args {given} under the oracle's value head (`oracle_with_head`)",
         )
         stem.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
