@@ -286,3 +286,29 @@ def test_resampled_smc_states_its_interval_only_at_the_lengths_measured(
         reach = f"only on texts of up to {measured} tokens, not {length} " if measured else "at no length "
         assert f"has an interval of measured coverage {reach}(docs/models.md" in doubt
         assert not err.trusted and not DEFAULT_POLICY.interval([err]).two_sided
+
+
+def test_a_gated_text_gets_the_same_draws_and_the_certified_bound(monkeypatch):
+    """Under a precision target the gate changes the statement only: the stages of a text longer than the measured
+    length draw what they draw when the table admits it (every stage's log p̂ equal), and the corpus statement is
+    one-sided with the model's reason instead of two-sided."""
+    from lm_latent_eval.estimators.adaptive import estimate_corpus
+    from lm_latent_eval.estimators.corpus import corpus_estimate
+    from lm_latent_eval.models.masked import value
+
+    oracle = make_oracle_model(seed=0)
+    oracle.value_head = ValueHead.seeded(0, width=8).double()
+    texts = [oracle.detokenize(sample_oracle_text(oracle, 10, seed=s)) for s in range(2)]
+    settings = EstimatorSettings("smc", 64, peek=True, resample_threshold=0.5, seed=3, target_se=0.05,
+                                 max_samples=512)  # fmt: skip
+
+    def run():
+        out = estimate_corpus(resolve(settings, oracle), texts, progress=False)
+        return [out[t].stage_log_likelihoods for t in texts], corpus_estimate(list(out.values()))
+
+    admitted_stages, admitted = run()
+    monkeypatch.setitem(value.RESAMPLED_INTERVAL_TOKENS, ("value head", True), 9)
+    gated_stages, gated = run()
+    assert gated_stages == admitted_stages and len(gated_stages[0]) >= 2
+    assert admitted.interval.two_sided and not gated.interval.two_sided
+    assert "only on texts of up to 9 tokens, not 10" in gated.interval.reason
