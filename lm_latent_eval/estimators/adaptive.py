@@ -103,9 +103,8 @@ def _allocation(
     tokens = [e.num_tokens for e in estimates]
     # a lasting doubt (the model's own, ``DocumentError.lasting``) is not one that more samples cure: the document is
     # allocated for as if its v̂ were trusted, and only its statement is the certified bound
-    believed = [e.trusted or e.lasting for e in errors]
-    v = [e.relative_variance for e, b in zip(errors, believed) if b and math.isfinite(e.relative_variance)]
-    doubt = [not b or d for b, d in zip(believed, disagree)]
+    v = [e.relative_variance for e in errors if e.believed and math.isfinite(e.relative_variance)]
+    doubt = [not e.believed or d for e, d in zip(errors, disagree)]
     v_max = policy.document_variance_cap(documents)
     # below the per-document precision that keeps the remainder small, by the largest c seen
     short = [not math.isnan(ci) and ci / k > v_max and k < settings.sample_budget for ci, k in zip(c, sizes)]
@@ -378,10 +377,10 @@ def _announce(
 
 def _warn_if_target_missed(estimates, settings: EstimatorSettings, policy, all_reduce, stages: int) -> None:
     """A warning when the last stage, which the budget or the stage limit made the last, did not reach the target:
-    its standard error √(Σ v̂) / T nats per token over the documents whose v̂ can be trusted (summed over the
-    processes), and what to do."""
+    its standard error √(Σ v̂) / T nats per token over the documents whose v̂ the allocation believes
+    (``DocumentError.believed``; summed over the processes), and what to do."""
     errors = [e.error(policy) for e in estimates if e.sampled]
-    v = [err.relative_variance for err in errors if err.trusted and math.isfinite(err.relative_variance)]
+    v = [err.relative_variance for err in errors if err.believed and math.isfinite(err.relative_variance)]
     tokens, sum_v, unjudged = all_reduce(
         [float(sum(e.num_tokens for e in estimates)), sum(v), float(len(errors) - len(v))]
     )

@@ -71,6 +71,12 @@ class DocumentError:
         return self.reason is None
 
     @property
+    def believed(self) -> bool:
+        """Whether v̂ measures the spread the precision target allocates for: trusted, or doubted only for a
+        ``lasting`` reason (the model's, which no sample size lifts), not for one about the samples."""
+        return self.trusted or self.lasting
+
+    @property
     def corrected(self) -> float:
         """The bias-corrected log p̂ + v̂/2 (E[log p̂] ≈ log p − v/2)."""
         return self.log_likelihood + self.relative_variance / 2

@@ -18,6 +18,7 @@ from lm_latent_eval.estimators import (
     EstimatorSettings,
     ISEstimate,
     SMCEstimate,
+    adaptive,
     estimate_document,
     recorded_settings,
     resolve,
@@ -261,7 +262,6 @@ def test_the_precision_target_says_what_it_will_spend_before_it_spends(
 def test_a_long_projection_is_a_warning_with_its_seconds(
     bundled_hmm, bundled_test_texts, caplog, monkeypatch
 ):
-    from lm_latent_eval.estimators import adaptive
 
     monkeypatch.setattr(adaptive, "PROJECTED_SECONDS_WARNING", 0.0)
     monkeypatch.setattr(adaptive, "TIMED_SECONDS_MINIMUM", 0.0)
@@ -296,7 +296,6 @@ def test_an_allocation_that_jumps_at_a_later_stage_is_said_again(
     """Issue 52: the line after stage 1 said "about 1.6 min" for a masked run that took 11 min, because stage 2's
     allocation jumped to max_samples. A later allocation that more than doubles what was said is said again, against
     the stage before it."""
-    from lm_latent_eval.estimators import adaptive
 
     sizes = iter([[32] * 3, [256] * 3, [300] * 3, [300] * 3, [300] * 3])
     monkeypatch.setattr(adaptive, "_allocation", lambda *args: next(sizes))
@@ -326,7 +325,7 @@ def test_the_allocation_remembers_a_rare_path_an_earlier_stage_found():
     assert fresh == [100] * 4  # without the memory the missed stage looks converged
 
 
-def test_a_lasting_doubt_is_allocated_for_as_a_trusted_error_and_stated_as_a_bound():
+def test_a_lasting_doubt_is_allocated_for_as_a_trusted_error_and_stated_as_a_bound(caplog):
     """A document whose model states that its SMC has no measured interval (``SMCDiagnostics.model_doubt``) is not
     trusted, for a reason no sample size lifts: the precision target sizes it by its v̂ as if trusted (no doubling,
     met where the same error without the doubt is met), and the corpus statement is the certified bound."""
@@ -350,6 +349,15 @@ def test_a_lasting_doubt_is_allocated_for_as_a_trusted_error_and_stated_as_a_bou
     assert not statement.two_sided and statement.reason and "longer than measured" in statement.reason
     back = SMCEstimate.from_json(doubted.to_json())
     assert back.diagnostics.model_doubt == "longer than measured" and back.error().lasting
+    # a budget that ends the stages short: the warning's standard error counts its v̂, as the allocation does
+    tight = EstimatorSettings("smc", 100, target_se=1e-6)
+    for estimate in (plain, doubted):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="lm_latent_eval.estimators.adaptive"):
+            adaptive._warn_if_target_missed([estimate], tight, DEFAULT_POLICY, lambda v: v, 6)
+        (line,) = [r.getMessage() for r in caplog.records]
+        assert "could not be judged" not in line
+        assert f"a standard error of {math.sqrt(err.relative_variance) / 10:.3g} nats per token" in line
 
 
 def test_stages_that_disagree_beyond_their_errors_are_in_doubt():
@@ -433,7 +441,6 @@ def test_the_stages_are_numbered_alike_in_the_progress_bars_and_the_summary_line
     import collections
     import re
 
-    from lm_latent_eval.estimators import adaptive
     from lm_latent_eval.harness.results_store import stage_tally
 
     descs, original = [], adaptive._stage
