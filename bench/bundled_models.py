@@ -28,8 +28,8 @@ OUTPUT = Path(__file__).resolve().parent / "bundled_models"
 def row(name: str) -> dict:
     model, _ = load_model(name)
     texts = bundled_documents(name)
-    # what `lm_eval --model latent_<name>` runs with no model_args: the model's own default_settings (the masked LM's
-    # peek=False, resample_threshold=0), then estimator=auto
+    # what `lm_eval --model latent_<name>` runs with no model_args: the model's own default_settings (the bundled
+    # masked LM's, under its value head: peek=True, resample_threshold=0.5), then estimator=auto
     run, why = choose_estimator(name, parse_backend_args(name, name, {}), model, announce=False)
     start = time.perf_counter()
     estimates = estimate_corpus(run, texts, progress=False)

@@ -11,15 +11,17 @@ anyway: the program runs every set of every text once before the first seed, kep
 the draws are unchanged. Each seed's network rows count every state it looks up once, as a run starting from an empty
 row cache runs it; the ``coverage_before_item5*.json`` runs counted each call's distinct states.
 
-    python bench/masked_coverage.py --seeds 100 --setting default --output bench/masked_side_by_side/coverage.json
-    python bench/masked_coverage.py --seeds 200 --first-seed 100 --setting default \
-        --output bench/masked_side_by_side/coverage_seeds100_299.json
-    python bench/masked_coverage.py --seeds 50 --setting peek=true --output bench/masked_side_by_side/coverage_peek.json
+    python bench/masked_coverage.py      # the defaults, 300 seeds: bench/masked_side_by_side/coverage_value_head.json
+    python bench/masked_coverage.py --seeds 50 --setting resample_threshold=0,peek=false --output /tmp/no_head.json
 
-(the two runs of the defaults side by side, one per core; ``coverage.md`` pools their seeds in its last row; the
-runs of the defaults before ``exact_where_cheaper`` are kept as ``coverage_before_exact_where_cheaper*.json``).
+(``coverage.md`` beside the output has one row per setting of every ``coverage*.json`` there, and pools the seeds of
+a setting run in several files; ``coverage.json`` and ``coverage_seeds100_299.json`` hold the 300 seeds of the
+defaults before the value head set them, run as ``--setting default`` at that time, and the older files the defaults
+before ``exact_where_cheaper`` and before item 5).
 
-``default``: the model_args a user gives none of (``auto``, and the model's ``default_settings``: uniform orders).
+``default``: the model_args a user gives none of (``auto``, and the model's ``default_settings``: under the bundled
+checkpoint's value head, SMC resampling at ESS < K/2 and peeking through it; ``coverage_value_head.json``, 300 seeds;
+the files before it ran the defaults of a model without a head, uniform orders never resampling).
 """
 
 from __future__ import annotations
@@ -211,10 +213,10 @@ def parse_setting(text: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seeds", type=int, default=50)
+    parser.add_argument("--seeds", type=int, default=300)
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--setting", action="append", default=None, help="model_args, or 'default'")
-    parser.add_argument("--output", type=Path, default=OUTPUT / "coverage.json")
+    parser.add_argument("--output", type=Path, default=OUTPUT / "coverage_value_head.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
     model, _ = load_model("masked")
@@ -229,7 +231,7 @@ def main() -> None:
         write_summary(args.output.parent / "coverage.md", args.output)
 
     with tables.installed():
-        for setting in args.setting or ["default", "peek=true"]:
+        for setting in args.setting or ["default"]:
             done = list(results["settings"])
             summary_ = coverage(
                 model,

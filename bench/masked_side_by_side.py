@@ -12,9 +12,9 @@ network rows and forward calls it ran and its seconds, all on the real network, 
   counts per draw rounded half to even) and as MDLM's does (``elbo_masks=mdlm``): neither is a bound in general;
 - DUEL's deterministic unmasking policies (greedy confidence, probability margin, left to right, and their block
   variants at B = 4): each one's exact likelihood, that of its sampler along its one order, not of the order mixture;
-- IS and SMC at K = 100 and 1,000 over uniform orders (``peek=false``, a fixed K), the package's defaults (``auto``
-  with the model's ``default_settings``: SMC over uniform orders with the precision target), and the exact dynamic
-  program (the truth).
+- IS and SMC at K = 100 and 1,000 over uniform orders (``peek=false``, a fixed K; SMC resampling at ESS < K/2 under
+  the checkpoint's value head), the package's defaults (``auto`` with the model's ``default_settings``: SMC resampling
+  under the value head and peeking through it, with the precision target), and the exact dynamic program (the truth).
 
 The coverage of the default statement over 50 seeds is ``bench/masked_coverage.py``'s (``coverage.md`` here).
 
@@ -50,6 +50,8 @@ from lm_latent_eval.models import load_model
 from lm_latent_eval.models.masked.corpus import TEST_FILE
 
 OUTPUT = Path(__file__).resolve().parent / "masked_side_by_side"
+# SMC's fixed-K rows resample (the package's resample_threshold) under the checkpoint's value head
+SMC_TWIST = {"is": "", "smc": ", resampling at ESS < K/2 under the value head"}
 Z95 = 1.959963984540054
 # B of DUEL's block policies here (the held-out sentences are shorter than LLaDA's 32)
 BLOCK = 4
@@ -203,16 +205,18 @@ def rows_of(model, samplers, texts, nbytes: int) -> list[list]:
             settings = EstimatorSettings(estimator, k, peek=False, target_se=0)
             out.append(
                 sampled_row(
-                    model, texts, cost, f"{estimator.upper()}, K = {k}, uniform orders", settings, nbytes
+                    model,
+                    texts,
+                    cost,
+                    f"{estimator.upper()}, K = {k}, uniform orders{SMC_TWIST[estimator]}",
+                    settings,
+                    nbytes,
                 )
             )
-    # as the backend resolves them: the model's default_settings (uniform orders), then auto (SMC, precision target)
+    # as the backend resolves them: the model's default_settings (its value head's), then auto (SMC, precision target)
     defaults, _ = with_model_defaults(EstimatorSettings(), model)
-    out.append(
-        sampled_row(
-            model, texts, cost, "package defaults (auto: SMC, uniform orders, target)", defaults, nbytes
-        )
-    )
+    label = "package defaults (auto: SMC at ESS < K/2 under the value head, peeking through it, target)"
+    out.append(sampled_row(model, texts, cost, label, defaults, nbytes))
     out.append(
         exact_row(model, texts, cost, "exact (dynamic program over revealed sets)", nbytes, "the truth")
     )

@@ -149,11 +149,11 @@ def check_sample_memory(num_samples: int, model: Any) -> None:
 def with_model_defaults(
     settings: EstimatorSettings, model: Any, given: Collection[str] = ()
 ) -> tuple[EstimatorSettings, str]:
-    """The settings with the model's own defaults (its class attribute ``default_settings``, {field: value}) for
+    """The settings with the model's own defaults (its attribute ``default_settings``, {field: value}) for
     every field the user did not give (``given``: the names given), and a clause naming those applied ("" if none).
 
     A model declares there what its measured behaviour asks for where the package default serves it badly (the
-    masked LMs: ``peek=False``, uniform orders). The backends apply it before ``resolve``; the settings recorded with
+    masked LMs without a value head: ``peek=False``, uniform orders). The backends apply it before ``resolve``; the settings recorded with
     the results are the ones that ran.
 
     Examples

@@ -24,7 +24,7 @@ from bundled_models import row
 
 def test_the_masked_row_is_what_lm_eval_prints(tmp_path):
     bench = row("masked")
-    assert "peek=False" in bench["choice"] and bench["documents"] == 44
+    assert "peek=True, resample_threshold=0.5" in bench["choice"] and bench["documents"] == 44
     run_lm_eval(
         ["--model", "latent_masked", "--tasks", "masked_ppl_tiny", "--include_path", str(lm_latent_eval.tasks_path()),
          "--device", "cpu", "--output_path", str(tmp_path / "out"), "--log_samples"]

@@ -75,12 +75,13 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
     stepwise_module = stepwise
     # texts side by side (protocol.DocumentBatchLM): those of one length share the draw and the network's calls
     documents_module = documents
-    # what the user does not give (estimators.registry.with_model_defaults): uniform orders (peek=False: the myopic
-    # peeking proposal's weights are heavy-tailed) and SMC that never resamples (the mean-field look-ahead misleads
-    # resampling; a value head's statement, peeking through it or not, is measured at 16 and 32 tokens, not
-    # beyond); the measurements:
-    # docs/models.md, "Masked and masked-diffusion LMs" and "At length"
-    default_settings: ClassVar[dict] = {"peek": False, "resample_threshold": 0.0}
+    # what the user does not give (estimators.registry.with_model_defaults, ``default_settings``): without a value
+    # head, uniform orders (peek=False: the myopic peeking proposal's weights are heavy-tailed) and SMC that never
+    # resamples (the mean-field look-ahead misleads resampling); with one, SMC resampling at ESS < K/2 under it,
+    # peeking through it (fewer rows for an interval of measured coverage up to RESAMPLED_INTERVAL_TOKENS); the
+    # measurements: docs/models.md, "Masked and masked-diffusion LMs" and "At length"
+    settings_without_head: ClassVar[dict] = {"peek": False, "resample_threshold": 0.0}
+    settings_with_head: ClassVar[dict] = {"peek": True, "resample_threshold": 0.5}
 
     def __init__(self, predictor, mask_id, vocab, policy="uniform", policy_temperature=1.0, max_exact_tokens=16,
                  max_length=None, block_tokens=8192, policy_block=DEFAULT_BLOCK):  # fmt: skip
@@ -108,6 +109,12 @@ class MaskedOrderLM(StepwiseFromModule, nn.Module):
         self.proposal = MaskedOrderProposal(self)
         # SMC's look-ahead ψ (``value.py``): a fitted ValueHead, or None for the mean field
         self.value_head = None
+
+    @property
+    def default_settings(self) -> dict:
+        """The settings the model asks for where the user gives none: ``settings_with_head`` when it has a value head
+        (``value.py``), else ``settings_without_head``."""
+        return self.settings_without_head if self.value_head is None else self.settings_with_head
 
     @property
     def vocab(self) -> list[str]:

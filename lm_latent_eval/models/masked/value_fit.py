@@ -10,8 +10,9 @@ it resamples (model_args ``resample_threshold`` > 0), and the peeking proposal r
 
     lm-latent-eval fit-value-head --texts my_texts.jsonl --output head.safetensors \\
         --model_args pretrained=/path/to/masked-lm,dtype=bfloat16,device=cuda
-    lm_eval --model latent_masked --model_args pretrained=/path/to/masked-lm,value_head=head.safetensors,\\
-        resample_threshold=0.5,peek=true ...
+    lm_eval --model latent_masked --model_args pretrained=/path/to/masked-lm,value_head=head.safetensors ...
+
+(with a head the model's defaults are ``resample_threshold=0.5, peek=true``: ``MaskedOrderLM.default_settings``)
 """
 
 from __future__ import annotations
@@ -126,8 +127,8 @@ def run(args: argparse.Namespace) -> int:
     model.value_head.save(args.output)
     print(
         f"wrote {args.output} (final losses: exact stage {loss:.4f}, Bellman stage {bellman_loss:.4f} nats²); "
-        f"use it with --model_args ...,value_head={args.output},resample_threshold=0.5,peek=true (its interval "
-        "covered the exact value in measured runs of texts up to 32 tokens, too rarely at 48: on longer texts it "
+        f"use it with --model_args ...,value_head={args.output} (SMC then resamples under it and peeks through it "
+        "by default; its interval covered the exact value in measured runs of texts up to 32 tokens, too rarely at 48: on longer texts it "
         "states the certified bound alone; docs/models.md)"
     )
     return 0

@@ -130,18 +130,25 @@ def test_generate_until_unmasks_a_continuation_seeded_by_the_context(which, bert
     assert len(lm.model.tokenize(text)) == 5
 
 
-def test_uniform_orders_are_the_default_unless_peek_is_given():
-    """MaskedOrderLM.default_settings: peek=False and resample_threshold=0 unless model_args name them, with why."""
+def test_the_defaults_follow_the_value_head_unless_model_args_name_them(bert_dir):
+    """MaskedOrderLM.default_settings: with a value head (the bundled checkpoint's) SMC resampling at ESS < K/2,
+    peeking through it; without one (a Hugging Face masked LM given no value_head) uniform orders, never
+    resampling; each unless model_args name it, with why."""
     lm = LatentMaskedEval(device="cpu")
-    assert lm.settings.peek is False and lm.get_model_info()["estimator_settings"]["peek"] is False
-    assert lm.estimator_choice.endswith(
+    assert lm.model.value_head is not None
+    assert lm.settings.peek is True and lm.get_model_info()["estimator_settings"]["peek"] is True
+    assert lm.settings.resample_threshold == 0.5
+    assert lm.estimator_choice.endswith("; peek=True, resample_threshold=0.5 by the model's default_settings")
+    given = LatentMaskedEval(device="cpu", peek=False)
+    assert given.settings.peek is False and "peek=True" not in given.estimator_choice
+    assert given.estimator_choice.endswith("; resample_threshold=0.5 by the model's default_settings")
+    both = LatentMaskedEval(device="cpu", peek=False, resample_threshold=0.0)
+    assert both.settings.resample_threshold == 0.0 and "default_settings" not in both.estimator_choice
+    headless = LatentMaskedEval(device="cpu", pretrained=str(bert_dir))
+    assert headless.model.value_head is None
+    assert headless.estimator_choice.endswith(
         "; peek=False, resample_threshold=0.0 by the model's default_settings"
     )
-    given = LatentMaskedEval(device="cpu", peek=True)
-    assert given.settings.peek is True and "peek=False" not in given.estimator_choice
-    assert given.estimator_choice.endswith("; resample_threshold=0.0 by the model's default_settings")
-    both = LatentMaskedEval(device="cpu", peek=True, resample_threshold=0.5)
-    assert both.settings.resample_threshold == 0.5 and "default_settings" not in both.estimator_choice
 
 
 def test_greedy_generate_until_ranks_the_candidates_by_their_conditional_given_the_context():
