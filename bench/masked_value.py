@@ -25,10 +25,16 @@ on the oracle's four texts of T tokens (any T) under its head from ``oracle_with
     python bench/masked_value.py --pool 48 --oracle --peek   # the chunks joined: ..._T48_pooled.json
     python bench/masked_value.py --proposals       # writes bench/masked_length/value_proposals.md
     python bench/masked_value.py --conditionals 16,24,30 --peek --workers 2   # value_conditionals_peek.md, .json
+    python bench/masked_value.py --windows         # writes bench/masked_length/value_windows.md
 
 ``--conditionals L,L``: ``loglikelihood``'s requests as ``masked_length.py --conditionals`` poses them (a context of 16
 tokens, four choices of L tokens each), estimated on the context's view under the oracle's head by the statement of
 ``--coverage``, over ``--seeds`` seeds per L, held to the exact Σ log p(choice | context).
+
+``--windows``: texts longer than the bundled network reads (96 tokens, read in windows of 32: ``windows.py``), where
+no value head is used, under the checkpoint's defaults (SMC resampling, peeking: in windows the mean field and the
+myopic proposal) beside importance sampling over uniform orders, at the same fixed K over a few seeds: perplexity,
+certified bound, network rows per token and seconds.
 
 ``--proposals``: what still moves SMC under a value head at 32 and 48 tokens, on the oracle: the head (the recipe's;
 the recipe's carried on by more Bellman steps at 32 to 64 tokens; one fitted to the oracle's exact log V(S) on texts
@@ -64,7 +70,8 @@ from masked_length import (
 from masked_side_by_side import Cost, machine
 
 from lm_latent_eval.estimators import EstimatorSettings
-from lm_latent_eval.estimators.registry import resolve
+from lm_latent_eval.estimators.corpus import corpus_estimate
+from lm_latent_eval.estimators.registry import resolve, with_model_defaults
 from lm_latent_eval.estimators.resampling import systematic_resample
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.masked.conditionals import step_scores
@@ -510,6 +517,53 @@ def proposals_table() -> list[str]:
     ]
 
 
+WINDOW_LENGTH, WINDOW_K, WINDOW_SEEDS = 96, 400, 3
+# (label, the model_args given beyond estimator=smc and K; the rest by the checkpoint's default_settings)
+WINDOW_SETTINGS = (
+    ("the checkpoint's defaults (resample_threshold=0.5, peek=true: in windows the mean field, myopic peeking)", {}),
+    ("importance sampling over uniform orders (resample_threshold=0, peek=false)",
+     {"resample_threshold": 0.0, "peek": False}),
+)  # fmt: skip
+
+
+def windows_table() -> list[str]:
+    """``--windows``' table: each setting's corpus statement on ``TEXTS // 2`` joined texts of ``WINDOW_LENGTH`` tokens
+    at K = ``WINDOW_K``, over ``WINDOW_SEEDS`` seeds (each from an empty row cache)."""
+    model, _ = load_model("masked")
+    texts = joined_texts(model, WINDOW_LENGTH, TEXTS // 2)
+    tokens, cost, rows = WINDOW_LENGTH * len(texts), Cost(model), []
+    for label, given in WINDOW_SETTINGS:
+        settings, _ = with_model_defaults(
+            EstimatorSettings("smc", WINDOW_K, target_se=0, **given), model, set(given)
+        )
+        runs = []
+        for seed in range(WINDOW_SEEDS):
+            run = resolve(settings.replace(seed=seed), model)
+            runs.append(cost.run(lambda run=run: corpus_estimate([run.estimate(t) for t in texts])))
+        ppl = [c.perplexity for c, *_ in runs]
+        bound = [c.perplexity_upper_bound for c, *_ in runs]
+        two_sided = sum(c.interval.two_sided for c, *_ in runs)
+        rows.append(
+            f"| {label} | {np.mean(ppl):.3f} ({min(ppl):.3f}-{max(ppl):.3f}) | {np.mean(bound):.3f} "
+            f"({min(bound):.3f}-{max(bound):.3f}) | {two_sided} of {WINDOW_SEEDS} "
+            f"| {np.mean([r for _, r, _, _ in runs]) / tokens:,.1f} | {np.mean([s for *_, s in runs]):.0f} |"
+        )
+    return [
+        (
+            f"The bundled masked LM (it reads {model.max_length} positions) on {len(texts)} of its joined held-out texts "
+            f"of {WINDOW_LENGTH} tokens, read in windows; SMC at K = {WINDOW_K} (no precision target), seeds 0 to "
+            f"{WINDOW_SEEDS - 1} (`python bench/masked_value.py --windows`). Machine: {machine()}."
+        ),
+        "",
+        (
+            "| setting | perplexity per token, mean (range) | certified bound, mean (range) | two-sided | network rows "
+            "per token | seconds per seed |"
+        ),
+        "|---|---|---|---|---|---|",
+        *rows,
+    ]
+
+
 def lengths_list(text: str) -> list[int]:
     """``--conditionals``' comma-separated lengths (argparse's one line on anything else)."""
     return [int(length) for length in text.split(",")]
@@ -520,6 +574,9 @@ def main() -> None:
     parser.add_argument("--table", action="store_true", help="error, spread and cost against length")
     parser.add_argument("--coverage", type=int, metavar="T", help="the statement's coverage at T tokens")
     parser.add_argument("--proposals", action="store_true", help="heads and proposals at 32 and 48 (oracle)")
+    parser.add_argument(
+        "--windows", action="store_true", help="texts read in windows: the defaults against IS"
+    )
     parser.add_argument(
         "--oracle", action="store_true", help="--coverage on the oracle (else the network, T ≤ 16)"
     )
@@ -539,6 +596,10 @@ def main() -> None:
     if args.proposals:
         text = "\n".join(proposals_table()) + "\n"
         (OUTPUT / "value_proposals.md").write_text(text, encoding="utf-8")
+        print(text)
+    if args.windows:
+        text = "\n".join(windows_table()) + "\n"
+        (OUTPUT / "value_windows.md").write_text(text, encoding="utf-8")
         print(text)
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     if args.conditionals:

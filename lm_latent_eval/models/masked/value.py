@@ -182,10 +182,17 @@ def resampled_interval_doubt(model, length: int, settings) -> str | None:
         return None
     proposal = "peeking" if settings.peek else "drawing uniform orders"
     reach = f"only on texts of up to {measured} tokens, not {length}" if measured else "at no length"
+    # a model with a head reads no head in windows: say so, and what serves such a text better
+    windows = getattr(model, "value_head", None) is not None and twist == "mean field"
+    where = "a text read in windows has no value head, and " if windows else ""
+    remedy = (
+        "resample_threshold=0,peek=false (importance sampling over uniform orders) estimates such a text better"
+        if windows
+        else "resample_threshold=0 gives importance sampling's interval where its weights allow"
+    )
     return (
-        f"SMC that resamples under the {twist}, {proposal}, has an interval of measured coverage {reach} "
-        '(docs/models.md, "At length"): resample_threshold=0 gives importance sampling\'s interval where its '
-        "weights allow"
+        f"{where}SMC that resamples under the {twist}, {proposal}, has an interval of measured coverage {reach} "
+        f'(docs/models.md, "At length"): {remedy}'
     )
 
 

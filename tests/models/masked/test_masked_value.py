@@ -25,6 +25,8 @@ from lm_latent_eval.models.masked.value import (
     fit_value_head,
     log_lookahead,
     pseudo_log_likelihoods,
+    resampled_interval_doubt,
+    uses_value_head,
 )
 from lm_latent_eval.models.masked.value_fit import HeadRecipe
 
@@ -286,6 +288,26 @@ def test_resampled_smc_states_its_interval_only_at_the_lengths_measured(
         reach = f"only on texts of up to {measured} tokens, not {length} " if measured else "at no length "
         assert f"has an interval of measured coverage {reach}(docs/models.md" in doubt
         assert not err.trusted and not DEFAULT_POLICY.interval([err]).two_sided
+
+
+def test_a_text_read_in_windows_under_a_head_is_told_what_serves_it_better():
+    """A model with a value head reads none in windows (``uses_value_head``): SMC that resamples there runs under the
+    mean field and peeks myopically, so its doubt names the windows and importance sampling over uniform orders,
+    which estimates such texts better (docs/models.md); a model without a head keeps the general remedy."""
+    oracle = make_oracle_model(seed=0)
+    oracle.max_length = 16
+    settings = EstimatorSettings("smc", 64, peek=True, resample_threshold=0.5)
+    headless = resampled_interval_doubt(oracle, 20, settings)
+    oracle.value_head = ValueHead.seeded(0, width=8).double()
+    assert uses_value_head(oracle, 16) and not uses_value_head(oracle, 20)
+    windowed = resampled_interval_doubt(oracle, 20, settings)
+    assert windowed.startswith(
+        "a text read in windows has no value head, and SMC that resamples under the mean field"
+    )
+    assert windowed.endswith("resample_threshold=0,peek=false (importance sampling over uniform orders) estimates "
+                             "such a text better")  # fmt: skip
+    assert headless.startswith("SMC that resamples") and "windows" not in headless
+    assert resampled_interval_doubt(oracle, 16, settings) is None
 
 
 def test_a_gated_text_gets_the_same_draws_and_the_certified_bound(monkeypatch):
