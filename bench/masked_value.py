@@ -31,9 +31,9 @@ on the oracle's four texts of T tokens (any T) under its head from ``oracle_with
 tokens, four choices of L tokens each), estimated on the context's view under the oracle's head by the statement of
 ``--coverage``, over ``--seeds`` seeds per L, held to the exact Σ log p(choice | context).
 
-``--windows``: texts longer than the bundled network reads (96 tokens, read in windows of 32: ``windows.py``), where
-no value head is used, under the checkpoint's defaults (SMC resampling, peeking: in windows the mean field and the
-myopic proposal) beside importance sampling over uniform orders, at the same fixed K over a few seeds: perplexity,
+``--windows``: texts longer than the bundled network reads (96 tokens, read in windows of 32: ``windows.py``) under
+the checkpoint's defaults (SMC resampling under its value head, which reads each set's current window, and peeking
+through it) beside importance sampling over uniform orders, at the same fixed K over a few seeds: perplexity,
 certified bound, network rows per token and seconds.
 
 ``--proposals``: what still moves SMC under a value head at 32 and 48 tokens, on the oracle: the head (the recipe's;
@@ -520,7 +520,7 @@ def proposals_table() -> list[str]:
 WINDOW_LENGTH, WINDOW_K, WINDOW_SEEDS = 96, 400, 3
 # (label, the model_args given beyond estimator=smc and K; the rest by the checkpoint's default_settings)
 WINDOW_SETTINGS = (
-    ("the checkpoint's defaults (resample_threshold=0.5, peek=true: in windows the mean field, myopic peeking)", {}),
+    ("the checkpoint's defaults (resample_threshold=0.5, peek=true, the value head window by window)", {}),
     ("importance sampling over uniform orders (resample_threshold=0, peek=false)",
      {"resample_threshold": 0.0, "peek": False}),
 )  # fmt: skip

@@ -130,7 +130,7 @@ def step_documents(
 
 def step_group(model, group: LengthGroup, t: int, generators, temperature: float, peek: bool) -> torch.Tensor:
     """Reveal σ_t in every particle of one length group: the increments [N] (module docstring)."""
-    if t == 0 and uses_value_head(model, group.length):
+    if t == 0 and uses_value_head(model):
         group.pseudo = torch.stack([pseudo_log_likelihoods(model, x) for x in group.x])[group.text_of]
     scores = group.scores or group_scores(model, group)
     group.scores = None

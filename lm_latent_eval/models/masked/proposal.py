@@ -46,7 +46,7 @@ class MaskedOrderProposal(CheckedProposal):
             return torch.zeros(z.shape[0], dtype=torch.float64, device=x.device)
         valid, order, scores = order_scores(self.model, x, z, need_tokens=peek)
         K, T = order.shape
-        pseudo = pseudo_log_likelihoods(self.model, x) if peek and uses_value_head(self.model, T) else None
+        pseudo = pseudo_log_likelihoods(self.model, x) if peek and uses_value_head(self.model) else None
         flat = type(scores)(scores.log_token.reshape(K * T, T), scores.log_order.reshape(K * T, T))
         logits = proposal_logits(self.model, flat, prefix_revealed(order).reshape(K * T, T), pseudo, peek)
         log_q = picked(torch.log_softmax(logits.view(K, T, T) / temperature, -1), order)

@@ -54,7 +54,7 @@ def init_particles(model, x: torch.Tensor, num_particles: int, temperature: floa
     K, T = num_particles, x.numel()
     order = torch.zeros(K, T, dtype=torch.long, device=x.device)
     revealed = torch.zeros(K, T, dtype=torch.bool, device=x.device)
-    pseudo = pseudo_log_likelihoods(model, x) if peek and uses_value_head(model, T) else None
+    pseudo = pseudo_log_likelihoods(model, x) if peek and uses_value_head(model) else None
     return OrderParticles(x, order, revealed, 0, float(temperature), bool(peek), pseudo=pseudo)
 
 
@@ -94,7 +94,7 @@ def step_particles(model, state: OrderParticles, t: int, generator) -> tuple[Ord
     log ψ(S ∪ {σ_t}) − log ψ(S), float64 [K]."""
     if t != state.t or t >= state.x.numel():
         raise ValueError(f"smc_step: expected step {state.t} of {state.x.numel()}, got t = {t}")
-    if state.pseudo is None and uses_value_head(model, state.x.numel()):
+    if state.pseudo is None and uses_value_head(model):
         state.pseudo = pseudo_log_likelihoods(model, state.x)
     state, log_p, log_q = draw_step(model, state, generator)
     before = 0.0 if state.log_twist is None else state.log_twist

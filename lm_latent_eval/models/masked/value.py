@@ -17,8 +17,9 @@ away. Two guesses from the network's rows:
   conditional in full context, given how much is masked.
 
 The model's ``value_head`` (None: the mean field) decides; any ψ leaves SMC unbiased (it telescopes to ψ(∅) = 1 and
-ψ(all) = 1), so a poor ψ costs variance, never the expectation. A text the network reads in windows keeps the mean
-field.
+ψ(all) = 1), so a poor ψ costs variance, never the expectation. A text the network reads in windows (``windows.py``)
+gets the head of its current window alone: V(S) there is that window's rest given S, times the later windows'
+factors, the same for every particle at a step.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from tqdm.auto import tqdm
 
 from ...errors import InputError, MissingFileError, one_line
 from .conditionals import StepScores, step_scores
-from .windows import window_size
+from .windows import current_window, window_size
 
 # the head's inputs per masked position: ℓ_j(S), |M| / T, log |M|, λ_j, λ_j − ℓ_j(S)
 FEATURES = 5
@@ -154,9 +155,9 @@ def pseudo_log_likelihoods(model, x: torch.Tensor) -> torch.Tensor:
     return step_scores(model, x, others).log_token.diagonal().clone()
 
 
-def uses_value_head(model, length: int) -> bool:
-    """Whether ψ is the model's value head for a text of ``length`` tokens (one the network reads whole)."""
-    return getattr(model, "value_head", None) is not None and window_size(model, length) is None
+def uses_value_head(model) -> bool:
+    """Whether ψ is the model's value head (else the mean field)."""
+    return getattr(model, "value_head", None) is not None
 
 
 def resampled_interval_doubt(model, length: int, settings) -> str | None:
@@ -176,33 +177,37 @@ def resampled_interval_doubt(model, length: int, settings) -> str | None:
     """
     if settings.resample_threshold <= 0:
         return None
-    twist = "value head" if uses_value_head(model, length) else "mean field"
+    twist = "value head" if uses_value_head(model) else "mean field"
     measured = RESAMPLED_INTERVAL_TOKENS[twist, bool(settings.peek)]
     if length <= measured:
         return None
     proposal = "peeking" if settings.peek else "drawing uniform orders"
     reach = f"only on texts of up to {measured} tokens, not {length}" if measured else "at no length"
-    # a model with a head reads no head in windows: say so, and what serves such a text better
-    windows = getattr(model, "value_head", None) is not None and twist == "mean field"
-    where = "a text read in windows has no value head, and " if windows else ""
-    remedy = (
-        "resample_threshold=0,peek=false (importance sampling over uniform orders) estimates such a text better"
-        if windows
-        else "resample_threshold=0 gives importance sampling's interval where its weights allow"
-    )
     return (
-        f"{where}SMC that resamples under the {twist}, {proposal}, has an interval of measured coverage {reach} "
-        f'(docs/models.md, "At length"): {remedy}'
+        f"SMC that resamples under the {twist}, {proposal}, has an interval of measured coverage {reach} "
+        '(docs/models.md, "At length"): resample_threshold=0 gives importance sampling\'s interval where its '
+        "weights allow"
     )
 
 
 def head_corrections(model, log_token, revealed, pseudo, shift: int = 0) -> torch.Tensor:
     """The value head's g_φ of every position [N, T] (``ValueHead.corrections``) of the sets ``revealed`` [N, T] from
     their rows ``log_token`` [N, T] and λ ``pseudo`` ([T] or [N, T]), run in blocks of ``block_tokens // T`` rows, as
-    the network is, so that a row's numbers do not depend on how many rows share its call (texts side by side equal
-    each text alone, bit for bit)."""
+    the network is (a row in a shorter last block may round differently: texts side by side equal each text alone
+    to float rounding, docs/speed.md)."""
     N, T = revealed.shape
     pseudo = pseudo.expand(N, T)
+    size = window_size(model, T)
+    if size is not None:
+        # in windows: each set's current window alone, read as a text of its own (0 at the other positions)
+        out = torch.zeros_like(log_token)
+        window = current_window(revealed, size)
+        for j in window.unique().tolist():
+            rows, span = (window == j).nonzero().squeeze(1), slice(j * size, min(T, (j + 1) * size))
+            out[rows, span] = head_corrections(
+                model, log_token[rows, span], revealed[rows, span], pseudo[rows, span], shift
+            )
+        return out
     step = max(1, model.block_tokens // max(T, 1))
     with torch.no_grad():
         return torch.cat(

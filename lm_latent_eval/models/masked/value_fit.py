@@ -79,8 +79,8 @@ def fit_to_texts(model, texts: list[str], seed: int = 0, recipe: HeadRecipe = He
     longest = max(recipe.bellman_lengths)
     if model.max_length is not None and model.max_length < longest:
         raise InputError(
-            f"the network reads {model.max_length} positions; the recipe's Bellman pieces have up to {longest} tokens "
-            "(a text the network reads in windows keeps the mean-field look-ahead)"
+            f"the network reads {model.max_length} positions; the recipe's Bellman pieces have up to {longest} tokens: "
+            "the recipe needs a network that reads at least that many"
         )
     short = value_pieces(model, texts, seed, recipe.pieces, recipe.lengths)
     long = value_pieces(model, texts, seed + 1, recipe.bellman_pieces, recipe.bellman_lengths)

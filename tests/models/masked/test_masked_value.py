@@ -23,10 +23,10 @@ from lm_latent_eval.models.masked.value import (
     ValueHead,
     bellman_targets,
     fit_value_head,
+    head_corrections,
     log_lookahead,
     pseudo_log_likelihoods,
     resampled_interval_doubt,
-    uses_value_head,
 )
 from lm_latent_eval.models.masked.value_fit import HeadRecipe
 
@@ -172,12 +172,15 @@ def chi_square(model, text: str, peek: bool) -> float:
     return math.expm1(log_ratio - 2 * dp_log_marginal(model, x))
 
 
-@pytest.mark.parametrize("peek", [False, True])
-def test_smc_under_a_value_head_is_unbiased_for_p_of_x(peek):
+@pytest.mark.parametrize(("peek", "windows"), [(False, False), (True, False), (True, True)])
+def test_smc_under_a_value_head_is_unbiased_for_p_of_x(peek, windows):
     """E[p̂ / p] = 1 for SMC resampling at ESS < K/2 under the fitted head, drawing uniform orders or peeking through
-    the head (K = 8, 400 seeds, 6 tokens): the mean of p̂ / p within 4 standard errors of 1 (any ψ telescopes and
-    any proposal is corrected; a wrong increment would show here)."""
+    the head (K = 8, 400 seeds, 6 tokens; and read in windows of 2 by a network given 4 positions, the head applied
+    to each set's current window): the mean of p̂ / p within 4 standard errors of 1 (any ψ telescopes and any
+    proposal is corrected; a wrong increment would show here)."""
     model = fitted_tiny()
+    if windows:
+        model.max_length = 4
     text = "d a c c b a"
     log_p = dp_log_marginal(model, model.tokenize(text))
     ratios = np.array(
@@ -290,24 +293,25 @@ def test_resampled_smc_states_its_interval_only_at_the_lengths_measured(
         assert not err.trusted and not DEFAULT_POLICY.interval([err]).two_sided
 
 
-def test_a_text_read_in_windows_under_a_head_is_told_what_serves_it_better():
-    """A model with a value head reads none in windows (``uses_value_head``): SMC that resamples there runs under the
-    mean field and peeks myopically, so its doubt names the windows and importance sampling over uniform orders,
-    which estimates such texts better (docs/models.md); a model without a head keeps the general remedy."""
-    oracle = make_oracle_model(seed=0)
-    oracle.max_length = 16
-    settings = EstimatorSettings("smc", 64, peek=True, resample_threshold=0.5)
-    headless = resampled_interval_doubt(oracle, 20, settings)
-    oracle.value_head = ValueHead.seeded(0, width=8).double()
-    assert uses_value_head(oracle, 16) and not uses_value_head(oracle, 20)
-    windowed = resampled_interval_doubt(oracle, 20, settings)
-    assert windowed.startswith(
-        "a text read in windows has no value head, and SMC that resamples under the mean field"
-    )
-    assert windowed.endswith("resample_threshold=0,peek=false (importance sampling over uniform orders) estimates "
-                             "such a text better")  # fmt: skip
-    assert headless.startswith("SMC that resamples") and "windows" not in headless
-    assert resampled_interval_doubt(oracle, 16, settings) is None
+def test_in_windows_the_head_reads_each_sets_current_window_alone():
+    """A text read in windows gets the head of its current window (``head_corrections``): the corrections of a set
+    equal those of its window's positions read as a text of their own (0 elsewhere), and the gate names the value
+    head at the text's length."""
+    model = fitted_tiny()
+    x = model.tokenize("d a c c b a")
+    revealed = torch.tensor([[True, True, False, True, False, False], [True, True, True, True, False, False]])
+    model.max_length = 4
+    windowed = step_scores(model, x, revealed).log_token
+    pseudo = pseudo_log_likelihoods(model, x)
+    g = head_corrections(model, windowed, revealed, pseudo)
+    alone = head_corrections(model, windowed[:, 2:4], revealed[:, 2:4], pseudo[2:4])
+    assert torch.allclose(g[0, 2:4], alone[0], rtol=0, atol=1e-12)
+    assert torch.equal(g[0, :2], torch.zeros(2, dtype=g.dtype))
+    assert torch.equal(g[0, 4:], torch.zeros(2, dtype=g.dtype))
+    later = head_corrections(model, windowed[1:, 4:6], revealed[1:, 4:6], pseudo[4:6])
+    assert torch.allclose(g[1, 4:], later[0], rtol=0, atol=1e-12) and not torch.equal(g[0], g[1])
+    settings = EstimatorSettings("smc", 8, peek=True, resample_threshold=0.5)
+    assert "under the value head, peeking" in resampled_interval_doubt(model, 40, settings)
 
 
 def test_a_gated_text_gets_the_same_draws_and_the_certified_bound(monkeypatch):
