@@ -153,8 +153,8 @@ def with_model_defaults(
     every field the user did not give (``given``: the names given), and a clause naming those applied ("" if none).
 
     A model declares there what its measured behaviour asks for where the package default serves it badly (the
-    masked LMs without a value head: ``peek=False``, uniform orders). The backends apply it before ``resolve``; the settings recorded with
-    the results are the ones that ran.
+    masked LMs without a value head: ``peek=False``, uniform orders). The backends apply it before ``resolve``; the
+    settings recorded with the results are the ones that ran.
 
     Examples
     --------

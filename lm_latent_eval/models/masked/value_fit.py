@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"wrote {args.output} (final losses: exact stage {loss:.4f}, Bellman stage {bellman_loss:.4f} nats²); "
         f"use it with --model_args ...,value_head={args.output} (SMC then resamples under it and peeks through it "
-        "by default; its interval covered the exact value in measured runs of texts up to 32 tokens, too rarely at 48: on longer texts it "
-        "states the certified bound alone; docs/models.md)"
+        "by default; its interval covered the exact value in measured runs of texts up to 32 tokens, too rarely at "
+        "48: on longer texts it states the certified bound alone; docs/models.md)"
     )
     return 0
