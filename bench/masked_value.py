@@ -26,10 +26,15 @@ on the oracle's four texts of T tokens (any T) under its head from ``oracle_with
     python bench/masked_value.py --proposals       # writes bench/masked_length/value_proposals.md
     python bench/masked_value.py --conditionals 16,24,30 --peek --workers 2   # value_conditionals_peek.md, .json
     python bench/masked_value.py --windows         # writes bench/masked_length/value_windows.md
+    python bench/masked_value.py --conditionals-network 16 --seeds 16 --workers 2   # value_conditionals_network.md
 
 ``--conditionals L,L``: ``loglikelihood``'s requests as ``masked_length.py --conditionals`` poses them (a context of 16
 tokens, four choices of L tokens each), estimated on the context's view under the oracle's head by the statement of
 ``--coverage``, over ``--seeds`` seeds per L, held to the exact Σ log p(choice | context).
+
+``--conditionals-network L``: one such question on the bundled network (its context and choices pieces of its
+joined held-out sentences; L ≤ 16, so that the dynamic program gives the truth) under the checkpoint's defaults and
+under those of a model without a head.
 
 ``--windows``: texts longer than the bundled network reads (96 tokens, read in windows of 32: ``windows.py``) under
 the checkpoint's defaults (SMC resampling under its value head, which reads each set's current window, and peeking
@@ -58,6 +63,8 @@ import numpy as np
 import torch
 from masked_coverage import StateTables, coverage, pooled, summary
 from masked_length import (
+    CHOICES,
+    CONTEXT_LENGTH,
     OUTPUT,
     conditionals_record,
     conditionals_table,
@@ -267,13 +274,13 @@ def with_cost(out: dict, length: int, texts: int) -> dict:
     return {"length": length, "texts": texts, "rows_per_token": float(rows) / (length * texts), **out}
 
 
-def forked_coverage(model, texts, truth: float, peek: bool, seeds: range, workers: int, partial) -> dict:
-    """``masked_coverage.coverage`` of ``coverage_args(peek)`` with the seeds split over ``workers`` processes forked
+def forked_coverage(model, texts, truth: float, given: dict, seeds: range, workers: int, partial) -> dict:
+    """``masked_coverage.coverage`` of the model_args ``given`` with the seeds split over ``workers`` processes forked
     from this one (the fitted model shared, no pickling); each worker keeps its seeds so far in ``partial(worker)``,
     read back and removed at the end."""
 
     def part(worker: int) -> None:
-        coverage(model, texts, coverage_args(peek), seeds[worker::workers], truth,
+        coverage(model, texts, given, seeds[worker::workers], truth,
                  lambda so_far: partial(worker).write_text(json.dumps(so_far) + "\n"), None)  # fmt: skip
 
     processes = [multiprocessing.get_context("fork").Process(target=part, args=(w,)) for w in range(workers)]
@@ -299,7 +306,7 @@ def oracle_coverage_runs(length: int, seeds: range, workers: int, peek: bool = F
     texts = oracle_texts(oracle, length, TEXTS)
     truth = float(sum(oracle_log_marginal(oracle, oracle.tokenize(t)) for t in texts))
     stem = coverage_name(length, True, peek, seeds)
-    out = forked_coverage(oracle, texts, truth, peek, seeds, workers,
+    out = forked_coverage(oracle, texts, truth, coverage_args(peek), seeds, workers,
                           lambda worker: stem.with_suffix(f".part{worker}.json"))  # fmt: skip
     return {"head_fit_seconds": fit_seconds, "truth": truth, **with_cost(out, length, len(texts))}
 
@@ -312,7 +319,7 @@ def conditionals_runs(lengths: list[int], seeds: range, workers: int, peek: bool
     for length in lengths:
         view, texts, truth = question(oracle, length)
         part = OUTPUT / f"value_conditionals_L{length}"
-        result = forked_coverage(view, texts, truth, peek, seeds, workers,
+        result = forked_coverage(view, texts, truth, coverage_args(peek), seeds, workers,
                                  lambda worker, part=part: part.with_suffix(f".part{worker}.json"))  # fmt: skip
         # two workers share the machine's two cores: a seed's seconds as its process measured them
         out.append(conditionals_record(length, truth, result))
@@ -517,6 +524,67 @@ def proposals_table() -> list[str]:
     ]
 
 
+# (label, model_args) of ``--conditionals-network``: the bundled checkpoint's defaults, and those of a model without a head
+NETWORK_CONDITIONALS = (
+    ("the checkpoint's defaults (its value head: resample_threshold=0.5, peek=true)", {}),
+    ("the defaults of a model without a head (resample_threshold=0, peek=false)",
+     {"resample_threshold": "0", "peek": "false"}),
+)  # fmt: skip
+
+
+def network_question(model, length: int) -> tuple:
+    """A multiple-choice question on the bundled network: a context of CONTEXT_LENGTH tokens and CHOICES continuations
+    of ``length`` tokens, consecutive pieces of its joined held-out sentences; (the context's view, its documents,
+    the exact Σ log p(continuation | context), 2^length network rows per choice)."""
+    ids = model.tokenize(joined_texts(model, CONTEXT_LENGTH + CHOICES * length, 1)[0])
+    context = model.detokenize(ids[:CONTEXT_LENGTH])
+    pieces = ids[CONTEXT_LENGTH:].view(CHOICES, length)
+    view = model.conditional_model(context)
+    texts = [f"{context} {model.detokenize(piece)}" for piece in pieces]
+    return view, texts, sum(view.log_marginal(view.tokenize(t)) for t in texts)
+
+
+def network_conditionals_runs(length: int, seeds: range, workers: int) -> list[dict]:
+    """``--conditionals-network L``: one question's choices of ``length`` tokens on the bundled network under each
+    setting of ``NETWORK_CONDITIONALS`` over ``seeds``, held to the exact value (records of ``conditionals_record``)."""
+    model, _ = load_model("masked")
+    view, texts, truth = network_question(model, length)
+    out = []
+    for label, given in NETWORK_CONDITIONALS:
+        part = OUTPUT / f"value_conditionals_network_L{length}"
+        result = forked_coverage(view, texts, truth, given, seeds, workers,
+                                 lambda worker, part=part: part.with_suffix(f".part{worker}.json"))  # fmt: skip
+        out.append({"setting": label, **conditionals_record(length, truth, result)})
+    return out
+
+
+def network_conditionals_table(results: list[dict], command: str) -> list[str]:
+    """``value_conditionals_network.md`` from ``network_conditionals_runs``' records."""
+    rows = []
+    for r in results:
+        runs = r["runs"]
+        rows.append(
+            f"| {r['setting']} | {r['seeds']} | {np.mean([x['computed_exactly'] for x in runs]):.1f} of {CHOICES} "
+            f"| {r['two_sided']} | {r['covered']} of {r['two_sided']} | {r['bound_held']} of {r['seeds']} "
+            f"| {r['rows_per_token']:,.1f} | {r['seconds_per_seed']:.1f} |"
+        )
+    return [
+        (
+            f"`loglikelihood` on the bundled masked LM (`{command}`): one question, a context of {CONTEXT_LENGTH} "
+            f"tokens and {CHOICES} choices of {results[0]['length']} tokens (consecutive pieces of its joined held-out "
+            "sentences), estimated together on the context's view, held to the exact Σ log p(choice | context) of the "
+            f"dynamic program. Seconds per seed are of two processes sharing two cores. Machine: {machine()}."
+        ),
+        "",
+        (
+            "| setting | seeds | choices computed exactly (mean) | two-sided | two-sided covering the truth "
+            "| certified bound held | network rows per continuation token | seconds per seed |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+        *rows,
+    ]
+
+
 WINDOW_LENGTH, WINDOW_K, WINDOW_SEEDS = 96, 400, 3
 # (label, the model_args given beyond estimator=smc and K; the rest by the checkpoint's default_settings)
 WINDOW_SETTINGS = (
@@ -587,6 +655,8 @@ def main() -> None:
     parser.add_argument("--pool", type=int, metavar="T", help="join the --coverage chunks at T tokens")
     parser.add_argument("--conditionals", type=lengths_list, metavar="L,L",
                         help="loglikelihood's coverage at L tokens per choice")  # fmt: skip
+    parser.add_argument("--conditionals-network", type=int, metavar="L",
+                        help="a question of L tokens per choice on the bundled network, with and without its head")  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.table:
@@ -612,6 +682,17 @@ def main() -> None:
             f"python bench/masked_value.py --conditionals {','.join(map(str, args.conditionals))}{' --peek' if args.peek else ''}",
             f"the statement of model_args {given} under the oracle's value head (`oracle_with_head`)",
         )
+        stem.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        print("\n".join(lines))
+    if args.conditionals_network:
+        results = network_conditionals_runs(args.conditionals_network, seeds, args.workers)
+        stem = OUTPUT / "value_conditionals_network"
+        stem.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+        command = (
+            f"python bench/masked_value.py --conditionals-network {args.conditionals_network} --seeds {args.seeds} "
+            f"--workers {args.workers}"
+        )
+        lines = network_conditionals_table(results, command)
         stem.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
         print("\n".join(lines))
     if args.pool:
