@@ -627,18 +627,6 @@ def conditionals_table(
     statement: str = DEFAULT_STATEMENT,
 ) -> list[str]:
     """``conditionals.md`` from ``conditionals_runs``' records (``command`` and ``statement``: what ran them)."""
-    rows = []
-    for r in results:
-        runs = r["runs"]
-        exact = sum(run["computed_exactly"] for run in runs) / len(runs)
-        samples = (
-            f"{np.mean([run['samples_mean'] for run in runs]):,.0f}" if exact < CHOICES else "none (exact)"
-        )
-        rows.append(
-            f"| {r['length']} | {r['seeds']} | {exact:.1f} of {CHOICES} | {samples} | {r['two_sided']} "
-            f"| {r['covered']} of {r['two_sided']} | {r['bound_held']} of {r['seeds']} | {r['rows_per_token']:,.1f} "
-            f"| {r['seconds_per_seed']:.1f} |"
-        )
     return [
         (
             f"`loglikelihood` at length on the oracle (`make_oracle_model()`, strength 2; `{command}`): one question "
@@ -647,14 +635,33 @@ def conditionals_table(
             f"Σ log p(choice | context) of the count program. Machine: {machine()}."
         ),
         "",
+        *conditionals_rows("L (tokens per choice)", [(r["length"], r) for r in results]),
+    ]
+
+
+def conditionals_rows(label: str, rows: list[tuple]) -> list[str]:
+    """The table of a question's statements: a column ``label``, then per (label's value, record) its seeds, choices
+    computed exactly and samples per choice (means over the seeds), how often two-sided, covering the truth and the
+    bound held, network rows per continuation token and seconds per seed."""
+    out = [
         (
-            "| L (tokens per choice) | seeds | choices computed exactly (mean) | samples per choice (mean) "
-            "| two-sided | two-sided covering the truth | certified bound held | network rows per continuation "
-            "token | seconds per seed |"
+            f"| {label} | seeds | choices computed exactly (mean) | samples per choice (mean) | two-sided | two-sided "
+            "covering the truth | certified bound held | network rows per continuation token | seconds per seed |"
         ),
         "|---|---|---|---|---|---|---|---|---|",
-        *rows,
     ]
+    for value, r in rows:
+        runs = r["runs"]
+        exact = sum(run["computed_exactly"] for run in runs) / len(runs)
+        samples = (
+            f"{np.mean([run['samples_mean'] for run in runs]):,.0f}" if exact < CHOICES else "none (exact)"
+        )
+        out.append(
+            f"| {value} | {r['seeds']} | {exact:.1f} of {CHOICES} | {samples} | {r['two_sided']} "
+            f"| {r['covered']} of {r['two_sided']} | {r['bound_held']} of {r['seeds']} | {r['rows_per_token']:,.1f} "
+            f"| {r['seconds_per_seed']:.1f} |"
+        )
+    return out
 
 
 def main() -> None:

@@ -67,6 +67,7 @@ from masked_length import (
     CONTEXT_LENGTH,
     OUTPUT,
     conditionals_record,
+    conditionals_rows,
     conditionals_table,
     exact_twist,
     joined_texts,
@@ -213,19 +214,25 @@ def value_table() -> list[str]:
     ]
 
 
-def coverage_args(peek: bool) -> dict:
-    """The model_args of ``--coverage``: resampling at ESS < K/2, and with ``--peek`` the proposal through the
-    head (``peek=true``)."""
-    return {"resample_threshold": "0.5", **({"peek": "true"} if peek else {})}
+def coverage_args(peek: bool, num_samples: int | None = None) -> dict:
+    """The model_args of ``--coverage``: resampling at ESS < K/2, with ``--peek`` the proposal through the head
+    (``peek=true``), with ``--num-samples K`` stage 1's K (else the default's)."""
+    chosen = {"peek": "true"} if peek else {}
+    return {
+        "resample_threshold": "0.5",
+        **chosen,
+        **({"num_samples": str(num_samples)} if num_samples else {}),
+    }
 
 
-def coverage_name(length: int, oracle: bool, peek: bool, seeds: range) -> Path:
+def coverage_name(
+    length: int, oracle: bool, peek: bool, seeds: range, num_samples: int | None = None
+) -> Path:
     """The output of ``--coverage``; seeds other than 0-99 (``--first-seed``, ``--seeds``) name their range, so that
-    runs in chunks keep every chunk (``masked_coverage.pooled`` joins them)."""
+    runs in chunks keep every chunk (``masked_coverage.pooled`` joins them), and ``--num-samples K`` its K."""
     chunk = "" if seeds == range(100) else f"_seeds{seeds.start}_{seeds.stop - 1}"
-    return (
-        OUTPUT / f"value_coverage{'_oracle' if oracle else ''}{'_peek' if peek else ''}_T{length}{chunk}.json"
-    )
+    stem = f"value_coverage{'_oracle' if oracle else ''}{'_peek' if peek else ''}_T{length}"
+    return OUTPUT / f"{stem}{f'_K{num_samples}' if num_samples else ''}{chunk}.json"
 
 
 def pooled_name(length: int, oracle: bool, peek: bool) -> Path:
@@ -257,21 +264,25 @@ def pooled_chunks(length: int, oracle: bool, peek: bool) -> Path:
     return path
 
 
-def coverage_runs(length: int, seeds: range, peek: bool = False) -> dict:
+def coverage_runs(length: int, seeds: range, peek: bool = False, num_samples: int | None = None) -> dict:
     """``--coverage``: the statement of ``coverage_args`` on the bundled network's joined texts of ``length``
     tokens (exact: every state run once by ``StateTables``), per seed."""
     network, _ = load_model("masked")
     texts = joined_texts(network, length, TEXTS)
     tables = StateTables(network, texts)
     with tables.installed():
-        out = coverage(network, texts, coverage_args(peek), seeds, tables.truth, lambda _: None, tables)
+        given = coverage_args(peek, num_samples)
+        out = coverage(network, texts, given, seeds, tables.truth, lambda _: None, tables)
     return with_cost(out, length, len(texts))
 
 
 def with_cost(out: dict, length: int, texts: int) -> dict:
-    """``coverage``'s figures with the network rows per token of a seed (mean over the seeds)."""
-    rows = np.mean([r["network_rows"] for r in out["runs"]])
-    return {"length": length, "texts": texts, "rows_per_token": float(rows) / (length * texts), **out}
+    """``coverage``'s figures with, as means over the seeds, a seed's network rows per token, its seconds and its
+    certified perplexity bound."""
+    rows, seconds, bound = (float(np.mean([r[k] for r in out["runs"]])) for k in
+                            ("network_rows", "seconds", "perplexity_upper_bound"))  # fmt: skip
+    return {"length": length, "texts": texts, "rows_per_token": rows / (length * texts), "seconds_per_seed": seconds,
+            "perplexity_bound_mean": bound, **out}  # fmt: skip
 
 
 def forked_coverage(model, texts, truth: float, given: dict, seeds: range, workers: int, partial) -> dict:
@@ -297,7 +308,9 @@ def forked_coverage(model, texts, truth: float, given: dict, seeds: range, worke
     return summary(parts[0]["model_args"], parts[0]["resolved"], runs)
 
 
-def oracle_coverage_runs(length: int, seeds: range, workers: int, peek: bool = False) -> dict:
+def oracle_coverage_runs(
+    length: int, seeds: range, workers: int, peek: bool = False, num_samples: int | None = None
+) -> dict:
     """``--coverage --oracle``: as ``coverage_runs`` on the oracle's texts of ``length`` tokens under its fitted head,
     the seeds split over ``workers`` forked processes (``forked_coverage``)."""
     start = time.perf_counter()
@@ -305,8 +318,8 @@ def oracle_coverage_runs(length: int, seeds: range, workers: int, peek: bool = F
     fit_seconds = time.perf_counter() - start
     texts = oracle_texts(oracle, length, TEXTS)
     truth = float(sum(oracle_log_marginal(oracle, oracle.tokenize(t)) for t in texts))
-    stem = coverage_name(length, True, peek, seeds)
-    out = forked_coverage(oracle, texts, truth, coverage_args(peek), seeds, workers,
+    stem = coverage_name(length, True, peek, seeds, num_samples)
+    out = forked_coverage(oracle, texts, truth, coverage_args(peek, num_samples), seeds, workers,
                           lambda worker: stem.with_suffix(f".part{worker}.json"))  # fmt: skip
     return {"head_fit_seconds": fit_seconds, "truth": truth, **with_cost(out, length, len(texts))}
 
@@ -560,14 +573,6 @@ def network_conditionals_runs(length: int, seeds: range, workers: int) -> list[d
 
 def network_conditionals_table(results: list[dict], command: str) -> list[str]:
     """``value_conditionals_network.md`` from ``network_conditionals_runs``' records."""
-    rows = []
-    for r in results:
-        runs = r["runs"]
-        rows.append(
-            f"| {r['setting']} | {r['seeds']} | {np.mean([x['computed_exactly'] for x in runs]):.1f} of {CHOICES} "
-            f"| {r['two_sided']} | {r['covered']} of {r['two_sided']} | {r['bound_held']} of {r['seeds']} "
-            f"| {r['rows_per_token']:,.1f} | {r['seconds_per_seed']:.1f} |"
-        )
     return [
         (
             f"`loglikelihood` on the bundled masked LM (`{command}`): one question, a context of {CONTEXT_LENGTH} "
@@ -576,12 +581,7 @@ def network_conditionals_table(results: list[dict], command: str) -> list[str]:
             f"dynamic program. Seconds per seed are of two processes sharing two cores. Machine: {machine()}."
         ),
         "",
-        (
-            "| setting | seeds | choices computed exactly (mean) | two-sided | two-sided covering the truth "
-            "| certified bound held | network rows per continuation token | seconds per seed |"
-        ),
-        "|---|---|---|---|---|---|---|---|",
-        *rows,
+        *conditionals_rows("setting", [(r["setting"], r) for r in results]),
     ]
 
 
@@ -651,6 +651,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=100, help="seeds of --coverage")
     parser.add_argument("--first-seed", type=int, default=0, help="--coverage's first seed (runs in chunks)")
     parser.add_argument("--peek", action="store_true", help="--coverage with peek=true (the head's proposal)")
+    parser.add_argument("--num-samples", type=int, metavar="K", help="--coverage with stage 1's K (else 100)")
     parser.add_argument("--workers", type=int, default=1, help="processes of --coverage --oracle")
     parser.add_argument("--pool", type=int, metavar="T", help="join the --coverage chunks at T tokens")
     parser.add_argument("--conditionals", type=lengths_list, metavar="L,L",
@@ -698,12 +699,14 @@ def main() -> None:
     if args.pool:
         print(f"wrote {pooled_chunks(args.pool, args.oracle, args.peek)}")
     if args.coverage and args.oracle:
-        out = oracle_coverage_runs(args.coverage, seeds, args.workers, args.peek)
-        coverage_name(args.coverage, True, args.peek, seeds).write_text(json.dumps(out, indent=1) + "\n")
+        out = oracle_coverage_runs(args.coverage, seeds, args.workers, args.peek, args.num_samples)
+        path = coverage_name(args.coverage, True, args.peek, seeds, args.num_samples)
+        path.write_text(json.dumps(out, indent=1) + "\n")
         print({k: v for k, v in out.items() if k != "runs"})
     elif args.coverage:
-        out = coverage_runs(args.coverage, seeds, args.peek)
-        coverage_name(args.coverage, False, args.peek, seeds).write_text(json.dumps(out, indent=1) + "\n")
+        out = coverage_runs(args.coverage, seeds, args.peek, args.num_samples)
+        path = coverage_name(args.coverage, False, args.peek, seeds, args.num_samples)
+        path.write_text(json.dumps(out, indent=1) + "\n")
         print({k: v for k, v in out.items() if k != "runs"})
 
 

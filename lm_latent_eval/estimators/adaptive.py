@@ -10,10 +10,9 @@ K'_n = √(c_n / T_n) · Σ_m √(c_m T_m) / V; each document gets max(that, c_n
 most ``max_samples``. c_n is the largest seen over the stages so far: a stage in which one SMC run found a latent
 path the others missed shows a large c_n, and the next stage, which may not find it, must not forget it. A document
 at least doubles its samples where its v̂ cannot be trusted (IS weights PSIS cannot judge, one SMC run carrying the
-estimate; not where the model itself states that no interval of measured coverage exists, a doubt no sample size
-lifts, ``protocol.smc_interval_doubt``: such a document is allocated for as if trusted), and where this stage's
-bias-corrected log p̂ and the stage before's differ by more than their v̂ allow (|z| above the two-sided 5% / N
-Bonferroni quantile): two independent estimates that disagree say that one of them missed mass that its own samples cannot show. The target is met when Σ v̂ ≤ V, the remainder is acceptable, no document is in doubt
+estimate), and where this stage's bias-corrected log p̂ and the stage before's differ by more than their v̂ allow
+(|z| above the two-sided 5% / N Bonferroni quantile): two independent estimates that disagree say that one of them
+missed mass that its own samples cannot show. The target is met when Σ v̂ ≤ V, the remainder is acceptable, no document is in doubt
 and none is short of c_n / cap(N) samples by its largest c_n (unless at ``max_samples``). Then
 EVERY document is estimated afresh from new random streams with its new sample size, and only the newest stage is
 kept: each estimate's size was fixed before it was drawn, so it stays unbiased given the earlier stages (keeping the
@@ -27,9 +26,12 @@ support: ``UncertaintyPolicy.support_covered``) is reported at once, and nothing
 exact value, true whichever stage gave it, so stopping on it selects nothing; stage ``UncertaintyPolicy.max_stages`` − 1 is the last in any case. Reporting stage s itself would
 keep the stages whose spread came out small by chance, and their intervals would be too narrow (on the HMM they
 covered well under 95% at 10 and 50 documents). The last stage reports the precision it achieved, two-sided or
-certified by its own gate. Where the budget (``max_samples``) or the stage limit ended the stages before the target
-was met and the last stage's standard error is above it, one warning says so (the standard error reached, what to
-do). Before it spends, once stage 1's sizes are known, one line projects what the stages left will draw at least
+certified by its own gate. Where the model states of some document that its interval has no measured coverage
+(``protocol.smc_interval_doubt``, ``DocumentError.lasting``: it reads the text and the settings, never a draw), the
+corpus statement is the certified bound whatever the stages draw, so no target is pursued: stage 0 is reported, its
+bound at δ (one stage, decided before any was drawn), and one warning says so. Where the budget (``max_samples``) or
+the stage limit ended the stages before the target was met and the last stage's standard error is above it, one
+warning says so (the standard error reached, what to do). Before it spends, once stage 1's sizes are known, one line projects what the stages left will draw at least
 (Σ K_n T_n samples·tokens, and seconds at stage 0's rate): a warning where that is long or where documents need more
 than ``max_samples``, since a model whose cost grows faster than linearly in the text's length may run for hours.
 
@@ -101,10 +103,8 @@ def _allocation(
             h.settle()
     c = [h.variance_per_sample for h in earlier]
     tokens = [e.num_tokens for e in estimates]
-    # a lasting doubt (the model's own, ``DocumentError.lasting``) is not one that more samples cure: the document is
-    # allocated for as if its v̂ were trusted, and only its statement is the certified bound
-    v = [e.relative_variance for e in errors if e.believed and math.isfinite(e.relative_variance)]
-    doubt = [not e.believed or d for e, d in zip(errors, disagree)]
+    v = [e.relative_variance for e in errors if e.trusted and math.isfinite(e.relative_variance)]
+    doubt = [not e.trusted or d for e, d in zip(errors, disagree)]
     v_max = policy.document_variance_cap(documents)
     # below the per-document precision that keeps the remainder small, by the largest c seen
     short = [not math.isnan(ci) and ci / k > v_max and k < settings.sample_budget for ci, k in zip(c, sizes)]
@@ -184,6 +184,23 @@ def _all_exact(estimates, policy: UncertaintyPolicy, all_reduce) -> bool:
     return not all_reduce([float(inexact)])[0]
 
 
+def _one_sided_at_any_size(current: dict, settings: EstimatorSettings, policy, all_reduce) -> bool:
+    """Whether the model states of some document that its interval has no measured coverage (``DocumentError.lasting``,
+    over every process): then the corpus statement is the certified bound at any sample size, the precision target
+    has nothing to reach, and one warning says that stage 0 is reported."""
+    reasons = [err.reason for err in (e.error(policy) for e in current.values()) if err.lasting]
+    lasting, documents = all_reduce([float(len(reasons)), float(len(current))])
+    if lasting:
+        logger.warning(
+            "precision target target_se=%g not pursued: for %.0f of %.0f documents the statement is the certified "
+            "bound at any sample size (%s), so every document keeps its estimate from num_samples=%d samples; raise "
+            "num_samples for a tighter bound",
+            settings.target_se, lasting, documents, reasons[0] if reasons else "the model's reason, on another process",
+            settings.num_samples,
+        )  # fmt: skip
+    return bool(lasting)
+
+
 def estimate_corpus(
     estimator: ResolvedEstimator,
     texts: Sequence[str],
@@ -220,7 +237,7 @@ def estimate_corpus(
     -------
     dict of str to DocumentEstimate
         The last stage's estimate of every distinct text, with every stage's log p̂ (``stage_log_likelihoods``)
-        under a precision target.
+        under a precision target that was pursued.
 
     Examples
     --------
@@ -286,6 +303,8 @@ def _later_stages(
     then once more."""
     settings = estimator.settings
     policy = UncertaintyPolicy.of(settings)
+    if _one_sided_at_any_size(current, settings, policy, all_reduce):
+        return current
     unique = list(current)
     stages = {t: [e.log_likelihood] for t, e in current.items()}
     earlier = [_History() for _ in unique]
@@ -377,10 +396,10 @@ def _announce(
 
 def _warn_if_target_missed(estimates, settings: EstimatorSettings, policy, all_reduce, stages: int) -> None:
     """A warning when the last stage, which the budget or the stage limit made the last, did not reach the target:
-    its standard error √(Σ v̂) / T nats per token over the documents whose v̂ the allocation believes
-    (``DocumentError.believed``; summed over the processes), and what to do."""
+    its standard error √(Σ v̂) / T nats per token over the documents whose v̂ is trusted (summed over the processes),
+    and what to do."""
     errors = [e.error(policy) for e in estimates if e.sampled]
-    v = [err.relative_variance for err in errors if err.believed and math.isfinite(err.relative_variance)]
+    v = [err.relative_variance for err in errors if err.trusted and math.isfinite(err.relative_variance)]
     tokens, sum_v, unjudged = all_reduce(
         [float(sum(e.num_tokens for e in estimates)), sum(v), float(len(errors) - len(v))]
     )

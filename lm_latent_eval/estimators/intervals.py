@@ -58,7 +58,8 @@ class DocumentError:
     proven: float | None = field(default=None, repr=False)
     # nats either side of ``proven``: the float32 rounding of the model's own log p(x, z) (``proven_rounding``)
     rounding: float = field(default=0.0, repr=False)
-    # whether ``reason`` holds at any sample size (the model's ``smc_interval_doubt``): more samples do not lift it
+    # whether the model states that this document's interval has no measured coverage (``smc_interval_doubt``), a
+    # doubt no sample size lifts: the precision target then has nothing to reach (``adaptive``)
     lasting: bool = field(default=False, repr=False)
 
     @property
@@ -69,12 +70,6 @@ class DocumentError:
     @property
     def trusted(self) -> bool:
         return self.reason is None
-
-    @property
-    def believed(self) -> bool:
-        """Whether v̂ measures the spread the precision target allocates for: trusted, or doubted only for a
-        ``lasting`` reason (the model's, which no sample size lifts), not for one about the samples."""
-        return self.trusted or self.lasting
 
     @property
     def corrected(self) -> float:

@@ -331,15 +331,16 @@ class SMCEstimate(DocumentEstimate):
     def error(self, policy: UncertaintyPolicy = DEFAULT_POLICY) -> DocumentError:
         """v̂ from the runs (``SMCDiagnostics.relative_variance``) with R − 1 degrees of freedom, trusted where
         ``policy.smc_doubt`` finds nothing in the runs or, where none resampled, in the weights, and the model stated
-        no doubt (``SMCDiagnostics.model_doubt``, lasting); v = 0, proven, for a document without tokens or computed
-        exactly."""
+        no doubt (``SMCDiagnostics.model_doubt``: lasting, and the reason given where there are both); v = 0, proven,
+        for a document without tokens or computed exactly."""
         if not self.sampled:
             return self.known_error()
         d = self.diagnostics
-        doubt = policy.smc_doubt(d, self.log_weights)
-        lasting = doubt is None and d.model_doubt is not None
-        return DocumentError(self.log_likelihood, d.relative_variance, d.smc_runs - 1.0,
-                             d.model_doubt if lasting else doubt, lasting=lasting)  # fmt: skip
+        lasting = d.model_doubt is not None
+        reason = d.model_doubt if lasting else policy.smc_doubt(d, self.log_weights)
+        return DocumentError(
+            self.log_likelihood, d.relative_variance, d.smc_runs - 1.0, reason, lasting=lasting
+        )
 
     def diagnostic_items(self) -> dict[str, float]:
         """Resampling steps per run and the ESS over tokens (least and mean) of a sampled document."""

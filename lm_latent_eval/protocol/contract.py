@@ -196,8 +196,8 @@ class StepwiseLatentLM(Protocol):
     None``: why runs with these settings (``EstimatorSettings``: the proposal, the resampling threshold) over x have
     no interval whose coverage was measured, decided from x's length and the settings alone, before anything is drawn
     (``capabilities.smc_interval_doubt``). The document's statement is then its certified bound, whatever its runs
-    show, and more samples do not lift the doubt (the masked LMs' resampled SMC beyond the lengths measured).
-    """
+    show, and more samples do not lift the doubt (the masked LMs' resampled SMC beyond the lengths measured): a
+    precision target is not pursued for a corpus holding such a document (``estimators.adaptive``)."""
 
     def smc_init(
         self, x: torch.Tensor, num_particles: int, temperature: float = 1.0, peek: bool = True

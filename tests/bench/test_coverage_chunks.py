@@ -23,6 +23,8 @@ def chunk(seeds, covered, texts=4) -> dict:
             "covered": s in covered,
             "bound_holds": True,
             "network_rows": 100 * (s + 1),
+            "seconds": 2.0 * s,
+            "perplexity_upper_bound": 30.0 + s,
         }
         for s in seeds
     ]
@@ -54,6 +56,13 @@ def test_chunk_names_and_pooled_figures(tmp_path, monkeypatch):
     # network rows per token: the mean over the seeds, over 4 texts of 8 tokens
     assert out["rows_per_token"] == pytest.approx((100 + 200 + 300 + 400 + 5100 + 5200) / 6 / 32)
     assert out["truth"] == -50.0
+    assert out["seconds_per_seed"] == pytest.approx(2 * 107 / 6)
+    assert out["perplexity_bound_mean"] == pytest.approx(30 + 107 / 6)
+    # a stage-1 K other than the default's is named
+    assert (
+        masked_value.coverage_name(8, True, True, range(4), 400).name
+        == "value_coverage_oracle_peek_T8_K400_seeds0_3.json"
+    )
 
 
 def test_chunks_of_other_texts_are_not_pooled(tmp_path, monkeypatch):

@@ -314,27 +314,39 @@ def test_in_windows_the_head_reads_each_sets_current_window_alone():
     assert "under the value head, peeking" in resampled_interval_doubt(model, 40, settings)
 
 
-def test_a_gated_text_gets_the_same_draws_and_the_certified_bound(monkeypatch):
-    """Under a precision target the gate changes the statement only: the stages of a text longer than the measured
-    length draw what they draw when the table admits it (every stage's log p̂ equal), and the corpus statement is
-    one-sided with the model's reason instead of two-sided."""
+def test_a_gated_corpus_reports_its_first_stage_and_its_bound_at_the_full_level(monkeypatch, caplog):
+    """Under a precision target a corpus with a text longer than the measured length pursues no target: its
+    statement is the certified bound at any sample size, so stage 1 is reported (the same draws as stage 1 of the
+    run the table admits), one-sided with the model's reason, its bound Markov's at δ (one stage, chosen before any
+    was drawn), and one warning says so."""
+    import logging
+
     from lm_latent_eval.estimators.adaptive import estimate_corpus
     from lm_latent_eval.estimators.corpus import corpus_estimate
+    from lm_latent_eval.estimators.intervals import certified_lower_bound
     from lm_latent_eval.models.masked import value
 
     oracle = make_oracle_model(seed=0)
     oracle.value_head = ValueHead.seeded(0, width=8).double()
-    texts = [oracle.detokenize(sample_oracle_text(oracle, 10, seed=s)) for s in range(2)]
+    texts = [oracle.detokenize(sample_oracle_text(oracle, length, seed=length)) for length in (8, 10)]
     settings = EstimatorSettings("smc", 64, peek=True, resample_threshold=0.5, seed=3, target_se=0.05,
                                  max_samples=512)  # fmt: skip
 
     def run():
-        out = estimate_corpus(resolve(settings, oracle), texts, progress=False)
-        return [out[t].stage_log_likelihoods for t in texts], corpus_estimate(list(out.values()))
+        return estimate_corpus(resolve(settings, oracle), texts, progress=False)
 
-    admitted_stages, admitted = run()
+    admitted = run()
+    assert corpus_estimate(list(admitted.values())).interval.two_sided
+    assert all(len(admitted[t].stage_log_likelihoods) >= 2 for t in texts)
     monkeypatch.setitem(value.RESAMPLED_INTERVAL_TOKENS, ("value head", True), 9)
-    gated_stages, gated = run()
-    assert gated_stages == admitted_stages and len(gated_stages[0]) >= 2
-    assert admitted.interval.two_sided and not gated.interval.two_sided
-    assert "only on texts of up to 9 tokens, not 10" in gated.interval.reason
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="lm_latent_eval.estimators.adaptive"):
+        gated = run()
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "not pursued: for 1 of 2 documents" in line and "not 10" in line
+    first = [admitted[t].stage_log_likelihoods[0] for t in texts]
+    assert [gated[t].log_likelihood for t in texts] == first
+    assert all(gated[t].stage_log_likelihoods is None and gated[t].num_samples == 64 for t in texts)
+    statement = corpus_estimate([gated[t] for t in texts]).interval
+    assert not statement.two_sided and "only on texts of up to 9 tokens, not 10" in statement.reason
+    assert statement.lower == certified_lower_bound(first)
