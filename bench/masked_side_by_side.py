@@ -21,8 +21,9 @@ The coverage of the default statement over 50 seeds is ``bench/masked_coverage.p
     python bench/masked_side_by_side.py        # writes bench/masked_side_by_side/table.md
     python bench/masked_side_by_side.py --variance   # writes bench/masked_side_by_side/variance.md
 
-``--variance``: why the defaults are what they are. Per proposal (uniform orders or peeking at τ) and resampling rule
-(SMC at ESS < K/2 with the look-ahead twist, or never: importance sampling over K orders in 4 runs), at a fixed
+``--variance``: why the defaults are what they are. Per proposal (uniform orders, or peeking: myopic at τ or through the
+checkpoint's value head) and resampling rule (SMC at ESS < K/2 under the mean field's or the value head's look-ahead,
+or never: importance sampling over K orders in 4 runs), at a fixed
 K = 128 over 8 seeds, the relative variance per particle K · Var(p̂ / p) against the exact p of each sentence,
 averaged over the sentences of each length: what the precision target pays particles for.
 """
@@ -224,21 +225,29 @@ def rows_of(model, samplers, texts, nbytes: int) -> list[list]:
 
 
 VARIANCE_K, VARIANCE_SEEDS = 128, 8
+# (label, whether the checkpoint's value head is kept, the settings given): without the head SMC's look-ahead is the
+# mean field and peeking is myopic, q(i | S) ∝ p_θ(x_i | x_S)^(1/τ)
 PROPOSALS = (
-    ("uniform orders, SMC resampling at ESS < K/2 (the defaults before)", {"peek": False}),
-    ("uniform orders, never resampling (the defaults now)", {"peek": False, "resample_threshold": 0.0}),
-    ("peeking, τ = 1, never resampling", {"peek": True, "resample_threshold": 0.0}),
-    ("peeking, τ = 2, never resampling", {"peek": True, "temperature": 2.0, "resample_threshold": 0.0}),
-    ("peeking, τ = 4, never resampling", {"peek": True, "temperature": 4.0, "resample_threshold": 0.0}),
-)
+    ("mean field, uniform orders, SMC resampling at ESS < K/2 (the defaults before the value head and the row cache)",
+     False, {"peek": False, "resample_threshold": 0.5}),
+    ("uniform orders, never resampling (the defaults of a model without a value head)",
+     False, {"peek": False, "resample_threshold": 0.0}),
+    ("myopic peeking, τ = 1, never resampling", False, {"peek": True, "resample_threshold": 0.0}),
+    ("myopic peeking, τ = 2, never resampling", False, {"peek": True, "temperature": 2.0, "resample_threshold": 0.0}),
+    ("myopic peeking, τ = 4, never resampling", False, {"peek": True, "temperature": 4.0, "resample_threshold": 0.0}),
+    ("value head, uniform orders, SMC resampling at ESS < K/2", True, {"peek": False, "resample_threshold": 0.5}),
+    ("value head, peeking through it, SMC resampling at ESS < K/2 (the checkpoint's defaults)",
+     True, {"peek": True, "resample_threshold": 0.5}),
+)  # fmt: skip
 
 
 def variance_table(model, texts) -> list[str]:
     """``--variance``'s table (module docstring): one row per proposal, one column per sentence length."""
     truth = {t: model.log_marginal(model.tokenize(t)) for t in texts}
     lengths = sorted({model.tokenize(t).numel() for t in texts})
-    rows = []
-    for label, given in PROPOSALS:
+    rows, head = [], model.value_head
+    for label, with_head, given in PROPOSALS:
+        model.value_head = head if with_head else None
         by_length = {n: [] for n in lengths}
         total = 0.0
         for text in texts:
@@ -255,6 +264,7 @@ def variance_table(model, texts) -> list[str]:
             total += np.var(ratios, ddof=1)
         cells = " | ".join(f"{np.mean(by_length[n]):.2f}" for n in lengths)
         rows.append(f"| {label} | {cells} | {total:.3f} |")
+    model.value_head = head
     counts = {n: sum(model.tokenize(t).numel() == n for t in texts) for n in lengths}
     return [
         (
