@@ -591,17 +591,18 @@ def conditionals_runs(long_seeds: int) -> list[dict]:
     return out
 
 
+def seed_means(runs: list[dict], tokens: int) -> dict:
+    """Means over the seeds of ``masked_coverage.coverage``'s ``runs``: a seed's network rows per token (over
+    ``tokens``), its seconds and its certified perplexity bound."""
+    rows, seconds, bound = (float(np.mean([r[k] for r in runs])) for k in
+                            ("network_rows", "seconds", "perplexity_upper_bound"))  # fmt: skip
+    return {"rows_per_token": rows / tokens, "seconds_per_seed": seconds, "perplexity_bound_mean": bound}
+
+
 def conditionals_record(length: int, truth: float, result: dict) -> dict:
-    """One question's record: ``masked_coverage.coverage``'s ``result`` with its length, the exact value, network rows
-    per continuation token and seconds per seed (means over the seeds)."""
-    runs = result["runs"]
-    return {
-        "length": length,
-        "truth": truth,
-        "rows_per_token": float(np.mean([r["network_rows"] for r in runs])) / (length * CHOICES),
-        "seconds_per_seed": float(np.mean([r["seconds"] for r in runs])),
-        **result,
-    }
+    """One question's record: ``masked_coverage.coverage``'s ``result`` with its length, the exact value and the
+    means over its seeds (``seed_means``, per continuation token)."""
+    return {"length": length, "truth": truth, **seed_means(result["runs"], length * CHOICES), **result}
 
 
 def recount(results: list[dict]) -> list[dict]:

@@ -74,6 +74,7 @@ from masked_length import (
     mean_sd,
     oracle_texts,
     question,
+    seed_means,
 )
 from masked_side_by_side import Cost, machine
 
@@ -277,12 +278,8 @@ def coverage_runs(length: int, seeds: range, peek: bool = False, num_samples: in
 
 
 def with_cost(out: dict, length: int, texts: int) -> dict:
-    """``coverage``'s figures with, as means over the seeds, a seed's network rows per token, its seconds and its
-    certified perplexity bound."""
-    rows, seconds, bound = (float(np.mean([r[k] for r in out["runs"]])) for k in
-                            ("network_rows", "seconds", "perplexity_upper_bound"))  # fmt: skip
-    return {"length": length, "texts": texts, "rows_per_token": rows / (length * texts), "seconds_per_seed": seconds,
-            "perplexity_bound_mean": bound, **out}  # fmt: skip
+    """``coverage``'s figures with the means over its seeds (``masked_length.seed_means``)."""
+    return {"length": length, "texts": texts, **seed_means(out["runs"], length * texts), **out}
 
 
 def forked_coverage(model, texts, truth: float, given: dict, seeds: range, workers: int, partial) -> dict:
@@ -562,11 +559,10 @@ def network_conditionals_runs(length: int, seeds: range, workers: int) -> list[d
     setting of ``NETWORK_CONDITIONALS`` over ``seeds``, held to the exact value (records of ``conditionals_record``)."""
     model, _ = load_model("masked")
     view, texts, truth = network_question(model, length)
-    out = []
+    out, part = [], OUTPUT / f"value_conditionals_network_L{length}"
     for label, given in NETWORK_CONDITIONALS:
-        part = OUTPUT / f"value_conditionals_network_L{length}"
         result = forked_coverage(view, texts, truth, given, seeds, workers,
-                                 lambda worker, part=part: part.with_suffix(f".part{worker}.json"))  # fmt: skip
+                                 lambda worker: part.with_suffix(f".part{worker}.json"))  # fmt: skip
         out.append({"setting": label, **conditionals_record(length, truth, result)})
     return out
 
