@@ -14,8 +14,8 @@ over uniform orders (the default statement's sampler), at K = 64 and 256, 5 seed
 ``--coverage T``: the statement of ``resample_threshold=0.5`` (with ``--peek``, and ``peek=true``; the rest as a
 user who names nothing else gets it: ``auto``, the precision target) over ``--seeds`` seeds, held to the exact
 value (``masked_coverage.coverage``): on the bundled network's joined texts of T ≤ 16 tokens, or with ``--oracle``
-on the oracle's four texts of T tokens (any T) under its head from ``oracle_with_head``, fitted once and shared by
-``--workers`` forked processes that split the seeds.
+on the oracle's four texts of T tokens (any T; ``--texts N``: N of them) under its head from ``oracle_with_head``,
+fitted once and shared by ``--workers`` forked processes that split the seeds.
 
     python bench/masked_value.py --table           # writes bench/masked_length/value_head.md
     python bench/masked_value.py --coverage 16 --seeds 100   # writes bench/masked_length/value_coverage_T16.json
@@ -23,6 +23,7 @@ on the oracle's four texts of T tokens (any T) under its head from ``oracle_with
     python bench/masked_value.py --coverage 32 --oracle --peek   # value_coverage_oracle_peek_T32.json
     python bench/masked_value.py --coverage 48 --oracle --peek --first-seed 20 --seeds 20   # ..._T48_seeds20_39.json
     python bench/masked_value.py --pool 48 --oracle --peek   # the chunks joined: ..._T48_pooled.json
+    python bench/masked_value.py --coverage 32 --oracle --peek --texts 16 --seeds 30   # ..._T32_N16_seeds0_29.json
     python bench/masked_value.py --proposals       # writes bench/masked_length/value_proposals.md
     python bench/masked_value.py --conditionals 16,24,30 --peek --workers 2   # value_conditionals_peek.md, .json
     python bench/masked_value.py --windows         # writes bench/masked_length/value_windows.md
@@ -227,26 +228,28 @@ def coverage_args(peek: bool, num_samples: int | None = None) -> dict:
 
 
 def coverage_name(
-    length: int, oracle: bool, peek: bool, seeds: range, num_samples: int | None = None
+    length: int, oracle: bool, peek: bool, seeds: range, num_samples: int | None = None, texts: int = TEXTS
 ) -> Path:
     """The output of ``--coverage``; seeds other than 0-99 (``--first-seed``, ``--seeds``) name their range, so that
-    runs in chunks keep every chunk (``masked_coverage.pooled`` joins them), and ``--num-samples K`` its K."""
+    runs in chunks keep every chunk (``masked_coverage.pooled`` joins them), ``--num-samples K`` its K and
+    ``--texts N`` its N."""
     chunk = "" if seeds == range(100) else f"_seeds{seeds.start}_{seeds.stop - 1}"
     stem = f"value_coverage{'_oracle' if oracle else ''}{'_peek' if peek else ''}_T{length}"
-    return OUTPUT / f"{stem}{f'_K{num_samples}' if num_samples else ''}{chunk}.json"
+    corpus = "" if texts == TEXTS else f"_N{texts}"
+    return OUTPUT / f"{stem}{corpus}{f'_K{num_samples}' if num_samples else ''}{chunk}.json"
 
 
-def pooled_name(length: int, oracle: bool, peek: bool) -> Path:
+def pooled_name(length: int, oracle: bool, peek: bool, texts: int = TEXTS) -> Path:
     """Where ``--pool T`` writes the chunks joined when they are not seeds 0-99."""
-    stem = coverage_name(length, oracle, peek, range(100)).stem
+    stem = coverage_name(length, oracle, peek, range(100), texts=texts).stem
     return OUTPUT / f"{stem}_pooled.json"
 
 
-def pooled_chunks(length: int, oracle: bool, peek: bool) -> Path:
+def pooled_chunks(length: int, oracle: bool, peek: bool, texts: int = TEXTS) -> Path:
     """``--pool T``: one setting's chunks (``coverage_name``'s ``_seedsA_B`` files) joined by
     ``masked_coverage.pooled``, written as the run of seeds 0-99 would be where they are those seeds, else beside
     them as ``..._pooled.json``; one line where the chunks' texts, truth or model_args differ."""
-    stem = coverage_name(length, oracle, peek, range(100)).stem
+    stem = coverage_name(length, oracle, peek, range(100), texts=texts).stem
     files = [
         f for f in OUTPUT.glob(f"{stem}_seeds*.json") if re.fullmatch(rf"{stem}_seeds\d+_\d+\.json", f.name)
     ]
@@ -259,7 +262,7 @@ def pooled_chunks(length: int, oracle: bool, peek: bool) -> Path:
     out = with_cost(pooled(chunks), length, chunks[0]["texts"])
     out["runs"].sort(key=lambda run: run["seed"])
     seeds = [run["seed"] for run in out["runs"]]
-    path = OUTPUT / f"{stem}.json" if seeds == list(range(100)) else pooled_name(length, oracle, peek)
+    path = OUTPUT / f"{stem}.json" if seeds == list(range(100)) else pooled_name(length, oracle, peek, texts)
     fit = {k: chunks[0][k] for k in ("head_fit_seconds", "truth") if k in chunks[0]}
     path.write_text(json.dumps({**fit, **out}, indent=1) + "\n")
     return path
@@ -306,16 +309,21 @@ def forked_coverage(model, texts, truth: float, given: dict, seeds: range, worke
 
 
 def oracle_coverage_runs(
-    length: int, seeds: range, workers: int, peek: bool = False, num_samples: int | None = None
+    length: int,
+    seeds: range,
+    workers: int,
+    peek: bool = False,
+    num_samples: int | None = None,
+    count: int = TEXTS,
 ) -> dict:
-    """``--coverage --oracle``: as ``coverage_runs`` on the oracle's texts of ``length`` tokens under its fitted head,
-    the seeds split over ``workers`` forked processes (``forked_coverage``)."""
+    """``--coverage --oracle``: as ``coverage_runs`` on ``count`` of the oracle's texts of ``length`` tokens under its
+    fitted head, the seeds split over ``workers`` forked processes (``forked_coverage``)."""
     start = time.perf_counter()
     oracle = oracle_with_head()
     fit_seconds = time.perf_counter() - start
-    texts = oracle_texts(oracle, length, TEXTS)
+    texts = oracle_texts(oracle, length, count)
     truth = float(sum(oracle_log_marginal(oracle, oracle.tokenize(t)) for t in texts))
-    stem = coverage_name(length, True, peek, seeds, num_samples)
+    stem = coverage_name(length, True, peek, seeds, num_samples, count)
     out = forked_coverage(oracle, texts, truth, coverage_args(peek, num_samples), seeds, workers,
                           lambda worker: stem.with_suffix(f".part{worker}.json"))  # fmt: skip
     return {"head_fit_seconds": fit_seconds, "truth": truth, **with_cost(out, length, len(texts))}
@@ -648,6 +656,9 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=0, help="--coverage's first seed (runs in chunks)")
     parser.add_argument("--peek", action="store_true", help="--coverage with peek=true (the head's proposal)")
     parser.add_argument("--num-samples", type=int, metavar="K", help="--coverage with stage 1's K (else 100)")
+    parser.add_argument(
+        "--texts", type=int, default=TEXTS, metavar="N", help="--coverage --oracle on N texts"
+    )
     parser.add_argument("--workers", type=int, default=1, help="processes of --coverage --oracle")
     parser.add_argument("--pool", type=int, metavar="T", help="join the --coverage chunks at T tokens")
     parser.add_argument("--conditionals", type=lengths_list, metavar="L,L",
@@ -693,10 +704,12 @@ def main() -> None:
         stem.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
         print("\n".join(lines))
     if args.pool:
-        print(f"wrote {pooled_chunks(args.pool, args.oracle, args.peek)}")
+        print(f"wrote {pooled_chunks(args.pool, args.oracle, args.peek, args.texts)}")
     if args.coverage and args.oracle:
-        out = oracle_coverage_runs(args.coverage, seeds, args.workers, args.peek, args.num_samples)
-        path = coverage_name(args.coverage, True, args.peek, seeds, args.num_samples)
+        out = oracle_coverage_runs(
+            args.coverage, seeds, args.workers, args.peek, args.num_samples, args.texts
+        )
+        path = coverage_name(args.coverage, True, args.peek, seeds, args.num_samples, args.texts)
         path.write_text(json.dumps(out, indent=1) + "\n")
         print({k: v for k, v in out.items() if k != "runs"})
     elif args.coverage:

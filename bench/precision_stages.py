@@ -14,6 +14,13 @@ c would size every document at once; the table shows how far it moves as K grows
 ``--lda TOPICS --documents N``: the same on ``bench/lda_scale.py``'s synthetic LDA (``estimator=auto``, seed 0, the
 documents in ``--workers`` processes), written to bench/precision_stages/lda_TOPICSxN.md, without the per-document
 table when N > 30; it adds the samples drawn per document over all stages against those of the reported stage.
+
+``--masked-oracle T --documents N``: the masked LMs' oracle under its value head (``masked_value.oracle_with_head``)
+on N of its texts of T tokens, under the defaults a user who names nothing gets (SMC resampling under the head,
+peeking through it; seed 1234), written to bench/precision_stages/masked_oracle_TxN.md (issue 52, item 1: where the
+rows go at 32 tokens).
+
+    python bench/precision_stages.py --masked-oracle 32 --documents 16
 """
 
 from __future__ import annotations
@@ -56,6 +63,20 @@ def stage_remainder(variances) -> str:
 
 def workload(args):
     """(model, texts, settings, title, output file) of the bundled KGLM's README estimation or ``--lda``'s LDA."""
+    if args.masked_oracle is not None:
+        from masked_length import oracle_texts
+        from masked_value import oracle_with_head
+
+        from lm_latent_eval.estimators.registry import with_model_defaults
+
+        model = oracle_with_head()
+        settings = resolve(with_model_defaults(EstimatorSettings(seed=1234), model, {})[0], model).settings
+        title = (
+            f"the masked LMs' oracle under its value head, {args.documents} of its texts of {args.masked_oracle} "
+            f"tokens (the defaults: {settings})"
+        )
+        output = OUTPUT / f"masked_oracle_{args.masked_oracle}x{args.documents}.md"
+        return model, oracle_texts(model, args.masked_oracle, args.documents), settings, title, output
     if args.lda is None:
         model, _ = load_model("kglm")
         texts = read_documents(DATA_DIR / "linked_tiny" / "test.jsonl")
@@ -86,7 +107,12 @@ def main() -> None:
     parser.add_argument(
         "--lda", type=int, default=None, help="topics of the synthetic LDA (default: the KGLM)"
     )
-    parser.add_argument("--documents", type=int, default=200, help="documents of the synthetic LDA")
+    parser.add_argument(
+        "--masked-oracle", type=int, metavar="T", help="the masked LMs' oracle on texts of T tokens"
+    )
+    parser.add_argument(
+        "--documents", type=int, default=200, help="documents of the synthetic LDA or the oracle"
+    )
     parser.add_argument("--workers", type=int, default=1, help="processes that estimate a stage's documents")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -102,7 +128,7 @@ def main() -> None:
             "seconds": time.perf_counter() - clock[0],
             "cap": policy.document_variance_cap(documents),
             "rows": [(e.num_tokens, e.num_samples, err.relative_variance, h.variance_per_sample, k, err.trusted)
-                     for e, err, h, k in zip(estimates, errors, earlier, out)],
+                     for e, err, h, k in zip(estimates, errors, earlier, out.sizes)],
         })  # fmt: skip
         clock[0] = time.perf_counter()
         return out

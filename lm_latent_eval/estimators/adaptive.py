@@ -13,7 +13,8 @@ at least doubles its samples where its v̂ cannot be trusted (IS weights PSIS ca
 estimate), and where this stage's bias-corrected log p̂ and the stage before's differ by more than their v̂ allow
 (|z| above the two-sided 5% / N Bonferroni quantile): two independent estimates that disagree say that one of them
 missed mass that its own samples cannot show. The target is met when Σ v̂ ≤ V, the remainder is acceptable, no document is in doubt
-and none is short of c_n / cap(N) samples by its largest c_n (unless at ``max_samples``). Then
+and none is short of c_n / cap(N) samples by its largest c_n (unless at ``max_samples``); an info line says which
+of these a stage missed. Then
 EVERY document is estimated afresh from new random streams with its new sample size, and only the newest stage is
 kept: each estimate's size was fixed before it was drawn, so it stays unbiased given the earlier stages (keeping the
 old estimates of the documents that needed no more would keep exactly those whose tail was not seen, a selection
@@ -79,6 +80,14 @@ def _round(value: float) -> float:
     return float(f"{value:.9g}")
 
 
+@dataclass(frozen=True)
+class _Allocation:
+    """The next stage's samples per document and why the stage just drawn was not enough (empty where it was)."""
+
+    sizes: list[int]
+    reason: str = ""
+
+
 def _allocation(
     estimates: Sequence[DocumentEstimate],
     earlier: Sequence[_History],
@@ -86,7 +95,7 @@ def _allocation(
     all_reduce,
     documents: float,
     policy: UncertaintyPolicy = DEFAULT_POLICY,
-) -> list[int]:
+) -> _Allocation:
     """Samples per document for the next stage (the current count where a document needs no more; more than
     ``max_samples`` where the target needs more than the budget: the caller caps them); ``earlier``
     holds what the stages before said of each document, and is updated with this stage; ``documents`` counts the
@@ -116,15 +125,17 @@ def _allocation(
             sum(x**1.5 for x in v),
             float(sum(doubt)),
             float(sum(short)),
+            float(sum(not e.trusted for e in errors)),
+            float(sum(disagree)),
         ]
     )
-    total_tokens, neyman, sum_v, sum_v15, doubted, shorted = (_round(x) for x in totals)
+    total_tokens, neyman, sum_v, sum_v15, doubted, shorted, *counts = (_round(x) for x in totals)
     if total_tokens == 0:
-        return sizes
+        return _Allocation(sizes)
     budget_v = (settings.target_se * total_tokens) ** 2
-    met = doubted == 0 and shorted == 0 and sum_v <= budget_v and policy.remainder_acceptable(sum_v, sum_v15)
-    if met:
-        return sizes
+    remainder = policy.remainder_acceptable(sum_v, sum_v15)
+    if doubted == 0 and shorted == 0 and sum_v <= budget_v and remainder:
+        return _Allocation(sizes)
     out = []
     for ci, t, k, err, d in zip(c, tokens, sizes, errors, doubt):
         if t == 0 or (err.trusted and err.relative_variance == 0):
@@ -135,7 +146,22 @@ def _allocation(
         if d:
             wanted = max(wanted, 2 * k)
         out.append(k if wanted <= k else max(math.ceil(wanted), 2 * k))
-    return out
+    return _Allocation(out, _shortfall(sum_v, budget_v, remainder, documents, (*counts, shorted), v_max))
+
+
+def _shortfall(
+    sum_v: float, budget_v: float, remainder: bool, documents: float, counts: tuple, v_max: float
+) -> str:
+    """Why a stage was not enough: Σ v̂ of the trusted documents against the budget, the remainder, and the
+    ``counts`` of documents whose v̂ is not trusted, that disagree with the stage before, and that are short of the
+    per-document cap ``v_max`` by their largest c."""
+    untrusted, disagreeing, short = counts
+    return (
+        f"Σ v̂ = {sum_v:.3g} (the trusted) of the budget (target_se · T)² = {budget_v:.3g}"
+        f"{'' if remainder else ', its remainder too large'}; of {documents:.0f} documents {untrusted:.0f} with v̂ "
+        f"not trusted, {disagreeing:.0f} disagreeing with the stage before, {short:.0f} above the per-document "
+        f"cap {v_max:.3g} by their largest c = v̂ K"
+    )
 
 
 @dataclass
@@ -317,15 +343,15 @@ def _later_stages(
             stopped_short = False
             break
         documents = _round(all_reduce([float(sum(current[t].sampled for t in unique))])[0])
-        allocation = _allocation(
-            [current[t] for t in unique], earlier, settings, all_reduce, documents, policy
-        )
-        wanted = {t: min(k, settings.sample_budget) for t, k in zip(unique, allocation)}
+        plan = _allocation([current[t] for t in unique], earlier, settings, all_reduce, documents, policy)
+        if plan.reason:
+            logger.info("precision target, after %s: %s", stage_label(number - 1), plan.reason)
+        wanted = {t: min(k, settings.sample_budget) for t, k in zip(unique, plan.sizes)}
         grow = [t for t in unique if wanted[t] > current[t].num_samples]
         # the documents that grow, those beyond max_samples, and what the stage draws (samples·tokens)
         drawn = sum(wanted[t] * current[t].num_tokens for t in unique if current[t].sampled)
         growing, beyond, per_stage = all_reduce(
-            [float(len(grow)), float(sum(k > settings.sample_budget for k in allocation)), float(drawn)]
+            [float(len(grow)), float(sum(k > settings.sample_budget for k in plan.sizes)), float(drawn)]
         )
         last = not growing or number == policy.max_stages - 1
         stopped_short = bool(growing or beyond)

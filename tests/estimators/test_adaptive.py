@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import math
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -131,8 +132,8 @@ def test_all_reduce_sees_the_corpus_totals(bundled_hmm, bundled_test_texts):
     estimate_corpus(resolve(settings, bundled_hmm), texts, all_reduce=doubled, progress=False)
     # a count; the model's lasting doubts and the documents; the stage's growth, the documents beyond max_samples
     # and its draw; a missed target's totals; the projection's; the allocation's
-    assert seen and all(len(v) in (1, 2, 3, 6) for v in seen)
-    assert sum(len(v) == 6 for v in seen) >= 1
+    assert seen and all(len(v) in (1, 2, 3, 8) for v in seen)
+    assert sum(len(v) == 8 for v in seen) >= 1
 
 
 def test_certified_bound_takes_the_best_stage_at_delta_over_stages():
@@ -237,6 +238,32 @@ def _projection_lines(caplog, bundled_hmm, texts, settings, all_reduce=None):
     return [(r.levelno, r.getMessage()) for r in caplog.records if "will draw at least" in r.getMessage()]
 
 
+def test_each_later_stage_says_why_the_stage_before_was_not_enough(bundled_hmm, bundled_test_texts, caplog):
+    """One info line per stage that needs more: Σ v̂ against (target_se · T)², recomputed here from stage 1's
+    estimates, and the documents in doubt or short; none after a stage that met the target."""
+    texts = bundled_test_texts[:3]
+    settings = EstimatorSettings("smc", 64, peek=False, target_se=0.01, seed=3)
+    stored = {}
+    store = SimpleNamespace(get=lambda t, s=0: None, put=lambda e, s=0: stored.setdefault(s, []).append(e))
+    with caplog.at_level(logging.INFO, logger="lm_latent_eval"):
+        estimate_corpus(resolve(settings, bundled_hmm), texts, progress=False, store=store)
+    lines = [
+        r.getMessage()
+        for r in caplog.records
+        if "was not enough" in r.getMessage() or " after stage" in r.getMessage()
+    ]
+    first = stored[0]
+    sum_v = sum(e.error().relative_variance for e in first if e.error().trusted)
+    budget = (0.01 * sum(e.num_tokens for e in first)) ** 2
+    assert sum_v > budget and lines, (sum_v, budget)
+    assert lines[0].startswith(
+        f"precision target, after stage 1: Σ v̂ = {sum_v:.3g} (the trusted) of the budget"
+    )
+    assert f"(target_se · T)² = {budget:.3g}" in lines[0] and "of 3 documents" in lines[0]
+    # the stages stop after one that needed nothing more, which says nothing, then draw the reported one afresh
+    assert len(lines) == len(stored) - 2
+
+
 def test_the_precision_target_says_what_it_will_spend_before_it_spends(
     bundled_hmm, bundled_test_texts, caplog
 ):
@@ -298,7 +325,7 @@ def test_an_allocation_that_jumps_at_a_later_stage_is_said_again(
     the stage before it."""
 
     sizes = iter([[32] * 3, [256] * 3, [300] * 3, [300] * 3, [300] * 3])
-    monkeypatch.setattr(adaptive, "_allocation", lambda *args: next(sizes))
+    monkeypatch.setattr(adaptive, "_allocation", lambda *args: adaptive._Allocation(next(sizes), "a test's"))
     settings = EstimatorSettings("smc", 16, target_se=1e-9, max_samples=1000, seed=1)
     lines = [line for _, line in _projection_lines(caplog, bundled_hmm, bundled_test_texts[:3], settings)]
     assert len(lines) == 2, lines
@@ -316,12 +343,12 @@ def test_the_allocation_remembers_a_rare_path_an_earlier_stage_found():
     missed = _smc_estimate([-0.40, -0.41, -0.39, -0.40])
     others = [_smc_estimate([-0.4, -0.41, -0.39, -0.4], text=f"other {i}") for i in range(3)]
     earlier = [_History() for _ in range(4)]
-    first = _allocation([found, *others], earlier, settings, lambda v: v, 4.0)
+    first = _allocation([found, *others], earlier, settings, lambda v: v, 4.0).sizes
     c = found.error().relative_variance * 100
     assert first[0] >= c * math.sqrt(4) / ALLOCATION_REMAINDER
-    second = _allocation([missed, *others], earlier, settings, lambda v: v, 4.0)
+    second = _allocation([missed, *others], earlier, settings, lambda v: v, 4.0).sizes
     assert second[0] >= c * math.sqrt(4) / ALLOCATION_REMAINDER and second[1:] == [100, 100, 100]
-    fresh = _allocation([missed, *others], [_History() for _ in range(4)], settings, lambda v: v, 4.0)
+    fresh = _allocation([missed, *others], [_History() for _ in range(4)], settings, lambda v: v, 4.0).sizes
     assert fresh == [100] * 4  # without the memory the missed stage looks converged
 
 
@@ -359,9 +386,9 @@ def test_stages_that_disagree_beyond_their_errors_are_in_doubt():
     settings = EstimatorSettings("smc", 100, target_se=1.0)
     earlier = [_History()]
     _allocation([_smc_estimate([-10.0, -10.02, -9.98, -10.0])], earlier, settings, lambda v: v, 1.0)
-    assert _allocation([_smc_estimate([-8.0, -8.02, -7.98, -8.0])], earlier, settings, lambda v: v, 1.0) == [
-        200
-    ]
+    second = _allocation([_smc_estimate([-8.0, -8.02, -7.98, -8.0])], earlier, settings, lambda v: v, 1.0)
+    assert second.sizes == [200]
+    assert "of 1 documents 0 with v̂ not trusted, 1 disagreeing with the stage before" in second.reason
 
 
 def test_auto_picks_exact_only_where_the_model_declares_its_marginal_tractable(bundled_hmm):

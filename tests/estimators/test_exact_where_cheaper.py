@@ -127,11 +127,13 @@ def test_the_per_document_cap_counts_the_sampled_documents_only(masked):
     c = sampled.error().relative_variance * 100
     earlier = [_History() for _ in range(100)]
     # v̂ = 0.33 ≤ cap(1) = 0.35: the target is met, and the computed documents keep their K
-    assert _allocation([sampled, *computed], earlier, settings, lambda v: v, 1.0) == [100] * 100
+    met = _allocation([sampled, *computed], earlier, settings, lambda v: v, 1.0)
+    assert met.sizes == [100] * 100 and met.reason == ""
     assert all(h.variance_per_sample == 0.0 and h.last is None for h in earlier[1:])
     # counted as 100 documents, the same one would be short of c / cap(100) samples
-    sizes = _allocation([sampled, *computed], [_History() for _ in range(100)], settings, lambda v: v, 100.0)
-    assert sizes[0] >= c / DEFAULT_POLICY.document_variance_cap(100.0) and sizes[1:] == [100] * 99
+    short = _allocation([sampled, *computed], [_History() for _ in range(100)], settings, lambda v: v, 100.0)
+    assert short.sizes[0] >= c / DEFAULT_POLICY.document_variance_cap(100.0) and short.sizes[1:] == [100] * 99
+    assert short.reason.endswith("1 above the per-document cap 0.035 by their largest c = v̂ K")
 
 
 def test_each_stage_counts_its_sampled_documents_for_the_cap(masked, held_out, monkeypatch):
