@@ -248,9 +248,7 @@ def test_each_later_stage_says_why_the_stage_before_was_not_enough(bundled_hmm, 
     with caplog.at_level(logging.INFO, logger="lm_latent_eval"):
         estimate_corpus(resolve(settings, bundled_hmm), texts, progress=False, store=store)
     lines = [
-        r.getMessage()
-        for r in caplog.records
-        if "was not enough" in r.getMessage() or " after stage" in r.getMessage()
+        r.getMessage() for r in caplog.records if r.getMessage().startswith("precision target, after stage")
     ]
     first = stored[0]
     sum_v = sum(e.error().relative_variance for e in first if e.error().trusted)
