@@ -305,6 +305,19 @@ def test_masked_network_rows_do_not_depend_on_their_batch(masked):
                 assert torch.equal(conf[5 * d + k], alone_conf[0])
 
 
+def test_the_bundled_network_pads_a_call_of_few_rows_on_the_cpu():
+    """A call of 1 to 16 texts of 5 tokens gives each text the logits it has in a call of 200: below a dozen rows the
+    CPU's matrix product sums another way, so the network pads such calls (``CPU_MIN_POSITIONS``)."""
+    from lm_latent_eval.models.masked.network import MaskPredictor
+
+    net = MaskPredictor(vocab_size=20).eval()
+    ids = torch.randint(0, 20, (200, 5), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        together = net(ids)
+        for B in range(1, 17):
+            assert torch.equal(net(ids[:B]), together[:B]), B
+
+
 @pytest.mark.parametrize(
     ("peek", "tau", "threshold", "cached"),
     [(False, 1.0, 0.0, True), (True, 1.0, 0.5, True), (False, 2.0, 0.5, False), (True, 0.7, 0.0, True)],

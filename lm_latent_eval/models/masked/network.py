@@ -5,6 +5,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+# MKL's sgemm sums a product of fewer rows than about a dozen along another path on AVX-512 CPUs, so a text's row
+# would round differently alone than beside others (measured: bench/RESULTS.md); the CPU pads such a call to this many
+# positions with copies of its first row, so that every row's numbers are the same in any batch
+CPU_MIN_POSITIONS = 64
+
 
 class MaskPredictor(nn.Module):
     """Token and learned position embeddings, ``num_layers`` pre-norm ``nn.TransformerEncoderLayer`` s (no causal
@@ -49,7 +54,11 @@ class MaskPredictor(nn.Module):
         self.output = nn.Linear(d_model, vocab_size)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """Logits [B, L, V] for ids [B, L] (L ≤ max_length)."""
-        positions = torch.arange(ids.shape[1], device=ids.device)
+        """Logits [B, L, V] for ids [B, L] (L ≤ max_length); on the CPU a row's logits do not depend on the rows
+        beside it (``CPU_MIN_POSITIONS``)."""
+        B, L = ids.shape
+        if ids.device.type == "cpu" and 0 < B * L < CPU_MIN_POSITIONS:
+            ids = torch.cat([ids, ids[:1].expand(-(-CPU_MIN_POSITIONS // L) - B, -1)])
+        positions = torch.arange(L, device=ids.device)
         hidden = self.embed(ids) + self.position(positions)
-        return self.output(self.norm(self.encoder(hidden)))
+        return self.output(self.norm(self.encoder(hidden)))[:B]
