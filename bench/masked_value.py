@@ -24,6 +24,7 @@ fitted once and shared by ``--workers`` forked processes that split the seeds.
     python bench/masked_value.py --coverage 48 --oracle --peek --first-seed 20 --seeds 20   # ..._T48_seeds20_39.json
     python bench/masked_value.py --pool 48 --oracle --peek   # the chunks joined: ..._T48_pooled.json
     python bench/masked_value.py --coverage 32 --oracle --peek --texts 16 --seeds 30   # ..._T32_N16_seeds0_29.json
+    python bench/masked_value.py --coverage 32 --oracle --peek --target-se 0.01   # ..._T32_se0.01.json
     python bench/masked_value.py --proposals       # writes bench/masked_length/value_proposals.md
     python bench/masked_value.py --conditionals 16,24,30 --peek --workers 2   # value_conditionals_peek.md, .json
     python bench/masked_value.py --windows         # writes bench/masked_length/value_windows.md
@@ -216,27 +217,36 @@ def value_table() -> list[str]:
     ]
 
 
-def coverage_args(peek: bool, num_samples: int | None = None) -> dict:
+def coverage_args(peek: bool, num_samples: int | None = None, target_se: float | None = None) -> dict:
     """The model_args of ``--coverage``: resampling at ESS < K/2, with ``--peek`` the proposal through the head
-    (``peek=true``), with ``--num-samples K`` stage 1's K (else the default's)."""
+    (``peek=true``), with ``--num-samples K`` stage 1's K (else the default's), with ``--target-se S`` the precision
+    target S nats per token (else the default's)."""
     chosen = {"peek": "true"} if peek else {}
     return {
         "resample_threshold": "0.5",
         **chosen,
         **({"num_samples": str(num_samples)} if num_samples else {}),
+        **({"target_se": str(target_se)} if target_se else {}),
     }
 
 
 def coverage_name(
-    length: int, oracle: bool, peek: bool, seeds: range, num_samples: int | None = None, texts: int = TEXTS
+    length: int,
+    oracle: bool,
+    peek: bool,
+    seeds: range,
+    num_samples: int | None = None,
+    texts: int = TEXTS,
+    target_se: float | None = None,
 ) -> Path:
     """The output of ``--coverage``; seeds other than 0-99 (``--first-seed``, ``--seeds``) name their range, so that
-    runs in chunks keep every chunk (``masked_coverage.pooled`` joins them), ``--num-samples K`` its K and
-    ``--texts N`` its N."""
+    runs in chunks keep every chunk (``masked_coverage.pooled`` joins them), ``--num-samples K`` its K,
+    ``--texts N`` its N and ``--target-se S`` its S."""
     chunk = "" if seeds == range(100) else f"_seeds{seeds.start}_{seeds.stop - 1}"
     stem = f"value_coverage{'_oracle' if oracle else ''}{'_peek' if peek else ''}_T{length}"
     corpus = "" if texts == TEXTS else f"_N{texts}"
-    return OUTPUT / f"{stem}{corpus}{f'_K{num_samples}' if num_samples else ''}{chunk}.json"
+    target = f"_se{target_se:g}" if target_se else ""
+    return OUTPUT / f"{stem}{corpus}{f'_K{num_samples}' if num_samples else ''}{target}{chunk}.json"
 
 
 def pooled_name(length: int, oracle: bool, peek: bool, texts: int = TEXTS) -> Path:
@@ -315,6 +325,7 @@ def oracle_coverage_runs(
     peek: bool = False,
     num_samples: int | None = None,
     count: int = TEXTS,
+    target_se: float | None = None,
 ) -> dict:
     """``--coverage --oracle``: as ``coverage_runs`` on ``count`` of the oracle's texts of ``length`` tokens under its
     fitted head, the seeds split over ``workers`` forked processes (``forked_coverage``)."""
@@ -323,8 +334,8 @@ def oracle_coverage_runs(
     fit_seconds = time.perf_counter() - start
     texts = oracle_texts(oracle, length, count)
     truth = float(sum(oracle_log_marginal(oracle, oracle.tokenize(t)) for t in texts))
-    stem = coverage_name(length, True, peek, seeds, num_samples, count)
-    out = forked_coverage(oracle, texts, truth, coverage_args(peek, num_samples), seeds, workers,
+    stem = coverage_name(length, True, peek, seeds, num_samples, count, target_se)
+    out = forked_coverage(oracle, texts, truth, coverage_args(peek, num_samples, target_se), seeds, workers,
                           lambda worker: stem.with_suffix(f".part{worker}.json"))  # fmt: skip
     return {"head_fit_seconds": fit_seconds, "truth": truth, **with_cost(out, length, len(texts))}
 
@@ -659,6 +670,12 @@ def main() -> None:
     parser.add_argument(
         "--texts", type=int, default=TEXTS, metavar="N", help="--coverage --oracle on N texts"
     )
+    parser.add_argument(
+        "--target-se",
+        type=float,
+        metavar="S",
+        help="--coverage --oracle with target_se=S (else estimator=auto's 0.002)",
+    )
     parser.add_argument("--workers", type=int, default=1, help="processes of --coverage --oracle")
     parser.add_argument("--pool", type=int, metavar="T", help="join the --coverage chunks at T tokens")
     parser.add_argument("--conditionals", type=lengths_list, metavar="L,L",
@@ -707,9 +724,11 @@ def main() -> None:
         print(f"wrote {pooled_chunks(args.pool, args.oracle, args.peek, args.texts)}")
     if args.coverage and args.oracle:
         out = oracle_coverage_runs(
-            args.coverage, seeds, args.workers, args.peek, args.num_samples, args.texts
+            args.coverage, seeds, args.workers, args.peek, args.num_samples, args.texts, args.target_se
         )
-        path = coverage_name(args.coverage, True, args.peek, seeds, args.num_samples, args.texts)
+        path = coverage_name(
+            args.coverage, True, args.peek, seeds, args.num_samples, args.texts, args.target_se
+        )
         path.write_text(json.dumps(out, indent=1) + "\n")
         print({k: v for k, v in out.items() if k != "runs"})
     elif args.coverage:

@@ -63,6 +63,12 @@ def test_chunk_names_and_pooled_figures(tmp_path, monkeypatch):
         masked_value.coverage_name(8, True, True, range(4), 400).name
         == "value_coverage_oracle_peek_T8_K400_seeds0_3.json"
     )
+    # and a precision target other than the default's, in the model_args the runs pass
+    assert (
+        masked_value.coverage_name(8, True, True, range(100), target_se=0.01).name
+        == "value_coverage_oracle_peek_T8_se0.01.json"
+    )
+    assert masked_value.coverage_args(True, target_se=0.01)["target_se"] == "0.01"
 
 
 def test_chunks_of_other_texts_are_not_pooled(tmp_path, monkeypatch):
