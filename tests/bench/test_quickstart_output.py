@@ -2,7 +2,9 @@
 tests/docs/test_docs_figures.py) is what the command prints today.
 
 The docs-figure test compares the README with the committed file; this compares the committed file with a fresh run,
-so that a change which moves a figure cannot leave the README quoting the old one."""
+so that a change which moves a figure cannot leave the README quoting the old one. A figure may differ by one unit
+of its last printed digit: CPUs whose float32 matrix products round differently (MKL on AVX-512 against AMD's) move
+a diagnostic such as the mean ESS by about 1e-8 of itself, which can cross a rounding boundary."""
 
 from __future__ import annotations
 
@@ -22,9 +24,38 @@ def table(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("|") and "|none" in line]
 
 
+def same_to_the_last_digit(row: str, committed: str) -> bool:
+    """Whether two table rows hold the same cells, a number matching to one unit of its last printed digit."""
+    cells, expected = row.split("|"), committed.split("|")
+    if len(cells) != len(expected):
+        return False
+    for a, b in zip(cells, expected):
+        a, b = a.strip(), b.strip()
+        try:
+            x, y = float(a), float(b)
+        except ValueError:
+            if a != b:
+                return False
+            continue
+        decimals = len(b.partition(".")[2])
+        if abs(x - y) > 1.5 * 10.0**-decimals:
+            return False
+    return True
+
+
+def test_a_figure_may_differ_by_one_unit_of_its_last_printed_digit():
+    assert same_to_the_last_digit("|a|3243.6528|N/A|", "|a|3243.6527|N/A|")
+    assert same_to_the_last_digit("|a|11.5855|N/A|", "|a|11.5856|N/A|")
+    assert not same_to_the_last_digit("|a|3243.6529|N/A|", "|a|3243.6527|N/A|")
+    assert not same_to_the_last_digit("|a|11.5856|N/A|", "|b|11.5856|N/A|")
+    assert not same_to_the_last_digit("|a|11.5856|", "|a|11.5856|N/A|")
+
+
 @pytest.mark.slow  # one lm_eval process: the README's command (about a minute on 2 cores)
 def test_the_readme_command_prints_the_committed_table(tmp_path):
     committed = table((OUTPUT / "output.md").read_text(encoding="utf-8"))
     assert any("|latent_perplexity " in row for row in committed)
     proc, _, _ = run_readme_command(str(tmp_path))
-    assert table(proc.stdout) == committed, proc.stdout[-3000:]
+    fresh = table(proc.stdout)
+    assert len(fresh) == len(committed), proc.stdout[-3000:]
+    assert all(same_to_the_last_digit(a, b) for a, b in zip(fresh, committed)), proc.stdout[-3000:]
