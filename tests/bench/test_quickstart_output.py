@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import committed_tables
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,36 +20,22 @@ sys.path.insert(0, str(REPO / "bench"))
 from quickstart import OUTPUT, run_readme_command
 
 
+def same_row(committed: str, fresh: str) -> bool:
+    """``committed_tables.same_row`` to one unit of each figure's last printed digit."""
+    return committed_tables.same_row(committed, fresh, last_digit=True)
+
+
 def table(text: str) -> list[str]:
     """The metric rows of lm-eval's table (every figure with its Stderr), in order."""
     return [line for line in text.splitlines() if line.startswith("|") and "|none" in line]
 
 
-def same_to_the_last_digit(row: str, committed: str) -> bool:
-    """Whether two table rows hold the same cells, a number matching to one unit of its last printed digit."""
-    cells, expected = row.split("|"), committed.split("|")
-    if len(cells) != len(expected):
-        return False
-    for a, b in zip(cells, expected):
-        a, b = a.strip(), b.strip()
-        try:
-            x, y = float(a), float(b)
-        except ValueError:
-            if a != b:
-                return False
-            continue
-        decimals = len(b.partition(".")[2])
-        if abs(x - y) > 1.5 * 10.0**-decimals:
-            return False
-    return True
-
-
 def test_a_figure_may_differ_by_one_unit_of_its_last_printed_digit():
-    assert same_to_the_last_digit("|a|3243.6528|N/A|", "|a|3243.6527|N/A|")
-    assert same_to_the_last_digit("|a|11.5855|N/A|", "|a|11.5856|N/A|")
-    assert not same_to_the_last_digit("|a|3243.6529|N/A|", "|a|3243.6527|N/A|")
-    assert not same_to_the_last_digit("|a|11.5856|N/A|", "|b|11.5856|N/A|")
-    assert not same_to_the_last_digit("|a|11.5856|", "|a|11.5856|N/A|")
+    assert same_row("|a|3243.6528|N/A|", "|a|3243.6527|N/A|")
+    assert same_row("|a|11.5855|N/A|", "|a|11.5856|N/A|")
+    assert not same_row("|a|3243.6529|N/A|", "|a|3243.6527|N/A|")
+    assert not same_row("|a|11.5856|N/A|", "|b|11.5856|N/A|")
+    assert not same_row("|a|11.5856|", "|a|11.5856|N/A|")
 
 
 @pytest.mark.slow  # one lm_eval process: the README's command (about a minute on 2 cores)
@@ -58,4 +45,4 @@ def test_the_readme_command_prints_the_committed_table(tmp_path):
     proc, _, _ = run_readme_command(str(tmp_path))
     fresh = table(proc.stdout)
     assert len(fresh) == len(committed), proc.stdout[-3000:]
-    assert all(same_to_the_last_digit(a, b) for a, b in zip(fresh, committed)), proc.stdout[-3000:]
+    assert all(same_row(a, b) for a, b in zip(committed, fresh)), proc.stdout[-3000:]

@@ -6,10 +6,9 @@ SMC interval once moved from [544.5, 550.2] to [543.6, 551.2] while the committe
 
 from __future__ import annotations
 
-import math
-import re
 from pathlib import Path
 
+import committed_tables
 import pytest
 
 from lm_latent_eval.cli import main
@@ -18,11 +17,6 @@ REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "bench" / "lda_peers" / "table.md"
 # the command docs/models.md gives, writing into a temporary folder instead of bench/lda_peers
 ARGV = ["lda-peers", "--tomotopy-train", str(REPO / "lm_latent_eval/data/pydoc_topics/train.jsonl")]
-NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-
-
-def numbers(row: str) -> list[float]:
-    return [float(n.replace(",", "")) for n in NUMBER.findall(row)]
 
 
 def table_rows(text: str) -> dict[str, str]:
@@ -33,10 +27,7 @@ def table_rows(text: str) -> dict[str, str]:
 def same_row(committed: str, fresh: str) -> bool:
     """Equal words, and numbers equal to 1e-6 relative: the variational bounds of scikit-learn and gensim (about
     6.8e10) move in their last printed digits between CPUs and library builds, every figure we quote does not."""
-    if NUMBER.sub("#", committed) != NUMBER.sub("#", fresh):
-        return False
-    a, b = numbers(committed), numbers(fresh)
-    return len(a) == len(b) and all(math.isclose(x, y, rel_tol=1e-6, abs_tol=0) for x, y in zip(a, b))
+    return committed_tables.same_row(committed, fresh, rel_tol=1e-6)
 
 
 def test_same_row_tells_a_moved_interval_from_last_digits():
