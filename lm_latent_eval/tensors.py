@@ -57,18 +57,39 @@ def inverse_cdf(
     return drawn if per_row else drawn.squeeze(-1)
 
 
-# float64 entries a float64 ``log_normalizer`` widens at a time: 128 MiB
-NORMALIZER_ENTRIES = 1 << 24
+# entries of one block of ``log_normalizer``: on the CPU 2^18 (1-2 MiB, so that the log-sum-exp's temporaries stay
+# in cache); on an accelerator 2^24 where it widens to float64 (128 MiB: a large vocabulary costs no second copy)
+# and every row at once where it does not
+CPU_NORMALIZER_ENTRIES, WIDENED_NORMALIZER_ENTRIES = 1 << 18, 1 << 24
 
 
-def log_normalizer(
-    logits: torch.Tensor, dtype: torch.dtype = torch.float32, chunk_entries: int = NORMALIZER_ENTRIES
-) -> torch.Tensor:
+def normalizer_blocks(rows: int, entries_per_row: int, block_entries: int) -> list[slice]:
+    """Consecutive blocks of ``rows`` rows of at most ``block_entries`` entries each, but at least two rows each
+    (the last block takes a lone row left over): a multi-threaded CPU reduction splits a lone row across threads,
+    which rounds otherwise, while it reduces each row of a block of two or more whole, as one call over all rows does.
+
+    Examples
+    --------
+    >>> normalizer_blocks(5, 100, 200)
+    [slice(0, 2, None), slice(2, 5, None)]
+    >>> normalizer_blocks(1, 100, 10)
+    [slice(0, 1, None)]
+    """
+    step = max(2, block_entries // max(entries_per_row, 1))
+    starts = list(range(0, rows, step))
+    if len(starts) > 1 and rows - starts[-1] == 1:
+        starts.pop()
+    return [slice(a, b) for a, b in zip(starts, starts[1:] + [rows])]
+
+
+def log_normalizer(logits: torch.Tensor, dtype: torch.dtype = torch.float32, block_entries: int | None = None):
     """log Σ_v exp(logits[..., v]) [...], float64, of a softmax's logits [..., V] of any dtype, summed in ``dtype``.
 
     float32 (the word heads of KGLM and EntityNLM): the float32 logits as they are (bfloat16 ones widened), rounding
-    log Σ by about 1e-7; float64 (the masked LMs, whose one-token conditionals sum to 1 to float64 rounding): widened
-    chunk by chunk, at most ``chunk_entries`` float64 entries at a time, so a large vocabulary costs no second copy.
+    log Σ by about 1e-7; float64 (the masked LMs, whose one-token conditionals sum to 1 to float64 rounding): the
+    logits widened block by block. Blocks of rows (``normalizer_blocks``) of at most ``block_entries`` entries
+    (default: ``CPU_NORMALIZER_ENTRIES`` on the CPU, ``WIDENED_NORMALIZER_ENTRIES`` where an accelerator widens, else
+    every row); on the CPU row by row the same numbers as one call over every row.
 
     Examples
     --------
@@ -78,12 +99,16 @@ def log_normalizer(
     >>> log_normalizer(torch.zeros(2, 4))
     tensor([1.3863, 1.3863], dtype=torch.float64)
     """
-    if dtype != torch.float64:
-        return logits.to(dtype).logsumexp(-1).double()
+    if block_entries is None:
+        widens = dtype == torch.float64 and logits.dtype != torch.float64
+        on_cpu = logits.device.type == "cpu"
+        block_entries = CPU_NORMALIZER_ENTRIES if on_cpu else WIDENED_NORMALIZER_ENTRIES if widens else logits.numel()
     flat = logits.reshape(-1, logits.shape[-1])
-    rows = max(1, chunk_entries // max(flat.shape[1], 1))
-    parts = [torch.logsumexp(flat[i : i + rows].double(), -1) for i in range(0, flat.shape[0], rows)]
-    out = torch.cat(parts) if parts else flat.new_zeros(0, dtype=torch.float64)
+    parts = [
+        flat[block].to(dtype).logsumexp(-1).double()
+        for block in normalizer_blocks(flat.shape[0], flat.shape[1], block_entries)
+    ]
+    out = parts[0] if len(parts) == 1 else torch.cat(parts) if parts else flat.new_zeros(0, dtype=torch.float64)
     return out.reshape(logits.shape[:-1])
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lm_latent_eval.tensors import distinct_rows, inverse_cdf, pad_rows, row_keys
+from lm_latent_eval.tensors import distinct_rows, inverse_cdf, log_normalizer, pad_rows, row_keys
 
 
 def brute_force(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -78,3 +78,26 @@ def test_an_adapter_importing_distinct_rows_from_protocol_still_works_with_a_dep
     assert old_keys is row_keys
     with pytest.raises(ImportError):
         from lm_latent_eval.protocol import no_such_helper  # noqa: F401
+
+
+@pytest.mark.parametrize("threads", [1, 2, 8])
+def test_log_normalizer_in_blocks_gives_the_numbers_of_one_pass_over_every_row(threads):
+    # blocks of 2 rows, or of 5; a lone last row joins the block before it (a CPU reduction of one row alone splits it
+    # across threads and rounds differently in about one row of ten here); float32 and float64 sums of float32 and
+    # bfloat16 logits
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        shapes = [(3, 40_000, 2)] * 12 + [(1, 40_000, 2), (2, 9, 2), (11, 33_278, 5), (65, 5_000, 5)]
+        for rows, vocab, per_block in shapes:
+            logits = torch.randn(rows, vocab, generator=gen) * 3
+            for source in (torch.float32, torch.bfloat16):
+                for dtype in (torch.float32, torch.float64):
+                    x = logits.to(source)
+                    blocks = log_normalizer(x, dtype, block_entries=per_block * vocab)
+                    assert blocks.dtype == torch.float64 and blocks.shape == (rows,)
+                    assert torch.equal(blocks, x.to(dtype).logsumexp(-1).double()), (rows, vocab, source, dtype)
+        assert torch.equal(log_normalizer(logits.view(5, 13, -1)), logits.logsumexp(-1).double().view(5, 13))
+    finally:
+        torch.set_num_threads(saved)

@@ -29,7 +29,7 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from ...tensors import distinct_rows
+from ...tensors import distinct_rows, log_normalizer
 from ..checkpoints import StrictLoading
 from ..stepwise_module import StepwiseFromModule
 from ..vocabulary import WordVocabulary, build_word_list
@@ -323,7 +323,8 @@ class RNNG(
                 self.word_head(ctx[s : s + rows]).float()
                 + self.word_mask.float()[eos_allowed[s : s + rows].long()]
             )
-            lp = logits.gather(1, target[s : s + rows, None]).squeeze(1) - logits.logsumexp(-1)
+            # the float32 log-sum-exp, in cache-sized blocks on the CPU: the numbers of logits.logsumexp(-1)
+            lp = logits.gather(1, target[s : s + rows, None]).squeeze(1) - log_normalizer(logits).float()
             parts.append(lp.double())
         if len(parts) == 1:
             return parts[0]
