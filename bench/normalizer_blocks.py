@@ -34,8 +34,13 @@ from lm_latent_eval import tensors
 OUTPUT = Path(__file__).resolve().parent / "normalizer_blocks" / "output.md"
 # (where the package meets it, rows, vocabulary, dtype summed in)
 SHAPES = (
-    ("KGLM's word head, one product of 1,024 (position, entity) pairs", 1024, full_size.WT2_VOCAB, torch.float32),
-    ("EntityNLM's word head, one product of WORD_BLOCK logits", 419, full_size.CONLL_VOCAB, torch.float32),
+    (
+        "KGLM's word head, a product of 1,024 (position, entity) pairs",
+        1024,
+        full_size.WT2_VOCAB,
+        torch.float32,
+    ),
+    ("EntityNLM's word head, a product of WORD_BLOCK logits", 419, full_size.CONLL_VOCAB, torch.float32),
     ("a masked LM of GPT-2's vocabulary, float64, 512 rows", 512, 50_257, torch.float64),
     ("a masked LM of LLaDA's vocabulary, float64, 256 rows", 256, 126_464, torch.float64),
 )
@@ -93,7 +98,8 @@ def markdown(rows: list[tuple[str, float, float, bool]]) -> str:
         "|---|---|---|---|---|",
     ]
     for what, whole, blocks, same in rows:
-        lines.append(f"| {what} | {whole:.3f} | {blocks:.3f} | {whole / blocks:.2f}x | {'yes' if same else 'NO'} |")
+        same = "yes" if same else "NO"
+        lines.append(f"| {what} | {whole:.3f} | {blocks:.3f} | {whole / blocks:.2f}x | {same} |")
     return "\n".join(lines) + "\n"
 
 

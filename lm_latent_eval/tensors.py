@@ -82,7 +82,9 @@ def normalizer_blocks(rows: int, entries_per_row: int, block_entries: int) -> li
     return [slice(a, b) for a, b in zip(starts, starts[1:] + [rows])]
 
 
-def log_normalizer(logits: torch.Tensor, dtype: torch.dtype = torch.float32, block_entries: int | None = None):
+def log_normalizer(
+    logits: torch.Tensor, dtype: torch.dtype = torch.float32, block_entries: int | None = None
+):
     """log Σ_v exp(logits[..., v]) [...], float64, of a softmax's logits [..., V] of any dtype, summed in ``dtype``.
 
     float32 (the word heads of KGLM and EntityNLM): the float32 logits as they are (bfloat16 ones widened), rounding
@@ -101,15 +103,14 @@ def log_normalizer(logits: torch.Tensor, dtype: torch.dtype = torch.float32, blo
     """
     if block_entries is None:
         widens = dtype == torch.float64 and logits.dtype != torch.float64
-        on_cpu = logits.device.type == "cpu"
-        block_entries = CPU_NORMALIZER_ENTRIES if on_cpu else WIDENED_NORMALIZER_ENTRIES if widens else logits.numel()
+        block_entries = CPU_NORMALIZER_ENTRIES if logits.device.type == "cpu" else logits.numel()
+        block_entries = min(block_entries, WIDENED_NORMALIZER_ENTRIES) if widens else block_entries
     flat = logits.reshape(-1, logits.shape[-1])
-    parts = [
-        flat[block].to(dtype).logsumexp(-1).double()
-        for block in normalizer_blocks(flat.shape[0], flat.shape[1], block_entries)
-    ]
-    out = parts[0] if len(parts) == 1 else torch.cat(parts) if parts else flat.new_zeros(0, dtype=torch.float64)
-    return out.reshape(logits.shape[:-1])
+    blocks = normalizer_blocks(flat.shape[0], flat.shape[1], block_entries)
+    parts = [flat[block].to(dtype).logsumexp(-1).double() for block in blocks]
+    if len(parts) != 1:
+        parts = [torch.cat(parts) if parts else flat.new_zeros(0, dtype=torch.float64)]
+    return parts[0].reshape(logits.shape[:-1])
 
 
 def tempered_draw(logits: torch.Tensor, temperature: float, generator) -> tuple[torch.Tensor, torch.Tensor]:

@@ -97,7 +97,8 @@ def test_log_normalizer_in_blocks_gives_the_numbers_of_one_pass_over_every_row(t
                     x = logits.to(source)
                     blocks = log_normalizer(x, dtype, block_entries=per_block * vocab)
                     assert blocks.dtype == torch.float64 and blocks.shape == (rows,)
-                    assert torch.equal(blocks, x.to(dtype).logsumexp(-1).double()), (rows, vocab, source, dtype)
+                    one_pass = x.to(dtype).logsumexp(-1).double()
+                    assert torch.equal(blocks, one_pass), (rows, vocab, source, dtype)
         assert torch.equal(log_normalizer(logits.view(5, 13, -1)), logits.logsumexp(-1).double().view(5, 13))
     finally:
         torch.set_num_threads(saved)
