@@ -111,19 +111,20 @@ def count(fn) -> KernelCounter:
 def accelerator_paths():
     """The code a GPU runs, on the CPU: KGLM's sampler and scorer send every particle through the parent and edge heads,
     EntityNLM draws every particle's entity and length and moves memory rows for all particles, the RNNG keeps one
-    row per particle (``SELECT_ROWS_ON``), not one per distinct history."""
+    row per particle (``SELECT_ROWS_ON``), not one per distinct history; softmax normalizers run over every row at
+    once, not in the CPU's cache-sized blocks (``CPU_NORMALIZER_ENTRIES``)."""
     from lm_latent_eval import tensors
     from lm_latent_eval.models.entitynlm import drawing, heads, latents, model, scoring
 
     modules = (latents, heads, scoring, drawing, model)
-    saved = tensors.SELECT_ROWS_ON, [m.rows_apart for m in modules]
-    tensors.SELECT_ROWS_ON = ()
+    saved = tensors.SELECT_ROWS_ON, [m.rows_apart for m in modules], tensors.CPU_NORMALIZER_ENTRIES
+    tensors.SELECT_ROWS_ON, tensors.CPU_NORMALIZER_ENTRIES = (), 1 << 62
     for m in modules:
         m.rows_apart = lambda *args: False
     try:
         yield
     finally:
-        tensors.SELECT_ROWS_ON = saved[0]
+        tensors.SELECT_ROWS_ON, tensors.CPU_NORMALIZER_ENTRIES = saved[0], saved[2]
         for m, f in zip(modules, saved[1]):
             m.rows_apart = f
 
