@@ -84,7 +84,7 @@ def normalizer_blocks(rows: int, entries_per_row: int, block_entries: int) -> li
 
 def log_normalizer(
     logits: torch.Tensor, dtype: torch.dtype = torch.float32, block_entries: int | None = None
-):
+) -> torch.Tensor:
     """log Σ_v exp(logits[..., v]) [...], float64, of a softmax's logits [..., V] of any dtype, summed in ``dtype``.
 
     float32 (the word heads of KGLM and EntityNLM): the float32 logits as they are (bfloat16 ones widened), rounding
