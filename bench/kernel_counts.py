@@ -24,6 +24,7 @@ import contextlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -107,24 +108,32 @@ def count(fn) -> KernelCounter:
     return counter
 
 
+def one_normalizer_pass():
+    """``tensors.log_normalizer`` over every row at once on the CPU, as on an accelerator (no cache-sized blocks)."""
+    from lm_latent_eval import tensors
+
+    return mock.patch.object(tensors, "CPU_NORMALIZER_ENTRIES", 1 << 62)
+
+
 @contextlib.contextmanager
 def accelerator_paths():
     """The code a GPU runs, on the CPU: KGLM's sampler and scorer send every particle through the parent and edge heads,
     EntityNLM draws every particle's entity and length and moves memory rows for all particles, the RNNG keeps one
     row per particle (``SELECT_ROWS_ON``), not one per distinct history; softmax normalizers run over every row at
-    once, not in the CPU's cache-sized blocks (``CPU_NORMALIZER_ENTRIES``)."""
+    once, not in the CPU's cache-sized blocks (``one_normalizer_pass``)."""
     from lm_latent_eval import tensors
     from lm_latent_eval.models.entitynlm import drawing, heads, latents, model, scoring
 
     modules = (latents, heads, scoring, drawing, model)
-    saved = tensors.SELECT_ROWS_ON, [m.rows_apart for m in modules], tensors.CPU_NORMALIZER_ENTRIES
-    tensors.SELECT_ROWS_ON, tensors.CPU_NORMALIZER_ENTRIES = (), 1 << 62
+    saved = tensors.SELECT_ROWS_ON, [m.rows_apart for m in modules]
+    tensors.SELECT_ROWS_ON = ()
     for m in modules:
         m.rows_apart = lambda *args: False
     try:
-        yield
+        with one_normalizer_pass():
+            yield
     finally:
-        tensors.SELECT_ROWS_ON, tensors.CPU_NORMALIZER_ENTRIES = saved[0], saved[2]
+        tensors.SELECT_ROWS_ON = saved[0]
         for m, f in zip(modules, saved[1]):
             m.rows_apart = f
 

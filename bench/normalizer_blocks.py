@@ -27,6 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import full_size
+from kernel_counts import one_normalizer_pass
 from smc_cost import cpu_name, package_revision
 
 from lm_latent_eval import tensors
@@ -48,24 +49,13 @@ SHAPES = (
 END_TO_END = {"kglm": (200, 500), "entitynlm": (200, 500), "rnng": (25, 500)}
 
 
-@contextlib.contextmanager
-def one_pass():
-    """``log_normalizer`` over every row at once on the CPU (as before the blocks)."""
-    saved = tensors.CPU_NORMALIZER_ENTRIES
-    tensors.CPU_NORMALIZER_ENTRIES = 1 << 62
-    try:
-        yield
-    finally:
-        tensors.CPU_NORMALIZER_ENTRIES = saved
-
-
 def side_by_side(fn, repeats: int) -> tuple[float, float, bool]:
     """(best seconds in one pass, best seconds in blocks, the same numbers) of ``fn()``, timed alternately."""
     best = {True: float("inf"), False: float("inf")}
     out = {}
     for _ in range(repeats):
         for whole in (True, False):
-            with one_pass() if whole else contextlib.nullcontext():
+            with one_normalizer_pass() if whole else contextlib.nullcontext():
                 start = time.perf_counter()
                 out[whole] = fn()
                 best[whole] = min(best[whole], time.perf_counter() - start)

@@ -108,9 +108,9 @@ def log_normalizer(
     flat = logits.reshape(-1, logits.shape[-1])
     blocks = normalizer_blocks(flat.shape[0], flat.shape[1], block_entries)
     parts = [flat[block].to(dtype).logsumexp(-1).double() for block in blocks]
-    if len(parts) != 1:
-        parts = [torch.cat(parts) if parts else flat.new_zeros(0, dtype=torch.float64)]
-    return parts[0].reshape(logits.shape[:-1])
+    if not parts:
+        return flat.new_zeros(logits.shape[:-1], dtype=torch.float64)
+    return (parts[0] if len(parts) == 1 else torch.cat(parts)).reshape(logits.shape[:-1])
 
 
 def tempered_draw(logits: torch.Tensor, temperature: float, generator) -> tuple[torch.Tensor, torch.Tensor]:
