@@ -355,13 +355,30 @@ def conditionals_runs(lengths: list[int], seeds: range, workers: int, peek: bool
     return out
 
 
-def proposal_smc(model, x: torch.Tensor, K: int, seed: int, proposal: str) -> tuple[float, int]:
+def one_row_values(
+    head, scores, revealed: torch.Tensor, pseudo: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """What the head's one-row proposal reads from the rows ``scores`` of the sets ``revealed`` [N, T]:
+    (log ψ̃(S ∪ {i}) [N, T] at each masked i, log Z(S) [N]), ψ̃(S ∪ {i}) the head at S ∪ {i} with each ℓ_j(S ∪ {i})
+    taken as ℓ_j(S), Z(S) = Σ_{i ∈ M} π(i | S) p_θ(x_i | S) ψ̃(S ∪ {i}) its normaliser: the Bellman identity's right
+    side read from S's own row (exact where one position is masked: ψ̃ of the full set is 1). Differentiable in the
+    head's weights (``ValueHead.corrections`` itself: texts the network reads whole)."""
+    corrections = head.corrections(scores.log_token, pseudo, revealed, shift=-1)
+    ahead = ValueHead.log_psi(scores.log_token, revealed, corrections)
+    children = ahead[:, None] - scores.log_token - corrections
+    return children, ahead + torch.logsumexp(scores.log_order - corrections, 1)
+
+
+def proposal_smc(
+    model, x: torch.Tensor, K: int, seed: int, proposal: str, temperature: float = 1.0, twist: str = "head"
+) -> tuple[float, int]:
     """(log p̂, network rows) of SMC over orders under the model's value head ψ, resampling systematically at
     ESS < K/2, the next position drawn from
 
-    - ``"one row"``: the package's peeking proposal under the head (``stepwise.proposal_logits``), weight
-      π p_θ(x_i | S) ψ(S ∪ {i}) / (q(i | S) ψ(S)) (ψ(S ∪ {i}) from the new row): the package's SMC with
-      ``peek=true``, one run of K particles;
+    - ``"one row"``: the package's peeking proposal under the head (``stepwise.proposal_logits``) at
+      ``temperature``, weight π p_θ(x_i | S) ψ(S ∪ {i}) / (q(i | S) ψ(S)) (ψ(S ∪ {i}) from the new row): the package's
+      SMC with ``peek=true``, one run of K particles; ``twist="proposal"`` takes ψ(S) = ``one_row_values``' Z(S)
+      instead of the head's ψ(S) (the same final weights, other intermediate targets);
     - ``"adapted"``: q(i | S) ∝ π(i | S) p_θ(x_i | S) ψ(S ∪ {i}) over every masked i (the fully adapted proposal: the
       |M| rows of S's children), weight Σ_i π p_θ ψ(S ∪ {i}) / ψ(S), whatever i is drawn, resampled before the draw.
 
@@ -401,14 +418,18 @@ def proposal_smc(model, x: torch.Tensor, K: int, seed: int, proposal: str) -> tu
             revealed, logits = resample(revealed, logits)
             position = torch.multinomial(torch.softmax(logits, 1), 1, generator=generator).squeeze(1)
         else:
-            log_q = torch.log_softmax(proposal_logits(model, scores, revealed, pseudo, True), 1)
+            log_q = torch.log_softmax(proposal_logits(model, scores, revealed, pseudo, True) / temperature, 1)
             position = torch.multinomial(log_q.exp(), 1, generator=generator).squeeze(1)
             log_w = log_w + (scores.log_joint - log_q).gather(1, position[:, None]).squeeze(1) - log_psi
         revealed = revealed.clone()
         revealed[torch.arange(K), position] = True
         if t < T - 1:
             scores = step_scores(model, x, revealed)
-            log_psi = log_lookahead(model, scores.log_token, revealed, pseudo)
+            if twist == "proposal":
+                with torch.no_grad():
+                    log_psi = one_row_values(model.value_head, scores, revealed, pseudo)[1]
+            else:
+                log_psi = log_lookahead(model, scores.log_token, revealed, pseudo)
             if proposal != "adapted":  # (the adapted proposal counted this row among the children)
                 rows += torch.unique(revealed, dim=0).shape[0]
                 log_w = log_w + log_psi

@@ -22,7 +22,6 @@ import numpy as np
 from ..estimators.seeding import document_seed
 
 KEEP, REPLACE, SWAP = 0, 1, 2
-OPERATION_NAMES = ("keep", "replace", "swap")
 DEFAULT_LEVELS = (0.1, 0.3, 0.5)
 
 

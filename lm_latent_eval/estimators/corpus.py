@@ -105,13 +105,6 @@ def corpus_estimator(estimates: Sequence[DocumentEstimate]) -> Estimator:
     return estimator_named(names.pop())
 
 
-def corpus_log_likelihood_estimate(estimates: Sequence[DocumentEstimate]) -> float | None:
-    """The paper's corpus-level log p̂ (p̂ of the whole corpus, unbiased): IS pairs sample k of every document, SMC
-    run r; both need the same samples for every document (None otherwise, e.g. after a precision target; exact and
-    beam runs have no samples to pair)."""
-    return corpus_estimator(estimates).corpus_log_likelihood(estimates)
-
-
 def certified_log_likelihood(
     estimates: Sequence[DocumentEstimate],
     policy: UncertaintyPolicy = DEFAULT_POLICY,

@@ -1,5 +1,7 @@
-"""bench/masked_value.py --proposals (issue 52, item 1): its bench-only sampler ``proposal_smc`` is unbiased under
-both proposals, whatever the head (a random one here), held to the oracle's exact p(x) at 6 tokens."""
+"""bench/masked_value.py --proposals and bench/masked_head_levers.py (issue 52, item 1): the bench-only sampler
+``proposal_smc`` is unbiased under both proposals, tempered or not, under either twist, whatever the head (a random
+one here), held to the oracle's exact p(x) at 6 tokens; the one-row proposal's normaliser Z(S) is exact where one
+position is masked, and the consistency fit's sets have the sizes asked for."""
 
 from __future__ import annotations
 
@@ -13,25 +15,64 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 
 import torch
-from masked_value import proposal_smc
+from masked_head_levers import STATES, draw_sets
+from masked_value import one_row_values, proposal_smc
 
+from lm_latent_eval.models.masked.conditionals import step_scores
 from lm_latent_eval.models.masked.oracle import make_oracle_model, oracle_log_marginal, sample_oracle_text
-from lm_latent_eval.models.masked.value import ValueHead
+from lm_latent_eval.models.masked.value import ValueHead, pseudo_log_likelihoods
 
 SEEDS = 300
 
 
-@pytest.mark.parametrize("proposal", ["one row", "adapted"])
-def test_proposal_smc_is_unbiased(proposal):
+def oracle_with_random_head():
     oracle = make_oracle_model()
     torch.manual_seed(3)
     oracle.value_head = ValueHead(8).double().eval()
+    return oracle
+
+
+@pytest.mark.parametrize(
+    "proposal, temperature, twist",
+    [
+        ("one row", 1.0, "head"),
+        ("one row", 1.5, "head"),
+        ("one row", 1.0, "proposal"),
+        ("adapted", 1.0, "head"),
+    ],
+)
+def test_proposal_smc_is_unbiased(proposal, temperature, twist):
+    oracle = oracle_with_random_head()
     x = sample_oracle_text(oracle, 6, seed=5)
     truth = oracle_log_marginal(oracle, x)
     ratios = torch.tensor(
-        [math.exp(proposal_smc(oracle, x, 8, seed, proposal)[0] - truth) for seed in range(SEEDS)]
+        [
+            math.exp(proposal_smc(oracle, x, 8, seed, proposal, temperature, twist)[0] - truth)
+            for seed in range(SEEDS)
+        ]
     )
     # p̂ / p has mean 1; 4 standard errors (a wrong increment, e.g. ψ(∅) not 1 or the proposal's log q left out,
     # moves the mean by far more)
     assert abs(float(ratios.mean()) - 1) < 4 * float(ratios.std()) / math.sqrt(SEEDS)
     assert float(ratios.std()) > 0
+
+
+def test_one_row_normaliser_is_exact_with_one_position_masked():
+    oracle = oracle_with_random_head()
+    x = sample_oracle_text(oracle, 6, seed=5)
+    revealed = ~torch.eye(6, dtype=torch.bool)  # row j: every position but j revealed
+    scores = step_scores(oracle, x, revealed)
+    with torch.no_grad():
+        log_z = one_row_values(oracle.value_head, scores, revealed, pseudo_log_likelihoods(oracle, x))[1]
+    # Z(S) = π(j | S) p_θ(x_j | S) ψ(all) with ψ(all) = 1, whatever the head
+    assert torch.allclose(log_z, scores.log_joint.diagonal(), atol=1e-12)
+
+
+@pytest.mark.parametrize("states", list(STATES))
+def test_consistency_sets_have_the_size_asked_for(states):
+    oracle = oracle_with_random_head()
+    x = sample_oracle_text(oracle, 8, seed=5)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        sets = draw_sets(oracle, x, pseudo_log_likelihoods(oracle, x), 3, 16, states, generator)
+    assert sets.shape == (16, 8) and bool((sets.sum(1) == 3).all())

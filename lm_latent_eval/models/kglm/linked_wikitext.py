@@ -44,7 +44,6 @@ MAX_PARENTS = 10
 
 # mention types, as in the original model's 4-way mention-type softmax
 NONE, NEW, RELATED, CONTINUING = 0, 1, 2, 3
-MENTION_TYPES = ("none", "new", "related", "continuing")
 
 
 def normalize_entity_id(raw_id: str) -> str | None:

@@ -304,9 +304,4 @@ def _target_sums(network, rows, starts, length, device) -> torch.Tensor:
     return picked.gather(1, at - 1).sum(1)
 
 
-def closings(rule: ChainRule, chains: list[list[int]]) -> list[int]:
-    """How each chain ends (``ChainRule.closing``), ``OPEN`` for a row that is no chain of the rule."""
-    return [rule.closing(chain) if rule.is_chain(chain) else OPEN for chain in chains]
-
-
 __all__ = ["CUT", "MARKER", "PAD", "STOP", "ChainDraws", "draw_chains", "score_answers", "teacher_forced"]

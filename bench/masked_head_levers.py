@@ -1,0 +1,199 @@
+"""What the value head's one-row proposal still offers at length (issue 52, item 1), on the oracle: its temperature,
+its own normaliser as the twist, and a head fitted to the proposal's one-step consistency.
+
+The package's SMC with ``peek=true`` under a value head (``masked_value.proposal_smc``'s ``"one row"``: K = 256,
+resampling at ESS < K/2) on 4 of the oracle's texts of 16, 32 and 48 tokens (``masked_length.oracle_texts``), 20
+seeds each, held to the exact log p(x): the error log p̂ − log p (mean ± sd over texts × seeds), the median over the
+texts of the sd of a text's log p̂ over the seeds, and K times its square (c, the variance per particle, which sets
+the particles a precision target asks for), beside the variants:
+
+- the proposal tempered, q(i | S) ∝ exp(ℓ_i / τ) (model_args ``temperature=τ``);
+- the twist ψ(S) replaced by the proposal's own normaliser Z(S) (``masked_value.one_row_values``: the Bellman
+  identity's right side read from S's row; the final weights are the same, only the resampling targets change);
+- the recipe's head (``masked_value.oracle_with_head``) fitted further, on texts of 32 to 48 tokens, to the one-step
+  consistency of the proposal: the variance, within groups of sets of one size, of
+  log Z(S ∪ {i}) − log ψ̃(S ∪ {i} | S) for i ~ q(i | S) (``consistency_loss``), which is the log increment of SMC's
+  weight at a step that draws i; the sets S uniform, drawn by the proposal from the empty set, or SMC's particles.
+
+    python bench/masked_head_levers.py     # writes bench/masked_length/head_levers.md
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+import torch
+from masked_length import OUTPUT, mean_sd, oracle_texts
+from masked_side_by_side import machine
+from masked_value import TEXTS, one_row_values, oracle_with_head, proposal_smc
+
+from lm_latent_eval.estimators.resampling import systematic_resample
+from lm_latent_eval.models.masked.conditionals import step_scores
+from lm_latent_eval.models.masked.oracle import oracle_log_marginal, sample_oracle_text
+from lm_latent_eval.models.masked.stepwise import proposal_logits
+from lm_latent_eval.models.masked.value import log_lookahead, pseudo_log_likelihoods, sets_of_size
+
+K, SEEDS, LENGTHS = 256, 20, (16, 32, 48)
+# (label, temperature, twist); the fitted heads run at τ = 1 with the head's twist
+VARIANTS = (
+    ("the package's (τ = 1)", 1.0, "head"),
+    ("tempered, τ = 1.25", 1.25, "head"),
+    ("tempered, τ = 1.5", 1.5, "head"),
+    ("tempered, τ = 2", 2.0, "head"),
+    ("twist Z(S), the proposal's normaliser", 1.0, "proposal"),
+)
+# how the sets S of the consistency fit are drawn
+STATES = {
+    "uniform": "uniform sets of each size",
+    "rollout": "the proposal's draws from the empty set",
+    "smc": "SMC's particles (16, resampled at ESS < 8)",
+}
+FIT_STEPS, FIT_SETS, FIT_RATE = 400, 16, 3e-4
+
+
+def draw_sets(model, x, pseudo, size: int, count: int, states: str, generator) -> torch.Tensor:
+    """``count`` sets of ``size`` positions of x [count, T], drawn as ``STATES[states]`` says."""
+    T = x.numel()
+    if states == "uniform":
+        return sets_of_size(T, size, count, generator)
+    revealed = torch.zeros(count, T, dtype=torch.bool)
+    log_w, log_psi = torch.zeros(count, dtype=torch.float64), torch.zeros(count, dtype=torch.float64)
+    for _ in range(size):
+        scores = step_scores(model, x, revealed)
+        log_q = torch.log_softmax(proposal_logits(model, scores, revealed, pseudo, True), 1)
+        position = torch.multinomial(log_q.exp(), 1, generator=generator).squeeze(1)
+        log_w = log_w + (scores.log_joint - log_q).gather(1, position[:, None]).squeeze(1) - log_psi
+        revealed = revealed.clone()
+        revealed[torch.arange(count), position] = True
+        if states == "smc":
+            log_psi = log_lookahead(model, step_scores(model, x, revealed).log_token, revealed, pseudo)
+            log_w = log_w + log_psi
+            if torch.exp(2 * torch.logsumexp(log_w, 0) - torch.logsumexp(2 * log_w, 0)) < count / 2:
+                ancestors = systematic_resample(log_w, generator)
+                revealed, log_psi = revealed[ancestors], log_psi[ancestors]
+                log_w = torch.zeros(count, dtype=torch.float64)
+    return revealed
+
+
+def consistency_loss(model, x, pseudo, revealed: torch.Tensor, generator) -> torch.Tensor:
+    """The variance over the sets ``revealed`` [N, T] of log Z(S ∪ {i}) − log ψ̃(S ∪ {i} | S), i ~ q(i | S): the
+    log increment of SMC's weight under the one-row proposal, differentiable in the head."""
+    scores = step_scores(model, x, revealed)
+    children = one_row_values(model.value_head, scores, revealed, pseudo)[0]
+    with torch.no_grad():
+        q = torch.softmax(proposal_logits(model, scores, revealed, pseudo, True), 1)
+        position = torch.multinomial(q, 1, generator=generator).squeeze(1)
+    rows = torch.arange(revealed.shape[0])
+    child = revealed.clone()
+    child[rows, position] = True
+    ahead = (
+        torch.zeros(rows.numel(), dtype=torch.float64)
+        if bool(child.all())
+        else one_row_values(model.value_head, step_scores(model, x, child), child, pseudo)[1]
+    )
+    residual = ahead - children[rows, position]
+    return ((residual - residual.mean()) ** 2).mean()
+
+
+def fit_consistency(oracle, states: str, seed: int = 0):
+    """A copy of the oracle's head fitted ``FIT_STEPS`` Adam steps (8 groups of one text, one size and
+    ``FIT_SETS`` sets each) to ``consistency_loss`` on 30 of its texts of 32 to 48 tokens (seeds 999,000 + k):
+    (the head, the mean loss of the first and of the last 50 steps)."""
+    texts = [sample_oracle_text(oracle, (32, 40, 48)[k % 3], seed=999_000 + k) for k in range(30)]
+    pseudos = [pseudo_log_likelihoods(oracle, x) for x in texts]
+    head = oracle.value_head
+    oracle.value_head = copy.deepcopy(head)
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(oracle.value_head.parameters(), lr=FIT_RATE)
+    losses = []
+    for _ in range(FIT_STEPS):
+        loss = 0.0
+        for _ in range(8):
+            k = int(torch.randint(len(texts), (1,), generator=generator))
+            size = int(torch.randint(texts[k].numel(), (1,), generator=generator))
+            with torch.no_grad():
+                revealed = draw_sets(oracle, texts[k], pseudos[k], size, FIT_SETS, states, generator)
+            loss = loss + consistency_loss(oracle, texts[k], pseudos[k], revealed, generator) / 8
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    fitted, oracle.value_head = oracle.value_head.eval(), head
+    return fitted, float(np.mean(losses[:50])), float(np.mean(losses[-50:]))
+
+
+def cells(oracle, texts: dict, truth: dict, temperature: float, twist: str) -> list[str]:
+    """One row's cells per length: error, median sd of a text's log p̂, c = K · sd²."""
+    out = []
+    for T in LENGTHS:
+        estimates = np.array(
+            [
+                [proposal_smc(oracle, x, K, seed, "one row", temperature, twist)[0] for x in texts[T]]
+                for seed in range(SEEDS)
+            ]
+        )
+        sd = np.median(estimates.std(0, ddof=1))
+        out.append(f"{mean_sd((estimates - truth[T]).ravel())} | {sd:.2f} | {K * sd**2:.1f}")
+    return out
+
+
+def levers_table() -> list[str]:
+    start = time.perf_counter()
+    oracle = oracle_with_head()
+    fit_seconds = time.perf_counter() - start
+    texts = {T: [oracle.tokenize(t) for t in oracle_texts(oracle, T, TEXTS)] for T in LENGTHS}
+    truth = {T: np.array([oracle_log_marginal(oracle, x) for x in texts[T]]) for T in LENGTHS}
+    rows, fits = [], []
+    for label, temperature, twist in VARIANTS:
+        rows.append(f"| {label} | " + " | ".join(cells(oracle, texts, truth, temperature, twist)) + " |")
+        print(rows[-1], flush=True)
+    recipe = oracle.value_head
+    for states, how in STATES.items():
+        began = time.perf_counter()
+        oracle.value_head, first, last = fit_consistency(oracle, states)
+        fits.append(f"| {how} | {first:.3f} | {last:.3f} | {time.perf_counter() - began:.0f} |")
+        rows.append(
+            f"| head fitted to the consistency on {how} | "
+            + " | ".join(cells(oracle, texts, truth, 1.0, "head"))
+            + " |"
+        )
+        oracle.value_head = recipe
+        print(fits[-1], rows[-1], sep="\n", flush=True)
+    return [
+        (
+            f"The value head's one-row proposal on the oracle (`python bench/masked_head_levers.py`): SMC with "
+            f"`peek=true` under the recipe's head (`oracle_with_head`, fitted in {fit_seconds:.0f} s), K = {K}, "
+            f"resampling at ESS < K/2, {TEXTS} texts per length, {SEEDS} seeds: the error log p̂ − log p (mean ± sd), the "
+            "median over the texts of the sd of a text's log p̂ over the seeds, and c = K · sd² (the variance per "
+            f"particle). Machine: {machine()}."
+        ),
+        "",
+        "| proposal / twist / head | "
+        + " | ".join(f"T = {T}: log p̂ − log p | T = {T}: sd | T = {T}: c" for T in LENGTHS)
+        + " |",
+        "|---|" + "---|---|---|" * len(LENGTHS),
+        *rows,
+        "",
+        (
+            f"The consistency fits ({FIT_STEPS} Adam steps at rate {FIT_RATE:g}, 8 groups of {FIT_SETS} sets each, texts of "
+            "32 to 48 tokens): the loss, the variance of the log increment log Z(S ∪ {i}) − log ψ̃(S ∪ {i} | S) within a "
+            "group, in nats², averaged over the first and the last 50 steps."
+        ),
+        "",
+        "| sets S | loss, first 50 steps | loss, last 50 steps | seconds |",
+        "|---|---|---|---|",
+        *fits,
+    ]
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    text = "\n".join(levers_table()) + "\n"
+    (OUTPUT / "head_levers.md").write_text(text, encoding="utf-8")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
