@@ -140,6 +140,7 @@ def cells(oracle, texts: dict, truth: dict, temperature: float, twist: str) -> l
 
 
 def levers_table() -> list[str]:
+    """The output's lines: the variants' table, then the consistency fits' losses."""
     start = time.perf_counter()
     oracle = oracle_with_head()
     fit_seconds = time.perf_counter() - start
