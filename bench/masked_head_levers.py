@@ -15,6 +15,9 @@ the particles a precision target asks for), beside the variants:
   log Z(S ∪ {i}) − log ψ̃(S ∪ {i} | S) for i ~ q(i | S) (``consistency_loss``), which is the log increment of SMC's
   weight at a step that draws i; the sets S uniform, drawn by the proposal from the empty set, or SMC's particles.
 
+The tempered rows again on the bundled network under its checkpoint's head, on its joined held-out sentences of 16 and
+32 tokens (``masked_length.joined_texts``): the sd and c alone (its truth is out of reach at 32 tokens).
+
     python bench/masked_head_levers.py     # writes bench/masked_length/head_levers.md
 """
 
@@ -25,11 +28,12 @@ import time
 
 import numpy as np
 import torch
-from masked_length import OUTPUT, mean_sd, oracle_texts
+from masked_length import OUTPUT, joined_texts, mean_sd, oracle_texts
 from masked_side_by_side import machine
 from masked_value import TEXTS, one_row_values, oracle_with_head, proposal_smc
 
 from lm_latent_eval.estimators.resampling import systematic_resample
+from lm_latent_eval.models import load_model
 from lm_latent_eval.models.masked.conditionals import step_scores
 from lm_latent_eval.models.masked.oracle import oracle_log_marginal, sample_oracle_text
 from lm_latent_eval.models.masked.stepwise import proposal_logits
@@ -51,6 +55,7 @@ STATES = {
     "smc": "SMC's particles (16, resampled at ESS < 8)",
 }
 FIT_STEPS, FIT_SETS, FIT_RATE = 400, 16, 3e-4
+NETWORK_LENGTHS = (16, 32)
 
 
 def draw_sets(model, x, pseudo, size: int, count: int, states: str, generator) -> torch.Tensor:
@@ -124,18 +129,20 @@ def fit_consistency(oracle, states: str, seed: int = 0):
     return fitted, float(np.mean(losses[:50])), float(np.mean(losses[-50:]))
 
 
-def cells(oracle, texts: dict, truth: dict, temperature: float, twist: str) -> list[str]:
-    """One row's cells per length: error, median sd of a text's log p̂, c = K · sd²."""
+def cells(model, texts: dict, truth: dict | None, temperature: float, twist: str) -> list[str]:
+    """One row's cells per length of ``texts``: the error (where ``truth`` is given), the median sd of a text's log p̂,
+    c = K · sd²."""
     out = []
-    for T in LENGTHS:
+    for T, xs in texts.items():
         estimates = np.array(
             [
-                [proposal_smc(oracle, x, K, seed, "one row", temperature, twist)[0] for x in texts[T]]
+                [proposal_smc(model, x, K, seed, "one row", temperature, twist)[0] for x in xs]
                 for seed in range(SEEDS)
             ]
         )
         sd = np.median(estimates.std(0, ddof=1))
-        out.append(f"{mean_sd((estimates - truth[T]).ravel())} | {sd:.2f} | {K * sd**2:.1f}")
+        error = "" if truth is None else f"{mean_sd((estimates - truth[T]).ravel())} | "
+        out.append(f"{error}{sd:.2f} | {K * sd**2:.1f}")
     return out
 
 
@@ -162,6 +169,16 @@ def levers_table() -> list[str]:
         )
         oracle.value_head = recipe
         print(fits[-1], rows[-1], sep="\n", flush=True)
+    network, _ = load_model("masked")
+    network_texts = {
+        T: [network.tokenize(t) for t in joined_texts(network, T, TEXTS)] for T in NETWORK_LENGTHS
+    }
+    network_rows = []
+    for label, temperature, twist in VARIANTS[:4]:
+        network_rows.append(
+            f"| {label} | " + " | ".join(cells(network, network_texts, None, temperature, twist)) + " |"
+        )
+        print(network_rows[-1], flush=True)
     return [
         (
             f"The value head's one-row proposal on the oracle (`python bench/masked_head_levers.py`): SMC with "
@@ -186,6 +203,15 @@ def levers_table() -> list[str]:
         "| sets S | loss, first 50 steps | loss, last 50 steps | seconds |",
         "|---|---|---|---|",
         *fits,
+        "",
+        (
+            f"The bundled network under its checkpoint's head, {TEXTS} of its joined held-out texts per length, the same "
+            "SMC and seeds (no truth at 32 tokens: the spread alone):"
+        ),
+        "",
+        "| proposal | " + " | ".join(f"T = {T}: sd | T = {T}: c" for T in NETWORK_LENGTHS) + " |",
+        "|---|" + "---|---|" * len(NETWORK_LENGTHS),
+        *network_rows,
     ]
 
 
