@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from masked_length import OUTPUT, joined_texts, mean_sd, oracle_texts
 from masked_side_by_side import machine
-from masked_value import TEXTS, one_row_values, oracle_with_head, proposal_smc
+from masked_value import TEXTS, ess_below_half, one_row_values, oracle_with_head, proposal_smc
 
 from lm_latent_eval.estimators.resampling import systematic_resample
 from lm_latent_eval.models import load_model
@@ -75,7 +75,7 @@ def draw_sets(model, x, pseudo, size: int, count: int, states: str, generator) -
         if states == "smc":
             log_psi = log_lookahead(model, step_scores(model, x, revealed).log_token, revealed, pseudo)
             log_w = log_w + log_psi
-            if torch.exp(2 * torch.logsumexp(log_w, 0) - torch.logsumexp(2 * log_w, 0)) < count / 2:
+            if ess_below_half(log_w):
                 ancestors = systematic_resample(log_w, generator)
                 revealed, log_psi = revealed[ancestors], log_psi[ancestors]
                 log_w = torch.zeros(count, dtype=torch.float64)

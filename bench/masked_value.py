@@ -355,6 +355,12 @@ def conditionals_runs(lengths: list[int], seeds: range, workers: int, peek: bool
     return out
 
 
+def ess_below_half(log_w: torch.Tensor) -> bool:
+    """Whether the effective sample size (Σ w)² / Σ w² of the log weights [K] is below K / 2: the benches' SMC
+    resamples there."""
+    return bool(torch.exp(2 * torch.logsumexp(log_w, 0) - torch.logsumexp(2 * log_w, 0)) < log_w.numel() / 2)
+
+
 def one_row_values(
     head, scores, revealed: torch.Tensor, pseudo: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -392,8 +398,7 @@ def proposal_smc(
 
     def resample(*tensors):
         nonlocal banked, log_w
-        ess = torch.exp(2 * torch.logsumexp(log_w, 0) - torch.logsumexp(2 * log_w, 0))
-        if ess >= K / 2:
+        if not ess_below_half(log_w):
             return tensors
         banked += float(torch.logsumexp(log_w, 0)) - math.log(K)
         ancestors = systematic_resample(log_w, generator)
