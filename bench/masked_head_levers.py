@@ -8,6 +8,8 @@ texts of the sd of a text's log p̂ over the seeds, and K times its square (c, t
 the particles a precision target asks for), beside the variants:
 
 - the proposal tempered, q(i | S) ∝ exp(ℓ_i / τ) (model_args ``temperature=τ``);
+- a defensive mixture, (1 − ε) q + ε · uniform over the masked positions (``proposal_smc``'s ``defensive``), which
+  bounds each step's weight by |M| / ε times its target's increment;
 - the twist ψ(S) replaced by the proposal's own normaliser Z(S) (``masked_value.one_row_values``: the Bellman
   identity's right side read from S's row; the final weights are the same, only the resampling targets change);
 - the recipe's head (``masked_value.oracle_with_head``) fitted further, on texts of 32 to 48 tokens, to the one-step
@@ -16,7 +18,15 @@ the particles a precision target asks for), beside the variants:
   weight at a step that draws i; the sets S uniform, drawn by the proposal from the empty set, or SMC's particles.
 
 The tempered rows again on the bundled network under its checkpoint's head, on its joined held-out sentences of 16 and
-32 tokens (``masked_length.joined_texts``): the sd and c alone (its truth is out of reach at 32 tokens).
+32 tokens (``masked_length.joined_texts``): the sd and c alone (its truth is out of reach at 32 tokens); there also
+uniform orders under the head and DUEL's deterministic samplers' scores as proposals, q(i | S) ∝ exp(s_i(S) / τ)
+with s_i the greedy-confidence or probability-margin score read from S's row (``masked_value.policy_scores``; the
+weight corrects for q). The oracle has no such rows: its conditionals are the same at every masked position, so
+those scores make q uniform there.
+
+Last, on the oracle's texts of 32 tokens, c at K = 256 beside K = 1,024 for the package's proposal, the best
+tempered one and the defensive mixtures: a c that grows with K is the mark of a heavy tail in the weights (the
+spread at small K understates the error).
 
     python bench/masked_head_levers.py     # writes bench/masked_length/head_levers.md
 """
@@ -25,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import time
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -40,14 +51,39 @@ from lm_latent_eval.models.masked.stepwise import proposal_logits
 from lm_latent_eval.models.masked.value import log_lookahead, pseudo_log_likelihoods, sets_of_size
 
 K, SEEDS, LENGTHS = 256, 20, (16, 32, 48)
-# (label, temperature, twist); the fitted heads run at τ = 1 with the head's twist
+
+
+class Variant(NamedTuple):
+    """One row: its label and ``proposal_smc``'s proposal, temperature, twist and defensive share."""
+
+    label: str
+    proposal: str = "one row"
+    temperature: float = 1.0
+    twist: str = "head"
+    defensive: float = 0.0
+
+
+PACKAGE = Variant("the package's (τ = 1)")
+TEMPERED = tuple(Variant(f"tempered, τ = {tau:g}", temperature=tau) for tau in (1.25, 1.5, 2.0))
+DEFENSIVE = tuple(Variant(f"defensive mixture, ε = {eps:g}", defensive=eps) for eps in (0.1, 0.3))
 VARIANTS = (
-    ("the package's (τ = 1)", 1.0, "head"),
-    ("tempered, τ = 1.25", 1.25, "head"),
-    ("tempered, τ = 1.5", 1.5, "head"),
-    ("tempered, τ = 2", 2.0, "head"),
-    ("twist Z(S), the proposal's normaliser", 1.0, "proposal"),
+    PACKAGE,
+    *TEMPERED,
+    *DEFENSIVE,
+    Variant("twist Z(S), the proposal's normaliser", twist="proposal"),
 )
+NETWORK_VARIANTS = (
+    PACKAGE,
+    *TEMPERED,
+    *DEFENSIVE,
+    Variant("uniform orders", "uniform"),
+    Variant("DUEL greedy confidence's scores, τ = 1", "greedy_confidence"),
+    Variant("DUEL greedy confidence's scores, τ = 0.5", "greedy_confidence", 0.5),
+    Variant("DUEL probability margin's scores, τ = 1", "margin"),
+)
+# c against K at GROWTH_LENGTH tokens (the oracle)
+GROWTH_KS, GROWTH_LENGTH = (256, 1024), 32
+GROWTH_VARIANTS = (PACKAGE, TEMPERED[1], *DEFENSIVE)
 # how the sets S of the consistency fit are drawn
 STATES = {
     "uniform": "uniform sets of each size",
@@ -129,20 +165,17 @@ def fit_consistency(oracle, states: str, seed: int = 0):
     return fitted, float(np.mean(losses[:50])), float(np.mean(losses[-50:]))
 
 
-def cells(model, texts: dict, truth: dict | None, temperature: float, twist: str) -> list[str]:
+def cells(model, texts: dict, truth: dict | None, variant: Variant = PACKAGE, k: int = K) -> list[str]:
     """One row's cells per length of ``texts``: the error (where ``truth`` is given), the median sd of a text's log p̂,
-    c = K · sd²."""
+    c = k · sd²."""
     out = []
     for T, xs in texts.items():
         estimates = np.array(
-            [
-                [proposal_smc(model, x, K, seed, "one row", temperature, twist)[0] for x in xs]
-                for seed in range(SEEDS)
-            ]
+            [[proposal_smc(model, x, k, seed, *variant[1:])[0] for x in xs] for seed in range(SEEDS)]
         )
         sd = np.median(estimates.std(0, ddof=1))
         error = "" if truth is None else f"{mean_sd((estimates - truth[T]).ravel())} | "
-        out.append(f"{error}{sd:.2f} | {K * sd**2:.1f}")
+        out.append(f"{error}{sd:.2f} | {k * sd**2:.1f}")
     return out
 
 
@@ -154,18 +187,25 @@ def levers_table() -> list[str]:
     texts = {T: [oracle.tokenize(t) for t in oracle_texts(oracle, T, TEXTS)] for T in LENGTHS}
     truth = {T: np.array([oracle_log_marginal(oracle, x) for x in texts[T]]) for T in LENGTHS}
     rows, fits = [], []
-    for label, temperature, twist in VARIANTS:
-        rows.append(f"| {label} | " + " | ".join(cells(oracle, texts, truth, temperature, twist)) + " |")
+    for variant in VARIANTS:
+        rows.append(f"| {variant.label} | " + " | ".join(cells(oracle, texts, truth, variant)) + " |")
         print(rows[-1], flush=True)
+    growth = []
+    for variant in GROWTH_VARIANTS:
+        at = {GROWTH_LENGTH: texts[GROWTH_LENGTH]}
+        growth.append(
+            f"| {variant.label} | "
+            + " | ".join(cells(oracle, at, truth, variant, k)[0] for k in GROWTH_KS)
+            + " |"
+        )
+        print(growth[-1], flush=True)
     recipe = oracle.value_head
     for states, how in STATES.items():
         began = time.perf_counter()
         oracle.value_head, first, last = fit_consistency(oracle, states)
         fits.append(f"| {how} | {first:.3f} | {last:.3f} | {time.perf_counter() - began:.0f} |")
         rows.append(
-            f"| head fitted to the consistency on {how} | "
-            + " | ".join(cells(oracle, texts, truth, 1.0, "head"))
-            + " |"
+            f"| head fitted to the consistency on {how} | " + " | ".join(cells(oracle, texts, truth)) + " |"
         )
         oracle.value_head = recipe
         print(fits[-1], rows[-1], sep="\n", flush=True)
@@ -174,9 +214,9 @@ def levers_table() -> list[str]:
         T: [network.tokenize(t) for t in joined_texts(network, T, TEXTS)] for T in NETWORK_LENGTHS
     }
     network_rows = []
-    for label, temperature, twist in VARIANTS[:4]:
+    for variant in NETWORK_VARIANTS:
         network_rows.append(
-            f"| {label} | " + " | ".join(cells(network, network_texts, None, temperature, twist)) + " |"
+            f"| {variant.label} | " + " | ".join(cells(network, network_texts, None, variant)) + " |"
         )
         print(network_rows[-1], flush=True)
     return [
@@ -193,6 +233,17 @@ def levers_table() -> list[str]:
         + " |",
         "|---|" + "---|---|---|" * len(LENGTHS),
         *rows,
+        "",
+        (
+            f"c against K on the oracle's texts of {GROWTH_LENGTH} tokens, the same {SEEDS} seeds (a c that grows with K: "
+            "heavy-tailed weights):"
+        ),
+        "",
+        "| proposal | "
+        + " | ".join(f"K = {k:,}: log p̂ − log p | K = {k:,}: sd | K = {k:,}: c" for k in GROWTH_KS)
+        + " |",
+        "|---|" + "---|---|---|" * len(GROWTH_KS),
+        *growth,
         "",
         (
             f"The consistency fits ({FIT_STEPS} Adam steps at rate {FIT_RATE:g}, 8 groups of {FIT_SETS} sets each, texts of "

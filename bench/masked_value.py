@@ -85,8 +85,9 @@ from lm_latent_eval.estimators.corpus import corpus_estimate
 from lm_latent_eval.estimators.registry import resolve, with_model_defaults
 from lm_latent_eval.estimators.resampling import systematic_resample
 from lm_latent_eval.models import load_model
-from lm_latent_eval.models.masked.conditionals import step_scores
+from lm_latent_eval.models.masked.conditionals import masked_ids, step_scores
 from lm_latent_eval.models.masked.oracle import make_oracle_model, oracle_log_marginal, sample_oracle_text
+from lm_latent_eval.models.masked.policy import position_scores
 from lm_latent_eval.models.masked.stepwise import proposal_logits
 from lm_latent_eval.models.masked.value import (
     ValueHead,
@@ -97,6 +98,7 @@ from lm_latent_eval.models.masked.value import (
     sets_of_size,
 )
 from lm_latent_eval.models.masked.value_fit import HeadRecipe, fit_head
+from lm_latent_eval.tensors import log_normalizer
 
 KS, SEEDS, TEXTS = (64, 256), 5, 4
 NETWORK_LENGTHS, ORACLE_LENGTHS = (16, 32, 48, 64), (16, 32, 48)
@@ -375,8 +377,26 @@ def one_row_values(
     return children, ahead + torch.logsumexp(scores.log_order - corrections, 1)
 
 
+def policy_scores(model, x: torch.Tensor, revealed: torch.Tensor, policy: str) -> torch.Tensor:
+    """The score s_i(S) [N, T] a deterministic order policy (``policy.POLICIES``: DUEL's ``greedy_confidence``,
+    ``margin``) ranks the masked positions of the sets ``revealed`` [N, T] by, float64, −inf at the revealed ones:
+    read from S's row (the mask row left out), as the model's policy would read it; no row counted."""
+    with torch.no_grad():
+        logits = model.predict(masked_ids(x, revealed, model.mask_id))
+    logits = logits.index_fill(-1, torch.tensor([model.mask_id]), -math.inf)
+    scores = position_scores(policy, logits, log_normalizer(logits, torch.float64))
+    return scores.masked_fill(revealed, -math.inf)
+
+
 def proposal_smc(
-    model, x: torch.Tensor, K: int, seed: int, proposal: str, temperature: float = 1.0, twist: str = "head"
+    model,
+    x: torch.Tensor,
+    K: int,
+    seed: int,
+    proposal: str,
+    temperature: float = 1.0,
+    twist: str = "head",
+    defensive: float = 0.0,
 ) -> tuple[float, int]:
     """(log p̂, network rows) of SMC over orders under the model's value head ψ, resampling systematically at
     ESS < K/2, the next position drawn from
@@ -386,7 +406,13 @@ def proposal_smc(
       SMC with ``peek=true``, one run of K particles; ``twist="proposal"`` takes ψ(S) = ``one_row_values``' Z(S)
       instead of the head's ψ(S) (the same final weights, other intermediate targets);
     - ``"adapted"``: q(i | S) ∝ π(i | S) p_θ(x_i | S) ψ(S ∪ {i}) over every masked i (the fully adapted proposal: the
-      |M| rows of S's children), weight Σ_i π p_θ ψ(S ∪ {i}) / ψ(S), whatever i is drawn, resampled before the draw.
+      |M| rows of S's children), weight Σ_i π p_θ ψ(S ∪ {i}) / ψ(S), whatever i is drawn, resampled before the draw;
+    - a DUEL policy's name (``"greedy_confidence"``, ``"margin"``): q(i | S) ∝ exp(s_i(S) / ``temperature``) over the
+      masked i, s_i the score that deterministic sampler ranks positions by (``policy_scores``: read from S's row,
+      blind to the masked tokens), weight π p_θ(x_i | S) ψ(S ∪ {i}) / (q(i | S) ψ(S)) as for ``"one row"``.
+
+    ``defensive`` = ε > 0 (not ``"adapted"``) draws from the mixture (1 − ε) q + ε · uniform over the masked positions
+    instead, and weights by it: a step's weight is then at most |M| / ε times its target's increment.
 
     The package's stepwise part (``models/masked/stepwise.py``) with its proposal swapped; ψ(∅) = 1, ψ(all) = 1."""
     generator = torch.Generator().manual_seed(seed)
@@ -423,7 +449,17 @@ def proposal_smc(
             revealed, logits = resample(revealed, logits)
             position = torch.multinomial(torch.softmax(logits, 1), 1, generator=generator).squeeze(1)
         else:
-            log_q = torch.log_softmax(proposal_logits(model, scores, revealed, pseudo, True) / temperature, 1)
+            logits = (
+                proposal_logits(model, scores, revealed, pseudo, True)
+                if proposal == "one row"
+                else policy_scores(model, x, revealed, proposal)
+            )
+            log_q = torch.log_softmax(logits / temperature, 1)
+            if defensive:
+                masked = torch.isfinite(log_q)
+                uniform = (-masked.sum(1, keepdim=True).double().log()).expand_as(log_q)
+                uniform = uniform.masked_fill(~masked, -math.inf)
+                log_q = torch.logaddexp(log_q + math.log1p(-defensive), uniform + math.log(defensive))
             position = torch.multinomial(log_q.exp(), 1, generator=generator).squeeze(1)
             log_w = log_w + (scores.log_joint - log_q).gather(1, position[:, None]).squeeze(1) - log_psi
         revealed = revealed.clone()

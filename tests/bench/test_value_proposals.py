@@ -1,5 +1,5 @@
 """bench/masked_value.py --proposals and bench/masked_head_levers.py (issue 52, item 1): the bench-only sampler
-``proposal_smc`` is unbiased under both proposals, tempered or not, under either twist, whatever the head (a random
+``proposal_smc`` is unbiased under every proposal (DUEL's policies' scores among them), tempered or not, mixed with uniform orders or not, under either twist, whatever the head (a random
 one here), held to the oracle's exact p(x) at 6 tokens; the one-row proposal's normaliser Z(S) is exact where one
 position is masked, and the consistency fit's sets have the sizes asked for."""
 
@@ -33,21 +33,24 @@ def oracle_with_random_head():
 
 
 @pytest.mark.parametrize(
-    "proposal, temperature, twist",
+    "proposal, temperature, twist, defensive",
     [
-        ("one row", 1.0, "head"),
-        ("one row", 1.5, "head"),
-        ("one row", 1.0, "proposal"),
-        ("adapted", 1.0, "head"),
+        ("one row", 1.0, "head", 0.0),
+        ("one row", 1.5, "head", 0.0),
+        ("one row", 1.0, "proposal", 0.0),
+        ("one row", 1.0, "head", 0.3),
+        ("adapted", 1.0, "head", 0.0),
+        ("greedy_confidence", 1.0, "head", 0.0),
+        ("margin", 0.5, "head", 0.1),
     ],
 )
-def test_proposal_smc_is_unbiased(proposal, temperature, twist):
+def test_proposal_smc_is_unbiased(proposal, temperature, twist, defensive):
     oracle = oracle_with_random_head()
     x = sample_oracle_text(oracle, 6, seed=5)
     truth = oracle_log_marginal(oracle, x)
     ratios = torch.tensor(
         [
-            math.exp(proposal_smc(oracle, x, 8, seed, proposal, temperature, twist)[0] - truth)
+            math.exp(proposal_smc(oracle, x, 8, seed, proposal, temperature, twist, defensive)[0] - truth)
             for seed in range(SEEDS)
         ]
     )
@@ -55,6 +58,23 @@ def test_proposal_smc_is_unbiased(proposal, temperature, twist):
     # moves the mean by far more)
     assert abs(float(ratios.mean()) - 1) < 4 * float(ratios.std()) / math.sqrt(SEEDS)
     assert float(ratios.std()) > 0
+
+
+def test_defensive_mixture_is_weighted_by_what_it_draws():
+    # one particle never resamples, so p̂ = p(x, σ) / q(σ) for the one order drawn: unbiased for any q with full
+    # support, if q is the mixture the order was drawn from; a sharp proposal (τ = 0.25) half mixed with uniform
+    # orders sets the mixture far from q (weighting by q alone is off by about 6 standard errors here)
+    oracle = oracle_with_random_head()
+    x = sample_oracle_text(oracle, 4, seed=5)
+    truth = oracle_log_marginal(oracle, x)
+    seeds = 2000
+    ratios = torch.tensor(
+        [
+            math.exp(proposal_smc(oracle, x, 1, seed, "one row", 0.25, "head", 0.5)[0] - truth)
+            for seed in range(seeds)
+        ]
+    )
+    assert abs(float(ratios.mean()) - 1) < 4 * float(ratios.std()) / math.sqrt(seeds)
 
 
 def test_one_row_normaliser_is_exact_with_one_position_masked():
