@@ -1,5 +1,6 @@
-"""What the value head's one-row proposal still offers at length (issue 52, item 1), on the oracle: its temperature,
-its own normaliser as the twist, and a head fitted to the proposal's one-step consistency.
+"""What the value head's one-row proposal still offers at length (issue 52, item 1), on the oracle: its temperature, a
+defensive mixture with uniform orders, its own normaliser as the twist, and a head fitted to the proposal's one-step
+consistency; on the bundled network also DUEL's samplers' scores as proposals.
 
 The package's SMC with ``peek=true`` under a value head (``masked_value.proposal_smc``'s ``"one row"``: K = 256,
 resampling at ESS < K/2) on 4 of the oracle's texts of 16, 32 and 48 tokens (``masked_length.oracle_texts``), 20
@@ -165,6 +166,11 @@ def fit_consistency(oracle, states: str, seed: int = 0):
     return fitted, float(np.mean(losses[:50])), float(np.mean(losses[-50:]))
 
 
+def row(label: str, values: list[str]) -> str:
+    """One markdown table row: the label, then the values."""
+    return "| " + " | ".join([label, *values]) + " |"
+
+
 def cells(model, texts: dict, truth: dict | None, variant: Variant = PACKAGE, k: int = K) -> list[str]:
     """One row's cells per length of ``texts``: the error (where ``truth`` is given), the median sd of a text's log p̂,
     c = k · sd²."""
@@ -188,25 +194,19 @@ def levers_table() -> list[str]:
     truth = {T: np.array([oracle_log_marginal(oracle, x) for x in texts[T]]) for T in LENGTHS}
     rows, fits = [], []
     for variant in VARIANTS:
-        rows.append(f"| {variant.label} | " + " | ".join(cells(oracle, texts, truth, variant)) + " |")
+        rows.append(row(variant.label, cells(oracle, texts, truth, variant)))
         print(rows[-1], flush=True)
     growth = []
     for variant in GROWTH_VARIANTS:
         at = {GROWTH_LENGTH: texts[GROWTH_LENGTH]}
-        growth.append(
-            f"| {variant.label} | "
-            + " | ".join(cells(oracle, at, truth, variant, k)[0] for k in GROWTH_KS)
-            + " |"
-        )
+        growth.append(row(variant.label, [cells(oracle, at, truth, variant, k)[0] for k in GROWTH_KS]))
         print(growth[-1], flush=True)
     recipe = oracle.value_head
     for states, how in STATES.items():
         began = time.perf_counter()
         oracle.value_head, first, last = fit_consistency(oracle, states)
         fits.append(f"| {how} | {first:.3f} | {last:.3f} | {time.perf_counter() - began:.0f} |")
-        rows.append(
-            f"| head fitted to the consistency on {how} | " + " | ".join(cells(oracle, texts, truth)) + " |"
-        )
+        rows.append(row(f"head fitted to the consistency on {how}", cells(oracle, texts, truth)))
         oracle.value_head = recipe
         print(fits[-1], rows[-1], sep="\n", flush=True)
     network, _ = load_model("masked")
@@ -215,9 +215,7 @@ def levers_table() -> list[str]:
     }
     network_rows = []
     for variant in NETWORK_VARIANTS:
-        network_rows.append(
-            f"| {variant.label} | " + " | ".join(cells(network, network_texts, None, variant)) + " |"
-        )
+        network_rows.append(row(variant.label, cells(network, network_texts, None, variant)))
         print(network_rows[-1], flush=True)
     return [
         (
