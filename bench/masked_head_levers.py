@@ -52,6 +52,8 @@ from lm_latent_eval.models.masked.stepwise import proposal_logits
 from lm_latent_eval.models.masked.value import log_lookahead, pseudo_log_likelihoods, sets_of_size
 
 K, SEEDS, LENGTHS = 256, 20, (16, 32, 48)
+# a row's columns per length (or K): ``cells``' error (where there is a truth), spread and c
+TRUTH_COLUMNS = ("log p̂ − log p", "sd", "c")
 
 
 class Variant(NamedTuple):
@@ -82,8 +84,8 @@ NETWORK_VARIANTS = (
     Variant("DUEL greedy confidence's scores, τ = 0.5", "greedy_confidence", 0.5),
     Variant("DUEL probability margin's scores, τ = 1", "margin"),
 )
-# c against K at GROWTH_LENGTH tokens (the oracle)
-GROWTH_KS, GROWTH_LENGTH = (256, 1024), 32
+# c against K at GROWTH_LENGTH tokens (the oracle): K beside the larger GROWTH_K
+GROWTH_K, GROWTH_LENGTH = 1024, 32
 GROWTH_VARIANTS = (PACKAGE, TEMPERED[1], *DEFENSIVE)
 # how the sets S of the consistency fit are drawn
 STATES = {
@@ -171,6 +173,14 @@ def row(label: str, values: list[str]) -> str:
     return "| " + " | ".join([label, *values]) + " |"
 
 
+def header(first: str, groups: list[str], columns: tuple[str, ...]) -> list[str]:
+    """A markdown table's header and rule: ``first``, then each group's columns ("group: column")."""
+    return [
+        row(first, [f"{g}: {c}" for g in groups for c in columns]),
+        "|---|" + "---|" * (len(groups) * len(columns)),
+    ]
+
+
 def cells(model, texts: dict, truth: dict | None, variant: Variant = PACKAGE, k: int = K) -> list[str]:
     """One row's cells per length of ``texts``: the error (where ``truth`` is given), the median sd of a text's log p̂,
     c = k · sd²."""
@@ -193,13 +203,15 @@ def levers_table() -> list[str]:
     texts = {T: [oracle.tokenize(t) for t in oracle_texts(oracle, T, TEXTS)] for T in LENGTHS}
     truth = {T: np.array([oracle_log_marginal(oracle, x) for x in texts[T]]) for T in LENGTHS}
     rows, fits = [], []
+    at_k = {}  # each variant's cells at K, per length
     for variant in VARIANTS:
-        rows.append(row(variant.label, cells(oracle, texts, truth, variant)))
+        at_k[variant] = cells(oracle, texts, truth, variant)
+        rows.append(row(variant.label, at_k[variant]))
         print(rows[-1], flush=True)
-    growth = []
+    growth, longer = [], {GROWTH_LENGTH: texts[GROWTH_LENGTH]}
     for variant in GROWTH_VARIANTS:
-        at = {GROWTH_LENGTH: texts[GROWTH_LENGTH]}
-        growth.append(row(variant.label, [cells(oracle, at, truth, variant, k)[0] for k in GROWTH_KS]))
+        at_growth_k = cells(oracle, longer, truth, variant, GROWTH_K)[0]
+        growth.append(row(variant.label, [at_k[variant][LENGTHS.index(GROWTH_LENGTH)], at_growth_k]))
         print(growth[-1], flush=True)
     recipe = oracle.value_head
     for states, how in STATES.items():
@@ -226,10 +238,7 @@ def levers_table() -> list[str]:
             f"particle). Machine: {machine()}."
         ),
         "",
-        "| proposal / twist / head | "
-        + " | ".join(f"T = {T}: log p̂ − log p | T = {T}: sd | T = {T}: c" for T in LENGTHS)
-        + " |",
-        "|---|" + "---|---|---|" * len(LENGTHS),
+        *header("proposal / twist / head", [f"T = {T}" for T in LENGTHS], TRUTH_COLUMNS),
         *rows,
         "",
         (
@@ -237,10 +246,7 @@ def levers_table() -> list[str]:
             "heavy-tailed weights):"
         ),
         "",
-        "| proposal | "
-        + " | ".join(f"K = {k:,}: log p̂ − log p | K = {k:,}: sd | K = {k:,}: c" for k in GROWTH_KS)
-        + " |",
-        "|---|" + "---|---|---|" * len(GROWTH_KS),
+        *header("proposal", [f"K = {k:,}" for k in (K, GROWTH_K)], TRUTH_COLUMNS),
         *growth,
         "",
         (
@@ -258,8 +264,7 @@ def levers_table() -> list[str]:
             "SMC and seeds (no truth at 32 tokens: the spread alone):"
         ),
         "",
-        "| proposal | " + " | ".join(f"T = {T}: sd | T = {T}: c" for T in NETWORK_LENGTHS) + " |",
-        "|---|" + "---|---|" * len(NETWORK_LENGTHS),
+        *header("proposal", [f"T = {T}" for T in NETWORK_LENGTHS], TRUTH_COLUMNS[1:]),
         *network_rows,
     ]
 

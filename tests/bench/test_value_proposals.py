@@ -1,7 +1,8 @@
 """bench/masked_value.py --proposals and bench/masked_head_levers.py (issue 52, item 1): the bench-only sampler
-``proposal_smc`` is unbiased under every proposal (DUEL's policies' scores among them), tempered or not, mixed with uniform orders or not, under either twist, whatever the head (a random
-one here), held to the oracle's exact p(x) at 6 tokens; the one-row proposal's normaliser Z(S) is exact where one
-position is masked, and the consistency fit's sets have the sizes asked for."""
+``proposal_smc`` is unbiased under every proposal (DUEL's policies' scores among them), tempered or not, mixed with
+uniform orders or not, under either twist, whatever the head (a random one here), held to the oracle's exact p(x) at
+6 tokens; the one-row proposal's normaliser Z(S) is exact where one position is masked, and the consistency fit's
+sets have the sizes asked for."""
 
 from __future__ import annotations
 
@@ -32,6 +33,14 @@ def oracle_with_random_head():
     return oracle
 
 
+def ratios(oracle, x, K: int, seeds: int, *settings) -> torch.Tensor:
+    """p̂ / p [seeds] of ``proposal_smc`` with K particles and ``settings`` (proposal, temperature, ...), seeds 0, 1, ..."""
+    truth = oracle_log_marginal(oracle, x)
+    return torch.tensor(
+        [math.exp(proposal_smc(oracle, x, K, seed, *settings)[0] - truth) for seed in range(seeds)]
+    )
+
+
 @pytest.mark.parametrize(
     "proposal, temperature, twist, defensive",
     [
@@ -47,17 +56,11 @@ def oracle_with_random_head():
 def test_proposal_smc_is_unbiased(proposal, temperature, twist, defensive):
     oracle = oracle_with_random_head()
     x = sample_oracle_text(oracle, 6, seed=5)
-    truth = oracle_log_marginal(oracle, x)
-    ratios = torch.tensor(
-        [
-            math.exp(proposal_smc(oracle, x, 8, seed, proposal, temperature, twist, defensive)[0] - truth)
-            for seed in range(SEEDS)
-        ]
-    )
+    r = ratios(oracle, x, 8, SEEDS, proposal, temperature, twist, defensive)
     # p̂ / p has mean 1; 4 standard errors (a wrong increment, e.g. ψ(∅) not 1 or the proposal's log q left out,
     # moves the mean by far more)
-    assert abs(float(ratios.mean()) - 1) < 4 * float(ratios.std()) / math.sqrt(SEEDS)
-    assert float(ratios.std()) > 0
+    assert abs(float(r.mean()) - 1) < 4 * float(r.std()) / math.sqrt(SEEDS)
+    assert float(r.std()) > 0
 
 
 def test_defensive_mixture_is_weighted_by_what_it_draws():
@@ -66,15 +69,9 @@ def test_defensive_mixture_is_weighted_by_what_it_draws():
     # orders sets the mixture far from q (weighting by q alone is off by about 6 standard errors here)
     oracle = oracle_with_random_head()
     x = sample_oracle_text(oracle, 4, seed=5)
-    truth = oracle_log_marginal(oracle, x)
     seeds = 2000
-    ratios = torch.tensor(
-        [
-            math.exp(proposal_smc(oracle, x, 1, seed, "one row", 0.25, "head", 0.5)[0] - truth)
-            for seed in range(seeds)
-        ]
-    )
-    assert abs(float(ratios.mean()) - 1) < 4 * float(ratios.std()) / math.sqrt(seeds)
+    r = ratios(oracle, x, 1, seeds, "one row", 0.25, "head", 0.5)
+    assert abs(float(r.mean()) - 1) < 4 * float(r.std()) / math.sqrt(seeds)
 
 
 def test_one_row_normaliser_is_exact_with_one_position_masked():
