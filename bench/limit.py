@@ -110,18 +110,22 @@ def document_flops(once: list[Product], per_token: list[Product], num_tokens: in
 
 
 def kglm_arithmetic(
-    model, T: int, K: int, word_pairs: int | None = None
+    model, T: int, K: int, word_pairs: int | None = None, related: tuple[int, int] | None = None
 ) -> tuple[list[Product], list[Product]]:
     """The products an IS estimate of a T-token document with K particles needs from a KGLM.
 
     Once: p's and q's encoders (recurrences counted per token), q's and p's per-position tables (type, new-entity,
     parent and relation logits), p's generate head for ``word_pairs`` (position, entity) pairs (default: every
     (position, entity row) pair, the bundled model's table; a full-size model needs only the distinct pairs its
-    particles drew) and the alias-copy scores of every alias token. Per token, for all K particles, in q and in p:
-    the parent logits of the ``cutoff`` window slots and the relation logits of the parent's edges padded to the
-    largest out-degree (as the code reads them), read from those tables; in p the copy scores of the particle's entity's alias tokens, read from theirs. A read of n table
-    entries is written as the elementwise product of n values with their n indices ("kc,kc->kc": 2n FLOPs, each
-    value and index read once and the result written: 12 bytes an entry at float32), the least a gather moves."""
+    particles drew) and the alias-copy scores of every alias token. Per token, for all K particles, in q: the parent
+    logits of the ``cutoff`` window slots and the relation logits of the parent's edges padded to the largest
+    out-degree (as the GPU's sampler reads them, every particle whatever it draws); in p the copy scores of the
+    particle's entity's alias tokens, read from theirs. p reads the parent and edge logits only where z_t is
+    "related": ``related`` = (the document's related (particle, position) pairs, the sum of their parents'
+    out-degrees), each pair's window and each of those edges read once; None: every particle at every position,
+    padded, as q (a bound). A read of n table entries is written as the elementwise product of n values with their n
+    indices ("kc,kc->kc": 2n FLOPs, each value and index read once and the result written: 12 bytes an entry at
+    float32), the least a gather moves."""
     tables = model.tables
     D, De, C = model.token_dim, model.entity_dim, max(model.cutoff, 1)
     R, Rr = tables.num_rows, int(model.relation_embedding.weight.shape[0])
@@ -142,7 +146,13 @@ def kglm_arithmetic(
             ("td,rd->tr", (T, De), (R, De)),
             ("td,rd->tr", (T, De), (Rr, De)),
         ]
-        step += [("kc,kc->kc", (K, C), (K, C)), ("km,km->km", (K, d_max), (K, d_max))]
+    step += [("kc,kc->kc", (K, C), (K, C)), ("km,km->km", (K, d_max), (K, d_max))] * (1 if related else 2)
+    if related:
+        related_pairs, related_edges = related
+        once += [
+            ("pc,pc->pc", (related_pairs, C), (related_pairs, C)),
+            ("e,e->e", (related_edges,), (related_edges,)),
+        ]
     pairs = T * R if word_pairs is None else word_pairs
     once += [
         ("ni,oi->no", (pairs, D + De), (D, D + De)),
@@ -153,22 +163,27 @@ def kglm_arithmetic(
     return once, step
 
 
-def entitynlm_arithmetic(model, T: int, K: int) -> tuple[list[Product], list[Product]]:
+def entitynlm_arithmetic(
+    model, T: int, K: int, starts: int | None = None
+) -> tuple[list[Product], list[Product]]:
     """The products an IS estimate of a T-token document with K particles needs from an EntityNLM.
 
     Once: p's and q's encoders, and in p and q the type logits and entity queries W_ent h_t of every position. Per
-    token, for all K particles, in q and in p: entity scores over the M slots ([D] · [K, M, D]), the length head
-    ([K, 2D] · [ℓ_max, 2D]) and the update gate W_δ e ([K, D] · [D, D]); in p the word head W_e e_t and the
-    vocabulary logits ([K, D] · [V, D])."""
+    token, for all K particles, in q (as the GPU's sampler runs them, every particle whatever it draws): entity
+    scores over the M slots ([D] · [K, M, D]) and the length head ([K, 2D] · [ℓ_max, 2D]); in q and in p the update
+    gate W_δ e ([K, D] · [D, D]); in p the word head W_e e_t and the vocabulary logits ([K, D] · [V, D]). p needs
+    the entity scores and the length head only where a mention starts: ``starts``, the document's (particle,
+    position) pairs that start one; None: every particle at every position, as q (a bound)."""
     D, M, L, V = model.dim, model.max_entities, model.max_mention_length, len(model.vocab)
     once, step = encoder_products(model, T)
-    for _ in range(2):  # q and p
+    choice = [("d,kmd->km", (D,), (K, M, D)), ("kc,lc->kl", (K, 2 * D), (L, 2 * D))]
+    for side in ("q", "p"):
         once += [("td,cd->tc", (T, D), (2, D)), ("td,ed->te", (T, D), (D, D))]
-        step += [
-            ("d,kmd->km", (D,), (K, M, D)),
-            ("kc,lc->kl", (K, 2 * D), (L, 2 * D)),
-            ("kd,ed->ke", (K, D), (D, D)),
-        ]
+        step += [("kd,ed->ke", (K, D), (D, D))]
+        if side == "q" or starts is None:
+            step += choice
+        else:
+            once += [("d,smd->sm", (D,), (starts, M, D)), ("sc,lc->sl", (starts, 2 * D), (L, 2 * D))]
     step += [("kd,ed->ke", (K, D), (D, D)), ("kd,vd->kv", (K, D), (V, D))]
     return once, step
 

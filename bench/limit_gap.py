@@ -17,19 +17,23 @@ that asked for them (``KernelCounter.bytes_by_line``), say where.
 
 ``--shift-against REV``: a change that removes bytes may round differently. Fixed IS draws (seed n for document n:
 the bundled model's test documents at K = 100, the full-size model's two synthetic documents of 60 and 120 tokens
-at K = 64) are scored by this checkout and by REV's package, log w = log p(x, z) − log q(z | x), and the section it
-adds gives the largest shift of a log w and of a document's log p̂ per token, and the corpus' mean shift per token,
-beside the rule a precision must meet to become the default (``precision_shift.py``: a tenth of the precision target
-per token).
+at K = 64) are scored by this checkout and by REV's package, log w = log p(x, z) − log q(z | x) (log q rescored, and
+as the sampler returned it), and the section it adds gives the largest shift of a log w and of a document's log p̂
+per token, and the corpus' mean shift per token, beside the rule a precision must meet to become the default
+(``precision_shift.py``: a tenth of the precision target per token); and the seconds of one ``proposal.sample`` at
+each revision, side by side (``sample_seconds``: each revision in a fresh process).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import math
 import os
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +49,7 @@ from lm_latent_eval.estimators.diagnostics import log_mean_exp
 from lm_latent_eval.estimators.settings import AUTO_TARGET_SE
 from lm_latent_eval.models import load_model
 from lm_latent_eval.models.corpora import bundled_documents
+from lm_latent_eval.models.kglm.latents import RELATED
 
 OUTPUT = Path(__file__).resolve().parent / "limit_gap"
 ARITHMETIC = {"kglm": kglm_arithmetic, "entitynlm": entitynlm_arithmetic}
@@ -53,11 +58,38 @@ KS = (32, 64)
 SHIFT_TOKENS = (60, 120)
 
 
-def floor_per_particle_token(name: str, model, T: int) -> tuple[float, float]:
-    """(FLOPs, bytes) per particle·token of the per-token products (their slope in K)."""
-    (_, step1), (_, step2) = (ARITHMETIC[name](model, T, k) for k in KS)
-    slope = KS[1] - KS[0]
-    return (flops(step2) - flops(step1)) / slope, (product_bytes(step2) - product_bytes(step1)) / slope
+def drawn(model, x: torch.Tensor, K: int) -> dict:
+    """The draw ``per_token_costs`` scores with log_joint on the document x at K (seed 0), on the GPU's path."""
+    with torch.no_grad(), accelerator_paths():
+        return model.proposal.sample(x, K, generator=torch.Generator().manual_seed(0))[0]
+
+
+def p_reads(name: str, model, x: torch.Tensor, K: int) -> dict:
+    """What p reads only where z needs it, in that draw (``kglm_arithmetic``'s ``related``: the related (particle,
+    position) pairs and the sum of their parents' out-degrees; ``entitynlm_arithmetic``'s ``starts``: the pairs that
+    start a mention)."""
+    z = drawn(model, x, K)
+    if name == "kglm":
+        related = z["mention_type"] == RELATED
+        return {"related": (int(related.sum()), int(model.tables.degree[z["parent"][related]].sum()))}
+    decide = torch.cat([torch.ones_like(z["length"][:, :1]), z["length"][:, :-1]], 1) == 1
+    return {"starts": int((decide & (z["mention"] == 1)).sum())}
+
+
+def floor_per_particle_token(name: str, model, x: torch.Tensor) -> tuple[float, float]:
+    """(FLOPs, bytes) per particle·token of the products of one document x, their slope in K (the per-document
+    tables and encoders cancel; p's reads where z needs them, ``p_reads``, which grow with K, count)."""
+    T = int(x.numel())
+    (once1, step1), (once2, step2) = (ARITHMETIC[name](model, T, k, **p_reads(name, model, x, k)) for k in KS)
+    slope = (KS[1] - KS[0]) * T
+
+    def total(measure, once, step):
+        return measure(once) + T * measure(step)
+
+    return tuple(
+        (total(measure, once2, step2) - total(measure, once1, step1)) / slope
+        for measure in (flops, product_bytes)
+    )
 
 
 def row(name: str, model, lengths: tuple[int, int], top: int) -> dict:
@@ -68,7 +100,7 @@ def row(name: str, model, lengths: tuple[int, int], top: int) -> dict:
             lambda: model.proposal.sample(x_long, KS[1], generator=torch.Generator().manual_seed(0))
         )
     per_line = collections.Counter(sample.by_line) + collections.Counter(joint.by_line)
-    floor_flops, floor_bytes = floor_per_particle_token(name, model, int(x_long.numel()))
+    floor_flops, floor_bytes = floor_per_particle_token(name, model, x_long)
     return {
         "model": name,
         "ops": sample.ops + joint.ops,
@@ -82,21 +114,39 @@ def row(name: str, model, lengths: tuple[int, int], top: int) -> dict:
     }
 
 
+TIMED_TOKENS, TIMED_K = 120, 256
+
+
+def sample_seconds(name: str, model, repeats: int = 3) -> float:
+    """Best-of-``repeats`` seconds of one ``proposal.sample`` of the full-size model's synthetic document of
+    ``TIMED_TOKENS`` tokens at K = ``TIMED_K``, on the GPU's code path, after one warm-up."""
+    (text,) = full_size.model_documents(name, model, (TIMED_TOKENS,))
+    x, best = model.tokenize(text), math.inf
+    with torch.no_grad(), accelerator_paths():
+        for repeat in range(repeats + 1):
+            start = time.perf_counter()
+            model.proposal.sample(x, TIMED_K, generator=torch.Generator().manual_seed(0))
+            best = best if repeat == 0 else min(best, time.perf_counter() - start)
+    return best
+
+
 def fixed_draw_log_weights(name: str, full) -> dict[str, np.ndarray]:
-    """{"bundled/n" or "full/n": log w [K] of document n's fixed IS draws, and "…/tokens": its tokens}; ``full``: the
-    full-size model."""
+    """{"bundled/n" or "full/n": log w [K] of document n's fixed IS draws, "…/drawn": the same with the log q the
+    sampler returned with them (what the estimators use), and "…/tokens": its tokens; "seconds": ``sample_seconds``
+    of the full-size model ``full``}."""
     corpora = {
         "bundled": (load_model(name)[0], bundled_documents(name), 100),
         "full": (full, full_size.model_documents(name, full, SHIFT_TOKENS), 64),
     }
-    out = {}
+    out = {"seconds": np.array(sample_seconds(name, full))}
     with torch.no_grad():
         for corpus, (model, texts, K) in corpora.items():
             for n, text in enumerate(texts):
                 x = model.tokenize(text)
-                z, _ = model.proposal.sample(x, K, generator=torch.Generator().manual_seed(n))
-                log_w = model.log_joint(x, z) - model.proposal.log_prob(x, z)
-                out[f"{corpus}/{n}"] = log_w.double().numpy()
+                z, log_q = model.proposal.sample(x, K, generator=torch.Generator().manual_seed(n))
+                log_p = model.log_joint(x, z)
+                out[f"{corpus}/{n}"] = (log_p - model.proposal.log_prob(x, z)).double().numpy()
+                out[f"{corpus}/{n}/drawn"] = (log_p - log_q).double().numpy()
                 out[f"{corpus}/{n}/tokens"] = np.array(x.numel())
     return out
 
@@ -105,23 +155,29 @@ def shift_rows(name: str, ours: dict, theirs: dict) -> list[str]:
     """The markdown rows of ``--shift-against`` for one model, bundled and full size."""
     rows = []
     for corpus in ("bundled", "full"):
-        docs = [k for k in ours if k.startswith(corpus + "/") and not k.endswith("/tokens")]
+        docs = [k for k in ours if k.startswith(corpus + "/") and k.count("/") == 1]
         tokens = np.array([int(ours[k + "/tokens"]) for k in docs])
-        finite = [np.isfinite(ours[k]) & np.isfinite(theirs[k]) for k in docs]
-        log_w = max(np.abs(ours[k][f] - theirs[k][f]).max(initial=0.0) for k, f in zip(docs, finite))
+        log_w, drawn = (
+            max(
+                np.abs(ours[k][f] - theirs[k][f]).max(initial=0.0)
+                for k in keys
+                for f in [np.isfinite(ours[k]) & np.isfinite(theirs[k])]
+            )
+            for keys in (docs, [k + "/drawn" for k in docs])
+        )
         shift = np.array([log_mean_exp(ours[k]) - log_mean_exp(theirs[k]) for k in docs]) / tokens
         same = sum(np.array_equal(ours[k], theirs[k]) for k in docs)
         rows.append(
-            f"| {name} | {corpus} | {len(docs)} ({tokens.sum():,} tokens) | {same} | {log_w:.1e} |"
+            f"| {name} | {corpus} | {len(docs)} ({tokens.sum():,} tokens) | {same} | {log_w:.1e} | {drawn:.1e} |"
             f" {np.abs(shift).max():.1e} | {(shift * tokens).sum() / tokens.sum():+.1e} |"
             f" {0.1 * AUTO_TARGET_SE:.0e} |"
         )
     return rows
 
 
-def shift_section(ours: dict[str, dict], revision: str) -> str:
-    """``--shift-against``'s section: this checkout's log w of fixed draws (``ours``, by model) against
-    ``revision``'s."""
+def shift_section(models: list[str], revision: str) -> str:
+    """``--shift-against``'s section: this checkout's log w of fixed draws against ``revision``'s, each scored, and
+    its sampler timed, in a fresh child process (``--write-log-weights``), the revision's first."""
     revision = short_commit(revision)
     lines = [
         "",
@@ -129,21 +185,37 @@ def shift_section(ours: dict[str, dict], revision: str) -> str:
         "",
         (
             "Fixed IS draws, log w = log p(x, z) − log q(z | x), scored by this checkout and by the package at "
-            f"{revision}; the rule: a tenth of the precision target per token."
+            f"{revision} (log q rescored by proposal.log_prob, and as the sampler returned it with the draw); the "
+            "rule: a tenth of the precision target per token."
         ),
         "",
         (
             "| model | corpus | documents (tokens) | log w the same bit for bit | largest shift of a log w |"
-            " largest shift of a document's log p̂ per token | mean shift per token | rule |"
+            " the same, the sampler's log q | largest shift of a document's log p̂ per token | mean shift per token"
+            " | rule |"
         ),
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+    seconds = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, log_weights in ours.items():
-            theirs = Path(tmp) / f"{name}.npz"
-            argv = ["--revision", revision, "--models", name, "--write-log-weights", str(theirs)]
-            run_at_revision(revision, argv, script=__file__)
-            lines += shift_rows(name, log_weights, dict(np.load(theirs)))
+        for name in models:
+            paths = Path(tmp) / f"{name}_theirs.npz", Path(tmp) / f"{name}_ours.npz"
+            run_at_revision(
+                revision, ["--models", name, "--write-log-weights", str(paths[0])], script=__file__
+            )
+            subprocess.run(
+                [sys.executable, __file__, "--models", name, "--write-log-weights", str(paths[1])], check=True
+            )
+            theirs, ours = (dict(np.load(path)) for path in paths)
+            lines += shift_rows(name, ours, theirs)
+            seconds.append(f"{name} {float(theirs['seconds']):.3f} s → {float(ours['seconds']):.3f} s")
+    lines += [
+        "",
+        (
+            f"One proposal.sample of the full-size model (K = {TIMED_K}, {TIMED_TOKENS} tokens, the GPU's code path, "
+            f"one thread, best of 3), {revision} → this checkout, in this run: " + "; ".join(seconds) + "."
+        ),
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -206,17 +278,15 @@ def main(argv=None) -> None:
     if args.write_log_weights:
         name = args.models[0]
         return np.savez(args.write_log_weights, **fixed_draw_log_weights(name, full_size.BUILDERS[name][0]()))
-    rows, ours = [], {}
+    rows = []
     for name in args.models:
         model = full_size.BUILDERS[name][0]()
         rows.append(row(name, model, tuple(args.lengths), args.top))
         print(markdown(rows, args), flush=True)
-        if args.shift_against:
-            ours[name] = fixed_draw_log_weights(name, model)
         del model
     text = markdown(rows, args)
     if args.shift_against:
-        text += shift_section(ours, args.shift_against)
+        text += shift_section(args.models, args.shift_against)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text)
 

@@ -33,14 +33,16 @@ def inverse_cdf(
     u: torch.Tensor,
     cumulative: torch.Tensor | None = None,
     per_row: bool = False,
+    total: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The inverse-CDF draw i = min{i : Σ_{j≤i} w_j > u · Σ_j w_j} of each row of weights, one uniform u per row.
 
     weights: w ≥ 0, [..., n], unnormalised, in the dtype the caller chose for the cumulative sum. u: [...] in [0, 1)
     (the batch shape of weights; any shape when weights is one-dimensional, shared by every u); with ``per_row``,
     [..., m]: m uniforms for each row (systematic resampling of several runs at once). ``cumulative``:
-    Σ_{j≤i} w_j [..., n] when the caller has it already (a cached table); then ``weights`` may be None.
-    Returns LongTensor [...] ([..., m] with ``per_row``). The comparison runs in the wider of u's and the cumulative
+    Σ_{j≤i} w_j [..., n] when the caller has it already (a cached table); then ``weights`` may be None. ``total``
+    [...]: the cumulative sum of a row's first n' entries, to draw from those alone (the entries after them, any
+    numbers ≥ 0, are never drawn); default the last, Σ_j w_j. Returns LongTensor [...] ([..., m] with ``per_row``). The comparison runs in the wider of u's and the cumulative
     sum's dtypes (a float32 cumulative sum is widened exactly). Never an index past the last positive weight: where
     u · Σ_j w_j does not fall below the total (all weights zero, or u rounded to 1), the first i whose cumulative sum
     reaches the total: one search for min(u · Σ_j w_j, the largest number below Σ_j w_j), since the first i with
@@ -49,7 +51,7 @@ def inverse_cdf(
     dtype = torch.promote_types(cdf.dtype, u.dtype)
     cdf = cdf.to(dtype)
     # [..., 1]
-    total = cdf[..., -1:]
+    total = cdf[..., -1:] if total is None else total.to(dtype).unsqueeze(-1)
     below = torch.nextafter(total, torch.full_like(total, -math.inf))
     # [..., 1], or [..., m] per row
     target = u.to(dtype) * total if per_row else u.to(dtype).unsqueeze(-1) * total

@@ -56,6 +56,22 @@ def test_inverse_cdf_with_shared_weights_cached_cumulative_and_wider_u():
     assert torch.equal(shared, (cdf <= (u * cdf[-1]).unsqueeze(-1)).sum(-1))
 
 
+def test_inverse_cdf_from_a_prefix_is_the_draw_from_the_prefix_alone():
+    """A row's first n entries, drawn against their own total (``total``), give bit for bit the draw from those
+    entries with the rest zeroed (KGLM's edge draw: a parent's edges at the start of slots padded with others'),
+    whatever the rest holds, for every n from 1 to the row's length and edge-case uniforms (0 and rounding to 1)."""
+    gen = torch.Generator().manual_seed(3)
+    weights = torch.rand(400, 9, generator=gen, dtype=torch.float64).pow(4) * 50
+    count = torch.randint(1, 10, (400,), generator=gen)
+    u = torch.rand(400, generator=gen, dtype=torch.float64)
+    u[:20], u[20:40] = 0.0, 1.0 - 2**-53
+    cdf = weights.cumsum(-1)
+    prefix = cdf.gather(1, (count - 1).unsqueeze(1)).squeeze(1)
+    drawn = inverse_cdf(None, u, cumulative=cdf, total=prefix)
+    zeroed = weights * (torch.arange(9) < count.unsqueeze(1))
+    assert torch.equal(drawn, inverse_cdf(zeroed, u)) and bool((drawn < count).all())
+
+
 def test_distinct_rows_and_pad_rows():
     rows = torch.tensor([[2, 1], [0, 0], [2, 1], [5, 5]])
     distinct, index = distinct_rows(rows, min_rows=4)

@@ -466,32 +466,36 @@ class HeadTables:
         return self.parent_lane[t.unsqueeze(-1), slot, window]
 
     def edge_logits(
-        self, t: torch.Tensor, first: torch.Tensor, relations: torch.Tensor, valid: torch.Tensor
+        self, t: torch.Tensor, first: torch.Tensor, relations: torch.Tensor, valid: torch.Tensor | None
     ) -> torch.Tensor:
         """R_relation(e) · h_rel_t (+ q's tail evidence) / τ for the D = max_degree edges e = first_p + j from edge ids
         first [P] (their relation embedding rows ``relations`` [P, D], ``parent_edges``') at positions t [P], −inf
         where not ``valid`` [P, D]: float64 [P, D], the float32 logits widened by the mask itself (a float64 −inf
-        operand of one element: one pass, the numbers of masking then casting)."""
+        operand of one element: one pass, the numbers of masking then casting). ``valid`` None: no mask, the float32
+        logits widened by the division by τ (one pass; a padded slot holds another edge's logit or a padding row's),
+        the same numbers at the valid slots."""
         tables = self.tables
         logits = self.relation_logits[t.unsqueeze(-1), relations]
         if self.heads.tail_scores is not None:
             tails = tables.edge_windows(tables.edge_tail_padded, first)
             logits = logits + self.heads.tail_scores[t.unsqueeze(-1), tails]
+        if valid is None:
+            return logits / torch.full((1,), self.tau, dtype=torch.float64, device=logits.device)
         off = torch.full((1,), -math.inf, dtype=torch.float64, device=logits.device)
         logits = torch.where(valid, logits, off)
         return logits if self.tau == 1.0 else logits / self.tau  # x / 1 is x: one [P, D] pass fewer
 
-    def parent_edges(self, t: torch.Tensor, parent: torch.Tensor, ok: torch.Tensor):
+    def parent_edges(self, t: torch.Tensor, parent: torch.Tensor, ok: torch.Tensor, masked: bool = True):
         """Edges of each parent padded to the largest degree D: (first edge id [P], valid [P, D], relation embedding
-        rows [P, D] int32, logits / τ [P, D], −inf off): slot j is edge first + j; a padded slot names a later
-        parent's edge or a table's padding (its logit is −inf)."""
+        rows [P, D] int32, logits / τ [P, D], −inf off unless not ``masked``): slot j is edge first + j; a padded slot
+        names a later parent's edge or a table's padding (its logit is −inf when ``masked``)."""
         tables = self.tables
         safe = torch.where(ok, parent, 0)
         j = torch.arange(self.max_degree, device=parent.device, dtype=torch.int32)
         valid = j < torch.where(ok, tables.degree[safe], 0).unsqueeze(-1)
         first = tables.edge_offsets[safe]
         relations = tables.edge_windows(tables.edge_relation_row_padded, first)
-        return first, valid, relations, self.edge_logits(t, first, relations, valid)
+        return first, valid, relations, self.edge_logits(t, first, relations, valid if masked else None)
 
     def tail_log_prob(self, t: torch.Tensor, parent: torch.Tensor, tail: torch.Tensor, ok: torch.Tensor):
         """log π_τ(an edge to ``tail`` | parent) [P] at positions t: the log-sum of the parent's edge logits over its

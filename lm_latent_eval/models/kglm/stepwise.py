@@ -255,11 +255,15 @@ def _draw_related(
     plog = _parent_log_probs(tabs, rows, cand, t_rel)
     slot = inverse_cdf(torch.where(rel_mask.unsqueeze(1), plog, 0.0).exp(), pick_rows(u[:, 2]))
     parent = tables.row_entity[rows.gather(1, slot.unsqueeze(1)).squeeze(1)]
-    first, valid, relations, elog = tabs.parent_edges(t_rel, parent, rel_mask)
-    norm = elog.logsumexp(-1)
-    # a particle that did not draw "related" has no valid edge (all -inf, weights 0): whatever it picks, its tail,
-    # parent and log q are not read (``rel_mask``), so its weights need no mask
-    pick = inverse_cdf(elog.exp(), pick_rows(u[:, 3]))
+    # the edge logits unmasked: the draw searches the cumulative sums of the parent's own edges' weights (a prefix
+    # of the padded slots), the last of which is the normaliser; a particle that did not draw "related" draws from
+    # a prefix of one slot: whatever it picks, its tail, parent and log q are not read (``rel_mask``)
+    first, valid, relations, elog = tabs.parent_edges(t_rel, parent, rel_mask, masked=False)
+    count = torch.where(rel_mask, tables.degree[parent], 0)
+    cdf = elog.exp().cumsum_(-1)
+    total = cdf.gather(1, (count - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
+    pick = inverse_cdf(None, pick_rows(u[:, 3]), cumulative=cdf, total=total)
+    norm = total.log()
     edge = first + pick
     tail = tables.edge_tail[edge].long()
     reaching = tables.edge_tail_slots[edge]
