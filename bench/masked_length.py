@@ -19,13 +19,15 @@ SMC with the look-ahead twist (resampling at ESS < K/2, and at every step), on t
     python bench/masked_length.py --twist-fits   # writes bench/masked_length/twist_fits.md
     python bench/masked_length.py --twists-network   # writes bench/masked_length/twists_network.md
     python bench/masked_length.py --proposals   # writes bench/masked_length/proposals.md
+    python bench/masked_length.py --control-variate   # writes bench/masked_length/control_variate.md
     python bench/masked_length.py --coverage 16 --seeds 100   # writes bench/masked_length/coverage_T16.json
 
 ``--twist-fits``: at 32 tokens, the ramped pseudo-likelihood twist as K grows, and twists fitted at each step to
 sums of the network's row at S (to the exact log V(S), and to what a run without the truth sees), beside the exact.
 ``--twists-network``: the same ramped twists on the bundled network at 32 tokens, beside importance sampling.
 ``--proposals``: orders drawn from the network's confidence in each true token (the peeking proposal, tempered), under
-each resampling rule, on the oracle.
+each resampling rule, on the oracle. ``--control-variate``: how much of importance sampling's variance the ELBO, as
+a control variate, could remove (``control_variate_table``).
 
 ``--coverage T``: the default statement (what a user who gives no estimator setting gets) on the oracle's texts of T
 tokens over ``--seeds`` seeds, held to the exact value: two-sided or not, covering or not, the certified bound holding
@@ -59,6 +61,7 @@ from lm_latent_eval.documents import read_texts
 from lm_latent_eval.estimators import EstimatorSettings
 from lm_latent_eval.estimators.adaptive import estimate_corpus
 from lm_latent_eval.estimators.corpus import corpus_estimate
+from lm_latent_eval.estimators.document import importance_log_weights
 from lm_latent_eval.estimators.elbo import corpus_elbo
 from lm_latent_eval.estimators.registry import resolve
 from lm_latent_eval.estimators.resampling import systematic_resample
@@ -219,6 +222,62 @@ def levers_table() -> list[str]:
         "",
         f"| T | IS: K · Var(p̂ / p), exact | {head} |",
         "|---|---|" + "---|" * len(RESAMPLING),
+        *rows,
+    ]
+
+
+CV_ORDERS = 20_000
+
+
+def spread(values, spec: str) -> str:
+    """ "median (smallest-largest)" of per-text values, a cell."""
+    values = sorted(values)
+    return f"{np.median(values):{spec}} ({values[0]:{spec}}-{values[-1]:{spec}})"
+
+
+def control_variate_table() -> list[str]:
+    """``--control-variate``'s table: the most of importance sampling's variance the ELBO, as a control variate, can
+    remove. Over uniform orders w = p(x | σ) and E[log w] is the ELBO, so w − β (log w − ELBO) is unbiased for p(x) at
+    any β; with the ELBO known exactly and the best β = Cov(w, log w) / Var(log w) its variance is Var(w) (1 − ρ²),
+    ρ = corr(w, log w)."""
+    network, _ = load_model("masked")
+    oracle = make_oracle_model()
+    cases = [("bundled network", network, 16, joined_texts(network, 16), network.log_marginal)]
+    cases += [
+        (
+            "oracle (strength 2)",
+            oracle,
+            length,
+            oracle_texts(oracle, length),
+            lambda x: oracle_log_marginal(oracle, x),
+        )
+        for length in (16, 32)
+    ]
+    rows = []
+    for name, model, length, texts, log_marginal in cases:
+        c, sd, rho2 = [], [], []
+        for n, text in enumerate(texts):
+            x = model.tokenize(text)
+            log_w = importance_log_weights(model, x, num_samples=CV_ORDERS, peek=False, seed=n)
+            ratio = np.exp(log_w - float(log_marginal(x)))
+            c.append(ratio.var())
+            sd.append(log_w.std())
+            rho2.append(np.corrcoef(ratio, log_w)[0, 1] ** 2)
+        rows.append(
+            f"| {name} | {length} | {spread(c, '.3g')} | {spread(sd, '.2f')} | {spread(rho2, '.3f')} |"
+        )
+    return [
+        (
+            f"The ELBO as a control variate for importance sampling over uniform orders (`python "
+            f"bench/masked_length.py --control-variate`): {CV_ORDERS:,} orders per text, {TEXTS_PER_LENGTH} texts "
+            "per model and length T (median, range over the texts), w = p(x | σ) = p̂ of one order, p exact. With the "
+            "ELBO E[log w] known and the best β, w − β (log w − ELBO) keeps a share 1 − ρ² of Var(w), ρ = corr(w, "
+            "log w): ρ² is the most such a control variate removes (a sample estimate; w's tail makes it noisy). "
+            f"Machine: {machine()}."
+        ),
+        "",
+        "| model | T | K · Var(p̂ / p), sampled | sd of log w | ρ² = corr(w, log w)² |",
+        "|---|---|---|---|---|",
         *rows,
     ]
 
@@ -684,6 +743,11 @@ def main() -> None:
     parser.add_argument(
         "--coverage", type=int, metavar="T", help="the default statement's coverage at T tokens"
     )
+    parser.add_argument(
+        "--control-variate",
+        action="store_true",
+        help="how much variance the ELBO as a control variate removes",
+    )
     parser.add_argument("--seeds", type=int, default=100, help="seeds of --coverage")
     parser.add_argument(
         "--conditionals", action="store_true", help="loglikelihood of 1 to 30 continuation tokens, coverage"
@@ -704,6 +768,7 @@ def main() -> None:
         (args.twist_fits, "twist_fits.md", twist_fits_table),
         (args.twists_network, "twists_network.md", network_twists_table),
         (args.proposals, "proposals.md", proposals_table),
+        (args.control_variate, "control_variate.md", control_variate_table),
     )
     for wanted, name, table in tables:
         if wanted:
