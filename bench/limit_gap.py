@@ -58,17 +58,12 @@ KS = (32, 64)
 SHIFT_TOKENS = (60, 120)
 
 
-def drawn(model, x: torch.Tensor, K: int) -> dict:
-    """The draw ``per_token_costs`` scores with log_joint on the document x at K (seed 0), on the GPU's path."""
-    with torch.no_grad(), accelerator_paths():
-        return model.proposal.sample(x, K, generator=torch.Generator().manual_seed(0))[0]
-
-
 def p_reads(name: str, model, x: torch.Tensor, K: int) -> dict:
-    """What p reads only where z needs it, in that draw (``kglm_arithmetic``'s ``related``: the related (particle,
-    position) pairs and the sum of their parents' out-degrees; ``entitynlm_arithmetic``'s ``starts``: the pairs that
-    start a mention)."""
-    z = drawn(model, x, K)
+    """What p reads only where z needs it, in the draw ``per_token_costs`` scores with log_joint on the document x
+    at K (seed 0, the GPU's path): ``kglm_arithmetic``'s ``related``, the related (particle, position) pairs and the
+    sum of their parents' out-degrees; ``entitynlm_arithmetic``'s ``starts``, the pairs that start a mention."""
+    with torch.no_grad(), accelerator_paths():
+        z = model.proposal.sample(x, K, generator=torch.Generator().manual_seed(0))[0]
     if name == "kglm":
         related = z["mention_type"] == RELATED
         return {"related": (int(related.sum()), int(model.tables.degree[z["parent"][related]].sum()))}
@@ -76,11 +71,11 @@ def p_reads(name: str, model, x: torch.Tensor, K: int) -> dict:
     return {"starts": int((decide & (z["mention"] == 1)).sum())}
 
 
-def floor_per_particle_token(name: str, model, x: torch.Tensor) -> tuple[float, float]:
-    """(FLOPs, bytes) per particle·token of the products of one document x, their slope in K (the per-document
-    tables and encoders cancel; p's reads where z needs them, ``p_reads``, which grow with K, count)."""
-    T = int(x.numel())
-    (once1, step1), (once2, step2) = (ARITHMETIC[name](model, T, k, **p_reads(name, model, x, k)) for k in KS)
+def floor_per_particle_token(name: str, model, T: int, reads: dict[int, dict]) -> tuple[float, float]:
+    """(FLOPs, bytes) per particle·token of the products of one document of T tokens, their slope in K (the
+    per-document tables and encoders cancel; p's reads where z needs them, ``reads`` by K from ``p_reads``, which
+    grow with K, count)."""
+    (once1, step1), (once2, step2) = (ARITHMETIC[name](model, T, k, **reads[k]) for k in KS)
     slope = (KS[1] - KS[0]) * T
 
     def total(measure, once, step):
@@ -100,7 +95,8 @@ def row(name: str, model, lengths: tuple[int, int], top: int) -> dict:
             lambda: model.proposal.sample(x_long, KS[1], generator=torch.Generator().manual_seed(0))
         )
     per_line = collections.Counter(sample.by_line) + collections.Counter(joint.by_line)
-    floor_flops, floor_bytes = floor_per_particle_token(name, model, x_long)
+    reads = {k: p_reads(name, model, x_long, k) for k in KS}
+    floor_flops, floor_bytes = floor_per_particle_token(name, model, int(x_long.numel()), reads)
     return {
         "model": name,
         "ops": sample.ops + joint.ops,
@@ -111,6 +107,8 @@ def row(name: str, model, lengths: tuple[int, int], top: int) -> dict:
         "floor_bytes": floor_bytes,
         "shares": [(op, b / counter.bytes) for op, b in counter.bytes_by_op.most_common(top)],
         "lines": sorted(per_line.items(), key=lambda item: -item[1])[:top],
+        "p_reads": reads[KS[1]],
+        "particle_tokens": KS[1] * int(x_long.numel()),
     }
 
 
@@ -243,6 +241,16 @@ def markdown(rows: list[dict], args) -> str:
             f"{r['joint_bytes'] / 1024:,.1f}) | {r['floor_bytes'] / 1024:,.1f} KiB | {r['bytes'] / r['floor_bytes']:.1f}x "
             f"| {r['floor_flops']:,.0f} | {r['floor_flops'] / r['floor_bytes']:.2f} |"
         )
+    lines += ["", f"Where z needs p's reads (the longer document, K = {KS[1]}, `p_reads`):", ""]
+    for r in rows:
+        reads, n = r["p_reads"], r["particle_tokens"]
+        if "related" in reads:
+            pairs, edges = reads["related"]
+            degree = edges / max(pairs, 1)
+            said = f"{pairs} related pairs of {n:,} particle·tokens, their parents' out-degree {degree:.1f} on average"
+        else:
+            said = f"{reads['starts']} mention starts in {n:,} particle·tokens"
+        lines.append(f"- {r['model']}: {said}")
     lines += ["", "Shares of today's bytes by operation (one proposal.sample):", ""]
     for r in rows:
         lines.append(f"- {r['model']}: " + ", ".join(f"{op} {share:.1%}" for op, share in r["shares"]))
