@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import full_size
 from kernel_counts import accelerator_paths, count, per_token_costs
 from limit import entitynlm_arithmetic, flops, kglm_arithmetic, product_bytes
+from paper_workload import PairCounter
 from smc_cost import cpu_name, package_revision, run_at_revision, short_commit
 
 from lm_latent_eval.estimators.diagnostics import log_mean_exp
@@ -61,12 +62,17 @@ SHIFT_TOKENS = (60, 120)
 def p_reads(name: str, model, x: torch.Tensor, K: int) -> dict:
     """What p reads only where z needs it, in the draw ``per_token_costs`` scores with log_joint on the document x
     at K (seed 0, the GPU's path): ``kglm_arithmetic``'s ``related``, the related (particle, position) pairs and the
-    sum of their parents' out-degrees; ``entitynlm_arithmetic``'s ``starts``, the pairs that start a mention."""
+    sum of their parents' out-degrees, and its ``word_pairs``, the distinct (position, entity) pairs whose word terms
+    log_joint computes (``paper_workload.PairCounter``); ``entitynlm_arithmetic``'s ``starts``, the pairs that start a
+    mention."""
     with torch.no_grad(), accelerator_paths():
         z = model.proposal.sample(x, K, generator=torch.Generator().manual_seed(0))[0]
     if name == "kglm":
+        with torch.no_grad(), PairCounter(model) as pairs:
+            model.log_joint(x, z)
         related = z["mention_type"] == RELATED
-        return {"related": (int(related.sum()), int(model.tables.degree[z["parent"][related]].sum()))}
+        degrees = int(model.tables.degree[z["parent"][related]].sum())
+        return {"related": (int(related.sum()), degrees), "word_pairs": pairs.distinct()}
     decide = torch.cat([torch.ones_like(z["length"][:, :1]), z["length"][:, :-1]], 1) == 1
     return {"starts": int((decide & (z["mention"] == 1)).sum())}
 
@@ -247,7 +253,10 @@ def markdown(rows: list[dict], args) -> str:
         if "related" in reads:
             pairs, edges = reads["related"]
             degree = edges / max(pairs, 1)
-            said = f"{pairs} related pairs of {n:,} particle·tokens, their parents' out-degree {degree:.1f} on average"
+            said = (
+                f"{pairs} related pairs of {n:,} particle·tokens, their parents' out-degree {degree:.1f} on average; "
+                f"the word head over {reads['word_pairs']:,} distinct (position, entity) pairs"
+            )
         else:
             said = f"{reads['starts']} mention starts in {n:,} particle·tokens"
         lines.append(f"- {r['model']}: {said}")
