@@ -39,14 +39,22 @@ def inverse_cdf(
 
     weights: w ≥ 0, [..., n], unnormalised, in the dtype the caller chose for the cumulative sum. u: [...] in [0, 1)
     (the batch shape of weights; any shape when weights is one-dimensional, shared by every u); with ``per_row``,
-    [..., m]: m uniforms for each row (systematic resampling of several runs at once). ``cumulative``:
-    Σ_{j≤i} w_j [..., n] when the caller has it already (a cached table); then ``weights`` may be None. ``total``
-    [...]: the cumulative sum of a row's first n' entries, to draw from those alone (the entries after them, any
-    numbers ≥ 0, are never drawn); default the last, Σ_j w_j. Returns LongTensor [...] ([..., m] with ``per_row``). The comparison runs in the wider of u's and the cumulative
-    sum's dtypes (a float32 cumulative sum is widened exactly). Never an index past the last positive weight: where
-    u · Σ_j w_j does not fall below the total (all weights zero, or u rounded to 1), the first i whose cumulative sum
-    reaches the total: one search for min(u · Σ_j w_j, the largest number below Σ_j w_j), since the first i with
-    Σ_{j≤i} w_j above that number is the first whose cumulative sum reaches the total."""
+    [..., m]: m uniforms for each row (systematic resampling of several runs at once). ``cumulative``: Σ_{j≤i} w_j
+    [..., n] when the caller has it already (a cached table); then ``weights`` may be None. ``total`` [...]: the
+    cumulative sum of a row's first n' entries, to draw from those alone (the entries after them, any numbers ≥ 0,
+    are never drawn); default the last, Σ_j w_j. Returns LongTensor [...] ([..., m] with ``per_row``). The
+    comparison runs in the wider of u's and the cumulative sum's dtypes (a float32 cumulative sum is widened
+    exactly). Never an index past the last positive weight: where u times the total does not fall below it (all
+    weights zero, or u rounded to 1), the first i whose cumulative sum reaches the total: one search for the smaller
+    of u times the total and the largest number below the total, since the first i whose cumulative sum is above
+    that number is the first whose cumulative sum reaches the total.
+
+    Examples
+    --------
+    >>> w, u = torch.tensor([[1.0, 1.0, 8.0]]), torch.tensor([0.6])
+    >>> inverse_cdf(w, u), inverse_cdf(None, u, w.cumsum(-1), total=torch.tensor([2.0]))  # all three; the first two
+    (tensor([2]), tensor([1]))
+    """
     cdf = weights.cumsum(-1) if cumulative is None else cumulative
     dtype = torch.promote_types(cdf.dtype, u.dtype)
     cdf = cdf.to(dtype)
