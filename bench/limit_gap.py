@@ -21,7 +21,8 @@ at K = 64) are scored by this checkout and by REV's package, log w = log p(x, z)
 as the sampler returned it), and the section it adds gives the largest shift of a log w and of a document's log p̂
 per token, and the corpus' mean shift per token, beside the rule a precision must meet to become the default
 (``precision_shift.py``: a tenth of the precision target per token); and the seconds of one ``proposal.sample`` at
-each revision, side by side (``sample_seconds``: each revision in a fresh process).
+each revision, side by side (``sample_seconds``, the best of two fresh processes per revision, run in the order
+REV, this checkout, this checkout, REV).
 """
 
 from __future__ import annotations
@@ -136,13 +137,13 @@ def sample_seconds(name: str, model, repeats: int = 3) -> float:
 
 def fixed_draw_log_weights(name: str, full) -> dict[str, np.ndarray]:
     """{"bundled/n" or "full/n": log w [K] of document n's fixed IS draws, "…/drawn": the same with the log q the
-    sampler returned with them (what the estimators use), and "…/tokens": its tokens; "seconds": ``sample_seconds``
-    of the full-size model ``full``}."""
+    sampler returned with them (what the estimators use), and "…/tokens": its tokens}; ``full``: the full-size
+    model."""
     corpora = {
         "bundled": (load_model(name)[0], bundled_documents(name), 100),
         "full": (full, full_size.model_documents(name, full, SHIFT_TOKENS), 64),
     }
-    out = {"seconds": np.array(sample_seconds(name, full))}
+    out = {}
     with torch.no_grad():
         for corpus, (model, texts, K) in corpora.items():
             for n, text in enumerate(texts):
@@ -179,9 +180,21 @@ def shift_rows(name: str, ours: dict, theirs: dict) -> list[str]:
     return rows
 
 
+def in_child(revision: str | None, name: str, flag: str, path: Path) -> dict:
+    """What this script's hidden ``flag`` (``--write-log-weights``, ``--time-sample``) writes to ``path`` for the model
+    ``name``, run in a fresh process on ``revision``'s package (None: this checkout's)."""
+    argv = ["--models", name, flag, str(path)]
+    if revision is None:
+        subprocess.run([sys.executable, __file__, *argv], check=True)
+    else:
+        run_at_revision(revision, argv, script=__file__)
+    return dict(np.load(path))
+
+
 def shift_section(models: list[str], revision: str) -> str:
-    """``--shift-against``'s section: this checkout's log w of fixed draws against ``revision``'s, each scored, and
-    its sampler timed, in a fresh child process (``--write-log-weights``), the revision's first."""
+    """``--shift-against``'s section: this checkout's log w of fixed draws against ``revision``'s, each scored in a
+    fresh child process; then each sampler timed in fresh processes in the order revision, this checkout, this
+    checkout, revision (the best of each pair), so that a drift of the machine falls on both."""
     revision = short_commit(revision)
     lines = [
         "",
@@ -202,22 +215,21 @@ def shift_section(models: list[str], revision: str) -> str:
     ]
     seconds = []
     with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "out.npz"
         for name in models:
-            paths = Path(tmp) / f"{name}_theirs.npz", Path(tmp) / f"{name}_ours.npz"
-            run_at_revision(
-                revision, ["--models", name, "--write-log-weights", str(paths[0])], script=__file__
-            )
-            subprocess.run(
-                [sys.executable, __file__, "--models", name, "--write-log-weights", str(paths[1])], check=True
-            )
-            theirs, ours = (dict(np.load(path)) for path in paths)
+            theirs, ours = (in_child(r, name, "--write-log-weights", path) for r in (revision, None))
             lines += shift_rows(name, ours, theirs)
-            seconds.append(f"{name} {float(theirs['seconds']):.3f} s → {float(ours['seconds']):.3f} s")
+            timed = [
+                (r, float(in_child(r, name, "--time-sample", path)["seconds"])) for r in (revision, None) * 2
+            ]
+            best = {r: min(t for who, t in timed if who == r) for r in (revision, None)}
+            seconds.append(f"{name} {best[revision]:.3f} s → {best[None]:.3f} s")
     lines += [
         "",
         (
             f"One proposal.sample of the full-size model (K = {TIMED_K}, {TIMED_TOKENS} tokens, the GPU's code path, "
-            f"one thread, best of 3), {revision} → this checkout, in this run: " + "; ".join(seconds) + "."
+            f"one thread, best of 3 in each of two fresh processes per revision, run in the order {revision}, this "
+            f"checkout, this checkout, {revision}), {revision} → this checkout: " + "; ".join(seconds) + "."
         ),
     ]
     return "\n".join(lines) + "\n"
@@ -288,6 +300,7 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--shift-against", metavar="REV", help="add how far the change since REV moves log p̂")
     parser.add_argument("--write-log-weights", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--time-sample", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.revision:
         return run_at_revision(args.revision, argv if argv is not None else sys.argv[1:], script=__file__)
@@ -295,6 +308,9 @@ def main(argv=None) -> None:
     if args.write_log_weights:
         name = args.models[0]
         return np.savez(args.write_log_weights, **fixed_draw_log_weights(name, full_size.BUILDERS[name][0]()))
+    if args.time_sample:
+        name = args.models[0]
+        return np.savez(args.time_sample, seconds=sample_seconds(name, full_size.BUILDERS[name][0]()))
     rows = []
     for name in args.models:
         model = full_size.BUILDERS[name][0]()
