@@ -52,8 +52,10 @@ def inverse_cdf(
     Examples
     --------
     >>> w, u = torch.tensor([[1.0, 1.0, 8.0]]), torch.tensor([0.6])
-    >>> inverse_cdf(w, u), inverse_cdf(None, u, w.cumsum(-1), total=torch.tensor([2.0]))  # all three; the first two
-    (tensor([2]), tensor([1]))
+    >>> inverse_cdf(w, u)  # from all three weights
+    tensor([2])
+    >>> inverse_cdf(None, u, w.cumsum(-1), total=torch.tensor([2.0]))  # from the first two alone
+    tensor([1])
     """
     cdf = weights.cumsum(-1) if cumulative is None else cumulative
     dtype = torch.promote_types(cdf.dtype, u.dtype)
