@@ -376,6 +376,8 @@ class HeadTables:
     row_table: bool
     # [T, relation rows] float32: R_r · h_rel_t
     relation_logits: torch.Tensor
+    # [T, relation rows] float64: exp(R_r · h_rel_t / τ), the edge weights of a q without tail evidence
+    relation_weights: torch.Tensor
     max_degree: int
 
     @classmethod
@@ -397,8 +399,20 @@ class HeadTables:
         # [4, 4]
         allowed = allowed_types(any_new, patterns % 2 == 1, torch.where(patterns >= 2, CONTINUING, NONE))
         type_lp = torch.log_softmax(type_logits.unsqueeze(1).masked_fill(~allowed, -math.inf), -1)
+        weights = (rel.double() / tau).exp()
         return cls(
-            heads, tables, tau, type_logits, type_lp, any_new, new_lp, lane_fits, row_table, rel, max_degree
+            heads,
+            tables,
+            tau,
+            type_logits,
+            type_lp,
+            any_new,
+            new_lp,
+            lane_fits,
+            row_table,
+            rel,
+            weights,
+            max_degree,
         )
 
     @property
@@ -466,18 +480,25 @@ class HeadTables:
         return self.parent_lane[t.unsqueeze(-1), slot, window]
 
     def edge_logits(
-        self, t: torch.Tensor, first: torch.Tensor, relations: torch.Tensor, valid: torch.Tensor | None
+        self,
+        t: torch.Tensor,
+        first: torch.Tensor,
+        relations: torch.Tensor,
+        valid: torch.Tensor | None,
+        tails: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """R_relation(e) · h_rel_t (+ q's tail evidence) / τ for the D = max_degree edges e = first_p + j from edge ids
-        first [P] (their relation embedding rows ``relations`` [P, D], ``parent_edges``') at positions t [P], −inf
+        first [P] (their relation embedding rows ``relations`` [P, D], ``parent_slots``') at positions t [P], −inf
         where not ``valid`` [P, D]: float64 [P, D], the float32 logits widened by the mask itself (a float64 −inf
         operand of one element: one pass, the numbers of masking then casting). ``valid`` None: no mask, the float32
         logits widened by the division by τ (one pass; a padded slot holds another edge's logit or a padding row's),
-        the same numbers at the valid slots."""
+        the same numbers at the valid slots. ``tails``: the edges' tail entities where ``relations`` are not the
+        parent's padded edges' (any [P, D'] broadcasting against them), read only with tail evidence."""
         tables = self.tables
         logits = self.relation_logits[t.unsqueeze(-1), relations]
         if self.heads.tail_scores is not None:
-            tails = tables.edge_windows(tables.edge_tail_padded, first)
+            if tails is None:
+                tails = tables.edge_windows(tables.edge_tail_padded, first)
             logits = logits + self.heads.tail_scores[t.unsqueeze(-1), tails]
         if valid is None:
             return logits / torch.full((1,), self.tau, dtype=torch.float64, device=logits.device)
@@ -485,17 +506,28 @@ class HeadTables:
         logits = torch.where(valid, logits, off)
         return logits if self.tau == 1.0 else logits / self.tau  # x / 1 is x: one [P, D] pass fewer
 
-    def parent_edges(self, t: torch.Tensor, parent: torch.Tensor, ok: torch.Tensor, masked: bool = True):
+    def edge_weights(self, t: torch.Tensor, first: torch.Tensor, relations: torch.Tensor) -> torch.Tensor:
+        """exp(``edge_logits``) unmasked: float64 [P, D]. Without tail evidence an edge's weight is its relation's at
+        t, so one gather from ``relation_weights`` gives them (no [P, D] division or exp, the same numbers)."""
+        if self.heads.tail_scores is None:
+            return self.relation_weights[t.unsqueeze(-1), relations]
+        return self.edge_logits(t, first, relations, None).exp()
+
+    def parent_slots(self, parent: torch.Tensor, ok: torch.Tensor):
         """Edges of each parent padded to the largest degree D: (first edge id [P], valid [P, D], relation embedding
-        rows [P, D] int32, logits / τ [P, D], −inf off unless not ``masked``): slot j is edge first + j; a padded slot
-        names a later parent's edge or a table's padding (its logit is −inf when ``masked``)."""
+        rows [P, D] int32): slot j is edge first + j; a padded slot names a later parent's edge or a table's padding;
+        a parent not ``ok`` has no valid slot."""
         tables = self.tables
         safe = torch.where(ok, parent, 0)
         j = torch.arange(self.max_degree, device=parent.device, dtype=torch.int32)
         valid = j < torch.where(ok, tables.degree[safe], 0).unsqueeze(-1)
         first = tables.edge_offsets[safe]
-        relations = tables.edge_windows(tables.edge_relation_row_padded, first)
-        return first, valid, relations, self.edge_logits(t, first, relations, valid if masked else None)
+        return first, valid, tables.edge_windows(tables.edge_relation_row_padded, first)
+
+    def parent_edges(self, t: torch.Tensor, parent: torch.Tensor, ok: torch.Tensor):
+        """``parent_slots`` and their logits / τ [P, D], −inf off the valid slots."""
+        first, valid, relations = self.parent_slots(parent, ok)
+        return first, valid, relations, self.edge_logits(t, first, relations, valid)
 
     def tail_log_prob(self, t: torch.Tensor, parent: torch.Tensor, tail: torch.Tensor, ok: torch.Tensor):
         """log π_τ(an edge to ``tail`` | parent) [P] at positions t: the log-sum of the parent's edge logits over its

@@ -255,30 +255,33 @@ def _draw_related(
     plog = _parent_log_probs(tabs, rows, cand, t_rel)
     slot = inverse_cdf(torch.where(rel_mask.unsqueeze(1), plog, 0.0).exp(), pick_rows(u[:, 2]))
     parent = tables.row_entity[rows.gather(1, slot.unsqueeze(1)).squeeze(1)]
-    # the edge logits unmasked: the draw searches the cumulative sums of the parent's own edges' weights (a prefix
+    # the edge weights unmasked: the draw searches the cumulative sums of the parent's own edges' weights (a prefix
     # of the padded slots), the last of which is the normaliser; a particle that did not draw "related" draws from
     # a prefix of one slot: whatever it picks, its tail, parent and log q are not read (``rel_mask``)
-    first, valid, relations, elog = tabs.parent_edges(t_rel, parent, rel_mask, masked=False)
+    first, valid, relations = tabs.parent_slots(parent, rel_mask)
     count = torch.where(rel_mask, tables.degree[parent], 0)
-    cdf = elog.exp().cumsum_(-1)
+    cdf = tabs.edge_weights(t_rel, first, relations).cumsum_(-1)
     total = cdf.gather(1, (count - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
     pick = inverse_cdf(None, pick_rows(u[:, 3]), cumulative=cdf, total=total)
     norm = total.log()
     edge = first + pick
     tail = tables.edge_tail[edge].long()
     reaching = tables.edge_tail_slots[edge]
-    reach = _reach(elog, reaching)
+    # the logits of the parent's edges that reach the tail, from their relation rows (all to the same tail)
+    at = reaching.clamp(min=0)
+    reach = _reach(tabs.edge_logits(t_rel, first, relations.gather(1, at), None, tail.unsqueeze(1)), reaching)
     log_q = torch.where(rel_mask, plog.gather(1, slot.unsqueeze(1)).squeeze(1) + reach - norm, 0.0)
     return RelatedDraw(
         sub, rel_mask, t_rel, rows, cand, slot, parent, tail, first, valid, relations, reaching, log_q
     )
 
 
-def _reach(elog: torch.Tensor, reaching: torch.Tensor) -> torch.Tensor:
-    """log Σ_{j ∈ reaching} exp(elog_j) [P]: the log-sum of the edge logits elog [P, D] over the parent's edges that
-    reach the entity (their slots reaching [P, M], -1 after them), from these M terms instead of the D padded ones
-    masked (whose other terms add exp(−inf) = 0: the same float sum wherever at most two edges reach the entity)."""
-    return torch.where(reaching >= 0, elog.gather(1, reaching.clamp(min=0)), -math.inf).logsumexp(-1)
+def _reach(logits: torch.Tensor, reaching: torch.Tensor) -> torch.Tensor:
+    """log Σ_{j ∈ reaching} exp(logit_j) [P]: the log-sum of the edge logits over the parent's edges that reach the
+    entity, from the logits [P, M] of their slots reaching [P, M] (-1 after them; its logit is not read) instead of
+    the D padded ones masked (whose other terms add exp(−inf) = 0: the same float sum wherever at most two edges
+    reach the entity)."""
+    return torch.where(reaching >= 0, logits, -math.inf).logsumexp(-1)
 
 
 def drawn_log_prob(
@@ -307,7 +310,7 @@ def drawn_log_prob(
             _parent_log_probs(tabs, rel.rows, rel.cand, rel.t_vec).gather(1, rel.slot.unsqueeze(1)).squeeze(1)
         )
         elog = tabs.edge_logits(rel.t_vec, rel.first, rel.relations, rel.valid)
-        rel_lp = _reach(elog, rel.reaching) - elog.logsumexp(-1)
+        rel_lp = _reach(elog.gather(1, rel.reaching.clamp(min=0)), rel.reaching) - elog.logsumexp(-1)
         term = torch.nan_to_num(parent_lp + rel_lp, nan=-math.inf, posinf=-math.inf, neginf=-math.inf)
         total = (
             total + torch.where(rel.mask, term, 0.0) if rel.sub is None else total.index_add(0, rel.sub, term)
@@ -500,6 +503,7 @@ def stack_tables(tables: list[HeadTables]) -> HeadTables:
         # the graph's choice for every document that stacks (its new-entity tables, which stacking needs, take more)
         first.row_table,
         torch.cat([t.relation_logits for t in tables]),
+        torch.cat([t.relation_weights for t in tables]),
         first.max_degree,
     )
     if stacked.row_table:
