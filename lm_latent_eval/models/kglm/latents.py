@@ -514,19 +514,25 @@ class HeadTables:
         return self.edge_logits(t, first, relations, None).exp()
 
     def parent_slots(self, parent: torch.Tensor, ok: torch.Tensor):
-        """Edges of each parent padded to the largest degree D: (first edge id [P], valid [P, D], relation embedding
-        rows [P, D] int32): slot j is edge first + j; a padded slot names a later parent's edge or a table's padding;
-        a parent not ``ok`` has no valid slot."""
+        """Edges of each parent padded to the largest degree D: (first edge id [P], count [P], relation embedding rows
+        [P, D] int32): slot j is edge first + j, one of the parent's for j < count (``valid_slots``), else a later
+        parent's edge or a table's padding; a parent not ``ok`` has count 0."""
         tables = self.tables
         safe = torch.where(ok, parent, 0)
-        j = torch.arange(self.max_degree, device=parent.device, dtype=torch.int32)
-        valid = j < torch.where(ok, tables.degree[safe], 0).unsqueeze(-1)
         first = tables.edge_offsets[safe]
-        return first, valid, tables.edge_windows(tables.edge_relation_row_padded, first)
+        count = torch.where(ok, tables.degree[safe], 0)
+        return first, count, tables.edge_windows(tables.edge_relation_row_padded, first)
+
+    def valid_slots(self, count: torch.Tensor) -> torch.Tensor:
+        """The slots j < count of each row of ``parent_slots``: [P, D] bool."""
+        j = torch.arange(self.max_degree, device=count.device, dtype=torch.int32)
+        return j < count.unsqueeze(-1)
 
     def parent_edges(self, t: torch.Tensor, parent: torch.Tensor, ok: torch.Tensor):
-        """``parent_slots`` and their logits / τ [P, D], −inf off the valid slots."""
-        first, valid, relations = self.parent_slots(parent, ok)
+        """``parent_slots`` with the slots' mask instead of the count (first, valid [P, D], relations) and their
+        logits / τ [P, D], −inf off the valid slots."""
+        first, count, relations = self.parent_slots(parent, ok)
+        valid = self.valid_slots(count)
         return first, valid, relations, self.edge_logits(t, first, relations, valid)
 
     def tail_log_prob(self, t: torch.Tensor, parent: torch.Tensor, tail: torch.Tensor, ok: torch.Tensor):

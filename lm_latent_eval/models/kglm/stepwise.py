@@ -138,7 +138,7 @@ class RelatedDraw:
     parent: torch.Tensor  # [P]
     tail: torch.Tensor  # [P] the entity
     first: torch.Tensor  # [P] the parent's first edge (its edges padded: first + j for j < D)
-    valid: torch.Tensor  # [P, D] real edges
+    count: torch.Tensor  # [P] the parent's edges: its first ``count`` slots
     relations: torch.Tensor  # [P, D] their relation embedding rows
     # [P, M] the slots (among the parent's edges) of the edges reaching the drawn entity, -1 after them
     reaching: torch.Tensor
@@ -258,8 +258,7 @@ def _draw_related(
     # the edge weights unmasked: the draw searches the cumulative sums of the parent's own edges' weights (a prefix
     # of the padded slots), the last of which is the normaliser; a particle that did not draw "related" draws from
     # a prefix of one slot: whatever it picks, its tail, parent and log q are not read (``rel_mask``)
-    first, valid, relations = tabs.parent_slots(parent, rel_mask)
-    count = torch.where(rel_mask, tables.degree[parent], 0)
+    first, count, relations = tabs.parent_slots(parent, rel_mask)
     cdf = tabs.edge_weights(t_rel, first, relations).cumsum_(-1)
     total = cdf.gather(1, (count - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
     pick = inverse_cdf(None, pick_rows(u[:, 3]), cumulative=cdf, total=total)
@@ -272,7 +271,7 @@ def _draw_related(
     reach = _reach(tabs.edge_logits(t_rel, first, relations.gather(1, at), None, tail.unsqueeze(1)), reaching)
     log_q = torch.where(rel_mask, plog.gather(1, slot.unsqueeze(1)).squeeze(1) + reach - norm, 0.0)
     return RelatedDraw(
-        sub, rel_mask, t_rel, rows, cand, slot, parent, tail, first, valid, relations, reaching, log_q
+        sub, rel_mask, t_rel, rows, cand, slot, parent, tail, first, count, relations, reaching, log_q
     )
 
 
@@ -309,7 +308,7 @@ def drawn_log_prob(
         parent_lp = (
             _parent_log_probs(tabs, rel.rows, rel.cand, rel.t_vec).gather(1, rel.slot.unsqueeze(1)).squeeze(1)
         )
-        elog = tabs.edge_logits(rel.t_vec, rel.first, rel.relations, rel.valid)
+        elog = tabs.edge_logits(rel.t_vec, rel.first, rel.relations, tabs.valid_slots(rel.count))
         rel_lp = _reach(elog.gather(1, rel.reaching.clamp(min=0)), rel.reaching) - elog.logsumexp(-1)
         term = torch.nan_to_num(parent_lp + rel_lp, nan=-math.inf, posinf=-math.inf, neginf=-math.inf)
         total = (
