@@ -2,7 +2,8 @@
 
 ``count(fn)`` runs ``fn`` under a ``TorchDispatchMode`` that counts every aten operation that computes (views and
 other aliasing operations launch no kernel and are left out) and the bytes its tensors occupy (inputs and outputs;
-for gathers and in-place scatters only the rows they read and write), plus host synchronisations (``item``). On the
+for gathers and in-place scatters only the rows they read and write, for a binary search the entries it probes),
+plus host synchronisations (``item``). On the
 CPU the models take their CPU-only shortcuts (only the particles that start a mention go through some heads);
 ``accelerator_paths()`` switches those off, so the counts are those of the code a GPU runs.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +34,7 @@ from torch.utils._pytree import tree_flatten
 
 GATHERS = {"index_select", "index", "gather", "embedding", "take"}  # read and write only what they select
 SCATTERS = {"index_copy", "index_add", "index_put", "scatter", "scatter_add", "scatter_reduce", "index_fill"}
+SEARCHES = {"searchsorted"}  # read ⌈log2(n + 1)⌉ entries of a sorted row of n per value searched
 SYNCS = {"_local_scalar_dense", "nonzero", "item"}
 H100_LAUNCH_SECONDS = (
     48.562e-3 / 9389
@@ -86,6 +89,10 @@ class KernelCounter(TorchDispatchMode):
             outs = _tensors(out)
             index = [t for t in _tensors((args, kwargs)) if not t.is_floating_point() and t.dim() <= 2]
             self.bytes += 2 * sum(map(_nbytes, outs)) + sum(map(_nbytes, index[-1:]))
+        elif name in SEARCHES:  # the values, the indices found and the entries the search probes
+            rows, values = args[0], args[1]
+            probes = values.numel() * math.ceil(math.log2(rows.shape[-1] + 1)) * rows.element_size()
+            self.bytes += _nbytes(values) + sum(map(_nbytes, _tensors(out))) + probes
         elif name in SCATTERS:  # the rows they write (read and written), their sources and indices
             target, rest = args[0], _tensors((args[1:], kwargs))
             self.bytes += 2 * sum(map(_nbytes, rest))
