@@ -376,8 +376,6 @@ class HeadTables:
     row_table: bool
     # [T, relation rows] float32: R_r · h_rel_t
     relation_logits: torch.Tensor
-    # [T, relation rows] float64: exp(R_r · h_rel_t / τ), the edge weights of a q without tail evidence
-    relation_weights: torch.Tensor
     max_degree: int
 
     @classmethod
@@ -399,21 +397,17 @@ class HeadTables:
         # [4, 4]
         allowed = allowed_types(any_new, patterns % 2 == 1, torch.where(patterns >= 2, CONTINUING, NONE))
         type_lp = torch.log_softmax(type_logits.unsqueeze(1).masked_fill(~allowed, -math.inf), -1)
-        weights = (rel.double() / tau).exp()
         return cls(
-            heads,
-            tables,
-            tau,
-            type_logits,
-            type_lp,
-            any_new,
-            new_lp,
-            lane_fits,
-            row_table,
-            rel,
-            weights,
-            max_degree,
+            heads, tables, tau, type_logits, type_lp, any_new, new_lp, lane_fits, row_table, rel, max_degree
         )
+
+    @property
+    def relation_weights(self) -> torch.Tensor:
+        """exp(R_r · h_rel_t / τ) [T, relation rows] float64: the edge weights of a q without tail evidence (built
+        once, on the first draw)."""
+        if not hasattr(self, "_relation_weights"):
+            self._relation_weights = (self.relation_logits.double() / self.tau).exp()
+        return self._relation_weights
 
     @property
     def type_cdf(self) -> torch.Tensor:

@@ -502,7 +502,6 @@ def stack_tables(tables: list[HeadTables]) -> HeadTables:
         # the graph's choice for every document that stacks (its new-entity tables, which stacking needs, take more)
         first.row_table,
         torch.cat([t.relation_logits for t in tables]),
-        torch.cat([t.relation_weights for t in tables]),
         first.max_degree,
     )
     if stacked.row_table:
