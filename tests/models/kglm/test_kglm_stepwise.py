@@ -239,6 +239,29 @@ def test_reach_from_the_tails_slots_is_the_masked_logsumexp():
     assert torch.isfinite(masked).all()
 
 
+@pytest.mark.parametrize("extreme", [0.0, torch.inf], ids=["underflow", "overflow"])
+def test_edge_weights_out_of_range_are_refused(extreme):
+    """Where every edge weight of a parent underflows to 0 (or overflows) at the proposal's temperature, the edge was
+    not drawn from q: a related draw's log q is not finite, which the estimators refuse naming the document, never a
+    finite number for a draw from other weights."""
+    from lm_latent_eval.estimators import importance_log_weights
+    from lm_latent_eval.models.kglm.latents import RELATED
+
+    model = tiny_kglm()
+    x = model.tokenize("Ada Lovelace born London Ada King was")
+    with torch.no_grad():
+        tabs = model.proposal.head_tables(x, 1.0, False)
+        tabs._relation_weights = torch.full_like(tabs.relation_weights, extreme)
+        z, log_q = model.proposal.sample(x, 64, 1.0, False, torch.Generator().manual_seed(0))
+    related = (z["mention_type"] == RELATED).any(1)
+    assert related.any() and (~related).any()
+    assert not torch.isfinite(log_q[related]).any() and torch.isfinite(log_q[~related]).all()
+    with pytest.raises(ValueError, match="'extreme': proposal returned .* non-finite log q"):
+        importance_log_weights(
+            model, x, num_samples=64, temperature=1.0, peek=False, seed=0, document="extreme"
+        )
+
+
 def test_tail_slots_list_each_edges_run_of_edges_to_its_tail():
     """``GraphTables.edge_tail_slots``: for each edge, the slots of its source's edges to its tail (itself included,
     in edge order), then −1; one column of none without edges."""
