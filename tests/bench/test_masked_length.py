@@ -4,6 +4,8 @@ the exact Σ log p(choice | context). Fast: a short question is computed exactly
 
 from __future__ import annotations
 
+import itertools
+import math
 import sys
 from pathlib import Path
 
@@ -16,9 +18,12 @@ import torch
 from masked_coverage import coverage, holds
 from masked_length import (
     CHOICES,
+    block_rows,
+    blocked_log_weights,
     exact_twist,
     fitted_twist,
     make_oracle_model,
+    oracle_log_marginal,
     oracle_texts,
     question,
     row_features,
@@ -44,6 +49,22 @@ def test_a_short_question_is_computed_exactly(oracle):
     out = coverage(view, texts, {}, range(2), truth, lambda _: None, None)
     assert out["covered"] == out["two_sided"] == 2
     assert all(run["computed_exactly"] == CHOICES for run in out["runs"])
+
+
+def test_blocked_weights_average_to_the_exact_marginal_over_every_order(oracle):
+    """``--blocks``: over all T! orders each block size's weights average to p(x) exactly; b = 1 is p(x | σ) (the
+    model's log joint plus log T!), b = T the 2^T program (no spread), and a coarser partition of the steps (b = 4
+    against 2, 2 against 1) never has more variance."""
+    x = oracle.tokenize(oracle_texts(oracle, 5)[0])
+    orders = torch.tensor(list(itertools.permutations(range(5))))
+    truth = float(oracle_log_marginal(oracle, x))
+    log_w = {b: blocked_log_weights(oracle, x, orders, b) for b in (1, 2, 3, 4, 5)}
+    for b, lw in log_w.items():
+        assert float(torch.logsumexp(lw, 0)) - math.log(len(orders)) == pytest.approx(truth, abs=1e-12), b
+    torch.testing.assert_close(log_w[1], oracle.log_joint(x, orders) + math.lgamma(6), rtol=0, atol=1e-12)
+    spread = {b: float((lw - truth).exp().var()) for b, lw in log_w.items()}
+    assert spread[1] > spread[2] > spread[4] > 0 and spread[5] < 1e-20
+    assert [block_rows(5, b) for b in (1, 2, 3, 5)] == [5, 3 + 3 + 1, 7 + 3, 31]
 
 
 def test_row_features_sum_the_row_at_s(oracle):
