@@ -219,16 +219,19 @@ def value_table() -> list[str]:
     ]
 
 
-def coverage_args(peek: bool, num_samples: int | None = None, target_se: float | None = None) -> dict:
+def coverage_args(
+    peek: bool, num_samples: int | None = None, target_se: float | None = None, max_samples: int | None = None
+) -> dict:
     """The model_args of ``--coverage``: resampling at ESS < K/2, with ``--peek`` the proposal through the head
     (``peek=true``), with ``--num-samples K`` stage 1's K (else the default's), with ``--target-se S`` the precision
-    target S nats per token (else the default's)."""
+    target S nats per token (else the default's), with ``--max-samples M`` the precision target's cap per text."""
     chosen = {"peek": "true"} if peek else {}
     return {
         "resample_threshold": "0.5",
         **chosen,
         **({"num_samples": str(num_samples)} if num_samples else {}),
         **({"target_se": str(target_se)} if target_se else {}),
+        **({"max_samples": str(max_samples)} if max_samples else {}),
     }
 
 
@@ -240,15 +243,17 @@ def coverage_name(
     num_samples: int | None = None,
     texts: int = TEXTS,
     target_se: float | None = None,
+    max_samples: int | None = None,
 ) -> Path:
     """The output of ``--coverage``; seeds other than 0-99 (``--first-seed``, ``--seeds``) name their range, so that
     runs in chunks keep every chunk (``masked_coverage.pooled`` joins them), ``--num-samples K`` its K,
-    ``--texts N`` its N and ``--target-se S`` its S."""
+    ``--texts N`` its N, ``--target-se S`` its S and ``--max-samples M`` its M."""
     chunk = "" if seeds == range(100) else f"_seeds{seeds.start}_{seeds.stop - 1}"
     stem = f"value_coverage{'_oracle' if oracle else ''}{'_peek' if peek else ''}_T{length}"
     corpus = "" if texts == TEXTS else f"_N{texts}"
     target = f"_se{target_se:g}" if target_se else ""
-    return OUTPUT / f"{stem}{corpus}{f'_K{num_samples}' if num_samples else ''}{target}{chunk}.json"
+    cap = f"_max{max_samples}" if max_samples else ""
+    return OUTPUT / f"{stem}{corpus}{f'_K{num_samples}' if num_samples else ''}{target}{cap}{chunk}.json"
 
 
 def pooled_name(length: int, oracle: bool, peek: bool, texts: int = TEXTS) -> Path:
@@ -328,6 +333,7 @@ def oracle_coverage_runs(
     num_samples: int | None = None,
     count: int = TEXTS,
     target_se: float | None = None,
+    max_samples: int | None = None,
 ) -> dict:
     """``--coverage --oracle``: as ``coverage_runs`` on ``count`` of the oracle's texts of ``length`` tokens under its
     fitted head, the seeds split over ``workers`` forked processes (``forked_coverage``)."""
@@ -336,8 +342,9 @@ def oracle_coverage_runs(
     fit_seconds = time.perf_counter() - start
     texts = oracle_texts(oracle, length, count)
     truth = float(sum(oracle_log_marginal(oracle, oracle.tokenize(t)) for t in texts))
-    stem = coverage_name(length, True, peek, seeds, num_samples, count, target_se)
-    out = forked_coverage(oracle, texts, truth, coverage_args(peek, num_samples, target_se), seeds, workers,
+    stem = coverage_name(length, True, peek, seeds, num_samples, count, target_se, max_samples)
+    given = coverage_args(peek, num_samples, target_se, max_samples)
+    out = forked_coverage(oracle, texts, truth, given, seeds, workers,
                           lambda worker: stem.with_suffix(f".part{worker}.json"))  # fmt: skip
     return {"head_fit_seconds": fit_seconds, "truth": truth, **with_cost(out, length, len(texts))}
 
@@ -738,6 +745,12 @@ def main() -> None:
         metavar="S",
         help="--coverage --oracle with target_se=S (else estimator=auto's 0.002)",
     )
+    parser.add_argument(
+        "--max-samples",
+        type=int,
+        metavar="M",
+        help="--coverage --oracle with the precision target's cap per text",
+    )
     parser.add_argument("--workers", type=int, default=1, help="processes of --coverage --oracle")
     parser.add_argument("--pool", type=int, metavar="T", help="join the --coverage chunks at T tokens")
     parser.add_argument("--conditionals", type=lengths_list, metavar="L,L",
@@ -786,10 +799,18 @@ def main() -> None:
         print(f"wrote {pooled_chunks(args.pool, args.oracle, args.peek, args.texts)}")
     if args.coverage and args.oracle:
         out = oracle_coverage_runs(
-            args.coverage, seeds, args.workers, args.peek, args.num_samples, args.texts, args.target_se
-        )
+            args.coverage, seeds, args.workers, args.peek, args.num_samples, args.texts, args.target_se,
+            args.max_samples,
+        )  # fmt: skip
         path = coverage_name(
-            args.coverage, True, args.peek, seeds, args.num_samples, args.texts, args.target_se
+            args.coverage,
+            True,
+            args.peek,
+            seeds,
+            args.num_samples,
+            args.texts,
+            args.target_se,
+            args.max_samples,
         )
         path.write_text(json.dumps(out, indent=1) + "\n")
         print({k: v for k, v in out.items() if k != "runs"})
