@@ -323,7 +323,7 @@ def blocked_log_weights(model, x: torch.Tensor, orders: torch.Tensor, size: int)
         member = torch.tensor([[a >> k & 1 for k in range(b)] for a in range(2**b - 1)], dtype=torch.bool)
         revealed = torch.zeros(N, 2**b - 1, T, dtype=torch.bool)
         revealed.scatter_(2, orders[:, None, :start].expand(N, 2**b - 1, start), True)
-        # and A's positions
+        # A's positions too
         revealed |= torch.zeros_like(revealed).scatter_(
             2, block[:, None, :].expand(N, 2**b - 1, b), member.expand(N, 2**b - 1, b)
         )
