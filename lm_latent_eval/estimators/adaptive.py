@@ -32,7 +32,10 @@ certified by its own gate. Where the model states of some document that its inte
 corpus statement is the certified bound whatever the stages draw, so no target is pursued: stage 0 is reported, its
 bound at δ (one stage, decided before any was drawn), and one warning says so. Where the budget (``max_samples``) or
 the stage limit ended the stages before the target was met and the last stage's standard error is above it, one
-warning says so (the standard error reached, what to do). Before it spends, once stage 1's sizes are known, one line projects what the stages left will draw at least
+warning says so (the standard error reached, what to do), and a document that ``max_samples`` held below the size
+planned for it carries c_n / K_n from the stages before (``capped_variance``): the interval's gates judge the larger
+of that and its v̂, decided before the stage was drawn, since a last stage short of samples passes its own gates
+more often when its tail went unseen. Before it spends, once stage 1's sizes are known, one line projects what the stages left will draw at least
 (Σ K_n T_n samples·tokens, and seconds at stage 0's rate): a warning where that is long or where documents need more
 than ``max_samples``, since a model whose cost grows faster than linearly in the text's length may run for hours.
 
@@ -338,6 +341,7 @@ def _later_stages(
     announced = 0.0  # the samples·tokens per stage the last cost line said
     # a later stage's documents: sized one by one (each its own K), with no precision target of their own
     later = estimator.sized(settings.num_samples)
+    capped: dict = {}  # the drawn stage's documents that max_samples held below their planned size: c / K
     for number in range(1, policy.max_stages):
         if _all_exact(current.values(), policy, all_reduce):
             stopped_short = False
@@ -365,13 +369,21 @@ def _later_stages(
         started = time.perf_counter()
         current = stage(later, [(t, wanted[t]) for t in unique], number, desc)
         seconds = time.perf_counter() - started
+        capped = {
+            t: h.variance_per_sample / wanted[t]
+            for t, h, k in zip(unique, earlier, plan.sizes)
+            if k > settings.sample_budget and math.isfinite(h.variance_per_sample)
+        }
         for t in unique:
             stages[t].append(current[t].log_likelihood)
         if last:
             break
     if stopped_short:
         _warn_if_target_missed(list(current.values()), settings, policy, all_reduce, number + 1)
-    return {t: dataclasses.replace(e, stage_log_likelihoods=stages[t]) for t, e in current.items()}
+    return {
+        t: dataclasses.replace(e, stage_log_likelihoods=stages[t], capped_variance=capped.get(t))
+        for t, e in current.items()
+    }
 
 
 def _announce(

@@ -284,7 +284,7 @@ class ISEstimate(DocumentEstimate):
     def error(self, policy: UncertaintyPolicy = DEFAULT_POLICY) -> DocumentError:
         if not self.sampled:
             return self.known_error()
-        return importance_error(self.log_weights, policy, self.distinct_draws, self.num_tokens)
+        return self.with_cap(importance_error(self.log_weights, policy, self.distinct_draws, self.num_tokens))
 
     def diagnostic_items(self) -> dict[str, float]:
         """ESS and Pareto k̂ of the K weights of a document with tokens: ``is_ess_mean`` and ``is_ess_min`` (the

@@ -61,6 +61,17 @@ class DocumentError:
     # whether the model states that this document's interval has no measured coverage (``smc_interval_doubt``), a
     # doubt no sample size lifts: the precision target then has nothing to reach (``adaptive``)
     lasting: bool = field(default=False, repr=False)
+    # under a precision target whose budget held the document below the size it planned: c / K, the largest relative
+    # variance per sample of the stages before at the size drawn, which the interval's gates read beside v̂
+    capped_variance: float | None = field(default=None, repr=False)
+
+    @property
+    def gate_variance(self) -> float:
+        """The relative variance the two-sided interval's gates judge: v̂, or ``capped_variance`` where larger (known
+        before the stage was drawn, so a stage whose own v̂ came out small by chance passes no more often)."""
+        if self.capped_variance is None or not self.capped_variance > self.relative_variance:
+            return self.relative_variance
+        return self.capped_variance
 
     @property
     def exact(self) -> bool:

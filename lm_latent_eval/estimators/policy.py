@@ -274,6 +274,8 @@ class UncertaintyPolicy:
         se, correction = math.sqrt(sum_v), sum_v / 2
         centre = float(ll.sum()) + correction
         remainder = sum_v15 / se if se > 0 else 0.0
+        if (held := self.held_by_budget(errors)) is not None:
+            return Interval(lower_certified, math.inf, math.nan, se, correction, remainder, self.level, held)
         if not self.remainder_acceptable(sum_v, sum_v15):
             reason = (
                 f"the estimates are too imprecise for a bias correction (its remainder is {remainder:.2f} standard "
@@ -293,6 +295,29 @@ class UncertaintyPolicy:
         half_width = q * se + correction
         return Interval(
             centre - half_width, centre + half_width, centre, se, correction, remainder, self.level
+        )
+
+    def held_by_budget(self, errors: Sequence[DocumentError]) -> str | None:
+        """Why no two-sided interval is honest where ``max_samples`` held documents below the size the precision
+        target planned for them: the remainder, judged with each document's ``gate_variance`` (the larger of v̂ and
+        the stages before's c / K), too large; None where no document was held or the remainder is acceptable.
+
+        Examples
+        --------
+        >>> policy = UncertaintyPolicy()
+        >>> policy.held_by_budget([DocumentError(-10.0, 0.02, 3.0, capped_variance=0.3)] * 4)[:33]
+        'max_samples held 4 of 4 documents'
+        >>> policy.held_by_budget([DocumentError(-10.0, 0.02, 3.0)] * 4) is None
+        True
+        """
+        gate = np.array([e.gate_variance for e in errors], dtype=np.float64)
+        held = sum(e.gate_variance > e.relative_variance for e in errors)
+        if not held or self.remainder_acceptable(float(gate.sum()), float((gate**1.5).sum())):
+            return None
+        return (
+            f"max_samples held {held} of {len(errors)} documents below the samples the precision target planned for "
+            "them, and the variance their earlier stages showed is too large for a bias correction; raise "
+            "max_samples for a two-sided interval"
         )
 
     def proven_statement(self, errors: Sequence[DocumentError]) -> Interval:

@@ -4,7 +4,7 @@ it), whose ``error`` states what the document contributes to a corpus statement.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar
 
 import numpy as np
@@ -18,7 +18,9 @@ class DocumentEstimate:
     """log p̂(x) of one document over its ``num_tokens`` model tokens; each estimator family subclasses it.
 
     ``stage_log_likelihoods``: under a precision target, log p̂ of every stage (each drawn afresh,
-    ``estimators.adaptive``); the last is the estimate. ``computed_exactly``: a sampling estimator's record of a
+    ``estimators.adaptive``); the last is the estimate. ``capped_variance``: under a precision target whose
+    ``max_samples`` held the document below the size it planned, c / K from the stages before (``DocumentError``'s,
+    read by the interval's gates). ``computed_exactly``: a sampling estimator's record of a
     document whose log p the model computed instead (``Estimator.known``: ``exact_where_cheaper``); its K log weights
     are all log p, none drawn.
 
@@ -51,6 +53,7 @@ class DocumentEstimate:
     log_likelihood: float
     stage_log_likelihoods: list[float] | None = field(default=None, kw_only=True)
     computed_exactly: bool = field(default=False, kw_only=True)
+    capped_variance: float | None = field(default=None, kw_only=True, repr=False)
 
     @property
     def sampled(self) -> bool:
@@ -61,6 +64,10 @@ class DocumentEstimate:
     def known_error(self) -> DocumentError:
         """The error of a log p known without sampling (no tokens, or ``computed_exactly``): v = 0, proven."""
         return DocumentError(self.log_likelihood, 0.0, math.inf, proven=self.log_likelihood)
+
+    def with_cap(self, err: DocumentError) -> DocumentError:
+        """``err`` with this estimate's ``capped_variance`` (a sampling family's ``error`` returns it so)."""
+        return err if self.capped_variance is None else replace(err, capped_variance=self.capped_variance)
 
     @property
     def log_weights(self) -> np.ndarray | None:
@@ -189,7 +196,8 @@ class DocumentEstimate:
         -------
         dict
             ``document``, ``num_tokens``, ``log_likelihood``, ``estimator``, ``log_weights`` (list [K]),
-            ``diagnostics``, ``unk_penalty`` (list [K]), ``stage_log_likelihoods``, ``distinct_draws``.
+            ``diagnostics``, ``unk_penalty`` (list [K]), ``stage_log_likelihoods``, ``distinct_draws``,
+            ``computed_exactly``, ``capped_variance``.
 
         Examples
         --------
@@ -212,6 +220,7 @@ class DocumentEstimate:
             if getattr(self, "distinct_draws", None) is None
             else vars(self.distinct_draws).copy(),
             "computed_exactly": self.computed_exactly,
+            "capped_variance": self.capped_variance,
         }
 
     @classmethod
@@ -251,6 +260,7 @@ class DocumentEstimate:
             float(record["log_likelihood"]),
             stage_log_likelihoods=record.get("stage_log_likelihoods"),
             computed_exactly=bool(record.get("computed_exactly", False)),
+            capped_variance=record.get("capped_variance"),
             **own,
         )
 

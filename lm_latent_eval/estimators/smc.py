@@ -338,8 +338,8 @@ class SMCEstimate(DocumentEstimate):
         d = self.diagnostics
         lasting = d.model_doubt is not None
         reason = d.model_doubt if lasting else policy.smc_doubt(d, self.log_weights)
-        return DocumentError(
-            self.log_likelihood, d.relative_variance, d.smc_runs - 1.0, reason, lasting=lasting
+        return self.with_cap(
+            DocumentError(self.log_likelihood, d.relative_variance, d.smc_runs - 1.0, reason, lasting=lasting)
         )
 
     def diagnostic_items(self) -> dict[str, float]:
