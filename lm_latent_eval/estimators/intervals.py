@@ -68,7 +68,7 @@ class DocumentError:
     @property
     def gate_variance(self) -> float:
         """The relative variance the two-sided interval's gates judge: v̂, or ``capped_variance`` where larger (known
-        before the stage was drawn, so a stage whose own v̂ came out small by chance passes no more often)."""
+        before the stage was drawn, so a v̂ that came out small by chance does not pass the gates alone)."""
         if self.capped_variance is None or not self.capped_variance > self.relative_variance:
             return self.relative_variance
         return self.capped_variance
