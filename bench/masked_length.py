@@ -237,15 +237,13 @@ def spread(values, spec: str) -> str:
     return f"{np.median(values):{spec}} ({values[0]:{spec}}-{values[-1]:{spec}})"
 
 
-def control_variate_table() -> list[str]:
-    """``--control-variate``'s table: the most of importance sampling's variance the ELBO, as a control variate, can
-    remove. Over uniform orders w = p(x | σ) and E[log w] is the ELBO, so w − β (log w − ELBO) is unbiased for p(x) at
-    any β; with the ELBO known exactly and the best β = Cov(w, log w) / Var(log w) its variance is Var(w) (1 − ρ²),
-    ρ = corr(w, log w)."""
+def exact_cases() -> list[tuple]:
+    """(name, model, T, texts, log p(x) exactly) of ``--control-variate`` and ``--blocks``: the bundled network at 16
+    tokens (its 2^T program) and the oracle at 16 and 32 (its count program)."""
     network, _ = load_model("masked")
     oracle = make_oracle_model()
     cases = [("bundled network", network, 16, joined_texts(network, 16), network.log_marginal)]
-    cases += [
+    return cases + [
         (
             "oracle (strength 2)",
             oracle,
@@ -255,8 +253,15 @@ def control_variate_table() -> list[str]:
         )
         for length in (16, 32)
     ]
+
+
+def control_variate_table() -> list[str]:
+    """``--control-variate``'s table: the most of importance sampling's variance the ELBO, as a control variate, can
+    remove. Over uniform orders w = p(x | σ) and E[log w] is the ELBO, so w − β (log w − ELBO) is unbiased for p(x) at
+    any β; with the ELBO known exactly and the best β = Cov(w, log w) / Var(log w) its variance is Var(w) (1 − ρ²),
+    ρ = corr(w, log w)."""
     rows = []
-    for name, model, length, texts, log_marginal in cases:
+    for name, model, length, texts, log_marginal in exact_cases():
         c, sd, rho2 = [], [], []
         for n, text in enumerate(texts):
             x = model.tokenize(text)
@@ -342,21 +347,8 @@ def blocks_table() -> list[str]:
     """``--blocks``' table: several positions per step under importance sampling over uniform orders, each block of b
     steps summed over its internal orders (``blocked_log_weights``): the variance per particle against the rows a
     particle costs."""
-    network, _ = load_model("masked")
-    oracle = make_oracle_model()
-    cases = [("bundled network", network, 16, joined_texts(network, 16), network.log_marginal)]
-    cases += [
-        (
-            "oracle (strength 2)",
-            oracle,
-            length,
-            oracle_texts(oracle, length),
-            lambda x: oracle_log_marginal(oracle, x),
-        )
-        for length in (16, 32)
-    ]
     rows = []
-    for name, model, length, texts, log_marginal in cases:
+    for name, model, length, texts, log_marginal in exact_cases():
         count = BLOCK_ORDERS[name]
         per_size = {b: ([], [], []) for b in BLOCK_SIZES}
         for n, text in enumerate(texts):
