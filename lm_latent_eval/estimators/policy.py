@@ -53,9 +53,10 @@ class UncertaintyPolicy:
         Largest R / C the interval accepts where G is above ``max_remainder``: the remainder R = Σ v̂^{3/2} (nats)
         against the bias correction C = Σ v̂ / 2, so that C ± R stays well inside the allowance [0, 2C].
     allocation_remainder : float
-        The G the precision target allocates samples for (below ``max_remainder``, so that it is met).
+        The G the precision target allocates samples for (below ``max_remainder``, so that it is met); also the
+        limit for documents ``max_samples`` held below their planned size (``held_by_budget``).
     allocation_remainder_share : float
-        The R / C the precision target allocates samples for (below ``max_remainder_share``).
+        The R / C the precision target allocates samples for (below ``max_remainder_share``); likewise.
     min_run_size : int
         SMC runs smaller than this give no trusted error (as IS at K ≤ 10, where PSIS's threshold is 0).
     max_run_share : float
@@ -300,7 +301,12 @@ class UncertaintyPolicy:
     def held_by_budget(self, errors: Sequence[DocumentError]) -> str | None:
         """Why no two-sided interval is honest where ``max_samples`` held documents below the size the precision
         target planned for them: the remainder, judged with each document's ``gate_variance`` (the larger of v̂ and
-        the stages before's c / K), too large; None where no document was held or the remainder is acceptable.
+        the stages before's c / K), above what the target plans for (``remainder_acceptable(planned=True)``); None
+        where no document was held or the remainder meets the plan.
+
+        The plan's stricter limits, not the interval's: a held document's stages can all miss the same tail, so its
+        c / K can be small exactly when its estimate is low (docs/estimators.md, "A budget below what the target
+        needs").
 
         Examples
         --------
@@ -312,12 +318,12 @@ class UncertaintyPolicy:
         """
         gate = np.array([e.gate_variance for e in errors], dtype=np.float64)
         held = sum(e.gate_variance > e.relative_variance for e in errors)
-        if not held or self.remainder_acceptable(float(gate.sum()), float((gate**1.5).sum())):
+        if not held or self.remainder_acceptable(float(gate.sum()), float((gate**1.5).sum()), planned=True):
             return None
         return (
             f"max_samples held {held} of {len(errors)} documents below the samples the precision target planned for "
-            "them, and the variance their earlier stages showed is too large for a bias correction; raise "
-            "max_samples for a two-sided interval"
+            "them, and with the variance their earlier stages showed the bias correction's remainder is above what "
+            "the target plans for; raise max_samples for a two-sided interval"
         )
 
     def proven_statement(self, errors: Sequence[DocumentError]) -> Interval:
@@ -342,10 +348,11 @@ class UncertaintyPolicy:
 
     # ---- the precision target's allocation ------------------------------------------------------------------------
 
-    def remainder_acceptable(self, sum_v: float, sum_v15: float) -> bool:
+    def remainder_acceptable(self, sum_v: float, sum_v15: float, planned: bool = False) -> bool:
         """Whether the first-order bias correction's remainder R = Σ v^{3/2} (nats) is small enough for a
         two-sided interval: against the standard error, G = R / √Σ v ≤ ``max_remainder``, or against the correction
-        itself, R / C ≤ ``max_remainder_share`` (C = Σ v / 2).
+        itself, R / C ≤ ``max_remainder_share`` (C = Σ v / 2); with ``planned``, at the limits the precision target
+        allocates for (``allocation_remainder``, ``allocation_remainder_share``).
 
         The interval allows the bias of Σ log p̂ anywhere in [0, 2C] (plus t·SE either side), so the correction need
         not be accurate to a fraction of SE: where R ≤ C/2, C ± R lies in [C/2, 3C/2], well inside the allowance.
@@ -361,13 +368,16 @@ class UncertaintyPolicy:
         True
         >>> policy.remainder_acceptable(1.0, 0.6)   # G = 0.6 and R / C = 1.2
         False
+        >>> policy.remainder_acceptable(1.0, 0.4, planned=True)   # G = 0.4 > 0.35
+        False
         """
         if sum_v == 0:
             return True
-        return (
-            sum_v15 / math.sqrt(sum_v) <= self.max_remainder
-            or sum_v15 / (sum_v / 2) <= self.max_remainder_share
-        )
+        if planned:
+            limit, share = self.allocation_remainder, self.allocation_remainder_share
+        else:
+            limit, share = self.max_remainder, self.max_remainder_share
+        return sum_v15 / math.sqrt(sum_v) <= limit or sum_v15 / (sum_v / 2) <= share
 
     def document_variance_cap(self, documents: float) -> float:
         """The largest v_n that the precision target lets a document keep, for N documents: where every v_n is at
