@@ -34,8 +34,8 @@ bound at δ (one stage, decided before any was drawn), and one warning says so. 
 the stage limit ended the stages before the target was met and the last stage's standard error is above it, one
 warning says so (the standard error reached, what to do), and a document that ``max_samples`` held below the size
 planned for it carries c_n / K_n from the stages before (``capped_variance``): the interval's gates judge the larger
-of that and its v̂, decided before the stage was drawn, since a last stage short of samples passes its own gates
-more often when its tail went unseen. Before it spends, once stage 1's sizes are known, one line projects what the stages left will draw at least
+of that and its v̂ at the limits the target plans for (``UncertaintyPolicy.held_by_budget``), decided before the
+stage was drawn, since a last stage short of samples passes its own gates more often when its tail went unseen. Before it spends, once stage 1's sizes are known, one line projects what the stages left will draw at least
 (Σ K_n T_n samples·tokens, and seconds at stage 0's rate): a warning where that is long or where documents need more
 than ``max_samples``, since a model whose cost grows faster than linearly in the text's length may run for hours.
 

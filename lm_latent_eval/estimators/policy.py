@@ -316,9 +316,11 @@ class UncertaintyPolicy:
         >>> policy.held_by_budget([DocumentError(-10.0, 0.02, 3.0)] * 4) is None
         True
         """
-        gate = np.array([e.gate_variance for e in errors], dtype=np.float64)
         held = sum(e.gate_variance > e.relative_variance for e in errors)
-        if not held or self.remainder_acceptable(float(gate.sum()), float((gate**1.5).sum()), planned=True):
+        if not held:
+            return None
+        gate = np.array([e.gate_variance for e in errors], dtype=np.float64)
+        if self.remainder_acceptable(float(gate.sum()), float((gate**1.5).sum()), planned=True):
             return None
         return (
             f"max_samples held {held} of {len(errors)} documents below the samples the precision target planned for "
